@@ -1,0 +1,34 @@
+"""cudnn.sdpa: Flash attention forward and backward for Hopper (sm_90a), in CuTe DSL.
+
+Nothing heavy is imported here: kernels, torch ops and adapters load on first attribute access, after
+the CuTe DSL gate (Rule 7) has checked the runtime floor.
+"""
+
+from __future__ import annotations
+
+from cudnn._lazy import resolve as _resolve
+
+#: Lowest nvidia-cutlass-dsl this family's kernels run on (the wheel installs from 4.6.2 up).
+CUTEDSL_MIN_VERSION = "4.8.0"
+WHEEL = "cudnn-sdpa"
+
+_LAZY: dict[str, tuple[str, str]] = {
+    "sdpa_fwd": (".fwd.api", "sdpa_fwd"),
+    "SdpaFwdSm90": (".fwd.api", "SdpaFwdSm90"),
+    "scaled_dot_product_attention": (".fwd.torch_op", "scaled_dot_product_attention"),
+    "sdpa_bwd": (".bwd.api", "sdpa_bwd"),
+    "SdpaBwdSm90": (".bwd.api", "SdpaBwdSm90"),
+}
+#: Names whose modules need the DSL at import time; the rest (metadata-only checks) import without it.
+_NEEDS_DSL: frozenset = frozenset()
+
+
+def __getattr__(name: str):
+    return _resolve(__name__, name, _LAZY, WHEEL, CUTEDSL_MIN_VERSION, _NEEDS_DSL)
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
+
+
+__all__ = list(_LAZY)
