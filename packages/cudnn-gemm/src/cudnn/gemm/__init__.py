@@ -20,6 +20,12 @@ _LAZY: dict[str, tuple[str, str]] = {
     "gemm_dsrelu": (".dense.dsrelu.api", "gemm_dsrelu"),
     "gemm_gelu": (".dense.gelu.api", "gemm_gelu"),
     "gemm_amax": (".dense.amax.api", "gemm_amax"),
+    "GemmSwigluSm90": (".dense.swiglu.api", "GemmSwigluSm90"),
+    "GemmSreluSm90": (".dense.srelu.api", "GemmSreluSm90"),
+    "GemmDsreluSm90": (".dense.dsrelu.api", "GemmDsreluSm90"),
+    "GemmGeluSm90": (".dense.gelu.api", "GemmGeluSm90"),
+    "GemmAmaxSm90": (".dense.amax.api", "GemmAmaxSm90"),
+    "ops": (".ops", ""),
 }
 #: Names whose modules need the DSL at import time; the rest (metadata-only checks) import without it.
 _NEEDS_DSL: frozenset = frozenset()

@@ -1,0 +1,233 @@
+"""The one benchmark harness for every family.
+
+Each provider (ours, cuDNN through torch, FA4, quack, fla, cuBLAS) registers with an availability check;
+every case runs every available provider on the same inputs in the same process; time is the median of
+many timed runs after warm-up (``triton.testing.do_bench``, which clears L2 before each run, or CUDA
+events); the FLOP/byte convention is printed with the table, and a CSV and a PNG plot are written.
+
+    providers = [Provider("ours", make=lambda case: ..., available=lambda: None), ...]
+    cases = [Case("4096^3", {"m": 4096, ...}, flops=2 * m * n * k), ...]
+    run_benchmark("gemm", cases, providers, convention="2*M*N*K FLOPs", out_dir="docs/benchmarks")
+
+``make(case)`` builds inputs and returns a zero-argument callable that launches the work (or raises
+``Unsupported`` with a reason to leave that cell empty).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import datetime
+import os
+import platform
+import sys
+from collections.abc import Callable
+from typing import Any
+
+
+class Unsupported(Exception):
+    """A provider does not run this case (the reason goes in the table's notes)."""
+
+
+@dataclasses.dataclass
+class Provider:
+    name: str
+    make: Callable[[Case], Callable[[], Any]]
+    available: Callable[[], str | None] = lambda: None  # None when available, else the reason
+
+
+@dataclasses.dataclass
+class Case:
+    label: str
+    params: dict
+    flops: float | None = None
+    bytes: float | None = None
+
+
+@dataclasses.dataclass
+class Result:
+    case: str
+    provider: str
+    ms: float | None
+    tflops: float | None
+    gbps: float | None
+    note: str = ""
+
+
+def time_ms(fn: Callable[[], Any], warmup_ms: float = 25, rep_ms: float = 100) -> float:
+    """Median milliseconds of ``fn`` (device events; L2 cleared before each run by do_bench)."""
+    try:
+        from triton.testing import do_bench
+
+        return float(do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
+    except ImportError:
+        import torch
+
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(20):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        times.sort()
+        return times[len(times) // 2]
+
+
+def _device_line() -> str:
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return f"{torch.cuda.get_device_name()} (torch {torch.__version__}, CUDA {torch.version.cuda})"
+    except ImportError:
+        pass
+    return "no GPU"
+
+
+def _versions(providers) -> str:
+    from importlib import metadata
+
+    out = []
+    for dist in ("nvidia-cutlass-dsl", "torch", "triton", "flash-attn-4", "quack-kernels", "fla-core"):
+        try:
+            out.append(f"{dist} {metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            pass
+    return ", ".join(out)
+
+
+def run_benchmark(
+    name: str,
+    cases: list[Case],
+    providers: list[Provider],
+    *,
+    convention: str,
+    metric: str = "tflops",
+    out_dir: str = "docs/benchmarks",
+    title: str | None = None,
+) -> list[Result]:
+    """Run every case on every available provider; print a table; write ``<name>.csv``, ``<name>.md`` and ``<name>.png``."""
+    results: list[Result] = []
+    unavailable = {}
+    for p in providers:
+        reason = p.available()
+        if reason is not None:
+            unavailable[p.name] = reason
+    live = [p for p in providers if p.name not in unavailable]
+    for case in cases:
+        for p in live:
+            try:
+                fn = p.make(case)
+                ms = time_ms(fn)
+                tflops = case.flops / ms / 1e9 if case.flops else None
+                gbps = case.bytes / ms / 1e6 if case.bytes else None
+                results.append(Result(case.label, p.name, ms, tflops, gbps))
+            except Unsupported as exc:
+                results.append(Result(case.label, p.name, None, None, None, f"unsupported: {exc}"))
+            except Exception as exc:  # a provider failing must not hide the others' numbers
+                results.append(Result(case.label, p.name, None, None, None, f"error: {type(exc).__name__}: {str(exc)[:200]}"))
+            finally:
+                _free()
+    table = _format_table(name, cases, live, results, metric, convention, unavailable, title)
+    print(table)
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, f"{name}.md"), "w") as f:
+        f.write(table + "\n")
+    with open(os.path.join(out_dir, f"{name}.csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["case", "provider", "ms", "tflops", "gbps", "note"])
+        for r in results:
+            w.writerow([r.case, r.provider, _fmt(r.ms, 4), _fmt(r.tflops, 1), _fmt(r.gbps, 1), r.note])
+    _plot(os.path.join(out_dir, f"{name}.png"), name, cases, live, results, metric, title)
+    return results
+
+
+def _free():
+    try:
+        import torch
+
+        torch.cuda.empty_cache()
+    except Exception:
+        pass
+
+
+def _fmt(v, digits):
+    return "" if v is None else f"{v:.{digits}f}"
+
+
+def _value(r: Result, metric: str):
+    return {"tflops": r.tflops, "gbps": r.gbps, "ms": r.ms}[metric]
+
+
+def _format_table(name, cases, providers, results, metric, convention, unavailable, title) -> str:
+    unit = {"tflops": "TFLOP/s", "gbps": "GB/s", "ms": "ms"}[metric]
+    by = {(r.case, r.provider): r for r in results}
+    head = ["case"] + [p.name for p in providers]
+    ratio_cols = [p.name for p in providers if p.name != "ours"] if any(p.name == "ours" for p in providers) else []
+    head += [f"ours/{n}" for n in ratio_cols]
+    lines = [
+        f"## {title or name} ({unit}, higher is better)" if metric != "ms" else f"## {title or name} (ms, lower is better)",
+        "",
+        f"- device: {_device_line()}",
+        f"- versions: {_versions(providers)}; python {platform.python_version()}",
+        f"- convention: {convention}; median of timed runs after warm-up (triton do_bench, L2 cleared per run)",
+        f"- written by benchmarks/{os.path.basename(sys.argv[0]) or name} on {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
+    notes = []
+    for case in cases:
+        row = [case.label]
+        for p in providers:
+            r = by.get((case.label, p.name))
+            v = _value(r, metric) if r else None
+            row.append(_fmt(v, 1 if metric != "ms" else 4) if v is not None else "-")
+            if r and r.note:
+                notes.append(f"{case.label} / {p.name}: {r.note}")
+        ours = by.get((case.label, "ours"))
+        for n in ratio_cols:
+            other = by.get((case.label, n))
+            if ours and other and ours.ms and other.ms:
+                row.append(f"{other.ms / ours.ms:.2f}x")
+            else:
+                row.append("-")
+        lines.append("| " + " | ".join(row) + " |")
+    if ratio_cols:
+        lines.append("")
+        lines.append("ours/X is X's time over ours: above 1.00x we are faster.")
+    for pname, reason in unavailable.items():
+        notes.append(f"{pname} not run: {reason}")
+    if notes:
+        lines.append("")
+        lines += [f"- {n}" for n in notes]
+    return "\n".join(lines)
+
+
+def _plot(path, name, cases, providers, results, metric, title):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    by = {(r.case, r.provider): r for r in results}
+    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(cases) * max(1, len(providers)) / 2), 4.5))
+    width = 0.8 / max(1, len(providers))
+    for i, p in enumerate(providers):
+        ys = [(_value(by[(c.label, p.name)], metric) or 0.0) if (c.label, p.name) in by else 0.0 for c in cases]
+        ax.bar([j + i * width for j in range(len(cases))], ys, width, label=p.name)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(cases))])
+    ax.set_xticklabels([c.label for c in cases], rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel({"tflops": "TFLOP/s", "gbps": "GB/s", "ms": "ms"}[metric])
+    ax.set_title(title or name)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

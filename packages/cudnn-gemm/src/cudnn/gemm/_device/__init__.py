@@ -1,0 +1,1 @@
+"""Device pieces shared by the cudnn.gemm kernels: epilogue math and the persistent tile scheduler set-up."""

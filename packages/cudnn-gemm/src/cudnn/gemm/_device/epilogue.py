@@ -1,0 +1,54 @@
+"""Epilogue math on the fp32 accumulator, written once and shared by every fusion.
+
+Each helper is a ``@cute.jit`` function on one fp32 register value (the kernel calls them inside its
+``range_constexpr`` loops, so they inline). The kernel composes them in this fixed order::
+
+    x = alpha * acc  [+ beta * C[m, n]]  [+ bias[n] or bias[m]]      # affine part
+    pre = x                                                             # optionally stored (aux out)
+    y = activation(x)              # none | relu2 | gelu_tanh | gelu_erf
+    y = silu(gate) * up            # swiglu pairs a gate value with its up value
+    y = acc * 2 * relu(pre_in)     # dsrelu: acc is dD, pre_in read from the aux input
+    amax = max(amax, |y|)          # optional per-tensor amax
+
+A new elementwise fusion is one more branch of :func:`activation`, keyed by a plan-time string.
+"""
+
+from __future__ import annotations
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32
+
+#: Activations :func:`activation` knows (plan-time strings, part of the compile key).
+ACTIVATIONS = ("none", "relu2", "gelu_tanh", "gelu_erf")
+
+_SQRT_2_OVER_PI = 0.7978845608028654
+_GELU_CUBIC = 0.044715
+_INV_SQRT_2 = 0.7071067811865476
+
+
+@cute.jit
+def activation(x: Float32, act: cutlass.Constexpr) -> Float32:
+    """``act(x)`` for one fp32 value; ``act`` is a plan-time string from :data:`ACTIVATIONS`."""
+    y = x
+    if cutlass.const_expr(act == "relu2"):
+        r = cute.arch.fmax(x, Float32(0.0))
+        y = r * r
+    if cutlass.const_expr(act == "gelu_tanh"):
+        inner = Float32(_SQRT_2_OVER_PI) * (x + Float32(_GELU_CUBIC) * x * x * x)
+        y = Float32(0.5) * x * (Float32(1.0) + cute.math.tanh(inner, fastmath=True))
+    if cutlass.const_expr(act == "gelu_erf"):
+        y = Float32(0.5) * x * (Float32(1.0) + cute.math.erf(x * Float32(_INV_SQRT_2)))
+    return y
+
+
+@cute.jit
+def silu_mul(gate: Float32, up: Float32) -> Float32:
+    """SwiGLU: ``silu(gate) * up`` with ``silu(g) = g / (1 + exp(-g))``."""
+    return gate / (Float32(1.0) + cute.math.exp(-gate, fastmath=True)) * up
+
+
+@cute.jit
+def dsrelu(grad: Float32, pre: Float32) -> Float32:
+    """Backward of squared ReLU: ``grad * 2 * relu(pre)``."""
+    return grad * Float32(2.0) * cute.arch.fmax(pre, Float32(0.0))

@@ -1,0 +1,1 @@
+"""gemm_amax: see api.py."""

@@ -1,0 +1,1 @@
+"""gemm_dsrelu: see api.py."""

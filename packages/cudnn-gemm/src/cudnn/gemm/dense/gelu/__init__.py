@@ -1,0 +1,1 @@
+"""gemm_gelu: see api.py."""

@@ -1,0 +1,602 @@
+"""Persistent, warp-specialized Hopper (sm_90a) GEMM with fused epilogues, in CuTe DSL.
+
+Computes, for every batch ``l``::
+
+    D[m, n, l] = epilogue(alpha * sum_k A[m, k, l] * B[n, k, l] (+ beta * C[m, n, l]) (+ bias))
+
+- A is (M, K, L), K-major or M-major; B is (N, K, L), K-major or N-major (``a @ b`` with a torch ``b``
+  of shape (K, N) is B = b.T: a row-major ``b`` is N-major, ``w.t()`` of an nn.Linear weight is K-major).
+  Both majors are served natively by the TMA descriptors and the WGMMA smem descriptors.
+- bf16 or fp16 operands (same dtype), fp32 accumulation, D in the operand dtype, row-major (N contiguous).
+- M, N, K need not be multiples of the tile: TMA zero-fills out-of-bounds loads and clips stores;
+  per-element epilogue reads (C, bias, aux) are predicated on the true extents.
+- Extents M, N, K, L and every leading/batch stride are runtime Int32 arguments: one compiled kernel
+  serves every shape of a plan (Rule 4); the compile key is :class:`GemmSm90Config`.
+
+Structure (one CTA = 3 warpgroups, 384 threads):
+- warpgroup 0 is the producer: one warp issues TMA loads of A and B k-tiles into a ``ab_stage``-deep
+  smem ring (``PipelineTmaAsync`` full/empty mbarriers); with a 2x1 cluster each B tile is multicast
+  to both CTAs of the pair. Its registers are given back (setmaxnreg 40).
+- warpgroups 1 and 2 are the consumers (cooperative 128 x 256 tile, 64 rows each): WGMMA straight from
+  swizzled smem, one WGMMA batch in flight, releasing each stage as soon as it retires (setmaxnreg 232).
+- both walk the same static persistent schedule (``_device.tile_scheduler``): a grid of one cluster
+  per SM slot, tiles rasterized along M (clusters in flight share B tiles in L2).
+- epilogue, on the consumers, per 128 x 32 sub-tile: fp32 accumulator registers -> affine part,
+  activation, swiglu pairing, amax (``_device.epilogue``) -> convert -> ``stmatrix`` into a 4-deep smem
+  ring -> TMA store by one warp, overlapped with the next sub-tile (``PipelineTmaStore``).
+
+SwiGLU pairs accumulator column ``c`` with ``c + 128`` of the same 256-wide tile (both live in the same
+thread's registers): B's gate and up columns are interleaved in blocks of 128 (``swiglu_halves`` turns
+the two-halves layout into that order with a hierarchical TMA view, no copy), D has N / 2 columns.
+
+Tests: ``pytest packages/cudnn-gemm/tests`` (compile-only on CPU; GPU tests on the GPU host through
+ci/gpu_tests.sh). Benchmark: ``python benchmarks/gemm.py``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+import cutlass.pipeline as pipeline
+import cutlass.utils as utils
+import cutlass.utils.hopper_helpers as sm90_utils
+from cutlass import Float32, Int32
+
+from .._device import epilogue as epi_ops
+from .._device.tile_scheduler import make_scheduler
+
+_DTYPES = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16, "float32": cutlass.Float32}
+
+#: Half-width of a SwiGLU tile: gate/up blocks of this many columns alternate in B's N order.
+SWIGLU_BLOCK = 128
+
+
+@dataclass(frozen=True)
+class GemmSm90Config:
+    """Everything the compiled kernel specializes on (the compile key, Rule 4): plan-time values only."""
+
+    ab_dtype: str = "bfloat16"
+    d_dtype: str = "bfloat16"
+    a_major: str = "k"  # "k" | "m"
+    b_major: str = "k"  # "k" | "n"
+    tile_mn: tuple = (128, 256)
+    cluster_mn: tuple = (2, 1)
+    swizzle: int = 1
+    raster_along_m: bool = True
+    max_active_clusters: int = 66
+    # epilogue
+    activation: str = "none"  # see _device.epilogue.ACTIVATIONS
+    has_c: bool = False
+    c_dtype: str = "bfloat16"
+    bias: str = "none"  # "none" | "n" (one per output column) | "m" (one per row)
+    bias_dtype: str = "bfloat16"
+    swiglu: bool = False
+    swiglu_halves: bool = False  # B's N is [gate | up] halves instead of 128-blocks
+    store_pre: bool = False  # write the pre-activation to aux (M, N)
+    dsrelu: bool = False  # D = acc * 2 * relu(aux), aux (M, N) read
+    aux_dtype: str = "bfloat16"
+    amax: bool = False
+
+
+class GemmSm90Kernel:
+    """The kernel class: ``__init__`` holds the plan (:class:`GemmSm90Config`), ``__call__`` launches."""
+
+    def __init__(self, cfg: GemmSm90Config):
+        self.cfg = cfg
+        self.ab_dtype = _DTYPES[cfg.ab_dtype]
+        self.d_dtype = _DTYPES[cfg.d_dtype]
+        self.c_dtype = _DTYPES[cfg.c_dtype]
+        self.bias_dtype = _DTYPES[cfg.bias_dtype]
+        self.aux_dtype = _DTYPES[cfg.aux_dtype]
+        self.acc_dtype = cutlass.Float32
+        self.tile_m, self.tile_n = cfg.tile_mn
+        self.tile_k = 64
+        self.tile_shape_mnk = (self.tile_m, self.tile_n, self.tile_k)
+        self.cluster_shape_mn = tuple(cfg.cluster_mn)
+        self.atom_layout_mnk = (2, 1, 1) if self.tile_m > 64 and self.tile_n > 128 else (1, 1, 1)
+        self.num_mma_warp_groups = math.prod(self.atom_layout_mnk)
+        self.threads_per_wg = 128
+        self.threads_per_cta = (1 + self.num_mma_warp_groups) * self.threads_per_wg
+        self.num_mma_threads = self.num_mma_warp_groups * self.threads_per_wg
+        self.load_warp_id = 0
+        self.epi_store_warp_id = 4
+        self.load_regs = 40
+        self.mma_regs = 232
+        self.smem_capacity = utils.get_smem_capacity_in_bytes("sm_90")
+        self.buffer_align_bytes = 1024
+        self.epi_stage = 4
+        self.epi_sync_barrier = pipeline.NamedBarrier(barrier_id=1, num_threads=self.num_mma_threads)
+        self.num_mcast_ctas_a = self.cluster_shape_mn[1]
+        self.num_mcast_ctas_b = self.cluster_shape_mn[0]
+        self.is_a_mcast = self.num_mcast_ctas_a > 1
+        self.is_b_mcast = self.num_mcast_ctas_b > 1
+        if cfg.swiglu and self.tile_n != 2 * SWIGLU_BLOCK:
+            raise ValueError(f"swiglu needs a {2 * SWIGLU_BLOCK}-wide N tile, got {self.tile_n}")
+
+    # ------------------------------------------------------------------------------------ host
+    def _setup(self, a_layout, b_layout, d_layout):
+        self.tiled_mma = sm90_utils.make_trivial_tiled_mma(
+            self.ab_dtype,
+            self.ab_dtype,
+            a_layout.sm90_mma_major_mode(),
+            b_layout.sm90_mma_major_mode(),
+            self.acc_dtype,
+            self.atom_layout_mnk,
+            tiler_mn=(64, self.tile_n),
+        )
+        self.cta_layout_mnk = cute.make_layout((*self.cluster_shape_mn, 1))
+        self.epi_tile = (min(128, self.tile_m), 32) if self.atom_layout_mnk == (2, 1, 1) else (min(64, self.tile_m), 32)
+        ab_bytes = (self.tile_m + self.tile_n) * self.tile_k * self.ab_dtype.width // 8
+        epi_bytes = self.epi_tile[0] * self.epi_tile[1] * self.d_dtype.width // 8 * self.epi_stage
+        self.ab_stage = (self.smem_capacity - 1024 - epi_bytes) // ab_bytes
+        self.a_smem_layout_staged = sm90_utils.make_smem_layout_a(a_layout, self.tile_shape_mnk, self.ab_dtype, self.ab_stage)
+        self.b_smem_layout_staged = sm90_utils.make_smem_layout_b(b_layout, self.tile_shape_mnk, self.ab_dtype, self.ab_stage)
+        self.epi_smem_layout_staged = sm90_utils.make_smem_layout_epi(self.d_dtype, d_layout, self.epi_tile, self.epi_stage)
+
+    @cute.jit
+    def __call__(
+        self,
+        pA: cute.Pointer,
+        pB: cute.Pointer,
+        pD: cute.Pointer,
+        pC,
+        pBias,
+        pAux,
+        pAmax,
+        m: Int32,
+        n: Int32,
+        k: Int32,
+        l: Int32,
+        lda: Int32,
+        bsa: Int32,
+        ldb: Int32,
+        bsb: Int32,
+        ldd: Int32,
+        bsd: Int32,
+        c_sm: Int32,
+        c_sn: Int32,
+        bsc: Int32,
+        bs_bias: Int32,
+        ldaux: Int32,
+        bsaux: Int32,
+        alpha: Float32,
+        beta: Float32,
+        stream: cuda.CUstream,
+    ):
+        cfg = self.cfg
+        # ---- global tensors (layouts from runtime extents/strides; the unit stride is static for TMA)
+        if cutlass.const_expr(cfg.a_major == "k"):
+            mA = cute.make_tensor(pA, cute.make_layout((m, k, l), stride=(lda, 1, bsa)))
+        else:
+            mA = cute.make_tensor(pA, cute.make_layout((m, k, l), stride=(1, lda, bsa)))
+        if cutlass.const_expr(cfg.swiglu_halves):
+            # [gate | up] halves seen as 128-blocks interleaved: N = ((128, 2, N / 256)).
+            half = n // 2
+            nblk = n // (2 * SWIGLU_BLOCK)
+            if cutlass.const_expr(cfg.b_major == "k"):
+                mB = cute.make_tensor(
+                    pB, cute.make_layout(((SWIGLU_BLOCK, 2, nblk), k, l), stride=((ldb, half * ldb, SWIGLU_BLOCK * ldb), 1, bsb))
+                )
+            else:
+                mB = cute.make_tensor(pB, cute.make_layout(((SWIGLU_BLOCK, 2, nblk), k, l), stride=((1, half, SWIGLU_BLOCK), ldb, bsb)))
+        else:
+            if cutlass.const_expr(cfg.b_major == "k"):
+                mB = cute.make_tensor(pB, cute.make_layout((n, k, l), stride=(ldb, 1, bsb)))
+            else:
+                mB = cute.make_tensor(pB, cute.make_layout((n, k, l), stride=(1, ldb, bsb)))
+        n_d = n
+        if cutlass.const_expr(cfg.swiglu):
+            n_d = n // 2
+        mD = cute.make_tensor(pD, cute.make_layout((m, n_d, l), stride=(ldd, 1, bsd)))
+        mC = None
+        if cutlass.const_expr(cfg.has_c):
+            mC = cute.make_tensor(pC, cute.make_layout((m, n, l), stride=(c_sm, c_sn, bsc)))
+        mBias = None
+        if cutlass.const_expr(cfg.bias == "n"):
+            mBias = cute.make_tensor(pBias, cute.make_layout((n, l), stride=(1, bs_bias)))
+        if cutlass.const_expr(cfg.bias == "m"):
+            mBias = cute.make_tensor(pBias, cute.make_layout((m, l), stride=(1, bs_bias)))
+        mAux = None
+        if cutlass.const_expr(cfg.store_pre or cfg.dsrelu):
+            mAux = cute.make_tensor(pAux, cute.make_layout((m, n, l), stride=(ldaux, 1, bsaux)))
+
+        a_layout = utils.LayoutEnum.from_tensor(mA)
+        b_layout = utils.LayoutEnum.from_tensor(mB) if cutlass.const_expr(not cfg.swiglu_halves) else (
+            utils.LayoutEnum.ROW_MAJOR if cutlass.const_expr(cfg.b_major == "k") else utils.LayoutEnum.COL_MAJOR
+        )
+        d_layout = utils.LayoutEnum.ROW_MAJOR
+        self._setup(a_layout, b_layout, d_layout)
+
+        a_op = cute.nvgpu.cpasync.CopyBulkTensorTileG2SMulticastOp() if self.is_a_mcast else cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
+        b_op = cute.nvgpu.cpasync.CopyBulkTensorTileG2SMulticastOp() if self.is_b_mcast else cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
+        tma_atom_a, tma_tensor_a = cute.nvgpu.cpasync.make_tiled_tma_atom(
+            a_op,
+            mA,
+            cute.slice_(self.a_smem_layout_staged, (None, None, 0)),
+            (self.tile_m, self.tile_k),
+            num_multicast=self.num_mcast_ctas_a,
+        )
+        tma_atom_b, tma_tensor_b = cute.nvgpu.cpasync.make_tiled_tma_atom(
+            b_op,
+            mB,
+            cute.slice_(self.b_smem_layout_staged, (None, None, 0)),
+            (self.tile_n, self.tile_k),
+            num_multicast=self.num_mcast_ctas_b,
+        )
+        tma_atom_d, tma_tensor_d = cute.nvgpu.cpasync.make_tiled_tma_atom(
+            cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(),
+            mD,
+            cute.slice_(self.epi_smem_layout_staged, (None, None, 0)),
+            self.epi_tile,
+        )
+
+        tiles_mnl = (cute.ceil_div(m, self.tile_m), cute.ceil_div(n, self.tile_n), l)
+        sched_params, grid = make_scheduler(tiles_mnl, self.cluster_shape_mn, cfg.swizzle, cfg.raster_along_m, cfg.max_active_clusters)
+
+        @cute.struct
+        class SharedStorage:
+            mainloop_pipeline_array_ptr: cute.struct.MemRange[cutlass.Int64, self.ab_stage * 2]
+            sA: cute.struct.Align[cute.struct.MemRange[self.ab_dtype, cute.cosize(self.a_smem_layout_staged)], self.buffer_align_bytes]
+            sB: cute.struct.Align[cute.struct.MemRange[self.ab_dtype, cute.cosize(self.b_smem_layout_staged)], self.buffer_align_bytes]
+            sD: cute.struct.Align[cute.struct.MemRange[self.d_dtype, cute.cosize(self.epi_smem_layout_staged)], self.buffer_align_bytes]
+
+        self.shared_storage = SharedStorage
+
+        self.kernel(
+            tma_atom_a,
+            tma_tensor_a,
+            tma_atom_b,
+            tma_tensor_b,
+            tma_atom_d,
+            tma_tensor_d,
+            mC,
+            mBias,
+            mAux,
+            pAmax,
+            m,
+            n,
+            alpha,
+            beta,
+            self.tiled_mma,
+            self.cta_layout_mnk,
+            self.a_smem_layout_staged,
+            self.b_smem_layout_staged,
+            self.epi_smem_layout_staged,
+            sched_params,
+        ).launch(
+            grid=grid,
+            block=[self.threads_per_cta, 1, 1],
+            cluster=(*self.cluster_shape_mn, 1),
+            min_blocks_per_mp=1,
+            stream=stream,
+        )
+
+    # ---------------------------------------------------------------------------------- device
+    @cute.kernel
+    def kernel(
+        self,
+        tma_atom_a: cute.CopyAtom,
+        mA_mkl: cute.Tensor,
+        tma_atom_b: cute.CopyAtom,
+        mB_nkl: cute.Tensor,
+        tma_atom_d: cute.CopyAtom,
+        mD_mnl: cute.Tensor,
+        mC: cute.Tensor | None,
+        mBias: cute.Tensor | None,
+        mAux: cute.Tensor | None,
+        pAmax,
+        m: Int32,
+        n: Int32,
+        alpha: Float32,
+        beta: Float32,
+        tiled_mma: cute.TiledMma,
+        cta_layout_mnk: cute.Layout,
+        a_smem_layout_staged: cute.ComposedLayout,
+        b_smem_layout_staged: cute.ComposedLayout,
+        epi_smem_layout_staged: cute.ComposedLayout,
+        sched_params: utils.PersistentTileSchedulerParams,
+    ):
+        cfg = self.cfg
+        tidx, _, _ = cute.arch.thread_idx()
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+
+        if warp_idx == 0:
+            cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_a)
+            cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_b)
+            cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_d)
+
+        cta_rank_in_cluster = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
+        cluster_coord_mnk = cta_layout_mnk.get_flat_coord(cta_rank_in_cluster)
+        a_mcast_mask = cute.make_layout_image_mask(cta_layout_mnk, cluster_coord_mnk, mode=1)
+        b_mcast_mask = cute.make_layout_image_mask(cta_layout_mnk, cluster_coord_mnk, mode=0)
+        a_mcast_mask = a_mcast_mask if self.is_a_mcast else 0
+        b_mcast_mask = b_mcast_mask if self.is_b_mcast else 0
+        a_smem_layout = cute.slice_(a_smem_layout_staged, (None, None, 0))
+        b_smem_layout = cute.slice_(b_smem_layout_staged, (None, None, 0))
+        tma_copy_bytes = cute.size_in_bytes(self.ab_dtype, a_smem_layout) + cute.size_in_bytes(self.ab_dtype, b_smem_layout)
+
+        smem = cutlass.utils.SmemAllocator()
+        storage = smem.allocate(self.shared_storage)
+
+        # ---- mainloop pipeline: full barriers (TMA tx count) / empty barriers (consumer warps x mcast CTAs)
+        mcast_size = self.num_mcast_ctas_a + self.num_mcast_ctas_b - 1
+        consumer_arrive_cnt = mcast_size * self.num_mma_warp_groups * 4
+        mainloop_pipeline = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.mainloop_pipeline_array_ptr.data_ptr(),
+            num_stages=self.ab_stage,
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
+            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, consumer_arrive_cnt),
+            tx_count=tma_copy_bytes,
+            cta_layout_vmnk=cute.make_layout((1, *cta_layout_mnk.shape)),
+        )
+        if cute.size(self.cluster_shape_mn) > 1:
+            cute.arch.cluster_arrive_relaxed()
+
+        sA = storage.sA.get_tensor(a_smem_layout_staged.outer, swizzle=a_smem_layout_staged.inner)
+        sB = storage.sB.get_tensor(b_smem_layout_staged.outer, swizzle=b_smem_layout_staged.inner)
+        sD = storage.sD.get_tensor(epi_smem_layout_staged.outer, swizzle=epi_smem_layout_staged.inner)
+
+        # (bM, bK, RestM, RestK, RestL) / (bN, bK, RestN, RestK, RestL)
+        gA_mkl = cute.local_tile(mA_mkl, cute.slice_(self.tile_shape_mnk, (None, 0, None)), (None, None, None))
+        gB_nkl = cute.local_tile(mB_nkl, cute.slice_(self.tile_shape_mnk, (0, None, None)), (None, None, None))
+        # D tile: (bM, bN) or (bM, bN / 2) for swiglu
+        d_tile_n = self.tile_n // 2 if cutlass.const_expr(cfg.swiglu) else self.tile_n
+        gD_mnl = cute.local_tile(mD_mnl, (self.tile_m, d_tile_n), (None, None, None))
+
+        a_cta_layout = cute.make_layout(cute.slice_(cta_layout_mnk, (0, None, 0)).shape)
+        tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(
+            tma_atom_a, cluster_coord_mnk[1], a_cta_layout, cute.group_modes(sA, 0, 2), cute.group_modes(gA_mkl, 0, 2)
+        )
+        b_cta_layout = cute.make_layout(cute.slice_(cta_layout_mnk, (None, 0, 0)).shape)
+        tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(
+            tma_atom_b, cluster_coord_mnk[0], b_cta_layout, cute.group_modes(sB, 0, 2), cute.group_modes(gB_nkl, 0, 2)
+        )
+
+        warp_group_idx = cute.arch.make_warp_uniform(tidx // self.threads_per_wg)
+        mma_wg_layout = cute.make_layout(self.num_mma_warp_groups, stride=self.threads_per_wg)
+        thr_mma = tiled_mma.get_slice(mma_wg_layout(warp_group_idx - 1))
+        tCsA = thr_mma.partition_A(sA)
+        tCsB = thr_mma.partition_B(sB)
+        tCrA = tiled_mma.make_fragment_A(tCsA)
+        tCrB = tiled_mma.make_fragment_B(tCsB)
+        # accumulator-shaped tensor of (row, col) coordinates inside the CTA tile
+        cAcc = cute.make_identity_tensor((self.tile_m, self.tile_n))
+        tCcAcc = thr_mma.partition_C(cAcc)
+        accumulators = cute.make_rmem_tensor(tCcAcc.shape, self.acc_dtype)
+
+        k_tile_cnt = cute.size(gA_mkl, mode=[3])
+
+        if cute.size(self.cluster_shape_mn) > 1:
+            cute.arch.cluster_wait()
+        else:
+            cute.arch.sync_threads()
+
+        is_dma_warp_group = warp_group_idx == 0
+        if is_dma_warp_group:
+            cute.arch.warpgroup_reg_dealloc(self.load_regs)
+
+        # ======================================================= producer: TMA loads
+        if warp_idx == self.load_warp_id:
+            tile_sched = utils.StaticPersistentTileScheduler.create(sched_params, cute.arch.block_idx(), cute.arch.grid_dim())
+            work_tile = tile_sched.initial_work_tile_info()
+            producer_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.ab_stage)
+            while work_tile.is_valid_tile:
+                tile_coord_mnl = work_tile.tile_idx
+                tAgA_mkl = tAgA[(None, tile_coord_mnl[0], None, tile_coord_mnl[2])]
+                tBgB_nkl = tBgB[(None, tile_coord_mnl[1], None, tile_coord_mnl[2])]
+                producer_state.reset_count()
+                for k_tile in range(k_tile_cnt):
+                    mainloop_pipeline.producer_acquire(producer_state)
+                    cute.copy(
+                        tma_atom_a,
+                        tAgA_mkl[(None, producer_state.count)],
+                        tAsA[(None, producer_state.index)],
+                        tma_bar_ptr=mainloop_pipeline.producer_get_barrier(producer_state),
+                        mcast_mask=a_mcast_mask,
+                    )
+                    cute.copy(
+                        tma_atom_b,
+                        tBgB_nkl[(None, producer_state.count)],
+                        tBsB[(None, producer_state.index)],
+                        tma_bar_ptr=mainloop_pipeline.producer_get_barrier(producer_state),
+                        mcast_mask=b_mcast_mask,
+                    )
+                    mainloop_pipeline.producer_commit(producer_state)
+                    producer_state.advance()
+                tile_sched.advance_to_next_work()
+                work_tile = tile_sched.get_current_work()
+            mainloop_pipeline.producer_tail(producer_state)
+
+        # ======================================================= consumers: WGMMA + epilogue
+        if not is_dma_warp_group:
+            cute.arch.warpgroup_reg_alloc(self.mma_regs)
+            tile_sched = utils.StaticPersistentTileScheduler.create(sched_params, cute.arch.block_idx(), cute.arch.grid_dim())
+            work_tile = tile_sched.initial_work_tile_info()
+            read_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stage)
+            release_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stage)
+            num_k_blocks = cute.size(tCrA, mode=[2])
+
+            copy_atom_r2s = sm90_utils.sm90_get_smem_store_op(utils.LayoutEnum.ROW_MAJOR, elem_ty_d=self.d_dtype, elem_ty_acc=self.acc_dtype)
+            copy_atom_d = cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(False, 4), self.d_dtype)
+            tiled_copy_d_atom = cute.make_tiled_copy_C_atom(copy_atom_d, tiled_mma)
+            tiled_copy_r2s = cute.make_tiled_copy_S(copy_atom_r2s, tiled_copy_d_atom)
+            thr_copy_r2s = tiled_copy_r2s.get_slice(tidx - self.threads_per_wg)
+            tRS_sD = thr_copy_r2s.partition_D(sD)
+            tRS_rAcc = tiled_copy_r2s.retile(accumulators)
+            tRS_cAcc = tiled_copy_r2s.retile(tCcAcc)
+            rD_shape = cute.shape(thr_copy_r2s.partition_S(sD))
+            tRS_rD = cute.make_rmem_tensor(rD_shape[:3], self.acc_dtype)
+            tRS_rD_out = cute.make_rmem_tensor(rD_shape[:3], self.d_dtype)
+            size_tRS_rD = cute.size(tRS_rD)
+
+            k_pipe_mmas = 1
+            prologue_mma_cnt = min(k_pipe_mmas, k_tile_cnt)
+            tma_store_pipeline = pipeline.PipelineTmaStore.create(
+                num_stages=self.epi_stage,
+                producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, self.num_mma_threads),
+            )
+            amax_run = Float32(0.0)
+
+            while work_tile.is_valid_tile:
+                tile_coord_mnl = work_tile.tile_idx
+                gD_tile = gD_mnl[(None, None, tile_coord_mnl[0], tile_coord_mnl[1], tile_coord_mnl[2])]
+                row0 = tile_coord_mnl[0] * self.tile_m
+                col0 = tile_coord_mnl[1] * self.tile_n
+                bidx_l = tile_coord_mnl[2]
+
+                # ---- mainloop
+                read_state.reset_count()
+                release_state.reset_count()
+                accumulators.fill(0.0)
+                tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
+                cute.nvgpu.warpgroup.fence()
+                for k_tile in range(prologue_mma_cnt):
+                    mainloop_pipeline.consumer_wait(read_state)
+                    for kb in cutlass.range_constexpr(num_k_blocks):
+                        kc = (None, None, kb, read_state.index)
+                        cute.gemm(tiled_mma, accumulators, tCrA[kc], tCrB[kc], accumulators)
+                    cute.nvgpu.warpgroup.commit_group()
+                    read_state.advance()
+                for k_tile in range(prologue_mma_cnt, k_tile_cnt):
+                    mainloop_pipeline.consumer_wait(read_state)
+                    for kb in cutlass.range_constexpr(num_k_blocks):
+                        kc = (None, None, kb, read_state.index)
+                        cute.gemm(tiled_mma, accumulators, tCrA[kc], tCrB[kc], accumulators)
+                    cute.nvgpu.warpgroup.commit_group()
+                    cute.nvgpu.warpgroup.wait_group(k_pipe_mmas)
+                    mainloop_pipeline.consumer_release(release_state)
+                    release_state.advance()
+                    read_state.advance()
+                cute.nvgpu.warpgroup.wait_group(0)
+                for k_tile in range(prologue_mma_cnt):
+                    mainloop_pipeline.consumer_release(release_state)
+                    release_state.advance()
+
+                # ---- epilogue
+                gD_epi = cute.zipped_divide(gD_tile, self.epi_tile)
+                bSG_sD, bSG_gD = cute.nvgpu.cpasync.tma_partition(
+                    tma_atom_d, 0, cute.make_layout(1), cute.group_modes(sD, 0, 2), gD_epi
+                )
+                epi_tile_num = cute.size(gD_epi, mode=[1])
+                epi_tile_shape = gD_epi.shape[1]
+                epi_tile_layout = cute.make_layout(epi_tile_shape, stride=(epi_tile_shape[1], 1))
+                # sub-tiles of the accumulator between a gate value and its up value (swiglu)
+                up_offset = epi_tile_num * size_tRS_rD
+                num_prev_epi_tiles = tile_sched.num_tiles_executed * epi_tile_num
+                for epi_idx in cutlass.range_constexpr(epi_tile_num):
+                    for epi_v in cutlass.range_constexpr(size_tRS_rD):
+                        ai = epi_idx * size_tRS_rD + epi_v
+                        crd = tRS_cAcc[ai]
+                        gm = row0 + crd[0]
+                        gn = col0 + crd[1]
+                        in_bounds = (gm < m) & (gn < n)
+                        # column of x in the caller's N order (bias, aux): differs only for swiglu halves
+                        xn = gn
+                        if cutlass.const_expr(cfg.swiglu_halves):
+                            xn = col0 // 2 + crd[1]
+                        x = tRS_rAcc[ai] * alpha
+                        if cutlass.const_expr(cfg.has_c):
+                            if in_bounds:
+                                x = x + beta * mC[gm, gn, bidx_l].to(Float32)
+                        if cutlass.const_expr(cfg.bias == "n"):
+                            if in_bounds:
+                                x = x + mBias[xn, bidx_l].to(Float32)
+                        if cutlass.const_expr(cfg.bias == "m"):
+                            if in_bounds:
+                                x = x + mBias[gm, bidx_l].to(Float32)
+                        if cutlass.const_expr(cfg.store_pre):
+                            if in_bounds:
+                                mAux[gm, xn, bidx_l] = x.to(self.aux_dtype)
+                        y = epi_ops.activation(x, cfg.activation)
+                        if cutlass.const_expr(cfg.dsrelu):
+                            pre = Float32(0.0)
+                            if in_bounds:
+                                pre = mAux[gm, gn, bidx_l].to(Float32)
+                            y = epi_ops.dsrelu(x, pre)
+                        if cutlass.const_expr(cfg.swiglu):
+                            ui = ai + up_offset
+                            ucrd = tRS_cAcc[ui]
+                            ugn = col0 + ucrd[1]
+                            up_in = (gm < m) & (ugn < n)
+                            un = ugn
+                            if cutlass.const_expr(cfg.swiglu_halves):
+                                un = n // 2 + col0 // 2 + ucrd[1] - SWIGLU_BLOCK
+                            u = tRS_rAcc[ui] * alpha
+                            if cutlass.const_expr(cfg.bias == "n"):
+                                if up_in:
+                                    u = u + mBias[un, bidx_l].to(Float32)
+                            if cutlass.const_expr(cfg.bias == "m"):
+                                if up_in:
+                                    u = u + mBias[gm, bidx_l].to(Float32)
+                            if cutlass.const_expr(cfg.store_pre):
+                                if up_in:
+                                    mAux[gm, un, bidx_l] = u.to(self.aux_dtype)
+                            y = epi_ops.silu_mul(x, u)
+                        if cutlass.const_expr(cfg.amax):
+                            if in_bounds:
+                                amax_run = cute.arch.fmax(amax_run, cute.math.absf(y))
+                        tRS_rD[epi_v] = y
+                    tRS_rD_out.store(tRS_rD.load().to(self.d_dtype))
+                    epi_buffer = (num_prev_epi_tiles + epi_idx) % cute.size(tRS_sD, mode=[3])
+                    cute.copy(tiled_copy_r2s, tRS_rD_out, tRS_sD[(None, None, None, epi_buffer)])
+                    cute.arch.fence_proxy("async.shared", space="cta")
+                    self.epi_sync_barrier.arrive_and_wait()
+                    gmem_coord = epi_tile_layout.get_hier_coord(epi_idx)
+                    if warp_idx == self.epi_store_warp_id:
+                        cute.copy(tma_atom_d, bSG_sD[(None, epi_buffer)], bSG_gD[(None, gmem_coord)])
+                        tma_store_pipeline.producer_commit()
+                        tma_store_pipeline.producer_acquire()
+                    self.epi_sync_barrier.arrive_and_wait()
+
+                tile_sched.advance_to_next_work()
+                work_tile = tile_sched.get_current_work()
+
+            if cutlass.const_expr(cfg.amax):
+                amax_run = cute.arch.warp_reduction_max(amax_run)
+                if cute.arch.lane_idx() == 0:
+                    cute.arch.atomic_fmax(pAmax, amax_run, sign_bit=False)
+            tma_store_pipeline.producer_tail()
+
+    kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
+
+
+def fake_args(cfg: GemmSm90Config):
+    """Placeholder launch arguments for ``cute.compile`` (no GPU, no storage): pointers at address 0
+    (never dereferenced at compile time) or None for compiled-out operands, runtime scalars as zeros."""
+    from cutlass.cute.runtime import make_fake_stream, make_ptr
+
+    gmem = cute.AddressSpace.gmem
+    ab = _DTYPES[cfg.ab_dtype]
+    pA = make_ptr(ab, 0, gmem, assumed_align=16)
+    pB = make_ptr(ab, 0, gmem, assumed_align=16)
+    pD = make_ptr(_DTYPES[cfg.d_dtype], 0, gmem, assumed_align=16)
+
+    def elem_ptr(name):
+        dt = _DTYPES[name]
+        return make_ptr(dt, 0, gmem, assumed_align=dt.width // 8)
+
+    pC = elem_ptr(cfg.c_dtype) if cfg.has_c else None
+    pBias = elem_ptr(cfg.bias_dtype) if cfg.bias != "none" else None
+    pAux = elem_ptr(cfg.aux_dtype) if (cfg.store_pre or cfg.dsrelu) else None
+    pAmax = make_ptr(cutlass.Float32, 0, gmem, assumed_align=4) if cfg.amax else None
+    ints = [Int32(0)] * 16
+    return (pA, pB, pD, pC, pBias, pAux, pAmax, *ints, Float32(1.0), Float32(0.0), make_fake_stream())
+
+
+def compile_kernel(cfg: GemmSm90Config, options: str | None = None):
+    """``cute.compile`` the kernel for ``cfg`` (callers cache it through cudnn.kernel_cache).
+    ``options`` are DSL compile flags, e.g. ``"--keep-ptx --dump-dir=DIR"`` (compile-only tests)."""
+    if options:
+        return cute.compile(GemmSm90Kernel(cfg), *fake_args(cfg), options=options)
+    return cute.compile(GemmSm90Kernel(cfg), *fake_args(cfg))
+
+
+def pointer_dtype(torch_dtype):
+    """The cutlass element type of a torch dtype (execute-time pointer construction)."""
+    import torch
+
+    return {torch.bfloat16: cutlass.BFloat16, torch.float16: cutlass.Float16, torch.float32: cutlass.Float32}[torch_dtype]

@@ -1,0 +1,1 @@
+"""gemm_srelu: see api.py."""

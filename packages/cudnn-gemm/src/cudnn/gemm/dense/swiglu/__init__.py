@@ -1,0 +1,1 @@
+"""gemm_swiglu: see api.py."""

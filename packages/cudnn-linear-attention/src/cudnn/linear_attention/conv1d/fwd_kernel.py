@@ -1,0 +1,292 @@
+"""causal_conv1d forward: the short depthwise causal convolution over THD (varlen) or dense tokens, CuTe DSL.
+
+Computes, per channel ``d`` and token ``t`` of sequence ``n`` (tokens ``bos <= t < eos``)::
+
+    y[t, d] = act(bias[d] + sum_{k < W} weight[d, k] * xs(t - (W - 1) + k, d))
+    xs(p, d) = x[p, d]                                  if p >= bos
+             = initial_states[n, d, p - bos + W - 1]    if p < bos and initial states are given
+             = 0                                        otherwise
+
+``act`` is SiLU or identity. Optionally ``final_states[n, d, j] = xs(eos - (W - 1) + j, d)`` for
+``j < W - 1`` (the rolling state the decode ``update`` continues from).
+
+Layouts: ``x`` / ``y`` are [T, D] with unit channel stride and a token stride that is a multiple of
+16 bytes (a dense [B, L, D] batch is the equal-length case, passed as [B * L, D] plus ``L``); ``weight``
+[D, W] contiguous; ``bias`` [D]; states [N, D, W - 1] with any strides; ``cu_seqlens`` int32 [N + 1].
+Dtypes: x/y bf16, fp16 or fp32; weight/bias any of those; math in fp32. W in 2..4.
+
+Memory-bound and one pass: each thread owns 16 bytes of channels (8 bf16) and a run of tokens; it
+loads its token run with 16-byte vector loads in groups (so several loads are in flight), keeps the
+last W inputs in registers, and stores 16-byte outputs. Sequence boundaries are found on device from
+``cu_seqlens`` (a binary search per CTA, then a forward walk), so varlen batches need no host planning
+and no padding. Runtime extents (T, D, N, strides) are kernel arguments, never compile keys (Rule 4).
+
+Tests: packages/cudnn-linear-attention/tests/test_conv1d*.py; benchmark: benchmarks/linear_attention.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int32, const_expr
+
+THREADS = 128
+
+
+@dataclass(frozen=True)
+class Conv1dFwdKey:
+    """Plan-time choices of the forward kernel: exactly its compile key (Rule 4)."""
+
+    dtype: str  # x / y element type name (cutlass), e.g. "BFloat16"
+    w_dtype: str
+    width: int
+    has_bias: bool
+    silu: bool
+    varlen: bool
+    has_init: bool
+    has_final: bool
+    state_dtype: str  # "" when neither initial nor final states are used
+    tokens_per_cta: int = 64
+    group: int = 8
+
+
+def _ctype(name: str):
+    return getattr(cutlass, name)
+
+
+class CausalConv1dFwd:
+    """The forward kernel class: ``__init__`` holds the plan (the compile key), ``__call__`` launches."""
+
+    def __init__(self, key: Conv1dFwdKey):
+        self.key = key
+        self.dtype = _ctype(key.dtype)
+        self.w_dtype = _ctype(key.w_dtype)
+        self.state_dtype = _ctype(key.state_dtype) if key.state_dtype else None
+        self.W = key.width
+        self.vec = 128 // self.dtype.width
+        self.bt = key.tokens_per_cta
+        self.group = key.group
+        assert self.bt % self.group == 0
+
+    @cute.jit
+    def __call__(
+        self,
+        x_ptr: cute.Pointer,
+        w_ptr: cute.Pointer,
+        b_ptr: cute.Pointer | None,
+        y_ptr: cute.Pointer,
+        cu_ptr: cute.Pointer | None,
+        init_ptr: cute.Pointer | None,
+        final_ptr: cute.Pointer | None,
+        T: Int32,
+        D: Int32,
+        sx: Int32,
+        sy: Int32,
+        seq_arg: Int32,
+        n_seqs: Int32,
+        init_sn: Int32,
+        init_sd: Int32,
+        init_sj: Int32,
+        fin_sn: Int32,
+        fin_sd: Int32,
+        fin_sj: Int32,
+        stream: cuda.CUstream,
+    ):
+        dv_total = D // self.vec
+        grid_x = (dv_total + THREADS - 1) // THREADS
+        grid_y = (T + self.bt) // self.bt  # >= 1 even for T == 0 (the kernel guards t < T)
+        self.kernel(
+            x_ptr, w_ptr, b_ptr, y_ptr, cu_ptr, init_ptr, T, D, sx, sy, seq_arg, n_seqs, init_sn, init_sd, init_sj
+        ).launch(grid=[grid_x, grid_y, 1], block=[THREADS, 1, 1], stream=stream)
+        if const_expr(self.key.has_final):
+            self.final_kernel(
+                x_ptr, cu_ptr, init_ptr, final_ptr, T, D, sx, seq_arg, n_seqs, init_sn, init_sd, init_sj, fin_sn, fin_sd, fin_sj
+            ).launch(grid=[grid_x, n_seqs + 1, 1], block=[THREADS, 1, 1], stream=stream)  # +1: valid for N == 0, guarded
+
+    @cute.kernel
+    def kernel(
+        self,
+        x_ptr: cute.Pointer,
+        w_ptr: cute.Pointer,
+        b_ptr: cute.Pointer | None,
+        y_ptr: cute.Pointer,
+        cu_ptr: cute.Pointer | None,
+        init_ptr: cute.Pointer | None,
+        T: Int32,
+        D: Int32,
+        sx: Int32,
+        sy: Int32,
+        seq_arg: Int32,
+        n_seqs: Int32,
+        init_sn: Int32,
+        init_sd: Int32,
+        init_sj: Int32,
+    ):
+        W = self.W
+        VEC = self.vec
+        U = self.group
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, bidy, _ = cute.arch.block_idx()
+        dv = bidx * THREADS + tidx
+        t0 = bidy * self.bt
+        if dv < D // VEC and t0 < T:
+            d0 = dv * VEC
+            mX = cute.make_tensor(x_ptr, cute.make_layout((T, D), stride=(cute.assume(sx, divby=VEC), 1)))
+            mY = cute.make_tensor(y_ptr, cute.make_layout((T, D), stride=(cute.assume(sy, divby=VEC), 1)))
+            gX = cute.zipped_divide(mX, (1, VEC))
+            gY = cute.zipped_divide(mY, (1, VEC))
+            mW = cute.make_tensor(w_ptr, cute.make_layout((D, W), stride=(W, 1)))
+
+            # Weights and bias of this thread's channels, in fp32 registers.
+            rW = cute.make_rmem_tensor((W, VEC), Float32)
+            rB = cute.make_rmem_tensor((VEC,), Float32)
+            for i in cutlass.range_constexpr(VEC):
+                for k in cutlass.range_constexpr(W):
+                    rW[k, i] = mW[d0 + i, k].to(Float32)
+                rB[i] = Float32(0.0)
+            if const_expr(b_ptr is not None):
+                mB = cute.make_tensor(b_ptr, cute.make_layout((D,)))
+                for i in cutlass.range_constexpr(VEC):
+                    rB[i] = mB[d0 + i].to(Float32)
+
+            # The sequence holding t0: n, its first token bos and the next sequence's first token nxt.
+            n = Int32(0)
+            bos = Int32(0)
+            nxt = Int32(0)
+            if const_expr(self.key.varlen):
+                mCu = cute.make_tensor(cu_ptr, cute.make_layout((n_seqs + 1,)))
+                lo = Int32(0)
+                hi = n_seqs
+                while lo < hi:
+                    mid = (lo + hi + 1) >> 1
+                    if mCu[mid] <= t0:
+                        lo = mid
+                    else:
+                        hi = mid - 1
+                n = lo
+                bos = mCu[n]
+                nxt = mCu[n + 1]
+            else:
+                n = t0 // seq_arg
+                bos = n * seq_arg
+                nxt = bos + seq_arg
+
+            # win[k] holds x[t - (W - 1) + k] while token t is processed; prologue fills x[t0 - W + k], k >= 1.
+            win = cute.make_rmem_tensor((W, VEC), Float32)
+            halo = cute.make_rmem_tensor(cute.make_layout((1, VEC)), self.dtype)
+            for k in cutlass.range_constexpr(W):
+                for i in cutlass.range_constexpr(VEC):
+                    win[k, i] = Float32(0.0)
+            for k in cutlass.range_constexpr(1, W):
+                p = t0 - W + k
+                if p >= 0:
+                    cute.autovec_copy(gX[(None, None), (p, dv)], halo)
+                    for i in cutlass.range_constexpr(VEC):
+                        win[k, i] = halo[0, i].to(Float32)
+
+            xg = cute.make_rmem_tensor(cute.make_layout((1, VEC, U)), self.dtype)
+            yg = cute.make_rmem_tensor(cute.make_layout((1, VEC, U)), self.dtype)
+            acc = cute.make_rmem_tensor((VEC,), Float32)
+            for g in cutlass.range(self.bt // U, unroll=1):
+                tg = t0 + g * U
+                # Issue the group's loads first so U 16-byte loads are in flight per thread.
+                for u in cutlass.range_constexpr(U):
+                    if tg + u < T:
+                        cute.autovec_copy(gX[(None, None), (tg + u, dv)], xg[None, None, u])
+                for u in cutlass.range_constexpr(U):
+                    t = tg + u
+                    if t < T:
+                        if const_expr(self.key.varlen):
+                            while t >= nxt:
+                                n = n + 1
+                                bos = nxt
+                                nxt = mCu[n + 1]
+                        else:
+                            if t >= nxt:
+                                n = n + 1
+                                bos = nxt
+                                nxt = nxt + seq_arg
+                        for k in cutlass.range_constexpr(W - 1):
+                            for i in cutlass.range_constexpr(VEC):
+                                win[k, i] = win[k + 1, i]
+                        for i in cutlass.range_constexpr(VEC):
+                            win[W - 1, i] = xg[0, i, u].to(Float32)
+                            acc[i] = rB[i] + rW[W - 1, i] * win[W - 1, i]
+                        for k in cutlass.range_constexpr(W - 1):
+                            prel = t - (W - 1) + k - bos
+                            if prel >= 0:
+                                for i in cutlass.range_constexpr(VEC):
+                                    acc[i] = acc[i] + rW[k, i] * win[k, i]
+                            else:
+                                if const_expr(self.key.has_init):
+                                    if prel >= -(W - 1):
+                                        mInit = cute.make_tensor(
+                                            init_ptr, cute.make_layout((n_seqs, D, W - 1), stride=(init_sn, init_sd, init_sj))
+                                        )
+                                        for i in cutlass.range_constexpr(VEC):
+                                            acc[i] = acc[i] + rW[k, i] * mInit[n, d0 + i, prel + (W - 1)].to(Float32)
+                        if const_expr(self.key.silu):
+                            for i in cutlass.range_constexpr(VEC):
+                                acc[i] = acc[i] / (Float32(1.0) + cute.math.exp(-acc[i], fastmath=True))
+                        for i in cutlass.range_constexpr(VEC):
+                            yg[0, i, u] = acc[i].to(self.dtype)
+                        cute.autovec_copy(yg[None, None, u], gY[(None, None), (t, dv)])
+
+    kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
+
+    @cute.kernel
+    def final_kernel(
+        self,
+        x_ptr: cute.Pointer,
+        cu_ptr: cute.Pointer | None,
+        init_ptr: cute.Pointer | None,
+        final_ptr: cute.Pointer,
+        T: Int32,
+        D: Int32,
+        sx: Int32,
+        seq_arg: Int32,
+        n_seqs: Int32,
+        init_sn: Int32,
+        init_sd: Int32,
+        init_sj: Int32,
+        fin_sn: Int32,
+        fin_sd: Int32,
+        fin_sj: Int32,
+    ):
+        W = self.W
+        VEC = self.vec
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, n, _ = cute.arch.block_idx()
+        dv = bidx * THREADS + tidx
+        if dv < D // VEC and n < n_seqs:
+            d0 = dv * VEC
+            mX = cute.make_tensor(x_ptr, cute.make_layout((T, D), stride=(sx, 1)))
+            mF = cute.make_tensor(final_ptr, cute.make_layout((n_seqs, D, W - 1), stride=(fin_sn, fin_sd, fin_sj)))
+            bos = Int32(0)
+            eos = Int32(0)
+            if const_expr(self.key.varlen):
+                mCu = cute.make_tensor(cu_ptr, cute.make_layout((n_seqs + 1,)))
+                bos = mCu[n]
+                eos = mCu[n + 1]
+            else:
+                bos = n * seq_arg
+                eos = bos + seq_arg
+            for j in cutlass.range_constexpr(W - 1):
+                p = eos - (W - 1) + j
+                if p >= bos:
+                    for i in cutlass.range_constexpr(VEC):
+                        mF[n, d0 + i, j] = mX[p, d0 + i].to(self.state_dtype)
+                else:
+                    if const_expr(self.key.has_init):
+                        mInit = cute.make_tensor(init_ptr, cute.make_layout((n_seqs, D, W - 1), stride=(init_sn, init_sd, init_sj)))
+                        for i in cutlass.range_constexpr(VEC):
+                            mF[n, d0 + i, j] = mInit[n, d0 + i, j + eos - bos]
+                    else:
+                        for i in cutlass.range_constexpr(VEC):
+                            mF[n, d0 + i, j] = Float32(0.0).to(self.state_dtype)
+
+
+    final_kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)

@@ -1,0 +1,119 @@
+"""Attention masks and the key-block range they leave, shared by forward and backward.
+
+Query row ``i`` (0-based within its sequence) may attend key column ``j`` iff
+
+    j < seqlen_k                                       (always)
+    j <= i + offset + window_right                     (when ``mask_right``: causal has window_right = 0)
+    j >= i + offset - window_left                      (when ``mask_left``)
+
+with ``offset = seqlen_k - seqlen_q`` for bottom-right alignment and 0 for top-left. Masked scores become
+-inf before the softmax. A tile whose every key is masked still runs one (fully masked) key block, so its
+rows come out as O = 0, LSE = -inf without a separate code path.
+"""
+
+from __future__ import annotations
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int32, const_expr
+
+from .mma_sm90 import acc_view_mn
+
+
+class MaskInfo:
+    """Plan-time mask flags plus the runtime extents of the current (batch, m_block) tile."""
+
+    def __init__(
+        self,
+        tile_m: int,
+        tile_n: int,
+        mask_right: bool,
+        mask_left: bool,
+        seqlen_q: Int32,
+        seqlen_k: Int32,
+        offset: Int32,
+        window_left: Int32,
+        window_right: Int32,
+    ):
+        self.tile_m = tile_m
+        self.tile_n = tile_n
+        self.mask_right = mask_right
+        self.mask_left = mask_left
+        self.seqlen_q = seqlen_q
+        self.seqlen_k = seqlen_k
+        self.offset = offset
+        self.window_left = window_left
+        self.window_right = window_right
+
+    @cute.jit
+    def n_block_range(self, m_block: Int32):
+        """``(n_block_min, n_block_max)`` of key blocks this query block may see; never empty (see module doc)."""
+        n_block_max = (self.seqlen_k + self.tile_n - 1) // self.tile_n
+        if const_expr(self.mask_right):
+            last_col = (m_block + 1) * self.tile_m + self.offset + self.window_right
+            n_block_max = cutlass.min(n_block_max, (cutlass.max(last_col, 0) + self.tile_n - 1) // self.tile_n)
+        n_block_min = Int32(0)
+        if const_expr(self.mask_left):
+            first_col = m_block * self.tile_m + self.offset - self.window_left
+            n_block_min = cutlass.max(first_col, 0) // self.tile_n
+        n_block_max = cutlass.max(n_block_max, n_block_min + 1)
+        return n_block_min, n_block_max
+
+    @cute.jit
+    def n_block_min_right_masked(self, m_block: Int32, n_block_min: Int32) -> Int32:
+        """Key blocks at or above this index need the right (causal) mask; those below it do not."""
+        res = n_block_min
+        if const_expr(self.mask_right):
+            lim = m_block * self.tile_m + self.offset + self.window_right + 1
+            res = cutlass.max(n_block_min, cutlass.max(lim, 0) // self.tile_n)
+        return res
+
+    @cute.jit
+    def n_block_max_left_masked(self, m_block: Int32, n_block_min: Int32) -> Int32:
+        """Key blocks below this index need the left (window) mask; those at or above it do not."""
+        res = n_block_min
+        if const_expr(self.mask_left):
+            lim = (m_block + 1) * self.tile_m - 1 + self.offset - self.window_left
+            res = cutlass.max(n_block_min, (cutlass.max(lim, 0) + self.tile_n - 1) // self.tile_n)
+        return res
+
+    @cute.jit
+    def apply(
+        self,
+        acc_S: cute.Tensor,
+        tScS_mn: cute.Tensor,
+        t0ScS_mn: cute.Tensor,
+        m_block: Int32,
+        n_block: Int32,
+        mask_seqlen: cutlass.Constexpr[bool],
+        mask_causal_window: cutlass.Constexpr[bool],
+    ):
+        """Set masked scores of this thread's fragment to -inf.
+
+        ``tScS_mn`` are this thread's (row, col) coordinates inside the tile and ``t0ScS_mn`` thread 0's (static
+        offsets): comparing static offsets against per-thread limits keeps the inner loop to one compare each.
+        """
+        acc_S_mn = acc_view_mn(acc_S)
+        thr_row = tScS_mn[0, 0][0]
+        thr_col = tScS_mn[0, 0][1]
+        col_base = n_block * self.tile_n + thr_col
+        if const_expr(mask_seqlen):
+            seq_limit = self.seqlen_k - col_base
+            for c in cutlass.range_constexpr(cute.size(acc_S_mn.shape[1])):
+                if t0ScS_mn[0, c][1] >= seq_limit:
+                    for r in cutlass.range_constexpr(cute.size(acc_S_mn.shape[0])):
+                        acc_S_mn[r, c] = -Float32.inf
+        if const_expr(mask_causal_window and (self.mask_right or self.mask_left)):
+            for r in cutlass.range_constexpr(cute.size(acc_S_mn.shape[0])):
+                row = m_block * self.tile_m + thr_row + t0ScS_mn[r, 0][0]
+                diag = row + self.offset - col_base
+                right_limit = diag + self.window_right
+                left_limit = diag - self.window_left
+                for c in cutlass.range_constexpr(cute.size(acc_S_mn.shape[1])):
+                    col = t0ScS_mn[0, c][1]
+                    if const_expr(self.mask_right):
+                        if col > right_limit:
+                            acc_S_mn[r, c] = -Float32.inf
+                    if const_expr(self.mask_left):
+                        if col < left_limit:
+                            acc_S_mn[r, c] = -Float32.inf

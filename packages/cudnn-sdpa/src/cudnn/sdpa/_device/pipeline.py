@@ -1,0 +1,44 @@
+"""Named barriers and TMA pipelines of the sm_90a attention kernels.
+
+Warp roles: warpgroup 0 is the producer (its warp 0 issues every TMA load), warpgroups 1.. are MMA consumers.
+Named barrier 0 is __syncthreads; the ids below are ours.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import cutlass.cute as cute
+from cutlass import pipeline
+
+
+class NamedBarrier(enum.IntEnum):
+    EPILOGUE = 1  # consumers (+ the storing warp): smem O written / read
+    WG_SCHED_1 = 2  # ping-pong: warpgroup 1 may issue its GEMMs
+    WG_SCHED_2 = 3  # ping-pong: warpgroup 2 may issue its GEMMs
+    WG_SCHED_3 = 4
+
+
+def make_tma_pipeline(barrier_ptr, num_stages: int, num_consumer_warps: int, tx_bytes: int):
+    """A PipelineTmaAsync: one producer thread (the TMA warp's elected lane), one arrive per consumer warp."""
+    producer = pipeline.CooperativeGroup(pipeline.Agent.Thread, 1)
+    consumer = pipeline.CooperativeGroup(pipeline.Agent.Thread, num_consumer_warps)
+    return pipeline.PipelineTmaAsync.create(
+        barrier_storage=barrier_ptr,
+        num_stages=num_stages,
+        producer_group=producer,
+        consumer_group=consumer,
+        tx_count=tx_bytes,
+        defer_sync=True,
+    )
+
+
+def producer_state(num_stages: int):
+    return pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, num_stages)
+
+
+def consumer_state(num_stages: int):
+    return pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, num_stages)
+
+
+__all__ = ["NamedBarrier", "make_tma_pipeline", "producer_state", "consumer_state", "cute"]

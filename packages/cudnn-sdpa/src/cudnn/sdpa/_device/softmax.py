@@ -1,0 +1,92 @@
+"""Online softmax for attention, fp32, base 2 with the softmax scale folded into one FFMA per element.
+
+State per thread: ``row_max`` (unscaled running max of the raw scores) and ``row_sum`` (this thread's partial
+sum of ``exp2(s * scale_log2 - max * scale_log2)``; the four threads of a row are reduced once, in
+:meth:`OnlineSoftmax.finalize`). Fully masked rows (max = -inf) produce P = 0, O = 0 and LSE = -inf (or the
+sink logit when sinks are given). Sinks are per-head fp32 logits in natural-log units, unscaled: one extra
+softmax column with no value vector.
+"""
+
+from __future__ import annotations
+
+import math
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, const_expr
+
+from .mma_sm90 import acc_view_mn
+
+LOG2_E = math.log2(math.e)
+LN_2 = math.log(2.0)
+
+
+class OnlineSoftmax:
+    """Running (max, sum) of ``num_rows`` rows held by this thread. Methods emit device code (``@cute.jit``)."""
+
+    def __init__(self, scale_log2: Float32, num_rows: int):
+        self.scale_log2 = scale_log2
+        self.num_rows = num_rows
+        self.row_max = cute.make_rmem_tensor(num_rows, Float32)
+        self.row_sum = cute.make_rmem_tensor(num_rows, Float32)
+
+    @cute.jit
+    def reset(self):
+        self.row_max.fill(-Float32.inf)
+        self.row_sum.fill(0.0)
+
+    @cute.jit
+    def online_softmax(self, acc_S: cute.Tensor, is_first: cutlass.Constexpr[bool] = False) -> cute.Tensor:
+        """Turn scores ``acc_S`` into unnormalized probabilities in place; return the per-row rescale of O."""
+        acc_S_mn = acc_view_mn(acc_S)
+        row_scale = cute.make_rmem_tensor_like(self.row_max, Float32)
+        scale_log2 = self.scale_log2
+        for r in cutlass.range_constexpr(self.num_rows):
+            row = acc_S_mn[r, None].load()
+            cur_max = row.reduce(cute.ReductionOp.MAX, -Float32.inf, 0)
+            if const_expr(not is_first):
+                cur_max = cute.arch.fmax(cur_max, self.row_max[r])
+            cur_max = cute.arch.warp_reduction_max(cur_max, threads_in_group=4)
+            prev_max = self.row_max[r]
+            self.row_max[r] = cur_max
+            safe_max = cur_max
+            if cur_max == -Float32.inf:
+                safe_max = Float32(0.0)
+            max_scaled = safe_max * scale_log2
+            p = cute.math.exp2(row * scale_log2 - max_scaled, fastmath=True)
+            acc_S_mn[r, None].store(p)
+            if const_expr(is_first):
+                row_scale[r] = Float32(1.0)
+                self.row_sum[r] = p.reduce(cute.ReductionOp.ADD, Float32(0.0), 0)
+            else:
+                row_scale[r] = cute.math.exp2(prev_max * scale_log2 - max_scaled, fastmath=True)
+                self.row_sum[r] = p.reduce(cute.ReductionOp.ADD, self.row_sum[r] * row_scale[r], 0)
+        return row_scale
+
+    @cute.jit
+    def finalize(self, sink_val: Float32 | None = None, lse_log2: cutlass.Constexpr[bool] = False) -> cute.Tensor:
+        """Reduce the row sums across the row's 4 threads, fold in the sink, turn ``row_sum`` into the LSE
+        (natural log, or base 2 when ``lse_log2``) and return the per-row 1/sum that normalizes O."""
+        row_scale = cute.make_rmem_tensor_like(self.row_max, Float32)
+        scale_log2 = self.scale_log2
+        for r in cutlass.range_constexpr(self.num_rows):
+            total = cute.arch.warp_reduction_sum(self.row_sum[r], threads_in_group=4)
+            max_scaled = self.row_max[r] * scale_log2
+            if const_expr(sink_val is not None):
+                if self.row_max[r] == -Float32.inf:
+                    max_scaled = sink_val * LOG2_E
+                total = total + cute.math.exp2(sink_val * LOG2_E - max_scaled, fastmath=True)
+            empty = total == 0.0 or total != total
+            row_scale[r] = cute.arch.rcp_approx(total if not empty else Float32(1.0))
+            lse2 = max_scaled + cute.math.log2(total if not empty else Float32(1.0), fastmath=True)
+            if const_expr(not lse_log2):
+                lse2 = lse2 * LN_2
+            self.row_sum[r] = lse2 if not empty else -Float32.inf
+        return row_scale
+
+    @cute.jit
+    def rescale(self, acc_O: cute.Tensor, row_scale: cute.Tensor):
+        """Multiply each of this thread's rows of ``acc_O`` by ``row_scale``."""
+        acc_O_mn = acc_view_mn(acc_O)
+        for r in cutlass.range_constexpr(self.num_rows):
+            acc_O_mn[r, None].store(acc_O_mn[r, None].load() * row_scale[r])

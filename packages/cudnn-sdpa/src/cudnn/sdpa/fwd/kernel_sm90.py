@@ -1,0 +1,677 @@
+"""Flash attention forward for Hopper (sm_90a), warp-specialized, in CuTe DSL.
+
+Computes, per (batch b, query head h, query row i)::
+
+    O[b, h, i, :]  = softmax(scale * Q[b, h, i, :] @ K[b, h // G, :, :]^T  (+ mask) [, sink]) @ V[b, h // G, :, :]
+    LSE[b, h, i]   = logsumexp of the same row (natural log; base 2 with ``lse_log2``)
+
+with G = H_q / H_kv (GQA / MQA). fp16 or bf16 in and out, fp32 accumulation and softmax.
+
+Layouts (every tensor's head dim has unit stride; other strides are arbitrary multiples of 16 bytes and are
+encoded in the TMA descriptors, so BSHD and BHSD buffers are both read natively, no copy):
+
+- dense: Q (B, H, S_q, D), K (B, H_kv, S_kv, D), V (B, H_kv, S_kv, D_v), O (B, H, S_q, D_v), LSE (B, H, S_q) fp32;
+- THD varlen: Q (T_q, H, D), K/V (T_kv, H_kv, D), O (T_q, H, D_v), LSE (H, T_q), int32 ``cu_seqlens`` (B + 1).
+
+Every extent (B, H, S, T) is a runtime argument: one compiled artifact serves every shape and token total.
+
+Structure (one CTA = one 128-row query tile of one (batch, head)):
+
+- warpgroup 0, warp 0: producer. TMA loads Q once, then K and V tiles into an ``num_stages`` ring
+  (``PipelineTmaAsync`` on mbarriers), key blocks in descending order;
+- warpgroups 1 and 2: consumers, 64 query rows each. S = Q K^T (SS WGMMA), masks, online softmax in fp32
+  (exp2 with the scale folded into one FFMA), P converted in registers and fed to O += P V (RS WGMMA).
+  Intra-warpgroup overlap: the S GEMM of block n is issued together with the PV GEMM of block n + 1 and the
+  softmax of block n runs while the PV GEMM drains; with ``pingpong`` a pair of named barriers orders the two
+  warpgroups' GEMM issue so one warpgroup's softmax overlaps the other's GEMMs;
+- epilogue: O normalized, written to shared memory (stmatrix, reusing Q's buffer) and stored with one TMA
+  store (dense) or predicated 16-byte stores (varlen, so no row of a neighbouring sequence is touched).
+
+Tests: packages/cudnn-sdpa/tests (compile-only on CPU; GPU correctness and detectors on the GPU host).
+Benchmark: benchmarks/sdpa_fwd.py.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+import cutlass.utils.hopper_helpers as sm90_utils
+from cutlass import Float32, Int32, Int64, const_expr
+from cutlass.cute.nvgpu import cpasync, warp, warpgroup
+from cutlass.utils import LayoutEnum
+
+from .._device.mask import MaskInfo
+from .._device.mma_sm90 import acc_view_as_a, acc_view_mn, transpose_view, wgmma
+from .._device.pipeline import NamedBarrier, consumer_state, make_tma_pipeline, producer_state
+from .._device.softmax import OnlineSoftmax
+from .._device.tile_scheduler import SingleTileScheduler
+
+_DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16}
+
+
+@dataclass(frozen=True)
+class SdpaFwdKey:
+    """Everything the compiled kernel specializes on (Rule 4: plan-time values only, no extents)."""
+
+    dtype: str  # "bf16" | "fp16"
+    head_dim: int
+    head_dim_v: int
+    qhead_per_kvhead: int
+    mask_right: bool  # causal or a finite right window
+    mask_left: bool  # a finite left window
+    bottom_right: bool  # mask alignment (offset S_kv - S_q)
+    has_lse: bool
+    lse_log2: bool
+    has_sinks: bool
+    varlen: bool
+
+
+def tile_config(head_dim: int, head_dim_v: int) -> tuple[int, int, int, bool]:
+    """(tile_m, tile_n, num_stages, pingpong) for a head-dim pair (the shared memory budget is 227 KB)."""
+    d = max(head_dim, head_dim_v)
+    if d <= 64:
+        return 128, 128, 2, True
+    if d <= 128:
+        return 128, 128, 2, True
+    if d <= 192:
+        return 128, 112, 2, False
+    return 128, 80, 2, False
+
+
+class SdpaFwdKernelSm90:
+    """The kernel class: ``__init__`` holds the plan (the compile key), ``__call__`` prepares the launch."""
+
+    num_consumer_wg = 2
+    threads_per_wg = 128
+
+    def __init__(self, key: SdpaFwdKey):
+        self.key = key
+        self.dtype = _DTYPES[key.dtype]
+        self.head_dim = key.head_dim
+        self.head_dim_v = key.head_dim_v
+        self.tile_m, self.tile_n, self.num_stages, self.pingpong = tile_config(key.head_dim, key.head_dim_v)
+        self.num_mma_threads = self.num_consumer_wg * self.threads_per_wg
+        self.num_threads = self.num_mma_threads + self.threads_per_wg
+        self.num_mma_regs, self.num_producer_regs = 240, 24
+
+    # ------------------------------------------------------------------------------------------------
+    # host side
+    # ------------------------------------------------------------------------------------------------
+    def _smem_layout(self, rows: int, cols: int, stages: int | None = None):
+        atom = warpgroup.make_smem_layout_atom(sm90_utils.get_smem_layout_atom(LayoutEnum.ROW_MAJOR, self.dtype, cols), self.dtype)
+        if stages is None:
+            return cute.tile_to_shape(atom, (rows, cols), order=(0, 1))
+        return cute.tile_to_shape(atom, (rows, cols, stages), order=(0, 1, 2))
+
+    @cute.jit
+    def __call__(
+        self,
+        q_ptr: cute.Pointer,
+        k_ptr: cute.Pointer,
+        v_ptr: cute.Pointer,
+        o_ptr: cute.Pointer,
+        lse_ptr: cute.Pointer | None,
+        sinks_ptr: cute.Pointer | None,
+        cu_q_ptr: cute.Pointer | None,
+        cu_k_ptr: cute.Pointer | None,
+        batch: Int32,
+        heads: Int32,
+        heads_kv: Int32,
+        seqlen_q: Int32,  # S_q (dense) or T_q (varlen: total query tokens)
+        seqlen_k: Int32,  # S_kv or T_kv
+        max_seqlen_q: Int32,  # grid extent along queries (= S_q for dense)
+        q_strides: tuple[Int64, Int64, Int64],  # (batch, head, seq) in elements; batch is 0 for varlen
+        k_strides: tuple[Int64, Int64, Int64],
+        v_strides: tuple[Int64, Int64, Int64],
+        o_strides: tuple[Int64, Int64, Int64],
+        lse_strides: tuple[Int64, Int64, Int64],
+        scale_log2: Float32,
+        window_left: Int32,
+        window_right: Int32,
+        stream: cuda.CUstream,
+    ):
+        D, Dv = self.head_dim, self.head_dim_v
+        div = 128 // self.dtype.width  # 16-byte strides, checked by the adapter
+
+        def strides(s):
+            return tuple(cute.assume(x, divby=div) for x in s)
+
+        qs, ks, vs, os_ = strides(q_strides), strides(k_strides), strides(v_strides), strides(o_strides)
+        batch_kv = batch if const_expr(not self.key.varlen) else Int32(1)
+        batch_q = batch if const_expr(not self.key.varlen) else Int32(1)
+        # (S, D, H, B) views: the two tiled modes first, for local_tile and the TMA box.
+        mQ = cute.make_tensor(q_ptr, cute.make_layout((seqlen_q, D, heads, batch_q), stride=(qs[2], 1, qs[1], qs[0])))
+        mK = cute.make_tensor(k_ptr, cute.make_layout((seqlen_k, D, heads_kv, batch_kv), stride=(ks[2], 1, ks[1], ks[0])))
+        mV = cute.make_tensor(v_ptr, cute.make_layout((seqlen_k, Dv, heads_kv, batch_kv), stride=(vs[2], 1, vs[1], vs[0])))
+        mO = cute.make_tensor(o_ptr, cute.make_layout((seqlen_q, Dv, heads, batch_q), stride=(os_[2], 1, os_[1], os_[0])))
+        mLSE = None
+        if const_expr(lse_ptr is not None):
+            mLSE = cute.make_tensor(lse_ptr, cute.make_layout((seqlen_q, heads, batch_q), stride=(lse_strides[2], lse_strides[1], lse_strides[0])))
+        mSinks = None
+        if const_expr(sinks_ptr is not None):
+            mSinks = cute.make_tensor(sinks_ptr, cute.make_layout((heads,)))
+        mCuQ, mCuK = None, None
+        if const_expr(self.key.varlen):
+            mCuQ = cute.make_tensor(cu_q_ptr, cute.make_layout((batch + 1,)))
+            mCuK = cute.make_tensor(cu_k_ptr, cute.make_layout((batch + 1,)))
+
+        tiled_mma_qk = sm90_utils.make_trivial_tiled_mma(
+            self.dtype,
+            self.dtype,
+            warpgroup.OperandMajorMode.K,
+            warpgroup.OperandMajorMode.K,
+            Float32,
+            atom_layout_mnk=(self.tile_m // 64, 1, 1),
+            tiler_mn=(64, self.tile_n),
+        )
+        tiled_mma_pv = sm90_utils.make_trivial_tiled_mma(
+            self.dtype,
+            self.dtype,
+            warpgroup.OperandMajorMode.K,
+            warpgroup.OperandMajorMode.MN,
+            Float32,
+            atom_layout_mnk=(self.tile_m // 64, 1, 1),
+            tiler_mn=(64, Dv),
+            a_source=warpgroup.OperandSource.RMEM,
+        )
+        sQ_layout = self._smem_layout(self.tile_m, D)
+        sK_layout = self._smem_layout(self.tile_n, D, self.num_stages)
+        sV_layout = self._smem_layout(self.tile_n, Dv, self.num_stages)
+        sO_layout = self._smem_layout(self.tile_m, Dv)
+
+        @cute.struct
+        class SharedStorage:
+            mbar_q: cute.struct.MemRange[cutlass.Int64, 2]
+            mbar_k: cute.struct.MemRange[cutlass.Int64, self.num_stages * 2]
+            mbar_v: cute.struct.MemRange[cutlass.Int64, self.num_stages * 2]
+            sQ: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
+            sK: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sK_layout)], 1024]
+            sV: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sV_layout)], 1024]
+
+        tma_atom_Q, tma_Q = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), mQ, sQ_layout, (self.tile_m, D))
+        tma_atom_K, tma_K = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), mK, cute.select(sK_layout, mode=[0, 1]), (self.tile_n, D), 1)
+        tma_atom_V, tma_V = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), mV, cute.select(sV_layout, mode=[0, 1]), (self.tile_n, Dv), 1)
+        tma_atom_O, tma_O = None, None
+        if const_expr(not self.key.varlen):
+            tma_atom_O, tma_O = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileS2GOp(), mO, sO_layout, (self.tile_m, Dv))
+        tx_q = cute.size_in_bytes(self.dtype, sQ_layout)
+        tx_k = cute.size_in_bytes(self.dtype, cute.select(sK_layout, mode=[0, 1]))
+        tx_v = cute.size_in_bytes(self.dtype, cute.select(sV_layout, mode=[0, 1]))
+
+        num_m_blocks = (max_seqlen_q + self.tile_m - 1) // self.tile_m
+        grid = SingleTileScheduler.grid(num_m_blocks, heads, batch)
+        self.kernel(
+            tma_Q,
+            tma_K,
+            tma_V,
+            tma_O,
+            mO,
+            mLSE,
+            mSinks,
+            mCuQ,
+            mCuK,
+            tma_atom_Q,
+            tma_atom_K,
+            tma_atom_V,
+            tma_atom_O,
+            seqlen_q,
+            seqlen_k,
+            num_m_blocks,
+            scale_log2,
+            window_left,
+            window_right,
+            sQ_layout,
+            sK_layout,
+            sV_layout,
+            sO_layout,
+            tiled_mma_qk,
+            tiled_mma_pv,
+            tx_q,
+            tx_k,
+            tx_v,
+            SharedStorage,
+        ).launch(grid=grid, block=[self.num_threads, 1, 1], smem=SharedStorage.size_in_bytes(), stream=stream, min_blocks_per_mp=1)
+
+    # ------------------------------------------------------------------------------------------------
+    # device side
+    # ------------------------------------------------------------------------------------------------
+    @cute.kernel
+    def kernel(
+        self,
+        mQ: cute.Tensor,
+        mK: cute.Tensor,
+        mV: cute.Tensor,
+        mO_tma: cute.Tensor | None,
+        mO: cute.Tensor,
+        mLSE: cute.Tensor | None,
+        mSinks: cute.Tensor | None,
+        mCuQ: cute.Tensor | None,
+        mCuK: cute.Tensor | None,
+        tma_atom_Q: cute.CopyAtom,
+        tma_atom_K: cute.CopyAtom,
+        tma_atom_V: cute.CopyAtom,
+        tma_atom_O: cute.CopyAtom | None,
+        seqlen_q_static: Int32,
+        seqlen_k_static: Int32,
+        num_m_blocks: Int32,
+        scale_log2: Float32,
+        window_left: Int32,
+        window_right: Int32,
+        sQ_layout: cute.ComposedLayout,
+        sK_layout: cute.ComposedLayout,
+        sV_layout: cute.ComposedLayout,
+        sO_layout: cute.ComposedLayout,
+        tiled_mma_qk: cute.TiledMma,
+        tiled_mma_pv: cute.TiledMma,
+        tx_q: cutlass.Constexpr[int],
+        tx_k: cutlass.Constexpr[int],
+        tx_v: cutlass.Constexpr[int],
+        SharedStorage: cutlass.Constexpr,
+    ):
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        if warp_idx == 0:
+            cpasync.prefetch_descriptor(tma_atom_Q)
+            cpasync.prefetch_descriptor(tma_atom_K)
+            cpasync.prefetch_descriptor(tma_atom_V)
+            if const_expr(tma_atom_O is not None):
+                cpasync.prefetch_descriptor(tma_atom_O)
+
+        smem = cutlass.utils.SmemAllocator()
+        storage = smem.allocate(SharedStorage)
+        num_consumer_warps = self.num_mma_threads // 32
+        pipeline_q = make_tma_pipeline(storage.mbar_q.data_ptr(), 1, num_consumer_warps, tx_q)
+        pipeline_k = make_tma_pipeline(storage.mbar_k.data_ptr(), self.num_stages, num_consumer_warps, tx_k)
+        pipeline_v = make_tma_pipeline(storage.mbar_v.data_ptr(), self.num_stages, num_consumer_warps, tx_v)
+        cute.arch.mbarrier_init_fence()
+
+        sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
+        sK = storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)
+        sV = storage.sV.get_tensor(sV_layout.outer, swizzle=sV_layout.inner)
+        sO = storage.sQ.get_tensor(sO_layout.outer, swizzle=sO_layout.inner, dtype=self.dtype)
+        sVt = transpose_view(sV)
+
+        m_block, head, batch = SingleTileScheduler(num_m_blocks, self.key.mask_right or self.key.mask_left).tile()
+        head_kv = head // self.key.qhead_per_kvhead
+        # Per-sequence extents and token offsets (varlen reads them from cu_seqlens on the device).
+        seqlen_q = seqlen_q_static
+        seqlen_k = seqlen_k_static
+        offset_q = Int32(0)
+        offset_k = Int32(0)
+        batch_tensor = batch
+        if const_expr(self.key.varlen):
+            offset_q = mCuQ[batch]
+            seqlen_q = mCuQ[batch + 1] - offset_q
+            offset_k = mCuK[batch]
+            seqlen_k = mCuK[batch + 1] - offset_k
+            batch_tensor = Int32(0)
+        mask_offset = Int32(0)
+        if const_expr(self.key.bottom_right):
+            mask_offset = seqlen_k - seqlen_q
+        mask = MaskInfo(self.tile_m, self.tile_n, self.key.mask_right, self.key.mask_left, seqlen_q, seqlen_k, mask_offset, window_left, window_right)
+        n_block_min, n_block_max = mask.n_block_range(m_block)
+
+        cute.arch.sync_threads()  # mbarrier init visible to every warp
+
+        if m_block * self.tile_m < seqlen_q:  # varlen: tiles past this sequence's end do nothing
+            if warp_idx < 4:
+                cute.arch.setmaxregister_decrease(self.num_producer_regs)
+                if warp_idx == 0:
+                    self.load(
+                        mQ,
+                        mK,
+                        mV,
+                        sQ,
+                        sK,
+                        sV,
+                        tma_atom_Q,
+                        tma_atom_K,
+                        tma_atom_V,
+                        pipeline_q,
+                        pipeline_k,
+                        pipeline_v,
+                        m_block,
+                        head,
+                        head_kv,
+                        batch_tensor,
+                        offset_q,
+                        offset_k,
+                        n_block_min,
+                        n_block_max,
+                    )
+            else:
+                cute.arch.setmaxregister_increase(self.num_mma_regs)
+                tidx = cute.arch.thread_idx()[0] - self.threads_per_wg
+                self.mma(
+                    tiled_mma_qk,
+                    tiled_mma_pv,
+                    mO_tma,
+                    mO,
+                    mLSE,
+                    mSinks,
+                    sQ,
+                    sK,
+                    sVt,
+                    sO,
+                    tma_atom_O,
+                    pipeline_q,
+                    pipeline_k,
+                    pipeline_v,
+                    tidx,
+                    scale_log2,
+                    mask,
+                    m_block,
+                    head,
+                    batch_tensor,
+                    offset_q,
+                    n_block_min,
+                    n_block_max,
+                )
+
+    kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
+
+    @cute.jit
+    def load(
+        self,
+        mQ: cute.Tensor,
+        mK: cute.Tensor,
+        mV: cute.Tensor,
+        sQ: cute.Tensor,
+        sK: cute.Tensor,
+        sV: cute.Tensor,
+        tma_atom_Q: cute.CopyAtom,
+        tma_atom_K: cute.CopyAtom,
+        tma_atom_V: cute.CopyAtom,
+        pipeline_q,
+        pipeline_k,
+        pipeline_v,
+        m_block: Int32,
+        head: Int32,
+        head_kv: Int32,
+        batch: Int32,
+        offset_q: Int32,
+        offset_k: Int32,
+        n_block_min: Int32,
+        n_block_max: Int32,
+    ):
+        """Producer warp: Q once, then K[n_max-1], (K[n-1], V[n]) pairs, V[n_min] (the consumers' order)."""
+        mQ_cur = mQ[None, None, head, batch]
+        mK_cur = mK[None, None, head_kv, batch]
+        mV_cur = mV[None, None, head_kv, batch]
+        if const_expr(self.key.varlen):
+            mQ_cur = cute.domain_offset((offset_q, 0), mQ_cur)
+            mK_cur = cute.domain_offset((offset_k, 0), mK_cur)
+            mV_cur = cute.domain_offset((offset_k, 0), mV_cur)
+        gQ = cute.local_tile(mQ_cur, (self.tile_m, self.head_dim), (m_block, 0))
+        gK = cute.local_tile(mK_cur, (self.tile_n, self.head_dim), (None, 0))
+        gV = cute.local_tile(mV_cur, (self.tile_n, self.head_dim_v), (None, 0))
+        tQsQ, tQgQ = cpasync.tma_partition(tma_atom_Q, 0, cute.make_layout(1), cute.group_modes(sQ, 0, 2), cute.group_modes(gQ, 0, 2))
+        tKsK, tKgK = cpasync.tma_partition(tma_atom_K, 0, cute.make_layout(1), cute.group_modes(sK, 0, 2), cute.group_modes(gK, 0, 2))
+        tVsV, tVgV = cpasync.tma_partition(tma_atom_V, 0, cute.make_layout(1), cute.group_modes(sV, 0, 2), cute.group_modes(gV, 0, 2))
+
+        q_state = producer_state(1)
+        kv_state = producer_state(self.num_stages)
+        n_block = n_block_max - 1
+        pipeline_k.producer_acquire(kv_state)
+        cute.copy(tma_atom_K, tKgK[None, n_block], tKsK[None, kv_state.index], tma_bar_ptr=pipeline_k.producer_get_barrier(kv_state))
+        pipeline_q.producer_acquire(q_state)
+        cute.copy(tma_atom_Q, tQgQ, tQsQ, tma_bar_ptr=pipeline_q.producer_get_barrier(q_state))
+        for i in cutlass.range(n_block_max - 1 - n_block_min, unroll=1):
+            n_prev = n_block_max - 1 - i
+            prev_state = kv_state.clone()
+            kv_state.advance()
+            pipeline_k.producer_acquire(kv_state)
+            cute.copy(tma_atom_K, tKgK[None, n_prev - 1], tKsK[None, kv_state.index], tma_bar_ptr=pipeline_k.producer_get_barrier(kv_state))
+            pipeline_v.producer_acquire(prev_state)
+            cute.copy(tma_atom_V, tVgV[None, n_prev], tVsV[None, prev_state.index], tma_bar_ptr=pipeline_v.producer_get_barrier(prev_state))
+        pipeline_v.producer_acquire(kv_state)
+        cute.copy(tma_atom_V, tVgV[None, n_block_min], tVsV[None, kv_state.index], tma_bar_ptr=pipeline_v.producer_get_barrier(kv_state))
+
+    @cute.jit
+    def mma(
+        self,
+        tiled_mma_qk: cute.TiledMma,
+        tiled_mma_pv: cute.TiledMma,
+        mO_tma: cute.Tensor | None,
+        mO: cute.Tensor,
+        mLSE: cute.Tensor | None,
+        mSinks: cute.Tensor | None,
+        sQ: cute.Tensor,
+        sK: cute.Tensor,
+        sVt: cute.Tensor,
+        sO: cute.Tensor,
+        tma_atom_O: cute.CopyAtom | None,
+        pipeline_q,
+        pipeline_k,
+        pipeline_v,
+        tidx: Int32,
+        scale_log2: Float32,
+        mask: MaskInfo,
+        m_block: Int32,
+        head: Int32,
+        batch: Int32,
+        offset_q: Int32,
+        n_block_min: Int32,
+        n_block_max: Int32,
+    ):
+        """Consumer warpgroups: the attention main loop and the epilogue."""
+        wg_idx = cute.arch.make_warp_uniform(tidx // self.threads_per_wg)
+        wg_layout = cute.make_layout(self.num_consumer_wg, stride=self.threads_per_wg)
+        wg_mma_qk = tiled_mma_qk.get_slice(wg_layout(wg_idx))
+        wg_mma_pv = tiled_mma_pv.get_slice(wg_layout(wg_idx))
+        thr_mma_qk = tiled_mma_qk.get_slice(tidx)
+        tSrQ = wg_mma_qk.make_fragment_A(wg_mma_qk.partition_A(sQ))
+        tSrK = wg_mma_qk.make_fragment_B(wg_mma_qk.partition_B(sK))
+        tOrVt = wg_mma_pv.make_fragment_B(wg_mma_pv.partition_B(sVt))
+        acc_S = cute.make_rmem_tensor(wg_mma_qk.partition_shape_C((self.tile_m, self.tile_n)), Float32)
+        acc_O = cute.make_rmem_tensor(wg_mma_pv.partition_shape_C((self.tile_m, self.head_dim_v)), Float32)
+        tOrP = cute.make_rmem_tensor_like(acc_view_as_a(acc_S), self.dtype)
+
+        cS = cute.make_identity_tensor((self.tile_m, self.tile_n))
+        tScS_mn = acc_view_mn(thr_mma_qk.partition_C(cS))
+        t0ScS_mn = acc_view_mn(tiled_mma_qk.get_slice(0).partition_C(cS))
+
+        softmax = OnlineSoftmax(scale_log2, cute.size(acc_view_mn(acc_O), mode=[0]))
+        softmax.reset()
+        if const_expr(self.pingpong):
+            if wg_idx == 0:
+                cute.arch.barrier_arrive(barrier_id=int(NamedBarrier.WG_SCHED_1), number_of_threads=2 * self.threads_per_wg)
+
+        q_state = consumer_state(1)
+        kv_state = consumer_state(self.num_stages)
+        pipeline_q.consumer_wait(q_state)
+
+        # First key block (the highest): full masking (sequence length, causal, window).
+        n_block = n_block_max - 1
+        pipeline_k.consumer_wait(kv_state)
+        wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, kv_state.index], zero_init=True, wg_wait=0)
+        pipeline_k.consumer_release(kv_state)
+        mask.apply(acc_S, tScS_mn, t0ScS_mn, m_block, n_block, mask_seqlen=True, mask_causal_window=True)
+        softmax.online_softmax(acc_S, is_first=True)
+        tOrP.store(acc_view_as_a(acc_S).load().to(self.dtype))
+        acc_O.fill(0.0)
+
+        # Blocks that need the right (causal / window) mask.
+        n_right = n_block_max
+        if const_expr(self.key.mask_right):
+            n_right = mask.n_block_min_right_masked(m_block, n_block_min)
+        for i in cutlass.range(cutlass.max(n_block_max - 1 - n_right, 0), unroll=1):
+            kv_state = self.step(
+                tiled_mma_qk, tiled_mma_pv, acc_S, acc_O, tOrP, tSrQ, tSrK, tOrVt, pipeline_k, pipeline_v, kv_state, softmax, mask,
+                tScS_mn, t0ScS_mn, m_block, n_block_max - 2 - i, wg_idx, True,
+            )  # fmt: skip
+        n_hi = cutlass.min(n_block_max - 1, n_right)
+        # Interior blocks: no mask.
+        n_left = n_block_min
+        if const_expr(self.key.mask_left):
+            n_left = mask.n_block_max_left_masked(m_block, n_block_min)
+        for i in cutlass.range(cutlass.max(n_hi - n_left, 0), unroll=1):
+            kv_state = self.step(
+                tiled_mma_qk, tiled_mma_pv, acc_S, acc_O, tOrP, tSrQ, tSrK, tOrVt, pipeline_k, pipeline_v, kv_state, softmax, mask,
+                tScS_mn, t0ScS_mn, m_block, n_hi - 1 - i, wg_idx, False,
+            )  # fmt: skip
+        # Blocks that need the left (window) mask.
+        if const_expr(self.key.mask_left):
+            n_hi2 = cutlass.min(n_hi, n_left)
+            for i in cutlass.range(cutlass.max(n_hi2 - n_block_min, 0), unroll=1):
+                kv_state = self.step(
+                    tiled_mma_qk, tiled_mma_pv, acc_S, acc_O, tOrP, tSrQ, tSrK, tOrVt, pipeline_k, pipeline_v, kv_state, softmax, mask,
+                    tScS_mn, t0ScS_mn, m_block, n_hi2 - 1 - i, wg_idx, True,
+                )  # fmt: skip
+        # Last PV GEMM.
+        pipeline_v.consumer_wait(kv_state)
+        wgmma(tiled_mma_pv, acc_O, tOrP, tOrVt[None, None, None, kv_state.index], zero_init=False, wg_wait=0)
+        pipeline_v.consumer_release(kv_state)
+
+        # Normalize; LSE.
+        sink_val = None
+        if const_expr(mSinks is not None):
+            sink_val = Float32(mSinks[head])
+        row_scale = softmax.finalize(sink_val, lse_log2=self.key.lse_log2)
+        softmax.rescale(acc_O, row_scale)
+
+        # ---------------------------------------------------------------------------------- epilogue
+        rO = cute.make_rmem_tensor_like(acc_O, self.dtype)
+        rO.store(acc_O.load().to(self.dtype))
+        # Every consumer has finished its last QK GEMM (sQ is reused as sO).
+        cute.arch.barrier(barrier_id=int(NamedBarrier.EPILOGUE), number_of_threads=self.num_mma_threads)
+        smem_copy_atom_O = cute.make_copy_atom(warp.StMatrix8x8x16bOp(transpose=False, num_matrices=4), self.dtype)
+        smem_thr_copy_O = cute.make_tiled_copy_C(smem_copy_atom_O, tiled_mma_pv).get_slice(tidx)
+        cute.copy(smem_copy_atom_O, smem_thr_copy_O.retile(rO), smem_thr_copy_O.partition_D(sO))
+
+        thr_mma_pv = tiled_mma_pv.get_slice(tidx)
+        cO = cute.make_identity_tensor((self.tile_m, self.head_dim_v))
+        tOcO_mn = acc_view_mn(thr_mma_pv.partition_C(cO))
+        if const_expr(mLSE is not None):
+            mLSE_cur = mLSE[None, head, batch]
+            if const_expr(self.key.varlen):
+                mLSE_cur = cute.domain_offset((offset_q,), mLSE_cur)
+            if tOcO_mn[0, 0][1] == 0:
+                for r in cutlass.range_constexpr(cute.size(tOcO_mn, mode=[0])):
+                    row = m_block * self.tile_m + tOcO_mn[r, 0][0]
+                    if row < mask.seqlen_q:
+                        mLSE_cur[row] = softmax.row_sum[r]
+
+        if const_expr(not self.key.varlen):
+            cute.arch.fence_view_async_shared()
+            cute.arch.barrier_arrive(barrier_id=int(NamedBarrier.EPILOGUE), number_of_threads=self.num_mma_threads + 32)
+            if cute.arch.make_warp_uniform(cute.arch.warp_idx()) == 4:
+                cute.arch.barrier(barrier_id=int(NamedBarrier.EPILOGUE), number_of_threads=self.num_mma_threads + 32)
+                gO = cute.local_tile(mO_tma[None, None, head, batch], (self.tile_m, self.head_dim_v), (m_block, 0))
+                tOsO, tOgO = cpasync.tma_partition(tma_atom_O, 0, cute.make_layout(1), cute.group_modes(sO, 0, 2), cute.group_modes(gO, 0, 2))
+                cute.copy(tma_atom_O, tOsO, tOgO)
+                cute.arch.cp_async_bulk_commit_group()
+                cute.arch.cp_async_bulk_wait_group(0, read=True)
+        else:
+            cute.arch.barrier(barrier_id=int(NamedBarrier.EPILOGUE), number_of_threads=self.num_mma_threads)
+            vec = 128 // self.dtype.width
+            cols = self.head_dim_v // vec
+            copy_atom = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), self.dtype, num_bits_per_copy=128)
+            thr_layout = cute.make_ordered_layout((self.num_mma_threads // cols, cols), order=(1, 0))
+            gmem_tiled_copy_O = cute.make_tiled_copy_tv(copy_atom, thr_layout, cute.make_layout((1, vec)))
+            gmem_thr_copy_O = gmem_tiled_copy_O.get_slice(tidx)
+            mO_cur = cute.domain_offset((offset_q, 0), mO[None, None, head, batch])
+            gO = cute.local_tile(mO_cur, (self.tile_m, self.head_dim_v), (m_block, 0))
+            tOsO = gmem_thr_copy_O.partition_S(sO)
+            tOgO = gmem_thr_copy_O.partition_D(gO)
+            tOcO = gmem_thr_copy_O.partition_S(cO)
+            tOrO = cute.make_rmem_tensor_like(tOsO, self.dtype)
+            cute.autovec_copy(tOsO, tOrO)
+            rows_left = mask.seqlen_q - m_block * self.tile_m
+            for rm in cutlass.range_constexpr(cute.size(tOrO.shape[1])):
+                if tOcO[0, rm, 0][0] < rows_left:
+                    cute.copy(gmem_tiled_copy_O, tOrO[None, rm, None], tOgO[None, rm, None])
+
+    @cute.jit
+    def step(
+        self,
+        tiled_mma_qk: cute.TiledMma,
+        tiled_mma_pv: cute.TiledMma,
+        acc_S: cute.Tensor,
+        acc_O: cute.Tensor,
+        tOrP: cute.Tensor,
+        tSrQ: cute.Tensor,
+        tSrK: cute.Tensor,
+        tOrVt: cute.Tensor,
+        pipeline_k,
+        pipeline_v,
+        kv_state,
+        softmax: OnlineSoftmax,
+        mask: MaskInfo,
+        tScS_mn: cute.Tensor,
+        t0ScS_mn: cute.Tensor,
+        m_block: Int32,
+        n_block: Int32,
+        wg_idx: Int32,
+        masked: cutlass.Constexpr[bool],
+    ):
+        """One key block with intra-warpgroup overlap: S_n = Q K_n^T and O += P_{n+1} V_{n+1} in flight together,
+        then the softmax of S_n while the PV GEMM drains."""
+        v_state = kv_state.clone()
+        kv_state.advance()
+        pipeline_k.consumer_wait(kv_state)
+        if const_expr(self.pingpong):
+            cute.arch.barrier(barrier_id=int(NamedBarrier.WG_SCHED_1) + wg_idx, number_of_threads=2 * self.threads_per_wg)
+        wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, kv_state.index], zero_init=True, wg_wait=-1)
+        pipeline_v.consumer_wait(v_state)
+        wgmma(tiled_mma_pv, acc_O, tOrP, tOrVt[None, None, None, v_state.index], zero_init=False, wg_wait=-1)
+        if const_expr(self.pingpong):
+            cute.arch.barrier_arrive(barrier_id=int(NamedBarrier.WG_SCHED_1) + 1 - wg_idx, number_of_threads=2 * self.threads_per_wg)
+        warpgroup.wait_group(1)
+        pipeline_k.consumer_release(kv_state)
+        if const_expr(masked):
+            mask.apply(acc_S, tScS_mn, t0ScS_mn, m_block, n_block, mask_seqlen=False, mask_causal_window=True)
+        row_scale = softmax.online_softmax(acc_S, is_first=False)
+        warpgroup.wait_group(0)
+        pipeline_v.consumer_release(v_state)
+        tOrP.store(acc_view_as_a(acc_S).load().to(self.dtype))
+        softmax.rescale(acc_O, row_scale)
+        return kv_state
+
+
+def softmax_scale_log2(scale: float) -> float:
+    return scale * math.log2(math.e)
+
+
+def compile_sdpa_fwd(key: SdpaFwdKey):
+    """cute.compile the kernel for ``key`` from placeholder pointers and runtime extents (no GPU needed)."""
+    from cutlass.cute.runtime import make_ptr
+
+    dtype = _DTYPES[key.dtype]
+    gmem = cute.AddressSpace.gmem
+
+    def ptr(t, align=16):
+        return make_ptr(t, 16, gmem, assumed_align=align)
+
+    kernel = SdpaFwdKernelSm90(key)
+    zero = Int32(0)
+    strides = (Int64(0), Int64(0), Int64(0))
+    return cute.compile(
+        kernel,
+        ptr(dtype),
+        ptr(dtype),
+        ptr(dtype),
+        ptr(dtype),
+        ptr(Float32, 4) if key.has_lse else None,
+        ptr(Float32, 4) if key.has_sinks else None,
+        ptr(Int32, 4) if key.varlen else None,
+        ptr(Int32, 4) if key.varlen else None,
+        zero,
+        zero,
+        zero,
+        zero,
+        zero,
+        zero,
+        strides,
+        strides,
+        strides,
+        strides,
+        strides,
+        Float32(1.0),
+        zero,
+        zero,
+        cuda.CUstream(0),
+    )
