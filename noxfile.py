@@ -155,7 +155,10 @@ def downstream(session):
         name, version = pin.split("==")
         if resolved.get(name) != version:
             session.error(f"{name} resolved to {resolved.get(name)}, not the downstream pin {version}")
-    session.log("resolved together: " + ", ".join(f"{n}=={resolved[n]}" for n in sorted(resolved) if n.startswith(("cudnn", "nvidia-cutlass", "apache-tvm", "quack", "torch"))))
+    session.log(
+        "resolved together: "
+        + ", ".join(f"{n}=={resolved[n]}" for n in sorted(resolved) if n.startswith(("cudnn", "nvidia-cutlass", "apache-tvm", "quack", "torch")))
+    )
 
 
 @nox.session(venv_backend="none")

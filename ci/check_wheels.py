@@ -1,6 +1,6 @@
 """Check the built wheels: names, versions, sibling ranges, DSL floors and what each ships.
 
-    python ci/check_wheels.py DIST_DIR
+python ci/check_wheels.py DIST_DIR
 """
 
 from __future__ import annotations
@@ -48,7 +48,9 @@ def check(path: str) -> list[str]:
                 errors.append(f"{name} must require cudnn-core")
             if not any(r.startswith("nvidia-cutlass-dsl>=") for r in requires):
                 errors.append(f"{name} must declare its nvidia-cutlass-dsl floor")
-            others = [r for r in requires if r.startswith("cudnn-") and not r.startswith("cudnn-core") and not (name == "cudnn-frost" and r.startswith("cudnn-gemm"))]
+            others = [
+                r for r in requires if r.startswith("cudnn-") and not r.startswith("cudnn-core") and not (name == "cudnn-frost" and r.startswith("cudnn-gemm"))
+            ]
             if others:
                 errors.append(f"{name} must not pull other families: {others}")
         else:

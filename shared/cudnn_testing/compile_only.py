@@ -2,7 +2,19 @@
 
 Set ``CUTE_DSL_ARCH=sm_90a`` (the root conftest does) and use ``cute.runtime.make_fake_compact_tensor``
 with ``cute.sym_int()`` extents. ``keep_artifacts`` writes PTX/cubin so tests can read symbol names
-(Rule 6) and check that WGMMA and TMA instructions are really emitted.
+(Rule 6) and check that WGMMA and TMA instructions are really emitted::
+
+    def test_my_kernel_symbols(tmp_path):
+        ptx = compile_ptx(lambda: my_kernel_module.compile_kernel(cfg), tmp_path)
+        assert_cudnn_symbols(ptx)
+        assert "wgmma.mma_async" in ptx
+
+Two DSL facts these helpers absorb (every lane, 4.6.2 to 4.8.1): ``CUTE_DSL_KEEP`` / ``CUTE_DSL_DUMP_DIR``
+are read once, when ``cutlass`` is imported, so setting them later changes nothing by itself; and the
+dump directory must exist or nothing is written. ``keep_artifacts`` sets the variables and also the
+live DSL settings, and creates the directory. Keeping artifacts turns the DSL's own JIT cache off, but
+not ``cudnn.kernel_cache``: build the kernel directly (``compile_ptx(build)``), not through the cache,
+or nothing is compiled and there is no PTX to read.
 """
 
 from __future__ import annotations
@@ -12,28 +24,92 @@ import glob
 import os
 import re
 
+#: The Rule 6 prefix every kernel symbol starts with.
+PREFIX = "cudnn"
+
+
+def _live_env_manager():
+    try:
+        from cudnn._compat import dsl_env_manager
+    except ImportError:
+        return None
+    return dsl_env_manager()
+
 
 @contextlib.contextmanager
-def keep_artifacts(tmp_path):
-    """Within: the DSL dumps ptx and cubin under ``tmp_path``. Yields a function returning the PTX text."""
-    old = {k: os.environ.get(k) for k in ("CUTE_DSL_KEEP", "CUTE_DSL_DUMP_DIR")}
-    os.environ["CUTE_DSL_KEEP"] = "ptx,cubin"
-    os.environ["CUTE_DSL_DUMP_DIR"] = str(tmp_path)
+def keep_artifacts(tmp_path, what: str = "ptx,cubin"):
+    """Within: the DSL dumps ``what`` under ``tmp_path``. Yields a function returning the PTX text."""
+    tmp_path = str(tmp_path)
+    os.makedirs(tmp_path, exist_ok=True)
+    tokens = {t.strip() for t in what.split(",") if t.strip()}
+    old_env = {k: os.environ.get(k) for k in ("CUTE_DSL_KEEP", "CUTE_DSL_DUMP_DIR")}
+    os.environ["CUTE_DSL_KEEP"] = ",".join(sorted(tokens))
+    os.environ["CUTE_DSL_DUMP_DIR"] = tmp_path
+
+    envar = _live_env_manager()
+    live = {"keep_ptx": "ptx" in tokens, "keep_cubin": "cubin" in tokens, "dump_dir": tmp_path}
+    old_live = {}
+    if envar is not None:
+        if hasattr(envar, "keep_tokens"):
+            live["keep_tokens"] = frozenset(tokens)
+        for name, value in live.items():
+            if hasattr(envar, name):
+                old_live[name] = getattr(envar, name)
+                setattr(envar, name, value)
 
     def ptx_text() -> str:
-        files = glob.glob(os.path.join(str(tmp_path), "**", "*.ptx"), recursive=True)
-        return "\n".join(open(f).read() for f in files)
+        files = sorted(glob.glob(os.path.join(tmp_path, "**", "*.ptx"), recursive=True))
+        parts = []
+        for f in files:
+            with open(f) as fh:
+                parts.append(fh.read())
+        return "\n".join(parts)
 
     try:
         yield ptx_text
     finally:
-        for k, v in old.items():
+        for name, value in old_live.items():
+            setattr(envar, name, value)
+        for k, v in old_env.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
 
 
+def compile_ptx(build, tmp_path) -> str:
+    """Run ``build()`` (a ``cute.compile`` call, not a cache lookup) keeping PTX under ``tmp_path``; return the PTX."""
+    with keep_artifacts(tmp_path, "ptx") as ptx_text:
+        build()
+        text = ptx_text()
+    if not text:
+        raise AssertionError(
+            f"no PTX was written under {tmp_path}: was the kernel really compiled (a cudnn.kernel_cache hit compiles nothing)?"
+        )
+    return text
+
+
 def kernel_symbols(ptx: str) -> list[str]:
     """Names of ``.entry`` kernels in PTX text."""
     return re.findall(r"\.entry\s+([A-Za-z_$][\w$]*)", ptx)
+
+
+def symbol_violations(symbols, prefix: str = PREFIX) -> list[str]:
+    """The symbols that break Rule 6: not starting with ``<prefix>_``, or carrying a ``cutlass`` component."""
+    return [s for s in symbols if not s.startswith(prefix + "_") or "cutlass" in s.lower()]
+
+
+def assert_cudnn_symbols(ptx: str, prefix: str = PREFIX) -> list[str]:
+    """Rule 6 detector: every kernel in ``ptx`` is named ``<prefix>_...`` with no ``cutlass`` component
+    (``kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)`` or ``cudnn._compat.name_kernel``).
+    Returns the symbols; raises AssertionError naming the offenders, or when the PTX has no kernel."""
+    symbols = kernel_symbols(ptx)
+    if not symbols:
+        raise AssertionError("no .entry kernel in the PTX: nothing to check (was PTX kept?)")
+    bad = symbol_violations(symbols, prefix)
+    if bad:
+        raise AssertionError(
+            f"{len(bad)} kernel symbol(s) break Rule 6 (must start with {prefix!r}_ and carry no 'cutlass'; call "
+            f'<kernel>.set_name_prefix("{prefix}", remove_cutlass_symbol=True) right after the @cute.kernel): ' + ", ".join(b[:120] for b in bad)
+        )
+    return symbols

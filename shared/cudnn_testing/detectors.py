@@ -54,7 +54,7 @@ def assert_capture_matches_eager(run, outputs, clone_outputs=True, atol=0.0) -> 
         o.fill_(float("nan")) if o.dtype.is_floating_point else o.zero_()
     run()
     torch.cuda.synchronize()
-    for i, (c, e) in enumerate(zip(captured, outputs)):
+    for i, (c, e) in enumerate(zip(captured, outputs, strict=False)):
         if not torch.allclose(c.float(), e.float(), atol=atol, rtol=0, equal_nan=False):
             raise AssertionError(f"output {i}: CUDA-graph replay differs from eager by {(c.float() - e.float()).abs().max().item():.3e}")
 

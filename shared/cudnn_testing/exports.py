@@ -32,7 +32,7 @@ def check_exports_survive_import_order(package_name: str, order: str) -> list[st
 
     def resolve_all():
         out = {}
-        for name, (module, attr) in table.items():
+        for name, (_module, attr) in table.items():
             if not attr:
                 continue  # the export IS a module (a family subpackage)
             try:

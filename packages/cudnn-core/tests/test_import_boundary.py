@@ -6,6 +6,7 @@ import os
 import textwrap
 
 import pytest
+
 from cudnn_testing.subproc import check_fresh, run_fresh
 
 HEAVY = ("torch", "cutlass", "cuda", "tvm_ffi", "numpy")
@@ -77,7 +78,9 @@ def test_namespace_merges_src_trees_on_pythonpath(tmp_path):
 
 
 def test_missing_framework_names_it(tmp_path):
-    src = _synthetic_family(tmp_path, _FAMILY_INIT.replace("FLOOR", "0.0"), {"impl.py": "def op():\n    return 1\n", "torch_impl.py": "import torch\ntorch_op = 1\n"})
+    src = _synthetic_family(
+        tmp_path, _FAMILY_INIT.replace("FLOOR", "0.0"), {"impl.py": "def op():\n    return 1\n", "torch_impl.py": "import torch\ntorch_op = 1\n"}
+    )
     proc = run_fresh("import cudnn.fakefam as f; f.torch_op", blocked=("torch",), extra_path=(src,))
     assert proc.returncode != 0
     assert "ImportError: cudnn.fakefam.torch_op needs torch (pip install torch)" in proc.stderr

@@ -6,6 +6,7 @@ from __future__ import annotations
 import textwrap
 
 import pytest
+
 from cudnn_testing.subproc import run_fresh
 
 PACKAGES = ["cudnn", "cudnn.sdpa", "cudnn.gemm", "cudnn.frost", "cudnn.linear_attention"]

@@ -57,7 +57,20 @@ _LAZY_OPTIONAL_IMPORTS: dict[str, tuple[str, str, str]] = {
 
 def _register_graph_exports() -> None:
     """Graph-API names (pure Python, cudnn-core) join the same table."""
-    for name in ("pygraph", "Graph", "heur_mode", "create_handle", "destroy_handle", "set_stream", "get_stream", "build_plan_policy", "norm_forward_phase", "reduction_mode", "pointwise_mode", "tensor"):
+    for name in (
+        "pygraph",
+        "Graph",
+        "heur_mode",
+        "create_handle",
+        "destroy_handle",
+        "set_stream",
+        "get_stream",
+        "build_plan_policy",
+        "norm_forward_phase",
+        "reduction_mode",
+        "pointwise_mode",
+        "tensor",
+    ):
         _LAZY_OPTIONAL_IMPORTS.setdefault(name, ("cudnn.graph", name, "cudnn-core"))
 
 

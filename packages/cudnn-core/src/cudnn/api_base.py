@@ -62,7 +62,7 @@ class TensorDesc:
         """Elements between the first and one past the last addressed element."""
         if any(s == 0 for s in self.shape):
             return 0
-        return 1 + sum((s - 1) * abs(st) for s, st in zip(self.shape, self.stride))
+        return 1 + sum((s - 1) * abs(st) for s, st in zip(self.shape, self.stride, strict=False))
 
     def describe(self) -> str:
         return f"{self.name} (shape={self.shape}, stride={self.stride}, dtype={self.dtype.short})"

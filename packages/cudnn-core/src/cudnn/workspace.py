@@ -1,12 +1,12 @@
 """Carve execute-time scratch from the caller's workspace (Rule 8, recipe R2). Never allocates.
 
-    def get_workspace_size(self) -> int:
-        return ws_align(meta_bytes) + ws_align(acc_bytes)
+def get_workspace_size(self) -> int:
+    return ws_align(meta_bytes) + ws_align(acc_bytes)
 
-    def execute(self, ..., workspace):
-        ws = Workspace.over(workspace, self.get_workspace_size(), type(self).__name__, device=q.device)
-        meta = ws.take(b + 1, "int32")
-        acc = ws.take(m * n, "float32")
+def execute(self, ..., workspace):
+    ws = Workspace.over(workspace, self.get_workspace_size(), type(self).__name__, device=q.device)
+    meta = ws.take(b + 1, "int32")
+    acc = ws.take(m * n, "float32")
 """
 
 from __future__ import annotations

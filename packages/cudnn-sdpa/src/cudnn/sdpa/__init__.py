@@ -16,11 +16,12 @@ _LAZY: dict[str, tuple[str, str]] = {
     "sdpa_fwd": (".fwd.api", "sdpa_fwd"),
     "SdpaFwdSm90": (".fwd.api", "SdpaFwdSm90"),
     "scaled_dot_product_attention": (".fwd.torch_op", "scaled_dot_product_attention"),
+    "sdpa_fwd_op": (".fwd.torch_op", "_sdpa_fwd_op"),
     "sdpa_bwd": (".bwd.api", "sdpa_bwd"),
     "SdpaBwdSm90": (".bwd.api", "SdpaBwdSm90"),
 }
 #: Names whose modules need the DSL at import time; the rest (metadata-only checks) import without it.
-_NEEDS_DSL: frozenset = frozenset()
+_NEEDS_DSL: frozenset = frozenset({"scaled_dot_product_attention", "sdpa_fwd_op"})
 
 
 def __getattr__(name: str):

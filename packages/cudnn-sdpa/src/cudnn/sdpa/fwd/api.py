@@ -160,6 +160,7 @@ class SdpaFwdSm90(APIBase):
         left, right = self.window_size
         mask_right = self.is_causal or right >= 0
         mask_left = left >= 0
+        self._mask_window = (max(left, 0), 0 if self.is_causal else max(right, 0))
         self.key = _make_key(_DT_NAME[q.dtype], dq, dv, h // hk, mask_right, mask_left, self.causal_bottom_right, self.lse is not None, self.lse_log2, self.sinks is not None, self.varlen)
         self._is_supported = True
         return True
@@ -208,7 +209,9 @@ class SdpaFwdSm90(APIBase):
             raise ValueError(f"SdpaFwdSm90.execute: the plan was built {'with' if key.has_sinks else 'without'} sinks; got sinks={'a tensor' if sinks is not None else None}")
         if key.varlen != (cu_seqlens_q is not None):
             raise ValueError(f"SdpaFwdSm90.execute: the plan was built {'for' if key.varlen else 'without'} THD varlen; cu_seqlens_q must match")
-        return _launch(self._compiled_kernel, key, q, k, v, o, lse, sinks, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, self.window_size, self.scale if scale is None else scale, current_stream)
+        return _launch(
+            self._compiled_kernel, key, q, k, v, o, lse, sinks, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, self._mask_window, self.scale if scale is None else scale, current_stream
+        )
 
 
 # ---------------------------------------------------------------------------------------------- internals
@@ -314,12 +317,8 @@ def _launch(compiled, key, q, k, v, o, lse, sinks, cu_q, cu_k, max_seqlen_q, win
         raise ValueError(f"SdpaFwdSm90.execute: sinks must be a contiguous float32 ({heads},) tensor on {q.device}")
     if grid_q == 0 or batch == 0 or heads == 0:
         return o
-    left, right = window
-    if key.mask_right and right < 0:
-        right = 0  # causal
-    elif right >= 0 and key.mask_right and key.mask_left is not None:
-        right = right
-    handle = launch_stream_handle(current_stream if (current_stream := stream) is not None else None, q.device)
+    left, right = window  # effective window: causal already folded in as right = 0
+    handle = launch_stream_handle(stream, q.device)
     compiled(
         mk(dt, q.data_ptr(), gmem, assumed_align=16),
         mk(dt, k.data_ptr(), gmem, assumed_align=16),

@@ -34,8 +34,6 @@ Benchmark: benchmarks/sdpa_fwd.py.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
@@ -49,37 +47,9 @@ from .._device.mma_sm90 import acc_view_as_a, acc_view_mn, transpose_view, wgmma
 from .._device.pipeline import NamedBarrier, consumer_state, make_tma_pipeline, producer_state
 from .._device.softmax import OnlineSoftmax
 from .._device.tile_scheduler import SingleTileScheduler
+from .kernel_key import SdpaFwdKey, tile_config
 
 _DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16}
-
-
-@dataclass(frozen=True)
-class SdpaFwdKey:
-    """Everything the compiled kernel specializes on (Rule 4: plan-time values only, no extents)."""
-
-    dtype: str  # "bf16" | "fp16"
-    head_dim: int
-    head_dim_v: int
-    qhead_per_kvhead: int
-    mask_right: bool  # causal or a finite right window
-    mask_left: bool  # a finite left window
-    bottom_right: bool  # mask alignment (offset S_kv - S_q)
-    has_lse: bool
-    lse_log2: bool
-    has_sinks: bool
-    varlen: bool
-
-
-def tile_config(head_dim: int, head_dim_v: int) -> tuple[int, int, int, bool]:
-    """(tile_m, tile_n, num_stages, pingpong) for a head-dim pair (the shared memory budget is 227 KB)."""
-    d = max(head_dim, head_dim_v)
-    if d <= 64:
-        return 128, 128, 2, True
-    if d <= 128:
-        return 128, 128, 2, True
-    if d <= 192:
-        return 128, 112, 2, False
-    return 128, 80, 2, False
 
 
 class SdpaFwdKernelSm90:

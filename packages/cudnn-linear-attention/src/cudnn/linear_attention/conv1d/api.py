@@ -1,0 +1,632 @@
+"""causal_conv1d adapters (APIBase) and the public torch functions.
+
+Three adapters, one per kernel family member, each ``check_support -> compile -> execute``:
+
+- :class:`CausalConv1d`: forward over THD tokens [T, D] with ``cu_seqlens`` int32 [N + 1], or a dense
+  [B, L, D] batch (equal-length sequences), optional bias, SiLU, initial states [N, D, W - 1] and final
+  states [N, D, W - 1].
+- :class:`CausalConv1dBackward`: dx [T, D], dweight [D, W], dbias [D] and d(initial_states).
+  Needs ``scratch_workspace_bytes()`` of workspace (deterministic per-CTA partial sums, no atomics).
+- :class:`CausalConv1dUpdate`: one decode step over a rolling state [S, D, W - 1], in place, with
+  optional ``conv_state_indices`` int32 [B] (negative rows are padding and are skipped).
+
+Plan-time (the compile key, Rule 4): dtypes, kernel width W, bias / SiLU / varlen / state flags. Runtime
+(kernel arguments, never keys): the token total T, D, N, every stride. ``execute`` validates and launches;
+it never converts, copies, allocates or reads device memory (Rules 1-3), and launches on
+``current_stream`` (torch's current stream when None).
+
+Contract the kernel cannot check without a device read (Rule 3): ``cu_seqlens`` is non-decreasing,
+starts at 0 and ends at T.
+
+This module imports neither torch nor cutlass at import time; ``check_support`` is metadata-only.
+The public ``causal_conv1d`` / ``causal_conv1d_update`` are torch custom ops (torch_op.py) with fake
+implementations and autograd through :class:`CausalConv1dBackward`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cudnn.api_base import APIBase, TensorDesc, as_desc
+from cudnn.datatypes import data_type
+from cudnn.dsl_gate import require_cutedsl
+
+CUTEDSL_FLOOR = "4.8.0"
+FAMILY = "linear_attention.conv1d"
+_FLOATS = (data_type.BFLOAT16, data_type.HALF, data_type.FLOAT)
+_CNAME = {data_type.BFLOAT16: "BFloat16", data_type.HALF: "Float16", data_type.FLOAT: "Float32"}
+_ACTIVATIONS = {None: False, "silu": True, "swish": True}
+#: CTAs the backward keeps in flight (about 8 per SM of a 132-SM H200); sizes its workspace.
+_BWD_RESIDENT_CTAS = 1056
+_THREADS = 128
+
+
+def _silu_flag(activation) -> bool:
+    if activation not in _ACTIVATIONS:
+        raise ValueError(f"causal_conv1d: activation={activation!r} is not one of None, 'silu', 'swish'")
+    return _ACTIVATIONS[activation]
+
+
+def _vec(dt: data_type) -> int:
+    return 16 // dt.itemsize
+
+
+def _tokens_view(desc: TensorDesc, what: str, vec: int, varlen: bool) -> tuple[int, int]:
+    """(token stride, rows per sequence or 0) of a [T, D] / [1, T, D] / [B, L, D] tensor; declines what it cannot address."""
+    if desc.rank not in (2, 3):
+        raise ValueError(f"{what}: {desc.describe()} must be [T, D] (THD) or [B, L, D] (dense)")
+    if desc.shape[-1] > 1 and desc.stride[-1] != 1:
+        raise NotImplementedError(f"{what}: {desc.describe()} needs unit channel stride (16-byte vector loads); other layouts are declined, not copied (Rule 2)")
+    st = desc.stride[-2]
+    if desc.shape[-2] > 1 and st % vec:
+        raise NotImplementedError(f"{what}: {desc.describe()} token stride {st} is not a multiple of {vec} elements (16 bytes); declined (Rule 2)")
+    if desc.rank == 3:
+        b, ln = desc.shape[0], desc.shape[1]
+        if varlen and b != 1:
+            raise ValueError(f"{what}: {desc.describe()} with cu_seqlens must be [T, D] or [1, T, D]")
+        if b > 1 and desc.stride[0] != ln * st:
+            raise NotImplementedError(
+                f"{what}: {desc.describe()} batch stride {desc.stride[0]} != L * token stride ({ln} * {st}); the kernel walks [B * L, D] tokens, declined (Rule 2)"
+            )
+        return st, (0 if varlen else ln)
+    return st, (0 if varlen else desc.shape[0])
+
+
+def _rows(desc: TensorDesc) -> int:
+    return desc.shape[0] * desc.shape[1] if desc.rank == 3 else desc.shape[0]
+
+
+def _check_runtime(t: Any, plan: TensorDesc, vec: int, what: str, token_dims_free: bool, align: int = 16) -> None:
+    """Execute-time checks of a tensor against its plan descriptor: no conversion, no device read."""
+    if t is None:
+        raise ValueError(f"{what}: {plan.name} was declared at plan time but execute() received None")
+    got = TensorDesc.like(t, plan.name)
+    if got.dtype != plan.dtype or got.rank != plan.rank:
+        raise ValueError(f"{what}: got {got.describe()}, but the plan was built for {plan.describe()}")
+    fixed = slice(1, None) if token_dims_free else slice(0, None)
+    if got.rank == 3 and token_dims_free:
+        fixed = slice(2, None) if plan.shape[0] == 1 and got.shape[0] == 1 else slice(0, None)
+    if got.shape[fixed] != plan.shape[fixed]:
+        raise ValueError(f"{what}: got {got.describe()}, but the plan was built for {plan.describe()}")
+    if plan.device is not None and str(t.device) != plan.device:
+        raise ValueError(f"{what}: {plan.name} is on {t.device}, but the plan was built for {plan.device}")
+    if vec:
+        if got.shape[-1] > 1 and got.stride[-1] != 1:
+            raise ValueError(f"{what}: {got.describe()} needs unit channel stride")
+        if got.rank >= 2 and got.shape[-2] > 1 and got.stride[-2] % vec:
+            raise ValueError(f"{what}: {got.describe()} token stride is not a multiple of {vec} elements")
+    if t.data_ptr() % align:
+        raise ValueError(f"{what}: {plan.name} address 0x{t.data_ptr():x} is not {align}-byte aligned")
+
+
+def _ptr(t: Any, dt: data_type, align: int):
+    import cutlass
+    import cutlass.cute as cute
+
+    if t is None:
+        return None
+    return cute.runtime.make_ptr(getattr(cutlass, _CNAME.get(dt, "Int32")), t.data_ptr(), cute.AddressSpace.gmem, assumed_align=align)
+
+
+def _fake_ptr(cname: str, align: int):
+    import cutlass
+    import cutlass.cute as cute
+
+    return cute.runtime.make_ptr(getattr(cutlass, cname), 0, cute.AddressSpace.gmem, assumed_align=align)
+
+
+def _stream(current_stream, device):
+    import cuda.bindings.driver as cuda
+
+    from cudnn._torch_stream import launch_stream_handle
+
+    return cuda.CUstream(launch_stream_handle(current_stream, device))
+
+
+def _state_strides(t) -> tuple[int, int, int]:
+    return (0, 0, 0) if t is None else tuple(int(s) for s in t.stride())
+
+
+class _Conv1dCommon(APIBase):
+    """Shared plan checks of the forward and backward adapters."""
+
+    def _check_common(self, what: str) -> None:
+        require_cutedsl(f"cudnn.linear_attention.{what}", CUTEDSL_FLOOR)
+        x, w = self.x, self.weight
+        self._check_dtype(x, _FLOATS, what)
+        self._check_dtype(w, _FLOATS, what)
+        self._check_rank(w, 2, what)
+        d, width = w.shape
+        self._decline_if(not 2 <= width <= 4, f"{what}: {w.describe()} kernel width {width} is outside 2..4")
+        self._decline_if(w.stride != (width, 1), f"{what}: {w.describe()} must be contiguous [D, W]; declined, not copied (Rule 2)")
+        self._value_error_if(x.shape[-1] != d, f"{what}: {x.describe()} has {x.shape[-1]} channels but {w.describe()} has {d}")
+        vec = _vec(x.dtype)
+        self._decline_if(d % vec != 0, f"{what}: {x.describe()} channel count {d} is not a multiple of {vec} (16-byte vectors)")
+        if self.bias is not None:
+            self._check_shape(self.bias, (d,), what)
+            self._value_error_if(self.bias.dtype != w.dtype, f"{what}: {self.bias.describe()} must have the weight's dtype {w.dtype.short}")
+            self._decline_if(self.bias.stride != (1,), f"{what}: {self.bias.describe()} must be contiguous")
+        varlen = self.cu_seqlens is not None
+        if varlen:
+            self._check_rank(self.cu_seqlens, 1, what)
+            self._decline_if(
+                self.cu_seqlens.dtype != data_type.INT32, f"{what}: {self.cu_seqlens.describe()} must be int32 (int64 is declined, not converted)"
+            )
+            self._value_error_if(self.cu_seqlens.shape[0] < 1, f"{what}: {self.cu_seqlens.describe()} needs N + 1 >= 1 entries")
+            self._decline_if(self.cu_seqlens.stride != (1,), f"{what}: {self.cu_seqlens.describe()} must be contiguous")
+        self._token_stride, self._seq_len = _tokens_view(x, what, vec, varlen)
+        self._n_seqs = self.cu_seqlens.shape[0] - 1 if varlen else (x.shape[0] if x.rank == 3 else 1)
+        for st in self._states():
+            if st is None:
+                continue
+            self._check_rank(st, 3, what)
+            self._check_dtype(st, _FLOATS, what)
+            self._check_shape(st, (self._n_seqs, d, width - 1), what)
+        self._vec = vec
+
+
+class CausalConv1d(_Conv1dCommon):
+    """Forward adapter. Tensors may be torch tensors or TensorDescs (shape, stride, dtype, device)."""
+
+    def __init__(self, x, weight, out, bias=None, cu_seqlens=None, initial_states=None, final_states=None, activation=None):
+        super().__init__()
+        self.x = as_desc(x, "x")
+        self.weight = as_desc(weight, "weight")
+        self.out = as_desc(out, "out")
+        self.bias = as_desc(bias, "bias")
+        self.cu_seqlens = as_desc(cu_seqlens, "cu_seqlens")
+        self.initial_states = as_desc(initial_states, "initial_states")
+        self.final_states = as_desc(final_states, "final_states")
+        self.activation = activation
+
+    def _states(self):
+        return (self.initial_states, self.final_states)
+
+    def check_support(self) -> bool:
+        what = "causal_conv1d"
+        self.silu = _silu_flag(self.activation)
+        self._check_common(what)
+        self._check_dtype(self.out, (self.x.dtype,), what)
+        self._value_error_if(self.out.shape != self.x.shape, f"{what}: {self.out.describe()} must have the shape of {self.x.describe()}")
+        _tokens_view(self.out, what, self._vec, self.cu_seqlens is not None)
+        if self.initial_states is not None and self.final_states is not None:
+            self._value_error_if(
+                self.initial_states.dtype != self.final_states.dtype,
+                f"{what}: {self.initial_states.describe()} and {self.final_states.describe()} must share a dtype",
+            )
+        self._is_supported = True
+        return True
+
+    def compile_key(self):
+        from .fwd_kernel import Conv1dFwdKey
+
+        st = self.initial_states or self.final_states
+        return Conv1dFwdKey(
+            dtype=_CNAME[self.x.dtype],
+            w_dtype=_CNAME[self.weight.dtype],
+            width=self.weight.shape[1],
+            has_bias=self.bias is not None,
+            silu=self.silu,
+            varlen=self.cu_seqlens is not None,
+            has_init=self.initial_states is not None,
+            has_final=self.final_states is not None,
+            state_dtype=_CNAME[st.dtype] if st is not None else "",
+        )
+
+    def compile(self) -> None:
+        self._ensure_support_checked()
+        key = self.compile_key()
+
+        def build():
+            import cuda.bindings.driver as cuda
+            import cutlass.cute as cute
+            from cutlass import Int32
+
+            from .fwd_kernel import CausalConv1dFwd
+
+            s = key.state_dtype
+            args = [
+                _fake_ptr(key.dtype, 16),
+                _fake_ptr(key.w_dtype, 16),
+                _fake_ptr(key.w_dtype, 16) if key.has_bias else None,
+                _fake_ptr(key.dtype, 16),
+                _fake_ptr("Int32", 4) if key.varlen else None,
+                _fake_ptr(s, 1) if key.has_init else None,
+                _fake_ptr(s, 1) if key.has_final else None,
+            ]
+            return cute.compile(CausalConv1dFwd(key), *args, *[Int32(8)] * 12, cuda.CUstream(0))
+
+        from cudnn.kernel_cache import kernel_cache
+
+        self._compiled_kernel = kernel_cache.get_or_compile(key, build, family=FAMILY)
+
+    def execute(self, x, weight, out, bias=None, cu_seqlens=None, initial_states=None, final_states=None, *, current_stream=None):
+        """Launch on ``current_stream``. ``x``/``out`` may carry a different token total T than the plan (THD)."""
+        what = "CausalConv1d.execute"
+        self._ensure_support_checked()
+        varlen = self.cu_seqlens is not None
+        vec = self._vec
+        for t, plan, name in (
+            (bias, self.bias, "bias"),
+            (cu_seqlens, self.cu_seqlens, "cu_seqlens"),
+            (initial_states, self.initial_states, "initial_states"),
+            (final_states, self.final_states, "final_states"),
+        ):
+            if (t is None) != (plan is None):
+                raise ValueError(f"{what}: {name} was {'not ' if plan is None else ''}declared at plan time but execute() received {'a tensor' if t is not None else 'None'}")
+        _check_runtime(x, self.x, vec, what, token_dims_free=varlen)
+        _check_runtime(out, self.out, vec, what, token_dims_free=varlen)
+        _check_runtime(weight, self.weight, 0, what, token_dims_free=False)
+        if tuple(out.shape) != tuple(x.shape):
+            raise ValueError(f"{what}: out {tuple(out.shape)} must have the shape of x {tuple(x.shape)}")
+        if bias is not None:
+            _check_runtime(bias, self.bias, 0, what, token_dims_free=False)
+        n_seqs = self._n_seqs
+        if varlen:
+            _check_runtime(cu_seqlens, self.cu_seqlens, 0, what, token_dims_free=True, align=4)
+            n_seqs = cu_seqlens.shape[0] - 1
+        for t, plan in ((initial_states, self.initial_states), (final_states, self.final_states)):
+            if t is not None:
+                _check_runtime(t, plan, 0, what, token_dims_free=varlen, align=plan.dtype.itemsize)
+                if t.shape[0] != n_seqs:
+                    raise ValueError(f"{what}: {plan.name} has {t.shape[0]} rows but cu_seqlens describes {n_seqs} sequences")
+        if self._compiled_kernel is None:
+            self.compile()
+        T = int(x.shape[0] * x.shape[1]) if x.dim() == 3 else int(x.shape[0])
+        D = int(x.shape[-1])
+        sx = int(x.stride(-2)) if T > 1 else D
+        sy = int(out.stride(-2)) if T > 1 else D
+        seq_arg = self._seq_len if not varlen else 0
+        if not varlen and x.dim() == 3:
+            seq_arg = int(x.shape[1])
+        sdt = (self.initial_states or self.final_states).dtype if (initial_states is not None or final_states is not None) else None
+        self._compiled_kernel(
+            _ptr(x, self.x.dtype, 16),
+            _ptr(weight, self.weight.dtype, 16),
+            _ptr(bias, self.weight.dtype, 16),
+            _ptr(out, self.x.dtype, 16),
+            _ptr(cu_seqlens, data_type.INT32, 4),
+            _ptr(initial_states, sdt, 1),
+            _ptr(final_states, sdt, 1),
+            T,
+            D,
+            sx,
+            sy,
+            max(seq_arg, 1),
+            n_seqs,
+            *_state_strides(initial_states),
+            *_state_strides(final_states),
+            _stream(current_stream, x.device),
+        )
+        return out
+
+
+class CausalConv1dBackward(_Conv1dCommon):
+    """Backward adapter: dx, dweight, dbias (when bias), d(initial_states) (when initial states)."""
+
+    def __init__(
+        self, x, weight, dy, dx, dweight, bias=None, dbias=None, cu_seqlens=None, initial_states=None, dinitial_states=None, activation=None
+    ):
+        super().__init__()
+        self.x = as_desc(x, "x")
+        self.weight = as_desc(weight, "weight")
+        self.dy = as_desc(dy, "dy")
+        self.dx = as_desc(dx, "dx")
+        self.dweight = as_desc(dweight, "dweight")
+        self.bias = as_desc(bias, "bias")
+        self.dbias = as_desc(dbias, "dbias")
+        self.cu_seqlens = as_desc(cu_seqlens, "cu_seqlens")
+        self.initial_states = as_desc(initial_states, "initial_states")
+        self.dinitial_states = as_desc(dinitial_states, "dinitial_states")
+        self.activation = activation
+
+    def _states(self):
+        return (self.initial_states, self.dinitial_states)
+
+    def check_support(self) -> bool:
+        what = "causal_conv1d_backward"
+        self.silu = _silu_flag(self.activation)
+        self._check_common(what)
+        varlen = self.cu_seqlens is not None
+        for t in (self.dy, self.dx):
+            self._check_dtype(t, (self.x.dtype,), what)
+            self._value_error_if(t.shape != self.x.shape, f"{what}: {t.describe()} must have the shape of {self.x.describe()}")
+            _tokens_view(t, what, self._vec, varlen)
+        self._check_shape(self.dweight, self.weight.shape, what)
+        self._check_dtype(self.dweight, (self.weight.dtype,), what)
+        self._decline_if(self.dweight.stride != self.weight.stride, f"{what}: {self.dweight.describe()} must be contiguous [D, W]")
+        self._value_error_if((self.bias is None) != (self.dbias is None), f"{what}: bias and dbias must be given together")
+        if self.dbias is not None:
+            self._check_shape(self.dbias, self.bias.shape, what)
+            self._check_dtype(self.dbias, (self.weight.dtype,), what)
+            self._decline_if(self.dbias.stride != (1,), f"{what}: {self.dbias.describe()} must be contiguous")
+        self._value_error_if(
+            (self.initial_states is None) != (self.dinitial_states is None), f"{what}: initial_states and dinitial_states must be given together"
+        )
+        if self.initial_states is not None:
+            self._value_error_if(
+                self.initial_states.dtype != self.dinitial_states.dtype, f"{what}: dinitial_states must have the dtype of initial_states"
+            )
+        d = self.weight.shape[0]
+        grid_x = (d // self._vec + _THREADS - 1) // _THREADS
+        self._g = max(1, min(1024, _BWD_RESIDENT_CTAS // grid_x))
+        self._is_supported = True
+        return True
+
+    def scratch_workspace_bytes(self) -> int:
+        """fp32 partial sums [G, W + 1, D] (G fixed at plan time)."""
+        self._ensure_support_checked()
+        from cudnn.workspace import ws_align
+
+        d, width = self.weight.shape
+        return ws_align(self._g * (width + 1) * d * 4)
+
+    def compile_key(self):
+        from .bwd_kernel import Conv1dBwdKey
+
+        return Conv1dBwdKey(
+            dtype=_CNAME[self.x.dtype],
+            w_dtype=_CNAME[self.weight.dtype],
+            width=self.weight.shape[1],
+            has_bias=self.bias is not None,
+            silu=self.silu,
+            varlen=self.cu_seqlens is not None,
+            has_init=self.initial_states is not None,
+            state_dtype=_CNAME[self.initial_states.dtype] if self.initial_states is not None else "",
+        )
+
+    def compile(self) -> None:
+        self._ensure_support_checked()
+        key = self.compile_key()
+
+        def build():
+            import cuda.bindings.driver as cuda
+            import cutlass.cute as cute
+            from cutlass import Int32
+
+            from .bwd_kernel import CausalConv1dBwd
+
+            s = key.state_dtype
+            args = [
+                _fake_ptr(key.dtype, 16),  # x
+                _fake_ptr(key.w_dtype, 16),  # weight
+                _fake_ptr(key.w_dtype, 16) if key.has_bias else None,
+                _fake_ptr(key.dtype, 16),  # dy
+                _fake_ptr("Int32", 4) if key.varlen else None,
+                _fake_ptr(s, 1) if key.has_init else None,
+                _fake_ptr(key.dtype, 16),  # dx
+                _fake_ptr(key.w_dtype, 16),  # dweight
+                _fake_ptr(key.w_dtype, 16) if key.has_bias else None,
+                _fake_ptr(s, 1) if key.has_init else None,
+                _fake_ptr("Float32", 16),  # partials
+            ]
+            return cute.compile(CausalConv1dBwd(key), *args, *[Int32(8)] * 14, cuda.CUstream(0))
+
+        from cudnn.kernel_cache import kernel_cache
+
+        self._compiled_kernel = kernel_cache.get_or_compile(key, build, family=FAMILY)
+
+    def execute(
+        self, x, weight, dy, dx, dweight, bias=None, dbias=None, cu_seqlens=None, initial_states=None, dinitial_states=None, *, workspace=None, current_stream=None
+    ):
+        what = "CausalConv1dBackward.execute"
+        self._ensure_support_checked()
+        varlen = self.cu_seqlens is not None
+        vec = self._vec
+        for t, plan, name in (
+            (bias, self.bias, "bias"),
+            (dbias, self.dbias, "dbias"),
+            (cu_seqlens, self.cu_seqlens, "cu_seqlens"),
+            (initial_states, self.initial_states, "initial_states"),
+            (dinitial_states, self.dinitial_states, "dinitial_states"),
+        ):
+            if (t is None) != (plan is None):
+                raise ValueError(f"{what}: {name} was {'not ' if plan is None else ''}declared at plan time but execute() received {'a tensor' if t is not None else 'None'}")
+        for t, plan in ((x, self.x), (dy, self.dy), (dx, self.dx)):
+            _check_runtime(t, plan, vec, what, token_dims_free=varlen)
+            if tuple(t.shape) != tuple(x.shape):
+                raise ValueError(f"{what}: {plan.name} {tuple(t.shape)} must have the shape of x {tuple(x.shape)}")
+        for t, plan in ((weight, self.weight), (dweight, self.dweight), (bias, self.bias), (dbias, self.dbias)):
+            if plan is not None:
+                _check_runtime(t, plan, 0, what, token_dims_free=False)
+        n_seqs = self._n_seqs
+        if varlen:
+            _check_runtime(cu_seqlens, self.cu_seqlens, 0, what, token_dims_free=True, align=4)
+            n_seqs = cu_seqlens.shape[0] - 1
+        for t, plan in ((initial_states, self.initial_states), (dinitial_states, self.dinitial_states)):
+            if t is not None:
+                _check_runtime(t, plan, 0, what, token_dims_free=varlen, align=plan.dtype.itemsize)
+                if t.shape[0] != n_seqs:
+                    raise ValueError(f"{what}: {plan.name} has {t.shape[0]} rows but cu_seqlens describes {n_seqs} sequences")
+        from cudnn.workspace import Workspace
+
+        ws = Workspace.over(workspace, self.scratch_workspace_bytes(), type(self).__name__, device=x.device)
+        d, width = self.weight.shape
+        part = ws.take(self._g * (width + 1) * d, "float32")
+        if self._compiled_kernel is None:
+            self.compile()
+        T = int(x.shape[0] * x.shape[1]) if x.dim() == 3 else int(x.shape[0])
+        seq_arg = int(x.shape[1]) if (not varlen and x.dim() == 3) else (T if not varlen else 1)
+
+        def tok_stride(t):
+            return int(t.stride(-2)) if T > 1 else d
+
+        sdt = self.initial_states.dtype if self.initial_states is not None else None
+        self._compiled_kernel(
+            _ptr(x, self.x.dtype, 16),
+            _ptr(weight, self.weight.dtype, 16),
+            _ptr(bias, self.weight.dtype, 16),
+            _ptr(dy, self.x.dtype, 16),
+            _ptr(cu_seqlens, data_type.INT32, 4),
+            _ptr(initial_states, sdt, 1),
+            _ptr(dx, self.x.dtype, 16),
+            _ptr(dweight, self.weight.dtype, 16),
+            _ptr(dbias, self.weight.dtype, 16),
+            _ptr(dinitial_states, sdt, 1),
+            _ptr(part, data_type.FLOAT, 16),
+            T,
+            d,
+            tok_stride(x),
+            tok_stride(dy),
+            tok_stride(dx),
+            max(seq_arg, 1),
+            n_seqs,
+            self._g,
+            *_state_strides(initial_states),
+            *_state_strides(dinitial_states),
+            _stream(current_stream, x.device),
+        )
+        return dx
+
+
+class CausalConv1dUpdate(APIBase):
+    """Decode-step adapter: ``out = act(conv(window)); conv_state rolls by one token, in place``."""
+
+    def __init__(self, x, conv_state, weight, out, bias=None, conv_state_indices=None, activation=None):
+        super().__init__()
+        self.x = as_desc(x, "x")
+        self.conv_state = as_desc(conv_state, "conv_state")
+        self.weight = as_desc(weight, "weight")
+        self.out = as_desc(out, "out")
+        self.bias = as_desc(bias, "bias")
+        self.conv_state_indices = as_desc(conv_state_indices, "conv_state_indices")
+        self.activation = activation
+
+    def check_support(self) -> bool:
+        what = "causal_conv1d_update"
+        require_cutedsl(f"cudnn.linear_attention.{what}", CUTEDSL_FLOOR)
+        self.silu = _silu_flag(self.activation)
+        x, w, st = self.x, self.weight, self.conv_state
+        for t in (x, w, st):
+            self._check_dtype(t, _FLOATS, what)
+        self._check_rank(x, 2, what)
+        self._check_rank(w, 2, what)
+        self._check_rank(st, 3, what)
+        d, width = w.shape
+        self._decline_if(not 2 <= width <= 4, f"{what}: {w.describe()} kernel width {width} is outside 2..4")
+        self._decline_if(w.stride != (width, 1), f"{what}: {w.describe()} must be contiguous [D, W]")
+        self._value_error_if(x.shape[1] != d, f"{what}: {x.describe()} has {x.shape[1]} channels but {w.describe()} has {d}")
+        self._value_error_if(st.shape[1:] != (d, width - 1), f"{what}: {st.describe()} must be [S, D, W - 1] = [S, {d}, {width - 1}]")
+        vec = _vec(x.dtype)
+        self._decline_if(d % vec != 0, f"{what}: {x.describe()} channel count {d} is not a multiple of {vec}")
+        for t in (x, self.out):
+            self._decline_if(t.shape[1] > 1 and t.stride[1] != 1, f"{what}: {t.describe()} needs unit channel stride; declined (Rule 2)")
+            self._decline_if(t.shape[0] > 1 and t.stride[0] % vec != 0, f"{what}: {t.describe()} row stride is not a multiple of {vec} elements")
+        self._check_dtype(self.out, (x.dtype,), what)
+        self._check_shape(self.out, x.shape, what)
+        if self.bias is not None:
+            self._check_shape(self.bias, (d,), what)
+            self._value_error_if(self.bias.dtype != w.dtype, f"{what}: {self.bias.describe()} must have the weight's dtype")
+            self._decline_if(self.bias.stride != (1,), f"{what}: {self.bias.describe()} must be contiguous")
+        if self.conv_state_indices is not None:
+            idx = self.conv_state_indices
+            self._check_rank(idx, 1, what)
+            self._decline_if(idx.dtype != data_type.INT32, f"{what}: {idx.describe()} must be int32")
+            self._check_shape(idx, (x.shape[0],), what)
+            self._decline_if(idx.shape[0] > 1 and idx.stride != (1,), f"{what}: {idx.describe()} must be contiguous")
+        else:
+            self._value_error_if(st.shape[0] < x.shape[0], f"{what}: {st.describe()} has fewer rows than the batch {x.describe()}")
+        self._vec = vec
+        self._is_supported = True
+        return True
+
+    def compile_key(self):
+        from .update_kernel import Conv1dUpdateKey
+
+        return Conv1dUpdateKey(
+            dtype=_CNAME[self.x.dtype],
+            w_dtype=_CNAME[self.weight.dtype],
+            state_dtype=_CNAME[self.conv_state.dtype],
+            width=self.weight.shape[1],
+            has_bias=self.bias is not None,
+            silu=self.silu,
+            has_indices=self.conv_state_indices is not None,
+        )
+
+    def compile(self) -> None:
+        self._ensure_support_checked()
+        key = self.compile_key()
+
+        def build():
+            import cuda.bindings.driver as cuda
+            import cutlass.cute as cute
+            from cutlass import Int32
+
+            from .update_kernel import CausalConv1dUpdate as Kernel
+
+            args = [
+                _fake_ptr(key.dtype, 16),
+                _fake_ptr(key.w_dtype, 16),
+                _fake_ptr(key.w_dtype, 16) if key.has_bias else None,
+                _fake_ptr(key.state_dtype, 1),
+                _fake_ptr("Int32", 4) if key.has_indices else None,
+                _fake_ptr(key.dtype, 16),
+            ]
+            return cute.compile(Kernel(key), *args, *[Int32(8)] * 8, cuda.CUstream(0))
+
+        from cudnn.kernel_cache import kernel_cache
+
+        self._compiled_kernel = kernel_cache.get_or_compile(key, build, family=FAMILY)
+
+    def execute(self, x, conv_state, weight, out, bias=None, conv_state_indices=None, *, current_stream=None):
+        what = "CausalConv1dUpdate.execute"
+        self._ensure_support_checked()
+        for t, plan, name in ((bias, self.bias, "bias"), (conv_state_indices, self.conv_state_indices, "conv_state_indices")):
+            if (t is None) != (plan is None):
+                raise ValueError(f"{what}: {name} was {'not ' if plan is None else ''}declared at plan time but execute() received {'a tensor' if t is not None else 'None'}")
+        vec = self._vec
+        _check_runtime(x, self.x, vec, what, token_dims_free=False)
+        _check_runtime(out, self.out, vec, what, token_dims_free=False)
+        _check_runtime(weight, self.weight, 0, what, token_dims_free=False)
+        _check_runtime(conv_state, self.conv_state, 0, what, token_dims_free=False, align=self.conv_state.dtype.itemsize)
+        if tuple(conv_state.stride()) != self.conv_state.stride:
+            raise ValueError(f"{what}: conv_state strides {tuple(conv_state.stride())} differ from the plan's {self.conv_state.stride}")
+        if bias is not None:
+            _check_runtime(bias, self.bias, 0, what, token_dims_free=False)
+        if conv_state_indices is not None:
+            _check_runtime(conv_state_indices, self.conv_state_indices, 0, what, token_dims_free=False, align=4)
+        if self._compiled_kernel is None:
+            self.compile()
+        B, D = int(x.shape[0]), int(x.shape[1])
+        self._compiled_kernel(
+            _ptr(x, self.x.dtype, 16),
+            _ptr(weight, self.weight.dtype, 16),
+            _ptr(bias, self.weight.dtype, 16),
+            _ptr(conv_state, self.conv_state.dtype, 1),
+            _ptr(conv_state_indices, data_type.INT32, 4),
+            _ptr(out, self.x.dtype, 16),
+            B,
+            D,
+            int(conv_state.shape[0]),
+            int(x.stride(0)) if B > 1 else D,
+            int(out.stride(0)) if B > 1 else D,
+            *(int(s) for s in conv_state.stride()),
+            _stream(current_stream, x.device),
+        )
+        return out
+
+
+def causal_conv1d(x, weight, bias=None, activation=None, cu_seqlens=None, initial_states=None, output_final_states: bool = False):
+    """Causal depthwise conv1d over THD ``x`` [T, D] (with ``cu_seqlens`` int32 [N + 1]) or dense [B, L, D].
+
+    ``weight`` [D, W] (W in 2..4), ``bias`` [D], ``activation`` None or 'silu' / 'swish', ``initial_states``
+    [N, D, W - 1] (the W - 1 tokens before each sequence, oldest first). Returns ``y`` (shape and dtype
+    of ``x``), or ``(y, final_states)`` with final_states [N, D, W - 1] when ``output_final_states``.
+    A torch custom op (``torch.ops.cudnn_linear_attention.causal_conv1d_fwd``): fake impl for
+    torch.compile, autograd through :class:`CausalConv1dBackward` (dx, dweight, dbias, d initial_states;
+    final_states are not differentiable).
+    """
+    from .torch_op import causal_conv1d as _impl
+
+    return _impl(x, weight, bias, activation, cu_seqlens, initial_states, output_final_states)
+
+
+def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, conv_state_indices=None):
+    """One decode step: ``x`` [B, D], ``conv_state`` [S, D, W - 1] updated in place, returns ``out`` [B, D].
+
+    ``conv_state_indices`` int32 [B] picks each row's state slot; negative slots are padding (skipped).
+    A torch custom op (``torch.ops.cudnn_linear_attention.causal_conv1d_update``, mutates ``conv_state``).
+    """
+    from .torch_op import causal_conv1d_update as _impl
+
+    return _impl(x, conv_state, weight, bias, activation, conv_state_indices)
