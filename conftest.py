@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 
 import pytest
 
@@ -12,6 +13,8 @@ sys.path.insert(0, os.path.join(_ROOT, "shared"))
 
 # Compile-only tests build Hopper kernels on machines with no GPU.
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+# Test runs never write into the user's kernel cache.
+os.environ.setdefault("CUDNN_KERNEL_CACHE_DIR", tempfile.mkdtemp(prefix="cudnn-kcache-"))
 
 
 def pytest_collection_modifyitems(config, items):

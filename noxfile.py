@@ -27,6 +27,7 @@ from cudnn_testing.lanes import CPU_TORCH, DOWNSTREAM_PINS, LANES  # noqa: E402
 PACKAGES = ["cudnn-core", "cudnn-sdpa", "cudnn-gemm", "cudnn-frost", "cudnn-linear-attention"]
 DIST = os.path.join(ROOT, ".nox", "_dist")
 LOCAL_TORCH_WHEELS = "/opt/wheels"  # where CPU machines keep torch's CPU build
+TVM_FFI = next(p for p in DOWNSTREAM_PINS if p.startswith("apache-tvm-ffi"))  # enables the on-disk kernel cache
 
 nox.options.sessions = [f"tests(dsl='{lane}')" for lane in LANES] + ["lint", "build", "downstream"]
 nox.options.reuse_existing_virtualenvs = False
@@ -77,7 +78,7 @@ def _install_cpu_torch(session) -> None:
 def tests(session, dsl):
     """Fresh venv with DSL ``dsl`` and the wheels whose floor admits it; run every test (GPU tests skip here)."""
     _install_cpu_torch(session)
-    session.install(f"nvidia-cutlass-dsl=={dsl}", "pytest", "numpy", "filelock", "packaging")
+    session.install(f"nvidia-cutlass-dsl=={dsl}", TVM_FFI, "pytest", "numpy", "filelock", "packaging")
     dist = _build_wheels(session)
     admitted, left_out = [], []
     for package in PACKAGES:

@@ -17,8 +17,7 @@ not ``cudnn.kernel_cache``: build the kernel directly (``compile_ptx(build)``), 
 or nothing is compiled and there is no PTX to read.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations``: the DSL reads the kernel annotations below as objects.
 import contextlib
 import glob
 import os
@@ -83,9 +82,7 @@ def compile_ptx(build, tmp_path) -> str:
         build()
         text = ptx_text()
     if not text:
-        raise AssertionError(
-            f"no PTX was written under {tmp_path}: was the kernel really compiled (a cudnn.kernel_cache hit compiles nothing)?"
-        )
+        raise AssertionError(f"no PTX was written under {tmp_path}: was the kernel really compiled (a cudnn.kernel_cache hit compiles nothing)?")
     return text
 
 
@@ -109,7 +106,50 @@ def assert_cudnn_symbols(ptx: str, prefix: str = PREFIX) -> list[str]:
     bad = symbol_violations(symbols, prefix)
     if bad:
         raise AssertionError(
-            f"{len(bad)} kernel symbol(s) break Rule 6 (must start with {prefix!r}_ and carry no 'cutlass'; call "
+            f"{len(bad)} kernel symbol(s) break Rule 6 (must start with '{prefix}_' and carry no 'cutlass'; call "
             f'<kernel>.set_name_prefix("{prefix}", remove_cutlass_symbol=True) right after the @cute.kernel): ' + ", ".join(b[:120] for b in bad)
         )
     return symbols
+
+
+def tiny_kernel(named: bool = True, name_with=None):
+    """A real, tiny CuTe DSL kernel (``b[i] = 2 * a[i]`` over a ``cute.sym_int`` extent) for tests of the
+    core machinery (kernel cache, Rule 6 naming, tvm-ffi export). Returns ``compile(options=None)`` that
+    ``cute.compile``s it from fake tensors (``CUTE_DSL_ARCH`` picks the target) and returns the artifact.
+
+    ``named=False`` leaves out the Rule 6 naming call (the planted violation of the symbol detector);
+    ``name_with(kernel)`` replaces the direct ``set_name_prefix`` call (e.g. ``cudnn._compat.name_kernel``).
+    Each call defines a fresh kernel function, so nothing is shared through the DSL's own caches."""
+    import cuda.bindings.driver as cuda
+    import cutlass
+    import cutlass.cute as cute
+
+    @cute.kernel
+    def cudnn_tiny_scale_kernel(gA: cute.Tensor, gB: cute.Tensor):
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        i = bidx * 128 + tidx
+        if i < cute.size(gA):
+            gB[i] = gA[i] * 2.0
+
+    if named:
+        if name_with is not None:
+            name_with(cudnn_tiny_scale_kernel)
+        else:
+            cudnn_tiny_scale_kernel.set_name_prefix(PREFIX, remove_cutlass_symbol=True)
+
+    @cute.jit
+    def tiny_scale(mA: cute.Tensor, mB: cute.Tensor, stream: cuda.CUstream):
+        n = cute.size(mA)
+        cudnn_tiny_scale_kernel(mA, mB).launch(grid=((n + 127) // 128, 1, 1), block=(128, 1, 1), stream=stream)
+
+    def compile(options=None):
+        n = cute.sym_int()
+        a = cute.runtime.make_fake_compact_tensor(cutlass.Float32, (n,))
+        b = cute.runtime.make_fake_compact_tensor(cutlass.Float32, (n,))
+        stream = cute.runtime.make_fake_stream()
+        if options:
+            return cute.compile(tiny_scale, a, b, stream, options=options)
+        return cute.compile(tiny_scale, a, b, stream)
+
+    return compile

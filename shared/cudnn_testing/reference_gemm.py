@@ -15,6 +15,8 @@ def _act(x, activation: str):
 
     if activation == "none":
         return x
+    if activation == "relu":
+        return torch.relu(x)
     if activation == "relu2":
         return torch.relu(x).square()
     if activation == "gelu_tanh":

@@ -6,6 +6,7 @@ heaviest epilogue (M-major A, N-major B, swiglu over B's halves, bias, stored pr
 from __future__ import annotations
 
 import pytest
+
 from cudnn_testing.compile_only import keep_artifacts, kernel_symbols
 from cudnn_testing.markers import skip_unless_cutedsl
 

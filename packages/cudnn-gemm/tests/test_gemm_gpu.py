@@ -9,6 +9,7 @@ epilogue code does not depend on the operand dtype or A's major). Shapes are not
 from __future__ import annotations
 
 import pytest
+
 from cudnn_testing.markers import skip_unless_cutedsl, skip_unless_sm90
 from cudnn_testing.reference_gemm import reference
 from cudnn_testing.tolerance import assert_close_fa
@@ -25,18 +26,19 @@ def _gpu():
     skip_unless_cutedsl("4.8.0", "cudnn.gemm")
 
 
-def _operands(m, n, k, dtype, a_major, b_major, l=None):
-    lead = () if l is None else (l,)
+def _operands(m, n, k, dtype, a_major, b_major, batch=None):
+    lead = () if batch is None else (batch,)
+    s = k**-0.25  # scaled before the views are taken: elementwise ops on a view return dense strides
     if a_major == "k":
-        a = torch.randn(*lead, m, k, device="cuda", dtype=dtype)
+        a = (torch.randn(*lead, m, k, device="cuda") * s).to(dtype)
     else:  # M-major: the transpose of a (K, M) row-major tensor (M padded to 8 for 16-byte strides)
         mp = (m + 7) // 8 * 8
-        a = torch.randn(*lead, k, mp, device="cuda", dtype=dtype)[..., :m].transpose(-1, -2)
+        a = (torch.randn(*lead, k, mp, device="cuda") * s).to(dtype)[..., :m].transpose(-1, -2)
     if b_major == "n":
-        b = torch.randn(*lead, k, n, device="cuda", dtype=dtype)
+        b = (torch.randn(*lead, k, n, device="cuda") * s).to(dtype)
     else:  # K-major: w.t() of an (N, K) nn.Linear weight
-        b = torch.randn(*lead, n, k, device="cuda", dtype=dtype).transpose(-1, -2)
-    return a / k**0.25, b / k**0.25
+        b = (torch.randn(*lead, n, k, device="cuda") * s).to(dtype).transpose(-1, -2)
+    return a, b
 
 
 def _poisoned_out(shape, dtype):
@@ -46,11 +48,15 @@ def _poisoned_out(shape, dtype):
     return out.fill_(float("nan"))
 
 
+# bf16 runs every (A, B) major pair; fp16 differs only in the element type, so it runs the default pair.
+PLAIN_GRID = [("bf16", mj) for mj in ("kk", "kn", "mk", "mn")] + [("fp16", "kk")]
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-@pytest.mark.parametrize("majors", ["kk", "kn", "mk", "mn"])
+@pytest.mark.parametrize("dt,majors", PLAIN_GRID, ids=[f"{d}-{m}" for d, m in PLAIN_GRID])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_plain(dtype, majors, shape):
+def test_plain(dt, majors, shape):
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dt]
     from cudnn.gemm import gemm
 
     m, n, k = shape
@@ -67,9 +73,9 @@ def test_plain(dtype, majors, shape):
 def test_batched_bias_alpha_beta_c():
     from cudnn.gemm import gemm
 
-    l, m, n, k = BATCHED
-    a, b = _operands(m, n, k, torch.bfloat16, "k", "k", l=l)
-    c = torch.randn(l, m, n, device="cuda", dtype=torch.bfloat16)
+    nb, m, n, k = BATCHED
+    a, b = _operands(m, n, k, torch.bfloat16, "k", "k", batch=nb)
+    c = torch.randn(nb, m, n, device="cuda", dtype=torch.bfloat16)
     bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
     d = gemm(a, b, bias=bias, c=c, alpha=0.5, beta=-1.5)["d"]
     ref, _ = reference(a, b, bias=bias, c=c, alpha=0.5, beta=-1.5)
@@ -94,11 +100,16 @@ def test_row_bias_and_transposed_c():
 FUSION_SHAPES = [(1, 512, 64), (37, 768, 200), (1031, 1280, 1000)]
 
 
+# Every fusion with K-major B (nn.Linear weights); N-major B only where B's TMA view differs (swiglu halves
+# is a hierarchical view of B) -- the epilogue itself does not see B's major.
+FUSIONS = ["srelu", "gelu_tanh", "gelu_erf", "swiglu_interleaved", "swiglu_halves", "amax", "dsrelu"]
+FUSION_GRID = [(f, "k") for f in FUSIONS] + [("swiglu_halves", "n")]
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("b_major", ["k", "n"])
+@pytest.mark.parametrize("fusion,b_major", FUSION_GRID, ids=[f"{f}-b{m}" for f, m in FUSION_GRID])
 @pytest.mark.parametrize("shape", FUSION_SHAPES, ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("fusion", ["srelu", "gelu_tanh", "gelu_erf", "swiglu_interleaved", "swiglu_halves", "amax", "dsrelu"])
-def test_fusions(fusion, shape, b_major):
+def test_fusions(fusion, b_major, shape):
     import cudnn.gemm as G
 
     m, n, k = shape

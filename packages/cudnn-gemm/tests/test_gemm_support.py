@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+
 from cudnn.api_base import TensorDesc
 
 

@@ -70,6 +70,9 @@ def _register_graph_exports() -> None:
         "reduction_mode",
         "pointwise_mode",
         "tensor",
+        "diagonal_alignment",
+        "attention_implementation",
+        "cudnnGraphNotSupportedError",
     ):
         _LAZY_OPTIONAL_IMPORTS.setdefault(name, ("cudnn.graph", name, "cudnn-core"))
 

@@ -20,8 +20,9 @@ import importlib.metadata
 import importlib.util
 import inspect
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from .dsl_gate import CuteDslVersionError, cutedsl_requirement_error, cutedsl_state, cutedsl_too_old
 
@@ -121,13 +122,17 @@ FEATURES: dict[str, Feature] = {
     "tma_gather4": Feature(
         "cpasync.CopyBulkTensor2DGather4G2SOp / Scatter4S2GOp and make_tiled_tma_atom(gmem_coord_tensor=...)",
         "4.8.0",
-        lambda: _exists("cutlass.cute.nvgpu.cpasync.CopyBulkTensor2DGather4G2SOp")
-        and _has_kwarg("cutlass.cute.nvgpu.cpasync.make_tiled_tma_atom", "gmem_coord_tensor"),
+        lambda: (
+            _exists("cutlass.cute.nvgpu.cpasync.CopyBulkTensor2DGather4G2SOp")
+            and _has_kwarg("cutlass.cute.nvgpu.cpasync.make_tiled_tma_atom", "gmem_coord_tensor")
+        ),
     ),
     "packed_half_math": Feature(
         "cute.arch.{add,sub,fma}_packed_{bf16x2,f16x2}, exp2_packed_bf16x2, fma_bf16", "4.8.0", lambda: _exists("cutlass.cute.arch.fma_packed_bf16x2")
     ),
-    "pipeline_empty": Feature("cutlass.pipeline.PipelineEmpty / PerStagePipelineState / compute_k_tile", "4.8.0", lambda: _exists("cutlass.pipeline.PipelineEmpty")),
+    "pipeline_empty": Feature(
+        "cutlass.pipeline.PipelineEmpty / PerStagePipelineState / compute_k_tile", "4.8.0", lambda: _exists("cutlass.pipeline.PipelineEmpty")
+    ),
     "tiled_tma_atom_C": Feature("cute.nvgpu.make_tiled_tma_atom_C", "4.8.0", lambda: _exists("cutlass.cute.nvgpu.make_tiled_tma_atom_C")),
     "cutlass_array": Feature("cutlass.Array, cutlass.GridConstant, cutlass.full / full_like", "4.7.1", lambda: _exists("cutlass.GridConstant")),
     "sparse_warp_mma": Feature("cute.nvgpu.warp.MmaF16BF16SparseOp", "4.8.0", lambda: _exists("cutlass.cute.nvgpu.warp.MmaF16BF16SparseOp")),
@@ -206,7 +211,7 @@ HOPPER_APIS: tuple[str, ...] = (
 )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def has_feature(name: str) -> bool:
     """Whether the installed DSL has feature ``name`` (a key of :data:`FEATURES`): probed, cached.
 

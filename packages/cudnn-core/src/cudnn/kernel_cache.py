@@ -117,9 +117,7 @@ def canonical_key(key: Any) -> tuple[str, bool]:
     try:
         hash(key)
     except TypeError as exc:
-        raise KernelCacheKeyError(
-            f"kernel cache key {key!r} is not hashable ({exc}); use a frozen dataclass or a tuple of plan-time values (Rule 4)"
-        ) from None
+        raise KernelCacheKeyError(f"kernel cache key {key!r} is not hashable ({exc}); use a frozen dataclass or a tuple of plan-time values (Rule 4)") from None
     stable = [True]
 
     def canon(obj: Any, depth: int) -> str:
@@ -258,7 +256,7 @@ def target_arch() -> str | None:
 
 
 def fingerprint(package: str | None) -> dict[str, Any]:
-    """What an on-disk entry depends on besides its key. A None value means 'unknown' (no disk)."""
+    """What an on-disk entry depends on besides its key (an unknown package, source or arch: no disk entry)."""
     return {
         "format": FORMAT_VERSION,
         "dsl": _dist_version("nvidia-cutlass-dsl"),
@@ -281,20 +279,22 @@ class TvmFfiCodec:
     suffix = ".o"
 
     def unavailable_reason(self) -> str | None:
-        if importlib.util.find_spec("tvm_ffi") is None:
-            return "apache-tvm-ffi is not installed (pip install apache-tvm-ffi)"
+        """None when the DSL and apache-tvm-ffi are installed and the DSL has the export, else why not."""
         from . import _compat
 
-        if not _compat.tvm_ffi_export_available():
-            return _compat.tvm_ffi_export_reason()
-        return None
+        return _compat.tvm_ffi_export_reason()
 
     def accepts(self, obj: Any) -> bool:
-        if "tvm_ffi" not in sys.modules:
+        """A DSL tvm-ffi compiled function (``TVMFFIJitCompiledFunction[WithKwargs]``, every lane)."""
+        if "tvm_ffi" not in sys.modules or "cutlass" not in sys.modules:
             return False
-        import tvm_ffi
+        from . import _compat
 
-        return isinstance(obj, tvm_ffi.Function) and callable(getattr(obj, "export_to_c", None))
+        try:
+            base = _compat._resolve("cutlass.cutlass_dsl.tvm_ffi_provider.TVMFFIJitCompiledFunctionBase")
+        except (ImportError, AttributeError):
+            return False
+        return isinstance(obj, base)
 
     def save(self, obj: Any, path: str, symbol: str) -> None:
         obj.export_to_c(path, symbol)
@@ -362,7 +362,11 @@ class KernelCache:
         ``cudnn.<family>`` (see :func:`owning_package`)."""
         full_key = (family, key)
         with self._lock:
-            hit = self._entries.get(full_key)
+            try:
+                hit = self._entries.get(full_key)
+            except TypeError:  # unhashable: say why in Rule 4 terms
+                canonical_key(key)
+                raise
             if hit is not None:
                 self.stats.hits += 1
                 self._event("hit", family, key)
@@ -381,8 +385,6 @@ class KernelCache:
             return DiskStatus(False, f"disabled by {ENV_DISABLE}={os.environ.get(ENV_DISABLE)!r}", directory)
         if importlib.util.find_spec("filelock") is None:
             return DiskStatus(False, "filelock is not installed", directory)
-        if _dist_version("nvidia-cutlass-dsl") is None:
-            return DiskStatus(False, "nvidia-cutlass-dsl is not installed", directory)
         reason = self.codec.unavailable_reason()
         if reason:
             return DiskStatus(False, reason, directory)
@@ -443,7 +445,7 @@ class KernelCache:
             return f"key {canon[:120]} has no stable repr (an object printed with its address): in-process only"
         package = package or owning_package(family, build)
         fp = fingerprint(package)
-        missing = [k for k, v in fp.items() if v is None]
+        missing = [k for k in ("package", "source", "arch") if fp[k] is None]
         if missing:
             return f"fingerprint incomplete ({', '.join(missing)} unknown): in-process only"
         fp_text = json.dumps(fp, sort_keys=True)

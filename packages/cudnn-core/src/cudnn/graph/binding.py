@@ -1,7 +1,8 @@
 """The shared execute path (Rule 9): variant pack, overrides and workspace checks every engine gets.
 
 Validation only: tensors are read for metadata (``shape``, ``stride()``, ``dtype``, ``device``), never
-converted, copied or synced (Rules 1-3), and nothing here imports torch. Errors are ``ValueError``
+converted, copied or synced (Rules 1-3). torch is imported only by ``Workspace.over`` when a workspace
+tensor is passed (R2's one workspace checker). Errors are ``ValueError``
 naming the tensor (name and uid) with what was bound and what the graph declares.
 """
 
@@ -35,7 +36,7 @@ def _same_device(a: str, b: str) -> bool:
 
 
 def _strides_match(dim: tuple[int, ...], want: tuple[int, ...], got: tuple[int, ...]) -> bool:
-    return all(d == 1 or w == g for d, w, g in zip(dim, want, got))
+    return all(d == 1 or w == g for d, w, g in zip(dim, want, got, strict=False))
 
 
 def parse_overrides(graph, override_uids, override_shapes, override_strides) -> dict[int, tuple[tuple[int, ...], tuple[int, ...]]] | None:
@@ -51,7 +52,7 @@ def parse_overrides(graph, override_uids, override_shapes, override_strides) -> 
     if not (len(uids) == len(shapes) == len(strides)):
         raise ValueError(f"override_uids ({len(uids)}), override_shapes ({len(shapes)}) and override_strides ({len(strides)}) differ in length")
     out = {}
-    for uid, shape, stride in zip(uids, shapes, strides):
+    for uid, shape, stride in zip(uids, shapes, strides, strict=False):
         uid = uid.uid if isinstance(uid, tensor) else int(uid)
         t = graph._by_uid.get(uid)
         if t is None:
@@ -140,27 +141,15 @@ def _check_by_value(t: tensor, value: Any) -> None:
 
 
 def check_workspace(workspace: Any, required: int, device: str | None, owner: str) -> Any:
-    """The caller's workspace checked for dtype, rank, device and size (R2); None is fine only when nothing is required."""
-    if workspace is None:
-        if required > 0:
-            raise ValueError(
-                f"{owner} requires a {required}-byte workspace but execute() received none; "
-                "allocate graph.get_workspace_size() bytes and pass the buffer to execute()"
-            )
-        return None
-    if isinstance(workspace, int):
-        raise TypeError(f"{owner}: pass the workspace as a torch.uint8 tensor, not a raw pointer (its device and size are checked)")
-    if not hasattr(workspace, "dtype") or not hasattr(workspace, "device"):
-        raise TypeError(f"{owner}: workspace must be a torch.Tensor, got {type(workspace).__name__}")
-    if str(workspace.dtype) != "torch.uint8" or workspace.dim() != 1 or (workspace.numel() > 1 and workspace.stride(0) != 1):
-        raise ValueError(
-            f"{owner}: workspace must be a contiguous 1-D torch.uint8 tensor; got shape={tuple(workspace.shape)} stride={tuple(workspace.stride())} dtype={workspace.dtype}"
-        )
-    wdev = str(workspace.device)
-    if device is not None and not _same_device(wdev, device):
-        raise ValueError(f"{owner}: workspace is on {wdev} but the operands are on {device}; allocate it on {device}")
-    if workspace.numel() < required:
-        raise ValueError(f"{owner}: workspace holds {workspace.numel()} bytes but {required} are required; allocate graph.get_workspace_size() bytes")
-    if required > 0 and wdev != "meta" and workspace.data_ptr() % 128:
-        raise ValueError(f"{owner}: workspace address 0x{workspace.data_ptr():x} is not 128-byte aligned")
+    """The caller's workspace: on the operands' device even when nothing is required, then ``Workspace.over``'s
+    checks (R2: dtype, rank, size, alignment; its message when none was passed but bytes are required)."""
+    if workspace is not None:
+        if isinstance(workspace, int):
+            raise TypeError(f"{owner}: pass the workspace as a torch.uint8 tensor, not a raw pointer (its device and size are checked)")
+        wdev = getattr(workspace, "device", None)
+        if device is not None and wdev is not None and not _same_device(str(wdev), device):
+            raise ValueError(f"{owner}: workspace is on {wdev} but the operands are on {device}; allocate it on {device}")
+    from ..workspace import Workspace
+
+    Workspace.over(workspace, required, owner, device=device)
     return workspace

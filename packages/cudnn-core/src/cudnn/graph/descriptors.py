@@ -80,11 +80,27 @@ class tensor:  # noqa: N801 - upstream's spelling
         #: the node that produces this tensor (None for graph inputs).
         self.producer = None
         self._graph = None
+        #: fields ("dim", "stride", "dtype") filled by validate's inference (cleared and re-inferred on re-validate)
+        self._inferred: set[str] = set()
 
     # -- internal ---------------------------------------------------------------------------------
     def _touch(self) -> None:
         if self._graph is not None:
             self._graph._invalidate(f"tensor {self._name!r} changed")
+
+    def _infer(self, field: str, value) -> None:
+        """Set a field by inference (not by the caller): validate re-infers it after the graph changes."""
+        setattr(self, {"dim": "_dim", "stride": "_stride", "dtype": "_data_type"}[field], value)
+        self._inferred.add(field)
+
+    def _clear_inferred(self) -> None:
+        if "dim" in self._inferred:
+            self._dim = ()
+        if "stride" in self._inferred:
+            self._stride = ()
+        if "dtype" in self._inferred:
+            self._data_type = data_type.NOT_SET
+        self._inferred.clear()
 
     # -- upstream accessors -----------------------------------------------------------------------
     def get_name(self) -> str:
@@ -100,6 +116,7 @@ class tensor:  # noqa: N801 - upstream's spelling
 
     def set_dim(self, dim) -> tensor:
         self._dim = _ints(dim, "dim", self._name)
+        self._inferred.discard("dim")
         self._touch()
         return self
 
@@ -108,6 +125,7 @@ class tensor:  # noqa: N801 - upstream's spelling
 
     def set_stride(self, stride) -> tensor:
         self._stride = _ints(stride, "stride", self._name)
+        self._inferred.discard("stride")
         self._touch()
         return self
 
@@ -116,6 +134,7 @@ class tensor:  # noqa: N801 - upstream's spelling
 
     def set_data_type(self, data_type: Any = data_type.NOT_SET) -> tensor:
         self._data_type = to_data_type(data_type)
+        self._inferred.discard("dtype")
         self._touch()
         return self
 

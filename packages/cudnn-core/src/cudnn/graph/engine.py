@@ -41,7 +41,9 @@ What an engine sees (``graph`` is the validated ``cudnn.pygraph``; read it, neve
   ``cudnn.pointwise_mode``) and ``compute_data_type``.
 - tensors (``cudnn.tensor``): ``name``, ``uid``, ``dim``, ``stride`` (tuples), ``data_type``,
   ``is_virtual`` (an intermediate: never in the variant pack), ``is_pass_by_value`` (a host scalar),
-  ``ragged_offset`` (a tensor or None), ``describe()`` for error messages.
+  ``ragged_offset`` (a tensor or None), ``value`` (a Python number for a compile-time constant, e.g. the
+  ``0.5`` of ``graph.mul(a=x, b=0.5)``: bake it in, it is never in the variant pack), ``describe()`` for
+  error messages.
 - ``graph.inputs()`` / ``graph.outputs()``: the non-virtual tensors the caller binds at execute.
 - ``graph.device``: ``"cpu"``, ``"cuda"``, ``"cuda:1"``... or None when the graph does not say (no
   handle, no ``tensor_like``); ``graph.io_data_type`` / ``intermediate_data_type`` / ``compute_data_type``;
@@ -71,7 +73,11 @@ plan-time values only (Rule 4); what ``check_support`` accepts, the kernel serve
 The reference engine (``cudnn.graph.reference``, ``is_reference = True``) is the oracle: pure PyTorch,
 fp32 compute, every node kind. It is ranked after every kernel engine and is offered for a CUDA (or
 unknown-device) graph only when asked for by name: ``graph.create_execution_plans(..., engines=["reference"])``
-or ``graph.select_engines(["reference"])`` before ``create_execution_plans``.
+or ``graph.select_engines(["reference"])`` before ``create_execution_plans``. A family's tests run one
+graph-building function twice, once per route, and compare (Rule 9: same caller code for both engines)::
+
+    g_kernel = build(); g_kernel.create_execution_plans(engines=["sdpa_fwd_sm90"]); ...
+    g_ref = build(); g_ref.create_execution_plans(engines=["reference"]); ...
 """
 
 from __future__ import annotations

@@ -116,7 +116,7 @@ def default_dtype(graph, t: tensor, fallback: data_type) -> None:
         dt = graph.intermediate_data_type if graph.intermediate_data_type is not data_type.NOT_SET else data_type.FLOAT
     else:
         dt = graph.io_data_type if graph.io_data_type is not data_type.NOT_SET else fallback
-    t._data_type = dt
+    t._infer("dtype", dt)
 
 
 def set_shape(node: Node, port: str, t: tensor, dim: tuple[int, ...], stride: tuple[int, ...] | None = None) -> None:
@@ -124,9 +124,10 @@ def set_shape(node: Node, port: str, t: tensor, dim: tuple[int, ...], stride: tu
     dim = tuple(int(d) for d in dim)
     if t.dim and t.dim != dim:
         fail(node, f"output {port} {t.describe()} was set to dim {t.dim} but the node produces {dim}")
-    t._dim = dim
+    if not t.dim:
+        t._infer("dim", dim)
     if not t.stride:
-        t._stride = tuple(stride) if stride is not None else contiguous_stride(dim)
+        t._infer("stride", tuple(stride) if stride is not None else contiguous_stride(dim))
     elif len(t.stride) != len(dim):
         fail(node, f"output {port} {t.describe()}: stride rank {len(t.stride)} differs from dim rank {len(dim)}")
 
@@ -136,12 +137,27 @@ def require_rank(node: Node, port: str, t: tensor, rank: int) -> None:
         fail(node, f"input {port} {t.describe()} must have rank {rank}")
 
 
+class _ones:
+    """A rank-``rank`` all-ones stand-in for a one-element operand (inference only)."""
+
+    def __init__(self, t: tensor, rank: int):
+        self.dim, self.stride, self.rank, self._t = (1,) * rank, (1,) * rank, rank, t
+
+    def describe(self) -> str:
+        return self._t.describe()
+
+
 def broadcast(node: Node, named: list[tuple[str, tensor]]) -> tuple[int, ...]:
     """Broadcast dims of same-rank operands (each extent equal or 1)."""
-    rank = named[0][1].rank
+    rank = max(t.rank for _, t in named)
+    # one-element operands (scalars, constants) broadcast at any rank
+    named = [(p, t) if t.rank == rank or t.numel() != 1 else (p, _ones(t, rank)) for p, t in named]
     for port, t in named:
         if t.rank != rank:
-            fail(node, f"input {port} {t.describe()} has rank {t.rank} but {named[0][0]} {named[0][1].describe()} has rank {rank}; pointwise operands share one rank")
+            fail(
+                node,
+                f"input {port} {t.describe()} has rank {t.rank} but another operand has rank {rank}; pointwise operands share one rank (one-element operands excepted)",
+            )
     out = []
     for i in range(rank):
         extents = {t.dim[i] for _, t in named} - {1}
@@ -162,7 +178,7 @@ def _infer_matmul(graph, node: Node) -> None:
     if k != kb:
         fail(node, f"A {a.describe()} has K={k} but B {b.describe()} has K={kb}")
     batch = []
-    for i, (da, db) in enumerate(zip(a.dim[:-2], b.dim[:-2])):
+    for i, (da, db) in enumerate(zip(a.dim[:-2], b.dim[:-2], strict=False)):
         if da != db and 1 not in (da, db):
             fail(node, f"batch dim {i} does not broadcast: A {a.describe()}, B {b.describe()}")
         batch.append(max(da, db))
@@ -184,13 +200,14 @@ def _infer_pointwise(graph, node: Node) -> None:
     if mode is pointwise_mode.BINARY_SELECT:
         named = named[:2]
     # strides follow the first full-extent operand's layout
-    like = next((t.stride for _, t in named if t.dim == dim and t.stride), None)
+    like = next((t.stride for _, t in named if t.dim == dim and t.stride and t.rank == len(dim)), None)
     set_shape(node, "OUT_0", out, dim, stride_like(dim, like) if like is not None else None)
     if mode is pointwise_mode.GEN_INDEX:
         axis = node.attrs.get("axis")
         if axis is None or not (0 <= int(axis) < len(dim)):
             fail(node, f"gen_index axis {axis!r} is outside rank {len(dim)}")
-        default_dtype(graph, out, data_type.INT32)
+        if out.data_type is data_type.NOT_SET:
+            out._infer("dtype", data_type.INT32)
         return
     fallback = named[0][1].data_type
     default_dtype(graph, out, fallback)
@@ -203,7 +220,7 @@ def _infer_reduction(graph, node: Node) -> None:
         fail(node, f"set the output's dim (y.set_dim([...])) to say which axes reduce: an extent of 1 where input {x.describe()} reduces")
     if y.rank != x.rank:
         fail(node, f"output Y {y.describe()} must have the rank of input X {x.describe()}")
-    for i, (dx, dy) in enumerate(zip(x.dim, y.dim)):
+    for i, (dx, dy) in enumerate(zip(x.dim, y.dim, strict=False)):
         if dy not in (dx, 1):
             fail(node, f"output Y {y.describe()} dim {i} is {dy}; it must be {dx} (kept) or 1 (reduced)")
     set_shape(node, "Y", y, y.dim)
@@ -260,7 +277,7 @@ def _sdpa_geometry(node: Node) -> tuple[int, int, int, int, int, int, int]:
             fail(node, "paged attention needs use_padding_mask=True with seq_len_kv")
         _, h_k, block_k, dk = k.dim
         _, h_v, block_v, d_v = v.dim
-        for port, t, blk in (("paged_attention_k_table", kt, block_k), ("paged_attention_v_table", vt, block_v)):
+        for port, t in (("paged_attention_k_table", kt), ("paged_attention_v_table", vt)):
             if t.rank != 4 or t.dim[0] != b or t.dim[1] != 1 or t.dim[3] != 1 or t.data_type not in _INDEX_DTYPES:
                 fail(node, f"{port} {t.describe()} must be int32 with dim ({b}, 1, max_pages_per_seq, 1)")
         s_kv = node.attrs.get("paged_attention_max_seq_len_kv") or kt.dim[2] * block_k
@@ -293,9 +310,9 @@ def _check_sdpa_common(node: Node, b: int, h_q: int, s_q: int, s_kv: int) -> Non
     bias = node.inputs.get("bias")
     if bias is not None:
         full = (b, h_q, s_q, s_kv)
-        if bias.rank != 4 or any(d not in (f, 1) for d, f in zip(bias.dim, full)):
+        if bias.rank != 4 or any(d not in (f, 1) for d, f in zip(bias.dim, full, strict=False)):
             fail(node, f"bias {bias.describe()} must broadcast to {full}")
-    for port in ("q", "k", "v", "o", "dO", "dQ", "dK", "dV"):
+    for port in ("q", "k", "v", "o", "dO", "stats", "dQ", "dK", "dV"):
         t = node.inputs.get(port) or node.outputs.get(port)
         if t is not None:
             _check_ragged(node, port, t, b)
@@ -309,11 +326,12 @@ def _infer_sdpa(graph, node: Node) -> None:
     o = node.outputs["o"]
     set_shape(node, "o", o, (b, h_q, s_q, d_v), stride_like((b, h_q, s_q, d_v), q.stride))
     default_dtype(graph, o, q.data_type)
-    stats = node.outputs.get("stats")
-    if stats is not None:
-        set_shape(node, "stats", stats, (b, h_q, s_q, 1))
-        if stats.data_type is data_type.NOT_SET:
-            stats._data_type = data_type.FLOAT
+    for port in ("stats", "score_max", "score_sum_exp"):  # per-row FLOAT statistics
+        t = node.outputs.get(port)
+        if t is not None:
+            set_shape(node, port, t, (b, h_q, s_q, 1))
+            if t.data_type is data_type.NOT_SET:
+                t._infer("dtype", data_type.FLOAT)
 
 
 def _infer_sdpa_backward(graph, node: Node) -> None:

@@ -36,7 +36,15 @@ UNARY = {
     "elu": pm.ELU_FWD,
 }
 #: ``op(a, b, compute_data_type, name)``
-BINARY_AB = {"add": pm.ADD, "sub": pm.SUB, "mul": pm.MUL, "div": pm.DIV, "add_square": pm.ADD_SQUARE, "logical_and": pm.LOGICAL_AND, "logical_or": pm.LOGICAL_OR}
+BINARY_AB = {
+    "add": pm.ADD,
+    "sub": pm.SUB,
+    "mul": pm.MUL,
+    "div": pm.DIV,
+    "add_square": pm.ADD_SQUARE,
+    "logical_and": pm.LOGICAL_AND,
+    "logical_or": pm.LOGICAL_OR,
+}
 #: ``op(input0, input1, compute_data_type, name)``
 BINARY_01 = {"max": pm.MAX, "min": pm.MIN, "mod": pm.MOD, "pow": pm.POW}
 #: ``op(input, comparison, compute_data_type, name)``

@@ -122,7 +122,15 @@ class SdpaOps:
             "score_mod": score_mod,
             "implementation": implementation,
             "unfuse_fma": bool(unfuse_fma),
-            **_normalize_mask(op, use_causal_mask, use_causal_mask_bottom_right, sliding_window_length, diagonal_alignment, diagonal_band_left_bound, diagonal_band_right_bound),
+            **_normalize_mask(
+                op,
+                use_causal_mask,
+                use_causal_mask_bottom_right,
+                sliding_window_length,
+                diagonal_alignment,
+                diagonal_band_left_bound,
+                diagonal_band_right_bound,
+            ),
         }
         inputs = {
             "q": q,
@@ -194,7 +202,15 @@ class SdpaOps:
             "use_deterministic_algorithm": bool(use_deterministic_algorithm),
             "score_mod": score_mod,
             "score_mod_bprop": score_mod_bprop,
-            **_normalize_mask(op, use_causal_mask, use_causal_mask_bottom_right, sliding_window_length, diagonal_alignment, diagonal_band_left_bound, diagonal_band_right_bound),
+            **_normalize_mask(
+                op,
+                use_causal_mask,
+                use_causal_mask_bottom_right,
+                sliding_window_length,
+                diagonal_alignment,
+                diagonal_band_left_bound,
+                diagonal_band_right_bound,
+            ),
         }
         inputs = {
             "q": q,

@@ -5,7 +5,7 @@ Each helper is a ``@cute.jit`` function on one fp32 register value (the kernel c
 
     x = alpha * acc  [+ beta * C[m, n]]  [+ bias[n] or bias[m]]      # affine part
     pre = x                                                             # optionally stored (aux out)
-    y = activation(x)              # none | relu2 | gelu_tanh | gelu_erf
+    y = activation(x)              # none | relu | relu2 | gelu_tanh | gelu_erf
     y = silu(gate) * up            # swiglu pairs a gate value with its up value
     y = acc * 2 * relu(pre_in)     # dsrelu: acc is dD, pre_in read from the aux input
     amax = max(amax, |y|)          # optional per-tensor amax
@@ -20,7 +20,7 @@ import cutlass.cute as cute
 from cutlass import Float32
 
 #: Activations :func:`activation` knows (plan-time strings, part of the compile key).
-ACTIVATIONS = ("none", "relu2", "gelu_tanh", "gelu_erf")
+ACTIVATIONS = ("none", "relu", "relu2", "gelu_tanh", "gelu_erf")
 
 _SQRT_2_OVER_PI = 0.7978845608028654
 _GELU_CUBIC = 0.044715
@@ -31,6 +31,8 @@ _INV_SQRT_2 = 0.7071067811865476
 def activation(x: Float32, act: cutlass.Constexpr) -> Float32:
     """``act(x)`` for one fp32 value; ``act`` is a plan-time string from :data:`ACTIVATIONS`."""
     y = x
+    if cutlass.const_expr(act == "relu"):
+        y = cute.arch.fmax(x, Float32(0.0))
     if cutlass.const_expr(act == "relu2"):
         r = cute.arch.fmax(x, Float32(0.0))
         y = r * r
@@ -44,8 +46,8 @@ def activation(x: Float32, act: cutlass.Constexpr) -> Float32:
 
 @cute.jit
 def silu_mul(gate: Float32, up: Float32) -> Float32:
-    """SwiGLU: ``silu(gate) * up`` with ``silu(g) = g / (1 + exp(-g))``."""
-    return gate / (Float32(1.0) + cute.math.exp(-gate, fastmath=True)) * up
+    """SwiGLU: ``silu(gate) * up`` with ``silu(g) = g * rcp(1 + exp(-g))`` (approximate reciprocal, fast exp)."""
+    return gate * cute.arch.rcp_approx(Float32(1.0) + cute.math.exp(-gate, fastmath=True)) * up
 
 
 @cute.jit

@@ -8,7 +8,6 @@ swizzle width that groups neighbouring clusters into L2-friendly bands. Both are
 
 from __future__ import annotations
 
-import cutlass.cute as cute
 import cutlass.utils as utils
 
 
@@ -17,9 +16,3 @@ def make_scheduler(num_ctas_mnl, cluster_shape_mn, swizzle: int, raster_along_m:
     params = utils.PersistentTileSchedulerParams(num_ctas_mnl, (*cluster_shape_mn, 1), swizzle, raster_along_m)
     grid = utils.StaticPersistentTileScheduler.get_grid_shape(params, max_active_clusters)
     return params, grid
-
-
-def num_tiles(shape_mn_l, tile_mn) -> tuple:
-    """Tiles along M, N and the batch (host side, inside @cute.jit)."""
-    m, n, l = shape_mn_l
-    return (cute.ceil_div(m, tile_mn[0]), cute.ceil_div(n, tile_mn[1]), l)

@@ -21,6 +21,7 @@ What it serves natively (anything else is declined with NotImplementedError, nev
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 
 from cudnn.api_base import APIBase, TensorDesc, TupleDict, as_desc
@@ -29,7 +30,7 @@ from cudnn.datatypes import data_type
 _AB_DTYPES = (data_type.BFLOAT16, data_type.HALF)
 _NAMES = {data_type.BFLOAT16: "bfloat16", data_type.HALF: "float16", data_type.FLOAT: "float32"}
 _INT32_MAX = 2**31 - 1
-ACTIVATIONS = ("none", "relu2", "gelu_tanh", "gelu_erf")
+ACTIVATIONS = ("none", "relu", "relu2", "gelu_tanh", "gelu_erf")
 
 
 def _major_2d(desc: TensorDesc, rows_dim: int, cols_dim: int):
@@ -73,7 +74,7 @@ class GemmSm90(APIBase):
         aux: (M, N) / (L, M, N) row-major: written pre-activation when ``store_pre``; read as the
            forward pre-activation when ``dsrelu``.
         amax: (1,) fp32 output when ``amax=True``: max |D| over the valid outputs (before the cast).
-        activation: "none" | "relu2" | "gelu_tanh" | "gelu_erf" (plan-time).
+        activation: "none" | "relu" | "relu2" | "gelu_tanh" | "gelu_erf" (plan-time).
         swiglu: None | "interleaved" (gate/up in alternating blocks of 128 columns) | "halves" ([gate | up]).
         alpha, beta: default runtime scalars (execute may override them without recompiling).
     """
@@ -129,7 +130,10 @@ class GemmSm90(APIBase):
         la = a.shape[0] if a.rank == 3 else 1
         lb = b.shape[0] if b.rank == 3 else 1
         ld = d.shape[0] if d.rank == 3 else 1
-        self._value_error_if(not (a.rank == b.rank == d.rank), f"{what}: a, b, d must all be rank 2 or all rank 3 (got {a.rank}, {b.rank}, {d.rank}); flatten a batched a into rows for a shared b")
+        self._value_error_if(
+            not (a.rank == b.rank == d.rank),
+            f"{what}: a, b, d must all be rank 2 or all rank 3 (got {a.rank}, {b.rank}, {d.rank}); flatten a batched a into rows for a shared b",
+        )
         self._value_error_if(not (la == lb == ld), f"{what}: batch sizes differ: a {la}, b {lb}, d {ld}")
         m, k = a.shape[-2:]
         kb, n = b.shape[-2:]
@@ -210,13 +214,23 @@ class GemmSm90(APIBase):
 
     def compile(self) -> None:
         self._ensure_support_checked()
+        from cudnn._compat import tvm_ffi_available
         from cudnn.kernel_cache import kernel_cache
 
         from . import kernel_sm90
 
         self.config = self._make_config()
-        self._compiled_kernel = kernel_cache.get_or_compile(self.config, lambda: kernel_sm90.compile_kernel(self.config), family="gemm")
+        # tvm-ffi entry when apache-tvm-ffi is installed (µs launches); CUDNN_GEMM_TVM_FFI=0 forces the DSL's own entry
+        self._tvm_ffi = tvm_ffi_available() and os.environ.get("CUDNN_GEMM_TVM_FFI", "1") != "0"
+        key = (self.config, "tvm-ffi" if self._tvm_ffi else "dsl")
+        self._compiled_kernel = kernel_cache.get_or_compile(key, lambda: kernel_sm90.compile_kernel(self.config, tvm_ffi=self._tvm_ffi), family="gemm")
         self._precompute_scalars()
+        import torch
+
+        self._torch_dtypes = {name: (getattr(torch, _NAMES[desc.dtype]) if desc is not None else None) for name, desc in self._descs().items()}
+
+    def _descs(self):
+        return {"a": self.a, "b": self.b, "d": self.d, "c": self.c, "bias": self.bias, "aux": self.aux, "amax": self.amax}
 
     def _precompute_scalars(self):
         """Runtime Int32 arguments (extents and strides) of this plan, in the kernel's order."""
@@ -248,6 +262,7 @@ class GemmSm90(APIBase):
             bstride(aux, 0),
         ]
         del batched
+        self._int_vals = tuple(int(v) for v in vals)
         self._int_args = tuple(Int32(v) for v in vals)
 
     def scratch_workspace_bytes(self) -> int:
@@ -259,36 +274,53 @@ class GemmSm90(APIBase):
         if self._compiled_kernel is None:
             raise RuntimeError("GemmSm90.execute() before compile()")
         what = "GemmSm90.execute"
-        chk = self._check_tensor_matches
-        chk(a, self.a, what)
-        chk(b, self.b, what)
-        chk(d, self.d, what)
-        for t, desc, name in ((c, self.c, "c"), (bias, self.bias, "bias"), (aux, self.aux, "aux"), (amax, self.amax, "amax")):
+        tensors = {"a": a, "b": b, "d": d, "c": c, "bias": bias, "aux": aux, "amax": amax}
+        for name, desc in self._descs().items():
+            t = tensors[name]
             if desc is None:
                 if t is not None:
                     raise ValueError(f"{what}: {name} was passed but the plan was built without it (it would be ignored)")
-            else:
-                chk(t, desc, what)
+            elif t is None or t.dtype is not self._torch_dtypes[name] or t.shape != desc.shape or t.stride() != desc.stride:
+                self._check_tensor_matches(t, desc, what)  # raises with the full description
         for t, name in ((a, "a"), (b, "b"), (d, "d")):
             if t.data_ptr() % 16:
                 raise ValueError(f"{what}: {name} address 0x{t.data_ptr():x} is not 16-byte aligned (TMA)")
+        if not (a.device == b.device == d.device) or (self.a.device is not None and str(a.device) != self.a.device):
+            raise ValueError(f"{what}: a, b, d are on {a.device}, {b.device}, {d.device}; the plan was built for {self.a.device}")
+        from cudnn._torch_stream import launch_stream_handle, stream_context
+
+        handle = launch_stream_handle(current_stream, a.device)
+        if amax is not None:
+            with stream_context(handle, a.device):
+                amax.zero_()  # the promised reset: a 4-byte memset on the launch stream
+        alpha = self.alpha if alpha is None else float(alpha)
+        beta = self.beta if beta is None else float(beta)
+        if self._tvm_ffi:
+            self._compiled_kernel(
+                a.data_ptr(),
+                b.data_ptr(),
+                d.data_ptr(),
+                None if c is None else c.data_ptr(),
+                None if bias is None else bias.data_ptr(),
+                None if aux is None else aux.data_ptr(),
+                None if amax is None else amax.data_ptr(),
+                *self._int_vals,
+                alpha,
+                beta,
+                handle,
+            )
+            return d
         import cuda.bindings.driver as cuda
         from cutlass import Float32
         from cutlass.cute.runtime import make_ptr
 
-        from cudnn._torch_stream import launch_stream_handle, stream_context
-
         from .kernel_sm90 import pointer_dtype
 
         gmem = _gmem()
-        handle = launch_stream_handle(current_stream, a.device)
 
         def ptr(t, align):
             return None if t is None else make_ptr(pointer_dtype(t.dtype), t.data_ptr(), gmem, assumed_align=align)
 
-        if amax is not None:
-            with stream_context(handle, a.device):
-                amax.zero_()  # the promised reset: a 4-byte memset on the launch stream
         self._compiled_kernel(
             ptr(a, 16),
             ptr(b, 16),
@@ -298,8 +330,8 @@ class GemmSm90(APIBase):
             ptr(aux, aux.element_size() if aux is not None else 1),
             ptr(amax, 4),
             *self._int_args,
-            Float32(self.alpha if alpha is None else float(alpha)),
-            Float32(self.beta if beta is None else float(beta)),
+            Float32(alpha),
+            Float32(beta),
             cuda.CUstream(handle),
         )
         return d
@@ -316,7 +348,7 @@ _PLANS: dict = {}
 
 
 def _key_of(t):
-    return None if t is None else (tuple(t.shape), tuple(t.stride()), t.dtype, str(t.device))
+    return None if t is None else (t.shape, t.stride(), t.dtype, t.device)
 
 
 def cached_plan(a, b, d, **kw) -> GemmSm90:

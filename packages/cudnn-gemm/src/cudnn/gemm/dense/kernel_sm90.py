@@ -150,7 +150,7 @@ class GemmSm90Kernel:
         m: Int32,
         n: Int32,
         k: Int32,
-        l: Int32,
+        l: Int32,  # noqa: E741
         lda: Int32,
         bsa: Int32,
         ldb: Int32,
@@ -178,9 +178,7 @@ class GemmSm90Kernel:
             half = n // 2
             nblk = n // (2 * SWIGLU_BLOCK)
             if cutlass.const_expr(cfg.b_major == "k"):
-                mB = cute.make_tensor(
-                    pB, cute.make_layout(((SWIGLU_BLOCK, 2, nblk), k, l), stride=((ldb, half * ldb, SWIGLU_BLOCK * ldb), 1, bsb))
-                )
+                mB = cute.make_tensor(pB, cute.make_layout(((SWIGLU_BLOCK, 2, nblk), k, l), stride=((ldb, half * ldb, SWIGLU_BLOCK * ldb), 1, bsb)))
             else:
                 mB = cute.make_tensor(pB, cute.make_layout(((SWIGLU_BLOCK, 2, nblk), k, l), stride=((1, half, SWIGLU_BLOCK), ldb, bsb)))
         else:
@@ -205,8 +203,10 @@ class GemmSm90Kernel:
             mAux = cute.make_tensor(pAux, cute.make_layout((m, n, l), stride=(ldaux, 1, bsaux)))
 
         a_layout = utils.LayoutEnum.from_tensor(mA)
-        b_layout = utils.LayoutEnum.from_tensor(mB) if cutlass.const_expr(not cfg.swiglu_halves) else (
-            utils.LayoutEnum.ROW_MAJOR if cutlass.const_expr(cfg.b_major == "k") else utils.LayoutEnum.COL_MAJOR
+        b_layout = (
+            utils.LayoutEnum.from_tensor(mB)
+            if cutlass.const_expr(not cfg.swiglu_halves)
+            else (utils.LayoutEnum.ROW_MAJOR if cutlass.const_expr(cfg.b_major == "k") else utils.LayoutEnum.COL_MAJOR)
         )
         d_layout = utils.LayoutEnum.ROW_MAJOR
         self._setup(a_layout, b_layout, d_layout)
@@ -238,11 +238,11 @@ class GemmSm90Kernel:
         sched_params, grid = make_scheduler(tiles_mnl, self.cluster_shape_mn, cfg.swizzle, cfg.raster_along_m, cfg.max_active_clusters)
 
         @cute.struct
-        class SharedStorage:
+        class SharedStorage:  # noqa: N801
             mainloop_pipeline_array_ptr: cute.struct.MemRange[cutlass.Int64, self.ab_stage * 2]
-            sA: cute.struct.Align[cute.struct.MemRange[self.ab_dtype, cute.cosize(self.a_smem_layout_staged)], self.buffer_align_bytes]
-            sB: cute.struct.Align[cute.struct.MemRange[self.ab_dtype, cute.cosize(self.b_smem_layout_staged)], self.buffer_align_bytes]
-            sD: cute.struct.Align[cute.struct.MemRange[self.d_dtype, cute.cosize(self.epi_smem_layout_staged)], self.buffer_align_bytes]
+            sA: cute.struct.Align[cute.struct.MemRange[self.ab_dtype, cute.cosize(self.a_smem_layout_staged)], self.buffer_align_bytes]  # noqa: N815
+            sB: cute.struct.Align[cute.struct.MemRange[self.ab_dtype, cute.cosize(self.b_smem_layout_staged)], self.buffer_align_bytes]  # noqa: N815
+            sD: cute.struct.Align[cute.struct.MemRange[self.d_dtype, cute.cosize(self.epi_smem_layout_staged)], self.buffer_align_bytes]  # noqa: N815
 
         self.shared_storage = SharedStorage
 
@@ -389,7 +389,7 @@ class GemmSm90Kernel:
                 tAgA_mkl = tAgA[(None, tile_coord_mnl[0], None, tile_coord_mnl[2])]
                 tBgB_nkl = tBgB[(None, tile_coord_mnl[1], None, tile_coord_mnl[2])]
                 producer_state.reset_count()
-                for k_tile in range(k_tile_cnt):
+                for _k_tile in range(k_tile_cnt):
                     mainloop_pipeline.producer_acquire(producer_state)
                     cute.copy(
                         tma_atom_a,
@@ -454,14 +454,14 @@ class GemmSm90Kernel:
                 accumulators.fill(0.0)
                 tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
                 cute.nvgpu.warpgroup.fence()
-                for k_tile in range(prologue_mma_cnt):
+                for _k_tile in range(prologue_mma_cnt):
                     mainloop_pipeline.consumer_wait(read_state)
                     for kb in cutlass.range_constexpr(num_k_blocks):
                         kc = (None, None, kb, read_state.index)
                         cute.gemm(tiled_mma, accumulators, tCrA[kc], tCrB[kc], accumulators)
                     cute.nvgpu.warpgroup.commit_group()
                     read_state.advance()
-                for k_tile in range(prologue_mma_cnt, k_tile_cnt):
+                for _k_tile in range(prologue_mma_cnt, k_tile_cnt):
                     mainloop_pipeline.consumer_wait(read_state)
                     for kb in cutlass.range_constexpr(num_k_blocks):
                         kc = (None, None, kb, read_state.index)
@@ -472,15 +472,13 @@ class GemmSm90Kernel:
                     release_state.advance()
                     read_state.advance()
                 cute.nvgpu.warpgroup.wait_group(0)
-                for k_tile in range(prologue_mma_cnt):
+                for _k_tile in range(prologue_mma_cnt):
                     mainloop_pipeline.consumer_release(release_state)
                     release_state.advance()
 
                 # ---- epilogue
                 gD_epi = cute.zipped_divide(gD_tile, self.epi_tile)
-                bSG_sD, bSG_gD = cute.nvgpu.cpasync.tma_partition(
-                    tma_atom_d, 0, cute.make_layout(1), cute.group_modes(sD, 0, 2), gD_epi
-                )
+                bSG_sD, bSG_gD = cute.nvgpu.cpasync.tma_partition(tma_atom_d, 0, cute.make_layout(1), cute.group_modes(sD, 0, 2), gD_epi)
                 epi_tile_num = cute.size(gD_epi, mode=[1])
                 epi_tile_shape = gD_epi.shape[1]
                 epi_tile_layout = cute.make_layout(epi_tile_shape, stride=(epi_tile_shape[1], 1))
@@ -587,11 +585,15 @@ def fake_args(cfg: GemmSm90Config):
     return (pA, pB, pD, pC, pBias, pAux, pAmax, *ints, Float32(1.0), Float32(0.0), make_fake_stream())
 
 
-def compile_kernel(cfg: GemmSm90Config, options: str | None = None):
+def compile_kernel(cfg: GemmSm90Config, options: str | None = None, tvm_ffi: bool = False):
     """``cute.compile`` the kernel for ``cfg`` (callers cache it through cudnn.kernel_cache).
-    ``options`` are DSL compile flags, e.g. ``"--keep-ptx --dump-dir=DIR"`` (compile-only tests)."""
-    if options:
-        return cute.compile(GemmSm90Kernel(cfg), *fake_args(cfg), options=options)
+
+    ``tvm_ffi``: compile the tvm-ffi entry (pointers, Int32 extents and the stream handle are then passed
+    as plain Python ints, a few microseconds per launch instead of the generic argument marshalling).
+    ``options`` are extra DSL flags, e.g. ``"--keep-ptx --dump-dir=DIR"`` (compile-only tests)."""
+    flags = " ".join(x for x in (options, "--enable-tvm-ffi" if tvm_ffi else None) if x)
+    if flags:
+        return cute.compile(GemmSm90Kernel(cfg), *fake_args(cfg), options=flags)
     return cute.compile(GemmSm90Kernel(cfg), *fake_args(cfg))
 
 

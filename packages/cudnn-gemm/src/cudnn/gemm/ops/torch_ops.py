@@ -23,7 +23,9 @@ def _out_like(a, n_out):
 
 
 @torch.library.custom_op(f"{_NS}::gemm", mutates_args=())
-def gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, c: torch.Tensor | None = None, alpha: float = 1.0, beta: float = 1.0) -> torch.Tensor:
+def gemm(
+    a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, c: torch.Tensor | None = None, alpha: float = 1.0, beta: float = 1.0
+) -> torch.Tensor:
     from ..dense.api import gemm as _gemm
 
     return _gemm(a, b, bias=bias, c=c, alpha=alpha, beta=beta)["d"]

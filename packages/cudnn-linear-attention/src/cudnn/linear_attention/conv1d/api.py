@@ -56,7 +56,9 @@ def _tokens_view(desc: TensorDesc, what: str, vec: int, varlen: bool) -> tuple[i
     if desc.rank not in (2, 3):
         raise ValueError(f"{what}: {desc.describe()} must be [T, D] (THD) or [B, L, D] (dense)")
     if desc.shape[-1] > 1 and desc.stride[-1] != 1:
-        raise NotImplementedError(f"{what}: {desc.describe()} needs unit channel stride (16-byte vector loads); other layouts are declined, not copied (Rule 2)")
+        raise NotImplementedError(
+            f"{what}: {desc.describe()} needs unit channel stride (16-byte vector loads); other layouts are declined, not copied (Rule 2)"
+        )
     st = desc.stride[-2]
     if desc.shape[-2] > 1 and st % vec:
         raise NotImplementedError(f"{what}: {desc.describe()} token stride {st} is not a multiple of {vec} elements (16 bytes); declined (Rule 2)")
@@ -64,6 +66,10 @@ def _tokens_view(desc: TensorDesc, what: str, vec: int, varlen: bool) -> tuple[i
         b, ln = desc.shape[0], desc.shape[1]
         if varlen and b != 1:
             raise ValueError(f"{what}: {desc.describe()} with cu_seqlens must be [T, D] or [1, T, D]")
+        if b > 1 and ln == 1:
+            if desc.stride[0] % vec:
+                raise NotImplementedError(f"{what}: {desc.describe()} row stride {desc.stride[0]} is not a multiple of {vec} elements; declined (Rule 2)")
+            return desc.stride[0], (0 if varlen else 1)
         if b > 1 and desc.stride[0] != ln * st:
             raise NotImplementedError(
                 f"{what}: {desc.describe()} batch stride {desc.stride[0]} != L * token stride ({ln} * {st}); the kernel walks [B * L, D] tokens, declined (Rule 2)"
@@ -76,25 +82,39 @@ def _rows(desc: TensorDesc) -> int:
     return desc.shape[0] * desc.shape[1] if desc.rank == 3 else desc.shape[0]
 
 
+_TORCH_DTYPES: dict = {}
+
+
+def _torch_dtype(dt: data_type):
+    hit = _TORCH_DTYPES.get(dt)
+    if hit is None:
+        from cudnn.datatypes import to_torch_dtype
+
+        hit = _TORCH_DTYPES[dt] = to_torch_dtype(dt)
+    return hit
+
+
 def _check_runtime(t: Any, plan: TensorDesc, vec: int, what: str, token_dims_free: bool, align: int = 16) -> None:
-    """Execute-time checks of a tensor against its plan descriptor: no conversion, no device read."""
+    """Execute-time checks of a tensor against its plan descriptor: no conversion, no device read.
+
+    Reads only torch metadata (a few microseconds); builds a TensorDesc only to word an error."""
     if t is None:
         raise ValueError(f"{what}: {plan.name} was declared at plan time but execute() received None")
-    got = TensorDesc.like(t, plan.name)
-    if got.dtype != plan.dtype or got.rank != plan.rank:
-        raise ValueError(f"{what}: got {got.describe()}, but the plan was built for {plan.describe()}")
-    fixed = slice(1, None) if token_dims_free else slice(0, None)
-    if got.rank == 3 and token_dims_free:
-        fixed = slice(2, None) if plan.shape[0] == 1 and got.shape[0] == 1 else slice(0, None)
-    if got.shape[fixed] != plan.shape[fixed]:
-        raise ValueError(f"{what}: got {got.describe()}, but the plan was built for {plan.describe()}")
+    shape = tuple(t.shape)
+    rank = len(shape)
+    fixed = 0
+    if token_dims_free:
+        fixed = 1 if rank != 3 else (2 if plan.shape[0] == 1 and shape[0] == 1 else 0)
+    if t.dtype != _torch_dtype(plan.dtype) or rank != plan.rank or shape[fixed:] != plan.shape[fixed:]:
+        raise ValueError(f"{what}: got {TensorDesc.like(t, plan.name).describe()}, but the plan was built for {plan.describe()}")
     if plan.device is not None and str(t.device) != plan.device:
         raise ValueError(f"{what}: {plan.name} is on {t.device}, but the plan was built for {plan.device}")
     if vec:
-        if got.shape[-1] > 1 and got.stride[-1] != 1:
-            raise ValueError(f"{what}: {got.describe()} needs unit channel stride")
-        if got.rank >= 2 and got.shape[-2] > 1 and got.stride[-2] % vec:
-            raise ValueError(f"{what}: {got.describe()} token stride is not a multiple of {vec} elements")
+        stride = t.stride()
+        if shape[-1] > 1 and stride[-1] != 1:
+            raise ValueError(f"{what}: {TensorDesc.like(t, plan.name).describe()} needs unit channel stride")
+        if rank >= 2 and shape[-2] > 1 and stride[-2] % vec:
+            raise ValueError(f"{what}: {TensorDesc.like(t, plan.name).describe()} token stride is not a multiple of {vec} elements")
     if t.data_ptr() % align:
         raise ValueError(f"{what}: {plan.name} address 0x{t.data_ptr():x} is not {align}-byte aligned")
 
@@ -123,6 +143,16 @@ def _stream(current_stream, device):
     return cuda.CUstream(launch_stream_handle(current_stream, device))
 
 
+def _token_stride(t) -> int:
+    """Elements between consecutive tokens of a [T, D] / [B, L, D] tensor walked as [rows, D]."""
+    rows = t.shape[0] * t.shape[1] if t.dim() == 3 else t.shape[0]
+    if rows <= 1:
+        return int(t.shape[-1])
+    if t.dim() == 3 and t.shape[1] == 1:
+        return int(t.stride(0))
+    return int(t.stride(-2))
+
+
 def _state_strides(t) -> tuple[int, int, int]:
     return (0, 0, 0) if t is None else tuple(int(s) for s in t.stride())
 
@@ -149,9 +179,7 @@ class _Conv1dCommon(APIBase):
         varlen = self.cu_seqlens is not None
         if varlen:
             self._check_rank(self.cu_seqlens, 1, what)
-            self._decline_if(
-                self.cu_seqlens.dtype != data_type.INT32, f"{what}: {self.cu_seqlens.describe()} must be int32 (int64 is declined, not converted)"
-            )
+            self._decline_if(self.cu_seqlens.dtype != data_type.INT32, f"{what}: {self.cu_seqlens.describe()} must be int32 (int64 is declined, not converted)")
             self._value_error_if(self.cu_seqlens.shape[0] < 1, f"{what}: {self.cu_seqlens.describe()} needs N + 1 >= 1 entries")
             self._decline_if(self.cu_seqlens.stride != (1,), f"{what}: {self.cu_seqlens.describe()} must be contiguous")
         self._token_stride, self._seq_len = _tokens_view(x, what, vec, varlen)
@@ -253,7 +281,9 @@ class CausalConv1d(_Conv1dCommon):
             (final_states, self.final_states, "final_states"),
         ):
             if (t is None) != (plan is None):
-                raise ValueError(f"{what}: {name} was {'not ' if plan is None else ''}declared at plan time but execute() received {'a tensor' if t is not None else 'None'}")
+                raise ValueError(
+                    f"{what}: {name} was {'not ' if plan is None else ''}declared at plan time but execute() received {'a tensor' if t is not None else 'None'}"
+                )
         _check_runtime(x, self.x, vec, what, token_dims_free=varlen)
         _check_runtime(out, self.out, vec, what, token_dims_free=varlen)
         _check_runtime(weight, self.weight, 0, what, token_dims_free=False)
@@ -274,8 +304,10 @@ class CausalConv1d(_Conv1dCommon):
             self.compile()
         T = int(x.shape[0] * x.shape[1]) if x.dim() == 3 else int(x.shape[0])
         D = int(x.shape[-1])
-        sx = int(x.stride(-2)) if T > 1 else D
-        sy = int(out.stride(-2)) if T > 1 else D
+        sx, sy = _token_stride(x), _token_stride(out)
+        for name, st in (("x", sx), ("out", sy)):
+            if st % vec:
+                raise ValueError(f"{what}: {name} token stride {st} is not a multiple of {vec} elements")
         seq_arg = self._seq_len if not varlen else 0
         if not varlen and x.dim() == 3:
             seq_arg = int(x.shape[1])
@@ -304,9 +336,7 @@ class CausalConv1d(_Conv1dCommon):
 class CausalConv1dBackward(_Conv1dCommon):
     """Backward adapter: dx, dweight, dbias (when bias), d(initial_states) (when initial states)."""
 
-    def __init__(
-        self, x, weight, dy, dx, dweight, bias=None, dbias=None, cu_seqlens=None, initial_states=None, dinitial_states=None, activation=None
-    ):
+    def __init__(self, x, weight, dy, dx, dweight, bias=None, dbias=None, cu_seqlens=None, initial_states=None, dinitial_states=None, activation=None):
         super().__init__()
         self.x = as_desc(x, "x")
         self.weight = as_desc(weight, "weight")
@@ -344,9 +374,7 @@ class CausalConv1dBackward(_Conv1dCommon):
             (self.initial_states is None) != (self.dinitial_states is None), f"{what}: initial_states and dinitial_states must be given together"
         )
         if self.initial_states is not None:
-            self._value_error_if(
-                self.initial_states.dtype != self.dinitial_states.dtype, f"{what}: dinitial_states must have the dtype of initial_states"
-            )
+            self._value_error_if(self.initial_states.dtype != self.dinitial_states.dtype, f"{what}: dinitial_states must have the dtype of initial_states")
         d = self.weight.shape[0]
         grid_x = (d // self._vec + _THREADS - 1) // _THREADS
         self._g = max(1, min(1024, _BWD_RESIDENT_CTAS // grid_x))
@@ -407,7 +435,20 @@ class CausalConv1dBackward(_Conv1dCommon):
         self._compiled_kernel = kernel_cache.get_or_compile(key, build, family=FAMILY)
 
     def execute(
-        self, x, weight, dy, dx, dweight, bias=None, dbias=None, cu_seqlens=None, initial_states=None, dinitial_states=None, *, workspace=None, current_stream=None
+        self,
+        x,
+        weight,
+        dy,
+        dx,
+        dweight,
+        bias=None,
+        dbias=None,
+        cu_seqlens=None,
+        initial_states=None,
+        dinitial_states=None,
+        *,
+        workspace=None,
+        current_stream=None,
     ):
         what = "CausalConv1dBackward.execute"
         self._ensure_support_checked()
@@ -421,7 +462,9 @@ class CausalConv1dBackward(_Conv1dCommon):
             (dinitial_states, self.dinitial_states, "dinitial_states"),
         ):
             if (t is None) != (plan is None):
-                raise ValueError(f"{what}: {name} was {'not ' if plan is None else ''}declared at plan time but execute() received {'a tensor' if t is not None else 'None'}")
+                raise ValueError(
+                    f"{what}: {name} was {'not ' if plan is None else ''}declared at plan time but execute() received {'a tensor' if t is not None else 'None'}"
+                )
         for t, plan in ((x, self.x), (dy, self.dy), (dx, self.dx)):
             _check_runtime(t, plan, vec, what, token_dims_free=varlen)
             if tuple(t.shape) != tuple(x.shape):
@@ -447,9 +490,9 @@ class CausalConv1dBackward(_Conv1dCommon):
             self.compile()
         T = int(x.shape[0] * x.shape[1]) if x.dim() == 3 else int(x.shape[0])
         seq_arg = int(x.shape[1]) if (not varlen and x.dim() == 3) else (T if not varlen else 1)
-
-        def tok_stride(t):
-            return int(t.stride(-2)) if T > 1 else d
+        strides = [_token_stride(t) for t in (x, dy, dx)]
+        if any(st % vec for st in strides):
+            raise ValueError(f"{what}: token strides {strides} of x, dy, dx must be multiples of {vec} elements")
 
         sdt = self.initial_states.dtype if self.initial_states is not None else None
         self._compiled_kernel(
@@ -466,9 +509,7 @@ class CausalConv1dBackward(_Conv1dCommon):
             _ptr(part, data_type.FLOAT, 16),
             T,
             d,
-            tok_stride(x),
-            tok_stride(dy),
-            tok_stride(dx),
+            *strides,
             max(seq_arg, 1),
             n_seqs,
             self._g,
@@ -541,7 +582,12 @@ class CausalConv1dUpdate(APIBase):
             has_bias=self.bias is not None,
             silu=self.silu,
             has_indices=self.conv_state_indices is not None,
+            state_contiguous=self._state_contiguous(),
         )
+
+    def _state_contiguous(self) -> bool:
+        s, d, ws = self.conv_state.shape
+        return self.conv_state.stride == (d * ws, ws, 1) or (s == 1 and self.conv_state.stride[1:] == (ws, 1))
 
     def compile(self) -> None:
         self._ensure_support_checked()
@@ -558,7 +604,7 @@ class CausalConv1dUpdate(APIBase):
                 _fake_ptr(key.dtype, 16),
                 _fake_ptr(key.w_dtype, 16),
                 _fake_ptr(key.w_dtype, 16) if key.has_bias else None,
-                _fake_ptr(key.state_dtype, 1),
+                _fake_ptr(key.state_dtype, 16 if key.state_contiguous else 1),
                 _fake_ptr("Int32", 4) if key.has_indices else None,
                 _fake_ptr(key.dtype, 16),
             ]
@@ -573,12 +619,15 @@ class CausalConv1dUpdate(APIBase):
         self._ensure_support_checked()
         for t, plan, name in ((bias, self.bias, "bias"), (conv_state_indices, self.conv_state_indices, "conv_state_indices")):
             if (t is None) != (plan is None):
-                raise ValueError(f"{what}: {name} was {'not ' if plan is None else ''}declared at plan time but execute() received {'a tensor' if t is not None else 'None'}")
+                raise ValueError(
+                    f"{what}: {name} was {'not ' if plan is None else ''}declared at plan time but execute() received {'a tensor' if t is not None else 'None'}"
+                )
         vec = self._vec
         _check_runtime(x, self.x, vec, what, token_dims_free=False)
         _check_runtime(out, self.out, vec, what, token_dims_free=False)
         _check_runtime(weight, self.weight, 0, what, token_dims_free=False)
-        _check_runtime(conv_state, self.conv_state, 0, what, token_dims_free=False, align=self.conv_state.dtype.itemsize)
+        state_align = 16 if self._state_contiguous() else self.conv_state.dtype.itemsize
+        _check_runtime(conv_state, self.conv_state, 0, what, token_dims_free=False, align=state_align)
         if tuple(conv_state.stride()) != self.conv_state.stride:
             raise ValueError(f"{what}: conv_state strides {tuple(conv_state.stride())} differ from the plan's {self.conv_state.stride}")
         if bias is not None:
@@ -592,7 +641,7 @@ class CausalConv1dUpdate(APIBase):
             _ptr(x, self.x.dtype, 16),
             _ptr(weight, self.weight.dtype, 16),
             _ptr(bias, self.weight.dtype, 16),
-            _ptr(conv_state, self.conv_state.dtype, 1),
+            _ptr(conv_state, self.conv_state.dtype, state_align),
             _ptr(conv_state_indices, data_type.INT32, 4),
             _ptr(out, self.x.dtype, 16),
             B,

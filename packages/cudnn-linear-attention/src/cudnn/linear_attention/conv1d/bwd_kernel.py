@@ -31,6 +31,7 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32, const_expr
 
 THREADS = 128
+LOG2E = 1.4426950408889634  # SiLU: x * sigmoid(x), sigmoid = 1 / (1 + 2^(-x log2 e)) with ex2.approx + rcp.approx
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,25 @@ class CausalConv1dBwd:
         self.reduce_kernel(part_ptr, dw_ptr, db_ptr, D, G).launch(grid=[(D + THREADS - 1) // THREADS, 1, 1], block=[THREADS, 1, 1], stream=stream)
         if const_expr(self.key.has_init):
             self.dinit_kernel(
-                x_ptr, w_ptr, b_ptr, dy_ptr, cu_ptr, init_ptr, dinit_ptr, T, D, sx, sdy, seq_arg, n_seqs, init_sn, init_sd, init_sj, dinit_sn, dinit_sd, dinit_sj
+                x_ptr,
+                w_ptr,
+                b_ptr,
+                dy_ptr,
+                cu_ptr,
+                init_ptr,
+                dinit_ptr,
+                T,
+                D,
+                sx,
+                sdy,
+                seq_arg,
+                n_seqs,
+                init_sn,
+                init_sd,
+                init_sj,
+                dinit_sn,
+                dinit_sd,
+                dinit_sj,
             ).launch(grid=[grid_x, n_seqs + 1, 1], block=[THREADS, 1, 1], stream=stream)
 
     @cute.kernel
@@ -241,9 +260,7 @@ class CausalConv1dBwd:
                                     else:
                                         if const_expr(self.key.has_init):
                                             if prel >= -(W - 1):
-                                                mInit = cute.make_tensor(
-                                                    init_ptr, cute.make_layout((n_seqs, D, W - 1), stride=(init_sn, init_sd, init_sj))
-                                                )
+                                                mInit = cute.make_tensor(init_ptr, cute.make_layout((n_seqs, D, W - 1), stride=(init_sn, init_sd, init_sj)))
                                                 for i in cutlass.range_constexpr(VEC):
                                                     val[k, i] = mInit[n, d0 + i, prel + (W - 1)].to(Float32)
                                 nwin[W - 1] = n
@@ -253,7 +270,7 @@ class CausalConv1dBwd:
                                         z = z + rW[k, i] * val[k, i]
                                     dz = dyg[0, i, u].to(Float32)
                                     if const_expr(self.key.silu):
-                                        sig = Float32(1.0) / (Float32(1.0) + cute.math.exp(-z, fastmath=True))
+                                        sig = cute.arch.rcp_approx(Float32(1.0) + cute.math.exp2(z * Float32(-LOG2E), fastmath=True))
                                         dz = dz * sig * (Float32(1.0) + z * (Float32(1.0) - sig))
                                     dzwin[W - 1, i] = dz
                                 if s < BT:
@@ -364,7 +381,7 @@ class CausalConv1dBwd:
                                 z = z + mW[d0 + i, k].to(Float32) * mInit[n, d0 + i, prel + (W - 1)].to(Float32)
                         dz = mDY[bos + tr, d0 + i].to(Float32)
                         if const_expr(self.key.silu):
-                            sig = Float32(1.0) / (Float32(1.0) + cute.math.exp(-z, fastmath=True))
+                            sig = cute.arch.rcp_approx(Float32(1.0) + cute.math.exp2(z * Float32(-LOG2E), fastmath=True))
                             dz = dz * sig * (Float32(1.0) + z * (Float32(1.0) - sig))
                         dzr[tr, i] = dz
             for j in cutlass.range_constexpr(W - 1):

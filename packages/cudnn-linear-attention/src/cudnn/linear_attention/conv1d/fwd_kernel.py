@@ -34,6 +34,7 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32, const_expr
 
 THREADS = 128
+LOG2E = 1.4426950408889634  # SiLU: x * sigmoid(x), sigmoid = 1 / (1 + 2^(-x log2 e)) with ex2.approx + rcp.approx
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,8 @@ class Conv1dFwdKey:
     has_final: bool
     state_dtype: str  # "" when neither initial nor final states are used
     tokens_per_cta: int = 64
-    group: int = 8
+    group: int = 4  # tokens per register buffer; two buffers (double-buffered loads)
+    min_ctas_per_sm: int = 4  # caps registers at 64K / (4 * 128) = 128 (no spills at group 4): 16 warps per SM
 
 
 def _ctype(name: str):
@@ -69,7 +71,7 @@ class CausalConv1dFwd:
         self.vec = 128 // self.dtype.width
         self.bt = key.tokens_per_cta
         self.group = key.group
-        assert self.bt % self.group == 0
+        assert self.bt % (2 * self.group) == 0  # groups run in double-buffered pairs
 
     @cute.jit
     def __call__(
@@ -98,13 +100,17 @@ class CausalConv1dFwd:
         dv_total = D // self.vec
         grid_x = (dv_total + THREADS - 1) // THREADS
         grid_y = (T + self.bt) // self.bt  # >= 1 even for T == 0 (the kernel guards t < T)
-        self.kernel(
-            x_ptr, w_ptr, b_ptr, y_ptr, cu_ptr, init_ptr, T, D, sx, sy, seq_arg, n_seqs, init_sn, init_sd, init_sj
-        ).launch(grid=[grid_x, grid_y, 1], block=[THREADS, 1, 1], stream=stream)
+        self.kernel(x_ptr, w_ptr, b_ptr, y_ptr, cu_ptr, init_ptr, T, D, sx, sy, seq_arg, n_seqs, init_sn, init_sd, init_sj).launch(
+            grid=[grid_x, grid_y, 1],
+            block=[THREADS, 1, 1],
+            stream=stream,
+            min_blocks_per_mp=self.key.min_ctas_per_sm,
+            preferred_smem_carveout=0,
+        )
         if const_expr(self.key.has_final):
-            self.final_kernel(
-                x_ptr, cu_ptr, init_ptr, final_ptr, T, D, sx, seq_arg, n_seqs, init_sn, init_sd, init_sj, fin_sn, fin_sd, fin_sj
-            ).launch(grid=[grid_x, n_seqs + 1, 1], block=[THREADS, 1, 1], stream=stream)  # +1: valid for N == 0, guarded
+            self.final_kernel(x_ptr, cu_ptr, init_ptr, final_ptr, T, D, sx, seq_arg, n_seqs, init_sn, init_sd, init_sj, fin_sn, fin_sd, fin_sj).launch(
+                grid=[grid_x, n_seqs + 1, 1], block=[THREADS, 1, 1], stream=stream
+            )  # +1: valid for N == 0, guarded
 
     @cute.kernel
     def kernel(
@@ -187,53 +193,59 @@ class CausalConv1dFwd:
                     for i in cutlass.range_constexpr(VEC):
                         win[k, i] = halo[0, i].to(Float32)
 
-            xg = cute.make_rmem_tensor(cute.make_layout((1, VEC, U)), self.dtype)
+            # Two register buffers of U tokens: group g + 1 is loaded while group g is computed (software
+            # pipelining), so every thread keeps up to 2 * U 16-byte loads in flight.
+            xb = cute.make_rmem_tensor(cute.make_layout((1, VEC, U, 2)), self.dtype)
             yg = cute.make_rmem_tensor(cute.make_layout((1, VEC, U)), self.dtype)
             acc = cute.make_rmem_tensor((VEC,), Float32)
-            for g in cutlass.range(self.bt // U, unroll=1):
-                tg = t0 + g * U
-                # Issue the group's loads first so U 16-byte loads are in flight per thread.
-                for u in cutlass.range_constexpr(U):
-                    if tg + u < T:
-                        cute.autovec_copy(gX[(None, None), (tg + u, dv)], xg[None, None, u])
-                for u in cutlass.range_constexpr(U):
-                    t = tg + u
-                    if t < T:
-                        if const_expr(self.key.varlen):
-                            while t >= nxt:
-                                n = n + 1
-                                bos = nxt
-                                nxt = mCu[n + 1]
-                        else:
-                            if t >= nxt:
-                                n = n + 1
-                                bos = nxt
-                                nxt = nxt + seq_arg
-                        for k in cutlass.range_constexpr(W - 1):
-                            for i in cutlass.range_constexpr(VEC):
-                                win[k, i] = win[k + 1, i]
-                        for i in cutlass.range_constexpr(VEC):
-                            win[W - 1, i] = xg[0, i, u].to(Float32)
-                            acc[i] = rB[i] + rW[W - 1, i] * win[W - 1, i]
-                        for k in cutlass.range_constexpr(W - 1):
-                            prel = t - (W - 1) + k - bos
-                            if prel >= 0:
-                                for i in cutlass.range_constexpr(VEC):
-                                    acc[i] = acc[i] + rW[k, i] * win[k, i]
+            n_groups = self.bt // U
+            for u in cutlass.range_constexpr(U):
+                if t0 + u < T:
+                    cute.autovec_copy(gX[(None, None), (t0 + u, dv)], xb[None, None, u, 0])
+            for gp in cutlass.range(n_groups // 2, unroll=1):
+                for half in cutlass.range_constexpr(2):
+                    g = gp * 2 + half
+                    tg = t0 + g * U
+                    if g + 1 < n_groups:
+                        for u in cutlass.range_constexpr(U):
+                            if tg + U + u < T:
+                                cute.autovec_copy(gX[(None, None), (tg + U + u, dv)], xb[None, None, u, 1 - half])
+                    for u in cutlass.range_constexpr(U):
+                        t = tg + u
+                        if t < T:
+                            if const_expr(self.key.varlen):
+                                while t >= nxt:
+                                    n = n + 1
+                                    bos = nxt
+                                    nxt = mCu[n + 1]
                             else:
-                                if const_expr(self.key.has_init):
-                                    if prel >= -(W - 1):
-                                        mInit = cute.make_tensor(
-                                            init_ptr, cute.make_layout((n_seqs, D, W - 1), stride=(init_sn, init_sd, init_sj))
-                                        )
-                                        for i in cutlass.range_constexpr(VEC):
-                                            acc[i] = acc[i] + rW[k, i] * mInit[n, d0 + i, prel + (W - 1)].to(Float32)
-                        if const_expr(self.key.silu):
+                                if t >= nxt:
+                                    n = n + 1
+                                    bos = nxt
+                                    nxt = nxt + seq_arg
+                            for k in cutlass.range_constexpr(W - 1):
+                                for i in cutlass.range_constexpr(VEC):
+                                    win[k, i] = win[k + 1, i]
                             for i in cutlass.range_constexpr(VEC):
-                                acc[i] = acc[i] / (Float32(1.0) + cute.math.exp(-acc[i], fastmath=True))
-                        for i in cutlass.range_constexpr(VEC):
-                            yg[0, i, u] = acc[i].to(self.dtype)
-                        cute.autovec_copy(yg[None, None, u], gY[(None, None), (t, dv)])
+                                win[W - 1, i] = xb[0, i, u, half].to(Float32)
+                                acc[i] = rB[i] + rW[W - 1, i] * win[W - 1, i]
+                            for k in cutlass.range_constexpr(W - 1):
+                                prel = t - (W - 1) + k - bos
+                                if prel >= 0:
+                                    for i in cutlass.range_constexpr(VEC):
+                                        acc[i] = acc[i] + rW[k, i] * win[k, i]
+                                else:
+                                    if const_expr(self.key.has_init):
+                                        if prel >= -(W - 1):
+                                            mInit = cute.make_tensor(init_ptr, cute.make_layout((n_seqs, D, W - 1), stride=(init_sn, init_sd, init_sj)))
+                                            for i in cutlass.range_constexpr(VEC):
+                                                acc[i] = acc[i] + rW[k, i] * mInit[n, d0 + i, prel + (W - 1)].to(Float32)
+                            if const_expr(self.key.silu):
+                                for i in cutlass.range_constexpr(VEC):
+                                    acc[i] = acc[i] * cute.arch.rcp_approx(Float32(1.0) + cute.math.exp2(acc[i] * Float32(-LOG2E), fastmath=True))
+                            for i in cutlass.range_constexpr(VEC):
+                                yg[0, i, u] = acc[i].to(self.dtype)
+                            cute.autovec_copy(yg[None, None, u], gY[(None, None), (t, dv)])
 
     kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
 
@@ -287,6 +299,5 @@ class CausalConv1dFwd:
                     else:
                         for i in cutlass.range_constexpr(VEC):
                             mF[n, d0 + i, j] = Float32(0.0).to(self.state_dtype)
-
 
     final_kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)

@@ -22,6 +22,7 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32, const_expr
 
 THREADS = 128
+LOG2E = 1.4426950408889634  # SiLU: x * sigmoid(x), sigmoid = 1 / (1 + 2^(-x log2 e)) with ex2.approx + rcp.approx
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class Conv1dUpdateKey:
     has_bias: bool
     silu: bool
     has_indices: bool
+    state_contiguous: bool = False  # [S, D, W - 1] with strides (D (W - 1), W - 1, 1): 16-byte state accesses
 
 
 class CausalConv1dUpdate:
@@ -109,9 +111,20 @@ class CausalConv1dUpdate:
             rx = cute.make_rmem_tensor(cute.make_layout((1, VEC)), self.dtype)
             cute.autovec_copy(gX[(None, None), (b, dv)], rx)
             win = cute.make_rmem_tensor((W, VEC), Float32)
+            WS = W - 1
+            # Contiguous state: this thread's VEC channels x (W - 1) taps are VEC * (W - 1) consecutive elements.
+            gSv = cute.zipped_divide(cute.make_tensor(state_ptr, cute.make_layout((S, D * WS), stride=(cute.assume(D * WS, divby=VEC * WS), 1))), (1, VEC * WS))
+            rs = cute.make_rmem_tensor(cute.make_layout((1, VEC * WS)), self.state_dtype)
+            if const_expr(self.key.state_contiguous):
+                cute.autovec_copy(gSv[(None, None), (slot, dv)], rs)
+                for i in cutlass.range_constexpr(VEC):
+                    for k in cutlass.range_constexpr(WS):
+                        win[k, i] = rs[0, i * WS + k].to(Float32)
+            else:
+                for i in cutlass.range_constexpr(VEC):
+                    for k in cutlass.range_constexpr(WS):
+                        win[k, i] = mS[slot, d0 + i, k].to(Float32)
             for i in cutlass.range_constexpr(VEC):
-                for k in cutlass.range_constexpr(W - 1):
-                    win[k, i] = mS[slot, d0 + i, k].to(Float32)
                 win[W - 1, i] = rx[0, i].to(Float32)
             acc = cute.make_rmem_tensor((VEC,), Float32)
             for i in cutlass.range_constexpr(VEC):
@@ -125,14 +138,20 @@ class CausalConv1dUpdate:
                     acc[i] = acc[i] + mW[d0 + i, k].to(Float32) * win[k, i]
             if const_expr(self.key.silu):
                 for i in cutlass.range_constexpr(VEC):
-                    acc[i] = acc[i] / (Float32(1.0) + cute.math.exp(-acc[i], fastmath=True))
+                    acc[i] = acc[i] * cute.arch.rcp_approx(Float32(1.0) + cute.math.exp2(acc[i] * Float32(-LOG2E), fastmath=True))
             ry = cute.make_rmem_tensor(cute.make_layout((1, VEC)), self.dtype)
             for i in cutlass.range_constexpr(VEC):
                 ry[0, i] = acc[i].to(self.dtype)
             cute.autovec_copy(ry, gY[(None, None), (b, dv)])
             # Roll the state: all reads above happen before these writes (same thread, same elements).
-            for i in cutlass.range_constexpr(VEC):
-                for j in cutlass.range_constexpr(W - 1):
-                    mS[slot, d0 + i, j] = win[j + 1, i].to(self.state_dtype)
+            if const_expr(self.key.state_contiguous):
+                for i in cutlass.range_constexpr(VEC):
+                    for j in cutlass.range_constexpr(WS):
+                        rs[0, i * WS + j] = win[j + 1, i].to(self.state_dtype)
+                cute.autovec_copy(rs, gSv[(None, None), (slot, dv)])
+            else:
+                for i in cutlass.range_constexpr(VEC):
+                    for j in cutlass.range_constexpr(WS):
+                        mS[slot, d0 + i, j] = win[j + 1, i].to(self.state_dtype)
 
     kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)

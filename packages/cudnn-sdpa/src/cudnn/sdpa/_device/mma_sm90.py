@@ -14,7 +14,14 @@ from cutlass.cute.nvgpu import warpgroup
 
 
 @cute.jit
-def wgmma(tiled_mma: cute.TiledMma, acc: cute.Tensor, tCrA: cute.Tensor, tCrB: cute.Tensor, zero_init: cutlass.Constexpr[bool] = False, wg_wait: cutlass.Constexpr[int] = 0):
+def wgmma(
+    tiled_mma: cute.TiledMma,
+    acc: cute.Tensor,
+    tCrA: cute.Tensor,
+    tCrB: cute.Tensor,
+    zero_init: cutlass.Constexpr[bool] = False,
+    wg_wait: cutlass.Constexpr[int] = 0,
+):
     """acc (+)= A @ B over every k-block; commits one WGMMA group; waits until ``wg_wait`` groups remain (-1: no wait)."""
     warpgroup.fence()
     mma_atom = cute.make_mma_atom(tiled_mma.op)

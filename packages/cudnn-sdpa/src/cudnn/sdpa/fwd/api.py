@@ -105,11 +105,11 @@ class SdpaFwdSm90(APIBase):
         )
         for d in (q, k, v):
             self._check_dtype(d, _IO_DTYPES, "SdpaFwdSm90")
-        self._decline_if(k.dtype != q.dtype or v.dtype != q.dtype, f"SdpaFwdSm90: q, k, v must share one dtype; got {q.describe()}, {k.describe()}, {v.describe()}")
+        self._decline_if(
+            k.dtype != q.dtype or v.dtype != q.dtype, f"SdpaFwdSm90: q, k, v must share one dtype; got {q.describe()}, {k.describe()}, {v.describe()}"
+        )
         if self.varlen:
-            self._value_error_if(
-                self.cu_seqlens_q is None or self.cu_seqlens_kv is None, "SdpaFwdSm90: THD varlen needs both cu_seqlens_q and cu_seqlens_kv"
-            )
+            self._value_error_if(self.cu_seqlens_q is None or self.cu_seqlens_kv is None, "SdpaFwdSm90: THD varlen needs both cu_seqlens_q and cu_seqlens_kv")
             for d in (q, k, v):
                 self._value_error_if(d.rank != 3, f"SdpaFwdSm90: THD varlen takes (T, H, D) tensors; got {d.describe()}")
             for cu in (self.cu_seqlens_q, self.cu_seqlens_kv):
@@ -161,14 +161,26 @@ class SdpaFwdSm90(APIBase):
         mask_right = self.is_causal or right >= 0
         mask_left = left >= 0
         self._mask_window = (max(left, 0), 0 if self.is_causal else max(right, 0))
-        self.key = _make_key(_DT_NAME[q.dtype], dq, dv, h // hk, mask_right, mask_left, self.causal_bottom_right, self.lse is not None, self.lse_log2, self.sinks is not None, self.varlen)
+        self.key = _make_key(
+            _DT_NAME[q.dtype],
+            dq,
+            dv,
+            h // hk,
+            mask_right,
+            mask_left,
+            self.causal_bottom_right,
+            self.lse is not None,
+            self.lse_log2,
+            self.sinks is not None,
+            self.varlen,
+        )
         self._is_supported = True
         return True
 
     def _check_strides(self, d: TensorDesc) -> None:
         self._check_unit_stride(d, d.rank - 1, "SdpaFwdSm90")
         align = 8  # 16 bytes of 16-bit elements: the TMA descriptor's stride granularity
-        for i, (s, st) in enumerate(zip(d.shape[:-1], d.stride[:-1])):
+        for i, (s, st) in enumerate(zip(d.shape[:-1], d.stride[:-1], strict=False)):
             self._decline_if(
                 st < 0 or (s > 1 and st % align != 0),
                 f"SdpaFwdSm90: {d.describe()}: stride {st} of dim {i} is not a non-negative multiple of {align} elements (16 bytes), "
@@ -204,13 +216,30 @@ class SdpaFwdSm90(APIBase):
         key = self.key
         _check_io(key, q, k, v, o)
         if key.has_lse != (lse is not None):
-            raise ValueError(f"SdpaFwdSm90.execute: the plan was built {'with' if key.has_lse else 'without'} lse; got lse={'a tensor' if lse is not None else None}")
+            raise ValueError(
+                f"SdpaFwdSm90.execute: the plan was built {'with' if key.has_lse else 'without'} lse; got lse={'a tensor' if lse is not None else None}"
+            )
         if key.has_sinks != (sinks is not None):
-            raise ValueError(f"SdpaFwdSm90.execute: the plan was built {'with' if key.has_sinks else 'without'} sinks; got sinks={'a tensor' if sinks is not None else None}")
+            raise ValueError(
+                f"SdpaFwdSm90.execute: the plan was built {'with' if key.has_sinks else 'without'} sinks; got sinks={'a tensor' if sinks is not None else None}"
+            )
         if key.varlen != (cu_seqlens_q is not None):
             raise ValueError(f"SdpaFwdSm90.execute: the plan was built {'for' if key.varlen else 'without'} THD varlen; cu_seqlens_q must match")
         return _launch(
-            self._compiled_kernel, key, q, k, v, o, lse, sinks, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, self._mask_window, self.scale if scale is None else scale, current_stream
+            self._compiled_kernel,
+            key,
+            q,
+            k,
+            v,
+            o,
+            lse,
+            sinks,
+            cu_seqlens_q,
+            cu_seqlens_kv,
+            max_seqlen_q,
+            self._mask_window,
+            self.scale if scale is None else scale,
+            current_stream,
         )
 
 
@@ -239,10 +268,9 @@ def _torch_bits():
     if not _TORCH:
         import cuda.bindings.driver as cuda
         import cutlass
+        import cutlass.cute as cute
         import torch
         from cutlass.cute.runtime import make_ptr
-
-        import cutlass.cute as cute
 
         _TORCH.update(
             torch=torch,
@@ -264,7 +292,9 @@ def _check_io(key, q, k, v, o) -> None:
     for name, x, d in (("q", q, key.head_dim), ("k", k, key.head_dim), ("v", v, key.head_dim_v), ("o", o, key.head_dim_v)):
         if x is None or x.dtype != want or x.dim() != rank or x.shape[-1] != d or x.stride(-1) != 1 or not x.is_cuda:
             got = "None" if x is None else f"shape={tuple(x.shape)} stride={tuple(x.stride())} dtype={x.dtype} device={x.device}"
-            raise ValueError(f"SdpaFwdSm90.execute: {name} ({got}) does not match the plan: a CUDA {want} rank-{rank} tensor with head dim {d} and unit stride there")
+            raise ValueError(
+                f"SdpaFwdSm90.execute: {name} ({got}) does not match the plan: a CUDA {want} rank-{rank} tensor with head dim {d} and unit stride there"
+            )
         if x.data_ptr() % 16:
             raise ValueError(f"SdpaFwdSm90.execute: {name} address 0x{x.data_ptr():x} is not 16-byte aligned (TMA)")
         for i in range(rank - 1):
@@ -275,9 +305,31 @@ def _check_io(key, q, k, v, o) -> None:
     if hk * key.qhead_per_kvhead != hq:
         raise ValueError(f"SdpaFwdSm90.execute: the plan has {key.qhead_per_kvhead} query heads per kv head; got H_q={hq}, H_kv={hk}")
     if tuple(o.shape[:-1]) != tuple(q.shape[:-1]) or tuple(v.shape[:-1]) != tuple(k.shape[:-1]):
-        raise ValueError(f"SdpaFwdSm90.execute: o {tuple(o.shape)} must match q {tuple(q.shape)} and v {tuple(v.shape)} must match k {tuple(k.shape)} outside the head dim")
+        raise ValueError(
+            f"SdpaFwdSm90.execute: o {tuple(o.shape)} must match q {tuple(q.shape)} and v {tuple(v.shape)} must match k {tuple(k.shape)} outside the head dim"
+        )
     if not key.varlen and k.shape[0] != q.shape[0]:
         raise ValueError(f"SdpaFwdSm90.execute: batch of q {q.shape[0]} and k {k.shape[0]} differ")
+
+
+def _tma_strides(shape, strides):
+    """(b, h, s) strides for a TMA descriptor: a dim of extent <= 1 is never stepped, so its stride (0 for the
+    THD batch, or whatever torch reports for a size-1 dim) is replaced by the tensor's span, a valid 16-byte multiple."""
+    span = max([abs(st) * max(sh, 1) for sh, st in zip(shape, strides, strict=False)] + [8])
+    span = (span + 7) // 8 * 8
+    return tuple(st if sh > 1 else span for sh, st in zip(shape, strides, strict=False))
+
+
+_GROUP_CACHE: dict = {}
+
+
+def _group_heads(key, seqlen_k: int) -> int:
+    g = _GROUP_CACHE.get((key.head_dim, key.head_dim_v, seqlen_k))
+    if g is None:
+        from .._device.tile_scheduler import SingleTileScheduler
+
+        g = _GROUP_CACHE[(key.head_dim, key.head_dim_v, seqlen_k)] = SingleTileScheduler.group_heads_for(seqlen_k, key.head_dim, key.head_dim_v)
+    return g
 
 
 def _launch(compiled, key, q, k, v, o, lse, sinks, cu_q, cu_k, max_seqlen_q, window, scale, stream):
@@ -300,7 +352,7 @@ def _launch(compiled, key, q, k, v, o, lse, sinks, cu_q, cu_k, max_seqlen_q, win
         heads, heads_kv = q.shape[1], k.shape[1]
         sq, sk = q.shape[0], k.shape[0]
         grid_q = int(max_seqlen_q)
-        qs, ks, vs, os_ = ((0, x.stride(1), x.stride(0)) for x in (q, k, v, o))
+        qs, ks, vs, os_ = (_tma_strides((1, x.shape[1], x.shape[0]), (0, x.stride(1), x.stride(0))) for x in (q, k, v, o))
         lse_s = (0, lse.stride(0), lse.stride(1)) if lse is not None else (0, 0, 0)
         cu_q_ptr = mk(t["i32"], cu_q.data_ptr(), gmem, assumed_align=4)
         cu_k_ptr = mk(t["i32"], cu_k.data_ptr(), gmem, assumed_align=4)
@@ -308,7 +360,7 @@ def _launch(compiled, key, q, k, v, o, lse, sinks, cu_q, cu_k, max_seqlen_q, win
         batch, heads, sq = q.shape[0], q.shape[1], q.shape[2]
         heads_kv, sk = k.shape[1], k.shape[2]
         grid_q = sq
-        qs, ks, vs, os_ = ((x.stride(0), x.stride(1), x.stride(2)) for x in (q, k, v, o))
+        qs, ks, vs, os_ = (_tma_strides(tuple(x.shape[:3]), (x.stride(0), x.stride(1), x.stride(2))) for x in (q, k, v, o))
         lse_s = (lse.stride(0), lse.stride(1), lse.stride(2)) if lse is not None else (0, 0, 0)
         cu_q_ptr = cu_k_ptr = None
     if lse is not None and (lse.dtype != t["torch"].float32 or lse.device != q.device):
@@ -334,6 +386,7 @@ def _launch(compiled, key, q, k, v, o, lse, sinks, cu_q, cu_k, max_seqlen_q, win
         sq,
         sk,
         grid_q,
+        _group_heads(key, sk if not key.varlen else grid_q),
         tuple(qs),
         tuple(ks),
         tuple(vs),
@@ -395,7 +448,9 @@ def sdpa_fwd(
             f"sdpa_fwd: page_table (shape={tuple(page_table.shape)}, dtype={page_table.dtype}): paged KV is not served yet; pass contiguous K/V"
         )
     if q.is_cuda and torch.cuda.get_device_capability(q.device) != (9, 0):
-        raise NotImplementedError(f"sdpa_fwd: {torch.cuda.get_device_name(q.device)} (sm_{''.join(map(str, torch.cuda.get_device_capability(q.device)))}) is not served; sm_90 only")
+        raise NotImplementedError(
+            f"sdpa_fwd: {torch.cuda.get_device_name(q.device)} (sm_{''.join(map(str, torch.cuda.get_device_capability(q.device)))}) is not served; sm_90 only"
+        )
     varlen = cu_seqlens_q is not None or cu_seqlens_kv is not None
     want_lse = bool(return_lse) or lse is not None
     window = _norm_window(window_size)

@@ -34,6 +34,7 @@ Benchmark: benchmarks/sdpa_fwd.py.
 from __future__ import annotations
 
 import math
+
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
@@ -94,6 +95,7 @@ class SdpaFwdKernelSm90:
         seqlen_q: Int32,  # S_q (dense) or T_q (varlen: total query tokens)
         seqlen_k: Int32,  # S_kv or T_kv
         max_seqlen_q: Int32,  # grid extent along queries (= S_q for dense)
+        group_heads: Int32,  # (head, batch) pairs per L2 group of the tile order (see _device/tile_scheduler.py)
         q_strides: tuple[Int64, Int64, Int64],  # (batch, head, seq) in elements; batch is 0 for varlen
         k_strides: tuple[Int64, Int64, Int64],
         v_strides: tuple[Int64, Int64, Int64],
@@ -158,9 +160,9 @@ class SdpaFwdKernelSm90:
             mbar_q: cute.struct.MemRange[cutlass.Int64, 2]
             mbar_k: cute.struct.MemRange[cutlass.Int64, self.num_stages * 2]
             mbar_v: cute.struct.MemRange[cutlass.Int64, self.num_stages * 2]
-            sQ: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
-            sK: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sK_layout)], 1024]
-            sV: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sV_layout)], 1024]
+            smem_q: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
+            smem_k: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sK_layout)], 1024]
+            smem_v: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sV_layout)], 1024]
 
         tma_atom_Q, tma_Q = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), mQ, sQ_layout, (self.tile_m, D))
         tma_atom_K, tma_K = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), mK, cute.select(sK_layout, mode=[0, 1]), (self.tile_n, D), 1)
@@ -191,6 +193,9 @@ class SdpaFwdKernelSm90:
             seqlen_q,
             seqlen_k,
             num_m_blocks,
+            heads,
+            batch,
+            group_heads,
             scale_log2,
             window_left,
             window_right,
@@ -228,6 +233,9 @@ class SdpaFwdKernelSm90:
         seqlen_q_static: Int32,
         seqlen_k_static: Int32,
         num_m_blocks: Int32,
+        num_heads: Int32,
+        num_batch: Int32,
+        group_heads: Int32,
         scale_log2: Float32,
         window_left: Int32,
         window_right: Int32,
@@ -258,13 +266,13 @@ class SdpaFwdKernelSm90:
         pipeline_v = make_tma_pipeline(storage.mbar_v.data_ptr(), self.num_stages, num_consumer_warps, tx_v)
         cute.arch.mbarrier_init_fence()
 
-        sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
-        sK = storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)
-        sV = storage.sV.get_tensor(sV_layout.outer, swizzle=sV_layout.inner)
-        sO = storage.sQ.get_tensor(sO_layout.outer, swizzle=sO_layout.inner, dtype=self.dtype)
+        sQ = storage.smem_q.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
+        sK = storage.smem_k.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)
+        sV = storage.smem_v.get_tensor(sV_layout.outer, swizzle=sV_layout.inner)
+        sO = storage.smem_q.get_tensor(sO_layout.outer, swizzle=sO_layout.inner, dtype=self.dtype)
         sVt = transpose_view(sV)
 
-        m_block, head, batch = SingleTileScheduler(num_m_blocks, self.key.mask_right or self.key.mask_left).tile()
+        m_block, head, batch = SingleTileScheduler(num_m_blocks, num_heads, num_batch, group_heads, self.key.mask_right or self.key.mask_left).tile()
         head_kv = head // self.key.qhead_per_kvhead
         # Per-sequence extents and token offsets (varlen reads them from cu_seqlens on the device).
         seqlen_q = seqlen_q_static
@@ -539,21 +547,23 @@ class SdpaFwdKernelSm90:
             cute.arch.barrier(barrier_id=int(NamedBarrier.EPILOGUE), number_of_threads=self.num_mma_threads)
             vec = 128 // self.dtype.width
             cols = self.head_dim_v // vec
+            rows_per_pass = 1 << int(math.log2(self.num_mma_threads // cols))
             copy_atom = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), self.dtype, num_bits_per_copy=128)
-            thr_layout = cute.make_ordered_layout((self.num_mma_threads // cols, cols), order=(1, 0))
+            thr_layout = cute.make_ordered_layout((rows_per_pass, cols), order=(1, 0))
             gmem_tiled_copy_O = cute.make_tiled_copy_tv(copy_atom, thr_layout, cute.make_layout((1, vec)))
-            gmem_thr_copy_O = gmem_tiled_copy_O.get_slice(tidx)
-            mO_cur = cute.domain_offset((offset_q, 0), mO[None, None, head, batch])
-            gO = cute.local_tile(mO_cur, (self.tile_m, self.head_dim_v), (m_block, 0))
-            tOsO = gmem_thr_copy_O.partition_S(sO)
-            tOgO = gmem_thr_copy_O.partition_D(gO)
-            tOcO = gmem_thr_copy_O.partition_S(cO)
-            tOrO = cute.make_rmem_tensor_like(tOsO, self.dtype)
-            cute.autovec_copy(tOsO, tOrO)
-            rows_left = mask.seqlen_q - m_block * self.tile_m
-            for rm in cutlass.range_constexpr(cute.size(tOrO.shape[1])):
-                if tOcO[0, rm, 0][0] < rows_left:
-                    cute.copy(gmem_tiled_copy_O, tOrO[None, rm, None], tOgO[None, rm, None])
+            if tidx < rows_per_pass * cols:
+                gmem_thr_copy_O = gmem_tiled_copy_O.get_slice(tidx)
+                mO_cur = cute.domain_offset((offset_q, 0), mO[None, None, head, batch])
+                gO = cute.local_tile(mO_cur, (self.tile_m, self.head_dim_v), (m_block, 0))
+                tOsO = gmem_thr_copy_O.partition_S(sO)
+                tOgO = gmem_thr_copy_O.partition_D(gO)
+                tOcO = gmem_thr_copy_O.partition_S(cO)
+                tOrO = cute.make_rmem_tensor_like(tOsO, self.dtype)
+                cute.autovec_copy(tOsO, tOrO)
+                rows_left = mask.seqlen_q - m_block * self.tile_m
+                for rm in cutlass.range_constexpr(cute.size(tOrO.shape[1])):
+                    if tOcO[0, rm, 0][0] < rows_left:
+                        cute.copy(gmem_tiled_copy_O, tOrO[None, rm, None], tOgO[None, rm, None])
 
     @cute.jit
     def step(
@@ -635,6 +645,7 @@ def compile_sdpa_fwd(key: SdpaFwdKey):
         zero,
         zero,
         zero,
+        Int32(1),
         strides,
         strides,
         strides,

@@ -52,7 +52,22 @@ def _sdpa_fwd_op(
 
 
 @_sdpa_fwd_op.register_fake
-def _(q, k, v, is_causal=False, causal_bottom_right=False, window_left=-1, window_right=-1, scale=None, sinks=None, cu_seqlens_q=None, cu_seqlens_kv=None, max_seqlen_q=None, max_seqlen_kv=None, return_lse=False):
+def _(
+    q,
+    k,
+    v,
+    is_causal=False,
+    causal_bottom_right=False,
+    window_left=-1,
+    window_right=-1,
+    scale=None,
+    sinks=None,
+    cu_seqlens_q=None,
+    cu_seqlens_kv=None,
+    max_seqlen_q=None,
+    max_seqlen_kv=None,
+    return_lse=False,
+):
     o = _alloc_like_layout(torch, q, v.shape[-1], q.dtype, q.device)
     varlen = cu_seqlens_q is not None
     if return_lse:
@@ -62,7 +77,9 @@ def _(q, k, v, is_causal=False, causal_bottom_right=False, window_left=-1, windo
     return o, lse
 
 
-def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False):
+def scaled_dot_product_attention(
+    query, key, value, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False
+):
     """``torch.nn.functional.scaled_dot_product_attention`` on our kernel: (B, H, L, E) inputs, any strides with
     unit-stride E. ``is_causal`` is top-left aligned (torch's convention). Raises NotImplementedError for what it
     cannot serve (an ``attn_mask``, dropout, other ranks) instead of falling back."""

@@ -1,0 +1,207 @@
+"""cudnn.linear_attention benchmark: causal_conv1d forward / backward / decode update in GB/s.
+
+Providers, all on the same inputs in one process: ours (cudnn.linear_attention), ours replayed from a
+CUDA graph (no host overhead), fla-core's Triton causal_conv1d when importable, and a torch F.conv1d
+(cuDNN) baseline on the same [B, T, D] storage (dense cases only).
+
+Byte convention (minimum memory traffic, "effective"): forward reads x and writes y once
+(2 * T * D * itemsize); backward reads x and dy and writes dx (3 * T * D * itemsize); update reads x,
+writes out and reads and writes the state (B * D * (2 + 2 (W - 1)) * itemsize). Weights, bias and
+metadata are not counted. Run:
+
+    source ci/gpu_env.sh; python3 benchmarks/linear_attention.py      # writes docs/benchmarks/linear_attention.{md,csv,png}
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from harness import Case, Provider, Unsupported, run_benchmark  # noqa: E402
+
+WIDTH = 4
+
+
+def _cases():
+    cases = []
+    for t, d in ((4096, 4096), (16384, 4096), (32768, 4096), (8192, 8192)):
+        cases.append(Case(f"fwd T{t // 1024}k D{d}", {"op": "fwd", "t": t, "d": d, "varlen": False}, bytes=2 * t * d * 2))
+    cases.append(Case("fwd varlen64 T32k D4096", {"op": "fwd", "t": 32768, "d": 4096, "varlen": True}, bytes=2 * 32768 * 4096 * 2))
+    cases.append(Case("fwd varlen1tok T16k D4096", {"op": "fwd", "t": 16384, "d": 4096, "varlen": "ones"}, bytes=2 * 16384 * 4096 * 2))
+    for t, d in ((16384, 4096),):
+        cases.append(Case(f"bwd T{t // 1024}k D{d}", {"op": "bwd", "t": t, "d": d, "varlen": False}, bytes=3 * t * d * 2))
+    cases.append(Case("bwd varlen64 T32k D4096", {"op": "bwd", "t": 32768, "d": 4096, "varlen": True}, bytes=3 * 32768 * 4096 * 2))
+    for b, d in ((64, 8192), (512, 8192)):
+        cases.append(Case(f"update B{b} D{d}", {"op": "update", "b": b, "d": d}, bytes=b * d * (2 + 2 * (WIDTH - 1)) * 2))
+    return cases
+
+
+def _lengths(total, kind):
+    import torch
+
+    if kind == "ones":
+        return [1] * total
+    g = torch.Generator().manual_seed(0)
+    cuts = sorted(torch.randperm(total - 1, generator=g)[:63].add(1).tolist())
+    return [b - a for a, b in zip([0] + cuts, cuts + [total], strict=True)]
+
+
+def _inputs(case):
+    import torch
+
+    from cudnn_testing.data import cu_seqlens
+
+    p = case.params
+    torch.manual_seed(0)
+    if p["op"] == "update":
+        x = torch.randn(p["b"], p["d"], device="cuda", dtype=torch.bfloat16)
+        state = torch.randn(p["b"], p["d"], WIDTH - 1, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(p["d"], WIDTH, device="cuda", dtype=torch.bfloat16)
+        return dict(x=x, state=state, w=w, b=torch.randn(p["d"], device="cuda", dtype=torch.bfloat16))
+    t, d = p["t"], p["d"]
+    x = torch.randn(1, t, d, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(d, WIDTH, device="cuda", dtype=torch.bfloat16) * 0.5
+    b = torch.randn(d, device="cuda", dtype=torch.bfloat16)
+    cu = cu_seqlens(_lengths(t, p["varlen"]), "cuda") if p["varlen"] else None
+    return dict(x=x, w=w, b=b, cu=cu, dy=torch.randn_like(x))
+
+
+def _grad_fn(fwd, inp):
+    import torch
+
+    x = inp["x"].requires_grad_()
+    w = inp["w"].requires_grad_()
+    b = inp["b"].requires_grad_()
+    y = fwd(x, w, b)
+    return lambda: torch.autograd.grad(y, (x, w, b), inp["dy"], retain_graph=True)
+
+
+def _make_ours(case):
+    from cudnn.linear_attention import causal_conv1d, causal_conv1d_update
+
+    inp = _inputs(case)
+    op = case.params["op"]
+    if op == "update":
+        return lambda: causal_conv1d_update(inp["x"], inp["state"], inp["w"], inp["b"], "silu")
+    cu = inp["cu"]
+
+    def fwd(x, w, b):
+        return causal_conv1d(x[0] if cu is not None else x, w, b, "silu", cu_seqlens=cu)
+
+    if op == "fwd":
+        return lambda: fwd(inp["x"], inp["w"], inp["b"])
+    inp["dy"] = inp["dy"][0] if cu is not None else inp["dy"]
+    return _grad_fn(fwd, inp)
+
+
+def _make_ours_graph(case):
+    import torch
+
+    fn = _make_ours(case)
+    if case.params["op"] == "bwd":
+        raise Unsupported("autograd.grad is not graph-captured here")
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
+
+def _make_ours_variant(group, min_ctas):
+    """Tuning probe: the forward adapter called directly, compiled with another register-buffer depth."""
+
+    def make(case):
+        import dataclasses
+
+        from cudnn.linear_attention.conv1d.api import CausalConv1d
+
+        if case.params["op"] != "fwd":
+            raise Unsupported("forward-only tuning probe")
+        inp = _inputs(case)
+        cu = inp["cu"]
+        x = inp["x"][0] if cu is not None else inp["x"]
+        y = x.new_empty(x.shape)
+        plan = CausalConv1d(x, inp["w"], y, inp["b"], cu, activation="silu")
+        plan.check_support()
+        key = dataclasses.replace(plan.compile_key(), group=group, min_ctas_per_sm=min_ctas)
+        plan.compile_key = lambda: key
+        plan.compile()
+        return lambda: plan.execute(x, inp["w"], y, inp["b"], cu)
+
+    return make
+
+
+def _fla_available():
+    try:
+        import fla.modules.causal_conv1d  # noqa: F401
+    except Exception as exc:  # noqa: BLE001 - any import failure means "not available"
+        return f"fla not importable: {type(exc).__name__}: {exc}"[:200]
+    return None
+
+
+def _make_fla(case):
+    from fla.modules.causal_conv1d import causal_conv1d, causal_conv1d_update
+
+    inp = _inputs(case)
+    op = case.params["op"]
+    if op == "update":
+        # fla's cache is [B, D, W] (it keeps the current token too)
+        import torch
+
+        cache = torch.randn(inp["x"].shape[0], inp["x"].shape[1], WIDTH, device="cuda", dtype=torch.bfloat16)
+        return lambda: causal_conv1d_update(inp["x"], cache, weight=inp["w"], bias=inp["b"], activation="silu")
+    cu = inp["cu"]
+    cu64 = cu.long() if cu is not None else None
+
+    def fwd(x, w, b):
+        return causal_conv1d(x, w, b, activation="silu", cu_seqlens=cu64, backend="triton")[0]
+
+    if op == "fwd":
+        return lambda: fwd(inp["x"], inp["w"], inp["b"])
+    return _grad_fn(fwd, inp)
+
+
+def _make_torch(case):
+    import torch.nn.functional as F
+
+    if case.params["op"] == "update" or case.params.get("varlen"):
+        raise Unsupported("F.conv1d has no varlen or rolling-state form")
+    inp = _inputs(case)
+    t = case.params["t"]
+
+    def fwd(x, w, b):
+        return F.silu(F.conv1d(x.transpose(1, 2), w[:, None, :], b, padding=WIDTH - 1, groups=w.shape[0])[..., :t]).transpose(1, 2)
+
+    if case.params["op"] == "fwd":
+        return lambda: fwd(inp["x"], inp["w"], inp["b"])
+    return _grad_fn(fwd, inp)
+
+
+def main():
+    providers = [
+        Provider("ours", _make_ours),
+        Provider("ours+graph", _make_ours_graph),
+        Provider("ours-u8", _make_ours_variant(8, 3)),
+        Provider("fla", _make_fla, _fla_available),
+        Provider("torch", _make_torch),
+    ]
+    out_dir = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "benchmarks")
+    run_benchmark(
+        "linear_attention",
+        _cases(),
+        providers,
+        convention="effective bytes: fwd 2*T*D*2 (x read, y written), bwd 3*T*D*2 (x, dy read, dx written), update B*D*(2+2(W-1))*2; bf16, W=4, SiLU, bias",
+        metric="gbps",
+        out_dir=out_dir,
+        title="causal_conv1d (bf16, W=4, SiLU)",
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,166 @@
+"""Torch custom ops of causal_conv1d: ``torch.ops.cudnn_linear_attention.causal_conv1d_{fwd,bwd,update}``.
+
+Thin: each op looks up (or builds once) the APIBase plan for its plan-time signature, allocates its
+outputs on torch's current stream (the launch stream of this layer) and calls ``execute``. Fake
+implementations give torch.compile the output metadata; autograd of the forward runs the backward op
+(our kernels). ``final_states`` is not differentiable.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .api import CausalConv1d, CausalConv1dBackward, CausalConv1dUpdate
+
+_NS = "cudnn_linear_attention"
+_PLANS: dict = {}
+
+
+def _plan(key, make):
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = make()
+        plan.compile()
+        _PLANS[key] = plan
+    return plan
+
+
+def _n_seqs(x, cu_seqlens) -> int:
+    if cu_seqlens is not None:
+        return cu_seqlens.shape[0] - 1
+    return x.shape[0] if x.dim() == 3 else 1
+
+
+def _sig(t):
+    return None if t is None else (t.dtype, t.dim())
+
+
+def _fwd_key(x, weight, bias, cu_seqlens, initial_states, activation, output_final_states):
+    dense = None if cu_seqlens is not None else (tuple(x.shape), tuple(x.stride()))
+    return (
+        "fwd",
+        x.device,
+        x.dtype,
+        x.dim(),
+        tuple(weight.shape),
+        weight.dtype,
+        bias is not None,
+        _sig(cu_seqlens),
+        _sig(initial_states),
+        activation,
+        output_final_states,
+        dense,
+    )
+
+
+@torch.library.custom_op(f"{_NS}::causal_conv1d_fwd", mutates_args=())
+def causal_conv1d_fwd(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    cu_seqlens: torch.Tensor | None,
+    initial_states: torch.Tensor | None,
+    activation: str | None,
+    output_final_states: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    d, width = weight.shape
+    sdt = initial_states.dtype if initial_states is not None else x.dtype
+    final = torch.empty((_n_seqs(x, cu_seqlens), d, width - 1) if output_final_states else (0,), dtype=sdt, device=x.device)
+    fin = final if output_final_states else None
+    key = _fwd_key(x, weight, bias, cu_seqlens, initial_states, activation, output_final_states)
+    plan = _plan(key, lambda: CausalConv1d(x, weight, y, bias, cu_seqlens, initial_states, fin, activation))
+    plan.execute(x, weight, y, bias, cu_seqlens, initial_states, fin)
+    return y, final
+
+
+@causal_conv1d_fwd.register_fake
+def _(x, weight, bias, cu_seqlens, initial_states, activation, output_final_states):
+    d, width = weight.shape
+    sdt = initial_states.dtype if initial_states is not None else x.dtype
+    if output_final_states:
+        n = cu_seqlens.shape[0] - 1 if cu_seqlens is not None else (x.shape[0] if x.dim() == 3 else 1)
+        final = x.new_empty((n, d, width - 1), dtype=sdt)
+    else:
+        final = x.new_empty((0,), dtype=sdt)
+    return x.new_empty(x.shape), final
+
+
+@torch.library.custom_op(f"{_NS}::causal_conv1d_bwd", mutates_args=())
+def causal_conv1d_bwd(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    dy: torch.Tensor,
+    cu_seqlens: torch.Tensor | None,
+    initial_states: torch.Tensor | None,
+    activation: str | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    dw = torch.empty_like(weight, memory_format=torch.contiguous_format)
+    db = torch.empty_like(bias) if bias is not None else None
+    dinit = torch.empty_like(initial_states) if initial_states is not None else None
+    dense = None if cu_seqlens is not None else (tuple(x.shape), tuple(x.stride()), tuple(dy.stride()))
+    key = ("bwd", x.device, x.dtype, x.dim(), tuple(weight.shape), weight.dtype, bias is not None, _sig(cu_seqlens), _sig(initial_states), activation, dense)
+    plan = _plan(key, lambda: CausalConv1dBackward(x, weight, dy, dx, dw, bias, db, cu_seqlens, initial_states, dinit, activation))
+    workspace = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device=x.device)
+    plan.execute(x, weight, dy, dx, dw, bias, db, cu_seqlens, initial_states, dinit, workspace=workspace)
+    # Absent gradients are distinct empty tensors: custom-op outputs may not alias one another.
+    return dx, dw, (db if db is not None else x.new_empty((0,))), (dinit if dinit is not None else x.new_empty((0,)))
+
+
+@causal_conv1d_bwd.register_fake
+def _(x, weight, bias, dy, cu_seqlens, initial_states, activation):
+    return (
+        x.new_empty(x.shape),
+        weight.new_empty(weight.shape),
+        bias.new_empty(bias.shape) if bias is not None else x.new_empty((0,)),
+        initial_states.new_empty(initial_states.shape) if initial_states is not None else x.new_empty((0,)),
+    )
+
+
+def _setup_context(ctx, inputs, output):
+    x, weight, bias, cu_seqlens, initial_states, activation, _ = inputs
+    ctx.save_for_backward(x, weight, bias, cu_seqlens, initial_states)
+    ctx.activation = activation
+    ctx.mark_non_differentiable(output[1])
+
+
+def _backward(ctx, dy, _dfinal):
+    x, weight, bias, cu_seqlens, initial_states = ctx.saved_tensors
+    dx, dw, db, dinit = causal_conv1d_bwd(x, weight, bias, dy, cu_seqlens, initial_states, ctx.activation)
+    return dx, dw, (db if bias is not None else None), None, (dinit if initial_states is not None else None), None, None
+
+
+causal_conv1d_fwd.register_autograd(_backward, setup_context=_setup_context)
+
+
+@torch.library.custom_op(f"{_NS}::causal_conv1d_update", mutates_args=("conv_state",))
+def causal_conv1d_update_op(
+    x: torch.Tensor,
+    conv_state: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    activation: str | None,
+    conv_state_indices: torch.Tensor | None,
+) -> torch.Tensor:
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    key = ("update", x.device, x.dtype, tuple(x.shape), tuple(weight.shape), weight.dtype, bias is not None)
+    key += (conv_state.dtype, tuple(conv_state.shape), tuple(conv_state.stride()), activation, _sig(conv_state_indices))
+    plan = _plan(key, lambda: CausalConv1dUpdate(x, conv_state, weight, out, bias, conv_state_indices, activation))
+    plan.execute(x, conv_state, weight, out, bias, conv_state_indices)
+    return out
+
+
+@causal_conv1d_update_op.register_fake
+def _(x, conv_state, weight, bias, activation, conv_state_indices):
+    return x.new_empty(x.shape)
+
+
+def causal_conv1d(x, weight, bias=None, activation=None, cu_seqlens=None, initial_states=None, output_final_states=False):
+    y, final = causal_conv1d_fwd(x, weight, bias, cu_seqlens, initial_states, activation, bool(output_final_states))
+    return (y, final) if output_final_states else y
+
+
+def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, conv_state_indices=None):
+    return causal_conv1d_update_op(x, conv_state, weight, bias, activation, conv_state_indices)

@@ -1,0 +1,79 @@
+"""Compile-only tier (CPU, CUTE_DSL_ARCH=sm_90a): the kernel builds for each configuration family, its PTX really
+uses WGMMA and TMA, its symbol carries the ``cudnn`` prefix, and a THD plan is a kernel-cache hit when the token
+totals change (Rule 4). Kept small: ~10 compiles of 1-3 s each."""
+
+from __future__ import annotations
+
+import glob
+import os
+import subprocess
+import sys
+
+import pytest
+
+from cudnn.api_base import TensorDesc
+from cudnn_testing.compile_only import kernel_symbols
+from cudnn_testing.markers import skip_unless_cutedsl
+
+pytestmark = pytest.mark.compile_only
+
+
+@pytest.fixture(autouse=True)
+def _floor():
+    skip_unless_cutedsl("4.8.0", "cudnn.sdpa forward")
+
+
+def test_ptx_has_wgmma_tma_and_cudnn_symbol(tmp_path):
+    # In a subprocess: the DSL keeps dumping artifacts for the rest of a process once CUTE_DSL_KEEP was seen.
+    code = (
+        "from cudnn.sdpa.fwd.kernel_key import SdpaFwdKey; from cudnn.sdpa.fwd.kernel_sm90 import compile_sdpa_fwd; "
+        "compile_sdpa_fwd(SdpaFwdKey('bf16', 128, 128, 1, True, False, False, True, False, False, False))"
+    )
+    env = dict(os.environ, CUTE_DSL_KEEP="ptx", CUTE_DSL_DUMP_DIR=str(tmp_path), PYTHONPATH=os.pathsep.join(sys.path))
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=str(tmp_path))
+    ptx = "\n".join(open(f).read() for f in glob.glob(os.path.join(str(tmp_path), "**", "*.ptx"), recursive=True))
+    assert "wgmma.mma_async" in ptx
+    assert "cp.async.bulk.tensor" in ptx  # TMA loads
+    assert "global.shared::cta" in ptx  # TMA store of O
+    assert "setmaxnreg" in ptx  # warp specialization
+    syms = kernel_symbols(ptx)
+    assert syms and all(s.startswith("cudnn") for s in syms), syms
+
+
+# One compile per configuration family: dtype x head dims x masks x GQA x LSE/sinks x varlen.
+CONFIGS = [
+    ("bf16", 64, 64, 1, False, False, False, False, False, False, False),
+    ("fp16", 96, 96, 2, True, False, True, True, False, False, False),
+    ("bf16", 128, 128, 8, True, True, True, True, True, True, False),
+    ("bf16", 192, 128, 1, True, False, False, True, False, False, False),
+    ("fp16", 256, 256, 1, False, False, False, True, False, True, False),
+    ("bf16", 128, 128, 4, True, False, True, True, False, False, True),
+]
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"{c[0]}-d{c[1]}x{c[2]}-g{c[3]}-r{int(c[4])}l{int(c[5])}-varlen{int(c[10])}")
+def test_compiles(cfg):
+    from cudnn.sdpa.fwd.kernel_key import SdpaFwdKey
+    from cudnn.sdpa.fwd.kernel_sm90 import compile_sdpa_fwd
+
+    assert compile_sdpa_fwd(SdpaFwdKey(*cfg)) is not None
+
+
+def test_thd_compile_is_a_cache_hit_when_token_totals_change():
+    from cudnn.kernel_cache import kernel_cache
+    from cudnn.sdpa.fwd.api import SdpaFwdSm90
+
+    def plan(t_q, t_kv, batch):
+        q = TensorDesc.contiguous((t_q, 8, 64), "bfloat16", "q")
+        kv = TensorDesc.contiguous((t_kv, 2, 64), "bfloat16", "k")
+        cu = TensorDesc.contiguous((batch + 1,), "int32", "cu_seqlens_q")
+        p = SdpaFwdSm90(q, kv, kv, is_causal=True, cu_seqlens_q=cu, cu_seqlens_kv=cu, max_seqlen_q=t_q, max_seqlen_kv=t_kv)
+        p.compile()
+        return p
+
+    first = plan(1000, 3000, 3)
+    misses, hits = kernel_cache.stats.misses, kernel_cache.stats.hits
+    second = plan(17, 123457, 9)
+    assert kernel_cache.stats.misses == misses, "a new token total recompiled the THD kernel (Rule 4)"
+    assert kernel_cache.stats.hits == hits + 1
+    assert second._compiled_kernel is first._compiled_kernel

@@ -1,0 +1,89 @@
+"""check_support on TensorDescs (no GPU, no compile): what is declined, with which message."""
+
+from __future__ import annotations
+
+import pytest
+
+from cudnn.api_base import TensorDesc
+from cudnn_testing.markers import skip_unless_cutedsl
+
+
+def _desc(shape, dtype="bfloat16", name="t", perm=None):
+    d = TensorDesc.contiguous(shape, dtype, name)
+    if perm is None:
+        return d
+    stored = TensorDesc.contiguous([shape[p] for p in perm], dtype, name)
+    stride = [0] * len(shape)
+    for pos, dim in enumerate(perm):
+        stride[dim] = stored.stride[pos]
+    return TensorDesc(tuple(shape), tuple(stride), d.dtype, name)
+
+
+@pytest.fixture(autouse=True)
+def _floor():
+    skip_unless_cutedsl("4.8.0", "cudnn.sdpa forward")
+
+
+def _plan(**kw):
+    from cudnn.sdpa.fwd.api import SdpaFwdSm90
+
+    q = kw.pop("q", _desc((2, 8, 300, 128), name="q"))
+    k = kw.pop("k", _desc((2, 2, 257, 128), name="k"))
+    v = kw.pop("v", _desc((2, 2, 257, 128), name="v"))
+    return SdpaFwdSm90(q, k, v, **kw)
+
+
+def test_accepts_bshd_and_bhsd_gqa():
+    bshd = (0, 2, 1, 3)
+    plan = _plan(
+        q=_desc((2, 8, 300, 128), name="q", perm=bshd), k=_desc((2, 2, 257, 128), name="k", perm=bshd), v=_desc((2, 2, 257, 128), name="v"), is_causal=True
+    )
+    assert plan.check_support()
+    assert plan.key.qhead_per_kvhead == 4 and plan.key.mask_right and not plan.key.varlen
+
+
+def test_plan_key_has_no_extents():
+    a, b = _plan(), _plan(q=_desc((3, 8, 4000, 128), name="q"), k=_desc((3, 2, 17, 128), name="k"), v=_desc((3, 2, 17, 128), name="v"))
+    a.check_support(), b.check_support()
+    assert a.key == b.key
+
+
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(page_table=_desc((2, 4), "int32", "page_table")), "page_table"),
+        (dict(q=_desc((2, 8, 300, 80), name="q"), k=_desc((2, 2, 257, 80), name="k"), v=_desc((2, 2, 257, 80), name="v")), "head dim 80"),
+        (dict(q=_desc((2, 8, 300, 128), "float32", "q")), "float32|dtype"),
+        (dict(q=TensorDesc((2, 8, 300, 128), (8 * 300 * 128, 300 * 128, 128, 2), "bfloat16", "q")), "unit stride"),
+        (dict(q=TensorDesc((2, 8, 300, 128), (8 * 300 * 132, 300 * 132, 132, 1), "bfloat16", "q")), "16 bytes"),
+        (dict(v=_desc((2, 2, 257, 256), name="v")), "value head dim"),
+    ],
+)
+def test_declines_with_named_tensor(kw, match):
+    with pytest.raises(NotImplementedError, match=match):
+        _plan(**kw).check_support()
+
+
+def test_malformed_values_raise_value_error():
+    with pytest.raises(ValueError, match="multiple"):
+        _plan(k=_desc((2, 3, 257, 128), name="k"), v=_desc((2, 3, 257, 128), name="v")).check_support()
+    with pytest.raises(ValueError, match="window_size"):
+        _plan(window_size=(-5, 0))
+
+
+def test_varlen_needs_both_cu_seqlens():
+    q, k = _desc((100, 8, 64), name="q"), _desc((90, 8, 64), name="k")
+    with pytest.raises(ValueError, match="cu_seqlens"):
+        _plan(q=q, k=k, v=k, cu_seqlens_q=_desc((5,), "int32", "cu_seqlens_q")).check_support()
+
+
+def test_api_module_imports_no_cutlass():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from cudnn.api_base import TensorDesc; from cudnn.sdpa.fwd.api import SdpaFwdSm90; "
+        "d=TensorDesc.contiguous((1,2,8,64),'bfloat16','q'); SdpaFwdSm90(d,d,d).check_support(); "
+        "assert 'cutlass' not in sys.modules and 'torch' not in sys.modules, sorted(m for m in sys.modules if m.startswith(('cutlass','torch')))"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

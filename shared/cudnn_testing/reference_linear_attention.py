@@ -1,0 +1,198 @@
+"""fp32 references for cudnn.linear_attention: causal conv1d (forward, decode update) and the gated delta
+rule in its two flavours, Gated DeltaNet (scalar decay per head and token) and Kimi Delta Attention
+(per-key-channel decay), both token by token and chunked (chunk 64).
+
+State convention (the issue's): S is [V, K] per head and sequence, fp32, stored [N, H, V, K]::
+
+    S_t = S_{t-1} Diag(exp(g_t)) (I - beta_t k_t k_t^T) + beta_t v_t k_t^T        o_t = S_t (scale * q_t)
+
+GDN is the case ``g [.., H]`` (one decay per head and token, broadcast over K); KDA is ``g [.., H, K]``.
+flash-linear-attention keeps the transpose, h [K, V] = S^T (``h0 = S0.transpose(-1, -2)``).
+
+Layouts: q, k [B, T, Hk, K]; v [B, T, H, V]; g [B, T, H] or [B, T, H, K]; beta [B, T, H]; with
+``cu_seqlens`` (int [N + 1]) B must be 1 and sequences are packed along T (THD). Hk divides H: value
+head h reads q/k head ``h // (H // Hk)`` (fla's GVA sharing). Every function here reads its
+``cu_seqlens`` to the host: these are test references, never an execute path.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def _bounds(cu_seqlens, batch: int, length: int):
+    """[(b, bos, eos)] for a dense batch (cu_seqlens None) or a packed one (b = 0)."""
+    if cu_seqlens is None:
+        return [(b, 0, length) for b in range(batch)]
+    cu = [int(c) for c in cu_seqlens.detach().cpu().tolist()]
+    return [(0, cu[i], cu[i + 1]) for i in range(len(cu) - 1)]
+
+
+# --------------------------------------------------------------------------------------------------
+# causal conv1d
+# --------------------------------------------------------------------------------------------------
+def causal_conv1d_ref(x, weight, bias=None, activation=None, cu_seqlens=None, initial_states=None):
+    """fp32 forward. ``x`` [T, D] (THD, with cu_seqlens) or [B, L, D]; ``weight`` [D, W]; ``initial_states``
+    [N, D, W - 1] (oldest first). Returns ``(y, final_states)``, both fp32; y has x's shape."""
+    torch = _torch()
+    squeeze = x.dim() == 2
+    x3 = x.unsqueeze(0) if squeeze else x
+    w = weight.float()
+    d, width = w.shape
+    y = torch.empty(x3.shape, dtype=torch.float32, device=x.device)
+    bounds = _bounds(cu_seqlens, x3.shape[0], x3.shape[1])
+    final = torch.empty((len(bounds), d, width - 1), dtype=torch.float32, device=x.device)
+    for n, (b, bos, eos) in enumerate(bounds):
+        seq = x3[b, bos:eos].float()  # [L, D]
+        head = initial_states[n].float().transpose(0, 1) if initial_states is not None else torch.zeros(width - 1, d, device=x.device)
+        xs = torch.cat([head, seq], 0)  # [W - 1 + L, D]
+        length = eos - bos
+        acc = torch.zeros(length, d, dtype=torch.float32, device=x.device)
+        for k in range(width):
+            acc += w[:, k] * xs[k : k + length]
+        if bias is not None:
+            acc += bias.float()
+        if activation in ("silu", "swish"):
+            acc = torch.nn.functional.silu(acc)
+        y[b, bos:eos] = acc
+        final[n] = xs[xs.shape[0] - (width - 1) :].transpose(0, 1)
+    return (y[0] if squeeze else y), final
+
+
+def causal_conv1d_update_ref(x, conv_state, weight, bias=None, activation=None, conv_state_indices=None):
+    """fp32 decode step. Returns ``(out, new_conv_state)``; rows with a negative index leave both untouched
+    (their ``out`` rows are NaN here, so a test compares only live rows)."""
+    torch = _torch()
+    out = torch.full(x.shape, float("nan"), dtype=torch.float32, device=x.device)
+    state = conv_state.float().clone()
+    w = weight.float()
+    for b in range(x.shape[0]):
+        s = b if conv_state_indices is None else int(conv_state_indices[b])
+        if s < 0:
+            continue
+        win = torch.cat([state[s], x[b].float()[:, None]], 1)  # [D, W]
+        acc = (win * w).sum(1)
+        if bias is not None:
+            acc = acc + bias.float()
+        if activation in ("silu", "swish"):
+            acc = torch.nn.functional.silu(acc)
+        out[b] = acc
+        state[s] = win[:, 1:]
+    return out, state
+
+
+# --------------------------------------------------------------------------------------------------
+# gated delta rule (GDN and KDA)
+# --------------------------------------------------------------------------------------------------
+def _prep(q, k, v, g, beta, scale, use_qk_l2norm, initial_state, cu_seqlens):
+    torch = _torch()
+    if cu_seqlens is not None and q.shape[0] != 1:
+        raise ValueError(f"with cu_seqlens the batch must be 1 (packed THD), got q {tuple(q.shape)}")
+    kdim, h, hk = q.shape[-1], v.shape[2], q.shape[2]
+    if h % hk:
+        raise ValueError(f"q/k heads {hk} must divide v heads {h}")
+    scale = 1.0 / math.sqrt(kdim) if scale is None else scale
+    q, k, v, beta = q.float(), k.float(), v.float(), beta.float()
+    if use_qk_l2norm:
+        q = q * torch.rsqrt((q * q).sum(-1, keepdim=True) + 1e-6)
+        k = k * torch.rsqrt((k * k).sum(-1, keepdim=True) + 1e-6)
+    rep = h // hk
+    q = q.repeat_interleave(rep, dim=2) * scale
+    k = k.repeat_interleave(rep, dim=2)
+    g = g.float()
+    if g.dim() == 3:  # GDN: one decay per head and token
+        g = g[..., None].expand(*g.shape, kdim)
+    bounds = _bounds(cu_seqlens, q.shape[0], q.shape[1])
+    n = len(bounds)
+    vdim = v.shape[-1]
+    s0 = initial_state.float() if initial_state is not None else torch.zeros(n, h, vdim, kdim, device=q.device)
+    return q, k, v, g, beta, bounds, s0
+
+
+def gated_delta_rule_recurrent_ref(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, use_qk_l2norm=False, cu_seqlens=None):
+    """Token-by-token fp32 recurrence. ``g`` [B, T, H] gives GDN, [B, T, H, K] gives KDA (log decays).
+    Returns ``(o [B, T, H, V] fp32, final_state [N, H, V, K] fp32 or None)``."""
+    torch = _torch()
+    q, k, v, g, beta, bounds, s0 = _prep(q, k, v, g, beta, scale, use_qk_l2norm, initial_state, cu_seqlens)
+    o = torch.zeros(v.shape, dtype=torch.float32, device=v.device)
+    finals = []
+    for n, (b, bos, eos) in enumerate(bounds):
+        s = s0[n].clone()  # [H, V, K]
+        for t in range(bos, eos):
+            s = s * torch.exp(g[b, t])[:, None, :]  # S Diag(exp(g_t))
+            kt, bt = k[b, t], beta[b, t]  # [H, K], [H]
+            sk = torch.einsum("hvk,hk->hv", s, kt)
+            s = s + torch.einsum("hv,hk->hvk", bt[:, None] * (v[b, t] - sk), kt)  # S(I - b k k^T) + b v k^T
+            o[b, t] = torch.einsum("hvk,hk->hv", s, q[b, t])
+        finals.append(s)
+    final = torch.stack(finals) if output_final_state else None
+    return o, final
+
+
+def gated_delta_rule_chunked_ref(
+    q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, use_qk_l2norm=False, cu_seqlens=None, chunk_size: int = 64
+):
+    """The chunked (WY) form, fp32, chunk 64 by default: the algorithm the kernels implement.
+
+    Per chunk of C tokens with cumulative log decays G (per key channel) and state S0 [V, K]::
+
+        A[i, j]  = beta_i * sum_c k_ic k_jc exp(G_ic - G_jc)              (i > j; strictly lower)
+        Tm       = (I + A)^-1
+        U        = Tm (beta V),  Wm = Tm (beta K exp(G))
+        Vn       = U - Wm S0^T                                             (the "new values")
+        O        = (Q exp(G)) S0^T + mask_{i >= j}(sum_c q_ic k_jc exp(G_ic - G_jc)) Vn
+        S1       = S0 Diag(exp(G_C)) + Vn^T (K exp(G_C - G))
+    """
+    torch = _torch()
+    q, k, v, g, beta, bounds, s0 = _prep(q, k, v, g, beta, scale, use_qk_l2norm, initial_state, cu_seqlens)
+    o = torch.zeros(v.shape, dtype=torch.float32, device=v.device)
+    finals = []
+    for n, (b, bos, eos) in enumerate(bounds):
+        s = s0[n].clone()  # [H, V, K]
+        for c0 in range(bos, eos, chunk_size):
+            c1 = min(c0 + chunk_size, eos)
+            cq, ck, cv = q[b, c0:c1].transpose(0, 1), k[b, c0:c1].transpose(0, 1), v[b, c0:c1].transpose(0, 1)  # [H, C, *]
+            cb = beta[b, c0:c1].transpose(0, 1)  # [H, C]
+            G = torch.cumsum(g[b, c0:c1].transpose(0, 1), dim=1)  # [H, C, K]
+            C = c1 - c0
+            diff = G[:, :, None, :] - G[:, None, :, :]  # [H, i, j, K]
+            lower_eq = torch.tril(torch.ones(C, C, dtype=torch.bool, device=q.device))
+            decay = torch.where(lower_eq[None, :, :, None], diff, torch.full_like(diff, -float("inf"))).exp()
+            kk = torch.einsum("hic,hjc,hijc->hij", ck, ck, decay)
+            A = torch.tril(cb[:, :, None] * kk, diagonal=-1)
+            eye = torch.eye(C, device=q.device).expand_as(A)
+            Tm = torch.linalg.solve_triangular(eye + A, eye, upper=False, unitriangular=True)
+            U = Tm @ (cb[:, :, None] * cv)
+            Wm = Tm @ (cb[:, :, None] * ck * G.exp())
+            Vn = U - Wm @ s.transpose(-1, -2)  # [H, C, V]
+            qk = torch.einsum("hic,hjc,hijc->hij", cq, ck, decay)  # masked (upper entries are exp(-inf) = 0)
+            o[b, c0:c1] = ((cq * G.exp()) @ s.transpose(-1, -2) + qk @ Vn).transpose(0, 1)
+            g_last = G[:, -1:, :]  # [H, 1, K]
+            s = s * g_last.exp() + Vn.transpose(-1, -2) @ (ck * (g_last - G).exp())
+        finals.append(s)
+    final = torch.stack(finals) if output_final_state else None
+    return o, final
+
+
+def gated_delta_net_ref(q, k, v, g, beta, **kwargs):
+    """Gated DeltaNet (``g`` [B, T, H]); ``chunked=True`` picks the chunked form."""
+    chunked = kwargs.pop("chunked", False)
+    if g.dim() != 3:
+        raise ValueError(f"GDN takes one log decay per head and token, g [B, T, H]; got {tuple(g.shape)}")
+    fn = gated_delta_rule_chunked_ref if chunked else gated_delta_rule_recurrent_ref
+    return fn(q, k, v, g, beta, **kwargs)
+
+
+def kimi_delta_attention_ref(q, k, v, g, beta, **kwargs):
+    """Kimi Delta Attention (``g`` [B, T, H, K]); ``chunked=True`` picks the chunked form."""
+    chunked = kwargs.pop("chunked", False)
+    if g.dim() != 4:
+        raise ValueError(f"KDA takes per-key-channel log decays, g [B, T, H, K]; got {tuple(g.shape)}")
+    fn = gated_delta_rule_chunked_ref if chunked else gated_delta_rule_recurrent_ref
+    return fn(q, k, v, g, beta, **kwargs)
