@@ -48,10 +48,13 @@ CONFIGS = [
     ("bf16", 192, 128, 1, True, False, False, True, False, False, False),
     ("fp16", 256, 256, 1, False, False, False, True, False, True, False),
     ("bf16", 128, 128, 4, True, False, True, True, False, False, True),
+    ("bf16", 128, 128, 4, True, True, True, True, False, True, False, True),  # pack-GQA
 ]
 
 
-@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"{c[0]}-d{c[1]}x{c[2]}-g{c[3]}-r{int(c[4])}l{int(c[5])}-varlen{int(c[10])}")
+@pytest.mark.parametrize(
+    "cfg", CONFIGS, ids=lambda c: f"{c[0]}-d{c[1]}x{c[2]}-g{c[3]}-r{int(c[4])}l{int(c[5])}-varlen{int(c[10])}-pack{int(len(c) > 11 and c[11])}"
+)
 def test_compiles(cfg):
     from cudnn.sdpa.fwd.kernel_key import SdpaFwdKey
     from cudnn.sdpa.fwd.kernel_sm90 import compile_sdpa_fwd

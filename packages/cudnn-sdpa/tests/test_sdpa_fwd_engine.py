@@ -59,6 +59,7 @@ def test_graph_execute_matches_reference_engine():
     outs = {}
     for engine in ("sdpa_fwd_sm90", "reference"):
         g, (q, k, v, o, stats) = _graph(handle, attn_scale=0.1, use_causal_mask=True)
+        g.build_operation_graph()
         g.create_execution_plans([cudnn.heur_mode.A], engines=[engine])
         g.build_plans()
         torch.manual_seed(0)

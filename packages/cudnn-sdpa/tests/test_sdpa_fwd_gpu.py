@@ -58,6 +58,8 @@ CASES = [
     (torch.bfloat16, 128, 128, 4, 2, 600, 600, False, True, (100, 0), BHSD),  # sliding window, causal-like
     (torch.bfloat16, 64, 64, 4, 4, 500, 700, False, False, (70, 33), BSHD),  # two-sided window, top-left
     (torch.float16, 128, 128, 8, 8, 1, 1, True, True, (-1, -1), BHSD),
+    (torch.bfloat16, 128, 128, 8, 2, 5, 300, True, True, (-1, -1), BSHD),  # pack-GQA (auto: S_q <= 64), speculative-decode shape
+    (torch.bfloat16, 256, 256, 16, 2, 1, 1000, False, False, (-1, -1), BHSD),  # pack-GQA decode, G = 8
 ]
 
 
@@ -152,3 +154,24 @@ def test_torch_sdpa_surface_and_compile():
         scaled_dot_product_attention(q, k, v, attn_mask=torch.ones(256, 256, device="cuda", dtype=torch.bool), enable_gqa=True)
     with pytest.raises(ValueError, match="enable_gqa"):
         scaled_dot_product_attention(q, k, v)
+
+
+@pytest.mark.parametrize("g, sq, sk, causal, window", [(4, 200, 333, True, (-1, -1)), (2, 37, 500, False, (50, 3)), (8, 300, 129, True, (-1, -1))])
+def test_pack_gqa_forced_matches_reference(g, sq, sk, causal, window):
+    """Pack-GQA on longer queries (several m-blocks, rows p = s * G + g) with sinks and LSE, bottom-right masks."""
+    from cudnn.sdpa import SdpaFwdSm90
+
+    hk, d = 2, 128
+    q, k, v = _make((2, hk * g, sq, d), torch.bfloat16, BSHD), _make((2, hk, sk, d), torch.bfloat16, BSHD), _make((2, hk, sk, d), torch.bfloat16, BSHD)
+    o = poison(_make((2, hk * g, sq, d), torch.bfloat16, BSHD))
+    lse = poison(torch.empty(2, hk * g, sq, device="cuda"))
+    sinks = torch.randn(hk * g, device="cuda")
+    plan = SdpaFwdSm90(q, k, v, o, lse, is_causal=causal, causal_bottom_right=True, window_size=window, sinks=sinks, pack_gqa=True)
+    plan.compile()
+    assert plan.key.pack_gqa
+    plan.execute(q, k, v, o, lse, sinks)
+    torch.cuda.synchronize()
+    ref, ref_lse = attention_ref(q, k, v, is_causal=causal, bottom_right=True, window=window, sinks=sinks)
+    lowp, _ = attention_ref(q, k, v, is_causal=causal, bottom_right=True, window=window, sinks=sinks, upcast=False)
+    assert_close_fa(o, ref, lowp, "o")
+    assert (lse - ref_lse).abs().max().item() < 1e-3

@@ -9,7 +9,9 @@ rows with ``s < 0`` are padding and are skipped: neither ``out`` nor the state i
 
 Layouts: ``x`` / ``out`` [B, D] with unit channel stride and a 16-byte-multiple row stride; ``conv_state``
 [S, D, W - 1] with any strides (vLLM's [S, D, W - 1] contiguous is the usual one); ``weight`` [D, W]
-contiguous; ``conv_state_indices`` int32 [B]. One thread owns 16 bytes of channels of one row.
+contiguous; ``conv_state_indices`` int32 [B]. One thread owns 16 bytes of channels of one row; a contiguous
+[S, D, W - 1] state (plan-time flag ``state_contiguous``) is read and written with vector accesses of the
+thread's VEC * (W - 1) consecutive elements, any other state layout element by element.
 """
 
 from __future__ import annotations

@@ -34,7 +34,9 @@ class MaskInfo:
         offset: Int32,
         window_left: Int32,
         window_right: Int32,
+        rows_per_query: int = 1,
     ):
+        self.rows_per_query = rows_per_query  # pack-GQA: tile row p is query p // rows_per_query
         self.tile_m = tile_m
         self.tile_n = tile_n
         self.mask_right = mask_right
@@ -46,15 +48,25 @@ class MaskInfo:
         self.window_right = window_right
 
     @cute.jit
+    def query_lo(self, m_block: Int32) -> Int32:
+        """First query index of the tile."""
+        return (m_block * self.tile_m) // self.rows_per_query
+
+    @cute.jit
+    def query_hi(self, m_block: Int32) -> Int32:
+        """One past the last query index of the tile."""
+        return ((m_block + 1) * self.tile_m - 1) // self.rows_per_query + 1
+
+    @cute.jit
     def n_block_range(self, m_block: Int32):
         """``(n_block_min, n_block_max)`` of key blocks this query block may see; never empty (see module doc)."""
         n_block_max = (self.seqlen_k + self.tile_n - 1) // self.tile_n
         if const_expr(self.mask_right):
-            last_col = (m_block + 1) * self.tile_m + self.offset + self.window_right
+            last_col = self.query_hi(m_block) + self.offset + self.window_right
             n_block_max = cutlass.min(n_block_max, (cutlass.max(last_col, 0) + self.tile_n - 1) // self.tile_n)
         n_block_min = Int32(0)
         if const_expr(self.mask_left):
-            first_col = m_block * self.tile_m + self.offset - self.window_left
+            first_col = self.query_lo(m_block) + self.offset - self.window_left
             n_block_min = cutlass.max(first_col, 0) // self.tile_n
         n_block_max = cutlass.max(n_block_max, n_block_min + 1)
         return n_block_min, n_block_max
@@ -64,7 +76,7 @@ class MaskInfo:
         """Key blocks at or above this index need the right (causal) mask; those below it do not."""
         res = n_block_min
         if const_expr(self.mask_right):
-            lim = m_block * self.tile_m + self.offset + self.window_right + 1
+            lim = self.query_lo(m_block) + self.offset + self.window_right + 1
             res = cutlass.max(n_block_min, cutlass.max(lim, 0) // self.tile_n)
         return res
 
@@ -73,7 +85,7 @@ class MaskInfo:
         """Key blocks below this index need the left (window) mask; those at or above it do not."""
         res = n_block_min
         if const_expr(self.mask_left):
-            lim = (m_block + 1) * self.tile_m - 1 + self.offset - self.window_left
+            lim = self.query_hi(m_block) - 1 + self.offset - self.window_left
             res = cutlass.max(n_block_min, (cutlass.max(lim, 0) + self.tile_n - 1) // self.tile_n)
         return res
 
@@ -105,7 +117,7 @@ class MaskInfo:
                         acc_S_mn[r, c] = -Float32.inf
         if const_expr(mask_causal_window and (self.mask_right or self.mask_left)):
             for r in cutlass.range_constexpr(cute.size(acc_S_mn.shape[0])):
-                row = m_block * self.tile_m + thr_row + t0ScS_mn[r, 0][0]
+                row = (m_block * self.tile_m + thr_row + t0ScS_mn[r, 0][0]) // self.rows_per_query
                 diag = row + self.offset - col_base
                 right_limit = diag + self.window_right
                 left_limit = diag - self.window_left

@@ -17,6 +17,7 @@ class NamedBarrier(enum.IntEnum):
     WG_SCHED_1 = 2  # ping-pong: warpgroup 1 may issue its GEMMs
     WG_SCHED_2 = 3  # ping-pong: warpgroup 2 may issue its GEMMs
     WG_SCHED_3 = 4
+    Q_GATHER = 5  # consumers: Q gathered into smem without TMA (pack-GQA)
 
 
 def make_tma_pipeline(barrier_ptr, num_stages: int, num_consumer_warps: int, tx_bytes: int):

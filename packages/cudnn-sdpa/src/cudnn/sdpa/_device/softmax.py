@@ -64,8 +64,8 @@ class OnlineSoftmax:
         return row_scale
 
     @cute.jit
-    def finalize(self, sink_val: Float32 | None = None, lse_log2: cutlass.Constexpr[bool] = False) -> cute.Tensor:
-        """Reduce the row sums across the row's 4 threads, fold in the sink, turn ``row_sum`` into the LSE
+    def finalize(self, sink_val: Float32 | cute.Tensor | None = None, lse_log2: cutlass.Constexpr[bool] = False) -> cute.Tensor:
+        """``sink_val``: one logit for every row, or a per-row tensor (pack-GQA rows of different heads). Reduce the row sums across the row's 4 threads, fold in the sink, turn ``row_sum`` into the LSE
         (natural log, or base 2 when ``lse_log2``) and return the per-row 1/sum that normalizes O."""
         row_scale = cute.make_rmem_tensor_like(self.row_max, Float32)
         scale_log2 = self.scale_log2
@@ -73,9 +73,10 @@ class OnlineSoftmax:
             total = cute.arch.warp_reduction_sum(self.row_sum[r], threads_in_group=4)
             max_scaled = self.row_max[r] * scale_log2
             if const_expr(sink_val is not None):
+                sink = sink_val[r] if const_expr(isinstance(sink_val, cute.Tensor)) else sink_val
                 if self.row_max[r] == -Float32.inf:
-                    max_scaled = sink_val * LOG2_E
-                total = total + cute.math.exp2(sink_val * LOG2_E - max_scaled, fastmath=True)
+                    max_scaled = sink * LOG2_E
+                total = total + cute.math.exp2(sink * LOG2_E - max_scaled, fastmath=True)
             empty = total == 0.0 or total != total
             row_scale[r] = cute.arch.rcp_approx(total if not empty else Float32(1.0))
             lse2 = max_scaled + cute.math.log2(total if not empty else Float32(1.0), fastmath=True)

@@ -29,7 +29,7 @@ class SingleTileScheduler:
         return (num_m_blocks * num_heads * num_batch, 1, 1)
 
     @staticmethod
-    def group_heads_for(seqlen_k: int, head_dim: int, head_dim_v: int, l2_budget_bytes: int = 16 << 20) -> int:
+    def group_heads_for(seqlen_k: int, head_dim: int, head_dim_v: int, l2_budget_bytes: int = 8 << 20) -> int:
         """How many (head, batch) pairs' K/V fit the L2 budget together (host side)."""
         per_head = max(1, seqlen_k) * (head_dim + head_dim_v) * 2
         return max(1, min(1 << 16, l2_budget_bytes // per_head))

@@ -28,6 +28,9 @@ from cudnn.datatypes import data_type
 _HEAD_DIMS = (64, 96, 128, 192, 256)
 _IO_DTYPES = (data_type.BFLOAT16, data_type.HALF)
 _DT_NAME = {data_type.BFLOAT16: "bf16", data_type.HALF: "fp16"}
+#: Pack-GQA (the G query heads of a kv head share one query tile, so K/V are read once per kv head) is chosen
+#: automatically for dense plans with S_q at most this (decode, speculative decoding, short chunks).
+PACK_GQA_MAX_SEQLEN_Q = 64
 #: This family's CuTe DSL runtime floor (mirrors cudnn.sdpa.CUTEDSL_MIN_VERSION; kept here so api.py needs no package import).
 _DSL_FLOOR = "4.8.0"
 
@@ -70,8 +73,10 @@ class SdpaFwdSm90(APIBase):
         max_seqlen_kv: int | None = None,
         page_table=None,
         lse_log2: bool = False,
+        pack_gqa: bool | None = None,
     ):
         super().__init__()
+        self.pack_gqa = pack_gqa
         self.q, self.k, self.v = as_desc(q, "q"), as_desc(k, "k"), as_desc(v, "v")
         self.o, self.lse = as_desc(o, "o"), as_desc(lse, "lse")
         self.sinks = as_desc(sinks, "sinks")
@@ -161,11 +166,15 @@ class SdpaFwdSm90(APIBase):
         mask_right = self.is_causal or right >= 0
         mask_left = left >= 0
         self._mask_window = (max(left, 0), 0 if self.is_causal else max(right, 0))
+        g = h // hk
+        can_pack = not self.varlen and g > 1 and 128 % g == 0
+        pack = self.pack_gqa if self.pack_gqa is not None else (can_pack and q.shape[2] <= PACK_GQA_MAX_SEQLEN_Q)
+        self._decline_if(bool(pack) and not can_pack, f"SdpaFwdSm90: pack_gqa needs dense layouts and a head ratio dividing 128; got {g} ({q.describe()})")
         self.key = _make_key(
             _DT_NAME[q.dtype],
             dq,
             dv,
-            h // hk,
+            g,
             mask_right,
             mask_left,
             self.causal_bottom_right,
@@ -173,6 +182,7 @@ class SdpaFwdSm90(APIBase):
             self.lse_log2,
             self.sinks is not None,
             self.varlen,
+            bool(pack),
         )
         self._is_supported = True
         return True
@@ -324,6 +334,9 @@ _GROUP_CACHE: dict = {}
 
 
 def _group_heads(key, seqlen_k: int) -> int:
+    """(head, batch) pairs per L2 group of the tile order: 1 (m-block fastest) unless the mask makes tiles uneven."""
+    if not (key.mask_right or key.mask_left):
+        return 1
     g = _GROUP_CACHE.get((key.head_dim, key.head_dim_v, seqlen_k))
     if g is None:
         from .._device.tile_scheduler import SingleTileScheduler
@@ -466,6 +479,7 @@ def sdpa_fwd(
         bool(lse_log2),
         sinks is not None,
         varlen,
+        (not varlen) and q.shape[2] <= PACK_GQA_MAX_SEQLEN_Q,
         q.device,
     )
     plan = _PLANS.get(pkey)

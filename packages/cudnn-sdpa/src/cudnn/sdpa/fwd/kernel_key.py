@@ -20,13 +20,14 @@ class SdpaFwdKey:
     lse_log2: bool
     has_sinks: bool
     varlen: bool
+    pack_gqa: bool = False  # the G query heads of one kv head share a tile (rows p = s * G + g): decode / short S_q with GQA
 
 
 def tile_config(head_dim: int, head_dim_v: int) -> tuple[int, int, int, bool]:
     """(tile_m, tile_n, num_stages, pingpong) for a head-dim pair (the shared memory budget is 227 KB)."""
     d = max(head_dim, head_dim_v)
     if d <= 64:
-        return 128, 128, 2, True
+        return 128, 192, 2, True
     if d <= 128:
         return 128, 128, 2, True
     if d <= 192:

@@ -123,6 +123,20 @@ class SdpaFwdKernelSm90:
         mLSE = None
         if const_expr(lse_ptr is not None):
             mLSE = cute.make_tensor(lse_ptr, cute.make_layout((seqlen_q, heads, batch_q), stride=(lse_strides[2], lse_strides[1], lse_strides[0])))
+        grid_heads = heads
+        rows_per_query = 1
+        if const_expr(self.key.pack_gqa):
+            # The G query heads of a kv head become rows p = s * G + g of one tile: ((G, S), ...) row modes.
+            G = self.key.qhead_per_kvhead
+            rows_per_query = G
+            grid_heads = heads_kv
+            mQ = cute.make_tensor(q_ptr, cute.make_layout(((G, seqlen_q), D, heads_kv, batch_q), stride=((qs[1], qs[2]), 1, qs[1] * G, qs[0])))
+            mO = cute.make_tensor(o_ptr, cute.make_layout(((G, seqlen_q), Dv, heads_kv, batch_q), stride=((os_[1], os_[2]), 1, os_[1] * G, os_[0])))
+            if const_expr(lse_ptr is not None):
+                mLSE = cute.make_tensor(
+                    lse_ptr,
+                    cute.make_layout(((G, seqlen_q), heads_kv, batch_q), stride=((lse_strides[1], lse_strides[2]), lse_strides[1] * G, lse_strides[0])),
+                )
         mSinks = None
         if const_expr(sinks_ptr is not None):
             mSinks = cute.make_tensor(sinks_ptr, cute.make_layout((heads,)))
@@ -164,18 +178,20 @@ class SdpaFwdKernelSm90:
             smem_k: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sK_layout)], 1024]
             smem_v: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sV_layout)], 1024]
 
-        tma_atom_Q, tma_Q = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), mQ, sQ_layout, (self.tile_m, D))
+        tma_atom_Q, tma_Q = None, mQ
+        if const_expr(not self.key.pack_gqa):
+            tma_atom_Q, tma_Q = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), mQ, sQ_layout, (self.tile_m, D))
         tma_atom_K, tma_K = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), mK, cute.select(sK_layout, mode=[0, 1]), (self.tile_n, D), 1)
         tma_atom_V, tma_V = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), mV, cute.select(sV_layout, mode=[0, 1]), (self.tile_n, Dv), 1)
         tma_atom_O, tma_O = None, None
-        if const_expr(not self.key.varlen):
+        if const_expr(not self.key.varlen and not self.key.pack_gqa):
             tma_atom_O, tma_O = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileS2GOp(), mO, sO_layout, (self.tile_m, Dv))
         tx_q = cute.size_in_bytes(self.dtype, sQ_layout)
         tx_k = cute.size_in_bytes(self.dtype, cute.select(sK_layout, mode=[0, 1]))
         tx_v = cute.size_in_bytes(self.dtype, cute.select(sV_layout, mode=[0, 1]))
 
-        num_m_blocks = (max_seqlen_q + self.tile_m - 1) // self.tile_m
-        grid = SingleTileScheduler.grid(num_m_blocks, heads, batch)
+        num_m_blocks = (max_seqlen_q * rows_per_query + self.tile_m - 1) // self.tile_m
+        grid = SingleTileScheduler.grid(num_m_blocks, grid_heads, batch)
         self.kernel(
             tma_Q,
             tma_K,
@@ -193,7 +209,7 @@ class SdpaFwdKernelSm90:
             seqlen_q,
             seqlen_k,
             num_m_blocks,
-            heads,
+            grid_heads,
             batch,
             group_heads,
             scale_log2,
@@ -226,7 +242,7 @@ class SdpaFwdKernelSm90:
         mSinks: cute.Tensor | None,
         mCuQ: cute.Tensor | None,
         mCuK: cute.Tensor | None,
-        tma_atom_Q: cute.CopyAtom,
+        tma_atom_Q: cute.CopyAtom | None,
         tma_atom_K: cute.CopyAtom,
         tma_atom_V: cute.CopyAtom,
         tma_atom_O: cute.CopyAtom | None,
@@ -252,7 +268,8 @@ class SdpaFwdKernelSm90:
     ):
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         if warp_idx == 0:
-            cpasync.prefetch_descriptor(tma_atom_Q)
+            if const_expr(tma_atom_Q is not None):
+                cpasync.prefetch_descriptor(tma_atom_Q)
             cpasync.prefetch_descriptor(tma_atom_K)
             cpasync.prefetch_descriptor(tma_atom_V)
             if const_expr(tma_atom_O is not None):
@@ -273,7 +290,8 @@ class SdpaFwdKernelSm90:
         sVt = transpose_view(sV)
 
         m_block, head, batch = SingleTileScheduler(num_m_blocks, num_heads, num_batch, group_heads, self.key.mask_right or self.key.mask_left).tile()
-        head_kv = head // self.key.qhead_per_kvhead
+        rows_per_query = self.key.qhead_per_kvhead if const_expr(self.key.pack_gqa) else 1
+        head_kv = head if const_expr(self.key.pack_gqa) else head // self.key.qhead_per_kvhead
         # Per-sequence extents and token offsets (varlen reads them from cu_seqlens on the device).
         seqlen_q = seqlen_q_static
         seqlen_k = seqlen_k_static
@@ -289,12 +307,14 @@ class SdpaFwdKernelSm90:
         mask_offset = Int32(0)
         if const_expr(self.key.bottom_right):
             mask_offset = seqlen_k - seqlen_q
-        mask = MaskInfo(self.tile_m, self.tile_n, self.key.mask_right, self.key.mask_left, seqlen_q, seqlen_k, mask_offset, window_left, window_right)
+        mask = MaskInfo(
+            self.tile_m, self.tile_n, self.key.mask_right, self.key.mask_left, seqlen_q, seqlen_k, mask_offset, window_left, window_right, rows_per_query
+        )
         n_block_min, n_block_max = mask.n_block_range(m_block)
 
         cute.arch.sync_threads()  # mbarrier init visible to every warp
 
-        if m_block * self.tile_m < seqlen_q:  # varlen: tiles past this sequence's end do nothing
+        if m_block * self.tile_m < seqlen_q * rows_per_query:  # varlen: tiles past this sequence's end do nothing
             if warp_idx < 4:
                 cute.arch.setmaxregister_decrease(self.num_producer_regs)
                 if warp_idx == 0:
@@ -326,6 +346,7 @@ class SdpaFwdKernelSm90:
                 self.mma(
                     tiled_mma_qk,
                     tiled_mma_pv,
+                    mQ if const_expr(self.key.pack_gqa) else None,
                     mO_tma,
                     mO,
                     mLSE,
@@ -376,17 +397,13 @@ class SdpaFwdKernelSm90:
         n_block_max: Int32,
     ):
         """Producer warp: Q once, then K[n_max-1], (K[n-1], V[n]) pairs, V[n_min] (the consumers' order)."""
-        mQ_cur = mQ[None, None, head, batch]
         mK_cur = mK[None, None, head_kv, batch]
         mV_cur = mV[None, None, head_kv, batch]
         if const_expr(self.key.varlen):
-            mQ_cur = cute.domain_offset((offset_q, 0), mQ_cur)
             mK_cur = cute.domain_offset((offset_k, 0), mK_cur)
             mV_cur = cute.domain_offset((offset_k, 0), mV_cur)
-        gQ = cute.local_tile(mQ_cur, (self.tile_m, self.head_dim), (m_block, 0))
         gK = cute.local_tile(mK_cur, (self.tile_n, self.head_dim), (None, 0))
         gV = cute.local_tile(mV_cur, (self.tile_n, self.head_dim_v), (None, 0))
-        tQsQ, tQgQ = cpasync.tma_partition(tma_atom_Q, 0, cute.make_layout(1), cute.group_modes(sQ, 0, 2), cute.group_modes(gQ, 0, 2))
         tKsK, tKgK = cpasync.tma_partition(tma_atom_K, 0, cute.make_layout(1), cute.group_modes(sK, 0, 2), cute.group_modes(gK, 0, 2))
         tVsV, tVgV = cpasync.tma_partition(tma_atom_V, 0, cute.make_layout(1), cute.group_modes(sV, 0, 2), cute.group_modes(gV, 0, 2))
 
@@ -395,8 +412,14 @@ class SdpaFwdKernelSm90:
         n_block = n_block_max - 1
         pipeline_k.producer_acquire(kv_state)
         cute.copy(tma_atom_K, tKgK[None, n_block], tKsK[None, kv_state.index], tma_bar_ptr=pipeline_k.producer_get_barrier(kv_state))
-        pipeline_q.producer_acquire(q_state)
-        cute.copy(tma_atom_Q, tQgQ, tQsQ, tma_bar_ptr=pipeline_q.producer_get_barrier(q_state))
+        if const_expr(not self.key.pack_gqa):  # pack-GQA: the consumers gather Q themselves
+            mQ_cur = mQ[None, None, head, batch]
+            if const_expr(self.key.varlen):
+                mQ_cur = cute.domain_offset((offset_q, 0), mQ_cur)
+            gQ = cute.local_tile(mQ_cur, (self.tile_m, self.head_dim), (m_block, 0))
+            tQsQ, tQgQ = cpasync.tma_partition(tma_atom_Q, 0, cute.make_layout(1), cute.group_modes(sQ, 0, 2), cute.group_modes(gQ, 0, 2))
+            pipeline_q.producer_acquire(q_state)
+            cute.copy(tma_atom_Q, tQgQ, tQsQ, tma_bar_ptr=pipeline_q.producer_get_barrier(q_state))
         for i in cutlass.range(n_block_max - 1 - n_block_min, unroll=1):
             n_prev = n_block_max - 1 - i
             prev_state = kv_state.clone()
@@ -413,6 +436,7 @@ class SdpaFwdKernelSm90:
         self,
         tiled_mma_qk: cute.TiledMma,
         tiled_mma_pv: cute.TiledMma,
+        mQ_gmem: cute.Tensor | None,
         mO_tma: cute.Tensor | None,
         mO: cute.Tensor,
         mLSE: cute.Tensor | None,
@@ -460,7 +484,35 @@ class SdpaFwdKernelSm90:
 
         q_state = consumer_state(1)
         kv_state = consumer_state(self.num_stages)
-        pipeline_q.consumer_wait(q_state)
+        rows_per_query = 1
+        if const_expr(self.key.pack_gqa):
+            rows_per_query = self.key.qhead_per_kvhead
+            # Gather the tile's packed rows (s, g) with 16-byte loads; rows past the end are zero-filled.
+            vec = 128 // self.dtype.width
+            q_cols = self.head_dim // vec
+            q_rows_per_pass = 1 << int(math.log2(self.num_mma_threads // q_cols))
+            q_copy = cute.make_tiled_copy_tv(
+                cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), self.dtype, num_bits_per_copy=128),
+                cute.make_ordered_layout((q_rows_per_pass, q_cols), order=(1, 0)),
+                cute.make_layout((1, vec)),
+            )
+            if tidx < q_rows_per_pass * q_cols:
+                thr_q_copy = q_copy.get_slice(tidx)
+                gQ = cute.local_tile(mQ_gmem[None, None, head, batch], (self.tile_m, self.head_dim), (m_block, 0))
+                tQgQ = thr_q_copy.partition_S(gQ)
+                tQsQ = thr_q_copy.partition_D(sQ)
+                tQcQ = thr_q_copy.partition_S(cute.make_identity_tensor((self.tile_m, self.head_dim)))
+                tQrQ = cute.make_rmem_tensor_like(tQsQ, self.dtype)
+                tQrQ.fill(0.0)
+                q_rows_left = mask.seqlen_q * rows_per_query - m_block * self.tile_m
+                for rm in cutlass.range_constexpr(cute.size(tQrQ.shape[1])):
+                    if tQcQ[0, rm, 0][0] < q_rows_left:
+                        cute.copy(q_copy, tQgQ[None, rm, None], tQrQ[None, rm, None])
+                cute.autovec_copy(tQrQ, tQsQ)
+            cute.arch.fence_view_async_shared()  # generic-proxy smem writes -> visible to WGMMA
+            cute.arch.barrier(barrier_id=int(NamedBarrier.Q_GATHER), number_of_threads=self.num_mma_threads)
+        else:
+            pipeline_q.consumer_wait(q_state)
 
         # First key block (the highest): full masking (sequence length, causal, window).
         n_block = n_block_max - 1
@@ -507,7 +559,15 @@ class SdpaFwdKernelSm90:
         # Normalize; LSE.
         sink_val = None
         if const_expr(mSinks is not None):
-            sink_val = Float32(mSinks[head])
+            if const_expr(self.key.pack_gqa):  # rows of one tile belong to G different query heads
+                G = self.key.qhead_per_kvhead
+                sink_val = cute.make_rmem_tensor(softmax.num_rows, Float32)
+                tScS_rows = acc_view_mn(thr_mma_qk.partition_C(cute.make_identity_tensor((self.tile_m, self.tile_n))))
+                for r in cutlass.range_constexpr(softmax.num_rows):
+                    p = m_block * self.tile_m + tScS_rows[r, 0][0]
+                    sink_val[r] = Float32(mSinks[head * G + p % G])
+            else:
+                sink_val = Float32(mSinks[head])
         row_scale = softmax.finalize(sink_val, lse_log2=self.key.lse_log2)
         softmax.rescale(acc_O, row_scale)
 
@@ -530,10 +590,10 @@ class SdpaFwdKernelSm90:
             if tOcO_mn[0, 0][1] == 0:
                 for r in cutlass.range_constexpr(cute.size(tOcO_mn, mode=[0])):
                     row = m_block * self.tile_m + tOcO_mn[r, 0][0]
-                    if row < mask.seqlen_q:
+                    if row < mask.seqlen_q * rows_per_query:
                         mLSE_cur[row] = softmax.row_sum[r]
 
-        if const_expr(not self.key.varlen):
+        if const_expr(not self.key.varlen and not self.key.pack_gqa):
             cute.arch.fence_view_async_shared()
             cute.arch.barrier_arrive(barrier_id=int(NamedBarrier.EPILOGUE), number_of_threads=self.num_mma_threads + 32)
             if cute.arch.make_warp_uniform(cute.arch.warp_idx()) == 4:
@@ -553,14 +613,16 @@ class SdpaFwdKernelSm90:
             gmem_tiled_copy_O = cute.make_tiled_copy_tv(copy_atom, thr_layout, cute.make_layout((1, vec)))
             if tidx < rows_per_pass * cols:
                 gmem_thr_copy_O = gmem_tiled_copy_O.get_slice(tidx)
-                mO_cur = cute.domain_offset((offset_q, 0), mO[None, None, head, batch])
+                mO_cur = mO[None, None, head, batch]
+                if const_expr(self.key.varlen):
+                    mO_cur = cute.domain_offset((offset_q, 0), mO_cur)
                 gO = cute.local_tile(mO_cur, (self.tile_m, self.head_dim_v), (m_block, 0))
                 tOsO = gmem_thr_copy_O.partition_S(sO)
                 tOgO = gmem_thr_copy_O.partition_D(gO)
                 tOcO = gmem_thr_copy_O.partition_S(cO)
                 tOrO = cute.make_rmem_tensor_like(tOsO, self.dtype)
                 cute.autovec_copy(tOsO, tOrO)
-                rows_left = mask.seqlen_q - m_block * self.tile_m
+                rows_left = mask.seqlen_q * rows_per_query - m_block * self.tile_m
                 for rm in cutlass.range_constexpr(cute.size(tOrO.shape[1])):
                     if tOcO[0, rm, 0][0] < rows_left:
                         cute.copy(gmem_tiled_copy_O, tOrO[None, rm, None], tOgO[None, rm, None])

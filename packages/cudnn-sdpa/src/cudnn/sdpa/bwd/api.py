@@ -1,0 +1,427 @@
+"""Attention backward surfaces over one implementation: the :class:`SdpaBwdSm90` APIBase adapter and the
+:func:`sdpa_bwd` wrapper (which picks the adapter, caches plans and allocates outputs and scratch).
+
+Imports neither torch nor cutlass at module level: ``check_support`` on TensorDescs runs anywhere; the kernel
+modules are imported inside ``compile()``.
+
+Contract (conventions of the forward, cudnn.sdpa.fwd.api):
+
+- dense: q (B, H, S_q, D), k (B, H_kv, S_kv, D), v (B, H_kv, S_kv, D_v), o and do (B, H, S_q, D_v), lse (B, H, S_q)
+  fp32 as the forward saved it (natural log, or base 2 with ``lse_log2``); dq / dk / dv shaped like q / k / v.
+  Any strides with a unit-stride head dim and 16-byte multiples elsewhere (BSHD and BHSD both native, no copy);
+- bf16 / fp16; D = D_v in {64, 96, 128}; H a multiple of H_kv (GQA / MQA: dk, dv reduced over the group);
+- masks: ``is_causal`` (top-left, or bottom-right with ``causal_bottom_right``), ``window_size=(left, right)``;
+- scratch: ``scratch_workspace_bytes()`` bytes of caller workspace (fp32 LSE in log2 units, dO.O row sums and the
+  fp32 dQ accumulator), carved by ``execute`` (recipe R2), never allocated there;
+- three launches per execute: preprocess, main kernel, postprocess (all on ``current_stream``).
+- not served yet (declined with NotImplementedError): head dims 192 / 256 and D != D_v, THD varlen
+  (``cu_seqlens_*``), ``sinks`` (and their gradient), ``deterministic=True``, paged KV.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from cudnn.api_base import APIBase, TensorDesc, TupleDict, as_desc
+from cudnn.datatypes import data_type
+
+_HEAD_DIMS = (64, 96, 128)
+_IO_DTYPES = (data_type.BFLOAT16, data_type.HALF)
+_DT_NAME = {data_type.BFLOAT16: "bf16", data_type.HALF: "fp16"}
+_DSL_FLOOR = "4.8.0"  # mirrors cudnn.sdpa.CUTEDSL_MIN_VERSION (api.py imports no package module)
+_OWNER = "SdpaBwdSm90"
+
+
+def _norm_window(window_size) -> tuple[int, int]:
+    if window_size is None:
+        return -1, -1
+    left, right = (int(window_size[0]), int(window_size[1]))
+    if left < -1 or right < -1:
+        raise ValueError(f"window_size={tuple(window_size)}: each side must be >= 0, or -1 for unbounded")
+    return left, right
+
+
+class SdpaBwdSm90(APIBase):
+    """Flash attention backward on sm_90a. Build from tensors or TensorDescs plus the forward's plan-time flags.
+
+    ``check_support()`` validates the declaration; ``compile()`` builds (or fetches from the kernel cache) the three
+    kernels; ``execute(q, k, v, o, do, lse, dq, dk, dv, workspace, current_stream=None, scale=None)`` launches them.
+    The kernels are generic in every extent (B, H, S), so a plan serves any tensors with the planned dtypes, head
+    dims, head ratio and masks; ``workspace`` must hold ``workspace_bytes_for(q)`` bytes (``scratch_workspace_bytes()``
+    for the declared shapes).
+    """
+
+    def __init__(
+        self,
+        q,
+        k,
+        v,
+        o,
+        do,
+        lse,
+        dq=None,
+        dk=None,
+        dv=None,
+        *,
+        is_causal: bool = False,
+        causal_bottom_right: bool = False,
+        window_size: tuple[int, int] | None = None,
+        scale: float | None = None,
+        sinks=None,
+        cu_seqlens_q=None,
+        cu_seqlens_kv=None,
+        max_seqlen_q: int | None = None,
+        max_seqlen_kv: int | None = None,
+        page_table=None,
+        lse_log2: bool = False,
+        deterministic: bool = False,
+    ):
+        super().__init__()
+        self.q, self.k, self.v = as_desc(q, "q"), as_desc(k, "k"), as_desc(v, "v")
+        self.o, self.do, self.lse = as_desc(o, "o"), as_desc(do, "do"), as_desc(lse, "lse")
+        self.dq, self.dk, self.dv = as_desc(dq, "dq"), as_desc(dk, "dk"), as_desc(dv, "dv")
+        self.sinks = as_desc(sinks, "sinks")
+        self.cu_seqlens_q, self.cu_seqlens_kv = as_desc(cu_seqlens_q, "cu_seqlens_q"), as_desc(cu_seqlens_kv, "cu_seqlens_kv")
+        self.page_table = as_desc(page_table, "page_table")
+        self.is_causal = bool(is_causal)
+        self.causal_bottom_right = bool(causal_bottom_right)
+        self.window_size = _norm_window(window_size)
+        self.scale = scale
+        self.max_seqlen_q, self.max_seqlen_kv = max_seqlen_q, max_seqlen_kv
+        self.lse_log2 = bool(lse_log2)
+        self.deterministic = bool(deterministic)
+        self.key = None
+
+    # ------------------------------------------------------------------------------------------ plan
+    def check_support(self) -> bool:
+        from cudnn.dsl_gate import cutedsl_requirement_error, cutedsl_too_old
+
+        if cutedsl_too_old(_DSL_FLOOR):
+            raise NotImplementedError(str(cutedsl_requirement_error("cudnn.sdpa.SdpaBwdSm90", _DSL_FLOOR)))
+        q, k, v, o, do, lse = self.q, self.k, self.v, self.o, self.do, self.lse
+        self._value_error_if(any(x is None for x in (q, k, v, o, do, lse)), f"{_OWNER}: q, k, v, o, do and lse are all required")
+        self._decline_if(self.page_table is not None, f"{_OWNER}: {self.page_table.describe() if self.page_table else ''}: paged KV has no backward")
+        self._decline_if(
+            self.cu_seqlens_q is not None or self.cu_seqlens_kv is not None,
+            f"{_OWNER}: THD varlen (cu_seqlens_q / cu_seqlens_kv) is not served by the backward yet; pass dense (B, H, S, D) tensors",
+        )
+        self._decline_if(self.sinks is not None, f"{_OWNER}: {self.sinks.describe() if self.sinks else ''}: attention sinks are not served by the backward yet")
+        self._decline_if(self.deterministic, f"{_OWNER}: deterministic=True (a fixed dQ reduction order) is not served yet; dQ is reduced with fp32 atomics")
+        for d in (q, k, v, o, do):
+            self._check_dtype(d, _IO_DTYPES, _OWNER)
+        self._decline_if(
+            any(x.dtype != q.dtype for x in (k, v, o, do)),
+            f"{_OWNER}: q, k, v, o, do must share one dtype; got {q.describe()}, {k.describe()}, {v.describe()}, {o.describe()}, {do.describe()}",
+        )
+        for d in (q, k, v, o, do):
+            self._value_error_if(d.rank != 4, f"{_OWNER}: dense attention takes rank-4 (B, H, S, D) tensors; got {d.describe()}")
+        b, h, sq, dq_ = q.shape
+        bk, hk, sk, dk_ = k.shape
+        self._value_error_if(tuple(v.shape[:3]) != (bk, hk, sk) or bk != b, f"{_OWNER}: batch/heads/length disagree: {q.describe()}, {k.describe()}, {v.describe()}")
+        dv_ = v.shape[3]
+        self._value_error_if(dk_ != dq_, f"{_OWNER}: q and k head dims differ: {q.describe()}, {k.describe()}")
+        self._decline_if(dq_ not in _HEAD_DIMS, f"{_OWNER}: {q.describe()}: head dim {dq_} not served by the backward yet; accepted: {_HEAD_DIMS}")
+        self._decline_if(dv_ != dq_, f"{_OWNER}: {v.describe()}: value head dim {dv_} must equal q's {dq_} in the backward for now")
+        self._value_error_if(hk == 0 or h % hk != 0, f"{_OWNER}: query heads {h} must be a multiple of key/value heads {hk} (GQA/MQA)")
+        for d in (o, do):
+            self._value_error_if(tuple(d.shape) != (b, h, sq, dv_), f"{_OWNER}: {d.describe()} must have shape {(b, h, sq, dv_)}")
+        self._decline_if(lse.dtype != data_type.FLOAT, f"{_OWNER}: {lse.describe()} must be float32")
+        self._value_error_if(tuple(lse.shape) != (b, h, sq), f"{_OWNER}: {lse.describe()} must have shape {(b, h, sq)}")
+        for grad, like in ((self.dq, q), (self.dk, k), (self.dv, v)):
+            if grad is not None:
+                self._decline_if(grad.dtype != q.dtype, f"{_OWNER}: {grad.describe()} must have q's dtype {q.dtype.short}")
+                self._value_error_if(tuple(grad.shape) != tuple(like.shape), f"{_OWNER}: {grad.describe()} must have shape {like.shape}")
+        for d in (q, k, v, o, do, self.dq, self.dk, self.dv):
+            if d is not None:
+                self._check_strides(d)
+        left, right = self.window_size
+        self.key = _make_key(
+            _DT_NAME[q.dtype],
+            dq_,
+            dv_,
+            h // hk,
+            self.is_causal or right >= 0,
+            left >= 0,
+            self.causal_bottom_right,
+            self.lse_log2,
+            False,
+            False,
+            False,
+        )
+        self._mask_window = (max(left, 0), 0 if self.is_causal else max(right, 0))
+        self._is_supported = True
+        return True
+
+    def _check_strides(self, d: TensorDesc) -> None:
+        self._check_unit_stride(d, d.rank - 1, _OWNER)
+        for i, (s, st) in enumerate(zip(d.shape[:-1], d.stride[:-1], strict=False)):
+            self._decline_if(
+                st < 0 or (s > 1 and (st % 8 != 0 or st == 0)),
+                f"{_OWNER}: {d.describe()}: stride {st} of dim {i} is not a positive multiple of 8 elements (16 bytes), "
+                "which the TMA descriptor needs; such layouts are declined, not copied (Rule 2)",
+            )
+
+    def compile(self) -> None:
+        self._ensure_support_checked()
+        if self._compiled_kernel is None:
+            self._compiled_kernel = _compiled(self.key)
+
+    def scratch_workspace_bytes(self) -> int:
+        """Workspace bytes ``execute`` carves for the declared shapes (see :func:`workspace_bytes_for`)."""
+        self._ensure_support_checked()
+        b, h, sq, d = self.q.shape
+        return _ws_layout(b, h, sq, d)[3]
+
+    # ------------------------------------------------------------------------------------------ run
+    def execute(self, q, k, v, o, do, lse, dq, dk, dv, workspace, sinks=None, dsinks=None, current_stream=None, scale: float | None = None):
+        """Launch on ``current_stream`` (None: torch's current stream). Validates; never converts, allocates or syncs."""
+        if self._compiled_kernel is None:
+            raise RuntimeError(f"{_OWNER}.execute: call compile() first (or use the adapter as a callable)")
+        if sinks is not None or dsinks is not None:
+            raise ValueError(f"{_OWNER}.execute: the plan was built without sinks; got sinks / dsinks")
+        _check_io(self.key, q, k, v, o, do, lse, dq, dk, dv)
+        return _launch(self._compiled_kernel, self.key, q, k, v, o, do, lse, dq, dk, dv, workspace, self._mask_window, self.scale if scale is None else scale, current_stream)
+
+
+def workspace_bytes_for(q) -> int:
+    """Workspace bytes an execute on ``q`` (B, H, S_q, D) needs."""
+    b, h, sq, d = q.shape
+    return _ws_layout(b, h, sq, d)[3]
+
+
+# ---------------------------------------------------------------------------------------------- internals
+def _ws_layout(b, h, sq, d):
+    from .kernel_key import workspace_layout
+
+    return workspace_layout(b, h, sq, d)
+
+
+def _make_key(*args):
+    from .kernel_key import SdpaBwdKey
+
+    return SdpaBwdKey(*args)
+
+
+def _compiled(key):
+    from cudnn.kernel_cache import kernel_cache
+
+    def build():
+        from .kernel_prepost_sm90 import compile_sdpa_bwd_post, compile_sdpa_bwd_pre
+        from .kernel_sm90 import compile_sdpa_bwd_main
+
+        return (compile_sdpa_bwd_pre(key), compile_sdpa_bwd_main(key), compile_sdpa_bwd_post(key))
+
+    return kernel_cache.get_or_compile(key, build, family="sdpa_bwd")
+
+
+_TORCH = {}
+
+
+def _torch_bits():
+    if not _TORCH:
+        import cuda.bindings.driver as cuda
+        import cutlass
+        import cutlass.cute as cute
+        import torch
+        from cutlass.cute.runtime import make_ptr
+
+        _TORCH.update(
+            torch=torch,
+            cuda=cuda,
+            make_ptr=make_ptr,
+            gmem=cute.AddressSpace.gmem,
+            dt={torch.bfloat16: cutlass.BFloat16, torch.float16: cutlass.Float16},
+            f32=cutlass.Float32,
+            torch_dt={"bf16": torch.bfloat16, "fp16": torch.float16},
+        )
+    return _TORCH
+
+
+def _check_io(key, q, k, v, o, do, lse, dq, dk, dv) -> None:
+    t = _torch_bits()
+    want = t["torch_dt"][key.dtype]
+    named = (("q", q, key.head_dim), ("k", k, key.head_dim), ("v", v, key.head_dim_v), ("o", o, key.head_dim_v), ("do", do, key.head_dim_v))
+    named += (("dq", dq, key.head_dim), ("dk", dk, key.head_dim), ("dv", dv, key.head_dim_v))
+    for name, x, d in named:
+        if x is None or x.dtype != want or x.dim() != 4 or x.shape[-1] != d or x.stride(-1) != 1 or not x.is_cuda or x.device != q.device:
+            got = "None" if x is None else f"shape={tuple(x.shape)} stride={tuple(x.stride())} dtype={x.dtype} device={x.device}"
+            raise ValueError(
+                f"{_OWNER}.execute: {name} ({got}) does not match the plan: a CUDA {want} rank-4 tensor on q's device with head dim {d} and unit stride there"
+            )
+        if x.data_ptr() % 16:
+            raise ValueError(f"{_OWNER}.execute: {name} address 0x{x.data_ptr():x} is not 16-byte aligned (TMA)")
+        for i in range(3):
+            if x.shape[i] > 1 and (x.stride(i) % 8 or x.stride(i) <= 0):
+                raise ValueError(f"{_OWNER}.execute: {name} stride {x.stride(i)} of dim {i} is not a positive multiple of 16 bytes (TMA)")
+    b, h, sq, _ = q.shape
+    _, hk, sk, _ = k.shape
+    if hk * key.qhead_per_kvhead != h:
+        raise ValueError(f"{_OWNER}.execute: the plan has {key.qhead_per_kvhead} query heads per kv head; got H_q={h}, H_kv={hk}")
+    for name, x, like in (("v", v, k), ("o", o, q), ("do", do, q), ("dq", dq, q), ("dk", dk, k), ("dv", dv, k)):
+        if tuple(x.shape[:3]) != tuple(like.shape[:3]):
+            raise ValueError(f"{_OWNER}.execute: {name} {tuple(x.shape)} disagrees with {tuple(like.shape)} outside the head dim")
+    if k.shape[0] != b:
+        raise ValueError(f"{_OWNER}.execute: batch of q {b} and k {k.shape[0]} differ")
+    if lse is None or lse.dtype != t["torch"].float32 or tuple(lse.shape) != (b, h, sq) or lse.device != q.device:
+        got = "None" if lse is None else f"shape={tuple(lse.shape)} dtype={lse.dtype} device={lse.device}"
+        raise ValueError(f"{_OWNER}.execute: lse ({got}) must be a float32 ({b}, {h}, {sq}) tensor on {q.device}")
+
+
+def _tma_strides(shape, strides):
+    """(b, h, s) strides for a TMA descriptor; a dim of extent <= 1 is never stepped, so its stride is replaced by the
+    tensor's span (a valid 16-byte multiple) - the forward's convention."""
+    span = max([abs(st) * max(sh, 1) for sh, st in zip(shape, strides, strict=False)] + [8])
+    span = (span + 7) // 8 * 8
+    return tuple(st if sh > 1 else span for sh, st in zip(shape, strides, strict=False))
+
+
+_GROUP_CACHE: dict = {}
+
+
+def _group_heads(key, seqlen_q: int) -> int:
+    g = _GROUP_CACHE.get((key.head_dim, key.head_dim_v, key.qhead_per_kvhead, seqlen_q))
+    if g is None:
+        per_head = max(1, seqlen_q) * (key.head_dim + key.head_dim_v) * 2 * key.qhead_per_kvhead
+        g = _GROUP_CACHE[(key.head_dim, key.head_dim_v, key.qhead_per_kvhead, seqlen_q)] = max(1, min(1 << 16, (16 << 20) // per_head))
+    return g
+
+
+def _launch(compiled, key, q, k, v, o, do, lse, dq, dk, dv, workspace, window, scale, stream):
+    from cudnn._torch_stream import launch_stream_handle
+    from cudnn.workspace import Workspace
+
+    from .kernel_key import padded_rows
+
+    t = _torch_bits()
+    mk, gmem, f32 = t["make_ptr"], t["gmem"], t["f32"]
+    dt = t["dt"][q.dtype]
+    b, h, sq, d = q.shape
+    hk, sk = k.shape[1], k.shape[2]
+    off_lse, off_dpsum, off_dq, total = _ws_layout(b, h, sq, d)
+    ws = Workspace.over(workspace, total, _OWNER, device=q.device)
+    if b == 0 or h == 0 or (sq == 0 and sk == 0):
+        return dq, dk, dv
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    s_pad = padded_rows(sq)
+    base = ws.data_ptr
+    lse2_p = mk(f32, base + off_lse, gmem, assumed_align=16)
+    dpsum_p = mk(f32, base + off_dpsum, gmem, assumed_align=16)
+    dqacc_p = mk(f32, base + off_dq, gmem, assumed_align=16)
+    qs, ks, vs, os_, dos, dqs, dks, dvs = (_tma_strides(tuple(x.shape[:3]), (x.stride(0), x.stride(1), x.stride(2))) for x in (q, k, v, o, do, dq, dk, dv))
+    lse_s = (lse.stride(0), lse.stride(1), lse.stride(2))
+    handle = t["cuda"].CUstream(launch_stream_handle(stream, q.device))
+    pre, main, post = compiled
+
+    def p(x):
+        return mk(dt, x.data_ptr(), gmem, assumed_align=16)
+
+    if sq > 0:
+        pre(p(o), p(do), mk(f32, lse.data_ptr(), gmem, assumed_align=4), lse2_p, dpsum_p, dqacc_p, b, h, sq, s_pad, os_, dos, lse_s, handle)
+    if sk > 0:
+        left, right = window
+        main(
+            p(q), p(k), p(v), p(do), p(dk), p(dv), lse2_p, dpsum_p, dqacc_p,
+            b, h, hk, sq, sk, s_pad, _group_heads(key, sq), qs, ks, vs, dos, dks, dvs,
+            scale * math.log2(math.e), scale, left, right, handle,
+        )  # fmt: skip
+    if sq > 0:
+        post(dqacc_p, p(dq), b, h, sq, s_pad, dqs, scale, handle)
+    return dq, dk, dv
+
+
+# ---------------------------------------------------------------------------------------------- wrapper
+_PLANS: dict[Any, SdpaBwdSm90] = {}
+
+
+def sdpa_bwd(
+    q,
+    k,
+    v,
+    o,
+    do,
+    lse,
+    *,
+    is_causal: bool = False,
+    causal_bottom_right: bool = False,
+    window_size: tuple[int, int] | None = None,
+    scale: float | None = None,
+    sinks=None,
+    cu_seqlens_q=None,
+    cu_seqlens_kv=None,
+    max_seqlen_q: int | None = None,
+    max_seqlen_kv: int | None = None,
+    page_table=None,
+    lse_log2: bool = False,
+    deterministic: bool = False,
+    dq=None,
+    dk=None,
+    dv=None,
+    stream=None,
+) -> TupleDict:
+    """Attention backward. Returns ``TupleDict(dq=..., dk=..., dv=...)`` (plus ``dsinks`` when ``sinks`` is given).
+
+    ``o`` and ``lse`` are the forward's outputs (``sdpa_fwd(..., return_lse=True)``), with the same options passed
+    here. Picks the adapter for the device's architecture (sm_90 only), caches one plan per compile key, and
+    allocates dq / dk / dv (in q's / k's / v's memory order) and the scratch workspace on the launch stream.
+    """
+    from cudnn._torch_stream import stream_context
+
+    from ..fwd.api import _alloc_like_layout
+
+    t = _torch_bits()
+    torch = t["torch"]
+    if q.is_cuda and torch.cuda.get_device_capability(q.device) != (9, 0):
+        raise NotImplementedError(
+            f"sdpa_bwd: {torch.cuda.get_device_name(q.device)} (sm_{''.join(map(str, torch.cuda.get_device_capability(q.device)))}) is not served; sm_90 only"
+        )
+    window = _norm_window(window_size)
+    pkey = (
+        q.dtype,
+        q.shape[-1],
+        v.shape[-1],
+        q.shape[1] // max(k.shape[1], 1) if q.dim() == 4 and k.dim() == 4 else None,
+        bool(is_causal),
+        bool(causal_bottom_right),
+        window,
+        bool(lse_log2),
+        sinks is not None,
+        cu_seqlens_q is not None or cu_seqlens_kv is not None,
+        page_table is not None,
+        bool(deterministic),
+        q.device,
+    )
+    plan = _PLANS.get(pkey)
+    if plan is None:
+        plan = SdpaBwdSm90(
+            q,
+            k,
+            v,
+            o,
+            do,
+            lse,
+            is_causal=is_causal,
+            causal_bottom_right=causal_bottom_right,
+            window_size=window,
+            sinks=sinks,
+            cu_seqlens_q=cu_seqlens_q,
+            cu_seqlens_kv=cu_seqlens_kv,
+            max_seqlen_q=max_seqlen_q,
+            max_seqlen_kv=max_seqlen_kv,
+            page_table=page_table,
+            lse_log2=lse_log2,
+            deterministic=deterministic,
+        )
+        plan.check_support()
+        plan.compile()
+        _PLANS[pkey] = plan
+    with stream_context(stream, q.device):
+        if dq is None:
+            dq = _alloc_like_layout(torch, q, q.shape[-1], q.dtype, q.device)
+        if dk is None:
+            dk = _alloc_like_layout(torch, k, k.shape[-1], k.dtype, k.device)
+        if dv is None:
+            dv = _alloc_like_layout(torch, v, v.shape[-1], v.dtype, v.device)
+        workspace = torch.empty(workspace_bytes_for(q), dtype=torch.uint8, device=q.device)
+    plan.execute(q, k, v, o, do, lse, dq, dk, dv, workspace, current_stream=stream, scale=scale)
+    return TupleDict(dq=dq, dk=dk, dv=dv)

@@ -1,0 +1,58 @@
+"""The backward kernels' compile key, tile table and workspace layout: pure Python (no cutlass), so
+check_support and scratch_workspace_bytes run anywhere."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: Rows per CTA of the preprocess and postprocess kernels; the scratch is padded to a multiple of it.
+PREPOST_ROWS = 128
+_ALIGN = 128
+
+
+@dataclass(frozen=True)
+class SdpaBwdKey:
+    """Everything the compiled backward kernels specialize on (Rule 4: plan-time values only, no extents)."""
+
+    dtype: str  # "bf16" | "fp16"
+    head_dim: int
+    head_dim_v: int
+    qhead_per_kvhead: int
+    mask_right: bool  # causal or a finite right window
+    mask_left: bool  # a finite left window
+    bottom_right: bool  # mask alignment (offset S_kv - S_q)
+    lse_log2: bool  # the saved LSE is in base 2 (the forward's ``lse_log2``)
+    has_sinks: bool
+    varlen: bool
+    deterministic: bool
+
+
+def tile_config(head_dim: int, head_dim_v: int) -> tuple[int, int, int]:
+    """(tile_m, tile_n, num_stages) of the main kernel: a CTA owns ``tile_n`` keys (two consumer warpgroups of 64
+    rows each) and walks query blocks of ``tile_m`` rows through a ``num_stages`` ring of Q and dO."""
+    d = max(head_dim, head_dim_v)
+    if d <= 128:
+        return 64, 128, 2
+    raise ValueError(f"head dim {head_dim}/{head_dim_v} has no backward tile yet")
+
+
+def padded_rows(seqlen_q: int) -> int:
+    """Rows of the per-(batch, head) scratch: S_q rounded up to the pre/postprocess tile (a multiple of tile_m)."""
+    return (max(int(seqlen_q), 0) + PREPOST_ROWS - 1) // PREPOST_ROWS * PREPOST_ROWS
+
+
+def _al(n: int) -> int:
+    return (int(n) + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
+def workspace_layout(batch: int, heads: int, seqlen_q: int, head_dim: int) -> tuple[int, int, int, int]:
+    """Byte offsets of (lse_log2, dpsum, dq_accum) in the workspace and its total size.
+
+    ``lse_log2`` and ``dpsum`` are fp32 (B, H, S_pad); ``dq_accum`` is fp32 (B, H, S_pad, D), row-major."""
+    s_pad = padded_rows(seqlen_q)
+    rows = int(batch) * int(heads) * s_pad
+    off_lse = 0
+    off_dpsum = off_lse + _al(4 * rows)
+    off_dq = off_dpsum + _al(4 * rows)
+    total = off_dq + _al(4 * rows * int(head_dim))
+    return off_lse, off_dpsum, off_dq, total

@@ -1,0 +1,190 @@
+"""The backward's two small kernels around the main one (sm_90a, CuTe DSL).
+
+Preprocess, one thread per query row (``PREPOST_ROWS`` rows per CTA, grid (S_pad / rows, H, B)):
+
+    dpsum[b, h, i]    = sum_d dO[b, h, i, d] * O[b, h, i, d]              (fp32; 0 for padded rows)
+    lse_log2[b, h, i] = LSE[b, h, i] * log2(e)   (or LSE when the forward saved it in base 2)
+                        +inf where LSE = -inf (a fully masked row) and for padded rows, so P = exp2(.. - lse) = 0
+    dq_accum[b, h, i, :] = 0
+
+Postprocess, one thread per query row: ``dQ[b, h, i, :] = scale * dq_accum[b, h, i, :]`` in the output dtype.
+
+Layouts: O / dO / dQ are rank-4 (B, H, S, D) with any 16-byte-multiple strides and a unit-stride head dim; LSE
+is fp32 (B, H, S) with any strides; the scratch (lse_log2, dpsum, dq_accum) is the compact workspace layout of
+:func:`cudnn.sdpa.bwd.kernel_key.workspace_layout`. Every extent is a runtime argument.
+"""
+
+from __future__ import annotations
+
+import math
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int32, Int64, const_expr
+
+from .kernel_key import PREPOST_ROWS, SdpaBwdKey
+
+_DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16}
+LOG2_E = math.log2(math.e)
+
+
+class SdpaBwdPreprocessSm90:
+    """dO . O row sums, LSE to the scaled log2 domain, and a zeroed dQ accumulator."""
+
+    def __init__(self, key: SdpaBwdKey):
+        self.key = key
+        self.dtype = _DTYPES[key.dtype]
+        self.head_dim = key.head_dim
+        self.head_dim_v = key.head_dim_v
+
+    @cute.jit
+    def __call__(
+        self,
+        o_ptr: cute.Pointer,
+        do_ptr: cute.Pointer,
+        lse_ptr: cute.Pointer,
+        lse2_ptr: cute.Pointer,
+        dpsum_ptr: cute.Pointer,
+        dqacc_ptr: cute.Pointer,
+        batch: Int32,
+        heads: Int32,
+        seqlen_q: Int32,
+        seqlen_pad: Int32,
+        o_strides: tuple[Int64, Int64, Int64],
+        do_strides: tuple[Int64, Int64, Int64],
+        lse_strides: tuple[Int64, Int64, Int64],
+        stream: cuda.CUstream,
+    ):
+        div = 128 // self.dtype.width
+        os_ = tuple(cute.assume(x, divby=div) for x in o_strides)
+        dos = tuple(cute.assume(x, divby=div) for x in do_strides)
+        Dv, D = self.head_dim_v, self.head_dim
+        sp = cute.assume(seqlen_pad, divby=PREPOST_ROWS)
+        mO = cute.make_tensor(o_ptr, cute.make_layout((seqlen_q, Dv, heads, batch), stride=(os_[2], 1, os_[1], os_[0])))
+        mdO = cute.make_tensor(do_ptr, cute.make_layout((seqlen_q, Dv, heads, batch), stride=(dos[2], 1, dos[1], dos[0])))
+        mLSE = cute.make_tensor(lse_ptr, cute.make_layout((seqlen_q, heads, batch), stride=(lse_strides[2], lse_strides[1], lse_strides[0])))
+        mLSE2 = cute.make_tensor(lse2_ptr, cute.make_layout((sp, heads, batch), stride=(1, sp, sp * heads)))
+        mDpsum = cute.make_tensor(dpsum_ptr, cute.make_layout((sp, heads, batch), stride=(1, sp, sp * heads)))
+        mdQacc = cute.make_tensor(dqacc_ptr, cute.make_layout((sp, D, heads, batch), stride=(D, 1, sp * D, sp * D * heads)))
+        grid = (seqlen_pad // PREPOST_ROWS, heads, batch)
+        self.kernel(mO, mdO, mLSE, mLSE2, mDpsum, mdQacc, seqlen_q).launch(grid=grid, block=[PREPOST_ROWS, 1, 1], stream=stream)
+
+    @cute.kernel
+    def kernel(
+        self,
+        mO: cute.Tensor,
+        mdO: cute.Tensor,
+        mLSE: cute.Tensor,
+        mLSE2: cute.Tensor,
+        mDpsum: cute.Tensor,
+        mdQacc: cute.Tensor,
+        seqlen_q: Int32,
+    ):
+        tidx, _, _ = cute.arch.thread_idx()
+        m_block, head, batch = cute.arch.block_idx()
+        row = m_block * PREPOST_ROWS + tidx
+        vec = 128 // self.dtype.width
+        dot = Float32(0.0)
+        lse2 = Float32.inf
+        if row < seqlen_q:
+            gO = mO[row, None, head, batch]
+            gdO = mdO[row, None, head, batch]
+            for c in cutlass.range_constexpr(self.head_dim_v // vec):
+                rO = cute.make_rmem_tensor((vec,), self.dtype)
+                rdO = cute.make_rmem_tensor((vec,), self.dtype)
+                cute.autovec_copy(cute.local_tile(gO, (vec,), (c,)), rO)
+                cute.autovec_copy(cute.local_tile(gdO, (vec,), (c,)), rdO)
+                prod = rO.load().to(Float32) * rdO.load().to(Float32)
+                dot = dot + prod.reduce(cute.ReductionOp.ADD, Float32(0.0), 0)
+            lse = Float32(mLSE[row, head, batch])
+            if const_expr(not self.key.lse_log2):
+                lse2 = lse * LOG2_E
+            else:
+                lse2 = lse
+            if lse == -Float32.inf:
+                lse2 = Float32.inf
+        mLSE2[row, head, batch] = lse2
+        mDpsum[row, head, batch] = dot
+        gdQ = mdQacc[row, None, head, batch]
+        zeros = cute.make_rmem_tensor((4,), Float32)
+        zeros.fill(0.0)
+        for c in cutlass.range_constexpr(self.head_dim // 4):
+            cute.autovec_copy(zeros, cute.local_tile(gdQ, (4,), (c,)))
+
+    kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
+
+
+class SdpaBwdPostprocessSm90:
+    """dQ = scale * dq_accum, converted to the output dtype and written through dQ's strides."""
+
+    def __init__(self, key: SdpaBwdKey):
+        self.key = key
+        self.dtype = _DTYPES[key.dtype]
+        self.head_dim = key.head_dim
+
+    @cute.jit
+    def __call__(
+        self,
+        dqacc_ptr: cute.Pointer,
+        dq_ptr: cute.Pointer,
+        batch: Int32,
+        heads: Int32,
+        seqlen_q: Int32,
+        seqlen_pad: Int32,
+        dq_strides: tuple[Int64, Int64, Int64],
+        scale: Float32,
+        stream: cuda.CUstream,
+    ):
+        div = 128 // self.dtype.width
+        dqs = tuple(cute.assume(x, divby=div) for x in dq_strides)
+        D = self.head_dim
+        sp = cute.assume(seqlen_pad, divby=PREPOST_ROWS)
+        mdQacc = cute.make_tensor(dqacc_ptr, cute.make_layout((sp, D, heads, batch), stride=(D, 1, sp * D, sp * D * heads)))
+        mdQ = cute.make_tensor(dq_ptr, cute.make_layout((seqlen_q, D, heads, batch), stride=(dqs[2], 1, dqs[1], dqs[0])))
+        grid = (seqlen_pad // PREPOST_ROWS, heads, batch)
+        self.kernel(mdQacc, mdQ, seqlen_q, scale).launch(grid=grid, block=[PREPOST_ROWS, 1, 1], stream=stream)
+
+    @cute.kernel
+    def kernel(self, mdQacc: cute.Tensor, mdQ: cute.Tensor, seqlen_q: Int32, scale: Float32):
+        tidx, _, _ = cute.arch.thread_idx()
+        m_block, head, batch = cute.arch.block_idx()
+        row = m_block * PREPOST_ROWS + tidx
+        vec = 128 // self.dtype.width
+        if row < seqlen_q:
+            gAcc = mdQacc[row, None, head, batch]
+            gdQ = mdQ[row, None, head, batch]
+            for c in cutlass.range_constexpr(self.head_dim // vec):
+                rAcc = cute.make_rmem_tensor((vec,), Float32)
+                cute.autovec_copy(cute.local_tile(gAcc, (vec,), (c,)), rAcc)
+                rdQ = cute.make_rmem_tensor((vec,), self.dtype)
+                rdQ.store((rAcc.load() * scale).to(self.dtype))
+                cute.autovec_copy(rdQ, cute.local_tile(gdQ, (vec,), (c,)))
+
+    kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
+
+
+def _ptr(t, align=16):
+    from cutlass.cute.runtime import make_ptr
+
+    return make_ptr(t, 16, cute.AddressSpace.gmem, assumed_align=align)
+
+
+def compile_sdpa_bwd_pre(key: SdpaBwdKey):
+    """cute.compile the preprocess for ``key`` (no GPU needed)."""
+    dtype = _DTYPES[key.dtype]
+    zero = Int32(0)
+    strides = (Int64(0), Int64(0), Int64(0))
+    return cute.compile(
+        SdpaBwdPreprocessSm90(key),
+        _ptr(dtype), _ptr(dtype), _ptr(Float32, 4), _ptr(Float32), _ptr(Float32), _ptr(Float32),
+        zero, zero, zero, Int32(PREPOST_ROWS), strides, strides, strides, cuda.CUstream(0),
+    )  # fmt: skip
+
+
+def compile_sdpa_bwd_post(key: SdpaBwdKey):
+    """cute.compile the postprocess for ``key`` (no GPU needed)."""
+    dtype = _DTYPES[key.dtype]
+    zero = Int32(0)
+    strides = (Int64(0), Int64(0), Int64(0))
+    return cute.compile(SdpaBwdPostprocessSm90(key), _ptr(Float32), _ptr(dtype), zero, zero, zero, Int32(PREPOST_ROWS), strides, Float32(1.0), cuda.CUstream(0))

@@ -1,0 +1,575 @@
+"""Flash attention backward for Hopper (sm_90a), warp-specialized, in CuTe DSL: the main kernel.
+
+Given Q, K, V, dO and the scratch written by the preprocess (``lse_log2 = LSE * log2 e`` and
+``dpsum = rowsum(dO * O)``, see kernel_prepost_sm90.py), computes for one key block of ``tile_n`` keys::
+
+    S^T  = K Q^T                      P^T  = exp2(S^T * scale * log2 e - lse_log2)   (masked entries: 0)
+    dP^T = V dO^T                     dS^T = P^T * (dP^T - dpsum)
+    dV  += P^T dO                     dK  += dS^T Q            (dK scaled by ``scale`` at the end)
+    dQ_accum[query block] += dS K     (fp32 atomics into the workspace; the postprocess scales and converts)
+
+walking every query block that sees the key block (per the causal / window mask) of every query head that shares
+this key/value head (GQA / MQA: dK and dV are reduced over the group inside the CTA, no atomics, deterministic).
+
+Layouts: Q (B, H, S_q, D), K (B, H_kv, S_kv, D), V (B, H_kv, S_kv, D_v), dO (B, H, S_q, D_v), dK/dV like K/V;
+any strides with a unit-stride head dim (multiples of 16 bytes elsewhere) encoded in the TMA descriptors, so
+BSHD and BHSD are both read and written natively. Every extent is a runtime argument.
+
+Structure (one CTA = one key block of one (batch, kv head); 3 warpgroups):
+
+- warpgroup 0, warp 0: producer. TMA loads K and V once, then Q and dO of each query block into a
+  ``num_stages`` ring (``PipelineTmaAsync``);
+- warpgroups 1 and 2: consumers, 64 keys each. S^T and dP^T as SS WGMMA (K / V the A operand, Q / dO the B
+  operand, so P^T and dS^T land in registers in the A-operand layout of the dV and dK GEMMs, which run as RS
+  WGMMA); dS^T goes to shared memory once (stmatrix) and both warpgroups read it for dQ = dS K (each warpgroup
+  one half of the head dim), accumulated with fp32 atomics into the workspace;
+- epilogue: dK and dV converted, written to shared memory (reusing K's and V's buffers) and TMA-stored.
+
+Tests: packages/cudnn-sdpa/tests/test_sdpa_bwd_*.py. Benchmark: benchmarks/sdpa_bwd.py.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+import cutlass.utils.hopper_helpers as sm90_utils
+from cutlass import Float32, Int32, Int64, const_expr
+from cutlass.cute.nvgpu import cpasync, warp, warpgroup
+from cutlass.utils import LayoutEnum
+
+from .._device.mask_bwd import MaskInfoBwd
+from .._device.mma_sm90 import acc_view_as_a, acc_view_mn, transpose_view, wgmma
+from .._device.pipeline import consumer_state, make_tma_pipeline, producer_state
+from .._device.tile_scheduler import SingleTileScheduler
+from .kernel_key import PREPOST_ROWS, SdpaBwdKey, tile_config
+
+_DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16}
+
+
+class NamedBarrierBwd(enum.IntEnum):
+    EPILOGUE = 1  # consumers: dK / dV written to shared memory
+    PDS = 2  # consumers: dS^T in shared memory is free / written
+
+
+class SdpaBwdKernelSm90:
+    """The main backward kernel: ``__init__`` holds the plan (the compile key), ``__call__`` prepares the launch."""
+
+    num_consumer_wg = 2
+    threads_per_wg = 128
+
+    def __init__(self, key: SdpaBwdKey):
+        self.key = key
+        self.dtype = _DTYPES[key.dtype]
+        self.head_dim = key.head_dim
+        self.head_dim_v = key.head_dim_v
+        self.tile_m, self.tile_n, self.num_stages = tile_config(key.head_dim, key.head_dim_v)
+        self.num_mma_threads = self.num_consumer_wg * self.threads_per_wg
+        self.num_threads = self.num_mma_threads + self.threads_per_wg
+        self.num_mma_regs, self.num_producer_regs = 240, 24
+
+    # ------------------------------------------------------------------------------------------------
+    # host side
+    # ------------------------------------------------------------------------------------------------
+    def _smem_layout(self, rows: int, cols: int, stages: int | None = None, atom_cols: int | None = None):
+        kind = sm90_utils.get_smem_layout_atom(LayoutEnum.ROW_MAJOR, self.dtype, atom_cols or cols)
+        atom = warpgroup.make_smem_layout_atom(kind, self.dtype)
+        if stages is None:
+            return cute.tile_to_shape(atom, (rows, cols), order=(0, 1))
+        return cute.tile_to_shape(atom, (rows, cols, stages), order=(0, 1, 2))
+
+    @cute.jit
+    def __call__(
+        self,
+        q_ptr: cute.Pointer,
+        k_ptr: cute.Pointer,
+        v_ptr: cute.Pointer,
+        do_ptr: cute.Pointer,
+        dk_ptr: cute.Pointer,
+        dv_ptr: cute.Pointer,
+        lse2_ptr: cute.Pointer,
+        dpsum_ptr: cute.Pointer,
+        dqacc_ptr: cute.Pointer,
+        batch: Int32,
+        heads: Int32,
+        heads_kv: Int32,
+        seqlen_q: Int32,
+        seqlen_k: Int32,
+        seqlen_pad: Int32,  # rows of the per-(batch, head) scratch (a multiple of PREPOST_ROWS)
+        group_heads: Int32,  # (kv head, batch) pairs per L2 group of the tile order
+        q_strides: tuple[Int64, Int64, Int64],  # (batch, head, seq) in elements
+        k_strides: tuple[Int64, Int64, Int64],
+        v_strides: tuple[Int64, Int64, Int64],
+        do_strides: tuple[Int64, Int64, Int64],
+        dk_strides: tuple[Int64, Int64, Int64],
+        dv_strides: tuple[Int64, Int64, Int64],
+        scale_log2: Float32,
+        scale: Float32,
+        window_left: Int32,
+        window_right: Int32,
+        stream: cuda.CUstream,
+    ):
+        D, Dv = self.head_dim, self.head_dim_v
+        div = 128 // self.dtype.width
+
+        def strides(s):
+            return tuple(cute.assume(x, divby=div) for x in s)
+
+        qs, ks, vs, dos = strides(q_strides), strides(k_strides), strides(v_strides), strides(do_strides)
+        dks, dvs = strides(dk_strides), strides(dv_strides)
+        sp = cute.assume(seqlen_pad, divby=PREPOST_ROWS)
+        mQ = cute.make_tensor(q_ptr, cute.make_layout((seqlen_q, D, heads, batch), stride=(qs[2], 1, qs[1], qs[0])))
+        mK = cute.make_tensor(k_ptr, cute.make_layout((seqlen_k, D, heads_kv, batch), stride=(ks[2], 1, ks[1], ks[0])))
+        mV = cute.make_tensor(v_ptr, cute.make_layout((seqlen_k, Dv, heads_kv, batch), stride=(vs[2], 1, vs[1], vs[0])))
+        mdO = cute.make_tensor(do_ptr, cute.make_layout((seqlen_q, Dv, heads, batch), stride=(dos[2], 1, dos[1], dos[0])))
+        mdK = cute.make_tensor(dk_ptr, cute.make_layout((seqlen_k, D, heads_kv, batch), stride=(dks[2], 1, dks[1], dks[0])))
+        mdV = cute.make_tensor(dv_ptr, cute.make_layout((seqlen_k, Dv, heads_kv, batch), stride=(dvs[2], 1, dvs[1], dvs[0])))
+        mLSE2 = cute.make_tensor(lse2_ptr, cute.make_layout((sp, heads, batch), stride=(1, sp, sp * heads)))
+        mDpsum = cute.make_tensor(dpsum_ptr, cute.make_layout((sp, heads, batch), stride=(1, sp, sp * heads)))
+        mdQacc = cute.make_tensor(dqacc_ptr, cute.make_layout((sp, D, heads, batch), stride=(D, 1, sp * D, sp * D * heads)))
+
+        K_MAJOR, MN_MAJOR = warpgroup.OperandMajorMode.K, warpgroup.OperandMajorMode.MN
+        # S^T = K Q^T and dP^T = V dO^T: M = keys (64 per consumer warpgroup), N = queries.
+        tiled_mma_SdP = sm90_utils.make_trivial_tiled_mma(
+            self.dtype, self.dtype, K_MAJOR, K_MAJOR, Float32, atom_layout_mnk=(self.tile_n // 64, 1, 1), tiler_mn=(64, self.tile_m)
+        )
+        # dK += dS^T Q and dV += P^T dO: A from registers, B = Q^T / dO^T (MN-major views of sQ / sdO).
+        tiled_mma_dK = sm90_utils.make_trivial_tiled_mma(
+            self.dtype, self.dtype, K_MAJOR, MN_MAJOR, Float32, atom_layout_mnk=(self.tile_n // 64, 1, 1), tiler_mn=(64, D),
+            a_source=warpgroup.OperandSource.RMEM,
+        )  # fmt: skip
+        tiled_mma_dV = sm90_utils.make_trivial_tiled_mma(
+            self.dtype, self.dtype, K_MAJOR, MN_MAJOR, Float32, atom_layout_mnk=(self.tile_n // 64, 1, 1), tiler_mn=(64, Dv),
+            a_source=warpgroup.OperandSource.RMEM,
+        )  # fmt: skip
+        # dQ = dS K: A = dS (MN-major view of sdS^T), B = K^T (MN-major view of sK); the head dim is split over the warpgroups.
+        tiled_mma_dQ = sm90_utils.make_trivial_tiled_mma(
+            self.dtype, self.dtype, MN_MAJOR, MN_MAJOR, Float32, atom_layout_mnk=(1, self.num_consumer_wg, 1), tiler_mn=(64, D // self.num_consumer_wg)
+        )
+        sQ_layout = self._smem_layout(self.tile_m, D, self.num_stages)
+        sdO_layout = self._smem_layout(self.tile_m, Dv, self.num_stages)
+        # dQ = dS K reads K^T split over the warpgroups along D: the swizzle atom must divide D / 2.
+        sK_layout = self._smem_layout(self.tile_n, D, atom_cols=D // self.num_consumer_wg)
+        sV_layout = self._smem_layout(self.tile_n, Dv)
+        sdS_layout = self._smem_layout(self.tile_n, self.tile_m)  # dS^T: (keys, queries), queries contiguous
+
+        @cute.struct
+        class SharedStorage:
+            mbar_q: cute.struct.MemRange[cutlass.Int64, self.num_stages * 2]
+            mbar_do: cute.struct.MemRange[cutlass.Int64, self.num_stages * 2]
+            mbar_kv: cute.struct.MemRange[cutlass.Int64, 2]
+            smem_q: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
+            smem_do: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sdO_layout)], 1024]
+            smem_k: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sK_layout)], 1024]
+            smem_v: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sV_layout)], 1024]
+            smem_ds: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sdS_layout)], 1024]
+
+        g2s, s2g = cpasync.CopyBulkTensorTileG2SOp(), cpasync.CopyBulkTensorTileS2GOp()
+        tma_atom_Q, tma_Q = cpasync.make_tiled_tma_atom(g2s, mQ, cute.select(sQ_layout, mode=[0, 1]), (self.tile_m, D))
+        tma_atom_dO, tma_dO = cpasync.make_tiled_tma_atom(g2s, mdO, cute.select(sdO_layout, mode=[0, 1]), (self.tile_m, Dv))
+        tma_atom_K, tma_K = cpasync.make_tiled_tma_atom(g2s, mK, sK_layout, (self.tile_n, D))
+        tma_atom_V, tma_V = cpasync.make_tiled_tma_atom(g2s, mV, sV_layout, (self.tile_n, Dv))
+        tma_atom_dK, tma_dK = cpasync.make_tiled_tma_atom(s2g, mdK, sK_layout, (self.tile_n, D))
+        tma_atom_dV, tma_dV = cpasync.make_tiled_tma_atom(s2g, mdV, sV_layout, (self.tile_n, Dv))
+        tx_q = cute.size_in_bytes(self.dtype, cute.select(sQ_layout, mode=[0, 1]))
+        tx_do = cute.size_in_bytes(self.dtype, cute.select(sdO_layout, mode=[0, 1]))
+        tx_kv = cute.size_in_bytes(self.dtype, sK_layout) + cute.size_in_bytes(self.dtype, sV_layout)
+
+        num_n_blocks = (seqlen_k + self.tile_n - 1) // self.tile_n
+        grid = SingleTileScheduler.grid(num_n_blocks, heads_kv, batch)
+        self.kernel(
+            tma_Q, tma_K, tma_V, tma_dO, tma_dK, tma_dV, mLSE2, mDpsum, mdQacc,
+            tma_atom_Q, tma_atom_K, tma_atom_V, tma_atom_dO, tma_atom_dK, tma_atom_dV,
+            seqlen_q, seqlen_k, num_n_blocks, heads_kv, batch, group_heads, scale_log2, scale, window_left, window_right,
+            sQ_layout, sdO_layout, sK_layout, sV_layout, sdS_layout,
+            tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ,
+            tx_q, tx_do, tx_kv, SharedStorage,
+        ).launch(grid=grid, block=[self.num_threads, 1, 1], smem=SharedStorage.size_in_bytes(), stream=stream, min_blocks_per_mp=1)  # fmt: skip
+
+    # ------------------------------------------------------------------------------------------------
+    # device side
+    # ------------------------------------------------------------------------------------------------
+    @cute.kernel
+    def kernel(
+        self,
+        mQ: cute.Tensor,
+        mK: cute.Tensor,
+        mV: cute.Tensor,
+        mdO: cute.Tensor,
+        mdK: cute.Tensor,
+        mdV: cute.Tensor,
+        mLSE2: cute.Tensor,
+        mDpsum: cute.Tensor,
+        mdQacc: cute.Tensor,
+        tma_atom_Q: cute.CopyAtom,
+        tma_atom_K: cute.CopyAtom,
+        tma_atom_V: cute.CopyAtom,
+        tma_atom_dO: cute.CopyAtom,
+        tma_atom_dK: cute.CopyAtom,
+        tma_atom_dV: cute.CopyAtom,
+        seqlen_q: Int32,
+        seqlen_k: Int32,
+        num_n_blocks: Int32,
+        num_heads_kv: Int32,
+        num_batch: Int32,
+        group_heads: Int32,
+        scale_log2: Float32,
+        scale: Float32,
+        window_left: Int32,
+        window_right: Int32,
+        sQ_layout: cute.ComposedLayout,
+        sdO_layout: cute.ComposedLayout,
+        sK_layout: cute.ComposedLayout,
+        sV_layout: cute.ComposedLayout,
+        sdS_layout: cute.ComposedLayout,
+        tiled_mma_SdP: cute.TiledMma,
+        tiled_mma_dK: cute.TiledMma,
+        tiled_mma_dV: cute.TiledMma,
+        tiled_mma_dQ: cute.TiledMma,
+        tx_q: cutlass.Constexpr[int],
+        tx_do: cutlass.Constexpr[int],
+        tx_kv: cutlass.Constexpr[int],
+        SharedStorage: cutlass.Constexpr,
+    ):
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        if warp_idx == 0:
+            cpasync.prefetch_descriptor(tma_atom_Q)
+            cpasync.prefetch_descriptor(tma_atom_K)
+            cpasync.prefetch_descriptor(tma_atom_V)
+            cpasync.prefetch_descriptor(tma_atom_dO)
+            cpasync.prefetch_descriptor(tma_atom_dK)
+            cpasync.prefetch_descriptor(tma_atom_dV)
+
+        smem = cutlass.utils.SmemAllocator()
+        storage = smem.allocate(SharedStorage)
+        num_consumer_warps = self.num_mma_threads // 32
+        pipeline_q = make_tma_pipeline(storage.mbar_q.data_ptr(), self.num_stages, num_consumer_warps, tx_q)
+        pipeline_do = make_tma_pipeline(storage.mbar_do.data_ptr(), self.num_stages, num_consumer_warps, tx_do)
+        pipeline_kv = make_tma_pipeline(storage.mbar_kv.data_ptr(), 1, num_consumer_warps, tx_kv)
+        cute.arch.mbarrier_init_fence()
+
+        sQ = storage.smem_q.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
+        sdO = storage.smem_do.get_tensor(sdO_layout.outer, swizzle=sdO_layout.inner)
+        sK = storage.smem_k.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)
+        sV = storage.smem_v.get_tensor(sV_layout.outer, swizzle=sV_layout.inner)
+        sdSt = storage.smem_ds.get_tensor(sdS_layout.outer, swizzle=sdS_layout.inner)
+
+        # Longest first is the natural order for causal top-left: key block 0 sees every query block.
+        n_block, head_kv, batch = SingleTileScheduler(num_n_blocks, num_heads_kv, num_batch, group_heads, False).tile()
+        mask_offset = Int32(0)
+        if const_expr(self.key.bottom_right):
+            mask_offset = seqlen_k - seqlen_q
+        mask = MaskInfoBwd(self.tile_m, self.tile_n, self.key.mask_right, self.key.mask_left, seqlen_q, seqlen_k, mask_offset, window_left, window_right)
+        m_block_min, m_block_max = mask.m_block_range(n_block)
+
+        cute.arch.sync_threads()  # mbarrier init visible to every warp
+
+        if warp_idx < 4:
+            cute.arch.setmaxregister_decrease(self.num_producer_regs)
+            if warp_idx == 0:
+                self.load(
+                    mQ, mK, mV, mdO, sQ, sK, sV, sdO, tma_atom_Q, tma_atom_K, tma_atom_V, tma_atom_dO,
+                    pipeline_q, pipeline_do, pipeline_kv, n_block, head_kv, batch, m_block_min, m_block_max,
+                )  # fmt: skip
+        else:
+            cute.arch.setmaxregister_increase(self.num_mma_regs)
+            tidx = cute.arch.thread_idx()[0] - self.threads_per_wg
+            self.mma(
+                tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ, mdK, mdV, mLSE2, mDpsum, mdQacc,
+                sQ, sK, sV, sdO, sdSt, tma_atom_dK, tma_atom_dV, pipeline_q, pipeline_do, pipeline_kv,
+                tidx, scale_log2, scale, mask, n_block, head_kv, batch, m_block_min, m_block_max,
+            )  # fmt: skip
+
+    kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
+
+    @cute.jit
+    def load(
+        self,
+        mQ: cute.Tensor,
+        mK: cute.Tensor,
+        mV: cute.Tensor,
+        mdO: cute.Tensor,
+        sQ: cute.Tensor,
+        sK: cute.Tensor,
+        sV: cute.Tensor,
+        sdO: cute.Tensor,
+        tma_atom_Q: cute.CopyAtom,
+        tma_atom_K: cute.CopyAtom,
+        tma_atom_V: cute.CopyAtom,
+        tma_atom_dO: cute.CopyAtom,
+        pipeline_q,
+        pipeline_do,
+        pipeline_kv,
+        n_block: Int32,
+        head_kv: Int32,
+        batch: Int32,
+        m_block_min: Int32,
+        m_block_max: Int32,
+    ):
+        """Producer warp: K and V once, then (Q, dO) of every query block of every query head of the group."""
+        D, Dv = self.head_dim, self.head_dim_v
+        gK = cute.local_tile(mK[None, None, head_kv, batch], (self.tile_n, D), (n_block, 0))
+        gV = cute.local_tile(mV[None, None, head_kv, batch], (self.tile_n, Dv), (n_block, 0))
+        tKsK, tKgK = cpasync.tma_partition(tma_atom_K, 0, cute.make_layout(1), cute.group_modes(sK, 0, 2), cute.group_modes(gK, 0, 2))
+        tVsV, tVgV = cpasync.tma_partition(tma_atom_V, 0, cute.make_layout(1), cute.group_modes(sV, 0, 2), cute.group_modes(gV, 0, 2))
+        kv_state = producer_state(1)
+        pipeline_kv.producer_acquire(kv_state)
+        cute.copy(tma_atom_K, tKgK, tKsK, tma_bar_ptr=pipeline_kv.producer_get_barrier(kv_state))
+        cute.copy(tma_atom_V, tVgV, tVsV, tma_bar_ptr=pipeline_kv.producer_get_barrier(kv_state))
+
+        state = producer_state(self.num_stages)
+        num_m = cutlass.max(m_block_max - m_block_min, 0)
+        G = self.key.qhead_per_kvhead
+        for g in cutlass.range(G, unroll=1):
+            head = head_kv * G + g
+            gQ = cute.local_tile(mQ[None, None, head, batch], (self.tile_m, D), (None, 0))
+            gdO = cute.local_tile(mdO[None, None, head, batch], (self.tile_m, Dv), (None, 0))
+            tQsQ, tQgQ = cpasync.tma_partition(tma_atom_Q, 0, cute.make_layout(1), cute.group_modes(sQ, 0, 2), cute.group_modes(gQ, 0, 2))
+            tdOsdO, tdOgdO = cpasync.tma_partition(tma_atom_dO, 0, cute.make_layout(1), cute.group_modes(sdO, 0, 2), cute.group_modes(gdO, 0, 2))
+            for i in cutlass.range(num_m, unroll=1):
+                m_block = m_block_min + i
+                pipeline_q.producer_acquire(state)
+                cute.copy(tma_atom_Q, tQgQ[None, m_block], tQsQ[None, state.index], tma_bar_ptr=pipeline_q.producer_get_barrier(state))
+                pipeline_do.producer_acquire(state)
+                cute.copy(tma_atom_dO, tdOgdO[None, m_block], tdOsdO[None, state.index], tma_bar_ptr=pipeline_do.producer_get_barrier(state))
+                state.advance()
+
+    @cute.jit
+    def mma(
+        self,
+        tiled_mma_SdP: cute.TiledMma,
+        tiled_mma_dK: cute.TiledMma,
+        tiled_mma_dV: cute.TiledMma,
+        tiled_mma_dQ: cute.TiledMma,
+        mdK: cute.Tensor,
+        mdV: cute.Tensor,
+        mLSE2: cute.Tensor,
+        mDpsum: cute.Tensor,
+        mdQacc: cute.Tensor,
+        sQ: cute.Tensor,
+        sK: cute.Tensor,
+        sV: cute.Tensor,
+        sdO: cute.Tensor,
+        sdSt: cute.Tensor,
+        tma_atom_dK: cute.CopyAtom,
+        tma_atom_dV: cute.CopyAtom,
+        pipeline_q,
+        pipeline_do,
+        pipeline_kv,
+        tidx: Int32,
+        scale_log2: Float32,
+        scale: Float32,
+        mask: MaskInfoBwd,
+        n_block: Int32,
+        head_kv: Int32,
+        batch: Int32,
+        m_block_min: Int32,
+        m_block_max: Int32,
+    ):
+        """Consumer warpgroups: the five GEMMs per query block, then the dK / dV epilogue."""
+        D, Dv = self.head_dim, self.head_dim_v
+        wg_idx = cute.arch.make_warp_uniform(tidx // self.threads_per_wg)
+        wg_layout = cute.make_layout(self.num_consumer_wg, stride=self.threads_per_wg)
+        wg_mma_SdP = tiled_mma_SdP.get_slice(wg_layout(wg_idx))
+        wg_mma_dK = tiled_mma_dK.get_slice(wg_layout(wg_idx))
+        wg_mma_dV = tiled_mma_dV.get_slice(wg_layout(wg_idx))
+        wg_mma_dQ = tiled_mma_dQ.get_slice(wg_layout(wg_idx))
+        thr_mma_SdP = tiled_mma_SdP.get_slice(tidx)
+        thr_mma_dQ = tiled_mma_dQ.get_slice(tidx)
+
+        tSrK = wg_mma_SdP.make_fragment_A(wg_mma_SdP.partition_A(sK))
+        tSrQ = wg_mma_SdP.make_fragment_B(wg_mma_SdP.partition_B(sQ))
+        tdPrV = wg_mma_SdP.make_fragment_A(wg_mma_SdP.partition_A(sV))
+        tdPrdO = wg_mma_SdP.make_fragment_B(wg_mma_SdP.partition_B(sdO))
+        tdVrdOt = wg_mma_dV.make_fragment_B(wg_mma_dV.partition_B(transpose_view(sdO)))
+        tdKrQt = wg_mma_dK.make_fragment_B(wg_mma_dK.partition_B(transpose_view(sQ)))
+        tdQrdS = wg_mma_dQ.make_fragment_A(wg_mma_dQ.partition_A(transpose_view(sdSt)))
+        tdQrKt = wg_mma_dQ.make_fragment_B(wg_mma_dQ.partition_B(transpose_view(sK)))
+
+        acc_S = cute.make_rmem_tensor(wg_mma_SdP.partition_shape_C((self.tile_n, self.tile_m)), Float32)
+        acc_dP = cute.make_rmem_tensor(wg_mma_SdP.partition_shape_C((self.tile_n, self.tile_m)), Float32)
+        acc_dK = cute.make_rmem_tensor(wg_mma_dK.partition_shape_C((self.tile_n, D)), Float32)
+        acc_dV = cute.make_rmem_tensor(wg_mma_dV.partition_shape_C((self.tile_n, Dv)), Float32)
+        acc_dQ = cute.make_rmem_tensor(wg_mma_dQ.partition_shape_C((self.tile_m, D)), Float32)
+        rP = cute.make_rmem_tensor_like(acc_S, self.dtype)
+        rdS = cute.make_rmem_tensor_like(acc_dP, self.dtype)
+
+        # (key, query) coordinates of this thread's S^T elements; its queries are the columns.
+        cS = cute.make_identity_tensor((self.tile_n, self.tile_m))
+        tScS_mn = acc_view_mn(thr_mma_SdP.partition_C(cS))
+        num_cols = cute.size(tScS_mn, mode=[1])
+        rLSE = cute.make_rmem_tensor(num_cols, Float32)
+        rDpsum = cute.make_rmem_tensor(num_cols, Float32)
+
+        smem_copy_atom = cute.make_copy_atom(warp.StMatrix8x8x16bOp(transpose=False, num_matrices=4), self.dtype)
+        smem_thr_copy_dS = cute.make_tiled_copy_C(smem_copy_atom, tiled_mma_SdP).get_slice(tidx)
+        tdSsdS = smem_thr_copy_dS.partition_D(sdSt)
+
+        acc_dK.fill(0.0)
+        acc_dV.fill(0.0)
+        kv_state = consumer_state(1)
+        pipeline_kv.consumer_wait(kv_state)
+
+        state = consumer_state(self.num_stages)
+        m_mid1 = cutlass.min(mask.m_block_min_unmasked(n_block, m_block_min), m_block_max)
+        m_mid2 = cutlass.max(cutlass.min(mask.m_block_max_unmasked(n_block, m_block_max), m_block_max), m_mid1)
+        G = self.key.qhead_per_kvhead
+        for g in cutlass.range(G, unroll=1):
+            head = head_kv * G + g
+            mLSE2_cur = mLSE2[None, head, batch]
+            mDpsum_cur = mDpsum[None, head, batch]
+            mdQacc_cur = mdQacc[None, None, head, batch]
+            # query blocks crossing the right (causal) boundary, then unmasked ones, then those crossing the left one
+            for i in cutlass.range(cutlass.max(m_mid1 - m_block_min, 0), unroll=1):
+                state = self.step(
+                    tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ, thr_mma_dQ, acc_S, acc_dP, acc_dK, acc_dV, acc_dQ, rP, rdS,
+                    rLSE, rDpsum, tSrK, tSrQ, tdPrV, tdPrdO, tdVrdOt, tdKrQt, tdQrdS, tdQrKt, smem_copy_atom, smem_thr_copy_dS, tdSsdS,
+                    tScS_mn, mLSE2_cur, mDpsum_cur, mdQacc_cur, pipeline_q, pipeline_do, state, scale_log2, mask, m_block_min + i, n_block, True,
+                )  # fmt: skip
+            for i in cutlass.range(cutlass.max(m_mid2 - m_mid1, 0), unroll=1):
+                state = self.step(
+                    tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ, thr_mma_dQ, acc_S, acc_dP, acc_dK, acc_dV, acc_dQ, rP, rdS,
+                    rLSE, rDpsum, tSrK, tSrQ, tdPrV, tdPrdO, tdVrdOt, tdKrQt, tdQrdS, tdQrKt, smem_copy_atom, smem_thr_copy_dS, tdSsdS,
+                    tScS_mn, mLSE2_cur, mDpsum_cur, mdQacc_cur, pipeline_q, pipeline_do, state, scale_log2, mask, m_mid1 + i, n_block, False,
+                )  # fmt: skip
+            if const_expr(self.key.mask_left):
+                for i in cutlass.range(cutlass.max(m_block_max - m_mid2, 0), unroll=1):
+                    state = self.step(
+                        tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ, thr_mma_dQ, acc_S, acc_dP, acc_dK, acc_dV, acc_dQ, rP, rdS,
+                        rLSE, rDpsum, tSrK, tSrQ, tdPrV, tdPrdO, tdVrdOt, tdKrQt, tdQrdS, tdQrKt, smem_copy_atom, smem_thr_copy_dS, tdSsdS,
+                        tScS_mn, mLSE2_cur, mDpsum_cur, mdQacc_cur, pipeline_q, pipeline_do, state, scale_log2, mask, m_mid2 + i, n_block, True,
+                    )  # fmt: skip
+
+        # ---------------------------------------------------------------------------------- epilogue
+        acc_dK.store(acc_dK.load() * scale)
+        rdK = cute.make_rmem_tensor_like(acc_dK, self.dtype)
+        rdK.store(acc_dK.load().to(self.dtype))
+        rdV = cute.make_rmem_tensor_like(acc_dV, self.dtype)
+        rdV.store(acc_dV.load().to(self.dtype))
+        # Every consumer is past its last GEMM reading sK / sV: reuse them for dK / dV.
+        cute.arch.barrier(barrier_id=int(NamedBarrierBwd.EPILOGUE), number_of_threads=self.num_mma_threads)
+        thr_copy_dK = cute.make_tiled_copy_C(smem_copy_atom, tiled_mma_dK).get_slice(tidx)
+        thr_copy_dV = cute.make_tiled_copy_C(smem_copy_atom, tiled_mma_dV).get_slice(tidx)
+        cute.copy(smem_copy_atom, thr_copy_dK.retile(rdK), thr_copy_dK.partition_D(sK))
+        cute.copy(smem_copy_atom, thr_copy_dV.retile(rdV), thr_copy_dV.partition_D(sV))
+        cute.arch.fence_view_async_shared()
+        cute.arch.barrier(barrier_id=int(NamedBarrierBwd.EPILOGUE), number_of_threads=self.num_mma_threads)
+        if cute.arch.make_warp_uniform(cute.arch.warp_idx()) == 4:
+            gdK = cute.local_tile(mdK[None, None, head_kv, batch], (self.tile_n, D), (n_block, 0))
+            gdV = cute.local_tile(mdV[None, None, head_kv, batch], (self.tile_n, Dv), (n_block, 0))
+            tdKsdK, tdKgdK = cpasync.tma_partition(tma_atom_dK, 0, cute.make_layout(1), cute.group_modes(sK, 0, 2), cute.group_modes(gdK, 0, 2))
+            tdVsdV, tdVgdV = cpasync.tma_partition(tma_atom_dV, 0, cute.make_layout(1), cute.group_modes(sV, 0, 2), cute.group_modes(gdV, 0, 2))
+            cute.copy(tma_atom_dK, tdKsdK, tdKgdK)
+            cute.copy(tma_atom_dV, tdVsdV, tdVgdV)
+            cute.arch.cp_async_bulk_commit_group()
+            cute.arch.cp_async_bulk_wait_group(0, read=True)
+
+    @cute.jit
+    def step(
+        self,
+        tiled_mma_SdP: cute.TiledMma,
+        tiled_mma_dK: cute.TiledMma,
+        tiled_mma_dV: cute.TiledMma,
+        tiled_mma_dQ: cute.TiledMma,
+        thr_mma_dQ,
+        acc_S: cute.Tensor,
+        acc_dP: cute.Tensor,
+        acc_dK: cute.Tensor,
+        acc_dV: cute.Tensor,
+        acc_dQ: cute.Tensor,
+        rP: cute.Tensor,
+        rdS: cute.Tensor,
+        rLSE: cute.Tensor,
+        rDpsum: cute.Tensor,
+        tSrK: cute.Tensor,
+        tSrQ: cute.Tensor,
+        tdPrV: cute.Tensor,
+        tdPrdO: cute.Tensor,
+        tdVrdOt: cute.Tensor,
+        tdKrQt: cute.Tensor,
+        tdQrdS: cute.Tensor,
+        tdQrKt: cute.Tensor,
+        smem_copy_atom: cute.CopyAtom,
+        smem_thr_copy_dS,
+        tdSsdS: cute.Tensor,
+        tScS_mn: cute.Tensor,
+        mLSE2_cur: cute.Tensor,
+        mDpsum_cur: cute.Tensor,
+        mdQacc_cur: cute.Tensor,
+        pipeline_q,
+        pipeline_do,
+        state,
+        scale_log2: Float32,
+        mask: MaskInfoBwd,
+        m_block: Int32,
+        n_block: Int32,
+        masked: cutlass.Constexpr[bool],
+    ):
+        """One query block: S^T, dP^T (SS), P^T, dS^T (registers), dV (RS), dQ (SS, atomics), dK (RS)."""
+        idx = state.index
+        row0 = m_block * self.tile_m
+        pipeline_q.consumer_wait(state)
+        wgmma(tiled_mma_SdP, acc_S, tSrK, tSrQ[None, None, None, idx], zero_init=True, wg_wait=-1)
+        for c in cutlass.range_constexpr(cute.size(rLSE)):
+            rLSE[c] = mLSE2_cur[row0 + tScS_mn[0, c][1]]
+        pipeline_do.consumer_wait(state)
+        wgmma(tiled_mma_SdP, acc_dP, tdPrV, tdPrdO[None, None, None, idx], zero_init=True, wg_wait=1)
+        if const_expr(masked):
+            mask.apply_transposed(acc_S, tScS_mn, m_block, n_block, mask_seqlen=False)
+        acc_S_mn = acc_view_mn(acc_S)
+        for r in cutlass.range_constexpr(cute.size(acc_S_mn, mode=[0])):
+            for c in cutlass.range_constexpr(cute.size(acc_S_mn, mode=[1])):
+                acc_S_mn[r, c] = cute.math.exp2(acc_S_mn[r, c] * scale_log2 - rLSE[c], fastmath=True)
+        for c in cutlass.range_constexpr(cute.size(rDpsum)):
+            rDpsum[c] = mDpsum_cur[row0 + tScS_mn[0, c][1]]
+        rP.store(acc_S.load().to(self.dtype))
+        warpgroup.wait_group(0)
+        acc_dP_mn = acc_view_mn(acc_dP)
+        for r in cutlass.range_constexpr(cute.size(acc_dP_mn, mode=[0])):
+            for c in cutlass.range_constexpr(cute.size(acc_dP_mn, mode=[1])):
+                acc_dP_mn[r, c] = acc_S_mn[r, c] * (acc_dP_mn[r, c] - rDpsum[c])
+        rdS.store(acc_dP.load().to(self.dtype))
+
+        # dS^T to shared memory once both warpgroups are done reading the previous block's.
+        cute.arch.barrier(barrier_id=int(NamedBarrierBwd.PDS), number_of_threads=self.num_mma_threads)
+        cute.copy(smem_copy_atom, smem_thr_copy_dS.retile(rdS), tdSsdS)
+        wgmma(tiled_mma_dV, acc_dV, acc_view_as_a(rP), tdVrdOt[None, None, None, idx], zero_init=False, wg_wait=-1)
+        cute.arch.fence_view_async_shared()
+        cute.arch.barrier(barrier_id=int(NamedBarrierBwd.PDS), number_of_threads=self.num_mma_threads)
+        wgmma(tiled_mma_dQ, acc_dQ, tdQrdS, tdQrKt, zero_init=True, wg_wait=1)
+        pipeline_do.consumer_release(state)
+        wgmma(tiled_mma_dK, acc_dK, acc_view_as_a(rdS), tdKrQt[None, None, None, idx], zero_init=False, wg_wait=1)
+
+        # dQ_accum[query block] += dS K (fp32 atomics; the scratch rows are padded, so no bounds check).
+        gdQacc = cute.local_tile(mdQacc_cur, (self.tile_m, self.head_dim), (m_block, 0))
+        tdQgdQ = thr_mma_dQ.partition_C(gdQacc)
+        for i in cutlass.range_constexpr(cute.size(acc_dQ)):
+            cute.arch.atomic_add(tdQgdQ.iterator + tdQgdQ.layout(i), acc_dQ[i])
+        warpgroup.wait_group(0)
+        pipeline_q.consumer_release(state)
+        state.advance()
+        return state
+
+
+def compile_sdpa_bwd_main(key: SdpaBwdKey):
+    """cute.compile the main kernel for ``key`` from placeholder pointers and runtime extents (no GPU needed)."""
+    from cutlass.cute.runtime import make_ptr
+
+    dtype = _DTYPES[key.dtype]
+    gmem = cute.AddressSpace.gmem
+
+    def ptr(t, align=16):
+        return make_ptr(t, 16, gmem, assumed_align=align)
+
+    zero = Int32(0)
+    strides = (Int64(0), Int64(0), Int64(0))
+    return cute.compile(
+        SdpaBwdKernelSm90(key),
+        ptr(dtype), ptr(dtype), ptr(dtype), ptr(dtype), ptr(dtype), ptr(dtype),
+        ptr(Float32), ptr(Float32), ptr(Float32),
+        zero, zero, zero, zero, zero, Int32(PREPOST_ROWS), Int32(1),
+        strides, strides, strides, strides, strides, strides,
+        Float32(1.0), Float32(1.0), zero, zero, cuda.CUstream(0),
+    )  # fmt: skip

@@ -1,0 +1,82 @@
+"""check_support of the attention backward on TensorDescs (no GPU, no storage): what it accepts, what it declines
+(NotImplementedError naming the tensor) and what it rejects as malformed (ValueError)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from cudnn.api_base import TensorDesc
+
+
+def _descs(b=2, h=8, hk=2, sq=300, sk=257, d=128, dtype="bfloat16", bshd=False):
+    def t(shape, name, dt=dtype):
+        if bshd and len(shape) == 4:
+            bb, hh, ss, dd = shape
+            c = TensorDesc.contiguous((bb, ss, hh, dd), dt, name)
+            return TensorDesc((bb, hh, ss, dd), (c.stride[0], c.stride[2], c.stride[1], 1), dt, name)
+        return TensorDesc.contiguous(shape, dt, name)
+
+    q, k, v = t((b, h, sq, d), "q"), t((b, hk, sk, d), "k"), t((b, hk, sk, d), "v")
+    return q, k, v, t((b, h, sq, d), "o"), t((b, h, sq, d), "do"), TensorDesc.contiguous((b, h, sq), "float32", "lse")
+
+
+def _plan(*args, **kw):
+    from cudnn.sdpa.bwd.api import SdpaBwdSm90
+
+    return SdpaBwdSm90(*args, **kw)
+
+
+@pytest.mark.parametrize("bshd", [False, True])
+@pytest.mark.parametrize("d", [64, 96, 128])
+def test_accepts_dense_layouts_and_head_dims(d, bshd):
+    p = _plan(*_descs(d=d, bshd=bshd), is_causal=True)
+    assert p.check_support()
+    assert p.key.head_dim == d and p.key.qhead_per_kvhead == 4
+    assert p.scratch_workspace_bytes() > 0
+
+
+def test_metadata_only_check_in_a_fresh_process():
+    import os
+    import subprocess
+
+    code = (
+        "import sys; from cudnn.api_base import TensorDesc as T; from cudnn.sdpa import SdpaBwdSm90; "
+        "q=T.contiguous((1,2,64,64),'bfloat16','q'); l=T.contiguous((1,2,64),'float32','lse'); "
+        "SdpaBwdSm90(q,q,q,q,q,l).check_support(); assert 'cutlass' not in sys.modules and 'torch' not in sys.modules, sorted(sys.modules)"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+
+
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        ({"deterministic": True}, "deterministic"),
+        ({"sinks": TensorDesc.contiguous((8,), "float32", "sinks")}, "sinks"),
+        ({"cu_seqlens_q": TensorDesc.contiguous((3,), "int32", "cu_seqlens_q")}, "varlen"),
+    ],
+)
+def test_declines_what_it_does_not_serve(kw, match):
+    with pytest.raises(NotImplementedError, match=match):
+        _plan(*_descs(), **kw).check_support()
+
+
+def test_declines_head_dim_256_and_bad_strides_naming_the_tensor():
+    with pytest.raises(NotImplementedError, match="head dim 256"):
+        _plan(*_descs(d=256)).check_support()
+    q, k, v, o, do, lse = _descs()
+    bad = TensorDesc(do.shape, (do.stride[0], do.stride[1], 129, 1), do.dtype, "do")
+    with pytest.raises(NotImplementedError, match=r"do \(shape"):
+        _plan(q, k, v, o, bad, lse).check_support()
+    fp32 = TensorDesc.contiguous(q.shape, "float32", "q")
+    with pytest.raises(NotImplementedError, match="dtype"):
+        _plan(fp32, k, v, o, do, lse).check_support()
+
+
+def test_rejects_malformed_shapes():
+    q, k, v, o, do, lse = _descs()
+    with pytest.raises(ValueError, match="lse"):
+        _plan(q, k, v, o, do, TensorDesc.contiguous((2, 8, 301), "float32", "lse")).check_support()
+    with pytest.raises(ValueError, match="multiple"):
+        _plan(*_descs(h=6, hk=4)).check_support()
