@@ -8,7 +8,7 @@ Two tables, each written as docs/benchmarks/<name>.{md,csv,png}:
   ratio column ours/ours_plain is the fusion's cost, >= 0.95x means <= 5% over plain) and vs cuBLAS
   followed by the torch elementwise op it replaces ("cublas+torch").
 
-Run on the GPU host:  source ci/gpu_env.sh; python3 benchmarks/gemm.py [--quick]
+Run on the GPU host:  source ci/gpu_env.sh; python3 benchmarks/gemm.py [--quick] [--fusions (the fusion table only)]
 """
 
 from __future__ import annotations
@@ -175,6 +175,12 @@ def fusion_providers():
 
 def main():
     out_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "benchmarks")
+    if "--fusions" not in sys.argv:
+        _plain(out_dir)
+    _fusions(out_dir)
+
+
+def _plain(out_dir):
     run_benchmark(
         "gemm",
         plain_cases(),
@@ -183,6 +189,9 @@ def main():
         out_dir=out_dir,
         title="cudnn.gemm bf16 GEMM vs cuBLAS and quack (H200)",
     )
+
+
+def _fusions(out_dir):
     run_benchmark(
         "gemm_fusions",
         fusion_cases(),

@@ -6,6 +6,7 @@ Shapes: 16k total tokens per batch (B = 16384 / S), H * D = 2048; d 64 / 128 / 2
 a varlen mix (THD) and a decode batch (S_q = 1, S_kv = 8192, dense KV).
 
     python benchmarks/sdpa_fwd.py [--quick]     # writes docs/benchmarks/sdpa_fwd.{md,csv,png}
+    python benchmarks/sdpa_fwd.py --only=decode,d64,d128+s4k    # a subset -> docs/benchmarks/sdpa_fwd_subset.*
 """
 
 from __future__ import annotations
@@ -189,9 +190,15 @@ def main():
         Provider("torch-flash", _make_torch("FLASH_ATTENTION")),
     ]
     out_dir = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "benchmarks")
+    cases, name = _shapes(quick), "sdpa_fwd"
+    only = [a.split("=", 1)[1].split(",") for a in sys.argv if a.startswith("--only=")]
+    if only:  # a subset (written as sdpa_fwd_subset.*): cases whose label contains every listed word of one group
+        groups = [g.split("+") for g in only[0]]
+        cases = [c for c in cases if any(all(w in c.label for w in grp) for grp in groups)]
+        name = "sdpa_fwd_subset"
     run_benchmark(
-        "sdpa_fwd",
-        _shapes(quick),
+        name,
+        cases,
         providers,
         convention="4*B*H*S_q*S_kv*D FLOPs (halved for causal); decode GB/s counts K+V bytes; bf16, BSHD storage",
         out_dir=out_dir,

@@ -20,7 +20,7 @@ SRC = os.path.join(HERE, "..", "src")
 ANCHOR = "        handle = launch_stream_handle(current_stream, a.device)\n"
 PLANTS = {
     # detector test id -> (anchor, replacement)
-    "test_execute_no_sync_no_alloc and False": (ANCHOR, ANCHOR + "        __import__('torch').cuda.synchronize()  # PLANT: sync\n"),
+    "test_execute_no_sync_no_alloc and False": (ANCHOR, ANCHOR + "        float(d.flatten()[0])  # PLANT: device-to-host read\n"),
     "test_execute_no_sync_no_alloc and True": (ANCHOR, ANCHOR + "        __import__('torch').empty(16, device=a.device)  # PLANT: allocation\n"),
     "test_default_stream_handle_never_reaches_external_stream": (
         ANCHOR,

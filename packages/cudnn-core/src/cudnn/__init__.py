@@ -41,8 +41,6 @@ _LAZY_OPTIONAL_IMPORTS: dict[str, tuple[str, str, str]] = {
     "gemm_gelu": ("cudnn.gemm", "gemm_gelu", "cudnn-gemm"),
     "gemm_amax": ("cudnn.gemm", "gemm_amax", "cudnn-gemm"),
     # linear attention
-    "kimi_delta_attention": ("cudnn.linear_attention", "kimi_delta_attention", "cudnn-linear-attention"),
-    "gated_delta_net": ("cudnn.linear_attention", "gated_delta_net", "cudnn-linear-attention"),
     "causal_conv1d": ("cudnn.linear_attention", "causal_conv1d", "cudnn-linear-attention"),
     "causal_conv1d_update": ("cudnn.linear_attention", "causal_conv1d_update", "cudnn-linear-attention"),
     # core utilities that need torch at call time (the modules themselves import it lazily)

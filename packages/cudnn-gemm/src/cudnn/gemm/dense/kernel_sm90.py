@@ -363,10 +363,8 @@ class GemmSm90Kernel:
         tCsB = thr_mma.partition_B(sB)
         tCrA = tiled_mma.make_fragment_A(tCsA)
         tCrB = tiled_mma.make_fragment_B(tCsB)
-        # accumulator-shaped tensor of (row, col) coordinates inside the CTA tile
         cAcc = cute.make_identity_tensor((self.tile_m, self.tile_n))
-        tCcAcc = thr_mma.partition_C(cAcc)
-        accumulators = cute.make_rmem_tensor(tCcAcc.shape, self.acc_dtype)
+        accumulators = cute.make_rmem_tensor(thr_mma.partition_C(cAcc).shape, self.acc_dtype)
 
         k_tile_cnt = cute.size(gA_mkl, mode=[3])
 
@@ -427,6 +425,9 @@ class GemmSm90Kernel:
             thr_copy_r2s = tiled_copy_r2s.get_slice(tidx - self.threads_per_wg)
             tRS_sD = thr_copy_r2s.partition_D(sD)
             tRS_rAcc = tiled_copy_r2s.retile(accumulators)
+            # (row, col) inside the CTA tile of every accumulator register of THIS thread: the slice is per
+            # consumer thread (thr_mma above is per warpgroup: enough for the smem descriptors, not for C)
+            tCcAcc = tiled_mma.get_slice(tidx - self.threads_per_wg).partition_C(cAcc)
             tRS_cAcc = tiled_copy_r2s.retile(tCcAcc)
             rD_shape = cute.shape(thr_copy_r2s.partition_S(sD))
             tRS_rD = cute.make_rmem_tensor(rD_shape[:3], self.acc_dtype)

@@ -118,7 +118,9 @@ class SdpaBwdSm90(APIBase):
             self._value_error_if(d.rank != 4, f"{_OWNER}: dense attention takes rank-4 (B, H, S, D) tensors; got {d.describe()}")
         b, h, sq, dq_ = q.shape
         bk, hk, sk, dk_ = k.shape
-        self._value_error_if(tuple(v.shape[:3]) != (bk, hk, sk) or bk != b, f"{_OWNER}: batch/heads/length disagree: {q.describe()}, {k.describe()}, {v.describe()}")
+        self._value_error_if(
+            tuple(v.shape[:3]) != (bk, hk, sk) or bk != b, f"{_OWNER}: batch/heads/length disagree: {q.describe()}, {k.describe()}, {v.describe()}"
+        )
         dv_ = v.shape[3]
         self._value_error_if(dk_ != dq_, f"{_OWNER}: q and k head dims differ: {q.describe()}, {k.describe()}")
         self._decline_if(dq_ not in _HEAD_DIMS, f"{_OWNER}: {q.describe()}: head dim {dq_} not served by the backward yet; accepted: {_HEAD_DIMS}")
@@ -181,7 +183,23 @@ class SdpaBwdSm90(APIBase):
         if sinks is not None or dsinks is not None:
             raise ValueError(f"{_OWNER}.execute: the plan was built without sinks; got sinks / dsinks")
         _check_io(self.key, q, k, v, o, do, lse, dq, dk, dv)
-        return _launch(self._compiled_kernel, self.key, q, k, v, o, do, lse, dq, dk, dv, workspace, self._mask_window, self.scale if scale is None else scale, current_stream)
+        return _launch(
+            self._compiled_kernel,
+            self.key,
+            q,
+            k,
+            v,
+            o,
+            do,
+            lse,
+            dq,
+            dk,
+            dv,
+            workspace,
+            self._mask_window,
+            self.scale if scale is None else scale,
+            current_stream,
+        )
 
 
 def workspace_bytes_for(q) -> int:

@@ -1,0 +1,168 @@
+"""Attention backward benchmark: cudnn.sdpa vs FA4 (flash_attn.cute) vs torch SDPA (cuDNN and flash backends).
+
+Same inputs (BSHD storage; torch and ours read the (B, H, S, D) transposed view natively) in the same process.
+Only the backward is timed: ours is one ``sdpa_bwd`` call (preprocess + main kernel + postprocess, with the
+caller's workspace) on the LSE our forward saved; the peers run ``torch.autograd.grad`` on a retained graph of
+their own forward (their backward kernels plus autograd's dispatch).
+TFLOP/s by the FlashAttention convention: backward = 2.5 x forward FLOPs = 2.5 * 4 * B * H * S^2 * D, halved for
+causal. Shapes: 16k total tokens (B = 16384 / S), H * D = 2048; d 64 / 128 / 256; causal and not.
+
+    python benchmarks/sdpa_bwd.py [--quick]     # writes docs/benchmarks/sdpa_bwd.{md,csv,png}
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from harness import Case, Provider, Unsupported, run_benchmark  # noqa: E402
+
+TOTAL = 16384
+
+
+def _shapes(quick: bool):
+    seqs = {128: [1024, 2048, 4096, 8192, 16384], 64: [4096, 8192], 256: [4096, 8192]}
+    if quick:
+        seqs = {128: [4096, 8192, 16384], 64: [8192], 256: []}
+    out = []
+    for d in (128, 64, 256):
+        for s in seqs[d]:
+            for causal in (False, True):
+                b, h = max(1, TOTAL // s), 2048 // d
+                p = dict(b=b, h=h, hk=h, s=s, d=d, causal=causal)
+                flops = 2.5 * 4 * b * h * s * s * d / (2 if causal else 1)
+                out.append(Case(f"d{d} s{s // 1024}k b{b}{' causal' if causal else ''}", p, flops=flops))
+    return out
+
+
+_CACHE = {}
+
+
+def _inputs(p):
+    import torch
+
+    key = tuple(sorted(p.items()))
+    if key in _CACHE:
+        return _CACHE[key]
+    _CACHE.clear()
+    torch.manual_seed(0)
+    dt = torch.bfloat16
+    q = torch.randn(p["b"], p["s"], p["h"], p["d"], device="cuda", dtype=dt)
+    k = torch.randn(p["b"], p["s"], p["hk"], p["d"], device="cuda", dtype=dt)
+    v = torch.randn(p["b"], p["s"], p["hk"], p["d"], device="cuda", dtype=dt)
+    do = torch.randn(p["b"], p["s"], p["h"], p["d"], device="cuda", dtype=dt)
+    _CACHE[key] = dict(q=q, k=k, v=v, do=do)  # BSHD storage
+    return _CACHE[key]
+
+
+def make_ours(case):
+    import torch
+
+    from cudnn.sdpa import SdpaBwdSm90, sdpa_fwd
+
+    p = case.params
+    if p["d"] not in (64, 96, 128):
+        raise Unsupported(f"head dim {p['d']} has no backward tile yet")
+    x = _inputs(p)
+    q, k, v, do = (t.transpose(1, 2) for t in (x["q"], x["k"], x["v"], x["do"]))
+    causal = p["causal"]
+    o, lse = sdpa_fwd(q, k, v, is_causal=causal, return_lse=True)
+    dq, dk, dv = (torch.empty_like(t) for t in (x["q"], x["k"], x["v"]))
+    dq, dk, dv = (t.transpose(1, 2) for t in (dq, dk, dv))
+    plan = SdpaBwdSm90(q, k, v, o, do, lse, dq, dk, dv, is_causal=causal)
+    plan.compile()
+    ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda")
+    plan.execute(q, k, v, o, do, lse, dq, dk, dv, ws)
+    return lambda: plan.execute(q, k, v, o, do, lse, dq, dk, dv, ws)
+
+
+def fa4_available():
+    try:
+        import flash_attn.cute  # noqa: F401
+
+        return None
+    except Exception as exc:  # noqa: BLE001
+        return f"flash_attn.cute not importable ({type(exc).__name__}: {exc})"
+
+
+def _autograd_bwd(fwd, x):
+    import torch
+
+    leaves = [x[n].detach().requires_grad_(True) for n in ("q", "k", "v")]
+    out = fwd(*leaves)
+    out = out[0] if isinstance(out, tuple) else out
+    do = x["do"] if out.shape == x["do"].shape else x["do"].transpose(1, 2)
+    torch.autograd.grad(out, leaves, do, retain_graph=True)
+    return lambda: torch.autograd.grad(out, leaves, do, retain_graph=True)
+
+
+def make_fa4(case):
+    from flash_attn.cute import flash_attn_func
+
+    p = case.params
+    causal = p["causal"]
+    return _autograd_bwd(lambda q, k, v: flash_attn_func(q, k, v, causal=causal), _inputs(p))
+
+
+def _make_torch(backend_name):
+    def make(case):
+        import torch
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        p = case.params
+        backend = getattr(SDPBackend, backend_name)
+        causal = p["causal"]
+
+        def fwd(q, k, v):
+            with sdpa_kernel(backend):
+                return torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal)
+
+        bwd = _autograd_bwd(fwd, _inputs(p))
+
+        def fn():
+            with sdpa_kernel(backend):
+                return bwd()
+
+        return fn
+
+    return make
+
+
+def compile_check() -> list[str]:
+    """Compile the backward's kernels for sm_90a without a GPU; return their names."""
+    from cudnn.sdpa.bwd.kernel_key import SdpaBwdKey
+    from cudnn.sdpa.bwd.kernel_prepost_sm90 import compile_sdpa_bwd_post, compile_sdpa_bwd_pre
+    from cudnn.sdpa.bwd.kernel_sm90 import compile_sdpa_bwd_main
+
+    names = []
+    for d, causal in ((128, False), (128, True), (64, True)):
+        key = SdpaBwdKey("bf16", d, d, 1, causal, False, False, False, False, False, False)
+        for what, fn in (("pre", compile_sdpa_bwd_pre), ("main", compile_sdpa_bwd_main), ("post", compile_sdpa_bwd_post)):
+            fn(key)
+            names.append(f"sdpa_bwd_{what}_sm90a_bf16_d{d}{'_causal' if causal else ''}")
+    return names
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    providers = [
+        Provider("ours", make_ours),
+        Provider("fa4", make_fa4, fa4_available),
+        Provider("torch-cudnn", _make_torch("CUDNN_ATTENTION")),
+        Provider("torch-flash", _make_torch("FLASH_ATTENTION")),
+    ]
+    out_dir = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "benchmarks")
+    run_benchmark(
+        "sdpa_bwd",
+        _shapes("--quick" in argv),
+        providers,
+        convention="backward = 2.5 x 4*B*H*S_q*S_kv*D FLOPs (halved for causal); bf16, BSHD storage; backward only",
+        out_dir=out_dir,
+        title="attention backward, H200",
+    )
+
+
+if __name__ == "__main__":
+    main()
