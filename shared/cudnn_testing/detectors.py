@@ -6,16 +6,64 @@ from __future__ import annotations
 import contextlib
 
 
+_EXPLICIT_SYNCS = (
+    ("torch.cuda", "synchronize"),
+    ("torch.cuda.Stream", "synchronize"),
+    ("torch.cuda.Event", "synchronize"),
+    ("cuda.bindings.driver", "cuStreamSynchronize"),
+    ("cuda.bindings.driver", "cuCtxSynchronize"),
+    ("cuda.bindings.driver", "cuEventSynchronize"),
+    ("cuda.bindings.runtime", "cudaDeviceSynchronize"),
+    ("cuda.bindings.runtime", "cudaStreamSynchronize"),
+)
+
+
+def _resolve_owner(path: str):
+    import importlib
+
+    parts = path.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for attr in parts[i:]:
+            obj = getattr(obj, attr, None)
+            if obj is None:
+                return None
+        return obj
+    return None
+
+
 @contextlib.contextmanager
 def no_sync():
-    """Any blocking device-to-host read or synchronize inside raises (torch sync debug mode "error")."""
+    """Any blocking device-to-host read (torch sync debug mode "error") or explicit synchronize
+    (torch.cuda / stream / event synchronize, the driver's and runtime's *Synchronize) inside raises.
+    Sync debug mode alone does not flag an explicit ``torch.cuda.synchronize()``."""
     import torch
 
+    patched = []
+    for owner_path, name in _EXPLICIT_SYNCS:
+        owner = _resolve_owner(owner_path)
+        original = getattr(owner, name, None) if owner is not None else None
+        if original is None:
+            continue
+
+        def _forbidden(*args, _what=f"{owner_path}.{name}", **kwargs):
+            raise RuntimeError(f"{_what}() called inside a no-sync region: execute/build must never block the host (Rules 3 and 8)")
+
+        try:
+            setattr(owner, name, _forbidden)
+        except (AttributeError, TypeError):
+            continue
+        patched.append((owner, name, original))
     torch.cuda.set_sync_debug_mode("error")
     try:
         yield
     finally:
         torch.cuda.set_sync_debug_mode("default")
+        for owner, name, original in reversed(patched):
+            setattr(owner, name, original)
 
 
 @contextlib.contextmanager

@@ -415,6 +415,11 @@ class SdpaBwdKernelSm90:
         state = consumer_state(self.num_stages)
         m_mid1 = cutlass.min(mask.m_block_min_unmasked(n_block, m_block_min), m_block_max)
         m_mid2 = cutlass.max(cutlass.min(mask.m_block_max_unmasked(n_block, m_block_max), m_block_max), m_mid1)
+        if (n_block + 1) * self.tile_n > mask.seqlen_k:
+            # A partial last key block: every query block takes the masked path (keys past S_kv would otherwise
+            # score 0 against TMA's zero fill, and exp2(0 - lse) need not be small).
+            m_mid1 = m_block_max
+            m_mid2 = m_block_max
         G = self.key.qhead_per_kvhead
         for g in cutlass.range(G, unroll=1):
             head = head_kv * G + g
@@ -517,7 +522,7 @@ class SdpaBwdKernelSm90:
         pipeline_do.consumer_wait(state)
         wgmma(tiled_mma_SdP, acc_dP, tdPrV, tdPrdO[None, None, None, idx], zero_init=True, wg_wait=1)
         if const_expr(masked):
-            mask.apply_transposed(acc_S, tScS_mn, m_block, n_block, mask_seqlen=False)
+            mask.apply_transposed(acc_S, tScS_mn, m_block, n_block, mask_seqlen=True)
         acc_S_mn = acc_view_mn(acc_S)
         for r in cutlass.range_constexpr(cute.size(acc_S_mn, mode=[0])):
             for c in cutlass.range_constexpr(cute.size(acc_S_mn, mode=[1])):
@@ -545,8 +550,12 @@ class SdpaBwdKernelSm90:
         # dQ_accum[query block] += dS K (fp32 atomics; the scratch rows are padded, so no bounds check).
         gdQacc = cute.local_tile(mdQacc_cur, (self.tile_m, self.head_dim), (m_block, 0))
         tdQgdQ = thr_mma_dQ.partition_C(gdQacc)
-        for i in cutlass.range_constexpr(cute.size(acc_dQ)):
-            cute.arch.atomic_add(tdQgdQ.iterator + tdQgdQ.layout(i), acc_dQ[i])
+        pair = cute.make_rmem_tensor((2,), Float32)
+        for i in cutlass.range_constexpr(cute.size(acc_dQ) // 2):
+            # elements 2i and 2i + 1 are adjacent columns of one row: one 8-byte vector reduction
+            pair[0] = acc_dQ[2 * i]
+            pair[1] = acc_dQ[2 * i + 1]
+            cute.arch.atomic_add(tdQgdQ.iterator + tdQgdQ.layout(2 * i), pair.load())
         warpgroup.wait_group(0)
         pipeline_q.consumer_release(state)
         state.advance()
