@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 
-
 _EXPLICIT_SYNCS = (
     ("torch.cuda", "synchronize"),
     ("torch.cuda.Stream", "synchronize"),
