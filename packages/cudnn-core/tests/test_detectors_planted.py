@@ -45,17 +45,6 @@ def test_no_allocation_catches_fresh_tensor():
             _ = x * 2  # planted allocation
 
 
-def test_capture_detector_catches_capture_unsafe_work():
-    x = torch.randn(16, device="cuda")
-    y = torch.empty_like(x)
-
-    def planted():
-        y.copy_(x + float(x.sum()))  # a host read: illegal under capture
-
-    with pytest.raises(Exception):
-        detectors.assert_capture_matches_eager(planted, [y])
-
-
 def test_capture_detector_catches_replay_mismatch():
     x = torch.randn(16, device="cuda")
     y = torch.empty_like(x)
@@ -66,4 +55,16 @@ def test_capture_detector_catches_replay_mismatch():
         y.copy_(x * counter["n"])  # eager and captured runs differ: a host value baked into the graph
 
     with pytest.raises(AssertionError, match="replay differs from eager"):
+        detectors.assert_capture_matches_eager(planted, [y])
+
+
+def test_capture_detector_catches_capture_unsafe_work():
+    """Last in the file: a failed capture is the most disruptive plant."""
+    x = torch.randn(16, device="cuda")
+    y = torch.empty_like(x)
+
+    def planted():
+        y.copy_(x + float(x.sum()))  # a host read: illegal under capture
+
+    with pytest.raises(RuntimeError):  # torch refuses the host read while capturing
         detectors.assert_capture_matches_eager(planted, [y])
