@@ -53,7 +53,6 @@ def test_metadata_only_check_in_a_fresh_process():
     "kw, match",
     [
         ({"deterministic": True}, "deterministic"),
-        ({"sinks": TensorDesc.contiguous((8,), "float32", "sinks")}, "sinks"),
         ({"cu_seqlens_q": TensorDesc.contiguous((3,), "int32", "cu_seqlens_q")}, "varlen"),
     ],
 )
@@ -80,3 +79,13 @@ def test_rejects_malformed_shapes():
         _plan(q, k, v, o, do, TensorDesc.contiguous((2, 8, 301), "float32", "lse")).check_support()
     with pytest.raises(ValueError, match="multiple"):
         _plan(*_descs(h=6, hk=4)).check_support()
+
+
+def test_sinks_are_a_plan_time_flag_with_their_own_workspace():
+    plain = _plan(*_descs())
+    sunk = _plan(*_descs(), sinks=TensorDesc.contiguous((8,), "float32", "sinks"))
+    assert plain.check_support() and sunk.check_support()
+    assert sunk.key.has_sinks and not plain.key.has_sinks
+    assert sunk.scratch_workspace_bytes() > plain.scratch_workspace_bytes()
+    with pytest.raises(NotImplementedError, match="sinks"):
+        _plan(*_descs(), sinks=TensorDesc.contiguous((4,), "float32", "sinks")).check_support()

@@ -11,11 +11,12 @@ Contract (conventions of the forward, cudnn.sdpa.fwd.api):
   Any strides with a unit-stride head dim and 16-byte multiples elsewhere (BSHD and BHSD both native, no copy);
 - bf16 / fp16; D = D_v in {64, 96, 128}; H a multiple of H_kv (GQA / MQA: dk, dv reduced over the group);
 - masks: ``is_causal`` (top-left, or bottom-right with ``causal_bottom_right``), ``window_size=(left, right)``;
+- ``sinks`` (H,) fp32 as in the forward; their gradient ``dsinks`` (H,) fp32 is written by execute (a fixed-order sum);
 - scratch: ``scratch_workspace_bytes()`` bytes of caller workspace (fp32 LSE in log2 units, dO.O row sums and the
   fp32 dQ accumulator), carved by ``execute`` (recipe R2), never allocated there;
 - three launches per execute: preprocess, main kernel, postprocess (all on ``current_stream``).
 - not served yet (declined with NotImplementedError): head dims 192 / 256 and D != D_v, THD varlen
-  (``cu_seqlens_*``), ``sinks`` (and their gradient), ``deterministic=True``, paged KV.
+  (``cu_seqlens_*``), ``deterministic=True``, paged KV.
 """
 
 from __future__ import annotations
@@ -106,7 +107,6 @@ class SdpaBwdSm90(APIBase):
             self.cu_seqlens_q is not None or self.cu_seqlens_kv is not None,
             f"{_OWNER}: THD varlen (cu_seqlens_q / cu_seqlens_kv) is not served by the backward yet; pass dense (B, H, S, D) tensors",
         )
-        self._decline_if(self.sinks is not None, f"{_OWNER}: {self.sinks.describe() if self.sinks else ''}: attention sinks are not served by the backward yet")
         self._decline_if(self.deterministic, f"{_OWNER}: deterministic=True (a fixed dQ reduction order) is not served yet; dQ is reduced with fp32 atomics")
         for d in (q, k, v, o, do):
             self._check_dtype(d, _IO_DTYPES, _OWNER)
@@ -130,6 +130,11 @@ class SdpaBwdSm90(APIBase):
             self._value_error_if(tuple(d.shape) != (b, h, sq, dv_), f"{_OWNER}: {d.describe()} must have shape {(b, h, sq, dv_)}")
         self._decline_if(lse.dtype != data_type.FLOAT, f"{_OWNER}: {lse.describe()} must be float32")
         self._value_error_if(tuple(lse.shape) != (b, h, sq), f"{_OWNER}: {lse.describe()} must have shape {(b, h, sq)}")
+        if self.sinks is not None:
+            self._decline_if(
+                self.sinks.dtype != data_type.FLOAT or self.sinks.shape != (h,) or (h > 1 and self.sinks.stride[0] != 1),
+                f"{_OWNER}: {self.sinks.describe()} must be a contiguous float32 tensor of shape ({h},) (one logit per query head)",
+            )
         for grad, like in ((self.dq, q), (self.dk, k), (self.dv, v)):
             if grad is not None:
                 self._decline_if(grad.dtype != q.dtype, f"{_OWNER}: {grad.describe()} must have q's dtype {q.dtype.short}")
@@ -147,7 +152,7 @@ class SdpaBwdSm90(APIBase):
             left >= 0,
             self.causal_bottom_right,
             self.lse_log2,
-            False,
+            self.sinks is not None,
             False,
             False,
         )
@@ -173,46 +178,41 @@ class SdpaBwdSm90(APIBase):
         """Workspace bytes ``execute`` carves for the declared shapes (see :func:`workspace_bytes_for`)."""
         self._ensure_support_checked()
         b, h, sq, d = self.q.shape
-        return _ws_layout(b, h, sq, d)[3]
+        return _ws_layout(b, h, sq, d, self.sinks is not None)[-1]
 
     # ------------------------------------------------------------------------------------------ run
     def execute(self, q, k, v, o, do, lse, dq, dk, dv, workspace, sinks=None, dsinks=None, current_stream=None, scale: float | None = None):
         """Launch on ``current_stream`` (None: torch's current stream). Validates; never converts, allocates or syncs."""
         if self._compiled_kernel is None:
             raise RuntimeError(f"{_OWNER}.execute: call compile() first (or use the adapter as a callable)")
-        if sinks is not None or dsinks is not None:
-            raise ValueError(f"{_OWNER}.execute: the plan was built without sinks; got sinks / dsinks")
+        if self.key.has_sinks != (sinks is not None) or self.key.has_sinks != (dsinks is not None):
+            raise ValueError(
+                f"{_OWNER}.execute: the plan was built {'with' if self.key.has_sinks else 'without'} sinks; sinks and dsinks must both be "
+                f"{'given' if self.key.has_sinks else 'None'}"
+            )
         _check_io(self.key, q, k, v, o, do, lse, dq, dk, dv)
+        if sinks is not None:
+            h = q.shape[1]
+            for name, x in (("sinks", sinks), ("dsinks", dsinks)):
+                if x.dtype != _torch_bits()["torch"].float32 or tuple(x.shape) != (h,) or x.device != q.device or (h > 1 and x.stride(0) != 1):
+                    raise ValueError(f"{_OWNER}.execute: {name} must be a contiguous float32 ({h},) tensor on {q.device}")
         return _launch(
-            self._compiled_kernel,
-            self.key,
-            q,
-            k,
-            v,
-            o,
-            do,
-            lse,
-            dq,
-            dk,
-            dv,
-            workspace,
-            self._mask_window,
-            self.scale if scale is None else scale,
-            current_stream,
-        )
+            self._compiled_kernel, self.key, q, k, v, o, do, lse, dq, dk, dv, sinks, dsinks, workspace, self._mask_window,
+            self.scale if scale is None else scale, current_stream,
+        )  # fmt: skip
 
 
-def workspace_bytes_for(q) -> int:
-    """Workspace bytes an execute on ``q`` (B, H, S_q, D) needs."""
+def workspace_bytes_for(q, has_sinks: bool = False) -> int:
+    """Workspace bytes an execute on ``q`` (B, H, S_q, D) needs (``has_sinks``: the plan was built with sinks)."""
     b, h, sq, d = q.shape
-    return _ws_layout(b, h, sq, d)[3]
+    return _ws_layout(b, h, sq, d, has_sinks)[-1]
 
 
 # ---------------------------------------------------------------------------------------------- internals
-def _ws_layout(b, h, sq, d):
+def _ws_layout(b, h, sq, d, has_sinks=False):
     from .kernel_key import workspace_layout
 
-    return workspace_layout(b, h, sq, d)
+    return workspace_layout(b, h, sq, d, has_sinks)
 
 
 def _make_key(*args):
@@ -305,7 +305,7 @@ def _group_heads(key, seqlen_q: int) -> int:
     return g
 
 
-def _launch(compiled, key, q, k, v, o, do, lse, dq, dk, dv, workspace, window, scale, stream):
+def _launch(compiled, key, q, k, v, o, do, lse, dq, dk, dv, sinks, dsinks, workspace, window, scale, stream):
     from cudnn._torch_stream import launch_stream_handle
     from cudnn.workspace import Workspace
 
@@ -316,7 +316,7 @@ def _launch(compiled, key, q, k, v, o, do, lse, dq, dk, dv, workspace, window, s
     dt = t["dt"][q.dtype]
     b, h, sq, d = q.shape
     hk, sk = k.shape[1], k.shape[2]
-    off_lse, off_dpsum, off_dq, total = _ws_layout(b, h, sq, d)
+    off_lse, off_dpsum, off_dq, off_sink, total = _ws_layout(b, h, sq, d, key.has_sinks)
     ws = Workspace.over(workspace, total, _OWNER, device=q.device)
     if b == 0 or h == 0 or (sq == 0 and sk == 0):
         return dq, dk, dv
@@ -326,6 +326,9 @@ def _launch(compiled, key, q, k, v, o, do, lse, dq, dk, dv, workspace, window, s
     lse2_p = mk(f32, base + off_lse, gmem, assumed_align=16)
     dpsum_p = mk(f32, base + off_dpsum, gmem, assumed_align=16)
     dqacc_p = mk(f32, base + off_dq, gmem, assumed_align=16)
+    part_p = mk(f32, base + off_sink, gmem, assumed_align=16) if key.has_sinks else None
+    sinks_p = mk(f32, sinks.data_ptr(), gmem, assumed_align=4) if key.has_sinks else None
+    dsinks_p = mk(f32, dsinks.data_ptr(), gmem, assumed_align=4) if key.has_sinks else None
     qs, ks, vs, os_, dos, dqs, dks, dvs = (_tma_strides(tuple(x.shape[:3]), (x.stride(0), x.stride(1), x.stride(2))) for x in (q, k, v, o, do, dq, dk, dv))
     lse_s = (lse.stride(0), lse.stride(1), lse.stride(2))
     handle = t["cuda"].CUstream(launch_stream_handle(stream, q.device))
@@ -335,7 +338,7 @@ def _launch(compiled, key, q, k, v, o, do, lse, dq, dk, dv, workspace, window, s
         return mk(dt, x.data_ptr(), gmem, assumed_align=16)
 
     if sq > 0:
-        pre(p(o), p(do), mk(f32, lse.data_ptr(), gmem, assumed_align=4), lse2_p, dpsum_p, dqacc_p, b, h, sq, s_pad, os_, dos, lse_s, handle)
+        pre(p(o), p(do), mk(f32, lse.data_ptr(), gmem, assumed_align=4), lse2_p, dpsum_p, dqacc_p, sinks_p, part_p, b, h, sq, s_pad, os_, dos, lse_s, handle)
     if sk > 0:
         left, right = window
         main(
@@ -344,7 +347,7 @@ def _launch(compiled, key, q, k, v, o, do, lse, dq, dk, dv, workspace, window, s
             scale * math.log2(math.e), scale, left, right, handle,
         )  # fmt: skip
     if sq > 0:
-        post(dqacc_p, p(dq), b, h, sq, s_pad, dqs, scale, handle)
+        post(dqacc_p, p(dq), part_p, dsinks_p, b, h, sq, s_pad, dqs, scale, handle)
     return dq, dk, dv
 
 
@@ -440,6 +443,9 @@ def sdpa_bwd(
             dk = _alloc_like_layout(torch, k, k.shape[-1], k.dtype, k.device)
         if dv is None:
             dv = _alloc_like_layout(torch, v, v.shape[-1], v.dtype, v.device)
-        workspace = torch.empty(workspace_bytes_for(q), dtype=torch.uint8, device=q.device)
-    plan.execute(q, k, v, o, do, lse, dq, dk, dv, workspace, current_stream=stream, scale=scale)
+        workspace = torch.empty(workspace_bytes_for(q, sinks is not None), dtype=torch.uint8, device=q.device)
+        dsinks = torch.empty(sinks.shape, dtype=torch.float32, device=q.device) if sinks is not None else None
+    plan.execute(q, k, v, o, do, lse, dq, dk, dv, workspace, sinks, dsinks, current_stream=stream, scale=scale)
+    if sinks is not None:
+        return TupleDict(dq=dq, dk=dk, dv=dv, dsinks=dsinks)
     return TupleDict(dq=dq, dk=dk, dv=dv)

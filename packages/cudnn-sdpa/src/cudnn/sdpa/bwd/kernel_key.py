@@ -45,14 +45,16 @@ def _al(n: int) -> int:
     return (int(n) + _ALIGN - 1) // _ALIGN * _ALIGN
 
 
-def workspace_layout(batch: int, heads: int, seqlen_q: int, head_dim: int) -> tuple[int, int, int, int]:
-    """Byte offsets of (lse_log2, dpsum, dq_accum) in the workspace and its total size.
+def workspace_layout(batch: int, heads: int, seqlen_q: int, head_dim: int, has_sinks: bool = False) -> tuple[int, int, int, int, int]:
+    """Byte offsets of (lse_log2, dpsum, dq_accum, dsink_partials) in the workspace and its total size.
 
-    ``lse_log2`` and ``dpsum`` are fp32 (B, H, S_pad); ``dq_accum`` is fp32 (B, H, S_pad, D), row-major."""
+    ``lse_log2`` and ``dpsum`` are fp32 (B, H, S_pad); ``dq_accum`` is fp32 (B, H, S_pad, D), row-major;
+    ``dsink_partials`` (only with sinks) is fp32 (B, H, S_pad / 32): one partial sink gradient per warp of rows."""
     s_pad = padded_rows(seqlen_q)
     rows = int(batch) * int(heads) * s_pad
     off_lse = 0
     off_dpsum = off_lse + _al(4 * rows)
     off_dq = off_dpsum + _al(4 * rows)
-    total = off_dq + _al(4 * rows * int(head_dim))
-    return off_lse, off_dpsum, off_dq, total
+    off_sink = off_dq + _al(4 * rows * int(head_dim))
+    total = off_sink + (_al(4 * rows // 32) if has_sinks else 0)
+    return off_lse, off_dpsum, off_dq, off_sink, total

@@ -47,6 +47,8 @@ class SdpaBwdPreprocessSm90:
         lse2_ptr: cute.Pointer,
         dpsum_ptr: cute.Pointer,
         dqacc_ptr: cute.Pointer,
+        sinks_ptr: cute.Pointer | None,
+        dsink_part_ptr: cute.Pointer | None,
         batch: Int32,
         heads: Int32,
         seqlen_q: Int32,
@@ -67,8 +69,13 @@ class SdpaBwdPreprocessSm90:
         mLSE2 = cute.make_tensor(lse2_ptr, cute.make_layout((sp, heads, batch), stride=(1, sp, sp * heads)))
         mDpsum = cute.make_tensor(dpsum_ptr, cute.make_layout((sp, heads, batch), stride=(1, sp, sp * heads)))
         mdQacc = cute.make_tensor(dqacc_ptr, cute.make_layout((sp, D, heads, batch), stride=(D, 1, sp * D, sp * D * heads)))
+        mSinks, mPart = None, None
+        if const_expr(self.key.has_sinks):
+            mSinks = cute.make_tensor(sinks_ptr, cute.make_layout((heads,)))
+            nw = sp // 32
+            mPart = cute.make_tensor(dsink_part_ptr, cute.make_layout((nw, heads, batch), stride=(1, nw, nw * heads)))
         grid = (seqlen_pad // PREPOST_ROWS, heads, batch)
-        self.kernel(mO, mdO, mLSE, mLSE2, mDpsum, mdQacc, seqlen_q).launch(grid=grid, block=[PREPOST_ROWS, 1, 1], stream=stream)
+        self.kernel(mO, mdO, mLSE, mLSE2, mDpsum, mdQacc, mSinks, mPart, seqlen_q).launch(grid=grid, block=[PREPOST_ROWS, 1, 1], stream=stream)
 
     @cute.kernel
     def kernel(
@@ -79,6 +86,8 @@ class SdpaBwdPreprocessSm90:
         mLSE2: cute.Tensor,
         mDpsum: cute.Tensor,
         mdQacc: cute.Tensor,
+        mSinks: cute.Tensor | None,
+        mPart: cute.Tensor | None,
         seqlen_q: Int32,
     ):
         tidx, _, _ = cute.arch.thread_idx()
@@ -106,6 +115,14 @@ class SdpaBwdPreprocessSm90:
                 lse2 = Float32.inf
         mLSE2[row, head, batch] = lse2
         mDpsum[row, head, batch] = dot
+        if const_expr(mSinks is not None):
+            # d loss / d sink[h] = -sum_i P_sink[i] * dpsum[i], with P_sink[i] = exp(sink - LSE[i]); one partial per warp.
+            contrib = Float32(0.0)
+            if row < seqlen_q:
+                contrib = -cute.math.exp2(Float32(mSinks[head]) * LOG2_E - lse2, fastmath=True) * dot
+            wsum = cute.arch.warp_reduction_sum(contrib)
+            if tidx % 32 == 0:
+                mPart[m_block * (PREPOST_ROWS // 32) + tidx // 32, head, batch] = wsum
         gdQ = mdQacc[row, None, head, batch]
         zeros = cute.make_rmem_tensor((4,), Float32)
         zeros.fill(0.0)
@@ -128,6 +145,8 @@ class SdpaBwdPostprocessSm90:
         self,
         dqacc_ptr: cute.Pointer,
         dq_ptr: cute.Pointer,
+        dsink_part_ptr: cute.Pointer | None,
+        dsinks_ptr: cute.Pointer | None,
         batch: Int32,
         heads: Int32,
         seqlen_q: Int32,
@@ -142,13 +161,29 @@ class SdpaBwdPostprocessSm90:
         sp = cute.assume(seqlen_pad, divby=PREPOST_ROWS)
         mdQacc = cute.make_tensor(dqacc_ptr, cute.make_layout((sp, D, heads, batch), stride=(D, 1, sp * D, sp * D * heads)))
         mdQ = cute.make_tensor(dq_ptr, cute.make_layout((seqlen_q, D, heads, batch), stride=(dqs[2], 1, dqs[1], dqs[0])))
+        mPart, mdSinks = None, None
+        if const_expr(self.key.has_sinks):
+            nw = sp // 32
+            mPart = cute.make_tensor(dsink_part_ptr, cute.make_layout((nw, heads, batch), stride=(1, nw, nw * heads)))
+            mdSinks = cute.make_tensor(dsinks_ptr, cute.make_layout((heads,)))
         grid = (seqlen_pad // PREPOST_ROWS, heads, batch)
-        self.kernel(mdQacc, mdQ, seqlen_q, scale).launch(grid=grid, block=[PREPOST_ROWS, 1, 1], stream=stream)
+        self.kernel(mdQacc, mdQ, mPart, mdSinks, seqlen_q, scale).launch(grid=grid, block=[PREPOST_ROWS, 1, 1], stream=stream)
 
     @cute.kernel
-    def kernel(self, mdQacc: cute.Tensor, mdQ: cute.Tensor, seqlen_q: Int32, scale: Float32):
+    def kernel(self, mdQacc: cute.Tensor, mdQ: cute.Tensor, mPart: cute.Tensor | None, mdSinks: cute.Tensor | None, seqlen_q: Int32, scale: Float32):
         tidx, _, _ = cute.arch.thread_idx()
         m_block, head, batch = cute.arch.block_idx()
+        if const_expr(mPart is not None):
+            # dsinks[h]: warp 0 of the CTA (m_block 0, batch 0) of each head sums the preprocess's partials (fixed order).
+            if m_block == 0 and batch == 0 and tidx < 32:
+                acc = Float32(0.0)
+                nw = cute.size(mPart, mode=[0])
+                for b in cutlass.range(cute.size(mPart, mode=[2]), unroll=1):
+                    for j in cutlass.range((nw + 31 - tidx) // 32, unroll=1):
+                        acc = acc + mPart[tidx + 32 * j, head, b]
+                acc = cute.arch.warp_reduction_sum(acc)
+                if tidx == 0:
+                    mdSinks[head] = acc
         row = m_block * PREPOST_ROWS + tidx
         vec = 128 // self.dtype.width
         if row < seqlen_q:
@@ -178,6 +213,7 @@ def compile_sdpa_bwd_pre(key: SdpaBwdKey):
     return cute.compile(
         SdpaBwdPreprocessSm90(key),
         _ptr(dtype), _ptr(dtype), _ptr(Float32, 4), _ptr(Float32), _ptr(Float32), _ptr(Float32),
+        _ptr(Float32, 4) if key.has_sinks else None, _ptr(Float32) if key.has_sinks else None,
         zero, zero, zero, Int32(PREPOST_ROWS), strides, strides, strides, cuda.CUstream(0),
     )  # fmt: skip
 
@@ -187,4 +223,8 @@ def compile_sdpa_bwd_post(key: SdpaBwdKey):
     dtype = _DTYPES[key.dtype]
     zero = Int32(0)
     strides = (Int64(0), Int64(0), Int64(0))
-    return cute.compile(SdpaBwdPostprocessSm90(key), _ptr(Float32), _ptr(dtype), zero, zero, zero, Int32(PREPOST_ROWS), strides, Float32(1.0), cuda.CUstream(0))
+    return cute.compile(
+        SdpaBwdPostprocessSm90(key), _ptr(Float32), _ptr(dtype),
+        _ptr(Float32) if key.has_sinks else None, _ptr(Float32, 4) if key.has_sinks else None,
+        zero, zero, zero, Int32(PREPOST_ROWS), strides, Float32(1.0), cuda.CUstream(0),
+    )  # fmt: skip
