@@ -23,8 +23,8 @@ def run_fresh(code: str, blocked: tuple[str, ...] = (), extra_path: tuple[str, .
     """Run ``code`` in a new interpreter; ``blocked`` top-level modules raise ModuleNotFoundError on import."""
     prelude = _BLOCKER.replace("BLOCKED", repr(list(blocked))) if blocked else ""
     env = dict(os.environ)
-    if extra_path:
-        env["PYTHONPATH"] = os.pathsep.join([*extra_path, env.get("PYTHONPATH", "")])
+    shared = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # so snippets can import cudnn_testing
+    env["PYTHONPATH"] = os.pathsep.join([*extra_path, env.get("PYTHONPATH", ""), shared])
     return subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(code)], capture_output=True, text=True, env=env, timeout=300)
 
 

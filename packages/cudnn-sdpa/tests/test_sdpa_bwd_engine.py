@@ -45,10 +45,10 @@ def test_engine_maps_masks_scale_and_workspace():
     assert adapter.scratch_workspace_bytes() > 0
 
 
-def test_engine_declines_bias_and_determinism_by_name():
+def test_engine_declines_bias_by_name_and_maps_determinism():
     from cudnn.sdpa.bwd.engine import SdpaBwdSm90Engine
 
     with pytest.raises(NotImplementedError, match="bias"):
         SdpaBwdSm90Engine().check_support(_graph(bias=True))
-    with pytest.raises(NotImplementedError, match="deterministic"):
-        SdpaBwdSm90Engine().check_support(_graph(use_deterministic_algorithm=True))
+    adapter, *_ = SdpaBwdSm90Engine()._adapter(_graph(use_deterministic_algorithm=True))
+    assert adapter.key.deterministic

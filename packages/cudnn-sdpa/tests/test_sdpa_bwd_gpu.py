@@ -99,6 +99,22 @@ def test_wrapper_allocates_in_input_layout_and_honours_scale_and_log2_lse():
     _check_grads((dq, dk, dv), q, k, v, do, is_causal=True, scale=scale)
 
 
+@pytest.mark.parametrize("window", [(-1, -1), (200, 0)])
+def test_deterministic_mode_is_bitwise_reproducible_and_correct(window):
+    from cudnn.sdpa import sdpa_bwd
+
+    b, h, hk, s, d = 2, 8, 2, 1000, 128
+    q, k, v, do = (_make((b, x, s, d), torch.bfloat16, BSHD) for x in (h, hk, hk, h))
+    kw = dict(is_causal=True, window=window)
+    o, lse = _ref_fwd(q, k, v, **kw)
+    runs = [sdpa_bwd(q, k, v, o, do, lse, is_causal=True, window_size=window, deterministic=True) for _ in range(3)]
+    torch.cuda.synchronize()
+    for other in runs[1:]:
+        for name in ("dq", "dk", "dv"):
+            assert torch.equal(runs[0][name], other[name]), f"{name} differs between deterministic runs"
+    _check_grads((runs[0]["dq"], runs[0]["dk"], runs[0]["dv"]), q, k, v, do, **kw)
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_sinks_and_their_gradient(causal):
     from cudnn.sdpa import sdpa_bwd

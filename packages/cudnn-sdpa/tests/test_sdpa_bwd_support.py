@@ -52,7 +52,6 @@ def test_metadata_only_check_in_a_fresh_process():
 @pytest.mark.parametrize(
     "kw, match",
     [
-        ({"deterministic": True}, "deterministic"),
         ({"cu_seqlens_q": TensorDesc.contiguous((3,), "int32", "cu_seqlens_q")}, "varlen"),
     ],
 )
@@ -89,3 +88,10 @@ def test_sinks_are_a_plan_time_flag_with_their_own_workspace():
     assert sunk.scratch_workspace_bytes() > plain.scratch_workspace_bytes()
     with pytest.raises(NotImplementedError, match="sinks"):
         _plan(*_descs(), sinks=TensorDesc.contiguous((4,), "float32", "sinks")).check_support()
+
+
+def test_deterministic_is_a_plan_time_flag_with_turn_counters_in_the_workspace():
+    plain, det = _plan(*_descs()), _plan(*_descs(), deterministic=True)
+    assert plain.check_support() and det.check_support()
+    assert det.key.deterministic and not plain.key.deterministic and det.key != plain.key
+    assert det.scratch_workspace_bytes() > plain.scratch_workspace_bytes()

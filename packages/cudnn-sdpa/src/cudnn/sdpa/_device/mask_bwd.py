@@ -100,3 +100,13 @@ class MaskInfoBwd:
                 if const_expr(self.mask_left):
                     if col_k < diag - self.window_left:
                         acc_mn[r, c] = -Float32.inf
+
+    @cute.jit
+    def n_block_min_for(self, m_block: Int32) -> Int32:
+        """The lowest key block that sees query block ``m_block`` (key blocks ``n_block_min_for(m) ..`` that see it
+        are contiguous): the deterministic dQ reduction visits them in this order."""
+        res = Int32(0)
+        if const_expr(self.mask_left):
+            first_col = m_block * self.tile_m + self.offset - self.window_left
+            res = cutlass.max(first_col, 0) // self.tile_n
+        return res

@@ -16,7 +16,10 @@ Contract (conventions of the forward, cudnn.sdpa.fwd.api):
   fp32 dQ accumulator), carved by ``execute`` (recipe R2), never allocated there;
 - three launches per execute: preprocess, main kernel, postprocess (all on ``current_stream``).
 - not served yet (declined with NotImplementedError): head dims 192 / 256 and D != D_v, THD varlen
-  (``cu_seqlens_*``), ``deterministic=True``, paged KV.
+  (``cu_seqlens_*``), paged KV.
+- ``deterministic=True``: the key blocks that see a query block add into its fp32 dQ accumulator in ascending
+  order (int32 turn counters in the workspace), so dq is bitwise reproducible; dk / dv always are (reduced
+  inside one CTA, GQA included).
 """
 
 from __future__ import annotations
@@ -107,7 +110,6 @@ class SdpaBwdSm90(APIBase):
             self.cu_seqlens_q is not None or self.cu_seqlens_kv is not None,
             f"{_OWNER}: THD varlen (cu_seqlens_q / cu_seqlens_kv) is not served by the backward yet; pass dense (B, H, S, D) tensors",
         )
-        self._decline_if(self.deterministic, f"{_OWNER}: deterministic=True (a fixed dQ reduction order) is not served yet; dQ is reduced with fp32 atomics")
         for d in (q, k, v, o, do):
             self._check_dtype(d, _IO_DTYPES, _OWNER)
         self._decline_if(
@@ -154,7 +156,7 @@ class SdpaBwdSm90(APIBase):
             self.lse_log2,
             self.sinks is not None,
             False,
-            False,
+            self.deterministic,
         )
         self._mask_window = (max(left, 0), 0 if self.is_causal else max(right, 0))
         self._is_supported = True
@@ -178,7 +180,7 @@ class SdpaBwdSm90(APIBase):
         """Workspace bytes ``execute`` carves for the declared shapes (see :func:`workspace_bytes_for`)."""
         self._ensure_support_checked()
         b, h, sq, d = self.q.shape
-        return _ws_layout(b, h, sq, d, self.sinks is not None)[-1]
+        return _ws_layout(b, h, sq, d, self.sinks is not None, self.deterministic)[-1]
 
     # ------------------------------------------------------------------------------------------ run
     def execute(self, q, k, v, o, do, lse, dq, dk, dv, workspace, sinks=None, dsinks=None, current_stream=None, scale: float | None = None):
@@ -202,17 +204,17 @@ class SdpaBwdSm90(APIBase):
         )  # fmt: skip
 
 
-def workspace_bytes_for(q, has_sinks: bool = False) -> int:
-    """Workspace bytes an execute on ``q`` (B, H, S_q, D) needs (``has_sinks``: the plan was built with sinks)."""
+def workspace_bytes_for(q, has_sinks: bool = False, deterministic: bool = False) -> int:
+    """Workspace bytes an execute on ``q`` (B, H, S_q, D) needs, for a plan built with / without sinks and determinism."""
     b, h, sq, d = q.shape
-    return _ws_layout(b, h, sq, d, has_sinks)[-1]
+    return _ws_layout(b, h, sq, d, has_sinks, deterministic)[-1]
 
 
 # ---------------------------------------------------------------------------------------------- internals
-def _ws_layout(b, h, sq, d, has_sinks=False):
+def _ws_layout(b, h, sq, d, has_sinks=False, deterministic=False):
     from .kernel_key import workspace_layout
 
-    return workspace_layout(b, h, sq, d, has_sinks)
+    return workspace_layout(b, h, sq, d, has_sinks, deterministic)
 
 
 def _make_key(*args):
@@ -251,6 +253,7 @@ def _torch_bits():
             gmem=cute.AddressSpace.gmem,
             dt={torch.bfloat16: cutlass.BFloat16, torch.float16: cutlass.Float16},
             f32=cutlass.Float32,
+            i32=cutlass.Int32,
             torch_dt={"bf16": torch.bfloat16, "fp16": torch.float16},
         )
     return _TORCH
@@ -316,7 +319,7 @@ def _launch(compiled, key, q, k, v, o, do, lse, dq, dk, dv, sinks, dsinks, works
     dt = t["dt"][q.dtype]
     b, h, sq, d = q.shape
     hk, sk = k.shape[1], k.shape[2]
-    off_lse, off_dpsum, off_dq, off_sink, total = _ws_layout(b, h, sq, d, key.has_sinks)
+    off_lse, off_dpsum, off_dq, off_sink, off_sem, total = _ws_layout(b, h, sq, d, key.has_sinks, key.deterministic)
     ws = Workspace.over(workspace, total, _OWNER, device=q.device)
     if b == 0 or h == 0 or (sq == 0 and sk == 0):
         return dq, dk, dv
@@ -327,6 +330,7 @@ def _launch(compiled, key, q, k, v, o, do, lse, dq, dk, dv, sinks, dsinks, works
     dpsum_p = mk(f32, base + off_dpsum, gmem, assumed_align=16)
     dqacc_p = mk(f32, base + off_dq, gmem, assumed_align=16)
     part_p = mk(f32, base + off_sink, gmem, assumed_align=16) if key.has_sinks else None
+    sem_p = mk(t["i32"], base + off_sem, gmem, assumed_align=16) if key.deterministic else None
     sinks_p = mk(f32, sinks.data_ptr(), gmem, assumed_align=4) if key.has_sinks else None
     dsinks_p = mk(f32, dsinks.data_ptr(), gmem, assumed_align=4) if key.has_sinks else None
     qs, ks, vs, os_, dos, dqs, dks, dvs = (_tma_strides(tuple(x.shape[:3]), (x.stride(0), x.stride(1), x.stride(2))) for x in (q, k, v, o, do, dq, dk, dv))
@@ -338,11 +342,29 @@ def _launch(compiled, key, q, k, v, o, do, lse, dq, dk, dv, sinks, dsinks, works
         return mk(dt, x.data_ptr(), gmem, assumed_align=16)
 
     if sq > 0:
-        pre(p(o), p(do), mk(f32, lse.data_ptr(), gmem, assumed_align=4), lse2_p, dpsum_p, dqacc_p, sinks_p, part_p, b, h, sq, s_pad, os_, dos, lse_s, handle)
+        pre(
+            p(o),
+            p(do),
+            mk(f32, lse.data_ptr(), gmem, assumed_align=4),
+            lse2_p,
+            dpsum_p,
+            dqacc_p,
+            sinks_p,
+            part_p,
+            sem_p,
+            b,
+            h,
+            sq,
+            s_pad,
+            os_,
+            dos,
+            lse_s,
+            handle,
+        )
     if sk > 0:
         left, right = window
         main(
-            p(q), p(k), p(v), p(do), p(dk), p(dv), lse2_p, dpsum_p, dqacc_p,
+            p(q), p(k), p(v), p(do), p(dk), p(dv), lse2_p, dpsum_p, dqacc_p, sem_p,
             b, h, hk, sq, sk, s_pad, _group_heads(key, sq), qs, ks, vs, dos, dks, dvs,
             scale * math.log2(math.e), scale, left, right, handle,
         )  # fmt: skip
@@ -443,7 +465,7 @@ def sdpa_bwd(
             dk = _alloc_like_layout(torch, k, k.shape[-1], k.dtype, k.device)
         if dv is None:
             dv = _alloc_like_layout(torch, v, v.shape[-1], v.dtype, v.device)
-        workspace = torch.empty(workspace_bytes_for(q, sinks is not None), dtype=torch.uint8, device=q.device)
+        workspace = torch.empty(workspace_bytes_for(q, sinks is not None, bool(deterministic)), dtype=torch.uint8, device=q.device)
         dsinks = torch.empty(sinks.shape, dtype=torch.float32, device=q.device) if sinks is not None else None
     plan.execute(q, k, v, o, do, lse, dq, dk, dv, workspace, sinks, dsinks, current_stream=stream, scale=scale)
     if sinks is not None:

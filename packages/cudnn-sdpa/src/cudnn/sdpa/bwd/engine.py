@@ -5,7 +5,8 @@ its plan-time flags; ``execute`` hands the variant pack's tensors and the caller
 Mapping (the forward engine's, cudnn/sdpa/engines.py): causal / band masks with the node's diagonal alignment (right
 bound R -> ``window_right = R``; left bound L -> ``window_left = L - 1``), ``attn_scale`` a number or a pass-by-value
 tensor (default 1.0, upstream's), ``stats [b, h_q, s_q, 1]`` fp32 natural-log LSE. Declined (NotImplementedError
-naming the input): bias / dBias, ALiBi, padding masks, THD ragged offsets, dropout, score_mod, sinks, deterministic.
+naming the input): bias / dBias, ALiBi, padding masks, THD ragged offsets, dropout, score_mod, sinks.
+``use_deterministic_algorithm`` maps to ``deterministic=True``.
 
 Registered by cudnn/sdpa/engines.py's ``register`` (one line the forward's owner adds:
 ``from .bwd.engine import SdpaBwdSm90Engine; registry.add(SdpaBwdSm90Engine())``). Imports neither torch nor cutlass
@@ -71,7 +72,7 @@ class SdpaBwdSm90Engine:
             decline_if(t is not None, f"{self.name}: input {port} ({t.describe() if t is not None else ''}) is not served")
         for port in ("dBias", "dSink_token"):
             decline_if(outs.get(port) is not None, f"{self.name}: output {port} is not served")
-        for flag in ("use_alibi_mask", "use_padding_mask", "use_deterministic_algorithm"):
+        for flag in ("use_alibi_mask", "use_padding_mask"):
             decline_if(bool(attrs.get(flag)), f"{self.name}: {flag}=True is not served")
         for flag in ("dropout", "score_mod", "score_mod_bprop", "rng_dump"):
             decline_if(attrs.get(flag) is not None, f"{self.name}: {flag} is not served")
@@ -98,6 +99,7 @@ class SdpaBwdSm90Engine:
             _desc(outs["dV"], "dV"),
             causal_bottom_right=bottom_right,
             window_size=(-1 if left is None else left - 1, -1 if right is None else right),
+            deterministic=bool(attrs.get("use_deterministic_algorithm")),
         )
         adapter.check_support()
         uids = {p: ins[p].uid for p in ("q", "k", "v", "o", "dO", "stats")}

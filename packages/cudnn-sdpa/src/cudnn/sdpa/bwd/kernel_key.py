@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 #: Rows per CTA of the preprocess and postprocess kernels; the scratch is padded to a multiple of it.
 PREPOST_ROWS = 128
+#: Query rows per dQ semaphore of the deterministic mode: the main kernel's tile_m (64) for every served head dim.
+SEM_ROWS = 64
 _ALIGN = 128
 
 
@@ -45,16 +47,20 @@ def _al(n: int) -> int:
     return (int(n) + _ALIGN - 1) // _ALIGN * _ALIGN
 
 
-def workspace_layout(batch: int, heads: int, seqlen_q: int, head_dim: int, has_sinks: bool = False) -> tuple[int, int, int, int, int]:
-    """Byte offsets of (lse_log2, dpsum, dq_accum, dsink_partials) in the workspace and its total size.
+def workspace_layout(
+    batch: int, heads: int, seqlen_q: int, head_dim: int, has_sinks: bool = False, deterministic: bool = False
+) -> tuple[int, int, int, int, int, int]:
+    """Byte offsets of (lse_log2, dpsum, dq_accum, dsink_partials, dq_semaphores) in the workspace and its total size.
 
     ``lse_log2`` and ``dpsum`` are fp32 (B, H, S_pad); ``dq_accum`` is fp32 (B, H, S_pad, D), row-major;
-    ``dsink_partials`` (only with sinks) is fp32 (B, H, S_pad / 32): one partial sink gradient per warp of rows."""
+    ``dsink_partials`` (only with sinks) is fp32 (B, H, S_pad / 32): one partial sink gradient per warp of rows;
+    ``dq_semaphores`` (only when deterministic) is int32 (B, H, S_pad / SEM_ROWS): one turn counter per query block."""
     s_pad = padded_rows(seqlen_q)
     rows = int(batch) * int(heads) * s_pad
     off_lse = 0
     off_dpsum = off_lse + _al(4 * rows)
     off_dq = off_dpsum + _al(4 * rows)
     off_sink = off_dq + _al(4 * rows * int(head_dim))
-    total = off_sink + (_al(4 * rows // 32) if has_sinks else 0)
-    return off_lse, off_dpsum, off_dq, off_sink, total
+    off_sem = off_sink + (_al(4 * rows // 32) if has_sinks else 0)
+    total = off_sem + (_al(4 * rows // SEM_ROWS) if deterministic else 0)
+    return off_lse, off_dpsum, off_dq, off_sink, off_sem, total

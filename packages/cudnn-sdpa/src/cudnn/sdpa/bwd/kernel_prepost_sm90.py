@@ -23,7 +23,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32, Int64, const_expr
 
-from .kernel_key import PREPOST_ROWS, SdpaBwdKey
+from .kernel_key import PREPOST_ROWS, SEM_ROWS, SdpaBwdKey
 
 _DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16}
 LOG2_E = math.log2(math.e)
@@ -49,6 +49,7 @@ class SdpaBwdPreprocessSm90:
         dqacc_ptr: cute.Pointer,
         sinks_ptr: cute.Pointer | None,
         dsink_part_ptr: cute.Pointer | None,
+        sem_ptr: cute.Pointer | None,
         batch: Int32,
         heads: Int32,
         seqlen_q: Int32,
@@ -74,8 +75,12 @@ class SdpaBwdPreprocessSm90:
             mSinks = cute.make_tensor(sinks_ptr, cute.make_layout((heads,)))
             nw = sp // 32
             mPart = cute.make_tensor(dsink_part_ptr, cute.make_layout((nw, heads, batch), stride=(1, nw, nw * heads)))
+        mSem = None
+        if const_expr(self.key.deterministic):
+            ns = sp // SEM_ROWS
+            mSem = cute.make_tensor(sem_ptr, cute.make_layout((ns, heads, batch), stride=(1, ns, ns * heads)))
         grid = (seqlen_pad // PREPOST_ROWS, heads, batch)
-        self.kernel(mO, mdO, mLSE, mLSE2, mDpsum, mdQacc, mSinks, mPart, seqlen_q).launch(grid=grid, block=[PREPOST_ROWS, 1, 1], stream=stream)
+        self.kernel(mO, mdO, mLSE, mLSE2, mDpsum, mdQacc, mSinks, mPart, mSem, seqlen_q).launch(grid=grid, block=[PREPOST_ROWS, 1, 1], stream=stream)
 
     @cute.kernel
     def kernel(
@@ -88,11 +93,16 @@ class SdpaBwdPreprocessSm90:
         mdQacc: cute.Tensor,
         mSinks: cute.Tensor | None,
         mPart: cute.Tensor | None,
+        mSem: cute.Tensor | None,
         seqlen_q: Int32,
     ):
         tidx, _, _ = cute.arch.thread_idx()
         m_block, head, batch = cute.arch.block_idx()
         row = m_block * PREPOST_ROWS + tidx
+        if const_expr(mSem is not None):
+            # deterministic dQ: the main kernel's turn counters start at 0
+            if tidx < PREPOST_ROWS // SEM_ROWS:
+                mSem[m_block * (PREPOST_ROWS // SEM_ROWS) + tidx, head, batch] = Int32(0)
         vec = 128 // self.dtype.width
         dot = Float32(0.0)
         lse2 = Float32.inf
@@ -214,6 +224,7 @@ def compile_sdpa_bwd_pre(key: SdpaBwdKey):
         SdpaBwdPreprocessSm90(key),
         _ptr(dtype), _ptr(dtype), _ptr(Float32, 4), _ptr(Float32), _ptr(Float32), _ptr(Float32),
         _ptr(Float32, 4) if key.has_sinks else None, _ptr(Float32) if key.has_sinks else None,
+        _ptr(Int32) if key.deterministic else None,
         zero, zero, zero, Int32(PREPOST_ROWS), strides, strides, strides, cuda.CUstream(0),
     )  # fmt: skip
 

@@ -52,6 +52,7 @@ _DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16}
 class NamedBarrierBwd(enum.IntEnum):
     EPILOGUE = 1  # consumers: dK / dV written to shared memory
     PDS = 2  # consumers: dS^T in shared memory is free / written
+    DQ_TURN = 3  # consumers (deterministic): this CTA's turn to add into a query block's dQ / its adds are done
 
 
 class SdpaBwdKernelSm90:
@@ -92,6 +93,7 @@ class SdpaBwdKernelSm90:
         lse2_ptr: cute.Pointer,
         dpsum_ptr: cute.Pointer,
         dqacc_ptr: cute.Pointer,
+        sem_ptr: cute.Pointer | None,  # deterministic: int32 turn counters (B, H, S_pad / tile_m), zeroed by the preprocess
         batch: Int32,
         heads: Int32,
         heads_kv: Int32,
@@ -129,6 +131,10 @@ class SdpaBwdKernelSm90:
         mLSE2 = cute.make_tensor(lse2_ptr, cute.make_layout((sp, heads, batch), stride=(1, sp, sp * heads)))
         mDpsum = cute.make_tensor(dpsum_ptr, cute.make_layout((sp, heads, batch), stride=(1, sp, sp * heads)))
         mdQacc = cute.make_tensor(dqacc_ptr, cute.make_layout((sp, D, heads, batch), stride=(D, 1, sp * D, sp * D * heads)))
+        mSem = None
+        if const_expr(self.key.deterministic):
+            ns = sp // self.tile_m
+            mSem = cute.make_tensor(sem_ptr, cute.make_layout((ns, heads, batch), stride=(1, ns, ns * heads)))
 
         K_MAJOR, MN_MAJOR = warpgroup.OperandMajorMode.K, warpgroup.OperandMajorMode.MN
         # S^T = K Q^T and dP^T = V dO^T: M = keys (64 per consumer warpgroup), N = queries.
@@ -180,7 +186,7 @@ class SdpaBwdKernelSm90:
         num_n_blocks = (seqlen_k + self.tile_n - 1) // self.tile_n
         grid = SingleTileScheduler.grid(num_n_blocks, heads_kv, batch)
         self.kernel(
-            tma_Q, tma_K, tma_V, tma_dO, tma_dK, tma_dV, mLSE2, mDpsum, mdQacc,
+            tma_Q, tma_K, tma_V, tma_dO, tma_dK, tma_dV, mLSE2, mDpsum, mdQacc, mSem,
             tma_atom_Q, tma_atom_K, tma_atom_V, tma_atom_dO, tma_atom_dK, tma_atom_dV,
             seqlen_q, seqlen_k, num_n_blocks, heads_kv, batch, group_heads, scale_log2, scale, window_left, window_right,
             sQ_layout, sdO_layout, sK_layout, sV_layout, sdS_layout,
@@ -203,6 +209,7 @@ class SdpaBwdKernelSm90:
         mLSE2: cute.Tensor,
         mDpsum: cute.Tensor,
         mdQacc: cute.Tensor,
+        mSem: cute.Tensor | None,
         tma_atom_Q: cute.CopyAtom,
         tma_atom_K: cute.CopyAtom,
         tma_atom_V: cute.CopyAtom,
@@ -277,7 +284,7 @@ class SdpaBwdKernelSm90:
             cute.arch.setmaxregister_increase(self.num_mma_regs)
             tidx = cute.arch.thread_idx()[0] - self.threads_per_wg
             self.mma(
-                tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ, mdK, mdV, mLSE2, mDpsum, mdQacc,
+                tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ, mdK, mdV, mLSE2, mDpsum, mdQacc, mSem,
                 sQ, sK, sV, sdO, sdSt, tma_atom_dK, tma_atom_dV, pipeline_q, pipeline_do, pipeline_kv,
                 tidx, scale_log2, scale, mask, n_block, head_kv, batch, m_block_min, m_block_max,
             )  # fmt: skip
@@ -348,6 +355,7 @@ class SdpaBwdKernelSm90:
         mLSE2: cute.Tensor,
         mDpsum: cute.Tensor,
         mdQacc: cute.Tensor,
+        mSem: cute.Tensor | None,
         sQ: cute.Tensor,
         sK: cute.Tensor,
         sV: cute.Tensor,
@@ -426,25 +434,28 @@ class SdpaBwdKernelSm90:
             mLSE2_cur = mLSE2[None, head, batch]
             mDpsum_cur = mDpsum[None, head, batch]
             mdQacc_cur = mdQacc[None, None, head, batch]
+            mSem_cur = None
+            if const_expr(self.key.deterministic):
+                mSem_cur = mSem[None, head, batch]
             # query blocks crossing the right (causal) boundary, then unmasked ones, then those crossing the left one
             for i in cutlass.range(cutlass.max(m_mid1 - m_block_min, 0), unroll=1):
                 state = self.step(
                     tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ, thr_mma_dQ, acc_S, acc_dP, acc_dK, acc_dV, acc_dQ, rP, rdS,
                     rLSE, rDpsum, tSrK, tSrQ, tdPrV, tdPrdO, tdVrdOt, tdKrQt, tdQrdS, tdQrKt, smem_copy_atom, smem_thr_copy_dS, tdSsdS,
-                    tScS_mn, mLSE2_cur, mDpsum_cur, mdQacc_cur, pipeline_q, pipeline_do, state, scale_log2, mask, m_block_min + i, n_block, True,
+                    tScS_mn, mLSE2_cur, mDpsum_cur, mdQacc_cur, mSem_cur, tidx, pipeline_q, pipeline_do, state, scale_log2, mask, m_block_min + i, n_block, True,
                 )  # fmt: skip
             for i in cutlass.range(cutlass.max(m_mid2 - m_mid1, 0), unroll=1):
                 state = self.step(
                     tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ, thr_mma_dQ, acc_S, acc_dP, acc_dK, acc_dV, acc_dQ, rP, rdS,
                     rLSE, rDpsum, tSrK, tSrQ, tdPrV, tdPrdO, tdVrdOt, tdKrQt, tdQrdS, tdQrKt, smem_copy_atom, smem_thr_copy_dS, tdSsdS,
-                    tScS_mn, mLSE2_cur, mDpsum_cur, mdQacc_cur, pipeline_q, pipeline_do, state, scale_log2, mask, m_mid1 + i, n_block, False,
+                    tScS_mn, mLSE2_cur, mDpsum_cur, mdQacc_cur, mSem_cur, tidx, pipeline_q, pipeline_do, state, scale_log2, mask, m_mid1 + i, n_block, False,
                 )  # fmt: skip
             if const_expr(self.key.mask_left):
                 for i in cutlass.range(cutlass.max(m_block_max - m_mid2, 0), unroll=1):
                     state = self.step(
                         tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ, thr_mma_dQ, acc_S, acc_dP, acc_dK, acc_dV, acc_dQ, rP, rdS,
                         rLSE, rDpsum, tSrK, tSrQ, tdPrV, tdPrdO, tdVrdOt, tdKrQt, tdQrdS, tdQrKt, smem_copy_atom, smem_thr_copy_dS, tdSsdS,
-                        tScS_mn, mLSE2_cur, mDpsum_cur, mdQacc_cur, pipeline_q, pipeline_do, state, scale_log2, mask, m_mid2 + i, n_block, True,
+                        tScS_mn, mLSE2_cur, mDpsum_cur, mdQacc_cur, mSem_cur, tidx, pipeline_q, pipeline_do, state, scale_log2, mask, m_mid2 + i, n_block, True,
                     )  # fmt: skip
 
         # ---------------------------------------------------------------------------------- epilogue
@@ -503,6 +514,8 @@ class SdpaBwdKernelSm90:
         mLSE2_cur: cute.Tensor,
         mDpsum_cur: cute.Tensor,
         mdQacc_cur: cute.Tensor,
+        mSem_cur: cute.Tensor | None,
+        tidx: Int32,
         pipeline_q,
         pipeline_do,
         state,
@@ -519,6 +532,8 @@ class SdpaBwdKernelSm90:
         wgmma(tiled_mma_SdP, acc_S, tSrK, tSrQ[None, None, None, idx], zero_init=True, wg_wait=-1)
         for c in cutlass.range_constexpr(cute.size(rLSE)):
             rLSE[c] = mLSE2_cur[row0 + tScS_mn[0, c][1]]
+        for c in cutlass.range_constexpr(cute.size(rDpsum)):
+            rDpsum[c] = mDpsum_cur[row0 + tScS_mn[0, c][1]]  # issued early: its latency hides behind both GEMMs
         pipeline_do.consumer_wait(state)
         wgmma(tiled_mma_SdP, acc_dP, tdPrV, tdPrdO[None, None, None, idx], zero_init=True, wg_wait=1)
         if const_expr(masked):
@@ -527,8 +542,6 @@ class SdpaBwdKernelSm90:
         for r in cutlass.range_constexpr(cute.size(acc_S_mn, mode=[0])):
             for c in cutlass.range_constexpr(cute.size(acc_S_mn, mode=[1])):
                 acc_S_mn[r, c] = cute.math.exp2(acc_S_mn[r, c] * scale_log2 - rLSE[c], fastmath=True)
-        for c in cutlass.range_constexpr(cute.size(rDpsum)):
-            rDpsum[c] = mDpsum_cur[row0 + tScS_mn[0, c][1]]
         rP.store(acc_S.load().to(self.dtype))
         warpgroup.wait_group(0)
         acc_dP_mn = acc_view_mn(acc_dP)
@@ -550,12 +563,27 @@ class SdpaBwdKernelSm90:
         # dQ_accum[query block] += dS K (fp32 atomics; the scratch rows are padded, so no bounds check).
         gdQacc = cute.local_tile(mdQacc_cur, (self.tile_m, self.head_dim), (m_block, 0))
         tdQgdQ = thr_mma_dQ.partition_C(gdQacc)
+        if const_expr(self.key.deterministic):
+            # Fixed reduction order: the key blocks that see this query block add into it in ascending order.
+            turn = n_block - mask.n_block_min_for(m_block)
+            sem_ptr = mSem_cur.iterator + m_block
+            if tidx == 0:
+                cur = cute.arch.atomic_add(sem_ptr, Int32(0), scope="gpu")
+                while cur != turn:
+                    cur = cute.arch.atomic_add(sem_ptr, Int32(0), scope="gpu")
+                cute.arch.fence_acq_rel_gpu()
+            cute.arch.barrier(barrier_id=int(NamedBarrierBwd.DQ_TURN), number_of_threads=self.num_mma_threads)
         pair = cute.make_rmem_tensor((2,), Float32)
         for i in cutlass.range_constexpr(cute.size(acc_dQ) // 2):
             # elements 2i and 2i + 1 are adjacent columns of one row: one 8-byte vector reduction
             pair[0] = acc_dQ[2 * i]
             pair[1] = acc_dQ[2 * i + 1]
             cute.arch.atomic_add(tdQgdQ.iterator + tdQgdQ.layout(2 * i), pair.load())
+        if const_expr(self.key.deterministic):
+            cute.arch.fence_acq_rel_gpu()  # this thread's adds are visible GPU-wide before the next key block's turn
+            cute.arch.barrier(barrier_id=int(NamedBarrierBwd.DQ_TURN), number_of_threads=self.num_mma_threads)
+            if tidx == 0:
+                cute.arch.atomic_add(sem_ptr, Int32(1), scope="gpu")
         warpgroup.wait_group(0)
         pipeline_q.consumer_release(state)
         state.advance()
@@ -577,7 +605,7 @@ def compile_sdpa_bwd_main(key: SdpaBwdKey):
     return cute.compile(
         SdpaBwdKernelSm90(key),
         ptr(dtype), ptr(dtype), ptr(dtype), ptr(dtype), ptr(dtype), ptr(dtype),
-        ptr(Float32), ptr(Float32), ptr(Float32),
+        ptr(Float32), ptr(Float32), ptr(Float32), ptr(Int32) if key.deterministic else None,
         zero, zero, zero, zero, zero, Int32(PREPOST_ROWS), Int32(1),
         strides, strides, strides, strides, strides, strides,
         Float32(1.0), Float32(1.0), zero, zero, cuda.CUstream(0),
