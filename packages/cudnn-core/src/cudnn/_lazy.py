@@ -50,3 +50,16 @@ def resolve(package: str, name: str, table: dict[str, tuple[str, str]], wheel: s
     value = getattr(module, attr) if attr else module
     setattr(sys.modules[package], name, value)
     return value
+
+
+def install_family(namespace: dict, table: dict[str, tuple[str, str]], wheel: str, dsl_floor: str, needs_dsl: frozenset = frozenset()) -> None:
+    """Give a family package (its ``globals()``) the PEP 562 ``__getattr__``, ``__dir__`` and ``__all__`` over ``table``."""
+    package = namespace["__name__"]
+
+    def module_getattr(name: str):
+        return resolve(package, name, table, wheel, dsl_floor, needs_dsl)
+
+    def module_dir():
+        return sorted(set(namespace) | set(table))
+
+    namespace.update(__getattr__=module_getattr, __dir__=module_dir, __all__=list(table))

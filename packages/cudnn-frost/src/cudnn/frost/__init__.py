@@ -6,25 +6,16 @@ the CuTe DSL gate (Rule 7) has checked the runtime floor.
 
 from __future__ import annotations
 
-from cudnn._lazy import resolve as _resolve
+from cudnn._lazy import install_family
 
 #: Lowest nvidia-cutlass-dsl this family's kernels run on (the wheel installs from 4.6.2 up).
 CUTEDSL_MIN_VERSION = "4.8.0"
 WHEEL = "cudnn-frost"
 
-_LAZY: dict[str, tuple[str, str]] = {
-
-}
+#: Nothing is exported yet: FROST (JIT fusion of graph matmul chains) builds on cudnn-gemm and has no kernels so far.
+_LAZY: dict[str, tuple[str, str]] = {}
 #: Names whose modules need the DSL at import time; the rest (metadata-only checks) import without it.
 _NEEDS_DSL: frozenset = frozenset()
 
 
-def __getattr__(name: str):
-    return _resolve(__name__, name, _LAZY, WHEEL, CUTEDSL_MIN_VERSION, _NEEDS_DSL)
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
-
-
-__all__ = list(_LAZY)
+install_family(globals(), _LAZY, WHEEL, CUTEDSL_MIN_VERSION, _NEEDS_DSL)

@@ -6,7 +6,7 @@ the CuTe DSL gate (Rule 7) has checked the runtime floor.
 
 from __future__ import annotations
 
-from cudnn._lazy import resolve as _resolve
+from cudnn._lazy import install_family
 
 #: Lowest nvidia-cutlass-dsl this family's kernels run on (the wheel installs from 4.6.2 up).
 CUTEDSL_MIN_VERSION = "4.8.0"
@@ -24,12 +24,4 @@ _LAZY: dict[str, tuple[str, str]] = {
 _NEEDS_DSL: frozenset = frozenset({"scaled_dot_product_attention", "sdpa_fwd_op"})
 
 
-def __getattr__(name: str):
-    return _resolve(__name__, name, _LAZY, WHEEL, CUTEDSL_MIN_VERSION, _NEEDS_DSL)
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
-
-
-__all__ = list(_LAZY)
+install_family(globals(), _LAZY, WHEEL, CUTEDSL_MIN_VERSION, _NEEDS_DSL)
