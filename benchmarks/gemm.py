@@ -204,3 +204,16 @@ def _fusions(out_dir):
 
 if __name__ == "__main__":
     main()
+
+
+def compile_check() -> list[str]:
+    """Without a GPU: compile the plain GEMM and the heaviest fused epilogue for sm_90a (benchmarks/run_all.py)."""
+    from cudnn.gemm.dense.kernel_sm90 import GemmSm90Config, compile_kernel
+
+    configs = {
+        "gemm bf16 (K-major, 2x1 cluster)": GemmSm90Config(),
+        "gemm_swiglu + bias + amax": GemmSm90Config(swiglu=True, bias="n", amax=True, cluster_mn=(1, 1)),
+    }
+    for config in configs.values():
+        compile_kernel(config)
+    return list(configs)

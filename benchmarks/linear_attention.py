@@ -205,3 +205,24 @@ def main():
 
 if __name__ == "__main__":
     main()
+
+
+def compile_check() -> list[str]:
+    """Without a GPU: build causal_conv1d forward (varlen, SiLU, width 4) for sm_90a (benchmarks/run_all.py)."""
+    from cudnn.api_base import TensorDesc
+    from cudnn.linear_attention.conv1d.api import CausalConv1d
+
+    x = TensorDesc.contiguous((32768, 4096), "bfloat16", "x")
+    st = TensorDesc.contiguous((64, 4096, 3), "bfloat16", "states")
+    plan = CausalConv1d(
+        x,
+        TensorDesc.contiguous((4096, 4), "bfloat16", "weight"),
+        x,
+        TensorDesc.contiguous((4096,), "bfloat16", "bias"),
+        TensorDesc.contiguous((65,), "int32", "cu_seqlens"),
+        st,
+        st,
+        "silu",
+    )
+    plan.compile()
+    return ["causal_conv1d fwd varlen silu w4"]

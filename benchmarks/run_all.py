@@ -15,7 +15,7 @@ import sys
 import time
 import traceback
 
-FAMILIES = ["gemm", "sdpa_fwd", "linear_attention"]
+FAMILIES = ["gemm", "sdpa_fwd", "sdpa_bwd", "linear_attention"]
 
 
 def _has_hopper() -> bool:
@@ -43,7 +43,8 @@ def main(argv: list[str]) -> int:
             continue
         try:
             if gpu:
-                module.main([])
+                sys.argv = [module.__file__]
+                module.main()
             else:
                 check = getattr(module, "compile_check", None)
                 if check is None:

@@ -208,3 +208,17 @@ def main():
 
 if __name__ == "__main__":
     main()
+
+
+def compile_check() -> list[str]:
+    """Without a GPU: build the forward plans the table measures for sm_90a (benchmarks/run_all.py)."""
+    from cudnn.api_base import TensorDesc
+    from cudnn.sdpa.fwd.api import SdpaFwdSm90
+
+    names = []
+    for d, causal in ((128, False), (128, True), (64, False), (256, True)):
+        q = TensorDesc((2, 16, 4096, d), (4096 * 16 * d, d, 16 * d, 1), "bfloat16", "q")  # BSHD storage, BHSD view
+        kv = TensorDesc((2, 16, 4096, d), (4096 * 16 * d, d, 16 * d, 1), "bfloat16", "k")
+        SdpaFwdSm90(q, kv, kv, is_causal=causal).compile()
+        names.append(f"sdpa_fwd d{d}{' causal' if causal else ''} (BSHD)")
+    return names

@@ -7,6 +7,8 @@ import importlib
 import pkgutil
 import types
 
+from cudnn.dsl_gate import CuteDslVersionError
+
 
 def lazy_table(package) -> dict[str, tuple[str, str]]:
     table = getattr(package, "_LAZY", None)
@@ -37,8 +39,8 @@ def check_exports_survive_import_order(package_name: str, order: str) -> list[st
                 continue  # the export IS a module (a family subpackage)
             try:
                 out[name] = getattr(package, name)
-            except ImportError:
-                continue
+            except (ImportError, CuteDslVersionError):
+                continue  # not installable here, or the lane's DSL is below the family floor
         return out
 
     if order == "modules-first":

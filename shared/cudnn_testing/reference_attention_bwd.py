@@ -24,3 +24,28 @@ def attention_grads_ref(q, k, v, do, *, upcast=True, sinks=None, **kw):
     if s_leaf is not None:
         grads.append(s_leaf.grad)
     return tuple(grads)
+
+
+def attention_grads_ref_varlen(q, k, v, do, cu_q, cu_k, *, upcast=True, **kw):
+    """THD varlen: q / do (T_q, H, D), k / v (T_kv, H_kv, D), cumulative lengths as python lists.
+    Returns ``(dq, dk, dv)`` packed like the inputs (fp32 when ``upcast``)."""
+    import torch
+
+    dqs, dks, dvs = [], [], []
+    for b in range(len(cu_q) - 1):
+        qs, ks = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
+
+        def bhsd(x, s):
+            return x[s].permute(1, 0, 2)[None]
+
+        if cu_q[b + 1] == cu_q[b] or cu_k[b + 1] == cu_k[b]:  # an empty side: every gradient of the sequence is 0
+            dt = torch.float32 if upcast else q.dtype
+            dqs.append(torch.zeros_like(q[qs], dtype=dt))
+            dks.append(torch.zeros_like(k[ks], dtype=dt))
+            dvs.append(torch.zeros_like(v[ks], dtype=dt))
+            continue
+        g = attention_grads_ref(bhsd(q, qs), bhsd(k, ks), bhsd(v, ks), bhsd(do, qs), upcast=upcast, **kw)
+        dqs.append(g[0][0].permute(1, 0, 2))
+        dks.append(g[1][0].permute(1, 0, 2))
+        dvs.append(g[2][0].permute(1, 0, 2))
+    return torch.cat(dqs, 0), torch.cat(dks, 0), torch.cat(dvs, 0)

@@ -28,6 +28,7 @@ def _graph(m=256, n=512, k=128, bias=True, act="gelu_approx_tanh", b_stride=None
 
 
 def test_engine_accepts_matmul_bias_activation():
+    skip_unless_cutedsl("4.8.0", "cudnn.gemm engine")
     from cudnn.gemm.engines import GemmSm90Engine
 
     g, _ = _graph()

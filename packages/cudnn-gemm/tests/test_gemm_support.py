@@ -8,6 +8,9 @@ import sys
 import pytest
 
 from cudnn.api_base import TensorDesc
+from cudnn_testing.markers import skip_unless_cutedsl
+
+FLOOR = "4.8.0"  # cudnn.gemm.CUTEDSL_MIN_VERSION
 
 
 def _desc(shape, stride=None, dtype="bfloat16", name="t"):
@@ -24,6 +27,7 @@ def _plan(m=300, n=512, k=200, **kw):
 
 
 def test_serves_all_majors():
+    skip_unless_cutedsl(FLOOR, "cudnn.gemm")
     k, n, m = 200, 512, 300
     for a in (_desc((m, k), name="a"), _desc((m, k), (1, m + 4), name="a")):
         for b in (_desc((k, n), name="b"), _desc((k, n), (1, k), name="b")):
@@ -35,6 +39,7 @@ def test_serves_all_majors():
 
 
 def test_check_support_imports_no_cutlass():
+    skip_unless_cutedsl(FLOOR, "cudnn.gemm")
     code = (
         "import sys; from cudnn.api_base import TensorDesc as T; from cudnn.gemm import GemmSm90;"
         "p = GemmSm90(T.contiguous((8, 64), 'bfloat16', 'a'), T.contiguous((64, 256), 'bfloat16', 'b'), T.contiguous((8, 256), 'bfloat16', 'd'));"
@@ -64,3 +69,12 @@ def test_malformed_values_raise_value_error():
         _plan(activation="swish").check_support()
     with pytest.raises(ValueError, match="aux is required"):
         _plan(store_pre=True).check_support()
+
+
+def test_declines_below_the_dsl_floor_naming_both_versions(monkeypatch):
+    """Rule 7: on a DSL below the family floor, check_support declines with the version-naming error."""
+    from cudnn import dsl_gate
+
+    monkeypatch.setattr(dsl_gate, "cutedsl_state", lambda: dsl_gate.CuteDslState(version="4.6.2", importable=True))
+    with pytest.raises(dsl_gate.CuteDslVersionError, match=r"needs nvidia-cutlass-dsl>=4\.8\.0, but 4\.6\.2 is installed"):
+        _plan().check_support()

@@ -52,6 +52,7 @@ CONFIGS = [
     ("bf16", 128, 128, 4, True, False, False, False, False, False, False),  # causal top-left, GQA 4
     ("fp16", 64, 64, 1, False, False, False, True, False, False, False),  # no mask, LSE in log2 units
     ("bf16", 96, 96, 2, True, True, True, False, False, False, False),  # sliding window, bottom-right
+    ("bf16", 128, 128, 4, True, False, True, False, True, True, True),  # THD varlen + sinks + deterministic
 ]
 
 
@@ -83,4 +84,24 @@ def test_new_extents_are_a_cache_hit():
     misses = kernel_cache.stats.misses
     second = plan(9, 16, 4, 17, 123457)
     assert kernel_cache.stats.misses == misses, "new extents recompiled the backward (Rule 4)"
+    assert second._compiled_kernel is first._compiled_kernel
+
+
+def test_thd_token_totals_are_a_cache_hit():
+    from cudnn.kernel_cache import kernel_cache
+    from cudnn.sdpa.bwd.api import SdpaBwdSm90
+
+    def plan(t_q, t_kv, batch):
+        q = TensorDesc.contiguous((t_q, 8, 64), "bfloat16", "q")
+        kv = TensorDesc.contiguous((t_kv, 2, 64), "bfloat16", "k")
+        cu = TensorDesc.contiguous((batch + 1,), "int32", "cu_seqlens_q")
+        lse = TensorDesc.contiguous((8, t_q), "float32", "lse")
+        p = SdpaBwdSm90(q, kv, kv, q, q, lse, is_causal=True, cu_seqlens_q=cu, cu_seqlens_kv=cu, max_seqlen_q=t_q, max_seqlen_kv=t_kv)
+        p.compile()
+        return p
+
+    first = plan(1000, 3000, 3)
+    misses = kernel_cache.stats.misses
+    second = plan(17, 123457, 9)
+    assert kernel_cache.stats.misses == misses, "a new token total recompiled the THD backward (Rule 4)"
     assert second._compiled_kernel is first._compiled_kernel

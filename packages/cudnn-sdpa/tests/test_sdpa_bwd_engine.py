@@ -52,3 +52,44 @@ def test_engine_declines_bias_by_name_and_maps_determinism():
         SdpaBwdSm90Engine().check_support(_graph(bias=True))
     adapter, *_ = SdpaBwdSm90Engine()._adapter(_graph(use_deterministic_algorithm=True))
     assert adapter.key.deterministic
+
+
+@pytest.mark.gpu
+def test_graph_execute_matches_reference_engine():
+    """Same caller code for both engines (Rule 9): the kernel engine and the reference engine agree."""
+    torch = pytest.importorskip("torch")
+    from cudnn_testing.markers import skip_unless_sm90
+
+    skip_unless_sm90()
+    from cudnn.graph.router import default_registry
+    from cudnn.sdpa.bwd.engine import SdpaBwdSm90Engine
+
+    registry = default_registry()
+    if "sdpa_bwd_sm90" not in {getattr(e, "name", None) for e in getattr(registry, "_engines", {}).values()}:
+        registry.add(SdpaBwdSm90Engine())  # until cudnn/sdpa/engines.py registers it
+    handle = cudnn.create_handle()
+    torch.manual_seed(0)
+    from cudnn_testing.reference_attention import attention_ref
+
+    xs = {n: torch.randn(B, S, h, D, device="cuda", dtype=torch.bfloat16).transpose(1, 2) for n, h in (("q", H), ("k", HK), ("v", HK), ("dO", H))}
+    o, lse = attention_ref(xs["q"], xs["k"], xs["v"], is_causal=True, scale=0.1)  # the forward's o and stats (the reference engine recomputes them)
+    xs["o"] = torch.empty(B, S, H, D, device="cuda", dtype=torch.bfloat16).transpose(1, 2).copy_(o)
+    xs["stats"] = lse.float().unsqueeze(-1).contiguous()
+    outs = {}
+    for engine in ("sdpa_bwd_sm90", "reference"):
+        g = _graph(attn_scale=0.1, use_causal_mask=True)
+        g.build_operation_graph()
+        g.create_execution_plans([cudnn.heur_mode.A], engines=[engine])
+        g.build_plans()
+        tensors = {t.name: t for t in (*g.inputs(), *g.outputs())}
+        grads = {n: torch.full((B, S, h, D), float("nan"), device="cuda", dtype=torch.bfloat16).transpose(1, 2) for n, h in (("dQ", H), ("dK", HK), ("dV", HK))}
+        pack = {tensors[n]: x for n, x in xs.items() if n in tensors}
+        pack.update({t: grads[t.name] for t in g.outputs() if t.name in grads})
+        ws = torch.empty(max(1, g.get_workspace_size()), device="cuda", dtype=torch.uint8)
+        g.execute(pack, ws, handle=handle)
+        torch.cuda.synchronize()
+        outs[engine] = {n: x.float() for n, x in grads.items()}
+    for n in ("dQ", "dK", "dV"):
+        a, b = outs["sdpa_bwd_sm90"][n], outs["reference"][n]
+        assert torch.isfinite(a).all(), n
+        assert (a - b).abs().max().item() <= 3e-2 * max(1.0, b.abs().max().item()), n

@@ -15,8 +15,8 @@ import pytest
 
 from cudnn_testing.data import poison
 from cudnn_testing.markers import skip_unless_cutedsl, skip_unless_sm90
-from cudnn_testing.reference_attention import attention_ref
-from cudnn_testing.reference_attention_bwd import attention_grads_ref
+from cudnn_testing.reference_attention import attention_ref, attention_ref_varlen
+from cudnn_testing.reference_attention_bwd import attention_grads_ref, attention_grads_ref_varlen
 from cudnn_testing.tolerance import assert_close_fa
 
 torch = pytest.importorskip("torch")
@@ -139,6 +139,40 @@ def test_sinks_and_their_gradient(causal):
     assert err <= 2 * base + 1e-3 * ref[3].abs().max().item() + 1e-4, (err, base)
 
 
+# (dtype, d, h, h_kv, lens_q, lens_kv, causal, bottom_right, window): empty and one-token sequences, S_q != S_kv
+VARLEN = [
+    (torch.bfloat16, 128, 8, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], True, True, (-1, -1)),
+    (torch.float16, 64, 4, 4, [1000, 33, 257], [1000, 33, 257], False, False, (-1, -1)),
+    (torch.bfloat16, 96, 6, 3, [211, 389, 1], [389, 211, 1], True, False, (64, 0)),
+]
+
+
+@pytest.mark.parametrize("case", VARLEN, ids=lambda c: f"{str(c[0])[6:]}-d{c[1]}-h{c[2]}:{c[3]}-{len(c[4])}seqs-c{int(c[6])}br{int(c[7])}-w{c[8][0]}")
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_thd_varlen_grads_match_reference(case, deterministic):
+    from cudnn.sdpa import sdpa_bwd
+
+    dtype, d, h, hk, lens_q, lens_k, causal, br, window = case
+    cu_q, cu_k = [0], [0]
+    for a, b in zip(lens_q, lens_k, strict=False):
+        cu_q.append(cu_q[-1] + a)
+        cu_k.append(cu_k[-1] + b)
+    q = torch.randn(cu_q[-1], h, d, device="cuda", dtype=dtype)
+    k, v = (torch.randn(cu_k[-1], hk, d, device="cuda", dtype=dtype) for _ in range(2))
+    do = torch.randn_like(q)
+    kw = dict(is_causal=causal, bottom_right=br, window=window)
+    o, lse = attention_ref_varlen(q, k, v, cu_q, cu_k, **kw)
+    tq, tk = torch.tensor(cu_q, dtype=torch.int32, device="cuda"), torch.tensor(cu_k, dtype=torch.int32, device="cuda")
+    res = sdpa_bwd(
+        q, k, v, o.to(dtype), do, lse.float().contiguous(), is_causal=causal, causal_bottom_right=br, window_size=window,
+        cu_seqlens_q=tq, cu_seqlens_kv=tk, max_seqlen_q=max(lens_q), max_seqlen_kv=max(lens_k), deterministic=deterministic,
+    )  # fmt: skip
+    ref = attention_grads_ref_varlen(q, k, v, do, cu_q, cu_k, **kw)
+    lowp = attention_grads_ref_varlen(q, k, v, do, cu_q, cu_k, upcast=False, **kw)
+    for name, g, r, lp in zip(("dq", "dk", "dv"), (res["dq"], res["dk"], res["dv"]), ref, lowp, strict=False):
+        assert_close_fa(g, r, lp, name)
+
+
 def _autograd_inputs(dtype=torch.bfloat16, b=2, h=8, hk=2, s=384, d=128, layout=BSHD):
     q = _make((b, h, s, d), dtype, layout).requires_grad_(True)
     k = _make((b, hk, s, d), dtype, layout).requires_grad_(True)
@@ -168,6 +202,23 @@ def test_autograd_formula_of_sdpa_fwd(with_lse):
     ref, lowp = _ref_autograd(q, k, v, do, True)
     for name, x, r, lp in zip(("dq", "dk", "dv"), (q, k, v), ref, lowp, strict=False):
         assert_close_fa(x.grad, r, lp, name)
+
+
+def test_autograd_formula_returns_the_sink_gradient():
+    from cudnn.sdpa.bwd.autograd import register
+
+    register()
+    q, k, v = _autograd_inputs(h=4, hk=2, s=300, d=64)
+    sinks = (torch.randn(4, device="cuda") * 2).requires_grad_(True)
+    do = torch.randn(q.shape, device="cuda", dtype=q.dtype)
+    o, _ = torch.ops.cudnn.sdpa_fwd(q, k, v, True, False, -1, -1, None, sinks, None, None, None, None, True)
+    o.backward(do)
+    ref = attention_grads_ref(q, k, v, do, is_causal=True, sinks=sinks)
+    lowp = attention_grads_ref(q, k, v, do, upcast=False, is_causal=True, sinks=sinks)
+    for name, x, r, lp in zip(("dq", "dk", "dv"), (q, k, v), ref, lowp, strict=False):
+        assert_close_fa(x.grad, r, lp, name)
+    err = (sinks.grad - ref[3]).abs().max().item()
+    assert err <= 2 * (lowp[3].float() - ref[3]).abs().max().item() + 1e-3 * ref[3].abs().max().item() + 1e-4
 
 
 def test_autograd_under_torch_compile_fullgraph_and_expanded_grad():

@@ -49,15 +49,9 @@ def test_metadata_only_check_in_a_fresh_process():
     subprocess.run([sys.executable, "-c", code], check=True, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
 
 
-@pytest.mark.parametrize(
-    "kw, match",
-    [
-        ({"cu_seqlens_q": TensorDesc.contiguous((3,), "int32", "cu_seqlens_q")}, "varlen"),
-    ],
-)
-def test_declines_what_it_does_not_serve(kw, match):
-    with pytest.raises(NotImplementedError, match=match):
-        _plan(*_descs(), **kw).check_support()
+def test_declines_paged_kv_naming_it():
+    with pytest.raises(NotImplementedError, match="page_table"):
+        _plan(*_descs(), page_table=TensorDesc.contiguous((2, 4), "int32", "page_table")).check_support()
 
 
 def test_declines_head_dim_256_and_bad_strides_naming_the_tensor():
@@ -95,3 +89,28 @@ def test_deterministic_is_a_plan_time_flag_with_turn_counters_in_the_workspace()
     assert plain.check_support() and det.check_support()
     assert det.key.deterministic and not plain.key.deterministic and det.key != plain.key
     assert det.scratch_workspace_bytes() > plain.scratch_workspace_bytes()
+
+
+def _thd(t_q=1000, t_kv=3000, batch=3, h=8, hk=2, d=128):
+    q = TensorDesc.contiguous((t_q, h, d), "bfloat16", "q")
+    kv = TensorDesc.contiguous((t_kv, hk, d), "bfloat16", "k")
+    cu = TensorDesc.contiguous((batch + 1,), "int32", "cu_seqlens_q")
+    lse = TensorDesc.contiguous((h, t_q), "float32", "lse")
+    return (q, kv, kv, q, q, lse), dict(cu_seqlens_q=cu, cu_seqlens_kv=cu, max_seqlen_q=t_q, max_seqlen_kv=t_kv)
+
+
+def test_thd_varlen_is_accepted_and_its_workspace_covers_padded_sequences():
+    args, kw = _thd()
+    p = _plan(*args, is_causal=True, **kw)
+    assert p.check_support() and p.key.varlen
+    # every sequence padded to 128 rows: (T_q + B * 128) rounded up, per head
+    assert p.scratch_workspace_bytes() >= 8 * (1000 + 3 * 128) * (4 + 4 + 4 * 128)
+
+
+def test_thd_varlen_rejects_half_declared_and_dense_lse():
+    args, kw = _thd()
+    with pytest.raises(ValueError, match="cu_seqlens"):
+        _plan(*args, cu_seqlens_q=kw["cu_seqlens_q"]).check_support()
+    q, k, v, o, do, _ = args
+    with pytest.raises(ValueError, match="lse"):
+        _plan(q, k, v, o, do, TensorDesc.contiguous((1, 8, 1000), "float32", "lse"), **kw).check_support()

@@ -22,8 +22,11 @@ DSL_DISTRIBUTION = "nvidia-cutlass-dsl"
 PIP_FLOOR = "4.6.2"
 
 
-class CuteDslVersionError(RuntimeError):
-    """The installed CuTe DSL is missing or older than what a kernel needs."""
+class CuteDslVersionError(NotImplementedError):
+    """The installed CuTe DSL is missing or older than what a kernel needs.
+
+    A ``NotImplementedError`` (hence also a ``RuntimeError``): raised from ``check_support`` it is a decline,
+    so the Router moves on to the next engine and lists the reason."""
 
 
 @dataclass(frozen=True)

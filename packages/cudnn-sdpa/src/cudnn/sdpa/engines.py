@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from cudnn.api_base import TensorDesc
 
+from .bwd.engine import SdpaBwdSm90Engine
+
 
 def _desc(t, name: str, rank: int | None = None) -> TensorDesc:
     dims, strides = tuple(t.dim), tuple(t.stride)
@@ -130,3 +132,4 @@ class SdpaFwdSm90Engine:
 def register(registry) -> None:
     """Register this family's engines with ``registry`` (cudnn.graph's engine registry)."""
     registry.add(SdpaFwdSm90Engine())
+    registry.add(SdpaBwdSm90Engine())

@@ -15,8 +15,10 @@ Contract (conventions of the forward, cudnn.sdpa.fwd.api):
 - scratch: ``scratch_workspace_bytes()`` bytes of caller workspace (fp32 LSE in log2 units, dO.O row sums and the
   fp32 dQ accumulator), carved by ``execute`` (recipe R2), never allocated there;
 - three launches per execute: preprocess, main kernel, postprocess (all on ``current_stream``).
-- not served yet (declined with NotImplementedError): head dims 192 / 256 and D != D_v, THD varlen
-  (``cu_seqlens_*``), paged KV.
+- THD varlen (``cu_seqlens_q`` and ``cu_seqlens_kv`` given): q (T_q, H, D), k / v (T_kv, H_kv, D), o / do (T_q, H, D_v),
+  lse (H, T_q) (the forward's), int32 cumulative lengths (B + 1); ``max_seqlen_q`` / ``max_seqlen_kv`` (host ints) size
+  the grids; token totals are runtime extents (one compile serves every batch, Rule 4);
+- not served yet (declined with NotImplementedError): head dims 192 / 256 and D != D_v, paged KV.
 - ``deterministic=True``: the key blocks that see a query block add into its fp32 dQ accumulator in ascending
   order (int32 turn counters in the workspace), so dq is bitwise reproducible; dk / dv always are (reduced
   inside one CTA, GQA included).
@@ -52,7 +54,7 @@ class SdpaBwdSm90(APIBase):
     ``check_support()`` validates the declaration; ``compile()`` builds (or fetches from the kernel cache) the three
     kernels; ``execute(q, k, v, o, do, lse, dq, dk, dv, workspace, current_stream=None, scale=None)`` launches them.
     The kernels are generic in every extent (B, H, S), so a plan serves any tensors with the planned dtypes, head
-    dims, head ratio and masks; ``workspace`` must hold ``workspace_bytes_for(q)`` bytes (``scratch_workspace_bytes()``
+    dims, head ratio and masks; ``workspace`` must hold ``workspace_bytes_for(plan, q)`` bytes (``scratch_workspace_bytes()``
     for the declared shapes).
     """
 
@@ -106,32 +108,50 @@ class SdpaBwdSm90(APIBase):
         q, k, v, o, do, lse = self.q, self.k, self.v, self.o, self.do, self.lse
         self._value_error_if(any(x is None for x in (q, k, v, o, do, lse)), f"{_OWNER}: q, k, v, o, do and lse are all required")
         self._decline_if(self.page_table is not None, f"{_OWNER}: {self.page_table.describe() if self.page_table else ''}: paged KV has no backward")
-        self._decline_if(
-            self.cu_seqlens_q is not None or self.cu_seqlens_kv is not None,
-            f"{_OWNER}: THD varlen (cu_seqlens_q / cu_seqlens_kv) is not served by the backward yet; pass dense (B, H, S, D) tensors",
-        )
+        varlen = self.varlen
         for d in (q, k, v, o, do):
             self._check_dtype(d, _IO_DTYPES, _OWNER)
         self._decline_if(
             any(x.dtype != q.dtype for x in (k, v, o, do)),
             f"{_OWNER}: q, k, v, o, do must share one dtype; got {q.describe()}, {k.describe()}, {v.describe()}, {o.describe()}, {do.describe()}",
         )
-        for d in (q, k, v, o, do):
-            self._value_error_if(d.rank != 4, f"{_OWNER}: dense attention takes rank-4 (B, H, S, D) tensors; got {d.describe()}")
-        b, h, sq, dq_ = q.shape
-        bk, hk, sk, dk_ = k.shape
-        self._value_error_if(
-            tuple(v.shape[:3]) != (bk, hk, sk) or bk != b, f"{_OWNER}: batch/heads/length disagree: {q.describe()}, {k.describe()}, {v.describe()}"
-        )
-        dv_ = v.shape[3]
+        if varlen:
+            self._value_error_if(self.cu_seqlens_q is None or self.cu_seqlens_kv is None, f"{_OWNER}: THD varlen needs both cu_seqlens_q and cu_seqlens_kv")
+            for d in (q, k, v, o, do):
+                self._value_error_if(d.rank != 3, f"{_OWNER}: THD varlen takes (T, H, D) tensors; got {d.describe()}")
+            for cu in (self.cu_seqlens_q, self.cu_seqlens_kv):
+                self._decline_if(cu.dtype != data_type.INT32 or cu.rank != 1, f"{_OWNER}: {cu.describe()} must be a 1-D int32 tensor")
+                self._decline_if(cu.shape[0] > 1 and cu.stride[0] != 1, f"{_OWNER}: {cu.describe()} must be contiguous")
+            self._value_error_if(
+                self.cu_seqlens_q.shape != self.cu_seqlens_kv.shape,
+                f"{_OWNER}: {self.cu_seqlens_q.describe()} and {self.cu_seqlens_kv.describe()} must have the same length (B + 1)",
+            )
+            sq, h, dq_ = q.shape
+            sk, hk, dk_ = k.shape
+            self._value_error_if(tuple(v.shape[:2]) != (sk, hk), f"{_OWNER}: tokens/heads disagree: {k.describe()}, {v.describe()}")
+            dv_ = v.shape[2]
+            io_shape, lse_shape = (sq, h, dv_), (h, sq)
+        else:
+            for d in (q, k, v, o, do):
+                self._value_error_if(d.rank != 4, f"{_OWNER}: dense attention takes rank-4 (B, H, S, D) tensors; got {d.describe()}")
+            self._value_error_if(
+                self.max_seqlen_q is not None or self.max_seqlen_kv is not None, f"{_OWNER}: max_seqlen_q/kv are for THD varlen (with cu_seqlens)"
+            )
+            b, h, sq, dq_ = q.shape
+            bk, hk, sk, dk_ = k.shape
+            self._value_error_if(
+                tuple(v.shape[:3]) != (bk, hk, sk) or bk != b, f"{_OWNER}: batch/heads/length disagree: {q.describe()}, {k.describe()}, {v.describe()}"
+            )
+            dv_ = v.shape[3]
+            io_shape, lse_shape = (b, h, sq, dv_), (b, h, sq)
         self._value_error_if(dk_ != dq_, f"{_OWNER}: q and k head dims differ: {q.describe()}, {k.describe()}")
         self._decline_if(dq_ not in _HEAD_DIMS, f"{_OWNER}: {q.describe()}: head dim {dq_} not served by the backward yet; accepted: {_HEAD_DIMS}")
         self._decline_if(dv_ != dq_, f"{_OWNER}: {v.describe()}: value head dim {dv_} must equal q's {dq_} in the backward for now")
         self._value_error_if(hk == 0 or h % hk != 0, f"{_OWNER}: query heads {h} must be a multiple of key/value heads {hk} (GQA/MQA)")
         for d in (o, do):
-            self._value_error_if(tuple(d.shape) != (b, h, sq, dv_), f"{_OWNER}: {d.describe()} must have shape {(b, h, sq, dv_)}")
+            self._value_error_if(tuple(d.shape) != io_shape, f"{_OWNER}: {d.describe()} must have shape {io_shape}")
         self._decline_if(lse.dtype != data_type.FLOAT, f"{_OWNER}: {lse.describe()} must be float32")
-        self._value_error_if(tuple(lse.shape) != (b, h, sq), f"{_OWNER}: {lse.describe()} must have shape {(b, h, sq)}")
+        self._value_error_if(tuple(lse.shape) != lse_shape, f"{_OWNER}: {lse.describe()} must have shape {lse_shape} (the forward's LSE)")
         if self.sinks is not None:
             self._decline_if(
                 self.sinks.dtype != data_type.FLOAT or self.sinks.shape != (h,) or (h > 1 and self.sinks.stride[0] != 1),
@@ -155,12 +175,16 @@ class SdpaBwdSm90(APIBase):
             self.causal_bottom_right,
             self.lse_log2,
             self.sinks is not None,
-            False,
+            varlen,
             self.deterministic,
         )
         self._mask_window = (max(left, 0), 0 if self.is_causal else max(right, 0))
         self._is_supported = True
         return True
+
+    @property
+    def varlen(self) -> bool:
+        return self.cu_seqlens_q is not None or self.cu_seqlens_kv is not None
 
     def _check_strides(self, d: TensorDesc) -> None:
         self._check_unit_stride(d, d.rank - 1, _OWNER)
@@ -179,11 +203,31 @@ class SdpaBwdSm90(APIBase):
     def scratch_workspace_bytes(self) -> int:
         """Workspace bytes ``execute`` carves for the declared shapes (see :func:`workspace_bytes_for`)."""
         self._ensure_support_checked()
-        b, h, sq, d = self.q.shape
-        return _ws_layout(b, h, sq, d, self.sinks is not None, self.deterministic)[-1]
+        n_seq = self.cu_seqlens_q.shape[0] - 1 if self.varlen else None
+        return _ws_layout(self.key, self.q.shape, n_seq)[-1]
 
     # ------------------------------------------------------------------------------------------ run
-    def execute(self, q, k, v, o, do, lse, dq, dk, dv, workspace, sinks=None, dsinks=None, current_stream=None, scale: float | None = None):
+    def execute(
+        self,
+        q,
+        k,
+        v,
+        o,
+        do,
+        lse,
+        dq,
+        dk,
+        dv,
+        workspace,
+        sinks=None,
+        dsinks=None,
+        cu_seqlens_q=None,
+        cu_seqlens_kv=None,
+        max_seqlen_q: int | None = None,
+        max_seqlen_kv: int | None = None,
+        current_stream=None,
+        scale: float | None = None,
+    ):
         """Launch on ``current_stream`` (None: torch's current stream). Validates; never converts, allocates or syncs."""
         if self._compiled_kernel is None:
             raise RuntimeError(f"{_OWNER}.execute: call compile() first (or use the adapter as a callable)")
@@ -192,6 +236,8 @@ class SdpaBwdSm90(APIBase):
                 f"{_OWNER}.execute: the plan was built {'with' if self.key.has_sinks else 'without'} sinks; sinks and dsinks must both be "
                 f"{'given' if self.key.has_sinks else 'None'}"
             )
+        if self.key.varlen != (cu_seqlens_q is not None) or self.key.varlen != (cu_seqlens_kv is not None):
+            raise ValueError(f"{_OWNER}.execute: the plan was built {'for' if self.key.varlen else 'without'} THD varlen; cu_seqlens_q/kv must match")
         _check_io(self.key, q, k, v, o, do, lse, dq, dk, dv)
         if sinks is not None:
             h = q.shape[1]
@@ -199,22 +245,28 @@ class SdpaBwdSm90(APIBase):
                 if x.dtype != _torch_bits()["torch"].float32 or tuple(x.shape) != (h,) or x.device != q.device or (h > 1 and x.stride(0) != 1):
                     raise ValueError(f"{_OWNER}.execute: {name} must be a contiguous float32 ({h},) tensor on {q.device}")
         return _launch(
-            self._compiled_kernel, self.key, q, k, v, o, do, lse, dq, dk, dv, sinks, dsinks, workspace, self._mask_window,
-            self.scale if scale is None else scale, current_stream,
+            self._compiled_kernel, self.key, q, k, v, o, do, lse, dq, dk, dv, sinks, dsinks, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q,
+            max_seqlen_kv, workspace, self._mask_window, self.scale if scale is None else scale, current_stream,
         )  # fmt: skip
 
 
-def workspace_bytes_for(q, has_sinks: bool = False, deterministic: bool = False) -> int:
-    """Workspace bytes an execute on ``q`` (B, H, S_q, D) needs, for a plan built with / without sinks and determinism."""
-    b, h, sq, d = q.shape
-    return _ws_layout(b, h, sq, d, has_sinks, deterministic)[-1]
+def workspace_bytes_for(plan: SdpaBwdSm90, q, cu_seqlens_q=None) -> int:
+    """Workspace bytes ``plan.execute`` needs for runtime tensor ``q`` (dense (B, H, S_q, D), or THD (T_q, H, D) with
+    ``cu_seqlens_q``): host shapes only, no device read."""
+    plan._ensure_support_checked()
+    return _ws_layout(plan.key, tuple(q.shape), (cu_seqlens_q.shape[0] - 1) if cu_seqlens_q is not None else None)[-1]
 
 
 # ---------------------------------------------------------------------------------------------- internals
-def _ws_layout(b, h, sq, d, has_sinks=False, deterministic=False):
-    from .kernel_key import workspace_layout
+def _ws_layout(key, q_shape, n_seq):
+    """Workspace layout for a plan's key and q's shape; THD varlen pads every sequence to PREPOST_ROWS in one row range."""
+    from .kernel_key import PREPOST_ROWS, workspace_layout
 
-    return workspace_layout(b, h, sq, d, has_sinks, deterministic)
+    if key.varlen:
+        t_q, h, d = q_shape
+        return workspace_layout(1, h, t_q + n_seq * PREPOST_ROWS, d, key.has_sinks, key.deterministic)
+    b, h, sq, d = q_shape
+    return workspace_layout(b, h, sq, d, key.has_sinks, key.deterministic)
 
 
 def _make_key(*args):
@@ -262,31 +314,33 @@ def _torch_bits():
 def _check_io(key, q, k, v, o, do, lse, dq, dk, dv) -> None:
     t = _torch_bits()
     want = t["torch_dt"][key.dtype]
+    rank = 3 if key.varlen else 4
     named = (("q", q, key.head_dim), ("k", k, key.head_dim), ("v", v, key.head_dim_v), ("o", o, key.head_dim_v), ("do", do, key.head_dim_v))
     named += (("dq", dq, key.head_dim), ("dk", dk, key.head_dim), ("dv", dv, key.head_dim_v))
     for name, x, d in named:
-        if x is None or x.dtype != want or x.dim() != 4 or x.shape[-1] != d or x.stride(-1) != 1 or not x.is_cuda or x.device != q.device:
+        if x is None or x.dtype != want or x.dim() != rank or x.shape[-1] != d or x.stride(-1) != 1 or not x.is_cuda or x.device != q.device:
             got = "None" if x is None else f"shape={tuple(x.shape)} stride={tuple(x.stride())} dtype={x.dtype} device={x.device}"
             raise ValueError(
-                f"{_OWNER}.execute: {name} ({got}) does not match the plan: a CUDA {want} rank-4 tensor on q's device with head dim {d} and unit stride there"
+                f"{_OWNER}.execute: {name} ({got}) does not match the plan: a CUDA {want} rank-{rank} tensor on q's device with head dim {d} "
+                "and unit stride there"
             )
         if x.data_ptr() % 16:
             raise ValueError(f"{_OWNER}.execute: {name} address 0x{x.data_ptr():x} is not 16-byte aligned (TMA)")
-        for i in range(3):
+        for i in range(rank - 1):
             if x.shape[i] > 1 and (x.stride(i) % 8 or x.stride(i) <= 0):
                 raise ValueError(f"{_OWNER}.execute: {name} stride {x.stride(i)} of dim {i} is not a positive multiple of 16 bytes (TMA)")
-    b, h, sq, _ = q.shape
-    _, hk, sk, _ = k.shape
+    h, hk = q.shape[-2] if key.varlen else q.shape[1], k.shape[-2] if key.varlen else k.shape[1]
     if hk * key.qhead_per_kvhead != h:
         raise ValueError(f"{_OWNER}.execute: the plan has {key.qhead_per_kvhead} query heads per kv head; got H_q={h}, H_kv={hk}")
     for name, x, like in (("v", v, k), ("o", o, q), ("do", do, q), ("dq", dq, q), ("dk", dk, k), ("dv", dv, k)):
-        if tuple(x.shape[:3]) != tuple(like.shape[:3]):
+        if tuple(x.shape[:-1]) != tuple(like.shape[:-1]):
             raise ValueError(f"{_OWNER}.execute: {name} {tuple(x.shape)} disagrees with {tuple(like.shape)} outside the head dim")
-    if k.shape[0] != b:
-        raise ValueError(f"{_OWNER}.execute: batch of q {b} and k {k.shape[0]} differ")
-    if lse is None or lse.dtype != t["torch"].float32 or tuple(lse.shape) != (b, h, sq) or lse.device != q.device:
+    if not key.varlen and k.shape[0] != q.shape[0]:
+        raise ValueError(f"{_OWNER}.execute: batch of q {q.shape[0]} and k {k.shape[0]} differ")
+    want_lse = (h, q.shape[0]) if key.varlen else tuple(q.shape[:3])
+    if lse is None or lse.dtype != t["torch"].float32 or tuple(lse.shape) != want_lse or lse.device != q.device:
         got = "None" if lse is None else f"shape={tuple(lse.shape)} dtype={lse.dtype} device={lse.device}"
-        raise ValueError(f"{_OWNER}.execute: lse ({got}) must be a float32 ({b}, {h}, {sq}) tensor on {q.device}")
+        raise ValueError(f"{_OWNER}.execute: lse ({got}) must be a float32 {want_lse} tensor on {q.device} (the forward's LSE)")
 
 
 def _tma_strides(shape, strides):
@@ -308,68 +362,77 @@ def _group_heads(key, seqlen_q: int) -> int:
     return g
 
 
-def _launch(compiled, key, q, k, v, o, do, lse, dq, dk, dv, sinks, dsinks, workspace, window, scale, stream):
+def _launch(compiled, key, q, k, v, o, do, lse, dq, dk, dv, sinks, dsinks, cu_q, cu_k, max_seqlen_q, max_seqlen_kv, workspace, window, scale, stream):
     from cudnn._torch_stream import launch_stream_handle
     from cudnn.workspace import Workspace
 
-    from .kernel_key import padded_rows
+    from .kernel_key import PREPOST_ROWS, padded_rows
 
     t = _torch_bits()
-    mk, gmem, f32 = t["make_ptr"], t["gmem"], t["f32"]
+    mk, gmem, f32, i32 = t["make_ptr"], t["gmem"], t["f32"], t["i32"]
     dt = t["dt"][q.dtype]
-    b, h, sq, d = q.shape
-    hk, sk = k.shape[1], k.shape[2]
-    off_lse, off_dpsum, off_dq, off_sink, off_sem, total = _ws_layout(b, h, sq, d, key.has_sinks, key.deterministic)
+    d = key.head_dim
+    if key.varlen:
+        for name, cu in (("cu_seqlens_q", cu_q), ("cu_seqlens_kv", cu_k)):
+            if cu.dtype != t["torch"].int32 or cu.dim() != 1 or not cu.is_cuda or cu.device != q.device or (cu.shape[0] > 1 and cu.stride(0) != 1):
+                raise ValueError(f"{_OWNER}.execute: {name} must be a contiguous 1-D int32 CUDA tensor on {q.device}; got {cu.dtype} on {cu.device}")
+        if cu_k.shape != cu_q.shape:
+            raise ValueError(f"{_OWNER}.execute: cu_seqlens_q and cu_seqlens_kv must have the same length")
+        if max_seqlen_q is None or max_seqlen_kv is None:
+            raise ValueError(f"{_OWNER}.execute: THD varlen needs max_seqlen_q and max_seqlen_kv (host ints; device lengths are never read back)")
+        b, h, hk = cu_q.shape[0] - 1, q.shape[1], k.shape[1]
+        sq, sk = q.shape[0], k.shape[0]  # token totals: runtime extents, never compile keys (Rule 4)
+        grid_q, grid_k = int(max_seqlen_q), int(max_seqlen_kv)
+        s_pad = padded_rows(sq + b * PREPOST_ROWS)
+        qs, ks, vs, os_, dos, dqs, dks, dvs = (_tma_strides((1, x.shape[1], x.shape[0]), (0, x.stride(1), x.stride(0))) for x in (q, k, v, o, do, dq, dk, dv))
+        lse_s = (0, lse.stride(0), lse.stride(1))
+        cu_q_p = mk(i32, cu_q.data_ptr(), gmem, assumed_align=4)
+        cu_k_p = mk(i32, cu_k.data_ptr(), gmem, assumed_align=4)
+        n_seq = b
+    else:
+        if cu_q is not None or cu_k is not None or max_seqlen_q is not None or max_seqlen_kv is not None:
+            raise ValueError(f"{_OWNER}.execute: cu_seqlens / max_seqlen are for THD varlen plans")
+        b, h, sq, _ = q.shape
+        hk, sk = k.shape[1], k.shape[2]
+        grid_q, grid_k = sq, sk
+        s_pad = padded_rows(sq)
+        qs, ks, vs, os_, dos, dqs, dks, dvs = (_tma_strides(tuple(x.shape[:3]), (x.stride(0), x.stride(1), x.stride(2))) for x in (q, k, v, o, do, dq, dk, dv))
+        lse_s = (lse.stride(0), lse.stride(1), lse.stride(2))
+        cu_q_p = cu_k_p = None
+        n_seq = None
+    off_lse, off_dpsum, off_dq, off_sink, off_sem, total = _ws_layout(key, tuple(q.shape), n_seq)
     ws = Workspace.over(workspace, total, _OWNER, device=q.device)
-    if b == 0 or h == 0 or (sq == 0 and sk == 0):
+    if b == 0 or h == 0 or (grid_q == 0 and grid_k == 0):
         return dq, dk, dv
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    s_pad = padded_rows(sq)
     base = ws.data_ptr
     lse2_p = mk(f32, base + off_lse, gmem, assumed_align=16)
     dpsum_p = mk(f32, base + off_dpsum, gmem, assumed_align=16)
     dqacc_p = mk(f32, base + off_dq, gmem, assumed_align=16)
     part_p = mk(f32, base + off_sink, gmem, assumed_align=16) if key.has_sinks else None
-    sem_p = mk(t["i32"], base + off_sem, gmem, assumed_align=16) if key.deterministic else None
+    sem_p = mk(i32, base + off_sem, gmem, assumed_align=16) if key.deterministic else None
     sinks_p = mk(f32, sinks.data_ptr(), gmem, assumed_align=4) if key.has_sinks else None
     dsinks_p = mk(f32, dsinks.data_ptr(), gmem, assumed_align=4) if key.has_sinks else None
-    qs, ks, vs, os_, dos, dqs, dks, dvs = (_tma_strides(tuple(x.shape[:3]), (x.stride(0), x.stride(1), x.stride(2))) for x in (q, k, v, o, do, dq, dk, dv))
-    lse_s = (lse.stride(0), lse.stride(1), lse.stride(2))
     handle = t["cuda"].CUstream(launch_stream_handle(stream, q.device))
     pre, main, post = compiled
 
     def p(x):
         return mk(dt, x.data_ptr(), gmem, assumed_align=16)
 
-    if sq > 0:
+    if grid_q > 0:
         pre(
-            p(o),
-            p(do),
-            mk(f32, lse.data_ptr(), gmem, assumed_align=4),
-            lse2_p,
-            dpsum_p,
-            dqacc_p,
-            sinks_p,
-            part_p,
-            sem_p,
-            b,
-            h,
-            sq,
-            s_pad,
-            os_,
-            dos,
-            lse_s,
-            handle,
-        )
-    if sk > 0:
+            p(o), p(do), mk(f32, lse.data_ptr(), gmem, assumed_align=4), lse2_p, dpsum_p, dqacc_p, sinks_p, part_p, sem_p, cu_q_p,
+            b, h, sq, grid_q, s_pad, os_, dos, lse_s, handle,
+        )  # fmt: skip
+    if grid_k > 0:
         left, right = window
         main(
-            p(q), p(k), p(v), p(do), p(dk), p(dv), lse2_p, dpsum_p, dqacc_p, sem_p,
-            b, h, hk, sq, sk, s_pad, _group_heads(key, sq), qs, ks, vs, dos, dks, dvs,
+            p(q), p(k), p(v), p(do), p(dk), p(dv), lse2_p, dpsum_p, dqacc_p, sem_p, cu_q_p, cu_k_p,
+            b, h, hk, sq, sk, grid_k, s_pad, _group_heads(key, grid_q), qs, ks, vs, dos, dks, dvs,
             scale * math.log2(math.e), scale, left, right, handle,
         )  # fmt: skip
-    if sq > 0:
-        post(dqacc_p, p(dq), part_p, dsinks_p, b, h, sq, s_pad, dqs, scale, handle)
+    if grid_q > 0:
+        post(dqacc_p, p(dq), part_p, dsinks_p, cu_q_p, b, h, sq, grid_q, s_pad, dqs, scale, handle)
     return dq, dk, dv
 
 
@@ -419,17 +482,18 @@ def sdpa_bwd(
             f"sdpa_bwd: {torch.cuda.get_device_name(q.device)} (sm_{''.join(map(str, torch.cuda.get_device_capability(q.device)))}) is not served; sm_90 only"
         )
     window = _norm_window(window_size)
+    varlen = cu_seqlens_q is not None or cu_seqlens_kv is not None
     pkey = (
         q.dtype,
         q.shape[-1],
         v.shape[-1],
-        q.shape[1] // max(k.shape[1], 1) if q.dim() == 4 and k.dim() == 4 else None,
+        (q.shape[-2] // max(k.shape[-2], 1)) if varlen else (q.shape[1] // max(k.shape[1], 1)),
         bool(is_causal),
         bool(causal_bottom_right),
         window,
         bool(lse_log2),
         sinks is not None,
-        cu_seqlens_q is not None or cu_seqlens_kv is not None,
+        varlen,
         page_table is not None,
         bool(deterministic),
         q.device,
@@ -465,9 +529,12 @@ def sdpa_bwd(
             dk = _alloc_like_layout(torch, k, k.shape[-1], k.dtype, k.device)
         if dv is None:
             dv = _alloc_like_layout(torch, v, v.shape[-1], v.dtype, v.device)
-        workspace = torch.empty(workspace_bytes_for(q, sinks is not None, bool(deterministic)), dtype=torch.uint8, device=q.device)
+        workspace = torch.empty(workspace_bytes_for(plan, q, cu_seqlens_q), dtype=torch.uint8, device=q.device)
         dsinks = torch.empty(sinks.shape, dtype=torch.float32, device=q.device) if sinks is not None else None
-    plan.execute(q, k, v, o, do, lse, dq, dk, dv, workspace, sinks, dsinks, current_stream=stream, scale=scale)
+    plan.execute(
+        q, k, v, o, do, lse, dq, dk, dv, workspace, sinks, dsinks, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q if varlen else None,
+        max_seqlen_kv if varlen else None, current_stream=stream, scale=scale,
+    )  # fmt: skip
     if sinks is not None:
         return TupleDict(dq=dq, dk=dk, dv=dv, dsinks=dsinks)
     return TupleDict(dq=dq, dk=dk, dv=dv)

@@ -50,9 +50,11 @@ class SdpaBwdPreprocessSm90:
         sinks_ptr: cute.Pointer | None,
         dsink_part_ptr: cute.Pointer | None,
         sem_ptr: cute.Pointer | None,
+        cu_q_ptr: cute.Pointer | None,
         batch: Int32,
         heads: Int32,
-        seqlen_q: Int32,
+        seqlen_q: Int32,  # S_q (dense) or T_q (varlen)
+        max_seqlen_q: Int32,  # grid extent along queries (= S_q for dense)
         seqlen_pad: Int32,
         o_strides: tuple[Int64, Int64, Int64],
         do_strides: tuple[Int64, Int64, Int64],
@@ -64,23 +66,27 @@ class SdpaBwdPreprocessSm90:
         dos = tuple(cute.assume(x, divby=div) for x in do_strides)
         Dv, D = self.head_dim_v, self.head_dim
         sp = cute.assume(seqlen_pad, divby=PREPOST_ROWS)
-        mO = cute.make_tensor(o_ptr, cute.make_layout((seqlen_q, Dv, heads, batch), stride=(os_[2], 1, os_[1], os_[0])))
-        mdO = cute.make_tensor(do_ptr, cute.make_layout((seqlen_q, Dv, heads, batch), stride=(dos[2], 1, dos[1], dos[0])))
-        mLSE = cute.make_tensor(lse_ptr, cute.make_layout((seqlen_q, heads, batch), stride=(lse_strides[2], lse_strides[1], lse_strides[0])))
-        mLSE2 = cute.make_tensor(lse2_ptr, cute.make_layout((sp, heads, batch), stride=(1, sp, sp * heads)))
-        mDpsum = cute.make_tensor(dpsum_ptr, cute.make_layout((sp, heads, batch), stride=(1, sp, sp * heads)))
-        mdQacc = cute.make_tensor(dqacc_ptr, cute.make_layout((sp, D, heads, batch), stride=(D, 1, sp * D, sp * D * heads)))
+        bt = batch if const_expr(not self.key.varlen) else Int32(1)
+        mO = cute.make_tensor(o_ptr, cute.make_layout((seqlen_q, Dv, heads, bt), stride=(os_[2], 1, os_[1], os_[0])))
+        mdO = cute.make_tensor(do_ptr, cute.make_layout((seqlen_q, Dv, heads, bt), stride=(dos[2], 1, dos[1], dos[0])))
+        mLSE = cute.make_tensor(lse_ptr, cute.make_layout((seqlen_q, heads, bt), stride=(lse_strides[2], lse_strides[1], lse_strides[0])))
+        mLSE2 = cute.make_tensor(lse2_ptr, cute.make_layout((sp, heads, bt), stride=(1, sp, sp * heads)))
+        mDpsum = cute.make_tensor(dpsum_ptr, cute.make_layout((sp, heads, bt), stride=(1, sp, sp * heads)))
+        mdQacc = cute.make_tensor(dqacc_ptr, cute.make_layout((sp, D, heads, bt), stride=(D, 1, sp * D, sp * D * heads)))
         mSinks, mPart = None, None
         if const_expr(self.key.has_sinks):
             mSinks = cute.make_tensor(sinks_ptr, cute.make_layout((heads,)))
             nw = sp // 32
-            mPart = cute.make_tensor(dsink_part_ptr, cute.make_layout((nw, heads, batch), stride=(1, nw, nw * heads)))
+            mPart = cute.make_tensor(dsink_part_ptr, cute.make_layout((nw, heads, bt), stride=(1, nw, nw * heads)))
         mSem = None
         if const_expr(self.key.deterministic):
             ns = sp // SEM_ROWS
-            mSem = cute.make_tensor(sem_ptr, cute.make_layout((ns, heads, batch), stride=(1, ns, ns * heads)))
-        grid = (seqlen_pad // PREPOST_ROWS, heads, batch)
-        self.kernel(mO, mdO, mLSE, mLSE2, mDpsum, mdQacc, mSinks, mPart, mSem, seqlen_q).launch(grid=grid, block=[PREPOST_ROWS, 1, 1], stream=stream)
+            mSem = cute.make_tensor(sem_ptr, cute.make_layout((ns, heads, bt), stride=(1, ns, ns * heads)))
+        mCuQ = None
+        if const_expr(self.key.varlen):
+            mCuQ = cute.make_tensor(cu_q_ptr, cute.make_layout((batch + 1,)))
+        grid = ((max_seqlen_q + PREPOST_ROWS - 1) // PREPOST_ROWS, heads, batch)
+        self.kernel(mO, mdO, mLSE, mLSE2, mDpsum, mdQacc, mSinks, mPart, mSem, mCuQ, seqlen_q).launch(grid=grid, block=[PREPOST_ROWS, 1, 1], stream=stream)
 
     @cute.kernel
     def kernel(
@@ -94,19 +100,54 @@ class SdpaBwdPreprocessSm90:
         mSinks: cute.Tensor | None,
         mPart: cute.Tensor | None,
         mSem: cute.Tensor | None,
+        mCuQ: cute.Tensor | None,
         seqlen_q: Int32,
     ):
-        tidx, _, _ = cute.arch.thread_idx()
         m_block, head, batch = cute.arch.block_idx()
-        row = m_block * PREPOST_ROWS + tidx
+        if const_expr(mCuQ is None):
+            self.rows(mO, mdO, mLSE, mLSE2, mDpsum, mdQacc, mSinks, mPart, mSem, m_block, head, batch, seqlen_q, Int32(0), Int32(0))
+        else:
+            # varlen: tokens of sequence b start at cu[b]; its scratch rows at a padded offset (no overlap)
+            offset = mCuQ[batch]
+            seqlen = mCuQ[batch + 1] - offset
+            pad = (offset + batch * PREPOST_ROWS) // PREPOST_ROWS * PREPOST_ROWS
+            if m_block * PREPOST_ROWS < seqlen:
+                self.rows(mO, mdO, mLSE, mLSE2, mDpsum, mdQacc, mSinks, mPart, mSem, m_block, head, Int32(0), seqlen, offset, pad)
+
+    kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
+
+    @cute.jit
+    def rows(
+        self,
+        mO: cute.Tensor,
+        mdO: cute.Tensor,
+        mLSE: cute.Tensor,
+        mLSE2: cute.Tensor,
+        mDpsum: cute.Tensor,
+        mdQacc: cute.Tensor,
+        mSinks: cute.Tensor | None,
+        mPart: cute.Tensor | None,
+        mSem: cute.Tensor | None,
+        m_block: Int32,
+        head: Int32,
+        batch: Int32,
+        seqlen_q: Int32,
+        offset: Int32,
+        pad: Int32,
+    ):
+        """One thread per row: local row ``i`` of the block reads token ``offset + i`` and writes scratch row ``pad + i``."""
+        tidx, _, _ = cute.arch.thread_idx()
+        local = m_block * PREPOST_ROWS + tidx
+        row = offset + local
+        srow = pad + local
         if const_expr(mSem is not None):
             # deterministic dQ: the main kernel's turn counters start at 0
             if tidx < PREPOST_ROWS // SEM_ROWS:
-                mSem[m_block * (PREPOST_ROWS // SEM_ROWS) + tidx, head, batch] = Int32(0)
+                mSem[(pad + m_block * PREPOST_ROWS) // SEM_ROWS + tidx, head, batch] = Int32(0)
         vec = 128 // self.dtype.width
         dot = Float32(0.0)
         lse2 = Float32.inf
-        if row < seqlen_q:
+        if local < seqlen_q:
             gO = mO[row, None, head, batch]
             gdO = mdO[row, None, head, batch]
             for c in cutlass.range_constexpr(self.head_dim_v // vec):
@@ -123,23 +164,21 @@ class SdpaBwdPreprocessSm90:
                 lse2 = lse
             if lse == -Float32.inf:
                 lse2 = Float32.inf
-        mLSE2[row, head, batch] = lse2
-        mDpsum[row, head, batch] = dot
+        mLSE2[srow, head, batch] = lse2
+        mDpsum[srow, head, batch] = dot
         if const_expr(mSinks is not None):
             # d loss / d sink[h] = -sum_i P_sink[i] * dpsum[i], with P_sink[i] = exp(sink - LSE[i]); one partial per warp.
             contrib = Float32(0.0)
-            if row < seqlen_q:
+            if local < seqlen_q:
                 contrib = -cute.math.exp2(Float32(mSinks[head]) * LOG2_E - lse2, fastmath=True) * dot
             wsum = cute.arch.warp_reduction_sum(contrib)
             if tidx % 32 == 0:
-                mPart[m_block * (PREPOST_ROWS // 32) + tidx // 32, head, batch] = wsum
-        gdQ = mdQacc[row, None, head, batch]
+                mPart[(pad + m_block * PREPOST_ROWS) // 32 + tidx // 32, head, batch] = wsum
+        gdQ = mdQacc[srow, None, head, batch]
         zeros = cute.make_rmem_tensor((4,), Float32)
         zeros.fill(0.0)
         for c in cutlass.range_constexpr(self.head_dim // 4):
             cute.autovec_copy(zeros, cute.local_tile(gdQ, (4,), (c,)))
-
-    kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
 
 
 class SdpaBwdPostprocessSm90:
@@ -157,9 +196,11 @@ class SdpaBwdPostprocessSm90:
         dq_ptr: cute.Pointer,
         dsink_part_ptr: cute.Pointer | None,
         dsinks_ptr: cute.Pointer | None,
+        cu_q_ptr: cute.Pointer | None,
         batch: Int32,
         heads: Int32,
-        seqlen_q: Int32,
+        seqlen_q: Int32,  # S_q (dense) or T_q (varlen)
+        max_seqlen_q: Int32,  # grid extent along queries (= S_q for dense)
         seqlen_pad: Int32,
         dq_strides: tuple[Int64, Int64, Int64],
         scale: Float32,
@@ -169,44 +210,90 @@ class SdpaBwdPostprocessSm90:
         dqs = tuple(cute.assume(x, divby=div) for x in dq_strides)
         D = self.head_dim
         sp = cute.assume(seqlen_pad, divby=PREPOST_ROWS)
-        mdQacc = cute.make_tensor(dqacc_ptr, cute.make_layout((sp, D, heads, batch), stride=(D, 1, sp * D, sp * D * heads)))
-        mdQ = cute.make_tensor(dq_ptr, cute.make_layout((seqlen_q, D, heads, batch), stride=(dqs[2], 1, dqs[1], dqs[0])))
+        bt = batch if const_expr(not self.key.varlen) else Int32(1)
+        mdQacc = cute.make_tensor(dqacc_ptr, cute.make_layout((sp, D, heads, bt), stride=(D, 1, sp * D, sp * D * heads)))
+        mdQ = cute.make_tensor(dq_ptr, cute.make_layout((seqlen_q, D, heads, bt), stride=(dqs[2], 1, dqs[1], dqs[0])))
         mPart, mdSinks = None, None
         if const_expr(self.key.has_sinks):
             nw = sp // 32
-            mPart = cute.make_tensor(dsink_part_ptr, cute.make_layout((nw, heads, batch), stride=(1, nw, nw * heads)))
+            mPart = cute.make_tensor(dsink_part_ptr, cute.make_layout((nw, heads, bt), stride=(1, nw, nw * heads)))
             mdSinks = cute.make_tensor(dsinks_ptr, cute.make_layout((heads,)))
-        grid = (seqlen_pad // PREPOST_ROWS, heads, batch)
-        self.kernel(mdQacc, mdQ, mPart, mdSinks, seqlen_q, scale).launch(grid=grid, block=[PREPOST_ROWS, 1, 1], stream=stream)
+        mCuQ = None
+        if const_expr(self.key.varlen):
+            mCuQ = cute.make_tensor(cu_q_ptr, cute.make_layout((batch + 1,)))
+        grid = ((max_seqlen_q + PREPOST_ROWS - 1) // PREPOST_ROWS, heads, batch)
+        self.kernel(mdQacc, mdQ, mPart, mdSinks, mCuQ, batch, seqlen_q, scale).launch(grid=grid, block=[PREPOST_ROWS, 1, 1], stream=stream)
 
     @cute.kernel
-    def kernel(self, mdQacc: cute.Tensor, mdQ: cute.Tensor, mPart: cute.Tensor | None, mdSinks: cute.Tensor | None, seqlen_q: Int32, scale: Float32):
+    def kernel(
+        self,
+        mdQacc: cute.Tensor,
+        mdQ: cute.Tensor,
+        mPart: cute.Tensor | None,
+        mdSinks: cute.Tensor | None,
+        mCuQ: cute.Tensor | None,
+        num_batch: Int32,
+        seqlen_q: Int32,
+        scale: Float32,
+    ):
         tidx, _, _ = cute.arch.thread_idx()
         m_block, head, batch = cute.arch.block_idx()
         if const_expr(mPart is not None):
             # dsinks[h]: warp 0 of the CTA (m_block 0, batch 0) of each head sums the preprocess's partials (fixed order).
             if m_block == 0 and batch == 0 and tidx < 32:
                 acc = Float32(0.0)
-                nw = cute.size(mPart, mode=[0])
-                for b in cutlass.range(cute.size(mPart, mode=[2]), unroll=1):
-                    for j in cutlass.range((nw + 31 - tidx) // 32, unroll=1):
-                        acc = acc + mPart[tidx + 32 * j, head, b]
+                if const_expr(mCuQ is None):
+                    nw = cute.size(mPart, mode=[0])
+                    for b in cutlass.range(num_batch, unroll=1):
+                        for j in cutlass.range((nw + 31 - tidx) // 32, unroll=1):
+                            acc = acc + mPart[tidx + 32 * j, head, b]
+                else:
+                    for b in cutlass.range(num_batch, unroll=1):
+                        off = mCuQ[b]
+                        nw = (mCuQ[b + 1] - off + PREPOST_ROWS - 1) // PREPOST_ROWS * (PREPOST_ROWS // 32)
+                        first = (off + b * PREPOST_ROWS) // PREPOST_ROWS * (PREPOST_ROWS // 32)
+                        for j in cutlass.range((nw + 31 - tidx) // 32, unroll=1):
+                            acc = acc + mPart[first + tidx + 32 * j, head, 0]
                 acc = cute.arch.warp_reduction_sum(acc)
                 if tidx == 0:
                     mdSinks[head] = acc
-        row = m_block * PREPOST_ROWS + tidx
+        if const_expr(mCuQ is None):
+            self.rows(mdQacc, mdQ, m_block, head, batch, seqlen_q, Int32(0), Int32(0), scale)
+        else:
+            offset = mCuQ[batch]
+            seqlen = mCuQ[batch + 1] - offset
+            pad = (offset + batch * PREPOST_ROWS) // PREPOST_ROWS * PREPOST_ROWS
+            if m_block * PREPOST_ROWS < seqlen:
+                self.rows(mdQacc, mdQ, m_block, head, Int32(0), seqlen, offset, pad, scale)
+
+    kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
+
+    @cute.jit
+    def rows(
+        self,
+        mdQacc: cute.Tensor,
+        mdQ: cute.Tensor,
+        m_block: Int32,
+        head: Int32,
+        batch: Int32,
+        seqlen_q: Int32,
+        offset: Int32,
+        pad: Int32,
+        scale: Float32,
+    ):
+        """One thread per row: scratch row ``pad + i`` becomes token ``offset + i`` of dQ."""
+        tidx, _, _ = cute.arch.thread_idx()
+        local = m_block * PREPOST_ROWS + tidx
         vec = 128 // self.dtype.width
-        if row < seqlen_q:
-            gAcc = mdQacc[row, None, head, batch]
-            gdQ = mdQ[row, None, head, batch]
+        if local < seqlen_q:
+            gAcc = mdQacc[pad + local, None, head, batch]
+            gdQ = mdQ[offset + local, None, head, batch]
             for c in cutlass.range_constexpr(self.head_dim // vec):
                 rAcc = cute.make_rmem_tensor((vec,), Float32)
                 cute.autovec_copy(cute.local_tile(gAcc, (vec,), (c,)), rAcc)
                 rdQ = cute.make_rmem_tensor((vec,), self.dtype)
                 rdQ.store((rAcc.load() * scale).to(self.dtype))
                 cute.autovec_copy(rdQ, cute.local_tile(gdQ, (vec,), (c,)))
-
-    kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
 
 
 def _ptr(t, align=16):
@@ -224,8 +311,8 @@ def compile_sdpa_bwd_pre(key: SdpaBwdKey):
         SdpaBwdPreprocessSm90(key),
         _ptr(dtype), _ptr(dtype), _ptr(Float32, 4), _ptr(Float32), _ptr(Float32), _ptr(Float32),
         _ptr(Float32, 4) if key.has_sinks else None, _ptr(Float32) if key.has_sinks else None,
-        _ptr(Int32) if key.deterministic else None,
-        zero, zero, zero, Int32(PREPOST_ROWS), strides, strides, strides, cuda.CUstream(0),
+        _ptr(Int32) if key.deterministic else None, _ptr(Int32, 4) if key.varlen else None,
+        zero, zero, zero, zero, Int32(PREPOST_ROWS), strides, strides, strides, cuda.CUstream(0),
     )  # fmt: skip
 
 
@@ -236,6 +323,6 @@ def compile_sdpa_bwd_post(key: SdpaBwdKey):
     strides = (Int64(0), Int64(0), Int64(0))
     return cute.compile(
         SdpaBwdPostprocessSm90(key), _ptr(Float32), _ptr(dtype),
-        _ptr(Float32) if key.has_sinks else None, _ptr(Float32, 4) if key.has_sinks else None,
-        zero, zero, zero, Int32(PREPOST_ROWS), strides, Float32(1.0), cuda.CUstream(0),
+        _ptr(Float32) if key.has_sinks else None, _ptr(Float32, 4) if key.has_sinks else None, _ptr(Int32, 4) if key.varlen else None,
+        zero, zero, zero, zero, Int32(PREPOST_ROWS), strides, Float32(1.0), cuda.CUstream(0),
     )  # fmt: skip

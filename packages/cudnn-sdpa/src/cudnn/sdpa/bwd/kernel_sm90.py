@@ -31,6 +31,7 @@ Tests: packages/cudnn-sdpa/tests/test_sdpa_bwd_*.py. Benchmark: benchmarks/sdpa_
 from __future__ import annotations
 
 import enum
+import math
 
 import cuda.bindings.driver as cuda
 import cutlass
@@ -94,12 +95,15 @@ class SdpaBwdKernelSm90:
         dpsum_ptr: cute.Pointer,
         dqacc_ptr: cute.Pointer,
         sem_ptr: cute.Pointer | None,  # deterministic: int32 turn counters (B, H, S_pad / tile_m), zeroed by the preprocess
+        cu_q_ptr: cute.Pointer | None,  # THD varlen: int32 cumulative lengths (B + 1)
+        cu_k_ptr: cute.Pointer | None,
         batch: Int32,
         heads: Int32,
         heads_kv: Int32,
-        seqlen_q: Int32,
-        seqlen_k: Int32,
-        seqlen_pad: Int32,  # rows of the per-(batch, head) scratch (a multiple of PREPOST_ROWS)
+        seqlen_q: Int32,  # S_q (dense) or T_q (varlen: total query tokens)
+        seqlen_k: Int32,  # S_kv or T_kv
+        max_seqlen_k: Int32,  # grid extent along keys (= S_kv for dense)
+        seqlen_pad: Int32,  # rows of the per-(batch, head) scratch (a multiple of PREPOST_ROWS; varlen: of all sequences)
         group_heads: Int32,  # (kv head, batch) pairs per L2 group of the tile order
         q_strides: tuple[Int64, Int64, Int64],  # (batch, head, seq) in elements
         k_strides: tuple[Int64, Int64, Int64],
@@ -122,19 +126,25 @@ class SdpaBwdKernelSm90:
         qs, ks, vs, dos = strides(q_strides), strides(k_strides), strides(v_strides), strides(do_strides)
         dks, dvs = strides(dk_strides), strides(dv_strides)
         sp = cute.assume(seqlen_pad, divby=PREPOST_ROWS)
-        mQ = cute.make_tensor(q_ptr, cute.make_layout((seqlen_q, D, heads, batch), stride=(qs[2], 1, qs[1], qs[0])))
-        mK = cute.make_tensor(k_ptr, cute.make_layout((seqlen_k, D, heads_kv, batch), stride=(ks[2], 1, ks[1], ks[0])))
-        mV = cute.make_tensor(v_ptr, cute.make_layout((seqlen_k, Dv, heads_kv, batch), stride=(vs[2], 1, vs[1], vs[0])))
-        mdO = cute.make_tensor(do_ptr, cute.make_layout((seqlen_q, Dv, heads, batch), stride=(dos[2], 1, dos[1], dos[0])))
-        mdK = cute.make_tensor(dk_ptr, cute.make_layout((seqlen_k, D, heads_kv, batch), stride=(dks[2], 1, dks[1], dks[0])))
-        mdV = cute.make_tensor(dv_ptr, cute.make_layout((seqlen_k, Dv, heads_kv, batch), stride=(dvs[2], 1, dvs[1], dvs[0])))
-        mLSE2 = cute.make_tensor(lse2_ptr, cute.make_layout((sp, heads, batch), stride=(1, sp, sp * heads)))
-        mDpsum = cute.make_tensor(dpsum_ptr, cute.make_layout((sp, heads, batch), stride=(1, sp, sp * heads)))
-        mdQacc = cute.make_tensor(dqacc_ptr, cute.make_layout((sp, D, heads, batch), stride=(D, 1, sp * D, sp * D * heads)))
+        # varlen: one "batch" of packed tokens; each CTA offsets by its sequence's start (cu_seqlens) on the device.
+        bt = batch if const_expr(not self.key.varlen) else Int32(1)
+        mQ = cute.make_tensor(q_ptr, cute.make_layout((seqlen_q, D, heads, bt), stride=(qs[2], 1, qs[1], qs[0])))
+        mK = cute.make_tensor(k_ptr, cute.make_layout((seqlen_k, D, heads_kv, bt), stride=(ks[2], 1, ks[1], ks[0])))
+        mV = cute.make_tensor(v_ptr, cute.make_layout((seqlen_k, Dv, heads_kv, bt), stride=(vs[2], 1, vs[1], vs[0])))
+        mdO = cute.make_tensor(do_ptr, cute.make_layout((seqlen_q, Dv, heads, bt), stride=(dos[2], 1, dos[1], dos[0])))
+        mdK = cute.make_tensor(dk_ptr, cute.make_layout((seqlen_k, D, heads_kv, bt), stride=(dks[2], 1, dks[1], dks[0])))
+        mdV = cute.make_tensor(dv_ptr, cute.make_layout((seqlen_k, Dv, heads_kv, bt), stride=(dvs[2], 1, dvs[1], dvs[0])))
+        mLSE2 = cute.make_tensor(lse2_ptr, cute.make_layout((sp, heads, bt), stride=(1, sp, sp * heads)))
+        mDpsum = cute.make_tensor(dpsum_ptr, cute.make_layout((sp, heads, bt), stride=(1, sp, sp * heads)))
+        mdQacc = cute.make_tensor(dqacc_ptr, cute.make_layout((sp, D, heads, bt), stride=(D, 1, sp * D, sp * D * heads)))
         mSem = None
         if const_expr(self.key.deterministic):
             ns = sp // self.tile_m
-            mSem = cute.make_tensor(sem_ptr, cute.make_layout((ns, heads, batch), stride=(1, ns, ns * heads)))
+            mSem = cute.make_tensor(sem_ptr, cute.make_layout((ns, heads, bt), stride=(1, ns, ns * heads)))
+        mCuQ, mCuK = None, None
+        if const_expr(self.key.varlen):
+            mCuQ = cute.make_tensor(cu_q_ptr, cute.make_layout((batch + 1,)))
+            mCuK = cute.make_tensor(cu_k_ptr, cute.make_layout((batch + 1,)))
 
         K_MAJOR, MN_MAJOR = warpgroup.OperandMajorMode.K, warpgroup.OperandMajorMode.MN
         # S^T = K Q^T and dP^T = V dO^T: M = keys (64 per consumer warpgroup), N = queries.
@@ -183,10 +193,10 @@ class SdpaBwdKernelSm90:
         tx_do = cute.size_in_bytes(self.dtype, cute.select(sdO_layout, mode=[0, 1]))
         tx_kv = cute.size_in_bytes(self.dtype, sK_layout) + cute.size_in_bytes(self.dtype, sV_layout)
 
-        num_n_blocks = (seqlen_k + self.tile_n - 1) // self.tile_n
+        num_n_blocks = (max_seqlen_k + self.tile_n - 1) // self.tile_n
         grid = SingleTileScheduler.grid(num_n_blocks, heads_kv, batch)
         self.kernel(
-            tma_Q, tma_K, tma_V, tma_dO, tma_dK, tma_dV, mLSE2, mDpsum, mdQacc, mSem,
+            tma_Q, tma_K, tma_V, tma_dO, tma_dK, tma_dV, mdK, mdV, mLSE2, mDpsum, mdQacc, mSem, mCuQ, mCuK,
             tma_atom_Q, tma_atom_K, tma_atom_V, tma_atom_dO, tma_atom_dK, tma_atom_dV,
             seqlen_q, seqlen_k, num_n_blocks, heads_kv, batch, group_heads, scale_log2, scale, window_left, window_right,
             sQ_layout, sdO_layout, sK_layout, sV_layout, sdS_layout,
@@ -204,20 +214,24 @@ class SdpaBwdKernelSm90:
         mK: cute.Tensor,
         mV: cute.Tensor,
         mdO: cute.Tensor,
+        mdK_tma: cute.Tensor,
+        mdV_tma: cute.Tensor,
         mdK: cute.Tensor,
         mdV: cute.Tensor,
         mLSE2: cute.Tensor,
         mDpsum: cute.Tensor,
         mdQacc: cute.Tensor,
         mSem: cute.Tensor | None,
+        mCuQ: cute.Tensor | None,
+        mCuK: cute.Tensor | None,
         tma_atom_Q: cute.CopyAtom,
         tma_atom_K: cute.CopyAtom,
         tma_atom_V: cute.CopyAtom,
         tma_atom_dO: cute.CopyAtom,
         tma_atom_dK: cute.CopyAtom,
         tma_atom_dV: cute.CopyAtom,
-        seqlen_q: Int32,
-        seqlen_k: Int32,
+        seqlen_q_static: Int32,
+        seqlen_k_static: Int32,
         num_n_blocks: Int32,
         num_heads_kv: Int32,
         num_batch: Int32,
@@ -265,6 +279,21 @@ class SdpaBwdKernelSm90:
 
         # Longest first is the natural order for causal top-left: key block 0 sees every query block.
         n_block, head_kv, batch = SingleTileScheduler(num_n_blocks, num_heads_kv, num_batch, group_heads, False).tile()
+        # Per-sequence extents and offsets (varlen reads them from cu_seqlens on the device). ``pad_q`` is the
+        # sequence's first row in the scratch: its padded rows never overlap the next sequence's.
+        seqlen_q = seqlen_q_static
+        seqlen_k = seqlen_k_static
+        offset_q = Int32(0)
+        offset_k = Int32(0)
+        pad_q = Int32(0)
+        batch_t = batch
+        if const_expr(self.key.varlen):
+            offset_q = mCuQ[batch]
+            seqlen_q = mCuQ[batch + 1] - offset_q
+            offset_k = mCuK[batch]
+            seqlen_k = mCuK[batch + 1] - offset_k
+            pad_q = (offset_q + batch * PREPOST_ROWS) // PREPOST_ROWS * PREPOST_ROWS
+            batch_t = Int32(0)
         mask_offset = Int32(0)
         if const_expr(self.key.bottom_right):
             mask_offset = seqlen_k - seqlen_q
@@ -273,12 +302,76 @@ class SdpaBwdKernelSm90:
 
         cute.arch.sync_threads()  # mbarrier init visible to every warp
 
+        if const_expr(not self.key.varlen):
+            self.roles(
+                mQ, mK, mV, mdO, mdK_tma, mdV_tma, mLSE2, mDpsum, mdQacc, mSem, sQ, sK, sV, sdO, sdSt,
+                tma_atom_Q, tma_atom_K, tma_atom_V, tma_atom_dO, tma_atom_dK, tma_atom_dV, pipeline_q, pipeline_do, pipeline_kv,
+                tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ, scale_log2, scale, mask, n_block, head_kv, batch_t,
+                offset_q, offset_k, pad_q, m_block_min, m_block_max,
+            )  # fmt: skip
+        else:
+            if n_block * self.tile_n < seqlen_k:  # key blocks past this sequence's end do nothing
+                self.roles(
+                    mQ, mK, mV, mdO, mdK, mdV, mLSE2, mDpsum, mdQacc, mSem, sQ, sK, sV, sdO, sdSt,
+                    tma_atom_Q, tma_atom_K, tma_atom_V, tma_atom_dO, tma_atom_dK, tma_atom_dV, pipeline_q, pipeline_do, pipeline_kv,
+                    tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ, scale_log2, scale, mask, n_block, head_kv, batch_t,
+                    offset_q, offset_k, pad_q, m_block_min, m_block_max,
+                )  # fmt: skip
+
+    kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
+
+    @cute.jit
+    def roles(
+        self,
+        mQ: cute.Tensor,
+        mK: cute.Tensor,
+        mV: cute.Tensor,
+        mdO: cute.Tensor,
+        mdK: cute.Tensor,
+        mdV: cute.Tensor,
+        mLSE2: cute.Tensor,
+        mDpsum: cute.Tensor,
+        mdQacc: cute.Tensor,
+        mSem: cute.Tensor | None,
+        sQ: cute.Tensor,
+        sK: cute.Tensor,
+        sV: cute.Tensor,
+        sdO: cute.Tensor,
+        sdSt: cute.Tensor,
+        tma_atom_Q: cute.CopyAtom,
+        tma_atom_K: cute.CopyAtom,
+        tma_atom_V: cute.CopyAtom,
+        tma_atom_dO: cute.CopyAtom,
+        tma_atom_dK: cute.CopyAtom,
+        tma_atom_dV: cute.CopyAtom,
+        pipeline_q,
+        pipeline_do,
+        pipeline_kv,
+        tiled_mma_SdP: cute.TiledMma,
+        tiled_mma_dK: cute.TiledMma,
+        tiled_mma_dV: cute.TiledMma,
+        tiled_mma_dQ: cute.TiledMma,
+        scale_log2: Float32,
+        scale: Float32,
+        mask: MaskInfoBwd,
+        n_block: Int32,
+        head_kv: Int32,
+        batch: Int32,
+        offset_q: Int32,
+        offset_k: Int32,
+        pad_q: Int32,
+        m_block_min: Int32,
+        m_block_max: Int32,
+    ):
+        """Warp roles: the producer warp and the two consumer warpgroups (``mdK`` / ``mdV`` are the TMA tensors for
+        dense plans, the plain global tensors for varlen ones)."""
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         if warp_idx < 4:
             cute.arch.setmaxregister_decrease(self.num_producer_regs)
             if warp_idx == 0:
                 self.load(
                     mQ, mK, mV, mdO, sQ, sK, sV, sdO, tma_atom_Q, tma_atom_K, tma_atom_V, tma_atom_dO,
-                    pipeline_q, pipeline_do, pipeline_kv, n_block, head_kv, batch, m_block_min, m_block_max,
+                    pipeline_q, pipeline_do, pipeline_kv, n_block, head_kv, batch, offset_q, offset_k, m_block_min, m_block_max,
                 )  # fmt: skip
         else:
             cute.arch.setmaxregister_increase(self.num_mma_regs)
@@ -286,7 +379,7 @@ class SdpaBwdKernelSm90:
             self.mma(
                 tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ, mdK, mdV, mLSE2, mDpsum, mdQacc, mSem,
                 sQ, sK, sV, sdO, sdSt, tma_atom_dK, tma_atom_dV, pipeline_q, pipeline_do, pipeline_kv,
-                tidx, scale_log2, scale, mask, n_block, head_kv, batch, m_block_min, m_block_max,
+                tidx, scale_log2, scale, mask, n_block, head_kv, batch, offset_k, pad_q, m_block_min, m_block_max,
             )  # fmt: skip
 
     kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
@@ -312,13 +405,20 @@ class SdpaBwdKernelSm90:
         n_block: Int32,
         head_kv: Int32,
         batch: Int32,
+        offset_q: Int32,
+        offset_k: Int32,
         m_block_min: Int32,
         m_block_max: Int32,
     ):
         """Producer warp: K and V once, then (Q, dO) of every query block of every query head of the group."""
         D, Dv = self.head_dim, self.head_dim_v
-        gK = cute.local_tile(mK[None, None, head_kv, batch], (self.tile_n, D), (n_block, 0))
-        gV = cute.local_tile(mV[None, None, head_kv, batch], (self.tile_n, Dv), (n_block, 0))
+        mK_cur = mK[None, None, head_kv, batch]
+        mV_cur = mV[None, None, head_kv, batch]
+        if const_expr(self.key.varlen):
+            mK_cur = cute.domain_offset((offset_k, 0), mK_cur)
+            mV_cur = cute.domain_offset((offset_k, 0), mV_cur)
+        gK = cute.local_tile(mK_cur, (self.tile_n, D), (n_block, 0))
+        gV = cute.local_tile(mV_cur, (self.tile_n, Dv), (n_block, 0))
         tKsK, tKgK = cpasync.tma_partition(tma_atom_K, 0, cute.make_layout(1), cute.group_modes(sK, 0, 2), cute.group_modes(gK, 0, 2))
         tVsV, tVgV = cpasync.tma_partition(tma_atom_V, 0, cute.make_layout(1), cute.group_modes(sV, 0, 2), cute.group_modes(gV, 0, 2))
         kv_state = producer_state(1)
@@ -331,8 +431,13 @@ class SdpaBwdKernelSm90:
         G = self.key.qhead_per_kvhead
         for g in cutlass.range(G, unroll=1):
             head = head_kv * G + g
-            gQ = cute.local_tile(mQ[None, None, head, batch], (self.tile_m, D), (None, 0))
-            gdO = cute.local_tile(mdO[None, None, head, batch], (self.tile_m, Dv), (None, 0))
+            mQ_cur = mQ[None, None, head, batch]
+            mdO_cur = mdO[None, None, head, batch]
+            if const_expr(self.key.varlen):
+                mQ_cur = cute.domain_offset((offset_q, 0), mQ_cur)
+                mdO_cur = cute.domain_offset((offset_q, 0), mdO_cur)
+            gQ = cute.local_tile(mQ_cur, (self.tile_m, D), (None, 0))
+            gdO = cute.local_tile(mdO_cur, (self.tile_m, Dv), (None, 0))
             tQsQ, tQgQ = cpasync.tma_partition(tma_atom_Q, 0, cute.make_layout(1), cute.group_modes(sQ, 0, 2), cute.group_modes(gQ, 0, 2))
             tdOsdO, tdOgdO = cpasync.tma_partition(tma_atom_dO, 0, cute.make_layout(1), cute.group_modes(sdO, 0, 2), cute.group_modes(gdO, 0, 2))
             for i in cutlass.range(num_m, unroll=1):
@@ -373,6 +478,8 @@ class SdpaBwdKernelSm90:
         n_block: Int32,
         head_kv: Int32,
         batch: Int32,
+        offset_k: Int32,
+        pad_q: Int32,
         m_block_min: Int32,
         m_block_max: Int32,
     ):
@@ -437,6 +544,12 @@ class SdpaBwdKernelSm90:
             mSem_cur = None
             if const_expr(self.key.deterministic):
                 mSem_cur = mSem[None, head, batch]
+            if const_expr(self.key.varlen):
+                mLSE2_cur = cute.domain_offset((pad_q,), mLSE2_cur)
+                mDpsum_cur = cute.domain_offset((pad_q,), mDpsum_cur)
+                mdQacc_cur = cute.domain_offset((pad_q, 0), mdQacc_cur)
+                if const_expr(self.key.deterministic):
+                    mSem_cur = cute.domain_offset((pad_q // self.tile_m,), mSem_cur)
             # query blocks crossing the right (causal) boundary, then unmasked ones, then those crossing the left one
             for i in cutlass.range(cutlass.max(m_mid1 - m_block_min, 0), unroll=1):
                 state = self.step(
@@ -470,17 +583,46 @@ class SdpaBwdKernelSm90:
         thr_copy_dV = cute.make_tiled_copy_C(smem_copy_atom, tiled_mma_dV).get_slice(tidx)
         cute.copy(smem_copy_atom, thr_copy_dK.retile(rdK), thr_copy_dK.partition_D(sK))
         cute.copy(smem_copy_atom, thr_copy_dV.retile(rdV), thr_copy_dV.partition_D(sV))
-        cute.arch.fence_view_async_shared()
-        cute.arch.barrier(barrier_id=int(NamedBarrierBwd.EPILOGUE), number_of_threads=self.num_mma_threads)
-        if cute.arch.make_warp_uniform(cute.arch.warp_idx()) == 4:
-            gdK = cute.local_tile(mdK[None, None, head_kv, batch], (self.tile_n, D), (n_block, 0))
-            gdV = cute.local_tile(mdV[None, None, head_kv, batch], (self.tile_n, Dv), (n_block, 0))
-            tdKsdK, tdKgdK = cpasync.tma_partition(tma_atom_dK, 0, cute.make_layout(1), cute.group_modes(sK, 0, 2), cute.group_modes(gdK, 0, 2))
-            tdVsdV, tdVgdV = cpasync.tma_partition(tma_atom_dV, 0, cute.make_layout(1), cute.group_modes(sV, 0, 2), cute.group_modes(gdV, 0, 2))
-            cute.copy(tma_atom_dK, tdKsdK, tdKgdK)
-            cute.copy(tma_atom_dV, tdVsdV, tdVgdV)
-            cute.arch.cp_async_bulk_commit_group()
-            cute.arch.cp_async_bulk_wait_group(0, read=True)
+        if const_expr(not self.key.varlen):
+            cute.arch.fence_view_async_shared()
+            cute.arch.barrier(barrier_id=int(NamedBarrierBwd.EPILOGUE), number_of_threads=self.num_mma_threads)
+            if cute.arch.make_warp_uniform(cute.arch.warp_idx()) == 4:
+                gdK = cute.local_tile(mdK[None, None, head_kv, batch], (self.tile_n, D), (n_block, 0))
+                gdV = cute.local_tile(mdV[None, None, head_kv, batch], (self.tile_n, Dv), (n_block, 0))
+                tdKsdK, tdKgdK = cpasync.tma_partition(tma_atom_dK, 0, cute.make_layout(1), cute.group_modes(sK, 0, 2), cute.group_modes(gdK, 0, 2))
+                tdVsdV, tdVgdV = cpasync.tma_partition(tma_atom_dV, 0, cute.make_layout(1), cute.group_modes(sV, 0, 2), cute.group_modes(gdV, 0, 2))
+                cute.copy(tma_atom_dK, tdKsdK, tdKgdK)
+                cute.copy(tma_atom_dV, tdVsdV, tdVgdV)
+                cute.arch.cp_async_bulk_commit_group()
+                cute.arch.cp_async_bulk_wait_group(0, read=True)
+        else:
+            # varlen: predicated 16-byte stores, so no row of the next sequence is touched
+            cute.arch.barrier(barrier_id=int(NamedBarrierBwd.EPILOGUE), number_of_threads=self.num_mma_threads)
+            rows_left = mask.seqlen_k - n_block * self.tile_n
+            self.store_rows(cute.domain_offset((offset_k, 0), mdK[None, None, head_kv, batch]), sK, rows_left, n_block, tidx, D)
+            self.store_rows(cute.domain_offset((offset_k, 0), mdV[None, None, head_kv, batch]), sV, rows_left, n_block, tidx, Dv)
+
+    @cute.jit
+    def store_rows(self, mD: cute.Tensor, sD: cute.Tensor, rows_left: Int32, n_block: Int32, tidx: Int32, head_dim: cutlass.Constexpr[int]):
+        """Copy the first ``rows_left`` rows of the (tile_n, head_dim) shared-memory tile ``sD`` to key block
+        ``n_block`` of ``mD`` with 16-byte vector stores (consumer threads)."""
+        vec = 128 // self.dtype.width
+        cols = head_dim // vec
+        rows_per_pass = 1 << int(math.log2(self.num_mma_threads // cols))
+        copy_atom = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), self.dtype, num_bits_per_copy=128)
+        thr_layout = cute.make_ordered_layout((rows_per_pass, cols), order=(1, 0))
+        tiled_copy = cute.make_tiled_copy_tv(copy_atom, thr_layout, cute.make_layout((1, vec)))
+        if tidx < rows_per_pass * cols:
+            thr_copy = tiled_copy.get_slice(tidx)
+            gD = cute.local_tile(mD, (self.tile_n, head_dim), (n_block, 0))
+            tS = thr_copy.partition_S(sD)
+            tG = thr_copy.partition_D(gD)
+            tC = thr_copy.partition_S(cute.make_identity_tensor((self.tile_n, head_dim)))
+            tR = cute.make_rmem_tensor_like(tS, self.dtype)
+            cute.autovec_copy(tS, tR)
+            for rm in cutlass.range_constexpr(cute.size(tR.shape[1])):
+                if tC[0, rm, 0][0] < rows_left:
+                    cute.copy(tiled_copy, tR[None, rm, None], tG[None, rm, None])
 
     @cute.jit
     def step(
@@ -532,8 +674,6 @@ class SdpaBwdKernelSm90:
         wgmma(tiled_mma_SdP, acc_S, tSrK, tSrQ[None, None, None, idx], zero_init=True, wg_wait=-1)
         for c in cutlass.range_constexpr(cute.size(rLSE)):
             rLSE[c] = mLSE2_cur[row0 + tScS_mn[0, c][1]]
-        for c in cutlass.range_constexpr(cute.size(rDpsum)):
-            rDpsum[c] = mDpsum_cur[row0 + tScS_mn[0, c][1]]  # issued early: its latency hides behind both GEMMs
         pipeline_do.consumer_wait(state)
         wgmma(tiled_mma_SdP, acc_dP, tdPrV, tdPrdO[None, None, None, idx], zero_init=True, wg_wait=1)
         if const_expr(masked):
@@ -542,6 +682,8 @@ class SdpaBwdKernelSm90:
         for r in cutlass.range_constexpr(cute.size(acc_S_mn, mode=[0])):
             for c in cutlass.range_constexpr(cute.size(acc_S_mn, mode=[1])):
                 acc_S_mn[r, c] = cute.math.exp2(acc_S_mn[r, c] * scale_log2 - rLSE[c], fastmath=True)
+        for c in cutlass.range_constexpr(cute.size(rDpsum)):
+            rDpsum[c] = mDpsum_cur[row0 + tScS_mn[0, c][1]]
         rP.store(acc_S.load().to(self.dtype))
         warpgroup.wait_group(0)
         acc_dP_mn = acc_view_mn(acc_dP)
@@ -606,7 +748,8 @@ def compile_sdpa_bwd_main(key: SdpaBwdKey):
         SdpaBwdKernelSm90(key),
         ptr(dtype), ptr(dtype), ptr(dtype), ptr(dtype), ptr(dtype), ptr(dtype),
         ptr(Float32), ptr(Float32), ptr(Float32), ptr(Int32) if key.deterministic else None,
-        zero, zero, zero, zero, zero, Int32(PREPOST_ROWS), Int32(1),
+        ptr(Int32, 4) if key.varlen else None, ptr(Int32, 4) if key.varlen else None,
+        zero, zero, zero, zero, zero, zero, Int32(PREPOST_ROWS), Int32(1),
         strides, strides, strides, strides, strides, strides,
         Float32(1.0), Float32(1.0), zero, zero, cuda.CUstream(0),
     )  # fmt: skip

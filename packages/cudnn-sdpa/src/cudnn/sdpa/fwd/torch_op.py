@@ -97,5 +97,13 @@ def scaled_dot_product_attention(
         raise ValueError(
             f"cudnn.sdpa.scaled_dot_product_attention: query has {query.shape[1]} heads and key {key.shape[1]}; pass enable_gqa=True for grouped-query attention"
         )
-    o, _ = torch.ops.cudnn.sdpa_fwd(query, key, value, is_causal=is_causal, scale=scale)
+    # Save the LSE only when a backward will need it (otherwise the backward would rerun the forward).
+    need_grad = torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad)
+    o, _ = torch.ops.cudnn.sdpa_fwd(query, key, value, is_causal=is_causal, scale=scale, return_lse=need_grad)
     return o
+
+
+# The backward (cudnn.sdpa.bwd) is the autograd formula of torch.ops.cudnn.sdpa_fwd.
+from ..bwd.autograd import register as _register_bwd  # noqa: E402
+
+_register_bwd()
