@@ -164,8 +164,8 @@ def downstream(session):
 
 @nox.session(venv_backend="none")
 def gpu(session):
-    """GPU host: every test in the current interpreter (GPU-marked ones run), no venv, no package index."""
-    session.run("bash", os.path.join(ROOT, "ci", "gpu_tests.sh"), *session.posargs, external=True)
+    """GPU host: the GPU-marked tests (or the given pytest args) in the current interpreter, no venv, no package index."""
+    session.run("bash", os.path.join(ROOT, "ci", "gpu_tests.sh"), *(session.posargs or ["-m", "gpu"]), external=True)
 
 
 @nox.session

@@ -8,6 +8,13 @@ import sys
 import pytest
 
 from cudnn.api_base import TensorDesc
+from cudnn_testing.markers import skip_unless_cutedsl
+
+
+@pytest.fixture(autouse=True)
+def _floor(request):
+    if "below_the_dsl_floor" not in request.node.name:
+        skip_unless_cutedsl("4.8.0", "cudnn.sdpa backward")
 
 
 def _descs(b=2, h=8, hk=2, sq=300, sk=257, d=128, dtype="bfloat16", bshd=False):
@@ -114,3 +121,12 @@ def test_thd_varlen_rejects_half_declared_and_dense_lse():
     q, k, v, o, do, _ = args
     with pytest.raises(ValueError, match="lse"):
         _plan(q, k, v, o, do, TensorDesc.contiguous((1, 8, 1000), "float32", "lse"), **kw).check_support()
+
+
+def test_declines_below_the_dsl_floor_naming_both_versions(monkeypatch):
+    """Rule 7: on a DSL below the family floor, check_support declines with the version-naming error."""
+    from cudnn import dsl_gate
+
+    monkeypatch.setattr(dsl_gate, "cutedsl_state", lambda: dsl_gate.CuteDslState(version="4.6.2", importable=True))
+    with pytest.raises(NotImplementedError, match=r"needs nvidia-cutlass-dsl>=4\.8\.0, but 4\.6\.2 is installed"):
+        _plan(*_descs()).check_support()
