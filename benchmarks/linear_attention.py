@@ -1,4 +1,5 @@
-"""cudnn.linear_attention benchmark: causal_conv1d forward / backward / decode update in GB/s.
+"""cudnn.linear_attention benchmark: causal_conv1d forward / backward / decode update in GB/s, and the
+Gated DeltaNet forward (chunked, K = V = 128) in milliseconds and GB/s of minimum traffic.
 
 Providers, all on the same inputs in one process: ours (cudnn.linear_attention), ours replayed from a
 CUDA graph (no host overhead), fla-core's Triton causal_conv1d when importable, and a torch F.conv1d
@@ -10,6 +11,17 @@ writes out and reads and writes the state (B * D * (2 + 2 (W - 1)) * itemsize). 
 metadata are not counted. Run:
 
     source ci/gpu_env.sh; python3 benchmarks/linear_attention.py      # writes docs/benchmarks/linear_attention.{md,csv,png}
+    python3 benchmarks/linear_attention.py gdn                        # GDN only: docs/benchmarks/linear_attention_gdn.{md,csv,png}
+    python3 benchmarks/linear_attention.py conv1d                     # conv1d only
+
+GDN forward (issue 7's shapes: B = 1, T in {4k, 8k, 32k}, H in {16, 32, 64}, K = V = 128, plus a varlen mix of
+64 sequences): providers ours (``cudnn.linear_attention.gdn.api.gated_delta_net``, eager), ours+graph (the
+same call replayed from a CUDA graph), fla (fla-core's Triton ``chunk_gated_delta_rule``), fla+graph. Same
+inputs for all: bf16 q/k/v, fp32 g = logsigmoid(N(0,1)) / 8 and beta ~ U(0,1), q/k L2-normalised in the kernel,
+no initial state, no final state. Byte convention (the minimum traffic: the roofline's numerator): q, k, v read
+and o written once in bf16, g and beta read once in fp32: T H (2 K + 2 V) bf16 elements and 2 T H fp32 ones, counted as
+``T * H * (2 * K * 2 + 2 * V * 2 + 8)``; the achieved fraction of the roofline is GB/s over the device's HBM
+bandwidth (about 4.8 TB/s on an H200).
 """
 
 from __future__ import annotations
@@ -183,6 +195,100 @@ def _make_torch(case):
     return _grad_fn(fwd, inp)
 
 
+GDN_D = 128
+
+
+def _gdn_bytes(t, h, d=GDN_D):
+    return t * h * (2 * d * 2 + 2 * d * 2 + 8)
+
+
+def _gdn_cases():
+    cases = []
+    for t in (4096, 8192, 32768):
+        for h in (16, 32, 64):
+            cases.append(Case(f"gdn fwd T{t // 1024}k H{h}", {"t": t, "h": h, "varlen": False}, bytes=_gdn_bytes(t, h)))
+    cases.append(Case("gdn fwd varlen64 T32k H32", {"t": 32768, "h": 32, "varlen": True}, bytes=_gdn_bytes(32768, 32)))
+    return cases
+
+
+def _gdn_inputs(case):
+    import torch
+    import torch.nn.functional as F
+
+    from cudnn_testing.data import cu_seqlens
+
+    p = case.params
+    torch.manual_seed(0)
+    t, h, d = p["t"], p["h"], GDN_D
+    q = torch.randn(1, t, h, d, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(1, t, h, d, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(1, t, h, d, device="cuda", dtype=torch.bfloat16)
+    g = F.logsigmoid(torch.randn(1, t, h, device="cuda")) / 8
+    beta = torch.rand(1, t, h, device="cuda")
+    cu = cu_seqlens(_lengths(t, True), "cuda") if p["varlen"] else None
+    return dict(q=q, k=k, v=v, g=g, beta=beta, cu=cu)
+
+
+def _make_gdn_ours(case):
+    from cudnn.linear_attention.gdn.api import gated_delta_net
+
+    i = _gdn_inputs(case)
+    return lambda: gated_delta_net(i["q"], i["k"], i["v"], i["g"], i["beta"], use_qk_l2norm_in_kernel=True, cu_seqlens=i["cu"])
+
+
+def _gdn_fla_available():
+    try:
+        from fla.ops.gated_delta_rule import chunk_gated_delta_rule  # noqa: F401
+    except Exception as exc:  # noqa: BLE001 - any import failure means "not available"
+        return f"fla not importable: {type(exc).__name__}: {exc}"[:200]
+    return None
+
+
+def _make_gdn_fla(case):
+    from fla.ops.gated_delta_rule import chunk_gated_delta_rule
+
+    i = _gdn_inputs(case)
+    cu = i["cu"].long() if i["cu"] is not None else None
+    return lambda: chunk_gated_delta_rule(i["q"], i["k"], i["v"], i["g"], i["beta"], use_qk_l2norm_in_kernel=True, cu_seqlens=cu)
+
+
+def _graphed(make):
+    def make_graph(case):
+        import torch
+
+        fn = make(case)
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            fn()
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+        return graph.replay
+
+    return make_graph
+
+
+def main_gdn():
+    out_dir = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "benchmarks")
+    run_benchmark(
+        "linear_attention_gdn",
+        _gdn_cases(),
+        [
+            Provider("ours", _make_gdn_ours),
+            Provider("ours+graph", _graphed(_make_gdn_ours)),
+            Provider("fla", _make_gdn_fla, _gdn_fla_available),
+            Provider("fla+graph", _graphed(_make_gdn_fla), _gdn_fla_available),
+        ],
+        convention="GDN forward, B=1, K=V=128, bf16 q/k/v, fp32 g/beta, L2 norm in kernel, no states; "
+        "effective bytes T*H*(2*K*2 + 2*V*2 + 8) (q, k, v read, o written, g, beta read); roofline fraction = GB/s / HBM GB/s",
+        metric="gbps",
+        out_dir=out_dir,
+        title="Gated DeltaNet forward (bf16, K=V=128)",
+    )
+
+
 def main():
     providers = [
         Provider("ours", _make_ours),
@@ -204,7 +310,11 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    which = sys.argv[1] if len(sys.argv) > 1 else "all"
+    if which in ("all", "conv1d"):
+        main()
+    if which in ("all", "gdn"):
+        main_gdn()
 
 
 def compile_check() -> list[str]:
@@ -225,4 +335,10 @@ def compile_check() -> list[str]:
         "silu",
     )
     plan.compile()
-    return ["causal_conv1d fwd varlen silu w4"]
+    from cudnn.linear_attention.gdn.api import GatedDeltaNetFwdSm90
+
+    qk = TensorDesc.contiguous((32768, 32, GDN_D), "bfloat16", "q")
+    gate = TensorDesc.contiguous((32768, 32), "float32", "g")
+    gdn = GatedDeltaNetFwdSm90(qk, qk, qk, gate, gate, qk, use_qk_l2norm_in_kernel=True, cu_seqlens=TensorDesc.contiguous((65,), "int32", "cu_seqlens"))
+    gdn.compile()
+    return ["causal_conv1d fwd varlen silu w4", "gated_delta_net fwd varlen l2norm K=V=128"]

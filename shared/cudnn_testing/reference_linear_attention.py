@@ -196,3 +196,65 @@ def kimi_delta_attention_ref(q, k, v, g, beta, **kwargs):
         raise ValueError(f"KDA takes per-key-channel log decays, g [B, T, H, K]; got {tuple(g.shape)}")
     fn = gated_delta_rule_chunked_ref if chunked else gated_delta_rule_recurrent_ref
     return fn(q, k, v, g, beta, **kwargs)
+
+
+def gated_delta_net_chunked_lowp_ref(
+    q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, use_qk_l2norm=False, cu_seqlens=None, chunk_size: int = 64, dtype=None
+):
+    """Gated DeltaNet (``g`` [B, T, H]) in the chunked form, rounding to ``dtype`` (default bf16) exactly where
+    the sm_90a kernel (cudnn.linear_attention.gdn) and fla's chunk kernels do: the FlashAttention-rule
+    low-precision baseline of the GDN tests. ``dtype=torch.float32`` rounds nowhere and then equals
+    :func:`gated_delta_rule_chunked_ref`.
+
+    Rounded to ``dtype``: the (L2-normalised) q and k, ``Tm``, ``beta K exp(G)``, ``beta V``, ``-Wm``, the state as
+    an operand, ``Vn``, the masked decayed scaled ``Q K^T``, ``K exp(G_C - G)`` and the output. Products
+    accumulate in fp32 (as WGMMA does); G, A, the triangular solve and the carried state stay fp32.
+    Returns ``(o [B, T, H, V] in dtype, final_state [N, H, V, K] fp32 or None)``.
+    """
+    torch = _torch()
+    dtype = torch.bfloat16 if dtype is None else dtype
+    if g.dim() != 3:
+        raise ValueError(f"GDN takes g [B, T, H]; got {tuple(g.shape)}")
+
+    def rnd(x):
+        return x.to(dtype).float()
+
+    kdim, h, hk = q.shape[-1], v.shape[2], q.shape[2]
+    scale = 1.0 / math.sqrt(kdim) if scale is None else scale
+    qf, kf = q.float(), k.float()
+    if use_qk_l2norm:
+        qf = qf * torch.rsqrt((qf * qf).sum(-1, keepdim=True) + 1e-6)
+        kf = kf * torch.rsqrt((kf * kf).sum(-1, keepdim=True) + 1e-6)
+    rep = h // hk
+    qf = rnd(qf).repeat_interleave(rep, dim=2)
+    kf = rnd(kf).repeat_interleave(rep, dim=2)
+    vf, gf, bf = v.float(), g.float(), beta.float()
+    bounds = _bounds(cu_seqlens, q.shape[0], q.shape[1])
+    vdim = v.shape[-1]
+    s0 = initial_state.float() if initial_state is not None else torch.zeros(len(bounds), h, vdim, kdim, device=q.device)
+    o = torch.zeros(v.shape, dtype=torch.float32, device=v.device)
+    finals = []
+    for n, (b, bos, eos) in enumerate(bounds):
+        s = s0[n].clone()  # [H, V, K] fp32
+        for c0 in range(bos, eos, chunk_size):
+            c1 = min(c0 + chunk_size, eos)
+            C = c1 - c0
+            cq, ck, cv = qf[b, c0:c1].transpose(0, 1), kf[b, c0:c1].transpose(0, 1), vf[b, c0:c1].transpose(0, 1)  # [H, C, *]
+            cb = bf[b, c0:c1].transpose(0, 1)[:, :, None]  # [H, C, 1]
+            G = torch.cumsum(gf[b, c0:c1].transpose(0, 1), dim=1)  # [H, C]
+            diff = G[:, :, None] - G[:, None, :]
+            lower_eq = torch.tril(torch.ones(C, C, dtype=torch.bool, device=q.device))
+            decay = torch.where(lower_eq, diff, torch.full_like(diff, -float("inf"))).exp()
+            A = torch.tril(cb * (ck @ ck.transpose(-1, -2)) * decay, diagonal=-1)
+            eye = torch.eye(C, device=q.device).expand_as(A)
+            Tm = rnd(torch.linalg.solve_triangular(eye + A, eye, upper=False, unitriangular=True))
+            neg_w = rnd(-(Tm @ rnd(cb * ck * G.exp()[..., None])))
+            s_op = rnd(s)
+            vn = rnd(Tm @ rnd(cb * cv) + neg_w @ s_op.transpose(-1, -2))  # [H, C, V]
+            p = rnd((cq @ ck.transpose(-1, -2)) * decay * scale)
+            o[b, c0:c1] = ((cq @ s_op.transpose(-1, -2)) * (G.exp()[..., None] * scale) + p @ vn).transpose(0, 1)
+            g_last = G[:, -1:]  # [H, 1]
+            s = s * g_last.exp()[..., None] + vn.transpose(-1, -2) @ rnd(ck * (g_last - G).exp()[..., None])
+        finals.append(s)
+    final = torch.stack(finals) if output_final_state else None
+    return o.to(dtype), final

@@ -1,0 +1,509 @@
+"""Gated DeltaNet forward, chunked (chunk C = 64), sm_90a, CuTe DSL: WGMMA for every intra-chunk product.
+
+Computes, for every sequence ``n`` (tokens ``bos <= t < eos``), value head ``h`` and its q/k head
+``hk = h // (H / Hk)`` (GVA head sharing), with the state ``S`` [V, K] fp32 per (sequence, head)::
+
+    S_t = exp(g_t) S_{t-1} (I - beta_t k_t k_t^T) + beta_t v_t k_t^T        o_t = S_t (scale q_t)
+
+(q and k optionally L2-normalised first: ``x * rsqrt(sum x^2 + 1e-6)``), by the chunked WY form of
+``shared/cudnn_testing/reference_linear_attention.py::gated_delta_rule_chunked_ref``. Per chunk of C
+tokens with in-chunk cumulative log decays ``G`` and the incoming state ``S0``::
+
+    A   = strictly_lower(beta_i (k_i . k_j) exp(G_i - G_j))      Tm = (I + A)^-1      (unit lower triangular)
+    Wm  = Tm (beta K exp(G))       U = Tm (beta V)       Vn = U - Wm S0^T
+    O   = scale (exp(G) row-scaled Q S0^T + lower_eq(Q K^T exp(G_i - G_j)) Vn)
+    S1  = exp(G_C) S0 + Vn^T (K exp(G_C - G))
+
+Work decomposition: one CTA = one warpgroup (128 threads) per (V-slice of 64 rows of S, head, sequence):
+grid ``[N, H, V / 64]``. The CTA walks its sequence's chunks in order; its slice of the state
+``S[64, K]`` stays in fp32 WGMMA accumulators (registers, K / 64 tiles of 64 x 64) for the whole sequence,
+with a bf16 copy in shared memory as the B operand of the next chunk's products; it is read from
+``initial_state`` once and written to ``final_state`` once.
+
+Per chunk (every product is a 64 x 64 warpgroup MMA, m64n64k16, bf16 operands from 128B-swizzled shared
+memory, fp32 accumulators; every operand is K-major, transposed tiles are written transposed by the loaders;
+products with a K-wide output run as K / 64 of them, so only 128 accumulator registers are live and nothing
+spills):
+
+1. g, beta -> shared; in-chunk cumulative sum G (fp32).
+2. q, k, v rows -> registers by 16-byte loads (tokens past ``eos`` read as zero), optional L2 norm (pairs of
+   threads own a row), then to shared: Q, K, (beta K exp(G))^T, (beta V)^T.
+3. WGMMA ``K K^T`` and ``Q K^T`` (64 x 64 x K); decay / beta / masks applied on the accumulators:
+   ``A`` to shared fp32, ``P = scale lower_eq(Q K^T exp(G_i - G_j))`` to shared bf16.
+4. ``Tm = (I + A)^-1`` in fp32 by SIMT: the four diagonal 16 x 16 blocks by forward substitution (one thread
+   per column), then block rows I = 1..3: ``M = A[I, :16I] T[:16I, :16I]``, ``T[I, :16I] = -T_II M`` (all 128
+   threads); Tm -> bf16. (``blocked_solve=False``: one thread per column over all 64 rows, the plainest form.)
+5. WGMMA ``Wm = Tm (beta K exp G)`` (64 x K x 64) and ``U = Tm (beta V)`` (64 x 64 x 64); ``-Wm`` -> bf16;
+   WGMMA ``Vn = U + (-Wm) S0^T`` (64 x 64 x K, accumulating on U); ``Vn^T`` -> bf16.
+6. WGMMA ``O = Q S0^T`` (64 x 64 x K), rows scaled by ``scale exp(G_i)``, then ``O += P Vn`` (64 x 64 x 64);
+   rows of the sequence stored as bf16.
+7. ``S *= exp(G_C)``; ``(K exp(G_C - G))^T`` -> shared; WGMMA ``S += Vn^T (K exp(G_C - G))`` (64 x K x 64);
+   ``S`` -> bf16 shared for the next chunk.
+
+The bf16 rounding points (Tm, Wm, U-side operands, Vn, P, S0 as an operand) are fla's; the token-by-
+token fp32 recurrence is the test reference, with a bf16-emulating run of the chunked reference as the
+FlashAttention-rule baseline (tests/test_gdn_gpu.py).
+
+Layouts: q, k [T, Hk, K] and v, o [T, H, V] with unit channel stride and any token / head strides (a dense
+[B, L, H, D] batch is the equal-length case, walked as [B * L, H, D] with ``seq_len = L``); g, beta [T, H]
+contiguous, fp32 or bf16; ``cu_seqlens`` int32 [N + 1]; states fp32 [N, H, V, K] contiguous. K = V in
+{64, 128}. Runtime extents (T, N, H, Hk, L, strides, scale) are kernel arguments, never compile keys
+(Rule 4): one artifact serves every batch.
+
+Loads are SIMT (16-byte vectors; q/k/v token and head strides must be multiples of 8 elements and the bases
+16-byte aligned): the loaders transpose and scale on the way to shared memory, which a TMA tile copy cannot;
+a TMA producer warp with an mbarrier pipeline for q/k/v (and the transposes done from shared memory) is the
+next step.
+
+Tests: packages/cudnn-linear-attention/tests/test_gdn_*.py; benchmark: benchmarks/linear_attention.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+import cutlass.utils.hopper_helpers as sm90_utils
+from cutlass import BFloat16, Float32, Int32, Int64, const_expr
+from cutlass.cute.nvgpu import warpgroup
+
+from cudnn import _compat
+
+CHUNK = 64  # tokens per chunk
+BV = 64  # rows of S (value channels) per CTA
+THREADS = 128  # one warpgroup
+L2NORM_EPS = 1e-6
+VEC = 8  # bf16 elements per 16-byte load
+SOLVE_BLOCK = 16  # diagonal block of the blocked triangular solve
+
+
+@dataclass(frozen=True)
+class GdnFwdKey:
+    """Plan-time choices of the kernel: exactly its compile key (Rule 4). Token totals, sequence counts,
+    head counts, strides and ``scale`` are runtime arguments."""
+
+    head_dim: int  # K = V, 64 or 128
+    g_dtype: str  # "Float32" or "BFloat16"
+    beta_dtype: str
+    l2norm: bool
+    varlen: bool
+    has_initial: bool
+    has_final: bool
+    blocked_solve: bool = True  # Tm by 16 x 16 diagonal blocks + block-row merges (False: one thread per column)
+
+
+@cute.jit
+def _wgmma(tiled_mma: cute.TiledMma, acc: cute.Tensor, tCrA: cute.Tensor, tCrB: cute.Tensor, zero_init: cutlass.Constexpr[bool]):
+    """acc (+)= A @ B over every k-block of the fragments; one committed WGMMA group, waited for."""
+    warpgroup.fence()
+    atom = cute.make_mma_atom(tiled_mma.op)
+    atom.set(warpgroup.Field.ACCUMULATE, not zero_init)
+    for kb in cutlass.range_constexpr(cute.size(tCrA.shape[2])):
+        cute.gemm(atom, acc, tCrA[None, None, kb], tCrB[None, None, kb], acc)
+        atom.set(warpgroup.Field.ACCUMULATE, True)
+    warpgroup.commit_group()
+    warpgroup.wait_group(0)
+
+
+@cute.jit
+def _smem_ready():
+    """Generic-proxy shared-memory writes of every thread become visible to the next WGMMA (async proxy)."""
+    cute.arch.fence_view_async_shared()
+    cute.arch.sync_threads()
+
+
+class GatedDeltaNetChunkFwd:
+    """The kernel class: ``__init__`` holds the plan (the compile key), ``__call__`` launches."""
+
+    def __init__(self, key: GdnFwdKey):
+        assert key.head_dim in (64, 128)
+        self.key = key
+        self.D = key.head_dim
+        self.g_dtype = getattr(cutlass, key.g_dtype)
+        self.beta_dtype = getattr(cutlass, key.beta_dtype)
+
+    def _smem_layout(self, rows: int, cols: int, stages: int | None = None):
+        """K-major (row-major, reduction dim contiguous) 128B-swizzled bf16 tile, as WGMMA reads it (``stages`` of them)."""
+        layout_enum = _compat.layout_enum()
+        atom = warpgroup.make_smem_layout_atom(sm90_utils.get_smem_layout_atom(layout_enum.ROW_MAJOR, BFloat16, cols), BFloat16)
+        if stages is None:
+            return cute.tile_to_shape(atom, (rows, cols), order=(0, 1))
+        return cute.tile_to_shape(atom, (rows, cols, stages), order=(0, 1, 2))
+
+    @cute.jit
+    def __call__(
+        self,
+        q_ptr: cute.Pointer,
+        k_ptr: cute.Pointer,
+        v_ptr: cute.Pointer,
+        g_ptr: cute.Pointer,
+        beta_ptr: cute.Pointer,
+        o_ptr: cute.Pointer,
+        cu_ptr: cute.Pointer | None,
+        h0_ptr: cute.Pointer | None,
+        ht_ptr: cute.Pointer | None,
+        T: Int32,  # packed token total (dense: B * L)
+        n_seqs: Int32,
+        seq_len: Int32,  # dense: L (sequence n is tokens [n L, n L + L)); varlen: unused
+        heads: Int32,  # H (v, g, beta, o, states)
+        qk_heads: Int32,  # Hk (q, k); H % Hk == 0
+        scale: Float32,
+        q_strides: tuple[Int64, Int64],  # (token, head) in elements; channel stride 1
+        k_strides: tuple[Int64, Int64],
+        v_strides: tuple[Int64, Int64],
+        o_strides: tuple[Int64, Int64],
+        stream: cuda.CUstream,
+    ):
+        D = self.D
+        # q, k, v: token / head strides are multiples of VEC elements and the bases 16-byte aligned (checked by the
+        # adapter), so each thread reads its part of a row with 16-byte vector loads.
+        mQ = cute.make_tensor(q_ptr, cute.make_layout((T, qk_heads, D), stride=(cute.assume(q_strides[0], divby=VEC), cute.assume(q_strides[1], divby=VEC), 1)))
+        mK = cute.make_tensor(k_ptr, cute.make_layout((T, qk_heads, D), stride=(cute.assume(k_strides[0], divby=VEC), cute.assume(k_strides[1], divby=VEC), 1)))
+        mV = cute.make_tensor(v_ptr, cute.make_layout((T, heads, D), stride=(cute.assume(v_strides[0], divby=VEC), cute.assume(v_strides[1], divby=VEC), 1)))
+        gQ = cute.zipped_divide(mQ, (1, 1, VEC))
+        gK = cute.zipped_divide(mK, (1, 1, VEC))
+        gV = cute.zipped_divide(mV, (1, 1, VEC))
+        mO = cute.make_tensor(o_ptr, cute.make_layout((T, heads, D), stride=(o_strides[0], o_strides[1], 1)))
+        mG = cute.make_tensor(g_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
+        mB = cute.make_tensor(beta_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
+        mCu = None
+        if const_expr(self.key.varlen):
+            mCu = cute.make_tensor(cu_ptr, cute.make_layout((n_seqs + 1,)))
+        state_layout = cute.make_layout((n_seqs, heads, D, D), stride=(Int64(heads) * (D * D), D * D, D, 1))
+        mH0 = None
+        if const_expr(self.key.has_initial):
+            mH0 = cute.make_tensor(h0_ptr, state_layout)
+        mHT = None
+        if const_expr(self.key.has_final):
+            mHT = cute.make_tensor(ht_ptr, state_layout)
+
+        # One tiled MMA for every product: 64 x 64 outputs, K-major A and B.
+        mma_n64 = sm90_utils.make_trivial_tiled_mma(
+            BFloat16, BFloat16, warpgroup.OperandMajorMode.K, warpgroup.OperandMajorMode.K, Float32, atom_layout_mnk=(1, 1, 1), tiler_mn=(64, 64)
+        )
+        l_ck = self._smem_layout(CHUNK, D)  # [tokens or V-rows, K]: Q, K, -Wm, S
+        l_kc = self._smem_layout(CHUNK, CHUNK, D // BV)  # [64 K-channels, tokens] x K/64: (beta K exp G)^T, then (K exp(G_C - G))^T
+        l_cc = self._smem_layout(CHUNK, CHUNK)  # [64, 64]: Tm, P, (beta V)^T, Vn^T
+
+        @cute.struct
+        class SharedStorage:
+            smem_q: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
+            smem_k: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
+            smem_w: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
+            smem_s: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
+            smem_kt: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_kc)], 1024]
+            smem_tm: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
+            smem_p: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
+            smem_vt: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
+            smem_vnt: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
+            smem_a: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK * (CHUNK + 1)], 16]
+            smem_t: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK * (CHUNK + 1)], 16]
+            smem_m: cute.struct.Align[cute.struct.MemRange[Float32, SOLVE_BLOCK * (CHUNK + 1)], 16]
+            smem_g: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]
+            smem_gc: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]
+            smem_beta: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]
+
+        self.kernel(gQ, gK, gV, mO, mG, mB, mCu, mH0, mHT, n_seqs, seq_len, heads, qk_heads, scale, mma_n64, l_ck, l_kc, l_cc, SharedStorage).launch(
+            grid=[n_seqs, heads, D // BV],  # sequences on x: no 65535 limit on their count
+            block=[THREADS, 1, 1],
+            smem=SharedStorage.size_in_bytes(),
+            stream=stream,
+            min_blocks_per_mp=1,
+        )
+
+    @cute.kernel
+    def kernel(
+        self,
+        gQ: cute.Tensor,  # ((1, 1, VEC), (T, Hk, K / VEC)): 16-byte vectors
+        gK: cute.Tensor,
+        gV: cute.Tensor,  # ((1, 1, VEC), (T, H, V / VEC))
+        mO: cute.Tensor,
+        mG: cute.Tensor,
+        mB: cute.Tensor,
+        mCu: cute.Tensor | None,
+        mH0: cute.Tensor | None,
+        mHT: cute.Tensor | None,
+        n_seqs: Int32,
+        seq_len: Int32,
+        heads: Int32,
+        qk_heads: Int32,
+        scale: Float32,
+        mma_n64: cute.TiledMma,
+        l_ck: cute.ComposedLayout,
+        l_kc: cute.ComposedLayout,
+        l_cc: cute.ComposedLayout,
+        SharedStorage: cutlass.Constexpr,
+    ):
+        D = self.D
+        HALF = D // 2  # channels of a q / k row owned by one thread (two threads per row)
+        VQ = BV // 2  # value channels of a row owned by one thread
+        NH = D // BV  # 64-channel blocks of K
+        tidx, _, _ = cute.arch.thread_idx()
+        seq, head, vblk = cute.arch.block_idx()
+        hk = head // (heads // qk_heads)
+        v0 = vblk * BV
+
+        bos = seq * seq_len
+        eos = bos + seq_len
+        if const_expr(self.key.varlen):
+            bos = mCu[seq]
+            eos = mCu[seq + 1]
+        n_chunks = (eos - bos + (CHUNK - 1)) // CHUNK
+
+        smem = cutlass.utils.SmemAllocator()
+        storage = smem.allocate(SharedStorage)
+        sQ = storage.smem_q.get_tensor(l_ck.outer, swizzle=l_ck.inner)
+        sK = storage.smem_k.get_tensor(l_ck.outer, swizzle=l_ck.inner)
+        sW = storage.smem_w.get_tensor(l_ck.outer, swizzle=l_ck.inner)
+        sS = storage.smem_s.get_tensor(l_ck.outer, swizzle=l_ck.inner)
+        sKT = storage.smem_kt.get_tensor(l_kc.outer, swizzle=l_kc.inner)
+        sTm = storage.smem_tm.get_tensor(l_cc.outer, swizzle=l_cc.inner)
+        sP = storage.smem_p.get_tensor(l_cc.outer, swizzle=l_cc.inner)
+        sVT = storage.smem_vt.get_tensor(l_cc.outer, swizzle=l_cc.inner)
+        sVnT = storage.smem_vnt.get_tensor(l_cc.outer, swizzle=l_cc.inner)
+        plain = cute.make_layout((CHUNK, CHUNK), stride=(CHUNK + 1, 1))
+        sA = storage.smem_a.get_tensor(plain)
+        sT = storage.smem_t.get_tensor(plain)
+        sM = storage.smem_m.get_tensor(cute.make_layout((SOLVE_BLOCK, CHUNK), stride=(CHUNK + 1, 1)))
+        sG = storage.smem_g.get_tensor(cute.make_layout((CHUNK,)))
+        sGc = storage.smem_gc.get_tensor(cute.make_layout((CHUNK,)))
+        sBeta = storage.smem_beta.get_tensor(cute.make_layout((CHUNK,)))
+
+        # WGMMA fragments (descriptors over shared memory) and accumulators.
+        wg64 = mma_n64.get_slice(0)
+        kk_A = wg64.make_fragment_A(wg64.partition_A(sK))
+        kk_B = wg64.make_fragment_B(wg64.partition_B(sK))
+        qk_A = wg64.make_fragment_A(wg64.partition_A(sQ))
+        kt_B = wg64.make_fragment_B(wg64.partition_B(sKT))  # (.., .., .., K / 64): one B operand per 64 K-channels
+        u_A = wg64.make_fragment_A(wg64.partition_A(sTm))
+        u_B = wg64.make_fragment_B(wg64.partition_B(sVT))
+        vn_A = wg64.make_fragment_A(wg64.partition_A(sW))
+        s0_B = wg64.make_fragment_B(wg64.partition_B(sS))
+        pv_A = wg64.make_fragment_A(wg64.partition_A(sP))
+        pv_B = wg64.make_fragment_B(wg64.partition_B(sVnT))
+        su_A = wg64.make_fragment_A(wg64.partition_A(sVnT))
+        acc_a = cute.make_rmem_tensor(wg64.partition_shape_C((CHUNK, CHUNK)), Float32)
+        acc_b = cute.make_rmem_tensor(wg64.partition_shape_C((CHUNK, CHUNK)), Float32)
+        # The state slice S[64, K] as K / 64 accumulators of 64 x 64 (every product is m64n64: 128 accumulator
+        # registers live in all, so nothing spills).
+        acc_s = [cute.make_rmem_tensor(wg64.partition_shape_C((BV, BV)), Float32) for _ in range(NH)]
+        # (row, col) of each accumulator element of this thread.
+        c64 = mma_n64.get_slice(tidx).partition_C(cute.make_identity_tensor((CHUNK, CHUNK)))
+
+        # The state slice S[v0:v0+64, :] enters the accumulator (fp32) and shared memory (bf16).
+        for h in cutlass.range_constexpr(NH):
+            for i in cutlass.range_constexpr(cute.size(acc_a)):
+                rc = c64[i]
+                s_in = Float32(0.0)
+                if const_expr(self.key.has_initial):
+                    s_in = mH0[seq, head, v0 + rc[0], h * BV + rc[1]]
+                acc_s[h][i] = s_in
+                sS[rc[0], h * BV + rc[1]] = s_in.to(BFloat16)
+
+        row = tidx // 2  # loader mapping: two threads per token row
+        half = tidx % 2
+        for ci in range(n_chunks):
+            t0 = bos + ci * CHUNK
+            n_valid = min(eos - t0, CHUNK)
+            # ---- 1. g, beta and the in-chunk cumulative log decay --------------------------------------
+            if tidx < CHUNK:
+                gv = Float32(0.0)
+                bv = Float32(0.0)
+                if tidx < n_valid:
+                    gv = mG[t0 + tidx, head].to(Float32)
+                    bv = mB[t0 + tidx, head].to(Float32)
+                sG[tidx] = gv
+                sBeta[tidx] = bv
+            cute.arch.sync_threads()
+            if tidx < CHUNK:
+                cum = Float32(0.0)
+                for j in cutlass.range_constexpr(CHUNK):  # unrolled and predicated: the loads issue back to back
+                    gj = sG[j]
+                    if j > tidx:
+                        gj = Float32(0.0)
+                    cum = cum + gj
+                sGc[tidx] = cum
+            cute.arch.sync_threads()
+
+            # ---- 2. q, k, v rows to shared (zero past eos), optional L2 norm -------------------------------
+            t_row = min(t0 + row, eos - 1)  # a valid token to read; rows past eos are zeroed by `keep`
+            keep = Float32(0.0)
+            if row < n_valid:
+                keep = Float32(1.0)
+            g_row = sGc[row]
+            b_row = sBeta[row]
+            # q, then k, through one bf16 register row: all 16-byte loads of a row are issued before any is used;
+            # the sum of squares and the normalised values are both formed from the staged bf16 values.
+            NV = HALF // VEC
+            rbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NV)), BFloat16)
+            for vj in cutlass.range_constexpr(NV):
+                cute.autovec_copy(gQ[(None, None, None), (t_row, hk, half * NV + vj)], rbuf[None, None, None, vj])
+            inv_q = keep
+            if const_expr(self.key.l2norm):
+                ssq = Float32(0.0)
+                for vj in cutlass.range_constexpr(NV):
+                    for e in cutlass.range_constexpr(VEC):
+                        xq = rbuf[0, 0, e, vj].to(Float32)
+                        ssq = ssq + xq * xq
+                ssq = ssq + cute.arch.shuffle_sync_bfly(ssq, offset=1)
+                inv_q = keep * cute.math.rsqrt(ssq + Float32(L2NORM_EPS))
+            for vj in cutlass.range_constexpr(NV):
+                for e in cutlass.range_constexpr(VEC):
+                    sQ[row, half * HALF + vj * VEC + e] = (rbuf[0, 0, e, vj].to(Float32) * inv_q).to(BFloat16)
+            for vj in cutlass.range_constexpr(NV):
+                cute.autovec_copy(gK[(None, None, None), (t_row, hk, half * NV + vj)], rbuf[None, None, None, vj])
+            inv_k = keep
+            if const_expr(self.key.l2norm):
+                ssk = Float32(0.0)
+                for vj in cutlass.range_constexpr(NV):
+                    for e in cutlass.range_constexpr(VEC):
+                        xk = rbuf[0, 0, e, vj].to(Float32)
+                        ssk = ssk + xk * xk
+                ssk = ssk + cute.arch.shuffle_sync_bfly(ssk, offset=1)
+                inv_k = keep * cute.math.rsqrt(ssk + Float32(L2NORM_EPS))
+            NVV = VQ // VEC
+            vbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NVV)), BFloat16)
+            for vj in cutlass.range_constexpr(NVV):
+                cute.autovec_copy(gV[(None, None, None), (t_row, head, (v0 + half * VQ) // VEC + vj)], vbuf[None, None, None, vj])
+            kscale = b_row * cute.math.exp(g_row)
+            for vj in cutlass.range_constexpr(NV):
+                for e in cutlass.range_constexpr(VEC):
+                    col = half * HALF + vj * VEC + e
+                    kn = (rbuf[0, 0, e, vj].to(Float32) * inv_k).to(BFloat16)
+                    sK[row, col] = kn
+                    sKT[col % BV, row, col // BV] = (kn.to(Float32) * kscale).to(BFloat16)
+            for vj in cutlass.range_constexpr(NVV):
+                for e in cutlass.range_constexpr(VEC):
+                    col = half * VQ + vj * VEC + e
+                    sVT[col, row] = (vbuf[0, 0, e, vj].to(Float32) * keep * b_row).to(BFloat16)
+            _smem_ready()
+
+            # ---- 3. K K^T and Q K^T; decay, beta and masks on the accumulators ------------------------------
+            _wgmma(mma_n64, acc_a, kk_A, kk_B, True)
+            _wgmma(mma_n64, acc_b, qk_A, kk_B, True)
+            for i in cutlass.range_constexpr(cute.size(acc_a)):
+                rc = c64[i]
+                a_val = Float32(0.0)
+                p_val = Float32(0.0)
+                if rc[0] >= rc[1]:
+                    decay = cute.math.exp(sGc[rc[0]] - sGc[rc[1]])
+                    p_val = acc_b[i] * decay * scale
+                    if rc[0] > rc[1]:
+                        a_val = acc_a[i] * decay * sBeta[rc[0]]
+                sA[rc[0], rc[1]] = a_val
+                sP[rc[0], rc[1]] = p_val.to(BFloat16)
+            cute.arch.sync_threads()
+
+            # ---- 4. Tm = (I + A)^-1 in fp32 ------------------------------------------------------------------
+            if const_expr(self.key.blocked_solve):
+                # (a) the four diagonal 16 x 16 blocks T_II = (I + A_II)^-1: forward substitution, one thread per column.
+                if tidx < CHUNK:
+                    cc = tidx
+                    for i in range(cc + 1, (cc // SOLVE_BLOCK + 1) * SOLVE_BLOCK):
+                        acc_t = -sA[i, cc]
+                        for j in cutlass.range(cc + 1, i, unroll=4):
+                            acc_t = acc_t - sA[i, j] * sT[j, cc]
+                        sT[i, cc] = acc_t
+                cute.arch.sync_threads()
+                # (b) block row I = 1..3: M = A[I rows, :W] T[:W, :W] (W = 16 I), then T[I rows, :W] = -T_II M.
+                for bi in cutlass.range_constexpr(1, CHUNK // SOLVE_BLOCK):
+                    W = SOLVE_BLOCK * bi
+                    for s in cutlass.range_constexpr(2 * bi):  # 16 W outputs over 128 threads
+                        idx = tidx + THREADS * s
+                        r = idx // W
+                        c = idx % W
+                        acc_m = sA[W + r, c]
+                        for j in cutlass.range(c + 1, W, unroll=4):
+                            acc_m = acc_m + sA[W + r, j] * sT[j, c]
+                        sM[r, c] = acc_m
+                    cute.arch.sync_threads()
+                    for s in cutlass.range_constexpr(2 * bi):
+                        idx = tidx + THREADS * s
+                        r = idx // W
+                        c = idx % W
+                        acc_m = sM[r, c]
+                        for rr in cutlass.range(r, unroll=4):
+                            acc_m = acc_m + sT[W + r, W + rr] * sM[rr, c]
+                        sT[W + r, c] = -acc_m
+                    cute.arch.sync_threads()
+                for s in cutlass.range_constexpr(CHUNK * CHUNK // THREADS):
+                    idx = tidx + THREADS * s
+                    i = idx // CHUNK
+                    c = idx % CHUNK
+                    t_val = Float32(0.0)
+                    if i == c:
+                        t_val = Float32(1.0)
+                    if i > c:
+                        t_val = sT[i, c]
+                    sTm[i, c] = t_val.to(BFloat16)
+            else:
+                # One thread per column of Tm, all 64 rows (the simplest form; about 2,000 dependent FMAs for column 0).
+                if tidx < CHUNK:
+                    cc = tidx
+                    for i in range(cc + 1, CHUNK):
+                        acc_t = -sA[i, cc]
+                        for j in cutlass.range(cc + 1, i, unroll=4):
+                            acc_t = acc_t - sA[i, j] * sT[j, cc]
+                        sT[i, cc] = acc_t
+                    for i in range(CHUNK):
+                        t_val = Float32(0.0)
+                        if i == cc:
+                            t_val = Float32(1.0)
+                        if i > cc:
+                            t_val = sT[i, cc]
+                        sTm[i, cc] = t_val.to(BFloat16)
+            _smem_ready()
+
+            # ---- 5. Wm = Tm (beta K exp G), U = Tm (beta V), Vn = U - Wm S0^T -------------------------------
+            _wgmma(mma_n64, acc_a, u_A, u_B, True)
+            for h in cutlass.range_constexpr(NH):  # Wm, 64 K-channels at a time, through acc_b
+                _wgmma(mma_n64, acc_b, u_A, kt_B[None, None, None, h], True)
+                for i in cutlass.range_constexpr(cute.size(acc_b)):
+                    rc = c64[i]
+                    sW[rc[0], h * BV + rc[1]] = (-acc_b[i]).to(BFloat16)
+            _smem_ready()
+            _wgmma(mma_n64, acc_a, vn_A, s0_B, False)
+            for i in cutlass.range_constexpr(cute.size(acc_a)):
+                rc = c64[i]
+                sVnT[rc[1], rc[0]] = acc_a[i].to(BFloat16)
+            # (K exp(G_C - G))^T for the state update: sKT's last reader (the Wm product) has completed.
+            g_last = sGc[CHUNK - 1]  # rows past eos carry g = 0, so this is G at the chunk's last token
+            kdec = cute.math.exp(g_last - g_row)
+            for j in cutlass.range_constexpr(HALF):
+                col = half * HALF + j
+                sKT[col % BV, row, col // BV] = (sK[row, col].to(Float32) * kdec).to(BFloat16)
+            _smem_ready()
+
+            # ---- 6. O = scale (exp(G) Q S0^T + P Vn) ---------------------------------------------------
+            _wgmma(mma_n64, acc_b, qk_A, s0_B, True)
+            for i in cutlass.range_constexpr(cute.size(acc_b)):
+                rc = c64[i]
+                acc_b[i] = acc_b[i] * (cute.math.exp(sGc[rc[0]]) * scale)
+            _wgmma(mma_n64, acc_b, pv_A, pv_B, False)
+            for i in cutlass.range_constexpr(cute.size(acc_b)):
+                rc = c64[i]
+                if rc[0] < n_valid:
+                    mO[t0 + rc[0], head, v0 + rc[1]] = acc_b[i].to(mO.element_type)
+
+            # ---- 7. S = exp(G_C) S + Vn^T (K exp(G_C - G)) -----------------------------------------------
+            decay_c = cute.math.exp(g_last)
+            for h in cutlass.range_constexpr(NH):
+                for i in cutlass.range_constexpr(cute.size(acc_a)):
+                    acc_s[h][i] = acc_s[h][i] * decay_c
+                _wgmma(mma_n64, acc_s[h], su_A, kt_B[None, None, None, h], False)
+            cute.arch.sync_threads()  # every reader of S0 in shared memory (steps 5, 6) has completed
+            for h in cutlass.range_constexpr(NH):
+                for i in cutlass.range_constexpr(cute.size(acc_a)):
+                    rc = c64[i]
+                    sS[rc[0], h * BV + rc[1]] = acc_s[h][i].to(BFloat16)
+            _smem_ready()
+
+        if const_expr(self.key.has_final):
+            for h in cutlass.range_constexpr(NH):
+                for i in cutlass.range_constexpr(cute.size(acc_a)):
+                    rc = c64[i]
+                    mHT[seq, head, v0 + rc[0], h * BV + rc[1]] = acc_s[h][i]
+
+    kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
