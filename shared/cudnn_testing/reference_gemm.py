@@ -59,3 +59,39 @@ def reference(a, b, *, bias=None, bias_kind="col", c=None, alpha=1.0, beta=1.0, 
         g, u = swiglu_split(x, swiglu)
         return torch.nn.functional.silu(g) * u, pre
     return _act(x, activation), pre
+
+
+def quantize_fp8(x, dtype):
+    """(x_fp8, scale) with ``x ~= x_fp8.float() * scale``: per-tensor scale mapping max|x| onto the format's max."""
+    import torch
+
+    fmax = torch.finfo(dtype).max
+    scale = (x.abs().amax().float() / fmax).clamp_min(1e-12)
+    return (x / scale).clamp(-fmax, fmax).to(dtype), scale.reshape(1)
+
+
+def reference_scaled(a, b, scale_a=None, scale_b=None, *, bias=None, activation="none", scale_d=None, out_dtype=None):
+    """(ref, lowp) for an fp8 GEMM ``cast(act(scale_a * scale_b * a @ b + bias) * scale_d)``.
+
+    ``ref`` is fp32 on the dequantized operands (``a.float() * scale_a``: exact, fp8 values and fp32 scales).
+    ``lowp`` is that same fp32 result rounded to ``out_dtype`` (then read back as fp32): with fp8 operands the
+    products are exact, so the rounding of D is the dominant error a correct kernel cannot avoid (Hopper's
+    fp8 accumulators keep fewer bits than fp32, which stays well inside this bound at K of a few thousand). The FlashAttention rule (``assert_close_fa(out, ref, lowp)``, factor 2 plus the
+    output dtype's noise) then allows one ulp of D's format at the largest outputs: for an fp8 D that is the
+    2**-3 (e4m3) or 2**-2 (e5m2) relative step of those values."""
+    import torch
+
+    sa = 1.0 if scale_a is None else scale_a.float()
+    sb = 1.0 if scale_b is None else scale_b.float()
+    x = torch.matmul(a.float() * sa, b.float() * sb)
+    if bias is not None:
+        x = x + bias.float()
+    y = _act(x, activation)
+    if scale_d is not None:
+        y = y * scale_d.float()
+    out_dtype = out_dtype or torch.bfloat16
+    lowp = y
+    if out_dtype.itemsize == 1:
+        fmax = torch.finfo(out_dtype).max
+        lowp = y.clamp(-fmax, fmax)  # the kernel's conversion saturates (cvt.rn.satfinite)
+    return y, lowp.to(out_dtype).float()

@@ -18,6 +18,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(HERE, "..", "src")
 ANCHOR = "        handle = launch_stream_handle(current_stream, a.device)\n"
+SPLIT_ANCHOR = '        """The two launches a split-K plan promises: the GEMM into the fp32 partials, then the reduction."""\n'
 PLANTS = {
     # detector test id -> (anchor, replacement)
     "test_execute_no_sync_no_alloc and False": (ANCHOR, ANCHOR + "        float(d.flatten()[0])  # PLANT: device-to-host read\n"),
@@ -34,10 +35,26 @@ PLANTS = {
         "        self._precompute_scalars()\n",
         "        self._precompute_scalars()\n        __import__('torch').cuda.synchronize()  # PLANT: sync at build\n",
     ),
+    # the same detectors applied to the fp8 and split-K paths (test file given explicitly)
+    "test_fp8_execute_no_sync_no_alloc": (
+        ANCHOR,
+        ANCHOR + "        _ = None if scale_a is None else float(scale_a[0])  # PLANT: host read of a device scale\n",
+        "test_gemm_fp8_gpu.py",
+    ),
+    "test_split_k_workspace_contract": (
+        SPLIT_ANCHOR,
+        SPLIT_ANCHOR + "        __import__('torch').empty(16, device=a.device)  # PLANT: allocation on the split-K path\n",
+        "test_gemm_options_gpu.py",
+    ),
+    "test_split_k_is_deterministic": (
+        SPLIT_ANCHOR,
+        SPLIT_ANCHOR + "        alpha = alpha * (1.0 + 1e-3 * __import__('random').random())  # PLANT: run-to-run variation\n",
+        "test_gemm_options_gpu.py",
+    ),
 }
 
 
-def _run_plant(test_id: str, anchor: str, repl: str) -> tuple[str, str]:
+def _run_plant(test_id: str, anchor: str, repl: str, test_file: str = "test_gemm_detectors.py") -> tuple[str, str]:
     tmp = tempfile.mkdtemp(prefix="plant_")
     try:
         shutil.copytree(os.path.join(SRC, "cudnn", "gemm"), os.path.join(tmp, "cudnn", "gemm"))
@@ -50,7 +67,7 @@ def _run_plant(test_id: str, anchor: str, repl: str) -> tuple[str, str]:
         env["PYTHONPATH"] = tmp + os.pathsep + env.get("PYTHONPATH", "")
         code = (
             "import sys, cudnn.gemm as g; assert 'plant_' in g.__file__, g.__file__; import pytest;"
-            f"sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', {os.path.join(HERE, 'test_gemm_detectors.py')!r}, '-k', {test_id!r}]))"
+            f"sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', {os.path.join(HERE, test_file)!r}, '-k', {test_id!r}]))"
         )
         rc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
         tail = (rc.stdout + rc.stderr).strip().splitlines()[-1:] or [""]

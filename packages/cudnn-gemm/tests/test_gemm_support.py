@@ -78,3 +78,67 @@ def test_declines_below_the_dsl_floor_naming_both_versions(monkeypatch):
     monkeypatch.setattr(dsl_gate, "cutedsl_state", lambda: dsl_gate.CuteDslState(version="4.6.2", importable=True))
     with pytest.raises(dsl_gate.CuteDslVersionError, match=r"needs nvidia-cutlass-dsl>=4\.8\.0, but 4\.6\.2 is installed"):
         _plan().check_support()
+
+
+# ---- fp8, split-K, staged bias (metadata only)
+E4M3, E5M2 = "float8_e4m3fn", "float8_e5m2"
+
+
+def _fp8_plan(m=300, n=512, k=256, a_stride=None, b_stride="k", b_dtype=E4M3, d_dtype="bfloat16", **kw):
+    a = _desc((m, k), a_stride, dtype=E4M3, name="a")
+    b = _desc((k, n), (1, k) if b_stride == "k" else None, dtype=b_dtype, name="b")
+    return _plan(a=a, b=b, d=_desc((m, n), dtype=d_dtype, name="d"), **kw)
+
+
+def _scale(name):
+    return _desc((1,), dtype="float32", name=name)
+
+
+def test_fp8_serves_k_major_with_scales():
+    skip_unless_cutedsl(FLOOR, "cudnn.gemm")
+    for b_dtype in (E4M3, E5M2):
+        for d_dtype in ("bfloat16", "float16", E4M3, E5M2):
+            p = _fp8_plan(b_dtype=b_dtype, d_dtype=d_dtype, scale_a=_scale("sa"), scale_b=_scale("sb"), scale_d=_scale("sd"))
+            assert p.check_support()
+            cfg = p._make_config()
+            assert cfg.ab_dtype == E4M3 and cfg.scale_ab and cfg.scale_d and cfg.b_dtype == ("" if b_dtype == E4M3 else E5M2)
+    assert _fp8_plan().check_support()  # unit scales: no scale tensors at all
+
+
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        (dict(b_stride="n"), r"fp8 b \(shape=\(256, 512\), stride=\(512, 1\).*N-major"),
+        (dict(a_stride=(1, 304)), r"fp8 a \(shape=\(300, 256\), stride=\(1, 304\).*M-major"),
+        (dict(k=200), "multiple of 16 elements"),
+        (dict(d_dtype="float32"), "an fp8 GEMM writes"),
+        (dict(split_k=2, amax=_desc((1,), dtype="float32", name="amax")), "split_k=2 does not serve amax"),
+    ],
+)
+def test_fp8_and_split_declines(kw, match):
+    with pytest.raises(NotImplementedError, match=match):
+        _fp8_plan(**kw).check_support()
+
+
+def test_scales_and_options_values():
+    with pytest.raises(NotImplementedError, match="fp8 operands only"):
+        _plan(scale_a=_scale("sa"), scale_b=_scale("sb")).check_support()
+    with pytest.raises(ValueError, match="go together"):
+        _fp8_plan(scale_a=_scale("sa")).check_support()
+    with pytest.raises(ValueError, match="one float32"):
+        _fp8_plan(scale_a=_desc((2,), dtype="float32", name="sa"), scale_b=_scale("sb")).check_support()
+    with pytest.raises(ValueError, match="split_k"):
+        _plan(split_k=0).check_support()
+    with pytest.raises(ValueError, match="stage_bias"):
+        _plan(stage_bias=True).check_support()
+    with pytest.raises(NotImplementedError, match="beta \\* c"):
+        _plan(split_k=4, c=_desc((300, 512), name="c")).check_support()
+
+
+def test_split_k_workspace_size_and_default_cluster():
+    skip_unless_cutedsl(FLOOR, "cudnn.gemm")
+    p = _plan(m=3, n=1001, k=4096, b=_desc((4096, 1001), (1, 4096), name="b"), d=_desc((3, 1001), (1008, 1), name="d"), split_k=8)
+    assert p.check_support()
+    assert p.scratch_workspace_bytes() == 8 * 3 * 1004 * 4 + (-(8 * 3 * 1004 * 4) % 128)
+    assert p.cluster_mn == (1, 1) and _plan().cluster_mn == (2, 1)
+    assert _plan().scratch_workspace_bytes() == 0

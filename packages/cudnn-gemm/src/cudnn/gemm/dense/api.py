@@ -12,11 +12,28 @@ output, issued on the launch stream (Rule 5).
 
 What it serves natively (anything else is declined with NotImplementedError, never copied, Rule 2):
 - a, b bf16 or fp16 (same dtype); d in that dtype; fp32 accumulation;
+- or a, b fp8 (e4m3 / e5m2, the two may differ), both K-major (row-major ``a``, ``w.t()`` of an (N, K)
+  weight: Hopper fp8 WGMMA reads only K-major operands), with optional per-tensor fp32 scales ``scale_a``,
+  ``scale_b`` (one-element device tensors, read in the epilogue, never by the host) and ``scale_d``
+  (D = cast(y * scale_d), for fp8 outputs); d bf16, fp16, e4m3 or e5m2;
 - a K-major (row-major ``a``) or M-major (``a.t()`` of a row-major tensor); b N-major (row-major ``b``)
   or K-major (``w.t()`` of an (N, K) weight); the non-unit stride of each, and batch strides, multiples of
   8 elements (16-byte TMA strides), 16-byte-aligned base addresses;
 - d row-major with a 16-byte-aligned row stride (the wrapper pads the row stride for odd N and returns a
   view); c any strides; bias contiguous (N,) ("col") or (M,) ("row"), optionally with a leading L.
+
+Plan-time performance options (the defaults are the configuration verified on the H200):
+- ``split_k=S`` (S > 1): the K loop is cut in S slices that write fp32 partials into the caller's workspace
+  (``scratch_workspace_bytes()``, recipe R2), then a second launch sums them in a fixed order (deterministic)
+  and runs the epilogue (alpha, fp8 scales, bias, activation). For small-M (decode) shapes. C, stored
+  pre-activations, dsrelu, swiglu and amax are declined with split-K.
+- ``stage_bias=True``: each tile's bias is staged once into shared memory (fp32) instead of being read from
+  global memory per accumulator element.
+- ``stage_aux=True`` (dsrelu): the pre-activation arrives by TMA, one 128 x 32 sub-tile ahead, into the D
+  store ring (aux must have d's dtype and a 16-byte-aligned row stride and base), instead of per-element reads.
+- ``pingpong=True``: 64 x 256 tiles, one per consumer warpgroup, the two warpgroups taking turns, so one's
+  epilogue runs while the other's mainloop keeps the tensor cores busy (each has its own D smem ring and
+  named barrier, staged bias and aux barriers). Not with split_k.
 """
 
 from __future__ import annotations
@@ -28,7 +45,16 @@ from cudnn.api_base import APIBase, TensorDesc, TupleDict, as_desc
 from cudnn.datatypes import data_type
 
 _AB_DTYPES = (data_type.BFLOAT16, data_type.HALF)
-_NAMES = {data_type.BFLOAT16: "bfloat16", data_type.HALF: "float16", data_type.FLOAT: "float32"}
+_FP8 = (data_type.FP8_E4M3, data_type.FP8_E5M2)
+_FP8_OUT = (data_type.BFLOAT16, data_type.HALF, data_type.FP8_E4M3, data_type.FP8_E5M2)
+_NAMES = {
+    data_type.BFLOAT16: "bfloat16",
+    data_type.HALF: "float16",
+    data_type.FLOAT: "float32",
+    data_type.FP8_E4M3: "float8_e4m3fn",
+    data_type.FP8_E5M2: "float8_e5m2",
+}
+_ITEMSIZE = {data_type.BFLOAT16: 2, data_type.HALF: 2, data_type.FLOAT: 4, data_type.FP8_E4M3: 1, data_type.FP8_E5M2: 1}
 _INT32_MAX = 2**31 - 1
 ACTIVATIONS = ("none", "relu", "relu2", "gelu_tanh", "gelu_erf")
 
@@ -40,15 +66,25 @@ def _major_2d(desc: TensorDesc, rows_dim: int, cols_dim: int):
     16-byte-aligned placeholder when it is the leading stride)."""
     r, c = desc.shape[rows_dim], desc.shape[cols_dim]
     sr, sc = desc.stride[rows_dim], desc.stride[cols_dim]
+    al = _align_elems(desc.dtype)
     if sc == 1 or c == 1:
-        return "cols", (sr if r > 1 else _round8(c))
+        return "cols", (sr if r > 1 else _round_up(c, al))
     if sr == 1 or r == 1:
-        return "rows", (sc if c > 1 else _round8(r))
+        return "rows", (sc if c > 1 else _round_up(r, al))
     return None, None
 
 
 def _round8(x: int) -> int:
     return (int(x) + 7) // 8 * 8
+
+
+def _round_up(x: int, align: int) -> int:
+    return (int(x) + align - 1) // align * align
+
+
+def _align_elems(dtype) -> int:
+    """Elements per 16 bytes (TMA stride granularity): 8 for bf16/fp16, 16 for fp8."""
+    return 16 // _ITEMSIZE.get(dtype, 2)
 
 
 def _sm_count(device: str | None) -> int:
@@ -96,13 +132,24 @@ class GemmSm90(APIBase):
         dsrelu: bool = False,
         alpha: float = 1.0,
         beta: float = 1.0,
-        cluster_mn: tuple = (2, 1),
+        scale_a=None,
+        scale_b=None,
+        scale_d=None,
+        split_k: int = 1,
+        stage_bias: bool = False,
+        stage_aux: bool = False,
+        pingpong: bool = False,
+        cluster_mn: tuple | None = None,
         swizzle: int = 1,
         raster_along_m: bool = True,
     ):
         super().__init__()
         self.a, self.b, self.d = as_desc(a, "a"), as_desc(b, "b"), as_desc(d, "d")
         self.c, self.bias, self.aux, self.amax = as_desc(c, "c"), as_desc(bias, "bias"), as_desc(aux, "aux"), as_desc(amax, "amax")
+        self.scale_a, self.scale_b, self.scale_d = as_desc(scale_a, "scale_a"), as_desc(scale_b, "scale_b"), as_desc(scale_d, "scale_d")
+        self.split_k, self.stage_bias, self.stage_aux, self.pingpong = split_k, bool(stage_bias), bool(stage_aux), bool(pingpong)
+        if cluster_mn is None:  # a 2x1 multicast pair by default; split-K (decode, M ~ 1) runs single CTAs
+            cluster_mn = (2, 1) if split_k == 1 else (1, 1)
         self.bias_kind, self.activation, self.swiglu = bias_kind, activation, swiglu
         self.store_pre, self.dsrelu, self.want_amax = bool(store_pre), bool(dsrelu), amax is not None
         self.alpha, self.beta = float(alpha), float(beta)
@@ -123,9 +170,23 @@ class GemmSm90(APIBase):
         self._value_error_if(self.activation not in ACTIVATIONS, f"{what}: activation {self.activation!r} is not one of {ACTIVATIONS}")
         self._value_error_if(self.swiglu not in (None, "interleaved", "halves"), f"{what}: swiglu must be None, 'interleaved' or 'halves'")
         self._value_error_if(self.bias_kind not in ("col", "row"), f"{what}: bias_kind must be 'col' or 'row'")
-        self._check_dtype(a, _AB_DTYPES, what)
-        self._decline_if(b.dtype != a.dtype, f"{what}: {b.describe()} must have a's dtype {a.dtype.short} (mixed operands are not served)")
-        self._decline_if(d.dtype != a.dtype, f"{what}: {d.describe()} must have the operands' dtype {a.dtype.short}")
+        self._check_dtype(a, _AB_DTYPES + _FP8, what)
+        fp8 = a.dtype in _FP8
+        self._is_fp8 = fp8
+        if fp8:
+            self._decline_if(b.dtype not in _FP8, f"{what}: {b.describe()} must be fp8 (e4m3 or e5m2) like a {a.describe()}")
+            self._decline_if(d.dtype not in _FP8_OUT, f"{what}: {d.describe()}: an fp8 GEMM writes bf16, fp16, e4m3 or e5m2")
+        else:
+            self._decline_if(b.dtype != a.dtype, f"{what}: {b.describe()} must have a's dtype {a.dtype.short} (mixed operands are not served)")
+            self._decline_if(d.dtype != a.dtype, f"{what}: {d.describe()} must have the operands' dtype {a.dtype.short}")
+        self._value_error_if(
+            (self.scale_a is None) != (self.scale_b is None), f"{what}: scale_a and scale_b go together (pass both, or neither for unit scales)"
+        )
+        for sd in (self.scale_a, self.scale_b, self.scale_d):
+            if sd is not None:
+                self._decline_if(not fp8, f"{what}: per-tensor scale {sd.describe()} is served with fp8 operands only; a is {a.describe()}")
+                self._value_error_if(sd.dtype != data_type.FLOAT or sd.numel() != 1, f"{what}: {sd.describe()} must be one float32 (a device scalar)")
+        self._value_error_if(not isinstance(self.split_k, int) or self.split_k < 1, f"{what}: split_k must be an int >= 1, got {self.split_k!r}")
         # batched a, b, d: all rank 3 with one L, or all rank 2
         la = a.shape[0] if a.rank == 3 else 1
         lb = b.shape[0] if b.rank == 3 else 1
@@ -153,12 +214,22 @@ class GemmSm90(APIBase):
         self._decline_if(b_unit is None, f"{what}: {b.describe()} needs a unit stride in K or N; other layouts are declined, not copied (Rule 2)")
         self._a_major = "k" if a_unit == "cols" else "m"
         self._b_major = "n" if b_unit == "cols" else "k"
+        if fp8:
+            self._decline_if(
+                self._a_major != "k",
+                f"{what}: fp8 {a.describe()} is M-major (stride {a.stride}); Hopper fp8 WGMMA reads A K-major only: pass a row-major (M, K) a",
+            )
+            self._decline_if(
+                self._b_major != "k",
+                f"{what}: fp8 {b.describe()} is N-major (stride {b.stride}); Hopper fp8 WGMMA reads B K-major only: pass w.t() of an (N, K) weight",
+            )
         self._decline_if(d.stride[-1] != 1 and n_out > 1, f"{what}: {d.describe()} must be row-major (unit stride along N)")
-        ldd = d.stride[-2] if m > 1 else _round8(n_out)
+        ldd = d.stride[-2] if m > 1 else _round_up(n_out, _align_elems(d.dtype))
         for desc, ld_ in ((a, lda), (b, ldb), (d, ldd)):
-            self._decline_if(ld_ % 8 != 0, f"{what}: {desc.describe()}: leading stride {ld_} is not a multiple of 8 elements (TMA needs 16-byte strides)")
+            al = _align_elems(desc.dtype)
+            self._decline_if(ld_ % al != 0, f"{what}: {desc.describe()}: leading stride {ld_} is not a multiple of {al} elements (TMA needs 16-byte strides)")
             if desc.rank == 3 and desc.shape[0] > 1:
-                self._decline_if(desc.stride[0] % 8 != 0, f"{what}: {desc.describe()}: batch stride is not a multiple of 8 elements (TMA)")
+                self._decline_if(desc.stride[0] % al != 0, f"{what}: {desc.describe()}: batch stride is not a multiple of {al} elements (TMA)")
         self._lda, self._ldb, self._ldd = lda, ldb, ldd
         self._m, self._n, self._k, self._l = m, n, k, la
         # epilogue operands
@@ -179,6 +250,31 @@ class GemmSm90(APIBase):
             self._decline_if(self.aux.stride[-1] != 1 and n > 1, f"{what}: {self.aux.describe()} must be row-major")
         if self.want_amax:
             self._value_error_if(self.amax.dtype != data_type.FLOAT or self.amax.numel() != 1, f"{what}: {self.amax.describe()} must be one float32")
+        self._value_error_if(self.stage_bias and self.bias is None, f"{what}: stage_bias=True needs a bias")
+        self._value_error_if(self.stage_aux and not self.dsrelu, f"{what}: stage_aux=True serves the dsrelu pre-activation read only")
+        self._decline_if(
+            self.pingpong and self.split_k > 1,
+            f"{what}: pingpong does not combine with split_k",
+        )
+        if self.stage_aux:
+            aux = self.aux
+            self._decline_if(aux.dtype != d.dtype, f"{what}: stage_aux needs {aux.describe()} in d's dtype {d.dtype.short} (it shares D's smem ring)")
+            ldaux = aux.stride[-2] if m > 1 else _round8(n)
+            self._decline_if(ldaux % 8 != 0, f"{what}: stage_aux: {aux.describe()} row stride is not a multiple of 8 elements (TMA)")
+            if aux.rank == 3 and aux.shape[0] > 1:
+                self._decline_if(aux.stride[0] % 8 != 0, f"{what}: stage_aux: {aux.describe()} batch stride is not a multiple of 8 elements (TMA)")
+        if self.split_k > 1:
+            for flag, name in (
+                (self.c is not None, "a beta * c addend"),
+                (needs_aux, "an aux tensor (store_pre / dsrelu)"),
+                (self.swiglu is not None, "swiglu"),
+                (self.want_amax, "amax"),
+                (self.stage_bias, "stage_bias (the split-K epilogue runs in the reduction launch)"),
+                (self.stage_aux, "stage_aux"),
+            ):
+                self._decline_if(flag, f"{what}: split_k={self.split_k} does not serve {name}; use split_k=1")
+            ws_elems = self.split_k * la * m * ((n + 3) // 4 * 4)
+            self._decline_if(ws_elems > _INT32_MAX, f"{what}: split_k={self.split_k} partials span {ws_elems} > 2^31 fp32 elements (32-bit offsets)")
         for desc in (a, b, d, self.c, self.bias, self.aux):
             if desc is not None:
                 self._decline_if(desc.span_elements() > _INT32_MAX, f"{what}: {desc.describe()} spans more than 2^31 elements (32-bit offsets)")
@@ -210,6 +306,14 @@ class GemmSm90(APIBase):
             dsrelu=self.dsrelu,
             aux_dtype=_NAMES[self.aux.dtype] if self.aux is not None else "bfloat16",
             amax=self.want_amax,
+            b_dtype=_NAMES[self.b.dtype] if self.b.dtype != self.a.dtype else "",
+            scale_ab=self.scale_a is not None,
+            scale_d=self.scale_d is not None,
+            split_k=self.split_k,
+            stage_bias=self.stage_bias,
+            stage_aux=self.stage_aux,
+            pingpong=self.pingpong,
+            tile_mn=(64, 256) if self.pingpong else (128, 256),
         )
 
     def compile(self) -> None:
@@ -224,13 +328,32 @@ class GemmSm90(APIBase):
         self._tvm_ffi = tvm_ffi_available() and os.environ.get("CUDNN_GEMM_TVM_FFI", "1") != "0"
         key = (self.config, "tvm-ffi" if self._tvm_ffi else "dsl")
         self._compiled_kernel = kernel_cache.get_or_compile(key, lambda: kernel_sm90.compile_kernel(self.config, tvm_ffi=self._tvm_ffi), family="gemm")
+        self._compiled_reduce = None
+        if self.split_k > 1:
+            from . import splitk_reduce_sm90
+
+            rkey = (self.config, "splitk-reduce", "tvm-ffi" if self._tvm_ffi else "dsl")
+            self._compiled_reduce = kernel_cache.get_or_compile(
+                rkey, lambda: splitk_reduce_sm90.compile_reduce(self.config, tvm_ffi=self._tvm_ffi), family="gemm"
+            )
         self._precompute_scalars()
         import torch
 
         self._torch_dtypes = {name: (getattr(torch, _NAMES[desc.dtype]) if desc is not None else None) for name, desc in self._descs().items()}
 
     def _descs(self):
-        return {"a": self.a, "b": self.b, "d": self.d, "c": self.c, "bias": self.bias, "aux": self.aux, "amax": self.amax}
+        return {
+            "a": self.a,
+            "b": self.b,
+            "d": self.d,
+            "c": self.c,
+            "bias": self.bias,
+            "aux": self.aux,
+            "amax": self.amax,
+            "scale_a": self.scale_a,
+            "scale_b": self.scale_b,
+            "scale_d": self.scale_d,
+        }
 
     def _precompute_scalars(self):
         """Runtime Int32 arguments (extents and strides) of this plan, in the kernel's order."""
@@ -249,11 +372,11 @@ class GemmSm90(APIBase):
             k,
             self._l,
             self._lda,
-            bstride(a, _round8(self._lda * (m if self._a_major == "k" else k))),
+            bstride(a, _round_up(self._lda * (m if self._a_major == "k" else k), _align_elems(a.dtype))),
             self._ldb,
-            bstride(b, _round8(self._ldb * (n if self._b_major == "k" else k))),
+            bstride(b, _round_up(self._ldb * (n if self._b_major == "k" else k), _align_elems(b.dtype))),
             self._ldd,
-            bstride(d, _round8(self._ldd * m)),
+            bstride(d, _round_up(self._ldd * m, _align_elems(d.dtype))),
             c.stride[-2] if c is not None else 0,
             c.stride[-1] if c is not None else 0,
             bstride(c, 0),
@@ -261,20 +384,61 @@ class GemmSm90(APIBase):
             aux.stride[-2] if aux is not None else 0,
             bstride(aux, 0),
         ]
+        if self.stage_aux:  # a TMA descriptor over aux: 16-byte strides even for never-stepped modes
+            vals[14] = aux.stride[-2] if m > 1 else _round8(n)
+            vals[15] = bstride(aux, _round8(vals[14] * m))
         del batched
         self._int_vals = tuple(int(v) for v in vals)
         self._int_args = tuple(Int32(v) for v in vals)
+        if self.split_k > 1:
+            # the GEMM launch writes its fp32 partial stack (M, N, L * split_k) with row stride ldp instead of d;
+            # the reduction reads it back and writes d
+            ldp = (n + 3) // 4 * 4
+            sv = list(vals)
+            sv[8], sv[9] = ldp, m * ldp
+            self._split_vals = tuple(int(v) for v in sv)
+            self._split_args = tuple(Int32(v) for v in sv)
+            rv = [m, n, self._l, ldp, self._ldd, vals[9], vals[13]]
+            self._reduce_vals = tuple(int(v) for v in rv)
+            self._reduce_args = tuple(Int32(v) for v in rv)
 
     def scratch_workspace_bytes(self) -> int:
-        return 0
+        """fp32 split-K partials (split_k * L * M * round4(N) * 4 bytes); 0 without split-K."""
+        if self.split_k <= 1:
+            return 0
+        from cudnn.workspace import ws_align
+
+        return ws_align(self.split_k * self._l * self._m * ((self._n + 3) // 4 * 4) * 4)
+
+    def get_workspace_size(self) -> int:
+        return self.scratch_workspace_bytes()
 
     # ------------------------------------------------------------------ launch
-    def execute(self, a, b, d, *, c=None, bias=None, aux=None, amax=None, alpha=None, beta=None, current_stream=None):
-        """Launch on ``current_stream`` (None: torch's current stream). Validates only (Rules 1-3)."""
+    def execute(
+        self,
+        a,
+        b,
+        d,
+        *,
+        c=None,
+        bias=None,
+        aux=None,
+        amax=None,
+        scale_a=None,
+        scale_b=None,
+        scale_d=None,
+        alpha=None,
+        beta=None,
+        workspace=None,
+        current_stream=None,
+    ):
+        """Launch on ``current_stream`` (None: torch's current stream). Validates only (Rules 1-3).
+
+        ``workspace``: a uint8 CUDA buffer of at least ``scratch_workspace_bytes()`` (split-K plans only)."""
         if self._compiled_kernel is None:
             raise RuntimeError("GemmSm90.execute() before compile()")
         what = "GemmSm90.execute"
-        tensors = {"a": a, "b": b, "d": d, "c": c, "bias": bias, "aux": aux, "amax": amax}
+        tensors = {"a": a, "b": b, "d": d, "c": c, "bias": bias, "aux": aux, "amax": amax, "scale_a": scale_a, "scale_b": scale_b, "scale_d": scale_d}
         for name, desc in self._descs().items():
             t = tensors[name]
             if desc is None:
@@ -282,19 +446,28 @@ class GemmSm90(APIBase):
                     raise ValueError(f"{what}: {name} was passed but the plan was built without it (it would be ignored)")
             elif t is None or t.dtype is not self._torch_dtypes[name] or t.shape != desc.shape or t.stride() != desc.stride:
                 self._check_tensor_matches(t, desc, what)  # raises with the full description
-        for t, name in ((a, "a"), (b, "b"), (d, "d")):
-            if t.data_ptr() % 16:
+        for t, name in ((a, "a"), (b, "b"), (d, "d"), (aux if self.stage_aux else None, "aux")):
+            if t is not None and t.data_ptr() % 16:
                 raise ValueError(f"{what}: {name} address 0x{t.data_ptr():x} is not 16-byte aligned (TMA)")
         if not (a.device == b.device == d.device) or (self.a.device is not None and str(a.device) != self.a.device):
             raise ValueError(f"{what}: a, b, d are on {a.device}, {b.device}, {d.device}; the plan was built for {self.a.device}")
+        for t, name in ((scale_a, "scale_a"), (scale_b, "scale_b"), (scale_d, "scale_d")):
+            if t is not None and t.device != a.device:
+                raise ValueError(f"{what}: {name} is on {t.device}, the operands on {a.device}: scales are device scalars read by the kernel")
         from cudnn._torch_stream import launch_stream_handle, stream_context
 
+        if self.split_k > 1:
+            from cudnn.workspace import Workspace
+
+            ws_ptr = Workspace.over(workspace, self.scratch_workspace_bytes(), "GemmSm90", device=a.device).data_ptr
         handle = launch_stream_handle(current_stream, a.device)
         if amax is not None:
             with stream_context(handle, a.device):
                 amax.zero_()  # the promised reset: a 4-byte memset on the launch stream
         alpha = self.alpha if alpha is None else float(alpha)
         beta = self.beta if beta is None else float(beta)
+        if self.split_k > 1:
+            return self._execute_split(a, b, d, bias, scale_a, scale_b, scale_d, alpha, ws_ptr, handle)
         if self._tvm_ffi:
             self._compiled_kernel(
                 a.data_ptr(),
@@ -304,6 +477,9 @@ class GemmSm90(APIBase):
                 None if bias is None else bias.data_ptr(),
                 None if aux is None else aux.data_ptr(),
                 None if amax is None else amax.data_ptr(),
+                None if scale_a is None else scale_a.data_ptr(),
+                None if scale_b is None else scale_b.data_ptr(),
+                None if scale_d is None else scale_d.data_ptr(),
                 *self._int_vals,
                 alpha,
                 beta,
@@ -329,10 +505,50 @@ class GemmSm90(APIBase):
             ptr(bias, bias.element_size() if bias is not None else 1),
             ptr(aux, aux.element_size() if aux is not None else 1),
             ptr(amax, 4),
+            ptr(scale_a, 4),
+            ptr(scale_b, 4),
+            ptr(scale_d, 4),
             *self._int_args,
             Float32(alpha),
             Float32(beta),
             cuda.CUstream(handle),
+        )
+        return d
+
+    def _execute_split(self, a, b, d, bias, scale_a, scale_b, scale_d, alpha, ws_ptr, handle):
+        """The two launches a split-K plan promises: the GEMM into the fp32 partials, then the reduction."""
+
+        def addr(t):
+            return None if t is None else t.data_ptr()
+
+        if self._tvm_ffi:
+            self._compiled_kernel(a.data_ptr(), b.data_ptr(), ws_ptr, None, None, None, None, None, None, None, *self._split_vals, 1.0, 0.0, handle)
+            self._compiled_reduce(ws_ptr, d.data_ptr(), addr(bias), addr(scale_a), addr(scale_b), addr(scale_d), *self._reduce_vals, alpha, handle)
+            return d
+        import cuda.bindings.driver as cuda
+        from cutlass import Float32
+        from cutlass.cute.runtime import make_ptr
+
+        from .kernel_sm90 import pointer_dtype
+
+        gmem = _gmem()
+
+        def ptr(t, align):
+            return None if t is None else make_ptr(pointer_dtype(t.dtype), t.data_ptr(), gmem, assumed_align=align)
+
+        pw = make_ptr(Float32, ws_ptr, gmem, assumed_align=16)
+        stream = cuda.CUstream(handle)
+        self._compiled_kernel(ptr(a, 16), ptr(b, 16), pw, None, None, None, None, None, None, None, *self._split_args, Float32(1.0), Float32(0.0), stream)
+        self._compiled_reduce(
+            pw,
+            ptr(d, d.element_size()),
+            ptr(bias, bias.element_size() if bias is not None else 1),
+            ptr(scale_a, 4),
+            ptr(scale_b, 4),
+            ptr(scale_d, 4),
+            *self._reduce_args,
+            Float32(alpha),
+            stream,
         )
         return d
 
@@ -341,6 +557,18 @@ def _gmem():
     import cutlass.cute as cute
 
     return cute.AddressSpace.gmem
+
+
+def split_k_for(m: int, n: int, k: int, sm_count: int = 132, tile_mn: tuple = (128, 256), tile_k: int = 64) -> int:
+    """A split-K factor for a small-M problem (host arithmetic on plan-time extents; unverified heuristic).
+
+    1 when the (M, N) tiles already fill half the SMs; otherwise enough K slices to fill them, each at
+    least 4 k-tiles deep, at most 16."""
+    tiles = -(-m // tile_mn[0]) * -(-n // tile_mn[1])
+    if 2 * tiles >= sm_count:
+        return 1
+    k_tiles = -(-k // tile_k)
+    return max(1, min(16, sm_count // tiles, k_tiles // 4))
 
 
 # ---------------------------------------------------------------------- wrappers
@@ -353,7 +581,7 @@ def _key_of(t):
 
 def cached_plan(a, b, d, **kw) -> GemmSm90:
     """A compiled GemmSm90 for these tensors' metadata (shapes, strides, dtypes, devices) and flags."""
-    tensors = {k: kw.get(k) for k in ("c", "bias", "aux", "amax")}
+    tensors = {k: kw.get(k) for k in ("c", "bias", "aux", "amax", "scale_a", "scale_b", "scale_d")}
     flags = tuple(sorted((k, v) for k, v in kw.items() if k not in tensors))
     key = (_key_of(a), _key_of(b), _key_of(d), tuple((k, _key_of(v)) for k, v in tensors.items()), flags)
     plan = _PLANS.get(key)
@@ -365,42 +593,95 @@ def cached_plan(a, b, d, **kw) -> GemmSm90:
 
 
 def alloc_rows(lead: tuple, m: int, n: int, dtype, device):
-    """An (\\*lead, m, n) row-major output whose row stride is padded to 8 elements (16-byte TMA rows)."""
+    """An (\\*lead, m, n) row-major output whose row stride is padded to 16 bytes (TMA rows): 8 elements of
+    bf16/fp16, 16 of fp8."""
     import torch
 
-    ldn = _round8(n)
+    ldn = _round_up(n, 16 // dtype.itemsize)
     full = torch.empty((*lead, m, ldn), dtype=dtype, device=device)
     return full[..., :n] if ldn != n else full
 
 
-def run_gemm(a, b, *, n_out=None, out=None, stream=None, extra_out=None, **kw):
-    """Shared body of every wrapper: allocate d (and nothing else) on the launch stream, plan, launch."""
+def run_gemm(a, b, *, n_out=None, out=None, stream=None, extra_out=None, out_dtype=None, workspace=None, **kw):
+    """Shared body of every wrapper: allocate d (and, for split-K, the workspace) on the launch stream, plan, launch.
+
+    ``out_dtype``: d's dtype when ``out`` is None (default: the operands' dtype; bf16 for fp8 operands)."""
+    import torch
+
     from cudnn._torch_stream import stream_context
 
     m, n = a.shape[-2], b.shape[-1]
     n_out = n if n_out is None else n_out
     lead = tuple(a.shape[:-2])
     if out is None:
+        if out_dtype is None:
+            out_dtype = torch.bfloat16 if a.dtype in (torch.float8_e4m3fn, torch.float8_e5m2) else a.dtype
         with stream_context(stream, a.device):
-            out = alloc_rows(lead, m, n_out, a.dtype, a.device)
-    tensors = {k: kw.pop(k) for k in ("c", "bias", "aux", "amax") if k in kw}
+            out = alloc_rows(lead, m, n_out, out_dtype, a.device)
+    tensors = {k: kw.pop(k) for k in ("c", "bias", "aux", "amax", "scale_a", "scale_b", "scale_d") if k in kw}
     alpha = kw.pop("alpha", 1.0)
     beta = kw.pop("beta", 1.0)
     plan = cached_plan(a, b, out, **{k: v for k, v in tensors.items() if v is not None}, **kw)
-    plan.execute(a, b, out, **{k: v for k, v in tensors.items() if v is not None}, alpha=alpha, beta=beta, current_stream=stream)
+    nbytes = plan.scratch_workspace_bytes()
+    if nbytes and workspace is None:
+        with stream_context(stream, a.device):
+            workspace = torch.empty(nbytes, dtype=torch.uint8, device=a.device)
+    plan.execute(
+        a, b, out, **{k: v for k, v in tensors.items() if v is not None}, alpha=alpha, beta=beta, workspace=workspace if nbytes else None, current_stream=stream
+    )
     return out
 
 
-def gemm(a, b, *, bias=None, c=None, alpha: float = 1.0, beta: float | None = None, out=None, bias_kind: str = "col", stream=None) -> TupleDict:
-    """``d = alpha * (a @ b) + beta * c + bias`` on Hopper. Returns ``TupleDict(d=...)``.
+def gemm(
+    a,
+    b,
+    *,
+    bias=None,
+    c=None,
+    alpha: float = 1.0,
+    beta: float | None = None,
+    out=None,
+    bias_kind: str = "col",
+    scale_a=None,
+    scale_b=None,
+    scale_d=None,
+    out_dtype=None,
+    split_k: int = 1,
+    workspace=None,
+    stream=None,
+) -> TupleDict:
+    """``d = alpha * scale_a * scale_b * (a @ b) + beta * c + bias`` (times ``scale_d``) on Hopper. Returns ``TupleDict(d=...)``.
 
     a: (M, K) or (L, M, K); b: (K, N) or (L, K, N) (row-major or ``w.t()``); bias: (N,) for
     ``bias_kind="col"`` or (M,) for ``"row"``; c: (M, N) (beta defaults to 1 when c is given);
     out: optional preallocated row-major d. ``stream``: a torch stream or raw handle (None: current).
+    fp8: a and b float8_e4m3fn / float8_e5m2, both K-major (row-major a, ``w.t()`` of an (N, K) weight);
+    ``scale_a``/``scale_b``: one-element fp32 CUDA tensors (dequantization scales, never read by the host);
+    ``scale_d``: optional one-element fp32 output scale; ``out_dtype``: bf16 (default), fp16, e4m3 or e5m2.
+    ``split_k``: K slices for small-M shapes (fp32 partials in ``workspace``, allocated here when None).
     """
-    d = run_gemm(a, b, out=out, stream=stream, bias=bias, c=c, alpha=alpha, beta=1.0 if beta is None else beta, bias_kind=bias_kind)
+    kw = {}
+    if split_k != 1:
+        kw["split_k"] = split_k
+    for name, t in (("scale_a", scale_a), ("scale_b", scale_b), ("scale_d", scale_d)):
+        if t is not None:
+            kw[name] = t
+    d = run_gemm(
+        a,
+        b,
+        out=out,
+        stream=stream,
+        bias=bias,
+        c=c,
+        alpha=alpha,
+        beta=1.0 if beta is None else beta,
+        bias_kind=bias_kind,
+        out_dtype=out_dtype,
+        workspace=workspace,
+        **kw,
+    )
     return TupleDict(d=d)
 
 
-__all__ = ["GemmSm90", "gemm", "cached_plan", "run_gemm"]
+__all__ = ["GemmSm90", "gemm", "cached_plan", "run_gemm", "split_k_for"]
 _ = replace  # dataclasses.replace kept for callers building variant configs

@@ -36,7 +36,7 @@ ci/gpu_tests.sh). Benchmark: ``python benchmarks/gemm.py``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import cuda.bindings.driver as cuda
 import cutlass
@@ -49,7 +49,14 @@ from cutlass import Float32, Int32
 from .._device import epilogue as epi_ops
 from .._device.tile_scheduler import make_scheduler
 
-_DTYPES = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16, "float32": cutlass.Float32}
+_DTYPES = {
+    "bfloat16": cutlass.BFloat16,
+    "float16": cutlass.Float16,
+    "float32": cutlass.Float32,
+    "float8_e4m3fn": cutlass.Float8E4M3FN,
+    "float8_e5m2": cutlass.Float8E5M2,
+}
+FP8_DTYPES = ("float8_e4m3fn", "float8_e5m2")
 
 #: Half-width of a SwiGLU tile: gate/up blocks of this many columns alternate in B's N order.
 SWIGLU_BLOCK = 128
@@ -80,27 +87,65 @@ class GemmSm90Config:
     dsrelu: bool = False  # D = acc * 2 * relu(aux), aux (M, N) read
     aux_dtype: str = "bfloat16"
     amax: bool = False
+    # ---- fp8 and split-K (plan-time; the defaults leave the bf16/fp16 kernel exactly as before)
+    b_dtype: str = ""  # "" = ab_dtype; an fp8 A may take the other fp8 format for B (e4m3 x e5m2)
+    scale_ab: bool = False  # D uses alpha * scale_a[0] * scale_b[0]: fp32 device scalars, read in the epilogue
+    scale_d: bool = False  # D = cast(y * scale_d[0]) (fp8 output quantization); amax is taken before it
+    split_k: int = 1  # > 1: fp32 partials into the caller's workspace, then splitk_reduce_sm90 (deterministic)
+    stage_bias: bool = False  # bias of the tile staged once into shared memory (fp32) instead of per-element global reads
+    stage_aux: bool = False  # dsrelu: the pre-activation sub-tiles arrive by TMA (one ahead) instead of per-element global reads
+    pingpong: bool = False  # two consumer warpgroups on alternate (64, N) tiles: one's epilogue overlaps the other's mainloop
+
+
+def epilogue_free(cfg: GemmSm90Config) -> GemmSm90Config:
+    """The GEMM half of a split-K plan: raw fp32 partial sums, every epilogue step moved to the reduction."""
+    return replace(
+        cfg,
+        d_dtype="float32",
+        activation="none",
+        has_c=False,
+        bias="none",
+        store_pre=False,
+        dsrelu=False,
+        amax=False,
+        scale_ab=False,
+        scale_d=False,
+        stage_bias=False,
+        stage_aux=False,
+    )
 
 
 class GemmSm90Kernel:
     """The kernel class: ``__init__`` holds the plan (:class:`GemmSm90Config`), ``__call__`` launches."""
 
     def __init__(self, cfg: GemmSm90Config):
+        if cfg.split_k > 1:
+            cfg = epilogue_free(cfg)
         self.cfg = cfg
         self.ab_dtype = _DTYPES[cfg.ab_dtype]
+        self.b_dtype = _DTYPES[cfg.b_dtype or cfg.ab_dtype]
         self.d_dtype = _DTYPES[cfg.d_dtype]
         self.c_dtype = _DTYPES[cfg.c_dtype]
         self.bias_dtype = _DTYPES[cfg.bias_dtype]
         self.aux_dtype = _DTYPES[cfg.aux_dtype]
         self.acc_dtype = cutlass.Float32
         self.tile_m, self.tile_n = cfg.tile_mn
-        self.tile_k = 64
+        self.tile_k = 64 if self.ab_dtype.width == 16 else 128  # one 128-byte swizzle row of K either way
         self.tile_shape_mnk = (self.tile_m, self.tile_n, self.tile_k)
         self.cluster_shape_mn = tuple(cfg.cluster_mn)
         self.atom_layout_mnk = (2, 1, 1) if self.tile_m > 64 and self.tile_n > 128 else (1, 1, 1)
         self.num_mma_warp_groups = math.prod(self.atom_layout_mnk)
         self.threads_per_wg = 128
         self.threads_per_cta = (1 + self.num_mma_warp_groups) * self.threads_per_wg
+        if cfg.pingpong:
+            # one warpgroup per (64, N) tile, two of them taking turns: the pipeline hands out k-tiles in tile
+            # order, so their mainloops serialize and each epilogue runs under the other's mainloop
+            if self.tile_m != 64 or self.num_mma_warp_groups != 1:
+                raise ValueError(f"pingpong runs one 64-row tile per consumer warpgroup: tile_mn must be (64, N), got {cfg.tile_mn}")
+            if cfg.split_k > 1:
+                raise ValueError("pingpong does not combine with split_k")
+            self.threads_per_cta = 3 * self.threads_per_wg
+        self.epi_rings = 2 if cfg.pingpong else 1  # one D smem ring per consumer warpgroup
         self.num_mma_threads = self.num_mma_warp_groups * self.threads_per_wg
         self.load_warp_id = 0
         self.epi_store_warp_id = 4
@@ -108,12 +153,18 @@ class GemmSm90Kernel:
         self.mma_regs = 232
         self.smem_capacity = utils.get_smem_capacity_in_bytes("sm_90")
         self.buffer_align_bytes = 1024
-        self.epi_stage = 4
+        self.epi_stage = 4 if self.d_dtype.width <= 16 else 2  # fp32 partials (split-K): 16 KB per stage
         self.epi_sync_barrier = pipeline.NamedBarrier(barrier_id=1, num_threads=self.num_mma_threads)
         self.num_mcast_ctas_a = self.cluster_shape_mn[1]
         self.num_mcast_ctas_b = self.cluster_shape_mn[0]
         self.is_a_mcast = self.num_mcast_ctas_a > 1
         self.is_b_mcast = self.num_mcast_ctas_b > 1
+        if cfg.split_k < 1:
+            raise ValueError(f"split_k must be >= 1, got {cfg.split_k}")
+        if self.ab_dtype.width == 8 and (cfg.a_major != "k" or cfg.b_major != "k"):
+            raise ValueError("fp8 WGMMA reads A and B K-major from shared memory: a_major and b_major must be 'k'")
+        if cfg.stage_aux and not (cfg.dsrelu and cfg.aux_dtype == cfg.d_dtype and not cfg.swiglu):
+            raise ValueError("stage_aux serves the dsrelu pre-activation read, with aux in D's dtype (it shares D's smem ring)")
         if cfg.swiglu and self.tile_n != 2 * SWIGLU_BLOCK:
             raise ValueError(f"swiglu needs a {2 * SWIGLU_BLOCK}-wide N tile, got {self.tile_n}")
 
@@ -121,7 +172,7 @@ class GemmSm90Kernel:
     def _setup(self, a_layout, b_layout, d_layout):
         self.tiled_mma = sm90_utils.make_trivial_tiled_mma(
             self.ab_dtype,
-            self.ab_dtype,
+            self.b_dtype,
             a_layout.sm90_mma_major_mode(),
             b_layout.sm90_mma_major_mode(),
             self.acc_dtype,
@@ -130,12 +181,12 @@ class GemmSm90Kernel:
         )
         self.cta_layout_mnk = cute.make_layout((*self.cluster_shape_mn, 1))
         self.epi_tile = (min(128, self.tile_m), 32) if self.atom_layout_mnk == (2, 1, 1) else (min(64, self.tile_m), 32)
-        ab_bytes = (self.tile_m + self.tile_n) * self.tile_k * self.ab_dtype.width // 8
-        epi_bytes = self.epi_tile[0] * self.epi_tile[1] * self.d_dtype.width // 8 * self.epi_stage
+        ab_bytes = (self.tile_m * self.ab_dtype.width + self.tile_n * self.b_dtype.width) * self.tile_k // 8
+        epi_bytes = self.epi_tile[0] * self.epi_tile[1] * self.d_dtype.width // 8 * self.epi_stage * self.epi_rings
         self.ab_stage = (self.smem_capacity - 1024 - epi_bytes) // ab_bytes
         self.a_smem_layout_staged = sm90_utils.make_smem_layout_a(a_layout, self.tile_shape_mnk, self.ab_dtype, self.ab_stage)
-        self.b_smem_layout_staged = sm90_utils.make_smem_layout_b(b_layout, self.tile_shape_mnk, self.ab_dtype, self.ab_stage)
-        self.epi_smem_layout_staged = sm90_utils.make_smem_layout_epi(self.d_dtype, d_layout, self.epi_tile, self.epi_stage)
+        self.b_smem_layout_staged = sm90_utils.make_smem_layout_b(b_layout, self.tile_shape_mnk, self.b_dtype, self.ab_stage)
+        self.epi_smem_layout_staged = sm90_utils.make_smem_layout_epi(self.d_dtype, d_layout, self.epi_tile, self.epi_stage * self.epi_rings)
 
     @cute.jit
     def __call__(
@@ -147,6 +198,9 @@ class GemmSm90Kernel:
         pBias,
         pAux,
         pAmax,
+        pScaleA,
+        pScaleB,
+        pScaleD,
         m: Int32,
         n: Int32,
         k: Int32,
@@ -190,6 +244,8 @@ class GemmSm90Kernel:
         if cutlass.const_expr(cfg.swiglu):
             n_d = n // 2
         mD = cute.make_tensor(pD, cute.make_layout((m, n_d, l), stride=(ldd, 1, bsd)))
+        if cutlass.const_expr(cfg.split_k > 1):
+            mD = cute.make_tensor(pD, cute.make_layout((m, n, l * cfg.split_k), stride=(ldd, 1, bsd)))
         mC = None
         if cutlass.const_expr(cfg.has_c):
             mC = cute.make_tensor(pC, cute.make_layout((m, n, l), stride=(c_sm, c_sn, bsc)))
@@ -201,6 +257,16 @@ class GemmSm90Kernel:
         mAux = None
         if cutlass.const_expr(cfg.store_pre or cfg.dsrelu):
             mAux = cute.make_tensor(pAux, cute.make_layout((m, n, l), stride=(ldaux, 1, bsaux)))
+
+        # per-tensor fp32 scales: one-element device tensors, read by the consumers (never by the host)
+        mScaleA = None
+        mScaleB = None
+        if cutlass.const_expr(cfg.scale_ab):
+            mScaleA = cute.make_tensor(pScaleA, cute.make_layout(1))
+            mScaleB = cute.make_tensor(pScaleB, cute.make_layout(1))
+        mScaleD = None
+        if cutlass.const_expr(cfg.scale_d):
+            mScaleD = cute.make_tensor(pScaleD, cute.make_layout(1))
 
         a_layout = utils.LayoutEnum.from_tensor(mA)
         b_layout = (
@@ -234,17 +300,43 @@ class GemmSm90Kernel:
             self.epi_tile,
         )
 
+        tma_atom_aux = None
+        tma_tensor_aux = None
+        if cutlass.const_expr(cfg.stage_aux):
+            # the pre-activation read of dsrelu, by 128 x 32 sub-tiles into D's own smem ring (same dtype and layout)
+            tma_atom_aux, tma_tensor_aux = cute.nvgpu.cpasync.make_tiled_tma_atom(
+                cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp(),
+                mAux,
+                cute.slice_(self.epi_smem_layout_staged, (None, None, 0)),
+                self.epi_tile,
+            )
+
         tiles_mnl = (cute.ceil_div(m, self.tile_m), cute.ceil_div(n, self.tile_n), l)
+        if cutlass.const_expr(cfg.split_k > 1):
+            # split-K: the scheduler's L walks (batch, split) pairs; D is the (M, N, L * split_k) fp32 partial stack
+            tiles_mnl = (cute.ceil_div(m, self.tile_m), cute.ceil_div(n, self.tile_n), l * cfg.split_k)
         sched_params, grid = make_scheduler(tiles_mnl, self.cluster_shape_mn, cfg.swizzle, cfg.raster_along_m, cfg.max_active_clusters)
 
         @cute.struct
         class SharedStorage:  # noqa: N801
             mainloop_pipeline_array_ptr: cute.struct.MemRange[cutlass.Int64, self.ab_stage * 2]
             sA: cute.struct.Align[cute.struct.MemRange[self.ab_dtype, cute.cosize(self.a_smem_layout_staged)], self.buffer_align_bytes]  # noqa: N815
-            sB: cute.struct.Align[cute.struct.MemRange[self.ab_dtype, cute.cosize(self.b_smem_layout_staged)], self.buffer_align_bytes]  # noqa: N815
+            sB: cute.struct.Align[cute.struct.MemRange[self.b_dtype, cute.cosize(self.b_smem_layout_staged)], self.buffer_align_bytes]  # noqa: N815
             sD: cute.struct.Align[cute.struct.MemRange[self.d_dtype, cute.cosize(self.epi_smem_layout_staged)], self.buffer_align_bytes]  # noqa: N815
 
         self.shared_storage = SharedStorage
+        if cutlass.const_expr(cfg.stage_bias or cfg.stage_aux):
+
+            @cute.struct
+            class SharedStorageBias:  # noqa: N801
+                mainloop_pipeline_array_ptr: cute.struct.MemRange[cutlass.Int64, self.ab_stage * 2]
+                aux_bar: cute.struct.MemRange[cutlass.Int64, self.epi_stage * self.epi_rings]
+                sA: cute.struct.Align[cute.struct.MemRange[self.ab_dtype, cute.cosize(self.a_smem_layout_staged)], self.buffer_align_bytes]  # noqa: N815
+                sB: cute.struct.Align[cute.struct.MemRange[self.b_dtype, cute.cosize(self.b_smem_layout_staged)], self.buffer_align_bytes]  # noqa: N815
+                sD: cute.struct.Align[cute.struct.MemRange[self.d_dtype, cute.cosize(self.epi_smem_layout_staged)], self.buffer_align_bytes]  # noqa: N815
+                sBias: cute.struct.Align[cute.struct.MemRange[Float32, max(self.tile_m, self.tile_n) * self.epi_rings], 16]  # noqa: N815
+
+            self.shared_storage = SharedStorageBias
 
         self.kernel(
             tma_atom_a,
@@ -253,10 +345,15 @@ class GemmSm90Kernel:
             tma_tensor_b,
             tma_atom_d,
             tma_tensor_d,
+            tma_atom_aux,
+            tma_tensor_aux,
             mC,
             mBias,
             mAux,
             pAmax,
+            mScaleA,
+            mScaleB,
+            mScaleD,
             m,
             n,
             alpha,
@@ -285,10 +382,15 @@ class GemmSm90Kernel:
         mB_nkl: cute.Tensor,
         tma_atom_d: cute.CopyAtom,
         mD_mnl: cute.Tensor,
+        tma_atom_aux: cute.CopyAtom | None,
+        mAuxTma: cute.Tensor | None,
         mC: cute.Tensor | None,
         mBias: cute.Tensor | None,
         mAux: cute.Tensor | None,
         pAmax,
+        mScaleA: cute.Tensor | None,
+        mScaleB: cute.Tensor | None,
+        mScaleD: cute.Tensor | None,
         m: Int32,
         n: Int32,
         alpha: Float32,
@@ -317,7 +419,7 @@ class GemmSm90Kernel:
         b_mcast_mask = b_mcast_mask if self.is_b_mcast else 0
         a_smem_layout = cute.slice_(a_smem_layout_staged, (None, None, 0))
         b_smem_layout = cute.slice_(b_smem_layout_staged, (None, None, 0))
-        tma_copy_bytes = cute.size_in_bytes(self.ab_dtype, a_smem_layout) + cute.size_in_bytes(self.ab_dtype, b_smem_layout)
+        tma_copy_bytes = cute.size_in_bytes(self.ab_dtype, a_smem_layout) + cute.size_in_bytes(self.b_dtype, b_smem_layout)
 
         smem = cutlass.utils.SmemAllocator()
         storage = smem.allocate(self.shared_storage)
@@ -333,6 +435,14 @@ class GemmSm90Kernel:
             tx_count=tma_copy_bytes,
             cta_layout_vmnk=cute.make_layout((1, *cta_layout_mnk.shape)),
         )
+        if cutlass.const_expr(cfg.stage_aux):
+            # one transaction barrier per buffer of D's smem ring (the aux sub-tile loads land there)
+            aux_bar = storage.aux_bar.data_ptr()
+            if warp_idx == 0:
+                with cute.arch.elect_one():
+                    for i in cutlass.range_constexpr(self.epi_stage * self.epi_rings):
+                        cute.arch.mbarrier_init(aux_bar + i, 1)
+            cute.arch.mbarrier_init_fence()
         if cute.size(self.cluster_shape_mn) > 1:
             cute.arch.cluster_arrive_relaxed()
 
@@ -358,7 +468,10 @@ class GemmSm90Kernel:
 
         warp_group_idx = cute.arch.make_warp_uniform(tidx // self.threads_per_wg)
         mma_wg_layout = cute.make_layout(self.num_mma_warp_groups, stride=self.threads_per_wg)
-        thr_mma = tiled_mma.get_slice(mma_wg_layout(warp_group_idx - 1))
+        if cutlass.const_expr(cfg.pingpong):
+            thr_mma = tiled_mma.get_slice(0)  # both consumer warpgroups hold a whole (64, N) tile
+        else:
+            thr_mma = tiled_mma.get_slice(mma_wg_layout(warp_group_idx - 1))
         tCsA = thr_mma.partition_A(sA)
         tCsB = thr_mma.partition_B(sB)
         tCrA = tiled_mma.make_fragment_A(tCsA)
@@ -367,6 +480,9 @@ class GemmSm90Kernel:
         accumulators = cute.make_rmem_tensor(thr_mma.partition_C(cAcc).shape, self.acc_dtype)
 
         k_tile_cnt = cute.size(gA_mkl, mode=[3])
+        k_per_split = k_tile_cnt
+        if cutlass.const_expr(cfg.split_k > 1):
+            k_per_split = (k_tile_cnt + cfg.split_k - 1) // cfg.split_k
 
         if cute.size(self.cluster_shape_mn) > 1:
             cute.arch.cluster_wait()
@@ -384,27 +500,54 @@ class GemmSm90Kernel:
             producer_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.ab_stage)
             while work_tile.is_valid_tile:
                 tile_coord_mnl = work_tile.tile_idx
-                tAgA_mkl = tAgA[(None, tile_coord_mnl[0], None, tile_coord_mnl[2])]
-                tBgB_nkl = tBgB[(None, tile_coord_mnl[1], None, tile_coord_mnl[2])]
-                producer_state.reset_count()
-                for _k_tile in range(k_tile_cnt):
-                    mainloop_pipeline.producer_acquire(producer_state)
-                    cute.copy(
-                        tma_atom_a,
-                        tAgA_mkl[(None, producer_state.count)],
-                        tAsA[(None, producer_state.index)],
-                        tma_bar_ptr=mainloop_pipeline.producer_get_barrier(producer_state),
-                        mcast_mask=a_mcast_mask,
-                    )
-                    cute.copy(
-                        tma_atom_b,
-                        tBgB_nkl[(None, producer_state.count)],
-                        tBsB[(None, producer_state.index)],
-                        tma_bar_ptr=mainloop_pipeline.producer_get_barrier(producer_state),
-                        mcast_mask=b_mcast_mask,
-                    )
-                    mainloop_pipeline.producer_commit(producer_state)
-                    producer_state.advance()
+                if cutlass.const_expr(cfg.split_k == 1):
+                    tAgA_mkl = tAgA[(None, tile_coord_mnl[0], None, tile_coord_mnl[2])]
+                    tBgB_nkl = tBgB[(None, tile_coord_mnl[1], None, tile_coord_mnl[2])]
+                    producer_state.reset_count()
+                    for _k_tile in range(k_tile_cnt):
+                        mainloop_pipeline.producer_acquire(producer_state)
+                        cute.copy(
+                            tma_atom_a,
+                            tAgA_mkl[(None, producer_state.count)],
+                            tAsA[(None, producer_state.index)],
+                            tma_bar_ptr=mainloop_pipeline.producer_get_barrier(producer_state),
+                            mcast_mask=a_mcast_mask,
+                        )
+                        cute.copy(
+                            tma_atom_b,
+                            tBgB_nkl[(None, producer_state.count)],
+                            tBsB[(None, producer_state.index)],
+                            tma_bar_ptr=mainloop_pipeline.producer_get_barrier(producer_state),
+                            mcast_mask=b_mcast_mask,
+                        )
+                        mainloop_pipeline.producer_commit(producer_state)
+                        producer_state.advance()
+                else:
+                    # split-K: this work tile is (batch, split) = divmod(L coordinate, split_k), k tiles [k_begin, k_begin + k_cnt)
+                    ab_l = tile_coord_mnl[2] // cfg.split_k
+                    k_begin = (tile_coord_mnl[2] % cfg.split_k) * k_per_split
+                    k_cnt = cutlass.max(cutlass.min(k_tile_cnt - k_begin, k_per_split), 0)
+                    tAgA_mkl = tAgA[(None, tile_coord_mnl[0], None, ab_l)]
+                    tBgB_nkl = tBgB[(None, tile_coord_mnl[1], None, ab_l)]
+                    producer_state.reset_count()
+                    for _k_tile in range(k_cnt):
+                        mainloop_pipeline.producer_acquire(producer_state)
+                        cute.copy(
+                            tma_atom_a,
+                            tAgA_mkl[(None, producer_state.count + k_begin)],
+                            tAsA[(None, producer_state.index)],
+                            tma_bar_ptr=mainloop_pipeline.producer_get_barrier(producer_state),
+                            mcast_mask=a_mcast_mask,
+                        )
+                        cute.copy(
+                            tma_atom_b,
+                            tBgB_nkl[(None, producer_state.count + k_begin)],
+                            tBsB[(None, producer_state.index)],
+                            tma_bar_ptr=mainloop_pipeline.producer_get_barrier(producer_state),
+                            mcast_mask=b_mcast_mask,
+                        )
+                        mainloop_pipeline.producer_commit(producer_state)
+                        producer_state.advance()
                 tile_sched.advance_to_next_work()
                 work_tile = tile_sched.get_current_work()
             mainloop_pipeline.producer_tail(producer_state)
@@ -416,18 +559,36 @@ class GemmSm90Kernel:
             work_tile = tile_sched.initial_work_tile_info()
             read_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stage)
             release_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stage)
+            epi_bar = self.epi_sync_barrier
+            store_warp = self.epi_store_warp_id
+            if cutlass.const_expr(cfg.pingpong):
+                # warpgroup 2 starts one tile later (and past that tile's k-tiles); both then step two tiles
+                wg_off = warp_group_idx - 1
+                tile_sched.advance_to_next_work(advance_count=wg_off)
+                work_tile = tile_sched.get_current_work()
+                for _k_tile in range(k_tile_cnt * wg_off):
+                    read_state.advance()
+                    release_state.advance()
+                epi_bar = pipeline.NamedBarrier(barrier_id=warp_group_idx, num_threads=self.num_mma_threads)
+                store_warp = warp_group_idx * 4
             num_k_blocks = cute.size(tCrA, mode=[2])
 
             copy_atom_r2s = sm90_utils.sm90_get_smem_store_op(utils.LayoutEnum.ROW_MAJOR, elem_ty_d=self.d_dtype, elem_ty_acc=self.acc_dtype)
             copy_atom_d = cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(False, 4), self.d_dtype)
             tiled_copy_d_atom = cute.make_tiled_copy_C_atom(copy_atom_d, tiled_mma)
             tiled_copy_r2s = cute.make_tiled_copy_S(copy_atom_r2s, tiled_copy_d_atom)
-            thr_copy_r2s = tiled_copy_r2s.get_slice(tidx - self.threads_per_wg)
+            if cutlass.const_expr(cfg.pingpong):
+                thr_copy_r2s = tiled_copy_r2s.get_slice(tidx % self.threads_per_wg)
+            else:
+                thr_copy_r2s = tiled_copy_r2s.get_slice(tidx - self.threads_per_wg)
             tRS_sD = thr_copy_r2s.partition_D(sD)
             tRS_rAcc = tiled_copy_r2s.retile(accumulators)
             # (row, col) inside the CTA tile of every accumulator register of THIS thread: the slice is per
             # consumer thread (thr_mma above is per warpgroup: enough for the smem descriptors, not for C)
-            tCcAcc = tiled_mma.get_slice(tidx - self.threads_per_wg).partition_C(cAcc)
+            if cutlass.const_expr(cfg.pingpong):
+                tCcAcc = tiled_mma.get_slice(tidx % self.threads_per_wg).partition_C(cAcc)
+            else:
+                tCcAcc = tiled_mma.get_slice(tidx - self.threads_per_wg).partition_C(cAcc)
             tRS_cAcc = tiled_copy_r2s.retile(tCcAcc)
             rD_shape = cute.shape(thr_copy_r2s.partition_S(sD))
             tRS_rD = cute.make_rmem_tensor(rD_shape[:3], self.acc_dtype)
@@ -441,6 +602,29 @@ class GemmSm90Kernel:
                 producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, self.num_mma_threads),
             )
             amax_run = Float32(0.0)
+            # per-tensor scales: device scalars read once per thread (fp8 dequantization folds into alpha)
+            alpha_eff = alpha
+            if cutlass.const_expr(cfg.scale_ab):
+                alpha_eff = alpha * mScaleA[0] * mScaleB[0]
+            if cutlass.const_expr(cfg.scale_d):
+                d_scale = mScaleD[0]
+            if cutlass.const_expr(cfg.stage_bias):
+                sBias = storage.sBias.get_tensor(cute.make_layout(max(self.tile_m, self.tile_n)))
+                ctid = tidx - self.threads_per_wg
+                if cutlass.const_expr(cfg.pingpong):  # one staged bias per consumer warpgroup
+                    sBias = cute.make_tensor(
+                        storage.sBias.data_ptr() + (warp_group_idx - 1) * max(self.tile_m, self.tile_n), cute.make_layout(max(self.tile_m, self.tile_n))
+                    )
+                    ctid = tidx % self.threads_per_wg
+            if cutlass.const_expr(cfg.stage_aux):
+                gAux_mnl = cute.local_tile(mAuxTma, (self.tile_m, self.tile_n), (None, None, None))
+                aux_epi_num = (self.tile_m // self.epi_tile[0]) * (self.tile_n // self.epi_tile[1])
+                aux_ring = 0  # first buffer (and barrier) of this warpgroup's ring
+                aux_tiles_off = 0
+                if cutlass.const_expr(cfg.pingpong):
+                    aux_ring = (warp_group_idx - 1) * self.epi_stage
+                    aux_tiles_off = 1  # the scheduler's offset advance counted one tile
+                aux_bytes = cute.size_in_bytes(self.aux_dtype, cute.slice_(epi_smem_layout_staged, (None, None, 0)))
 
             while work_tile.is_valid_tile:
                 tile_coord_mnl = work_tile.tile_idx
@@ -448,6 +632,53 @@ class GemmSm90Kernel:
                 row0 = tile_coord_mnl[0] * self.tile_m
                 col0 = tile_coord_mnl[1] * self.tile_n
                 bidx_l = tile_coord_mnl[2]
+                tile_k_cnt = k_tile_cnt
+                tile_prologue = prologue_mma_cnt
+                if cutlass.const_expr(cfg.split_k > 1):
+                    k_begin = (tile_coord_mnl[2] % cfg.split_k) * k_per_split
+                    tile_k_cnt = cutlass.max(cutlass.min(k_tile_cnt - k_begin, k_per_split), 0)
+                    tile_prologue = cutlass.min(k_pipe_mmas, tile_k_cnt)
+                if cutlass.const_expr(cfg.stage_bias):
+                    # this tile's bias, in tile order, into shared memory (zeros outside the problem). The previous
+                    # tile's epilogue ended on a consumer barrier, so nobody still reads sBias.
+                    if cutlass.const_expr(cfg.bias == "n"):
+                        for j in cutlass.range_constexpr((self.tile_n + self.num_mma_threads - 1) // self.num_mma_threads):
+                            tc = ctid + j * self.num_mma_threads
+                            if tc < self.tile_n:
+                                bv = Float32(0.0)
+                                if col0 + tc < n:
+                                    bn = col0 + tc
+                                    if cutlass.const_expr(cfg.swiglu_halves):
+                                        bn = col0 // 2 + tc
+                                        if tc >= SWIGLU_BLOCK:
+                                            bn = n // 2 + col0 // 2 + tc - SWIGLU_BLOCK
+                                    bv = mBias[bn, bidx_l].to(Float32)
+                                sBias[tc] = bv
+                    if cutlass.const_expr(cfg.bias == "m"):
+                        for j in cutlass.range_constexpr((self.tile_m + self.num_mma_threads - 1) // self.num_mma_threads):
+                            tr = ctid + j * self.num_mma_threads
+                            if tr < self.tile_m:
+                                bv = Float32(0.0)
+                                if row0 + tr < m:
+                                    bv = mBias[row0 + tr, bidx_l].to(Float32)
+                                sBias[tr] = bv
+                    epi_bar.arrive_and_wait()
+                if cutlass.const_expr(cfg.stage_aux):
+                    # prefetch this tile's first aux sub-tile behind the mainloop, into the D ring buffer its
+                    # D sub-tile will use (free: the store warp's last producer_acquire retired its old store)
+                    gAux_epi = cute.zipped_divide(gAux_mnl[(None, None, tile_coord_mnl[0], tile_coord_mnl[1], tile_coord_mnl[2])], self.epi_tile)
+                    bSG_sAux, bSG_gAux = cute.nvgpu.cpasync.tma_partition(tma_atom_aux, 0, cute.make_layout(1), cute.group_modes(sD, 0, 2), gAux_epi)
+                    aux_epi_layout = cute.make_layout(gAux_epi.shape[1], stride=(gAux_epi.shape[1][1], 1))
+                    if warp_idx == store_warp:
+                        aux_buf0 = aux_ring + ((tile_sched.num_tiles_executed - aux_tiles_off) * aux_epi_num) % self.epi_stage
+                        with cute.arch.elect_one():
+                            cute.arch.mbarrier_arrive_and_expect_tx(aux_bar + aux_buf0, aux_bytes)
+                        cute.copy(
+                            tma_atom_aux,
+                            bSG_gAux[(None, aux_epi_layout.get_hier_coord(0))],
+                            bSG_sAux[(None, aux_buf0)],
+                            tma_bar_ptr=aux_bar + aux_buf0,
+                        )
 
                 # ---- mainloop
                 read_state.reset_count()
@@ -455,14 +686,14 @@ class GemmSm90Kernel:
                 accumulators.fill(0.0)
                 tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
                 cute.nvgpu.warpgroup.fence()
-                for _k_tile in range(prologue_mma_cnt):
+                for _k_tile in range(tile_prologue):
                     mainloop_pipeline.consumer_wait(read_state)
                     for kb in cutlass.range_constexpr(num_k_blocks):
                         kc = (None, None, kb, read_state.index)
                         cute.gemm(tiled_mma, accumulators, tCrA[kc], tCrB[kc], accumulators)
                     cute.nvgpu.warpgroup.commit_group()
                     read_state.advance()
-                for _k_tile in range(prologue_mma_cnt, k_tile_cnt):
+                for _k_tile in range(tile_prologue, tile_k_cnt):
                     mainloop_pipeline.consumer_wait(read_state)
                     for kb in cutlass.range_constexpr(num_k_blocks):
                         kc = (None, None, kb, read_state.index)
@@ -473,7 +704,7 @@ class GemmSm90Kernel:
                     release_state.advance()
                     read_state.advance()
                 cute.nvgpu.warpgroup.wait_group(0)
-                for _k_tile in range(prologue_mma_cnt):
+                for _k_tile in range(tile_prologue):
                     mainloop_pipeline.consumer_release(release_state)
                     release_state.advance()
 
@@ -486,7 +717,13 @@ class GemmSm90Kernel:
                 # sub-tiles of the accumulator between a gate value and its up value (swiglu)
                 up_offset = epi_tile_num * size_tRS_rD
                 num_prev_epi_tiles = tile_sched.num_tiles_executed * epi_tile_num
+                if cutlass.const_expr(cfg.pingpong):
+                    num_prev_epi_tiles = (tile_sched.num_tiles_executed - 1) * epi_tile_num  # its own tiles (the offset advance counted one)
                 for epi_idx in cutlass.range_constexpr(epi_tile_num):
+                    if cutlass.const_expr(cfg.stage_aux):
+                        aux_g = num_prev_epi_tiles + epi_idx
+                        aux_buf = aux_ring + aux_g % self.epi_stage
+                        cute.arch.mbarrier_wait(aux_bar + aux_buf, (aux_g // self.epi_stage) % 2)
                     for epi_v in cutlass.range_constexpr(size_tRS_rD):
                         ai = epi_idx * size_tRS_rD + epi_v
                         crd = tRS_cAcc[ai]
@@ -497,24 +734,34 @@ class GemmSm90Kernel:
                         xn = gn
                         if cutlass.const_expr(cfg.swiglu_halves):
                             xn = col0 // 2 + crd[1]
-                        x = tRS_rAcc[ai] * alpha
+                        x = tRS_rAcc[ai] * alpha_eff
                         if cutlass.const_expr(cfg.has_c):
                             if in_bounds:
                                 x = x + beta * mC[gm, gn, bidx_l].to(Float32)
-                        if cutlass.const_expr(cfg.bias == "n"):
-                            if in_bounds:
-                                x = x + mBias[xn, bidx_l].to(Float32)
-                        if cutlass.const_expr(cfg.bias == "m"):
-                            if in_bounds:
-                                x = x + mBias[gm, bidx_l].to(Float32)
+                        if cutlass.const_expr(cfg.stage_bias):
+                            if cutlass.const_expr(cfg.bias == "n"):
+                                x = x + sBias[crd[1]]
+                            if cutlass.const_expr(cfg.bias == "m"):
+                                x = x + sBias[crd[0]]
+                        else:
+                            if cutlass.const_expr(cfg.bias == "n"):
+                                if in_bounds:
+                                    x = x + mBias[xn, bidx_l].to(Float32)
+                            if cutlass.const_expr(cfg.bias == "m"):
+                                if in_bounds:
+                                    x = x + mBias[gm, bidx_l].to(Float32)
                         if cutlass.const_expr(cfg.store_pre):
                             if in_bounds:
                                 mAux[gm, xn, bidx_l] = x.to(self.aux_dtype)
                         y = epi_ops.activation(x, cfg.activation)
                         if cutlass.const_expr(cfg.dsrelu):
-                            pre = Float32(0.0)
-                            if in_bounds:
-                                pre = mAux[gm, gn, bidx_l].to(Float32)
+                            if cutlass.const_expr(cfg.stage_aux):
+                                # TMA zero-filled the sub-tile outside the problem: no predicate
+                                pre = sD[crd[0] % self.epi_tile[0], crd[1] % self.epi_tile[1], aux_buf].to(Float32)
+                            else:
+                                pre = Float32(0.0)
+                                if in_bounds:
+                                    pre = mAux[gm, gn, bidx_l].to(Float32)
                             y = epi_ops.dsrelu(x, pre)
                         if cutlass.const_expr(cfg.swiglu):
                             ui = ai + up_offset
@@ -524,13 +771,19 @@ class GemmSm90Kernel:
                             un = ugn
                             if cutlass.const_expr(cfg.swiglu_halves):
                                 un = n // 2 + col0 // 2 + ucrd[1] - SWIGLU_BLOCK
-                            u = tRS_rAcc[ui] * alpha
-                            if cutlass.const_expr(cfg.bias == "n"):
-                                if up_in:
-                                    u = u + mBias[un, bidx_l].to(Float32)
-                            if cutlass.const_expr(cfg.bias == "m"):
-                                if up_in:
-                                    u = u + mBias[gm, bidx_l].to(Float32)
+                            u = tRS_rAcc[ui] * alpha_eff
+                            if cutlass.const_expr(cfg.stage_bias):
+                                if cutlass.const_expr(cfg.bias == "n"):
+                                    u = u + sBias[ucrd[1]]
+                                if cutlass.const_expr(cfg.bias == "m"):
+                                    u = u + sBias[crd[0]]
+                            else:
+                                if cutlass.const_expr(cfg.bias == "n"):
+                                    if up_in:
+                                        u = u + mBias[un, bidx_l].to(Float32)
+                                if cutlass.const_expr(cfg.bias == "m"):
+                                    if up_in:
+                                        u = u + mBias[gm, bidx_l].to(Float32)
                             if cutlass.const_expr(cfg.store_pre):
                                 if up_in:
                                     mAux[gm, un, bidx_l] = u.to(self.aux_dtype)
@@ -538,20 +791,43 @@ class GemmSm90Kernel:
                         if cutlass.const_expr(cfg.amax):
                             if in_bounds:
                                 amax_run = cute.arch.fmax(amax_run, cute.math.absf(y))
+                        if cutlass.const_expr(cfg.scale_d):
+                            y = y * d_scale
                         tRS_rD[epi_v] = y
                     tRS_rD_out.store(tRS_rD.load().to(self.d_dtype))
+                    if cutlass.const_expr(cfg.stage_aux):
+                        epi_bar.arrive_and_wait()  # all aux reads of this buffer are done before D overwrites it
                     epi_buffer = (num_prev_epi_tiles + epi_idx) % cute.size(tRS_sD, mode=[3])
+                    if cutlass.const_expr(cfg.pingpong):
+                        epi_buffer = (warp_group_idx - 1) * self.epi_stage + (num_prev_epi_tiles + epi_idx) % self.epi_stage
                     cute.copy(tiled_copy_r2s, tRS_rD_out, tRS_sD[(None, None, None, epi_buffer)])
                     cute.arch.fence_proxy("async.shared", space="cta")
-                    self.epi_sync_barrier.arrive_and_wait()
+                    epi_bar.arrive_and_wait()
                     gmem_coord = epi_tile_layout.get_hier_coord(epi_idx)
-                    if warp_idx == self.epi_store_warp_id:
+                    if warp_idx == store_warp:
                         cute.copy(tma_atom_d, bSG_sD[(None, epi_buffer)], bSG_gD[(None, gmem_coord)])
                         tma_store_pipeline.producer_commit()
                         tma_store_pipeline.producer_acquire()
-                    self.epi_sync_barrier.arrive_and_wait()
+                        if cutlass.const_expr(cfg.stage_aux and epi_idx + 1 < aux_epi_num):
+                            # the next sub-tile's aux into the next ring buffer, which the acquire above just freed
+                            aux_nb = aux_ring + (num_prev_epi_tiles + epi_idx + 1) % self.epi_stage
+                            with cute.arch.elect_one():
+                                cute.arch.mbarrier_arrive_and_expect_tx(aux_bar + aux_nb, aux_bytes)
+                            cute.copy(
+                                tma_atom_aux,
+                                bSG_gAux[(None, aux_epi_layout.get_hier_coord(epi_idx + 1))],
+                                bSG_sAux[(None, aux_nb)],
+                                tma_bar_ptr=aux_bar + aux_nb,
+                            )
+                    epi_bar.arrive_and_wait()
 
-                tile_sched.advance_to_next_work()
+                if cutlass.const_expr(cfg.pingpong):
+                    tile_sched.advance_to_next_work(advance_count=2)
+                    for _k_tile in range(k_tile_cnt):  # the other warpgroup's tile
+                        read_state.advance()
+                        release_state.advance()
+                else:
+                    tile_sched.advance_to_next_work()
                 work_tile = tile_sched.get_current_work()
 
             if cutlass.const_expr(cfg.amax):
@@ -568,10 +844,11 @@ def fake_args(cfg: GemmSm90Config):
     (never dereferenced at compile time) or None for compiled-out operands, runtime scalars as zeros."""
     from cutlass.cute.runtime import make_fake_stream, make_ptr
 
+    if cfg.split_k > 1:
+        cfg = epilogue_free(cfg)
     gmem = cute.AddressSpace.gmem
-    ab = _DTYPES[cfg.ab_dtype]
-    pA = make_ptr(ab, 0, gmem, assumed_align=16)
-    pB = make_ptr(ab, 0, gmem, assumed_align=16)
+    pA = make_ptr(_DTYPES[cfg.ab_dtype], 0, gmem, assumed_align=16)
+    pB = make_ptr(_DTYPES[cfg.b_dtype or cfg.ab_dtype], 0, gmem, assumed_align=16)
     pD = make_ptr(_DTYPES[cfg.d_dtype], 0, gmem, assumed_align=16)
 
     def elem_ptr(name):
@@ -582,8 +859,11 @@ def fake_args(cfg: GemmSm90Config):
     pBias = elem_ptr(cfg.bias_dtype) if cfg.bias != "none" else None
     pAux = elem_ptr(cfg.aux_dtype) if (cfg.store_pre or cfg.dsrelu) else None
     pAmax = make_ptr(cutlass.Float32, 0, gmem, assumed_align=4) if cfg.amax else None
+    pScaleA = make_ptr(cutlass.Float32, 0, gmem, assumed_align=4) if cfg.scale_ab else None
+    pScaleB = make_ptr(cutlass.Float32, 0, gmem, assumed_align=4) if cfg.scale_ab else None
+    pScaleD = make_ptr(cutlass.Float32, 0, gmem, assumed_align=4) if cfg.scale_d else None
     ints = [Int32(0)] * 16
-    return (pA, pB, pD, pC, pBias, pAux, pAmax, *ints, Float32(1.0), Float32(0.0), make_fake_stream())
+    return (pA, pB, pD, pC, pBias, pAux, pAmax, pScaleA, pScaleB, pScaleD, *ints, Float32(1.0), Float32(0.0), make_fake_stream())
 
 
 def compile_kernel(cfg: GemmSm90Config, options: str | None = None, tvm_ffi: bool = False):
@@ -602,4 +882,10 @@ def pointer_dtype(torch_dtype):
     """The cutlass element type of a torch dtype (execute-time pointer construction)."""
     import torch
 
-    return {torch.bfloat16: cutlass.BFloat16, torch.float16: cutlass.Float16, torch.float32: cutlass.Float32}[torch_dtype]
+    return {
+        torch.bfloat16: cutlass.BFloat16,
+        torch.float16: cutlass.Float16,
+        torch.float32: cutlass.Float32,
+        torch.float8_e4m3fn: cutlass.Float8E4M3FN,
+        torch.float8_e5m2: cutlass.Float8E5M2,
+    }[torch_dtype]

@@ -1,6 +1,9 @@
 """Torch custom ops over the cudnn.gemm wrappers, with fake (meta) implementations for torch.compile.
 
-    torch.ops.cudnn.gemm(a, b, bias=None, c=None, alpha=1.0, beta=1.0) -> d
+    torch.ops.cudnn.gemm(a, b, bias=None, c=None, alpha=1.0, beta=1.0, scale_a=None, scale_b=None, scale_d=None,
+                         out_dtype=None, split_k=1) -> d
+        (fp8 a/b with one-element fp32 scale tensors; out_dtype defaults to a's dtype, bf16 for fp8 a;
+         split_k > 1 allocates its fp32 partials workspace per call)
     torch.ops.cudnn.gemm_swiglu(a, b, bias=None, layout="interleaved") -> d            (N_out = N / 2)
     torch.ops.cudnn.gemm_srelu(a, b, bias=None) -> d
     torch.ops.cudnn.gemm_dsrelu(a, b, pre) -> d
@@ -22,18 +25,34 @@ def _out_like(a, n_out):
     return a.new_empty((*a.shape[:-1], n_out))
 
 
+def _gemm_out_dtype(a, out_dtype):
+    if out_dtype is not None:
+        return out_dtype
+    return torch.bfloat16 if a.dtype in (torch.float8_e4m3fn, torch.float8_e5m2) else a.dtype
+
+
 @torch.library.custom_op(f"{_NS}::gemm", mutates_args=())
 def gemm(
-    a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, c: torch.Tensor | None = None, alpha: float = 1.0, beta: float = 1.0
+    a: torch.Tensor,
+    b: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    c: torch.Tensor | None = None,
+    alpha: float = 1.0,
+    beta: float = 1.0,
+    scale_a: torch.Tensor | None = None,
+    scale_b: torch.Tensor | None = None,
+    scale_d: torch.Tensor | None = None,
+    out_dtype: torch.dtype | None = None,
+    split_k: int = 1,
 ) -> torch.Tensor:
     from ..dense.api import gemm as _gemm
 
-    return _gemm(a, b, bias=bias, c=c, alpha=alpha, beta=beta)["d"]
+    return _gemm(a, b, bias=bias, c=c, alpha=alpha, beta=beta, scale_a=scale_a, scale_b=scale_b, scale_d=scale_d, out_dtype=out_dtype, split_k=split_k)["d"]
 
 
 @gemm.register_fake
-def _(a, b, bias=None, c=None, alpha=1.0, beta=1.0):
-    return _out_like(a, b.shape[-1])
+def _(a, b, bias=None, c=None, alpha=1.0, beta=1.0, scale_a=None, scale_b=None, scale_d=None, out_dtype=None, split_k=1):
+    return a.new_empty((*a.shape[:-1], b.shape[-1]), dtype=_gemm_out_dtype(a, out_dtype))
 
 
 @torch.library.custom_op(f"{_NS}::gemm_swiglu", mutates_args=())

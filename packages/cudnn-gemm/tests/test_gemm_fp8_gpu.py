@@ -1,0 +1,172 @@
+"""GPU correctness of the fp8 GEMM (Hopper fp8 WGMMA, per-tensor scales) against an fp32 reference.
+
+Reference and tolerance (``cudnn_testing.reference_gemm.reference_scaled``): the fp32 reference runs on the
+dequantized operands (``a.float() * scale_a``, exact), and ``lowp`` is that fp32 result rounded to D's dtype.
+With fp8 operands every product is exact and the sums are fp32 in any correct kernel, so the only error a
+kernel cannot avoid is D's rounding: the FlashAttention rule (factor 2 + the output dtype's noise) allows about
+one ulp of D's format at the largest outputs. A wrong scale, a missed K slice or a mis-addressed tile is far
+outside that.
+
+Grid: (A, B) fp8 formats x odd shapes for bf16 D (K not a multiple of the 128-deep fp8 k-tile, M = 1, N not a
+multiple of 256); then fp16 / e4m3 D with an output scale, bias + GELU, amax, unit scales (no scale tensors),
+batched L, the torch op under torch.compile, and the no-sync / no-allocation detector (the scales are device
+scalars: the host never reads them).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from cudnn_testing import detectors
+from cudnn_testing.markers import skip_unless_cutedsl, skip_unless_sm90
+from cudnn_testing.reference_gemm import quantize_fp8, reference_scaled
+from cudnn_testing.tolerance import assert_close_fa
+
+torch = pytest.importorskip("torch")
+
+E4M3, E5M2 = "e4m3", "e5m2"
+# K is a multiple of 16 (fp8 rows of a row-major a need 16-byte strides) but not of the 128-deep k-tile
+SHAPES = [(1, 256, 64), (7, 264, 208), (300, 520, 1008), (1031, 776, 144), (2048, 1024, 2064)]
+FORMATS = [(E4M3, E4M3), (E5M2, E5M2), (E4M3, E5M2)]
+
+
+@pytest.fixture(autouse=True)
+def _gpu():
+    skip_unless_sm90()
+    skip_unless_cutedsl("4.8.0", "cudnn.gemm")
+
+
+def _dt(name):
+    return {E4M3: torch.float8_e4m3fn, E5M2: torch.float8_e5m2}[name]
+
+
+def _fp8_operands(m, n, k, fa=E4M3, fb=E4M3, batch=None):
+    """Row-major fp8 a (M, K) and K-major b = w.t() of an (N, K) fp8 weight, with their fp32 scales."""
+    lead = () if batch is None else (batch,)
+    a32 = torch.randn(*lead, m, k, device="cuda") * 3.0
+    w32 = torch.randn(*lead, n, k, device="cuda") * 0.02
+    a, sa = quantize_fp8(a32, _dt(fa))
+    w, sb = quantize_fp8(w32, _dt(fb))
+    return a, w.transpose(-1, -2), sa, sb
+
+
+def _poisoned(m, n, dtype, lead=()):
+    from cudnn.gemm.dense.api import alloc_rows
+
+    out = alloc_rows(lead, m, n, dtype, "cuda")
+    return out.view(torch.uint8).fill_(0x7F).view(dtype) if dtype.itemsize == 1 else out.fill_(float("nan"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fa,fb", FORMATS, ids=[f"{a}x{b}" for a, b in FORMATS])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_fp8_bf16_out(fa, fb, shape):
+    from cudnn.gemm import gemm
+
+    m, n, k = shape
+    a, b, sa, sb = _fp8_operands(m, n, k, fa, fb)
+    out = _poisoned(m, n, torch.bfloat16)
+    d = gemm(a, b, scale_a=sa, scale_b=sb, out=out)["d"]
+    ref, low = reference_scaled(a, b, sa, sb, out_dtype=torch.bfloat16)
+    assert_close_fa(d, ref, low, name=f"fp8 {fa}x{fb} {shape}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("out_name", ["float16", "float8_e4m3fn", "float8_e5m2"])
+def test_fp8_other_outputs_with_output_scale(out_name):
+    from cudnn.gemm import gemm
+
+    out_dtype = getattr(torch, out_name)
+    m, n, k = 300, 520, 1008
+    a, b, sa, sb = _fp8_operands(m, n, k)
+    ref0, _ = reference_scaled(a, b, sa, sb)
+    sd = (torch.finfo(out_dtype).max / 2 / ref0.abs().max()).reshape(1).float()  # quantize D into half the range
+    out = _poisoned(m, n, out_dtype)
+    d = gemm(a, b, scale_a=sa, scale_b=sb, scale_d=sd, out=out)["d"]
+    assert d.dtype == out_dtype
+    ref, low = reference_scaled(a, b, sa, sb, scale_d=sd, out_dtype=out_dtype)
+    assert_close_fa(d, ref, low, name=f"fp8 -> {out_name} with scale_d")
+
+
+@pytest.mark.gpu
+def test_fp8_bias_gelu_and_batched():
+    from cudnn.gemm import GemmSm90
+
+    nb, m, n, k = 2, 130, 264, 272
+    a, b, sa, sb = _fp8_operands(m, n, k, E4M3, E5M2, batch=nb)
+    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    out = _poisoned(m, n, torch.bfloat16, lead=(nb,))
+    plan = GemmSm90(a, b, out, bias=bias, activation="gelu_tanh", scale_a=sa, scale_b=sb)
+    plan.compile()
+    plan.execute(a, b, out, bias=bias, scale_a=sa, scale_b=sb)
+    ref, low = reference_scaled(a, b, sa, sb, bias=bias, activation="gelu_tanh")
+    assert_close_fa(out, ref, low, name="batched fp8 + bias + gelu_tanh")
+
+
+@pytest.mark.gpu
+def test_fp8_unit_scales_and_amax():
+    from cudnn.gemm import gemm_amax
+
+    m, n, k = 257, 512, 512
+    a, b, _, _ = _fp8_operands(m, n, k)
+    r = gemm_amax(a, b)
+    ref, low = reference_scaled(a, b)
+    assert_close_fa(r["d"], ref, low, name="fp8 without scales")
+    torch.testing.assert_close(r["amax"][0], ref.abs().max(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.gpu
+def test_fp8_scales_are_read_on_device_each_launch():
+    """A plan re-reads the scale tensors every launch (they are device scalars, not plan constants)."""
+    from cudnn.gemm import gemm
+
+    m, n, k = 256, 512, 256
+    a, b, sa, sb = _fp8_operands(m, n, k)
+    d1 = gemm(a, b, scale_a=sa, scale_b=sb)["d"].float()
+    sa2 = sa * 4
+    d2 = gemm(a, b, scale_a=sa2, scale_b=sb)["d"].float()
+    torch.testing.assert_close(d2, d1 * 4, rtol=0, atol=0)  # a power-of-two scale is exact
+
+
+@pytest.mark.gpu
+def test_fp8_torch_op_and_compile():
+    import cudnn.gemm.ops  # noqa: F401  (registers torch.ops.cudnn.*)
+
+    a, b, sa, sb = _fp8_operands(256, 512, 256)
+    ref, low = reference_scaled(a, b, sa, sb)
+    d = torch.ops.cudnn.gemm(a, b, scale_a=sa, scale_b=sb)
+    assert_close_fa(d, ref, low, name="torch.ops.cudnn.gemm fp8")
+    compiled = torch.compile(lambda x, y, p, q: torch.ops.cudnn.gemm(x, y, scale_a=p, scale_b=q, out_dtype=torch.float16), fullgraph=True)
+    d2 = compiled(a, b, sa, sb)
+    assert d2.dtype == torch.float16
+    ref2, low2 = reference_scaled(a, b, sa, sb, out_dtype=torch.float16)
+    assert_close_fa(d2, ref2, low2, name="torch.compile(gemm fp8 -> fp16)")
+
+
+@pytest.mark.gpu
+@pytest.mark.detector
+def test_fp8_execute_no_sync_no_alloc():
+    from cudnn.gemm import GemmSm90
+
+    a, b, sa, sb = _fp8_operands(512, 768, 256)
+    sd = torch.ones(1, device="cuda")
+    d = torch.empty(512, 768, device="cuda", dtype=torch.float8_e4m3fn)
+    plan = GemmSm90(a, b, d, scale_a=sa, scale_b=sb, scale_d=sd)
+    plan.compile()
+    plan.execute(a, b, d, scale_a=sa, scale_b=sb, scale_d=sd)
+    torch.cuda.synchronize()
+    detectors.assert_no_sync_no_alloc(lambda: plan.execute(a, b, d, scale_a=sa, scale_b=sb, scale_d=sd), repeats=3)
+
+
+@pytest.mark.gpu
+def test_fp8_rejects_missing_scale_at_execute():
+    from cudnn.gemm import GemmSm90
+
+    a, b, sa, sb = _fp8_operands(64, 256, 128)
+    d = torch.empty(64, 256, device="cuda", dtype=torch.bfloat16)
+    plan = GemmSm90(a, b, d, scale_a=sa, scale_b=sb)
+    plan.compile()
+    with pytest.raises(ValueError):
+        plan.execute(a, b, d, scale_a=sa)  # compiled with scale_b: a missing one must raise, never default to 1
+    with pytest.raises(ValueError):
+        plan.execute(a, b, d, scale_a=sa, scale_b=sb, scale_d=sb)  # not compiled in: would be ignored

@@ -1,0 +1,287 @@
+"""GPU tests of the plan-time performance options that are compiled and PTX-checked on CPU but not yet
+validated on the H200: split-K (decode shapes, fp32 partials in the caller's workspace, deterministic
+reduction) and the staged bias (``stage_bias=True``: each tile's bias read once into shared memory).
+
+Correctness is against fp32 torch with the FlashAttention rule, as in test_gemm_gpu.py. Split-K is also
+checked for run-to-run bit identity (the reduction sums the partials in a fixed order, no atomics), for
+K slices that are empty (split_k larger than the number of 64-deep k-tiles), for its workspace contract
+(a short or missing workspace raises; execute allocates and syncs nothing when given one) and for CUDA-graph
+capture. The staged bias must match the per-element-read bias bit for bit (same fp32 math, same order).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from cudnn_testing import detectors
+from cudnn_testing.markers import skip_unless_cutedsl, skip_unless_sm90
+from cudnn_testing.reference_gemm import quantize_fp8, reference, reference_scaled
+from cudnn_testing.tolerance import assert_close_fa
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture(autouse=True)
+def _gpu():
+    skip_unless_sm90()
+    skip_unless_cutedsl("4.8.0", "cudnn.gemm")
+
+
+def _ab(m, n, k, dtype=torch.bfloat16, batch=None):
+    lead = () if batch is None else (batch,)
+    s = k**-0.25
+    a = (torch.randn(*lead, m, k, device="cuda") * s).to(dtype)
+    b = (torch.randn(*lead, n, k, device="cuda") * s).to(dtype).transpose(-1, -2)  # w.t(): K-major
+    return a, b
+
+
+def _poisoned(m, n, dtype=torch.bfloat16, lead=()):
+    from cudnn.gemm.dense.api import alloc_rows
+
+    return alloc_rows(lead, m, n, dtype, "cuda").fill_(float("nan"))
+
+
+# decode and small-M shapes; K = 200 has 4 k-tiles, so split_k = 8 leaves 4 slices empty (they write zeros)
+SPLIT_CASES = [(1, 4096, 4096, 4), (1, 520, 1000, 3), (7, 768, 200, 8), (64, 1280, 2056, 2), (200, 256, 4096, 16)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,n,k,split", SPLIT_CASES, ids=lambda v: str(v))
+def test_split_k_matches_reference(m, n, k, split):
+    from cudnn.gemm import gemm
+
+    a, b = _ab(m, n, k)
+    out = _poisoned(m, n)
+    d = gemm(a, b, split_k=split, out=out)["d"]
+    ref, _ = reference(a, b)
+    low, _ = reference(a, b, lowp=True)
+    assert_close_fa(d, ref, low, name=f"split_k={split} {m}x{n}x{k}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("bias_kind", ["col", "row"])
+def test_split_k_epilogue_alpha_bias_activation(bias_kind):
+    from cudnn.gemm import GemmSm90
+
+    m, n, k = 5, 776, 1032
+    a, b = _ab(m, n, k)
+    bias = torch.randn(n if bias_kind == "col" else m, device="cuda", dtype=torch.bfloat16)
+    out = _poisoned(m, n)
+    plan = GemmSm90(a, b, out, bias=bias, bias_kind=bias_kind, activation="gelu_tanh", alpha=0.5, split_k=4)
+    plan.compile()
+    ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda")
+    plan.execute(a, b, out, bias=bias, workspace=ws)
+    ref, _ = reference(a, b, bias=bias, bias_kind=bias_kind, alpha=0.5, activation="gelu_tanh")
+    low, _ = reference(a, b, bias=bias, bias_kind=bias_kind, alpha=0.5, activation="gelu_tanh", lowp=True)
+    assert_close_fa(out, ref, low, name=f"split-K + {bias_kind} bias + gelu_tanh + alpha")
+
+
+@pytest.mark.gpu
+def test_split_k_batched_and_fp8():
+    from cudnn.gemm import gemm
+
+    nb, m, n, k = 3, 9, 264, 520
+    a, b = _ab(m, n, k, batch=nb)
+    d = gemm(a, b, split_k=3)["d"]
+    ref, _ = reference(a, b)
+    low, _ = reference(a, b, lowp=True)
+    assert_close_fa(d, ref, low, name="batched split-K")
+
+    a8, sa = quantize_fp8(torch.randn(1, 4096, device="cuda"), torch.float8_e4m3fn)
+    w8, sb = quantize_fp8(torch.randn(1024, 4096, device="cuda") * 0.02, torch.float8_e4m3fn)
+    d8 = gemm(a8, w8.t(), scale_a=sa, scale_b=sb, split_k=8)["d"]
+    ref8, low8 = reference_scaled(a8, w8.t(), sa, sb)
+    assert_close_fa(d8, ref8, low8, name="fp8 decode split-K")
+
+
+@pytest.mark.gpu
+def test_split_k_is_deterministic():
+    from cudnn.gemm import gemm
+
+    a, b = _ab(3, 2048, 8192)
+    d1 = gemm(a, b, split_k=8)["d"].clone()
+    for _ in range(3):
+        d2 = gemm(a, b, split_k=8)["d"]
+        assert torch.equal(d1, d2), "split-K results differ between runs"
+
+
+@pytest.mark.gpu
+def test_split_k_workspace_contract():
+    from cudnn.gemm import GemmSm90
+
+    m, n, k = 2, 512, 1024
+    a, b = _ab(m, n, k)
+    d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    plan = GemmSm90(a, b, d, split_k=4)
+    plan.compile()
+    need = plan.scratch_workspace_bytes()
+    assert need >= 4 * m * n * 4
+    with pytest.raises(ValueError, match="workspace"):
+        plan.execute(a, b, d)
+    with pytest.raises(ValueError, match="workspace"):
+        plan.execute(a, b, d, workspace=torch.empty(need - 128, dtype=torch.uint8, device="cuda"))
+    ws = torch.empty(need, dtype=torch.uint8, device="cuda")
+    plan.execute(a, b, d, workspace=ws)
+    torch.cuda.synchronize()
+    detectors.assert_no_sync_no_alloc(lambda: plan.execute(a, b, d, workspace=ws), repeats=3)
+
+
+@pytest.mark.gpu
+@pytest.mark.detector
+def test_split_k_capture_then_replay_matches_eager():
+    from cudnn.gemm import GemmSm90
+
+    m, n, k = 1, 1024, 2048
+    a, b = _ab(m, n, k)
+    d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    plan = GemmSm90(a, b, d, split_k=4)
+    plan.compile()
+    ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda")
+    detectors.assert_capture_matches_eager(lambda: plan.execute(a, b, d, workspace=ws), [d])
+
+
+STAGE_CASES = [
+    ("col", None, (300, 520, 1000)),
+    ("col", None, (1, 256, 64)),
+    ("row", None, (1031, 776, 136)),
+    ("col", "halves", (37, 768, 200)),
+    ("col", "interleaved", (1031, 1280, 1000)),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("bias_kind,swiglu,shape", STAGE_CASES, ids=lambda v: str(v))
+def test_stage_bias_matches_per_element_bias(bias_kind, swiglu, shape):
+    from cudnn.gemm import GemmSm90
+
+    m, n, k = shape
+    a, b = _ab(m, n, k)
+    bias = torch.randn(n if bias_kind == "col" else m, device="cuda", dtype=torch.bfloat16)
+    n_out = n // 2 if swiglu else n
+    kw = dict(bias=bias, bias_kind=bias_kind, swiglu=swiglu, activation="none" if swiglu else "relu2")
+    outs = []
+    for staged in (False, True):
+        out = _poisoned(m, n_out)
+        plan = GemmSm90(a, b, out, stage_bias=staged, **kw)
+        plan.compile()
+        plan.execute(a, b, out, bias=bias)
+        outs.append(out)
+    ref, _ = reference(a, b, bias=bias, bias_kind=bias_kind, activation=kw["activation"], swiglu=swiglu)
+    low, _ = reference(a, b, bias=bias, bias_kind=bias_kind, activation=kw["activation"], swiglu=swiglu, lowp=True)
+    assert_close_fa(outs[1], ref, low, name=f"stage_bias {bias_kind} {swiglu} {shape}")
+    assert torch.equal(outs[0], outs[1]), "staged bias differs from the per-element bias"
+
+
+# dsrelu with the pre-activation loaded by TMA into the D ring (stage_aux). Several tiles per CTA (2048 x 4096)
+# wrap the ring's mbarrier phases; odd N uses a padded-row pre; the batched case steps the TMA batch stride.
+AUX_CASES = [(1, 256, 64, None), (37, 776, 200, None), (1031, 1280, 1000, None), (2048, 4096, 256, None), (130, 264, 136, 3)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,n,k,batch", AUX_CASES, ids=lambda v: str(v))
+def test_stage_aux_dsrelu_matches_per_element(m, n, k, batch):
+    from cudnn.gemm import gemm_dsrelu
+    from cudnn.gemm.dense.api import alloc_rows
+
+    lead = () if batch is None else (batch,)
+    a, b = _ab(m, n, k, batch=batch)
+    pre = alloc_rows(lead, m, n, torch.bfloat16, "cuda")
+    pre.copy_(torch.randn(*lead, m, n, device="cuda"))
+    outs = []
+    for staged in (False, True):
+        out = _poisoned(m, n, lead=lead)
+        outs.append(gemm_dsrelu(a, b, pre, out=out, stage_aux=staged)["d"])
+    ref, _ = reference(a, b, dsrelu_pre=pre)
+    low, _ = reference(a, b, dsrelu_pre=pre, lowp=True)
+    assert_close_fa(outs[1], ref, low, name=f"dsrelu stage_aux {m}x{n}x{k} L={batch}")
+    assert torch.equal(outs[0], outs[1]), "TMA-staged pre differs from the per-element read"
+
+
+# pingpong: 64 x 256 tiles, two consumer warpgroups taking turns (also with the staged bias / pre-activation,
+# which then use one smem slot / barrier ring per warpgroup). Each output element is computed by the same
+# m64n256k16 WGMMA sequence over the same k order as in the cooperative kernel, so D must match the default
+# plan bit for bit (and the fp32 reference within tolerance). Shapes give odd and even tile counts per CTA
+# (the second warpgroup has no tile when a CTA gets one) and many tiles per CTA (ring and phase wrap-around).
+PINGPONG_CASES = [
+    ("plain", (1, 256, 64)),
+    ("plain", (300, 520, 1000)),
+    ("plain", (4096, 4096, 512)),
+    ("bias_gelu_amax", (1031, 1280, 1000)),
+    ("swiglu_halves_pre", (2048, 2048, 256)),
+    ("srelu_pre", (37, 776, 200)),
+    ("dsrelu", (1031, 776, 136)),
+    ("fp8", (2048, 1024, 2064)),
+    ("swiglu_halves_bias_staged", (2048, 2048, 256)),
+    ("dsrelu_staged", (2048, 4096, 256)),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("what,shape", PINGPONG_CASES, ids=lambda v: str(v))
+def test_pingpong_matches_cooperative(what, shape):
+    from cudnn.gemm import GemmSm90
+
+    m, n, k = shape
+    if what == "fp8":
+        a, sa = quantize_fp8(torch.randn(m, k, device="cuda"), torch.float8_e4m3fn)
+        w, sb = quantize_fp8(torch.randn(n, k, device="cuda") * 0.02, torch.float8_e4m3fn)
+        b = w.t()
+    else:
+        a, b = _ab(m, n, k)
+    kw, tensors = {}, {}
+    n_out = n
+    if what == "bias_gelu_amax":
+        tensors = dict(bias=torch.randn(n, device="cuda", dtype=torch.bfloat16), amax=torch.empty(1, device="cuda"))
+        kw = dict(activation="gelu_tanh")
+    elif what == "swiglu_halves_pre":
+        n_out = n // 2
+        tensors = dict(aux=_poisoned(m, n))
+        kw = dict(swiglu="halves", store_pre=True)
+    elif what == "srelu_pre":
+        tensors = dict(aux=_poisoned(m, n))
+        kw = dict(activation="relu2", store_pre=True)
+    elif what == "swiglu_halves_bias_staged":
+        n_out = n // 2
+        tensors = dict(bias=torch.randn(n, device="cuda", dtype=torch.bfloat16))
+        kw = dict(swiglu="halves", stage_bias=True)
+    elif what in ("dsrelu", "dsrelu_staged"):
+        tensors = dict(aux=torch.randn(m, n, device="cuda", dtype=torch.bfloat16))
+        kw = dict(dsrelu=True, stage_aux=what == "dsrelu_staged")
+    elif what == "fp8":
+        tensors = dict(scale_a=sa, scale_b=sb)
+    results = []
+    for pingpong in (False, True):
+        run_tensors = {name: (t.clone() if name in ("aux", "amax") and not kw.get("dsrelu") else t) for name, t in tensors.items()}
+        out = _poisoned(m, n_out)
+        plan = GemmSm90(a, b, out, pingpong=pingpong, **run_tensors, **kw)
+        plan.compile()
+        plan.execute(a, b, out, **run_tensors)
+        results.append((out, run_tensors))
+    (d0, t0), (d1, t1) = results
+    if what == "fp8":
+        ref, low = reference_scaled(a, b, sa, sb)
+    else:
+        rk = dict(bias=tensors.get("bias"), activation=kw.get("activation", "none"), swiglu=kw.get("swiglu"))
+        if kw.get("dsrelu"):
+            rk = dict(dsrelu_pre=tensors["aux"])
+        ref, _ = reference(a, b, **rk)
+        low, _ = reference(a, b, **rk, lowp=True)
+    assert_close_fa(d1, ref, low, name=f"pingpong {what} {shape}")
+    assert torch.equal(d0, d1), f"pingpong D differs from the cooperative kernel's (max {(d0.float() - d1.float()).abs().max().item():.3e})"
+    for name in ("aux", "amax"):
+        if name in t1 and not kw.get("dsrelu"):
+            assert torch.equal(t0[name], t1[name]), f"pingpong {name} differs from the cooperative kernel's"
+
+
+@pytest.mark.gpu
+@pytest.mark.detector
+def test_pingpong_execute_no_sync_no_alloc():
+    from cudnn.gemm import GemmSm90
+
+    a, b = _ab(1024, 768, 256)
+    d = torch.empty(1024, 768, device="cuda", dtype=torch.bfloat16)
+    plan = GemmSm90(a, b, d, pingpong=True)
+    plan.compile()
+    plan.execute(a, b, d)
+    torch.cuda.synchronize()
+    detectors.assert_no_sync_no_alloc(lambda: plan.execute(a, b, d), repeats=3)
