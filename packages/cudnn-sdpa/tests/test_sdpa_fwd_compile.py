@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import subprocess
 import sys
 
@@ -49,11 +50,18 @@ CONFIGS = [
     ("fp16", 256, 256, 1, False, False, False, True, False, True, False),
     ("bf16", 128, 128, 4, True, False, True, True, False, False, True),
     ("bf16", 128, 128, 4, True, True, True, True, False, True, False, True),  # pack-GQA
+    ("bf16", 128, 128, 4, False, False, False, True, False, True, False, True, True),  # split-KV decode (+ combine kernel)
+    ("bf16", 128, 128, 4, True, False, True, True, False, False, False, True, True, 256),  # paged KV (page 256) + split-KV
+    ("fp16", 128, 128, 1, True, False, True, False, False, False, False, False, False, 128),  # paged KV prefill
 ]
 
 
 @pytest.mark.parametrize(
-    "cfg", CONFIGS, ids=lambda c: f"{c[0]}-d{c[1]}x{c[2]}-g{c[3]}-r{int(c[4])}l{int(c[5])}-varlen{int(c[10])}-pack{int(len(c) > 11 and c[11])}"
+    "cfg",
+    CONFIGS,
+    ids=lambda c: (
+        f"{c[0]}-d{c[1]}x{c[2]}-g{c[3]}-r{int(c[4])}l{int(c[5])}-varlen{int(c[10])}-pack{int(len(c) > 11 and c[11])}-split{int(len(c) > 12 and c[12])}-page{c[13] if len(c) > 13 else 0}"
+    ),
 )
 def test_compiles(cfg):
     from cudnn.sdpa.fwd.kernel_key import SdpaFwdKey
@@ -80,3 +88,19 @@ def test_thd_compile_is_a_cache_hit_when_token_totals_change():
     assert kernel_cache.stats.misses == misses, "a new token total recompiled the THD kernel (Rule 4)"
     assert kernel_cache.stats.hits == hits + 1
     assert second._compiled_kernel is first._compiled_kernel
+
+
+def test_split_kv_ptx_has_both_kernels_with_cudnn_symbols(tmp_path):
+    """A split-KV plan is one artifact launching two kernels (attention with fp32 partial stores, then the combine)."""
+    code = (
+        "from cudnn.sdpa.fwd.kernel_key import SdpaFwdKey; from cudnn.sdpa.fwd.kernel_sm90 import compile_sdpa_fwd; "
+        "compile_sdpa_fwd(SdpaFwdKey('fp16', 64, 64, 1, True, False, True, True, False, False, False, False, True), tvm_ffi=True)"
+    )
+    env = dict(os.environ, CUTE_DSL_KEEP="ptx", CUTE_DSL_DUMP_DIR=str(tmp_path), PYTHONPATH=os.pathsep.join(sys.path))
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=str(tmp_path))
+    ptx = "\n".join(open(f).read() for f in glob.glob(os.path.join(str(tmp_path), "**", "*.ptx"), recursive=True))
+    syms = kernel_symbols(ptx)
+    assert len(syms) == 2 and all(s.startswith("cudnn") for s in syms), syms
+    assert any("combine" in s for s in syms), syms
+    assert "wgmma.mma_async" in ptx and "cp.async.bulk.tensor" in ptx
+    assert re.search(r"st\.global(\.v[24])?\.(f32|b32)", ptx)  # the fp32 partials

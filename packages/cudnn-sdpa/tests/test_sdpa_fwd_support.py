@@ -51,7 +51,37 @@ def test_plan_key_has_no_extents():
 @pytest.mark.parametrize(
     "kw, match",
     [
-        (dict(page_table=_desc((2, 4), "int32", "page_table")), "page_table"),
+        (  # paged KV: pages smaller than the key tile are not served yet
+            dict(
+                k=_desc((8, 16, 2, 128), name="k"),
+                v=_desc((8, 16, 2, 128), name="v"),
+                page_table=_desc((2, 4), "int32", "page_table"),
+                cu_seqlens_kv=_desc((3,), "int32", "cu_seqlens_kv"),
+            ),
+            "page_size 16 is not a multiple of the key tile",
+        ),
+        (  # paged KV with THD queries
+            dict(
+                q=_desc((300, 8, 128), name="q"),
+                k=_desc((8, 128, 2, 128), name="k"),
+                v=_desc((8, 128, 2, 128), name="v"),
+                page_table=_desc((2, 4), "int32", "page_table"),
+                cu_seqlens_q=_desc((3,), "int32", "cu_seqlens_q"),
+                cu_seqlens_kv=_desc((3,), "int32", "cu_seqlens_kv"),
+            ),
+            "THD queries",
+        ),
+        (
+            dict(
+                cu_seqlens_q=_desc((3,), "int32", "cu_seqlens_q"),
+                split_kv=True,
+                q=_desc((300, 8, 128), name="q"),
+                k=_desc((257, 2, 128), name="k"),
+                v=_desc((257, 2, 128), name="v"),
+                cu_seqlens_kv=_desc((3,), "int32", "cu_seqlens_kv"),
+            ),
+            "split_kv serves dense",
+        ),  # fmt: skip
         (dict(q=_desc((2, 8, 300, 80), name="q"), k=_desc((2, 2, 257, 80), name="k"), v=_desc((2, 2, 257, 80), name="v")), "head dim 80"),
         (dict(q=_desc((2, 8, 300, 128), "float32", "q")), "float32|dtype"),
         (dict(q=TensorDesc((2, 8, 300, 128), (8 * 300 * 128, 300 * 128, 128, 2), "bfloat16", "q")), "unit stride"),
@@ -87,3 +117,32 @@ def test_api_module_imports_no_cutlass():
         "assert 'cutlass' not in sys.modules and 'torch' not in sys.modules, sorted(m for m in sys.modules if m.startswith(('cutlass','torch')))"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_paged_and_split_plans():
+    pools = dict(k=_desc((8, 256, 2, 128), name="k"), v=_desc((8, 256, 2, 128), name="v"))
+    plan = _plan(**pools, page_table=_desc((2, 4), "int32", "page_table"), cu_seqlens_kv=_desc((3,), "int32", "cu_seqlens_kv"), split_kv=True)
+    assert plan.check_support()
+    assert plan.key.page_size == 256 and plan.key.split_kv and not plan.key.varlen and plan.key.qhead_per_kvhead == 4
+    assert plan.scratch_workspace_bytes() > 0
+    with pytest.raises(ValueError, match="needs cu_seqlens_kv"):
+        _plan(**pools, page_table=_desc((2, 4), "int32", "page_table")).check_support()
+    with pytest.raises(ValueError, match="B = 2 rows"):
+        _plan(**pools, page_table=_desc((3, 4), "int32", "page_table"), cu_seqlens_kv=_desc((3,), "int32", "cu_seqlens_kv")).check_support()
+    strided = TensorDesc((8, 256, 2, 128), (2 * 512 * 128, 2 * 128, 128, 1), "bfloat16", "k")  # pages with gaps between them
+    with pytest.raises(NotImplementedError, match="consecutive token rows"):
+        _plan(k=strided, v=pools["v"], page_table=_desc((2, 4), "int32", "page_table"), cu_seqlens_kv=_desc((3,), "int32", "cu_seqlens_kv")).check_support()
+    assert _plan().scratch_workspace_bytes() == 0
+
+
+def test_kv_stages_knob_is_checked_against_shared_memory():
+    plan = _plan(kv_stages=3)
+    assert plan.check_support() and plan.key.kv_stages == 3
+    p0 = _plan()
+    p0.check_support()
+    assert p0.key.kv_stages == 0  # default: tile_config's depth, the same compile key as before the knob existed
+    big = dict(q=_desc((2, 8, 300, 256), name="q"), k=_desc((2, 2, 257, 256), name="k"), v=_desc((2, 2, 257, 256), name="v"))
+    with pytest.raises(NotImplementedError, match="shared memory"):
+        _plan(**big, kv_stages=3).check_support()
+    with pytest.raises(ValueError, match="kv_stages"):
+        _plan(kv_stages=7).check_support()

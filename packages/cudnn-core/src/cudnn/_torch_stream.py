@@ -81,11 +81,23 @@ def stream_context(stream: Any, device: Any = None):
         yield torch_stream
 
 
+_RAW_CURRENT: list = []
+
+
+def current_stream_handle(device_index: int) -> int:
+    """Raw handle of torch's current stream on ``device_index``, read through torch's C accessor when it has
+    one (no torch.device / torch.cuda.Stream built per call: the hot path of a cached execute)."""
+    if not _RAW_CURRENT:
+        import torch
+
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        _RAW_CURRENT.append(raw if raw is not None else (lambda idx: torch.cuda.current_stream(idx).cuda_stream))
+    return _RAW_CURRENT[0](device_index)
+
+
 def launch_stream_handle(stream: Any, device: Any = None) -> int:
     """The raw handle a kernel launches on: ``stream``'s, or torch's current stream for None."""
     handle = stream_handle(stream)
     if handle is not None:
         return handle
-    import torch
-
-    return torch.cuda.current_stream(_device(device)).cuda_stream
+    return current_stream_handle(_device(device).index)

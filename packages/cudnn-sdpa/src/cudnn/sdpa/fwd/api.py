@@ -13,8 +13,13 @@ Contract (see docs/sdpa.md for the full list):
 - bf16 / fp16; D in {64, 96, 128, 192, 256}, D_v <= D from the same set; H a multiple of H_kv;
 - masks: ``is_causal`` (top-left, or bottom-right with ``causal_bottom_right``), ``window_size=(left, right)``
   (-1 = unbounded, same alignment); ``sinks`` (H,) fp32; LSE in natural log (``lse_log2`` for base 2).
-- not served (declined with NotImplementedError): paged KV (``page_table``), split-KV decode, dropout,
-  arbitrary additive masks, fp8.
+- paged KV (``page_table`` int32 (B, max_pages) + page pools (pages, page_size, H_kv, D), per-sequence KV lengths from
+  ``cu_seqlens_kv``; page_size a multiple of the key tile) and split-KV (``split_kv=True``: fp32 partials in the caller's
+  workspace, a combine kernel) are served for dense queries (both still to be verified on a GPU);
+- not served (declined with NotImplementedError): pages smaller than the key tile, THD queries with paged KV or
+  split-KV, dropout, arbitrary additive masks, fp8.
+
+Launch: tvm-ffi when apache-tvm-ffi is importable (see ``execute``), validation memoized per tensor metadata.
 """
 
 from __future__ import annotations
@@ -74,9 +79,14 @@ class SdpaFwdSm90(APIBase):
         page_table=None,
         lse_log2: bool = False,
         pack_gqa: bool | None = None,
+        split_kv: bool = False,
+        kv_stages: int | None = None,
     ):
         super().__init__()
+        self.kv_stages = kv_stages
+        self._tvm_ffi = False
         self.pack_gqa = pack_gqa
+        self.split_kv = bool(split_kv)
         self.q, self.k, self.v = as_desc(q, "q"), as_desc(k, "k"), as_desc(v, "v")
         self.o, self.lse = as_desc(o, "o"), as_desc(lse, "lse")
         self.sinks = as_desc(sinks, "sinks")
@@ -94,7 +104,12 @@ class SdpaFwdSm90(APIBase):
     # ------------------------------------------------------------------------------------------ plan
     @property
     def varlen(self) -> bool:
-        return self.cu_seqlens_q is not None or self.cu_seqlens_kv is not None
+        """THD queries and keys (paged KV uses cu_seqlens_kv for per-batch KV lengths only, with dense queries)."""
+        return self.cu_seqlens_q is not None or (self.cu_seqlens_kv is not None and self.page_table is None)
+
+    @property
+    def paged(self) -> bool:
+        return self.page_table is not None
 
     def check_support(self) -> bool:
         from cudnn.dsl_gate import cutedsl_requirement_error, cutedsl_too_old
@@ -103,17 +118,48 @@ class SdpaFwdSm90(APIBase):
             raise NotImplementedError(str(cutedsl_requirement_error("cudnn.sdpa.SdpaFwdSm90", _DSL_FLOOR)))
         q, k, v = self.q, self.k, self.v
         self._value_error_if(q is None or k is None or v is None, "SdpaFwdSm90: q, k and v are required")
-        self._decline_if(
-            self.page_table is not None,
-            f"SdpaFwdSm90: {self.page_table.describe() if self.page_table else 'page_table'}: paged KV is not served by this engine yet; "
-            "pass contiguous per-sequence K/V (dense or THD with cu_seqlens_kv)",
-        )
         for d in (q, k, v):
             self._check_dtype(d, _IO_DTYPES, "SdpaFwdSm90")
         self._decline_if(
             k.dtype != q.dtype or v.dtype != q.dtype, f"SdpaFwdSm90: q, k, v must share one dtype; got {q.describe()}, {k.describe()}, {v.describe()}"
         )
-        if self.varlen:
+        page_size = 0
+        if self.paged:
+            pt, cu = self.page_table, self.cu_seqlens_kv
+            self._decline_if(
+                self.cu_seqlens_q is not None, f"SdpaFwdSm90: paged KV takes dense (B, H, S_q, D) queries; THD queries are not served with it ({pt.describe()})"
+            )
+            self._value_error_if(cu is None, "SdpaFwdSm90: paged KV needs cu_seqlens_kv (B + 1 int32; batch b's KV length is cu[b + 1] - cu[b])")
+            self._value_error_if(q.rank != 4, f"SdpaFwdSm90: paged KV takes rank-4 (B, H, S_q, D) queries; got {q.describe()}")
+            for d in (k, v):
+                self._value_error_if(d.rank != 4, f"SdpaFwdSm90: paged KV takes page pools (pages, page_size, H_kv, D); got {d.describe()}")
+            self._decline_if(
+                pt.dtype != data_type.INT32 or pt.rank != 2 or (pt.shape[1] > 1 and pt.stride[1] != 1),
+                f"SdpaFwdSm90: {pt.describe()} must be an int32 (B, max_pages) tensor with unit stride along pages",
+            )
+            self._decline_if(cu.dtype != data_type.INT32 or cu.rank != 1, f"SdpaFwdSm90: {cu.describe()} must be a 1-D int32 tensor")
+            self._decline_if(cu.shape[0] > 1 and cu.stride[0] != 1, f"SdpaFwdSm90: {cu.describe()} must be contiguous")
+            b, h, _, dq = q.shape
+            _, page_size, hk, dk = k.shape
+            _, ps_v, hv, dv = v.shape
+            self._value_error_if((ps_v, hv) != (page_size, hk) or v.shape[0] != k.shape[0], f"SdpaFwdSm90: {k.describe()} and {v.describe()} disagree")
+            self._value_error_if(
+                pt.shape[0] != b or cu.shape[0] != b + 1, f"SdpaFwdSm90: {pt.describe()} / {cu.describe()} must have B = {b} rows / B + 1 entries"
+            )
+            from .kernel_key import tile_config
+
+            tile_n = tile_config(dq, dv)[1] if dq in _HEAD_DIMS and dv in _HEAD_DIMS else 1
+            self._decline_if(
+                page_size % tile_n != 0,
+                f"SdpaFwdSm90: {k.describe()}: page_size {page_size} is not a multiple of the key tile ({tile_n} rows for head dims {dq}/{dv}); "
+                "pages smaller than a tile are not served yet",
+            )
+            for d in (k, v):
+                self._decline_if(
+                    page_size > 1 and d.shape[0] > 1 and d.stride[0] != page_size * d.stride[1],
+                    f"SdpaFwdSm90: {d.describe()}: a page must be page_size consecutive token rows (page stride = page_size * token stride)",
+                )
+        elif self.varlen:
             self._value_error_if(self.cu_seqlens_q is None or self.cu_seqlens_kv is None, "SdpaFwdSm90: THD varlen needs both cu_seqlens_q and cu_seqlens_kv")
             for d in (q, k, v):
                 self._value_error_if(d.rank != 3, f"SdpaFwdSm90: THD varlen takes (T, H, D) tensors; got {d.describe()}")
@@ -140,6 +186,7 @@ class SdpaFwdSm90(APIBase):
             self._value_error_if(
                 self.max_seqlen_q is not None or self.max_seqlen_kv is not None, "SdpaFwdSm90: max_seqlen_q/kv are for THD varlen (with cu_seqlens)"
             )
+            self._value_error_if(self.cu_seqlens_kv is not None, "SdpaFwdSm90: cu_seqlens_kv without cu_seqlens_q is for paged KV (with page_table)")
         self._value_error_if(dk != dq, f"SdpaFwdSm90: q and k head dims differ: {q.describe()}, {k.describe()}")
         self._decline_if(dq not in _HEAD_DIMS, f"SdpaFwdSm90: {q.describe()}: head dim {dq} not served; accepted: {_HEAD_DIMS}")
         self._decline_if(
@@ -170,6 +217,19 @@ class SdpaFwdSm90(APIBase):
         can_pack = not self.varlen and g > 1 and 128 % g == 0
         pack = self.pack_gqa if self.pack_gqa is not None else (can_pack and q.shape[2] <= PACK_GQA_MAX_SEQLEN_Q)
         self._decline_if(bool(pack) and not can_pack, f"SdpaFwdSm90: pack_gqa needs dense layouts and a head ratio dividing 128; got {g} ({q.describe()})")
+        if self.kv_stages is not None:
+            from .kernel_key import SMEM_BYTES, smem_bytes
+
+            self._value_error_if(self.kv_stages not in (2, 3, 4), f"SdpaFwdSm90: kv_stages={self.kv_stages!r} must be 2, 3 or 4 (or None)")
+            need = smem_bytes(dq, dv, self.kv_stages)
+            self._decline_if(
+                need > SMEM_BYTES,
+                f"SdpaFwdSm90: kv_stages={self.kv_stages} needs {need} bytes of shared memory for head dims {dq}/{dv}; {SMEM_BYTES} are available",
+            )
+        self._decline_if(
+            self.split_kv and self.varlen,
+            f"SdpaFwdSm90: split_kv serves dense (B, H, S, D) layouts; THD varlen is not split ({q.describe()})",
+        )
         self.key = _make_key(
             _DT_NAME[q.dtype],
             dq,
@@ -183,6 +243,9 @@ class SdpaFwdSm90(APIBase):
             self.sinks is not None,
             self.varlen,
             bool(pack),
+            self.split_kv,
+            page_size,
+            self.kv_stages or 0,
         )
         self._is_supported = True
         return True
@@ -200,10 +263,52 @@ class SdpaFwdSm90(APIBase):
     def compile(self) -> None:
         self._ensure_support_checked()
         if self._compiled_kernel is None:
-            self._compiled_kernel = _compiled(self.key)
+            self._tvm_ffi = _use_tvm_ffi()
+            self._compiled_kernel = _compiled(self.key, self._tvm_ffi)
+            self._prepare_launch()
+
+    @property
+    def _compiled_kernel(self):
+        return self._kernel
+
+    @_compiled_kernel.setter
+    def _compiled_kernel(self, fn) -> None:
+        # The entry execute() calls: for a tvm-ffi artifact its positional tvm_ffi.Function (see _raw_tvm_ffi_entry).
+        self._kernel = fn
+        self._entry = _raw_tvm_ffi_entry(fn) if fn is not None and getattr(self, "_tvm_ffi", False) else fn
+
+    def _prepare_launch(self) -> None:
+        """Plan-time constants of the launch (torch dtype, default scale, window), so execute() only reads the tensors."""
+        t = _torch_bits()
+        key = self.key
+        self._torch_dtype = t["torch_dt"][key.dtype]
+        self._rank = 3 if key.varlen else 4
+        self._default_scale_log2 = (1.0 / math.sqrt(key.head_dim) if self.scale is None else float(self.scale)) * _LOG2E
+        self._window_args = (max(self._mask_window[0], 0), max(self._mask_window[1], 0))
+        self._sm_count = _sm_count(self.q.device)
+        self._launch_args: dict = {}  # tensor metadata -> validated scalar launch arguments (see execute)
 
     def scratch_workspace_bytes(self) -> int:
-        return 0
+        """0, or for a split-KV plan the fp32 partial O and LSE of the declared shapes at the split count execute()
+        picks for them (see :meth:`workspace_bytes_for`)."""
+        if not self.split_kv:
+            return 0
+        self._ensure_support_checked()
+        b, h, sq, _ = self.q.shape
+        if self.paged:  # the longest KV a sequence can have: max_pages * page_size
+            return self.workspace_bytes_for(b, h, sq, self.k.shape[2], self.page_table.shape[1] * self.k.shape[1])
+        return self.workspace_bytes_for(b, h, sq, self.k.shape[1], self.k.shape[2])
+
+    def workspace_bytes_for(self, batch: int, heads: int, seqlen_q: int, heads_kv: int, seqlen_k: int, num_splits: int | None = None) -> int:
+        """Workspace bytes execute() needs for these runtime extents (0 for a plan without split_kv). Paged plans:
+        ``seqlen_k`` is ``page_table.shape[1] * page_size``."""
+        if not self.split_kv:
+            return 0
+        self._ensure_support_checked()
+        splits = num_splits_for(self.key, batch, heads, heads_kv, seqlen_q, seqlen_k, _sm_count(self.q.device), num_splits)
+        from .kernel_key import split_workspace_bytes
+
+        return split_workspace_bytes(splits, batch, heads, seqlen_q, self.key.head_dim_v)[1]
 
     # ------------------------------------------------------------------------------------------ run
     def execute(
@@ -219,38 +324,88 @@ class SdpaFwdSm90(APIBase):
         max_seqlen_q: int | None = None,
         current_stream=None,
         scale: float | None = None,
+        workspace=None,
+        num_splits: int | None = None,
+        page_table=None,
     ):
-        """Launch on ``current_stream`` (None: torch's current stream). Validates; never converts, allocates or syncs."""
-        if self._compiled_kernel is None:
+        """Launch on ``current_stream`` (None: torch's current stream). Validates; never converts, allocates or syncs.
+
+        Split-KV plans: ``workspace`` (contiguous uint8 on q's device, :meth:`workspace_bytes_for` bytes) holds the
+        fp32 partials; ``num_splits`` forces a split count (None: the heuristic of :func:`num_splits_for`).
+        Paged plans: ``k`` / ``v`` are page pools, ``page_table`` the int32 (B, max_pages) table and ``cu_seqlens_kv``
+        the (B + 1) cumulative KV lengths (only the differences are read, on the device).
+
+        The full validation runs once per distinct tensor metadata (shapes, strides, dtypes, devices, which optional
+        operands are given, ``max_seqlen_q``); its result, the kernel's scalar arguments, is memoized on the plan, so a
+        repeated call reads the metadata, checks the 16-byte alignment of the four TMA base addresses and launches.
+        """
+        fn = self._entry
+        if fn is None:
             raise RuntimeError("SdpaFwdSm90.execute: call compile() first (or use the adapter as a callable)")
-        key = self.key
-        _check_io(key, q, k, v, o)
-        if key.has_lse != (lse is not None):
-            raise ValueError(
-                f"SdpaFwdSm90.execute: the plan was built {'with' if key.has_lse else 'without'} lse; got lse={'a tensor' if lse is not None else None}"
+        try:
+            meta = (
+                q.shape,
+                q.stride(),
+                k.shape,
+                k.stride(),
+                v.shape,
+                v.stride(),
+                o.shape,
+                o.stride(),
+                q.dtype,
+                k.dtype,
+                v.dtype,
+                o.dtype,
+                q.get_device(),
+                k.get_device(),
+                v.get_device(),
+                o.get_device(),
+                None if lse is None else (lse.shape, lse.stride(), lse.dtype, lse.get_device()),
+                None if sinks is None else (sinks.shape, sinks.stride(), sinks.dtype, sinks.get_device()),
+                None if cu_seqlens_q is None else (cu_seqlens_q.shape, cu_seqlens_q.stride(), cu_seqlens_q.dtype, cu_seqlens_q.get_device()),
+                None if cu_seqlens_kv is None else (cu_seqlens_kv.shape, cu_seqlens_kv.stride(), cu_seqlens_kv.dtype, cu_seqlens_kv.get_device()),
+                max_seqlen_q,
+                None if workspace is None else (workspace.shape, workspace.dtype, workspace.get_device()),
+                num_splits,
+                None if page_table is None else (page_table.shape, page_table.stride(), page_table.dtype, page_table.get_device()),
             )
-        if key.has_sinks != (sinks is not None):
-            raise ValueError(
-                f"SdpaFwdSm90.execute: the plan was built {'with' if key.has_sinks else 'without'} sinks; got sinks={'a tensor' if sinks is not None else None}"
-            )
-        if key.varlen != (cu_seqlens_q is not None):
-            raise ValueError(f"SdpaFwdSm90.execute: the plan was built {'for' if key.varlen else 'without'} THD varlen; cu_seqlens_q must match")
-        return _launch(
-            self._compiled_kernel,
-            key,
-            q,
-            k,
-            v,
-            o,
-            lse,
-            sinks,
-            cu_seqlens_q,
-            cu_seqlens_kv,
-            max_seqlen_q,
-            self._mask_window,
-            self.scale if scale is None else scale,
-            current_stream,
-        )
+            args = self._launch_args.get(meta)
+        except (AttributeError, TypeError):  # not tensors (or unhashable metadata): the full validation names the problem
+            meta, args = None, None
+        if args is None:
+            args = _validate(self.key, q, k, v, o, lse, sinks, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, workspace, num_splits, self._sm_count, page_table)
+            if meta is not None:
+                if len(self._launch_args) >= _LAUNCH_MEMO_MAX:
+                    self._launch_args.clear()
+                self._launch_args[meta] = args
+        if args is _EMPTY:
+            return o
+        args, lse_part_offset = args
+        qp, kp, vp, op = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()
+        if (qp | kp | vp | op) & 15:
+            _raise_misaligned(qp, kp, vp, op)
+        if current_stream is None:
+            handle = _current_stream_handle(meta[12] if meta is not None else q.get_device())
+        else:
+            handle = _launch_stream_handle(current_stream, q.device)
+        scale_log2 = self._default_scale_log2 if scale is None else float(scale) * _LOG2E
+        wl, wr = self._window_args
+        lp = None if lse is None else lse.data_ptr()
+        sp = None if sinks is None else sinks.data_ptr()
+        cqp = None if cu_seqlens_q is None else cu_seqlens_q.data_ptr()
+        ckp = None if cu_seqlens_kv is None else cu_seqlens_kv.data_ptr()
+        opp = lpp = None
+        if lse_part_offset is not None:
+            opp = workspace.data_ptr()
+            if opp % _WS_ALIGN:
+                raise ValueError(f"SdpaFwdSm90.execute: workspace address 0x{opp:x} is not {_WS_ALIGN}-byte aligned")
+            lpp = opp + lse_part_offset
+        ptp = None if page_table is None else page_table.data_ptr()
+        if self._tvm_ffi:
+            fn(qp, kp, vp, op, lp, sp, cqp, ckp, opp, lpp, ptp, *args, scale_log2, wl, wr, handle)
+        else:
+            _launch_generic(fn, self._torch_dtype, qp, kp, vp, op, lp, sp, cqp, ckp, opp, lpp, ptp, args, scale_log2, wl, wr, handle)
+        return o
 
 
 # ---------------------------------------------------------------------------------------------- internals
@@ -260,15 +415,56 @@ def _make_key(*args):
     return SdpaFwdKey(*args)
 
 
-def _compiled(key):
+_LOG2E = math.log2(math.e)
+#: Alignment of the split-KV workspace base (cudnn.workspace.WORKSPACE_ALIGNMENT).
+_WS_ALIGN = 128
+#: Distinct tensor metadata a plan memoizes validated launch arguments for (cleared when full).
+_LAUNCH_MEMO_MAX = 64
+#: The memoized launch arguments of an empty problem (nothing to launch).
+_EMPTY = ()
+
+
+def _use_tvm_ffi() -> bool:
+    """The tvm-ffi launch entry when apache-tvm-ffi is importable; ``CUDNN_SDPA_TVM_FFI=0`` forces the DSL's own entry."""
+    import os
+
+    from cudnn._compat import tvm_ffi_available
+
+    return tvm_ffi_available() and os.environ.get("CUDNN_SDPA_TVM_FFI", "1") != "0"
+
+
+def _raw_tvm_ffi_entry(fn):
+    """The positional ``tvm_ffi.Function`` under a DSL tvm-ffi compiled function.
+
+    The DSL's wrapper (``TVMFFIJitCompiledFunction[WithKwargs].__call__``) walks every argument in Python to turn cute
+    Pointer objects into integer addresses and maps keyword arguments; execute() passes integer addresses
+    (``tensor.data_ptr()``, which the tvm-ffi DataPointer parameter accepts), ints, a float and None positionally, so
+    that walk is identity work costing microseconds per launch. A function loaded from the disk cache already is a
+    plain ``tvm_ffi.Function``. Anything else is returned unchanged."""
+    get = getattr(fn, "__tvm_ffi_object__", None)
+    raw = get() if get is not None else None
+    if raw is not None:
+        return raw
+    try:
+        import tvm_ffi
+    except ImportError:
+        return fn
+    if isinstance(fn, tvm_ffi.Function) and type(fn) is not tvm_ffi.Function:
+        import functools
+
+        return functools.partial(tvm_ffi.Function.__call__, fn)
+    return fn
+
+
+def _compiled(key, tvm_ffi: bool = False):
     from cudnn.kernel_cache import kernel_cache
 
     def build():
         from .kernel_sm90 import compile_sdpa_fwd
 
-        return compile_sdpa_fwd(key)
+        return compile_sdpa_fwd(key, tvm_ffi=tvm_ffi)
 
-    return kernel_cache.get_or_compile(key, build, family="sdpa")
+    return kernel_cache.get_or_compile((key, "tvm-ffi") if tvm_ffi else key, build, family="sdpa")
 
 
 _TORCH = {}
@@ -276,23 +472,34 @@ _TORCH = {}
 
 def _torch_bits():
     if not _TORCH:
-        import cuda.bindings.driver as cuda
-        import cutlass
-        import cutlass.cute as cute
         import torch
-        from cutlass.cute.runtime import make_ptr
 
-        _TORCH.update(
-            torch=torch,
-            cuda=cuda,
-            make_ptr=make_ptr,
-            gmem=cute.AddressSpace.gmem,
-            dt={torch.bfloat16: cutlass.BFloat16, torch.float16: cutlass.Float16},
-            f32=cutlass.Float32,
-            i32=cutlass.Int32,
-            torch_dt={"bf16": torch.bfloat16, "fp16": torch.float16},
-        )
+        _TORCH.update(torch=torch, torch_dt={"bf16": torch.bfloat16, "fp16": torch.float16})
     return _TORCH
+
+
+def _current_stream_handle(device_index: int) -> int:
+    from cudnn._torch_stream import current_stream_handle
+
+    return current_stream_handle(device_index)
+
+
+def _launch_stream_handle(stream, device) -> int:
+    from cudnn._torch_stream import launch_stream_handle
+
+    return launch_stream_handle(stream, device)
+
+
+def _raise_misaligned(qp, kp, vp, op):
+    for name, p in (("q", qp), ("k", kp), ("v", vp), ("o", op)):
+        if p % 16:
+            raise ValueError(f"SdpaFwdSm90.execute: {name} address 0x{p:x} is not 16-byte aligned (TMA)")
+
+
+def _require_cuda(name: str, x, device) -> None:
+    """Every operand is a CUDA tensor on q's device (a raw address handed to the kernel is a contract, Rule 5)."""
+    if not x.is_cuda or (device is not None and x.device != device):
+        raise ValueError(f"SdpaFwdSm90.execute: {name} must be a CUDA tensor on {device}; got device {x.device}")
 
 
 def _check_io(key, q, k, v, o) -> None:
@@ -300,25 +507,24 @@ def _check_io(key, q, k, v, o) -> None:
     want = t["torch_dt"][key.dtype]
     rank = 3 if key.varlen else 4
     for name, x, d in (("q", q, key.head_dim), ("k", k, key.head_dim), ("v", v, key.head_dim_v), ("o", o, key.head_dim_v)):
-        if x is None or x.dtype != want or x.dim() != rank or x.shape[-1] != d or x.stride(-1) != 1 or not x.is_cuda:
+        if x is None or not hasattr(x, "data_ptr") or x.dtype != want or x.dim() != rank or x.shape[-1] != d or x.stride(-1) != 1:
             got = "None" if x is None else f"shape={tuple(x.shape)} stride={tuple(x.stride())} dtype={x.dtype} device={x.device}"
             raise ValueError(
                 f"SdpaFwdSm90.execute: {name} ({got}) does not match the plan: a CUDA {want} rank-{rank} tensor with head dim {d} and unit stride there"
             )
-        if x.data_ptr() % 16:
-            raise ValueError(f"SdpaFwdSm90.execute: {name} address 0x{x.data_ptr():x} is not 16-byte aligned (TMA)")
+        _require_cuda(name, x, q.device)
         for i in range(rank - 1):
             if x.stride(i) % 8 and x.shape[i] > 1:
                 raise ValueError(f"SdpaFwdSm90.execute: {name} stride {x.stride(i)} of dim {i} is not a multiple of 16 bytes (TMA)")
     hq = q.shape[-2] if key.varlen else q.shape[1]
-    hk = k.shape[-2] if key.varlen else k.shape[1]
+    hk = k.shape[-2] if key.varlen or key.paged else k.shape[1]
     if hk * key.qhead_per_kvhead != hq:
         raise ValueError(f"SdpaFwdSm90.execute: the plan has {key.qhead_per_kvhead} query heads per kv head; got H_q={hq}, H_kv={hk}")
     if tuple(o.shape[:-1]) != tuple(q.shape[:-1]) or tuple(v.shape[:-1]) != tuple(k.shape[:-1]):
         raise ValueError(
             f"SdpaFwdSm90.execute: o {tuple(o.shape)} must match q {tuple(q.shape)} and v {tuple(v.shape)} must match k {tuple(k.shape)} outside the head dim"
         )
-    if not key.varlen and k.shape[0] != q.shape[0]:
+    if not key.varlen and not key.paged and k.shape[0] != q.shape[0]:
         raise ValueError(f"SdpaFwdSm90.execute: batch of q {q.shape[0]} and k {k.shape[0]} differ")
 
 
@@ -345,20 +551,59 @@ def _group_heads(key, seqlen_k: int) -> int:
     return g
 
 
-def _launch(compiled, key, q, k, v, o, lse, sinks, cu_q, cu_k, max_seqlen_q, window, scale, stream):
-    from cudnn._torch_stream import launch_stream_handle
-
+def _validate(key, q, k, v, o, lse, sinks, cu_q, cu_k, max_seqlen_q, workspace=None, num_splits=None, sm_count=132, page_table=None) -> tuple:
+    """The full execute-time check of the tensors against the plan; returns ``(scalars, lse_part_offset)``: the
+    kernel's scalar launch arguments (``kernel_sm90.LAUNCH_SCALARS``) and, for split-KV, the byte offset of the
+    partial LSE in the workspace (else None); or ``_EMPTY`` when there is nothing to launch. Reads metadata only."""
     t = _torch_bits()
-    mk, gmem = t["make_ptr"], t["gmem"]
-    dt = t["dt"][q.dtype]
-    d = key.head_dim
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    if key.varlen:
+    torch = t["torch"]
+    _check_io(key, q, k, v, o)
+    if key.has_lse != (lse is not None):
+        raise ValueError(
+            f"SdpaFwdSm90.execute: the plan was built {'with' if key.has_lse else 'without'} lse; got lse={'a tensor' if lse is not None else None}"
+        )
+    if key.has_sinks != (sinks is not None):
+        raise ValueError(
+            f"SdpaFwdSm90.execute: the plan was built {'with' if key.has_sinks else 'without'} sinks; got sinks={'a tensor' if sinks is not None else None}"
+        )
+    if key.varlen != (cu_q is not None):
+        raise ValueError(f"SdpaFwdSm90.execute: the plan was built {'for' if key.varlen else 'without'} THD varlen; cu_seqlens_q must match")
+    if key.paged != (page_table is not None):
+        raise ValueError(f"SdpaFwdSm90.execute: the plan was built {'with' if key.paged else 'without'} paged KV; page_table must match")
+    seqlen_k_hint = None  # paged: the longest KV a sequence can have (max_pages * page_size), for the heuristics
+    if key.paged:
+        if cu_k is None:
+            raise ValueError("SdpaFwdSm90.execute: paged KV needs cu_seqlens_kv (B + 1 int32; batch b's KV length is cu[b + 1] - cu[b])")
+        batch, heads, sq = q.shape[0], q.shape[1], q.shape[2]
+        pages, page_size, heads_kv = k.shape[0], k.shape[1], k.shape[2]
+        if page_size != key.page_size:
+            raise ValueError(f"SdpaFwdSm90.execute: the plan has page_size {key.page_size}; k {tuple(k.shape)} has {page_size}")
+        for name, x in (("k", k), ("v", v)):
+            if pages > 1 and x.stride(0) != page_size * x.stride(1):
+                raise ValueError(f"SdpaFwdSm90.execute: {name} stride {tuple(x.stride())}: a page must be page_size consecutive token rows")
+        if page_table.dtype != torch.int32 or page_table.dim() != 2 or page_table.shape[0] != batch or (page_table.shape[1] > 1 and page_table.stride(1) != 1):
+            raise ValueError(f"SdpaFwdSm90.execute: page_table must be an int32 ({batch}, max_pages) tensor with unit stride along pages")
+        if cu_k.dtype != torch.int32 or cu_k.dim() != 1 or cu_k.shape[0] != batch + 1 or (batch > 0 and cu_k.stride(0) != 1):
+            raise ValueError(f"SdpaFwdSm90.execute: cu_seqlens_kv must be a contiguous int32 ({batch + 1},) tensor")
+        _require_cuda("page_table", page_table, q.device)
+        _require_cuda("cu_seqlens_kv", cu_k, q.device)
+        sk = pages * page_size
+        seqlen_k_hint = page_table.shape[1] * page_size
+        grid_q = sq
+        qs, os_ = (_tma_strides(tuple(x.shape[:3]), (x.stride(0), x.stride(1), x.stride(2))) for x in (q, o))
+        ks, vs = (_tma_strides((1, heads_kv, sk), (0, x.stride(2), x.stride(1))) for x in (k, v))
+        lse_want = tuple(q.shape[:3])
+        lse_s = (lse.stride(0), lse.stride(1), lse.stride(2)) if lse is not None else (0, 0, 0)
+        pt_stride = page_table.stride(0) if batch > 1 else max(page_table.shape[1], 1)
+    elif key.varlen:
         if cu_k is None or max_seqlen_q is None:
             raise ValueError("SdpaFwdSm90.execute: THD varlen needs cu_seqlens_kv and max_seqlen_q (a host int; the device lengths are never read back)")
         for name, cu in (("cu_seqlens_q", cu_q), ("cu_seqlens_kv", cu_k)):
-            if cu.dtype != t["torch"].int32 or cu.dim() != 1 or not cu.is_cuda or cu.device != q.device:
-                raise ValueError(f"SdpaFwdSm90.execute: {name} must be a 1-D int32 CUDA tensor on {q.device}; got {cu.dtype} on {cu.device}")
+            if cu.dtype != torch.int32 or cu.dim() != 1 or (cu.shape[0] > 1 and cu.stride(0) != 1):
+                raise ValueError(
+                    f"SdpaFwdSm90.execute: {name} must be a contiguous 1-D int32 CUDA tensor on {q.device}; got {cu.dtype}, shape {tuple(cu.shape)}"
+                )
+            _require_cuda(name, cu, q.device)
         if cu_k.shape != cu_q.shape:
             raise ValueError("SdpaFwdSm90.execute: cu_seqlens_q and cu_seqlens_kv must have the same length")
         batch = cu_q.shape[0] - 1
@@ -366,51 +611,124 @@ def _launch(compiled, key, q, k, v, o, lse, sinks, cu_q, cu_k, max_seqlen_q, win
         sq, sk = q.shape[0], k.shape[0]
         grid_q = int(max_seqlen_q)
         qs, ks, vs, os_ = (_tma_strides((1, x.shape[1], x.shape[0]), (0, x.stride(1), x.stride(0))) for x in (q, k, v, o))
+        lse_want = (heads, sq)
         lse_s = (0, lse.stride(0), lse.stride(1)) if lse is not None else (0, 0, 0)
-        cu_q_ptr = mk(t["i32"], cu_q.data_ptr(), gmem, assumed_align=4)
-        cu_k_ptr = mk(t["i32"], cu_k.data_ptr(), gmem, assumed_align=4)
+        pt_stride = 0
     else:
+        if cu_k is not None:
+            raise ValueError("SdpaFwdSm90.execute: the plan is dense; cu_seqlens_kv is for THD varlen plans")
         batch, heads, sq = q.shape[0], q.shape[1], q.shape[2]
         heads_kv, sk = k.shape[1], k.shape[2]
         grid_q = sq
         qs, ks, vs, os_ = (_tma_strides(tuple(x.shape[:3]), (x.stride(0), x.stride(1), x.stride(2))) for x in (q, k, v, o))
+        lse_want = tuple(q.shape[:3])
         lse_s = (lse.stride(0), lse.stride(1), lse.stride(2)) if lse is not None else (0, 0, 0)
-        cu_q_ptr = cu_k_ptr = None
-    if lse is not None and (lse.dtype != t["torch"].float32 or lse.device != q.device):
-        raise ValueError(f"SdpaFwdSm90.execute: lse must be float32 on {q.device}; got {lse.dtype} on {lse.device}")
-    if sinks is not None and (sinks.dtype != t["torch"].float32 or sinks.shape != (heads,) or sinks.device != q.device or (heads > 1 and sinks.stride(0) != 1)):
-        raise ValueError(f"SdpaFwdSm90.execute: sinks must be a contiguous float32 ({heads},) tensor on {q.device}")
+        pt_stride = 0
+    if lse is not None:
+        if lse.dtype != torch.float32 or tuple(lse.shape) != lse_want:
+            raise ValueError(f"SdpaFwdSm90.execute: lse must be a float32 tensor of shape {lse_want}; got {lse.dtype}, shape {tuple(lse.shape)}")
+        _require_cuda("lse", lse, q.device)
+    if sinks is not None:
+        if sinks.dtype != torch.float32 or tuple(sinks.shape) != (heads,) or (heads > 1 and sinks.stride(0) != 1):
+            raise ValueError(f"SdpaFwdSm90.execute: sinks must be a contiguous float32 ({heads},) tensor on {q.device}")
+        _require_cuda("sinks", sinks, q.device)
     if grid_q == 0 or batch == 0 or heads == 0:
-        return o
-    left, right = window  # effective window: causal already folded in as right = 0
-    handle = launch_stream_handle(stream, q.device)
-    compiled(
-        mk(dt, q.data_ptr(), gmem, assumed_align=16),
-        mk(dt, k.data_ptr(), gmem, assumed_align=16),
-        mk(dt, v.data_ptr(), gmem, assumed_align=16),
-        mk(dt, o.data_ptr(), gmem, assumed_align=16),
-        mk(t["f32"], lse.data_ptr(), gmem, assumed_align=4) if lse is not None else None,
-        mk(t["f32"], sinks.data_ptr(), gmem, assumed_align=4) if sinks is not None else None,
-        cu_q_ptr,
-        cu_k_ptr,
-        batch,
-        heads,
-        heads_kv,
-        sq,
-        sk,
-        grid_q,
-        _group_heads(key, sk if not key.varlen else grid_q),
-        tuple(qs),
-        tuple(ks),
-        tuple(vs),
-        tuple(os_),
-        lse_s,
-        scale * math.log2(math.e),
-        max(left, 0),
-        max(right, 0),
-        t["cuda"].CUstream(handle),
+        return _EMPTY
+    sk_hint = sk if seqlen_k_hint is None else seqlen_k_hint
+    group = _group_heads(key, sk_hint if not key.varlen else grid_q)
+    splits, lse_part_offset = 1, None
+    if key.split_kv:
+        from cudnn.workspace import Workspace
+
+        from .kernel_key import split_workspace_bytes
+
+        splits = num_splits_for(key, batch, heads, heads_kv, sq, sk_hint, sm_count, num_splits)
+        lse_part_offset, need = split_workspace_bytes(splits, batch, heads, sq, key.head_dim_v)
+        Workspace.over(workspace, need, "SdpaFwdSm90 (split-KV)", device=q.device)
+    elif workspace is not None or num_splits not in (None, 1):
+        raise ValueError("SdpaFwdSm90.execute: workspace / num_splits are for split_kv plans; this plan was built without split_kv")
+    return (batch, heads, heads_kv, sq, sk, grid_q, group, splits, pt_stride, *qs, *ks, *vs, *os_, *lse_s), lse_part_offset
+
+
+def num_splits_for(key, batch, heads, heads_kv, seqlen_q, seqlen_k, sm_count=132, requested=None) -> int:
+    """Key splits of a split-KV launch. ``requested`` (an int) is clamped to [1, MAX_SPLITS] and to the key blocks;
+    None picks enough splits to give every SM a CTA, with at least two key blocks per split. The count is then
+    reduced so no split is empty when every tile sees all key blocks (no causal / window mask)."""
+    from .kernel_key import MAX_SPLITS, tile_config
+
+    tile_m, tile_n = tile_config(key.head_dim, key.head_dim_v)[:2]
+    rows = seqlen_q * (key.qhead_per_kvhead if key.pack_gqa else 1)
+    ctas = max(1, -(-rows // tile_m) * (heads_kv if key.pack_gqa else heads) * batch)
+    n_blocks = max(1, -(-seqlen_k // tile_n))
+    if requested is None:
+        splits = min(max(1, sm_count // ctas), max(1, n_blocks // 2))
+    else:
+        splits = int(requested)
+    splits = max(1, min(splits, MAX_SPLITS, n_blocks))
+    per = -(-n_blocks // splits)
+    return -(-n_blocks // per)
+
+
+_SM_COUNT: dict = {}
+
+
+def _sm_count(device) -> int:
+    """Multiprocessors of ``device`` (a TensorDesc device string or None); 132 (H100 / H200 SXM) without CUDA."""
+    got = _SM_COUNT.get(device)
+    if got is None:
+        got = 132
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                dev = torch.device(device) if device and str(device).startswith("cuda") else torch.device("cuda", torch.cuda.current_device())
+                got = int(torch.cuda.get_device_properties(dev).multi_processor_count)
+        except ImportError:
+            pass
+        _SM_COUNT[device] = got
+    return got
+
+
+_GENERIC = {}
+
+
+def _launch_generic(fn, torch_dtype, qp, kp, vp, op, lp, sp, cqp, ckp, opp, lpp, ptp, args, scale_log2, wl, wr, handle) -> None:
+    """The DSL's own entry (no apache-tvm-ffi): typed pointers and a CUstream object, converted per call (~100+ us)."""
+    if not _GENERIC:
+        import cuda.bindings.driver as cuda
+        import cutlass
+        import cutlass.cute as cute
+        import torch
+        from cutlass.cute.runtime import make_ptr
+
+        _GENERIC.update(
+            cuda=cuda, make_ptr=make_ptr, gmem=cute.AddressSpace.gmem, f32=cutlass.Float32, i32=cutlass.Int32,
+            dt={torch.bfloat16: cutlass.BFloat16, torch.float16: cutlass.Float16},
+        )  # fmt: skip
+    g = _GENERIC
+    mk, gmem, dt = g["make_ptr"], g["gmem"], g["dt"][torch_dtype]
+
+    def p32(dtype, p):
+        return None if p is None else mk(dtype, p, gmem, assumed_align=4)
+
+    fn(
+        mk(dt, qp, gmem, assumed_align=16),
+        mk(dt, kp, gmem, assumed_align=16),
+        mk(dt, vp, gmem, assumed_align=16),
+        mk(dt, op, gmem, assumed_align=16),
+        p32(g["f32"], lp),
+        p32(g["f32"], sp),
+        p32(g["i32"], cqp),
+        p32(g["i32"], ckp),
+        None if opp is None else mk(g["f32"], opp, gmem, assumed_align=16),
+        None if lpp is None else mk(g["f32"], lpp, gmem, assumed_align=16),
+        p32(g["i32"], ptp),
+        *args,
+        scale_log2,
+        wl,
+        wr,
+        g["cuda"].CUstream(handle),
     )
-    return o
 
 
 # ---------------------------------------------------------------------------------------------- wrapper
@@ -446,68 +764,161 @@ def sdpa_fwd(
     out=None,
     lse=None,
     stream=None,
+    num_splits: int | None = None,
 ) -> TupleDict:
     """Attention forward. Returns ``TupleDict(o=..., lse=...)`` (``lse`` is None unless ``return_lse`` or ``lse`` given).
 
-    Picks the adapter for the device's architecture (sm_90 only for now), caches one plan per compile key, and
-    allocates ``o`` (in q's memory order) and ``lse`` on the launch stream when the caller passes none.
+    Picks the adapter for the device's architecture (sm_90 only for now), caches one plan per plan-relevant metadata
+    (dtypes, device, rank, head dims, head ratio, flags; never extents), and allocates ``o`` (in q's memory order) and
+    ``lse`` on the launch stream when the caller passes none. A cached call costs one dict lookup on a small tuple
+    before the plan's execute().
+
+    ``num_splits`` (dense only): None or 1 runs one CTA per query tile (the verified path); 0 lets the split-KV
+    heuristic decide per call (decode when B * H_kv tiles cannot fill the GPU); N > 1 forces N key splits. Split-KV
+    allocates its fp32 partials on the launch stream and merges them with a second kernel (unverified on GPU yet).
     """
+    paged = page_table is not None
+    varlen = cu_seqlens_q is not None or (cu_seqlens_kv is not None and not paged)
+    want_lse = return_lse or lse is not None
+    qs, ks = q.shape, k.shape
+    if window_size is not None and type(window_size) is not tuple:
+        window_size = tuple(window_size)
+    split = num_splits is not None and num_splits != 1 and not varlen and len(qs) == 4 and len(ks) == 4
+    # (heads_kv, the longest KV): paged pools are (pages, page_size, H_kv, D)
+    hk_sk = ((ks[2], page_table.shape[-1] * ks[1]) if paged else (ks[1], ks[2])) if len(ks) == 4 else (0, 0)
+    if split and num_splits == 0:  # auto: the heuristic on these extents
+        num_splits = _auto_splits(q, v, qs, hk_sk)
+        split = num_splits > 1
+    pkey = (
+        q.dtype,
+        k.dtype,
+        v.dtype,
+        q.get_device(),
+        len(qs),
+        qs[-1],
+        v.shape[-1],
+        qs[-2] // (ks[-2] or 1) if varlen else qs[1] // (hk_sk[0] or 1) if len(qs) == 4 else 0,
+        is_causal,
+        causal_bottom_right,
+        window_size,
+        want_lse,
+        lse_log2,
+        sinks is not None,
+        varlen,
+        (not varlen) and len(qs) == 4 and qs[2] <= PACK_GQA_MAX_SEQLEN_Q,
+        split,
+        ks[1] if paged else 0,
+    )
+    plan = _PLANS.get(pkey)
+    if plan is None:
+        plan = _new_plan(
+            q, k, v, is_causal, causal_bottom_right, window_size, sinks, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv, want_lse, lse_log2, varlen,
+            split, page_table,
+        )  # fmt: skip
+        if len(_PLANS) >= _PLANS_MAX:
+            _PLANS.clear()
+        _PLANS[pkey] = plan
+    if varlen and max_seqlen_q is None:
+        raise ValueError("sdpa_fwd: THD varlen needs max_seqlen_q (a host int; device lengths are never read back)")
+    if out is None or (want_lse and lse is None):
+        out, lse = _alloc_outputs(q, v, out, lse, want_lse, varlen, stream)
+    if split or paged:
+        workspace = _alloc_workspace(plan, q, hk_sk, num_splits, stream) if split else None
+        plan.execute(
+            q, k, v, out, lse if want_lse else None, sinks, None, cu_seqlens_kv if paged else None, None, stream, scale, workspace, num_splits if split else None,
+            page_table,
+        )  # fmt: skip
+    else:
+        plan.execute(q, k, v, out, lse if want_lse else None, sinks, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q if varlen else None, stream, scale)
+    return TupleDict(o=out, lse=lse if want_lse else None)
+
+
+def _auto_splits(q, v, qs, hk_sk) -> int:
+    """The split count the heuristic picks for a dense or paged call (1: no split), from metadata only."""
+    from .kernel_key import SdpaFwdKey
+
+    hk, sk = hk_sk
+    g = qs[1] // (hk or 1)
+    pack = g > 1 and 128 % g == 0 and qs[2] <= PACK_GQA_MAX_SEQLEN_Q
+    key = SdpaFwdKey("bf16", qs[-1], v.shape[-1], g, False, False, False, False, False, False, False, pack, True)
+    return num_splits_for(key, qs[0], qs[1], hk, qs[2], sk, _sm_count(str(q.device)))
+
+
+def _alloc_workspace(plan, q, hk_sk, num_splits, stream):
+    """The split-KV partials' workspace for this call, allocated on the launch stream and q's device."""
     from cudnn._torch_stream import stream_context
 
-    t = _torch_bits()
-    torch = t["torch"]
-    if page_table is not None:
-        raise NotImplementedError(
-            f"sdpa_fwd: page_table (shape={tuple(page_table.shape)}, dtype={page_table.dtype}): paged KV is not served yet; pass contiguous K/V"
-        )
+    torch = _torch_bits()["torch"]
+    nbytes = plan.workspace_bytes_for(q.shape[0], q.shape[1], q.shape[2], hk_sk[0], hk_sk[1], num_splits)
+    with stream_context(stream, q.device) if stream is not None else _NULL_CTX:
+        return torch.empty(nbytes, dtype=torch.uint8, device=q.device)
+
+
+#: Plans sdpa_fwd keeps (cleared when full; each holds a reference to a kernel-cache entry, not a compile).
+_PLANS_MAX = 256
+
+
+def _new_plan(
+    q, k, v, is_causal, causal_bottom_right, window, sinks, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv, want_lse, lse_log2, varlen, split=False,
+    page_table=None,
+):  # fmt: skip
+    torch = _torch_bits()["torch"]
     if q.is_cuda and torch.cuda.get_device_capability(q.device) != (9, 0):
         raise NotImplementedError(
             f"sdpa_fwd: {torch.cuda.get_device_name(q.device)} (sm_{''.join(map(str, torch.cuda.get_device_capability(q.device)))}) is not served; sm_90 only"
         )
-    varlen = cu_seqlens_q is not None or cu_seqlens_kv is not None
-    want_lse = bool(return_lse) or lse is not None
-    window = _norm_window(window_size)
-    pkey = (
-        q.dtype,
-        q.shape[-1],
-        v.shape[-1],
-        (q.shape[-2] // max(k.shape[-2], 1)) if varlen else (q.shape[1] // max(k.shape[1], 1)),
-        bool(is_causal),
-        bool(causal_bottom_right),
-        window,
-        want_lse,
-        bool(lse_log2),
-        sinks is not None,
-        varlen,
-        (not varlen) and q.shape[2] <= PACK_GQA_MAX_SEQLEN_Q,
-        q.device,
+    plan = SdpaFwdSm90(
+        q,
+        k,
+        v,
+        lse=(TensorDesc.contiguous((q.shape[1], q.shape[0]) if varlen else tuple(q.shape[:3]), "float32", "lse") if want_lse else None),
+        is_causal=is_causal,
+        causal_bottom_right=causal_bottom_right,
+        window_size=window,
+        sinks=sinks,
+        cu_seqlens_q=cu_seqlens_q,
+        cu_seqlens_kv=cu_seqlens_kv,
+        max_seqlen_q=max_seqlen_q if varlen else None,
+        max_seqlen_kv=max_seqlen_kv if varlen else None,
+        lse_log2=lse_log2,
+        split_kv=split,
+        page_table=page_table,
     )
-    plan = _PLANS.get(pkey)
-    if plan is None:
-        plan = SdpaFwdSm90(
-            q,
-            k,
-            v,
-            lse=(TensorDesc.contiguous((q.shape[1], q.shape[0]) if varlen else tuple(q.shape[:3]), "float32", "lse") if want_lse else None),
-            is_causal=is_causal,
-            causal_bottom_right=causal_bottom_right,
-            window_size=window,
-            sinks=sinks,
-            cu_seqlens_q=cu_seqlens_q,
-            cu_seqlens_kv=cu_seqlens_kv,
-            max_seqlen_q=max_seqlen_q if varlen else None,
-            max_seqlen_kv=max_seqlen_kv if varlen else None,
-            lse_log2=lse_log2,
-        )
-        plan.check_support()
-        plan.compile()
-        _PLANS[pkey] = plan
-    if varlen and max_seqlen_q is None:
-        raise ValueError("sdpa_fwd: THD varlen needs max_seqlen_q (a host int; device lengths are never read back)")
-    with stream_context(stream, q.device):
+    plan.check_support()
+    plan.compile()
+    return plan
+
+
+_OUT_LAYOUT: dict = {}
+
+
+def _alloc_outputs(q, v, out, lse, want_lse, varlen, stream):
+    """``o`` with q's shape (head dim D_v) in q's memory order, and the fp32 ``lse``, allocated on the launch stream
+    (and q's device): the strides per (q shape, q strides, D_v) are computed once."""
+    from cudnn._torch_stream import stream_context
+
+    torch = _torch_bits()["torch"]
+    with stream_context(stream, q.device) if stream is not None else _NULL_CTX:
         if out is None:
-            out = _alloc_like_layout(torch, q, v.shape[-1], q.dtype, q.device)
+            lk = (q.shape, q.stride(), v.shape[-1])
+            layout = _OUT_LAYOUT.get(lk)
+            if layout is None:
+                if len(_OUT_LAYOUT) >= _PLANS_MAX:
+                    _OUT_LAYOUT.clear()
+                probe = _alloc_like_layout(torch, q, v.shape[-1], q.dtype, "meta")
+                layout = _OUT_LAYOUT[lk] = (tuple(probe.shape), probe.stride())
+            out = torch.empty_strided(layout[0], layout[1], dtype=q.dtype, device=q.device)
         if want_lse and lse is None:
             lse = torch.empty((q.shape[1], q.shape[0]) if varlen else tuple(q.shape[:3]), dtype=torch.float32, device=q.device)
-    plan.execute(q, k, v, out, lse if want_lse else None, sinks, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, current_stream=stream, scale=scale)
-    return TupleDict(o=out, lse=lse if want_lse else None)
+    return out, lse
+
+
+class _NullCtx:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+_NULL_CTX = _NullCtx()

@@ -21,6 +21,30 @@ class SdpaFwdKey:
     has_sinks: bool
     varlen: bool
     pack_gqa: bool = False  # the G query heads of one kv head share a tile (rows p = s * G + g): decode / short S_q with GQA
+    split_kv: bool = False  # dense only: the key blocks of a tile split over a runtime number of CTAs, fp32 partial O and LSE
+    # in the caller's workspace, merged by a combine kernel launched right after (decode when B * H_kv cannot fill the GPU)
+    page_size: int = 0  # paged KV (dense Q): K/V are page pools [pages, page_size, H_kv, D] addressed through an int32 page
+    # table [B, max_pages]; page_size a multiple of the key tile (one TMA box never straddles pages); 0 = contiguous K/V
+
+    kv_stages: int = 0  # depth of the K/V shared-memory ring; 0 = tile_config's (a plan-time tuning knob, e.g. 3 for decode)
+
+    @property
+    def paged(self) -> bool:
+        return self.page_size > 0
+
+
+#: Most key splits a split-KV launch uses (the combine kernel loops over them at runtime; this bounds the workspace).
+MAX_SPLITS = 64
+#: Rows of the merged output one combine CTA handles (one warp per row).
+COMBINE_ROWS_PER_CTA = 4
+
+
+def split_workspace_bytes(num_splits: int, batch: int, heads: int, seqlen_q: int, head_dim_v: int) -> tuple[int, int]:
+    """(bytes of the fp32 partial O [splits, B, H, S_q, D_v], total bytes with the fp32 partial LSE [splits, B, H, S_q]
+    after it), each part rounded up to 256 bytes."""
+    rows = num_splits * batch * heads * seqlen_q
+    o_bytes = (rows * head_dim_v * 4 + 255) // 256 * 256
+    return o_bytes, o_bytes + (rows * 4 + 255) // 256 * 256
 
 
 def tile_config(head_dim: int, head_dim_v: int) -> tuple[int, int, int, bool]:
@@ -33,3 +57,15 @@ def tile_config(head_dim: int, head_dim_v: int) -> tuple[int, int, int, bool]:
     if d <= 192:
         return 128, 112, 2, False
     return 128, 80, 2, False
+
+
+#: Shared memory per CTA on sm_90 (227 KB) and what the kernel keeps besides Q / K / V (barriers, 1 KB alignment).
+SMEM_BYTES = 232448
+SMEM_RESERVE = 2048
+
+
+def smem_bytes(head_dim: int, head_dim_v: int, kv_stages: int = 0) -> int:
+    """Shared memory of one forward CTA: the Q tile (reused for O) and ``kv_stages`` K and V tiles, 16-bit elements."""
+    tile_m, tile_n, stages, _ = tile_config(head_dim, head_dim_v)
+    stages = kv_stages or stages
+    return 2 * (tile_m * max(head_dim, head_dim_v) + stages * tile_n * (head_dim + head_dim_v)) + SMEM_RESERVE

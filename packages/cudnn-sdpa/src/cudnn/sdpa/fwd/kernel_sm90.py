@@ -11,7 +11,12 @@ Layouts (every tensor's head dim has unit stride; other strides are arbitrary mu
 encoded in the TMA descriptors, so BSHD and BHSD buffers are both read natively, no copy):
 
 - dense: Q (B, H, S_q, D), K (B, H_kv, S_kv, D), V (B, H_kv, S_kv, D_v), O (B, H, S_q, D_v), LSE (B, H, S_q) fp32;
-- THD varlen: Q (T_q, H, D), K/V (T_kv, H_kv, D), O (T_q, H, D_v), LSE (H, T_q), int32 ``cu_seqlens`` (B + 1).
+- THD varlen: Q (T_q, H, D), K/V (T_kv, H_kv, D), O (T_q, H, D_v), LSE (H, T_q), int32 ``cu_seqlens`` (B + 1);
+- paged KV (``key.page_size``): dense Q, K/V page pools (pages, page_size, H_kv, D) seen as one batch of pool rows,
+  int32 page table (B, max_pages), per-sequence KV lengths from ``cu_seqlens_kv``.
+
+Split-KV (``key.split_kv``): each tile's key blocks are shared by ``num_splits`` CTAs writing fp32 partial O / LSE to
+the caller's workspace; the same launch then runs ``combine`` (one warp per output row) to merge them.
 
 Every extent (B, H, S, T) is a runtime argument: one compiled artifact serves every shape and token total.
 
@@ -48,9 +53,11 @@ from .._device.mma_sm90 import acc_view_as_a, acc_view_mn, transpose_view, wgmma
 from .._device.pipeline import NamedBarrier, consumer_state, make_tma_pipeline, producer_state
 from .._device.softmax import OnlineSoftmax
 from .._device.tile_scheduler import SingleTileScheduler
-from .kernel_key import SdpaFwdKey, tile_config
+from .kernel_key import COMBINE_ROWS_PER_CTA, SdpaFwdKey, tile_config
 
 _DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16}
+LOG2_E = math.log2(math.e)
+LN_2 = math.log(2.0)
 
 
 class SdpaFwdKernelSm90:
@@ -65,6 +72,8 @@ class SdpaFwdKernelSm90:
         self.head_dim = key.head_dim
         self.head_dim_v = key.head_dim_v
         self.tile_m, self.tile_n, self.num_stages, self.pingpong = tile_config(key.head_dim, key.head_dim_v)
+        if key.kv_stages:
+            self.num_stages = key.kv_stages
         self.num_mma_threads = self.num_consumer_wg * self.threads_per_wg
         self.num_threads = self.num_mma_threads + self.threads_per_wg
         self.num_mma_regs, self.num_producer_regs = 240, 24
@@ -89,6 +98,9 @@ class SdpaFwdKernelSm90:
         sinks_ptr: cute.Pointer | None,
         cu_q_ptr: cute.Pointer | None,
         cu_k_ptr: cute.Pointer | None,
+        opart_ptr: cute.Pointer | None,  # split-KV: fp32 partial O [splits, B, H, S_q, D_v] (workspace)
+        lsepart_ptr: cute.Pointer | None,  # split-KV: fp32 partial LSE [splits, B, H, S_q], log2 units (workspace)
+        page_table_ptr: cute.Pointer | None,  # paged KV: int32 [B, max_pages] (row stride page_table_stride)
         batch: Int32,
         heads: Int32,
         heads_kv: Int32,
@@ -96,24 +108,40 @@ class SdpaFwdKernelSm90:
         seqlen_k: Int32,  # S_kv or T_kv
         max_seqlen_q: Int32,  # grid extent along queries (= S_q for dense)
         group_heads: Int32,  # (head, batch) pairs per L2 group of the tile order (see _device/tile_scheduler.py)
-        q_strides: tuple[Int64, Int64, Int64],  # (batch, head, seq) in elements; batch is 0 for varlen
-        k_strides: tuple[Int64, Int64, Int64],
-        v_strides: tuple[Int64, Int64, Int64],
-        o_strides: tuple[Int64, Int64, Int64],
-        lse_strides: tuple[Int64, Int64, Int64],
+        num_splits: Int32,  # split-KV: key splits per tile (ignored without split_kv)
+        page_table_stride: Int32,  # paged KV: elements between page-table rows (ignored when not paged)
+        # (batch, head, seq) strides in elements of Q, K, V, O, LSE, as flat scalars (cheap to pass through tvm-ffi);
+        # the batch stride is a placeholder span for varlen (see api._tma_strides)
+        q_sb: Int64,
+        q_sh: Int64,
+        q_ss: Int64,
+        k_sb: Int64,
+        k_sh: Int64,
+        k_ss: Int64,
+        v_sb: Int64,
+        v_sh: Int64,
+        v_ss: Int64,
+        o_sb: Int64,
+        o_sh: Int64,
+        o_ss: Int64,
+        lse_sb: Int64,
+        lse_sh: Int64,
+        lse_ss: Int64,
         scale_log2: Float32,
         window_left: Int32,
         window_right: Int32,
         stream: cuda.CUstream,
     ):
         D, Dv = self.head_dim, self.head_dim_v
+        q_strides, k_strides, v_strides = (q_sb, q_sh, q_ss), (k_sb, k_sh, k_ss), (v_sb, v_sh, v_ss)
+        o_strides, lse_strides = (o_sb, o_sh, o_ss), (lse_sb, lse_sh, lse_ss)
         div = 128 // self.dtype.width  # 16-byte strides, checked by the adapter
 
         def strides(s):
             return tuple(cute.assume(x, divby=div) for x in s)
 
         qs, ks, vs, os_ = strides(q_strides), strides(k_strides), strides(v_strides), strides(o_strides)
-        batch_kv = batch if const_expr(not self.key.varlen) else Int32(1)
+        batch_kv = batch if const_expr(not self.key.varlen and not self.key.paged) else Int32(1)  # THD / page pool: one batch
         batch_q = batch if const_expr(not self.key.varlen) else Int32(1)
         # (S, D, H, B) views: the two tiled modes first, for local_tile and the TMA box.
         mQ = cute.make_tensor(q_ptr, cute.make_layout((seqlen_q, D, heads, batch_q), stride=(qs[2], 1, qs[1], qs[0])))
@@ -123,6 +151,7 @@ class SdpaFwdKernelSm90:
         mLSE = None
         if const_expr(lse_ptr is not None):
             mLSE = cute.make_tensor(lse_ptr, cute.make_layout((seqlen_q, heads, batch_q), stride=(lse_strides[2], lse_strides[1], lse_strides[0])))
+        mO_rows, mLSE_rows = mO, mLSE  # (S, D_v, H, B) / (S, H, B) views for the split-KV combine
         grid_heads = heads
         rows_per_query = 1
         if const_expr(self.key.pack_gqa):
@@ -140,10 +169,34 @@ class SdpaFwdKernelSm90:
         mSinks = None
         if const_expr(sinks_ptr is not None):
             mSinks = cute.make_tensor(sinks_ptr, cute.make_layout((heads,)))
+        mOpart, mLSEpart, splits_arg = None, None, None
+        if const_expr(self.key.split_kv):
+            # [splits, B, H, S_q, D_v] fp32; the kernel addresses split s of batch b as batch index s * B + b.
+            s_row = Int64(Dv)
+            s_head = Int64(seqlen_q) * Dv
+            s_batch = s_head * heads
+            mOpart = cute.make_tensor(opart_ptr, cute.make_layout((seqlen_q, Dv, heads, batch * num_splits), stride=(s_row, 1, s_head, s_batch)))
+            l_head = Int64(seqlen_q)
+            l_batch = l_head * heads
+            mLSEpart = cute.make_tensor(lsepart_ptr, cute.make_layout((seqlen_q, heads, batch * num_splits), stride=(1, l_head, l_batch)))
+            if const_expr(self.key.pack_gqa):
+                G = self.key.qhead_per_kvhead
+                mOpart = cute.make_tensor(
+                    opart_ptr, cute.make_layout(((G, seqlen_q), Dv, heads_kv, batch * num_splits), stride=((s_head, s_row), 1, s_head * G, s_batch))
+                )
+                mLSEpart = cute.make_tensor(
+                    lsepart_ptr, cute.make_layout(((G, seqlen_q), heads_kv, batch * num_splits), stride=((l_head, 1), l_head * G, l_batch))
+                )
+            splits_arg = num_splits
         mCuQ, mCuK = None, None
         if const_expr(self.key.varlen):
             mCuQ = cute.make_tensor(cu_q_ptr, cute.make_layout((batch + 1,)))
             mCuK = cute.make_tensor(cu_k_ptr, cute.make_layout((batch + 1,)))
+        mPageTable = None
+        if const_expr(self.key.paged):
+            # K/V rows are pool tokens (page * page_size + slot); a batch's KV length is cu_seqlens_kv[b + 1] - cu_seqlens_kv[b].
+            mCuK = cute.make_tensor(cu_k_ptr, cute.make_layout((batch + 1,)))
+            mPageTable = cute.make_tensor(page_table_ptr, cute.make_layout((batch, page_table_stride), stride=(page_table_stride, 1)))
 
         tiled_mma_qk = sm90_utils.make_trivial_tiled_mma(
             self.dtype,
@@ -184,13 +237,15 @@ class SdpaFwdKernelSm90:
         tma_atom_K, tma_K = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), mK, cute.select(sK_layout, mode=[0, 1]), (self.tile_n, D), 1)
         tma_atom_V, tma_V = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), mV, cute.select(sV_layout, mode=[0, 1]), (self.tile_n, Dv), 1)
         tma_atom_O, tma_O = None, None
-        if const_expr(not self.key.varlen and not self.key.pack_gqa):
+        if const_expr(not self.key.varlen and not self.key.pack_gqa and not self.key.split_kv):
             tma_atom_O, tma_O = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileS2GOp(), mO, sO_layout, (self.tile_m, Dv))
         tx_q = cute.size_in_bytes(self.dtype, sQ_layout)
         tx_k = cute.size_in_bytes(self.dtype, cute.select(sK_layout, mode=[0, 1]))
         tx_v = cute.size_in_bytes(self.dtype, cute.select(sV_layout, mode=[0, 1]))
 
         num_m_blocks = (max_seqlen_q * rows_per_query + self.tile_m - 1) // self.tile_m
+        if const_expr(self.key.split_kv):
+            num_m_blocks = num_m_blocks * num_splits  # (split, m_block) pairs, decoded in the kernel
         grid = SingleTileScheduler.grid(num_m_blocks, grid_heads, batch)
         self.kernel(
             tma_Q,
@@ -202,6 +257,10 @@ class SdpaFwdKernelSm90:
             mSinks,
             mCuQ,
             mCuK,
+            mOpart,
+            mLSEpart,
+            splits_arg,
+            mPageTable,
             tma_atom_Q,
             tma_atom_K,
             tma_atom_V,
@@ -226,6 +285,22 @@ class SdpaFwdKernelSm90:
             tx_v,
             SharedStorage,
         ).launch(grid=grid, block=[self.num_threads, 1, 1], smem=SharedStorage.size_in_bytes(), stream=stream, min_blocks_per_mp=1)
+        if const_expr(self.key.split_kv):
+            # Merge the splits: same stream, right after; O and LSE in the caller's layout.
+            cs_row = Int64(Dv)
+            cs_head = Int64(seqlen_q) * Dv
+            cs_batch = cs_head * heads
+            mOp = cute.make_tensor(
+                opart_ptr, cute.make_layout((Dv, seqlen_q, heads, batch, num_splits), stride=(1, cs_row, cs_head, cs_batch, cs_batch * batch))
+            )
+            cl_head = Int64(seqlen_q)
+            cl_batch = cl_head * heads
+            mLp = cute.make_tensor(lsepart_ptr, cute.make_layout((seqlen_q, heads, batch, num_splits), stride=(1, cl_head, cl_batch, cl_batch * batch)))
+            num_rows = batch * heads * seqlen_q
+            rows_per_cta = COMBINE_ROWS_PER_CTA
+            self.combine(mOp, mLp, mO_rows, mLSE_rows, mSinks, num_splits, heads, seqlen_q, num_rows).launch(
+                grid=((num_rows + rows_per_cta - 1) // rows_per_cta, 1, 1), block=[32 * rows_per_cta, 1, 1], stream=stream
+            )
 
     # ------------------------------------------------------------------------------------------------
     # device side
@@ -242,6 +317,10 @@ class SdpaFwdKernelSm90:
         mSinks: cute.Tensor | None,
         mCuQ: cute.Tensor | None,
         mCuK: cute.Tensor | None,
+        mOpart: cute.Tensor | None,
+        mLSEpart: cute.Tensor | None,
+        num_splits: Int32 | None,
+        mPageTable: cute.Tensor | None,
         tma_atom_Q: cute.CopyAtom | None,
         tma_atom_K: cute.CopyAtom,
         tma_atom_V: cute.CopyAtom,
@@ -290,6 +369,11 @@ class SdpaFwdKernelSm90:
         sVt = transpose_view(sV)
 
         m_block, head, batch = SingleTileScheduler(num_m_blocks, num_heads, num_batch, group_heads, self.key.mask_right or self.key.mask_left).tile()
+        split = None
+        if const_expr(self.key.split_kv):
+            m_per_split = num_m_blocks // num_splits
+            split = m_block // m_per_split
+            m_block = m_block - split * m_per_split
         rows_per_query = self.key.qhead_per_kvhead if const_expr(self.key.pack_gqa) else 1
         head_kv = head if const_expr(self.key.pack_gqa) else head // self.key.qhead_per_kvhead
         # Per-sequence extents and token offsets (varlen reads them from cu_seqlens on the device).
@@ -304,6 +388,8 @@ class SdpaFwdKernelSm90:
             offset_k = mCuK[batch]
             seqlen_k = mCuK[batch + 1] - offset_k
             batch_tensor = Int32(0)
+        if const_expr(self.key.paged):
+            seqlen_k = mCuK[batch + 1] - mCuK[batch]
         mask_offset = Int32(0)
         if const_expr(self.key.bottom_right):
             mask_offset = seqlen_k - seqlen_q
@@ -311,6 +397,16 @@ class SdpaFwdKernelSm90:
             self.tile_m, self.tile_n, self.key.mask_right, self.key.mask_left, seqlen_q, seqlen_k, mask_offset, window_left, window_right, rows_per_query
         )
         n_block_min, n_block_max = mask.n_block_range(m_block)
+        split_empty = None
+        if const_expr(self.key.split_kv):
+            # This split's share of the key blocks. An empty share recomputes the last block and reports LSE = -inf
+            # (weight 0 in the combine), so every CTA runs the same pipeline protocol.
+            per_split = (n_block_max - n_block_min + num_splits - 1) // num_splits
+            split_lo = n_block_min + split * per_split
+            split_hi = cutlass.min(split_lo + per_split, n_block_max)
+            split_empty = split_lo >= split_hi
+            n_block_min = cutlass.min(split_lo, n_block_max - 1)
+            n_block_max = cutlass.max(split_hi, n_block_min + 1)
 
         cute.arch.sync_threads()  # mbarrier init visible to every warp
 
@@ -339,6 +435,8 @@ class SdpaFwdKernelSm90:
                         offset_k,
                         n_block_min,
                         n_block_max,
+                        mPageTable,
+                        batch,
                     )
             else:
                 cute.arch.setmaxregister_increase(self.num_mma_regs)
@@ -368,6 +466,11 @@ class SdpaFwdKernelSm90:
                     offset_q,
                     n_block_min,
                     n_block_max,
+                    mOpart,
+                    mLSEpart,
+                    split,
+                    split_empty,
+                    num_batch,
                 )
 
     kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
@@ -395,10 +498,16 @@ class SdpaFwdKernelSm90:
         offset_k: Int32,
         n_block_min: Int32,
         n_block_max: Int32,
+        mPageTable: cute.Tensor | None,
+        batch_pt: Int32,
     ):
-        """Producer warp: Q once, then K[n_max-1], (K[n-1], V[n]) pairs, V[n_min] (the consumers' order)."""
-        mK_cur = mK[None, None, head_kv, batch]
-        mV_cur = mV[None, None, head_kv, batch]
+        """Producer warp: Q once, then K[n_max-1], (K[n-1], V[n]) pairs, V[n_min] (the consumers' order). Paged KV: key
+        block n of the sequence is pool block page_table[b, n // (page_size / tile_n)] * (page_size / tile_n) + n % (...)."""
+        kv_batch = batch
+        if const_expr(self.key.paged):
+            kv_batch = Int32(0)
+        mK_cur = mK[None, None, head_kv, kv_batch]
+        mV_cur = mV[None, None, head_kv, kv_batch]
         if const_expr(self.key.varlen):
             mK_cur = cute.domain_offset((offset_k, 0), mK_cur)
             mV_cur = cute.domain_offset((offset_k, 0), mV_cur)
@@ -411,7 +520,12 @@ class SdpaFwdKernelSm90:
         kv_state = producer_state(self.num_stages)
         n_block = n_block_max - 1
         pipeline_k.producer_acquire(kv_state)
-        cute.copy(tma_atom_K, tKgK[None, n_block], tKsK[None, kv_state.index], tma_bar_ptr=pipeline_k.producer_get_barrier(kv_state))
+        cute.copy(
+            tma_atom_K,
+            tKgK[None, self.kv_block(mPageTable, batch_pt, n_block)],
+            tKsK[None, kv_state.index],
+            tma_bar_ptr=pipeline_k.producer_get_barrier(kv_state),
+        )
         if const_expr(not self.key.pack_gqa):  # pack-GQA: the consumers gather Q themselves
             mQ_cur = mQ[None, None, head, batch]
             if const_expr(self.key.varlen):
@@ -425,11 +539,36 @@ class SdpaFwdKernelSm90:
             prev_state = kv_state.clone()
             kv_state.advance()
             pipeline_k.producer_acquire(kv_state)
-            cute.copy(tma_atom_K, tKgK[None, n_prev - 1], tKsK[None, kv_state.index], tma_bar_ptr=pipeline_k.producer_get_barrier(kv_state))
+            cute.copy(
+                tma_atom_K,
+                tKgK[None, self.kv_block(mPageTable, batch_pt, n_prev - 1)],
+                tKsK[None, kv_state.index],
+                tma_bar_ptr=pipeline_k.producer_get_barrier(kv_state),
+            )
             pipeline_v.producer_acquire(prev_state)
-            cute.copy(tma_atom_V, tVgV[None, n_prev], tVsV[None, prev_state.index], tma_bar_ptr=pipeline_v.producer_get_barrier(prev_state))
+            cute.copy(
+                tma_atom_V,
+                tVgV[None, self.kv_block(mPageTable, batch_pt, n_prev)],
+                tVsV[None, prev_state.index],
+                tma_bar_ptr=pipeline_v.producer_get_barrier(prev_state),
+            )
         pipeline_v.producer_acquire(kv_state)
-        cute.copy(tma_atom_V, tVgV[None, n_block_min], tVsV[None, kv_state.index], tma_bar_ptr=pipeline_v.producer_get_barrier(kv_state))
+        cute.copy(
+            tma_atom_V,
+            tVgV[None, self.kv_block(mPageTable, batch_pt, n_block_min)],
+            tVsV[None, kv_state.index],
+            tma_bar_ptr=pipeline_v.producer_get_barrier(kv_state),
+        )
+
+    @cute.jit
+    def kv_block(self, mPageTable: cute.Tensor | None, batch: Int32, n_block: Int32) -> Int32:
+        """The K/V tile index of key block ``n_block``: itself, or (paged) its page's block in the pool."""
+        res = n_block
+        if const_expr(self.key.paged):
+            per_page = self.key.page_size // self.tile_n
+            page = mPageTable[batch, n_block // per_page]
+            res = page * per_page + n_block % per_page
+        return res
 
     @cute.jit
     def mma(
@@ -458,6 +597,11 @@ class SdpaFwdKernelSm90:
         offset_q: Int32,
         n_block_min: Int32,
         n_block_max: Int32,
+        mOpart: cute.Tensor | None,
+        mLSEpart: cute.Tensor | None,
+        split: Int32 | None,
+        split_empty: cutlass.Boolean | None,
+        num_batch: Int32,
     ):
         """Consumer warpgroups: the attention main loop and the epilogue."""
         wg_idx = cute.arch.make_warp_uniform(tidx // self.threads_per_wg)
@@ -556,6 +700,33 @@ class SdpaFwdKernelSm90:
         wgmma(tiled_mma_pv, acc_O, tOrP, tOrVt[None, None, None, kv_state.index], zero_init=False, wg_wait=0)
         pipeline_v.consumer_release(kv_state)
 
+        if const_expr(self.key.split_kv):
+            self.epilogue_partial(tiled_mma_pv, acc_O, softmax, mOpart, mLSEpart, tidx, mask, m_block, head, batch, split, split_empty, num_batch)
+        else:
+            self.epilogue(tiled_mma_pv, thr_mma_qk, acc_O, softmax, mO_tma, mO, mLSE, mSinks, sO, tma_atom_O, tidx, mask, m_block, head, batch, offset_q)
+
+    @cute.jit
+    def epilogue(
+        self,
+        tiled_mma_pv: cute.TiledMma,
+        thr_mma_qk,
+        acc_O: cute.Tensor,
+        softmax: OnlineSoftmax,
+        mO_tma: cute.Tensor | None,
+        mO: cute.Tensor,
+        mLSE: cute.Tensor | None,
+        mSinks: cute.Tensor | None,
+        sO: cute.Tensor,
+        tma_atom_O: cute.CopyAtom | None,
+        tidx: Int32,
+        mask: MaskInfo,
+        m_block: Int32,
+        head: Int32,
+        batch: Int32,
+        offset_q: Int32,
+    ):
+        """Normalize O, write LSE, store O (TMA for dense tiles, predicated 16-byte stores for varlen / pack-GQA)."""
+        rows_per_query = self.key.qhead_per_kvhead if const_expr(self.key.pack_gqa) else 1
         # Normalize; LSE.
         sink_val = None
         if const_expr(mSinks is not None):
@@ -628,6 +799,105 @@ class SdpaFwdKernelSm90:
                         cute.copy(gmem_tiled_copy_O, tOrO[None, rm, None], tOgO[None, rm, None])
 
     @cute.jit
+    def epilogue_partial(
+        self,
+        tiled_mma_pv: cute.TiledMma,
+        acc_O: cute.Tensor,
+        softmax: OnlineSoftmax,
+        mOpart: cute.Tensor,
+        mLSEpart: cute.Tensor,
+        tidx: Int32,
+        mask: MaskInfo,
+        m_block: Int32,
+        head: Int32,
+        batch: Int32,
+        split: Int32,
+        split_empty: cutlass.Boolean,
+        num_batch: Int32,
+    ):
+        """Split-KV: this split's O normalized by its own row sums, and its LSE in log2 units without the sink (the
+        combine folds the sink in once), stored in fp32 straight from the accumulator registers (predicated rows)."""
+        rows_per_query = self.key.qhead_per_kvhead if const_expr(self.key.pack_gqa) else 1
+        row_scale = softmax.finalize(None, lse_log2=True)
+        softmax.rescale(acc_O, row_scale)
+        thr_mma_pv = tiled_mma_pv.get_slice(tidx)
+        tOcO_mn = acc_view_mn(thr_mma_pv.partition_C(cute.make_identity_tensor((self.tile_m, self.head_dim_v))))
+        part = split * num_batch + batch
+        gO = cute.local_tile(mOpart[None, None, head, part], (self.tile_m, self.head_dim_v), (m_block, 0))
+        tOgO_mn = acc_view_mn(thr_mma_pv.partition_C(gO))
+        acc_O_mn = acc_view_mn(acc_O)
+        rows_left = mask.seqlen_q * rows_per_query - m_block * self.tile_m
+        for r in cutlass.range_constexpr(cute.size(tOcO_mn, mode=[0])):
+            if tOcO_mn[r, 0][0] < rows_left:
+                for c in cutlass.range_constexpr(cute.size(tOcO_mn, mode=[1])):
+                    tOgO_mn[r, c] = acc_O_mn[r, c]
+        mL = mLSEpart[None, head, part]
+        if tOcO_mn[0, 0][1] == 0:
+            for r in cutlass.range_constexpr(cute.size(tOcO_mn, mode=[0])):
+                row = m_block * self.tile_m + tOcO_mn[r, 0][0]
+                if row < mask.seqlen_q * rows_per_query:
+                    mL[row] = softmax.row_sum[r] if not split_empty else -Float32.inf
+
+    @cute.kernel
+    def combine(
+        self,
+        mOp: cute.Tensor,
+        mLp: cute.Tensor,
+        mO: cute.Tensor,
+        mLSE: cute.Tensor | None,
+        mSinks: cute.Tensor | None,
+        num_splits: Int32,
+        num_heads: Int32,
+        seqlen_q: Int32,
+        num_rows: Int32,
+    ):
+        """Split-KV merge, one warp per output row (b, h, s): LSE = log2(sum_s 2^lse_s [+ 2^(sink log2 e)]),
+        O = sum_s 2^(lse_s - LSE) O_s (each O_s is normalized by its own sum), cast to the output dtype; the LSE is
+        written in natural-log units unless ``lse_log2``. A row no split saw (every key masked) gets O = 0, LSE = -inf."""
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        warp = tidx // 32
+        lane = tidx - warp * 32
+        row = bidx * COMBINE_ROWS_PER_CTA + warp
+        if row < num_rows:
+            s = row % seqlen_q
+            bh = row // seqlen_q
+            h = bh % num_heads
+            b = bh // num_heads
+            lse_max = -Float32.inf
+            for sp in cutlass.range(num_splits, unroll=1):
+                lse_max = cute.arch.fmax(lse_max, mLp[s, h, b, sp])
+            sink2 = Float32(0.0)
+            if const_expr(mSinks is not None):
+                sink2 = Float32(mSinks[h]) * LOG2_E
+                lse_max = cute.arch.fmax(lse_max, sink2)
+            empty = lse_max == -Float32.inf
+            lse_max_safe = lse_max if not empty else Float32(0.0)
+            total = Float32(0.0)
+            for sp in cutlass.range(num_splits, unroll=1):
+                total = total + cute.math.exp2(mLp[s, h, b, sp] - lse_max_safe, fastmath=True)
+            if const_expr(mSinks is not None):
+                total = total + cute.math.exp2(sink2 - lse_max_safe, fastmath=True)
+            lse = lse_max_safe + cute.math.log2(total if not empty else Float32(1.0), fastmath=True)
+            cols = self.head_dim_v // 32
+            acc = cute.make_rmem_tensor(cols, Float32)
+            acc.fill(0.0)
+            for sp in cutlass.range(num_splits, unroll=1):
+                w = cute.math.exp2(mLp[s, h, b, sp] - lse, fastmath=True)
+                if empty:
+                    w = Float32(0.0)
+                for j in cutlass.range_constexpr(cols):
+                    acc[j] = acc[j] + w * mOp[lane + 32 * j, s, h, b, sp]
+            for j in cutlass.range_constexpr(cols):
+                mO[s, lane + 32 * j, h, b] = acc[j].to(self.dtype)
+            if const_expr(mLSE is not None):
+                if lane == 0:
+                    out = lse if const_expr(self.key.lse_log2) else lse * LN_2
+                    mLSE[s, h, b] = out if not empty else -Float32.inf
+
+    combine.set_name_prefix("cudnn", remove_cutlass_symbol=True)
+
+    @cute.jit
     def step(
         self,
         tiled_mma_qk: cute.TiledMma,
@@ -678,8 +948,15 @@ def softmax_scale_log2(scale: float) -> float:
     return scale * math.log2(math.e)
 
 
-def compile_sdpa_fwd(key: SdpaFwdKey):
-    """cute.compile the kernel for ``key`` from placeholder pointers and runtime extents (no GPU needed)."""
+#: The launch arguments after the pointers, in order (what api.py passes, and what fake_args builds).
+LAUNCH_SCALARS = ("batch", "heads", "heads_kv", "seqlen_q", "seqlen_k", "max_seqlen_q", "group_heads", "num_splits", "page_table_stride") + tuple(
+    f"{t}_s{m}" for t in ("q", "k", "v", "o", "lse") for m in "bhs"
+)
+
+
+def fake_args(key: SdpaFwdKey):
+    """Placeholder launch arguments for ``cute.compile`` (no GPU): pointers at a dummy address (never dereferenced at
+    compile time) or None for the operands the plan compiles out; every extent and stride a runtime scalar."""
     from cutlass.cute.runtime import make_ptr
 
     dtype = _DTYPES[key.dtype]
@@ -688,11 +965,8 @@ def compile_sdpa_fwd(key: SdpaFwdKey):
     def ptr(t, align=16):
         return make_ptr(t, 16, gmem, assumed_align=align)
 
-    kernel = SdpaFwdKernelSm90(key)
     zero = Int32(0)
-    strides = (Int64(0), Int64(0), Int64(0))
-    return cute.compile(
-        kernel,
+    return (
         ptr(dtype),
         ptr(dtype),
         ptr(dtype),
@@ -700,7 +974,10 @@ def compile_sdpa_fwd(key: SdpaFwdKey):
         ptr(Float32, 4) if key.has_lse else None,
         ptr(Float32, 4) if key.has_sinks else None,
         ptr(Int32, 4) if key.varlen else None,
-        ptr(Int32, 4) if key.varlen else None,
+        ptr(Int32, 4) if key.varlen or key.paged else None,
+        ptr(Float32, 16) if key.split_kv else None,
+        ptr(Float32, 16) if key.split_kv else None,
+        ptr(Int32, 4) if key.paged else None,
         zero,
         zero,
         zero,
@@ -708,13 +985,25 @@ def compile_sdpa_fwd(key: SdpaFwdKey):
         zero,
         zero,
         Int32(1),
-        strides,
-        strides,
-        strides,
-        strides,
-        strides,
+        Int32(1),
+        Int32(1),
+        *([Int64(0)] * 15),
         Float32(1.0),
         zero,
         zero,
         cuda.CUstream(0),
     )
+
+
+def compile_sdpa_fwd(key: SdpaFwdKey, tvm_ffi: bool = False, options: str | None = None):
+    """cute.compile the kernel for ``key`` from placeholder pointers and runtime extents (no GPU needed).
+
+    ``tvm_ffi``: compile the tvm-ffi entry (``--enable-tvm-ffi``): the launch then takes pointers as Python ints
+    (``tensor.data_ptr()``), extents and strides as ints, the scale as a float and the stream as a raw handle, a few
+    microseconds per call instead of the DSL's generic argument conversion. The device code is the same either way.
+    ``options``: extra DSL flags (e.g. ``"--keep-ptx --dump-dir=DIR"``)."""
+    flags = " ".join(x for x in (options, "--enable-tvm-ffi" if tvm_ffi else None) if x)
+    kernel = SdpaFwdKernelSm90(key)
+    if flags:
+        return cute.compile(kernel, *fake_args(key), options=flags)
+    return cute.compile(kernel, *fake_args(key))

@@ -1,0 +1,311 @@
+"""The forward's launch path on the CPU, with the compiled kernel replaced by a recorder (no GPU, no compile):
+
+- what execute() hands the kernel (addresses, extents, TMA strides, scale, window, stream) for dense BSHD / BHSD,
+  GQA, LSE and THD varlen calls; the kernel's host signature is ``kernel_sm90.LAUNCH_SCALARS``;
+- the validation memo: a repeated call skips the full check, a call with other strides or extents does not reuse a
+  stale entry, and a malformed call still raises on the memo path;
+- the plan cache of ``sdpa_fwd``: one plan per plan-relevant metadata, a hit does not rebuild;
+- host time of the Python side of a prepared execute and of a cached sdpa_fwd (the GPU number comes from
+  ``python benchmarks/sdpa_fwd.py --overhead``).
+
+The stubs replace exactly four module functions of ``cudnn.sdpa.fwd.api``: ``_compiled`` (the kernel),
+``_use_tvm_ffi`` (forced on: the production entry), ``_current_stream_handle`` (torch's current stream) and
+``_require_cuda`` (CPU tensors stand in for CUDA ones).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+
+class Recorder:
+    """Stands in for the tvm-ffi compiled function: records every call's positional arguments."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, *args):
+        self.calls.append(args)
+
+
+@pytest.fixture
+def api(monkeypatch):
+    from cudnn.sdpa.fwd import api as mod
+
+    rec = Recorder()
+    monkeypatch.setattr(mod, "_compiled", lambda key, tvm_ffi=False: rec)
+    monkeypatch.setattr(mod, "_use_tvm_ffi", lambda: True)
+    monkeypatch.setattr(mod, "_current_stream_handle", lambda device_index: 0xABC0)
+    monkeypatch.setattr(mod, "_require_cuda", lambda name, x, device: None)
+    monkeypatch.setattr(mod, "_PLANS", {})
+    mod._test_recorder = rec
+    yield mod
+    del mod._test_recorder
+
+
+#: Positions in the kernel's argument list: 11 pointers, then LAUNCH_SCALARS (num_splits 8th, page_table_stride 9th,
+#: then the 15 strides), then scale, window left / right, stream.
+_P = 11
+_SPLITS = _P + 7
+_PT_STRIDE = _P + 8
+_STRIDES = _P + 9
+
+
+def _bshd(b, s, h, d, dtype=torch.bfloat16):
+    return torch.randn(b, s, h, d, dtype=dtype).transpose(1, 2)  # (B, H, S, D) view of BSHD storage
+
+
+def _span(shape, stride):
+    return (max(abs(st) * max(sh, 1) for sh, st in zip(shape, stride, strict=False)) + 7) // 8 * 8
+
+
+def test_dense_bshd_gqa_lse_arguments(api):
+    from cudnn.sdpa.fwd.kernel_key import SdpaFwdKey
+
+    q, k, v = _bshd(2, 300, 8, 128), _bshd(2, 257, 2, 128), _bshd(2, 257, 2, 128)
+    o = torch.empty_like(q)
+    lse = torch.empty(2, 8, 300, dtype=torch.float32)
+    plan = api.SdpaFwdSm90(q, k, v, o, lse, is_causal=True, scale=0.5)
+    plan.compile()
+    assert plan.key == SdpaFwdKey("bf16", 128, 128, 4, True, False, False, True, False, False, False, False)
+    plan.execute(q, k, v, o, lse, current_stream=7)
+    (args,) = api._test_recorder.calls
+    assert args[:11] == (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(), None, None, None, None, None, None)
+    from cudnn.sdpa.fwd.api import _group_heads
+
+    scalars = args[_P:-4]
+    assert scalars[:9] == (2, 8, 2, 300, 257, 300, _group_heads(plan.key, 257), 1, 0)
+    strides = scalars[9:]
+    assert strides == (
+        *(q.stride(0), q.stride(1), q.stride(2)),
+        *(k.stride(0), k.stride(1), k.stride(2)),
+        *(v.stride(0), v.stride(1), v.stride(2)),
+        *(o.stride(0), o.stride(1), o.stride(2)),
+        *lse.stride(),
+    )
+    assert args[-4] == pytest.approx(0.5 * math.log2(math.e))
+    assert args[-3:] == (0, 0, 7)  # window (causal folds right = 0), the caller's stream handle
+
+
+def test_signature_matches_the_kernel(api):
+    from cudnn_testing.markers import skip_unless_cutedsl
+
+    skip_unless_cutedsl("4.8.0", "cudnn.sdpa forward kernel module")
+    from cudnn.sdpa.fwd.kernel_sm90 import LAUNCH_SCALARS
+
+    q = _bshd(1, 64, 4, 64)
+    plan = api.SdpaFwdSm90(q, q, q, torch.empty_like(q))
+    plan.compile()
+    plan.execute(q, q, q, torch.empty_like(q))
+    (args,) = api._test_recorder.calls
+    assert len(args) == _P + len(LAUNCH_SCALARS) + 4  # pointers, scalars, scale, window left/right, stream
+    assert args[-1] == 0xABC0  # no stream given: torch's current stream on q's device
+    assert args[-4] == pytest.approx(1 / math.sqrt(64) * math.log2(math.e))
+
+
+def test_varlen_arguments_and_empty_problem(api):
+    q = torch.randn(100, 8, 64, dtype=torch.float16)
+    k = torch.randn(130, 2, 64, dtype=torch.float16)
+    o = torch.empty_like(q)
+    cu_q = torch.tensor([0, 40, 100], dtype=torch.int32)
+    cu_k = torch.tensor([0, 30, 130], dtype=torch.int32)
+    plan = api.SdpaFwdSm90(q, k, k, o, is_causal=True, cu_seqlens_q=cu_q, cu_seqlens_kv=cu_k, max_seqlen_q=60, max_seqlen_kv=100)
+    plan.compile()
+    plan.execute(q, k, k, o, None, None, cu_q, cu_k, 60)
+    (args,) = api._test_recorder.calls
+    assert args[6:8] == (cu_q.data_ptr(), cu_k.data_ptr())
+    assert args[_P : _P + 6] == (2, 8, 2, 100, 130, 60)  # token totals reach the kernel as runtime scalars
+    assert args[_STRIDES : _STRIDES + 3] == (_span((1, 8, 100), (0, 64, 512)), 64, 512)  # THD batch stride: a placeholder span
+    plan.execute(q, k, k, o, None, None, cu_q, cu_k, 0)  # max_seqlen_q = 0: nothing to launch
+    assert len(api._test_recorder.calls) == 1
+
+
+def test_memo_skips_revalidation_but_never_reuses_stale_arguments(api, monkeypatch):
+    q, kv = _bshd(2, 128, 4, 128), _bshd(2, 128, 4, 128)
+    o = torch.empty_like(q)
+    plan = api.SdpaFwdSm90(q, kv, kv, o)
+    plan.compile()
+    real = api._validate
+    seen = []
+    monkeypatch.setattr(api, "_validate", lambda *a: seen.append(1) or real(*a))
+    for _ in range(3):
+        plan.execute(q, kv, kv, o)
+    assert len(seen) == 1, "the repeated call re-ran the full validation"
+    qc = q.contiguous()  # same shape, BHSD strides: new metadata, new arguments
+    plan.execute(qc, kv, kv, o)
+    assert len(seen) == 2
+    a, b = api._test_recorder.calls[-2], api._test_recorder.calls[-1]
+    assert a[_STRIDES : _STRIDES + 3] == q.stride()[:3] and b[_STRIDES : _STRIDES + 3] == qc.stride()[:3]
+    with pytest.raises(ValueError, match="16-byte aligned"):  # alignment is checked on every call, memo or not
+        plan.execute(torch.empty(q.numel() + 1, dtype=q.dtype)[1:].view(q.shape), kv, kv, o)
+    with pytest.raises(ValueError, match="does not match the plan"):
+        plan.execute(q.float(), kv, kv, o)
+    with pytest.raises(ValueError, match="plan was built without lse"):
+        plan.execute(q, kv, kv, o, torch.empty(2, 4, 128))
+
+
+def test_sdpa_fwd_plan_cache_hits_and_allocates_in_q_order(api):
+    q, kv = _bshd(2, 100, 4, 128), _bshd(2, 100, 4, 128)
+    r1 = api.sdpa_fwd(q, kv, kv, is_causal=True, return_lse=True)
+    r2 = api.sdpa_fwd(q, kv, kv, is_causal=True, return_lse=True)
+    assert len(api._PLANS) == 1
+    assert r1["o"].stride() == q.stride() and r2["lse"].shape == (2, 4, 100)
+    q2, kv2 = _bshd(3, 77, 4, 128), _bshd(3, 900, 4, 128)  # other extents: same plan
+    api.sdpa_fwd(q2, kv2, kv2, is_causal=True, return_lse=True)
+    assert len(api._PLANS) == 1
+    api.sdpa_fwd(q2, kv2, kv2, is_causal=False)  # other flags: a new plan
+    assert len(api._PLANS) == 2
+    assert len(api._test_recorder.calls) == 4
+
+
+def _per_call_us(fn, n=3000, reps=5):
+    for _ in range(200):
+        fn()
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / n * 1e6)
+    return best
+
+
+def test_host_time_of_the_python_side(api):
+    """Python side only (the kernel call is the recorder). Printed for the record; the bound is loose (shared CI cores)
+    and catches a return to per-call validation or generic argument conversion (~100+ us), not a few microseconds."""
+    q, kv = _bshd(1, 128, 4, 128), _bshd(1, 128, 4, 128)
+    o = torch.empty_like(q)
+    plan = api.SdpaFwdSm90(q, kv, kv, o)
+    plan.compile()
+    api._test_recorder.calls = _Sink()
+    t_exec = _per_call_us(lambda: plan.execute(q, kv, kv, o))
+    api.sdpa_fwd(q, kv, kv, out=o)
+    t_wrap = _per_call_us(lambda: api.sdpa_fwd(q, kv, kv, out=o))
+    t_alloc = _per_call_us(lambda: api.sdpa_fwd(q, kv, kv))
+    print(f"\nhost (CPU, kernel stubbed): execute {t_exec:.2f} us, sdpa_fwd(out=) {t_wrap:.2f} us, sdpa_fwd (allocating o) {t_alloc:.2f} us")
+    assert t_exec < 40 and t_wrap < 60
+
+
+class _Sink(list):
+    def append(self, x):  # keep no references while timing
+        pass
+
+
+def test_split_kv_arguments_workspace_and_heuristic(api):
+    """Split-KV plan: the partials' addresses are the workspace base and base + the partial-O bytes; the split count
+    follows the heuristic (decode, B * H_kv tiles far below the SM count) or the caller; too small a workspace raises."""
+    from cudnn.sdpa.fwd.kernel_key import split_workspace_bytes
+
+    q, kv = _bshd(2, 1, 32, 128), _bshd(2, 8192, 8, 128)  # decode: pack-GQA, 2 * 8 = 16 tiles on 132 SMs
+    o = torch.empty_like(q)
+    plan = api.SdpaFwdSm90(q, kv, kv, o, split_kv=True)
+    plan.compile()
+    assert plan.key.split_kv and plan.key.pack_gqa
+    splits = api.num_splits_for(plan.key, 2, 32, 8, 1, 8192, 132)
+    assert splits == 8  # 132 // 16 = 8 splits of 8 key blocks each
+    need = plan.workspace_bytes_for(2, 32, 1, 8, 8192)
+    assert need == plan.scratch_workspace_bytes() == split_workspace_bytes(8, 2, 32, 1, 128)[1]
+    ws = torch.empty(need + 128, dtype=torch.uint8)
+    base = ws[(-ws.data_ptr()) % 128 :]  # 128-byte aligned view
+    plan.execute(q, kv, kv, o, workspace=base)
+    (args,) = api._test_recorder.calls
+    o_bytes = split_workspace_bytes(8, 2, 32, 1, 128)[0]
+    assert args[8:10] == (base.data_ptr(), base.data_ptr() + o_bytes)
+    assert args[_SPLITS] == 8
+    plan.execute(q, kv, kv, o, workspace=base, num_splits=3)
+    assert api._test_recorder.calls[-1][_SPLITS] == 3  # 64 key blocks: 3 splits of 22, none empty
+    with pytest.raises(ValueError, match="requires a .*-byte workspace"):
+        plan.execute(q, kv, kv, o)
+    with pytest.raises(ValueError, match="bytes but .* are required"):
+        plan.execute(q, kv, kv, o, workspace=base[:64])
+    dense = api.SdpaFwdSm90(q, kv, kv, o)
+    dense.compile()
+    with pytest.raises(ValueError, match="for split_kv plans"):
+        dense.execute(q, kv, kv, o, workspace=base)
+
+
+def test_split_heuristic_leaves_full_grids_alone(api):
+    from cudnn.sdpa.fwd.kernel_key import SdpaFwdKey
+
+    key = SdpaFwdKey("bf16", 128, 128, 4, False, False, False, False, False, False, False, True, True)
+    assert api.num_splits_for(key, 64, 32, 8, 1, 8192, 132) == 1  # 512 tiles already fill 132 SMs
+    assert api.num_splits_for(key, 1, 32, 8, 1, 8192, 132) == 16  # 8 tiles: 16 splits of 4 blocks
+    assert api.num_splits_for(key, 1, 32, 8, 1, 300, 132) == 1  # 3 key blocks: not worth splitting
+    assert api.num_splits_for(key, 1, 32, 8, 1, 8192, 132, requested=1000) == 64  # clamped to MAX_SPLITS and the blocks
+
+
+def test_sdpa_fwd_num_splits_routes_to_a_split_plan(api, monkeypatch):
+    real = api._alloc_workspace
+
+    def aligned(*a):  # the CPU allocator does not give the CUDA caching allocator's 512-byte alignment
+        ws = real(*a)
+        buf = torch.empty(ws.numel() + 128, dtype=torch.uint8)
+        return buf[(-buf.data_ptr()) % 128 :][: ws.numel()]
+
+    monkeypatch.setattr(api, "_alloc_workspace", aligned)
+    q, kv = _bshd(1, 1, 32, 128), _bshd(1, 4096, 8, 128)
+    api.sdpa_fwd(q, kv, kv)  # default: the unsplit plan
+    api.sdpa_fwd(q, kv, kv, num_splits=0)  # auto: 8 tiles -> split
+    assert sorted(p.key.split_kv for p in api._PLANS.values()) == [False, True]
+    last = api._test_recorder.calls[-1]
+    assert last[8] is not None and last[_SPLITS] > 1
+
+
+def _pool(pages, page_size, hk, d, dtype=torch.bfloat16):
+    return torch.randn(pages, page_size, hk, d, dtype=dtype)
+
+
+def test_paged_arguments(api):
+    """Paged KV: K/V pools are one batch of pages * page_size rows (batch stride a placeholder span), the page table's
+    address and row stride reach the kernel, cu_seqlens_kv gives per-batch KV lengths."""
+    q = _bshd(3, 1, 16, 128)
+    k, v = _pool(40, 256, 4, 128), _pool(40, 256, 4, 128)
+    o = torch.empty_like(q)
+    pt = torch.randperm(40, dtype=torch.int32)[:36].view(3, 12)
+    cu = torch.tensor([0, 1000, 1500, 3072], dtype=torch.int32)
+    plan = api.SdpaFwdSm90(q, k, v, o, is_causal=True, causal_bottom_right=True, cu_seqlens_kv=cu, page_table=pt)
+    plan.compile()
+    assert plan.key.page_size == 256 and plan.key.pack_gqa and not plan.key.varlen
+    plan.execute(q, k, v, o, None, None, None, cu, page_table=pt)
+    (args,) = api._test_recorder.calls
+    assert args[6:11] == (None, cu.data_ptr(), None, None, pt.data_ptr())
+    assert args[_P : _P + 6] == (3, 16, 4, 1, 40 * 256, 1)  # seqlen_k: the pool's rows
+    assert args[_PT_STRIDE] == 12
+    ks = args[_STRIDES + 3 : _STRIDES + 6]
+    assert ks[1:] == (k.stride(2), k.stride(1))
+    with pytest.raises(ValueError, match="page_table must match"):
+        plan.execute(q, k, v, o, None, None, None, cu)
+    with pytest.raises(ValueError, match="page_size 256"):
+        plan.execute(q, k[:, :128], v[:, :128], o, None, None, None, cu, page_table=pt)
+
+
+def test_paged_split_decode_workspace(api):
+    q = _bshd(2, 1, 32, 128)
+    k, v = _pool(64, 128, 8, 128), _pool(64, 128, 8, 128)
+    pt = torch.arange(64, dtype=torch.int32).flip(0).view(2, 32)
+    cu = torch.tensor([0, 4000, 4096], dtype=torch.int32)
+    plan = api.SdpaFwdSm90(q, k, v, torch.empty_like(q), cu_seqlens_kv=cu, page_table=pt, split_kv=True)
+    plan.compile()
+    # the heuristic sees the longest possible KV (32 pages of 128) and 2 * 8 = 16 tiles: 8 splits
+    assert plan.scratch_workspace_bytes() == plan.workspace_bytes_for(2, 32, 1, 8, 32 * 128)
+    ws = torch.empty(plan.scratch_workspace_bytes() + 128, dtype=torch.uint8)
+    ws = ws[(-ws.data_ptr()) % 128 :]
+    plan.execute(q, k, v, torch.empty_like(q), None, None, None, cu, workspace=ws, page_table=pt)
+    assert api._test_recorder.calls[-1][_SPLITS] == 8
+
+
+def test_sdpa_fwd_paged_routes(api):
+    q = _bshd(2, 1, 32, 128)
+    k, v = _pool(16, 128, 8, 128), _pool(16, 128, 8, 128)
+    pt = torch.arange(16, dtype=torch.int32).view(2, 8)
+    cu = torch.tensor([0, 1000, 1024], dtype=torch.int32)
+    res = api.sdpa_fwd(q, k, v, page_table=pt, cu_seqlens_kv=cu, is_causal=True, causal_bottom_right=True)
+    assert res["o"].shape == q.shape
+    (plan,) = api._PLANS.values()
+    assert plan.key.page_size == 128 and plan.key.qhead_per_kvhead == 4
+    assert api._test_recorder.calls[-1][10] == pt.data_ptr()
