@@ -22,6 +22,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from cudnn_testing.markers import skip_unless_cutedsl  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _floor():
+    skip_unless_cutedsl("4.8.0", "cudnn.sdpa forward")
+
 
 class Recorder:
     """Stands in for the tvm-ffi compiled function: records every call's positional arguments."""
