@@ -10,6 +10,7 @@ import pytest
 
 from cudnn_testing import detectors
 from cudnn_testing.markers import skip_unless_cutedsl, skip_unless_sm90
+from cudnn_testing.planted import assert_detectors_catch_planted_sync
 
 torch = pytest.importorskip("torch")
 
@@ -63,19 +64,7 @@ def test_detectors_fail_on_planted_sync_and_allocation(monkeypatch):
     plan = _plan(args)
     plan.execute(*args)
     torch.cuda.synchronize()
-    real = api._stream
-
-    def with_sync(stream, device):
-        torch.zeros(1, device="cuda").sum().item()  # D2H read + allocation
-        return real(stream, device)
-
-    monkeypatch.setattr(api, "_stream", with_sync)
-    with pytest.raises(RuntimeError):  # torch's sync debug mode raises RuntimeError on a blocking call
-        with detectors.no_sync():
-            plan.execute(*args)
-    with pytest.raises(AssertionError, match="allocated"):
-        with detectors.no_allocation():
-            plan.execute(*args)
+    assert_detectors_catch_planted_sync(monkeypatch, api, "_stream", lambda: plan.execute(*args))
 
 
 def test_first_execute_under_capture_replays_like_eager():

@@ -27,14 +27,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from cudnn.api_base import APIBase, TensorDesc, as_desc
+from cudnn.api_base import APIBase, TensorDesc
 from cudnn.datatypes import data_type
 from cudnn.dsl_gate import require_cutedsl
+
+from .._host.launch import CUTLASS_NAMES as _CNAME
+from .._host.launch import fake_gmem_ptr as _fake_ptr
+from .._host.launch import gmem_ptr as _ptr
+from .._host.launch import launch_stream as _stream
+from .._host.launch import torch_dtype as _torch_dtype
+from .._host.plan import check_declared, set_descs
 
 CUTEDSL_FLOOR = "4.8.0"
 FAMILY = "linear_attention.conv1d"
 _FLOATS = (data_type.BFLOAT16, data_type.HALF, data_type.FLOAT)
-_CNAME = {data_type.BFLOAT16: "BFloat16", data_type.HALF: "Float16", data_type.FLOAT: "Float32"}
 _ACTIVATIONS = {None: False, "silu": True, "swish": True}
 #: CTAs the backward keeps in flight (about 8 per SM of a 132-SM H200); sizes its workspace.
 _BWD_RESIDENT_CTAS = 1056
@@ -82,18 +88,6 @@ def _rows(desc: TensorDesc) -> int:
     return desc.shape[0] * desc.shape[1] if desc.rank == 3 else desc.shape[0]
 
 
-_TORCH_DTYPES: dict = {}
-
-
-def _torch_dtype(dt: data_type):
-    hit = _TORCH_DTYPES.get(dt)
-    if hit is None:
-        from cudnn.datatypes import to_torch_dtype
-
-        hit = _TORCH_DTYPES[dt] = to_torch_dtype(dt)
-    return hit
-
-
 def _check_runtime(t: Any, plan: TensorDesc, vec: int, what: str, token_dims_free: bool, align: int = 16) -> None:
     """Execute-time checks of a tensor against its plan descriptor: no conversion, no device read.
 
@@ -119,28 +113,9 @@ def _check_runtime(t: Any, plan: TensorDesc, vec: int, what: str, token_dims_fre
         raise ValueError(f"{what}: {plan.name} address 0x{t.data_ptr():x} is not {align}-byte aligned")
 
 
-def _ptr(t: Any, dt: data_type, align: int):
-    import cutlass
-    import cutlass.cute as cute
-
-    if t is None:
-        return None
-    return cute.runtime.make_ptr(getattr(cutlass, _CNAME.get(dt, "Int32")), t.data_ptr(), cute.AddressSpace.gmem, assumed_align=align)
-
-
-def _fake_ptr(cname: str, align: int):
-    import cutlass
-    import cutlass.cute as cute
-
-    return cute.runtime.make_ptr(getattr(cutlass, cname), 0, cute.AddressSpace.gmem, assumed_align=align)
-
-
-def _stream(current_stream, device):
-    import cuda.bindings.driver as cuda
-
-    from cudnn._torch_stream import launch_stream_handle
-
-    return cuda.CUstream(launch_stream_handle(current_stream, device))
+def _token_count(t) -> int:
+    """Tokens of a [T, D] / [B, L, D] tensor walked as [rows, D]."""
+    return int(t.shape[0] * t.shape[1]) if t.dim() == 3 else int(t.shape[0])
 
 
 def _token_stride(t) -> int:
@@ -157,10 +132,35 @@ def _state_strides(t) -> tuple[int, int, int]:
     return (0, 0, 0) if t is None else tuple(int(s) for s in t.stride())
 
 
+def _compile_cached(key, kernel_module: str, kernel_class: str, fake_ptrs, n_ints: int):
+    """The compiled kernel of ``key`` from the kernel cache (family ``FAMILY``), built on a miss as
+    ``cute.compile(<kernel_module>.<kernel_class>(key), *pointers, *[Int32] * n_ints, stream)``.
+
+    ``fake_ptrs``: ``(cutlass type name, alignment)`` per pointer argument, or None for an absent one.
+    The kernel module is imported only when building (this module stays free of cutlass at import)."""
+
+    def build():
+        import importlib
+
+        import cuda.bindings.driver as cuda
+        import cutlass.cute as cute
+        from cutlass import Int32
+
+        kernel = getattr(importlib.import_module(kernel_module, __package__), kernel_class)
+        ptrs = [None if p is None else _fake_ptr(*p) for p in fake_ptrs]
+        return cute.compile(kernel(key), *ptrs, *[Int32(8)] * n_ints, cuda.CUstream(0))
+
+    from cudnn.kernel_cache import kernel_cache
+
+    return kernel_cache.get_or_compile(key, build, family=FAMILY)
+
+
 class _Conv1dCommon(APIBase):
     """Shared plan checks of the forward and backward adapters."""
 
     def _check_common(self, what: str) -> None:
+        """Plan checks of x, weight, bias, cu_seqlens and the states; sets ``silu``, ``_vec`` and the token walk."""
+        self.silu = _silu_flag(self.activation)
         require_cutedsl(f"cudnn.linear_attention.{what}", CUTEDSL_FLOOR)
         x, w = self.x, self.weight
         self._check_dtype(x, _FLOATS, what)
@@ -192,19 +192,27 @@ class _Conv1dCommon(APIBase):
             self._check_shape(st, (self._n_seqs, d, width - 1), what)
         self._vec = vec
 
+    def _runtime_sequences(self, what: str, cu_seqlens, states) -> int:
+        """Execute-time checks of ``cu_seqlens`` and the [N, D, W - 1] state tensors; returns N. Metadata only."""
+        varlen = self.cu_seqlens is not None
+        n_seqs = self._n_seqs
+        if varlen:
+            _check_runtime(cu_seqlens, self.cu_seqlens, 0, what, token_dims_free=True, align=4)
+            n_seqs = cu_seqlens.shape[0] - 1
+        for t, plan in states:
+            if t is not None:
+                _check_runtime(t, plan, 0, what, token_dims_free=varlen, align=plan.dtype.itemsize)
+                if t.shape[0] != n_seqs:
+                    raise ValueError(f"{what}: {plan.name} has {t.shape[0]} rows but cu_seqlens describes {n_seqs} sequences")
+        return n_seqs
+
 
 class CausalConv1d(_Conv1dCommon):
     """Forward adapter. Tensors may be torch tensors or TensorDescs (shape, stride, dtype, device)."""
 
     def __init__(self, x, weight, out, bias=None, cu_seqlens=None, initial_states=None, final_states=None, activation=None):
         super().__init__()
-        self.x = as_desc(x, "x")
-        self.weight = as_desc(weight, "weight")
-        self.out = as_desc(out, "out")
-        self.bias = as_desc(bias, "bias")
-        self.cu_seqlens = as_desc(cu_seqlens, "cu_seqlens")
-        self.initial_states = as_desc(initial_states, "initial_states")
-        self.final_states = as_desc(final_states, "final_states")
+        set_descs(self, x=x, weight=weight, out=out, bias=bias, cu_seqlens=cu_seqlens, initial_states=initial_states, final_states=final_states)
         self.activation = activation
 
     def _states(self):
@@ -212,7 +220,6 @@ class CausalConv1d(_Conv1dCommon):
 
     def check_support(self) -> bool:
         what = "causal_conv1d"
-        self.silu = _silu_flag(self.activation)
         self._check_common(what)
         self._check_dtype(self.out, (self.x.dtype,), what)
         self._value_error_if(self.out.shape != self.x.shape, f"{what}: {self.out.describe()} must have the shape of {self.x.describe()}")
@@ -244,29 +251,17 @@ class CausalConv1d(_Conv1dCommon):
     def compile(self) -> None:
         self._ensure_support_checked()
         key = self.compile_key()
-
-        def build():
-            import cuda.bindings.driver as cuda
-            import cutlass.cute as cute
-            from cutlass import Int32
-
-            from .fwd_kernel import CausalConv1dFwd
-
-            s = key.state_dtype
-            args = [
-                _fake_ptr(key.dtype, 16),
-                _fake_ptr(key.w_dtype, 16),
-                _fake_ptr(key.w_dtype, 16) if key.has_bias else None,
-                _fake_ptr(key.dtype, 16),
-                _fake_ptr("Int32", 4) if key.varlen else None,
-                _fake_ptr(s, 1) if key.has_init else None,
-                _fake_ptr(s, 1) if key.has_final else None,
-            ]
-            return cute.compile(CausalConv1dFwd(key), *args, *[Int32(8)] * 12, cuda.CUstream(0))
-
-        from cudnn.kernel_cache import kernel_cache
-
-        self._compiled_kernel = kernel_cache.get_or_compile(key, build, family=FAMILY)
+        s = key.state_dtype
+        ptrs = [
+            (key.dtype, 16),
+            (key.w_dtype, 16),
+            (key.w_dtype, 16) if key.has_bias else None,
+            (key.dtype, 16),
+            ("Int32", 4) if key.varlen else None,
+            (s, 1) if key.has_init else None,
+            (s, 1) if key.has_final else None,
+        ]
+        self._compiled_kernel = _compile_cached(key, ".fwd_kernel", "CausalConv1dFwd", ptrs, 12)
 
     def execute(self, x, weight, out, bias=None, cu_seqlens=None, initial_states=None, final_states=None, *, current_stream=None):
         """Launch on ``current_stream``. ``x``/``out`` may carry a different token total T than the plan (THD)."""
@@ -274,16 +269,7 @@ class CausalConv1d(_Conv1dCommon):
         self._ensure_support_checked()
         varlen = self.cu_seqlens is not None
         vec = self._vec
-        for t, plan, name in (
-            (bias, self.bias, "bias"),
-            (cu_seqlens, self.cu_seqlens, "cu_seqlens"),
-            (initial_states, self.initial_states, "initial_states"),
-            (final_states, self.final_states, "final_states"),
-        ):
-            if (t is None) != (plan is None):
-                raise ValueError(
-                    f"{what}: {name} was {'not ' if plan is None else ''}declared at plan time but execute() received {'a tensor' if t is not None else 'None'}"
-                )
+        check_declared(what, self, bias=bias, cu_seqlens=cu_seqlens, initial_states=initial_states, final_states=final_states)
         _check_runtime(x, self.x, vec, what, token_dims_free=varlen)
         _check_runtime(out, self.out, vec, what, token_dims_free=varlen)
         _check_runtime(weight, self.weight, 0, what, token_dims_free=False)
@@ -291,18 +277,10 @@ class CausalConv1d(_Conv1dCommon):
             raise ValueError(f"{what}: out {tuple(out.shape)} must have the shape of x {tuple(x.shape)}")
         if bias is not None:
             _check_runtime(bias, self.bias, 0, what, token_dims_free=False)
-        n_seqs = self._n_seqs
-        if varlen:
-            _check_runtime(cu_seqlens, self.cu_seqlens, 0, what, token_dims_free=True, align=4)
-            n_seqs = cu_seqlens.shape[0] - 1
-        for t, plan in ((initial_states, self.initial_states), (final_states, self.final_states)):
-            if t is not None:
-                _check_runtime(t, plan, 0, what, token_dims_free=varlen, align=plan.dtype.itemsize)
-                if t.shape[0] != n_seqs:
-                    raise ValueError(f"{what}: {plan.name} has {t.shape[0]} rows but cu_seqlens describes {n_seqs} sequences")
+        n_seqs = self._runtime_sequences(what, cu_seqlens, ((initial_states, self.initial_states), (final_states, self.final_states)))
         if self._compiled_kernel is None:
             self.compile()
-        T = int(x.shape[0] * x.shape[1]) if x.dim() == 3 else int(x.shape[0])
+        T = _token_count(x)
         D = int(x.shape[-1])
         sx, sy = _token_stride(x), _token_stride(out)
         for name, st in (("x", sx), ("out", sy)):
@@ -338,16 +316,19 @@ class CausalConv1dBackward(_Conv1dCommon):
 
     def __init__(self, x, weight, dy, dx, dweight, bias=None, dbias=None, cu_seqlens=None, initial_states=None, dinitial_states=None, activation=None):
         super().__init__()
-        self.x = as_desc(x, "x")
-        self.weight = as_desc(weight, "weight")
-        self.dy = as_desc(dy, "dy")
-        self.dx = as_desc(dx, "dx")
-        self.dweight = as_desc(dweight, "dweight")
-        self.bias = as_desc(bias, "bias")
-        self.dbias = as_desc(dbias, "dbias")
-        self.cu_seqlens = as_desc(cu_seqlens, "cu_seqlens")
-        self.initial_states = as_desc(initial_states, "initial_states")
-        self.dinitial_states = as_desc(dinitial_states, "dinitial_states")
+        set_descs(
+            self,
+            x=x,
+            weight=weight,
+            dy=dy,
+            dx=dx,
+            dweight=dweight,
+            bias=bias,
+            dbias=dbias,
+            cu_seqlens=cu_seqlens,
+            initial_states=initial_states,
+            dinitial_states=dinitial_states,
+        )
         self.activation = activation
 
     def _states(self):
@@ -355,7 +336,6 @@ class CausalConv1dBackward(_Conv1dCommon):
 
     def check_support(self) -> bool:
         what = "causal_conv1d_backward"
-        self.silu = _silu_flag(self.activation)
         self._check_common(what)
         varlen = self.cu_seqlens is not None
         for t in (self.dy, self.dx):
@@ -406,33 +386,21 @@ class CausalConv1dBackward(_Conv1dCommon):
     def compile(self) -> None:
         self._ensure_support_checked()
         key = self.compile_key()
-
-        def build():
-            import cuda.bindings.driver as cuda
-            import cutlass.cute as cute
-            from cutlass import Int32
-
-            from .bwd_kernel import CausalConv1dBwd
-
-            s = key.state_dtype
-            args = [
-                _fake_ptr(key.dtype, 16),  # x
-                _fake_ptr(key.w_dtype, 16),  # weight
-                _fake_ptr(key.w_dtype, 16) if key.has_bias else None,
-                _fake_ptr(key.dtype, 16),  # dy
-                _fake_ptr("Int32", 4) if key.varlen else None,
-                _fake_ptr(s, 1) if key.has_init else None,
-                _fake_ptr(key.dtype, 16),  # dx
-                _fake_ptr(key.w_dtype, 16),  # dweight
-                _fake_ptr(key.w_dtype, 16) if key.has_bias else None,
-                _fake_ptr(s, 1) if key.has_init else None,
-                _fake_ptr("Float32", 16),  # partials
-            ]
-            return cute.compile(CausalConv1dBwd(key), *args, *[Int32(8)] * 14, cuda.CUstream(0))
-
-        from cudnn.kernel_cache import kernel_cache
-
-        self._compiled_kernel = kernel_cache.get_or_compile(key, build, family=FAMILY)
+        s = key.state_dtype
+        ptrs = [
+            (key.dtype, 16),  # x
+            (key.w_dtype, 16),  # weight
+            (key.w_dtype, 16) if key.has_bias else None,
+            (key.dtype, 16),  # dy
+            ("Int32", 4) if key.varlen else None,
+            (s, 1) if key.has_init else None,
+            (key.dtype, 16),  # dx
+            (key.w_dtype, 16),  # dweight
+            (key.w_dtype, 16) if key.has_bias else None,
+            (s, 1) if key.has_init else None,
+            ("Float32", 16),  # partials
+        ]
+        self._compiled_kernel = _compile_cached(key, ".bwd_kernel", "CausalConv1dBwd", ptrs, 14)
 
     def execute(
         self,
@@ -454,17 +422,7 @@ class CausalConv1dBackward(_Conv1dCommon):
         self._ensure_support_checked()
         varlen = self.cu_seqlens is not None
         vec = self._vec
-        for t, plan, name in (
-            (bias, self.bias, "bias"),
-            (dbias, self.dbias, "dbias"),
-            (cu_seqlens, self.cu_seqlens, "cu_seqlens"),
-            (initial_states, self.initial_states, "initial_states"),
-            (dinitial_states, self.dinitial_states, "dinitial_states"),
-        ):
-            if (t is None) != (plan is None):
-                raise ValueError(
-                    f"{what}: {name} was {'not ' if plan is None else ''}declared at plan time but execute() received {'a tensor' if t is not None else 'None'}"
-                )
+        check_declared(what, self, bias=bias, dbias=dbias, cu_seqlens=cu_seqlens, initial_states=initial_states, dinitial_states=dinitial_states)
         for t, plan in ((x, self.x), (dy, self.dy), (dx, self.dx)):
             _check_runtime(t, plan, vec, what, token_dims_free=varlen)
             if tuple(t.shape) != tuple(x.shape):
@@ -472,15 +430,7 @@ class CausalConv1dBackward(_Conv1dCommon):
         for t, plan in ((weight, self.weight), (dweight, self.dweight), (bias, self.bias), (dbias, self.dbias)):
             if plan is not None:
                 _check_runtime(t, plan, 0, what, token_dims_free=False)
-        n_seqs = self._n_seqs
-        if varlen:
-            _check_runtime(cu_seqlens, self.cu_seqlens, 0, what, token_dims_free=True, align=4)
-            n_seqs = cu_seqlens.shape[0] - 1
-        for t, plan in ((initial_states, self.initial_states), (dinitial_states, self.dinitial_states)):
-            if t is not None:
-                _check_runtime(t, plan, 0, what, token_dims_free=varlen, align=plan.dtype.itemsize)
-                if t.shape[0] != n_seqs:
-                    raise ValueError(f"{what}: {plan.name} has {t.shape[0]} rows but cu_seqlens describes {n_seqs} sequences")
+        n_seqs = self._runtime_sequences(what, cu_seqlens, ((initial_states, self.initial_states), (dinitial_states, self.dinitial_states)))
         from cudnn.workspace import Workspace
 
         ws = Workspace.over(workspace, self.scratch_workspace_bytes(), type(self).__name__, device=x.device)
@@ -488,7 +438,7 @@ class CausalConv1dBackward(_Conv1dCommon):
         part = ws.take(self._g * (width + 1) * d, "float32")
         if self._compiled_kernel is None:
             self.compile()
-        T = int(x.shape[0] * x.shape[1]) if x.dim() == 3 else int(x.shape[0])
+        T = _token_count(x)
         seq_arg = int(x.shape[1]) if (not varlen and x.dim() == 3) else (T if not varlen else 1)
         strides = [_token_stride(t) for t in (x, dy, dx)]
         if any(st % vec for st in strides):
@@ -525,12 +475,7 @@ class CausalConv1dUpdate(APIBase):
 
     def __init__(self, x, conv_state, weight, out, bias=None, conv_state_indices=None, activation=None):
         super().__init__()
-        self.x = as_desc(x, "x")
-        self.conv_state = as_desc(conv_state, "conv_state")
-        self.weight = as_desc(weight, "weight")
-        self.out = as_desc(out, "out")
-        self.bias = as_desc(bias, "bias")
-        self.conv_state_indices = as_desc(conv_state_indices, "conv_state_indices")
+        set_descs(self, x=x, conv_state=conv_state, weight=weight, out=out, bias=bias, conv_state_indices=conv_state_indices)
         self.activation = activation
 
     def check_support(self) -> bool:
@@ -592,36 +537,20 @@ class CausalConv1dUpdate(APIBase):
     def compile(self) -> None:
         self._ensure_support_checked()
         key = self.compile_key()
-
-        def build():
-            import cuda.bindings.driver as cuda
-            import cutlass.cute as cute
-            from cutlass import Int32
-
-            from .update_kernel import CausalConv1dUpdate as Kernel
-
-            args = [
-                _fake_ptr(key.dtype, 16),
-                _fake_ptr(key.w_dtype, 16),
-                _fake_ptr(key.w_dtype, 16) if key.has_bias else None,
-                _fake_ptr(key.state_dtype, 16 if key.state_contiguous else 1),
-                _fake_ptr("Int32", 4) if key.has_indices else None,
-                _fake_ptr(key.dtype, 16),
-            ]
-            return cute.compile(Kernel(key), *args, *[Int32(8)] * 8, cuda.CUstream(0))
-
-        from cudnn.kernel_cache import kernel_cache
-
-        self._compiled_kernel = kernel_cache.get_or_compile(key, build, family=FAMILY)
+        ptrs = [
+            (key.dtype, 16),
+            (key.w_dtype, 16),
+            (key.w_dtype, 16) if key.has_bias else None,
+            (key.state_dtype, 16 if key.state_contiguous else 1),
+            ("Int32", 4) if key.has_indices else None,
+            (key.dtype, 16),
+        ]
+        self._compiled_kernel = _compile_cached(key, ".update_kernel", "CausalConv1dUpdate", ptrs, 8)
 
     def execute(self, x, conv_state, weight, out, bias=None, conv_state_indices=None, *, current_stream=None):
         what = "CausalConv1dUpdate.execute"
         self._ensure_support_checked()
-        for t, plan, name in ((bias, self.bias, "bias"), (conv_state_indices, self.conv_state_indices, "conv_state_indices")):
-            if (t is None) != (plan is None):
-                raise ValueError(
-                    f"{what}: {name} was {'not ' if plan is None else ''}declared at plan time but execute() received {'a tensor' if t is not None else 'None'}"
-                )
+        check_declared(what, self, bias=bias, conv_state_indices=conv_state_indices)
         vec = self._vec
         _check_runtime(x, self.x, vec, what, token_dims_free=False)
         _check_runtime(out, self.out, vec, what, token_dims_free=False)

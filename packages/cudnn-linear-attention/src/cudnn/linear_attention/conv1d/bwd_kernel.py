@@ -30,8 +30,11 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32, const_expr
 
+from .._device.activation import silu_grad
+from .._device.channels import channel_vectors, load_history, load_taps
+from .._device.sequences import advance_sequence, locate_sequence, sequence_bounds
+
 THREADS = 128
-LOG2E = 1.4426950408889634  # SiLU: x * sigmoid(x), sigmoid = 1 / (1 + 2^(-x log2 e)) with ex2.approx + rcp.approx
 
 
 @dataclass(frozen=True)
@@ -152,29 +155,18 @@ class CausalConv1dBwd:
         dv = bidx * THREADS + tidx
         if dv < D // VEC:
             d0 = dv * VEC
-            mX = cute.make_tensor(x_ptr, cute.make_layout((T, D), stride=(cute.assume(sx, divby=VEC), 1)))
-            mDY = cute.make_tensor(dy_ptr, cute.make_layout((T, D), stride=(cute.assume(sdy, divby=VEC), 1)))
-            mDX = cute.make_tensor(dx_ptr, cute.make_layout((T, D), stride=(cute.assume(sdx, divby=VEC), 1)))
-            gX = cute.zipped_divide(mX, (1, VEC))
-            gDY = cute.zipped_divide(mDY, (1, VEC))
-            gDX = cute.zipped_divide(mDX, (1, VEC))
-            mW = cute.make_tensor(w_ptr, cute.make_layout((D, W), stride=(W, 1)))
+            gX = channel_vectors(x_ptr, T, D, sx, VEC)
+            gDY = channel_vectors(dy_ptr, T, D, sdy, VEC)
+            gDX = channel_vectors(dx_ptr, T, D, sdx, VEC)
             mP = cute.make_tensor(part_ptr, cute.make_layout((G, W + 1, D), stride=((W + 1) * D, D, 1)))
 
-            rW = cute.make_rmem_tensor((W, VEC), Float32)
-            rB = cute.make_rmem_tensor((VEC,), Float32)
+            rW, rB = load_taps(w_ptr, b_ptr, D, d0, W, VEC)
             dwacc = cute.make_rmem_tensor((W, VEC), Float32)
             dbacc = cute.make_rmem_tensor((VEC,), Float32)
             for i in cutlass.range_constexpr(VEC):
                 for k in cutlass.range_constexpr(W):
-                    rW[k, i] = mW[d0 + i, k].to(Float32)
                     dwacc[k, i] = Float32(0.0)
-                rB[i] = Float32(0.0)
                 dbacc[i] = Float32(0.0)
-            if const_expr(b_ptr is not None):
-                mB = cute.make_tensor(b_ptr, cute.make_layout((D,)))
-                for i in cutlass.range_constexpr(VEC):
-                    rB[i] = mB[d0 + i].to(Float32)
 
             xwin = cute.make_rmem_tensor((W, VEC), Float32)
             val = cute.make_rmem_tensor((W, VEC), Float32)
@@ -187,37 +179,13 @@ class CausalConv1dBwd:
             n_chunks = (T + BT - 1) // BT
             for c in cutlass.range(bidy, n_chunks, G, unroll=1):
                 t0 = c * BT
-                n = Int32(0)
-                bos = Int32(0)
-                nxt = Int32(0)
-                if const_expr(self.key.varlen):
-                    mCu = cute.make_tensor(cu_ptr, cute.make_layout((n_seqs + 1,)))
-                    lo = Int32(0)
-                    hi = n_seqs
-                    while lo < hi:
-                        mid = (lo + hi + 1) >> 1
-                        if mCu[mid] <= t0:
-                            lo = mid
-                        else:
-                            hi = mid - 1
-                    n = lo
-                    bos = mCu[n]
-                    nxt = mCu[n + 1]
-                else:
-                    n = t0 // seq_arg
-                    bos = n * seq_arg
-                    nxt = bos + seq_arg
+                n, bos, nxt = locate_sequence(cu_ptr, t0, n_seqs, seq_arg, self.key.varlen)
                 for k in cutlass.range_constexpr(W):
                     nwin[k] = Int32(-1)
                     for i in cutlass.range_constexpr(VEC):
                         xwin[k, i] = Float32(0.0)
                         dzwin[k, i] = Float32(0.0)
-                for k in cutlass.range_constexpr(1, W):
-                    p = t0 - W + k
-                    if p >= 0:
-                        cute.autovec_copy(gX[(None, None), (p, dv)], halo)
-                        for i in cutlass.range_constexpr(VEC):
-                            xwin[k, i] = halo[0, i].to(Float32)
+                load_history(gX, xwin, halo, t0, dv, W, VEC)
                 for g in cutlass.range(self.n_groups, unroll=1):
                     sg = g * U
                     for u in cutlass.range_constexpr(U):
@@ -237,16 +205,7 @@ class CausalConv1dBwd:
                             for i in cutlass.range_constexpr(VEC):
                                 dzwin[W - 1, i] = Float32(0.0)
                             if tp < T:
-                                if const_expr(self.key.varlen):
-                                    while tp >= nxt:
-                                        n = n + 1
-                                        bos = nxt
-                                        nxt = mCu[n + 1]
-                                else:
-                                    if tp >= nxt:
-                                        n = n + 1
-                                        bos = nxt
-                                        nxt = nxt + seq_arg
+                                n, bos, nxt = advance_sequence(cu_ptr, tp, n, bos, nxt, n_seqs, seq_arg, self.key.varlen)
                                 for i in cutlass.range_constexpr(VEC):
                                     xwin[W - 1, i] = xg[0, i, u].to(Float32)
                                     val[W - 1, i] = xwin[W - 1, i]
@@ -270,8 +229,7 @@ class CausalConv1dBwd:
                                         z = z + rW[k, i] * val[k, i]
                                     dz = dyg[0, i, u].to(Float32)
                                     if const_expr(self.key.silu):
-                                        sig = cute.arch.rcp_approx(Float32(1.0) + cute.math.exp2(z * Float32(-LOG2E), fastmath=True))
-                                        dz = dz * sig * (Float32(1.0) + z * (Float32(1.0) - sig))
+                                        dz = silu_grad(dz, z)
                                     dzwin[W - 1, i] = dz
                                 if s < BT:
                                     for i in cutlass.range_constexpr(VEC):
@@ -354,15 +312,7 @@ class CausalConv1dBwd:
             mW = cute.make_tensor(w_ptr, cute.make_layout((D, W), stride=(W, 1)))
             mInit = cute.make_tensor(init_ptr, cute.make_layout((n_seqs, D, W - 1), stride=(init_sn, init_sd, init_sj)))
             mDI = cute.make_tensor(dinit_ptr, cute.make_layout((n_seqs, D, W - 1), stride=(dinit_sn, dinit_sd, dinit_sj)))
-            bos = Int32(0)
-            eos = Int32(0)
-            if const_expr(self.key.varlen):
-                mCu = cute.make_tensor(cu_ptr, cute.make_layout((n_seqs + 1,)))
-                bos = mCu[n]
-                eos = mCu[n + 1]
-            else:
-                bos = n * seq_arg
-                eos = bos + seq_arg
+            bos, eos = sequence_bounds(cu_ptr, n, n_seqs, seq_arg, self.key.varlen)
             dzr = cute.make_rmem_tensor((W - 1, VEC), Float32)
             for tr in cutlass.range_constexpr(W - 1):
                 for i in cutlass.range_constexpr(VEC):
@@ -381,8 +331,7 @@ class CausalConv1dBwd:
                                 z = z + mW[d0 + i, k].to(Float32) * mInit[n, d0 + i, prel + (W - 1)].to(Float32)
                         dz = mDY[bos + tr, d0 + i].to(Float32)
                         if const_expr(self.key.silu):
-                            sig = cute.arch.rcp_approx(Float32(1.0) + cute.math.exp2(z * Float32(-LOG2E), fastmath=True))
-                            dz = dz * sig * (Float32(1.0) + z * (Float32(1.0) - sig))
+                            dz = silu_grad(dz, z)
                         dzr[tr, i] = dz
             for j in cutlass.range_constexpr(W - 1):
                 for i in cutlass.range_constexpr(VEC):

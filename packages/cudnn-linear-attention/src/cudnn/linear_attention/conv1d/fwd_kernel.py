@@ -33,8 +33,11 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32, const_expr
 
+from .._device.activation import silu
+from .._device.channels import channel_vectors, load_history, load_taps
+from .._device.sequences import advance_sequence, locate_sequence, sequence_bounds
+
 THREADS = 128
-LOG2E = 1.4426950408889634  # SiLU: x * sigmoid(x), sigmoid = 1 / (1 + 2^(-x log2 e)) with ex2.approx + rcp.approx
 
 
 @dataclass(frozen=True)
@@ -140,45 +143,14 @@ class CausalConv1dFwd:
         t0 = bidy * self.bt
         if dv < D // VEC and t0 < T:
             d0 = dv * VEC
-            mX = cute.make_tensor(x_ptr, cute.make_layout((T, D), stride=(cute.assume(sx, divby=VEC), 1)))
-            mY = cute.make_tensor(y_ptr, cute.make_layout((T, D), stride=(cute.assume(sy, divby=VEC), 1)))
-            gX = cute.zipped_divide(mX, (1, VEC))
-            gY = cute.zipped_divide(mY, (1, VEC))
-            mW = cute.make_tensor(w_ptr, cute.make_layout((D, W), stride=(W, 1)))
+            gX = channel_vectors(x_ptr, T, D, sx, VEC)
+            gY = channel_vectors(y_ptr, T, D, sy, VEC)
 
             # Weights and bias of this thread's channels, in fp32 registers.
-            rW = cute.make_rmem_tensor((W, VEC), Float32)
-            rB = cute.make_rmem_tensor((VEC,), Float32)
-            for i in cutlass.range_constexpr(VEC):
-                for k in cutlass.range_constexpr(W):
-                    rW[k, i] = mW[d0 + i, k].to(Float32)
-                rB[i] = Float32(0.0)
-            if const_expr(b_ptr is not None):
-                mB = cute.make_tensor(b_ptr, cute.make_layout((D,)))
-                for i in cutlass.range_constexpr(VEC):
-                    rB[i] = mB[d0 + i].to(Float32)
+            rW, rB = load_taps(w_ptr, b_ptr, D, d0, W, VEC)
 
             # The sequence holding t0: n, its first token bos and the next sequence's first token nxt.
-            n = Int32(0)
-            bos = Int32(0)
-            nxt = Int32(0)
-            if const_expr(self.key.varlen):
-                mCu = cute.make_tensor(cu_ptr, cute.make_layout((n_seqs + 1,)))
-                lo = Int32(0)
-                hi = n_seqs
-                while lo < hi:
-                    mid = (lo + hi + 1) >> 1
-                    if mCu[mid] <= t0:
-                        lo = mid
-                    else:
-                        hi = mid - 1
-                n = lo
-                bos = mCu[n]
-                nxt = mCu[n + 1]
-            else:
-                n = t0 // seq_arg
-                bos = n * seq_arg
-                nxt = bos + seq_arg
+            n, bos, nxt = locate_sequence(cu_ptr, t0, n_seqs, seq_arg, self.key.varlen)
 
             # win[k] holds x[t - (W - 1) + k] while token t is processed; prologue fills x[t0 - W + k], k >= 1.
             win = cute.make_rmem_tensor((W, VEC), Float32)
@@ -186,12 +158,7 @@ class CausalConv1dFwd:
             for k in cutlass.range_constexpr(W):
                 for i in cutlass.range_constexpr(VEC):
                     win[k, i] = Float32(0.0)
-            for k in cutlass.range_constexpr(1, W):
-                p = t0 - W + k
-                if p >= 0:
-                    cute.autovec_copy(gX[(None, None), (p, dv)], halo)
-                    for i in cutlass.range_constexpr(VEC):
-                        win[k, i] = halo[0, i].to(Float32)
+            load_history(gX, win, halo, t0, dv, W, VEC)
 
             # Two register buffers of U tokens: group g + 1 is loaded while group g is computed (software
             # pipelining), so every thread keeps up to 2 * U 16-byte loads in flight.
@@ -213,16 +180,7 @@ class CausalConv1dFwd:
                     for u in cutlass.range_constexpr(U):
                         t = tg + u
                         if t < T:
-                            if const_expr(self.key.varlen):
-                                while t >= nxt:
-                                    n = n + 1
-                                    bos = nxt
-                                    nxt = mCu[n + 1]
-                            else:
-                                if t >= nxt:
-                                    n = n + 1
-                                    bos = nxt
-                                    nxt = nxt + seq_arg
+                            n, bos, nxt = advance_sequence(cu_ptr, t, n, bos, nxt, n_seqs, seq_arg, self.key.varlen)
                             for k in cutlass.range_constexpr(W - 1):
                                 for i in cutlass.range_constexpr(VEC):
                                     win[k, i] = win[k + 1, i]
@@ -242,7 +200,7 @@ class CausalConv1dFwd:
                                                 acc[i] = acc[i] + rW[k, i] * mInit[n, d0 + i, prel + (W - 1)].to(Float32)
                             if const_expr(self.key.silu):
                                 for i in cutlass.range_constexpr(VEC):
-                                    acc[i] = acc[i] * cute.arch.rcp_approx(Float32(1.0) + cute.math.exp2(acc[i] * Float32(-LOG2E), fastmath=True))
+                                    acc[i] = silu(acc[i])
                             for i in cutlass.range_constexpr(VEC):
                                 yg[0, i, u] = acc[i].to(self.dtype)
                             cute.autovec_copy(yg[None, None, u], gY[(None, None), (t, dv)])
@@ -277,15 +235,7 @@ class CausalConv1dFwd:
             d0 = dv * VEC
             mX = cute.make_tensor(x_ptr, cute.make_layout((T, D), stride=(sx, 1)))
             mF = cute.make_tensor(final_ptr, cute.make_layout((n_seqs, D, W - 1), stride=(fin_sn, fin_sd, fin_sj)))
-            bos = Int32(0)
-            eos = Int32(0)
-            if const_expr(self.key.varlen):
-                mCu = cute.make_tensor(cu_ptr, cute.make_layout((n_seqs + 1,)))
-                bos = mCu[n]
-                eos = mCu[n + 1]
-            else:
-                bos = n * seq_arg
-                eos = bos + seq_arg
+            bos, eos = sequence_bounds(cu_ptr, n, n_seqs, seq_arg, self.key.varlen)
             for j in cutlass.range_constexpr(W - 1):
                 p = eos - (W - 1) + j
                 if p >= bos:

@@ -23,8 +23,10 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32, const_expr
 
+from .._device.activation import silu
+from .._device.channels import channel_vectors
+
 THREADS = 128
-LOG2E = 1.4426950408889634  # SiLU: x * sigmoid(x), sigmoid = 1 / (1 + 2^(-x log2 e)) with ex2.approx + rcp.approx
 
 
 @dataclass(frozen=True)
@@ -104,12 +106,10 @@ class CausalConv1dUpdate:
                 slot = mIdx[b]
         if dv < D // VEC and b < B and slot >= 0:
             d0 = dv * VEC
-            mX = cute.make_tensor(x_ptr, cute.make_layout((B, D), stride=(cute.assume(sx, divby=VEC), 1)))
-            mY = cute.make_tensor(y_ptr, cute.make_layout((B, D), stride=(cute.assume(sy, divby=VEC), 1)))
             mW = cute.make_tensor(w_ptr, cute.make_layout((D, W), stride=(W, 1)))
             mS = cute.make_tensor(state_ptr, cute.make_layout((S, D, W - 1), stride=(st_sn, st_sd, st_sj)))
-            gX = cute.zipped_divide(mX, (1, VEC))
-            gY = cute.zipped_divide(mY, (1, VEC))
+            gX = channel_vectors(x_ptr, B, D, sx, VEC)
+            gY = channel_vectors(y_ptr, B, D, sy, VEC)
             rx = cute.make_rmem_tensor(cute.make_layout((1, VEC)), self.dtype)
             cute.autovec_copy(gX[(None, None), (b, dv)], rx)
             win = cute.make_rmem_tensor((W, VEC), Float32)
@@ -140,7 +140,7 @@ class CausalConv1dUpdate:
                     acc[i] = acc[i] + mW[d0 + i, k].to(Float32) * win[k, i]
             if const_expr(self.key.silu):
                 for i in cutlass.range_constexpr(VEC):
-                    acc[i] = acc[i] * cute.arch.rcp_approx(Float32(1.0) + cute.math.exp2(acc[i] * Float32(-LOG2E), fastmath=True))
+                    acc[i] = silu(acc[i])
             ry = cute.make_rmem_tensor(cute.make_layout((1, VEC)), self.dtype)
             for i in cutlass.range_constexpr(VEC):
                 ry[0, i] = acc[i].to(self.dtype)

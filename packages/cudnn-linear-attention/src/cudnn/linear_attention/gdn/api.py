@@ -36,27 +36,22 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from cudnn.api_base import APIBase, TensorDesc, TupleDict, as_desc
+from cudnn.api_base import APIBase, TensorDesc, TupleDict
 from cudnn.datatypes import data_type
 from cudnn.dsl_gate import require_cutedsl
+
+from .._host.launch import CUTLASS_NAMES as _CNAME
+from .._host.launch import fake_gmem_ptr as _fake_ptr
+from .._host.launch import gmem_ptr as _ptr
+from .._host.launch import launch_stream as _stream
+from .._host.launch import torch_dtype as _torch_dtype
+from .._host.plan import check_declared, set_descs
 
 CUTEDSL_FLOOR = "4.8.0"
 FAMILY = "linear_attention.gdn"
 HEAD_DIMS = (64, 128)
 _GATE_DTYPES = (data_type.FLOAT, data_type.BFLOAT16)
 _VEC = 8  # bf16 elements per 16-byte load of q / k / v
-_CNAME = {data_type.BFLOAT16: "BFloat16", data_type.HALF: "Float16", data_type.FLOAT: "Float32", data_type.INT32: "Int32"}
-
-_TORCH_DTYPES: dict = {}
-
-
-def _torch_dtype(dt: data_type):
-    hit = _TORCH_DTYPES.get(dt)
-    if hit is None:
-        from cudnn.datatypes import to_torch_dtype
-
-        hit = _TORCH_DTYPES[dt] = to_torch_dtype(dt)
-    return hit
 
 
 def _token_dims(rank: int) -> int:
@@ -87,30 +82,6 @@ def _gate_ok(desc: TensorDesc) -> bool:
     return h == 0 or all(s == e or n == 1 for s, e, n in zip(desc.stride, expected, desc.shape, strict=True))
 
 
-def _ptr(t: Any, dt: data_type, align: int):
-    import cutlass
-    import cutlass.cute as cute
-
-    if t is None:
-        return None
-    return cute.runtime.make_ptr(getattr(cutlass, _CNAME[dt]), t.data_ptr(), cute.AddressSpace.gmem, assumed_align=align)
-
-
-def _fake_ptr(cname: str, align: int):
-    import cutlass
-    import cutlass.cute as cute
-
-    return cute.runtime.make_ptr(getattr(cutlass, cname), 0, cute.AddressSpace.gmem, assumed_align=align)
-
-
-def _stream(current_stream, device):
-    import cuda.bindings.driver as cuda
-
-    from cudnn._torch_stream import launch_stream_handle
-
-    return cuda.CUstream(launch_stream_handle(current_stream, device))
-
-
 class GatedDeltaNetFwdSm90(APIBase):
     """Chunked Gated DeltaNet forward on sm_90a. Tensors may be torch tensors or TensorDescs.
 
@@ -121,15 +92,7 @@ class GatedDeltaNetFwdSm90(APIBase):
 
     def __init__(self, q, k, v, g, beta, o, *, scale=None, use_qk_l2norm_in_kernel=False, initial_state=None, final_state=None, cu_seqlens=None):
         super().__init__()
-        self.q = as_desc(q, "q")
-        self.k = as_desc(k, "k")
-        self.v = as_desc(v, "v")
-        self.g = as_desc(g, "g")
-        self.beta = as_desc(beta, "beta")
-        self.o = as_desc(o, "o")
-        self.initial_state = as_desc(initial_state, "initial_state")
-        self.final_state = as_desc(final_state, "final_state")
-        self.cu_seqlens = as_desc(cu_seqlens, "cu_seqlens")
+        set_descs(self, q=q, k=k, v=v, g=g, beta=beta, o=o, initial_state=initial_state, final_state=final_state, cu_seqlens=cu_seqlens)
         self.scale = scale
         self.l2norm = bool(use_qk_l2norm_in_kernel)
         #: Tuning / test knob (part of the compile key): the blocked 16 x 16 triangular solve (True) or the
@@ -252,15 +215,7 @@ class GatedDeltaNetFwdSm90(APIBase):
         """Launch on ``current_stream``; returns ``o``. THD token totals / sequence counts (and dense B, L) may differ from the plan."""
         what = "GatedDeltaNetFwdSm90.execute"
         self._ensure_support_checked()
-        for t, plan, name in (
-            (cu_seqlens, self.cu_seqlens, "cu_seqlens"),
-            (initial_state, self.initial_state, "initial_state"),
-            (final_state, self.final_state, "final_state"),
-        ):
-            if (t is None) != (plan is None):
-                raise ValueError(
-                    f"{what}: {name} was {'not ' if plan is None else ''}declared at plan time but execute() received {'a tensor' if t is not None else 'None'}"
-                )
+        check_declared(what, self, cu_seqlens=cu_seqlens, initial_state=initial_state, final_state=final_state)
         rank = self.q.rank
         free = 1 if rank == 3 else 2
         if rank == 4 and self.cu_seqlens is not None and q.shape[0] != 1:

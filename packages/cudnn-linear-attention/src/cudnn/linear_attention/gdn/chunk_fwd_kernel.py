@@ -108,6 +108,23 @@ def _wgmma(tiled_mma: cute.TiledMma, acc: cute.Tensor, tCrA: cute.Tensor, tCrB: 
 
 
 @cute.jit
+def _row_scale(rbuf: cute.Tensor, keep: Float32, l2norm: cutlass.Constexpr[bool], nv: cutlass.Constexpr[int], vec: cutlass.Constexpr[int]) -> Float32:
+    """The factor a staged bf16 half row ``rbuf`` [1, 1, vec, nv] is multiplied by: ``keep`` (1 inside the
+    sequence, 0 past its end), times ``rsqrt(sum x^2 + eps)`` over the whole row (this lane's half and its
+    ``shuffle_sync_bfly(1)`` partner's) when ``l2norm``."""
+    inv = keep
+    if const_expr(l2norm):
+        ss = Float32(0.0)
+        for vj in cutlass.range_constexpr(nv):
+            for e in cutlass.range_constexpr(vec):
+                x = rbuf[0, 0, e, vj].to(Float32)
+                ss = ss + x * x
+        ss = ss + cute.arch.shuffle_sync_bfly(ss, offset=1)
+        inv = keep * cute.math.rsqrt(ss + Float32(L2NORM_EPS))
+    return inv
+
+
+@cute.jit
 def _smem_ready():
     """Generic-proxy shared-memory writes of every thread become visible to the next WGMMA (async proxy)."""
     cute.arch.fence_view_async_shared()
@@ -340,29 +357,13 @@ class GatedDeltaNetChunkFwd:
             rbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NV)), BFloat16)
             for vj in cutlass.range_constexpr(NV):
                 cute.autovec_copy(gQ[(None, None, None), (t_row, hk, half * NV + vj)], rbuf[None, None, None, vj])
-            inv_q = keep
-            if const_expr(self.key.l2norm):
-                ssq = Float32(0.0)
-                for vj in cutlass.range_constexpr(NV):
-                    for e in cutlass.range_constexpr(VEC):
-                        xq = rbuf[0, 0, e, vj].to(Float32)
-                        ssq = ssq + xq * xq
-                ssq = ssq + cute.arch.shuffle_sync_bfly(ssq, offset=1)
-                inv_q = keep * cute.math.rsqrt(ssq + Float32(L2NORM_EPS))
+            inv_q = _row_scale(rbuf, keep, self.key.l2norm, NV, VEC)
             for vj in cutlass.range_constexpr(NV):
                 for e in cutlass.range_constexpr(VEC):
                     sQ[row, half * HALF + vj * VEC + e] = (rbuf[0, 0, e, vj].to(Float32) * inv_q).to(BFloat16)
             for vj in cutlass.range_constexpr(NV):
                 cute.autovec_copy(gK[(None, None, None), (t_row, hk, half * NV + vj)], rbuf[None, None, None, vj])
-            inv_k = keep
-            if const_expr(self.key.l2norm):
-                ssk = Float32(0.0)
-                for vj in cutlass.range_constexpr(NV):
-                    for e in cutlass.range_constexpr(VEC):
-                        xk = rbuf[0, 0, e, vj].to(Float32)
-                        ssk = ssk + xk * xk
-                ssk = ssk + cute.arch.shuffle_sync_bfly(ssk, offset=1)
-                inv_k = keep * cute.math.rsqrt(ssk + Float32(L2NORM_EPS))
+            inv_k = _row_scale(rbuf, keep, self.key.l2norm, NV, VEC)
             NVV = VQ // VEC
             vbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NVV)), BFloat16)
             for vj in cutlass.range_constexpr(NVV):
