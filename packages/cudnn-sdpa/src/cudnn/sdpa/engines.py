@@ -18,39 +18,18 @@ from __future__ import annotations
 
 from cudnn.api_base import TensorDesc
 
+from ._host.graph_engine import SdpaGraphEngine, SdpaGraphPlan, graph_desc, mask_and_scale
 from .bwd.engine import SdpaBwdSm90Engine
 
 
-def _desc(t, name: str, rank: int | None = None) -> TensorDesc:
-    dims, strides = tuple(t.dim), tuple(t.stride)
-    if rank is not None:
-        dims, strides = dims[:rank], strides[:rank]
-    return TensorDesc(dims, strides, t.data_type, name)
-
-
-class _SdpaFwdPlan:
+class _SdpaFwdPlan(SdpaGraphPlan):
     """A built plan: the compiled adapter plus the uids it reads from the variant pack."""
 
     name = "sdpa_fwd_sm90"
-    supports_overrides = False
-
-    def __init__(self, adapter, uids: dict, scale_uid, scale_value: float):
-        self.adapter = adapter
-        self.uids = uids
-        self.scale_uid = scale_uid
-        self.scale_value = scale_value
-
-    def get_workspace_size(self) -> int:
-        return self.adapter.scratch_workspace_bytes()
 
     def execute(self, variant_pack, workspace, stream, **kwargs) -> None:
         u = self.uids
-        scale = self.scale_value
-        if self.scale_uid is not None:
-            s = variant_pack[self.scale_uid]
-            scale = float(s) if not hasattr(s, "is_cuda") or not s.is_cuda else None  # a host value: no device read
-            if scale is None:
-                raise ValueError("sdpa_fwd_sm90: attn_scale must be a pass-by-value host number or host tensor")
+        scale = self._scale(variant_pack)
         stats = variant_pack[u["stats"]].squeeze(-1) if u.get("stats") is not None else None  # a view
         sinks = variant_pack[u["sink_token"]].view(-1) if u.get("sink_token") is not None else None
         self.adapter.execute(
@@ -58,12 +37,11 @@ class _SdpaFwdPlan:
         )
 
 
-class SdpaFwdSm90Engine:
+class SdpaFwdSm90Engine(SdpaGraphEngine):
     """Engine ``sdpa_fwd_sm90``: one ``sdpa`` node, Hopper, bf16/fp16 (see the module docstring for the mapping)."""
 
     name = "sdpa_fwd_sm90"
-    priority = 100
-    is_reference = False
+    plan_class = _SdpaFwdPlan
 
     _DECLINED_INPUTS = ("bias", "seq_len_q", "seq_len_kv", "paged_attention_k_table", "paged_attention_v_table", "block_mask", "dropout_seed", "dropout_offset")
 
@@ -90,43 +68,24 @@ class SdpaFwdSm90Engine:
                 t.ragged_offset is not None,
                 f"{self.name}: {t.describe()}: THD ragged offsets are not served by this engine yet (cudnn.sdpa.sdpa_fwd takes cu_seqlens)",
             )
-        scale_t = ins.get("attn_scale")
-        decline_if(
-            scale_t is not None and not scale_t.is_pass_by_value, f"{self.name}: attn_scale {scale_t.describe() if scale_t else ''} must be pass-by-value"
-        )
-        left, right = attrs.get("diagonal_band_left_bound"), attrs.get("diagonal_band_right_bound")
-        decline_if(left is not None and left < 1, f"{self.name}: diagonal_band_left_bound={left} (< 1 masks every key) is not served")
-        decline_if(right is not None and right < 0, f"{self.name}: diagonal_band_right_bound={right} (< 0) is not served")
-        bottom_right = str(getattr(attrs.get("diagonal_alignment"), "name", attrs.get("diagonal_alignment"))).upper().endswith("BOTTOM_RIGHT")
+        scale_t, bottom_right, window_size, scale = mask_and_scale(self.name, ins, attrs)
         stats = outs.get("stats")
         sink = ins.get("sink_token")
         adapter = SdpaFwdSm90(
-            _desc(ins["q"], "q"),
-            _desc(ins["k"], "k"),
-            _desc(ins["v"], "v"),
-            _desc(outs["o"], "o"),
-            _desc(stats, "stats", 3) if stats is not None else None,
+            graph_desc(ins["q"], "q"),
+            graph_desc(ins["k"], "k"),
+            graph_desc(ins["v"], "v"),
+            graph_desc(outs["o"], "o"),
+            graph_desc(stats, "stats", 3) if stats is not None else None,
             causal_bottom_right=bottom_right,
-            window_size=(-1 if left is None else left - 1, -1 if right is None else right),
+            window_size=window_size,
             sinks=TensorDesc((sink.dim[1],), (sink.stride[1],), sink.data_type, "sink_token") if sink is not None else None,
         )
         adapter.check_support()
         uids = {"q": ins["q"].uid, "k": ins["k"].uid, "v": ins["v"].uid, "o": outs["o"].uid}
         uids["stats"] = stats.uid if stats is not None else None
         uids["sink_token"] = sink.uid if sink is not None else None
-        scale = attrs.get("attn_scale")
-        return adapter, uids, (scale_t.uid if scale_t is not None else None), (1.0 if scale is None else float(scale))
-
-    def check_support(self, graph) -> None:
-        self._adapter(graph)
-
-    def build_plan(self, graph):
-        adapter, uids, scale_uid, scale = self._adapter(graph)
-        adapter.compile()
-        return _SdpaFwdPlan(adapter, uids, scale_uid, scale)
-
-    def __repr__(self) -> str:
-        return f"<engine {self.name} priority={self.priority}>"
+        return adapter, uids, (scale_t.uid if scale_t is not None else None), scale
 
 
 def register(registry) -> None:

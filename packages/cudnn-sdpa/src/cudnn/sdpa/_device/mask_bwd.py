@@ -16,33 +16,13 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32, const_expr
 
+from .mask import MaskInfo
 from .mma_sm90 import acc_view_mn
 
 
-class MaskInfoBwd:
-    """Plan-time mask flags plus the runtime extents of the current (batch, n_block) tile."""
-
-    def __init__(
-        self,
-        tile_m: int,
-        tile_n: int,
-        mask_right: bool,
-        mask_left: bool,
-        seqlen_q: Int32,
-        seqlen_k: Int32,
-        offset: Int32,
-        window_left: Int32,
-        window_right: Int32,
-    ):
-        self.tile_m = tile_m
-        self.tile_n = tile_n
-        self.mask_right = mask_right
-        self.mask_left = mask_left
-        self.seqlen_q = seqlen_q
-        self.seqlen_k = seqlen_k
-        self.offset = offset
-        self.window_left = window_left
-        self.window_right = window_right
+class MaskInfoBwd(MaskInfo):
+    """Plan-time mask flags plus the runtime extents of the current (batch, n_block) tile: the forward's
+    :class:`~.mask.MaskInfo` (same constructor, same fields, one query per tile row) seen from a key block."""
 
     @cute.jit
     def m_block_range(self, n_block: Int32):

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import enum
 
+import cutlass
 import cutlass.cute as cute
-from cutlass import pipeline
+from cutlass import Int32, const_expr, pipeline
+from cutlass.cute.nvgpu import cpasync
 
 
 class NamedBarrier(enum.IntEnum):
@@ -34,6 +36,16 @@ def make_tma_pipeline(barrier_ptr, num_stages: int, num_consumer_warps: int, tx_
     )
 
 
+@cute.jit
+def prefetch_tma_descriptors(warp_idx: Int32, *atoms):
+    """Warp 0 (the TMA producer) prefetches the descriptors of the TMA ``atoms``, in order; a None entry is an
+    operand the plan compiles out and is skipped."""
+    if warp_idx == 0:
+        for i in cutlass.range_constexpr(len(atoms)):
+            if const_expr(atoms[i] is not None):
+                cpasync.prefetch_descriptor(atoms[i])
+
+
 def producer_state(num_stages: int):
     return pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, num_stages)
 
@@ -42,4 +54,4 @@ def consumer_state(num_stages: int):
     return pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, num_stages)
 
 
-__all__ = ["NamedBarrier", "make_tma_pipeline", "producer_state", "consumer_state", "cute"]
+__all__ = ["NamedBarrier", "make_tma_pipeline", "prefetch_tma_descriptors", "producer_state", "consumer_state", "cute"]

@@ -32,20 +32,15 @@ from typing import Any
 from cudnn.api_base import APIBase, TensorDesc, TupleDict, as_desc
 from cudnn.datatypes import data_type
 
+from .._host.plan_args import DT_NAME as _DT_NAME
+from .._host.plan_args import IO_DTYPES as _IO_DTYPES
+from .._host.plan_args import check_thd_varlen, init_attention_options
+from .._host.plan_args import norm_window as _norm_window
+from .._host.plan_args import tma_strides as _tma_strides
+
 _HEAD_DIMS = (64, 96, 128)
-_IO_DTYPES = (data_type.BFLOAT16, data_type.HALF)
-_DT_NAME = {data_type.BFLOAT16: "bf16", data_type.HALF: "fp16"}
 _DSL_FLOOR = "4.8.0"  # mirrors cudnn.sdpa.CUTEDSL_MIN_VERSION (api.py imports no package module)
 _OWNER = "SdpaBwdSm90"
-
-
-def _norm_window(window_size) -> tuple[int, int]:
-    if window_size is None:
-        return -1, -1
-    left, right = (int(window_size[0]), int(window_size[1]))
-    if left < -1 or right < -1:
-        raise ValueError(f"window_size={tuple(window_size)}: each side must be >= 0, or -1 for unbounded")
-    return left, right
 
 
 class SdpaBwdSm90(APIBase):
@@ -87,15 +82,9 @@ class SdpaBwdSm90(APIBase):
         self.q, self.k, self.v = as_desc(q, "q"), as_desc(k, "k"), as_desc(v, "v")
         self.o, self.do, self.lse = as_desc(o, "o"), as_desc(do, "do"), as_desc(lse, "lse")
         self.dq, self.dk, self.dv = as_desc(dq, "dq"), as_desc(dk, "dk"), as_desc(dv, "dv")
-        self.sinks = as_desc(sinks, "sinks")
-        self.cu_seqlens_q, self.cu_seqlens_kv = as_desc(cu_seqlens_q, "cu_seqlens_q"), as_desc(cu_seqlens_kv, "cu_seqlens_kv")
-        self.page_table = as_desc(page_table, "page_table")
-        self.is_causal = bool(is_causal)
-        self.causal_bottom_right = bool(causal_bottom_right)
-        self.window_size = _norm_window(window_size)
-        self.scale = scale
-        self.max_seqlen_q, self.max_seqlen_kv = max_seqlen_q, max_seqlen_kv
-        self.lse_log2 = bool(lse_log2)
+        init_attention_options(
+            self, sinks, cu_seqlens_q, cu_seqlens_kv, page_table, is_causal, causal_bottom_right, window_size, scale, max_seqlen_q, max_seqlen_kv, lse_log2
+        )
         self.deterministic = bool(deterministic)
         self.key = None
 
@@ -116,16 +105,7 @@ class SdpaBwdSm90(APIBase):
             f"{_OWNER}: q, k, v, o, do must share one dtype; got {q.describe()}, {k.describe()}, {v.describe()}, {o.describe()}, {do.describe()}",
         )
         if varlen:
-            self._value_error_if(self.cu_seqlens_q is None or self.cu_seqlens_kv is None, f"{_OWNER}: THD varlen needs both cu_seqlens_q and cu_seqlens_kv")
-            for d in (q, k, v, o, do):
-                self._value_error_if(d.rank != 3, f"{_OWNER}: THD varlen takes (T, H, D) tensors; got {d.describe()}")
-            for cu in (self.cu_seqlens_q, self.cu_seqlens_kv):
-                self._decline_if(cu.dtype != data_type.INT32 or cu.rank != 1, f"{_OWNER}: {cu.describe()} must be a 1-D int32 tensor")
-                self._decline_if(cu.shape[0] > 1 and cu.stride[0] != 1, f"{_OWNER}: {cu.describe()} must be contiguous")
-            self._value_error_if(
-                self.cu_seqlens_q.shape != self.cu_seqlens_kv.shape,
-                f"{_OWNER}: {self.cu_seqlens_q.describe()} and {self.cu_seqlens_kv.describe()} must have the same length (B + 1)",
-            )
+            check_thd_varlen(self, _OWNER, (q, k, v, o, do))
             sq, h, dq_ = q.shape
             sk, hk, dk_ = k.shape
             self._value_error_if(tuple(v.shape[:2]) != (sk, hk), f"{_OWNER}: tokens/heads disagree: {k.describe()}, {v.describe()}")
@@ -341,14 +321,6 @@ def _check_io(key, q, k, v, o, do, lse, dq, dk, dv) -> None:
     if lse is None or lse.dtype != t["torch"].float32 or tuple(lse.shape) != want_lse or lse.device != q.device:
         got = "None" if lse is None else f"shape={tuple(lse.shape)} dtype={lse.dtype} device={lse.device}"
         raise ValueError(f"{_OWNER}.execute: lse ({got}) must be a float32 {want_lse} tensor on {q.device} (the forward's LSE)")
-
-
-def _tma_strides(shape, strides):
-    """(b, h, s) strides for a TMA descriptor; a dim of extent <= 1 is never stepped, so its stride is replaced by the
-    tensor's span (a valid 16-byte multiple) - the forward's convention."""
-    span = max([abs(st) * max(sh, 1) for sh, st in zip(shape, strides, strict=False)] + [8])
-    span = (span + 7) // 8 * 8
-    return tuple(st if sh > 1 else span for sh, st in zip(shape, strides, strict=False))
 
 
 _GROUP_CACHE: dict = {}

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import torch
 
+from .._host.torch_glue import OP_NAMESPACE as _LIB
+from .._host.torch_glue import absent_output
 from .api import sdpa_bwd
-
-_LIB = "cudnn"
 
 
 @torch.library.custom_op(f"{_LIB}::sdpa_bwd", mutates_args=(), device_types="cuda")
@@ -63,7 +63,7 @@ def _sdpa_bwd_op(
         lse_log2=lse_log2,
         deterministic=deterministic,
     )
-    dsinks = res["dsinks"] if "dsinks" in res else q.new_empty((0,), dtype=torch.float32)
+    dsinks = res["dsinks"] if "dsinks" in res else absent_output(q)
     return res["dq"], res["dk"], res["dv"], dsinks
 
 
@@ -75,7 +75,7 @@ def _(q, k, v, o, do, lse, is_causal=False, causal_bottom_right=False, window_le
     dq = _alloc_like_layout(torch, q, q.shape[-1], q.dtype, q.device)
     dk = _alloc_like_layout(torch, k, k.shape[-1], k.dtype, k.device)
     dv = _alloc_like_layout(torch, v, v.shape[-1], v.dtype, v.device)
-    dsinks = q.new_empty(tuple(sinks.shape), dtype=torch.float32) if sinks is not None else q.new_empty((0,), dtype=torch.float32)
+    dsinks = q.new_empty(tuple(sinks.shape), dtype=torch.float32) if sinks is not None else absent_output(q)
     return dq, dk, dv, dsinks
 
 

@@ -15,34 +15,15 @@ at top level.
 
 from __future__ import annotations
 
-from cudnn.api_base import TensorDesc
+from .._host.graph_engine import SdpaGraphEngine, SdpaGraphPlan, graph_desc, mask_and_scale
 
 
-def _desc(t, name: str, rank: int | None = None) -> TensorDesc:
-    dims, strides = tuple(t.dim), tuple(t.stride)
-    if rank is not None:
-        dims, strides = dims[:rank], strides[:rank]
-    return TensorDesc(dims, strides, t.data_type, name)
-
-
-class _SdpaBwdPlan:
+class _SdpaBwdPlan(SdpaGraphPlan):
     name = "sdpa_bwd_sm90"
-    supports_overrides = False
-
-    def __init__(self, adapter, uids: dict, scale_uid, scale_value: float):
-        self.adapter, self.uids, self.scale_uid, self.scale_value = adapter, uids, scale_uid, scale_value
-
-    def get_workspace_size(self) -> int:
-        return self.adapter.scratch_workspace_bytes()
 
     def execute(self, variant_pack, workspace, stream, **kwargs) -> None:
         u = self.uids
-        scale = self.scale_value
-        if self.scale_uid is not None:
-            s = variant_pack[self.scale_uid]
-            if hasattr(s, "is_cuda") and s.is_cuda:
-                raise ValueError("sdpa_bwd_sm90: attn_scale must be a pass-by-value host number or host tensor")
-            scale = float(s)  # a host value: no device read
+        scale = self._scale(variant_pack)
         vp = variant_pack
         self.adapter.execute(
             vp[u["q"]], vp[u["k"]], vp[u["v"]], vp[u["o"]], vp[u["dO"]], vp[u["stats"]].squeeze(-1), vp[u["dQ"]], vp[u["dK"]], vp[u["dV"]],
@@ -50,12 +31,11 @@ class _SdpaBwdPlan:
         )  # fmt: skip
 
 
-class SdpaBwdSm90Engine:
+class SdpaBwdSm90Engine(SdpaGraphEngine):
     """Engine ``sdpa_bwd_sm90``: one ``sdpa_backward`` node, Hopper, bf16/fp16 (see the module docstring)."""
 
     name = "sdpa_bwd_sm90"
-    priority = 100
-    is_reference = False
+    plan_class = _SdpaBwdPlan
 
     _DECLINED_INPUTS = ("bias", "seq_len_q", "seq_len_kv", "sink_token")
 
@@ -79,44 +59,25 @@ class SdpaBwdSm90Engine:
         for port in ("q", "k", "v", "o", "dO"):
             t = ins[port]
             decline_if(t.ragged_offset is not None, f"{self.name}: {t.describe()}: THD ragged offsets are not served by the backward yet")
-        scale_t = ins.get("attn_scale")
-        decline_if(
-            scale_t is not None and not scale_t.is_pass_by_value, f"{self.name}: attn_scale {scale_t.describe() if scale_t else ''} must be pass-by-value"
-        )
-        left, right = attrs.get("diagonal_band_left_bound"), attrs.get("diagonal_band_right_bound")
-        decline_if(left is not None and left < 1, f"{self.name}: diagonal_band_left_bound={left} (< 1 masks every key) is not served")
-        decline_if(right is not None and right < 0, f"{self.name}: diagonal_band_right_bound={right} (< 0) is not served")
-        bottom_right = str(getattr(attrs.get("diagonal_alignment"), "name", attrs.get("diagonal_alignment"))).upper().endswith("BOTTOM_RIGHT")
+        scale_t, bottom_right, window_size, scale = mask_and_scale(self.name, ins, attrs)
         adapter = SdpaBwdSm90(
-            _desc(ins["q"], "q"),
-            _desc(ins["k"], "k"),
-            _desc(ins["v"], "v"),
-            _desc(ins["o"], "o"),
-            _desc(ins["dO"], "dO"),
-            _desc(ins["stats"], "stats", 3),
-            _desc(outs["dQ"], "dQ"),
-            _desc(outs["dK"], "dK"),
-            _desc(outs["dV"], "dV"),
+            graph_desc(ins["q"], "q"),
+            graph_desc(ins["k"], "k"),
+            graph_desc(ins["v"], "v"),
+            graph_desc(ins["o"], "o"),
+            graph_desc(ins["dO"], "dO"),
+            graph_desc(ins["stats"], "stats", 3),
+            graph_desc(outs["dQ"], "dQ"),
+            graph_desc(outs["dK"], "dK"),
+            graph_desc(outs["dV"], "dV"),
             causal_bottom_right=bottom_right,
-            window_size=(-1 if left is None else left - 1, -1 if right is None else right),
+            window_size=window_size,
             deterministic=bool(attrs.get("use_deterministic_algorithm")),
         )
         adapter.check_support()
         uids = {p: ins[p].uid for p in ("q", "k", "v", "o", "dO", "stats")}
         uids.update({p: outs[p].uid for p in ("dQ", "dK", "dV")})
-        scale = attrs.get("attn_scale")
-        return adapter, uids, (scale_t.uid if scale_t is not None else None), (1.0 if scale is None else float(scale))
-
-    def check_support(self, graph) -> None:
-        self._adapter(graph)
-
-    def build_plan(self, graph):
-        adapter, uids, scale_uid, scale = self._adapter(graph)
-        adapter.compile()
-        return _SdpaBwdPlan(adapter, uids, scale_uid, scale)
-
-    def __repr__(self) -> str:
-        return f"<engine {self.name} priority={self.priority}>"
+        return adapter, uids, (scale_t.uid if scale_t is not None else None), scale
 
 
 def register(registry) -> None:

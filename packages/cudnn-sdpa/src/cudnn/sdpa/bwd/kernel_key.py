@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .._host.attention_key import AttentionKey
+
 #: Rows per CTA of the preprocess and postprocess kernels; the scratch is padded to a multiple of it.
 PREPOST_ROWS = 128
 #: Query rows per dQ semaphore of the deterministic mode: the main kernel's tile_m (64) for every served head dim.
@@ -13,16 +15,10 @@ _ALIGN = 128
 
 
 @dataclass(frozen=True)
-class SdpaBwdKey:
-    """Everything the compiled backward kernels specialize on (Rule 4: plan-time values only, no extents)."""
+class SdpaBwdKey(AttentionKey):
+    """Everything the compiled backward kernels specialize on (Rule 4: plan-time values only, no extents): the shared
+    :class:`~cudnn.sdpa._host.attention_key.AttentionKey` fields (dtype ... bottom_right), then these."""
 
-    dtype: str  # "bf16" | "fp16"
-    head_dim: int
-    head_dim_v: int
-    qhead_per_kvhead: int
-    mask_right: bool  # causal or a finite right window
-    mask_left: bool  # a finite left window
-    bottom_right: bool  # mask alignment (offset S_kv - S_q)
     lse_log2: bool  # the saved LSE is in base 2 (the forward's ``lse_log2``)
     has_sinks: bool
     varlen: bool

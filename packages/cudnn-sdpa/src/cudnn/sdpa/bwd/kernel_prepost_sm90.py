@@ -23,9 +23,10 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32, Int64, const_expr
 
+from .._device.kernel_plan import DTYPES
+from .._device.kernel_plan import fake_gmem_ptr as _ptr
 from .kernel_key import PREPOST_ROWS, SEM_ROWS, SdpaBwdKey
 
-_DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16}
 LOG2_E = math.log2(math.e)
 
 
@@ -34,7 +35,7 @@ class SdpaBwdPreprocessSm90:
 
     def __init__(self, key: SdpaBwdKey):
         self.key = key
-        self.dtype = _DTYPES[key.dtype]
+        self.dtype = DTYPES[key.dtype]
         self.head_dim = key.head_dim
         self.head_dim_v = key.head_dim_v
 
@@ -186,7 +187,7 @@ class SdpaBwdPostprocessSm90:
 
     def __init__(self, key: SdpaBwdKey):
         self.key = key
-        self.dtype = _DTYPES[key.dtype]
+        self.dtype = DTYPES[key.dtype]
         self.head_dim = key.head_dim
 
     @cute.jit
@@ -296,15 +297,9 @@ class SdpaBwdPostprocessSm90:
                 cute.autovec_copy(rdQ, cute.local_tile(gdQ, (vec,), (c,)))
 
 
-def _ptr(t, align=16):
-    from cutlass.cute.runtime import make_ptr
-
-    return make_ptr(t, 16, cute.AddressSpace.gmem, assumed_align=align)
-
-
 def compile_sdpa_bwd_pre(key: SdpaBwdKey):
     """cute.compile the preprocess for ``key`` (no GPU needed)."""
-    dtype = _DTYPES[key.dtype]
+    dtype = DTYPES[key.dtype]
     zero = Int32(0)
     strides = (Int64(0), Int64(0), Int64(0))
     return cute.compile(
@@ -318,7 +313,7 @@ def compile_sdpa_bwd_pre(key: SdpaBwdKey):
 
 def compile_sdpa_bwd_post(key: SdpaBwdKey):
     """cute.compile the postprocess for ``key`` (no GPU needed)."""
-    dtype = _DTYPES[key.dtype]
+    dtype = DTYPES[key.dtype]
     zero = Int32(0)
     strides = (Int64(0), Int64(0), Int64(0))
     return cute.compile(

@@ -39,15 +39,14 @@ import cutlass.cute as cute
 import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass import Float32, Int32, Int64, const_expr
 from cutlass.cute.nvgpu import cpasync, warp, warpgroup
-from cutlass.utils import LayoutEnum
 
+from .._device.kernel_plan import DTYPES, WarpSpecializedPlanSm90, fake_gmem_ptr
 from .._device.mask_bwd import MaskInfoBwd
 from .._device.mma_sm90 import acc_view_as_a, acc_view_mn, transpose_view, wgmma
-from .._device.pipeline import consumer_state, make_tma_pipeline, producer_state
+from .._device.pipeline import consumer_state, make_tma_pipeline, prefetch_tma_descriptors, producer_state
+from .._device.seqlen import cu_seqlens_tensors, sequence_extents
 from .._device.tile_scheduler import SingleTileScheduler
 from .kernel_key import PREPOST_ROWS, SdpaBwdKey, tile_config
-
-_DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16}
 
 
 class NamedBarrierBwd(enum.IntEnum):
@@ -56,32 +55,16 @@ class NamedBarrierBwd(enum.IntEnum):
     DQ_TURN = 3  # consumers (deterministic): this CTA's turn to add into a query block's dQ / its adds are done
 
 
-class SdpaBwdKernelSm90:
+class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
     """The main backward kernel: ``__init__`` holds the plan (the compile key), ``__call__`` prepares the launch."""
 
-    num_consumer_wg = 2
-    threads_per_wg = 128
-
     def __init__(self, key: SdpaBwdKey):
-        self.key = key
-        self.dtype = _DTYPES[key.dtype]
-        self.head_dim = key.head_dim
-        self.head_dim_v = key.head_dim_v
+        super().__init__(key)
         self.tile_m, self.tile_n, self.num_stages = tile_config(key.head_dim, key.head_dim_v)
-        self.num_mma_threads = self.num_consumer_wg * self.threads_per_wg
-        self.num_threads = self.num_mma_threads + self.threads_per_wg
-        self.num_mma_regs, self.num_producer_regs = 240, 24
 
     # ------------------------------------------------------------------------------------------------
     # host side
     # ------------------------------------------------------------------------------------------------
-    def _smem_layout(self, rows: int, cols: int, stages: int | None = None, atom_cols: int | None = None):
-        kind = sm90_utils.get_smem_layout_atom(LayoutEnum.ROW_MAJOR, self.dtype, atom_cols or cols)
-        atom = warpgroup.make_smem_layout_atom(kind, self.dtype)
-        if stages is None:
-            return cute.tile_to_shape(atom, (rows, cols), order=(0, 1))
-        return cute.tile_to_shape(atom, (rows, cols, stages), order=(0, 1, 2))
-
     @cute.jit
     def __call__(
         self,
@@ -141,10 +124,7 @@ class SdpaBwdKernelSm90:
         if const_expr(self.key.deterministic):
             ns = sp // self.tile_m
             mSem = cute.make_tensor(sem_ptr, cute.make_layout((ns, heads, bt), stride=(1, ns, ns * heads)))
-        mCuQ, mCuK = None, None
-        if const_expr(self.key.varlen):
-            mCuQ = cute.make_tensor(cu_q_ptr, cute.make_layout((batch + 1,)))
-            mCuK = cute.make_tensor(cu_k_ptr, cute.make_layout((batch + 1,)))
+        mCuQ, mCuK = cu_seqlens_tensors(cu_q_ptr, cu_k_ptr, batch, self.key.varlen)
 
         K_MAJOR, MN_MAJOR = warpgroup.OperandMajorMode.K, warpgroup.OperandMajorMode.MN
         # S^T = K Q^T and dP^T = V dO^T: M = keys (64 per consumer warpgroup), N = queries.
@@ -255,13 +235,7 @@ class SdpaBwdKernelSm90:
         SharedStorage: cutlass.Constexpr,
     ):
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
-        if warp_idx == 0:
-            cpasync.prefetch_descriptor(tma_atom_Q)
-            cpasync.prefetch_descriptor(tma_atom_K)
-            cpasync.prefetch_descriptor(tma_atom_V)
-            cpasync.prefetch_descriptor(tma_atom_dO)
-            cpasync.prefetch_descriptor(tma_atom_dK)
-            cpasync.prefetch_descriptor(tma_atom_dV)
+        prefetch_tma_descriptors(warp_idx, tma_atom_Q, tma_atom_K, tma_atom_V, tma_atom_dO, tma_atom_dK, tma_atom_dV)
 
         smem = cutlass.utils.SmemAllocator()
         storage = smem.allocate(SharedStorage)
@@ -281,17 +255,10 @@ class SdpaBwdKernelSm90:
         n_block, head_kv, batch = SingleTileScheduler(num_n_blocks, num_heads_kv, num_batch, group_heads, False).tile()
         # Per-sequence extents and offsets (varlen reads them from cu_seqlens on the device). ``pad_q`` is the
         # sequence's first row in the scratch: its padded rows never overlap the next sequence's.
-        seqlen_q = seqlen_q_static
-        seqlen_k = seqlen_k_static
-        offset_q = Int32(0)
-        offset_k = Int32(0)
+        seqlen_q, seqlen_k, offset_q, offset_k = sequence_extents(mCuQ, mCuK, batch, seqlen_q_static, seqlen_k_static, self.key.varlen)
         pad_q = Int32(0)
         batch_t = batch
         if const_expr(self.key.varlen):
-            offset_q = mCuQ[batch]
-            seqlen_q = mCuQ[batch + 1] - offset_q
-            offset_k = mCuK[batch]
-            seqlen_k = mCuK[batch + 1] - offset_k
             pad_q = (offset_q + batch * PREPOST_ROWS) // PREPOST_ROWS * PREPOST_ROWS
             batch_t = Int32(0)
         mask_offset = Int32(0)
@@ -734,14 +701,8 @@ class SdpaBwdKernelSm90:
 
 def compile_sdpa_bwd_main(key: SdpaBwdKey):
     """cute.compile the main kernel for ``key`` from placeholder pointers and runtime extents (no GPU needed)."""
-    from cutlass.cute.runtime import make_ptr
-
-    dtype = _DTYPES[key.dtype]
-    gmem = cute.AddressSpace.gmem
-
-    def ptr(t, align=16):
-        return make_ptr(t, 16, gmem, assumed_align=align)
-
+    dtype = DTYPES[key.dtype]
+    ptr = fake_gmem_ptr
     zero = Int32(0)
     strides = (Int64(0), Int64(0), Int64(0))
     return cute.compile(

@@ -30,23 +30,17 @@ from typing import Any
 from cudnn.api_base import APIBase, TensorDesc, TupleDict, as_desc
 from cudnn.datatypes import data_type
 
+from .._host.plan_args import DT_NAME as _DT_NAME
+from .._host.plan_args import IO_DTYPES as _IO_DTYPES
+from .._host.plan_args import check_thd_varlen, init_attention_options
+from .._host.plan_args import tma_strides as _tma_strides
+
 _HEAD_DIMS = (64, 96, 128, 192, 256)
-_IO_DTYPES = (data_type.BFLOAT16, data_type.HALF)
-_DT_NAME = {data_type.BFLOAT16: "bf16", data_type.HALF: "fp16"}
 #: Pack-GQA (the G query heads of a kv head share one query tile, so K/V are read once per kv head) is chosen
 #: automatically for dense plans with S_q at most this (decode, speculative decoding, short chunks).
 PACK_GQA_MAX_SEQLEN_Q = 64
 #: This family's CuTe DSL runtime floor (mirrors cudnn.sdpa.CUTEDSL_MIN_VERSION; kept here so api.py needs no package import).
 _DSL_FLOOR = "4.8.0"
-
-
-def _norm_window(window_size) -> tuple[int, int]:
-    if window_size is None:
-        return -1, -1
-    left, right = (int(window_size[0]), int(window_size[1]))
-    if left < -1 or right < -1:
-        raise ValueError(f"window_size={tuple(window_size)}: each side must be >= 0, or -1 for unbounded")
-    return left, right
 
 
 class SdpaFwdSm90(APIBase):
@@ -89,16 +83,9 @@ class SdpaFwdSm90(APIBase):
         self.split_kv = bool(split_kv)
         self.q, self.k, self.v = as_desc(q, "q"), as_desc(k, "k"), as_desc(v, "v")
         self.o, self.lse = as_desc(o, "o"), as_desc(lse, "lse")
-        self.sinks = as_desc(sinks, "sinks")
-        self.cu_seqlens_q, self.cu_seqlens_kv = as_desc(cu_seqlens_q, "cu_seqlens_q"), as_desc(cu_seqlens_kv, "cu_seqlens_kv")
-        self.page_table = as_desc(page_table, "page_table")
-        self.is_causal = bool(is_causal)
-        self.causal_bottom_right = bool(causal_bottom_right)
-        self.window_size = _norm_window(window_size)
-        self.scale = scale
-        self.max_seqlen_q = max_seqlen_q
-        self.max_seqlen_kv = max_seqlen_kv
-        self.lse_log2 = bool(lse_log2)
+        init_attention_options(
+            self, sinks, cu_seqlens_q, cu_seqlens_kv, page_table, is_causal, causal_bottom_right, window_size, scale, max_seqlen_q, max_seqlen_kv, lse_log2
+        )
         self.key = None
 
     # ------------------------------------------------------------------------------------------ plan
@@ -160,16 +147,7 @@ class SdpaFwdSm90(APIBase):
                     f"SdpaFwdSm90: {d.describe()}: a page must be page_size consecutive token rows (page stride = page_size * token stride)",
                 )
         elif self.varlen:
-            self._value_error_if(self.cu_seqlens_q is None or self.cu_seqlens_kv is None, "SdpaFwdSm90: THD varlen needs both cu_seqlens_q and cu_seqlens_kv")
-            for d in (q, k, v):
-                self._value_error_if(d.rank != 3, f"SdpaFwdSm90: THD varlen takes (T, H, D) tensors; got {d.describe()}")
-            for cu in (self.cu_seqlens_q, self.cu_seqlens_kv):
-                self._decline_if(cu.dtype != data_type.INT32 or cu.rank != 1, f"SdpaFwdSm90: {cu.describe()} must be a 1-D int32 tensor")
-                self._decline_if(cu.shape[0] > 1 and cu.stride[0] != 1, f"SdpaFwdSm90: {cu.describe()} must be contiguous")
-            self._value_error_if(
-                self.cu_seqlens_q.shape != self.cu_seqlens_kv.shape,
-                f"SdpaFwdSm90: {self.cu_seqlens_q.describe()} and {self.cu_seqlens_kv.describe()} must have the same length (B + 1)",
-            )
+            check_thd_varlen(self, "SdpaFwdSm90", (q, k, v))
             _, h, dq = q.shape
             _, hk, dk = k.shape
             _, hv, dv = v.shape
@@ -526,14 +504,6 @@ def _check_io(key, q, k, v, o) -> None:
         )
     if not key.varlen and not key.paged and k.shape[0] != q.shape[0]:
         raise ValueError(f"SdpaFwdSm90.execute: batch of q {q.shape[0]} and k {k.shape[0]} differ")
-
-
-def _tma_strides(shape, strides):
-    """(b, h, s) strides for a TMA descriptor: a dim of extent <= 1 is never stepped, so its stride (0 for the
-    THD batch, or whatever torch reports for a size-1 dim) is replaced by the tensor's span, a valid 16-byte multiple."""
-    span = max([abs(st) * max(sh, 1) for sh, st in zip(shape, strides, strict=False)] + [8])
-    span = (span + 7) // 8 * 8
-    return tuple(st if sh > 1 else span for sh, st in zip(shape, strides, strict=False))
 
 
 _GROUP_CACHE: dict = {}

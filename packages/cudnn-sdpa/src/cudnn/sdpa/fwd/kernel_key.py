@@ -4,18 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .._host.attention_key import AttentionKey
+
 
 @dataclass(frozen=True)
-class SdpaFwdKey:
-    """Everything the compiled kernel specializes on (Rule 4: plan-time values only, no extents)."""
+class SdpaFwdKey(AttentionKey):
+    """Everything the compiled kernel specializes on (Rule 4: plan-time values only, no extents): the shared
+    :class:`~cudnn.sdpa._host.attention_key.AttentionKey` fields (dtype ... bottom_right), then these."""
 
-    dtype: str  # "bf16" | "fp16"
-    head_dim: int
-    head_dim_v: int
-    qhead_per_kvhead: int
-    mask_right: bool  # causal or a finite right window
-    mask_left: bool  # a finite left window
-    bottom_right: bool  # mask alignment (offset S_kv - S_q)
     has_lse: bool
     lse_log2: bool
     has_sinks: bool

@@ -46,47 +46,32 @@ import cutlass.cute as cute
 import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass import Float32, Int32, Int64, const_expr
 from cutlass.cute.nvgpu import cpasync, warp, warpgroup
-from cutlass.utils import LayoutEnum
 
+from .._device.kernel_plan import DTYPES, WarpSpecializedPlanSm90, fake_gmem_ptr
 from .._device.mask import MaskInfo
 from .._device.mma_sm90 import acc_view_as_a, acc_view_mn, transpose_view, wgmma
-from .._device.pipeline import NamedBarrier, consumer_state, make_tma_pipeline, producer_state
+from .._device.pipeline import NamedBarrier, consumer_state, make_tma_pipeline, prefetch_tma_descriptors, producer_state
+from .._device.seqlen import cu_seqlens_tensors, sequence_extents
 from .._device.softmax import OnlineSoftmax
 from .._device.tile_scheduler import SingleTileScheduler
 from .kernel_key import COMBINE_ROWS_PER_CTA, SdpaFwdKey, tile_config
 
-_DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16}
 LOG2_E = math.log2(math.e)
 LN_2 = math.log(2.0)
 
 
-class SdpaFwdKernelSm90:
+class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
     """The kernel class: ``__init__`` holds the plan (the compile key), ``__call__`` prepares the launch."""
 
-    num_consumer_wg = 2
-    threads_per_wg = 128
-
     def __init__(self, key: SdpaFwdKey):
-        self.key = key
-        self.dtype = _DTYPES[key.dtype]
-        self.head_dim = key.head_dim
-        self.head_dim_v = key.head_dim_v
+        super().__init__(key)
         self.tile_m, self.tile_n, self.num_stages, self.pingpong = tile_config(key.head_dim, key.head_dim_v)
         if key.kv_stages:
             self.num_stages = key.kv_stages
-        self.num_mma_threads = self.num_consumer_wg * self.threads_per_wg
-        self.num_threads = self.num_mma_threads + self.threads_per_wg
-        self.num_mma_regs, self.num_producer_regs = 240, 24
 
     # ------------------------------------------------------------------------------------------------
     # host side
     # ------------------------------------------------------------------------------------------------
-    def _smem_layout(self, rows: int, cols: int, stages: int | None = None):
-        atom = warpgroup.make_smem_layout_atom(sm90_utils.get_smem_layout_atom(LayoutEnum.ROW_MAJOR, self.dtype, cols), self.dtype)
-        if stages is None:
-            return cute.tile_to_shape(atom, (rows, cols), order=(0, 1))
-        return cute.tile_to_shape(atom, (rows, cols, stages), order=(0, 1, 2))
-
     @cute.jit
     def __call__(
         self,
@@ -188,10 +173,7 @@ class SdpaFwdKernelSm90:
                     lsepart_ptr, cute.make_layout(((G, seqlen_q), heads_kv, batch * num_splits), stride=((l_head, 1), l_head * G, l_batch))
                 )
             splits_arg = num_splits
-        mCuQ, mCuK = None, None
-        if const_expr(self.key.varlen):
-            mCuQ = cute.make_tensor(cu_q_ptr, cute.make_layout((batch + 1,)))
-            mCuK = cute.make_tensor(cu_k_ptr, cute.make_layout((batch + 1,)))
+        mCuQ, mCuK = cu_seqlens_tensors(cu_q_ptr, cu_k_ptr, batch, self.key.varlen)
         mPageTable = None
         if const_expr(self.key.paged):
             # K/V rows are pool tokens (page * page_size + slot); a batch's KV length is cu_seqlens_kv[b + 1] - cu_seqlens_kv[b].
@@ -346,13 +328,7 @@ class SdpaFwdKernelSm90:
         SharedStorage: cutlass.Constexpr,
     ):
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
-        if warp_idx == 0:
-            if const_expr(tma_atom_Q is not None):
-                cpasync.prefetch_descriptor(tma_atom_Q)
-            cpasync.prefetch_descriptor(tma_atom_K)
-            cpasync.prefetch_descriptor(tma_atom_V)
-            if const_expr(tma_atom_O is not None):
-                cpasync.prefetch_descriptor(tma_atom_O)
+        prefetch_tma_descriptors(warp_idx, tma_atom_Q, tma_atom_K, tma_atom_V, tma_atom_O)
 
         smem = cutlass.utils.SmemAllocator()
         storage = smem.allocate(SharedStorage)
@@ -377,16 +353,9 @@ class SdpaFwdKernelSm90:
         rows_per_query = self.key.qhead_per_kvhead if const_expr(self.key.pack_gqa) else 1
         head_kv = head if const_expr(self.key.pack_gqa) else head // self.key.qhead_per_kvhead
         # Per-sequence extents and token offsets (varlen reads them from cu_seqlens on the device).
-        seqlen_q = seqlen_q_static
-        seqlen_k = seqlen_k_static
-        offset_q = Int32(0)
-        offset_k = Int32(0)
+        seqlen_q, seqlen_k, offset_q, offset_k = sequence_extents(mCuQ, mCuK, batch, seqlen_q_static, seqlen_k_static, self.key.varlen)
         batch_tensor = batch
         if const_expr(self.key.varlen):
-            offset_q = mCuQ[batch]
-            seqlen_q = mCuQ[batch + 1] - offset_q
-            offset_k = mCuK[batch]
-            seqlen_k = mCuK[batch + 1] - offset_k
             batch_tensor = Int32(0)
         if const_expr(self.key.paged):
             seqlen_k = mCuK[batch + 1] - mCuK[batch]
@@ -957,14 +926,8 @@ LAUNCH_SCALARS = ("batch", "heads", "heads_kv", "seqlen_q", "seqlen_k", "max_seq
 def fake_args(key: SdpaFwdKey):
     """Placeholder launch arguments for ``cute.compile`` (no GPU): pointers at a dummy address (never dereferenced at
     compile time) or None for the operands the plan compiles out; every extent and stride a runtime scalar."""
-    from cutlass.cute.runtime import make_ptr
-
-    dtype = _DTYPES[key.dtype]
-    gmem = cute.AddressSpace.gmem
-
-    def ptr(t, align=16):
-        return make_ptr(t, 16, gmem, assumed_align=align)
-
+    dtype = DTYPES[key.dtype]
+    ptr = fake_gmem_ptr
     zero = Int32(0)
     return (
         ptr(dtype),

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import torch
 
+from .._host.torch_glue import OP_NAMESPACE as _LIB
+from .._host.torch_glue import absent_output
 from .api import _alloc_like_layout, sdpa_fwd
-
-_LIB = "cudnn"
 
 
 @torch.library.custom_op(f"{_LIB}::sdpa_fwd", mutates_args=(), device_types="cuda")
@@ -47,7 +47,7 @@ def _sdpa_fwd_op(
         max_seqlen_kv=max_seqlen_kv,
         return_lse=return_lse,
     )
-    lse = res["lse"] if return_lse else q.new_empty((0,), dtype=torch.float32)
+    lse = res["lse"] if return_lse else absent_output(q)
     return res["o"], lse
 
 
@@ -73,7 +73,7 @@ def _(
     if return_lse:
         lse = q.new_empty((q.shape[1], q.shape[0]) if varlen else tuple(q.shape[:3]), dtype=torch.float32)
     else:
-        lse = q.new_empty((0,), dtype=torch.float32)
+        lse = absent_output(q)
     return o, lse
 
 
