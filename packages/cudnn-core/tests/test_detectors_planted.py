@@ -72,8 +72,8 @@ def test_capture_detector_catches_capture_unsafe_work():
             y.copy_(x + float(x.sum()))  # a host read: illegal under capture
         try:
             detectors.assert_capture_matches_eager(planted, [y])
-        except RuntimeError as exc:
-            print("CAUGHT", type(exc).__name__)
+        except RuntimeError as exc:  # torch >= 2.10 raises torch.AcceleratorError, a RuntimeError subclass
+            print("CAUGHT", isinstance(exc, RuntimeError), type(exc).__name__)
         """
     )
-    assert "CAUGHT RuntimeError" in out
+    assert "CAUGHT True" in out, out
