@@ -1,27 +1,38 @@
 """cudnn.gemm benchmark through the shared harness (benchmarks/harness.py).
 
-Two tables, each written as docs/benchmarks/<name>.{md,csv,png}:
-- ``gemm``: our plain bf16 GEMM vs cuBLAS (torch.matmul) and quack's GEMM (when importable, default
-  config, no autotuning) on square 2048-8192 and LLM MLP shapes (Llama-3-8B/70B, Qwen3-32B up/down
-  projections; M = tokens from 1 to 16384). A row-major (M, K), B = w.t() of an (N, K) weight.
+Tables, each written as docs/benchmarks/<name>.{md,csv,png}:
+- ``gemm``: our plain bf16 GEMM under the plan-time tile schedule (``cudnn.gemm.dense.schedule``, the A/B of
+  ``api.TILE_SCHEDULE``): "ours" = schedule "waves+l2" (tile / cluster by predicted waves x per-tile cost, plus
+  the scheduler swizzle where A does not stay in L2), "ours_waves" = "waves" (no swizzle), "ours_fixed" = "fixed"
+  (128 x 256 tiles, 2x1 cluster for every shape: the configuration before the model), vs cuBLAS (torch.matmul)
+  and quack's GEMM (when importable, default config, no autotuning; not in --quick) on square 2048-8192 and LLM
+  MLP shapes (Llama-3-8B/70B, Qwen3-32B up/down projections; M = tokens 2048, 4096, 16384; decode M is the
+  ``gemm_decode`` table). A row-major (M, K), B = w.t() of an (N, K) weight. The table's convention line lists
+  the cases where the model's choice differs from the fixed one. --quick: 4096^3, 8192^3 and four MLP shapes.
 - ``gemm_fusions``: each fused GEMM ("ours") vs our plain GEMM of the same problem ("ours_plain": the
   ratio column ours/ours_plain is the fusion's cost, >= 0.95x means <= 5% over plain) and vs cuBLAS
-  followed by the torch elementwise op it replaces ("cublas+torch").
-
+  followed by the torch elementwise op it replaces ("cublas+torch"). Epilogue A/B candidates, on the dsrelu and
+  gelu_tanh rows only (Unsupported elsewhere): "ours_epi3" (dsrelu: 3 pre-activation sub-tiles in flight, ldmatrix
+  reads; gelu_tanh: folded constants), "ours_epi8" (dsrelu: the whole pre-activation tile loaded during the
+  mainloop). Flip ``api.AUX_PREFETCH`` / ``AUX_LDMATRIX`` / ``GELU_FOLD`` if they beat "ours".
 - ``gemm_fp8``: our fp8 GEMM (e4m3 or e5m2 operands, per-tensor fp32 scales, bf16 D) vs cuBLAS fp8
-  (``torch._scaled_mm``, same operands and scales) and vs our bf16 GEMM of the same shape ("ours_bf16": the
-  column ours/ours_bf16 is the fp8 speed-up, target >= 1.6x at 8192^3).
+  (``torch._scaled_mm``, same operands and scales) in both accumulation modes: "ours" (default, promoted
+  fp32 accumulation) vs "cublas_fp8" (use_fast_accum=False), "ours_fast" (fast_accum=True) vs
+  "cublas_fp8_fast" (use_fast_accum=True); and vs our bf16 GEMM of the same shape ("ours_bf16": the column
+  ours/ours_bf16 is the fp8 speed-up, target >= 1.6x at 8192^3).
 - ``gemm_decode``: small-M (decode) MLP shapes with split-K (``split_k_for`` heuristic, single-CTA clusters,
   "ours") vs our default plan ("ours_default", no split, 2x1 cluster) and cuBLAS.
-- ``gemm_pingpong``: each fusion (and plain) with ``pingpong=True`` and the staged reads ("ours"), pingpong
-  alone ("ours_pp"), the default cooperative kernel ("ours_coop") and our default plain GEMM ("ours_plain":
-  the <= 5% target column).
-- ``gemm_staged``: fused epilogues with ``stage_bias=True`` (dsrelu: ``stage_aux=True``, the pre-activation
-  by TMA) ("ours") vs the same fusion reading bias / pre per element ("ours_unstaged") and our plain GEMM
-  ("ours_plain").
+- ``gemm_pingpong``: each fusion (and plain) in every variant a per-fusion default can pick
+  (``cudnn.gemm.dense.api.FUSION_DEFAULTS``): "coop" (cooperative 128x256, per-element bias / pre-activation
+  reads), "coop_staged" (stage_bias; dsrelu: stage_aux), "pp" (pingpong=True), "pp_staged", next to the
+  fusion's current default ("ours") and our plain GEMM ("ours_plain"). Pick, per fusion, the fastest variant
+  into FUSION_DEFAULTS; the <= 5% target is variant / ours_plain >= 0.95 in TFLOP/s.
 
-Run on the GPU host:  source ci/gpu_env.sh; python3 benchmarks/gemm.py [--quick] [--fusions (the fusion table only)]
-    [--new (only the fp8, decode, pingpong and staged tables)]
+Isolation: each table runs in its own process (``--table NAME``); a device fault poisons only that process,
+and the table is rerun (at most 3 attempts) with the faulting cell skipped and named in the table's notes.
+
+Run on the GPU host:  source ci/gpu_env.sh; python3 benchmarks/gemm.py [--quick] [--fusions (gemm_fusions only)]
+    [--new (gemm_fp8 and gemm_pingpong)] [--tables gemm,gemm_decode,...] [--in-process (no isolation, debugging)]
 """
 
 from __future__ import annotations
@@ -42,7 +53,10 @@ MLP = [
     ("qwen3-32b up", 25600, 5120),
     ("qwen3-32b down", 5120, 25600),
 ]
-MLP_M = (1, 2048, 16384) if not QUICK else (2048,)
+MLP_M = (2048, 4096, 16384)
+#: --quick subset of the ``gemm`` table (besides 4096^3 and 8192^3): the two shapes whose tile the model changes
+#: and two whose swizzle it changes
+QUICK_PLAIN = ("qwen3-32b down M=2048", "qwen3-32b up M=2048", "llama3-8b up M=16384", "qwen3-32b down M=16384")
 
 
 def _inputs(case, dtype=None):
@@ -64,12 +78,15 @@ def _quack_available():
 
 
 def plain_providers():
-    def ours(case):
-        from cudnn.gemm import gemm
+    def ours(schedule):
+        def build(case):
+            from cudnn.gemm.dense.api import run_gemm
 
-        a, b = _inputs(case)
-        out = gemm(a, b)["d"]
-        return lambda: gemm(a, b, out=out)
+            a, b = _inputs(case)
+            out = run_gemm(a, b, schedule=schedule)
+            return lambda: run_gemm(a, b, out=out, schedule=schedule)
+
+        return build
 
     def cublas(case):
         import torch
@@ -85,17 +102,43 @@ def plain_providers():
         out = qgemm(a, b, tuned=False)
         return lambda: qgemm(a, b, out=out, tuned=False)
 
-    return [Provider("ours", ours), Provider("cublas", cublas), Provider("quack", quack, _quack_available)]
+    providers = [
+        Provider("ours", ours("waves+l2")),
+        Provider("ours_waves", ours("waves")),
+        Provider("ours_fixed", ours("fixed")),
+        Provider("cublas", cublas),
+    ]
+    if not QUICK:
+        providers.append(Provider("quack", quack, _quack_available))
+    return providers
 
 
 def plain_cases():
     cases = []
-    for s in (2048, 4096, 8192):
+    for s in (2048, 4096, 8192) if not QUICK else (4096, 8192):
         cases.append(Case(f"{s}^3", {"m": s, "n": s, "k": s}, flops=2 * s**3))
-    for label, n, k in MLP if not QUICK else MLP[:2]:
+    for label, n, k in MLP:
         for m in MLP_M:
-            cases.append(Case(f"{label} M={m}", {"m": m, "n": n, "k": k}, flops=2 * m * n * k))
+            c = Case(f"{label} M={m}", {"m": m, "n": n, "k": k}, flops=2 * m * n * k)
+            if not QUICK or c.label in QUICK_PLAIN:
+                cases.append(c)
     return cases
+
+
+def schedule_notes(cases) -> str:
+    """The cases where schedule "waves+l2" picks another tile / cluster / swizzle than "fixed" (for the table's
+    convention line: which kernel each "ours" number comes from)."""
+    from cudnn.gemm.dense.api import _sm_count
+    from cudnn.gemm.dense.schedule import choose_tile
+
+    sm = _sm_count(None)
+    out = []
+    for case in cases:
+        p = case.params
+        c = choose_tile(p["m"], p["n"], p["k"], sm_count=sm, l2=True)
+        if (c.tile_mn, c.cluster_mn, c.swizzle) != ((128, 256), (2, 1), 1):
+            out.append(f"{case.label}: {c.tile_mn[0]}x{c.tile_mn[1]} cluster {c.cluster_mn[0]}x{c.cluster_mn[1]} swizzle {c.swizzle}")
+    return f"{sm} SMs; changed from fixed: " + ("; ".join(out) if out else "none")
 
 
 # ------------------------------------------------------------------------------------ fusions
@@ -109,7 +152,7 @@ def fusion_cases():
         ("llama3-8b up M=16384", 16384, 14336, 4096),
     ]
     if QUICK:
-        shapes = shapes[:1]
+        shapes = shapes[2:]  # the MLP shape, where the epilogue costs the most
     cases = []
     for f in FUSIONS:
         for label, m, n, k in shapes:
@@ -183,7 +226,36 @@ def fusion_providers():
             return lambda: torch.matmul(a, b) * 2 * torch.relu(pre)
         raise Unsupported(f)
 
-    return [Provider("ours", ours), Provider("ours_plain", ours_plain), Provider("cublas+torch", cublas_torch)]
+    def ours_epi(prefetch):
+        """The epilogue A/B candidates (api.AUX_PREFETCH / AUX_LDMATRIX / GELU_FOLD), through run_gemm exactly as the
+        wrappers call it (d allocated per call, like "ours"): dsrelu with ``prefetch`` pre-activation sub-tiles in flight
+        and ldmatrix reads; gelu_tanh with the folded constants (prefetch 3 only). Other rows: Unsupported."""
+
+        def build(case):
+            import torch
+
+            from cudnn.gemm.dense.api import run_gemm
+
+            a, b = _inputs(case)
+            f = case.params["fusion"]
+            n = case.params["n"]
+            if f == "dsrelu":
+                pre = torch.randn(a.shape[0], n, device="cuda", dtype=a.dtype)
+                return lambda: run_gemm(a, b, aux=pre, dsrelu=True, aux_prefetch=prefetch, aux_ldmatrix=True)
+            if f == "gelu_tanh" and prefetch == 3:
+                bias = torch.randn(n, device="cuda", dtype=a.dtype)
+                return lambda: run_gemm(a, b, bias=bias, activation="gelu_tanh", store_pre=False, gelu_fold=True)
+            raise Unsupported(f"epilogue A/B candidate for dsrelu{' / gelu_tanh' if prefetch == 3 else ''} only")
+
+        return build
+
+    return [
+        Provider("ours", ours),
+        Provider("ours_plain", ours_plain),
+        Provider("cublas+torch", cublas_torch),
+        Provider("ours_epi3", ours_epi(3)),
+        Provider("ours_epi8", ours_epi(8)),
+    ]
 
 
 # ------------------------------------------------------------------------------------ fp8
@@ -213,25 +285,36 @@ def fp8_cases():
 
 
 def fp8_providers():
-    def ours(case):
-        from cudnn.gemm import gemm
+    def ours(fast, tile_mn=None, promotion_interval=None):
+        def build(case):
+            from cudnn.gemm.dense.api import run_gemm
 
-        a, b, sa, sb = _fp8_inputs(case)
-        out = gemm(a, b, scale_a=sa, scale_b=sb)["d"]
-        return lambda: gemm(a, b, scale_a=sa, scale_b=sb, out=out)
+            a, b, sa, sb = _fp8_inputs(case)
+            kw = dict(scale_a=sa, scale_b=sb, fast_accum=fast)
+            if tile_mn is not None:
+                kw["tile_mn"] = tile_mn
+            if promotion_interval is not None:
+                kw["promotion_interval"] = promotion_interval
+            out = run_gemm(a, b, **kw)
+            return lambda: run_gemm(a, b, out=out, **kw)
 
-    def cublas_fp8(case):
-        import torch
+        return build
 
-        a, b, sa, sb = _fp8_inputs(case)
-        # use_fast_accum=True: like our kernel, cuBLAS then accumulates in the fp8 WGMMA accumulators without
-        # periodic promotion to a separate fp32 sum (the default False is slower and more accurate)
-        kw = dict(scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16, use_fast_accum=True)
-        try:
-            torch._scaled_mm(a, b, **kw)
-        except Exception as exc:  # noqa: BLE001
-            raise Unsupported(f"torch._scaled_mm: {type(exc).__name__}: {str(exc)[:120]}") from exc
-        return lambda: torch._scaled_mm(a, b, **kw)
+    def cublas_fp8(fast):
+        def build(case):
+            import torch
+
+            a, b, sa, sb = _fp8_inputs(case)
+            # use_fast_accum=True: cuBLAS accumulates in the fp8 WGMMA accumulators without periodic promotion to a
+            # separate fp32 sum (like our fast_accum=True); False (the default) promotes, like our default
+            kw = dict(scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16, use_fast_accum=fast)
+            try:
+                torch._scaled_mm(a, b, **kw)
+            except Exception as exc:  # noqa: BLE001
+                raise Unsupported(f"torch._scaled_mm: {type(exc).__name__}: {str(exc)[:120]}") from exc
+            return lambda: torch._scaled_mm(a, b, **kw)
+
+        return build
 
     def ours_bf16(case):
         from cudnn.gemm import gemm
@@ -240,7 +323,15 @@ def fp8_providers():
         out = gemm(a, b)["d"]
         return lambda: gemm(a, b, out=out)
 
-    return [Provider("ours", ours), Provider("cublas_fp8", cublas_fp8), Provider("ours_bf16", ours_bf16)]
+    return [
+        Provider("ours", ours(False)),
+        Provider("ours_n192", ours(False, (128, 192))),
+        Provider("ours_p2", ours(False, promotion_interval=2)),
+        Provider("cublas_fp8", cublas_fp8(False)),
+        Provider("ours_fast", ours(True)),
+        Provider("cublas_fp8_fast", cublas_fp8(True)),
+        Provider("ours_bf16", ours_bf16),
+    ]
 
 
 # ------------------------------------------------------------------------------------ decode (split-K)
@@ -282,59 +373,7 @@ def decode_providers():
     return [Provider("ours", ours), Provider("ours_default", ours_default), Provider("cublas", cublas)]
 
 
-# ------------------------------------------------------------------------------------ staged bias
-STAGED = ("bias", "srelu", "gelu_tanh", "swiglu", "amax", "dsrelu")
-
-
-def staged_cases():
-    shapes = [("8192^3", 8192, 8192, 8192), ("llama3-8b up M=16384", 16384, 14336, 4096)]
-    if QUICK:
-        shapes = shapes[1:]
-    cases = []
-    for f in STAGED:
-        for label, m, n, k in shapes:
-            n_eff = 2 * n if f == "swiglu" else n
-            cases.append(Case(f"{f} {label}", {"m": m, "n": n_eff, "k": k, "fusion": f}, flops=2 * m * n_eff * k))
-    return cases
-
-
-def staged_providers():
-    def make(staged):
-        def build(case):
-            import torch
-
-            from cudnn.gemm.dense.api import run_gemm
-
-            a, b = _inputs(case)
-            f = case.params["fusion"]
-            n = case.params["n"]
-            bias = torch.randn(n, device="cuda", dtype=a.dtype)
-            kw = dict(bias=bias, stage_bias=staged)
-            if f == "dsrelu":  # no bias: the pre-activation read is what is staged (stage_aux, by TMA)
-                pre = torch.randn(a.shape[0], n, device="cuda", dtype=a.dtype)
-                kw = dict(aux=pre, dsrelu=True, stage_aux=staged)
-            elif f == "srelu":
-                kw["activation"] = "relu2"
-            elif f == "gelu_tanh":
-                kw["activation"] = "gelu_tanh"
-            elif f == "swiglu":
-                kw.update(swiglu="interleaved", n_out=n // 2)
-            elif f == "amax":
-                kw["amax"] = torch.empty(1, device="cuda", dtype=torch.float32)
-            return lambda: run_gemm(a, b, **kw)
-
-        return build
-
-    def ours_plain(case):
-        from cudnn.gemm import gemm
-
-        a, b = _inputs(case)
-        return lambda: gemm(a, b)
-
-    return [Provider("ours", make(True)), Provider("ours_unstaged", make(False)), Provider("ours_plain", ours_plain)]
-
-
-# ------------------------------------------------------------------------------------ pingpong
+# ------------------------------------------------------------------------------------ pingpong / staged reads
 PINGPONG = ("plain", "bias", "srelu", "gelu_tanh", "swiglu", "amax", "dsrelu")
 
 
@@ -350,33 +389,43 @@ def pingpong_cases():
     return cases
 
 
+def _fusion_kw(case, a):
+    """run_gemm keyword arguments of one fusion case (the tensors it needs, built once, outside the timing)."""
+    import torch
+
+    f = case.params["fusion"]
+    n = case.params["n"]
+    kw = {}
+    if f not in ("plain", "dsrelu"):
+        kw["bias"] = torch.randn(n, device="cuda", dtype=a.dtype)
+    if f == "dsrelu":
+        kw.update(aux=torch.randn(a.shape[0], n, device="cuda", dtype=a.dtype), dsrelu=True)
+    elif f == "srelu":
+        kw["activation"] = "relu2"
+    elif f == "gelu_tanh":
+        kw["activation"] = "gelu_tanh"
+    elif f == "swiglu":
+        kw.update(swiglu="interleaved", n_out=n // 2)
+    elif f == "amax":
+        kw["amax"] = torch.empty(1, device="cuda", dtype=torch.float32)
+    return kw
+
+
 def pingpong_providers():
+    """Every variant a per-fusion default can pick (api.FUSION_DEFAULTS), with explicit flags, next to the default."""
+
     def make(pingpong, staged):
         def build(case):
-            import torch
-
             from cudnn.gemm.dense.api import run_gemm
 
             a, b = _inputs(case)
             f = case.params["fusion"]
-            n = case.params["n"]
-            kw = dict(pingpong=pingpong) if pingpong else {}
-            if f not in ("plain", "dsrelu"):
-                kw["bias"] = torch.randn(n, device="cuda", dtype=a.dtype)
-                if staged:
-                    kw["stage_bias"] = True
-            if f == "dsrelu":
-                kw.update(aux=torch.randn(a.shape[0], n, device="cuda", dtype=a.dtype), dsrelu=True)
-                if staged:
-                    kw["stage_aux"] = True
-            elif f == "srelu":
-                kw["activation"] = "relu2"
-            elif f == "gelu_tanh":
-                kw["activation"] = "gelu_tanh"
-            elif f == "swiglu":
-                kw.update(swiglu="interleaved", n_out=n // 2)
-            elif f == "amax":
-                kw["amax"] = torch.empty(1, device="cuda", dtype=torch.float32)
+            if staged and f == "plain":
+                raise Unsupported("nothing to stage")
+            kw = _fusion_kw(case, a)
+            if pingpong is not None:  # None: the plan's own defaults (FUSION_DEFAULTS)
+                kw["pingpong"] = pingpong
+                kw["stage_aux" if f == "dsrelu" else "stage_bias"] = staged
             out = run_gemm(a, b, **kw)
             return lambda: run_gemm(a, b, out=out, **kw)
 
@@ -390,82 +439,186 @@ def pingpong_providers():
         return lambda: gemm(a, b, out=out)
 
     return [
-        Provider("ours", make(True, True)),
-        Provider("ours_pp", make(True, False)),
-        Provider("ours_coop", make(False, False)),
+        Provider("ours", make(None, False)),
+        Provider("coop", make(False, False)),
+        Provider("coop_staged", make(False, True)),
+        Provider("pp", make(True, False)),
+        Provider("pp_staged", make(True, True)),
         Provider("ours_plain", ours_plain),
     ]
 
 
+# ------------------------------------------------------------------------------------ tables
+def _run_table(name, out_dir, guard):
+    """One table, in this process (``guard`` wraps the providers: see :func:`_guarded`)."""
+    if name == "gemm":
+        cases = plain_cases()
+        run_benchmark(
+            "gemm",
+            cases,
+            guard(plain_providers()),
+            convention="2*M*N*K FLOPs; bf16 in/out, fp32 accumulate; A row-major, B = w.t() (K-major); ours = schedule waves+l2, "
+            "ours_waves = schedule waves (tile / cluster only), ours_fixed = schedule fixed (128x256, 2x1, no swizzle; "
+            f"api.TILE_SCHEDULE A/B); {schedule_notes(cases)}",
+            out_dir=out_dir,
+            title="cudnn.gemm bf16 GEMM (tile schedules) vs cuBLAS and quack (H200)",
+        )
+    elif name == "gemm_fusions":
+        run_benchmark(
+            "gemm_fusions",
+            fusion_cases(),
+            guard(fusion_providers()),
+            convention="2*M*N*K FLOPs of the GEMM (N = gate + up columns for swiglu); bf16; bias (N,) where the fusion takes one; "
+            "ours = the public wrapper with its plan defaults (api.FUSION_DEFAULTS); epilogue A/B candidates (api.AUX_PREFETCH / "
+            "AUX_LDMATRIX / GELU_FOLD): ours_epi3 = dsrelu with 3 pre-activation sub-tiles in flight + ldmatrix reads, gelu_tanh with "
+            "folded constants; ours_epi8 = dsrelu with the whole pre-activation tile loaded during the mainloop (8-deep D ring, one "
+            "mainloop stage less) + ldmatrix reads",
+            out_dir=out_dir,
+            title="cudnn.gemm fused epilogues vs our plain GEMM and cuBLAS + torch epilogue (H200)",
+        )
+    elif name == "gemm_fp8":
+        run_benchmark(
+            "gemm_fp8",
+            fp8_cases(),
+            guard(fp8_providers()),
+            convention="2*M*N*K FLOPs; fp8 A (M, K) row-major and B = w.t() (K-major), per-tensor fp32 scales, bf16 D; "
+            "ours = our default (fast_accum=False: WGMMA partial sums promoted into an fp32 accumulator every 128 of K, 128x128 tiles) "
+            "vs cublas_fp8 = torch._scaled_mm(use_fast_accum=False); ours_n192 = the same with 128x192 tiles (api.FP8_PROMOTED_TILE_N A/B); ours_p2 = promotion every 256 of K (api.FP8_PROMOTION_INTERVAL A/B); ours_fast = fast_accum=True (no promotion, 128x256 tiles) "
+            "vs cublas_fp8_fast = use_fast_accum=True; ours_bf16 = our bf16 GEMM of the same shape (ours/ours_bf16 = the fp8 speed-up)",
+            out_dir=out_dir,
+            title="cudnn.gemm fp8 GEMM vs cuBLAS fp8 (torch._scaled_mm) and our bf16 GEMM (H200)",
+        )
+    elif name == "gemm_decode":
+        run_benchmark(
+            "gemm_decode",
+            decode_cases(),
+            guard(decode_providers()),
+            convention="2*M*N*K FLOPs; bf16; ours = split-K (split_k_for heuristic, 1x1 cluster, fp32 partials + deterministic reduction, "
+            "2 launches); ours_default = our default plan (no split, 2x1 cluster)",
+            out_dir=out_dir,
+            title="cudnn.gemm decode shapes: split-K vs our default plan and cuBLAS (H200)",
+        )
+    elif name == "gemm_pingpong":
+        run_benchmark(
+            "gemm_pingpong",
+            pingpong_cases(),
+            guard(pingpong_providers()),
+            convention="2*M*N*K FLOPs of the GEMM (N = gate + up columns for swiglu); bf16; bias (N,) except plain and dsrelu; "
+            "ours = the fusion with its plan defaults (api.FUSION_DEFAULTS); coop = cooperative 128x256 kernel, per-element bias / pre reads; "
+            "coop_staged = cooperative with stage_bias (dsrelu: stage_aux, the pre-activation by TMA); pp = pingpong=True (64x256 tiles, "
+            "two consumer warpgroups taking turns); pp_staged = pingpong with the staged reads; ours_plain = our default plain GEMM. "
+            "A fusion's default should be its fastest variant; the <= 5% target is variant / ours_plain >= 0.95 (TFLOP/s)",
+            out_dir=out_dir,
+            title="cudnn.gemm fusions: cooperative vs ping-pong, per-element vs staged reads (H200)",
+        )
+    else:
+        raise SystemExit(f"unknown table {name!r}; known: {', '.join(TABLES)}")
+
+
+TABLES = ("gemm", "gemm_fusions", "gemm_fp8", "gemm_decode", "gemm_pingpong")
+NEW = ("gemm_fp8", "gemm_pingpong")
+
+
+def _is_poison(exc) -> bool:
+    """A device fault: the CUDA context is unusable afterwards (every later launch in this process fails)."""
+    text = f"{type(exc).__name__}: {exc}"
+    return "AcceleratorError" in text or "CUDA error" in text or "cudaError" in text or "CUDA_ERROR" in text
+
+
+def _guarded(excluded: dict, fault: dict):
+    """Provider wrapper for one table process: cells in ``excluded`` (a previous attempt faulted there) are skipped;
+    each cell's first launch is synchronized so a device fault is charged to that cell; after a fault the
+    remaining cells are skipped (the context is gone) and recorded in ``fault`` for the parent to retry."""
+
+    def guard(providers):
+        out = []
+        for p in providers:
+
+            def make(case, p=p):
+                key = f"{case.label} / {p.name}"
+                if key in excluded:
+                    raise Unsupported(f"skipped: a device fault in an earlier attempt ({excluded[key][:160]})")
+                if fault:
+                    raise Unsupported(f"not run in this attempt: the CUDA context was lost at {fault['key']}")
+                try:
+                    fn = p.make(case)
+                    fn()
+                    import torch
+
+                    torch.cuda.synchronize()
+                except Unsupported:
+                    raise
+                except Exception as exc:
+                    if _is_poison(exc):
+                        fault.update(key=key, msg=f"{type(exc).__name__}: {str(exc)[:200]}")
+                    raise
+                return fn
+
+            out.append(Provider(p.name, make, p.available))
+        return out
+
+    return guard
+
+
+def _child(name, out_dir, state_path):
+    """Run one table; record a device fault (and exit 3) so the parent can rerun the table without that cell."""
+    import json
+
+    excluded = {}
+    if state_path and os.path.exists(state_path):
+        with open(state_path) as f:
+            excluded = json.load(f)
+    fault = {}
+    _run_table(name, out_dir, _guarded(excluded, fault))
+    if fault:
+        excluded[fault["key"]] = fault["msg"]
+        with open(state_path, "w") as f:
+            json.dump(excluded, f)
+        print(f"[gemm.py] {name}: device fault at {fault['key']}; the table will be rerun without it", flush=True)
+        sys.exit(3)
+
+
+def _selected():
+    if "--tables" in sys.argv:
+        return tuple(sys.argv[sys.argv.index("--tables") + 1].split(","))
+    if "--new" in sys.argv:
+        return NEW
+    if "--fusions" in sys.argv:
+        return ("gemm_fusions",)
+    return TABLES
+
+
 def main():
+    import subprocess
+    import tempfile
+
     out_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "benchmarks")
-    if "--new" not in sys.argv:
-        if "--fusions" not in sys.argv:
-            _plain(out_dir)
-        _fusions(out_dir)
-        if "--fusions" in sys.argv:
-            return
-    run_benchmark(
-        "gemm_fp8",
-        fp8_cases(),
-        fp8_providers(),
-        convention="2*M*N*K FLOPs; fp8 A (M, K) row-major and B = w.t() (K-major), per-tensor fp32 scales, bf16 D, "
-        "accumulation in the fp8 WGMMA accumulators (cuBLAS with use_fast_accum=True); "
-        "ours_bf16 is our bf16 GEMM of the same shape (ours/ours_bf16 = the fp8 speed-up)",
-        out_dir=out_dir,
-        title="cudnn.gemm fp8 GEMM vs cuBLAS fp8 (torch._scaled_mm) and our bf16 GEMM (H200)",
-    )
-    run_benchmark(
-        "gemm_decode",
-        decode_cases(),
-        decode_providers(),
-        convention="2*M*N*K FLOPs; bf16; ours = split-K (split_k_for heuristic, 1x1 cluster, fp32 partials + deterministic reduction, "
-        "2 launches); ours_default = our default plan (no split, 2x1 cluster)",
-        out_dir=out_dir,
-        title="cudnn.gemm decode shapes: split-K vs our default plan and cuBLAS (H200)",
-    )
-    run_benchmark(
-        "gemm_pingpong",
-        pingpong_cases(),
-        pingpong_providers(),
-        convention="2*M*N*K FLOPs of the GEMM (N = gate + up columns for swiglu); bf16; bias (N,) except plain and dsrelu; "
-        "ours = pingpong=True (64x256 tiles, two consumer warpgroups taking turns) with the staged bias / pre-activation reads; "
-        "ours_pp = pingpong with per-element reads; ours_coop = the same fusion on the default cooperative 128x256 kernel; "
-        "ours_plain = our default plain GEMM (ours/ours_plain >= 0.95x is the <= 5% fusion target)",
-        out_dir=out_dir,
-        title="cudnn.gemm ping-pong consumers vs the cooperative kernel (H200)",
-    )
-    run_benchmark(
-        "gemm_staged",
-        staged_cases(),
-        staged_providers(),
-        convention="2*M*N*K FLOPs of the GEMM (N = gate + up columns for swiglu); bf16; bias (N,) except dsrelu; ours = stage_bias=True "
-        "(dsrelu: stage_aux=True), ours_unstaged = per-element reads (the default)",
-        out_dir=out_dir,
-        title="cudnn.gemm fused epilogues with the bias staged in shared memory (H200)",
-    )
-
-
-def _plain(out_dir):
-    run_benchmark(
-        "gemm",
-        plain_cases(),
-        plain_providers(),
-        convention="2*M*N*K FLOPs; bf16 in/out, fp32 accumulate; A row-major, B = w.t() (K-major)",
-        out_dir=out_dir,
-        title="cudnn.gemm bf16 GEMM vs cuBLAS and quack (H200)",
-    )
-
-
-def _fusions(out_dir):
-    run_benchmark(
-        "gemm_fusions",
-        fusion_cases(),
-        fusion_providers(),
-        convention="2*M*N*K FLOPs of the GEMM (N = gate + up columns for swiglu); bf16; bias (N,) where the fusion takes one",
-        out_dir=out_dir,
-        title="cudnn.gemm fused epilogues vs our plain GEMM and cuBLAS + torch epilogue (H200)",
-    )
+    if "--table" in sys.argv:  # a child: one table in this process
+        i = sys.argv.index("--table")
+        state = sys.argv[sys.argv.index("--state") + 1] if "--state" in sys.argv else None
+        _child(sys.argv[i + 1], out_dir, state)
+        return
+    tables = _selected()
+    if "--in-process" in sys.argv:  # debugging: no isolation
+        for name in tables:
+            _run_table(name, out_dir, lambda providers: providers)
+        return
+    # each table in its own process: a device fault (a poisoned CUDA context) costs at most that table's attempt;
+    # the table is rerun without the faulting cell (at most 3 attempts), the other tables never see it
+    passthrough = [a for a in sys.argv[1:] if a == "--quick"]
+    failed = []
+    for name in tables:
+        with tempfile.TemporaryDirectory() as tmp:
+            state = os.path.join(tmp, "excluded.json")
+            for _attempt in range(3):
+                rc = subprocess.call([sys.executable, os.path.abspath(__file__), "--table", name, "--state", state, *passthrough])
+                if rc != 3:
+                    break
+            if rc != 0:
+                failed.append(f"{name} (exit {rc})")
+    if failed:
+        print("[gemm.py] tables that did not finish cleanly: " + ", ".join(failed), flush=True)
+        sys.exit(1)
 
 
 if __name__ == "__main__":
@@ -479,7 +632,7 @@ def compile_check() -> list[str]:
     configs = {
         "gemm bf16 (K-major, 2x1 cluster)": GemmSm90Config(),
         "gemm_swiglu + bias + amax": GemmSm90Config(swiglu=True, bias="n", amax=True, cluster_mn=(1, 1)),
-        "gemm fp8 e4m3, per-tensor scales": GemmSm90Config(ab_dtype="float8_e4m3fn", scale_ab=True),
+        "gemm fp8 e4m3, per-tensor scales, promoted accumulation": GemmSm90Config(ab_dtype="float8_e4m3fn", scale_ab=True, tile_mn=(128, 128)),
     }
     for config in configs.values():
         compile_kernel(config)

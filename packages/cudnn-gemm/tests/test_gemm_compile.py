@@ -41,19 +41,38 @@ def test_compiles_to_wgmma_and_tma(name, tmp_path):
 # fp8 (both WGMMA instruction variants, fp8 and bf16 outputs) and the plan-time options that are not yet
 # validated on the GPU (split-K, staged bias): each compiles for sm_90a and emits the instructions it promises.
 OPTION_CONFIGS = {
-    "fp8_e4m3_scaled_cluster2": (dict(ab_dtype="float8_e4m3fn", scale_ab=True), "m64n256k32.f32.e4m3.e4m3"),
-    "fp8_e5m2_to_e4m3_scale_d_amax": (
-        dict(ab_dtype="float8_e5m2", d_dtype="float8_e4m3fn", scale_ab=True, scale_d=True, amax=True, cluster_mn=(1, 1)),
-        "m64n256k32.f32.e5m2.e5m2",
+    "fp8_e4m3_fast_accum_cluster2": (dict(ab_dtype="float8_e4m3fn", scale_ab=True, fast_accum=True), "m64n256k32.f32.e4m3.e4m3"),
+    # the default fp8 plan: 128 x 128 tiles, WGMMA partial sums promoted into a second fp32 accumulator
+    "fp8_e5m2_promoted_to_e4m3_scale_d_amax": (
+        dict(ab_dtype="float8_e5m2", d_dtype="float8_e4m3fn", tile_mn=(128, 128), scale_ab=True, scale_d=True, amax=True, cluster_mn=(1, 1)),
+        "m64n128k32.f32.e5m2.e5m2",
+    ),
+    "fp8_e4m3_promoted_n192_every2": (
+        dict(ab_dtype="float8_e4m3fn", tile_mn=(128, 192), scale_ab=True, promotion_interval=2),
+        "m64n192k32.f32.e4m3.e4m3",
+    ),
+    # the schedule's extra width (cudnn.gemm.dense.schedule) with the scheduler swizzle, both majors served
+    "tile224_swizzle8_mn_bias_gelu": (
+        dict(tile_mn=(128, 224), swizzle=8, a_major="m", b_major="n", bias="n", activation="gelu_tanh"),
+        "m64n224k16.f32.bf16.bf16",
     ),
     "splitk4_bias_relu": (dict(split_k=4, cluster_mn=(1, 1), bias="n", activation="relu"), "m64n256k16.f32.bf16.bf16"),
     "stage_bias_relu2": (dict(bias="n", stage_bias=True, activation="relu2"), "m64n256k16.f32.bf16.bf16"),
     "stage_aux_dsrelu": (dict(dsrelu=True, stage_aux=True), "m64n256k16.f32.bf16.bf16"),
+    # epilogue A/B options (api.AUX_PREFETCH / AUX_LDMATRIX / GELU_FOLD): the whole pre-activation tile in flight
+    # (8-deep D ring) read back with ldmatrix; gelu_tanh with folded constants
+    "stage_aux_dsrelu_prefetch8_ldmatrix": (dict(dsrelu=True, stage_aux=True, aux_prefetch=8, aux_ldmatrix=True), "m64n256k16.f32.bf16.bf16"),
+    "gelu_fold_stage_bias": (dict(bias="n", stage_bias=True, activation="gelu_tanh", gelu_fold=True), "m64n256k16.f32.bf16.bf16"),
     "pingpong_staged_bias_gelu_amax": (
         dict(tile_mn=(64, 256), pingpong=True, bias="n", stage_bias=True, activation="gelu_tanh", amax=True),
         "m64n256k16.f32.bf16.bf16",
     ),
 }
+
+
+def cfg_ring(cfg) -> int:
+    """Depth of the D smem ring of a 16-bit-output config (grown to aux_prefetch when that is deeper)."""
+    return max(4, cfg.aux_prefetch)
 
 
 @pytest.mark.compile_only
@@ -83,10 +102,34 @@ def test_fp8_and_options_compile(name, tmp_path):
         # the pre-activation comes by TMA (8 sub-tile loads per tile on top of A and B), none per element
         assert "ld.global" not in ptx, "stage_aux still reads aux per element from global memory"
         assert ptx.count("cp.async.bulk.tensor.3d.shared::cta.global") > ptx.count("cp.async.bulk.tensor.3d.shared::cluster.global"), "no aux TMA loads"
+    if cfg.aux_ldmatrix:
+        # the staged pre-activation leaves shared memory by ldmatrix (16-byte rows), not per-element 2-byte loads
+        assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx, "aux_ldmatrix without ldmatrix"
+        assert "ld.shared.b16" not in ptx, "aux_ldmatrix still reads the pre-activation per element"
+    if cfg.aux_prefetch > 1:
+        # before issuing a sub-tile's aux load into a ring buffer, the D stores from that buffer must have read it
+        assert re.search(rf"cp\.async\.bulk\.wait_group\.read\s+{cfg_ring(cfg) - cfg.aux_prefetch};", ptx), "aux prefetch does not wait for the ring's stores"
+        # and the D store ring is as deep as the prefetch window (its acquire leaves depth - 1 stores pending)
+        assert re.search(rf"cp\.async\.bulk\.wait_group\.read\s+{cfg_ring(cfg) - 1};", ptx), "the D ring did not grow to the prefetch depth"
+    if cfg.activation == "gelu_tanh":
+        assert "tanh.approx.f32" in ptx, "gelu_tanh without the hardware tanh"
+        one_plus = re.search(r"add\.f32\s+%r\d+, %r\d+, 0f3F800000;", ptx)
+        assert (one_plus is None) == cfg.gelu_fold, "gelu_fold: the textbook 1 + tanh(...) is (still / no longer) there"
+    if cfg.ab_dtype.startswith("float8") and not cfg.fast_accum:
+        # promotion: each k-tile's WGMMAs are retired (wait_group 0) inside the k loop, then added to the fp32 sum
+        drain = re.search(r"wgmma\.commit_group\.sync\.aligned;\s*wgmma\.wait_group\.sync\.aligned\s+0;", ptx)
+        assert drain, "no per-k-tile WGMMA drain"
+        # ... and right after it (same loop body) every accumulator register is added into the fp32 sum
+        acc_regs = cfg.tile_mn[0] * cfg.tile_mn[1] // 256
+        assert ptx[drain.end() : drain.end() + 8000].count("add.f32") >= acc_regs, "the WGMMA partial sums are not promoted"
     if cfg.pingpong:
         # each consumer warpgroup synchronizes its own epilogue: a 128-thread named barrier whose id is its warpgroup
         assert re.search(r"bar\.sync\s+%r\d+, 128;", ptx), "no per-warpgroup named barrier in the pingpong epilogue"
-        assert "ld.local" not in ptx and "st.local" not in ptx, "pingpong spills registers"
+        # and the two mainloops take turns: bar.sync on its own 256-thread barrier, bar.arrive on the other's
+        # (two arrives: the first warpgroup opening its own turn at start, and the hand-over after each mainloop)
+        assert re.search(r"bar\.sync\s+%r\d+, 256;", ptx), "pingpong mainloops do not wait for their turn"
+        assert len(re.findall(r"bar\.arrive\s+%r\d+, 256;", ptx)) >= 2, "pingpong mainloops do not hand over their turn"
+    assert "ld.local" not in ptx and "st.local" not in ptx, f"{name} spills registers"
     syms = kernel_symbols(ptx)
     assert syms and all(s.startswith("cudnn") for s in syms), syms
     if cfg.split_k > 1:

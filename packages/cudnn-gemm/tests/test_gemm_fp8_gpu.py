@@ -89,6 +89,53 @@ def test_fp8_other_outputs_with_output_scale(out_name):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(300, 520, 1008), (2048, 1024, 2064)], ids=lambda s: "x".join(map(str, s)))
+def test_fp8_fast_accum_bf16_out(shape):
+    """fast_accum=True (no promotion, 128 x 256 tiles): within bf16 D's rounding at these K."""
+    from cudnn.gemm import gemm
+
+    m, n, k = shape
+    a, b, sa, sb = _fp8_operands(m, n, k)
+    out = _poisoned(m, n, torch.bfloat16)
+    d = gemm(a, b, scale_a=sa, scale_b=sb, out=out, fast_accum=True)["d"]
+    ref, low = reference_scaled(a, b, sa, sb, out_dtype=torch.bfloat16)
+    assert_close_fa(d, ref, low, name=f"fp8 fast_accum {shape}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pingpong", [False, True])
+def test_fp8_promotion_every_two_k_tiles(pingpong):
+    """promotion_interval=2 (the FP8_PROMOTION_INTERVAL A/B): 9 k-tiles = 4 pairs + a remainder, bf16 D."""
+    from cudnn.gemm import GemmSm90
+
+    m, n, k = 1031, 776, 1040
+    a, b, sa, sb = _fp8_operands(m, n, k)
+    out = _poisoned(m, n, torch.bfloat16)
+    plan = GemmSm90(a, b, out, scale_a=sa, scale_b=sb, promotion_interval=2, pingpong=pingpong)
+    plan.compile()
+    plan.execute(a, b, out, scale_a=sa, scale_b=sb)
+    ref, low = reference_scaled(a, b, sa, sb, out_dtype=torch.bfloat16)
+    assert_close_fa(out, ref, low, name=f"fp8 promotion_interval=2 pingpong={pingpong}")
+
+
+@pytest.mark.gpu
+def test_fp8_promotion_is_more_accurate_than_fast_accum():
+    """The promoted (default) sum is closer to the fp32 reference than the fast one, on fp16 D (ulp 16 at 3e4)."""
+    from cudnn.gemm import gemm
+
+    m, n, k = 300, 520, 4096
+    a, b, sa, sb = _fp8_operands(m, n, k)
+    ref0, _ = reference_scaled(a, b, sa, sb)
+    sd = (torch.finfo(torch.float16).max / 2 / ref0.abs().max()).reshape(1).float()
+    ref, _ = reference_scaled(a, b, sa, sb, scale_d=sd, out_dtype=torch.float16)
+    errs = []
+    for fast in (False, True):
+        d = gemm(a, b, scale_a=sa, scale_b=sb, scale_d=sd, out=_poisoned(m, n, torch.float16), fast_accum=fast)["d"]
+        errs.append((d.float() - ref).abs().mean().item())
+    assert errs[0] < errs[1], f"promoted mean error {errs[0]:.3f} is not below fast_accum's {errs[1]:.3f}"
+
+
+@pytest.mark.gpu
 def test_fp8_bias_gelu_and_batched():
     from cudnn.gemm import GemmSm90
 
@@ -112,7 +159,11 @@ def test_fp8_unit_scales_and_amax():
     r = gemm_amax(a, b)
     ref, low = reference_scaled(a, b)
     assert_close_fa(r["d"], ref, low, name="fp8 without scales")
-    torch.testing.assert_close(r["amax"][0], ref.abs().max(), rtol=1e-5, atol=1e-6)
+    # amax is max |D| of the fp32 accumulator, before D's bf16 rounding: within half a bf16 ulp of max |D| ...
+    amax, dmax, refmax = r["amax"][0].item(), r["d"].float().abs().max().item(), ref.abs().max().item()
+    assert abs(amax - dmax) <= dmax * 2.0**-8, (amax, dmax)
+    # ... and as close to the fp32 reference as D itself is (the fp8 WGMMA accumulation error of D applies to it)
+    assert abs(amax - refmax) <= 2 * (low.float() - ref).abs().max().item() + refmax * 2.0**-8, (amax, refmax)
 
 
 @pytest.mark.gpu

@@ -7,6 +7,8 @@ checked for run-to-run bit identity (the reduction sums the partials in a fixed 
 K slices that are empty (split_k larger than the number of 64-deep k-tiles), for its workspace contract
 (a short or missing workspace raises; execute allocates and syncs nothing when given one) and for CUDA-graph
 capture. The staged bias must match the per-element-read bias bit for bit (same fp32 math, same order).
+The schedule's tiles (128 x 224 / 192 / 128), 1x1 cluster and scheduler swizzles (with empty tiles in the last
+band, and batched) are checked against the reference, a swizzle also bit for bit against the fixed schedule.
 """
 
 from __future__ import annotations
@@ -201,11 +203,16 @@ def test_stage_aux_dsrelu_matches_per_element(m, n, k, batch):
 # which then use one smem slot / barrier ring per warpgroup). Each output element is computed by the same
 # m64n256k16 WGMMA sequence over the same k order as in the cooperative kernel, so D must match the default
 # plan bit for bit (and the fp32 reference within tolerance). Shapes give odd and even tile counts per CTA
-# (the second warpgroup has no tile when a CTA gets one) and many tiles per CTA (ring and phase wrap-around).
+# (the second warpgroup has no tile when a CTA gets one) and many tiles per CTA (ring and phase wrap-around):
+# 4096 x 4096 is 1024 tiles of 64 x 256, about 8 per CTA; K = 2048 is 32 k-tiles, several trips around the
+# smem ring per tile (the unordered mainloops of the first version failed exactly there).
 PINGPONG_CASES = [
     ("plain", (1, 256, 64)),
     ("plain", (300, 520, 1000)),
     ("plain", (4096, 4096, 512)),
+    ("plain", (4096, 4096, 2048)),
+    ("bias_gelu_amax_staged", (4096, 4096, 2048)),
+    ("fp8_fast", (4096, 2048, 2048)),
     ("bias_gelu_amax", (1031, 1280, 1000)),
     ("swiglu_halves_pre", (2048, 2048, 256)),
     ("srelu_pre", (37, 776, 200)),
@@ -222,7 +229,7 @@ def test_pingpong_matches_cooperative(what, shape):
     from cudnn.gemm import GemmSm90
 
     m, n, k = shape
-    if what == "fp8":
+    if what in ("fp8", "fp8_fast"):
         a, sa = quantize_fp8(torch.randn(m, k, device="cuda"), torch.float8_e4m3fn)
         w, sb = quantize_fp8(torch.randn(n, k, device="cuda") * 0.02, torch.float8_e4m3fn)
         b = w.t()
@@ -230,9 +237,9 @@ def test_pingpong_matches_cooperative(what, shape):
         a, b = _ab(m, n, k)
     kw, tensors = {}, {}
     n_out = n
-    if what == "bias_gelu_amax":
+    if what in ("bias_gelu_amax", "bias_gelu_amax_staged"):
         tensors = dict(bias=torch.randn(n, device="cuda", dtype=torch.bfloat16), amax=torch.empty(1, device="cuda"))
-        kw = dict(activation="gelu_tanh")
+        kw = dict(activation="gelu_tanh", stage_bias=what.endswith("staged"))
     elif what == "swiglu_halves_pre":
         n_out = n // 2
         tensors = dict(aux=_poisoned(m, n))
@@ -247,8 +254,9 @@ def test_pingpong_matches_cooperative(what, shape):
     elif what in ("dsrelu", "dsrelu_staged"):
         tensors = dict(aux=torch.randn(m, n, device="cuda", dtype=torch.bfloat16))
         kw = dict(dsrelu=True, stage_aux=what == "dsrelu_staged")
-    elif what == "fp8":
+    elif what in ("fp8", "fp8_fast"):
         tensors = dict(scale_a=sa, scale_b=sb)
+        kw = dict(fast_accum=what == "fp8_fast")
     results = []
     for pingpong in (False, True):
         run_tensors = {name: (t.clone() if name in ("aux", "amax") and not kw.get("dsrelu") else t) for name, t in tensors.items()}
@@ -258,7 +266,7 @@ def test_pingpong_matches_cooperative(what, shape):
         plan.execute(a, b, out, **run_tensors)
         results.append((out, run_tensors))
     (d0, t0), (d1, t1) = results
-    if what == "fp8":
+    if what in ("fp8", "fp8_fast"):
         ref, low = reference_scaled(a, b, sa, sb)
     else:
         rk = dict(bias=tensors.get("bias"), activation=kw.get("activation", "none"), swiglu=kw.get("swiglu"))
@@ -285,3 +293,122 @@ def test_pingpong_execute_no_sync_no_alloc():
     plan.execute(a, b, d)
     torch.cuda.synchronize()
     detectors.assert_no_sync_no_alloc(lambda: plan.execute(a, b, d), repeats=3)
+
+
+# ---- schedule (cudnn.gemm.dense.schedule): the tiles, clusters and swizzles a non-fixed schedule can pick
+SCHEDULE_CASES = [
+    ("tile224_bias_gelu", (1000, 1000, 1000), dict(tile_mn=(128, 224))),
+    ("tile224_nmajor_b", (517, 904, 328), dict(tile_mn=(128, 224), b_nmajor=True)),  # N-major B: 16-byte rows need N % 8 == 0
+    ("tile192_cluster11", (777, 520, 1032), dict(tile_mn=(128, 192), cluster_mn=(1, 1))),
+    ("tile128", (300, 1000, 520), dict(tile_mn=(128, 128))),
+    ("swizzle4_batched", (700, 2048, 264), dict(swizzle=4, batch=3)),
+    ("auto_waves_l2", (16384, 2048, 1024), dict(schedule="waves+l2")),  # A = 32 MB: the model picks a swizzle
+    ("auto_waves_qwen_down", (2048, 5120, 4096), dict(schedule="waves")),
+    # a fused plan with a swizzle (api.SWIZZLE_FIXED_TILE_PLANS gives it one under "waves+l2" once this passes on the
+    # GPU): the staged bias must land on the reordered tiles
+    ("swizzle4_staged_bias_gelu", (700, 2048, 264), dict(swizzle=4, stage_bias=True)),
+    # last: 4 N tiles, so the scheduler's band of 8 runs 4 empty tile columns (TMA loads zero-fill, stores clip)
+    ("swizzle8_phantom_columns", (1000, 1000, 520), dict(swizzle=8)),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("what,shape,opts", SCHEDULE_CASES, ids=lambda v: str(v))
+def test_schedule_variants_match_reference(what, shape, opts):
+    """Every tile / cluster / swizzle of a schedule against fp32 torch; a swizzle only reorders tiles, so D is also
+    bit-identical to the fixed schedule's."""
+    from cudnn.gemm import GemmSm90
+
+    opts = dict(opts)
+    m, n, k = shape
+    batch = opts.pop("batch", None)
+    a, b = _ab(m, n, k, batch=batch)
+    if opts.pop("b_nmajor", False):
+        b = b.contiguous()  # (K, N) row-major: N-major B
+    lead = () if batch is None else (batch,)
+    tensors, kw = {}, {}
+    if what.endswith("bias_gelu"):
+        tensors = dict(bias=torch.randn(n, device="cuda", dtype=torch.bfloat16))
+        kw = dict(activation="gelu_tanh")
+    outs = []
+    for variant in (dict(schedule="fixed"), opts):
+        out = _poisoned(m, n, lead=lead)
+        plan = GemmSm90(a, b, out, **tensors, **kw, **variant)
+        plan.compile()
+        plan.execute(a, b, out, **tensors)
+        outs.append((out, plan.config))
+    (d0, cfg0), (d1, cfg1) = outs
+    if what.startswith("auto"):
+        assert cfg1 != cfg0, f"{what}: the schedule kept the fixed configuration {cfg0.tile_mn} {cfg0.cluster_mn} swizzle {cfg0.swizzle}"
+    ref, _ = reference(a, b, bias=tensors.get("bias"), activation=kw.get("activation", "none"))
+    low, _ = reference(a, b, bias=tensors.get("bias"), activation=kw.get("activation", "none"), lowp=True)
+    assert_close_fa(d1, ref, low, name=f"schedule {what} {shape} {cfg1.tile_mn} {cfg1.cluster_mn} swizzle {cfg1.swizzle}")
+    if cfg1.tile_mn == cfg0.tile_mn:
+        assert torch.equal(d0, d1), f"{what}: same tile, different D (max {(d0.float() - d1.float()).abs().max().item():.3e})"
+
+
+# Epilogue A/B options (api.AUX_PREFETCH / AUX_LDMATRIX / GELU_FOLD; run with -k epi_). The dsrelu variants change
+# only when and how the staged pre-activation reaches the registers (deeper TMA prefetch; ldmatrix instead of
+# per-element ld.shared), not the math: D must match the default staged plan bit for bit. 2048 x 4096 gives several
+# tiles per CTA (ring phases wrap; at aux_prefetch=8 the whole tile is in flight); odd N has padded pre rows; the
+# batched case steps the TMA batch stride; pingpong runs one ring per consumer warpgroup.
+# An explicit swizzle keeps one compiled kernel per variant across the shapes (the schedule would pick a swizzle per
+# shape: a compile each); 4 still reorders the tiles.
+EPI_AUX_VARIANTS = [
+    dict(aux_prefetch=3, aux_ldmatrix=True),
+    dict(aux_prefetch=8, aux_ldmatrix=True),
+    dict(aux_ldmatrix=True),
+    dict(aux_prefetch=8, aux_ldmatrix=True, pingpong=True),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,n,k,batch", AUX_CASES, ids=lambda v: str(v))
+def test_epi_dsrelu_prefetch_matches_default(m, n, k, batch):
+    from cudnn.gemm import GemmSm90
+    from cudnn.gemm.dense.api import alloc_rows
+
+    lead = () if batch is None else (batch,)
+    a, b = _ab(m, n, k, batch=batch)
+    pre = alloc_rows(lead, m, n, torch.bfloat16, "cuda")
+    pre.copy_(torch.randn(*lead, m, n, device="cuda"))
+    ref, _ = reference(a, b, dsrelu_pre=pre)
+    low, _ = reference(a, b, dsrelu_pre=pre, lowp=True)
+    outs = []
+    for opts in [dict(aux_prefetch=1, aux_ldmatrix=False), *EPI_AUX_VARIANTS]:
+        out = _poisoned(m, n, lead=lead)
+        plan = GemmSm90(a, b, out, aux=pre, dsrelu=True, stage_aux=True, swizzle=4, **opts)
+        plan.compile()
+        assert plan.config.aux_prefetch == opts.get("aux_prefetch", 1) and plan.config.aux_ldmatrix == opts.get("aux_ldmatrix", False)
+        plan.execute(a, b, out, aux=pre)
+        assert_close_fa(out, ref, low, name=f"dsrelu {opts} {m}x{n}x{k} L={batch}")
+        outs.append(out)
+    for opts, out in zip(EPI_AUX_VARIANTS, outs[1:], strict=True):
+        assert torch.equal(outs[0], out), (
+            f"dsrelu {opts}: D differs from the default staged plan (max {(outs[0].float() - out.float()).abs().max().item():.3e})"
+        )
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape,staged", [((1031, 1280, 1000), False), ((4096, 4096, 512), True), ((1, 256, 64), True)], ids=lambda v: str(v))
+def test_epi_gelu_fold_matches_reference(shape, staged):
+    """gelu_tanh with folded constants: same function up to fp32 rounding, within the FA tolerance of the fp32
+    reference and at most one bf16 ulp-ish from the textbook form."""
+    from cudnn.gemm import GemmSm90
+
+    m, n, k = shape
+    a, b = _ab(m, n, k)
+    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    ref, _ = reference(a, b, bias=bias, activation="gelu_tanh")
+    low, _ = reference(a, b, bias=bias, activation="gelu_tanh", lowp=True)
+    outs = []
+    for fold in (False, True):
+        out = _poisoned(m, n)
+        plan = GemmSm90(a, b, out, bias=bias, activation="gelu_tanh", stage_bias=staged, gelu_fold=fold, swizzle=4)
+        plan.compile()
+        assert plan.config.gelu_fold == fold
+        plan.execute(a, b, out, bias=bias)
+        outs.append(out)
+    assert_close_fa(outs[1], ref, low, name=f"gelu_fold {shape}")
+    diff = (outs[0].float() - outs[1].float()).abs()
+    assert (diff <= 1e-2 * outs[0].float().abs() + 1e-3).all(), f"gelu_fold departs from the textbook form (max {diff.max().item():.3e})"

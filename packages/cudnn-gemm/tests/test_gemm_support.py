@@ -142,3 +142,196 @@ def test_split_k_workspace_size_and_default_cluster():
     assert p.scratch_workspace_bytes() == 8 * 3 * 1004 * 4 + (-(8 * 3 * 1004 * 4) % 128)
     assert p.cluster_mn == (1, 1) and _plan().cluster_mn == (2, 1)
     assert _plan().scratch_workspace_bytes() == 0
+
+
+# ---- fp8 accumulation mode and the per-fusion plan defaults (metadata only)
+def test_fp8_fast_accum_picks_the_tile():
+    skip_unless_cutedsl(FLOOR, "cudnn.gemm")
+    for fast, pingpong, tile in ((False, False, (128, 128)), (False, True, (64, 128)), (True, False, (128, 256)), (True, True, (64, 256))):
+        p = _fp8_plan(fast_accum=fast, pingpong=pingpong)
+        assert p.check_support()
+        cfg = p._make_config()
+        assert (cfg.tile_mn, cfg.fast_accum, cfg.pingpong) == (tile, fast, pingpong)
+    # the expert tile override (the benchmark's A/B of FP8_PROMOTED_TILE_N), validated on metadata
+    assert _fp8_plan(tile_mn=(128, 192)).check_support()
+    with pytest.raises(ValueError, match="N <= 192"):
+        _fp8_plan(tile_mn=(128, 256)).check_support()
+    with pytest.raises(ValueError, match="must be"):
+        _fp8_plan(tile_mn=(128, 192), pingpong=True).check_support()
+    p = _fp8_plan()
+    p.check_support()
+    assert p._make_config().promotion_interval == 1
+    p = _fp8_plan(promotion_interval=2)
+    p.check_support()
+    assert p._make_config().promotion_interval == 2
+    with pytest.raises(ValueError, match="promotion_interval"):
+        _fp8_plan(promotion_interval=0).check_support()
+    # 16-bit operands: fast_accum means nothing and stays out of the compile key
+    p = _plan(fast_accum=True)
+    p.check_support()
+    assert p._make_config().fast_accum is False and p._make_config().tile_mn == (128, 256) and p._make_config().promotion_interval == 1
+    # fp8 swiglu needs 256-wide tiles: only with fast_accum=True
+    a, b = _desc((300, 256), dtype=E4M3, name="a"), _desc((256, 512), (1, 256), dtype=E4M3, name="b")
+    with pytest.raises(NotImplementedError, match="fast_accum=True"):
+        _plan(a=a, b=b, d=_desc((300, 256), name="d"), swiglu="interleaved").check_support()
+    assert _plan(a=a, b=b, d=_desc((300, 256), name="d"), swiglu="interleaved", fast_accum=True).check_support()
+
+
+def test_fusion_defaults_apply_where_the_plan_takes_them(monkeypatch):
+    skip_unless_cutedsl(FLOOR, "cudnn.gemm")
+    from cudnn.gemm.dense import api
+
+    m, n = 300, 512
+    bias = _desc((n,), name="bias")
+    aux = _desc((m, n), name="aux")
+    # the defaults set from the H200 run: cooperative with the staged bias / pre-activation
+    p = _plan(bias=bias, activation="gelu_tanh")
+    p.check_support()
+    assert (p.pingpong, p.stage_bias, p.stage_aux) == (False, True, False)
+    p = _plan(aux=aux, dsrelu=True)
+    p.check_support()
+    assert (p.pingpong, p.stage_bias, p.stage_aux) == (False, False, True)
+    p = _plan()
+    p.check_support()
+    assert (p.pingpong, p.stage_bias, p.stage_aux) == (False, False, False)  # plain: nothing to stage
+    assert api.fusion_of(activation="gelu_tanh", has_bias=True) == "gelu"
+    assert api.fusion_of(swiglu="halves", amax=True) == "swiglu" and api.fusion_of(has_bias=True) == "bias"
+    flipped = {k: {o: True for o in v} for k, v in api.FUSION_DEFAULTS.items()}
+    monkeypatch.setattr(api, "FUSION_DEFAULTS", flipped)
+    p = _plan(bias=bias, activation="gelu_tanh")
+    p.check_support()
+    assert (p.pingpong, p.stage_bias) == (True, True) and p._make_config().tile_mn == (64, 256)
+    p = _plan(aux=aux, dsrelu=True)
+    p.check_support()
+    assert (p.pingpong, p.stage_bias, p.stage_aux) == (True, False, True)  # no bias to stage
+    p = _plan(aux=_desc((m, n), dtype="float32", name="aux"), dsrelu=True)
+    p.check_support()
+    assert p.stage_aux is False  # aux not in d's dtype: the default is not applied (never a decline)
+    p = _plan(bias=bias, split_k=2)
+    p.check_support()
+    assert (p.pingpong, p.stage_bias) == (False, False)  # neither combines with split-K
+    p = _plan(bias=bias, activation="gelu_tanh", pingpong=False, stage_bias=False)  # explicit values win
+    p.check_support()
+    assert (p.pingpong, p.stage_bias) == (False, False)
+
+
+# ---- tile / cluster / swizzle schedule (cudnn.gemm.dense.schedule; metadata only)
+def test_schedule_model_choices():
+    from cudnn.gemm.dense.schedule import choose_swizzle, choose_tile, wave_traffic
+
+    # squares and shapes whose 128 x 256 tiles fill their waves keep the default tile and cluster
+    for m, n, k in ((4096, 4096, 4096), (8192, 8192, 8192), (2048, 14336, 4096), (4096, 4096, 14336), (16384, 28672, 8192)):
+        c = choose_tile(m, n, k)
+        assert (c.tile_mn, c.cluster_mn, c.swizzle) == ((128, 256), (2, 1), 1), (m, n, k, c)
+    # Qwen3-32B down, M = 2048: 320 tiles = 2.42 waves of 132 at 128 x 256; 368 = 2.79 waves of 7/8 the work at 128 x 224
+    c = choose_tile(2048, 5120, 25600)
+    assert (c.tile_mn, c.cluster_mn, c.waves) == ((128, 224), (2, 1), 3)
+    # decode-sized problems are not modelled (split-K's territory)
+    assert choose_tile(16, 5120, 25600).tile_mn == (128, 256)
+    # an explicit cluster is kept
+    assert choose_tile(2048, 5120, 25600, clusters=((1, 1),)).cluster_mn == (1, 1)
+    # L2: A of 16384 x 4096 bf16 (128 MB) is re-read every N column without swizzle; 8-wide bands cut a wave's traffic
+    assert wave_traffic(16384, 14336, (128, 256), (2, 1), 8, 132) * 2 < wave_traffic(16384, 14336, (128, 256), (2, 1), 1, 132)
+    assert choose_swizzle(16384, 14336, 4096, (128, 256), (2, 1)) == 8
+    assert choose_swizzle(2048, 14336, 4096, (128, 256), (2, 1)) == 1  # A (16 MB) stays in L2
+    assert choose_swizzle(16384, 25600, 5120, (128, 256), (2, 1)) == 4  # 100 N tiles: 8 does not divide, 4 does
+    assert choose_tile(16384, 14336, 4096, l2=True).swizzle == 8 and choose_tile(16384, 14336, 4096).swizzle == 1
+
+
+def test_schedule_switch_applies_where_the_tile_is_free(monkeypatch):
+    skip_unless_cutedsl(FLOOR, "cudnn.gemm")
+    from cudnn.gemm.dense import api
+
+    m, n, k = 2048, 5120, 25600
+    wb = _desc((k, n), (1, k), name="b")  # w.t()
+
+    def cfg(**kw):
+        p = _plan(m=m, n=n, k=k, b=kw.pop("b", wb), **kw)
+        assert p.check_support()
+        return p._make_config()
+
+    fixed = cfg(schedule="fixed")
+    assert (fixed.tile_mn, fixed.cluster_mn, fixed.swizzle) == ((128, 256), (2, 1), 1)
+    assert api.TILE_SCHEDULE == "waves+l2" and cfg().tile_mn == (128, 224)  # the default since the H200 A/B
+    monkeypatch.setattr(api, "TILE_SCHEDULE", "fixed")
+    assert cfg() == fixed
+    monkeypatch.undo()
+    w = cfg(schedule="waves")
+    assert (w.tile_mn, w.cluster_mn, w.swizzle, w.max_active_clusters) == ((128, 224), (2, 1), 1, 66)
+    assert cfg(schedule="waves+l2").tile_mn == (128, 224)
+    # the compile key holds the choice, never the extents (Rule 4): another M with the same choice, the same key
+    p = _plan(m=m - 8, n=n, k=k, b=wb, schedule="waves")
+    p.check_support()
+    assert p._make_config() == w and "2048" not in repr(w) and "25600" not in repr(w)
+    # the module switch is the default of schedule=None
+    monkeypatch.setattr(api, "TILE_SCHEDULE", "waves")
+    assert cfg() == w
+    # plans whose tile is not free keep theirs
+    assert cfg(pingpong=True).tile_mn == (64, 256)
+    assert cfg(bias=_desc((n,), name="bias"), stage_bias=True).tile_mn == (128, 256)
+
+    # ... and take the swizzle under "waves+l2" where A leaves L2 (M = 16384, K = 4096: 128 MB) only with the switch on
+    def big():
+        p = _plan(m=16384, n=14336, k=4096, b=_desc((4096, 14336), (1, 4096), name="b"), bias=_desc((14336,), name="bias"), schedule="waves+l2")
+        assert p.check_support() and p.stage_bias and p._make_config().tile_mn == (128, 256)
+        return p._make_config().swizzle
+
+    assert big() == 1
+    monkeypatch.setattr(api, "SWIZZLE_FIXED_TILE_PLANS", True)
+    assert big() > 1
+    # the schedule keeps the fixed tile for layouts it was not verified with (N-major B)
+    assert cfg(b=_desc((k, n), (n, 1), name="b")).tile_mn == (128, 256)
+    assert cfg(tile_mn=(128, 192)).tile_mn == (128, 192)
+    assert cfg(cluster_mn=(1, 1)).cluster_mn == (1, 1)
+    assert cfg(swizzle=2, schedule="waves+l2").swizzle == 2
+    with pytest.raises(ValueError, match="schedule"):
+        _plan(schedule="fastest").check_support()
+    with pytest.raises(ValueError, match="tile_mn"):
+        _plan(tile_mn=(128, 160)).check_support()
+
+
+def test_epilogue_ab_options(monkeypatch):
+    """aux_prefetch / aux_ldmatrix (staged dsrelu pre-activation) and gelu_fold (gelu_tanh): values checked, applied
+    only where the plan takes them, None = the module defaults (api.AUX_PREFETCH / AUX_LDMATRIX / GELU_FOLD)."""
+    skip_unless_cutedsl(FLOOR, "cudnn.gemm")
+    from cudnn.gemm.dense import api
+
+    m, n = 300, 512
+    aux = _desc((m, n), name="aux")
+    bias = _desc((n,), name="bias")
+    with pytest.raises(ValueError, match="aux_prefetch must be"):
+        _plan(aux=aux, dsrelu=True, aux_prefetch=9).check_support()
+    with pytest.raises(ValueError, match="stage_aux"):
+        _plan(aux=aux, dsrelu=True, stage_aux=False, aux_prefetch=3).check_support()
+    with pytest.raises(ValueError, match="stage_aux"):
+        _plan(bias=bias, aux_ldmatrix=True).check_support()
+    with pytest.raises(ValueError, match="gelu_fold"):
+        _plan(bias=bias, activation="relu2", gelu_fold=True).check_support()
+    p = _plan(aux=aux, dsrelu=True)
+    p.check_support()
+    cfg = p._make_config()
+    assert (cfg.aux_prefetch, cfg.aux_ldmatrix, cfg.gelu_fold) == (1, False, False)  # the verified kernel
+    p = _plan(aux=aux, dsrelu=True, aux_prefetch=8, aux_ldmatrix=True)
+    p.check_support()
+    cfg = p._make_config()
+    assert (cfg.aux_prefetch, cfg.aux_ldmatrix) == (8, True)
+    p = _plan(bias=bias, activation="gelu_tanh", gelu_fold=True)
+    p.check_support()
+    assert p._make_config().gelu_fold is True
+    monkeypatch.setattr(api, "AUX_PREFETCH", 3)
+    monkeypatch.setattr(api, "AUX_LDMATRIX", True)
+    monkeypatch.setattr(api, "GELU_FOLD", True)
+    p = _plan(aux=aux, dsrelu=True)
+    p.check_support()
+    cfg = p._make_config()
+    assert (cfg.aux_prefetch, cfg.aux_ldmatrix, cfg.gelu_fold) == (3, True, False)
+    p = _plan(aux=_desc((m, n), dtype="float32", name="aux"), dsrelu=True)  # not staged: the defaults do not apply
+    p.check_support()
+    cfg = p._make_config()
+    assert (cfg.aux_prefetch, cfg.aux_ldmatrix) == (1, False)
+    p = _plan(bias=bias, activation="gelu_tanh")
+    p.check_support()
+    assert p._make_config().gelu_fold is True
+    p = _plan(bias=bias, activation="gelu_erf")
+    p.check_support()
+    assert p._make_config().gelu_fold is False

@@ -33,7 +33,18 @@ Plan-time performance options (the defaults are the configuration verified on th
   store ring (aux must have d's dtype and a 16-byte-aligned row stride and base), instead of per-element reads.
 - ``pingpong=True``: 64 x 256 tiles, one per consumer warpgroup, the two warpgroups taking turns, so one's
   epilogue runs while the other's mainloop keeps the tensor cores busy (each has its own D smem ring and
-  named barrier, staged bias and aux barriers). Not with split_k.
+  named barrier, staged bias and aux barriers; two more named barriers order their mainloops). Not with split_k.
+- ``aux_prefetch`` (1..8), ``aux_ldmatrix`` (stage_aux plans) and ``gelu_fold`` (gelu_tanh plans): epilogue A/B
+  options, None = :data:`AUX_PREFETCH` / :data:`AUX_LDMATRIX` / :data:`GELU_FOLD` (see there).
+- ``pingpong``, ``stage_bias``, ``stage_aux`` left as None take the per-fusion default of
+  :data:`FUSION_DEFAULTS` (the one place to flip them after a GPU run), where the plan can take it.
+- ``schedule``: None (:data:`TILE_SCHEDULE`), "fixed", "waves" or "waves+l2": how the tile, cluster and
+  scheduler swizzle are chosen from the plan's M, N, K, L (plan-time values of its tensors; the choice, never an
+  extent, enters the compile key): see :data:`TILE_SCHEDULE` and :mod:`cudnn.gemm.dense.schedule`.
+- ``fast_accum`` (fp8 only, like ``torch._scaled_mm(use_fast_accum=...)``): False (default) adds the fp8
+  WGMMA's partial sums into a second fp32 accumulator every 128 of K (the WGMMA accumulates fp8 products with
+  reduced precision), on 128 x 128 tiles (64 x 128 with pingpong) so that both accumulators fit the registers;
+  True keeps the WGMMA's own accumulation on 128 x 256 tiles (faster, about 1e-3 relative error at K ~ 1000).
 """
 
 from __future__ import annotations
@@ -57,6 +68,76 @@ _NAMES = {
 _ITEMSIZE = {data_type.BFLOAT16: 2, data_type.HALF: 2, data_type.FLOAT: 4, data_type.FP8_E4M3: 1, data_type.FP8_E5M2: 1}
 _INT32_MAX = 2**31 - 1
 ACTIVATIONS = ("none", "relu", "relu2", "gelu_tanh", "gelu_erf")
+
+#: Per-fusion plan defaults for the options a caller leaves as None. The one place to flip a default after a
+#: GPU run: benchmarks/gemm.py's ``gemm_pingpong`` table times every fusion on the cooperative and pingpong
+#: kernels, with and without the staged reads, next to our plain GEMM. A default is applied only where the
+#: plan can take it (stage_bias needs a bias, stage_aux a dsrelu aux in d's dtype with 16-byte rows, pingpong
+#: no split-K); the fusion of a plan is :func:`fusion_of`. Set from the H200 run of 2026-11-29 (gemm_pingpong, llama3-8b
+#: up M=16384): the cooperative kernel with staged reads was the fastest variant of every fusion; pingpong lost.
+FUSION_DEFAULTS: dict[str, dict[str, bool]] = {
+    "plain": {"pingpong": False},
+    "bias": {"pingpong": False, "stage_bias": True},
+    "srelu": {"pingpong": False, "stage_bias": True},
+    "gelu": {"pingpong": False, "stage_bias": True},
+    "swiglu": {"pingpong": False, "stage_bias": True},
+    "amax": {"pingpong": False, "stage_bias": True},
+    "dsrelu": {"pingpong": False, "stage_bias": False, "stage_aux": True},
+}
+
+
+#: N of the tile of fp8 plans with promotion (fast_accum=False): 128 (m64n128k32; verified first) or 192
+#: (m64n192k32, 96 + 96 accumulator registers, no spills). benchmarks/gemm.py's gemm_fp8 table times both
+#: ("ours" and "ours_n192"). 192 was faster on the H200 (2026-11-29: e4m3 8192^3 1215 vs 1081 TFLOP/s) but its
+#: correctness tests have not run on a GPU yet: flip after they pass.
+FP8_PROMOTED_TILE_N = 128
+#: k-tiles (128 of K each) between two promotions of fp8 plans with fast_accum=False: 1 (CUTLASS's and
+#: DeepSeek-V3's 128) drains the WGMMAs every k-tile; 2 keeps one batch in flight inside each pair. The gemm_fp8
+#: table times 2 as "ours_p2"; flip here only if the accuracy tests pass with it too.
+FP8_PROMOTION_INTERVAL = 1
+
+#: Tile / cluster / swizzle choice of plans that leave ``schedule`` as None (:mod:`cudnn.gemm.dense.schedule`):
+#: "fixed" = (128, 256) tiles, 2x1 cluster, no swizzle, for every shape (the configuration verified first);
+#: "waves" = the tile and cluster with the best predicted time (waves x per-tile cost) among (128, 256 | 224 | 192 |
+#: 128) x (2x1 | 1x1); "waves+l2" = that, plus the scheduler swizzle where A does not stay in L2 between waves.
+#: Applies to cooperative 16-bit plans without swiglu, split-K, staged reads or an explicit tile_mn (the others keep
+#: their tiles). benchmarks/gemm.py's ``gemm`` table times "waves+l2" ("ours"), "waves" ("ours_waves") and "fixed"
+#: ("ours_fixed") next to cuBLAS; "waves+l2" won on the H200 (2026-11-29: 1.03-1.19x "fixed" on the MLP shapes,
+#: docs/benchmarks/gemm_schedule.md). Applies to K-major A and B (the layouts its tiles were verified with).
+TILE_SCHEDULE = "waves+l2"
+SCHEDULES = ("fixed", "waves", "waves+l2")
+#: Under "waves+l2", also give the scheduler swizzle to cooperative 16-bit plans whose tile is fixed (staged reads,
+#: swiglu). Measured on the H200 (docs/benchmarks/gemm_fusions_ab.md: the fusions at 0.92-1.08x our plain GEMM with
+#: it) but its bit-identity tests have not run on a GPU yet: off until they pass.
+SWIZZLE_FIXED_TILE_PLANS = False
+
+#: Epilogue A/B options of plans that leave them as None (compiled and PTX-checked on CPU, not yet timed; the
+#: defaults keep the verified kernel). benchmarks/gemm.py's ``gemm_fusions`` table times the candidates on the
+#: dsrelu and gelu_tanh rows ("ours_epi3", "ours_epi8"); test_gemm_options_gpu.py -k epi_ checks them.
+#: AUX_PREFETCH: stage_aux (dsrelu) pre-activation sub-tiles (128 x 32) in flight by TMA ahead of the epilogue, the
+#: first ones issued before the tile's mainloop: 1 (verified: one ahead), 3 (same smem), 8 (the whole 128 x 256
+#: tile lands during the mainloop; D's smem ring grows to 8 stages, one mainloop stage less).
+AUX_PREFETCH = 1
+#: AUX_LDMATRIX: read the staged pre-activation with ldmatrix (the inverse of D's stmatrix: 16-byte rows) instead of
+#: per-element 2-byte ld.shared with swizzled addresses.
+AUX_LDMATRIX = False
+#: GELU_FOLD: gelu_tanh with its constants folded, 5 fp32 ops + one tanh.approx per element instead of 8 + one.
+GELU_FOLD = False
+
+
+def fusion_of(*, swiglu=None, dsrelu=False, amax=False, activation="none", has_bias=False) -> str:
+    """The :data:`FUSION_DEFAULTS` key of a plan: swiglu > dsrelu > amax > activation (srelu, gelu) > bias > plain."""
+    if swiglu is not None:
+        return "swiglu"
+    if dsrelu:
+        return "dsrelu"
+    if amax:
+        return "amax"
+    if activation == "relu2":
+        return "srelu"
+    if activation.startswith("gelu"):
+        return "gelu"
+    return "bias" if has_bias else "plain"
 
 
 def _major_2d(desc: TensorDesc, rows_dim: int, cols_dim: int):
@@ -136,20 +217,40 @@ class GemmSm90(APIBase):
         scale_b=None,
         scale_d=None,
         split_k: int = 1,
-        stage_bias: bool = False,
-        stage_aux: bool = False,
-        pingpong: bool = False,
+        stage_bias: bool | None = None,
+        stage_aux: bool | None = None,
+        pingpong: bool | None = None,
+        fast_accum: bool = False,
+        tile_mn: tuple | None = None,
+        promotion_interval: int | None = None,
         cluster_mn: tuple | None = None,
-        swizzle: int = 1,
+        swizzle: int | None = None,
         raster_along_m: bool = True,
+        schedule: str | None = None,
+        aux_prefetch: int | None = None,
+        aux_ldmatrix: bool | None = None,
+        gelu_fold: bool | None = None,
     ):
         super().__init__()
         self.a, self.b, self.d = as_desc(a, "a"), as_desc(b, "b"), as_desc(d, "d")
         self.c, self.bias, self.aux, self.amax = as_desc(c, "c"), as_desc(bias, "bias"), as_desc(aux, "aux"), as_desc(amax, "amax")
         self.scale_a, self.scale_b, self.scale_d = as_desc(scale_a, "scale_a"), as_desc(scale_b, "scale_b"), as_desc(scale_d, "scale_d")
-        self.split_k, self.stage_bias, self.stage_aux, self.pingpong = split_k, bool(stage_bias), bool(stage_aux), bool(pingpong)
+        self.split_k, self.fast_accum = split_k, bool(fast_accum)
+        self._tile_override = None if tile_mn is None else tuple(tile_mn)  # expert A/B knob; None: tile_mn()
+        self.promotion_interval = promotion_interval  # expert A/B knob; None: FP8_PROMOTION_INTERVAL
+        # None: the per-fusion default (FUSION_DEFAULTS), resolved in check_support where the plan is known
+        self.stage_bias = None if stage_bias is None else bool(stage_bias)
+        self.stage_aux = None if stage_aux is None else bool(stage_aux)
+        self.pingpong = None if pingpong is None else bool(pingpong)
+        # epilogue A/B options; None: AUX_PREFETCH / AUX_LDMATRIX / GELU_FOLD where the plan can take them
+        self.aux_prefetch, self.aux_ldmatrix, self.gelu_fold = aux_prefetch, aux_ldmatrix, gelu_fold
+        # explicit cluster_mn / swizzle are kept; left as None, the schedule (TILE_SCHEDULE) may choose them
+        self._cluster_explicit, self._swizzle_explicit = cluster_mn is not None, swizzle is not None
+        self.schedule = schedule
+        self._choice = None  # schedule.TileChoice once check_support resolved a non-fixed schedule for this plan
         if cluster_mn is None:  # a 2x1 multicast pair by default; split-K (decode, M ~ 1) runs single CTAs
             cluster_mn = (2, 1) if split_k == 1 else (1, 1)
+        swizzle = 1 if swizzle is None else swizzle
         self.bias_kind, self.activation, self.swiglu = bias_kind, activation, swiglu
         self.store_pre, self.dsrelu, self.want_amax = bool(store_pre), bool(dsrelu), amax is not None
         self.alpha, self.beta = float(alpha), float(beta)
@@ -250,6 +351,35 @@ class GemmSm90(APIBase):
             self._decline_if(self.aux.stride[-1] != 1 and n > 1, f"{what}: {self.aux.describe()} must be row-major")
         if self.want_amax:
             self._value_error_if(self.amax.dtype != data_type.FLOAT or self.amax.numel() != 1, f"{what}: {self.amax.describe()} must be one float32")
+        self._resolve_defaults(m)
+        ap = self.aux_prefetch
+        self._value_error_if(ap is not None and (not isinstance(ap, int) or not 1 <= ap <= 8), f"{what}: aux_prefetch must be an int in 1..8, got {ap!r}")
+        self._value_error_if(
+            (ap not in (None, 1) or bool(self.aux_ldmatrix)) and not self.stage_aux,
+            f"{what}: aux_prefetch / aux_ldmatrix serve the staged dsrelu pre-activation (stage_aux), which this plan does not use",
+        )
+        self._value_error_if(bool(self.gelu_fold) and self.activation != "gelu_tanh", f"{what}: gelu_fold serves activation='gelu_tanh' only")
+        if fp8 and not self.fast_accum:
+            self._decline_if(
+                self.swiglu is not None,
+                f"{what}: fp8 swiglu needs 256-wide tiles (gate and up halves), which leave no registers for the promoted "
+                "fp32 accumulator: pass fast_accum=True",
+            )
+        pi = self.promotion_interval
+        self._value_error_if(pi is not None and (not isinstance(pi, int) or pi < 1), f"{what}: promotion_interval must be an int >= 1, got {pi!r}")
+        if self._tile_override is not None:
+            tm, tn = self._tile_override
+            # 224: the schedule's extra width (16-bit cooperative tiles only; compiled and PTX-checked there)
+            ns = (128, 192, 224, 256) if not (fp8 or self.pingpong) else (128, 192, 256)
+            self._value_error_if(
+                tm != (64 if self.pingpong else 128) or tn not in ns,
+                f"{what}: tile_mn={self._tile_override} must be ({64 if self.pingpong else 128}, {' | '.join(map(str, ns))})",
+            )
+            self._value_error_if(self.swiglu is not None and tn != 256, f"{what}: swiglu needs tile_mn N = 256")
+            self._value_error_if(
+                fp8 and not self.fast_accum and tm * tn // (128 if self.pingpong else 256) > 96,
+                f"{what}: tile_mn={self._tile_override}: fp8 with promotion (fast_accum=False) keeps two fp32 accumulators; N <= 192",
+            )
         self._value_error_if(self.stage_bias and self.bias is None, f"{what}: stage_bias=True needs a bias")
         self._value_error_if(self.stage_aux and not self.dsrelu, f"{what}: stage_aux=True serves the dsrelu pre-activation read only")
         self._decline_if(
@@ -278,9 +408,85 @@ class GemmSm90(APIBase):
         for desc in (a, b, d, self.c, self.bias, self.aux):
             if desc is not None:
                 self._decline_if(desc.span_elements() > _INT32_MAX, f"{what}: {desc.describe()} spans more than 2^31 elements (32-bit offsets)")
+        self._resolve_schedule(what)
         require_cutedsl(what, CUTEDSL_MIN_VERSION)
         self._is_supported = True
         return True
+
+    def _resolve_schedule(self, what: str) -> None:
+        """Apply the plan's schedule (``schedule`` or :data:`TILE_SCHEDULE`): tile, cluster, swizzle from M, N, K, L.
+
+        Only for plans whose tile is free: 16-bit cooperative, no swiglu (256-wide pairs), no split-K, no staged
+        bias / aux, no explicit ``tile_mn``. An explicit ``cluster_mn`` or ``swizzle`` is kept as given."""
+        sched = TILE_SCHEDULE if self.schedule is None else self.schedule
+        self._value_error_if(sched not in SCHEDULES, f"{what}: schedule {sched!r} is not one of {SCHEDULES}")
+        self._choice = None
+        free = (
+            self._a_major == "k"  # the layouts the schedule's tiles were verified with on the H200
+            and self._b_major == "k"
+            and not self._is_fp8
+            and not self.pingpong
+            and self.split_k == 1
+            and self.swiglu is None
+            and not self.stage_bias
+            and not self.stage_aux
+            and self._tile_override is None
+        )
+        if sched == "fixed":
+            return
+        if not free:
+            # the tile is fixed by the plan, the scheduler's swizzle is not: cooperative 16-bit plans with staged
+            # reads or swiglu still walk the tiles in the L2-friendly order (a swizzle only reorders tiles)
+            if (
+                SWIZZLE_FIXED_TILE_PLANS
+                and sched == "waves+l2"
+                and not self._is_fp8
+                and not self.pingpong
+                and self.split_k == 1
+                and self._tile_override is None
+                and not self._swizzle_explicit
+            ):
+                from .schedule import choose_swizzle
+
+                tm, tn = self.tile_mn()
+                self.swizzle = choose_swizzle(self._m, self._n, self._k, (tm, tn), tuple(self.cluster_mn), sm_count=_sm_count(self.a.device))
+            return
+        from .schedule import choose_tile
+
+        sm = _sm_count(self.a.device)
+        clusters = (tuple(self.cluster_mn),) if self._cluster_explicit else None
+        choice = choose_tile(self._m, self._n, self._k, self._l, tile_k=64, sm_count=sm, l2=sched == "waves+l2", clusters=clusters)
+        if self._swizzle_explicit:
+            choice = choice._replace(swizzle=self.swizzle)
+        self._choice = choice
+        self.cluster_mn, self.swizzle = choice.cluster_mn, choice.swizzle
+
+    def _resolve_defaults(self, m: int) -> None:
+        """pingpong / stage_bias / stage_aux left as None take :data:`FUSION_DEFAULTS`, where this plan can take them."""
+        dflt = FUSION_DEFAULTS.get(
+            fusion_of(swiglu=self.swiglu, dsrelu=self.dsrelu, amax=self.want_amax, activation=self.activation, has_bias=self.bias is not None), {}
+        )
+        if self.pingpong is None:
+            self.pingpong = bool(dflt.get("pingpong", False)) and self.split_k == 1
+        if self.stage_bias is None:
+            self.stage_bias = bool(dflt.get("stage_bias", False)) and self.bias is not None and self.split_k == 1
+        if self.stage_aux is None:
+            aux, ok = self.aux, False
+            if self.dsrelu and aux is not None and aux.dtype == self.d.dtype and self.split_k == 1:
+                ldaux = aux.stride[-2] if m > 1 else _round8(aux.shape[-1])
+                ok = ldaux % 8 == 0 and (aux.rank == 2 or aux.shape[0] == 1 or aux.stride[0] % 8 == 0)
+            self.stage_aux = bool(dflt.get("stage_aux", False)) and ok
+
+    def tile_mn(self) -> tuple:
+        """The CTA tile of this plan: (128, 256) cooperative, (64, 256) pingpong; fp8 with promotion (fast_accum=False)
+        halves N so that its two fp32 accumulators fit the registers."""
+        if self._tile_override is not None:
+            return self._tile_override
+        if self._choice is not None:
+            return self._choice.tile_mn
+        if self._is_fp8 and not self.fast_accum:
+            return (64, 128) if self.pingpong else (128, FP8_PROMOTED_TILE_N)  # the pingpong A/B ran 64 x 128 only
+        return (64, 256) if self.pingpong else (128, 256)
 
     def _make_config(self):
         from .kernel_sm90 import GemmSm90Config
@@ -313,7 +519,14 @@ class GemmSm90(APIBase):
             stage_bias=self.stage_bias,
             stage_aux=self.stage_aux,
             pingpong=self.pingpong,
-            tile_mn=(64, 256) if self.pingpong else (128, 256),
+            tile_mn=self.tile_mn(),
+            aux_prefetch=(AUX_PREFETCH if self.aux_prefetch is None else self.aux_prefetch) if self.stage_aux else 1,
+            aux_ldmatrix=bool(AUX_LDMATRIX if self.aux_ldmatrix is None else self.aux_ldmatrix) and bool(self.stage_aux),
+            gelu_fold=bool(GELU_FOLD if self.gelu_fold is None else self.gelu_fold) and self.activation == "gelu_tanh",
+            fast_accum=self.fast_accum and self._is_fp8,  # irrelevant (and kept False) for 16-bit operands
+            promotion_interval=(FP8_PROMOTION_INTERVAL if self.promotion_interval is None else self.promotion_interval)
+            if self._is_fp8 and not self.fast_accum
+            else 1,
         )
 
     def compile(self) -> None:
@@ -647,6 +860,7 @@ def gemm(
     scale_d=None,
     out_dtype=None,
     split_k: int = 1,
+    fast_accum: bool = False,
     workspace=None,
     stream=None,
 ) -> TupleDict:
@@ -659,10 +873,14 @@ def gemm(
     ``scale_a``/``scale_b``: one-element fp32 CUDA tensors (dequantization scales, never read by the host);
     ``scale_d``: optional one-element fp32 output scale; ``out_dtype``: bf16 (default), fp16, e4m3 or e5m2.
     ``split_k``: K slices for small-M shapes (fp32 partials in ``workspace``, allocated here when None).
+    ``fast_accum`` (fp8): True keeps the fp8 WGMMA's reduced-precision accumulation (faster, like
+    ``torch._scaled_mm(use_fast_accum=True)``); False (default) promotes it into an fp32 sum every 128 of K.
     """
     kw = {}
     if split_k != 1:
         kw["split_k"] = split_k
+    if fast_accum:
+        kw["fast_accum"] = True
     for name, t in (("scale_a", scale_a), ("scale_b", scale_b), ("scale_d", scale_d)):
         if t is not None:
             kw[name] = t
@@ -683,5 +901,17 @@ def gemm(
     return TupleDict(d=d)
 
 
-__all__ = ["GemmSm90", "gemm", "cached_plan", "run_gemm", "split_k_for"]
+__all__ = [
+    "FP8_PROMOTED_TILE_N",
+    "FP8_PROMOTION_INTERVAL",
+    "FUSION_DEFAULTS",
+    "SCHEDULES",
+    "TILE_SCHEDULE",
+    "GemmSm90",
+    "cached_plan",
+    "fusion_of",
+    "gemm",
+    "run_gemm",
+    "split_k_for",
+]
 _ = replace  # dataclasses.replace kept for callers building variant configs

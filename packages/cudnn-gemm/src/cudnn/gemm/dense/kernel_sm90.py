@@ -7,7 +7,8 @@ Computes, for every batch ``l``::
 - A is (M, K, L), K-major or M-major; B is (N, K, L), K-major or N-major (``a @ b`` with a torch ``b``
   of shape (K, N) is B = b.T: a row-major ``b`` is N-major, ``w.t()`` of an nn.Linear weight is K-major).
   Both majors are served natively by the TMA descriptors and the WGMMA smem descriptors.
-- bf16 or fp16 operands (same dtype), fp32 accumulation, D in the operand dtype, row-major (N contiguous).
+- bf16 or fp16 operands (same dtype), fp32 accumulation, D in the operand dtype, row-major (N contiguous);
+  or fp8 e4m3 / e5m2 operands (K-major) with per-tensor fp32 scales and a bf16 / fp16 / fp8 D.
 - M, N, K need not be multiples of the tile: TMA zero-fills out-of-bounds loads and clips stores;
   per-element epilogue reads (C, bias, aux) are predicated on the true extents.
 - Extents M, N, K, L and every leading/batch stride are runtime Int32 arguments: one compiled kernel
@@ -24,6 +25,16 @@ Structure (one CTA = 3 warpgroups, 384 threads):
 - epilogue, on the consumers, per 128 x 32 sub-tile: fp32 accumulator registers -> affine part,
   activation, swiglu pairing, amax (``_device.epilogue``) -> convert -> ``stmatrix`` into a 4-deep smem
   ring -> TMA store by one warp, overlapped with the next sub-tile (``PipelineTmaStore``).
+
+Options (compile-key fields): ``pingpong`` gives each consumer warpgroup its own (64, N) tiles, alternate tiles of
+the CTA's schedule, its mainloop ordered after the other's by two 256-thread named barriers (ids 3, 4) so that
+its full-barrier waits never run a ring trip ahead; fp8 operands without ``fast_accum`` promote the WGMMA's
+reduced-precision partial sums into a second fp32 accumulator every k-tile (128 of K), which needs a tile of at
+most 96 accumulators per thread ((128, 128) or (128, 192)). Epilogue A/B options: ``aux_prefetch`` = d > 1 issues the
+staged pre-activation's first d sub-tiles before the tile's mainloop and sub-tile k + d after D's store of k (into the
+buffer whose store has read shared memory: ``cp.async.bulk.wait_group.read ring - d``; d > 4 deepens D's ring to d);
+``aux_ldmatrix`` reads it back with ldmatrix in stmatrix's register order (and folds dsrelu's 2 into alpha);
+``gelu_fold`` evaluates gelu_tanh with folded constants.
 
 SwiGLU pairs accumulator column ``c`` with ``c + 128`` of the same 256-wide tile (both live in the same
 thread's registers): B's gate and up columns are interleaved in blocks of 128 (``swiglu_halves`` turns
@@ -95,6 +106,12 @@ class GemmSm90Config:
     stage_bias: bool = False  # bias of the tile staged once into shared memory (fp32) instead of per-element global reads
     stage_aux: bool = False  # dsrelu: the pre-activation sub-tiles arrive by TMA (one ahead) instead of per-element global reads
     pingpong: bool = False  # two consumer warpgroups on alternate (64, N) tiles: one's epilogue overlaps the other's mainloop
+    fast_accum: bool = False  # fp8 only: keep the WGMMA's reduced-precision accumulation (no promotion to a second fp32 sum)
+    promotion_interval: int = 1  # fp8 without fast_accum: k-tiles (128 of K each) between promotions into the fp32 sum
+    # ---- epilogue A/B options (the defaults leave the verified kernel exactly as before)
+    aux_prefetch: int = 1  # stage_aux: pre-activation sub-tiles in flight ahead of the epilogue; > 4 grows D's ring to that depth
+    aux_ldmatrix: bool = False  # stage_aux: read the staged pre-activation with ldmatrix (stmatrix's layout) instead of per-element ld.shared
+    gelu_fold: bool = False  # gelu_tanh as x/2 * (1 + tanh(x * (k + k c x^2))): 5 FP ops + one tanh.approx instead of 8 + one
 
 
 def epilogue_free(cfg: GemmSm90Config) -> GemmSm90Config:
@@ -112,6 +129,9 @@ def epilogue_free(cfg: GemmSm90Config) -> GemmSm90Config:
         scale_d=False,
         stage_bias=False,
         stage_aux=False,
+        aux_prefetch=1,
+        aux_ldmatrix=False,
+        gelu_fold=False,
     )
 
 
@@ -133,7 +153,7 @@ class GemmSm90Kernel:
         self.tile_k = 64 if self.ab_dtype.width == 16 else 128  # one 128-byte swizzle row of K either way
         self.tile_shape_mnk = (self.tile_m, self.tile_n, self.tile_k)
         self.cluster_shape_mn = tuple(cfg.cluster_mn)
-        self.atom_layout_mnk = (2, 1, 1) if self.tile_m > 64 and self.tile_n > 128 else (1, 1, 1)
+        self.atom_layout_mnk = (2, 1, 1) if self.tile_m > 64 and self.tile_n >= 128 else (1, 1, 1)
         self.num_mma_warp_groups = math.prod(self.atom_layout_mnk)
         self.threads_per_wg = 128
         self.threads_per_cta = (1 + self.num_mma_warp_groups) * self.threads_per_wg
@@ -154,7 +174,17 @@ class GemmSm90Kernel:
         self.smem_capacity = utils.get_smem_capacity_in_bytes("sm_90")
         self.buffer_align_bytes = 1024
         self.epi_stage = 4 if self.d_dtype.width <= 16 else 2  # fp32 partials (split-K): 16 KB per stage
+        if not 1 <= cfg.aux_prefetch <= 8:
+            raise ValueError(f"aux_prefetch must be 1..8 sub-tiles, got {cfg.aux_prefetch}")
+        if (cfg.aux_prefetch > 1 or cfg.aux_ldmatrix) and not cfg.stage_aux:
+            raise ValueError("aux_prefetch > 1 and aux_ldmatrix serve the staged dsrelu pre-activation: they need stage_aux")
+        if cfg.gelu_fold and cfg.activation != "gelu_tanh":
+            raise ValueError(f"gelu_fold serves activation 'gelu_tanh', got {cfg.activation!r}")
+        if cfg.aux_prefetch > self.epi_stage:
+            # the whole prefetch window lives in D's smem ring: deepen it (8 = a whole 128 x 256 tile, one mainloop stage less)
+            self.epi_stage = cfg.aux_prefetch
         self.epi_sync_barrier = pipeline.NamedBarrier(barrier_id=1, num_threads=self.num_mma_threads)
+        self.pingpong_bar_id = 3  # pingpong: named barriers 3, 4 order the two warpgroups' mainloops (1, 2: their epilogues)
         self.num_mcast_ctas_a = self.cluster_shape_mn[1]
         self.num_mcast_ctas_b = self.cluster_shape_mn[0]
         self.is_a_mcast = self.num_mcast_ctas_a > 1
@@ -163,6 +193,17 @@ class GemmSm90Kernel:
             raise ValueError(f"split_k must be >= 1, got {cfg.split_k}")
         if self.ab_dtype.width == 8 and (cfg.a_major != "k" or cfg.b_major != "k"):
             raise ValueError("fp8 WGMMA reads A and B K-major from shared memory: a_major and b_major must be 'k'")
+        # fp8 with promotion keeps a second fp32 accumulator: two of them must fit the 232 registers of a consumer
+        # (96 + 96 at (128, 192) compiles without spills; 128 + 128 at (128, 256) cannot)
+        self.fp8_promote = self.ab_dtype.width == 8 and not cfg.fast_accum
+        acc_per_thread = self.tile_m * self.tile_n // (self.num_mma_warp_groups * self.threads_per_wg)
+        if cfg.promotion_interval < 1:
+            raise ValueError(f"promotion_interval must be >= 1 k-tile, got {cfg.promotion_interval}")
+        if self.fp8_promote and acc_per_thread > 96:
+            raise ValueError(
+                f"fp8 with fast_accum=False keeps two fp32 accumulators ({2 * acc_per_thread} registers per thread for tile_mn="
+                f"{cfg.tile_mn}): use a tile of at most 96 accumulators per thread: (128, 128), (128, 192), pingpong (64, 128), (64, 192)"
+            )
         if cfg.stage_aux and not (cfg.dsrelu and cfg.aux_dtype == cfg.d_dtype and not cfg.swiglu):
             raise ValueError("stage_aux serves the dsrelu pre-activation read, with aux in D's dtype (it shares D's smem ring)")
         if cfg.swiglu and self.tile_n != 2 * SWIGLU_BLOCK:
@@ -184,6 +225,8 @@ class GemmSm90Kernel:
         ab_bytes = (self.tile_m * self.ab_dtype.width + self.tile_n * self.b_dtype.width) * self.tile_k // 8
         epi_bytes = self.epi_tile[0] * self.epi_tile[1] * self.d_dtype.width // 8 * self.epi_stage * self.epi_rings
         self.ab_stage = (self.smem_capacity - 1024 - epi_bytes) // ab_bytes
+        if self.ab_stage < 2:
+            raise ValueError(f"the epilogue ring ({epi_bytes} bytes) leaves {self.ab_stage} mainloop stage(s) of {ab_bytes} bytes: need 2")
         self.a_smem_layout_staged = sm90_utils.make_smem_layout_a(a_layout, self.tile_shape_mnk, self.ab_dtype, self.ab_stage)
         self.b_smem_layout_staged = sm90_utils.make_smem_layout_b(b_layout, self.tile_shape_mnk, self.b_dtype, self.ab_stage)
         self.epi_smem_layout_staged = sm90_utils.make_smem_layout_epi(self.d_dtype, d_layout, self.epi_tile, self.epi_stage * self.epi_rings)
@@ -478,6 +521,9 @@ class GemmSm90Kernel:
         tCrB = tiled_mma.make_fragment_B(tCsB)
         cAcc = cute.make_identity_tensor((self.tile_m, self.tile_n))
         accumulators = cute.make_rmem_tensor(thr_mma.partition_C(cAcc).shape, self.acc_dtype)
+        acc_slow = None
+        if cutlass.const_expr(self.fp8_promote):
+            acc_slow = cute.make_rmem_tensor(thr_mma.partition_C(cAcc).shape, self.acc_dtype)
 
         k_tile_cnt = cute.size(gA_mkl, mode=[3])
         k_per_split = k_tile_cnt
@@ -566,11 +612,21 @@ class GemmSm90Kernel:
                 wg_off = warp_group_idx - 1
                 tile_sched.advance_to_next_work(advance_count=wg_off)
                 work_tile = tile_sched.get_current_work()
-                for _k_tile in range(k_tile_cnt * wg_off):
-                    read_state.advance()
-                    release_state.advance()
+                read_state.advance(k_tile_cnt * wg_off)
+                release_state.advance(k_tile_cnt * wg_off)
                 epi_bar = pipeline.NamedBarrier(barrier_id=warp_group_idx, num_threads=self.num_mma_threads)
                 store_warp = warp_group_idx * 4
+                # Mainloop turn-taking (bar.sync on my barrier by my 128 threads + bar.arrive by the other
+                # warpgroup's 128). A warpgroup may only wait on the full barrier of its first k-tile once the
+                # other has passed all of its own waits: the ring is ab_stage deep, so a wait issued earlier could
+                # name a phase two fills ahead whose parity equals an already completed one, and pass on the
+                # other warpgroup's data (then release a stage twice: the multi-tile launch failure of the
+                # unordered version). Warpgroup 1 opens its own barrier for its first tile; the one arrive left
+                # pending when the loops end is harmless (named barriers reset with the CTA).
+                mma_turn = pipeline.NamedBarrier(barrier_id=self.pingpong_bar_id + wg_off, num_threads=2 * self.threads_per_wg)
+                mma_turn_other = pipeline.NamedBarrier(barrier_id=self.pingpong_bar_id + 1 - wg_off, num_threads=2 * self.threads_per_wg)
+                if wg_off == 0:
+                    mma_turn.arrive()
             num_k_blocks = cute.size(tCrA, mode=[2])
 
             copy_atom_r2s = sm90_utils.sm90_get_smem_store_op(utils.LayoutEnum.ROW_MAJOR, elem_ty_d=self.d_dtype, elem_ty_acc=self.acc_dtype)
@@ -582,7 +638,7 @@ class GemmSm90Kernel:
             else:
                 thr_copy_r2s = tiled_copy_r2s.get_slice(tidx - self.threads_per_wg)
             tRS_sD = thr_copy_r2s.partition_D(sD)
-            tRS_rAcc = tiled_copy_r2s.retile(accumulators)
+            tRS_rAcc = tiled_copy_r2s.retile(accumulators if cutlass.const_expr(not self.fp8_promote) else acc_slow)
             # (row, col) inside the CTA tile of every accumulator register of THIS thread: the slice is per
             # consumer thread (thr_mma above is per warpgroup: enough for the smem descriptors, not for C)
             if cutlass.const_expr(cfg.pingpong):
@@ -594,6 +650,17 @@ class GemmSm90Kernel:
             tRS_rD = cute.make_rmem_tensor(rD_shape[:3], self.acc_dtype)
             tRS_rD_out = cute.make_rmem_tensor(rD_shape[:3], self.d_dtype)
             size_tRS_rD = cute.size(tRS_rD)
+            if cutlass.const_expr(cfg.aux_ldmatrix):
+                # the staged pre-activation back out of the ring with ldmatrix: the inverse of D's stmatrix, so register i of
+                # tRS_rAux holds the element of tRS_rD[i] (16-byte row reads instead of 2-byte ld.shared per element)
+                tiled_copy_s2r = cute.make_tiled_copy_S(cute.make_copy_atom(cute.nvgpu.warp.LdMatrix8x8x16bOp(False, 4), self.aux_dtype), tiled_copy_d_atom)
+                if cutlass.const_expr(cfg.pingpong):
+                    thr_copy_s2r = tiled_copy_s2r.get_slice(tidx % self.threads_per_wg)
+                else:
+                    thr_copy_s2r = tiled_copy_s2r.get_slice(tidx - self.threads_per_wg)
+                tSR_sAux = thr_copy_s2r.partition_S(sD)
+                tRS_rAux = cute.make_rmem_tensor(rD_shape[:3], self.aux_dtype)
+                tSR_rAux = tiled_copy_s2r.retile(tRS_rAux)
 
             k_pipe_mmas = 1
             prologue_mma_cnt = min(k_pipe_mmas, k_tile_cnt)
@@ -608,6 +675,9 @@ class GemmSm90Kernel:
                 alpha_eff = alpha * mScaleA[0] * mScaleB[0]
             if cutlass.const_expr(cfg.scale_d):
                 d_scale = mScaleD[0]
+            dsrelu_fold = cfg.aux_ldmatrix and not cfg.has_c and cfg.bias == "none"
+            if cutlass.const_expr(dsrelu_fold):
+                alpha2 = alpha_eff * Float32(2.0)  # dsrelu's factor 2 folded into alpha (exact: a power of two)
             if cutlass.const_expr(cfg.stage_bias):
                 sBias = storage.sBias.get_tensor(cute.make_layout(max(self.tile_m, self.tile_n)))
                 ctid = tidx - self.threads_per_wg
@@ -670,43 +740,115 @@ class GemmSm90Kernel:
                     bSG_sAux, bSG_gAux = cute.nvgpu.cpasync.tma_partition(tma_atom_aux, 0, cute.make_layout(1), cute.group_modes(sD, 0, 2), gAux_epi)
                     aux_epi_layout = cute.make_layout(gAux_epi.shape[1], stride=(gAux_epi.shape[1][1], 1))
                     if warp_idx == store_warp:
-                        aux_buf0 = aux_ring + ((tile_sched.num_tiles_executed - aux_tiles_off) * aux_epi_num) % self.epi_stage
-                        with cute.arch.elect_one():
-                            cute.arch.mbarrier_arrive_and_expect_tx(aux_bar + aux_buf0, aux_bytes)
-                        cute.copy(
-                            tma_atom_aux,
-                            bSG_gAux[(None, aux_epi_layout.get_hier_coord(0))],
-                            bSG_sAux[(None, aux_buf0)],
-                            tma_bar_ptr=aux_bar + aux_buf0,
-                        )
+                        if cutlass.const_expr(cfg.aux_prefetch == 1):
+                            aux_buf0 = aux_ring + ((tile_sched.num_tiles_executed - aux_tiles_off) * aux_epi_num) % self.epi_stage
+                            with cute.arch.elect_one():
+                                cute.arch.mbarrier_arrive_and_expect_tx(aux_bar + aux_buf0, aux_bytes)
+                            cute.copy(
+                                tma_atom_aux,
+                                bSG_gAux[(None, aux_epi_layout.get_hier_coord(0))],
+                                bSG_sAux[(None, aux_buf0)],
+                                tma_bar_ptr=aux_bar + aux_buf0,
+                            )
+                        else:
+                            # the first aux_prefetch sub-tiles, before the mainloop: their buffers held the previous tile's
+                            # last D sub-tiles, so the stores issued from them must have read shared memory (the ring is
+                            # epi_stage deep: at most epi_stage - aux_prefetch later stores may still be pending)
+                            cute.arch.cp_async_bulk_wait_group(self.epi_stage - cfg.aux_prefetch, read=True)
+                            aux_base = (tile_sched.num_tiles_executed - aux_tiles_off) * aux_epi_num
+                            for j in cutlass.range_constexpr(min(cfg.aux_prefetch, aux_epi_num)):
+                                aux_bj = aux_ring + (aux_base + j) % self.epi_stage
+                                with cute.arch.elect_one():
+                                    cute.arch.mbarrier_arrive_and_expect_tx(aux_bar + aux_bj, aux_bytes)
+                                cute.copy(
+                                    tma_atom_aux,
+                                    bSG_gAux[(None, aux_epi_layout.get_hier_coord(j))],
+                                    bSG_sAux[(None, aux_bj)],
+                                    tma_bar_ptr=aux_bar + aux_bj,
+                                )
 
                 # ---- mainloop
+                if cutlass.const_expr(cfg.pingpong):
+                    mma_turn.arrive_and_wait()  # my turn: the other warpgroup has issued its whole mainloop
                 read_state.reset_count()
                 release_state.reset_count()
                 accumulators.fill(0.0)
                 tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
                 cute.nvgpu.warpgroup.fence()
-                for _k_tile in range(tile_prologue):
-                    mainloop_pipeline.consumer_wait(read_state)
-                    for kb in cutlass.range_constexpr(num_k_blocks):
-                        kc = (None, None, kb, read_state.index)
-                        cute.gemm(tiled_mma, accumulators, tCrA[kc], tCrB[kc], accumulators)
-                    cute.nvgpu.warpgroup.commit_group()
-                    read_state.advance()
-                for _k_tile in range(tile_prologue, tile_k_cnt):
-                    mainloop_pipeline.consumer_wait(read_state)
-                    for kb in cutlass.range_constexpr(num_k_blocks):
-                        kc = (None, None, kb, read_state.index)
-                        cute.gemm(tiled_mma, accumulators, tCrA[kc], tCrB[kc], accumulators)
-                    cute.nvgpu.warpgroup.commit_group()
-                    cute.nvgpu.warpgroup.wait_group(k_pipe_mmas)
-                    mainloop_pipeline.consumer_release(release_state)
-                    release_state.advance()
-                    read_state.advance()
-                cute.nvgpu.warpgroup.wait_group(0)
-                for _k_tile in range(tile_prologue):
-                    mainloop_pipeline.consumer_release(release_state)
-                    release_state.advance()
+                if cutlass.const_expr(self.fp8_promote):
+                    # fp8 WGMMA adds into its fp32 registers with reduced precision (the "fast accumulation" of
+                    # cuBLAS's use_fast_accum=True): every promotion_interval k-tiles (1: 4 WGMMA k-blocks, K = 128)
+                    # the partial sum is added to a full-precision fp32 accumulator and restarted from zero. The
+                    # drain (wait_group 0) per promotion is the price; the TMA ring keeps loading meanwhile.
+                    acc_slow.fill(0.0)
+                    if cutlass.const_expr(cfg.promotion_interval > 1):
+                        # groups of P k-tiles: inside a group one WGMMA batch stays in flight (wait_group 1, release the
+                        # previous stage), the group's last batch is drained (wait_group 0), both stages still held
+                        # are released and the partial sum is promoted
+                        for _k_group in range(tile_k_cnt // cfg.promotion_interval):
+                            for j in cutlass.range_constexpr(cfg.promotion_interval):
+                                mainloop_pipeline.consumer_wait(read_state)
+                                cute.nvgpu.warpgroup.fence()
+                                for kb in cutlass.range_constexpr(num_k_blocks):
+                                    kc = (None, None, kb, read_state.index)
+                                    cute.gemm(tiled_mma, accumulators, tCrA[kc], tCrB[kc], accumulators)
+                                cute.nvgpu.warpgroup.commit_group()
+                                read_state.advance()
+                                if cutlass.const_expr(j + 1 < cfg.promotion_interval):
+                                    cute.nvgpu.warpgroup.wait_group(1)
+                                    if cutlass.const_expr(j > 0):
+                                        mainloop_pipeline.consumer_release(release_state)
+                                        release_state.advance()
+                                else:
+                                    cute.nvgpu.warpgroup.wait_group(0)
+                                    for _r in cutlass.range_constexpr(2):
+                                        mainloop_pipeline.consumer_release(release_state)
+                                        release_state.advance()
+                                    acc_slow.store(acc_slow.load() + accumulators.load())
+                                    accumulators.fill(0.0)
+                    # one k-tile per promotion (all of them when promotion_interval is 1, else the remainder)
+                    rem_k_cnt = tile_k_cnt
+                    if cutlass.const_expr(cfg.promotion_interval > 1):
+                        rem_k_cnt = tile_k_cnt % cfg.promotion_interval
+                    for _k_tile in range(rem_k_cnt):
+                        mainloop_pipeline.consumer_wait(read_state)
+                        cute.nvgpu.warpgroup.fence()
+                        for kb in cutlass.range_constexpr(num_k_blocks):
+                            kc = (None, None, kb, read_state.index)
+                            cute.gemm(tiled_mma, accumulators, tCrA[kc], tCrB[kc], accumulators)
+                        cute.nvgpu.warpgroup.commit_group()
+                        cute.nvgpu.warpgroup.wait_group(0)
+                        mainloop_pipeline.consumer_release(release_state)
+                        release_state.advance()
+                        read_state.advance()
+                        acc_slow.store(acc_slow.load() + accumulators.load())
+                        accumulators.fill(0.0)
+                    if cutlass.const_expr(cfg.pingpong):
+                        mma_turn_other.arrive()  # every full-barrier wait of this tile is behind me: the other's turn
+                else:
+                    for _k_tile in range(tile_prologue):
+                        mainloop_pipeline.consumer_wait(read_state)
+                        for kb in cutlass.range_constexpr(num_k_blocks):
+                            kc = (None, None, kb, read_state.index)
+                            cute.gemm(tiled_mma, accumulators, tCrA[kc], tCrB[kc], accumulators)
+                        cute.nvgpu.warpgroup.commit_group()
+                        read_state.advance()
+                    for _k_tile in range(tile_prologue, tile_k_cnt):
+                        mainloop_pipeline.consumer_wait(read_state)
+                        for kb in cutlass.range_constexpr(num_k_blocks):
+                            kc = (None, None, kb, read_state.index)
+                            cute.gemm(tiled_mma, accumulators, tCrA[kc], tCrB[kc], accumulators)
+                        cute.nvgpu.warpgroup.commit_group()
+                        cute.nvgpu.warpgroup.wait_group(k_pipe_mmas)
+                        mainloop_pipeline.consumer_release(release_state)
+                        release_state.advance()
+                        read_state.advance()
+                    if cutlass.const_expr(cfg.pingpong):
+                        mma_turn_other.arrive()  # every full-barrier wait of this tile is behind me: the other's turn
+                    cute.nvgpu.warpgroup.wait_group(0)
+                    for _k_tile in range(tile_prologue):
+                        mainloop_pipeline.consumer_release(release_state)
+                        release_state.advance()
 
                 # ---- epilogue
                 gD_epi = cute.zipped_divide(gD_tile, self.epi_tile)
@@ -724,6 +866,8 @@ class GemmSm90Kernel:
                         aux_g = num_prev_epi_tiles + epi_idx
                         aux_buf = aux_ring + aux_g % self.epi_stage
                         cute.arch.mbarrier_wait(aux_bar + aux_buf, (aux_g // self.epi_stage) % 2)
+                        if cutlass.const_expr(cfg.aux_ldmatrix):
+                            cute.copy(tiled_copy_s2r, tSR_sAux[(None, None, None, aux_buf)], tSR_rAux)
                     for epi_v in cutlass.range_constexpr(size_tRS_rD):
                         ai = epi_idx * size_tRS_rD + epi_v
                         crd = tRS_cAcc[ai]
@@ -753,16 +897,24 @@ class GemmSm90Kernel:
                         if cutlass.const_expr(cfg.store_pre):
                             if in_bounds:
                                 mAux[gm, xn, bidx_l] = x.to(self.aux_dtype)
-                        y = epi_ops.activation(x, cfg.activation)
+                        if cutlass.const_expr(cfg.gelu_fold):
+                            y = epi_ops.gelu_tanh_folded(x)
+                        else:
+                            y = epi_ops.activation(x, cfg.activation)
                         if cutlass.const_expr(cfg.dsrelu):
-                            if cutlass.const_expr(cfg.stage_aux):
+                            if cutlass.const_expr(cfg.aux_ldmatrix):
+                                pre = tRS_rAux[epi_v].to(Float32)  # ldmatrix put this element's pre-activation in register epi_v
+                            elif cutlass.const_expr(cfg.stage_aux):
                                 # TMA zero-filled the sub-tile outside the problem: no predicate
                                 pre = sD[crd[0] % self.epi_tile[0], crd[1] % self.epi_tile[1], aux_buf].to(Float32)
                             else:
                                 pre = Float32(0.0)
                                 if in_bounds:
                                     pre = mAux[gm, gn, bidx_l].to(Float32)
-                            y = epi_ops.dsrelu(x, pre)
+                            if cutlass.const_expr(dsrelu_fold):
+                                y = epi_ops.relu_times(tRS_rAcc[ai] * alpha2, pre)  # (2 alpha acc) relu(pre): same bits, one op less
+                            else:
+                                y = epi_ops.dsrelu(x, pre)
                         if cutlass.const_expr(cfg.swiglu):
                             ui = ai + up_offset
                             ucrd = tRS_cAcc[ui]
@@ -808,7 +960,7 @@ class GemmSm90Kernel:
                         cute.copy(tma_atom_d, bSG_sD[(None, epi_buffer)], bSG_gD[(None, gmem_coord)])
                         tma_store_pipeline.producer_commit()
                         tma_store_pipeline.producer_acquire()
-                        if cutlass.const_expr(cfg.stage_aux and epi_idx + 1 < aux_epi_num):
+                        if cutlass.const_expr(cfg.stage_aux and cfg.aux_prefetch == 1 and epi_idx + 1 < aux_epi_num):
                             # the next sub-tile's aux into the next ring buffer, which the acquire above just freed
                             aux_nb = aux_ring + (num_prev_epi_tiles + epi_idx + 1) % self.epi_stage
                             with cute.arch.elect_one():
@@ -819,13 +971,25 @@ class GemmSm90Kernel:
                                 bSG_sAux[(None, aux_nb)],
                                 tma_bar_ptr=aux_bar + aux_nb,
                             )
+                        if cutlass.const_expr(cfg.stage_aux and cfg.aux_prefetch > 1 and epi_idx + cfg.aux_prefetch < aux_epi_num):
+                            # sub-tile epi_idx + aux_prefetch into the buffer of sub-tile epi_idx + aux_prefetch - epi_stage,
+                            # whose store is the (epi_stage - aux_prefetch + 1)-th newest: wait until it has read shared memory
+                            cute.arch.cp_async_bulk_wait_group(self.epi_stage - cfg.aux_prefetch, read=True)
+                            aux_nb = aux_ring + (num_prev_epi_tiles + epi_idx + cfg.aux_prefetch) % self.epi_stage
+                            with cute.arch.elect_one():
+                                cute.arch.mbarrier_arrive_and_expect_tx(aux_bar + aux_nb, aux_bytes)
+                            cute.copy(
+                                tma_atom_aux,
+                                bSG_gAux[(None, aux_epi_layout.get_hier_coord(epi_idx + cfg.aux_prefetch))],
+                                bSG_sAux[(None, aux_nb)],
+                                tma_bar_ptr=aux_bar + aux_nb,
+                            )
                     epi_bar.arrive_and_wait()
 
                 if cutlass.const_expr(cfg.pingpong):
                     tile_sched.advance_to_next_work(advance_count=2)
-                    for _k_tile in range(k_tile_cnt):  # the other warpgroup's tile
-                        read_state.advance()
-                        release_state.advance()
+                    read_state.advance(k_tile_cnt)  # past the other warpgroup's tile
+                    release_state.advance(k_tile_cnt)
                 else:
                     tile_sched.advance_to_next_work()
                 work_tile = tile_sched.get_current_work()

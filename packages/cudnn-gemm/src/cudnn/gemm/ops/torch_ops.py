@@ -1,9 +1,9 @@
 """Torch custom ops over the cudnn.gemm wrappers, with fake (meta) implementations for torch.compile.
 
     torch.ops.cudnn.gemm(a, b, bias=None, c=None, alpha=1.0, beta=1.0, scale_a=None, scale_b=None, scale_d=None,
-                         out_dtype=None, split_k=1) -> d
+                         out_dtype=None, split_k=1, fast_accum=False) -> d
         (fp8 a/b with one-element fp32 scale tensors; out_dtype defaults to a's dtype, bf16 for fp8 a;
-         split_k > 1 allocates its fp32 partials workspace per call)
+         split_k > 1 allocates its fp32 partials workspace per call; fast_accum: fp8 without promotion)
     torch.ops.cudnn.gemm_swiglu(a, b, bias=None, layout="interleaved") -> d            (N_out = N / 2)
     torch.ops.cudnn.gemm_srelu(a, b, bias=None) -> d
     torch.ops.cudnn.gemm_dsrelu(a, b, pre) -> d
@@ -44,14 +44,28 @@ def gemm(
     scale_d: torch.Tensor | None = None,
     out_dtype: torch.dtype | None = None,
     split_k: int = 1,
+    fast_accum: bool = False,
 ) -> torch.Tensor:
     from ..dense.api import gemm as _gemm
 
-    return _gemm(a, b, bias=bias, c=c, alpha=alpha, beta=beta, scale_a=scale_a, scale_b=scale_b, scale_d=scale_d, out_dtype=out_dtype, split_k=split_k)["d"]
+    return _gemm(
+        a,
+        b,
+        bias=bias,
+        c=c,
+        alpha=alpha,
+        beta=beta,
+        scale_a=scale_a,
+        scale_b=scale_b,
+        scale_d=scale_d,
+        out_dtype=out_dtype,
+        split_k=split_k,
+        fast_accum=fast_accum,
+    )["d"]
 
 
 @gemm.register_fake
-def _(a, b, bias=None, c=None, alpha=1.0, beta=1.0, scale_a=None, scale_b=None, scale_d=None, out_dtype=None, split_k=1):
+def _(a, b, bias=None, c=None, alpha=1.0, beta=1.0, scale_a=None, scale_b=None, scale_d=None, out_dtype=None, split_k=1, fast_accum=False):
     return a.new_empty((*a.shape[:-1], b.shape[-1]), dtype=_gemm_out_dtype(a, out_dtype))
 
 

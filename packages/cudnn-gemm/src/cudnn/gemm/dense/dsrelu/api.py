@@ -18,11 +18,12 @@ class GemmDsreluSm90(GemmSm90):
         super().__init__(a, b, d, aux=aux, dsrelu=True, **kw)
 
 
-def gemm_dsrelu(a, b, pre, *, out=None, stage_aux: bool = False, stream=None) -> TupleDict:
+def gemm_dsrelu(a, b, pre, *, out=None, stage_aux: bool | None = None, stream=None) -> TupleDict:
     """dSReLU GEMM. a: (M, K) / (L, M, K); b: (K, N) / (L, K, N); pre: (M, N) / (L, M, N) row-major.
 
-    ``stage_aux=True`` (plan-time, not yet validated on the GPU): ``pre`` is loaded by TMA into shared memory
-    one sub-tile ahead instead of read per element (needs ``pre`` in d's dtype, 16-byte-aligned rows)."""
-    kw = {"stage_aux": True} if stage_aux else {}
+    ``stage_aux=True`` (plan-time): ``pre`` is loaded by TMA into shared memory one sub-tile ahead instead of
+    read per element (needs ``pre`` in d's dtype, 16-byte-aligned rows); None: the dsrelu default of
+    ``cudnn.gemm.dense.api.FUSION_DEFAULTS``."""
+    kw = {} if stage_aux is None else {"stage_aux": bool(stage_aux)}
     d = run_gemm(a, b, out=out, stream=stream, aux=pre, dsrelu=True, **kw)
     return TupleDict(d=d)
