@@ -7,7 +7,15 @@ their own forward (their backward kernels plus autograd's dispatch).
 TFLOP/s by the FlashAttention convention: backward = 2.5 x forward FLOPs = 2.5 * 4 * B * H * S^2 * D, halved for
 causal. Shapes: 16k total tokens (B = 16384 / S), H * D = 2048; d 64 / 128 / 256; causal and not.
 
-    python benchmarks/sdpa_bwd.py [--quick]     # writes docs/benchmarks/sdpa_bwd.{md,csv,png}
+The ``ours-*`` providers are the main kernel's schedule variants (compile-key options, default off; see
+cudnn.sdpa.bwd.kernel_key.TUNING_FIELDS), on the same inputs, so one run A/Bs them against the default and the peers:
+``ours-dqtma`` (dQ partials through shared memory and one TMA reduce-add per warpgroup instead of fp32 atomics),
+``ours-stats`` (lse / dpsum rows bulk-copied with Q / dO), ``ours-ds2`` (double-buffered dS^T, one barrier less per
+query block), ``ours-prepost`` (coalesced pre/postprocess: four threads per row), ``ours-all`` (all four) and
+``ours-splitd`` / ``ours-splitd2`` (the split-head-dim kernel that serves d256, with the coalesced pre/postprocess;
+``2``: with double-buffered P^T / dS^T).
+
+    python benchmarks/sdpa_bwd.py [--quick]     # writes docs/benchmarks/sdpa_bwd.{md,csv,png}; --quick: d128 8k (causal and not) + d256 8k -> sdpa_bwd_quick.*; --providers=a,b
 """
 
 from __future__ import annotations
@@ -25,11 +33,12 @@ TOTAL = 16384
 def _shapes(quick: bool):
     seqs = {128: [1024, 2048, 4096, 8192, 16384], 64: [4096, 8192], 256: [4096, 8192]}
     if quick:
-        seqs = {128: [4096, 8192, 16384], 64: [8192], 256: []}
+        # d128 8k, causal and not (ours, its variants and the peers); d256 8k non-causal (ours-splitd*, peers)
+        seqs = {128: [8192], 64: [], 256: [8192]}
     out = []
     for d in (128, 64, 256):
         for s in seqs[d]:
-            for causal in (False, True):
+            for causal in (False,) if quick and d == 256 else (False, True):
                 b, h = max(1, TOTAL // s), 2048 // d
                 p = dict(b=b, h=h, hk=h, s=s, d=d, causal=causal)
                 flops = 2.5 * 4 * b * h * s * s * d / (2 if causal else 1)
@@ -57,25 +66,45 @@ def _inputs(p):
     return _CACHE[key]
 
 
-def make_ours(case):
+def make_ours(case, tuning=None):
+    """Our backward; ``tuning``: the plan's ``_tuning`` (None: the library's defaults, DEFAULT_TUNING / D256_TUNING)."""
     import torch
 
     from cudnn.sdpa import SdpaBwdSm90, sdpa_fwd
+    from cudnn.sdpa.bwd import api as bwd_api
 
     p = case.params
-    if p["d"] not in (64, 96, 128):
-        raise Unsupported(f"head dim {p['d']} has no backward tile yet")
+    if tuning is not None and "split_d" in tuning and p["d"] != 256:
+        raise Unsupported("benchmarked at d256 only (the split-D kernel's reason to exist)")
+    if p["d"] not in (64, 96, 128) and (tuning is not None and "split_d" not in tuning or tuning is None and bwd_api.D256_TUNING is None):
+        raise Unsupported(f"head dim {p['d']} is served by the split_d variant only (ours-splitd)")
     x = _inputs(p)
     q, k, v, do = (t.transpose(1, 2) for t in (x["q"], x["k"], x["v"], x["do"]))
     causal = p["causal"]
     o, lse = sdpa_fwd(q, k, v, is_causal=causal, return_lse=True)
     dq, dk, dv = (torch.empty_like(t) for t in (x["q"], x["k"], x["v"]))
     dq, dk, dv = (t.transpose(1, 2) for t in (dq, dk, dv))
-    plan = SdpaBwdSm90(q, k, v, o, do, lse, dq, dk, dv, is_causal=causal)
+    plan = SdpaBwdSm90(q, k, v, o, do, lse, dq, dk, dv, is_causal=causal, _tuning=tuning)
     plan.compile()
     ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda")
     plan.execute(q, k, v, o, do, lse, dq, dk, dv, ws)
     return lambda: plan.execute(q, k, v, o, do, lse, dq, dk, dv, ws)
+
+
+#: Schedule variants of our main kernel, by provider name (cudnn.sdpa.bwd.kernel_key.TUNING_FIELDS).
+VARIANTS = {
+    "ours-dqtma": ("dq_tma",),
+    "ours-stats": ("stats_tma",),
+    "ours-ds2": ("ds2",),
+    "ours-prepost": ("prepost",),
+    "ours-all": ("dq_tma", "stats_tma", "ds2", "prepost"),
+    "ours-splitd": ("split_d", "prepost"),
+    "ours-splitd2": ("split_d", "ds2", "prepost"),
+}
+
+
+def _make_variant(tuning):
+    return lambda case: make_ours(case, tuning)
 
 
 def fa4_available():
@@ -142,6 +171,11 @@ def compile_check() -> list[str]:
         for what, fn in (("pre", compile_sdpa_bwd_pre), ("main", compile_sdpa_bwd_main), ("post", compile_sdpa_bwd_post)):
             fn(key)
             names.append(f"sdpa_bwd_{what}_sm90a_bf16_d{d}{'_causal' if causal else ''}")
+    # the schedule variants of ours-all (one key: main kernel and the coalesced pre/postprocess)
+    key = SdpaBwdKey("bf16", 128, 128, 1, True, False, False, False, False, False, False, True, True, True, True)
+    for what, fn in (("pre", compile_sdpa_bwd_pre), ("main", compile_sdpa_bwd_main), ("post", compile_sdpa_bwd_post)):
+        fn(key)
+        names.append(f"sdpa_bwd_{what}_sm90a_bf16_d128_causal_all_variants")
     return names
 
 
@@ -149,14 +183,19 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     providers = [
         Provider("ours", make_ours),
+        *(Provider(name, _make_variant(tuning)) for name, tuning in VARIANTS.items()),
         Provider("fa4", make_fa4, fa4_available),
         Provider("torch-cudnn", _make_torch("CUDNN_ATTENTION")),
         Provider("torch-flash", _make_torch("FLASH_ATTENTION")),
     ]
+    only = next((a.split("=", 1)[1].split(",") for a in argv if a.startswith("--providers=")), None)
+    if only:
+        providers = [p for p in providers if p.name in only]
+    quick = "--quick" in argv
     out_dir = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "benchmarks")
     run_benchmark(
-        "sdpa_bwd",
-        _shapes("--quick" in argv),
+        "sdpa_bwd_quick" if quick else "sdpa_bwd",
+        _shapes(quick),
         providers,
         convention="backward = 2.5 x 4*B*H*S_q*S_kv*D FLOPs (halved for causal); bf16, BSHD storage; backward only",
         out_dir=out_dir,

@@ -4,11 +4,15 @@ Same inputs (BSHD storage; torch and ours read the (B, H, S, D) transposed view 
 TFLOP/s by the FlashAttention convention: 4 * B * H * S_q * S_kv * D, halved for causal.
 Shapes: 16k total tokens per batch (B = 16384 / S), H * D = 2048; d 64 / 128 / 256; causal and not; GQA 8:1;
 a varlen mix (THD) and decode batches (S_q = 1): B = 64 dense KV, B = 2 with S_kv = 32k (split-KV through
-``num_splits=0``), and issue 4's target B = 64 paged (page 256, shuffled pages).
+``num_splits=0``), and issue 4's target B = 64 paged (page 256, shuffled pages), and the same with vLLM's page 16.
 
-    python benchmarks/sdpa_fwd.py [--quick]     # writes docs/benchmarks/sdpa_fwd.{md,csv,png}
+    python benchmarks/sdpa_fwd.py               # writes docs/benchmarks/sdpa_fwd.{md,csv,png}
+    python benchmarks/sdpa_fwd.py --quick       # the prefill A/B (< 90 s): d128 s4k/s8k, d64 / d256 s8k, causal s1k, varlen,
+                                                # ours vs the plan options packed_cvt / persistent / tile_n=176 -> sdpa_fwd_quick.*
     python benchmarks/sdpa_fwd.py --only=decode,d64,d128+s4k    # a subset -> docs/benchmarks/sdpa_fwd_subset.*
+    python benchmarks/sdpa_fwd.py --only=decode                 # decode rows in GB/s, + the decode plan A/B columns
     python benchmarks/sdpa_fwd.py --only=decode --kv3           # decode rows, plus the kernel with a 3-deep K/V ring
+    python benchmarks/sdpa_fwd.py --quick --providers=ours,fa4   # any run: only the listed columns
     python benchmarks/sdpa_fwd.py --overhead                    # host us/call -> docs/benchmarks/sdpa_fwd_overhead.md
 """
 
@@ -27,22 +31,25 @@ TOTAL = 16384
 def _shapes(quick: bool):
     cases = []
     seqs = {128: [1024, 2048, 4096, 8192, 16384, 32768], 64: [2048, 8192], 256: [2048, 8192]}
-    if quick:
-        seqs = {128: [4096], 64: [], 256: []}
+    if quick:  # the prefill A/B set: d128 s4k / s8k both masks, d64 / d256 s8k non-causal, d128 causal s1k, the varlen mix
+        seqs = {128: [1024, 4096, 8192], 64: [8192], 256: [8192]}
     for d in (128, 64, 256):
         for s in seqs[d]:
             for causal in (False, True):
+                if quick and ((d != 128 and causal) or (s == 1024 and not causal)):
+                    continue
                 b = max(1, TOTAL // s)
                 h = 2048 // d
                 cases.append(dict(kind="dense", b=b, h=h, hk=h, s=s, d=d, causal=causal))
     for s in [4096, 8192] if not quick else []:
         for causal in (False, True):
             cases.append(dict(kind="dense", b=TOTAL // s, h=32, hk=4, s=s, d=128, causal=causal))
+    cases.append(dict(kind="varlen", lens=[512, 1024, 3000, 4096, 2048, 777, 4927], h=16, hk=16, d=128, causal=True))
     if not quick:
-        cases.append(dict(kind="varlen", lens=[512, 1024, 3000, 4096, 2048, 777, 4927], h=16, hk=16, d=128, causal=True))
         cases.append(dict(kind="decode", b=64, h=32, hk=8, s=8192, d=128, causal=False))
         cases.append(dict(kind="decode", b=2, h=32, hk=8, s=32768, d=128, causal=False))  # 16 tiles on 132 SMs: split-KV
         cases.append(dict(kind="paged", b=64, h=32, hk=8, s=8192, d=128, causal=True, page=256))  # issue 4's decode target
+        cases.append(dict(kind="paged", b=64, h=32, hk=8, s=8192, d=128, causal=True, page=16))  # vLLM's page size: one TMA per page
     out = []
     for p in cases:
         if p["kind"] == "dense":
@@ -128,8 +135,14 @@ def make_ours(case):
 
 
 def make_ours_kv3(case):
-    """Decode rows only: the same kernel with a 3-deep K/V ring (``kv_stages=3``, a plan-time tuning knob), through the
-    adapter, split-KV when the heuristic splits. A tuning experiment for the decode target, not a separate product."""
+    """Decode rows only: the same kernel with a 3-deep K/V ring (``kv_stages=3``, a plan-time tuning knob). A tuning
+    experiment for the decode target, not a separate product."""
+    return _make_ours_plan(case, kv_stages=3)
+
+
+def _make_ours_plan(case, **plan_kw):
+    """Decode rows only: an ``SdpaFwdSm90`` plan with the plan-time options ``plan_kw``, through the adapter, split-KV
+    when the heuristic splits (as ``sdpa_fwd(num_splits=0)`` does for ``ours``)."""
     import torch
 
     from cudnn.sdpa import SdpaFwdSm90
@@ -137,7 +150,7 @@ def make_ours_kv3(case):
 
     p = case.params
     if p["kind"] not in ("decode", "paged"):
-        raise Unsupported("decode rows only (K/V ring depth experiment)")
+        raise Unsupported("decode rows only (a decode plan option)")
     x = _inputs(p)
     q = x["q"].transpose(1, 2)
     out = torch.empty_like(x["q"]).transpose(1, 2)
@@ -147,10 +160,10 @@ def make_ours_kv3(case):
     else:
         k, v = x["k"].transpose(1, 2), x["v"].transpose(1, 2)
         kw = {}
-    probe = SdpaFwdSm90(q, k, v, out, kv_stages=3, **kw)
+    probe = SdpaFwdSm90(q, k, v, out, **plan_kw, **kw)
     probe.check_support()
     split = num_splits_for(probe.key, p["b"], p["h"], p["hk"], 1, p["s"]) > 1
-    plan = SdpaFwdSm90(q, k, v, out, kv_stages=3, split_kv=split, **kw) if split else probe
+    plan = SdpaFwdSm90(q, k, v, out, split_kv=split, **plan_kw, **kw) if split else probe
     plan.compile()
     ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda") if split else None
     cu, table = kw.get("cu_seqlens_kv"), kw.get("page_table")
@@ -160,6 +173,116 @@ def make_ours_kv3(case):
 
     fn()
     return fn
+
+
+def _make_ours_prefill_plan(case, only_d=None, dense_only=False, non_causal_only=False, **plan_kw):
+    """Prefill rows (dense, or THD varlen unless ``dense_only``): an ``SdpaFwdSm90`` plan with the plan-time options
+    ``plan_kw``, on the same BSHD inputs as ``ours`` (the prepared execute, so only the kernel differs). ``only_d``: a
+    head dim (int) or a predicate on it; rows outside it are left blank (each plan costs a compile)."""
+    import torch
+
+    from cudnn.sdpa import SdpaFwdSm90
+
+    p = case.params
+    if p["kind"] not in ("dense", "varlen") or (dense_only and p["kind"] != "dense"):
+        raise Unsupported("dense prefill rows only (a prefill plan option)" if dense_only else "prefill rows only (a prefill plan option)")
+    if only_d is not None and not (only_d(p["d"]) if callable(only_d) else p["d"] == only_d):
+        raise Unsupported("not measured for this head dim (a plan-option A/B column)")
+    if non_causal_only and p["causal"]:
+        raise Unsupported("non-causal rows only (a plan-option A/B column)")
+    x = _inputs(p)
+    if p["kind"] == "varlen":
+        q, k, v = x["q"], x["k"], x["v"]
+        out = torch.empty_like(q)
+        cu, mx = x["cu"], x["max"]
+        plan = SdpaFwdSm90(q, k, v, out, is_causal=True, cu_seqlens_q=cu, cu_seqlens_kv=cu, max_seqlen_q=mx, max_seqlen_kv=mx, **plan_kw)
+        plan.compile()
+
+        def fn():
+            return plan.execute(q, k, v, out, None, None, cu, cu, mx)
+    else:
+        q, k, v = (t.transpose(1, 2) for t in (x["q"], x["k"], x["v"]))
+        out = torch.empty_like(x["q"]).transpose(1, 2)
+        plan = SdpaFwdSm90(q, k, v, out, is_causal=p["causal"], **plan_kw)
+        plan.compile()
+
+        def fn():
+            return plan.execute(q, k, v, out)
+
+    fn()
+    return fn
+
+
+def make_ours_cvt(case):
+    """d = 64 / 256 prefill: ``packed_cvt=True`` (P converted in bf16x2 pairs; the default key tiles of d = 64 / 192 /
+    256 convert element by element, their P fragments not being a power of two long; at d = 128 it is the same code).
+    The A/B for flipping PACKED_CVT_DEFAULT."""
+    return _make_ours_prefill_plan(case, only_d=lambda d: d != 128, dense_only=True, packed_cvt=True)
+
+
+def make_ours_persistent(case):
+    """Dense prefill: ``persistent=True`` (one CTA per SM, static-stride tiles, longest-first when causal, next tile's
+    K/V loads under the epilogue), with packed_cvt. The A/B for flipping PERSISTENT_DEFAULT."""
+    return _make_ours_prefill_plan(case, dense_only=True, persistent=True, packed_cvt=True)
+
+
+def make_ours_n176(case):
+    """d = 128 prefill: a 176-row key tile (FA3's Hopper choice for non-causal d = 128; FA4's sm90 path takes 192), with
+    packed_cvt (which tile_n implies)."""
+    return _make_ours_prefill_plan(case, only_d=128, dense_only=True, tile_n=176)
+
+
+def make_ours_n192(case):
+    """d = 128 non-causal prefill: a 192-row key tile (FA4's sm90 choice for non-causal d = 128), packed_cvt."""
+    return _make_ours_prefill_plan(case, only_d=128, dense_only=True, non_causal_only=True, tile_n=192)
+
+
+def make_ours_vlpt(case):
+    """THD varlen rows: ``varlen_lpt=True`` (L2 groups of whole heads over every sequence, longest-first over all of
+    them; the default order runs the groups of the last sequences last)."""
+    if case.params["kind"] != "varlen":
+        raise Unsupported("THD varlen rows only (a varlen plan option)")
+    return _make_ours_prefill_plan(case, varlen_lpt=True)
+
+
+def make_ours_vlpt_pers(case):
+    """THD varlen rows: ``varlen_lpt`` and ``persistent`` together (tiles past a sequence's end skipped in-loop instead
+    of launched as CTAs that exit)."""
+    if case.params["kind"] != "varlen":
+        raise Unsupported("THD varlen rows only (a varlen plan option)")
+    return _make_ours_prefill_plan(case, varlen_lpt=True, persistent=True)
+
+
+def make_ours_pers_n176(case):
+    """d = 128 non-causal prefill: persistent with the 176-row key tile (and packed_cvt) together."""
+    return _make_ours_prefill_plan(case, only_d=128, dense_only=True, non_causal_only=True, tile_n=176, persistent=True)
+
+
+def _require_large_pages(case):
+    if case.params["kind"] != "paged":
+        raise Unsupported("paged rows only (page-table prefetch)")
+    if case.params["page"] < 128:
+        raise Unsupported("pages shorter than the key tile always read the page table through the window")
+
+
+def make_ours_prefetch(case):
+    """Paged decode rows only: the paged plan with ``page_prefetch=True`` (the producer warp reads the page table 32
+    entries per load and shuffles each block's page, instead of a dependent load before every K/V TMA), otherwise as
+    ``ours`` (default ring depth, split-KV when the heuristic splits). The A/B for flipping the paged default."""
+    _require_large_pages(case)
+    return _make_ours_plan(case, page_prefetch=True)
+
+
+def make_ours_m64(case):
+    """Decode rows: the plan with ``tile_m64=True`` (64-row query tile, one consumer warpgroup: half the padded MMA
+    work of a pack-GQA tile), otherwise as ``ours``. The A/B for a decode plan choice."""
+    return _make_ours_plan(case, tile_m64=True)
+
+
+def make_ours_m64_prefetch(case):
+    """Paged decode rows only: ``tile_m64`` and ``page_prefetch`` together."""
+    _require_large_pages(case)
+    return _make_ours_plan(case, tile_m64=True, page_prefetch=True)
 
 
 def fa4_available():
@@ -210,6 +333,9 @@ def _make_torch(backend_name):
 
     return make
 
+
+#: The H200's HBM3e bandwidth (GB/s, NVIDIA's specification): the denominator of issue 4's decode target.
+HBM_GBPS = 4800
 
 #: Issue 4's host-overhead targets (microseconds per call).
 OVERHEAD_TARGETS = {"sdpa_fwd (cached plan, out given)": 20.0, "SdpaFwdSm90.execute (prepared)": 8.0}
@@ -292,19 +418,44 @@ def main():
         providers.insert(1, Provider("ours-kv3", make_ours_kv3))
     out_dir = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "benchmarks")
     cases, name = _shapes(quick), "sdpa_fwd"
+    if quick:  # the prefill plan-option A/B (torch's flash backend left out for time)
+        providers = [
+            providers[0],
+            Provider("ours-cvt", make_ours_cvt),
+            Provider("ours-pers", make_ours_persistent),
+            Provider("ours-n176", make_ours_n176),
+            Provider("ours-n192", make_ours_n192),
+            Provider("ours-pers-n176", make_ours_pers_n176),
+            Provider("ours-vlpt", make_ours_vlpt),
+            Provider("ours-vlpt-pers", make_ours_vlpt_pers),
+            providers[1],
+            providers[2],
+        ]
+        name = "sdpa_fwd_quick"
+    keep = [a.split("=", 1)[1].split(",") for a in sys.argv if a.startswith("--providers=")]
+    if keep:  # a subset of the columns (the GPU time of one A/B run is scarce)
+        providers = [p for p in providers if p.name in keep[0]]
     only = [a.split("=", 1)[1].split(",") for a in sys.argv if a.startswith("--only=")]
     if only:  # a subset (written as sdpa_fwd_subset.*): cases whose label contains every listed word of one group
         groups = [g.split("+") for g in only[0]]
         cases = [c for c in cases if any(all(w in c.label for w in grp) for grp in groups)]
         name = "sdpa_fwd_subset"
-    run_benchmark(
+    decode_only = bool(cases) and all(c.params["kind"] in ("decode", "paged") for c in cases)
+    if decode_only:  # a decode table: in GB/s of K+V (issue 4's target is a fraction of HBM bandwidth), the paged A/B column
+        providers[1:1] = [Provider("ours-prefetch", make_ours_prefetch), Provider("ours-m64", make_ours_m64), Provider("ours-m64-pf", make_ours_m64_prefetch)]
+    results = run_benchmark(
         name,
         cases,
         providers,
         convention="4*B*H*S_q*S_kv*D FLOPs (halved for causal); decode GB/s counts K+V bytes; bf16, BSHD storage",
+        metric="gbps" if decode_only else "tflops",
         out_dir=out_dir,
         title="attention forward, H200",
     )
+    for r in results:  # issue 4: paged decode >= 80% of the H200's HBM bandwidth
+        if r.case.startswith("paged decode") and r.gbps and r.provider.startswith("ours"):
+            frac = r.gbps / HBM_GBPS
+            print(f"{r.case} / {r.provider}: {r.gbps:.0f} GB/s = {frac:.0%} of {HBM_GBPS} GB/s (target >= 80%: {'PASS' if frac >= 0.8 else 'FAIL'})")
 
 
 if __name__ == "__main__":

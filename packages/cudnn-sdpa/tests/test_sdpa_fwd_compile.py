@@ -53,6 +53,11 @@ CONFIGS = [
     ("bf16", 128, 128, 4, False, False, False, True, False, True, False, True, True),  # split-KV decode (+ combine kernel)
     ("bf16", 128, 128, 4, True, False, True, True, False, False, False, True, True, 256),  # paged KV (page 256) + split-KV
     ("fp16", 128, 128, 1, True, False, True, False, False, False, False, False, False, 128),  # paged KV prefill
+    ("bf16", 128, 128, 8, True, False, True, True, False, True, False, True, True, 128, 0, True),  # paged decode, page-table prefetch
+    ("bf16", 128, 128, 4, True, False, True, True, False, True, False, True, True, 256, 0, True, True),  # + 64-row tile, one consumer WG
+    ("bf16", 128, 128, 4, True, False, True, True, False, True, False, True, False, 16, 0),  # page 16 < key tile: one TMA per page
+    ("bf16", 128, 128, 2, False, False, False, True, False, False, False, False, False, 0, 0, False, False, 176, True),  # tile_n 176, packed cvt
+    ("fp16", 128, 128, 1, True, False, True, True, False, True, False, False, False, 0, 0, False, False, 0, True, True),  # persistent, causal
 ]
 
 
@@ -60,7 +65,7 @@ CONFIGS = [
     "cfg",
     CONFIGS,
     ids=lambda c: (
-        f"{c[0]}-d{c[1]}x{c[2]}-g{c[3]}-r{int(c[4])}l{int(c[5])}-varlen{int(c[10])}-pack{int(len(c) > 11 and c[11])}-split{int(len(c) > 12 and c[12])}-page{c[13] if len(c) > 13 else 0}"
+        f"{c[0]}-d{c[1]}x{c[2]}-g{c[3]}-r{int(c[4])}l{int(c[5])}-varlen{int(c[10])}-pack{int(len(c) > 11 and c[11])}-split{int(len(c) > 12 and c[12])}-page{c[13] if len(c) > 13 else 0}{'-prefetch' if len(c) > 15 and c[15] else ''}{'-m64' if len(c) > 16 and c[16] else ''}{f'-n{c[17]}' if len(c) > 17 and c[17] else ''}{'-cvt2' if len(c) > 18 and c[18] else ''}{'-persistent' if len(c) > 19 and c[19] else ''}"
     ),
 )
 def test_compiles(cfg):

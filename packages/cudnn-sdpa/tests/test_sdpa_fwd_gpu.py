@@ -334,6 +334,11 @@ PAGED_CASES = [
     (torch.bfloat16, 128, 32, 8, 1, [4000, 1, 129, 8192], 128, True, 0),  # decode, split-KV heuristic
     (torch.float16, 128, 8, 8, 200, [300, 700, 200], 128, True, None),  # prefill chunk, bottom-right causal
     (torch.bfloat16, 128, 16, 2, 5, [1000, 0, 640], 512, False, 3),  # speculative decode, an empty sequence, 3 splits
+    # pages shorter than the key tile (one TMA per page into the stage; page-table window reloads every few blocks)
+    (torch.bfloat16, 128, 32, 8, 1, [4000, 1, 129, 8192], 16, True, None),  # vLLM's page 16, G = 4
+    (torch.bfloat16, 128, 32, 32, 1, [3000, 77], 32, True, 0),  # G = 1, split-KV heuristic (64 tiles: 2 splits)
+    (torch.float16, 128, 16, 2, 5, [1000, 0, 640], 64, False, 3),  # G = 8, speculative decode, an empty sequence, 3 splits
+    (torch.bfloat16, 64, 8, 8, 200, [300, 700, 200], 16, True, None),  # D = 64 (tile 192: 12 pages per block), prefill chunk
 ]
 
 
@@ -401,3 +406,118 @@ def test_kv_stages_3_decode_matches_reference(split):
     plan.execute(q, k, v, out, lse, workspace=ws)
     torch.cuda.synchronize()
     _check(q, k, v, out, lse)
+
+
+# Paged decode with the page-table prefetch (``page_prefetch=True``, the decode plan under A/B): the producer warp holds
+# 32 page-table entries and re-reads them every 31 pages, so sequences of more than 31 pages cross window reloads.
+# (h, h_kv, lens_k, page_size, split) with split None (one CTA per tile) or a forced split count.
+PREFETCH_CASES = [
+    (32, 32, [8960, 1, 129, 4000], 128, None),  # G = 1 (no pack-GQA), 70 pages: two window reloads
+    (32, 8, [8960, 1, 129, 4000], 128, 5),  # G = 4, 5 splits: each split's own window
+    (32, 4, [20000, 700, 3000], 256, None),  # G = 8, two key blocks per page, 79 pages
+    (32, 8, [4000, 0, 129, 8192], 256, 0),  # G = 4, an empty sequence, the split heuristic (4 * 8 tiles)
+]
+
+
+@pytest.mark.parametrize("case", PREFETCH_CASES, ids=lambda c: f"h{c[0]}:{c[1]}-page{c[3]}-split{c[4]}")
+def test_paged_decode_page_prefetch_matches_reference_and_default(case):
+    """page_prefetch against the fp32 reference per sequence (with LSE), and bitwise against the default paged plan
+    (the same arithmetic: only how the producer finds each block's page differs)."""
+    from cudnn.sdpa.fwd.api import SdpaFwdSm90
+
+    h, hk, lens_k, page_size, split = case
+    b, d, dtype = len(lens_k), 128, torch.bfloat16
+    k_pool, v_pool, table, cu, ks, vs = _paged_inputs(lens_k, hk, d, page_size, dtype, seed=7)
+    q = _make((b, h, 1, d), dtype, BSHD)
+    outs = []
+    for prefetch in (True, False):
+        o = poison(_make((b, h, 1, d), dtype, BSHD))
+        lse = poison(torch.empty(b, h, 1, device="cuda"))
+        kw = dict(cu_seqlens_kv=cu, page_table=table, is_causal=True, causal_bottom_right=True, split_kv=split is not None)
+        plan = SdpaFwdSm90(q, k_pool, v_pool, o, lse, page_prefetch=prefetch, **kw)
+        plan.compile()
+        assert plan.key.page_prefetch == prefetch
+        need = plan.workspace_bytes_for(b, h, 1, hk, table.shape[1] * page_size, split or None)
+        ws = torch.empty(need, dtype=torch.uint8, device="cuda") if split is not None else None
+        plan.execute(q, k_pool, v_pool, o, lse, None, None, cu, workspace=ws, num_splits=split or None, page_table=table)
+        outs.append((o, lse))
+    torch.cuda.synchronize()
+    (o, lse), (o_ref_plan, lse_ref_plan) = outs
+    assert torch.equal(o, o_ref_plan) and torch.equal(lse, lse_ref_plan), "page_prefetch differs from the default paged plan"
+    for i in range(b):
+        if lens_k[i] == 0:
+            assert o[i].float().abs().max().item() == 0.0 and torch.isneginf(lse[i]).all()
+            continue
+        kb, vb = ks[i].transpose(0, 1)[None], vs[i].transpose(0, 1)[None]
+        _check(q[i : i + 1], kb, vb, o[i : i + 1], lse[i : i + 1], is_causal=True, bottom_right=True)
+
+
+def test_paged_decode_page_prefetch_never_syncs_or_allocates_and_captures():
+    from cudnn.sdpa.fwd.api import SdpaFwdSm90
+    from cudnn_testing import detectors
+
+    k_pool, v_pool, table, cu, _, _ = _paged_inputs([3000, 8000], 8, 128, 128, torch.bfloat16)
+    q = _make((2, 32, 1, 128), torch.bfloat16, BSHD)
+    o = torch.empty_like(q)
+    plan = SdpaFwdSm90(q, k_pool, v_pool, o, cu_seqlens_kv=cu, page_table=table, is_causal=True, causal_bottom_right=True, page_prefetch=True)
+    plan.compile()
+
+    def run():
+        plan.execute(q, k_pool, v_pool, o, None, None, None, cu, page_table=table)
+
+    run()
+    torch.cuda.synchronize()
+    detectors.assert_no_sync_no_alloc(run)
+    detectors.assert_capture_matches_eager(run, [o])
+
+
+# tile_m64 (64-row query tile, one consumer warpgroup: the decode plan under A/B). GQA ratios 1 / 4 / 8, with and
+# without split-KV, LSE always; one speculative-decode shape and one multi-tile causal prefill keep the general path honest.
+# (dtype, d, h, h_kv, s_q, s_kv, causal, split)
+M64_CASES = [
+    (torch.bfloat16, 128, 32, 32, 1, 3000, False, False),  # G = 1
+    (torch.bfloat16, 128, 32, 8, 1, 8192, False, False),  # G = 4, pack-GQA
+    (torch.bfloat16, 128, 32, 4, 1, 5000, True, True),  # G = 8, pack-GQA, split-KV
+    (torch.float16, 64, 16, 2, 3, 1000, True, True),  # speculative decode: 24 packed rows, split-KV
+    (torch.bfloat16, 128, 8, 8, 200, 333, True, False),  # S_q = 200: four 64-row tiles, bottom-right causal
+]
+
+
+@pytest.mark.parametrize("case", M64_CASES, ids=lambda c: f"{str(c[0])[6:]}-d{c[1]}-h{c[2]}:{c[3]}-sq{c[4]}-skv{c[5]}-c{int(c[6])}-split{int(c[7])}")
+def test_tile_m64_matches_reference(case):
+    from cudnn.sdpa.fwd.api import SdpaFwdSm90
+
+    dtype, d, h, hk, sq, sk, causal, split = case
+    b = 3
+    q, k, v = _make((b, h, sq, d), dtype, BSHD), _make((b, hk, sk, d), dtype, BSHD), _make((b, hk, sk, d), dtype, BSHD)
+    out, lse = poison(torch.empty_like(q)), poison(torch.empty(b, h, sq, device="cuda"))
+    plan = SdpaFwdSm90(q, k, v, out, lse, is_causal=causal, causal_bottom_right=True, tile_m64=True, split_kv=split)
+    plan.compile()
+    assert plan.key.tile_m64
+    ws = torch.empty(plan.workspace_bytes_for(b, h, sq, hk, sk, 4), dtype=torch.uint8, device="cuda") if split else None
+    plan.execute(q, k, v, out, lse, workspace=ws, num_splits=4 if split else None)
+    torch.cuda.synchronize()
+    _check(q, k, v, out, lse, is_causal=causal, bottom_right=True)
+
+
+@pytest.mark.parametrize("split", [None, 0])
+def test_paged_decode_tile_m64_with_prefetch_matches_reference(split):
+    """tile_m64 and page_prefetch together on paged decode (G = 4, window reloads), unsplit and split."""
+    from cudnn.sdpa.fwd.api import SdpaFwdSm90
+
+    lens_k, hk, h, d = [8960, 1, 129, 4000], 8, 32, 128
+    b = len(lens_k)
+    k_pool, v_pool, table, cu, ks, vs = _paged_inputs(lens_k, hk, d, 128, torch.bfloat16, seed=3)
+    q = _make((b, h, 1, d), torch.bfloat16, BSHD)
+    o, lse = poison(_make((b, h, 1, d), torch.bfloat16, BSHD)), poison(torch.empty(b, h, 1, device="cuda"))
+    plan = SdpaFwdSm90(
+        q, k_pool, v_pool, o, lse, cu_seqlens_kv=cu, page_table=table, is_causal=True, causal_bottom_right=True,
+        page_prefetch=True, tile_m64=True, split_kv=split is not None,
+    )  # fmt: skip
+    plan.compile()
+    ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda") if split is not None else None
+    plan.execute(q, k_pool, v_pool, o, lse, None, None, cu, workspace=ws, page_table=table)
+    torch.cuda.synchronize()
+    for i in range(b):
+        kb, vb = ks[i].transpose(0, 1)[None], vs[i].transpose(0, 1)[None]
+        _check(q[i : i + 1], kb, vb, o[i : i + 1], lse[i : i + 1], is_causal=True, bottom_right=True)

@@ -316,3 +316,86 @@ def test_sdpa_fwd_paged_routes(api):
     (plan,) = api._PLANS.values()
     assert plan.key.page_size == 128 and plan.key.qhead_per_kvhead == 4
     assert api._test_recorder.calls[-1][10] == pt.data_ptr()
+
+
+def test_page_prefetch_is_a_paged_key_field(api):
+    """page_prefetch (the decode plan under A/B) is a compile-key field of paged plans, off by default, and a ValueError
+    on a plan with contiguous K/V (where it would silently mean nothing)."""
+    q = _bshd(2, 1, 32, 128)
+    k, v = _pool(16, 128, 8, 128), _pool(16, 128, 8, 128)
+    pt = torch.arange(16, dtype=torch.int32).view(2, 8)
+    cu = torch.tensor([0, 1000, 1024], dtype=torch.int32)
+    default = api.SdpaFwdSm90(q, k, v, torch.empty_like(q), cu_seqlens_kv=cu, page_table=pt)
+    default.check_support()
+    on = api.SdpaFwdSm90(q, k, v, torch.empty_like(q), cu_seqlens_kv=cu, page_table=pt, page_prefetch=True)
+    on.compile()
+    assert default.key.page_prefetch == api.PAGE_PREFETCH_DEFAULT and on.key.page_prefetch
+    off = api.SdpaFwdSm90(q, k, v, torch.empty_like(q), cu_seqlens_kv=cu, page_table=pt, page_prefetch=False)
+    off.check_support()
+    assert not off.key.page_prefetch and off.key != on.key
+    on.execute(q, k, v, torch.empty_like(q), None, None, None, cu, page_table=pt)
+    assert api._test_recorder.calls[-1][10] == pt.data_ptr()
+    kv = _bshd(2, 1024, 8, 128)
+    with pytest.raises(ValueError, match="page_prefetch is a paged-KV option"):
+        api.SdpaFwdSm90(q, kv, kv, page_prefetch=True).check_support()
+
+
+def test_prebuilt_fast_path_follows_metadata_scale_and_operands(api):
+    """The memoized call with no optional operand launches prebuilt arguments; alternating metadata, a per-call scale
+    and a call with LSE each get their own (never the previous call's) arguments, and errors still raise."""
+    q, kv = _bshd(2, 128, 4, 128), _bshd(2, 128, 4, 128)
+    qc = q.contiguous()
+    o = torch.empty_like(q)
+    plan = api.SdpaFwdSm90(q, kv, kv, o)
+    plan.compile()
+    rec = api._test_recorder.calls
+    for x in (q, qc, q, qc):
+        plan.execute(x, kv, kv, o)
+        assert rec[-1][:4] == (x.data_ptr(), kv.data_ptr(), kv.data_ptr(), o.data_ptr())
+        assert rec[-1][4:11] == (None,) * 7
+        assert rec[-1][_STRIDES : _STRIDES + 3] == x.stride()[:3]
+        assert rec[-1][-4] == pytest.approx(1 / math.sqrt(128) * math.log2(math.e))
+    plan.execute(q, kv, kv, o, scale=0.25)
+    assert rec[-1][-4] == pytest.approx(0.25 * math.log2(math.e))
+    plan.execute(q, kv, kv, o, current_stream=5)
+    assert rec[-1][-1] == 5 and rec[-2][-1] == 0xABC0
+    with pytest.raises(ValueError, match="plan was built without lse"):
+        plan.execute(q, kv, kv, o, torch.empty(2, 4, 128))
+    with pytest.raises(ValueError, match="does not match the plan"):
+        plan.execute(q, kv, kv, o.float())
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        plan.execute(q, kv, kv, torch.empty(o.numel() + 1, dtype=o.dtype)[1:].view(o.shape))
+    n = len(rec)
+    plan.execute(qc, kv, kv, o)  # still served after the failures, from the memo
+    assert len(rec) == n + 1 and rec[-1][0] == qc.data_ptr()
+
+
+def test_tile_m64_key_and_declines(api):
+    """tile_m64 is a key field (off by default) served for dense and paged plans; THD varlen and a pack-GQA head ratio
+    that does not divide 64 are declined, naming the tensor."""
+    q, kv = _bshd(2, 1, 32, 128), _bshd(2, 4096, 8, 128)
+    plan = api.SdpaFwdSm90(q, kv, kv, torch.empty_like(q), tile_m64=True)
+    plan.compile()
+    assert plan.key.tile_m64 and plan.key.pack_gqa
+    default = api.SdpaFwdSm90(q, kv, kv, tile_m64=False)
+    default.check_support()
+    assert not default.key.tile_m64
+    auto = api.SdpaFwdSm90(q, kv, kv)  # None: the decode default (pack-GQA, 1 x 4 packed rows fit 64)
+    auto.check_support()
+    assert auto.key.tile_m64 == api.TILE_M64_DECODE_DEFAULT
+    auto_prefill = api.SdpaFwdSm90(_bshd(2, 300, 32, 128), kv, kv)  # no pack-GQA: never chosen by default
+    auto_prefill.check_support()
+    assert not auto_prefill.key.tile_m64
+    tq = torch.randn(100, 8, 64, dtype=torch.float16)
+    cu = torch.tensor([0, 40, 100], dtype=torch.int32)
+    with pytest.raises(NotImplementedError, match="tile_m64 serves dense or paged"):
+        api.SdpaFwdSm90(tq, tq, tq, cu_seqlens_q=cu, cu_seqlens_kv=cu, max_seqlen_q=60, max_seqlen_kv=60, tile_m64=True).check_support()
+    q128, kv1 = _bshd(1, 1, 128, 64), _bshd(1, 256, 1, 64)  # G = 128: packs into a 128-row tile, not a 64-row one
+    with pytest.raises(NotImplementedError, match="tile_m64"):
+        api.SdpaFwdSm90(q128, kv1, kv1, tile_m64=True).check_support()
+    # the split heuristic counts 64-row tiles: 1 query row x G = 4 per tile either way, so the same splits here
+    assert api.num_splits_for(plan.key, 2, 32, 8, 1, 4096) == api.num_splits_for(default.key, 2, 32, 8, 1, 4096)
+    qp, kvp = _bshd(1, 256, 8, 128), _bshd(1, 4096, 8, 128)  # 256 query rows: 4 tiles of 64 vs 2 of 128 per head
+    m64, m128 = api.SdpaFwdSm90(qp, kvp, kvp, tile_m64=True), api.SdpaFwdSm90(qp, kvp, kvp)
+    m64.check_support(), m128.check_support()
+    assert api.num_splits_for(m64.key, 1, 8, 8, 256, 4096) == 4 and api.num_splits_for(m128.key, 1, 8, 8, 256, 4096) == 8

@@ -51,14 +51,14 @@ def test_plan_key_has_no_extents():
 @pytest.mark.parametrize(
     "kw, match",
     [
-        (  # paged KV: pages smaller than the key tile are not served yet
+        (  # paged KV: a page size that neither tiles the key tile nor is a multiple of it
             dict(
-                k=_desc((8, 16, 2, 128), name="k"),
-                v=_desc((8, 16, 2, 128), name="v"),
+                k=_desc((8, 24, 2, 128), name="k"),
+                v=_desc((8, 24, 2, 128), name="v"),
                 page_table=_desc((2, 4), "int32", "page_table"),
                 cu_seqlens_kv=_desc((3,), "int32", "cu_seqlens_kv"),
             ),
-            "page_size 16 is not a multiple of the key tile",
+            "page_size 24 is neither a multiple of the key tile",
         ),
         (  # paged KV with THD queries
             dict(
@@ -146,3 +146,80 @@ def test_kv_stages_knob_is_checked_against_shared_memory():
         _plan(**big, kv_stages=3).check_support()
     with pytest.raises(ValueError, match="kv_stages"):
         _plan(kv_stages=7).check_support()
+
+
+def test_small_pages_are_served_within_limits():
+    """Pages shorter than the key tile: served when a multiple of 8 rows divides the tile into at most 16 pages (vLLM /
+    SGLang sizes 16 / 32 / 64 at D = 128); page 8 at D = 64 (tile 192: 24 pages per block) is declined."""
+    meta = dict(page_table=_desc((2, 4), "int32", "page_table"), cu_seqlens_kv=_desc((3,), "int32", "cu_seqlens_kv"))
+    for ps in (16, 32, 64):
+        plan = _plan(k=_desc((8, ps, 2, 128), name="k"), v=_desc((8, ps, 2, 128), name="v"), **meta)
+        assert plan.check_support() and plan.key.page_size == ps
+    q64 = _desc((2, 8, 1, 64), name="q")
+    with pytest.raises(NotImplementedError, match="page_size 8 is neither"):
+        _plan(q=q64, k=_desc((8, 8, 2, 64), name="k"), v=_desc((8, 8, 2, 64), name="v"), **meta).check_support()
+    assert _plan(q=q64, k=_desc((8, 16, 2, 64), name="k"), v=_desc((8, 16, 2, 64), name="v"), **meta).check_support()
+
+
+def test_prefill_options_tile_n_packed_cvt_persistent():
+    """The prefill A/B knobs: defaults leave the compile key as before; tile_n is validated and checked against shared
+    memory (and implies packed_cvt); persistent serves dense and THD plans (no paging, split-KV or pack-GQA)."""
+    p0 = _plan(is_causal=True)
+    assert p0.check_support()
+    assert (p0.key.tile_n, p0.key.packed_cvt, p0.key.persistent) == (0, False, False)
+    plan = _plan(tile_n=176)
+    assert plan.check_support() and plan.key.tile_n == 176 and plan.key.packed_cvt
+    explicit = _plan(tile_n=176, packed_cvt=False)  # an explicit False is honoured
+    assert explicit.check_support() and explicit.key.packed_cvt is False
+    for bad in (100, 48, 272, "176"):
+        with pytest.raises(ValueError, match="tile_n"):
+            _plan(tile_n=bad).check_support()
+    big = dict(q=_desc((2, 8, 300, 256), name="q"), k=_desc((2, 2, 257, 256), name="k"), v=_desc((2, 2, 257, 256), name="v"))
+    with pytest.raises(NotImplementedError, match="shared memory"):
+        _plan(**big, tile_n=176).check_support()
+    pers = _plan(is_causal=True, persistent=True, packed_cvt=True)
+    assert pers.check_support() and pers.key.persistent and pers.key.packed_cvt
+    thd = dict(
+        q=_desc((900, 8, 128), name="q"),
+        k=_desc((900, 2, 128), name="k"),
+        v=_desc((900, 2, 128), name="v"),
+        cu_seqlens_q=_desc((4,), "int32", "cu_seqlens_q"),
+        cu_seqlens_kv=_desc((4,), "int32", "cu_seqlens_kv"),
+        max_seqlen_q=500,
+        max_seqlen_kv=500,
+    )
+    pv = _plan(**thd, is_causal=True, persistent=True, varlen_lpt=True)  # THD: tiles past a sequence's end are skipped in-loop
+    assert pv.check_support() and pv.key.persistent and pv.key.varlen_lpt
+    assert _plan(**thd, tile_n=176).check_support()  # a tuned key tile serves THD varlen
+    lpt = _plan(**thd, is_causal=True, varlen_lpt=True)
+    assert lpt.check_support() and lpt.key.varlen_lpt
+    with pytest.raises(ValueError, match="varlen_lpt is a THD varlen option"):
+        _plan(varlen_lpt=True).check_support()
+    with pytest.raises(NotImplementedError, match="persistent serves dense"):
+        _plan(split_kv=True, persistent=True).check_support()
+    with pytest.raises(NotImplementedError, match="persistent serves dense"):
+        _plan(q=_desc((2, 8, 1, 128), name="q"), persistent=True).check_support()  # decode: pack-GQA tile
+    pools = dict(k=_desc((8, 256, 2, 128), name="k"), v=_desc((8, 256, 2, 128), name="v"))
+    meta = dict(page_table=_desc((2, 4), "int32", "page_table"), cu_seqlens_kv=_desc((3,), "int32", "cu_seqlens_kv"))
+    with pytest.raises(NotImplementedError, match="tile_n is not served with paged KV"):
+        _plan(**pools, **meta, tile_n=176).check_support()
+
+
+def test_noncausal_d128_tile_default_switch(monkeypatch):
+    """TILE_N_NONCAUSAL_D128_DEFAULT (the one-line flip after the A/B): 0 keeps tile_config's tile; nonzero applies to
+    unmasked dense d = 128 plans only (with packed_cvt), never to causal ones or to an explicit tile_n."""
+    from cudnn.sdpa.fwd import api
+
+    p0 = _plan()
+    p0.check_support()
+    assert p0.key.tile_n == 0
+    monkeypatch.setattr(api, "TILE_N_NONCAUSAL_D128_DEFAULT", 176)
+    p1 = _plan()
+    p1.check_support()
+    assert p1.key.tile_n == 176 and p1.key.packed_cvt
+    pc = _plan(is_causal=True)
+    pc.check_support()
+    assert pc.key.tile_n == 0
+    pe = _plan(tile_n=192)
+    pe.check_support()
+    assert pe.key.tile_n == 192

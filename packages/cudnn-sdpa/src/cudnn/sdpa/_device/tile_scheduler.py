@@ -1,10 +1,14 @@
-"""Which tile a CTA works on. One tile per CTA on a 1-D grid of ``num_m_blocks * heads * batch`` CTAs.
+"""Which tile a CTA works on: one tile per CTA on a 1-D grid of ``num_m_blocks * heads * batch`` CTAs
+(:class:`SingleTileScheduler`), or a persistent grid walking the same order (:class:`StaticPersistentTileScheduler`).
 
 The linear block id is decoded so that ``group_heads`` consecutive (head, batch) pairs form an L2 group: inside
 a group the m-block varies slowest, so the K/V of the group stay in L2 while all its query blocks run. With
 ``longest_first`` (causal, sliding window) m_block is taken in reverse, so the blocks with the most key blocks
 start first and the tail of the last wave is made of short tiles (longest-processing-time order).
 ``group_heads`` is a runtime value the host derives from the K/V footprint (no recompile per shape).
+With ``batch_fastest`` (THD varlen, the forward's ``varlen_lpt``) the pairs are numbered head-major, so a group holds
+whole heads across every sequence: the m-blocks of all sequences then run longest-first together, instead of the
+groups of the last sequences (often the longest) running last.
 """
 
 from __future__ import annotations
@@ -17,12 +21,13 @@ from cutlass import Int32, const_expr
 class SingleTileScheduler:
     """Device side: ``tile()`` returns ``(m_block, head, batch)`` of this CTA."""
 
-    def __init__(self, num_m_blocks: Int32, num_heads: Int32, num_batch: Int32, group_heads: Int32, longest_first: bool):
+    def __init__(self, num_m_blocks: Int32, num_heads: Int32, num_batch: Int32, group_heads: Int32, longest_first: bool, batch_fastest: bool = False):
         self.num_m_blocks = num_m_blocks
         self.num_heads = num_heads
         self.num_batch = num_batch
         self.group_heads = group_heads
         self.longest_first = longest_first
+        self.batch_fastest = batch_fastest  # (head, batch) pairs numbered batch-fastest (THD varlen: a group = one head's sequences)
 
     @staticmethod
     def grid(num_m_blocks, num_heads, num_batch):
@@ -48,6 +53,66 @@ class SingleTileScheduler:
         hb = first_hb + rem - m_block * heads_here
         if const_expr(self.longest_first):
             m_block = self.num_m_blocks - 1 - m_block
-        batch = hb // self.num_heads
-        head = hb - batch * self.num_heads
+        batch, head = None, None
+        if const_expr(self.batch_fastest):
+            head = hb // self.num_batch
+            batch = hb - head * self.num_batch
+        else:
+            batch = hb // self.num_heads
+            head = hb - batch * self.num_heads
+        return m_block, head, batch
+
+
+class StaticPersistentTileScheduler:
+    """Device side of a persistent launch: a grid of at most one CTA per SM, CTA ``c`` taking the linear tiles
+    ``c, c + grid, c + 2 * grid, ...`` decoded in :class:`SingleTileScheduler`'s order (L2 groups of ``group_heads``
+    (head, batch) pairs, m-block slowest inside a group; m-block reversed with ``longest_first``, so the tiles with the
+    most key blocks are taken first and the last round is made of short ones). ``num_tiles_here(...)`` is how many
+    tiles this CTA runs and ``tile(i, ...)`` its ``i``-th ``(m_block, head, batch)``. Static methods (no device-side
+    object: a value carried through a dynamic loop must be a runtime value)."""
+
+    @staticmethod
+    def grid(num_m_blocks, num_heads, num_batch, max_ctas):
+        """``min(tiles, max_ctas)`` CTAs (``max_ctas`` is a runtime value: the host passes the SM count)."""
+        return (cutlass.min(num_m_blocks * num_heads * num_batch, max_ctas), 1, 1)
+
+    @staticmethod
+    @cute.jit
+    def num_tiles_here(num_m_blocks: Int32, num_heads: Int32, num_batch: Int32) -> Int32:
+        bidx, _, _ = cute.arch.block_idx()
+        gdim, _, _ = cute.arch.grid_dim()
+        total = num_m_blocks * num_heads * num_batch
+        return (total - Int32(bidx) + Int32(gdim) - 1) // Int32(gdim)
+
+    @staticmethod
+    @cute.jit
+    def tile(
+        i: Int32,
+        num_m_blocks: Int32,
+        num_heads: Int32,
+        num_batch: Int32,
+        group_heads: Int32,
+        longest_first: cutlass.Constexpr[bool],
+        batch_fastest: cutlass.Constexpr[bool] = False,
+    ):
+        bidx, _, _ = cute.arch.block_idx()
+        gdim, _, _ = cute.arch.grid_dim()
+        lin = Int32(bidx) + i * Int32(gdim)
+        num_hb = num_heads * num_batch
+        per_group = group_heads * num_m_blocks
+        group = lin // per_group
+        rem = lin - group * per_group
+        first_hb = group * group_heads
+        heads_here = cutlass.min(group_heads, num_hb - first_hb)
+        m_block = rem // heads_here
+        hb = first_hb + rem - m_block * heads_here
+        if const_expr(longest_first):
+            m_block = num_m_blocks - 1 - m_block
+        batch, head = None, None
+        if const_expr(batch_fastest):
+            head = hb // num_batch
+            batch = hb - head * num_batch
+        else:
+            batch = hb // num_heads
+            head = hb - batch * num_heads
         return m_block, head, batch

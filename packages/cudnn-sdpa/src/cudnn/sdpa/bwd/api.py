@@ -41,6 +41,12 @@ from .._host.plan_args import tma_strides as _tma_strides
 _HEAD_DIMS = (64, 96, 128)
 _DSL_FLOOR = "4.8.0"  # mirrors cudnn.sdpa.CUTEDSL_MIN_VERSION (api.py imports no package module)
 _OWNER = "SdpaBwdSm90"
+#: Schedule variants (kernel_key.TUNING_FIELDS names) a plan built without ``_tuning`` gets, for D <= 128: () is the
+#: verified schedule. Flipped after the GPU A/B of benchmarks/sdpa_bwd.py; dq_tma is dropped for deterministic plans.
+DEFAULT_TUNING: tuple[str, ...] = ()
+#: Variants that serve D = D_v = 256 for a plan built without ``_tuning`` (they must include "split_d"); None: head
+#: dim 256 is declined (the split-D kernel has not run on a GPU yet). Deterministic D = 256 stays declined.
+D256_TUNING: tuple[str, ...] | None = None
 
 
 class SdpaBwdSm90(APIBase):
@@ -77,6 +83,7 @@ class SdpaBwdSm90(APIBase):
         page_table=None,
         lse_log2: bool = False,
         deterministic: bool = False,
+        _tuning: tuple[str, ...] | None = None,
     ):
         super().__init__()
         self.q, self.k, self.v = as_desc(q, "q"), as_desc(k, "k"), as_desc(v, "v")
@@ -86,6 +93,10 @@ class SdpaBwdSm90(APIBase):
             self, sinks, cu_seqlens_q, cu_seqlens_kv, page_table, is_causal, causal_bottom_right, window_size, scale, max_seqlen_q, max_seqlen_kv, lse_log2
         )
         self.deterministic = bool(deterministic)
+        # Private A/B switch for the main kernel's schedule variants (kernel_key.TUNING_FIELDS names, e.g. ("dq_tma",)):
+        # for benchmarks and tests; None takes DEFAULT_TUNING / D256_TUNING in check_support.
+        self._tuning_arg = None if _tuning is None else tuple(_tuning)
+        self._tuning = ()
         self.key = None
 
     # ------------------------------------------------------------------------------------------ plan
@@ -125,7 +136,9 @@ class SdpaBwdSm90(APIBase):
             dv_ = v.shape[3]
             io_shape, lse_shape = (b, h, sq, dv_), (b, h, sq)
         self._value_error_if(dk_ != dq_, f"{_OWNER}: q and k head dims differ: {q.describe()}, {k.describe()}")
-        self._decline_if(dq_ not in _HEAD_DIMS, f"{_OWNER}: {q.describe()}: head dim {dq_} not served by the backward yet; accepted: {_HEAD_DIMS}")
+        self._tuning = self._tuning_arg if self._tuning_arg is not None else _default_tuning(dq_, dv_, self.deterministic)
+        served = _HEAD_DIMS + ((256,) if "split_d" in self._tuning else ())  # 256: the split-D kernel (a variant for now)
+        self._decline_if(dq_ not in served, f"{_OWNER}: {q.describe()}: head dim {dq_} not served by the backward yet; accepted: {served}")
         self._decline_if(dv_ != dq_, f"{_OWNER}: {v.describe()}: value head dim {dv_} must equal q's {dq_} in the backward for now")
         self._value_error_if(hk == 0 or h % hk != 0, f"{_OWNER}: query heads {h} must be a multiple of key/value heads {hk} (GQA/MQA)")
         for d in (o, do):
@@ -157,6 +170,7 @@ class SdpaBwdSm90(APIBase):
             self.sinks is not None,
             varlen,
             self.deterministic,
+            self._tuning,
         )
         self._mask_window = (max(left, 0), 0 if self.is_causal else max(right, 0))
         self._is_supported = True
@@ -249,10 +263,22 @@ def _ws_layout(key, q_shape, n_seq):
     return workspace_layout(b, h, sq, d, key.has_sinks, key.deterministic)
 
 
-def _make_key(*args):
-    from .kernel_key import SdpaBwdKey
+def _default_tuning(d: int, d_v: int, deterministic: bool) -> tuple[str, ...]:
+    """The variants of a plan built without ``_tuning``: D256_TUNING for D = D_v = 256 (non-deterministic), else
+    DEFAULT_TUNING (without dq_tma when deterministic)."""
+    if d == 256 and d_v == 256:
+        return tuple(D256_TUNING) if D256_TUNING is not None and not deterministic else ()
+    return tuple(t for t in DEFAULT_TUNING if not (deterministic and t == "dq_tma"))
 
-    return SdpaBwdKey(*args)
+
+def _make_key(*args):
+    from .kernel_key import TUNING_FIELDS, SdpaBwdKey
+
+    *fields, tuning = args
+    unknown = [t for t in tuning if t not in TUNING_FIELDS]
+    if unknown:
+        raise ValueError(f"{_OWNER}: unknown _tuning option(s) {unknown}; known: {sorted(TUNING_FIELDS)}")
+    return SdpaBwdKey(*fields, **{TUNING_FIELDS[t]: True for t in tuning})
 
 
 def _compiled(key):

@@ -23,6 +23,27 @@ class SdpaBwdKey(AttentionKey):
     has_sinks: bool
     varlen: bool
     deterministic: bool
+    # Schedule variants of the main kernel (plan-time A/B options; the defaults are the verified schedule):
+    dq_tma: bool = False  # dQ partials staged in shared memory, added into the accumulator by one TMA reduce-add per warpgroup
+    stats_tma: bool = False  # lse_log2 / dpsum rows bulk-copied into shared memory with Q / dO (same pipeline stage)
+    ds_double_buffer: bool = False  # two dS^T buffers: drops the "dS^T free" barrier of every query block
+    prepost_vec: bool = False  # pre/postprocess: four adjacent threads per row (coalesced) instead of one
+    split_d: bool = False  # the split-head-dim main kernel (kernel_splitd_sm90.py): serves D = D_v = 256 (and 128)
+
+    def __post_init__(self):
+        if self.dq_tma and self.deterministic:
+            raise ValueError("SdpaBwdKey: dq_tma has no deterministic mode (the fixed-order dQ reduction uses the atomic path)")
+        if self.split_d and (self.deterministic or self.dq_tma or self.stats_tma):
+            raise ValueError("SdpaBwdKey: split_d combines with ds_double_buffer and prepost_vec only (no deterministic, dq_tma, stats_tma)")
+        if self.split_d and (self.head_dim != self.head_dim_v or self.head_dim not in SPLIT_D_HEAD_DIMS):
+            raise ValueError(f"SdpaBwdKey: split_d serves D = D_v in {SPLIT_D_HEAD_DIMS}; got {self.head_dim}/{self.head_dim_v}")
+
+
+#: Head dims of the split-D main kernel (D = D_v).
+SPLIT_D_HEAD_DIMS = (128, 256)
+
+#: Names of the schedule variants accepted by ``SdpaBwdSm90(..., _tuning=...)`` and the key field each one sets.
+TUNING_FIELDS = {"dq_tma": "dq_tma", "stats_tma": "stats_tma", "ds2": "ds_double_buffer", "prepost": "prepost_vec", "split_d": "split_d"}
 
 
 def tile_config(head_dim: int, head_dim_v: int) -> tuple[int, int, int]:

@@ -9,6 +9,10 @@ Preprocess, one thread per query row (``PREPOST_ROWS`` rows per CTA, grid (S_pad
 
 Postprocess, one thread per query row: ``dQ[b, h, i, :] = scale * dq_accum[b, h, i, :]`` in the output dtype.
 
+With the ``prepost_vec`` compile-key variant both kernels give each row four adjacent threads instead (a warp
+instruction then covers 8 rows x 64 contiguous bytes instead of 32 rows x 16 bytes, 512 bytes apart), with the dO . O
+sum finished by lane shuffles; the results are the same, only the access pattern changes.
+
 Layouts: O / dO / dQ are rank-4 (B, H, S, D) with any 16-byte-multiple strides and a unit-stride head dim; LSE
 is fp32 (B, H, S) with any strides; the scratch (lse_log2, dpsum, dq_accum) is the compact workspace layout of
 :func:`cudnn.sdpa.bwd.kernel_key.workspace_layout`. Every extent is a runtime argument.
@@ -28,6 +32,8 @@ from .._device.kernel_plan import fake_gmem_ptr as _ptr
 from .kernel_key import PREPOST_ROWS, SEM_ROWS, SdpaBwdKey
 
 LOG2_E = math.log2(math.e)
+#: prepost_vec: adjacent threads per query row (each head dim served, 64 / 96 / 128, splits into 16-byte chunks by 4).
+ROW_THREADS = 4
 
 
 class SdpaBwdPreprocessSm90:
@@ -106,14 +112,20 @@ class SdpaBwdPreprocessSm90:
     ):
         m_block, head, batch = cute.arch.block_idx()
         if const_expr(mCuQ is None):
-            self.rows(mO, mdO, mLSE, mLSE2, mDpsum, mdQacc, mSinks, mPart, mSem, m_block, head, batch, seqlen_q, Int32(0), Int32(0))
+            if const_expr(self.key.prepost_vec):
+                self.rows_vec(mO, mdO, mLSE, mLSE2, mDpsum, mdQacc, mSinks, mPart, mSem, m_block, head, batch, seqlen_q, Int32(0), Int32(0))
+            else:
+                self.rows(mO, mdO, mLSE, mLSE2, mDpsum, mdQacc, mSinks, mPart, mSem, m_block, head, batch, seqlen_q, Int32(0), Int32(0))
         else:
             # varlen: tokens of sequence b start at cu[b]; its scratch rows at a padded offset (no overlap)
             offset = mCuQ[batch]
             seqlen = mCuQ[batch + 1] - offset
             pad = (offset + batch * PREPOST_ROWS) // PREPOST_ROWS * PREPOST_ROWS
             if m_block * PREPOST_ROWS < seqlen:
-                self.rows(mO, mdO, mLSE, mLSE2, mDpsum, mdQacc, mSinks, mPart, mSem, m_block, head, Int32(0), seqlen, offset, pad)
+                if const_expr(self.key.prepost_vec):
+                    self.rows_vec(mO, mdO, mLSE, mLSE2, mDpsum, mdQacc, mSinks, mPart, mSem, m_block, head, Int32(0), seqlen, offset, pad)
+                else:
+                    self.rows(mO, mdO, mLSE, mLSE2, mDpsum, mdQacc, mSinks, mPart, mSem, m_block, head, Int32(0), seqlen, offset, pad)
 
     kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
 
@@ -180,6 +192,75 @@ class SdpaBwdPreprocessSm90:
         zeros.fill(0.0)
         for c in cutlass.range_constexpr(self.head_dim // 4):
             cute.autovec_copy(zeros, cute.local_tile(gdQ, (4,), (c,)))
+
+    @cute.jit
+    def rows_vec(
+        self,
+        mO: cute.Tensor,
+        mdO: cute.Tensor,
+        mLSE: cute.Tensor,
+        mLSE2: cute.Tensor,
+        mDpsum: cute.Tensor,
+        mdQacc: cute.Tensor,
+        mSinks: cute.Tensor | None,
+        mPart: cute.Tensor | None,
+        mSem: cute.Tensor | None,
+        m_block: Int32,
+        head: Int32,
+        batch: Int32,
+        seqlen_q: Int32,
+        offset: Int32,
+        pad: Int32,
+    ):
+        """prepost_vec: what :meth:`rows` computes, with ``ROW_THREADS`` adjacent threads per row. Warp ``w`` owns the
+        block's rows ``32 w .. 32 w + 31`` (so the per-warp sink partials keep their layout), 8 per pass."""
+        tidx, _, _ = cute.arch.thread_idx()
+        warp_i, lane = tidx // 32, tidx % 32
+        sub = lane % ROW_THREADS
+        if const_expr(mSem is not None):
+            if tidx < PREPOST_ROWS // SEM_ROWS:
+                mSem[(pad + m_block * PREPOST_ROWS) // SEM_ROWS + tidx, head, batch] = Int32(0)
+        vec = 128 // self.dtype.width
+        zeros = cute.make_rmem_tensor((4,), Float32)
+        zeros.fill(0.0)
+        contrib = Float32(0.0)
+        for p in cutlass.range_constexpr(32 * ROW_THREADS // 32):
+            local = m_block * PREPOST_ROWS + warp_i * 32 + p * (32 // ROW_THREADS) + lane // ROW_THREADS
+            row = offset + local
+            srow = pad + local
+            dot = Float32(0.0)
+            lse2 = Float32.inf
+            if local < seqlen_q:
+                gO = mO[row, None, head, batch]
+                gdO = mdO[row, None, head, batch]
+                for i in cutlass.range_constexpr(self.head_dim_v // vec // ROW_THREADS):
+                    rO = cute.make_rmem_tensor((vec,), self.dtype)
+                    rdO = cute.make_rmem_tensor((vec,), self.dtype)
+                    cute.autovec_copy(cute.local_tile(gO, (vec,), (i * ROW_THREADS + sub,)), rO)
+                    cute.autovec_copy(cute.local_tile(gdO, (vec,), (i * ROW_THREADS + sub,)), rdO)
+                    prod = rO.load().to(Float32) * rdO.load().to(Float32)
+                    dot = dot + prod.reduce(cute.ReductionOp.ADD, Float32(0.0), 0)
+                lse = Float32(mLSE[row, head, batch])
+                if const_expr(not self.key.lse_log2):
+                    lse2 = lse * LOG2_E
+                else:
+                    lse2 = lse
+                if lse == -Float32.inf:
+                    lse2 = Float32.inf
+            dot = cute.arch.warp_reduction_sum(dot, threads_in_group=ROW_THREADS)
+            if sub == 0:
+                mLSE2[srow, head, batch] = lse2
+                mDpsum[srow, head, batch] = dot
+                if const_expr(mSinks is not None):
+                    if local < seqlen_q:
+                        contrib = contrib - cute.math.exp2(Float32(mSinks[head]) * LOG2_E - lse2, fastmath=True) * dot
+            gdQ = mdQacc[srow, None, head, batch]
+            for i in cutlass.range_constexpr(self.head_dim // 4 // ROW_THREADS):
+                cute.autovec_copy(zeros, cute.local_tile(gdQ, (4,), (i * ROW_THREADS + sub,)))
+        if const_expr(mSinks is not None):
+            wsum = cute.arch.warp_reduction_sum(contrib)
+            if lane == 0:
+                mPart[(pad + m_block * PREPOST_ROWS) // 32 + warp_i, head, batch] = wsum
 
 
 class SdpaBwdPostprocessSm90:
@@ -259,13 +340,19 @@ class SdpaBwdPostprocessSm90:
                 if tidx == 0:
                     mdSinks[head] = acc
         if const_expr(mCuQ is None):
-            self.rows(mdQacc, mdQ, m_block, head, batch, seqlen_q, Int32(0), Int32(0), scale)
+            if const_expr(self.key.prepost_vec):
+                self.rows_vec(mdQacc, mdQ, m_block, head, batch, seqlen_q, Int32(0), Int32(0), scale)
+            else:
+                self.rows(mdQacc, mdQ, m_block, head, batch, seqlen_q, Int32(0), Int32(0), scale)
         else:
             offset = mCuQ[batch]
             seqlen = mCuQ[batch + 1] - offset
             pad = (offset + batch * PREPOST_ROWS) // PREPOST_ROWS * PREPOST_ROWS
             if m_block * PREPOST_ROWS < seqlen:
-                self.rows(mdQacc, mdQ, m_block, head, Int32(0), seqlen, offset, pad, scale)
+                if const_expr(self.key.prepost_vec):
+                    self.rows_vec(mdQacc, mdQ, m_block, head, Int32(0), seqlen, offset, pad, scale)
+                else:
+                    self.rows(mdQacc, mdQ, m_block, head, Int32(0), seqlen, offset, pad, scale)
 
     kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
 
@@ -295,6 +382,36 @@ class SdpaBwdPostprocessSm90:
                 rdQ = cute.make_rmem_tensor((vec,), self.dtype)
                 rdQ.store((rAcc.load() * scale).to(self.dtype))
                 cute.autovec_copy(rdQ, cute.local_tile(gdQ, (vec,), (c,)))
+
+    @cute.jit
+    def rows_vec(
+        self,
+        mdQacc: cute.Tensor,
+        mdQ: cute.Tensor,
+        m_block: Int32,
+        head: Int32,
+        batch: Int32,
+        seqlen_q: Int32,
+        offset: Int32,
+        pad: Int32,
+        scale: Float32,
+    ):
+        """prepost_vec: what :meth:`rows` computes, ``ROW_THREADS`` adjacent threads per row (16-byte fp32 loads,
+        8-byte stores of 4 converted elements)."""
+        tidx, _, _ = cute.arch.thread_idx()
+        warp_i, lane = tidx // 32, tidx % 32
+        sub = lane % ROW_THREADS
+        for p in cutlass.range_constexpr(32 * ROW_THREADS // 32):
+            local = m_block * PREPOST_ROWS + warp_i * 32 + p * (32 // ROW_THREADS) + lane // ROW_THREADS
+            if local < seqlen_q:
+                gAcc = mdQacc[pad + local, None, head, batch]
+                gdQ = mdQ[offset + local, None, head, batch]
+                for i in cutlass.range_constexpr(self.head_dim // 4 // ROW_THREADS):
+                    rAcc = cute.make_rmem_tensor((4,), Float32)
+                    cute.autovec_copy(cute.local_tile(gAcc, (4,), (i * ROW_THREADS + sub,)), rAcc)
+                    rdQ = cute.make_rmem_tensor((4,), self.dtype)
+                    rdQ.store((rAcc.load() * scale).to(self.dtype))
+                    cute.autovec_copy(rdQ, cute.local_tile(gdQ, (4,), (i * ROW_THREADS + sub,)))
 
 
 def compile_sdpa_bwd_pre(key: SdpaBwdKey):

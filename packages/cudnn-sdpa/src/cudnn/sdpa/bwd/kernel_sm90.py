@@ -25,6 +25,11 @@ Structure (one CTA = one key block of one (batch, kv head); 3 warpgroups):
   one half of the head dim), accumulated with fp32 atomics into the workspace;
 - epilogue: dK and dV converted, written to shared memory (reusing K's and V's buffers) and TMA-stored.
 
+Schedule variants, each a compile-key field (default off; the default compiles to the verified PTX): ``dq_tma``
+(each warpgroup stages its fp32 dQ partial in shared memory and its first warp adds it into the accumulator with
+TMA reduce-adds, no register atomics), ``stats_tma`` (the producer bulk-copies the block's lse_log2 / dpsum rows into
+shared memory on Q's / dO's barrier), ``ds_double_buffer`` (two dS^T buffers, one barrier less per query block).
+
 Tests: packages/cudnn-sdpa/tests/test_sdpa_bwd_*.py. Benchmark: benchmarks/sdpa_bwd.py.
 """
 
@@ -53,6 +58,7 @@ class NamedBarrierBwd(enum.IntEnum):
     EPILOGUE = 1  # consumers: dK / dV written to shared memory
     PDS = 2  # consumers: dS^T in shared memory is free / written
     DQ_TURN = 3  # consumers (deterministic): this CTA's turn to add into a query block's dQ / its adds are done
+    DQ_FULL_WG1 = 4  # dq_tma: consumer warpgroup 1 wrote its dQ partial to shared memory (warpgroup 2: DQ_FULL_WG1 + 1)
 
 
 class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
@@ -61,6 +67,43 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
     def __init__(self, key: SdpaBwdKey):
         super().__init__(key)
         self.tile_m, self.tile_n, self.num_stages = tile_config(key.head_dim, key.head_dim_v)
+
+    def _ds_layout(self):
+        """dS^T (keys, queries), queries contiguous; ``num_stages`` buffers (indexed like Q's stage) with ds_double_buffer."""
+        if self.key.ds_double_buffer:
+            return self._smem_layout(self.tile_n, self.tile_m, self.num_stages)
+        return self._smem_layout(self.tile_n, self.tile_m)
+
+    def _dq_smem_layout(self):
+        """dq_tma: the fp32 dQ partial of one query block, (tile_m, D / 2, warpgroup): per warpgroup, column blocks of
+        8 fp32 (32 bytes, one TMA box each) with the 32-byte swizzle. The swizzle reads only row bits, so every 8-byte
+        store of a thread's accumulator fragment is one base register plus an immediate (wider swizzles made the
+        compiler keep 16 hoisted addresses live across the loop, and spill), and a warp's stores stay conflict-free."""
+        half = self.head_dim // self.num_consumer_wg
+        atom = warpgroup.make_smem_layout_atom(warpgroup.SmemLayoutAtomKind.K_SW32, Float32)
+        if str(atom.inner) != "S<1,4,3>":  # the thread-constant swizzle shift in mma() relies on it
+            raise NotImplementedError(f"dq_tma: unexpected 32-byte swizzle {atom.inner} of the fp32 dQ buffer")
+        return cute.tile_to_shape(atom, (self.tile_m, half, self.num_consumer_wg), order=(0, 1, 2))
+
+    def _shared_storage(self, sQ_layout, sdO_layout, sK_layout, sV_layout, sdS_layout, sdQ_layout):
+        """The CTA's shared memory (host-side construction of a ``cute.struct``): the verified layout, then the
+        variants' extra buffers at the end (dQ partial, lse_log2 / dpsum stages)."""
+        fields = {
+            "mbar_q": cute.struct.MemRange[cutlass.Int64, self.num_stages * 2],
+            "mbar_do": cute.struct.MemRange[cutlass.Int64, self.num_stages * 2],
+            "mbar_kv": cute.struct.MemRange[cutlass.Int64, 2],
+            "smem_q": cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024],
+            "smem_do": cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sdO_layout)], 1024],
+            "smem_k": cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sK_layout)], 1024],
+            "smem_v": cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sV_layout)], 1024],
+            "smem_ds": cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sdS_layout)], 1024],
+        }
+        if self.key.dq_tma:
+            fields["smem_dq"] = cute.struct.Align[cute.struct.MemRange[Float32, cute.cosize(sdQ_layout)], 1024]
+        if self.key.stats_tma:
+            fields["smem_lse"] = cute.struct.Align[cute.struct.MemRange[Float32, self.tile_m * self.num_stages], 128]
+            fields["smem_dpsum"] = cute.struct.Align[cute.struct.MemRange[Float32, self.tile_m * self.num_stages], 128]
+        return cute.struct(type("SharedStorage", (), {"__annotations__": fields}))
 
     # ------------------------------------------------------------------------------------------------
     # host side
@@ -149,18 +192,15 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         # dQ = dS K reads K^T split over the warpgroups along D: the swizzle atom must divide D / 2.
         sK_layout = self._smem_layout(self.tile_n, D, atom_cols=D // self.num_consumer_wg)
         sV_layout = self._smem_layout(self.tile_n, Dv)
-        sdS_layout = self._smem_layout(self.tile_n, self.tile_m)  # dS^T: (keys, queries), queries contiguous
-
-        @cute.struct
-        class SharedStorage:
-            mbar_q: cute.struct.MemRange[cutlass.Int64, self.num_stages * 2]
-            mbar_do: cute.struct.MemRange[cutlass.Int64, self.num_stages * 2]
-            mbar_kv: cute.struct.MemRange[cutlass.Int64, 2]
-            smem_q: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
-            smem_do: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sdO_layout)], 1024]
-            smem_k: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sK_layout)], 1024]
-            smem_v: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sV_layout)], 1024]
-            smem_ds: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sdS_layout)], 1024]
+        sdS_layout = self._ds_layout()  # dS^T: (keys, queries), queries contiguous
+        sdQ_layout = None
+        tma_atom_dQ, tma_dQacc = None, None
+        if const_expr(self.key.dq_tma):
+            sdQ_layout = self._dq_smem_layout()
+            tma_atom_dQ, tma_dQacc = cpasync.make_tiled_tma_atom(
+                cpasync.CopyReduceBulkTensorTileS2GOp(), mdQacc, cute.select(sdQ_layout, mode=[0, 1]), (self.tile_m, D // self.num_consumer_wg)
+            )
+        SharedStorage = self._shared_storage(sQ_layout, sdO_layout, sK_layout, sV_layout, sdS_layout, sdQ_layout)
 
         g2s, s2g = cpasync.CopyBulkTensorTileG2SOp(), cpasync.CopyBulkTensorTileS2GOp()
         tma_atom_Q, tma_Q = cpasync.make_tiled_tma_atom(g2s, mQ, cute.select(sQ_layout, mode=[0, 1]), (self.tile_m, D))
@@ -172,14 +212,17 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         tx_q = cute.size_in_bytes(self.dtype, cute.select(sQ_layout, mode=[0, 1]))
         tx_do = cute.size_in_bytes(self.dtype, cute.select(sdO_layout, mode=[0, 1]))
         tx_kv = cute.size_in_bytes(self.dtype, sK_layout) + cute.size_in_bytes(self.dtype, sV_layout)
+        if const_expr(self.key.stats_tma):
+            tx_q += self.tile_m * 4  # + lse_log2 rows
+            tx_do += self.tile_m * 4  # + dpsum rows
 
         num_n_blocks = (max_seqlen_k + self.tile_n - 1) // self.tile_n
         grid = SingleTileScheduler.grid(num_n_blocks, heads_kv, batch)
         self.kernel(
-            tma_Q, tma_K, tma_V, tma_dO, tma_dK, tma_dV, mdK, mdV, mLSE2, mDpsum, mdQacc, mSem, mCuQ, mCuK,
-            tma_atom_Q, tma_atom_K, tma_atom_V, tma_atom_dO, tma_atom_dK, tma_atom_dV,
+            tma_Q, tma_K, tma_V, tma_dO, tma_dK, tma_dV, mdK, mdV, mLSE2, mDpsum, mdQacc, tma_dQacc, mSem, mCuQ, mCuK,
+            tma_atom_Q, tma_atom_K, tma_atom_V, tma_atom_dO, tma_atom_dK, tma_atom_dV, tma_atom_dQ,
             seqlen_q, seqlen_k, num_n_blocks, heads_kv, batch, group_heads, scale_log2, scale, window_left, window_right,
-            sQ_layout, sdO_layout, sK_layout, sV_layout, sdS_layout,
+            sQ_layout, sdO_layout, sK_layout, sV_layout, sdS_layout, sdQ_layout,
             tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ,
             tx_q, tx_do, tx_kv, SharedStorage,
         ).launch(grid=grid, block=[self.num_threads, 1, 1], smem=SharedStorage.size_in_bytes(), stream=stream, min_blocks_per_mp=1)  # fmt: skip
@@ -201,6 +244,7 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         mLSE2: cute.Tensor,
         mDpsum: cute.Tensor,
         mdQacc: cute.Tensor,
+        mdQacc_tma: cute.Tensor | None,
         mSem: cute.Tensor | None,
         mCuQ: cute.Tensor | None,
         mCuK: cute.Tensor | None,
@@ -210,6 +254,7 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         tma_atom_dO: cute.CopyAtom,
         tma_atom_dK: cute.CopyAtom,
         tma_atom_dV: cute.CopyAtom,
+        tma_atom_dQ: cute.CopyAtom | None,
         seqlen_q_static: Int32,
         seqlen_k_static: Int32,
         num_n_blocks: Int32,
@@ -225,6 +270,7 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         sK_layout: cute.ComposedLayout,
         sV_layout: cute.ComposedLayout,
         sdS_layout: cute.ComposedLayout,
+        sdQ_layout: cute.ComposedLayout | None,
         tiled_mma_SdP: cute.TiledMma,
         tiled_mma_dK: cute.TiledMma,
         tiled_mma_dV: cute.TiledMma,
@@ -235,7 +281,7 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         SharedStorage: cutlass.Constexpr,
     ):
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
-        prefetch_tma_descriptors(warp_idx, tma_atom_Q, tma_atom_K, tma_atom_V, tma_atom_dO, tma_atom_dK, tma_atom_dV)
+        prefetch_tma_descriptors(warp_idx, tma_atom_Q, tma_atom_K, tma_atom_V, tma_atom_dO, tma_atom_dK, tma_atom_dV, tma_atom_dQ)
 
         smem = cutlass.utils.SmemAllocator()
         storage = smem.allocate(SharedStorage)
@@ -250,6 +296,14 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         sK = storage.smem_k.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)
         sV = storage.smem_v.get_tensor(sV_layout.outer, swizzle=sV_layout.inner)
         sdSt = storage.smem_ds.get_tensor(sdS_layout.outer, swizzle=sdS_layout.inner)
+        # variants' buffers (None when compiled out)
+        sdQ, sdQ_lin, sLSE, sDpsum = None, None, None, None
+        if const_expr(self.key.dq_tma):
+            sdQ = storage.smem_dq.get_tensor(sdQ_layout.outer, swizzle=sdQ_layout.inner)
+            sdQ_lin = storage.smem_dq.get_tensor(sdQ_layout.outer)  # the same buffer, unswizzled offsets
+        if const_expr(self.key.stats_tma):
+            sLSE = storage.smem_lse.get_tensor(cute.make_layout((self.tile_m, self.num_stages)))
+            sDpsum = storage.smem_dpsum.get_tensor(cute.make_layout((self.tile_m, self.num_stages)))
 
         # Longest first is the natural order for causal top-left: key block 0 sees every query block.
         n_block, head_kv, batch = SingleTileScheduler(num_n_blocks, num_heads_kv, num_batch, group_heads, False).tile()
@@ -271,16 +325,16 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
 
         if const_expr(not self.key.varlen):
             self.roles(
-                mQ, mK, mV, mdO, mdK_tma, mdV_tma, mLSE2, mDpsum, mdQacc, mSem, sQ, sK, sV, sdO, sdSt,
-                tma_atom_Q, tma_atom_K, tma_atom_V, tma_atom_dO, tma_atom_dK, tma_atom_dV, pipeline_q, pipeline_do, pipeline_kv,
+                mQ, mK, mV, mdO, mdK_tma, mdV_tma, mLSE2, mDpsum, mdQacc, mdQacc_tma, mSem, sQ, sK, sV, sdO, sdSt, sdQ, sdQ_lin, sLSE, sDpsum,
+                tma_atom_Q, tma_atom_K, tma_atom_V, tma_atom_dO, tma_atom_dK, tma_atom_dV, tma_atom_dQ, pipeline_q, pipeline_do, pipeline_kv,
                 tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ, scale_log2, scale, mask, n_block, head_kv, batch_t,
                 offset_q, offset_k, pad_q, m_block_min, m_block_max,
             )  # fmt: skip
         else:
             if n_block * self.tile_n < seqlen_k:  # key blocks past this sequence's end do nothing
                 self.roles(
-                    mQ, mK, mV, mdO, mdK, mdV, mLSE2, mDpsum, mdQacc, mSem, sQ, sK, sV, sdO, sdSt,
-                    tma_atom_Q, tma_atom_K, tma_atom_V, tma_atom_dO, tma_atom_dK, tma_atom_dV, pipeline_q, pipeline_do, pipeline_kv,
+                    mQ, mK, mV, mdO, mdK, mdV, mLSE2, mDpsum, mdQacc, mdQacc_tma, mSem, sQ, sK, sV, sdO, sdSt, sdQ, sdQ_lin, sLSE, sDpsum,
+                    tma_atom_Q, tma_atom_K, tma_atom_V, tma_atom_dO, tma_atom_dK, tma_atom_dV, tma_atom_dQ, pipeline_q, pipeline_do, pipeline_kv,
                     tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ, scale_log2, scale, mask, n_block, head_kv, batch_t,
                     offset_q, offset_k, pad_q, m_block_min, m_block_max,
                 )  # fmt: skip
@@ -299,18 +353,24 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         mLSE2: cute.Tensor,
         mDpsum: cute.Tensor,
         mdQacc: cute.Tensor,
+        mdQacc_tma: cute.Tensor | None,
         mSem: cute.Tensor | None,
         sQ: cute.Tensor,
         sK: cute.Tensor,
         sV: cute.Tensor,
         sdO: cute.Tensor,
         sdSt: cute.Tensor,
+        sdQ: cute.Tensor | None,
+        sdQ_lin: cute.Tensor | None,
+        sLSE: cute.Tensor | None,
+        sDpsum: cute.Tensor | None,
         tma_atom_Q: cute.CopyAtom,
         tma_atom_K: cute.CopyAtom,
         tma_atom_V: cute.CopyAtom,
         tma_atom_dO: cute.CopyAtom,
         tma_atom_dK: cute.CopyAtom,
         tma_atom_dV: cute.CopyAtom,
+        tma_atom_dQ: cute.CopyAtom | None,
         pipeline_q,
         pipeline_do,
         pipeline_kv,
@@ -337,15 +397,15 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
             cute.arch.setmaxregister_decrease(self.num_producer_regs)
             if warp_idx == 0:
                 self.load(
-                    mQ, mK, mV, mdO, sQ, sK, sV, sdO, tma_atom_Q, tma_atom_K, tma_atom_V, tma_atom_dO,
-                    pipeline_q, pipeline_do, pipeline_kv, n_block, head_kv, batch, offset_q, offset_k, m_block_min, m_block_max,
+                    mQ, mK, mV, mdO, mLSE2, mDpsum, sQ, sK, sV, sdO, sLSE, sDpsum, tma_atom_Q, tma_atom_K, tma_atom_V, tma_atom_dO,
+                    pipeline_q, pipeline_do, pipeline_kv, n_block, head_kv, batch, offset_q, offset_k, pad_q, m_block_min, m_block_max,
                 )  # fmt: skip
         else:
             cute.arch.setmaxregister_increase(self.num_mma_regs)
             tidx = cute.arch.thread_idx()[0] - self.threads_per_wg
             self.mma(
-                tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ, mdK, mdV, mLSE2, mDpsum, mdQacc, mSem,
-                sQ, sK, sV, sdO, sdSt, tma_atom_dK, tma_atom_dV, pipeline_q, pipeline_do, pipeline_kv,
+                tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ, mdK, mdV, mLSE2, mDpsum, mdQacc, mdQacc_tma, mSem,
+                sQ, sK, sV, sdO, sdSt, sdQ, sdQ_lin, sLSE, sDpsum, tma_atom_dK, tma_atom_dV, tma_atom_dQ, pipeline_q, pipeline_do, pipeline_kv,
                 tidx, scale_log2, scale, mask, n_block, head_kv, batch, offset_k, pad_q, m_block_min, m_block_max,
             )  # fmt: skip
 
@@ -358,10 +418,14 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         mK: cute.Tensor,
         mV: cute.Tensor,
         mdO: cute.Tensor,
+        mLSE2: cute.Tensor,
+        mDpsum: cute.Tensor,
         sQ: cute.Tensor,
         sK: cute.Tensor,
         sV: cute.Tensor,
         sdO: cute.Tensor,
+        sLSE: cute.Tensor | None,
+        sDpsum: cute.Tensor | None,
         tma_atom_Q: cute.CopyAtom,
         tma_atom_K: cute.CopyAtom,
         tma_atom_V: cute.CopyAtom,
@@ -374,10 +438,12 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         batch: Int32,
         offset_q: Int32,
         offset_k: Int32,
+        pad_q: Int32,
         m_block_min: Int32,
         m_block_max: Int32,
     ):
-        """Producer warp: K and V once, then (Q, dO) of every query block of every query head of the group."""
+        """Producer warp: K and V once, then (Q, dO) of every query block of every query head of the group (with
+        stats_tma also the block's lse_log2 / dpsum rows, on Q's / dO's barrier of the same stage)."""
         D, Dv = self.head_dim, self.head_dim_v
         mK_cur = mK[None, None, head_kv, batch]
         mV_cur = mV[None, None, head_kv, batch]
@@ -394,6 +460,9 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         cute.copy(tma_atom_V, tVgV, tVsV, tma_bar_ptr=pipeline_kv.producer_get_barrier(kv_state))
 
         state = producer_state(self.num_stages)
+        stats_atom = None
+        if const_expr(self.key.stats_tma):
+            stats_atom = cute.make_copy_atom(cpasync.CopyBulkG2SOp(), Float32)
         num_m = cutlass.max(m_block_max - m_block_min, 0)
         G = self.key.qhead_per_kvhead
         for g in cutlass.range(G, unroll=1):
@@ -407,12 +476,28 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
             gdO = cute.local_tile(mdO_cur, (self.tile_m, Dv), (None, 0))
             tQsQ, tQgQ = cpasync.tma_partition(tma_atom_Q, 0, cute.make_layout(1), cute.group_modes(sQ, 0, 2), cute.group_modes(gQ, 0, 2))
             tdOsdO, tdOgdO = cpasync.tma_partition(tma_atom_dO, 0, cute.make_layout(1), cute.group_modes(sdO, 0, 2), cute.group_modes(gdO, 0, 2))
+            gLSE, gDpsum = None, None
+            if const_expr(self.key.stats_tma):
+                mLSE2_cur = mLSE2[None, head, batch]
+                mDpsum_cur = mDpsum[None, head, batch]
+                if const_expr(self.key.varlen):
+                    mLSE2_cur = cute.domain_offset((pad_q,), mLSE2_cur)
+                    mDpsum_cur = cute.domain_offset((pad_q,), mDpsum_cur)
+                gLSE = cute.local_tile(mLSE2_cur, (self.tile_m,), (None,))
+                gDpsum = cute.local_tile(mDpsum_cur, (self.tile_m,), (None,))
             for i in cutlass.range(num_m, unroll=1):
                 m_block = m_block_min + i
                 pipeline_q.producer_acquire(state)
                 cute.copy(tma_atom_Q, tQgQ[None, m_block], tQsQ[None, state.index], tma_bar_ptr=pipeline_q.producer_get_barrier(state))
+                if const_expr(self.key.stats_tma):
+                    # the scratch rows are padded to PREPOST_ROWS, so a whole block of rows is always in bounds
+                    with cute.arch.elect_one():
+                        cute.copy(stats_atom, gLSE[None, m_block], sLSE[None, state.index], mbar_ptr=pipeline_q.producer_get_barrier(state))
                 pipeline_do.producer_acquire(state)
                 cute.copy(tma_atom_dO, tdOgdO[None, m_block], tdOsdO[None, state.index], tma_bar_ptr=pipeline_do.producer_get_barrier(state))
+                if const_expr(self.key.stats_tma):
+                    with cute.arch.elect_one():
+                        cute.copy(stats_atom, gDpsum[None, m_block], sDpsum[None, state.index], mbar_ptr=pipeline_do.producer_get_barrier(state))
                 state.advance()
 
     @cute.jit
@@ -427,14 +512,20 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         mLSE2: cute.Tensor,
         mDpsum: cute.Tensor,
         mdQacc: cute.Tensor,
+        mdQacc_tma: cute.Tensor | None,
         mSem: cute.Tensor | None,
         sQ: cute.Tensor,
         sK: cute.Tensor,
         sV: cute.Tensor,
         sdO: cute.Tensor,
         sdSt: cute.Tensor,
+        sdQ: cute.Tensor | None,
+        sdQ_lin: cute.Tensor | None,
+        sLSE: cute.Tensor | None,
+        sDpsum: cute.Tensor | None,
         tma_atom_dK: cute.CopyAtom,
         tma_atom_dV: cute.CopyAtom,
+        tma_atom_dQ: cute.CopyAtom | None,
         pipeline_q,
         pipeline_do,
         pipeline_kv,
@@ -488,6 +579,18 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         smem_copy_atom = cute.make_copy_atom(warp.StMatrix8x8x16bOp(transpose=False, num_matrices=4), self.dtype)
         smem_thr_copy_dS = cute.make_tiled_copy_C(smem_copy_atom, tiled_mma_SdP).get_slice(tidx)
         tdSsdS = smem_thr_copy_dS.partition_D(sdSt)
+        # dq_tma: this thread's dQ fragment in the (tile_m, (D / 2, warpgroup)) shared-memory buffer. The 32-byte
+        # swizzle (byte bit 4 ^= byte bit 7, i.e. element bit 2 ^= element bit 5) reads a row bit (row % 8 >= 4) and a
+        # column bit (col % 8 >= 4) that are the same for every element of a thread's fragment (rows r, r + 8; columns
+        # 8 j + 2 (lane % 4) + {0, 1}): apply it once, as a constant shift of the unswizzled view, so each store is
+        # one base register plus an immediate.
+        tdQsdQ = None
+        if const_expr(self.key.dq_tma):
+            row0, col0 = thr_mma_dQ.partition_C(cute.make_identity_tensor((self.tile_m, D)))[0]
+            flip = (row0 % 8) // 4
+            bit2 = (col0 % 8) // 4
+            tdQ_lin = thr_mma_dQ.partition_C(cute.group_modes(sdQ_lin, 1, 3))
+            tdQsdQ = cute.make_tensor(tdQ_lin.iterator + 4 * ((bit2 ^ flip) - bit2), tdQ_lin.layout)
 
         acc_dK.fill(0.0)
         acc_dV.fill(0.0)
@@ -511,6 +614,11 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
             mSem_cur = None
             if const_expr(self.key.deterministic):
                 mSem_cur = mSem[None, head, batch]
+            mdQacc_tma_cur = None
+            if const_expr(self.key.dq_tma):
+                mdQacc_tma_cur = mdQacc_tma[None, None, head, batch]
+                if const_expr(self.key.varlen):
+                    mdQacc_tma_cur = cute.domain_offset((pad_q, 0), mdQacc_tma_cur)
             if const_expr(self.key.varlen):
                 mLSE2_cur = cute.domain_offset((pad_q,), mLSE2_cur)
                 mDpsum_cur = cute.domain_offset((pad_q,), mDpsum_cur)
@@ -522,23 +630,57 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
                 state = self.step(
                     tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ, thr_mma_dQ, acc_S, acc_dP, acc_dK, acc_dV, acc_dQ, rP, rdS,
                     rLSE, rDpsum, tSrK, tSrQ, tdPrV, tdPrdO, tdVrdOt, tdKrQt, tdQrdS, tdQrKt, smem_copy_atom, smem_thr_copy_dS, tdSsdS,
-                    tScS_mn, mLSE2_cur, mDpsum_cur, mdQacc_cur, mSem_cur, tidx, pipeline_q, pipeline_do, state, scale_log2, mask, m_block_min + i, n_block, True,
+                    tScS_mn, mLSE2_cur, mDpsum_cur, mdQacc_cur, mSem_cur, sLSE, sDpsum, tdQsdQ, sdQ, mdQacc_tma_cur, tma_atom_dQ, wg_idx, tidx, pipeline_q, pipeline_do, state, scale_log2, mask, m_block_min + i, n_block, True,
                 )  # fmt: skip
             for i in cutlass.range(cutlass.max(m_mid2 - m_mid1, 0), unroll=1):
                 state = self.step(
                     tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ, thr_mma_dQ, acc_S, acc_dP, acc_dK, acc_dV, acc_dQ, rP, rdS,
                     rLSE, rDpsum, tSrK, tSrQ, tdPrV, tdPrdO, tdVrdOt, tdKrQt, tdQrdS, tdQrKt, smem_copy_atom, smem_thr_copy_dS, tdSsdS,
-                    tScS_mn, mLSE2_cur, mDpsum_cur, mdQacc_cur, mSem_cur, tidx, pipeline_q, pipeline_do, state, scale_log2, mask, m_mid1 + i, n_block, False,
+                    tScS_mn, mLSE2_cur, mDpsum_cur, mdQacc_cur, mSem_cur, sLSE, sDpsum, tdQsdQ, sdQ, mdQacc_tma_cur, tma_atom_dQ, wg_idx, tidx, pipeline_q, pipeline_do, state, scale_log2, mask, m_mid1 + i, n_block, False,
                 )  # fmt: skip
             if const_expr(self.key.mask_left):
                 for i in cutlass.range(cutlass.max(m_block_max - m_mid2, 0), unroll=1):
                     state = self.step(
                         tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ, thr_mma_dQ, acc_S, acc_dP, acc_dK, acc_dV, acc_dQ, rP, rdS,
                         rLSE, rDpsum, tSrK, tSrQ, tdPrV, tdPrdO, tdVrdOt, tdKrQt, tdQrdS, tdQrKt, smem_copy_atom, smem_thr_copy_dS, tdSsdS,
-                        tScS_mn, mLSE2_cur, mDpsum_cur, mdQacc_cur, mSem_cur, tidx, pipeline_q, pipeline_do, state, scale_log2, mask, m_mid2 + i, n_block, True,
+                        tScS_mn, mLSE2_cur, mDpsum_cur, mdQacc_cur, mSem_cur, sLSE, sDpsum, tdQsdQ, sdQ, mdQacc_tma_cur, tma_atom_dQ, wg_idx, tidx, pipeline_q, pipeline_do, state, scale_log2, mask, m_mid2 + i, n_block, True,
                     )  # fmt: skip
 
+        if const_expr(self.key.dq_tma):
+            if cute.arch.make_warp_uniform(cute.arch.warp_idx()) % 4 == 0:
+                cute.arch.cp_async_bulk_wait_group(0, read=True)  # the last reduce-add has read sdQ
+
         # ---------------------------------------------------------------------------------- epilogue
+        self.epilogue_dkv(
+            acc_dK, acc_dV, smem_copy_atom, tiled_mma_dK, tiled_mma_dV, sK, sV, mdK, mdV, tma_atom_dK, tma_atom_dV, mask, scale,
+            n_block, head_kv, batch, offset_k, tidx,
+        )  # fmt: skip
+
+    @cute.jit
+    def epilogue_dkv(
+        self,
+        acc_dK: cute.Tensor,
+        acc_dV: cute.Tensor,
+        smem_copy_atom: cute.CopyAtom,
+        tiled_mma_dK: cute.TiledMma,
+        tiled_mma_dV: cute.TiledMma,
+        sK: cute.Tensor,
+        sV: cute.Tensor,
+        mdK: cute.Tensor,
+        mdV: cute.Tensor,
+        tma_atom_dK: cute.CopyAtom,
+        tma_atom_dV: cute.CopyAtom,
+        mask: MaskInfoBwd,
+        scale: Float32,
+        n_block: Int32,
+        head_kv: Int32,
+        batch: Int32,
+        offset_k: Int32,
+        tidx: Int32,
+    ):
+        """dK (scaled) and dV converted, written to shared memory over K's and V's buffers (stmatrix, in the layout
+        of ``tiled_mma_dK`` / ``tiled_mma_dV``) and stored: TMA for dense plans, predicated rows for varlen."""
+        D, Dv = self.head_dim, self.head_dim_v
         acc_dK.store(acc_dK.load() * scale)
         rdK = cute.make_rmem_tensor_like(acc_dK, self.dtype)
         rdK.store(acc_dK.load().to(self.dtype))
@@ -624,6 +766,13 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         mDpsum_cur: cute.Tensor,
         mdQacc_cur: cute.Tensor,
         mSem_cur: cute.Tensor | None,
+        sLSE: cute.Tensor | None,
+        sDpsum: cute.Tensor | None,
+        tdQsdQ: cute.Tensor | None,
+        sdQ: cute.Tensor | None,
+        mdQacc_tma_cur: cute.Tensor | None,
+        tma_atom_dQ: cute.CopyAtom | None,
+        wg_idx: Int32,
         tidx: Int32,
         pipeline_q,
         pipeline_do,
@@ -639,8 +788,12 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         row0 = m_block * self.tile_m
         pipeline_q.consumer_wait(state)
         wgmma(tiled_mma_SdP, acc_S, tSrK, tSrQ[None, None, None, idx], zero_init=True, wg_wait=-1)
-        for c in cutlass.range_constexpr(cute.size(rLSE)):
-            rLSE[c] = mLSE2_cur[row0 + tScS_mn[0, c][1]]
+        if const_expr(self.key.stats_tma):
+            for c in cutlass.range_constexpr(cute.size(rLSE)):
+                rLSE[c] = sLSE[tScS_mn[0, c][1], idx]
+        else:
+            for c in cutlass.range_constexpr(cute.size(rLSE)):
+                rLSE[c] = mLSE2_cur[row0 + tScS_mn[0, c][1]]
         pipeline_do.consumer_wait(state)
         wgmma(tiled_mma_SdP, acc_dP, tdPrV, tdPrdO[None, None, None, idx], zero_init=True, wg_wait=1)
         if const_expr(masked):
@@ -649,8 +802,12 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         for r in cutlass.range_constexpr(cute.size(acc_S_mn, mode=[0])):
             for c in cutlass.range_constexpr(cute.size(acc_S_mn, mode=[1])):
                 acc_S_mn[r, c] = cute.math.exp2(acc_S_mn[r, c] * scale_log2 - rLSE[c], fastmath=True)
-        for c in cutlass.range_constexpr(cute.size(rDpsum)):
-            rDpsum[c] = mDpsum_cur[row0 + tScS_mn[0, c][1]]
+        if const_expr(self.key.stats_tma):
+            for c in cutlass.range_constexpr(cute.size(rDpsum)):
+                rDpsum[c] = sDpsum[tScS_mn[0, c][1], idx]
+        else:
+            for c in cutlass.range_constexpr(cute.size(rDpsum)):
+                rDpsum[c] = mDpsum_cur[row0 + tScS_mn[0, c][1]]
         rP.store(acc_S.load().to(self.dtype))
         warpgroup.wait_group(0)
         acc_dP_mn = acc_view_mn(acc_dP)
@@ -659,17 +816,63 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
                 acc_dP_mn[r, c] = acc_S_mn[r, c] * (acc_dP_mn[r, c] - rDpsum[c])
         rdS.store(acc_dP.load().to(self.dtype))
 
-        # dS^T to shared memory once both warpgroups are done reading the previous block's.
-        cute.arch.barrier(barrier_id=int(NamedBarrierBwd.PDS), number_of_threads=self.num_mma_threads)
-        cute.copy(smem_copy_atom, smem_thr_copy_dS.retile(rdS), tdSsdS)
+        if const_expr(not self.key.ds_double_buffer):
+            # dS^T to shared memory once both warpgroups are done reading the previous block's.
+            cute.arch.barrier(barrier_id=int(NamedBarrierBwd.PDS), number_of_threads=self.num_mma_threads)
+            cute.copy(smem_copy_atom, smem_thr_copy_dS.retile(rdS), tdSsdS)
+        else:
+            # Buffer ``idx`` was last read by the dQ GEMM two blocks ago, which both warpgroups finished before
+            # passing the previous block's barrier below: no "free" barrier needed.
+            cute.copy(smem_copy_atom, smem_thr_copy_dS.retile(rdS), tdSsdS[None, None, None, idx])
         wgmma(tiled_mma_dV, acc_dV, acc_view_as_a(rP), tdVrdOt[None, None, None, idx], zero_init=False, wg_wait=-1)
         cute.arch.fence_view_async_shared()
+        if const_expr(self.key.dq_tma):
+            # The previous block's reduce-add has read this warpgroup's dQ buffer before anyone passes this barrier.
+            if cute.arch.make_warp_uniform(cute.arch.warp_idx()) % 4 == 0:
+                cute.arch.cp_async_bulk_wait_group(0, read=True)
         cute.arch.barrier(barrier_id=int(NamedBarrierBwd.PDS), number_of_threads=self.num_mma_threads)
-        wgmma(tiled_mma_dQ, acc_dQ, tdQrdS, tdQrKt, zero_init=True, wg_wait=1)
+        if const_expr(not self.key.ds_double_buffer):
+            wgmma(tiled_mma_dQ, acc_dQ, tdQrdS, tdQrKt, zero_init=True, wg_wait=1)
+        else:
+            wgmma(tiled_mma_dQ, acc_dQ, tdQrdS[None, None, None, idx], tdQrKt, zero_init=True, wg_wait=1)
         pipeline_do.consumer_release(state)
         wgmma(tiled_mma_dK, acc_dK, acc_view_as_a(rdS), tdKrQt[None, None, None, idx], zero_init=False, wg_wait=1)
 
-        # dQ_accum[query block] += dS K (fp32 atomics; the scratch rows are padded, so no bounds check).
+        if const_expr(self.key.dq_tma):
+            # dQ_accum[query block] += dS K: the fragment to shared memory, then one TMA reduce-add per warpgroup
+            # (its half of the head dim) issued by the warpgroup's first warp; the scratch rows are padded.
+            cute.autovec_copy(acc_dQ, tdQsdQ)
+            cute.arch.fence_view_async_shared()
+            cute.arch.barrier(barrier_id=int(NamedBarrierBwd.DQ_FULL_WG1) + wg_idx, number_of_threads=self.threads_per_wg)
+            if cute.arch.make_warp_uniform(cute.arch.warp_idx()) % 4 == 0:
+                half = self.head_dim // self.num_consumer_wg
+                gdQ = cute.local_tile(mdQacc_tma_cur, (self.tile_m, half), (m_block, wg_idx))
+                tdQsdQ_wg, tdQgdQ_wg = cpasync.tma_partition(
+                    tma_atom_dQ, 0, cute.make_layout(1), cute.group_modes(sdQ[None, None, wg_idx], 0, 2), cute.group_modes(gdQ, 0, 2)
+                )
+                cute.copy(tma_atom_dQ, tdQsdQ_wg, tdQgdQ_wg)
+                cute.arch.cp_async_bulk_commit_group()
+        else:
+            self.dq_atomics(thr_mma_dQ, acc_dQ, mdQacc_cur, mSem_cur, mask, tidx, m_block, n_block)
+        warpgroup.wait_group(0)
+        pipeline_q.consumer_release(state)
+        state.advance()
+        return state
+
+    @cute.jit
+    def dq_atomics(
+        self,
+        thr_mma_dQ,
+        acc_dQ: cute.Tensor,
+        mdQacc_cur: cute.Tensor,
+        mSem_cur: cute.Tensor | None,
+        mask: MaskInfoBwd,
+        tidx: Int32,
+        m_block: Int32,
+        n_block: Int32,
+    ):
+        """dQ_accum[query block] += dS K with fp32 atomics from registers (the scratch rows are padded, so no bounds
+        check); deterministic: in ascending key-block order through the block's turn counter."""
         gdQacc = cute.local_tile(mdQacc_cur, (self.tile_m, self.head_dim), (m_block, 0))
         tdQgdQ = thr_mma_dQ.partition_C(gdQacc)
         if const_expr(self.key.deterministic):
@@ -693,10 +896,6 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
             cute.arch.barrier(barrier_id=int(NamedBarrierBwd.DQ_TURN), number_of_threads=self.num_mma_threads)
             if tidx == 0:
                 cute.arch.atomic_add(sem_ptr, Int32(1), scope="gpu")
-        warpgroup.wait_group(0)
-        pipeline_q.consumer_release(state)
-        state.advance()
-        return state
 
 
 def compile_sdpa_bwd_main(key: SdpaBwdKey):
@@ -705,8 +904,13 @@ def compile_sdpa_bwd_main(key: SdpaBwdKey):
     ptr = fake_gmem_ptr
     zero = Int32(0)
     strides = (Int64(0), Int64(0), Int64(0))
+    kernel_cls = SdpaBwdKernelSm90
+    if key.split_d:
+        from .kernel_splitd_sm90 import SdpaBwdSplitDKernelSm90
+
+        kernel_cls = SdpaBwdSplitDKernelSm90
     return cute.compile(
-        SdpaBwdKernelSm90(key),
+        kernel_cls(key),
         ptr(dtype), ptr(dtype), ptr(dtype), ptr(dtype), ptr(dtype), ptr(dtype),
         ptr(Float32), ptr(Float32), ptr(Float32), ptr(Int32) if key.deterministic else None,
         ptr(Int32, 4) if key.varlen else None, ptr(Int32, 4) if key.varlen else None,

@@ -14,9 +14,10 @@ Contract (see docs/sdpa.md for the full list):
 - masks: ``is_causal`` (top-left, or bottom-right with ``causal_bottom_right``), ``window_size=(left, right)``
   (-1 = unbounded, same alignment); ``sinks`` (H,) fp32; LSE in natural log (``lse_log2`` for base 2).
 - paged KV (``page_table`` int32 (B, max_pages) + page pools (pages, page_size, H_kv, D), per-sequence KV lengths from
-  ``cu_seqlens_kv``; page_size a multiple of the key tile) and split-KV (``split_kv=True``: fp32 partials in the caller's
+  ``cu_seqlens_kv``; page_size a multiple of the key tile, or a multiple of 8 dividing it into at most 16 pages, e.g.
+  16 / 32 / 64 at D = 128) and split-KV (``split_kv=True``: fp32 partials in the caller's
   workspace, a combine kernel) are served for dense queries (both still to be verified on a GPU);
-- not served (declined with NotImplementedError): pages smaller than the key tile, THD queries with paged KV or
+- not served (declined with NotImplementedError): other page sizes, THD queries with paged KV or
   split-KV, dropout, arbitrary additive masks, fp8.
 
 Launch: tvm-ffi when apache-tvm-ffi is importable (see ``execute``), validation memoized per tensor metadata.
@@ -39,6 +40,20 @@ _HEAD_DIMS = (64, 96, 128, 192, 256)
 #: Pack-GQA (the G query heads of a kv head share one query tile, so K/V are read once per kv head) is chosen
 #: automatically for dense plans with S_q at most this (decode, speculative decoding, short chunks).
 PACK_GQA_MAX_SEQLEN_Q = 64
+#: Defaults of the two decode plan options while their GPU A/B is pending (benchmarks/sdpa_fwd.py --only=decode):
+#: ``page_prefetch=None`` means PAGE_PREFETCH_DEFAULT for paged plans; ``tile_m64=None`` means TILE_M64_DECODE_DEFAULT
+#: for pack-GQA tiles whose packed rows (S_q * G) fit 64. Flipping one to True changes only the plans it names.
+PAGE_PREFETCH_DEFAULT = False
+TILE_M64_DECODE_DEFAULT = False
+#: Defaults of the prefill plan options under GPU A/B (benchmarks/sdpa_fwd.py --quick): ``packed_cvt=None`` means
+#: PACKED_CVT_DEFAULT (True whenever ``tile_n`` is given), ``persistent=None`` means PERSISTENT_DEFAULT for dense / THD plans.
+PACKED_CVT_DEFAULT = False
+PERSISTENT_DEFAULT = False
+#: ``varlen_lpt=None`` means VARLEN_LPT_DEFAULT for THD varlen plans (the tile order's L2 groups made of whole heads).
+VARLEN_LPT_DEFAULT = False
+#: ``tile_n=None`` on an unmasked, unpaged, unpacked d = 128 / 128 plan takes this key tile when nonzero (0: tile_config's
+#: 128), e.g. 176 or 192 once the A/B columns ``ours-n176`` / ``ours-n192`` win.
+TILE_N_NONCAUSAL_D128_DEFAULT = 0
 #: This family's CuTe DSL runtime floor (mirrors cudnn.sdpa.CUTEDSL_MIN_VERSION; kept here so api.py needs no package import).
 _DSL_FLOOR = "4.8.0"
 
@@ -51,6 +66,16 @@ class SdpaFwdSm90(APIBase):
     current_stream=None)`` launches it. The kernel is generic in every extent (B, H, S, T), so a plan serves any
     tensors with the planned dtypes, head dims, head ratio, masks and optional operands; execute() checks that
     contract and launches, never converting, allocating or synchronizing.
+
+    Plan-time tuning knobs (compile-key fields, off by default until a GPU A/B shows a win): ``kv_stages`` (K/V ring
+    depth); for paged KV, ``page_prefetch`` (the producer warp reads the page table 32 entries per coalesced load and
+    broadcasts each block's page by shuffle instead of a dependent load in front of every K/V TMA); ``tile_m64``
+    (dense or paged: a 64-row query tile on one consumer warpgroup, halving the padded MMA work of a pack-GQA decode
+    tile, where only G rows are real); for prefill, ``tile_n`` (key tile rows, a multiple of 16 in [64, 256] within
+    the shared memory budget, e.g. 176 for d = 128 non-causal), ``packed_cvt`` (P converted to 16 bits in paired
+    converts: the whole-fragment convert is scalar for key tiles whose fragment length is not a power of two, i.e.
+    the default d = 64 / 192 / 256 tiles), ``persistent`` (dense / THD: one CTA per SM walking the tiles, K/V loads of the
+    next tile under the epilogue).
     """
 
     def __init__(
@@ -75,9 +100,21 @@ class SdpaFwdSm90(APIBase):
         pack_gqa: bool | None = None,
         split_kv: bool = False,
         kv_stages: int | None = None,
+        page_prefetch: bool | None = None,
+        tile_m64: bool | None = None,
+        tile_n: int | None = None,
+        packed_cvt: bool | None = None,
+        persistent: bool | None = None,
+        varlen_lpt: bool | None = None,
     ):
         super().__init__()
+        self.tile_n = tile_n  # None: tile_config's
+        self.packed_cvt = packed_cvt  # None: PACKED_CVT_DEFAULT, or True with tile_n
+        self.persistent = persistent  # None: PERSISTENT_DEFAULT for dense / THD plans (not paged, split or pack-GQA)
+        self.varlen_lpt = varlen_lpt  # None: VARLEN_LPT_DEFAULT for THD varlen plans
         self.kv_stages = kv_stages
+        self.page_prefetch = page_prefetch  # None: PAGE_PREFETCH_DEFAULT for paged plans
+        self.tile_m64 = tile_m64  # None: TILE_M64_DECODE_DEFAULT for pack-GQA decode tiles
         self._tvm_ffi = False
         self.pack_gqa = pack_gqa
         self.split_kv = bool(split_kv)
@@ -87,6 +124,7 @@ class SdpaFwdSm90(APIBase):
             self, sinks, cu_seqlens_q, cu_seqlens_kv, page_table, is_causal, causal_bottom_right, window_size, scale, max_seqlen_q, max_seqlen_kv, lse_log2
         )
         self.key = None
+        self._fast = None  # set by compile() (see _prepare_launch)
 
     # ------------------------------------------------------------------------------------------ plan
     @property
@@ -136,10 +174,11 @@ class SdpaFwdSm90(APIBase):
             from .kernel_key import tile_config
 
             tile_n = tile_config(dq, dv)[1] if dq in _HEAD_DIMS and dv in _HEAD_DIMS else 1
+            small_ok = 0 < page_size < tile_n and tile_n % page_size == 0 and page_size % 8 == 0 and tile_n // page_size <= 16
             self._decline_if(
-                page_size % tile_n != 0,
-                f"SdpaFwdSm90: {k.describe()}: page_size {page_size} is not a multiple of the key tile ({tile_n} rows for head dims {dq}/{dv}); "
-                "pages smaller than a tile are not served yet",
+                page_size % tile_n != 0 and not small_ok,
+                f"SdpaFwdSm90: {k.describe()}: page_size {page_size} is neither a multiple of the key tile ({tile_n} rows for head dims "
+                f"{dq}/{dv}) nor a multiple of 8 dividing it into at most 16 pages",
             )
             for d in (k, v):
                 self._decline_if(
@@ -204,10 +243,48 @@ class SdpaFwdSm90(APIBase):
                 need > SMEM_BYTES,
                 f"SdpaFwdSm90: kv_stages={self.kv_stages} needs {need} bytes of shared memory for head dims {dq}/{dv}; {SMEM_BYTES} are available",
             )
+        self._value_error_if(
+            bool(self.page_prefetch) and not self.paged,
+            "SdpaFwdSm90: page_prefetch is a paged-KV option (it needs page_table); this plan has contiguous K/V",
+        )
+        prefetch = self.page_prefetch if self.page_prefetch is not None else (self.paged and PAGE_PREFETCH_DEFAULT)
+        m64_ok = not self.varlen and (not pack or 64 % g == 0)
+        m64 = self.tile_m64 if self.tile_m64 is not None else (TILE_M64_DECODE_DEFAULT and bool(pack) and m64_ok and q.shape[2] * g <= 64)
+        self._decline_if(
+            bool(m64) and not m64_ok,
+            f"SdpaFwdSm90: tile_m64 serves dense or paged layouts (pack-GQA with a head ratio dividing 64); got {q.describe()}, ratio {g}",
+        )
         self._decline_if(
             self.split_kv and self.varlen,
             f"SdpaFwdSm90: split_kv serves dense (B, H, S, D) layouts; THD varlen is not split ({q.describe()})",
         )
+        tile_n_default = (
+            TILE_N_NONCAUSAL_D128_DEFAULT
+            if self.tile_n is None and (dq, dv) == (128, 128) and not (mask_right or mask_left) and not self.paged and not pack and not self.kv_stages
+            else 0
+        )
+        if self.tile_n is not None:
+            from .kernel_key import SMEM_BYTES, smem_bytes
+
+            self._value_error_if(
+                not isinstance(self.tile_n, int) or self.tile_n % 16 != 0 or not 64 <= self.tile_n <= 256,
+                f"SdpaFwdSm90: tile_n={self.tile_n!r} must be a multiple of 16 in [64, 256] (or None)",
+            )
+            self._decline_if(self.paged, f"SdpaFwdSm90: tile_n is not served with paged KV (the page size is checked against the default tile); {k.describe()}")
+            need = smem_bytes(dq, dv, self.kv_stages or 0, self.tile_n)
+            self._decline_if(
+                need > SMEM_BYTES,
+                f"SdpaFwdSm90: tile_n={self.tile_n} needs {need} bytes of shared memory for head dims {dq}/{dv}; {SMEM_BYTES} are available",
+            )
+        one_tile = not self.paged and not self.split_kv and not pack  # one query tile per (m_block, head, batch)
+        persistent = self.persistent if self.persistent is not None else (PERSISTENT_DEFAULT and one_tile)
+        self._decline_if(
+            bool(persistent) and not one_tile,
+            f"SdpaFwdSm90: persistent serves dense and THD varlen plans without paged KV, split-KV or pack-GQA; got {q.describe()}",
+        )
+        packed_cvt = self.packed_cvt if self.packed_cvt is not None else (PACKED_CVT_DEFAULT or self.tile_n is not None or bool(tile_n_default))
+        self._value_error_if(bool(self.varlen_lpt) and not self.varlen, "SdpaFwdSm90: varlen_lpt is a THD varlen option (it needs cu_seqlens_q)")
+        varlen_lpt = self.varlen_lpt if self.varlen_lpt is not None else (self.varlen and VARLEN_LPT_DEFAULT)
         self.key = _make_key(
             _DT_NAME[q.dtype],
             dq,
@@ -224,6 +301,12 @@ class SdpaFwdSm90(APIBase):
             self.split_kv,
             page_size,
             self.kv_stages or 0,
+            bool(prefetch),
+            bool(m64),
+            self.tile_n or tile_n_default,
+            bool(packed_cvt),
+            bool(persistent),
+            bool(varlen_lpt),
         )
         self._is_supported = True
         return True
@@ -265,6 +348,12 @@ class SdpaFwdSm90(APIBase):
         self._window_args = (max(self._mask_window[0], 0), max(self._mask_window[1], 0))
         self._sm_count = _sm_count(self.q.device)
         self._launch_args: dict = {}  # tensor metadata -> validated scalar launch arguments (see execute)
+        stream_fn = _current_stream_handle
+        if stream_fn is _CURRENT_STREAM_HANDLE:  # (tests may stand a stub in for it) bind core's accessor itself
+            from cudnn._torch_stream import current_stream_handle as stream_fn
+        # What a repeated execute() reads with one attribute load: the memo, the stream accessor, the entry kind and a
+        # one-slot list holding the last (metadata, memo entry) pair (a repeated call compares instead of hashing).
+        self._fast = (self._launch_args, stream_fn, self._tvm_ffi, [(None, None)])
 
     def scratch_workspace_bytes(self) -> int:
         """0, or for a split-KV plan the fp32 partial O and LSE of the declared shapes at the split count execute()
@@ -317,55 +406,63 @@ class SdpaFwdSm90(APIBase):
         operands are given, ``max_seqlen_q``); its result, the kernel's scalar arguments, is memoized on the plan, so a
         repeated call reads the metadata, checks the 16-byte alignment of the four TMA base addresses and launches.
         """
-        fn = self._entry
-        if fn is None:
+        fast = self._fast
+        if fast is None:
             raise RuntimeError("SdpaFwdSm90.execute: call compile() first (or use the adapter as a callable)")
+        memo, stream_fn, tvm, last = fast
         try:
+            dev = q.get_device()
             meta = (
-                q.shape,
-                q.stride(),
-                k.shape,
-                k.stride(),
-                v.shape,
-                v.stride(),
-                o.shape,
-                o.stride(),
-                q.dtype,
-                k.dtype,
-                v.dtype,
-                o.dtype,
-                q.get_device(),
-                k.get_device(),
-                v.get_device(),
-                o.get_device(),
-                None if lse is None else (lse.shape, lse.stride(), lse.dtype, lse.get_device()),
-                None if sinks is None else (sinks.shape, sinks.stride(), sinks.dtype, sinks.get_device()),
-                None if cu_seqlens_q is None else (cu_seqlens_q.shape, cu_seqlens_q.stride(), cu_seqlens_q.dtype, cu_seqlens_q.get_device()),
-                None if cu_seqlens_kv is None else (cu_seqlens_kv.shape, cu_seqlens_kv.stride(), cu_seqlens_kv.dtype, cu_seqlens_kv.get_device()),
-                max_seqlen_q,
-                None if workspace is None else (workspace.shape, workspace.dtype, workspace.get_device()),
-                num_splits,
-                None if page_table is None else (page_table.shape, page_table.stride(), page_table.dtype, page_table.get_device()),
-            )
-            args = self._launch_args.get(meta)
+                q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), o.shape, o.stride(),
+                q.dtype, k.dtype, v.dtype, o.dtype, dev, k.get_device(), v.get_device(), o.get_device(),
+            )  # fmt: skip
+            plain = (
+                lse is None and sinks is None and cu_seqlens_q is None and cu_seqlens_kv is None and max_seqlen_q is None and workspace is None
+                and num_splits is None and page_table is None
+            )  # fmt: skip
+            if not plain:  # a longer key: never equal to a plain call's
+                meta += (
+                    None if lse is None else (lse.shape, lse.stride(), lse.dtype, lse.get_device()),
+                    None if sinks is None else (sinks.shape, sinks.stride(), sinks.dtype, sinks.get_device()),
+                    None if cu_seqlens_q is None else (cu_seqlens_q.shape, cu_seqlens_q.stride(), cu_seqlens_q.dtype, cu_seqlens_q.get_device()),
+                    None if cu_seqlens_kv is None else (cu_seqlens_kv.shape, cu_seqlens_kv.stride(), cu_seqlens_kv.dtype, cu_seqlens_kv.get_device()),
+                    max_seqlen_q,
+                    None if workspace is None else (workspace.shape, workspace.dtype, workspace.get_device()),
+                    num_splits,
+                    None if page_table is None else (page_table.shape, page_table.stride(), page_table.dtype, page_table.get_device()),
+                )
+            pair = last[0]  # (metadata, memo entry) of the previous call, replaced as one object (thread-safe)
+            if meta == pair[0]:  # one tuple comparison, no hashing
+                got = pair[1]
+            else:
+                got = memo.get(meta)
+                if got is not None:
+                    last[0] = (meta, got)
         except (AttributeError, TypeError):  # not tensors (or unhashable metadata): the full validation names the problem
-            meta, args = None, None
-        if args is None:
+            meta, got, plain, dev = None, None, False, None
+        if got is None:
             args = _validate(self.key, q, k, v, o, lse, sinks, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, workspace, num_splits, self._sm_count, page_table)
+            # memo entry: (scalars, lse_part_offset, the launch arguments after the four data pointers at the plan's scale
+            # for a call with no optional operand, else None), or _EMPTY
+            got = args if args is _EMPTY else (*args, (None,) * 7 + args[0] + (self._default_scale_log2, *self._window_args) if plain else None)
             if meta is not None:
-                if len(self._launch_args) >= _LAUNCH_MEMO_MAX:
-                    self._launch_args.clear()
-                self._launch_args[meta] = args
-        if args is _EMPTY:
+                if len(memo) >= _LAUNCH_MEMO_MAX:
+                    memo.clear()
+                memo[meta] = got
+                last[0] = (meta, got)
+        if got is _EMPTY:
             return o
-        args, lse_part_offset = args
         qp, kp, vp, op = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()
         if (qp | kp | vp | op) & 15:
             _raise_misaligned(qp, kp, vp, op)
         if current_stream is None:
-            handle = _current_stream_handle(meta[12] if meta is not None else q.get_device())
+            handle = stream_fn(q.get_device() if dev is None else dev)
         else:
             handle = _launch_stream_handle(current_stream, q.device)
+        args, lse_part_offset, tail = got
+        if tail is not None and scale is None and tvm:  # the common call: prebuilt arguments
+            self._entry(qp, kp, vp, op, *tail, handle)
+            return o
         scale_log2 = self._default_scale_log2 if scale is None else float(scale) * _LOG2E
         wl, wr = self._window_args
         lp = None if lse is None else lse.data_ptr()
@@ -379,10 +476,10 @@ class SdpaFwdSm90(APIBase):
                 raise ValueError(f"SdpaFwdSm90.execute: workspace address 0x{opp:x} is not {_WS_ALIGN}-byte aligned")
             lpp = opp + lse_part_offset
         ptp = None if page_table is None else page_table.data_ptr()
-        if self._tvm_ffi:
-            fn(qp, kp, vp, op, lp, sp, cqp, ckp, opp, lpp, ptp, *args, scale_log2, wl, wr, handle)
+        if tvm:
+            self._entry(qp, kp, vp, op, lp, sp, cqp, ckp, opp, lpp, ptp, *args, scale_log2, wl, wr, handle)
         else:
-            _launch_generic(fn, self._torch_dtype, qp, kp, vp, op, lp, sp, cqp, ckp, opp, lpp, ptp, args, scale_log2, wl, wr, handle)
+            _launch_generic(self._entry, self._torch_dtype, qp, kp, vp, op, lp, sp, cqp, ckp, opp, lpp, ptp, args, scale_log2, wl, wr, handle)
         return o
 
 
@@ -460,6 +557,9 @@ def _current_stream_handle(device_index: int) -> int:
     from cudnn._torch_stream import current_stream_handle
 
     return current_stream_handle(device_index)
+
+
+_CURRENT_STREAM_HANDLE = _current_stream_handle
 
 
 def _launch_stream_handle(stream, device) -> int:
@@ -606,7 +706,13 @@ def _validate(key, q, k, v, o, lse, sinks, cu_q, cu_k, max_seqlen_q, workspace=N
         return _EMPTY
     sk_hint = sk if seqlen_k_hint is None else seqlen_k_hint
     group = _group_heads(key, sk_hint if not key.varlen else grid_q)
+    if key.varlen_lpt:  # whole heads per L2 group: as many heads as the budget holds of all T_kv tokens, times B sequences
+        from .._device.tile_scheduler import SingleTileScheduler
+
+        group = min(heads * batch, SingleTileScheduler.group_heads_for(sk, key.head_dim, key.head_dim_v) * batch)
     splits, lse_part_offset = 1, None
+    if key.persistent:
+        splits = sm_count  # the launch's CTA budget (LAUNCH_SCALARS' num_splits slot)
     if key.split_kv:
         from cudnn.workspace import Workspace
 
@@ -624,9 +730,10 @@ def num_splits_for(key, batch, heads, heads_kv, seqlen_q, seqlen_k, sm_count=132
     """Key splits of a split-KV launch. ``requested`` (an int) is clamped to [1, MAX_SPLITS] and to the key blocks;
     None picks enough splits to give every SM a CTA, with at least two key blocks per split. The count is then
     reduced so no split is empty when every tile sees all key blocks (no causal / window mask)."""
-    from .kernel_key import MAX_SPLITS, tile_config
+    from .kernel_key import MAX_SPLITS, tile_m_of, tile_n_of
 
-    tile_m, tile_n = tile_config(key.head_dim, key.head_dim_v)[:2]
+    tile_n = tile_n_of(key)
+    tile_m = tile_m_of(key)
     rows = seqlen_q * (key.qhead_per_kvhead if key.pack_gqa else 1)
     ctas = max(1, -(-rows // tile_m) * (heads_kv if key.pack_gqa else heads) * batch)
     n_blocks = max(1, -(-seqlen_k // tile_n))

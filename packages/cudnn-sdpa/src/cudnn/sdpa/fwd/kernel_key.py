@@ -20,9 +20,24 @@ class SdpaFwdKey(AttentionKey):
     split_kv: bool = False  # dense only: the key blocks of a tile split over a runtime number of CTAs, fp32 partial O and LSE
     # in the caller's workspace, merged by a combine kernel launched right after (decode when B * H_kv cannot fill the GPU)
     page_size: int = 0  # paged KV (dense Q): K/V are page pools [pages, page_size, H_kv, D] addressed through an int32 page
-    # table [B, max_pages]; page_size a multiple of the key tile (one TMA box never straddles pages); 0 = contiguous K/V
+    # table [B, max_pages]; page_size a multiple of the key tile (one TMA box never straddles pages) or, smaller, a
+    # multiple of 8 dividing it into <= 16 pages (one TMA box per page into the stage's rows); 0 = contiguous K/V
 
     kv_stages: int = 0  # depth of the K/V shared-memory ring; 0 = tile_config's (a plan-time tuning knob, e.g. 3 for decode)
+    page_prefetch: bool = False  # paged KV: the producer warp reads the page table 32 entries at a time (one coalesced
+    # load, lane i holding page base + i) and broadcasts each block's page with a shuffle, instead of one dependent
+    # global load in front of every K/V TMA (the decode plan under A/B; see docs/sdpa.md)
+    tile_m64: bool = False  # 64-row query tile and one consumer warpgroup (no ping-pong): half the padded tensor-core
+    # work of a pack-GQA decode tile (G of the rows are real), for decode where the MMA time nears the K/V stream time
+    tile_n: int = 0  # key tile rows; 0 = tile_config's (a plan-time tuning knob, e.g. 176 for d = 128 non-causal as FA3 picks)
+    packed_cvt: bool = False  # P converted to 16 bits one 8-element k-block at a time (paired cvt.rn.bf16x2.f32): the whole-
+    # fragment convert falls back to scalar converts when its length is not a power of two (tile_n 80 / 112 / 192 of the
+    # d = 256 / 192 / 64 tiles, and any tuned tile_n), costing registers and injected warpgroup waits
+    persistent: bool = False  # dense / THD: a grid of at most the launch's CTA budget (the SM count), each CTA walking the
+    # tiles with a static stride (L2-grouped order, longest-first with a causal / window mask); the next tile's K/V loads
+    # run under the epilogue, its Q load waits only for the O store to have read shared memory
+    varlen_lpt: bool = False  # THD varlen: the tile order's (head, batch) pairs numbered batch-fastest, so an L2 group is
+    # whole heads over every sequence and the m-blocks of all sequences run longest-first together (group size from T_kv)
 
     @property
     def paged(self) -> bool:
@@ -60,8 +75,20 @@ SMEM_BYTES = 232448
 SMEM_RESERVE = 2048
 
 
-def smem_bytes(head_dim: int, head_dim_v: int, kv_stages: int = 0) -> int:
-    """Shared memory of one forward CTA: the Q tile (reused for O) and ``kv_stages`` K and V tiles, 16-bit elements."""
-    tile_m, tile_n, stages, _ = tile_config(head_dim, head_dim_v)
+def tile_n_of(key) -> int:
+    """The key tile rows of a plan: ``key.tile_n``, or tile_config's."""
+    return key.tile_n or tile_config(key.head_dim, key.head_dim_v)[1]
+
+
+def tile_m_of(key) -> int:
+    """The query tile rows of a plan: 64 with ``tile_m64``, else tile_config's."""
+    return 64 if key.tile_m64 else tile_config(key.head_dim, key.head_dim_v)[0]
+
+
+def smem_bytes(head_dim: int, head_dim_v: int, kv_stages: int = 0, tile_n: int = 0) -> int:
+    """Shared memory of one forward CTA: the Q tile (reused for O) and ``kv_stages`` K and V tiles of ``tile_n`` rows
+    (0: tile_config's), 16-bit elements."""
+    tile_m, default_n, stages, _ = tile_config(head_dim, head_dim_v)
     stages = kv_stages or stages
+    tile_n = tile_n or default_n
     return 2 * (tile_m * max(head_dim, head_dim_v) + stages * tile_n * (head_dim + head_dim_v)) + SMEM_RESERVE

@@ -13,7 +13,14 @@ encoded in the TMA descriptors, so BSHD and BHSD buffers are both read natively,
 - dense: Q (B, H, S_q, D), K (B, H_kv, S_kv, D), V (B, H_kv, S_kv, D_v), O (B, H, S_q, D_v), LSE (B, H, S_q) fp32;
 - THD varlen: Q (T_q, H, D), K/V (T_kv, H_kv, D), O (T_q, H, D_v), LSE (H, T_q), int32 ``cu_seqlens`` (B + 1);
 - paged KV (``key.page_size``): dense Q, K/V page pools (pages, page_size, H_kv, D) seen as one batch of pool rows,
-  int32 page table (B, max_pages), per-sequence KV lengths from ``cu_seqlens_kv``.
+  int32 page table (B, max_pages), per-sequence KV lengths from ``cu_seqlens_kv``; pages of a key tile or more (one TMA
+  per block) or shorter (one TMA per page into the stage's rows: ``load_small_pages``).
+
+Plan options (compile-key fields): ``page_prefetch`` (page ids from a window of 32 page-table entries held in the
+producer warp's lanes), ``tile_m64`` (64-row query tile, one consumer warpgroup), ``kv_stages`` (K/V ring depth),
+``tile_n`` (key tile rows), ``packed_cvt`` (P converted in bf16x2 / f16x2 pairs, see ``convert_p``), ``persistent``
+(dense: a grid of at most the SM count walking the tiles, see ``persistent_tiles``), ``varlen_lpt`` (THD: the tile
+order's L2 groups made of whole heads, see ``_device/tile_scheduler.py``).
 
 Split-KV (``key.split_kv``): each tile's key blocks are shared by ``num_splits`` CTAs writing fp32 partial O / LSE to
 the caller's workspace; the same launch then runs ``combine`` (one warp per output row) to merge them.
@@ -53,8 +60,8 @@ from .._device.mma_sm90 import acc_view_as_a, acc_view_mn, transpose_view, wgmma
 from .._device.pipeline import NamedBarrier, consumer_state, make_tma_pipeline, prefetch_tma_descriptors, producer_state
 from .._device.seqlen import cu_seqlens_tensors, sequence_extents
 from .._device.softmax import OnlineSoftmax
-from .._device.tile_scheduler import SingleTileScheduler
-from .kernel_key import COMBINE_ROWS_PER_CTA, SdpaFwdKey, tile_config
+from .._device.tile_scheduler import SingleTileScheduler, StaticPersistentTileScheduler
+from .kernel_key import COMBINE_ROWS_PER_CTA, SMEM_BYTES, SdpaFwdKey, smem_bytes, tile_config
 
 LOG2_E = math.log2(math.e)
 LN_2 = math.log(2.0)
@@ -68,6 +75,20 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
         self.tile_m, self.tile_n, self.num_stages, self.pingpong = tile_config(key.head_dim, key.head_dim_v)
         if key.kv_stages:
             self.num_stages = key.kv_stages
+        if key.tile_n:
+            self.tile_n = key.tile_n
+        # persistent: O gets its own shared-memory tile when the budget allows, so Q is released after the last S GEMM
+        # and the next tile's Q loads under the last PV GEMM and the epilogue (else O reuses Q's buffer, as by default).
+        self.separate_o = (
+            key.persistent and smem_bytes(key.head_dim, key.head_dim_v, key.kv_stages, key.tile_n) + 2 * self.tile_m * key.head_dim_v <= SMEM_BYTES
+        )
+        # Pages shorter than the key tile: each stage is filled by one TMA per page (see load_small_pages).
+        self.small_pages = key.paged and key.page_size < self.tile_n
+        if key.tile_m64:  # one consumer warpgroup on a 64-row query tile (nothing to ping-pong with)
+            self.tile_m, self.pingpong = 64, False
+            self.num_consumer_wg = 1
+            self.num_mma_threads = self.num_consumer_wg * self.threads_per_wg
+            self.num_threads = self.num_mma_threads + self.threads_per_wg
 
     # ------------------------------------------------------------------------------------------------
     # host side
@@ -93,7 +114,7 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
         seqlen_k: Int32,  # S_kv or T_kv
         max_seqlen_q: Int32,  # grid extent along queries (= S_q for dense)
         group_heads: Int32,  # (head, batch) pairs per L2 group of the tile order (see _device/tile_scheduler.py)
-        num_splits: Int32,  # split-KV: key splits per tile (ignored without split_kv)
+        num_splits: Int32,  # split-KV: key splits per tile; persistent: the most CTAs of the grid (the SM count); else ignored
         page_table_stride: Int32,  # paged KV: elements between page-table rows (ignored when not paged)
         # (batch, head, seq) strides in elements of Q, K, V, O, LSE, as flat scalars (cheap to pass through tvm-ffi);
         # the batch stride is a placeholder span for varlen (see api._tma_strides)
@@ -213,11 +234,32 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
             smem_k: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sK_layout)], 1024]
             smem_v: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sV_layout)], 1024]
 
+        @cute.struct
+        class SharedStorageSeparateO:
+            mbar_q: cute.struct.MemRange[cutlass.Int64, 2]
+            mbar_k: cute.struct.MemRange[cutlass.Int64, self.num_stages * 2]
+            mbar_v: cute.struct.MemRange[cutlass.Int64, self.num_stages * 2]
+            smem_q: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
+            smem_k: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sK_layout)], 1024]
+            smem_v: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sV_layout)], 1024]
+            smem_o: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sO_layout)], 1024]
+
+        if const_expr(self.separate_o):
+            SharedStorage = SharedStorageSeparateO
         tma_atom_Q, tma_Q = None, mQ
         if const_expr(not self.key.pack_gqa):
             tma_atom_Q, tma_Q = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), mQ, sQ_layout, (self.tile_m, D))
-        tma_atom_K, tma_K = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), mK, cute.select(sK_layout, mode=[0, 1]), (self.tile_n, D), 1)
-        tma_atom_V, tma_V = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), mV, cute.select(sV_layout, mode=[0, 1]), (self.tile_n, Dv), 1)
+        if const_expr(not self.small_pages):
+            tma_atom_K, tma_K = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), mK, cute.select(sK_layout, mode=[0, 1]), (self.tile_n, D), 1)
+            tma_atom_V, tma_V = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), mV, cute.select(sV_layout, mode=[0, 1]), (self.tile_n, Dv), 1)
+        else:
+            # One page = the first page_size rows of a stage (the stage layout restricted to them: same swizzle phase,
+            # same column-chunk stride), so a page's box lands in rows [j * page_size, (j + 1) * page_size) of the stage.
+            ps = self.key.page_size
+            sK_page = cute.composition(cute.select(sK_layout, mode=[0, 1]), cute.make_layout((ps, D), stride=(1, self.tile_n)))
+            sV_page = cute.composition(cute.select(sV_layout, mode=[0, 1]), cute.make_layout((ps, Dv), stride=(1, self.tile_n)))
+            tma_atom_K, tma_K = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), mK, sK_page, (ps, D), 1)
+            tma_atom_V, tma_V = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), mV, sV_page, (ps, Dv), 1)
         tma_atom_O, tma_O = None, None
         if const_expr(not self.key.varlen and not self.key.pack_gqa and not self.key.split_kv):
             tma_atom_O, tma_O = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileS2GOp(), mO, sO_layout, (self.tile_m, Dv))
@@ -229,6 +271,8 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
         if const_expr(self.key.split_kv):
             num_m_blocks = num_m_blocks * num_splits  # (split, m_block) pairs, decoded in the kernel
         grid = SingleTileScheduler.grid(num_m_blocks, grid_heads, batch)
+        if const_expr(self.key.persistent):
+            grid = StaticPersistentTileScheduler.grid(num_m_blocks, grid_heads, batch, num_splits)
         self.kernel(
             tma_Q,
             tma_K,
@@ -342,107 +386,230 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
         sK = storage.smem_k.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)
         sV = storage.smem_v.get_tensor(sV_layout.outer, swizzle=sV_layout.inner)
         sO = storage.smem_q.get_tensor(sO_layout.outer, swizzle=sO_layout.inner, dtype=self.dtype)
+        if const_expr(self.separate_o):
+            sO = storage.smem_o.get_tensor(sO_layout.outer, swizzle=sO_layout.inner)
         sVt = transpose_view(sV)
 
-        m_block, head, batch = SingleTileScheduler(num_m_blocks, num_heads, num_batch, group_heads, self.key.mask_right or self.key.mask_left).tile()
-        split = None
-        if const_expr(self.key.split_kv):
-            m_per_split = num_m_blocks // num_splits
-            split = m_block // m_per_split
-            m_block = m_block - split * m_per_split
-        rows_per_query = self.key.qhead_per_kvhead if const_expr(self.key.pack_gqa) else 1
-        head_kv = head if const_expr(self.key.pack_gqa) else head // self.key.qhead_per_kvhead
-        # Per-sequence extents and token offsets (varlen reads them from cu_seqlens on the device).
-        seqlen_q, seqlen_k, offset_q, offset_k = sequence_extents(mCuQ, mCuK, batch, seqlen_q_static, seqlen_k_static, self.key.varlen)
-        batch_tensor = batch
-        if const_expr(self.key.varlen):
-            batch_tensor = Int32(0)
-        if const_expr(self.key.paged):
-            seqlen_k = mCuK[batch + 1] - mCuK[batch]
-        mask_offset = Int32(0)
-        if const_expr(self.key.bottom_right):
-            mask_offset = seqlen_k - seqlen_q
-        mask = MaskInfo(
-            self.tile_m, self.tile_n, self.key.mask_right, self.key.mask_left, seqlen_q, seqlen_k, mask_offset, window_left, window_right, rows_per_query
-        )
-        n_block_min, n_block_max = mask.n_block_range(m_block)
-        split_empty = None
-        if const_expr(self.key.split_kv):
-            # This split's share of the key blocks. An empty share recomputes the last block and reports LSE = -inf
-            # (weight 0 in the combine), so every CTA runs the same pipeline protocol.
-            per_split = (n_block_max - n_block_min + num_splits - 1) // num_splits
-            split_lo = n_block_min + split * per_split
-            split_hi = cutlass.min(split_lo + per_split, n_block_max)
-            split_empty = split_lo >= split_hi
-            n_block_min = cutlass.min(split_lo, n_block_max - 1)
-            n_block_max = cutlass.max(split_hi, n_block_min + 1)
+        if const_expr(self.key.persistent):
+            self.persistent_tiles(
+                mQ, mK, mV, mO_tma, mO, mLSE, mSinks, mCuQ, mCuK, tma_atom_Q, tma_atom_K, tma_atom_V, tma_atom_O, sQ, sK, sV, sVt, sO,
+                pipeline_q, pipeline_k, pipeline_v, seqlen_q_static, seqlen_k_static, num_m_blocks, num_heads, num_batch, group_heads,
+                scale_log2, window_left, window_right, tiled_mma_qk, tiled_mma_pv, warp_idx,
+            )  # fmt: skip
+        else:
+            m_block, head, batch = SingleTileScheduler(
+                num_m_blocks, num_heads, num_batch, group_heads, self.key.mask_right or self.key.mask_left, self.key.varlen_lpt
+            ).tile()
+            split = None
+            if const_expr(self.key.split_kv):
+                m_per_split = num_m_blocks // num_splits
+                split = m_block // m_per_split
+                m_block = m_block - split * m_per_split
+            rows_per_query = self.key.qhead_per_kvhead if const_expr(self.key.pack_gqa) else 1
+            head_kv = head if const_expr(self.key.pack_gqa) else head // self.key.qhead_per_kvhead
+            # Per-sequence extents and token offsets (varlen reads them from cu_seqlens on the device).
+            seqlen_q, seqlen_k, offset_q, offset_k = sequence_extents(mCuQ, mCuK, batch, seqlen_q_static, seqlen_k_static, self.key.varlen)
+            batch_tensor = batch
+            if const_expr(self.key.varlen):
+                batch_tensor = Int32(0)
+            if const_expr(self.key.paged):
+                seqlen_k = mCuK[batch + 1] - mCuK[batch]
+            mask_offset = Int32(0)
+            if const_expr(self.key.bottom_right):
+                mask_offset = seqlen_k - seqlen_q
+            mask = MaskInfo(
+                self.tile_m, self.tile_n, self.key.mask_right, self.key.mask_left, seqlen_q, seqlen_k, mask_offset, window_left, window_right, rows_per_query
+            )
+            n_block_min, n_block_max = mask.n_block_range(m_block)
+            split_empty = None
+            if const_expr(self.key.split_kv):
+                # This split's share of the key blocks. An empty share recomputes the last block and reports LSE = -inf
+                # (weight 0 in the combine), so every CTA runs the same pipeline protocol.
+                per_split = (n_block_max - n_block_min + num_splits - 1) // num_splits
+                split_lo = n_block_min + split * per_split
+                split_hi = cutlass.min(split_lo + per_split, n_block_max)
+                split_empty = split_lo >= split_hi
+                n_block_min = cutlass.min(split_lo, n_block_max - 1)
+                n_block_max = cutlass.max(split_hi, n_block_min + 1)
 
-        cute.arch.sync_threads()  # mbarrier init visible to every warp
+            cute.arch.sync_threads()  # mbarrier init visible to every warp
 
-        if m_block * self.tile_m < seqlen_q * rows_per_query:  # varlen: tiles past this sequence's end do nothing
-            if warp_idx < 4:
-                cute.arch.setmaxregister_decrease(self.num_producer_regs)
-                if warp_idx == 0:
-                    self.load(
-                        mQ,
-                        mK,
-                        mV,
+            if m_block * self.tile_m < seqlen_q * rows_per_query:  # varlen: tiles past this sequence's end do nothing
+                if warp_idx < 4:
+                    cute.arch.setmaxregister_decrease(self.num_producer_regs)
+                    if const_expr(self.small_pages):
+                        if warp_idx == 0:
+                            self.load_small_pages(
+                                mQ, mK, mV, sQ, sK, sV, tma_atom_Q, tma_atom_K, tma_atom_V, pipeline_q, pipeline_k, pipeline_v,
+                                m_block, head, head_kv, batch_tensor, n_block_min, n_block_max, mPageTable, batch, seqlen_k,
+                            )  # fmt: skip
+                    else:
+                        if warp_idx == 0:
+                            self.load(
+                                mQ,
+                                mK,
+                                mV,
+                                sQ,
+                                sK,
+                                sV,
+                                tma_atom_Q,
+                                tma_atom_K,
+                                tma_atom_V,
+                                pipeline_q,
+                                pipeline_k,
+                                pipeline_v,
+                                m_block,
+                                head,
+                                head_kv,
+                                batch_tensor,
+                                offset_q,
+                                offset_k,
+                                n_block_min,
+                                n_block_max,
+                                mPageTable,
+                                batch,
+                            )
+                else:
+                    cute.arch.setmaxregister_increase(self.num_mma_regs)
+                    tidx = cute.arch.thread_idx()[0] - self.threads_per_wg
+                    self.mma(
+                        tiled_mma_qk,
+                        tiled_mma_pv,
+                        mQ if const_expr(self.key.pack_gqa) else None,
+                        mO_tma,
+                        mO,
+                        mLSE,
+                        mSinks,
                         sQ,
                         sK,
-                        sV,
-                        tma_atom_Q,
-                        tma_atom_K,
-                        tma_atom_V,
+                        sVt,
+                        sO,
+                        tma_atom_O,
                         pipeline_q,
                         pipeline_k,
                         pipeline_v,
+                        tidx,
+                        scale_log2,
+                        mask,
                         m_block,
                         head,
-                        head_kv,
                         batch_tensor,
                         offset_q,
-                        offset_k,
                         n_block_min,
                         n_block_max,
-                        mPageTable,
-                        batch,
+                        mOpart,
+                        mLSEpart,
+                        split,
+                        split_empty,
+                        num_batch,
                     )
-            else:
-                cute.arch.setmaxregister_increase(self.num_mma_regs)
-                tidx = cute.arch.thread_idx()[0] - self.threads_per_wg
-                self.mma(
-                    tiled_mma_qk,
-                    tiled_mma_pv,
-                    mQ if const_expr(self.key.pack_gqa) else None,
-                    mO_tma,
-                    mO,
-                    mLSE,
-                    mSinks,
-                    sQ,
-                    sK,
-                    sVt,
-                    sO,
-                    tma_atom_O,
-                    pipeline_q,
-                    pipeline_k,
-                    pipeline_v,
-                    tidx,
-                    scale_log2,
-                    mask,
-                    m_block,
-                    head,
-                    batch_tensor,
-                    offset_q,
-                    n_block_min,
-                    n_block_max,
-                    mOpart,
-                    mLSEpart,
-                    split,
-                    split_empty,
-                    num_batch,
-                )
 
     kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
+
+    @cute.jit
+    def persistent_tiles(
+        self,
+        mQ: cute.Tensor,
+        mK: cute.Tensor,
+        mV: cute.Tensor,
+        mO_tma: cute.Tensor,
+        mO: cute.Tensor,
+        mLSE: cute.Tensor | None,
+        mSinks: cute.Tensor | None,
+        mCuQ: cute.Tensor | None,
+        mCuK: cute.Tensor | None,
+        tma_atom_Q: cute.CopyAtom,
+        tma_atom_K: cute.CopyAtom,
+        tma_atom_V: cute.CopyAtom,
+        tma_atom_O: cute.CopyAtom | None,
+        sQ: cute.Tensor,
+        sK: cute.Tensor,
+        sV: cute.Tensor,
+        sVt: cute.Tensor,
+        sO: cute.Tensor,
+        pipeline_q,
+        pipeline_k,
+        pipeline_v,
+        seqlen_q_static: Int32,
+        seqlen_k_static: Int32,
+        num_m_blocks: Int32,
+        num_heads: Int32,
+        num_batch: Int32,
+        group_heads: Int32,
+        scale_log2: Float32,
+        window_left: Int32,
+        window_right: Int32,
+        tiled_mma_qk: cute.TiledMma,
+        tiled_mma_pv: cute.TiledMma,
+        warp_idx: Int32,
+    ):
+        """``key.persistent`` (dense or THD, one query tile per (m_block, head, batch)): each CTA runs its tiles of
+        :class:`StaticPersistentTileScheduler` in turn. The producer and the consumers keep their pipeline states across
+        tiles, so the producer issues the next tile's K/V loads while the consumers finish a tile. Q is released after the
+        tile's last S GEMM when O has its own shared-memory tile (``separate_o``), else (O in Q's buffer) once the O
+        store has read it; only then is it refilled.
+        The ping-pong barrier's opening arrive is made once: each tile leaves exactly one arrive pending. THD varlen: a
+        tile past its sequence's end is skipped by the producer and the consumers alike (no CTA launched for it)."""
+        longest_first = self.key.mask_right or self.key.mask_left
+        cute.arch.sync_threads()  # mbarrier init visible to every warp
+        if warp_idx < 4:
+            cute.arch.setmaxregister_decrease(self.num_producer_regs)
+            if warp_idx == 0:
+                q_state = producer_state(1)
+                kv_state = producer_state(self.num_stages)
+                for t in cutlass.range(StaticPersistentTileScheduler.num_tiles_here(num_m_blocks, num_heads, num_batch), unroll=1):
+                    m_block, head, batch = StaticPersistentTileScheduler.tile(
+                        t, num_m_blocks, num_heads, num_batch, group_heads, longest_first, self.key.varlen_lpt
+                    )
+                    mask, offset_q, offset_k = self.persistent_tile_mask(mCuQ, mCuK, batch, seqlen_q_static, seqlen_k_static, window_left, window_right)
+                    n_block_min, n_block_max = mask.n_block_range(m_block)
+                    if m_block * self.tile_m < mask.seqlen_q:
+                        q_state, kv_state = self.load(
+                            mQ, mK, mV, sQ, sK, sV, tma_atom_Q, tma_atom_K, tma_atom_V, pipeline_q, pipeline_k, pipeline_v,
+                            m_block, head, head // self.key.qhead_per_kvhead, batch if const_expr(not self.key.varlen) else Int32(0),
+                            offset_q, offset_k, n_block_min, n_block_max, None, batch, (q_state, kv_state),
+                        )  # fmt: skip
+        else:
+            cute.arch.setmaxregister_increase(self.num_mma_regs)
+            tidx = cute.arch.thread_idx()[0] - self.threads_per_wg
+            if const_expr(self.pingpong):
+                if cute.arch.make_warp_uniform(tidx // self.threads_per_wg) == 0:
+                    cute.arch.barrier_arrive(barrier_id=int(NamedBarrier.WG_SCHED_1), number_of_threads=2 * self.threads_per_wg)
+            q_state = consumer_state(1)
+            kv_state = consumer_state(self.num_stages)
+            for t in cutlass.range(StaticPersistentTileScheduler.num_tiles_here(num_m_blocks, num_heads, num_batch), unroll=1):
+                m_block, head, batch = StaticPersistentTileScheduler.tile(
+                    t, num_m_blocks, num_heads, num_batch, group_heads, longest_first, self.key.varlen_lpt
+                )
+                mask, offset_q, offset_k = self.persistent_tile_mask(mCuQ, mCuK, batch, seqlen_q_static, seqlen_k_static, window_left, window_right)
+                n_block_min, n_block_max = mask.n_block_range(m_block)
+                if m_block * self.tile_m < mask.seqlen_q:
+                    q_state, kv_state = self.mma(
+                        tiled_mma_qk, tiled_mma_pv, None, mO_tma, mO, mLSE, mSinks, sQ, sK, sVt, sO, tma_atom_O,
+                        pipeline_q, pipeline_k, pipeline_v, tidx, scale_log2, mask, m_block, head,
+                        batch if const_expr(not self.key.varlen) else Int32(0), offset_q,
+                        n_block_min, n_block_max, None, None, None, None, num_batch, (q_state, kv_state),
+                    )  # fmt: skip
+
+    @cute.jit
+    def persistent_tile_mask(
+        self,
+        mCuQ: cute.Tensor | None,
+        mCuK: cute.Tensor | None,
+        batch: Int32,
+        seqlen_q_static: Int32,
+        seqlen_k_static: Int32,
+        window_left: Int32,
+        window_right: Int32,
+    ):
+        """``(mask, offset_q, offset_k)`` of sequence ``batch`` for a persistent tile: its extents (THD varlen: from
+        cu_seqlens) and first tokens."""
+        seqlen_q, seqlen_k, offset_q, offset_k = sequence_extents(mCuQ, mCuK, batch, seqlen_q_static, seqlen_k_static, self.key.varlen)
+        mask_offset = Int32(0)
+        if const_expr(self.key.bottom_right):
+            mask_offset = seqlen_k - seqlen_q
+        mask = MaskInfo(self.tile_m, self.tile_n, self.key.mask_right, self.key.mask_left, seqlen_q, seqlen_k, mask_offset, window_left, window_right, 1)
+        return mask, offset_q, offset_k
 
     @cute.jit
     def load(
@@ -469,9 +636,11 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
         n_block_max: Int32,
         mPageTable: cute.Tensor | None,
         batch_pt: Int32,
+        states=None,
     ):
         """Producer warp: Q once, then K[n_max-1], (K[n-1], V[n]) pairs, V[n_min] (the consumers' order). Paged KV: key
-        block n of the sequence is pool block page_table[b, n // (page_size / tile_n)] * (page_size / tile_n) + n % (...)."""
+        block n of the sequence is pool block page_table[b, n // (page_size / tile_n)] * (page_size / tile_n) + n % (...).
+        ``states`` (persistent): the ``(q_state, kv_state)`` carried across tiles, returned advanced past this tile."""
         kv_batch = batch
         if const_expr(self.key.paged):
             kv_batch = Int32(0)
@@ -485,13 +654,19 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
         tKsK, tKgK = cpasync.tma_partition(tma_atom_K, 0, cute.make_layout(1), cute.group_modes(sK, 0, 2), cute.group_modes(gK, 0, 2))
         tVsV, tVgV = cpasync.tma_partition(tma_atom_V, 0, cute.make_layout(1), cute.group_modes(sV, 0, 2), cute.group_modes(gV, 0, 2))
 
-        q_state = producer_state(1)
-        kv_state = producer_state(self.num_stages)
+        q_state, kv_state = states if const_expr(states is not None) else (producer_state(1), producer_state(self.num_stages))
         n_block = n_block_max - 1
+        # page_prefetch: lanes hold a window of 32 page-table entries (see page_window); None otherwise.
+        p_last, pt_base, pt_reg = None, None, None
+        blk = None
+        if const_expr(self.key.page_prefetch):
+            p_last = n_block // (self.key.page_size // self.tile_n)
+            pt_base, pt_reg = self.page_window(mPageTable, batch_pt, p_last, p_last)
+            blk, pt_base, pt_reg = self.kv_block_window(mPageTable, batch_pt, n_block, p_last, pt_base, pt_reg)
         pipeline_k.producer_acquire(kv_state)
         cute.copy(
             tma_atom_K,
-            tKgK[None, self.kv_block(mPageTable, batch_pt, n_block)],
+            tKgK[None, self.kv_block(mPageTable, batch_pt, n_block) if const_expr(not self.key.page_prefetch) else blk],
             tKsK[None, kv_state.index],
             tma_bar_ptr=pipeline_k.producer_get_barrier(kv_state),
         )
@@ -507,27 +682,36 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
             n_prev = n_block_max - 1 - i
             prev_state = kv_state.clone()
             kv_state.advance()
+            if const_expr(self.key.page_prefetch):
+                blk_k, pt_base, pt_reg = self.kv_block_window(mPageTable, batch_pt, n_prev - 1, p_last, pt_base, pt_reg)
+                blk_v, pt_base, pt_reg = self.kv_block_window(mPageTable, batch_pt, n_prev, p_last, pt_base, pt_reg)
             pipeline_k.producer_acquire(kv_state)
             cute.copy(
                 tma_atom_K,
-                tKgK[None, self.kv_block(mPageTable, batch_pt, n_prev - 1)],
+                tKgK[None, self.kv_block(mPageTable, batch_pt, n_prev - 1) if const_expr(not self.key.page_prefetch) else blk_k],
                 tKsK[None, kv_state.index],
                 tma_bar_ptr=pipeline_k.producer_get_barrier(kv_state),
             )
             pipeline_v.producer_acquire(prev_state)
             cute.copy(
                 tma_atom_V,
-                tVgV[None, self.kv_block(mPageTable, batch_pt, n_prev)],
+                tVgV[None, self.kv_block(mPageTable, batch_pt, n_prev) if const_expr(not self.key.page_prefetch) else blk_v],
                 tVsV[None, prev_state.index],
                 tma_bar_ptr=pipeline_v.producer_get_barrier(prev_state),
             )
+        if const_expr(self.key.page_prefetch):
+            blk, pt_base, pt_reg = self.kv_block_window(mPageTable, batch_pt, n_block_min, p_last, pt_base, pt_reg)
         pipeline_v.producer_acquire(kv_state)
         cute.copy(
             tma_atom_V,
-            tVgV[None, self.kv_block(mPageTable, batch_pt, n_block_min)],
+            tVgV[None, self.kv_block(mPageTable, batch_pt, n_block_min) if const_expr(not self.key.page_prefetch) else blk],
             tVsV[None, kv_state.index],
             tma_bar_ptr=pipeline_v.producer_get_barrier(kv_state),
         )
+        if const_expr(states is not None):
+            q_state.advance()
+            kv_state.advance()
+        return q_state, kv_state
 
     @cute.jit
     def kv_block(self, mPageTable: cute.Tensor | None, batch: Int32, n_block: Int32) -> Int32:
@@ -538,6 +722,114 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
             page = mPageTable[batch, n_block // per_page]
             res = page * per_page + n_block % per_page
         return res
+
+    @cute.jit
+    def load_small_pages(
+        self,
+        mQ: cute.Tensor,
+        mK: cute.Tensor,
+        mV: cute.Tensor,
+        sQ: cute.Tensor,
+        sK: cute.Tensor,
+        sV: cute.Tensor,
+        tma_atom_Q: cute.CopyAtom | None,
+        tma_atom_K: cute.CopyAtom,
+        tma_atom_V: cute.CopyAtom,
+        pipeline_q,
+        pipeline_k,
+        pipeline_v,
+        m_block: Int32,
+        head: Int32,
+        head_kv: Int32,
+        batch: Int32,
+        n_block_min: Int32,
+        n_block_max: Int32,
+        mPageTable: cute.Tensor,
+        batch_pt: Int32,
+        seqlen_k: Int32,
+    ):
+        """Producer warp for pages shorter than the key tile (page_size divides tile_n, P = tile_n / page_size <= 16
+        pages per key block): the order of :meth:`load`, each K/V stage filled by P page-sized TMA boxes on the stage's
+        one barrier. Page ids come from a window of 32 page-table entries in the warp's lanes (one coalesced load), taken
+        by shuffle; the window is placed to cover the pages of blocks n - 1 and n together and reloaded when the
+        descending walk leaves it. Page slots past the sequence's last page repeat that page (its keys are masked)."""
+        P = self.tile_n // self.key.page_size
+        mK_cur = mK[None, None, head_kv, Int32(0)]
+        mV_cur = mV[None, None, head_kv, Int32(0)]
+        gK = cute.local_tile(mK_cur, (self.key.page_size, self.head_dim), (None, 0))  # (page rows, D, pool page)
+        gV = cute.local_tile(mV_cur, (self.key.page_size, self.head_dim_v), (None, 0))
+        sKp = cute.flat_divide(sK, (self.key.page_size, self.head_dim))  # (page rows, D, P, 1, stage)
+        sVp = cute.flat_divide(sV, (self.key.page_size, self.head_dim_v))
+        tKsK, tKgK = cpasync.tma_partition(tma_atom_K, 0, cute.make_layout(1), cute.group_modes(sKp, 0, 2), cute.group_modes(gK, 0, 2))
+        tVsV, tVgV = cpasync.tma_partition(tma_atom_V, 0, cute.make_layout(1), cute.group_modes(sVp, 0, 2), cute.group_modes(gV, 0, 2))
+        # The last page this tile may read: the sequence's (an empty sequence reads page 0, as the tile loads block 0).
+        last_page = cutlass.max((seqlen_k + self.key.page_size - 1) // self.key.page_size - 1, Int32(0))
+        p_last = cutlass.min(last_page, n_block_max * P - 1)
+
+        q_state = producer_state(1)
+        kv_state = producer_state(self.num_stages)
+        n_block = n_block_max - 1
+        base, entry = self.page_window(mPageTable, batch_pt, n_block * P + 2 * P - 2, p_last)  # covers blocks n_max - 1, n_max
+        pipeline_k.producer_acquire(kv_state)
+        for j in cutlass.range_constexpr(P):
+            page = cute.arch.shuffle_sync(entry, cutlass.min(n_block * P + j, p_last) - base)
+            cute.copy(tma_atom_K, tKgK[None, page], tKsK[None, j, 0, kv_state.index], tma_bar_ptr=pipeline_k.producer_get_barrier(kv_state))
+        if const_expr(not self.key.pack_gqa):  # pack-GQA: the consumers gather Q themselves
+            gQ = cute.local_tile(mQ[None, None, head, batch], (self.tile_m, self.head_dim), (m_block, 0))
+            tQsQ, tQgQ = cpasync.tma_partition(tma_atom_Q, 0, cute.make_layout(1), cute.group_modes(sQ, 0, 2), cute.group_modes(gQ, 0, 2))
+            pipeline_q.producer_acquire(q_state)
+            cute.copy(tma_atom_Q, tQgQ, tQsQ, tma_bar_ptr=pipeline_q.producer_get_barrier(q_state))
+        for i in cutlass.range(n_block_max - 1 - n_block_min, unroll=1):
+            n_prev = n_block_max - 1 - i
+            prev_state = kv_state.clone()
+            kv_state.advance()
+            base, entry = self.page_window_small(mPageTable, batch_pt, n_prev - 1, p_last, base, entry)
+            pipeline_k.producer_acquire(kv_state)
+            for j in cutlass.range_constexpr(P):
+                page = cute.arch.shuffle_sync(entry, cutlass.min((n_prev - 1) * P + j, p_last) - base)
+                cute.copy(tma_atom_K, tKgK[None, page], tKsK[None, j, 0, kv_state.index], tma_bar_ptr=pipeline_k.producer_get_barrier(kv_state))
+            pipeline_v.producer_acquire(prev_state)
+            for j in cutlass.range_constexpr(P):
+                page = cute.arch.shuffle_sync(entry, cutlass.min(n_prev * P + j, p_last) - base)
+                cute.copy(tma_atom_V, tVgV[None, page], tVsV[None, j, 0, prev_state.index], tma_bar_ptr=pipeline_v.producer_get_barrier(prev_state))
+        pipeline_v.producer_acquire(kv_state)
+        for j in cutlass.range_constexpr(P):
+            page = cute.arch.shuffle_sync(entry, cutlass.min(n_block_min * P + j, p_last) - base)
+            cute.copy(tma_atom_V, tVgV[None, page], tVsV[None, j, 0, kv_state.index], tma_bar_ptr=pipeline_v.producer_get_barrier(kv_state))
+
+    @cute.jit
+    def page_window_small(self, mPageTable: cute.Tensor, batch: Int32, n_block: Int32, p_last: Int32, base: Int32, entry: Int32):
+        """Small pages: keep the window covering the pages of key blocks ``n_block`` and ``n_block + 1``
+        ([n_block * P, n_block * P + 2P - 1], 2P <= 32), reloading it (warp-uniform) when block ``n_block`` starts below."""
+        P = self.tile_n // self.key.page_size
+        lo = n_block * P
+        if lo < base:
+            base, entry = self.page_window(mPageTable, batch, lo + 2 * P - 2, p_last)
+        return base, entry
+
+    @cute.jit
+    def page_window(self, mPageTable: cute.Tensor, batch: Int32, page: Int32, p_last: Int32):
+        """page_prefetch (the whole producer warp): ``(base, entry)`` with base = max(page - 30, 0) and lane i holding
+        page_table[batch, base + i] for base + i <= p_last (the last page this tile reads; 0 past it), one coalesced
+        load. The window [base, base + 31] covers ``page`` and ``page + 1``: the producer walks key blocks downwards
+        and the V block it loads after K[n - 1] is at most one page above it."""
+        base = cutlass.max(page - 30, Int32(0))
+        idx = base + cute.arch.lane_idx()
+        entry = Int32(0)
+        if idx <= p_last:
+            entry = Int32(mPageTable[batch, idx])
+        return base, entry
+
+    @cute.jit
+    def kv_block_window(self, mPageTable: cute.Tensor, batch: Int32, n_block: Int32, p_last: Int32, base: Int32, entry: Int32):
+        """page_prefetch: :meth:`kv_block` from the lanes' window (a shuffle), reloading the window (warp-uniform
+        branch, once per 31 pages) when the block's page lies below it. Returns ``(tile index, base, entry)``."""
+        per_page = self.key.page_size // self.tile_n
+        page_idx = n_block // per_page
+        if page_idx < base:
+            base, entry = self.page_window(mPageTable, batch, page_idx, p_last)
+        page = cute.arch.shuffle_sync(entry, page_idx - base)
+        return page * per_page + n_block % per_page, base, entry
 
     @cute.jit
     def mma(
@@ -571,8 +863,10 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
         split: Int32 | None,
         split_empty: cutlass.Boolean | None,
         num_batch: Int32,
+        states=None,
     ):
-        """Consumer warpgroups: the attention main loop and the epilogue."""
+        """Consumer warpgroups: the attention main loop and the epilogue. ``states`` (persistent): the ``(q_state,
+        kv_state)`` carried across tiles, returned advanced past this tile (Q released after the O store read it)."""
         wg_idx = cute.arch.make_warp_uniform(tidx // self.threads_per_wg)
         wg_layout = cute.make_layout(self.num_consumer_wg, stride=self.threads_per_wg)
         wg_mma_qk = tiled_mma_qk.get_slice(wg_layout(wg_idx))
@@ -591,12 +885,11 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
 
         softmax = OnlineSoftmax(scale_log2, cute.size(acc_view_mn(acc_O), mode=[0]))
         softmax.reset()
-        if const_expr(self.pingpong):
+        if const_expr(self.pingpong and states is None):  # persistent: made once, before the first tile
             if wg_idx == 0:
                 cute.arch.barrier_arrive(barrier_id=int(NamedBarrier.WG_SCHED_1), number_of_threads=2 * self.threads_per_wg)
 
-        q_state = consumer_state(1)
-        kv_state = consumer_state(self.num_stages)
+        q_state, kv_state = states if const_expr(states is not None) else (consumer_state(1), consumer_state(self.num_stages))
         rows_per_query = 1
         if const_expr(self.key.pack_gqa):
             rows_per_query = self.key.qhead_per_kvhead
@@ -634,7 +927,7 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
         pipeline_k.consumer_release(kv_state)
         mask.apply(acc_S, tScS_mn, t0ScS_mn, m_block, n_block, mask_seqlen=True, mask_causal_window=True)
         softmax.online_softmax(acc_S, is_first=True)
-        tOrP.store(acc_view_as_a(acc_S).load().to(self.dtype))
+        self.convert_p(acc_S, tOrP)
         acc_O.fill(0.0)
 
         # Blocks that need the right (causal / window) mask.
@@ -664,6 +957,8 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
                     tiled_mma_qk, tiled_mma_pv, acc_S, acc_O, tOrP, tSrQ, tSrK, tOrVt, pipeline_k, pipeline_v, kv_state, softmax, mask,
                     tScS_mn, t0ScS_mn, m_block, n_hi2 - 1 - i, wg_idx, True,
                 )  # fmt: skip
+        if const_expr(states is not None and self.separate_o):  # every S GEMM of the tile is complete: Q may be refilled
+            pipeline_q.consumer_release(q_state)
         # Last PV GEMM.
         pipeline_v.consumer_wait(kv_state)
         wgmma(tiled_mma_pv, acc_O, tOrP, tOrVt[None, None, None, kv_state.index], zero_init=False, wg_wait=0)
@@ -672,7 +967,16 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
         if const_expr(self.key.split_kv):
             self.epilogue_partial(tiled_mma_pv, acc_O, softmax, mOpart, mLSEpart, tidx, mask, m_block, head, batch, split, split_empty, num_batch)
         else:
-            self.epilogue(tiled_mma_pv, thr_mma_qk, acc_O, softmax, mO_tma, mO, mLSE, mSinks, sO, tma_atom_O, tidx, mask, m_block, head, batch, offset_q)
+            q_release = None
+            if const_expr(states is not None and not self.separate_o):
+                q_release = (pipeline_q, q_state)
+            self.epilogue(
+                tiled_mma_pv, thr_mma_qk, acc_O, softmax, mO_tma, mO, mLSE, mSinks, sO, tma_atom_O, tidx, mask, m_block, head, batch, offset_q, q_release
+            )
+        if const_expr(states is not None):
+            q_state.advance()
+            kv_state.advance()
+        return q_state, kv_state
 
     @cute.jit
     def epilogue(
@@ -693,8 +997,10 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
         head: Int32,
         batch: Int32,
         offset_q: Int32,
+        q_release=None,
     ):
-        """Normalize O, write LSE, store O (TMA for dense tiles, predicated 16-byte stores for varlen / pack-GQA)."""
+        """Normalize O, write LSE, store O (TMA for dense tiles, predicated 16-byte stores for varlen / pack-GQA).
+        ``q_release`` (persistent, O in Q's buffer): ``(pipeline_q, q_state)``, released once sO has been read."""
         rows_per_query = self.key.qhead_per_kvhead if const_expr(self.key.pack_gqa) else 1
         # Normalize; LSE.
         sink_val = None
@@ -743,6 +1049,8 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
                 cute.copy(tma_atom_O, tOsO, tOgO)
                 cute.arch.cp_async_bulk_commit_group()
                 cute.arch.cp_async_bulk_wait_group(0, read=True)
+            if const_expr(q_release is not None):  # the storing warp after its read, the others after their writes
+                q_release[0].consumer_release(q_release[1])
         else:
             cute.arch.barrier(barrier_id=int(NamedBarrier.EPILOGUE), number_of_threads=self.num_mma_threads)
             vec = 128 // self.dtype.width
@@ -766,6 +1074,8 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
                 for rm in cutlass.range_constexpr(cute.size(tOrO.shape[1])):
                     if tOcO[0, rm, 0][0] < rows_left:
                         cute.copy(gmem_tiled_copy_O, tOrO[None, rm, None], tOgO[None, rm, None])
+            if const_expr(q_release is not None):  # every thread's reads of sO are done (program order)
+                q_release[0].consumer_release(q_release[1])
 
     @cute.jit
     def epilogue_partial(
@@ -867,6 +1177,19 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
     combine.set_name_prefix("cudnn", remove_cutlass_symbol=True)
 
     @cute.jit
+    def convert_p(self, acc_S: cute.Tensor, tOrP: cute.Tensor):
+        """P = S (fp32 accumulator) converted to the input dtype in the PV GEMM's A-operand layout. With
+        ``key.packed_cvt`` one 8-element k-block at a time, so every pair becomes one ``cvt.rn.bf16x2.f32``: converted
+        whole, a fragment whose length is not a power of two (key tiles of 80, 112, 144, 176, 192 rows) is lowered to
+        one scalar convert per element and 16-bit registers that ptxas must re-pack (spills, injected warpgroup.arrive)."""
+        src = acc_view_as_a(acc_S)
+        if const_expr(self.key.packed_cvt):
+            for k in cutlass.range_constexpr(cute.size(src, mode=[2])):
+                tOrP[None, None, k].store(src[None, None, k].load().to(self.dtype))
+        else:
+            tOrP.store(src.load().to(self.dtype))
+
+    @cute.jit
     def step(
         self,
         tiled_mma_qk: cute.TiledMma,
@@ -908,7 +1231,7 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
         row_scale = softmax.online_softmax(acc_S, is_first=False)
         warpgroup.wait_group(0)
         pipeline_v.consumer_release(v_state)
-        tOrP.store(acc_view_as_a(acc_S).load().to(self.dtype))
+        self.convert_p(acc_S, tOrP)
         softmax.rescale(acc_O, row_scale)
         return kv_state
 

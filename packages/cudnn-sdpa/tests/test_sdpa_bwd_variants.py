@@ -1,0 +1,167 @@
+"""GPU correctness of the backward main kernel's schedule variants (compile-key options, default off; see
+cudnn.sdpa.bwd.kernel_key.TUNING_FIELDS), against fp32 autograd by the FlashAttention rule, like test_sdpa_bwd_gpu.py:
+
+- ``dq_tma``: dQ partials staged in shared memory, one TMA reduce-add (cp.reduce.async.bulk.tensor) per warpgroup;
+- ``stats_tma``: lse_log2 / dpsum rows bulk-copied (cp.async.bulk) into shared memory with Q / dO;
+- ``ds2``: double-buffered dS^T (one barrier less per query block);
+- ``prepost``: coalesced pre/postprocess (four threads per query row; the sink partials keep their layout);
+- ``split_d``: the split-head-dim main kernel (kernel_splitd_sm90.py), which serves D = 256 (and 128).
+
+Pruned for compile time (each variant key is one main-kernel compile): the first four together meet every mask
+family, GQA / MQA, both layouts, odd lengths, sinks and THD varlen; dq_tma alone meets one GQA causal case with odd
+lengths and the other three together (they keep the deterministic mode) meet it on varlen, bitwise-reproducible, so a
+failure of the four together points at one side; split_d meets d256 with every mask family, GQA, odd lengths and
+varlen, and d128 against the same reference; split_d with ds2 meets d256 dense and varlen. 18 tests, ~18 compiles:
+about 80 s on the H200 host.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from cudnn_testing.data import poison
+from cudnn_testing.markers import skip_unless_cutedsl, skip_unless_sm90
+from cudnn_testing.reference_attention import attention_ref, attention_ref_varlen
+from cudnn_testing.reference_attention_bwd import attention_grads_ref, attention_grads_ref_varlen
+from cudnn_testing.tolerance import assert_close_fa
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.gpu
+
+BHSD, BSHD = (0, 1, 2, 3), (0, 2, 1, 3)
+ALL = ("dq_tma", "stats_tma", "ds2", "prepost")
+SPLIT = ("split_d", "prepost")
+SPLIT2 = ("split_d", "ds2", "prepost")
+
+
+@pytest.fixture(autouse=True)
+def _gpu():
+    skip_unless_sm90()
+    skip_unless_cutedsl("4.8.0", "cudnn.sdpa backward")
+
+
+def _make(shape, dtype, perm):
+    stored = [shape[p] for p in perm]
+    base = torch.randn(stored, dtype=torch.float32, device="cuda").to(dtype)
+    inv = [perm.index(i) for i in range(4)]
+    return base.permute(*inv)
+
+
+def _run(tuning, q, k, v, o, do, lse, dq, dk, dv, **kw):
+    """One plan with ``_tuning`` (the wrapper has no such switch): check_support, compile, execute on caller scratch."""
+    from cudnn.sdpa.bwd.api import SdpaBwdSm90, workspace_bytes_for
+
+    plan = SdpaBwdSm90(q, k, v, o, do, lse, dq, dk, dv, _tuning=tuning, **kw)
+    plan.check_support()
+    plan.compile()
+    cu_q = kw.get("cu_seqlens_q")
+    sinks = kw.get("sinks")
+    dsinks = poison(torch.empty_like(sinks)) if sinks is not None else None
+    ws = torch.empty(workspace_bytes_for(plan, q, cu_q), dtype=torch.uint8, device="cuda")
+    poison(ws.view(torch.float32))  # the preprocess must (re)initialize every scratch row the main kernel reads
+    varlen = {n: kw[n] for n in ("cu_seqlens_q", "cu_seqlens_kv", "max_seqlen_q", "max_seqlen_kv") if n in kw}
+    plan.execute(q, k, v, o, do, lse, dq, dk, dv, ws, sinks, dsinks, **varlen)
+    torch.cuda.synchronize()
+    return plan, dsinks
+
+
+# (tuning, dtype, d, h, h_kv, s_q, s_kv, causal, bottom_right, window, layout)
+CASES = [
+    (ALL, torch.bfloat16, 128, 4, 4, 512, 512, False, False, (-1, -1), BHSD),
+    (ALL, torch.bfloat16, 128, 8, 2, 300, 257, True, False, (-1, -1), BSHD),  # odd lengths, GQA 4
+    (ALL, torch.bfloat16, 128, 8, 1, 257, 700, True, True, (-1, -1), BHSD),  # MQA, bottom-right
+    (ALL, torch.bfloat16, 128, 4, 4, 700, 129, True, True, (-1, -1), BSHD),  # S_q > S_kv bottom-right: empty rows
+    (ALL, torch.float16, 64, 4, 4, 500, 700, False, False, (70, 33), BSHD),  # two-sided window: key blocks no query sees
+    (ALL, torch.bfloat16, 96, 6, 3, 211, 389, False, True, (100, 0), BHSD),  # d96 (3 TMA boxes per dQ half), window
+    (("dq_tma",), torch.bfloat16, 128, 8, 2, 300, 257, True, False, (-1, -1), BSHD),
+    (SPLIT, torch.bfloat16, 256, 4, 4, 512, 512, False, False, (-1, -1), BHSD),
+    (SPLIT, torch.bfloat16, 256, 8, 2, 300, 257, True, False, (-1, -1), BSHD),  # odd lengths, GQA 4
+    (SPLIT, torch.bfloat16, 256, 4, 4, 700, 129, True, True, (-1, -1), BSHD),  # S_q > S_kv bottom-right: empty rows
+    (SPLIT, torch.float16, 256, 4, 2, 500, 700, False, False, (70, 33), BHSD),  # two-sided window
+    (SPLIT, torch.bfloat16, 128, 8, 1, 257, 700, True, True, (-1, -1), BHSD),  # d128 through the split-D kernel, MQA
+    (SPLIT2, torch.bfloat16, 256, 8, 2, 300, 257, True, False, (-1, -1), BSHD),  # double-buffered P^T / dS^T
+]
+
+
+@pytest.mark.parametrize(
+    "case",
+    CASES,
+    ids=lambda c: (
+        f"{'+'.join(c[0])}-{str(c[1])[6:]}-d{c[2]}-h{c[3]}:{c[4]}-s{c[5]}x{c[6]}-c{int(c[7])}br{int(c[8])}-w{c[9][0]},{c[9][1]}-{'bshd' if c[10] == BSHD else 'bhsd'}"
+    ),
+)
+def test_variant_grads_match_reference(case):
+    tuning, dtype, d, h, hk, sq, sk, causal, br, window, layout = case
+    b = 2
+    q, k, v = _make((b, h, sq, d), dtype, layout), _make((b, hk, sk, d), dtype, layout), _make((b, hk, sk, d), dtype, layout)
+    do = _make((b, h, sq, d), dtype, layout)
+    kw = dict(is_causal=causal, bottom_right=br, window=window)
+    o, lse = attention_ref(q, k, v, **kw)
+    o, lse = o.to(dtype), lse.float()
+    dq, dk, dv = (poison(_make(x.shape, dtype, layout)) for x in (q, k, v))
+    plan, _ = _run(tuning, q, k, v, o, do, lse, dq, dk, dv, is_causal=causal, causal_bottom_right=br, window_size=window)
+    assert plan.key.dq_tma == ("dq_tma" in tuning) and plan.key.stats_tma == ("stats_tma" in tuning)
+    assert plan.key.ds_double_buffer == ("ds2" in tuning) and plan.key.prepost_vec == ("prepost" in tuning)
+    assert plan.key.split_d == ("split_d" in tuning)
+    ref = attention_grads_ref(q, k, v, do, **kw)
+    lowp = attention_grads_ref(q, k, v, do, upcast=False, **kw)
+    for name, g, r, lp in zip(("dq", "dk", "dv"), (dq, dk, dv), ref, lowp, strict=False):
+        assert_close_fa(g, r, lp, name)
+
+
+# (tuning, deterministic, dtype, d, h, h_kv, lens_q, lens_kv, causal, bottom_right, window)
+VARLEN = [
+    (ALL, False, torch.bfloat16, 128, 8, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], True, True, (-1, -1)),
+    (("stats_tma", "ds2", "prepost"), True, torch.bfloat16, 128, 8, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], True, True, (-1, -1)),
+    (SPLIT, False, torch.bfloat16, 256, 4, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], True, True, (-1, -1)),
+    (SPLIT2, False, torch.float16, 256, 4, 4, [1000, 33, 257], [1000, 33, 257], False, False, (-1, -1)),
+]
+
+
+@pytest.mark.parametrize("case", VARLEN, ids=lambda c: f"{'+'.join(c[0])}-det{int(c[1])}-d{c[3]}-{len(c[6])}seqs")
+def test_variant_thd_varlen_grads_match_reference(case):
+    tuning, deterministic, dtype, d, h, hk, lens_q, lens_k, causal, br, window = case
+    cu_q, cu_k = [0], [0]
+    for a, b in zip(lens_q, lens_k, strict=False):
+        cu_q.append(cu_q[-1] + a)
+        cu_k.append(cu_k[-1] + b)
+    q = torch.randn(cu_q[-1], h, d, device="cuda", dtype=dtype)
+    k, v = (torch.randn(cu_k[-1], hk, d, device="cuda", dtype=dtype) for _ in range(2))
+    do = torch.randn_like(q)
+    kw = dict(is_causal=causal, bottom_right=br, window=window)
+    o, lse = attention_ref_varlen(q, k, v, cu_q, cu_k, **kw)
+    o, lse = o.to(dtype), lse.float().contiguous()
+    tq, tk = torch.tensor(cu_q, dtype=torch.int32, device="cuda"), torch.tensor(cu_k, dtype=torch.int32, device="cuda")
+    opts = dict(
+        is_causal=causal, causal_bottom_right=br, window_size=window, cu_seqlens_q=tq, cu_seqlens_kv=tk,
+        max_seqlen_q=max(lens_q), max_seqlen_kv=max(lens_k), deterministic=deterministic,
+    )  # fmt: skip
+    runs = []
+    for _ in range(2 if deterministic else 1):
+        grads = tuple(poison(torch.empty_like(x)) for x in (q, k, v))
+        _run(tuning, q, k, v, o, do, lse, *grads, **opts)
+        runs.append(grads)
+    for other in runs[1:]:
+        for name, a, c in zip(("dq", "dk", "dv"), runs[0], other, strict=False):
+            assert torch.equal(a, c), f"{name} differs between deterministic runs"
+    ref = attention_grads_ref_varlen(q, k, v, do, cu_q, cu_k, **kw)
+    lowp = attention_grads_ref_varlen(q, k, v, do, cu_q, cu_k, upcast=False, **kw)
+    for name, g, r, lp in zip(("dq", "dk", "dv"), runs[0], ref, lowp, strict=False):
+        assert_close_fa(g, r, lp, name)
+
+
+def test_all_variants_with_sinks_and_their_gradient():
+    b, h, hk, s, d = 2, 8, 2, 333, 64
+    q, k, v, do = (_make((b, x, s, d), torch.bfloat16, BSHD) for x in (h, hk, hk, h))
+    sinks = torch.randn(h, device="cuda") * 2
+    o, lse = attention_ref(q, k, v, is_causal=True, sinks=sinks)
+    o, lse = o.to(q.dtype), lse.float()
+    dq, dk, dv = (poison(torch.empty_like(x)) for x in (q, k, v))
+    _, dsinks = _run(ALL, q, k, v, o, do, lse, dq, dk, dv, is_causal=True, sinks=sinks)
+    ref = attention_grads_ref(q, k, v, do, is_causal=True, sinks=sinks)
+    lowp = attention_grads_ref(q, k, v, do, upcast=False, is_causal=True, sinks=sinks)
+    for name, g, r, lp in zip(("dq", "dk", "dv"), (dq, dk, dv), ref, lowp, strict=False):
+        assert_close_fa(g, r, lp, name)
+    # dsinks is a sum over B * S_q rows: relative to its magnitude, the bf16 baseline's own error sets the bar
+    err = (dsinks - ref[3]).abs().max().item()
+    assert err <= 2 * (lowp[3].float() - ref[3]).abs().max().item() + 1e-3 * ref[3].abs().max().item() + 1e-4, err

@@ -1,0 +1,183 @@
+"""GPU correctness of the forward's prefill plan options under A/B (benchmarks/sdpa_fwd.py --quick).
+
+- ``packed_cvt`` (P converted to 16 bits in bf16x2 / f16x2 pairs), ``persistent`` (one CTA per SM walking the tiles)
+  and ``varlen_lpt`` (THD tile order) change no arithmetic: each is checked bitwise against the default plan on the
+  same inputs, and against the fp32 reference by the FlashAttention rule.
+- ``tile_n`` (the key tile rows) changes the order of the online softmax: checked against the fp32 reference.
+
+Shapes are chosen so a persistent CTA runs several tiles (a grid of at most the SM count over hundreds of tiles),
+with odd lengths (S not a multiple of either tile), GQA, both causal alignments and a sliding window.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from cudnn_testing.data import poison
+from cudnn_testing.markers import skip_unless_cutedsl, skip_unless_sm90
+from cudnn_testing.reference_attention import attention_ref, attention_ref_varlen
+from cudnn_testing.tolerance import assert_close_fa
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.gpu
+
+BSHD = (0, 2, 1, 3)
+
+
+@pytest.fixture(autouse=True)
+def _gpu():
+    skip_unless_sm90()
+    skip_unless_cutedsl("4.8.0", "cudnn.sdpa forward")
+
+
+def _make(shape, dtype):
+    stored = [shape[p] for p in BSHD]
+    return torch.randn(stored, dtype=torch.float32, device="cuda").to(dtype).permute(0, 2, 1, 3)
+
+
+def _run(q, k, v, causal, br, window, **plan_kw):
+    from cudnn.sdpa.fwd.api import SdpaFwdSm90
+
+    b, h, sq, _ = q.shape
+    out = poison(_make((b, h, sq, v.shape[-1]), q.dtype))
+    lse = poison(torch.empty(b, h, sq, device="cuda"))
+    plan = SdpaFwdSm90(q, k, v, out, lse, is_causal=causal, causal_bottom_right=br, window_size=window, **plan_kw)
+    plan.compile()
+    for name, want in plan_kw.items():
+        assert getattr(plan.key, name) == want, (name, getattr(plan.key, name))
+    plan.execute(q, k, v, out, lse)
+    return out, lse
+
+
+def _check_ref(q, k, v, out, lse, **kw):
+    ref, ref_lse = attention_ref(q, k, v, **kw)
+    lowp, _ = attention_ref(q, k, v, upcast=False, **kw)
+    assert_close_fa(out, ref, lowp, "o")
+    finite = torch.isfinite(ref_lse)
+    assert torch.equal(torch.isfinite(lse), finite), "lse: -inf pattern differs from the reference"
+    if finite.any():
+        assert (lse[finite] - ref_lse[finite]).abs().max().item() < 1e-3
+
+
+# (dtype, d, dv, b, h, h_kv, s_q, s_kv, causal, bottom_right, window)
+D128 = (torch.bfloat16, 128, 128, 3, 12, 4, 1500, 1500, False, False, (-1, -1))  # 12 m-blocks * 36 = 432 tiles, GQA 3
+D128_CAUSAL = (torch.bfloat16, 128, 128, 3, 12, 12, 1500, 1700, True, True, (-1, -1))  # causal bottom-right: longest-first
+D64_BR = (torch.float16, 64, 64, 2, 16, 2, 1100, 1700, True, True, (-1, -1))  # bottom-right, S_q < S_kv, tile_n 192
+D256 = (torch.bfloat16, 256, 256, 6, 8, 8, 700, 600, False, False, (-1, -1))  # tile_n 80; 288 tiles
+D192_WINDOW = (torch.bfloat16, 192, 128, 6, 8, 4, 900, 900, False, True, (100, 0))  # sliding window, tile_n 112; 384 tiles
+# packed_cvt where the whole-fragment convert is scalar (non-power-of-two fragments); persistent over every mask.
+BITWISE = [
+    (dict(packed_cvt=True), D64_BR),
+    (dict(packed_cvt=True), D256),
+    (dict(packed_cvt=True), D192_WINDOW),
+    (dict(persistent=True), D128),
+    (dict(persistent=True), D128_CAUSAL),
+    (dict(persistent=True), D192_WINDOW),
+    (dict(persistent=True, packed_cvt=True), D256),  # no room for a separate O tile: O reuses Q's buffer
+]
+
+
+def _ids(oc):
+    o, c = oc
+    return "+".join(o) + f"-{str(c[0])[6:]}-d{c[1]}x{c[2]}-h{c[4]}:{c[5]}-s{c[6]}x{c[7]}-c{int(c[8])}br{int(c[9])}-w{c[10][0]},{c[10][1]}"
+
+
+@pytest.mark.parametrize("option_case", BITWISE, ids=_ids)
+def test_option_is_bitwise_the_default_and_matches_reference(option_case):
+    option, (dtype, d, dv, b, h, hk, sq, sk, causal, br, window) = option_case
+    q, k, v = _make((b, h, sq, d), dtype), _make((b, hk, sk, d), dtype), _make((b, hk, sk, dv), dtype)
+    o_opt, lse_opt = _run(q, k, v, causal, br, window, **option)
+    o_def, lse_def = _run(q, k, v, causal, br, window)
+    torch.cuda.synchronize()
+    assert torch.equal(o_opt, o_def), f"{option}: O differs from the default plan"
+    assert torch.equal(lse_opt, lse_def), f"{option}: LSE differs from the default plan"
+    _check_ref(q, k, v, o_opt, lse_opt, is_causal=causal, bottom_right=br, window=window)
+
+
+# (tile_n, persistent, dtype, d, b, h, h_kv, s_q, s_kv, causal, bottom_right, window)
+TILE_N_CASES = [
+    (176, False, torch.bfloat16, 128, 2, 8, 2, 1000, 1111, False, False, (-1, -1)),  # FA3's d = 128 non-causal tile, odd S_kv
+    (176, False, torch.bfloat16, 128, 2, 8, 8, 700, 900, True, True, (-1, -1)),  # the same tile under a causal mask
+    (192, False, torch.float16, 128, 2, 4, 4, 1300, 1300, False, False, (-1, -1)),  # FA4's sm90 choice
+    (176, True, torch.bfloat16, 128, 3, 12, 4, 1500, 1500, False, False, (-1, -1)),  # persistent, O in Q's buffer
+]
+
+
+@pytest.mark.parametrize(
+    "case",
+    TILE_N_CASES,
+    ids=lambda c: f"n{c[0]}{'-persistent' if c[1] else ''}-{str(c[2])[6:]}-d{c[3]}-h{c[5]}:{c[6]}-s{c[7]}x{c[8]}-c{int(c[9])}br{int(c[10])}",
+)
+def test_tile_n_matches_reference(case):
+    tile_n, persistent, dtype, d, b, h, hk, sq, sk, causal, br, window = case
+    q, k, v = _make((b, h, sq, d), dtype), _make((b, hk, sk, d), dtype), _make((b, hk, sk, d), dtype)
+    out, lse = _run(q, k, v, causal, br, window, tile_n=tile_n, packed_cvt=True, persistent=persistent)
+    torch.cuda.synchronize()
+    _check_ref(q, k, v, out, lse, is_causal=causal, bottom_right=br, window=window)
+
+
+# (option, causal, d): packed_cvt is left out at d = 128 (the P fragment is a power of two long: the same code);
+# persistent at d = 128 has a separate O tile, at d = 256 O shares Q's buffer (released after the predicated stores).
+VARLEN_CASES = [
+    (dict(tile_n=176), True, 128),
+    (dict(varlen_lpt=True), True, 128),
+    (dict(persistent=True, varlen_lpt=True), True, 128),
+    (dict(persistent=True, packed_cvt=True), False, 256),
+]
+
+
+@pytest.mark.parametrize(
+    "option, causal, d",
+    VARLEN_CASES,
+    ids=lambda x: "+".join(f"{k}{v}" for k, v in x.items()) if isinstance(x, dict) else f"{x}" if type(x) is int else f"c{int(x)}",
+)
+def test_thd_varlen_option_matches_reference(option, causal, d):
+    """THD varlen (an empty and a one-token sequence, 8 heads over 2 kv heads) with a tuned key tile, the head-major tile
+    order or the persistent grid; all but tile_n change no arithmetic and are also compared bitwise with the default."""
+    from cudnn.sdpa.fwd.api import SdpaFwdSm90
+
+    h, hk = 8, 2
+    lens = [0, 1, 300, 1000, 177, 529]
+    cu = [0]
+    for n in lens:
+        cu.append(cu[-1] + n)
+    q = torch.randn(cu[-1], h, d, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(cu[-1], hk, d, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(cu[-1], hk, d, device="cuda", dtype=torch.bfloat16)
+    cu_t = torch.tensor(cu, dtype=torch.int32, device="cuda")
+    outs = []
+    for kw in (option, {}):
+        out = poison(torch.empty_like(q))
+        lse = poison(torch.empty(h, cu[-1], device="cuda"))
+        plan = SdpaFwdSm90(q, k, v, out, lse, is_causal=causal, cu_seqlens_q=cu_t, cu_seqlens_kv=cu_t, max_seqlen_q=max(lens), max_seqlen_kv=max(lens), **kw)
+        plan.compile()
+        plan.execute(q, k, v, out, lse, None, cu_t, cu_t, max(lens))
+        outs.append((out, lse))
+    torch.cuda.synchronize()
+    (out, lse), (out_def, lse_def) = outs
+    if "tile_n" not in option:
+        assert torch.equal(out, out_def) and torch.equal(lse, lse_def), f"{option}: differs from the default plan"
+    ref, ref_lse = attention_ref_varlen(q, k, v, cu, cu, is_causal=causal)
+    lowp, _ = attention_ref_varlen(q, k, v, cu, cu, is_causal=causal, upcast=False)
+    assert_close_fa(out, ref, lowp, "o")
+    finite = torch.isfinite(ref_lse)
+    assert torch.equal(torch.isfinite(lse), finite)
+    assert (lse[finite] - ref_lse[finite]).abs().max().item() < 1e-3
+
+
+def test_persistent_execute_never_syncs_or_allocates_and_captures():
+    from cudnn.sdpa.fwd.api import SdpaFwdSm90
+    from cudnn_testing import detectors
+
+    q, k, v = (_make((2, 16, 2048, 128), torch.bfloat16) for _ in range(3))
+    o = torch.empty_like(q)
+    plan = SdpaFwdSm90(q, k, v, o, is_causal=True, persistent=True)
+    plan.compile()
+
+    def run():
+        plan.execute(q, k, v, o)
+
+    run()
+    torch.cuda.synchronize()
+    detectors.assert_no_sync_no_alloc(run)
+    detectors.assert_capture_matches_eager(run, [o])
