@@ -2,7 +2,8 @@
 Gated DeltaNet forward (chunked, K = V = 128) in milliseconds and GB/s of minimum traffic.
 
 Providers, all on the same inputs in one process: ours (cudnn.linear_attention), ours replayed from a
-CUDA graph (no host overhead), fla-core's Triton causal_conv1d when importable, and a torch F.conv1d
+CUDA graph (no host overhead), the adapter called directly with the DSL's launch entry ("adapter") and with the
+tvm-ffi entry ("adapter+tvmffi": the launch-route A/B, forward and update), fla-core's Triton causal_conv1d when importable, and a torch F.conv1d
 (cuDNN) baseline on the same [B, T, D] storage (dense cases only).
 
 Byte convention (minimum memory traffic, "effective"): forward reads x and writes y once
@@ -12,7 +13,14 @@ metadata are not counted. Run:
 
     source ci/gpu_env.sh; python3 benchmarks/linear_attention.py      # writes docs/benchmarks/linear_attention.{md,csv,png}
     python3 benchmarks/linear_attention.py gdn                        # GDN only: docs/benchmarks/linear_attention_gdn.{md,csv,png}
+    python3 benchmarks/linear_attention.py kda                        # KDA only: docs/benchmarks/linear_attention_kda.{md,csv,png}
     python3 benchmarks/linear_attention.py conv1d                     # conv1d only
+    python3 benchmarks/linear_attention.py gdn --quick                # one shape (T 8k, H 16), < 60 s incl. compile / autotune
+    python3 benchmarks/linear_attention.py kda --quick --providers ours,fla
+
+Every (case, provider) prints a progress line as soon as it is built and warmed (the first call, which
+includes our compile or fla's Triton autotuning, is timed and printed separately); the table is printed
+at the end. ``--quick`` writes ``<name>_quick.{md,csv,png}`` so a smoke run never overwrites the full table.
 
 GDN forward (issue 7's shapes: B = 1, T in {4k, 8k, 32k}, H in {16, 32, 64}, K = V = 128, plus a varlen mix of
 64 sequences): providers ours (``cudnn.linear_attention.gdn.api.gated_delta_net``, eager), ours+graph (the
@@ -149,6 +157,34 @@ def _make_ours_variant(group, min_ctas):
     return make
 
 
+def _make_ours_adapter(tvm_ffi):
+    """Launch-route A/B: the APIBase adapter called directly (no custom-op dispatch), with the DSL's own entry or the
+    tvm-ffi one (``plan.tvm_ffi``); forward and decode update."""
+
+    def make(case):
+        from cudnn.linear_attention.conv1d.api import CausalConv1d, CausalConv1dUpdate
+
+        inp = _inputs(case)
+        op = case.params["op"]
+        if op == "update":
+            out = inp["x"].new_empty(inp["x"].shape)
+            plan = CausalConv1dUpdate(inp["x"], inp["state"], inp["w"], out, inp["b"], activation="silu")
+            plan.tvm_ffi = tvm_ffi
+            plan.compile()
+            return lambda: plan.execute(inp["x"], inp["state"], inp["w"], out, inp["b"])
+        if op != "fwd":
+            raise Unsupported("forward and update only")
+        cu = inp["cu"]
+        x = inp["x"][0] if cu is not None else inp["x"]
+        y = x.new_empty(x.shape)
+        plan = CausalConv1d(x, inp["w"], y, inp["b"], cu, activation="silu")
+        plan.tvm_ffi = tvm_ffi
+        plan.compile()
+        return lambda: plan.execute(x, inp["w"], y, inp["b"], cu)
+
+    return make
+
+
 def _fla_available():
     try:
         import fla.modules.causal_conv1d  # noqa: F401
@@ -211,7 +247,16 @@ def _gdn_cases():
     return cases
 
 
-def _gdn_inputs(case):
+def _kda_gate(shape):
+    """Per-channel log decays in fla's safe-gate range [-5, 0): ``-5 * sigmoid(N(0, 1))`` (fla's ``lower_bound=-5`` form)."""
+    import torch
+
+    return -5.0 * torch.sigmoid(torch.randn(*shape, device="cuda"))
+
+
+def _delta_rule_inputs(case, per_key_gate):
+    """Seed 0: q, k, v [1, T, H, 128] bf16; g fp32, GDN ``logsigmoid(N(0, 1)) / 8`` [1, T, H] or KDA ``_kda_gate``
+    [1, T, H, K] (``per_key_gate``); beta U(0, 1) [1, T, H]; ``cu_seqlens`` of 64-ish sequences when varlen."""
     import torch
     import torch.nn.functional as F
 
@@ -223,33 +268,41 @@ def _gdn_inputs(case):
     q = torch.randn(1, t, h, d, device="cuda", dtype=torch.bfloat16)
     k = torch.randn(1, t, h, d, device="cuda", dtype=torch.bfloat16)
     v = torch.randn(1, t, h, d, device="cuda", dtype=torch.bfloat16)
-    g = F.logsigmoid(torch.randn(1, t, h, device="cuda")) / 8
+    g = _kda_gate((1, t, h, d)) if per_key_gate else F.logsigmoid(torch.randn(1, t, h, device="cuda")) / 8
     beta = torch.rand(1, t, h, device="cuda")
     cu = cu_seqlens(_lengths(t, True), "cuda") if p["varlen"] else None
     return dict(q=q, k=k, v=v, g=g, beta=beta, cu=cu)
 
 
-def _make_gdn_ours(case):
-    from cudnn.linear_attention.gdn.api import gated_delta_net
+def _delta_rule_providers(family, public, per_key_gate, fla_module, fla_fn):
+    """The four providers of a gated-delta-rule forward: ours (``cudnn.linear_attention.<family>.api.<public>``) and
+    fla's ``<fla_module>.<fla_fn>``, each eager and CUDA-graphed, on the same inputs, L2 norm in the kernel."""
+    import importlib
 
-    i = _gdn_inputs(case)
-    return lambda: gated_delta_net(i["q"], i["k"], i["v"], i["g"], i["beta"], use_qk_l2norm_in_kernel=True, cu_seqlens=i["cu"])
+    def make_ours(case):
+        fn = getattr(importlib.import_module(f"cudnn.linear_attention.{family}.api"), public)
+        i = _delta_rule_inputs(case, per_key_gate)
+        return lambda: fn(i["q"], i["k"], i["v"], i["g"], i["beta"], use_qk_l2norm_in_kernel=True, cu_seqlens=i["cu"])
 
+    def fla_available():
+        try:
+            getattr(importlib.import_module(fla_module), fla_fn)
+        except Exception as exc:  # noqa: BLE001 - any import failure means "not available"
+            return f"fla not importable: {type(exc).__name__}: {exc}"[:200]
+        return None
 
-def _gdn_fla_available():
-    try:
-        from fla.ops.gated_delta_rule import chunk_gated_delta_rule  # noqa: F401
-    except Exception as exc:  # noqa: BLE001 - any import failure means "not available"
-        return f"fla not importable: {type(exc).__name__}: {exc}"[:200]
-    return None
+    def make_fla(case):
+        fn = getattr(importlib.import_module(fla_module), fla_fn)
+        i = _delta_rule_inputs(case, per_key_gate)
+        cu = i["cu"].long() if i["cu"] is not None else None
+        return lambda: fn(i["q"], i["k"], i["v"], i["g"], i["beta"], use_qk_l2norm_in_kernel=True, cu_seqlens=cu)
 
-
-def _make_gdn_fla(case):
-    from fla.ops.gated_delta_rule import chunk_gated_delta_rule
-
-    i = _gdn_inputs(case)
-    cu = i["cu"].long() if i["cu"] is not None else None
-    return lambda: chunk_gated_delta_rule(i["q"], i["k"], i["v"], i["g"], i["beta"], use_qk_l2norm_in_kernel=True, cu_seqlens=cu)
+    return [
+        Provider("ours", make_ours),
+        Provider("ours+graph", _graphed(make_ours)),
+        Provider("fla", make_fla, fla_available),
+        Provider("fla+graph", _graphed(make_fla), fla_available),
+    ]
 
 
 def _graphed(make):
@@ -270,51 +323,128 @@ def _graphed(make):
     return make_graph
 
 
-def main_gdn():
+def _progress(provider: Provider) -> Provider:
+    """The provider with a progress line per case: build + first (warm-up) call timed on the host, printed at once
+    (the harness prints its table only at the end; a slow compile or autotune shows here, not as silence)."""
+
+    def make(case):
+        import time
+
+        import torch
+
+        print(f"  {case.label:<28} {provider.name:<12} building ...", end="", flush=True)
+        start = time.perf_counter()
+        try:
+            fn = provider.make(case)
+            fn()
+            torch.cuda.synchronize()
+        except Exception as exc:
+            print(f" {type(exc).__name__}: {str(exc)[:120]}", flush=True)
+            raise
+        print(f" ready in {time.perf_counter() - start:.1f} s (build + first call)", flush=True)
+        return fn
+
+    return Provider(provider.name, make, provider.available)
+
+
+def _args(argv):
+    import argparse
+
+    ap = argparse.ArgumentParser(description="cudnn.linear_attention benchmark")
+    ap.add_argument("which", nargs="?", default="all", choices=["all", "conv1d", "gdn", "kda"])
+    ap.add_argument("--quick", action="store_true", help="one or two shapes per op (T 8k, H 16): a smoke run well under a minute")
+    ap.add_argument("--providers", default="", help="comma-separated provider names to keep (default: all)")
+    return ap.parse_args(argv)
+
+
+def _select(providers, names):
+    keep = [n for n in names.split(",") if n]
+    return [_progress(p) for p in providers if not keep or p.name in keep]
+
+
+def _run(name, cases, providers, args, **kw):
     out_dir = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "benchmarks")
-    run_benchmark(
+    name = f"{name}_quick" if args.quick else name
+    print(f"{name}: {len(cases)} cases", flush=True)
+    run_benchmark(name, cases, _select(providers, args.providers), out_dir=out_dir, **kw)
+
+
+def main_gdn(args):
+    cases = _gdn_cases()
+    if args.quick:
+        cases = [c for c in cases if c.label == "gdn fwd T8k H16"]
+    _run(
         "linear_attention_gdn",
-        _gdn_cases(),
-        [
-            Provider("ours", _make_gdn_ours),
-            Provider("ours+graph", _graphed(_make_gdn_ours)),
-            Provider("fla", _make_gdn_fla, _gdn_fla_available),
-            Provider("fla+graph", _graphed(_make_gdn_fla), _gdn_fla_available),
-        ],
+        cases,
+        _delta_rule_providers("gdn", "gated_delta_net", False, "fla.ops.gated_delta_rule", "chunk_gated_delta_rule"),
+        args,
         convention="GDN forward, B=1, K=V=128, bf16 q/k/v, fp32 g/beta, L2 norm in kernel, no states; "
         "effective bytes T*H*(2*K*2 + 2*V*2 + 8) (q, k, v read, o written, g, beta read); roofline fraction = GB/s / HBM GB/s",
         metric="gbps",
-        out_dir=out_dir,
         title="Gated DeltaNet forward (bf16, K=V=128)",
     )
 
 
-def main():
+def _kda_bytes(t, h, d=GDN_D):
+    return t * h * (2 * d * 2 + 2 * d * 2 + 4 * d + 4)
+
+
+def _kda_cases(quick):
+    cases = []
+    for t in (8192, 32768):
+        for h in (16, 64):
+            cases.append(Case(f"kda fwd T{t // 1024}k H{h}", {"t": t, "h": h, "varlen": False}, bytes=_kda_bytes(t, h)))
+    cases.append(Case("kda fwd varlen64 T32k H32", {"t": 32768, "h": 32, "varlen": True}, bytes=_kda_bytes(32768, 32)))
+    return cases[:1] if quick else cases
+
+
+def main_kda(args):
+    _run(
+        "linear_attention_kda",
+        _kda_cases(args.quick),
+        _delta_rule_providers("kda", "kimi_delta_attention", True, "fla.ops.kda", "chunk_kda"),
+        args,
+        convention="KDA forward, B=1, K=V=128, bf16 q/k/v, fp32 per-channel g = -5 sigmoid(N(0,1)) and beta, L2 norm in kernel, no states; "
+        "effective bytes T*H*(2*K*2 + 2*V*2 + 4*K + 4) (q, k, v read, o written, g [T,H,K], beta read); fla issue-7 reference: 609 us at T8k H16",
+        metric="gbps",
+        title="Kimi Delta Attention forward (bf16, K=V=128)",
+    )
+
+
+def main(args=None):
+    """causal_conv1d (benchmarks/run_all.py calls this with no arguments: the full conv1d table)."""
+    args = _args([]) if args is None else args
     providers = [
         Provider("ours", _make_ours),
         Provider("ours+graph", _make_ours_graph),
         Provider("ours-u8", _make_ours_variant(8, 3)),
+        Provider("adapter", _make_ours_adapter(False)),
+        Provider("adapter+tvmffi", _make_ours_adapter(True)),
         Provider("fla", _make_fla, _fla_available),
         Provider("torch", _make_torch),
     ]
-    out_dir = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "benchmarks")
-    run_benchmark(
+    cases = _cases()
+    if args.quick:
+        cases = [c for c in cases if c.label in ("fwd T4k D4096", "fwd T32k D4096", "update B64 D8192")]
+    _run(
         "linear_attention",
-        _cases(),
+        cases,
         providers,
+        args,
         convention="effective bytes: fwd 2*T*D*2 (x read, y written), bwd 3*T*D*2 (x, dy read, dx written), update B*D*(2+2(W-1))*2; bf16, W=4, SiLU, bias",
         metric="gbps",
-        out_dir=out_dir,
         title="causal_conv1d (bf16, W=4, SiLU)",
     )
 
 
 if __name__ == "__main__":
-    which = sys.argv[1] if len(sys.argv) > 1 else "all"
-    if which in ("all", "conv1d"):
-        main()
-    if which in ("all", "gdn"):
-        main_gdn()
+    _a = _args(sys.argv[1:])
+    if _a.which in ("all", "conv1d"):
+        main(_a)
+    if _a.which in ("all", "gdn"):
+        main_gdn(_a)
+    if _a.which in ("all", "kda"):
+        main_kda(_a)
 
 
 def compile_check() -> list[str]:
@@ -341,4 +471,9 @@ def compile_check() -> list[str]:
     gate = TensorDesc.contiguous((32768, 32), "float32", "g")
     gdn = GatedDeltaNetFwdSm90(qk, qk, qk, gate, gate, qk, use_qk_l2norm_in_kernel=True, cu_seqlens=TensorDesc.contiguous((65,), "int32", "cu_seqlens"))
     gdn.compile()
-    return ["causal_conv1d fwd varlen silu w4", "gated_delta_net fwd varlen l2norm K=V=128"]
+    from cudnn.linear_attention.kda.api import KimiDeltaAttentionFwdSm90
+
+    kg = TensorDesc.contiguous((32768, 32, GDN_D), "float32", "g")
+    kda = KimiDeltaAttentionFwdSm90(qk, qk, qk, kg, gate, qk, use_qk_l2norm_in_kernel=True, cu_seqlens=TensorDesc.contiguous((65,), "int32", "cu_seqlens"))
+    kda.compile()
+    return ["causal_conv1d fwd varlen silu w4", "gated_delta_net fwd varlen l2norm K=V=128", "kimi_delta_attention fwd varlen l2norm K=V=128"]

@@ -258,3 +258,261 @@ def gated_delta_net_chunked_lowp_ref(
         finals.append(s)
     final = torch.stack(finals) if output_final_state else None
     return o.to(dtype), final
+
+
+def kimi_delta_attention_chunked_lowp_ref(
+    q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, use_qk_l2norm=False, cu_seqlens=None, dtype=None
+):
+    """Kimi Delta Attention (``g`` [B, T, H, K]) in the chunked form (chunk 64), rounding to ``dtype`` (default bf16)
+    exactly where the sm_90a kernel (cudnn.linear_attention.kda) does: the FlashAttention-rule low-precision
+    baseline of the KDA tests. ``dtype=torch.float32`` rounds nowhere and then equals
+    :func:`gated_delta_rule_chunked_ref` (up to fp32 reassociation).
+
+    The per-channel decay inside ``A`` and ``Q K^T`` is split over the two operands around a reference token
+    per 16-row block (row ``16 I + 8``; a partial chunk's rows past its end repeat its last cumulative decay, as
+    the kernel's zero-g padding does): ``K exp(G - G_r)``, ``Q exp(G - G_r)`` and ``K exp(G_r - G)`` are rounded.
+    Also rounded: the (L2-normalised) q and k, ``Tm``, ``beta K exp(G)``, ``beta V``, ``-Wm``, the state as an
+    operand, ``Vn``, ``P``, ``scale Q exp(G)``, ``K exp(G_C - G)`` and the output. G, A, the solve and the
+    carried state stay fp32. Returns ``(o [B, T, H, V] in dtype, final_state [N, H, V, K] fp32 or None)``.
+    """
+    torch = _torch()
+    dtype = torch.bfloat16 if dtype is None else dtype
+    if g.dim() != 4:
+        raise ValueError(f"KDA takes g [B, T, H, K]; got {tuple(g.shape)}")
+
+    def rnd(x):
+        return x.to(dtype).float()
+
+    chunk, block, ref_off = 64, 16, 8
+    kdim, h, hk = q.shape[-1], v.shape[2], q.shape[2]
+    scale = 1.0 / math.sqrt(kdim) if scale is None else scale
+    qf, kf = q.float(), k.float()
+    if use_qk_l2norm:
+        qf = qf * torch.rsqrt((qf * qf).sum(-1, keepdim=True) + 1e-6)
+        kf = kf * torch.rsqrt((kf * kf).sum(-1, keepdim=True) + 1e-6)
+    rep = h // hk
+    qf = rnd(qf).repeat_interleave(rep, dim=2)
+    kf = rnd(kf).repeat_interleave(rep, dim=2)
+    vf, gf, bf = v.float(), g.float(), beta.float()
+    bounds = _bounds(cu_seqlens, q.shape[0], q.shape[1])
+    vdim = v.shape[-1]
+    s0 = initial_state.float() if initial_state is not None else torch.zeros(len(bounds), h, vdim, kdim, device=q.device)
+    o = torch.zeros(v.shape, dtype=torch.float32, device=v.device)
+    finals = []
+    for n, (b, bos, eos) in enumerate(bounds):
+        s = s0[n].clone()  # [H, V, K] fp32
+        for c0 in range(bos, eos, chunk):
+            c1 = min(c0 + chunk, eos)
+            C = c1 - c0
+            cq, ck, cv = qf[b, c0:c1].transpose(0, 1), kf[b, c0:c1].transpose(0, 1), vf[b, c0:c1].transpose(0, 1)  # [H, C, *]
+            cb = bf[b, c0:c1].transpose(0, 1)[:, :, None]  # [H, C, 1]
+            G = torch.cumsum(gf[b, c0:c1].transpose(0, 1), dim=1)  # [H, C, K]
+            rows = torch.arange(C, device=q.device)
+            ref = ((rows // block) * block + ref_off).clamp(max=C - 1)
+            kl = rnd(ck * (G - G[:, ref]).exp())
+            qr = rnd(cq * (G - G[:, ref]).exp())
+            A = torch.zeros(h, C, C, device=q.device)
+            P = torch.zeros(h, C, C, device=q.device)
+            for i0 in range(0, C, block):
+                i1 = min(i0 + block, C)
+                r = min(i0 + ref_off, C - 1)
+                kr = torch.zeros_like(ck)
+                kr[:, :i1] = rnd(ck[:, :i1] * (G[:, r : r + 1] - G[:, :i1]).exp())
+                A[:, i0:i1] = kl[:, i0:i1] @ kr.transpose(-1, -2)
+                P[:, i0:i1] = qr[:, i0:i1] @ kr.transpose(-1, -2)
+            A = torch.tril(cb * A, diagonal=-1)
+            p = rnd(torch.tril(P) * scale)
+            eye = torch.eye(C, device=q.device).expand_as(A)
+            Tm = rnd(torch.linalg.solve_triangular(eye + A, eye, upper=False, unitriangular=True))
+            neg_w = rnd(-(Tm @ rnd(cb * ck * G.exp())))
+            s_op = rnd(s)
+            vn = rnd(Tm @ rnd(cb * cv) + neg_w @ s_op.transpose(-1, -2))  # [H, C, V]
+            o[b, c0:c1] = (rnd(cq * G.exp() * scale) @ s_op.transpose(-1, -2) + p @ vn).transpose(0, 1)
+            g_last = G[:, -1:, :]  # [H, 1, K]
+            s = s * g_last.exp() + vn.transpose(-1, -2) @ rnd(ck * (g_last - G).exp())
+        finals.append(s)
+    final = torch.stack(finals) if output_final_state else None
+    return o.to(dtype), final
+
+
+# --------------------------------------------------------------------------------------------------
+# Gated DeltaNet backward
+# --------------------------------------------------------------------------------------------------
+def gated_delta_net_recurrent_bwd_ref(q, k, v, g, beta, do, scale=None, initial_state=None, dfinal_state=None, use_qk_l2norm=False, cu_seqlens=None):
+    """Gradients of the fp32 token-by-token recurrence (:func:`gated_delta_rule_recurrent_ref`, GDN ``g`` [B, T, H])
+    by torch.autograd, for the loss ``sum(o * do) + sum(final_state * dfinal_state)``: the ground truth of the
+    backward tests. Returns a dict of fp32 tensors ``dq, dk, dv, dg, dbeta`` (the inputs' shapes) and ``dh0``
+    ([N, H, V, K], None without ``initial_state``)."""
+    torch = _torch()
+    leaves = {name: t.detach().float().clone().requires_grad_(True) for name, t in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta))}
+    h0 = initial_state.detach().float().clone().requires_grad_(True) if initial_state is not None else None
+    with torch.enable_grad():
+        o, final = gated_delta_rule_recurrent_ref(
+            leaves["q"],
+            leaves["k"],
+            leaves["v"],
+            leaves["g"],
+            leaves["beta"],
+            scale=scale,
+            initial_state=h0,
+            output_final_state=dfinal_state is not None,
+            use_qk_l2norm=use_qk_l2norm,
+            cu_seqlens=cu_seqlens,
+        )
+        loss = (o * do.float()).sum()
+        if dfinal_state is not None:
+            loss = loss + (final * dfinal_state.float()).sum()
+        inputs = list(leaves.values()) + ([h0] if h0 is not None else [])
+        grads = torch.autograd.grad(loss, inputs, allow_unused=True)
+    out = {f"d{name}": (gr if gr is not None else torch.zeros_like(t)) for (name, t), gr in zip(leaves.items(), grads[:5], strict=True)}
+    out["dh0"] = grads[5] if h0 is not None else None
+    return out
+
+
+def gated_delta_net_chunked_bwd_ref(
+    q, k, v, g, beta, do, scale=None, initial_state=None, dfinal_state=None, use_qk_l2norm=False, cu_seqlens=None, chunk_size: int = 64, dtype=None
+):
+    """The chunked backward of Gated DeltaNet (``g`` [B, T, H]), written out by hand: the algorithm of
+    cudnn.linear_attention.gdn's backward kernels (three passes), optionally rounding to ``dtype`` where they do.
+    ``dtype=None`` or ``torch.float32`` rounds nowhere and equals :func:`gated_delta_net_recurrent_bwd_ref` up to
+    fp32 reassociation (tests/test_gdn_bwd_reference.py checks it on CPU); ``torch.bfloat16`` is the
+    FlashAttention-rule low-precision baseline of the GPU tests.
+
+    Per chunk (C tokens, cumulative log decay G, Gamma_ij = exp(G_i - G_j) for i >= j, unscaled normalised Q, K;
+    A, Tm, Wm = Tm (beta exp(G) K), U = Tm (beta V), Vn = U - Wm S0^T and P = scale lower_eq(Q K^T Gamma) as in the
+    forward):
+
+    1. states (forward over chunks): S0 of every chunk and Vn (rounded: the stored S0 and Vn).
+    2. state gradients (reverse over chunks; dS1 = the gradient of the chunk's outgoing state, dS1 of the last
+       chunk = ``dfinal_state``)::
+
+           dVn = P^T dO + (K exp(G_C - G)) dS1^T
+           dS0 = exp(G_C) dS1 + dO^T (scale exp(G) Q) - dVn^T Wm           (dS0 of the first chunk = dh0)
+
+    3. intra-chunk gradients (each chunk alone, from S0, dS1, Vn, dVn)::
+
+           dQ   = scale exp(G) (dO S0) + dP~ K          dP~ = scale lower_eq(Gamma * (dO Vn^T))
+           dWm  = -dVn S0        dKb = Tm^T dWm        dUb = Tm^T dVn        dV = beta dUb
+           dTm  = dVn (beta V)^T + dWm (beta exp(G) K)^T                     dA = -strictly_lower(Tm^T dTm Tm^T)
+           B    = dA * beta_i * Gamma
+           dK   = dP~^T Q + exp(G_C - G) (Vn dS1) + beta exp(G) dKb + (B + B^T) K
+           dbeta = rowsum(dUb * V) + rowsum(dKb * exp(G) K) + rowsum(dA * K K^T * Gamma)
+           dG   = rowsum(Q * scale exp(G) (dO S0)) + rowsum(Z) - colsum(Z) + rowsum(dKb * beta exp(G) K)
+                  - rowsum((Vn dS1) * exp(G_C - G) K),   Z = dP~ * Q K^T + dA * A
+           dG_C += exp(G_C) <dS1, S0> + sum((Vn dS1) * exp(G_C - G) K);   dg = reverse cumsum of dG in the chunk
+
+    then the L2-norm chain rule (``dx = r (dxn - xn (xn . dxn))``, r = rsqrt(|x|^2 + 1e-6)) and the sum over the
+    value heads sharing a q/k head (GVA). Returns the dict of :func:`gated_delta_net_recurrent_bwd_ref` (fp32).
+    """
+    torch = _torch()
+    if g.dim() != 3:
+        raise ValueError(f"GDN takes g [B, T, H]; got {tuple(g.shape)}")
+    rounding = dtype is not None and dtype != torch.float32
+
+    def rnd(x):
+        return x.to(dtype).float() if rounding else x
+
+    kdim, h, hk = q.shape[-1], v.shape[2], q.shape[2]
+    vdim = v.shape[-1]
+    sc = 1.0 / math.sqrt(kdim) if scale is None else scale
+    qf, kf = q.float(), k.float()
+    rq = rk = None
+    if use_qk_l2norm:
+        rq = torch.rsqrt((qf * qf).sum(-1, keepdim=True) + 1e-6)
+        rk = torch.rsqrt((kf * kf).sum(-1, keepdim=True) + 1e-6)
+        qf, kf = qf * rq, kf * rk
+    rep = h // hk
+    qn, kn = rnd(qf).repeat_interleave(rep, dim=2), rnd(kf).repeat_interleave(rep, dim=2)
+    vf, gf, bf, dof = v.float(), g.float(), beta.float(), rnd(do.float())
+    bounds = _bounds(cu_seqlens, q.shape[0], q.shape[1])
+    s0_all = initial_state.float() if initial_state is not None else torch.zeros(len(bounds), h, vdim, kdim, device=q.device)
+    dq, dk = torch.zeros_like(qn), torch.zeros_like(kn)
+    dv, dg, dbeta = torch.zeros_like(vf), torch.zeros_like(gf), torch.zeros_like(bf)
+    dh0 = torch.zeros_like(s0_all)
+
+    def chunk_terms(b, c0, c1):
+        C = c1 - c0
+        cq, ck, cv = qn[b, c0:c1].transpose(0, 1), kn[b, c0:c1].transpose(0, 1), vf[b, c0:c1].transpose(0, 1)  # [H, C, *]
+        cb = bf[b, c0:c1].transpose(0, 1)[:, :, None]  # [H, C, 1]
+        G = torch.cumsum(gf[b, c0:c1].transpose(0, 1), dim=1)  # [H, C]
+        diff = G[:, :, None] - G[:, None, :]
+        lower_eq = torch.tril(torch.ones(C, C, dtype=torch.bool, device=q.device))
+        gamma = torch.where(lower_eq, diff, torch.full_like(diff, -float("inf"))).exp()
+        kk = ck @ ck.transpose(-1, -2)
+        qk = cq @ ck.transpose(-1, -2)
+        A = torch.tril(cb * kk * gamma, diagonal=-1)
+        eye = torch.eye(C, device=q.device).expand_as(A)
+        Tm = rnd(torch.linalg.solve_triangular(eye + A, eye, upper=False, unitriangular=True))
+        eg = G.exp()[..., None]  # [H, C, 1]
+        kbg = rnd(cb * ck * eg)
+        vb = rnd(cb * cv)
+        wm = rnd(Tm @ kbg)
+        p = rnd(qk * gamma * sc)
+        gl = G[:, -1:]  # [H, 1]
+        kdec = (gl - G).exp()[..., None]  # [H, C, 1]
+        return dict(q=cq, k=ck, v=cv, b=cb, G=G, gamma=gamma, kk=kk, qk=qk, A=A, Tm=Tm, eg=eg, kbg=kbg, vb=vb, wm=wm, p=p, gl=gl, kdec=kdec)
+
+    for n, (b, bos, eos) in enumerate(bounds):
+        starts = list(range(bos, eos, chunk_size))
+        # 1. states
+        s = s0_all[n].clone()  # [H, V, K] fp32
+        s_ops, vns = [], []
+        for c0 in starts:
+            c = chunk_terms(b, c0, min(c0 + chunk_size, eos))
+            s_op = rnd(s)
+            vn = rnd(c["Tm"] @ c["vb"] - c["wm"] @ s_op.transpose(-1, -2))
+            s_ops.append(s_op)
+            vns.append(vn)
+            s = s * c["gl"].exp()[..., None] + vn.transpose(-1, -2) @ rnd(c["k"] * c["kdec"])
+        # 2. state gradients
+        ds = dfinal_state[n].float().clone() if dfinal_state is not None else torch.zeros_like(s)
+        ds1s, dvns = [None] * len(starts), [None] * len(starts)
+        for idx in reversed(range(len(starts))):
+            c0 = starts[idx]
+            c1 = min(c0 + chunk_size, eos)
+            c = chunk_terms(b, c0, c1)
+            cdo = dof[b, c0:c1].transpose(0, 1)  # [H, C, V]
+            ds_op = rnd(ds)
+            ds1s[idx] = ds_op
+            dvn = rnd(c["p"].transpose(-1, -2) @ cdo + rnd(c["k"] * c["kdec"]) @ ds_op.transpose(-1, -2))
+            dvns[idx] = dvn
+            ds = ds * c["gl"].exp()[..., None] + cdo.transpose(-1, -2) @ rnd(c["q"] * c["eg"] * sc) - dvn.transpose(-1, -2) @ c["wm"]
+        dh0[n] = ds
+        # 3. intra-chunk gradients
+        for idx, c0 in enumerate(starts):
+            c1 = min(c0 + chunk_size, eos)
+            c = chunk_terms(b, c0, c1)
+            cdo = dof[b, c0:c1].transpose(0, 1)
+            S0, dS1, Vn, dVn = s_ops[idx], ds1s[idx], vns[idx], dvns[idx]
+            cq, ck, cv, cb, Tm, eg, kdec = c["q"], c["k"], c["v"], c["b"], c["Tm"], c["eg"], c["kdec"]
+            dq_state = sc * eg * (cdo @ S0)  # [H, C, K]
+            dpt = c["gamma"] * (cdo @ Vn.transpose(-1, -2)) * sc  # lower_eq (gamma is 0 above the diagonal)
+            dpt_op = rnd(dpt)
+            cdq = dq_state + dpt_op @ ck
+            dkd = Vn @ dS1  # [H, C, K]
+            dwm = -(dVn @ S0)
+            dkb = Tm.transpose(-1, -2) @ rnd(dwm)
+            dub = Tm.transpose(-1, -2) @ dVn
+            dTm = dVn @ c["vb"].transpose(-1, -2) + rnd(dwm) @ c["kbg"].transpose(-1, -2)
+            dA = -torch.tril(rnd(Tm.transpose(-1, -2) @ rnd(dTm)) @ Tm.transpose(-1, -2), diagonal=-1)
+            bm = dA * cb * c["gamma"]
+            cdk = dpt_op.transpose(-1, -2) @ cq + kdec * dkd + cb * eg * dkb + rnd(bm + bm.transpose(-1, -2)) @ ck
+            cdv = cb * dub
+            cdbeta = (dub * cv).sum(-1) + (dkb * eg * ck).sum(-1) + (dA * c["kk"] * c["gamma"]).sum(-1)
+            Z = dpt * c["qk"] + dA * c["A"]
+            dG = (cq * dq_state).sum(-1) + Z.sum(-1) - Z.sum(-2) + (dkb * c["kbg"]).sum(-1) - (dkd * kdec * ck).sum(-1)
+            dG[:, -1] += c["gl"][:, 0].exp() * (dS1 * S0).sum((-1, -2)) + (dkd * kdec * ck).sum((-1, -2))
+            cdg = dG.flip(-1).cumsum(-1).flip(-1)
+            dq[b, c0:c1] = cdq.transpose(0, 1)
+            dk[b, c0:c1] = cdk.transpose(0, 1)
+            dv[b, c0:c1] = cdv.transpose(0, 1)
+            dg[b, c0:c1] = cdg.transpose(0, 1)
+            dbeta[b, c0:c1] = cdbeta.squeeze(-1).transpose(0, 1) if cdbeta.dim() == 3 else cdbeta.transpose(0, 1)
+    if rep > 1:
+        dq = dq.unflatten(2, (hk, rep)).sum(3)
+        dk = dk.unflatten(2, (hk, rep)).sum(3)
+    if use_qk_l2norm:
+        qn1, kn1 = q.float() * rq, k.float() * rk
+        dq = rq * (dq - qn1 * (qn1 * dq).sum(-1, keepdim=True))
+        dk = rk * (dk - kn1 * (kn1 * dk).sum(-1, keepdim=True))
+    return {"dq": dq, "dk": dk, "dv": dv, "dg": dg, "dbeta": dbeta, "dh0": dh0 if initial_state is not None else None}

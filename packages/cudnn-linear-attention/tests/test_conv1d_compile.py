@@ -91,3 +91,35 @@ def test_backward_and_update_compile(tmp_path):
         text = ptx()
     names = kernel_symbols(text)
     assert names and all(n.startswith("cudnn_") for n in names), names
+
+
+def test_tvm_ffi_launch_route_builds_a_separate_positional_entry():
+    """``plan.tvm_ffi = True``: the update and forward kernels compile with ``--enable-tvm-ffi`` into their own cache
+    entries, and execute() gets the raw positional ``tvm_ffi.Function`` (ints and a raw stream handle, no DSL
+    argument conversion). The default route is the DSL's own entry (no ``_entry``) unless ``CUDNN_LA_TVM_FFI=1``."""
+    tvm_ffi = pytest.importorskip("tvm_ffi")
+    from cudnn.linear_attention.conv1d.api import CausalConv1dUpdate
+
+    def upd():
+        return CausalConv1dUpdate(
+            TensorDesc.contiguous((8, 256), "bfloat16", "x"),
+            TensorDesc.contiguous((16, 256, 3), "bfloat16", "conv_state"),
+            TensorDesc.contiguous((256, 4), "bfloat16", "weight"),
+            TensorDesc.contiguous((8, 256), "bfloat16", "out"),
+            TensorDesc.contiguous((256,), "bfloat16", "bias"),
+            activation="silu",
+        )
+
+    plain, fast = upd(), upd()
+    plain.tvm_ffi, fast.tvm_ffi = False, True
+    plain.compile()
+    fast.compile()
+    assert plain._entry is None
+    assert fast._compiled_kernel is not plain._compiled_kernel
+    assert isinstance(fast._entry, tvm_ffi.Function)
+    assert fast._entry is not fast._compiled_kernel  # the raw function, not the DSL wrapper
+
+    fwd = _fwd_plan(1000, 3)
+    fwd.tvm_ffi = True
+    fwd.compile()
+    assert fwd._entry is not None and fwd._entry is not fwd._compiled_kernel

@@ -93,6 +93,26 @@ def test_detectors_fail_on_planted_sync_and_allocation(monkeypatch):
     assert_detectors_catch_planted_sync(monkeypatch, api, "_stream", lambda: plan.execute(*args))
 
 
+def test_tvm_ffi_route_no_sync_no_alloc_and_detectors_fire_on_a_planted_violation(monkeypatch):
+    """The tvm-ffi launch route of the decode update (``plan.tvm_ffi = True``): warm executes neither sync nor
+    allocate, and the same detectors go red against a planted .item() + allocation in that route's stream lookup."""
+    pytest.importorskip("tvm_ffi")
+    import cudnn.linear_attention.conv1d.api as api
+
+    x = torch.randn(64, 2048, device="cuda", dtype=torch.bfloat16)
+    state = torch.randn(128, 2048, 3, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(2048, 4, device="cuda", dtype=torch.bfloat16)
+    out = torch.empty_like(x)
+    plan = api.CausalConv1dUpdate(x, state, w, out, None, None, "silu")
+    plan.tvm_ffi = True
+    plan.compile()
+    assert plan._entry is not None
+    plan.execute(x, state, w, out)
+    torch.cuda.synchronize()
+    detectors.assert_no_sync_no_alloc(lambda: plan.execute(x, state, w, out), repeats=3)
+    assert_detectors_catch_planted_sync(monkeypatch, api, "_stream_handle", lambda: plan.execute(x, state, w, out))
+
+
 def test_first_execute_under_capture_replays_like_eager():
     from cudnn.kernel_cache import kernel_cache
     from cudnn.linear_attention.conv1d.api import CausalConv1d

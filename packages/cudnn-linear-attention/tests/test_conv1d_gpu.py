@@ -194,3 +194,64 @@ def test_torch_compile_traces_the_custom_ops():
     cu = _cu([100, 200])
     f = torch.compile(lambda x, w: causal_conv1d(x, w, None, "silu", cu_seqlens=cu) * 2, fullgraph=True)
     torch.testing.assert_close(f(x, w), causal_conv1d(x, w, None, "silu", cu_seqlens=cu) * 2)
+
+
+def test_tvm_ffi_launch_route_matches_the_dsl_entry_bit_for_bit():
+    """The tvm-ffi entry (``plan.tvm_ffi = True``) launches the same device code: forward (varlen, states) and update
+    (indices, in-place state) give the same bits as the DSL's own entry, on torch's current stream and on an explicit
+    side stream, eager and replayed from a CUDA graph; warm executes neither sync nor allocate."""
+    pytest.importorskip("tvm_ffi")
+    from cudnn.linear_attention.conv1d.api import CausalConv1d, CausalConv1dUpdate
+    from cudnn_testing import detectors
+
+    D, W = 512, 4
+    cu = _cu(LENGTHS)
+    x = torch.randn(sum(LENGTHS), D, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(D, W, device="cuda", dtype=torch.bfloat16) * 0.5
+    b = torch.randn(D, device="cuda", dtype=torch.bfloat16)
+    init = torch.randn(len(LENGTHS), D, W - 1, device="cuda", dtype=torch.bfloat16)
+    outs = []
+    for route in (False, True):
+        y, fin = torch.full_like(x, float("nan")), torch.full_like(init, float("nan"))
+        plan = CausalConv1d(x, w, y, b, cu, init, fin, "silu")
+        plan.tvm_ffi = route
+        plan.compile()
+        assert (plan._entry is not None) == route
+        plan.execute(x, w, y, b, cu, init, fin)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        y2 = torch.full_like(x, float("nan"))
+        plan.execute(x, w, y2, b, cu, init, fin, current_stream=side)
+        torch.cuda.current_stream().wait_stream(side)
+        if route:
+            detectors.assert_no_sync_no_alloc(lambda plan=plan, y=y, fin=fin: plan.execute(x, w, y, b, cu, init, fin), repeats=3)
+        outs.append((y, fin, y2))
+    torch.cuda.synchronize()
+    for a, c in zip(outs[0], outs[1], strict=True):
+        assert torch.equal(a, c)
+
+    B, S = 64, 80
+    xs = torch.randn(B, D, device="cuda", dtype=torch.bfloat16)
+    idx = torch.randperm(S, device="cuda")[:B].to(torch.int32)
+    idx[::7] = -1
+    state0 = torch.randn(S, D, W - 1, device="cuda", dtype=torch.bfloat16)
+    res = []
+    for route in (False, True):
+        st, out = state0.clone(), torch.full_like(xs, float("nan"))
+        plan = CausalConv1dUpdate(xs, st, w, out, b, idx, "silu")
+        plan.tvm_ffi = route
+        plan.compile()
+        plan.execute(xs, st, w, out, b, idx)
+        graph = torch.cuda.CUDAGraph()
+        st_g, out_g = state0.clone(), torch.full_like(xs, float("nan"))
+        with torch.cuda.graph(graph):
+            plan.execute(xs, st_g, w, out_g, b, idx)
+        graph.replay()
+        res.append((st, out, st_g, out_g))
+    torch.cuda.synchronize()
+    live = idx >= 0
+    for a, c in zip(res[0], res[1], strict=True):
+        if a.shape == xs.shape:
+            a, c = a[live], c[live]
+        assert torch.equal(a, c)
+    assert torch.equal(res[1][0], res[1][2]) and torch.equal(res[1][1][live], res[1][3][live])  # replay == eager

@@ -5,69 +5,28 @@ batch and length (dense) is a kernel-cache hit (Rule 4). Two compiles, a few sec
 
 from __future__ import annotations
 
+import os
+import sys
+
 import pytest
 
 from cudnn.api_base import TensorDesc
 from cudnn_testing.compile_only import keep_artifacts, kernel_symbols
-from cudnn_testing.markers import skip_unless_cutedsl
 
 pytestmark = pytest.mark.compile_only
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/_delta_rule_cases.py: --import-mode=importlib adds no test folder
+from _delta_rule_cases import GDN, compile_varlen_plan, frame_sizes, skip_unless_family_dsl  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
 def _dsl():
-    skip_unless_cutedsl("4.8.0", "cudnn.linear_attention.gated_delta_net")
+    skip_unless_family_dsl(GDN)
     pytest.importorskip("cutlass")
 
 
-def _frame_sizes(tmp_path) -> list[int]:
-    """EIATTR_FRAME_SIZE (0x11) of every kernel in the dumped cubins: 0 means ptxas spilled nothing to local memory."""
-    import glob
-    import struct
-
-    sizes = []
-    for path in glob.glob(str(tmp_path / "**" / "*.cubin"), recursive=True):
-        data = open(path, "rb").read()
-        shoff = struct.unpack_from("<Q", data, 0x28)[0]
-        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
-        secs = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
-        names = secs[shstrndx][4]
-        for sec in secs:
-            name = data[names + sec[0] : data.index(b"\0", names + sec[0])]
-            if name != b".nv.info":
-                continue
-            off, end = sec[4], sec[4] + sec[5]
-            while off < end:
-                fmt, attr = data[off], data[off + 1]
-                if fmt == 4:  # EIFMT_SVAL: u16 size, then (function index u32, value u32) for these attributes
-                    size = struct.unpack_from("<H", data, off + 2)[0]
-                    if attr == 0x11:
-                        sizes.append(struct.unpack_from("<I", data, off + 8)[0])
-                    off += 4 + size
-                else:
-                    off += 4
-    return sizes
-
-
-def _varlen_plan(T, N, D=128, H=4, Hk=2):
-    from cudnn.linear_attention.gdn.api import GatedDeltaNetFwdSm90
-
-    qk = TensorDesc.contiguous((T, Hk, D), "bfloat16", "q")
-    v = TensorDesc.contiguous((T, H, D), "bfloat16", "v")
-    gate = TensorDesc.contiguous((T, H), "float32", "g")
-    st = TensorDesc.contiguous((N, H, D, D), "float32", "state")
-    return GatedDeltaNetFwdSm90(
-        qk,
-        qk,
-        v,
-        gate,
-        gate,
-        v,
-        use_qk_l2norm_in_kernel=True,
-        initial_state=st,
-        final_state=st,
-        cu_seqlens=TensorDesc.contiguous((N + 1,), "int32", "cu_seqlens"),
-    )
+def _varlen_plan(T, N):
+    return compile_varlen_plan(GDN, T, N)
 
 
 def _dense_plan(B, L, D=64, H=2):
@@ -95,7 +54,7 @@ def test_varlen_kernel_issues_wgmma_and_is_one_artifact_for_every_batch(tmp_path
     assert "wgmma.fence" in text and "wgmma.wait_group" in text
     assert "fence.proxy.async.shared::cta" in text  # generic-proxy smem writes published to WGMMA
     assert ".local" not in text
-    frames = _frame_sizes(tmp_path)
+    frames = frame_sizes(tmp_path)
     assert frames and all(f == 0 for f in frames), frames  # ptxas spilled nothing (254 registers, measured)
 
     misses = kernel_cache.stats.misses

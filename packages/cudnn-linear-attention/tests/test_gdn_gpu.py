@@ -18,6 +18,9 @@ the same), g = logsigmoid(N(0,1)) / 8, beta ~ U(0, 1)."""
 
 from __future__ import annotations
 
+import os
+import sys
+
 import pytest
 
 from cudnn_testing.markers import skip_unless_cutedsl, skip_unless_sm90
@@ -25,6 +28,9 @@ from cudnn_testing.markers import skip_unless_cutedsl, skip_unless_sm90
 torch = pytest.importorskip("torch")
 
 pytestmark = pytest.mark.gpu
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/_delta_rule_cases.py: --import-mode=importlib adds no test folder
+from _delta_rule_cases import GDN, check_adapter_execute_rebinds_new_totals  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -147,25 +153,7 @@ def test_dense_batch_equals_packed_and_strided_views_are_read_natively():
 
 def test_adapter_execute_rebinds_new_totals():
     """One adapter, executed on batches with other token totals and sequence counts (no re-plan)."""
-    from cudnn.linear_attention.gdn.api import GatedDeltaNetFwdSm90
-    from cudnn_testing.data import cu_seqlens, poison
-
-    H, D = 2, 128
-
-    def batch(lengths):
-        q, k, v, g, beta, h0 = _inputs(sum(lengths), H, H, D, True, len(lengths))
-        return q, k, v, g, beta, poison(torch.empty_like(v)), h0, torch.empty_like(h0), cu_seqlens(lengths, "cuda")
-
-    first = batch([100, 30])
-    plan = GatedDeltaNetFwdSm90(*first[:6], use_qk_l2norm_in_kernel=True, initial_state=first[6], final_state=first[7], cu_seqlens=first[8])
-    plan.compile()
-    for lengths in ([100, 30], [1, 1, 1, 513], [64] * 9):
-        q, k, v, g, beta, o, h0, ht, cu = batch(lengths)
-        plan.execute(q, k, v, g, beta, o, h0, ht, cu)
-        torch.cuda.synchronize()
-        ref_o, ref_s, low_o, low_s = _refs(q, k, v, g, beta, h0, True, cu)
-        _check(o, ref_o, low_o, f"o {lengths}")
-        _check(ht, ref_s, low_s, f"final_state {lengths}")
+    check_adapter_execute_rebinds_new_totals(GDN, _inputs, _refs, _check)
 
 
 def test_column_solve_variant_matches_recurrence():

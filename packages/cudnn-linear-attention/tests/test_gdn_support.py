@@ -4,6 +4,7 @@ algorithm (shared reference) agreeing with the chunked and recurrent references.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -11,25 +12,12 @@ import pytest
 
 from cudnn.api_base import TensorDesc
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/_delta_rule_cases.py: --import-mode=importlib adds no test folder
+from _delta_rule_cases import GDN, support_plan  # noqa: E402
 
-def _plan(T=300, H=4, Hk=2, D=128, N=3, *, q_dtype="bfloat16", g_dtype="float32", q=None, state=True, cu=True, **kw):
-    from cudnn.linear_attention.gdn.api import GatedDeltaNetFwdSm90
 
-    q = q or TensorDesc.contiguous((T, Hk, D), q_dtype, "q")
-    v = TensorDesc.contiguous((T, H, D), "bfloat16", "v")
-    st = TensorDesc.contiguous((N, H, D, D), "float32", "state") if state else None
-    return GatedDeltaNetFwdSm90(
-        q,
-        TensorDesc.contiguous(q.shape, q.dtype, "k"),
-        v,
-        TensorDesc.contiguous((T, H), g_dtype, "g"),
-        TensorDesc.contiguous((T, H), "float32", "beta"),
-        v,
-        initial_state=st,
-        final_state=st,
-        cu_seqlens=TensorDesc.contiguous((N + 1,), "int32", "cu_seqlens") if cu else None,
-        **kw,
-    )
+def _plan(*args, **kw):
+    return support_plan(GDN, *args, **kw)
 
 
 def _dsl_ok():

@@ -110,3 +110,24 @@ def test_chunked_reference_gradients_match_recurrent(kind):
         grads.append(torch.autograd.grad(loss, leaves))
     for name, a, b in zip(("dq", "dk", "dv", "dg", "dbeta", "ds0"), grads[0], grads[1], strict=True):
         torch.testing.assert_close(b, a, atol=1e-4, rtol=1e-3, msg=name)
+
+
+@pytest.mark.parametrize("l2norm", [False, True])
+def test_kda_lowp_reference_split_decay_is_exact_in_fp32_and_close_in_bf16(l2norm):
+    """The KDA kernel's emulation (decay split around a reference token per 16-row block) is the chunked algorithm:
+    with no rounding it equals the recurrence; rounded to bf16 it stays within bf16 noise of it, with fla's
+    safe-gate range (g in [-5, 0)) where the split factors reach exp(35)."""
+    from cudnn_testing.reference_linear_attention import kimi_delta_attention_chunked_lowp_ref
+
+    q, k, v, _, beta = _inputs("kda", T=150, K=64, V=64)
+    gate = -5.0 * torch.sigmoid(torch.randn(1, 150, 4, 64, generator=torch.Generator().manual_seed(1)))
+    cu = torch.tensor([0, 1, 66, 67, 150], dtype=torch.int32)
+    s0 = torch.randn(4, 4, 64, 64) * 0.2
+    kw = dict(initial_state=s0, output_final_state=True, use_qk_l2norm=l2norm, cu_seqlens=cu)
+    o_r, s_r = kimi_delta_attention_ref(q, k, v, gate, beta, **kw)
+    o_f, s_f = kimi_delta_attention_chunked_lowp_ref(q, k, v, gate, beta, dtype=torch.float32, **kw)
+    torch.testing.assert_close(o_f, o_r, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(s_f, s_r, rtol=1e-4, atol=1e-4)
+    o_b, s_b = kimi_delta_attention_chunked_lowp_ref(q, k, v, gate, beta, **kw)
+    assert (o_b.float() - o_r).abs().max() < 0.05 * o_r.abs().max()
+    assert (s_b - s_r).abs().max() < 0.05 * s_r.abs().max()

@@ -43,6 +43,8 @@ _LAZY_OPTIONAL_IMPORTS: dict[str, tuple[str, str, str]] = {
     # linear attention
     "causal_conv1d": ("cudnn.linear_attention", "causal_conv1d", "cudnn-linear-attention"),
     "causal_conv1d_update": ("cudnn.linear_attention", "causal_conv1d_update", "cudnn-linear-attention"),
+    "gated_delta_net": ("cudnn.linear_attention", "gated_delta_net", "cudnn-linear-attention"),
+    "kimi_delta_attention": ("cudnn.linear_attention", "kimi_delta_attention", "cudnn-linear-attention"),
     # core utilities that need torch at call time (the modules themselves import it lazily)
     "as_torch_stream": ("cudnn._torch_stream", "as_torch_stream", "cudnn-core"),
     "stream_context": ("cudnn._torch_stream", "stream_context", "cudnn-core"),

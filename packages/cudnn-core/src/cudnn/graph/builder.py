@@ -30,6 +30,7 @@ from .enums import build_plan_policy, heur_mode, reduction_mode, tensor_reorderi
 from .errors import GraphValidationError
 from .handles import Handle, check_handle
 from .nodes import Node, node_kind
+from .ops_linear_attention import LinearAttentionOps
 from .ops_pointwise import PointwiseOps
 from .ops_sdpa import SdpaOps
 
@@ -49,7 +50,7 @@ class _Candidate:
         return self.engine.name
 
 
-class pygraph(PointwiseOps, SdpaOps):  # noqa: N801 - upstream's spelling
+class pygraph(PointwiseOps, SdpaOps, LinearAttentionOps):  # noqa: N801 - upstream's spelling
     """A graph of tensors and nodes; see the module docstring for the lifecycle."""
 
     def __init__(

@@ -15,6 +15,8 @@ sdpa           q, k, v, attn_scale, bias, seq_len_q, seq_len_kv,        o, stats
                sink_token, block_mask, dropout_seed, dropout_offset
 sdpa_backward  q, k, v, o, dO, stats, attn_scale, bias, seq_len_q,      dQ, dK, dV, dBias, dSink_token
                seq_len_kv, sink_token
+gdn, kda       q, k, v, g, beta, cu_seqlens, initial_state              O, final_state
+               (cudnn.graph.ops_linear_attention)
 ============== ======================================================== ==============================
 
 Absent optional ports hold None. ``attrs`` hold plan-time values: pointwise ``mode`` (a
@@ -25,7 +27,7 @@ Absent optional ports hold None. ``attrs`` hold plan-time values: pointwise ``mo
 when it is the ``attn_scale`` input tensor or absent), ``generate_stats``, ``use_padding_mask``,
 ``use_alibi_mask``, ``dropout``, ``paged_attention_max_seq_len_kv`` and the caller's flags as given.
 
-Families add node kinds (kda, gdn, grouped matmul) with :func:`register_node_kind` and graph methods
+Families add node kinds (grouped matmul, ...) with :func:`register_node_kind` and graph methods
 with :func:`register_graph_method`; the reference engine learns them with
 ``cudnn.graph.reference.register_reference_op``.
 """

@@ -175,4 +175,5 @@ def register(registry) -> None:
     registry.add(ReferenceEngine())
 
 
+from . import reference_linear_attention as _reference_linear_attention  # noqa: E402,F401 - gdn / kda
 from . import reference_ops as _reference_ops  # noqa: E402,F401 - the built-in ops (torch imported inside them)

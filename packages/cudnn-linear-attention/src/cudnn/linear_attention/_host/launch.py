@@ -52,3 +52,36 @@ def launch_stream(current_stream, device):
     from cudnn._torch_stream import launch_stream_handle
 
     return cuda.CUstream(launch_stream_handle(current_stream, device))
+
+
+def use_tvm_ffi_default() -> bool:
+    """The default launch route of the causal_conv1d adapters: the tvm-ffi entry when ``CUDNN_LA_TVM_FFI=1`` and
+    apache-tvm-ffi is importable, else the DSL's own entry (the default until the GPU A/B flips it)."""
+    import os
+
+    from cudnn._compat import tvm_ffi_available
+
+    return os.environ.get("CUDNN_LA_TVM_FFI", "0") == "1" and tvm_ffi_available()
+
+
+def tvm_ffi_entry(fn):
+    """The positional ``tvm_ffi.Function`` under a DSL tvm-ffi compiled function (``--enable-tvm-ffi``).
+
+    The launch then takes pointers as Python ints (``tensor.data_ptr()``) or None for a compiled-out operand,
+    extents and strides as ints and the stream as a raw handle: a few microseconds per call instead of building
+    cute Pointer objects and a CUstream and the DSL's generic argument conversion. The DSL's own wrapper walks
+    every argument in Python; the raw function underneath skips that identity work. Anything else is returned
+    unchanged (the pattern of cudnn.sdpa.fwd.api._raw_tvm_ffi_entry)."""
+    get = getattr(fn, "__tvm_ffi_object__", None)
+    raw = get() if get is not None else None
+    if raw is not None:
+        return raw
+    try:
+        import tvm_ffi
+    except ImportError:
+        return fn
+    if isinstance(fn, tvm_ffi.Function) and type(fn) is not tvm_ffi.Function:
+        import functools
+
+        return functools.partial(tvm_ffi.Function.__call__, fn)
+    return fn

@@ -10,6 +10,10 @@ Three adapters, one per kernel family member, each ``check_support -> compile ->
 - :class:`CausalConv1dUpdate`: one decode step over a rolling state [S, D, W - 1], in place, with
   optional ``conv_state_indices`` int32 [B] (negative rows are padding and are skipped).
 
+Launch route (forward and update): the DSL's own entry (cute Pointers, a CUstream) or, with ``plan.tvm_ffi = True``
+before ``compile()`` (default when ``CUDNN_LA_TVM_FFI=1``), the tvm-ffi entry (integer addresses, a raw stream
+handle; the host cost of a decode-step launch drops by tens of microseconds). Same device code either way.
+
 Plan-time (the compile key, Rule 4): dtypes, kernel width W, bias / SiLU / varlen / state flags. Runtime
 (kernel arguments, never keys): the token total T, D, N, every stride. ``execute`` validates and launches;
 it never converts, copies, allocates or reads device memory (Rules 1-3), and launches on
@@ -36,6 +40,8 @@ from .._host.launch import fake_gmem_ptr as _fake_ptr
 from .._host.launch import gmem_ptr as _ptr
 from .._host.launch import launch_stream as _stream
 from .._host.launch import torch_dtype as _torch_dtype
+from .._host.launch import tvm_ffi_entry as _tvm_ffi_entry
+from .._host.launch import use_tvm_ffi_default as _use_tvm_ffi_default
 from .._host.plan import check_declared, set_descs
 
 CUTEDSL_FLOOR = "4.8.0"
@@ -132,11 +138,12 @@ def _state_strides(t) -> tuple[int, int, int]:
     return (0, 0, 0) if t is None else tuple(int(s) for s in t.stride())
 
 
-def _compile_cached(key, kernel_module: str, kernel_class: str, fake_ptrs, n_ints: int):
+def _compile_cached(key, kernel_module: str, kernel_class: str, fake_ptrs, n_ints: int, tvm_ffi: bool = False):
     """The compiled kernel of ``key`` from the kernel cache (family ``FAMILY``), built on a miss as
     ``cute.compile(<kernel_module>.<kernel_class>(key), *pointers, *[Int32] * n_ints, stream)``.
 
     ``fake_ptrs``: ``(cutlass type name, alignment)`` per pointer argument, or None for an absent one.
+    ``tvm_ffi``: compile the tvm-ffi entry (``--enable-tvm-ffi``; same device code), cached under ``(key, "tvm-ffi")``.
     The kernel module is imported only when building (this module stays free of cutlass at import)."""
 
     def build():
@@ -148,11 +155,23 @@ def _compile_cached(key, kernel_module: str, kernel_class: str, fake_ptrs, n_int
 
         kernel = getattr(importlib.import_module(kernel_module, __package__), kernel_class)
         ptrs = [None if p is None else _fake_ptr(*p) for p in fake_ptrs]
+        if tvm_ffi:
+            return cute.compile(kernel(key), *ptrs, *[Int32(8)] * n_ints, cuda.CUstream(0), options="--enable-tvm-ffi")
         return cute.compile(kernel(key), *ptrs, *[Int32(8)] * n_ints, cuda.CUstream(0))
 
     from cudnn.kernel_cache import kernel_cache
 
-    return kernel_cache.get_or_compile(key, build, family=FAMILY)
+    return kernel_cache.get_or_compile((key, "tvm-ffi") if tvm_ffi else key, build, family=FAMILY)
+
+
+def _data_ptr(t):
+    return None if t is None else t.data_ptr()
+
+
+def _stream_handle(current_stream, device) -> int:
+    from cudnn._torch_stream import launch_stream_handle
+
+    return launch_stream_handle(current_stream, device)
 
 
 class _Conv1dCommon(APIBase):
@@ -214,6 +233,10 @@ class CausalConv1d(_Conv1dCommon):
         super().__init__()
         set_descs(self, x=x, weight=weight, out=out, bias=bias, cu_seqlens=cu_seqlens, initial_states=initial_states, final_states=final_states)
         self.activation = activation
+        #: Launch route (set before compile()): the tvm-ffi entry (True) or the DSL's own (False; default unless
+        #: ``CUDNN_LA_TVM_FFI=1``). Same device code either way; the tvm-ffi artifact is a separate cache entry.
+        self.tvm_ffi = _use_tvm_ffi_default()
+        self._entry = None
 
     def _states(self):
         return (self.initial_states, self.final_states)
@@ -261,7 +284,10 @@ class CausalConv1d(_Conv1dCommon):
             (s, 1) if key.has_init else None,
             (s, 1) if key.has_final else None,
         ]
-        self._compiled_kernel = _compile_cached(key, ".fwd_kernel", "CausalConv1dFwd", ptrs, 12)
+        self._entry = None
+        self._compiled_kernel = _compile_cached(key, ".fwd_kernel", "CausalConv1dFwd", ptrs, 12, self.tvm_ffi)
+        if self.tvm_ffi:
+            self._entry = _tvm_ffi_entry(self._compiled_kernel)
 
     def execute(self, x, weight, out, bias=None, cu_seqlens=None, initial_states=None, final_states=None, *, current_stream=None):
         """Launch on ``current_stream``. ``x``/``out`` may carry a different token total T than the plan (THD)."""
@@ -289,6 +315,26 @@ class CausalConv1d(_Conv1dCommon):
         seq_arg = self._seq_len if not varlen else 0
         if not varlen and x.dim() == 3:
             seq_arg = int(x.shape[1])
+        if self._entry is not None:  # tvm-ffi: integer addresses, ints and a raw stream handle, no per-call conversion
+            self._entry(
+                x.data_ptr(),
+                weight.data_ptr(),
+                _data_ptr(bias),
+                out.data_ptr(),
+                _data_ptr(cu_seqlens),
+                _data_ptr(initial_states),
+                _data_ptr(final_states),
+                T,
+                D,
+                sx,
+                sy,
+                max(seq_arg, 1),
+                n_seqs,
+                *_state_strides(initial_states),
+                *_state_strides(final_states),
+                _stream_handle(current_stream, x.device),
+            )
+            return out
         sdt = (self.initial_states or self.final_states).dtype if (initial_states is not None or final_states is not None) else None
         self._compiled_kernel(
             _ptr(x, self.x.dtype, 16),
@@ -477,6 +523,9 @@ class CausalConv1dUpdate(APIBase):
         super().__init__()
         set_descs(self, x=x, conv_state=conv_state, weight=weight, out=out, bias=bias, conv_state_indices=conv_state_indices)
         self.activation = activation
+        #: Launch route (set before compile()), as :class:`CausalConv1d`'s.
+        self.tvm_ffi = _use_tvm_ffi_default()
+        self._entry = None
 
     def check_support(self) -> bool:
         what = "causal_conv1d_update"
@@ -545,7 +594,10 @@ class CausalConv1dUpdate(APIBase):
             ("Int32", 4) if key.has_indices else None,
             (key.dtype, 16),
         ]
-        self._compiled_kernel = _compile_cached(key, ".update_kernel", "CausalConv1dUpdate", ptrs, 8)
+        self._entry = None
+        self._compiled_kernel = _compile_cached(key, ".update_kernel", "CausalConv1dUpdate", ptrs, 8, self.tvm_ffi)
+        if self.tvm_ffi:
+            self._entry = _tvm_ffi_entry(self._compiled_kernel)
 
     def execute(self, x, conv_state, weight, out, bias=None, conv_state_indices=None, *, current_stream=None):
         what = "CausalConv1dUpdate.execute"
@@ -566,6 +618,23 @@ class CausalConv1dUpdate(APIBase):
         if self._compiled_kernel is None:
             self.compile()
         B, D = int(x.shape[0]), int(x.shape[1])
+        if self._entry is not None:  # tvm-ffi: integer addresses, ints and a raw stream handle, no per-call conversion
+            self._entry(
+                x.data_ptr(),
+                weight.data_ptr(),
+                _data_ptr(bias),
+                conv_state.data_ptr(),
+                _data_ptr(conv_state_indices),
+                out.data_ptr(),
+                B,
+                D,
+                int(conv_state.shape[0]),
+                int(x.stride(0)) if B > 1 else D,
+                int(out.stride(0)) if B > 1 else D,
+                *(int(s) for s in conv_state.stride()),
+                _stream_handle(current_stream, x.device),
+            )
+            return out
         self._compiled_kernel(
             _ptr(x, self.x.dtype, 16),
             _ptr(weight, self.weight.dtype, 16),

@@ -65,18 +65,36 @@ from dataclasses import dataclass
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
-import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass import BFloat16, Float32, Int32, Int64, const_expr
-from cutlass.cute.nvgpu import warpgroup
 
-from cudnn import _compat
-
-CHUNK = 64  # tokens per chunk
-BV = 64  # rows of S (value channels) per CTA
-THREADS = 128  # one warpgroup
-L2NORM_EPS = 1e-6
-VEC = 8  # bf16 elements per 16-byte load
-SOLVE_BLOCK = 16  # diagonal block of the blocked triangular solve
+from .._device.delta_rule import (  # noqa: F401  (L2NORM_EPS: re-exported, the kernel's constant)
+    BV,
+    CHUNK,
+    L2NORM_EPS,
+    SOLVE_BLOCK,
+    THREADS,
+    VEC,
+    cta_coords,
+    k_major_smem_layout,
+    load_half_row,
+    load_state,
+    load_v_half_row,
+    make_accumulators,
+    make_mma_n64,
+    make_qkvo_views,
+    make_seq_state_views,
+    sequence_bounds,
+    solve_unit_lower_blocked,
+    state_to_smem,
+    store_beta_v_t,
+    store_final_state,
+    store_output_rows,
+    wy_fragments,
+    wy_values,
+)
+from .._device.delta_rule import row_scale as _row_scale
+from .._device.delta_rule import smem_ready as _smem_ready
+from .._device.delta_rule import wgmma as _wgmma
 
 
 @dataclass(frozen=True)
@@ -94,43 +112,6 @@ class GdnFwdKey:
     blocked_solve: bool = True  # Tm by 16 x 16 diagonal blocks + block-row merges (False: one thread per column)
 
 
-@cute.jit
-def _wgmma(tiled_mma: cute.TiledMma, acc: cute.Tensor, tCrA: cute.Tensor, tCrB: cute.Tensor, zero_init: cutlass.Constexpr[bool]):
-    """acc (+)= A @ B over every k-block of the fragments; one committed WGMMA group, waited for."""
-    warpgroup.fence()
-    atom = cute.make_mma_atom(tiled_mma.op)
-    atom.set(warpgroup.Field.ACCUMULATE, not zero_init)
-    for kb in cutlass.range_constexpr(cute.size(tCrA.shape[2])):
-        cute.gemm(atom, acc, tCrA[None, None, kb], tCrB[None, None, kb], acc)
-        atom.set(warpgroup.Field.ACCUMULATE, True)
-    warpgroup.commit_group()
-    warpgroup.wait_group(0)
-
-
-@cute.jit
-def _row_scale(rbuf: cute.Tensor, keep: Float32, l2norm: cutlass.Constexpr[bool], nv: cutlass.Constexpr[int], vec: cutlass.Constexpr[int]) -> Float32:
-    """The factor a staged bf16 half row ``rbuf`` [1, 1, vec, nv] is multiplied by: ``keep`` (1 inside the
-    sequence, 0 past its end), times ``rsqrt(sum x^2 + eps)`` over the whole row (this lane's half and its
-    ``shuffle_sync_bfly(1)`` partner's) when ``l2norm``."""
-    inv = keep
-    if const_expr(l2norm):
-        ss = Float32(0.0)
-        for vj in cutlass.range_constexpr(nv):
-            for e in cutlass.range_constexpr(vec):
-                x = rbuf[0, 0, e, vj].to(Float32)
-                ss = ss + x * x
-        ss = ss + cute.arch.shuffle_sync_bfly(ss, offset=1)
-        inv = keep * cute.math.rsqrt(ss + Float32(L2NORM_EPS))
-    return inv
-
-
-@cute.jit
-def _smem_ready():
-    """Generic-proxy shared-memory writes of every thread become visible to the next WGMMA (async proxy)."""
-    cute.arch.fence_view_async_shared()
-    cute.arch.sync_threads()
-
-
 class GatedDeltaNetChunkFwd:
     """The kernel class: ``__init__`` holds the plan (the compile key), ``__call__`` launches."""
 
@@ -140,14 +121,6 @@ class GatedDeltaNetChunkFwd:
         self.D = key.head_dim
         self.g_dtype = getattr(cutlass, key.g_dtype)
         self.beta_dtype = getattr(cutlass, key.beta_dtype)
-
-    def _smem_layout(self, rows: int, cols: int, stages: int | None = None):
-        """K-major (row-major, reduction dim contiguous) 128B-swizzled bf16 tile, as WGMMA reads it (``stages`` of them)."""
-        layout_enum = _compat.layout_enum()
-        atom = warpgroup.make_smem_layout_atom(sm90_utils.get_smem_layout_atom(layout_enum.ROW_MAJOR, BFloat16, cols), BFloat16)
-        if stages is None:
-            return cute.tile_to_shape(atom, (rows, cols), order=(0, 1))
-        return cute.tile_to_shape(atom, (rows, cols, stages), order=(0, 1, 2))
 
     @cute.jit
     def __call__(
@@ -174,35 +147,16 @@ class GatedDeltaNetChunkFwd:
         stream: cuda.CUstream,
     ):
         D = self.D
-        # q, k, v: token / head strides are multiples of VEC elements and the bases 16-byte aligned (checked by the
-        # adapter), so each thread reads its part of a row with 16-byte vector loads.
-        mQ = cute.make_tensor(q_ptr, cute.make_layout((T, qk_heads, D), stride=(cute.assume(q_strides[0], divby=VEC), cute.assume(q_strides[1], divby=VEC), 1)))
-        mK = cute.make_tensor(k_ptr, cute.make_layout((T, qk_heads, D), stride=(cute.assume(k_strides[0], divby=VEC), cute.assume(k_strides[1], divby=VEC), 1)))
-        mV = cute.make_tensor(v_ptr, cute.make_layout((T, heads, D), stride=(cute.assume(v_strides[0], divby=VEC), cute.assume(v_strides[1], divby=VEC), 1)))
-        gQ = cute.zipped_divide(mQ, (1, 1, VEC))
-        gK = cute.zipped_divide(mK, (1, 1, VEC))
-        gV = cute.zipped_divide(mV, (1, 1, VEC))
-        mO = cute.make_tensor(o_ptr, cute.make_layout((T, heads, D), stride=(o_strides[0], o_strides[1], 1)))
+        gQ, gK, gV, mO = make_qkvo_views(q_ptr, k_ptr, v_ptr, o_ptr, T, heads, qk_heads, q_strides, k_strides, v_strides, o_strides, D)
         mG = cute.make_tensor(g_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
         mB = cute.make_tensor(beta_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
-        mCu = None
-        if const_expr(self.key.varlen):
-            mCu = cute.make_tensor(cu_ptr, cute.make_layout((n_seqs + 1,)))
-        state_layout = cute.make_layout((n_seqs, heads, D, D), stride=(Int64(heads) * (D * D), D * D, D, 1))
-        mH0 = None
-        if const_expr(self.key.has_initial):
-            mH0 = cute.make_tensor(h0_ptr, state_layout)
-        mHT = None
-        if const_expr(self.key.has_final):
-            mHT = cute.make_tensor(ht_ptr, state_layout)
+        mCu, mH0, mHT = make_seq_state_views(cu_ptr, h0_ptr, ht_ptr, n_seqs, heads, D, self.key.varlen, self.key.has_initial, self.key.has_final)
 
         # One tiled MMA for every product: 64 x 64 outputs, K-major A and B.
-        mma_n64 = sm90_utils.make_trivial_tiled_mma(
-            BFloat16, BFloat16, warpgroup.OperandMajorMode.K, warpgroup.OperandMajorMode.K, Float32, atom_layout_mnk=(1, 1, 1), tiler_mn=(64, 64)
-        )
-        l_ck = self._smem_layout(CHUNK, D)  # [tokens or V-rows, K]: Q, K, -Wm, S
-        l_kc = self._smem_layout(CHUNK, CHUNK, D // BV)  # [64 K-channels, tokens] x K/64: (beta K exp G)^T, then (K exp(G_C - G))^T
-        l_cc = self._smem_layout(CHUNK, CHUNK)  # [64, 64]: Tm, P, (beta V)^T, Vn^T
+        mma_n64 = make_mma_n64()
+        l_ck = k_major_smem_layout(CHUNK, D)  # [tokens or V-rows, K]: Q, K, -Wm, S
+        l_kc = k_major_smem_layout(CHUNK, CHUNK, D // BV)  # [64 K-channels, tokens] x K/64: (beta K exp G)^T, then (K exp(G_C - G))^T
+        l_cc = k_major_smem_layout(CHUNK, CHUNK)  # [64, 64]: Tm, P, (beta V)^T, Vn^T
 
         @cute.struct
         class SharedStorage:
@@ -255,18 +209,10 @@ class GatedDeltaNetChunkFwd:
     ):
         D = self.D
         HALF = D // 2  # channels of a q / k row owned by one thread (two threads per row)
-        VQ = BV // 2  # value channels of a row owned by one thread
         NH = D // BV  # 64-channel blocks of K
-        tidx, _, _ = cute.arch.thread_idx()
-        seq, head, vblk = cute.arch.block_idx()
-        hk = head // (heads // qk_heads)
-        v0 = vblk * BV
+        tidx, seq, head, hk, v0 = cta_coords(heads, qk_heads)
 
-        bos = seq * seq_len
-        eos = bos + seq_len
-        if const_expr(self.key.varlen):
-            bos = mCu[seq]
-            eos = mCu[seq + 1]
+        bos, eos = sequence_bounds(mCu, seq, seq_len, self.key.varlen)
         n_chunks = (eos - bos + (CHUNK - 1)) // CHUNK
 
         smem = cutlass.utils.SmemAllocator()
@@ -294,30 +240,10 @@ class GatedDeltaNetChunkFwd:
         kk_B = wg64.make_fragment_B(wg64.partition_B(sK))
         qk_A = wg64.make_fragment_A(wg64.partition_A(sQ))
         kt_B = wg64.make_fragment_B(wg64.partition_B(sKT))  # (.., .., .., K / 64): one B operand per 64 K-channels
-        u_A = wg64.make_fragment_A(wg64.partition_A(sTm))
-        u_B = wg64.make_fragment_B(wg64.partition_B(sVT))
-        vn_A = wg64.make_fragment_A(wg64.partition_A(sW))
-        s0_B = wg64.make_fragment_B(wg64.partition_B(sS))
-        pv_A = wg64.make_fragment_A(wg64.partition_A(sP))
-        pv_B = wg64.make_fragment_B(wg64.partition_B(sVnT))
-        su_A = wg64.make_fragment_A(wg64.partition_A(sVnT))
-        acc_a = cute.make_rmem_tensor(wg64.partition_shape_C((CHUNK, CHUNK)), Float32)
-        acc_b = cute.make_rmem_tensor(wg64.partition_shape_C((CHUNK, CHUNK)), Float32)
-        # The state slice S[64, K] as K / 64 accumulators of 64 x 64 (every product is m64n64: 128 accumulator
-        # registers live in all, so nothing spills).
-        acc_s = [cute.make_rmem_tensor(wg64.partition_shape_C((BV, BV)), Float32) for _ in range(NH)]
-        # (row, col) of each accumulator element of this thread.
-        c64 = mma_n64.get_slice(tidx).partition_C(cute.make_identity_tensor((CHUNK, CHUNK)))
+        u_A, u_B, vn_A, s0_B, pv_A, pv_B, su_A = wy_fragments(wg64, sTm, sVT, sW, sS, sP, sVnT)
+        acc_a, acc_b, acc_s, c64 = make_accumulators(mma_n64, wg64, tidx, NH)
 
-        # The state slice S[v0:v0+64, :] enters the accumulator (fp32) and shared memory (bf16).
-        for h in cutlass.range_constexpr(NH):
-            for i in cutlass.range_constexpr(cute.size(acc_a)):
-                rc = c64[i]
-                s_in = Float32(0.0)
-                if const_expr(self.key.has_initial):
-                    s_in = mH0[seq, head, v0 + rc[0], h * BV + rc[1]]
-                acc_s[h][i] = s_in
-                sS[rc[0], h * BV + rc[1]] = s_in.to(BFloat16)
+        load_state(acc_s, sS, mH0, c64, seq, head, v0, NH, self.key.has_initial)
 
         row = tidx // 2  # loader mapping: two threads per token row
         half = tidx % 2
@@ -355,19 +281,14 @@ class GatedDeltaNetChunkFwd:
             # the sum of squares and the normalised values are both formed from the staged bf16 values.
             NV = HALF // VEC
             rbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NV)), BFloat16)
-            for vj in cutlass.range_constexpr(NV):
-                cute.autovec_copy(gQ[(None, None, None), (t_row, hk, half * NV + vj)], rbuf[None, None, None, vj])
+            load_half_row(gQ, rbuf, t_row, hk, half, NV)
             inv_q = _row_scale(rbuf, keep, self.key.l2norm, NV, VEC)
             for vj in cutlass.range_constexpr(NV):
                 for e in cutlass.range_constexpr(VEC):
                     sQ[row, half * HALF + vj * VEC + e] = (rbuf[0, 0, e, vj].to(Float32) * inv_q).to(BFloat16)
-            for vj in cutlass.range_constexpr(NV):
-                cute.autovec_copy(gK[(None, None, None), (t_row, hk, half * NV + vj)], rbuf[None, None, None, vj])
+            load_half_row(gK, rbuf, t_row, hk, half, NV)
             inv_k = _row_scale(rbuf, keep, self.key.l2norm, NV, VEC)
-            NVV = VQ // VEC
-            vbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NVV)), BFloat16)
-            for vj in cutlass.range_constexpr(NVV):
-                cute.autovec_copy(gV[(None, None, None), (t_row, head, (v0 + half * VQ) // VEC + vj)], vbuf[None, None, None, vj])
+            vbuf = load_v_half_row(gV, t_row, head, v0, half)
             kscale = b_row * cute.math.exp(g_row)
             for vj in cutlass.range_constexpr(NV):
                 for e in cutlass.range_constexpr(VEC):
@@ -375,10 +296,7 @@ class GatedDeltaNetChunkFwd:
                     kn = (rbuf[0, 0, e, vj].to(Float32) * inv_k).to(BFloat16)
                     sK[row, col] = kn
                     sKT[col % BV, row, col // BV] = (kn.to(Float32) * kscale).to(BFloat16)
-            for vj in cutlass.range_constexpr(NVV):
-                for e in cutlass.range_constexpr(VEC):
-                    col = half * VQ + vj * VEC + e
-                    sVT[col, row] = (vbuf[0, 0, e, vj].to(Float32) * keep * b_row).to(BFloat16)
+            store_beta_v_t(sVT, vbuf, row, half, keep, b_row)
             _smem_ready()
 
             # ---- 3. K K^T and Q K^T; decay, beta and masks on the accumulators ------------------------------
@@ -399,46 +317,7 @@ class GatedDeltaNetChunkFwd:
 
             # ---- 4. Tm = (I + A)^-1 in fp32 ------------------------------------------------------------------
             if const_expr(self.key.blocked_solve):
-                # (a) the four diagonal 16 x 16 blocks T_II = (I + A_II)^-1: forward substitution, one thread per column.
-                if tidx < CHUNK:
-                    cc = tidx
-                    for i in range(cc + 1, (cc // SOLVE_BLOCK + 1) * SOLVE_BLOCK):
-                        acc_t = -sA[i, cc]
-                        for j in cutlass.range(cc + 1, i, unroll=4):
-                            acc_t = acc_t - sA[i, j] * sT[j, cc]
-                        sT[i, cc] = acc_t
-                cute.arch.sync_threads()
-                # (b) block row I = 1..3: M = A[I rows, :W] T[:W, :W] (W = 16 I), then T[I rows, :W] = -T_II M.
-                for bi in cutlass.range_constexpr(1, CHUNK // SOLVE_BLOCK):
-                    W = SOLVE_BLOCK * bi
-                    for s in cutlass.range_constexpr(2 * bi):  # 16 W outputs over 128 threads
-                        idx = tidx + THREADS * s
-                        r = idx // W
-                        c = idx % W
-                        acc_m = sA[W + r, c]
-                        for j in cutlass.range(c + 1, W, unroll=4):
-                            acc_m = acc_m + sA[W + r, j] * sT[j, c]
-                        sM[r, c] = acc_m
-                    cute.arch.sync_threads()
-                    for s in cutlass.range_constexpr(2 * bi):
-                        idx = tidx + THREADS * s
-                        r = idx // W
-                        c = idx % W
-                        acc_m = sM[r, c]
-                        for rr in cutlass.range(r, unroll=4):
-                            acc_m = acc_m + sT[W + r, W + rr] * sM[rr, c]
-                        sT[W + r, c] = -acc_m
-                    cute.arch.sync_threads()
-                for s in cutlass.range_constexpr(CHUNK * CHUNK // THREADS):
-                    idx = tidx + THREADS * s
-                    i = idx // CHUNK
-                    c = idx % CHUNK
-                    t_val = Float32(0.0)
-                    if i == c:
-                        t_val = Float32(1.0)
-                    if i > c:
-                        t_val = sT[i, c]
-                    sTm[i, c] = t_val.to(BFloat16)
+                solve_unit_lower_blocked(sA, sT, sM, sTm, tidx)
             else:
                 # One thread per column of Tm, all 64 rows (the simplest form; about 2,000 dependent FMAs for column 0).
                 if tidx < CHUNK:
@@ -458,17 +337,7 @@ class GatedDeltaNetChunkFwd:
             _smem_ready()
 
             # ---- 5. Wm = Tm (beta K exp G), U = Tm (beta V), Vn = U - Wm S0^T -------------------------------
-            _wgmma(mma_n64, acc_a, u_A, u_B, True)
-            for h in cutlass.range_constexpr(NH):  # Wm, 64 K-channels at a time, through acc_b
-                _wgmma(mma_n64, acc_b, u_A, kt_B[None, None, None, h], True)
-                for i in cutlass.range_constexpr(cute.size(acc_b)):
-                    rc = c64[i]
-                    sW[rc[0], h * BV + rc[1]] = (-acc_b[i]).to(BFloat16)
-            _smem_ready()
-            _wgmma(mma_n64, acc_a, vn_A, s0_B, False)
-            for i in cutlass.range_constexpr(cute.size(acc_a)):
-                rc = c64[i]
-                sVnT[rc[1], rc[0]] = acc_a[i].to(BFloat16)
+            wy_values(mma_n64, acc_a, acc_b, u_A, u_B, kt_B, vn_A, s0_B, sW, sVnT, c64, NH)
             # (K exp(G_C - G))^T for the state update: sKT's last reader (the Wm product) has completed.
             g_last = sGc[CHUNK - 1]  # rows past eos carry g = 0, so this is G at the chunk's last token
             kdec = cute.math.exp(g_last - g_row)
@@ -483,10 +352,7 @@ class GatedDeltaNetChunkFwd:
                 rc = c64[i]
                 acc_b[i] = acc_b[i] * (cute.math.exp(sGc[rc[0]]) * scale)
             _wgmma(mma_n64, acc_b, pv_A, pv_B, False)
-            for i in cutlass.range_constexpr(cute.size(acc_b)):
-                rc = c64[i]
-                if rc[0] < n_valid:
-                    mO[t0 + rc[0], head, v0 + rc[1]] = acc_b[i].to(mO.element_type)
+            store_output_rows(mO, acc_b, c64, t0, n_valid, head, v0)
 
             # ---- 7. S = exp(G_C) S + Vn^T (K exp(G_C - G)) -----------------------------------------------
             decay_c = cute.math.exp(g_last)
@@ -495,16 +361,10 @@ class GatedDeltaNetChunkFwd:
                     acc_s[h][i] = acc_s[h][i] * decay_c
                 _wgmma(mma_n64, acc_s[h], su_A, kt_B[None, None, None, h], False)
             cute.arch.sync_threads()  # every reader of S0 in shared memory (steps 5, 6) has completed
-            for h in cutlass.range_constexpr(NH):
-                for i in cutlass.range_constexpr(cute.size(acc_a)):
-                    rc = c64[i]
-                    sS[rc[0], h * BV + rc[1]] = acc_s[h][i].to(BFloat16)
+            state_to_smem(sS, acc_s, c64, NH)
             _smem_ready()
 
         if const_expr(self.key.has_final):
-            for h in cutlass.range_constexpr(NH):
-                for i in cutlass.range_constexpr(cute.size(acc_a)):
-                    rc = c64[i]
-                    mHT[seq, head, v0 + rc[0], h * BV + rc[1]] = acc_s[h][i]
+            store_final_state(mHT, acc_s, c64, seq, head, v0, NH)
 
     kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)

@@ -1,0 +1,333 @@
+"""The host side shared by the gated-delta-rule forward adapters (Gated DeltaNet, Kimi Delta Attention).
+
+:class:`DeltaRuleFwdSm90` is the APIBase adapter both families subclass: plan-time validation
+(``check_support``), the compile step over the family's kernel class, and the metadata-only ``execute``
+(Rules 1-3) with the kernel's argument order. A subclass sets what differs:
+
+- ``_public`` (the public callable's name, the prefix of ``check_support``'s messages), ``_family`` (the
+  kernel-cache family);
+- ``_gate_per_key``: ``g`` is [.., H] (one log decay per token and head: GDN) or [.., H, K] (one per key
+  channel: KDA);
+- ``compile_key()`` (the family's frozen key dataclass) and ``_kernel_class()`` (imports the kernel module:
+  called only inside the build, so this module and the adapters import neither torch nor cutlass).
+
+:func:`delta_rule_forward` (plan cache per metadata signature, outputs on torch's current stream, one launch)
+and :func:`delta_rule_public` (the public wrapper's dispatch: the torch op, or the eager ``out=`` path) are the
+families' shared module-level paths.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from cudnn.api_base import APIBase, TensorDesc, TupleDict
+from cudnn.datatypes import data_type
+from cudnn.dsl_gate import require_cutedsl
+
+from .launch import CUTLASS_NAMES as _CNAME
+from .launch import fake_gmem_ptr as _fake_ptr
+from .launch import gmem_ptr as _ptr
+from .launch import launch_stream as _stream
+from .launch import torch_dtype as _torch_dtype
+from .plan import check_declared, set_descs
+
+CUTEDSL_FLOOR = "4.8.0"
+HEAD_DIMS = (64, 128)
+GATE_DTYPES = (data_type.FLOAT, data_type.BFLOAT16)
+VEC = 8  # bf16 elements per 16-byte load of q / k / v
+
+
+def walk_strides(desc: TensorDesc, what: str) -> tuple[int, int]:
+    """(token stride, head stride) of a [T, H, D] / [B, L, H, D] tensor walked as [B * L, H, D]; declines otherwise."""
+    if desc.shape[-1] > 1 and desc.stride[-1] != 1:
+        raise NotImplementedError(f"{what}: {desc.describe()} needs unit channel stride; other layouts are declined, not copied (Rule 2)")
+    st, sh = desc.stride[-3], desc.stride[-2]
+    if desc.rank == 4:
+        b, ln = desc.shape[0], desc.shape[1]
+        if b > 1 and ln > 1 and desc.stride[0] != ln * st:
+            raise NotImplementedError(
+                f"{what}: {desc.describe()} batch stride {desc.stride[0]} != L * token stride ({ln} * {st}); the kernel walks [B * L, H, D] tokens, declined (Rule 2)"
+            )
+        if ln == 1 and b > 1:
+            st = desc.stride[0]
+    return st, sh
+
+
+def gate_ok(desc: TensorDesc) -> bool:
+    """g / beta ([T, H], [B, L, H], or with a trailing K) walked as a contiguous [B * L, H(, K)]."""
+    h = desc.shape[-1]
+    expected = TensorDesc.contiguous(desc.shape, desc.dtype).stride
+    return h == 0 or all(s == e or n == 1 for s, e, n in zip(desc.stride, expected, desc.shape, strict=True))
+
+
+class DeltaRuleFwdSm90(APIBase):
+    """Chunked gated-delta-rule forward on sm_90a (base of the GDN and KDA adapters). Tensors may be torch
+    tensors or TensorDescs.
+
+    ``Adapter(q, k, v, g, beta, o, scale=None, use_qk_l2norm_in_kernel=False, initial_state=None,
+    final_state=None, cu_seqlens=None)``; ``execute`` takes the same tensors (token extents, sequence count
+    and, for a dense batch, B and L may differ from the plan's).
+    """
+
+    _public: str = ""
+    _family: str = ""
+    _gate_per_key: bool = False
+
+    def __init__(self, q, k, v, g, beta, o, *, scale=None, use_qk_l2norm_in_kernel=False, initial_state=None, final_state=None, cu_seqlens=None):
+        super().__init__()
+        set_descs(self, q=q, k=k, v=v, g=g, beta=beta, o=o, initial_state=initial_state, final_state=final_state, cu_seqlens=cu_seqlens)
+        self.scale = scale
+        self.l2norm = bool(use_qk_l2norm_in_kernel)
+
+    # -- family hooks -------------------------------------------------------------------------------
+    def compile_key(self):  # pragma: no cover - every family overrides
+        raise NotImplementedError
+
+    @classmethod
+    def _kernel_class(cls):  # pragma: no cover - every family overrides
+        raise NotImplementedError
+
+    # -- plan ---------------------------------------------------------------------------------------
+    def check_support(self) -> bool:
+        what = self._public
+        require_cutedsl(f"cudnn.linear_attention.{what}", CUTEDSL_FLOOR)
+        q, k, v, o, g, beta = self.q, self.k, self.v, self.o, self.g, self.beta
+        for t in (q, k, v, o):
+            self._value_error_if(t.rank not in (3, 4), f"{what}: {t.describe()} must be [T, H, D] (THD) or [B, L, H, D]")
+            self._check_dtype(t, (data_type.BFLOAT16,), what)
+        rank = q.rank
+        for t in (k, v, o):
+            self._value_error_if(t.rank != rank, f"{what}: {t.describe()} must have the rank of {q.describe()}")
+        lead = q.shape[: rank - 2]
+        for t in (k, v, o):
+            self._value_error_if(t.shape[: rank - 2] != lead, f"{what}: {t.describe()} token dims differ from {q.describe()}")
+        self._value_error_if(k.shape != q.shape, f"{what}: {k.describe()} must have the shape of {q.describe()}")
+        self._value_error_if(o.shape != v.shape, f"{what}: {o.describe()} must have the shape of {v.describe()}")
+        hk, kdim = q.shape[-2], q.shape[-1]
+        h, vdim = v.shape[-2], v.shape[-1]
+        self._decline_if(kdim != vdim or kdim not in HEAD_DIMS, f"{what}: head dims K={kdim}, V={vdim}; accepted K = V in {HEAD_DIMS}")
+        self._value_error_if(hk < 1 or h % hk != 0, f"{what}: v heads {h} must be a multiple of q/k heads {hk} (GVA)")
+        for t in (q, k, v):  # read with 16-byte vector loads
+            st, sh = walk_strides(t, what)
+            self._decline_if(
+                st % VEC or sh % VEC,
+                f"{what}: {t.describe()} token / head strides ({st}, {sh}) must be multiples of {VEC} elements (16-byte loads); declined, not copied (Rule 2)",
+            )
+        walk_strides(o, what)
+        if self._gate_per_key:
+            self._value_error_if(
+                g.shape != (*lead, h, kdim), f"{what}: {g.describe()} must have shape {(*lead, h, kdim)} (one log decay per token, v head and key channel)"
+            )
+            self._value_error_if(beta.shape != (*lead, h), f"{what}: {beta.describe()} must have shape {(*lead, h)} (one value per token and v head)")
+        for t in (g, beta):
+            if not self._gate_per_key:
+                self._value_error_if(t.shape != (*lead, h), f"{what}: {t.describe()} must have shape {(*lead, h)} (one value per token and v head)")
+            self._check_dtype(t, GATE_DTYPES, what)
+            self._decline_if(not gate_ok(t), f"{what}: {t.describe()} must be contiguous; declined, not copied (Rule 2)")
+        varlen = self.cu_seqlens is not None
+        if varlen:
+            self._check_rank(self.cu_seqlens, 1, what)
+            self._decline_if(self.cu_seqlens.dtype != data_type.INT32, f"{what}: {self.cu_seqlens.describe()} must be int32 (int64 is declined, not converted)")
+            self._value_error_if(self.cu_seqlens.shape[0] < 2, f"{what}: {self.cu_seqlens.describe()} needs N + 1 >= 2 entries")
+            self._decline_if(self.cu_seqlens.stride != (1,), f"{what}: {self.cu_seqlens.describe()} must be contiguous")
+            self._value_error_if(rank == 4 and q.shape[0] != 1, f"{what}: with cu_seqlens, {q.describe()} must be [T, H, D] or [1, T, H, D]")
+            n = self.cu_seqlens.shape[0] - 1
+        else:
+            n = q.shape[0] if rank == 4 else 1
+            self._value_error_if(n < 1, f"{what}: {q.describe()} has no sequences")
+        self._n_seqs = n
+        for st in (self.initial_state, self.final_state):
+            if st is None:
+                continue
+            self._check_dtype(st, (data_type.FLOAT,), what)
+            self._check_shape(st, (n, h, vdim, kdim), what)
+            self._decline_if(
+                st.stride != TensorDesc.contiguous(st.shape, st.dtype).stride, f"{what}: {st.describe()} must be contiguous [N, H, V, K]; declined, not copied"
+            )
+        if self.scale is None:
+            self.scale = 1.0 / math.sqrt(kdim)
+        self._value_error_if(not math.isfinite(float(self.scale)), f"{what}: scale={self.scale!r} is not finite")
+        self._is_supported = True
+        return True
+
+    def _key_fields(self) -> dict:
+        """The compile-key fields every family shares (plan-time values only, Rule 4)."""
+        return dict(
+            head_dim=self.q.shape[-1],
+            g_dtype=_CNAME[self.g.dtype],
+            beta_dtype=_CNAME[self.beta.dtype],
+            l2norm=self.l2norm,
+            varlen=self.cu_seqlens is not None,
+            has_initial=self.initial_state is not None,
+            has_final=self.final_state is not None,
+        )
+
+    def compile(self) -> None:
+        self._ensure_support_checked()
+        key = self.compile_key()
+        kernel_class = self._kernel_class
+
+        def build():
+            import cuda.bindings.driver as cuda
+            import cutlass.cute as cute
+            from cutlass import Float32, Int32, Int64
+
+            kernel = kernel_class()
+
+            ptrs = [
+                _fake_ptr("BFloat16", 16),
+                _fake_ptr("BFloat16", 16),
+                _fake_ptr("BFloat16", 16),
+                _fake_ptr(key.g_dtype, 2),
+                _fake_ptr(key.beta_dtype, 2),
+                _fake_ptr("BFloat16", 2),
+                _fake_ptr("Int32", 4) if key.varlen else None,
+                _fake_ptr("Float32", 4) if key.has_initial else None,
+                _fake_ptr("Float32", 4) if key.has_final else None,
+            ]
+            ints = [Int32(8)] * 5
+            strides = [(Int64(8), Int64(8))] * 4
+            return cute.compile(kernel(key), *ptrs, *ints, Float32(1.0), *strides, cuda.CUstream(0))
+
+        from cudnn.kernel_cache import kernel_cache
+
+        self._compiled_kernel = kernel_cache.get_or_compile(key, build, family=self._family)
+
+    # -- run ----------------------------------------------------------------------------------------
+    def _check_runtime(self, t: Any, plan: TensorDesc, what: str, free: int) -> None:
+        """Metadata-only execute check of ``t`` against its plan descriptor; ``free`` leading dims may differ."""
+        if t is None:
+            raise ValueError(f"{what}: {plan.name} was declared at plan time but execute() received None")
+        shape = tuple(t.shape)
+        if t.dtype != _torch_dtype(plan.dtype) or len(shape) != plan.rank or shape[free:] != plan.shape[free:]:
+            raise ValueError(f"{what}: got {TensorDesc.like(t, plan.name).describe()}, but the plan was built for {plan.describe()}")
+        if plan.device is not None and str(t.device) != plan.device:
+            raise ValueError(f"{what}: {plan.name} is on {t.device}, but the plan was built for {plan.device}")
+
+    def execute(self, q, k, v, g, beta, o, initial_state=None, final_state=None, cu_seqlens=None, *, current_stream=None):
+        """Launch on ``current_stream``; returns ``o``. THD token totals / sequence counts (and dense B, L) may differ from the plan."""
+        what = f"{type(self).__name__}.execute"
+        self._ensure_support_checked()
+        check_declared(what, self, cu_seqlens=cu_seqlens, initial_state=initial_state, final_state=final_state)
+        rank = self.q.rank
+        free = 1 if rank == 3 else 2
+        if rank == 4 and self.cu_seqlens is not None and q.shape[0] != 1:
+            raise ValueError(f"{what}: with cu_seqlens q must be [T, H, D] or [1, T, H, D], got {tuple(q.shape)}")
+        for t, plan in ((q, self.q), (k, self.k), (v, self.v), (o, self.o), (g, self.g), (beta, self.beta)):
+            self._check_runtime(t, plan, what, free)
+        lead = tuple(q.shape[: rank - 2])
+        for t, name in ((k, "k"), (v, "v"), (o, "o")):
+            if tuple(t.shape[: rank - 2]) != lead:
+                raise ValueError(f"{what}: {name} token dims {tuple(t.shape[: rank - 2])} differ from q's {lead}")
+        g_lead = tuple(g.shape[:-2]) if self._gate_per_key else tuple(g.shape[:-1])
+        if g_lead != lead or tuple(beta.shape[:-1]) != lead:
+            raise ValueError(f"{what}: g {tuple(g.shape)} / beta {tuple(beta.shape)} token dims differ from q's {lead}")
+        strides = []
+        for t, name in ((q, "q"), (k, "k"), (v, "v"), (o, "o")):
+            if t.stride(-1) != 1 and t.shape[-1] > 1:
+                raise ValueError(f"{what}: {name} needs unit channel stride, got strides {tuple(t.stride())}")
+            st, sh = int(t.stride(-3)), int(t.stride(-2))
+            if rank == 4 and t.shape[0] > 1:
+                if t.shape[1] == 1:
+                    st = int(t.stride(0))
+                elif t.stride(0) != t.shape[1] * t.stride(1):
+                    raise ValueError(f"{what}: {name} batch stride {t.stride(0)} != L * token stride; the kernel walks [B * L, H, D]")
+            if name != "o" and (st % VEC or sh % VEC or t.data_ptr() % 16):
+                raise ValueError(f"{what}: {name} needs 16-byte aligned rows (strides {tuple(t.stride())}, address 0x{t.data_ptr():x})")
+            strides.append((st, sh))
+        for t, name in ((g, "g"), (beta, "beta")):
+            if not t.is_contiguous():
+                raise ValueError(f"{what}: {name} must be contiguous, got strides {tuple(t.stride())}")
+        if self.cu_seqlens is not None:
+            self._check_runtime(cu_seqlens, self.cu_seqlens, what, 1)
+            n_seqs, seq_len = int(cu_seqlens.shape[0]) - 1, 0
+        elif rank == 4:
+            n_seqs, seq_len = int(q.shape[0]), int(q.shape[1])
+        else:
+            n_seqs, seq_len = 1, int(q.shape[0])
+        if n_seqs < 1:
+            raise ValueError(f"{what}: no sequences (cu_seqlens needs N + 1 >= 2 entries, a dense batch B >= 1)")
+        for t, plan in ((initial_state, self.initial_state), (final_state, self.final_state)):
+            if t is not None:
+                self._check_runtime(t, plan, what, 1)
+                if t.shape[0] != n_seqs or not t.is_contiguous():
+                    raise ValueError(f"{what}: {plan.name} {tuple(t.shape)} must be a contiguous [N={n_seqs}, H, V, K]")
+        if self._compiled_kernel is None:
+            self.compile()
+        T = int(q.shape[0]) if rank == 3 else int(q.shape[0]) * int(q.shape[1])
+        self._compiled_kernel(
+            _ptr(q, data_type.BFLOAT16, 16),
+            _ptr(k, data_type.BFLOAT16, 16),
+            _ptr(v, data_type.BFLOAT16, 16),
+            _ptr(g, self.g.dtype, 2),
+            _ptr(beta, self.beta.dtype, 2),
+            _ptr(o, data_type.BFLOAT16, 2),
+            _ptr(cu_seqlens, data_type.INT32, 4),
+            _ptr(initial_state, data_type.FLOAT, 4),
+            _ptr(final_state, data_type.FLOAT, 4),
+            T,
+            n_seqs,
+            seq_len,
+            int(v.shape[-2]),
+            int(q.shape[-2]),
+            float(self.scale),
+            *strides,
+            _stream(current_stream, q.device),
+        )
+        return o
+
+
+def _plan_for(adapter, plans: dict, q, k, v, g, beta, o, scale, l2norm, initial_state, final_state, cu_seqlens):
+    """One ``adapter`` per metadata signature (token extents excluded), cached in the family's ``plans``: the
+    wrapper's per-call cost is a dict lookup."""
+    rank = q.dim()
+    free = 1 if rank == 3 else 2
+
+    def sig(t):
+        return None if t is None else (tuple(t.shape[free:]), t.dtype, str(t.device))
+
+    key = (rank, scale, l2norm, *(sig(t) for t in (q, k, v, g, beta, o, initial_state, final_state, cu_seqlens)))
+    plan = plans.get(key)
+    if plan is None:
+        plan = adapter(
+            q, k, v, g, beta, o, scale=scale, use_qk_l2norm_in_kernel=l2norm, initial_state=initial_state, final_state=final_state, cu_seqlens=cu_seqlens
+        )
+        plan.compile()
+        plans[key] = plan
+    return plan
+
+
+def delta_rule_forward(adapter, plans: dict, q, k, v, g, beta, scale, use_qk_l2norm_in_kernel, initial_state, output_final_state, cu_seqlens, out=None):
+    """``(o, final_state or None)``: outputs allocated on torch's current stream (``o`` contiguous with v's shape and dtype
+    unless ``out`` supplies it), the cached ``adapter`` plan of this metadata signature (in ``plans``), one launch on
+    that stream. The real implementation of a family's torch op and of its ``out=`` form."""
+    import torch
+
+    from cudnn._torch_stream import stream_context
+
+    device = q.device
+    rank = q.dim()
+    n = (int(cu_seqlens.shape[0]) - 1) if cu_seqlens is not None else (int(q.shape[0]) if rank == 4 else 1)
+    h, vdim, kdim = int(v.shape[-2]), int(v.shape[-1]), int(q.shape[-1])
+    stream = torch.cuda.current_stream(device)
+    with stream_context(stream, device):
+        o = torch.empty(v.shape, dtype=v.dtype, device=device) if out is None else out
+        final = torch.empty(n, h, vdim, kdim, dtype=torch.float32, device=device) if output_final_state else None
+    plan = _plan_for(adapter, plans, q, k, v, g, beta, o, scale, use_qk_l2norm_in_kernel, initial_state, final, cu_seqlens)
+    plan.execute(q, k, v, g, beta, o, initial_state, final, cu_seqlens, current_stream=stream)
+    return o, final
+
+
+def delta_rule_public(public: str, forward, load_op, q, k, v, g, beta, scale, use_qk_l2norm_in_kernel, initial_state, output_final_state, cu_seqlens, out):
+    """The public wrapper's body: with ``out``, the eager forward-only path through ``forward`` (refused when an input
+    requires grad); else the torch custom op ``load_op()`` (imported lazily). Returns ``TupleDict(o, final_state)``."""
+    if out is not None:
+        from .delta_rule_op import forward_only_guard
+
+        forward_only_guard(public, q, k, v, g, beta, initial_state)
+        o, final = forward(q, k, v, g, beta, scale, use_qk_l2norm_in_kernel, initial_state, output_final_state, cu_seqlens, out)
+        return TupleDict(o=o, final_state=final)
+    op = load_op()
+    o, final = op(q, k, v, g, beta, scale, bool(use_qk_l2norm_in_kernel), initial_state, bool(output_final_state), cu_seqlens)
+    return TupleDict(o=o, final_state=final if output_final_state else None)

@@ -1,0 +1,90 @@
+"""The torch custom op of a gated-delta-rule forward (Gated DeltaNet, Kimi Delta Attention), built once per family.
+
+``define_forward_op("gated_delta_net", forward)`` registers ``torch.ops.cudnn_linear_attention.gated_delta_net_fwd``::
+
+    (q, k, v, g, beta, scale: float?, use_qk_l2norm_in_kernel: bool, initial_state: Tensor?, output_final_state: bool,
+     cu_seqlens: Tensor?) -> (o, final_state)
+
+- the real implementation is the family's ``forward`` (api.py: plan lookup, outputs allocated on torch's current
+  stream, one launch); ``o`` is a contiguous tensor of v's shape and dtype, ``final_state`` fp32 ``[N, H, V, K]`` or,
+  without ``output_final_state``, an empty ``(0,)`` placeholder (custom-op outputs cannot be None);
+- the fake implementation gives torch.compile / FakeTensor / meta tracing the same metadata (N from
+  ``cu_seqlens.shape[0] - 1``, a dense batch's B, else 1: symbolic extents stay symbolic);
+- autograd: the backward kernels are not written yet, so the registered backward raises NotImplementedError naming
+  what is missing. A loss that reaches these outputs fails loudly at ``backward()`` instead of producing wrong (or
+  silently missing) gradients. Forward-only use (``torch.no_grad()``, inference, detached inputs) is unaffected.
+
+Imports torch at module import: reached only from the public wrappers at call time.
+"""
+
+from __future__ import annotations
+
+import torch
+
+NAMESPACE = "cudnn_linear_attention"
+
+
+def n_seqs(q, cu_seqlens):
+    """The sequence count: ``cu_seqlens`` rows - 1, a dense batch's B, else 1 (symbolic under tracing)."""
+    if cu_seqlens is not None:
+        return cu_seqlens.shape[0] - 1
+    return q.shape[0] if q.dim() == 4 else 1
+
+
+def backward_missing_message(public: str) -> str:
+    return (
+        f"cudnn.linear_attention.{public}: backward is not implemented yet (no backward kernel: the gradients dq, dk, dv, dg, dbeta and "
+        f"d initial_state are not computed). The forward is served; run it under torch.no_grad() or on detached inputs, or use another "
+        f"implementation for training. See docs/linear-attention.md (Status)."
+    )
+
+
+def define_forward_op(public: str, forward):
+    """Register ``torch.ops.cudnn_linear_attention.<public>_fwd`` over ``forward(q, k, v, g, beta, scale, l2norm, initial_state,
+    output_final_state, cu_seqlens) -> (o, final_state or None)`` and return the op."""
+
+    @torch.library.custom_op(f"{NAMESPACE}::{public}_fwd", mutates_args=())
+    def op(
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        g: torch.Tensor,
+        beta: torch.Tensor,
+        scale: float | None,
+        use_qk_l2norm_in_kernel: bool,
+        initial_state: torch.Tensor | None,
+        output_final_state: bool,
+        cu_seqlens: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        o, final = forward(q, k, v, g, beta, scale, use_qk_l2norm_in_kernel, initial_state, output_final_state, cu_seqlens)
+        return o, (final if final is not None else q.new_empty((0,), dtype=torch.float32))
+
+    @op.register_fake
+    def _(q, k, v, g, beta, scale, use_qk_l2norm_in_kernel, initial_state, output_final_state, cu_seqlens):
+        o = v.new_empty(v.shape)
+        if output_final_state:
+            final = q.new_empty((n_seqs(q, cu_seqlens), v.shape[-2], v.shape[-1], q.shape[-1]), dtype=torch.float32)
+        else:
+            final = q.new_empty((0,), dtype=torch.float32)
+        return o, final
+
+    message = backward_missing_message(public)
+
+    def setup_context(ctx, inputs, output):
+        return None  # nothing to save: the backward only refuses
+
+    def backward(ctx, do, dfinal):
+        raise NotImplementedError(message)
+
+    op.register_autograd(backward, setup_context=setup_context)
+    return op
+
+
+def forward_only_guard(public: str, *tensors) -> None:
+    """The ``out=`` form writes the caller's buffer outside the custom op, so autograd cannot see it: refuse it when a
+    gradient could be asked for (NotImplementedError), instead of returning an output detached from its inputs."""
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+        raise NotImplementedError(
+            f"cudnn.linear_attention.{public}(out=...): an input requires grad, but the out= form is forward-only and "
+            f"{backward_missing_message(public).split(': ', 1)[1]}"
+        )
