@@ -35,6 +35,24 @@ def _live_env_manager():
     return dsl_env_manager()
 
 
+def _sticky_keep_options() -> list:
+    """(option, attributes) of the KeepPTX / KeepCUBIN / KeepSASS options of ``cute.compile``'s long-lived
+    CompileOptions, before a dump.
+
+    ``cute.compile`` hands the same CompileOptions object to every compile and the DSL turns its ``keep_*``
+    options on from the environment settings but never off, so without this every later compile of the process
+    would keep dumping (into the working directory)."""
+    try:
+        import cutlass.cute as cute
+        from cutlass.base_dsl import compiler
+
+        options = cute.compile._compile_options.options
+    except Exception:  # another DSL layout: nothing to restore
+        return []
+    kinds = [getattr(compiler, n) for n in ("KeepPTX", "KeepCUBIN", "KeepSASS") if hasattr(compiler, n)]
+    return [(options[k], dict(vars(options[k]))) for k in kinds if k in options]
+
+
 @contextlib.contextmanager
 def keep_artifacts(tmp_path, what: str = "ptx,cubin"):
     """Within: the DSL dumps ``what`` under ``tmp_path``. Yields a function returning the PTX text."""
@@ -64,11 +82,15 @@ def keep_artifacts(tmp_path, what: str = "ptx,cubin"):
                 parts.append(fh.read())
         return "\n".join(parts)
 
+    sticky = _sticky_keep_options()
     try:
         yield ptx_text
     finally:
         for name, value in old_live.items():
             setattr(envar, name, value)
+        for option, state in sticky:  # the DSL's persistent compile options only ever turn "keep" on (and keep their
+            vars(option).clear()  # dump paths, which the backend writes to): put them back as they were
+            vars(option).update(state)
         for k, v in old_env.items():
             if v is None:
                 os.environ.pop(k, None)

@@ -55,3 +55,15 @@ def test_detector_rejects_an_unnamed_kernel(tmp_path):
     assert symbol.startswith("kernel_cutlass_")
     with pytest.raises(AssertionError, match="break Rule 6"):
         assert_cudnn_symbols(ptx)
+
+
+@pytest.mark.compile_only
+def test_keep_artifacts_stops_dumping_when_it_exits(tmp_path, monkeypatch):
+    """``cute.compile`` reuses one CompileOptions object whose keep flags the DSL turns on but never off: without
+    the restore in keep_artifacts every later compile of the process dumped PTX/cubin into the working directory
+    (seen: dozens of cutlass___call___*.ptx files in the repository root after a test run)."""
+    skip_unless_cutedsl("4.6.2", "the tiny test kernel")
+    monkeypatch.chdir(tmp_path)
+    compile_ptx(tiny_kernel(named=True), tmp_path / "kept")
+    tiny_kernel(named=True)()  # a later compile, outside keep_artifacts
+    assert [p.name for p in tmp_path.iterdir() if p.suffix in (".ptx", ".cubin")] == []

@@ -2,6 +2,10 @@
 
 Warp roles: warpgroup 0 is the producer (its warp 0 issues every TMA load), warpgroups 1.. are MMA consumers.
 Named barrier 0 is __syncthreads; the ids below are ours.
+
+The pipeline builders are ``@cute.jit`` helpers like every other piece of device code (a nested ``@cute.jit`` call
+runs inline in the caller's trace and returns whatever Python object its body returns, here the
+``PipelineTmaAsync`` / ``PipelineState``), so kernel bodies never call an undecorated helper.
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ class NamedBarrier(enum.IntEnum):
     Q_GATHER = 5  # consumers: Q gathered into smem without TMA (pack-GQA)
 
 
-def make_tma_pipeline(barrier_ptr, num_stages: int, num_consumer_warps: int, tx_bytes: int):
+@cute.jit
+def make_tma_pipeline(barrier_ptr, num_stages: cutlass.Constexpr[int], num_consumer_warps: cutlass.Constexpr[int], tx_bytes: cutlass.Constexpr[int]):
     """A PipelineTmaAsync: one producer thread (the TMA warp's elected lane), one arrive per consumer warp."""
     producer = pipeline.CooperativeGroup(pipeline.Agent.Thread, 1)
     consumer = pipeline.CooperativeGroup(pipeline.Agent.Thread, num_consumer_warps)
@@ -46,11 +51,15 @@ def prefetch_tma_descriptors(warp_idx: Int32, *atoms):
                 cpasync.prefetch_descriptor(atoms[i])
 
 
-def producer_state(num_stages: int):
+@cute.jit
+def producer_state(num_stages: cutlass.Constexpr[int]):
+    """The producer's PipelineState of a ``num_stages`` ring (starts at stage 0, phase 1: every slot free)."""
     return pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, num_stages)
 
 
-def consumer_state(num_stages: int):
+@cute.jit
+def consumer_state(num_stages: cutlass.Constexpr[int]):
+    """The consumers' PipelineState of a ``num_stages`` ring (starts at stage 0, phase 0: waits for the first fill)."""
     return pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, num_stages)
 
 

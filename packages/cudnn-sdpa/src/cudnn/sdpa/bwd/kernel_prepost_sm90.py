@@ -112,20 +112,11 @@ class SdpaBwdPreprocessSm90:
     ):
         m_block, head, batch = cute.arch.block_idx()
         if const_expr(mCuQ is None):
-            if const_expr(self.key.prepost_vec):
-                self.rows_vec(mO, mdO, mLSE, mLSE2, mDpsum, mdQacc, mSinks, mPart, mSem, m_block, head, batch, seqlen_q, Int32(0), Int32(0))
-            else:
-                self.rows(mO, mdO, mLSE, mLSE2, mDpsum, mdQacc, mSinks, mPart, mSem, m_block, head, batch, seqlen_q, Int32(0), Int32(0))
+            self.rows(mO, mdO, mLSE, mLSE2, mDpsum, mdQacc, mSinks, mPart, mSem, m_block, head, batch, seqlen_q, Int32(0), Int32(0))
         else:
-            # varlen: tokens of sequence b start at cu[b]; its scratch rows at a padded offset (no overlap)
-            offset = mCuQ[batch]
-            seqlen = mCuQ[batch + 1] - offset
-            pad = (offset + batch * PREPOST_ROWS) // PREPOST_ROWS * PREPOST_ROWS
+            offset, seqlen, pad = varlen_rows(mCuQ, batch)
             if m_block * PREPOST_ROWS < seqlen:
-                if const_expr(self.key.prepost_vec):
-                    self.rows_vec(mO, mdO, mLSE, mLSE2, mDpsum, mdQacc, mSinks, mPart, mSem, m_block, head, Int32(0), seqlen, offset, pad)
-                else:
-                    self.rows(mO, mdO, mLSE, mLSE2, mDpsum, mdQacc, mSinks, mPart, mSem, m_block, head, Int32(0), seqlen, offset, pad)
+                self.rows(mO, mdO, mLSE, mLSE2, mDpsum, mdQacc, mSinks, mPart, mSem, m_block, head, Int32(0), seqlen, offset, pad)
 
     kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
 
@@ -148,26 +139,93 @@ class SdpaBwdPreprocessSm90:
         offset: Int32,
         pad: Int32,
     ):
-        """One thread per row: local row ``i`` of the block reads token ``offset + i`` and writes scratch row ``pad + i``."""
+        """The block's rows: local row ``i`` reads token ``offset + i`` and writes scratch row ``pad + i``. One thread
+        per row; with ``prepost_vec`` ``ROW_THREADS`` adjacent threads per row, warp ``w`` owning the block's rows
+        ``32 w .. 32 w + 31`` (so the per-warp sink partials keep their layout), 8 per pass."""
         tidx, _, _ = cute.arch.thread_idx()
-        local = m_block * PREPOST_ROWS + tidx
-        row = offset + local
-        srow = pad + local
+        if const_expr(not self.key.prepost_vec):
+            local = m_block * PREPOST_ROWS + tidx
+            row = offset + local
+            srow = pad + local
+            self.zero_semaphores(mSem, m_block, head, batch, pad, tidx)
+            dot, lse2 = self.row_dot_lse(mO, mdO, mLSE, local, row, head, batch, seqlen_q, 0, 1)
+            mLSE2[srow, head, batch] = lse2
+            mDpsum[srow, head, batch] = dot
+            if const_expr(mSinks is not None):
+                # d loss / d sink[h] = -sum_i P_sink[i] * dpsum[i], with P_sink[i] = exp(sink - LSE[i]); one partial per warp.
+                contrib = Float32(0.0)
+                if local < seqlen_q:
+                    contrib = -cute.math.exp2(Float32(mSinks[head]) * LOG2_E - lse2, fastmath=True) * dot
+                wsum = cute.arch.warp_reduction_sum(contrib)
+                if tidx % 32 == 0:
+                    mPart[(pad + m_block * PREPOST_ROWS) // 32 + tidx // 32, head, batch] = wsum
+            gdQ = mdQacc[srow, None, head, batch]
+            zeros = cute.make_rmem_tensor((4,), Float32)
+            zeros.fill(0.0)
+            for c in cutlass.range_constexpr(self.head_dim // 4):
+                cute.autovec_copy(zeros, cute.local_tile(gdQ, (4,), (c,)))
+        else:
+            warp_i, lane = tidx // 32, tidx % 32
+            sub = lane % ROW_THREADS
+            self.zero_semaphores(mSem, m_block, head, batch, pad, tidx)
+            zeros = cute.make_rmem_tensor((4,), Float32)
+            zeros.fill(0.0)
+            contrib = Float32(0.0)
+            for p in cutlass.range_constexpr(32 * ROW_THREADS // 32):
+                local = m_block * PREPOST_ROWS + warp_i * 32 + p * (32 // ROW_THREADS) + lane // ROW_THREADS
+                row = offset + local
+                srow = pad + local
+                dot, lse2 = self.row_dot_lse(mO, mdO, mLSE, local, row, head, batch, seqlen_q, sub, ROW_THREADS)
+                dot = cute.arch.warp_reduction_sum(dot, threads_in_group=ROW_THREADS)
+                if sub == 0:
+                    mLSE2[srow, head, batch] = lse2
+                    mDpsum[srow, head, batch] = dot
+                    if const_expr(mSinks is not None):
+                        if local < seqlen_q:
+                            contrib = contrib - cute.math.exp2(Float32(mSinks[head]) * LOG2_E - lse2, fastmath=True) * dot
+                gdQ = mdQacc[srow, None, head, batch]
+                for i in cutlass.range_constexpr(self.head_dim // 4 // ROW_THREADS):
+                    cute.autovec_copy(zeros, cute.local_tile(gdQ, (4,), (i * ROW_THREADS + sub,)))
+            if const_expr(mSinks is not None):
+                wsum = cute.arch.warp_reduction_sum(contrib)
+                if lane == 0:
+                    mPart[(pad + m_block * PREPOST_ROWS) // 32 + warp_i, head, batch] = wsum
+
+    @cute.jit
+    def zero_semaphores(self, mSem: cute.Tensor | None, m_block: Int32, head: Int32, batch: Int32, pad: Int32, tidx: Int32):
+        """Deterministic dQ: the main kernel's turn counters of the block's rows start at 0 (first threads)."""
         if const_expr(mSem is not None):
-            # deterministic dQ: the main kernel's turn counters start at 0
             if tidx < PREPOST_ROWS // SEM_ROWS:
                 mSem[(pad + m_block * PREPOST_ROWS) // SEM_ROWS + tidx, head, batch] = Int32(0)
+
+    @cute.jit
+    def row_dot_lse(
+        self,
+        mO: cute.Tensor,
+        mdO: cute.Tensor,
+        mLSE: cute.Tensor,
+        local: Int32,
+        row: Int32,
+        head: Int32,
+        batch: Int32,
+        seqlen_q: Int32,
+        first,
+        step: cutlass.Constexpr[int],
+    ):
+        """(this thread's part of dO . O, lse_log2) of token ``row``: 16-byte chunks ``first``, ``first + step``, ...
+        of the head dim (``first`` an int or the thread's lane in its row group); (0, +inf) for rows past
+        ``seqlen_q`` (``local``: the row in its sequence) and for a fully masked row's LSE (-inf)."""
         vec = 128 // self.dtype.width
         dot = Float32(0.0)
         lse2 = Float32.inf
         if local < seqlen_q:
             gO = mO[row, None, head, batch]
             gdO = mdO[row, None, head, batch]
-            for c in cutlass.range_constexpr(self.head_dim_v // vec):
+            for i in cutlass.range_constexpr(self.head_dim_v // vec // step):
                 rO = cute.make_rmem_tensor((vec,), self.dtype)
                 rdO = cute.make_rmem_tensor((vec,), self.dtype)
-                cute.autovec_copy(cute.local_tile(gO, (vec,), (c,)), rO)
-                cute.autovec_copy(cute.local_tile(gdO, (vec,), (c,)), rdO)
+                cute.autovec_copy(cute.local_tile(gO, (vec,), (i * step + first,)), rO)
+                cute.autovec_copy(cute.local_tile(gdO, (vec,), (i * step + first,)), rdO)
                 prod = rO.load().to(Float32) * rdO.load().to(Float32)
                 dot = dot + prod.reduce(cute.ReductionOp.ADD, Float32(0.0), 0)
             lse = Float32(mLSE[row, head, batch])
@@ -177,90 +235,7 @@ class SdpaBwdPreprocessSm90:
                 lse2 = lse
             if lse == -Float32.inf:
                 lse2 = Float32.inf
-        mLSE2[srow, head, batch] = lse2
-        mDpsum[srow, head, batch] = dot
-        if const_expr(mSinks is not None):
-            # d loss / d sink[h] = -sum_i P_sink[i] * dpsum[i], with P_sink[i] = exp(sink - LSE[i]); one partial per warp.
-            contrib = Float32(0.0)
-            if local < seqlen_q:
-                contrib = -cute.math.exp2(Float32(mSinks[head]) * LOG2_E - lse2, fastmath=True) * dot
-            wsum = cute.arch.warp_reduction_sum(contrib)
-            if tidx % 32 == 0:
-                mPart[(pad + m_block * PREPOST_ROWS) // 32 + tidx // 32, head, batch] = wsum
-        gdQ = mdQacc[srow, None, head, batch]
-        zeros = cute.make_rmem_tensor((4,), Float32)
-        zeros.fill(0.0)
-        for c in cutlass.range_constexpr(self.head_dim // 4):
-            cute.autovec_copy(zeros, cute.local_tile(gdQ, (4,), (c,)))
-
-    @cute.jit
-    def rows_vec(
-        self,
-        mO: cute.Tensor,
-        mdO: cute.Tensor,
-        mLSE: cute.Tensor,
-        mLSE2: cute.Tensor,
-        mDpsum: cute.Tensor,
-        mdQacc: cute.Tensor,
-        mSinks: cute.Tensor | None,
-        mPart: cute.Tensor | None,
-        mSem: cute.Tensor | None,
-        m_block: Int32,
-        head: Int32,
-        batch: Int32,
-        seqlen_q: Int32,
-        offset: Int32,
-        pad: Int32,
-    ):
-        """prepost_vec: what :meth:`rows` computes, with ``ROW_THREADS`` adjacent threads per row. Warp ``w`` owns the
-        block's rows ``32 w .. 32 w + 31`` (so the per-warp sink partials keep their layout), 8 per pass."""
-        tidx, _, _ = cute.arch.thread_idx()
-        warp_i, lane = tidx // 32, tidx % 32
-        sub = lane % ROW_THREADS
-        if const_expr(mSem is not None):
-            if tidx < PREPOST_ROWS // SEM_ROWS:
-                mSem[(pad + m_block * PREPOST_ROWS) // SEM_ROWS + tidx, head, batch] = Int32(0)
-        vec = 128 // self.dtype.width
-        zeros = cute.make_rmem_tensor((4,), Float32)
-        zeros.fill(0.0)
-        contrib = Float32(0.0)
-        for p in cutlass.range_constexpr(32 * ROW_THREADS // 32):
-            local = m_block * PREPOST_ROWS + warp_i * 32 + p * (32 // ROW_THREADS) + lane // ROW_THREADS
-            row = offset + local
-            srow = pad + local
-            dot = Float32(0.0)
-            lse2 = Float32.inf
-            if local < seqlen_q:
-                gO = mO[row, None, head, batch]
-                gdO = mdO[row, None, head, batch]
-                for i in cutlass.range_constexpr(self.head_dim_v // vec // ROW_THREADS):
-                    rO = cute.make_rmem_tensor((vec,), self.dtype)
-                    rdO = cute.make_rmem_tensor((vec,), self.dtype)
-                    cute.autovec_copy(cute.local_tile(gO, (vec,), (i * ROW_THREADS + sub,)), rO)
-                    cute.autovec_copy(cute.local_tile(gdO, (vec,), (i * ROW_THREADS + sub,)), rdO)
-                    prod = rO.load().to(Float32) * rdO.load().to(Float32)
-                    dot = dot + prod.reduce(cute.ReductionOp.ADD, Float32(0.0), 0)
-                lse = Float32(mLSE[row, head, batch])
-                if const_expr(not self.key.lse_log2):
-                    lse2 = lse * LOG2_E
-                else:
-                    lse2 = lse
-                if lse == -Float32.inf:
-                    lse2 = Float32.inf
-            dot = cute.arch.warp_reduction_sum(dot, threads_in_group=ROW_THREADS)
-            if sub == 0:
-                mLSE2[srow, head, batch] = lse2
-                mDpsum[srow, head, batch] = dot
-                if const_expr(mSinks is not None):
-                    if local < seqlen_q:
-                        contrib = contrib - cute.math.exp2(Float32(mSinks[head]) * LOG2_E - lse2, fastmath=True) * dot
-            gdQ = mdQacc[srow, None, head, batch]
-            for i in cutlass.range_constexpr(self.head_dim // 4 // ROW_THREADS):
-                cute.autovec_copy(zeros, cute.local_tile(gdQ, (4,), (i * ROW_THREADS + sub,)))
-        if const_expr(mSinks is not None):
-            wsum = cute.arch.warp_reduction_sum(contrib)
-            if lane == 0:
-                mPart[(pad + m_block * PREPOST_ROWS) // 32 + warp_i, head, batch] = wsum
+        return dot, lse2
 
 
 class SdpaBwdPostprocessSm90:
@@ -340,19 +315,11 @@ class SdpaBwdPostprocessSm90:
                 if tidx == 0:
                     mdSinks[head] = acc
         if const_expr(mCuQ is None):
-            if const_expr(self.key.prepost_vec):
-                self.rows_vec(mdQacc, mdQ, m_block, head, batch, seqlen_q, Int32(0), Int32(0), scale)
-            else:
-                self.rows(mdQacc, mdQ, m_block, head, batch, seqlen_q, Int32(0), Int32(0), scale)
+            self.rows(mdQacc, mdQ, m_block, head, batch, seqlen_q, Int32(0), Int32(0), scale)
         else:
-            offset = mCuQ[batch]
-            seqlen = mCuQ[batch + 1] - offset
-            pad = (offset + batch * PREPOST_ROWS) // PREPOST_ROWS * PREPOST_ROWS
+            offset, seqlen, pad = varlen_rows(mCuQ, batch)
             if m_block * PREPOST_ROWS < seqlen:
-                if const_expr(self.key.prepost_vec):
-                    self.rows_vec(mdQacc, mdQ, m_block, head, Int32(0), seqlen, offset, pad, scale)
-                else:
-                    self.rows(mdQacc, mdQ, m_block, head, Int32(0), seqlen, offset, pad, scale)
+                self.rows(mdQacc, mdQ, m_block, head, Int32(0), seqlen, offset, pad, scale)
 
     kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
 
@@ -369,49 +336,57 @@ class SdpaBwdPostprocessSm90:
         pad: Int32,
         scale: Float32,
     ):
-        """One thread per row: scratch row ``pad + i`` becomes token ``offset + i`` of dQ."""
+        """The block's rows: scratch row ``pad + i`` becomes token ``offset + i`` of dQ. One thread per row (16-byte
+        stores); with ``prepost_vec`` ``ROW_THREADS`` adjacent threads per row (16-byte fp32 loads, 8-byte stores of 4
+        converted elements)."""
         tidx, _, _ = cute.arch.thread_idx()
-        local = m_block * PREPOST_ROWS + tidx
-        vec = 128 // self.dtype.width
-        if local < seqlen_q:
-            gAcc = mdQacc[pad + local, None, head, batch]
-            gdQ = mdQ[offset + local, None, head, batch]
-            for c in cutlass.range_constexpr(self.head_dim // vec):
-                rAcc = cute.make_rmem_tensor((vec,), Float32)
-                cute.autovec_copy(cute.local_tile(gAcc, (vec,), (c,)), rAcc)
-                rdQ = cute.make_rmem_tensor((vec,), self.dtype)
-                rdQ.store((rAcc.load() * scale).to(self.dtype))
-                cute.autovec_copy(rdQ, cute.local_tile(gdQ, (vec,), (c,)))
+        if const_expr(not self.key.prepost_vec):
+            local = m_block * PREPOST_ROWS + tidx
+            self.scale_row(mdQacc, mdQ, local, head, batch, seqlen_q, offset, pad, scale, 128 // self.dtype.width, 0, 1)
+        else:
+            warp_i, lane = tidx // 32, tidx % 32
+            sub = lane % ROW_THREADS
+            for p in cutlass.range_constexpr(32 * ROW_THREADS // 32):
+                local = m_block * PREPOST_ROWS + warp_i * 32 + p * (32 // ROW_THREADS) + lane // ROW_THREADS
+                self.scale_row(mdQacc, mdQ, local, head, batch, seqlen_q, offset, pad, scale, 4, sub, ROW_THREADS)
 
     @cute.jit
-    def rows_vec(
+    def scale_row(
         self,
         mdQacc: cute.Tensor,
         mdQ: cute.Tensor,
-        m_block: Int32,
+        local: Int32,
         head: Int32,
         batch: Int32,
         seqlen_q: Int32,
         offset: Int32,
         pad: Int32,
         scale: Float32,
+        width: cutlass.Constexpr[int],
+        first,
+        step: cutlass.Constexpr[int],
     ):
-        """prepost_vec: what :meth:`rows` computes, ``ROW_THREADS`` adjacent threads per row (16-byte fp32 loads,
-        8-byte stores of 4 converted elements)."""
-        tidx, _, _ = cute.arch.thread_idx()
-        warp_i, lane = tidx // 32, tidx % 32
-        sub = lane % ROW_THREADS
-        for p in cutlass.range_constexpr(32 * ROW_THREADS // 32):
-            local = m_block * PREPOST_ROWS + warp_i * 32 + p * (32 // ROW_THREADS) + lane // ROW_THREADS
-            if local < seqlen_q:
-                gAcc = mdQacc[pad + local, None, head, batch]
-                gdQ = mdQ[offset + local, None, head, batch]
-                for i in cutlass.range_constexpr(self.head_dim // 4 // ROW_THREADS):
-                    rAcc = cute.make_rmem_tensor((4,), Float32)
-                    cute.autovec_copy(cute.local_tile(gAcc, (4,), (i * ROW_THREADS + sub,)), rAcc)
-                    rdQ = cute.make_rmem_tensor((4,), self.dtype)
-                    rdQ.store((rAcc.load() * scale).to(self.dtype))
-                    cute.autovec_copy(rdQ, cute.local_tile(gdQ, (4,), (i * ROW_THREADS + sub,)))
+        """dQ row ``offset + local`` = ``scale`` * scratch row ``pad + local`` (nothing past ``seqlen_q``), over the
+        ``width``-element chunks ``first``, ``first + step``, ... of the head dim."""
+        if local < seqlen_q:
+            gAcc = mdQacc[pad + local, None, head, batch]
+            gdQ = mdQ[offset + local, None, head, batch]
+            for i in cutlass.range_constexpr(self.head_dim // width // step):
+                rAcc = cute.make_rmem_tensor((width,), Float32)
+                cute.autovec_copy(cute.local_tile(gAcc, (width,), (i * step + first,)), rAcc)
+                rdQ = cute.make_rmem_tensor((width,), self.dtype)
+                rdQ.store((rAcc.load() * scale).to(self.dtype))
+                cute.autovec_copy(rdQ, cute.local_tile(gdQ, (width,), (i * step + first,)))
+
+
+@cute.jit
+def varlen_rows(mCuQ: cute.Tensor, batch: Int32):
+    """THD varlen: (first token, length, first scratch row) of sequence ``batch``; its scratch rows start at a
+    PREPOST_ROWS-aligned offset, so the padded rows of one sequence never overlap the next."""
+    offset = mCuQ[batch]
+    seqlen = mCuQ[batch + 1] - offset
+    pad = (offset + batch * PREPOST_ROWS) // PREPOST_ROWS * PREPOST_ROWS
+    return offset, seqlen, pad
 
 
 def compile_sdpa_bwd_pre(key: SdpaBwdKey):

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import enum
 import math
+from types import SimpleNamespace
 
 import cuda.bindings.driver as cuda
 import cutlass
@@ -84,6 +85,34 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         if str(atom.inner) != "S<1,4,3>":  # the thread-constant swizzle shift in mma() relies on it
             raise NotImplementedError(f"dq_tma: unexpected 32-byte swizzle {atom.inner} of the fp32 dQ buffer")
         return cute.tile_to_shape(atom, (self.tile_m, half, self.num_consumer_wg), order=(0, 1, 2))
+
+    def _tiled_mmas(self):
+        """The (S^T / dP^T, dK, dV, dQ) tiled MMAs of the consumers (host-side construction)."""
+        D, Dv = self.head_dim, self.head_dim_v
+        K_MAJOR, MN_MAJOR = warpgroup.OperandMajorMode.K, warpgroup.OperandMajorMode.MN
+        # S^T = K Q^T and dP^T = V dO^T: M = keys (64 per consumer warpgroup), N = queries.
+        tiled_mma_SdP = sm90_utils.make_trivial_tiled_mma(
+            self.dtype, self.dtype, K_MAJOR, K_MAJOR, Float32, atom_layout_mnk=(self.tile_n // 64, 1, 1), tiler_mn=(64, self.tile_m)
+        )
+        # dK += dS^T Q and dV += P^T dO: A from registers, B = Q^T / dO^T (MN-major views of sQ / sdO).
+        tiled_mma_dK = sm90_utils.make_trivial_tiled_mma(
+            self.dtype, self.dtype, K_MAJOR, MN_MAJOR, Float32, atom_layout_mnk=(self.tile_n // 64, 1, 1), tiler_mn=(64, D),
+            a_source=warpgroup.OperandSource.RMEM,
+        )  # fmt: skip
+        tiled_mma_dV = sm90_utils.make_trivial_tiled_mma(
+            self.dtype, self.dtype, K_MAJOR, MN_MAJOR, Float32, atom_layout_mnk=(self.tile_n // 64, 1, 1), tiler_mn=(64, Dv),
+            a_source=warpgroup.OperandSource.RMEM,
+        )  # fmt: skip
+        # dQ = dS K: A = dS (MN-major view of sdS^T), B = K^T (MN-major view of sK); the head dim is split over the warpgroups.
+        tiled_mma_dQ = sm90_utils.make_trivial_tiled_mma(
+            self.dtype, self.dtype, MN_MAJOR, MN_MAJOR, Float32, atom_layout_mnk=(1, self.num_consumer_wg, 1), tiler_mn=(64, D // self.num_consumer_wg)
+        )
+        return tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ
+
+    def _k_atom_cols(self) -> int:
+        """Columns of the swizzle atom of sK: dQ = dS K reads K^T split over the warpgroups along D, so the atom must
+        divide D / 2."""
+        return self.head_dim // self.num_consumer_wg
 
     def _shared_storage(self, sQ_layout, sdO_layout, sK_layout, sV_layout, sdS_layout, sdQ_layout):
         """The CTA's shared memory (host-side construction of a ``cute.struct``): the verified layout, then the
@@ -169,28 +198,10 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
             mSem = cute.make_tensor(sem_ptr, cute.make_layout((ns, heads, bt), stride=(1, ns, ns * heads)))
         mCuQ, mCuK = cu_seqlens_tensors(cu_q_ptr, cu_k_ptr, batch, self.key.varlen)
 
-        K_MAJOR, MN_MAJOR = warpgroup.OperandMajorMode.K, warpgroup.OperandMajorMode.MN
-        # S^T = K Q^T and dP^T = V dO^T: M = keys (64 per consumer warpgroup), N = queries.
-        tiled_mma_SdP = sm90_utils.make_trivial_tiled_mma(
-            self.dtype, self.dtype, K_MAJOR, K_MAJOR, Float32, atom_layout_mnk=(self.tile_n // 64, 1, 1), tiler_mn=(64, self.tile_m)
-        )
-        # dK += dS^T Q and dV += P^T dO: A from registers, B = Q^T / dO^T (MN-major views of sQ / sdO).
-        tiled_mma_dK = sm90_utils.make_trivial_tiled_mma(
-            self.dtype, self.dtype, K_MAJOR, MN_MAJOR, Float32, atom_layout_mnk=(self.tile_n // 64, 1, 1), tiler_mn=(64, D),
-            a_source=warpgroup.OperandSource.RMEM,
-        )  # fmt: skip
-        tiled_mma_dV = sm90_utils.make_trivial_tiled_mma(
-            self.dtype, self.dtype, K_MAJOR, MN_MAJOR, Float32, atom_layout_mnk=(self.tile_n // 64, 1, 1), tiler_mn=(64, Dv),
-            a_source=warpgroup.OperandSource.RMEM,
-        )  # fmt: skip
-        # dQ = dS K: A = dS (MN-major view of sdS^T), B = K^T (MN-major view of sK); the head dim is split over the warpgroups.
-        tiled_mma_dQ = sm90_utils.make_trivial_tiled_mma(
-            self.dtype, self.dtype, MN_MAJOR, MN_MAJOR, Float32, atom_layout_mnk=(1, self.num_consumer_wg, 1), tiler_mn=(64, D // self.num_consumer_wg)
-        )
+        tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ = self._tiled_mmas()
         sQ_layout = self._smem_layout(self.tile_m, D, self.num_stages)
         sdO_layout = self._smem_layout(self.tile_m, Dv, self.num_stages)
-        # dQ = dS K reads K^T split over the warpgroups along D: the swizzle atom must divide D / 2.
-        sK_layout = self._smem_layout(self.tile_n, D, atom_cols=D // self.num_consumer_wg)
+        sK_layout = self._smem_layout(self.tile_n, D, atom_cols=self._k_atom_cols())
         sV_layout = self._smem_layout(self.tile_n, Dv)
         sdS_layout = self._ds_layout()  # dS^T: (keys, queries), queries contiguous
         sdQ_layout = None
@@ -541,8 +552,117 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         m_block_min: Int32,
         m_block_max: Int32,
     ):
-        """Consumer warpgroups: the five GEMMs per query block, then the dK / dV epilogue."""
-        D, Dv = self.head_dim, self.head_dim_v
+        """Consumer warpgroups: for each query head of the kv head, the query blocks crossing the right (causal)
+        boundary, then the unmasked ones, then those crossing the left one (``step`` each), then the dK / dV epilogue.
+        The schedule is two hooks: ``consumer_operands`` (fragments, accumulators) and ``step`` (one query block);
+        the split_d kernel overrides both."""
+        ops = self.consumer_operands(tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ, sQ, sK, sV, sdO, sdSt, sdQ_lin, tidx)
+        state, m_mid1, m_mid2 = self.begin_key_block(ops.acc_dK, ops.acc_dV, pipeline_kv, mask, n_block, m_block_min, m_block_max)
+        G = self.key.qhead_per_kvhead
+        for g in cutlass.range(G, unroll=1):
+            head = head_kv * G + g
+            mLSE2_cur, mDpsum_cur, mdQacc_cur = self.head_scratch(mLSE2, mDpsum, mdQacc, head, batch, pad_q)
+            mSem_cur = None
+            if const_expr(self.key.deterministic):
+                mSem_cur = mSem[None, head, batch]
+            mdQacc_tma_cur = None
+            if const_expr(self.key.dq_tma):
+                mdQacc_tma_cur = mdQacc_tma[None, None, head, batch]
+                if const_expr(self.key.varlen):
+                    mdQacc_tma_cur = cute.domain_offset((pad_q, 0), mdQacc_tma_cur)
+            if const_expr(self.key.varlen and self.key.deterministic):
+                mSem_cur = cute.domain_offset((pad_q // self.tile_m,), mSem_cur)
+            for i in cutlass.range(cutlass.max(m_mid1 - m_block_min, 0), unroll=1):
+                state = self.step(
+                    tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ, ops, mLSE2_cur, mDpsum_cur, mdQacc_cur, mSem_cur, mdQacc_tma_cur,
+                    sLSE, sDpsum, sdQ, tma_atom_dQ, tidx, pipeline_q, pipeline_do, state, scale_log2, mask, m_block_min + i, n_block, True,
+                )  # fmt: skip
+            for i in cutlass.range(cutlass.max(m_mid2 - m_mid1, 0), unroll=1):
+                state = self.step(
+                    tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ, ops, mLSE2_cur, mDpsum_cur, mdQacc_cur, mSem_cur, mdQacc_tma_cur,
+                    sLSE, sDpsum, sdQ, tma_atom_dQ, tidx, pipeline_q, pipeline_do, state, scale_log2, mask, m_mid1 + i, n_block, False,
+                )  # fmt: skip
+            if const_expr(self.key.mask_left):
+                for i in cutlass.range(cutlass.max(m_block_max - m_mid2, 0), unroll=1):
+                    state = self.step(
+                        tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ, ops, mLSE2_cur, mDpsum_cur, mdQacc_cur, mSem_cur, mdQacc_tma_cur,
+                        sLSE, sDpsum, sdQ, tma_atom_dQ, tidx, pipeline_q, pipeline_do, state, scale_log2, mask, m_mid2 + i, n_block, True,
+                    )  # fmt: skip
+
+        if const_expr(self.key.dq_tma):
+            if cute.arch.make_warp_uniform(cute.arch.warp_idx()) % 4 == 0:
+                cute.arch.cp_async_bulk_wait_group(0, read=True)  # the last reduce-add has read sdQ
+
+        # ---------------------------------------------------------------------------------- epilogue
+        self.epilogue_dkv(
+            ops.acc_dK, ops.acc_dV, ops.smem_copy_atom, tiled_mma_dK, tiled_mma_dV, sK, sV, mdK, mdV, tma_atom_dK, tma_atom_dV, mask, scale,
+            n_block, head_kv, batch, offset_k, tidx,
+        )  # fmt: skip
+
+    @cute.jit
+    def consumer_operands(
+        self,
+        tiled_mma_SdP: cute.TiledMma,
+        tiled_mma_dK: cute.TiledMma,
+        tiled_mma_dV: cute.TiledMma,
+        tiled_mma_dQ: cute.TiledMma,
+        sQ: cute.Tensor,
+        sK: cute.Tensor,
+        sV: cute.Tensor,
+        sdO: cute.Tensor,
+        sdSt: cute.Tensor,
+        sdQ_lin: cute.Tensor | None,
+        tidx: Int32,
+    ):
+        """The consumer's operands of :meth:`step`, as a record (a trace-time namespace): GEMM fragments (P^T and dS^T
+        are A operands from registers), accumulators, the dS^T stmatrix and, with dq_tma, its dQ fragment in shared
+        memory; ``acc_dK``, ``acc_dV`` and ``smem_copy_atom`` are what :meth:`mma` itself reads."""
+        D = self.head_dim
+        wg_idx, wg_mma_dK, wg_mma_dV, wg_mma_dQ, thr_mma_SdP, thr_mma_dQ, wg_mma_SdP, tSrK, tSrQ, tdPrV, tdPrdO = self.consumer_slices(
+            tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ, sQ, sK, sV, sdO, tidx
+        )
+        tdVrdOt = wg_mma_dV.make_fragment_B(wg_mma_dV.partition_B(transpose_view(sdO)))
+        tdKrQt = wg_mma_dK.make_fragment_B(wg_mma_dK.partition_B(transpose_view(sQ)))
+        tdQrdS = wg_mma_dQ.make_fragment_A(wg_mma_dQ.partition_A(transpose_view(sdSt)))
+        tdQrKt = wg_mma_dQ.make_fragment_B(wg_mma_dQ.partition_B(transpose_view(sK)))
+        acc_S, acc_dP, acc_dK, acc_dV, acc_dQ, rP, rdS, tScS_mn, rLSE, rDpsum = self.consumer_accumulators(
+            wg_mma_SdP, wg_mma_dK, wg_mma_dV, wg_mma_dQ, thr_mma_SdP, D
+        )
+        smem_copy_atom, smem_thr_copy_dS, tdSsdS = self.ds_smem_copy(tiled_mma_SdP, sdSt, tidx)
+        # dq_tma: this thread's dQ fragment in the (tile_m, (D / 2, warpgroup)) shared-memory buffer. The 32-byte
+        # swizzle (byte bit 4 ^= byte bit 7, i.e. element bit 2 ^= element bit 5) reads a row bit (row % 8 >= 4) and a
+        # column bit (col % 8 >= 4) that are the same for every element of a thread's fragment (rows r, r + 8; columns
+        # 8 j + 2 (lane % 4) + {0, 1}): apply it once, as a constant shift of the unswizzled view, so each store is
+        # one base register plus an immediate.
+        tdQsdQ = None
+        if const_expr(self.key.dq_tma):
+            row0, col0 = thr_mma_dQ.partition_C(cute.make_identity_tensor((self.tile_m, D)))[0]
+            flip = (row0 % 8) // 4
+            bit2 = (col0 % 8) // 4
+            tdQ_lin = thr_mma_dQ.partition_C(cute.group_modes(sdQ_lin, 1, 3))
+            tdQsdQ = cute.make_tensor(tdQ_lin.iterator + 4 * ((bit2 ^ flip) - bit2), tdQ_lin.layout)
+        return SimpleNamespace(
+            wg_idx=wg_idx, thr_mma_dQ=thr_mma_dQ, acc_S=acc_S, acc_dP=acc_dP, acc_dK=acc_dK, acc_dV=acc_dV, acc_dQ=acc_dQ, rP=rP, rdS=rdS,
+            rLSE=rLSE, rDpsum=rDpsum, tSrK=tSrK, tSrQ=tSrQ, tdPrV=tdPrV, tdPrdO=tdPrdO, tdVrdOt=tdVrdOt, tdKrQt=tdKrQt, tdQrdS=tdQrdS,
+            tdQrKt=tdQrKt, smem_copy_atom=smem_copy_atom, smem_thr_copy_dS=smem_thr_copy_dS, tdSsdS=tdSsdS, tScS_mn=tScS_mn, tdQsdQ=tdQsdQ,
+        )  # fmt: skip
+
+    @cute.jit
+    def consumer_slices(
+        self,
+        tiled_mma_SdP: cute.TiledMma,
+        tiled_mma_dK: cute.TiledMma,
+        tiled_mma_dV: cute.TiledMma,
+        tiled_mma_dQ: cute.TiledMma,
+        sQ: cute.Tensor,
+        sK: cute.Tensor,
+        sV: cute.Tensor,
+        sdO: cute.Tensor,
+        tidx: Int32,
+    ):
+        """A consumer thread's view of the MMAs: (its warpgroup, the warpgroup slices of the dK / dV / dQ MMAs, the
+        thread slices of the S^T / dP^T and dQ MMAs, the warpgroup slice of the S^T / dP^T MMA and its shared-memory
+        operands K, Q (S^T = K Q^T) and V, dO (dP^T = V dO^T))."""
         wg_idx = cute.arch.make_warp_uniform(tidx // self.threads_per_wg)
         wg_layout = cute.make_layout(self.num_consumer_wg, stride=self.threads_per_wg)
         wg_mma_SdP = tiled_mma_SdP.get_slice(wg_layout(wg_idx))
@@ -556,42 +676,42 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         tSrQ = wg_mma_SdP.make_fragment_B(wg_mma_SdP.partition_B(sQ))
         tdPrV = wg_mma_SdP.make_fragment_A(wg_mma_SdP.partition_A(sV))
         tdPrdO = wg_mma_SdP.make_fragment_B(wg_mma_SdP.partition_B(sdO))
-        tdVrdOt = wg_mma_dV.make_fragment_B(wg_mma_dV.partition_B(transpose_view(sdO)))
-        tdKrQt = wg_mma_dK.make_fragment_B(wg_mma_dK.partition_B(transpose_view(sQ)))
-        tdQrdS = wg_mma_dQ.make_fragment_A(wg_mma_dQ.partition_A(transpose_view(sdSt)))
-        tdQrKt = wg_mma_dQ.make_fragment_B(wg_mma_dQ.partition_B(transpose_view(sK)))
+        return wg_idx, wg_mma_dK, wg_mma_dV, wg_mma_dQ, thr_mma_SdP, thr_mma_dQ, wg_mma_SdP, tSrK, tSrQ, tdPrV, tdPrdO
 
+    @cute.jit
+    def consumer_accumulators(self, wg_mma_SdP, wg_mma_dK, wg_mma_dV, wg_mma_dQ, thr_mma_SdP, dq_cols: cutlass.Constexpr[int]):
+        """The consumer's register tensors: fp32 accumulators S^T, dP^T, dK, dV and dQ (``dq_cols`` columns of the
+        head dim per dQ GEMM), P^T and dS^T in the element type, the (key, query) coordinates of its S^T elements
+        (its queries are the columns) and its columns' lse_log2 / dpsum."""
+        D, Dv = self.head_dim, self.head_dim_v
         acc_S = cute.make_rmem_tensor(wg_mma_SdP.partition_shape_C((self.tile_n, self.tile_m)), Float32)
         acc_dP = cute.make_rmem_tensor(wg_mma_SdP.partition_shape_C((self.tile_n, self.tile_m)), Float32)
         acc_dK = cute.make_rmem_tensor(wg_mma_dK.partition_shape_C((self.tile_n, D)), Float32)
         acc_dV = cute.make_rmem_tensor(wg_mma_dV.partition_shape_C((self.tile_n, Dv)), Float32)
-        acc_dQ = cute.make_rmem_tensor(wg_mma_dQ.partition_shape_C((self.tile_m, D)), Float32)
+        acc_dQ = cute.make_rmem_tensor(wg_mma_dQ.partition_shape_C((self.tile_m, dq_cols)), Float32)
         rP = cute.make_rmem_tensor_like(acc_S, self.dtype)
         rdS = cute.make_rmem_tensor_like(acc_dP, self.dtype)
 
-        # (key, query) coordinates of this thread's S^T elements; its queries are the columns.
         cS = cute.make_identity_tensor((self.tile_n, self.tile_m))
         tScS_mn = acc_view_mn(thr_mma_SdP.partition_C(cS))
         num_cols = cute.size(tScS_mn, mode=[1])
         rLSE = cute.make_rmem_tensor(num_cols, Float32)
         rDpsum = cute.make_rmem_tensor(num_cols, Float32)
+        return acc_S, acc_dP, acc_dK, acc_dV, acc_dQ, rP, rdS, tScS_mn, rLSE, rDpsum
 
+    @cute.jit
+    def ds_smem_copy(self, tiled_mma_SdP: cute.TiledMma, sdS: cute.Tensor, tidx: Int32):
+        """(stmatrix atom, this thread's slice of it in the S^T / dP^T accumulator layout, its destinations in the
+        dS^T (split_d: P^T / dS^T) shared-memory buffers)."""
         smem_copy_atom = cute.make_copy_atom(warp.StMatrix8x8x16bOp(transpose=False, num_matrices=4), self.dtype)
-        smem_thr_copy_dS = cute.make_tiled_copy_C(smem_copy_atom, tiled_mma_SdP).get_slice(tidx)
-        tdSsdS = smem_thr_copy_dS.partition_D(sdSt)
-        # dq_tma: this thread's dQ fragment in the (tile_m, (D / 2, warpgroup)) shared-memory buffer. The 32-byte
-        # swizzle (byte bit 4 ^= byte bit 7, i.e. element bit 2 ^= element bit 5) reads a row bit (row % 8 >= 4) and a
-        # column bit (col % 8 >= 4) that are the same for every element of a thread's fragment (rows r, r + 8; columns
-        # 8 j + 2 (lane % 4) + {0, 1}): apply it once, as a constant shift of the unswizzled view, so each store is
-        # one base register plus an immediate.
-        tdQsdQ = None
-        if const_expr(self.key.dq_tma):
-            row0, col0 = thr_mma_dQ.partition_C(cute.make_identity_tensor((self.tile_m, D)))[0]
-            flip = (row0 % 8) // 4
-            bit2 = (col0 % 8) // 4
-            tdQ_lin = thr_mma_dQ.partition_C(cute.group_modes(sdQ_lin, 1, 3))
-            tdQsdQ = cute.make_tensor(tdQ_lin.iterator + 4 * ((bit2 ^ flip) - bit2), tdQ_lin.layout)
+        smem_thr_copy = cute.make_tiled_copy_C(smem_copy_atom, tiled_mma_SdP).get_slice(tidx)
+        return smem_copy_atom, smem_thr_copy, smem_thr_copy.partition_D(sdS)
 
+    @cute.jit
+    def begin_key_block(self, acc_dK: cute.Tensor, acc_dV: cute.Tensor, pipeline_kv, mask: MaskInfoBwd, n_block: Int32, m_block_min: Int32, m_block_max: Int32):
+        """Zero dK / dV, wait for K and V, and split the query blocks ``[m_block_min, m_block_max)`` at the mask:
+        returns (the consumers' Q / dO pipeline state, m_mid1, m_mid2): blocks below m_mid1 cross the right (causal)
+        boundary, those from m_mid2 the left one, those between are unmasked."""
         acc_dK.fill(0.0)
         acc_dV.fill(0.0)
         kv_state = consumer_state(1)
@@ -605,56 +725,20 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
             # score 0 against TMA's zero fill, and exp2(0 - lse) need not be small).
             m_mid1 = m_block_max
             m_mid2 = m_block_max
-        G = self.key.qhead_per_kvhead
-        for g in cutlass.range(G, unroll=1):
-            head = head_kv * G + g
-            mLSE2_cur = mLSE2[None, head, batch]
-            mDpsum_cur = mDpsum[None, head, batch]
-            mdQacc_cur = mdQacc[None, None, head, batch]
-            mSem_cur = None
-            if const_expr(self.key.deterministic):
-                mSem_cur = mSem[None, head, batch]
-            mdQacc_tma_cur = None
-            if const_expr(self.key.dq_tma):
-                mdQacc_tma_cur = mdQacc_tma[None, None, head, batch]
-                if const_expr(self.key.varlen):
-                    mdQacc_tma_cur = cute.domain_offset((pad_q, 0), mdQacc_tma_cur)
-            if const_expr(self.key.varlen):
-                mLSE2_cur = cute.domain_offset((pad_q,), mLSE2_cur)
-                mDpsum_cur = cute.domain_offset((pad_q,), mDpsum_cur)
-                mdQacc_cur = cute.domain_offset((pad_q, 0), mdQacc_cur)
-                if const_expr(self.key.deterministic):
-                    mSem_cur = cute.domain_offset((pad_q // self.tile_m,), mSem_cur)
-            # query blocks crossing the right (causal) boundary, then unmasked ones, then those crossing the left one
-            for i in cutlass.range(cutlass.max(m_mid1 - m_block_min, 0), unroll=1):
-                state = self.step(
-                    tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ, thr_mma_dQ, acc_S, acc_dP, acc_dK, acc_dV, acc_dQ, rP, rdS,
-                    rLSE, rDpsum, tSrK, tSrQ, tdPrV, tdPrdO, tdVrdOt, tdKrQt, tdQrdS, tdQrKt, smem_copy_atom, smem_thr_copy_dS, tdSsdS,
-                    tScS_mn, mLSE2_cur, mDpsum_cur, mdQacc_cur, mSem_cur, sLSE, sDpsum, tdQsdQ, sdQ, mdQacc_tma_cur, tma_atom_dQ, wg_idx, tidx, pipeline_q, pipeline_do, state, scale_log2, mask, m_block_min + i, n_block, True,
-                )  # fmt: skip
-            for i in cutlass.range(cutlass.max(m_mid2 - m_mid1, 0), unroll=1):
-                state = self.step(
-                    tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ, thr_mma_dQ, acc_S, acc_dP, acc_dK, acc_dV, acc_dQ, rP, rdS,
-                    rLSE, rDpsum, tSrK, tSrQ, tdPrV, tdPrdO, tdVrdOt, tdKrQt, tdQrdS, tdQrKt, smem_copy_atom, smem_thr_copy_dS, tdSsdS,
-                    tScS_mn, mLSE2_cur, mDpsum_cur, mdQacc_cur, mSem_cur, sLSE, sDpsum, tdQsdQ, sdQ, mdQacc_tma_cur, tma_atom_dQ, wg_idx, tidx, pipeline_q, pipeline_do, state, scale_log2, mask, m_mid1 + i, n_block, False,
-                )  # fmt: skip
-            if const_expr(self.key.mask_left):
-                for i in cutlass.range(cutlass.max(m_block_max - m_mid2, 0), unroll=1):
-                    state = self.step(
-                        tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ, thr_mma_dQ, acc_S, acc_dP, acc_dK, acc_dV, acc_dQ, rP, rdS,
-                        rLSE, rDpsum, tSrK, tSrQ, tdPrV, tdPrdO, tdVrdOt, tdKrQt, tdQrdS, tdQrKt, smem_copy_atom, smem_thr_copy_dS, tdSsdS,
-                        tScS_mn, mLSE2_cur, mDpsum_cur, mdQacc_cur, mSem_cur, sLSE, sDpsum, tdQsdQ, sdQ, mdQacc_tma_cur, tma_atom_dQ, wg_idx, tidx, pipeline_q, pipeline_do, state, scale_log2, mask, m_mid2 + i, n_block, True,
-                    )  # fmt: skip
+        return state, m_mid1, m_mid2
 
-        if const_expr(self.key.dq_tma):
-            if cute.arch.make_warp_uniform(cute.arch.warp_idx()) % 4 == 0:
-                cute.arch.cp_async_bulk_wait_group(0, read=True)  # the last reduce-add has read sdQ
-
-        # ---------------------------------------------------------------------------------- epilogue
-        self.epilogue_dkv(
-            acc_dK, acc_dV, smem_copy_atom, tiled_mma_dK, tiled_mma_dV, sK, sV, mdK, mdV, tma_atom_dK, tma_atom_dV, mask, scale,
-            n_block, head_kv, batch, offset_k, tidx,
-        )  # fmt: skip
+    @cute.jit
+    def head_scratch(self, mLSE2: cute.Tensor, mDpsum: cute.Tensor, mdQacc: cute.Tensor, head: Int32, batch: Int32, pad_q: Int32):
+        """Query head ``head``'s lse_log2, dpsum and dQ accumulator (varlen: from the sequence's first scratch row
+        ``pad_q``)."""
+        mLSE2_cur = mLSE2[None, head, batch]
+        mDpsum_cur = mDpsum[None, head, batch]
+        mdQacc_cur = mdQacc[None, None, head, batch]
+        if const_expr(self.key.varlen):
+            mLSE2_cur = cute.domain_offset((pad_q,), mLSE2_cur)
+            mDpsum_cur = cute.domain_offset((pad_q,), mDpsum_cur)
+            mdQacc_cur = cute.domain_offset((pad_q, 0), mdQacc_cur)
+        return mLSE2_cur, mDpsum_cur, mdQacc_cur
 
     @cute.jit
     def epilogue_dkv(
@@ -740,39 +824,16 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         tiled_mma_dK: cute.TiledMma,
         tiled_mma_dV: cute.TiledMma,
         tiled_mma_dQ: cute.TiledMma,
-        thr_mma_dQ,
-        acc_S: cute.Tensor,
-        acc_dP: cute.Tensor,
-        acc_dK: cute.Tensor,
-        acc_dV: cute.Tensor,
-        acc_dQ: cute.Tensor,
-        rP: cute.Tensor,
-        rdS: cute.Tensor,
-        rLSE: cute.Tensor,
-        rDpsum: cute.Tensor,
-        tSrK: cute.Tensor,
-        tSrQ: cute.Tensor,
-        tdPrV: cute.Tensor,
-        tdPrdO: cute.Tensor,
-        tdVrdOt: cute.Tensor,
-        tdKrQt: cute.Tensor,
-        tdQrdS: cute.Tensor,
-        tdQrKt: cute.Tensor,
-        smem_copy_atom: cute.CopyAtom,
-        smem_thr_copy_dS,
-        tdSsdS: cute.Tensor,
-        tScS_mn: cute.Tensor,
+        ops,
         mLSE2_cur: cute.Tensor,
         mDpsum_cur: cute.Tensor,
         mdQacc_cur: cute.Tensor,
         mSem_cur: cute.Tensor | None,
+        mdQacc_tma_cur: cute.Tensor | None,
         sLSE: cute.Tensor | None,
         sDpsum: cute.Tensor | None,
-        tdQsdQ: cute.Tensor | None,
         sdQ: cute.Tensor | None,
-        mdQacc_tma_cur: cute.Tensor | None,
         tma_atom_dQ: cute.CopyAtom | None,
-        wg_idx: Int32,
         tidx: Int32,
         pipeline_q,
         pipeline_do,
@@ -783,7 +844,13 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         n_block: Int32,
         masked: cutlass.Constexpr[bool],
     ):
-        """One query block: S^T, dP^T (SS), P^T, dS^T (registers), dV (RS), dQ (SS, atomics), dK (RS)."""
+        """One query block: S^T, dP^T (SS), P^T, dS^T (registers), dV (RS), dQ (SS, atomics), dK (RS); ``ops``: the
+        record of :meth:`consumer_operands`."""
+        o = ops
+        acc_S, acc_dP, acc_dK, acc_dV, acc_dQ, rP, rdS, rLSE, rDpsum = o.acc_S, o.acc_dP, o.acc_dK, o.acc_dV, o.acc_dQ, o.rP, o.rdS, o.rLSE, o.rDpsum
+        tSrK, tSrQ, tdPrV, tdPrdO, tdVrdOt, tdKrQt, tdQrdS, tdQrKt = o.tSrK, o.tSrQ, o.tdPrV, o.tdPrdO, o.tdVrdOt, o.tdKrQt, o.tdQrdS, o.tdQrKt
+        smem_copy_atom, smem_thr_copy_dS, tdSsdS, tScS_mn, tdQsdQ = o.smem_copy_atom, o.smem_thr_copy_dS, o.tdSsdS, o.tScS_mn, o.tdQsdQ
+        thr_mma_dQ, wg_idx = o.thr_mma_dQ, o.wg_idx
         idx = state.index
         row0 = m_block * self.tile_m
         pipeline_q.consumer_wait(state)
