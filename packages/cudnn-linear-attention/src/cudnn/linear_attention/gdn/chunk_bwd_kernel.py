@@ -1,0 +1,637 @@
+"""Gated DeltaNet backward, pass 3 (chunk C = 64, sm_90a, CuTe DSL, WGMMA): the intra-chunk gradients dq, dk, dv, dg, dbeta.
+
+The whole backward is three launches (adapter: ``bwd_api.py``; math and its CPU check:
+``shared/cudnn_testing/reference_linear_attention.py::gated_delta_net_chunked_bwd_ref``):
+
+1. ``bwd_states_kernel.GdnBwdStates``: forward over chunks, the state ``S0`` entering every chunk, the new values
+   ``Vn`` and (``store_tm``, the default) ``Tm = (I + A)^-1`` (bf16, workspace);
+2. ``bwd_states_kernel.GdnBwdDStates``: reverse over chunks, the gradient ``dS1`` of the state leaving every chunk and
+   ``dVn = P^T dO + (K exp(G_C - G)) dS1^T`` (bf16, workspace), and ``d initial_state``;
+3. this kernel: every chunk on its own (no recurrence), from q, k, v, dO, g, beta and the workspace's S0, dS1, Vn,
+   dVn (and Tm; with ``store_tm=False`` it recomputes A and the triangular solve). Per chunk (Gamma_ij = exp(G_i - G_j),
+   i >= j)::
+
+       dP~  = scale lower_eq(Gamma * (dO Vn^T))              dQ = scale exp(G) (dO S0) + dP~ K
+       dWm  = -dVn S0     dKb = Tm^T dWm     dUb = Tm^T dVn     dV = beta dUb
+       dTm  = (dVn V^T) beta_j + (dWm K^T) beta_j exp(G_j)     dA = -strictly_lower((Tm^T dTm) Tm^T)
+       B    = dA beta_i Gamma                                   dK = dP~^T Q + (B + B^T) K + exp(G_C - G) (Vn dS1) + beta exp(G) dKb
+       dbeta = rowsum(dUb V) + rowsum(dKb exp(G) K) + rowsum(dA K K^T Gamma)
+       dG   = rowsum(Q scale exp(G) (dO S0)) + rowsum(Z) - colsum(Z) + rowsum(dKb beta exp(G) K) - rowsum((Vn dS1) exp(G_C - G) K)
+              with Z = dP~ Q K^T + dA A;  dG_C += exp(G_C) <dS1, S0> + sum((Vn dS1) exp(G_C - G) K);  dg = reverse cumsum of dG
+
+Work decomposition: one CTA = one warpgroup (128 threads) per (sequence, head, chunk group): grid ``[N, H, Z]``, the CTA
+with ``blockIdx.z = z`` takes chunks ``z, z + Z, ...`` of its sequence (``Z`` is a runtime argument: the adapter picks it
+from T, N and H, never from device data). Every product is a 64 x 64 WGMMA (m64n64k16, bf16 operands, fp32
+accumulators, K-major operands; transposed operands are written transposed by the loaders or from accumulators);
+products with a K-wide output run as K / 64 of them. Row / column sums for dg and dbeta go to shared memory by
+shared-memory atomics. Shared memory is reused across the three phases of a chunk (phase 1: Tm, dP~, dQ; phase 2:
+dWm, dV, dTm, dA; phase 3: dK, dg, dbeta): about 223 KiB at K = 128 (of 227). ptxas stack frame at K = 128: 640 bytes
+with ``store_tm`` (the default), 24 without (measured on the compile-only tier; an A/B for the GPU run).
+
+Outputs: dq, dk [T, H, K] and dv [T, H, V] bf16 with any 8-aligned token / head strides; dg, dbeta fp32 [T, H]
+contiguous. With the q/k L2 norm (plan flag) the kernels work on the normalised bf16 q, k as the forward does and
+this pass ends with the chain rule ``dx = r (dxn - xn (xn . dxn))`` (r = rsqrt(|x|^2 + 1e-6) per row; the row dots by
+shared-memory atomics; both 64-channel halves of dq / dk stay in registers). With GVA (q/k heads Hk < v heads H) dq, dk
+go to fp32 per-value-head partials in the workspace instead, and ``bwd_qk_reduce_kernel.py`` (pass 4) sums the H / Hk
+partials of every q/k head (and applies the L2-norm chain rule there).
+"""
+
+from __future__ import annotations
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+from cutlass import BFloat16, Float32, Int32, Int64, const_expr
+
+from .._device.delta_rule import BV, CHUNK, SOLVE_BLOCK, THREADS, VEC
+from .._device.delta_rule import smem_ready as _smem_ready
+from .._device.delta_rule import wgmma as _wgmma
+from .bwd_states_kernel import GdnBwdKey, _tensors, chunk_gates, make_mma, row_inv, smem_layout, solve_unit_lower, tm_layout
+
+
+@cute.jit
+def _load_rows(gX: cute.Tensor, sX: cute.Tensor, t0: Int32, eos: Int32, head: Int32, tidx: Int32, D: cutlass.Constexpr[int]):
+    """Rows ``t0 .. t0 + 63`` of ``gX`` to ``sX`` [token, d]; rows past ``eos`` as zero."""
+    HALF = D // 2
+    NV = HALF // VEC
+    row = tidx // 2
+    half = tidx % 2
+    t_row = min(t0 + row, eos - 1)
+    keep = Float32(0.0)
+    if t0 + row < eos:
+        keep = Float32(1.0)
+    rbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NV)), BFloat16)
+    for vj in cutlass.range_constexpr(NV):
+        cute.autovec_copy(gX[(None, None, None), (t_row, head, half * NV + vj)], rbuf[None, None, None, vj])
+    for vj in cutlass.range_constexpr(NV):
+        for e in cutlass.range_constexpr(VEC):
+            sX[row, half * HALF + vj * VEC + e] = (rbuf[0, 0, e, vj].to(Float32) * keep).to(BFloat16)
+
+
+@cute.jit
+def _load_rows_both(gX: cute.Tensor, sX: cute.Tensor, sXT: cute.Tensor, t0: Int32, eos: Int32, head: Int32, tidx: Int32, D: cutlass.Constexpr[int]):
+    """Rows ``t0 .. t0 + 63`` of ``gX`` to ``sX`` [token, d] and transposed to ``sXT`` [d % 64, token, d // 64]."""
+    HALF = D // 2
+    NV = HALF // VEC
+    row = tidx // 2
+    half = tidx % 2
+    t_row = min(t0 + row, eos - 1)
+    keep = Float32(0.0)
+    if t0 + row < eos:
+        keep = Float32(1.0)
+    rbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NV)), BFloat16)
+    for vj in cutlass.range_constexpr(NV):
+        cute.autovec_copy(gX[(None, None, None), (t_row, head, half * NV + vj)], rbuf[None, None, None, vj])
+    for vj in cutlass.range_constexpr(NV):
+        for e in cutlass.range_constexpr(VEC):
+            col = half * HALF + vj * VEC + e
+            x = (rbuf[0, 0, e, vj].to(Float32) * keep).to(BFloat16)
+            sX[row, col] = x
+            sXT[col % BV, row, col // BV] = x
+
+
+@cute.jit
+def _load_qk(
+    gX: cute.Tensor,
+    sX: cute.Tensor,
+    sXT: cute.Tensor,
+    sR: cute.Tensor,
+    t0: Int32,
+    eos: Int32,
+    head: Int32,
+    tidx: Int32,
+    D: cutlass.Constexpr[int],
+    l2norm: cutlass.Constexpr[bool],
+    rows: cutlass.Constexpr[bool],
+    cols: cutlass.Constexpr[bool],
+    write_r: cutlass.Constexpr[bool],
+):
+    """q or k rows ``t0 .. t0 + 63`` normalised as the forward's loaders do (bf16 ``x * rsqrt(sum x^2 + 1e-6)`` with
+    ``l2norm``, else ``x``; rows past ``eos`` zero) to ``sX`` [token, d] (``rows``) and / or transposed to ``sXT``
+    [d % 64, token, d // 64] (``cols``); the row's factor to ``sR`` (``write_r``)."""
+    HALF = D // 2
+    NV = HALF // VEC
+    row = tidx // 2
+    half = tidx % 2
+    t_row = min(t0 + row, eos - 1)
+    keep = Float32(0.0)
+    if t0 + row < eos:
+        keep = Float32(1.0)
+    rbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NV)), BFloat16)
+    for vj in cutlass.range_constexpr(NV):
+        cute.autovec_copy(gX[(None, None, None), (t_row, head, half * NV + vj)], rbuf[None, None, None, vj])
+    inv = row_inv(rbuf, keep, l2norm, NV, VEC)
+    if const_expr(write_r):
+        if half == 0:
+            sR[row] = inv
+    for vj in cutlass.range_constexpr(NV):
+        for e in cutlass.range_constexpr(VEC):
+            col = half * HALF + vj * VEC + e
+            x = (rbuf[0, 0, e, vj].to(Float32) * inv).to(BFloat16)
+            if const_expr(rows):
+                sX[row, col] = x
+            if const_expr(cols):
+                sXT[col % BV, row, col // BV] = x
+
+
+class GdnBwdGrads:
+    """Pass 3: dq, dk, dv, dg, dbeta of every chunk (chunks in parallel)."""
+
+    def __init__(self, key: GdnBwdKey):
+        assert key.head_dim in (64, 128)
+        self.key = key
+        self.D = key.head_dim
+        #: the L2-norm chain rule runs here unless GVA defers it to pass 4 (after the sum over the sharing value heads)
+        self.chain = key.l2norm and not key.gva
+        self.l2 = 1 if self.chain else 0  # index step of the per-half dq / dk accumulators (one reused without the chain)
+
+    @cute.jit
+    def __call__(
+        self,
+        q_ptr: cute.Pointer,
+        k_ptr: cute.Pointer,
+        v_ptr: cute.Pointer,
+        do_ptr: cute.Pointer,
+        g_ptr: cute.Pointer,
+        beta_ptr: cute.Pointer,
+        cu_ptr: cute.Pointer | None,
+        wsh_ptr: cute.Pointer,
+        wsdh_ptr: cute.Pointer,
+        wsvn_ptr: cute.Pointer,
+        wsdvn_ptr: cute.Pointer,
+        wstm_ptr: cute.Pointer | None,
+        dq_ptr: cute.Pointer,
+        dk_ptr: cute.Pointer,
+        dv_ptr: cute.Pointer,
+        dg_ptr: cute.Pointer,
+        dbeta_ptr: cute.Pointer,
+        T: Int32,
+        n_seqs: Int32,
+        seq_len: Int32,
+        heads: Int32,
+        qk_heads: Int32,
+        slots: Int32,
+        z_split: Int32,
+        scale: Float32,
+        q_strides: tuple[Int64, Int64],
+        k_strides: tuple[Int64, Int64],
+        v_strides: tuple[Int64, Int64],
+        do_strides: tuple[Int64, Int64],
+        dq_strides: tuple[Int64, Int64],
+        dk_strides: tuple[Int64, Int64],
+        dv_strides: tuple[Int64, Int64],
+        stream: cuda.CUstream,
+    ):
+        D = self.D
+        gQ, gK, gV = _tensors(D, q_ptr, k_ptr, v_ptr, T, heads, qk_heads, q_strides, k_strides, v_strides)
+        _, _, gDo = _tensors(D, q_ptr, k_ptr, do_ptr, T, heads, qk_heads, q_strides, k_strides, do_strides)
+        ws_tok = cute.make_layout((T, heads, D), stride=(Int64(heads) * D, D, 1))
+        gVn = cute.zipped_divide(cute.make_tensor(wsvn_ptr, ws_tok), (1, 1, VEC))
+        gDvn = cute.zipped_divide(cute.make_tensor(wsdvn_ptr, ws_tok), (1, 1, VEC))
+        ws_state = cute.make_layout((slots, heads, D, D), stride=(Int64(heads) * (D * D), D * D, D, 1))
+        gWsH = cute.zipped_divide(cute.make_tensor(wsh_ptr, ws_state), (1, 1, 1, VEC))
+        gWsDh = cute.zipped_divide(cute.make_tensor(wsdh_ptr, ws_state), (1, 1, 1, VEC))
+        mWsTm = None
+        if const_expr(self.key.store_tm):
+            mWsTm = cute.zipped_divide(cute.make_tensor(wstm_ptr, tm_layout(slots, heads)), (1, 1, 1, VEC))  # 16-byte vectors
+        # dq, dk: the bf16 outputs [T, H, K] (H = Hk), or with GVA the fp32 per-value-head partials [T, H, K] in the workspace
+        mDq = cute.make_tensor(dq_ptr, cute.make_layout((T, heads, D), stride=(dq_strides[0], dq_strides[1], 1)))
+        mDk = cute.make_tensor(dk_ptr, cute.make_layout((T, heads, D), stride=(dk_strides[0], dk_strides[1], 1)))
+        mDv = cute.make_tensor(dv_ptr, cute.make_layout((T, heads, D), stride=(dv_strides[0], dv_strides[1], 1)))
+        mG = cute.make_tensor(g_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
+        mB = cute.make_tensor(beta_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
+        mDg = cute.make_tensor(dg_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
+        mDb = cute.make_tensor(dbeta_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
+        mCu = None
+        if const_expr(self.key.varlen):
+            mCu = cute.make_tensor(cu_ptr, cute.make_layout((n_seqs + 1,)))
+        mma = make_mma()
+        l_ck = smem_layout(CHUNK, D)  # [tokens, D]
+        l_kc = smem_layout(CHUNK, CHUNK, D // BV)  # [64 channels, tokens] x D / 64
+        l_kv = smem_layout(CHUNK, D, D // BV)  # [64 K-channels, V] x K / 64: S0^T, dS1^T
+        l_cc = smem_layout(CHUNK, CHUNK)
+
+        @cute.struct
+        class SharedStorage:
+            # six [C, D] slots, reused across the phases (see the kernel), and one [D, D]
+            x0: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
+            x1: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
+            x2: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
+            x3: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
+            x4: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
+            x5: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
+            y0: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_kv)], 1024]
+            tm: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
+            tmt: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
+            dpt: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
+            dptt: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
+            bs: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
+            dtmt: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
+            xx: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
+            a: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK * (CHUNK + 1)], 16]
+            tz: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK * (CHUNK + 1)], 16]
+            m: cute.struct.Align[cute.struct.MemRange[Float32, SOLVE_BLOCK * (CHUNK + 1)], 16]
+            g: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]
+            gc: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]
+            beta: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]
+            dgr: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]
+            dbr: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]
+            scal: cute.struct.Align[cute.struct.MemRange[Float32, 4], 16]
+            rq: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]
+            rk: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]
+            dotq: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]
+            dotk: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]
+
+        self.kernel(
+            gQ,
+            gK,
+            gV,
+            gDo,
+            gVn,
+            gDvn,
+            gWsH,
+            gWsDh,
+            mWsTm,
+            mDq,
+            mDk,
+            mDv,
+            mG,
+            mB,
+            mDg,
+            mDb,
+            mCu,
+            seq_len,
+            heads // qk_heads,
+            z_split,
+            scale,
+            mma,
+            l_ck,
+            l_kc,
+            l_kv,
+            l_cc,
+            SharedStorage,
+        ).launch(grid=[n_seqs, heads, z_split], block=[THREADS, 1, 1], smem=SharedStorage.size_in_bytes(), stream=stream, min_blocks_per_mp=1)
+
+    @cute.kernel
+    def kernel(
+        self,
+        gQ: cute.Tensor,
+        gK: cute.Tensor,
+        gV: cute.Tensor,
+        gDo: cute.Tensor,
+        gVn: cute.Tensor,
+        gDvn: cute.Tensor,
+        gWsH: cute.Tensor,
+        gWsDh: cute.Tensor,
+        mWsTm: cute.Tensor | None,
+        mDq: cute.Tensor,
+        mDk: cute.Tensor,
+        mDv: cute.Tensor,
+        mG: cute.Tensor,
+        mB: cute.Tensor,
+        mDg: cute.Tensor,
+        mDb: cute.Tensor,
+        mCu: cute.Tensor | None,
+        seq_len: Int32,
+        group: Int32,
+        z_split: Int32,
+        scale: Float32,
+        mma: cute.TiledMma,
+        l_ck: cute.ComposedLayout,
+        l_kc: cute.ComposedLayout,
+        l_kv: cute.ComposedLayout,
+        l_cc: cute.ComposedLayout,
+        SharedStorage: cutlass.Constexpr,
+    ):
+        D = self.D
+        NH = D // BV
+        NVD = D // VEC  # 16-byte vectors per state row
+        tidx, _, _ = cute.arch.thread_idx()
+        seq, head, zc = cute.arch.block_idx()
+        hk = head // group  # the q/k head of value head `head`
+        bos = seq * seq_len
+        eos = bos + seq_len
+        if const_expr(self.key.varlen):
+            bos = mCu[seq]
+            eos = mCu[seq + 1]
+        n_chunks = (eos - bos + (CHUNK - 1)) // CHUNK
+        slot0 = seq + bos // CHUNK
+
+        smem = cutlass.utils.SmemAllocator()
+        st = smem.allocate(SharedStorage)
+        # slot x0: K [C, D] (all phases)
+        sK = st.x0.get_tensor(l_ck.outer, swizzle=l_ck.inner)
+        # slot x1: K^T (phase 1), dWm [C, D] (phase 2), K^T again (phase 3)
+        sKT = st.x1.get_tensor(l_kc.outer, swizzle=l_kc.inner)
+        sDwm = st.x1.get_tensor(l_ck.outer, swizzle=l_ck.inner)
+        # slot x2: Q (phase 1), V (phase 2), Q^T (phase 3)
+        sQ = st.x2.get_tensor(l_ck.outer, swizzle=l_ck.inner)
+        sV = st.x2.get_tensor(l_ck.outer, swizzle=l_ck.inner)
+        sQT = st.x2.get_tensor(l_kc.outer, swizzle=l_kc.inner)
+        # slot x3: dO (phase 1), dVn (phase 2), Vn (phase 3)
+        sDo = st.x3.get_tensor(l_ck.outer, swizzle=l_ck.inner)
+        sDvn = st.x3.get_tensor(l_ck.outer, swizzle=l_ck.inner)
+        sVn3 = st.x3.get_tensor(l_ck.outer, swizzle=l_ck.inner)
+        # slot x4: Vn (phase 1), dVn^T (phase 2)
+        sVn = st.x4.get_tensor(l_ck.outer, swizzle=l_ck.inner)
+        sDvnT = st.x4.get_tensor(l_kc.outer, swizzle=l_kc.inner)
+        # slot x5: dWm^T (phases 2, 3)
+        sDwmT = st.x5.get_tensor(l_kc.outer, swizzle=l_kc.inner)
+        # slot y0: S0^T (phases 1, 2), dS1^T (phase 3)
+        sS0T = st.y0.get_tensor(l_kv.outer, swizzle=l_kv.inner)
+        sDS1T = st.y0.get_tensor(l_kv.outer, swizzle=l_kv.inner)
+        sTm = st.tm.get_tensor(l_cc.outer, swizzle=l_cc.inner)
+        sTmT = st.tmt.get_tensor(l_cc.outer, swizzle=l_cc.inner)
+        sDpt = st.dpt.get_tensor(l_cc.outer, swizzle=l_cc.inner)
+        sDptT = st.dptt.get_tensor(l_cc.outer, swizzle=l_cc.inner)
+        sBs = st.bs.get_tensor(l_cc.outer, swizzle=l_cc.inner)
+        sDTmT = st.dtmt.get_tensor(l_cc.outer, swizzle=l_cc.inner)
+        sX = st.xx.get_tensor(l_cc.outer, swizzle=l_cc.inner)
+        plain = cute.make_layout((CHUNK, CHUNK), stride=(CHUNK + 1, 1))
+        sA = st.a.get_tensor(plain)
+        sT = st.tz.get_tensor(plain)
+        sM = st.m.get_tensor(cute.make_layout((SOLVE_BLOCK, CHUNK), stride=(CHUNK + 1, 1)))
+        sG = st.g.get_tensor(cute.make_layout((CHUNK,)))
+        sGc = st.gc.get_tensor(cute.make_layout((CHUNK,)))
+        sBeta = st.beta.get_tensor(cute.make_layout((CHUNK,)))
+        sDGr = st.dgr.get_tensor(cute.make_layout((CHUNK,)))
+        sDBr = st.dbr.get_tensor(cute.make_layout((CHUNK,)))
+        sScal = st.scal.get_tensor(cute.make_layout((4,)))
+        sRq = st.rq.get_tensor(cute.make_layout((CHUNK,)))
+        sRk = st.rk.get_tensor(cute.make_layout((CHUNK,)))
+        sDotQ = st.dotq.get_tensor(cute.make_layout((CHUNK,)))
+        sDotK = st.dotk.get_tensor(cute.make_layout((CHUNK,)))
+
+        wg = mma.get_slice(0)
+        k_A = wg.make_fragment_A(wg.partition_A(sK))
+        k_B = wg.make_fragment_B(wg.partition_B(sK))
+        q_A = wg.make_fragment_A(wg.partition_A(sQ))
+        do_A = wg.make_fragment_A(wg.partition_A(sDo))
+        vn_B = wg.make_fragment_B(wg.partition_B(sVn))
+        s0t_B = wg.make_fragment_B(wg.partition_B(sS0T))  # (.., .., .., K / 64)
+        ds1t_B = wg.make_fragment_B(wg.partition_B(sDS1T))
+        kt_B = wg.make_fragment_B(wg.partition_B(sKT))
+        qt_B = wg.make_fragment_B(wg.partition_B(sQT))
+        dpt_A = wg.make_fragment_A(wg.partition_A(sDpt))
+        dptt_A = wg.make_fragment_A(wg.partition_A(sDptT))
+        dvn_A = wg.make_fragment_A(wg.partition_A(sDvn))
+        dvnt_B = wg.make_fragment_B(wg.partition_B(sDvnT))
+        v_B = wg.make_fragment_B(wg.partition_B(sV))
+        dwm_A = wg.make_fragment_A(wg.partition_A(sDwm))
+        dwmt_B = wg.make_fragment_B(wg.partition_B(sDwmT))
+        tmt_A = wg.make_fragment_A(wg.partition_A(sTmT))
+        tm_B = wg.make_fragment_B(wg.partition_B(sTm))
+        dtmt_B = wg.make_fragment_B(wg.partition_B(sDTmT))
+        x_A = wg.make_fragment_A(wg.partition_A(sX))
+        bs_A = wg.make_fragment_A(wg.partition_A(sBs))
+        vn3_A = wg.make_fragment_A(wg.partition_A(sVn3))
+        acc_a = cute.make_rmem_tensor(wg.partition_shape_C((CHUNK, CHUNK)), Float32)
+        acc_b = cute.make_rmem_tensor(wg.partition_shape_C((CHUNK, CHUNK)), Float32)
+        acc_c = cute.make_rmem_tensor(wg.partition_shape_C((CHUNK, CHUNK)), Float32)
+        acc_d = cute.make_rmem_tensor(wg.partition_shape_C((CHUNK, CHUNK)), Float32)  # dK of the second 64 channels (L2-norm chain rule)
+        L2 = self.l2
+        c64 = mma.get_slice(tidx).partition_C(cute.make_identity_tensor((CHUNK, CHUNK)))
+
+        for ci in range(zc, n_chunks, z_split):
+            t0 = bos + ci * CHUNK
+            n_valid = min(eos - t0, CHUNK)
+            slot = slot0 + ci
+            if tidx < CHUNK:
+                sDGr[tidx] = Float32(0.0)
+                sDBr[tidx] = Float32(0.0)
+                sDotQ[tidx] = Float32(0.0)
+                sDotK[tidx] = Float32(0.0)
+            if tidx < 4:
+                sScal[tidx] = Float32(0.0)
+            chunk_gates(mG, mB, sG, sGc, sBeta, t0, n_valid, head, tidx)
+            g_last = sGc[CHUNK - 1]
+
+            # ================= phase 1: loads; A, Tm; dP~; dQ =================================================
+            _load_qk(gK, sK, sKT, sRk, t0, eos, hk, tidx, D, self.key.l2norm, True, True, True)
+            _load_qk(gQ, sQ, sQ, sRq, t0, eos, hk, tidx, D, self.key.l2norm, True, False, True)
+            _load_rows(gDo, sDo, t0, eos, head, tidx, D)
+            _load_rows(gVn, sVn, t0, eos, head, tidx, D)
+            # S0 of the chunk, transposed: thread v (< V) moves row v of S0 [V, K]; <dS1, S0> on the way.
+            if tidx < D:
+                sbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, 1, VEC, NVD)), BFloat16)
+                dbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, 1, VEC, NVD)), BFloat16)
+                for vj in cutlass.range_constexpr(NVD):
+                    cute.autovec_copy(gWsH[(None, None, None, None), (slot, head, tidx, vj)], sbuf[None, None, None, None, vj])
+                    cute.autovec_copy(gWsDh[(None, None, None, None), (slot, head, tidx, vj)], dbuf[None, None, None, None, vj])
+                dot = Float32(0.0)
+                for vj in cutlass.range_constexpr(NVD):
+                    for e in cutlass.range_constexpr(VEC):
+                        kc = vj * VEC + e
+                        x = sbuf[0, 0, 0, e, vj]
+                        sS0T[kc % BV, tidx, kc // BV] = x
+                        dot = dot + x.to(Float32) * dbuf[0, 0, 0, e, vj].to(Float32)
+                cute.arch.atomic_add(sScal.iterator, dot)
+            _smem_ready()
+
+            if const_expr(self.key.store_tm):  # pass 1's Tm (bf16) and its transpose
+                trow = tidx // 2
+                thalf = tidx % 2
+                tbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, 1, VEC, CHUNK // 2 // VEC)), BFloat16)
+                for vj in cutlass.range_constexpr(CHUNK // 2 // VEC):  # row tidx // 2, half tidx % 2 of Tm: 16-byte loads
+                    cute.autovec_copy(mWsTm[(None, None, None, None), (slot, head, trow, thalf * (CHUNK // 2 // VEC) + vj)], tbuf[None, None, None, None, vj])
+                for vj in cutlass.range_constexpr(CHUNK // 2 // VEC):
+                    for e in cutlass.range_constexpr(VEC):
+                        c = thalf * (CHUNK // 2) + vj * VEC + e
+                        t_val = tbuf[0, 0, 0, e, vj]
+                        sTm[trow, c] = t_val
+                        sTmT[c, trow] = t_val
+            else:  # A, Tm = (I + A)^-1 recomputed
+                _wgmma(mma, acc_a, k_A, k_B, True)
+                for i in cutlass.range_constexpr(cute.size(acc_a)):
+                    rc = c64[i]
+                    a_val = Float32(0.0)
+                    if rc[0] > rc[1]:
+                        a_val = acc_a[i] * cute.math.exp(sGc[rc[0]] - sGc[rc[1]]) * sBeta[rc[0]]
+                    sA[rc[0], rc[1]] = a_val
+                cute.arch.sync_threads()
+                solve_unit_lower(sA, sT, sM, sTm, tidx)
+                for s in cutlass.range_constexpr(CHUNK * CHUNK // THREADS):  # Tm^T
+                    idx = tidx + THREADS * s
+                    i = idx // CHUNK
+                    c = idx % CHUNK
+                    t_val = Float32(0.0)
+                    if i == c:
+                        t_val = Float32(1.0)
+                    if i > c:
+                        t_val = sT[i, c]
+                    sTmT[c, i] = t_val.to(BFloat16)
+                cute.arch.sync_threads()
+            # dP~ = scale lower_eq(Gamma dO Vn^T); Z1 = dP~ Q K^T -> row / column sums of dG
+            _wgmma(mma, acc_b, q_A, k_B, True)
+            _wgmma(mma, acc_a, do_A, vn_B, True)
+            for i in cutlass.range_constexpr(cute.size(acc_a)):
+                rc = c64[i]
+                dpt = Float32(0.0)
+                if rc[0] >= rc[1]:
+                    dpt = acc_a[i] * cute.math.exp(sGc[rc[0]] - sGc[rc[1]]) * scale
+                    z = dpt * acc_b[i]
+                    cute.arch.atomic_add(sDGr.iterator + rc[0], z)
+                    cute.arch.atomic_add(sDGr.iterator + rc[1], -z)
+                dpt_b = dpt.to(BFloat16)
+                sDpt[rc[0], rc[1]] = dpt_b
+                sDptT[rc[1], rc[0]] = dpt_b
+            _smem_ready()
+            # dQ = scale exp(G) (dO S0) + dP~ K, 64 K-channels at a time
+            dq_accs = [acc_a, acc_c]  # with the L2 norm both 64-channel halves stay live for the row dot
+            for h in cutlass.range_constexpr(NH):
+                acc_q = dq_accs[h * L2]
+                _wgmma(mma, acc_q, do_A, s0t_B[None, None, None, h], True)
+                for i in cutlass.range_constexpr(cute.size(acc_q)):
+                    rc = c64[i]
+                    dqs = acc_q[i] * (scale * cute.math.exp(sGc[rc[0]]))
+                    cute.arch.atomic_add(sDGr.iterator + rc[0], dqs * sQ[rc[0], h * BV + rc[1]].to(Float32))
+                    acc_q[i] = dqs
+                _wgmma(mma, acc_q, dpt_A, kt_B[None, None, None, h], False)
+                if const_expr(self.chain):  # row dot qn . dqn for the chain rule
+                    for i in cutlass.range_constexpr(cute.size(acc_q)):
+                        rc = c64[i]
+                        cute.arch.atomic_add(sDotQ.iterator + rc[0], acc_q[i] * sQ[rc[0], h * BV + rc[1]].to(Float32))
+                else:
+                    for i in cutlass.range_constexpr(cute.size(acc_q)):
+                        rc = c64[i]
+                        if rc[0] < n_valid:
+                            mDq[t0 + rc[0], head, h * BV + rc[1]] = acc_q[i].to(mDq.element_type)
+            if const_expr(self.chain):  # dq = r (dqn - qn (qn . dqn))
+                cute.arch.sync_threads()
+                for h in cutlass.range_constexpr(NH):
+                    acc_q = dq_accs[h]
+                    for i in cutlass.range_constexpr(cute.size(acc_q)):
+                        rc = c64[i]
+                        r = rc[0]
+                        if r < n_valid:
+                            dq = sRq[r] * (acc_q[i] - sQ[r, h * BV + rc[1]].to(Float32) * sDotQ[r])
+                            mDq[t0 + r, head, h * BV + rc[1]] = dq.to(mDq.element_type)
+            cute.arch.sync_threads()  # every reader of Q, dO, Vn, K^T in shared memory has completed
+
+            # ================= phase 2: dWm, dV, dTm, dA ======================================================
+            _load_rows_both(gDvn, sDvn, sDvnT, t0, eos, head, tidx, D)
+            _load_rows(gV, sV, t0, eos, head, tidx, D)
+            _smem_ready()
+            for h in cutlass.range_constexpr(NH):  # dWm = -dVn S0
+                _wgmma(mma, acc_a, dvn_A, s0t_B[None, None, None, h], True)
+                for i in cutlass.range_constexpr(cute.size(acc_a)):
+                    rc = c64[i]
+                    w = (-acc_a[i]).to(BFloat16)
+                    sDwm[rc[0], h * BV + rc[1]] = w
+                    sDwmT[rc[1], rc[0], h] = w
+            for h in cutlass.range_constexpr(NH):  # dUb = Tm^T dVn; dV = beta dUb; dbeta += rowsum(dUb V)
+                _wgmma(mma, acc_a, tmt_A, dvnt_B[None, None, None, h], True)
+                for i in cutlass.range_constexpr(cute.size(acc_a)):
+                    rc = c64[i]
+                    cute.arch.atomic_add(sDBr.iterator + rc[0], acc_a[i] * sV[rc[0], h * BV + rc[1]].to(Float32))
+                    if rc[0] < n_valid:
+                        mDv[t0 + rc[0], head, h * BV + rc[1]] = (acc_a[i] * sBeta[rc[0]]).to(mDv.element_type)
+            _smem_ready()
+            # dTm = (dVn V^T) beta_j + (dWm K^T) beta_j exp(G_j) -> (dTm)^T
+            _wgmma(mma, acc_a, dvn_A, v_B, True)
+            _wgmma(mma, acc_b, dwm_A, k_B, True)
+            for i in cutlass.range_constexpr(cute.size(acc_a)):
+                rc = c64[i]
+                bj = sBeta[rc[1]]
+                dtm = acc_a[i] * bj + acc_b[i] * (bj * cute.math.exp(sGc[rc[1]]))
+                sDTmT[rc[1], rc[0]] = dtm.to(BFloat16)
+            _smem_ready()
+            _wgmma(mma, acc_a, tmt_A, dtmt_B, True)  # X = Tm^T dTm
+            for i in cutlass.range_constexpr(cute.size(acc_a)):
+                rc = c64[i]
+                sX[rc[0], rc[1]] = acc_a[i].to(BFloat16)
+            _smem_ready()
+            _wgmma(mma, acc_a, x_A, tm_B, True)  # X Tm^T
+            _wgmma(mma, acc_b, k_A, k_B, True)  # K K^T again
+            for i in cutlass.range_constexpr(cute.size(acc_a)):
+                rc = c64[i]
+                b_val = Float32(0.0)
+                if rc[0] > rc[1]:
+                    da = -acc_a[i]
+                    kkg = acc_b[i] * cute.math.exp(sGc[rc[0]] - sGc[rc[1]])
+                    bi = sBeta[rc[0]]
+                    b_val = da * bi * cute.math.exp(sGc[rc[0]] - sGc[rc[1]])
+                    cute.arch.atomic_add(sDBr.iterator + rc[0], da * kkg)
+                    z = da * bi * kkg
+                    cute.arch.atomic_add(sDGr.iterator + rc[0], z)
+                    cute.arch.atomic_add(sDGr.iterator + rc[1], -z)
+                sA[rc[0], rc[1]] = b_val
+            cute.arch.sync_threads()
+            for s in cutlass.range_constexpr(CHUNK * CHUNK // THREADS):  # B + B^T
+                idx = tidx + THREADS * s
+                i = idx // CHUNK
+                c = idx % CHUNK
+                sBs[i, c] = (sA[i, c] + sA[c, i]).to(BFloat16)
+
+            # ================= phase 3: dK, dg, dbeta =========================================================
+            cute.arch.sync_threads()  # every reader of dWm, V, dVn in shared memory has completed
+            _load_qk(gK, sK, sKT, sRk, t0, eos, hk, tidx, D, self.key.l2norm, False, True, False)
+            _load_qk(gQ, sQT, sQT, sRq, t0, eos, hk, tidx, D, self.key.l2norm, False, True, False)
+            _load_rows(gVn, sVn3, t0, eos, head, tidx, D)
+            if tidx < D:
+                dbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, 1, VEC, NVD)), BFloat16)
+                for vj in cutlass.range_constexpr(NVD):
+                    cute.autovec_copy(gWsDh[(None, None, None, None), (slot, head, tidx, vj)], dbuf[None, None, None, None, vj])
+                for vj in cutlass.range_constexpr(NVD):
+                    for e in cutlass.range_constexpr(VEC):
+                        kc = vj * VEC + e
+                        sDS1T[kc % BV, tidx, kc // BV] = dbuf[0, 0, 0, e, vj]
+            _smem_ready()
+            dk_accs = [acc_a, acc_d]
+            for h in cutlass.range_constexpr(NH):
+                acc_k = dk_accs[h * L2]
+                _wgmma(mma, acc_k, dptt_A, qt_B[None, None, None, h], True)  # dP~^T Q
+                _wgmma(mma, acc_k, bs_A, kt_B[None, None, None, h], False)  # + (B + B^T) K
+                _wgmma(mma, acc_b, vn3_A, ds1t_B[None, None, None, h], True)  # dKd = Vn dS1
+                _wgmma(mma, acc_c, tmt_A, dwmt_B[None, None, None, h], True)  # dKb = Tm^T dWm
+                kd_sum = Float32(0.0)
+                for i in cutlass.range_constexpr(cute.size(acc_a)):
+                    rc = c64[i]
+                    r = rc[0]
+                    kv = sK[r, h * BV + rc[1]].to(Float32)
+                    eg = cute.math.exp(sGc[r])
+                    kdec = cute.math.exp(g_last - sGc[r])
+                    bg = sBeta[r] * eg
+                    kd_term = acc_b[i] * kdec * kv
+                    kb_term = acc_c[i] * kv
+                    cute.arch.atomic_add(sDGr.iterator + r, kb_term * bg - kd_term)
+                    cute.arch.atomic_add(sDBr.iterator + r, kb_term * eg)
+                    kd_sum = kd_sum + kd_term
+                    dk = acc_k[i] + acc_b[i] * kdec + acc_c[i] * bg
+                    if const_expr(self.chain):
+                        acc_k[i] = dk
+                        cute.arch.atomic_add(sDotK.iterator + r, dk * kv)
+                    else:
+                        if r < n_valid:
+                            mDk[t0 + r, head, h * BV + rc[1]] = dk.to(mDk.element_type)
+                cute.arch.atomic_add(sScal.iterator + 1, kd_sum)
+            cute.arch.sync_threads()
+            if const_expr(self.chain):  # dk = r (dkn - kn (kn . dkn))
+                for h in cutlass.range_constexpr(NH):
+                    acc_k = dk_accs[h]
+                    for i in cutlass.range_constexpr(cute.size(acc_k)):
+                        rc = c64[i]
+                        r = rc[0]
+                        if r < n_valid:
+                            dk = sRk[r] * (acc_k[i] - sK[r, h * BV + rc[1]].to(Float32) * sDotK[r])
+                            mDk[t0 + r, head, h * BV + rc[1]] = dk.to(mDk.element_type)
+            # dG_C terms, then dg = reverse cumsum of dG over the chunk; dbeta
+            if tidx < CHUNK:
+                dgv = sDGr[tidx]
+                if tidx == CHUNK - 1:
+                    dgv = dgv + cute.math.exp(g_last) * sScal[0] + sScal[1]
+                sG[tidx] = dgv
+            cute.arch.sync_threads()
+            if tidx < CHUNK:
+                acc_g = Float32(0.0)
+                for j in cutlass.range_constexpr(CHUNK):
+                    x = sG[j]
+                    if j < tidx:
+                        x = Float32(0.0)
+                    acc_g = acc_g + x
+                if tidx < n_valid:
+                    mDg[t0 + tidx, head] = acc_g
+                    mDb[t0 + tidx, head] = sDBr[tidx]
+            cute.arch.sync_threads()
+
+    kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
