@@ -24,7 +24,9 @@ at the end. ``--quick`` writes ``<name>_quick.{md,csv,png}`` so a smoke run neve
 
 GDN forward (issue 7's shapes: B = 1, T in {4k, 8k, 32k}, H in {16, 32, 64}, K = V = 128, plus a varlen mix of
 64 sequences): providers ours (``cudnn.linear_attention.gdn.api.gated_delta_net``, eager), ours+graph (the
-same call replayed from a CUDA graph), fla (fla-core's Triton ``chunk_gated_delta_rule``), fla+graph. Same
+same call replayed from a CUDA graph), fla (fla-core's Triton ``chunk_gated_delta_rule``), fla+graph, and
+ours-parallel(+graph): the adapter with the opt-in ``schedule="parallel"`` (three chunk-parallel kernels through a
+caller workspace; KDA too). Same
 inputs for all: bf16 q/k/v, fp32 g = logsigmoid(N(0,1)) / 8 and beta ~ U(0,1), q/k L2-normalised in the kernel,
 no initial state, no final state. Byte convention (the minimum traffic: the roofline's numerator): q, k, v read
 and o written once in bf16, g and beta read once in fp32: T H (2 K + 2 V) bf16 elements and 2 T H fp32 ones, counted as
@@ -376,7 +378,8 @@ def main_gdn(args):
     _run(
         "linear_attention_gdn",
         cases,
-        _delta_rule_providers("gdn", "gated_delta_net", False, "fla.ops.gated_delta_rule", "chunk_gated_delta_rule"),
+        _delta_rule_providers("gdn", "gated_delta_net", False, "fla.ops.gated_delta_rule", "chunk_gated_delta_rule")
+        + _parallel_providers("gdn", "GatedDeltaNetFwdSm90", False),
         args,
         convention="GDN forward, B=1, K=V=128, bf16 q/k/v, fp32 g/beta, L2 norm in kernel, no states; "
         "effective bytes T*H*(2*K*2 + 2*V*2 + 8) (q, k, v read, o written, g, beta read); roofline fraction = GB/s / HBM GB/s",
@@ -398,11 +401,31 @@ def _kda_cases(quick):
     return cases[:1] if quick else cases
 
 
+def _parallel_providers(family, adapter, per_key_gate):
+    """``ours-parallel`` (and ``+graph``): the family's adapter with the opt-in ``schedule="parallel"`` (three
+    chunk-parallel kernels), o and the workspace allocated once at build (R2), then ``execute`` per call."""
+
+    def make(case):
+        import importlib
+
+        import torch
+
+        cls = getattr(importlib.import_module(f"cudnn.linear_attention.{family}.api"), adapter)
+        i = _delta_rule_inputs(case, per_key_gate)
+        o = torch.empty_like(i["v"])
+        plan = cls(i["q"], i["k"], i["v"], i["g"], i["beta"], o, use_qk_l2norm_in_kernel=True, cu_seqlens=i["cu"], schedule="parallel")
+        plan.compile()
+        ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda")
+        return lambda: plan.execute(i["q"], i["k"], i["v"], i["g"], i["beta"], o, None, None, i["cu"], workspace=ws)
+
+    return [Provider("ours-parallel", make), Provider("ours-parallel+graph", _graphed(make))]
+
+
 def main_kda(args):
     _run(
         "linear_attention_kda",
         _kda_cases(args.quick),
-        _delta_rule_providers("kda", "kimi_delta_attention", True, "fla.ops.kda", "chunk_kda"),
+        _delta_rule_providers("kda", "kimi_delta_attention", True, "fla.ops.kda", "chunk_kda") + _parallel_providers("kda", "KimiDeltaAttentionFwdSm90", True),
         args,
         convention="KDA forward, B=1, K=V=128, bf16 q/k/v, fp32 per-channel g = -5 sigmoid(N(0,1)) and beta, L2 norm in kernel, no states; "
         "effective bytes T*H*(2*K*2 + 2*V*2 + 4*K + 4) (q, k, v read, o written, g [T,H,K], beta read); fla issue-7 reference: 609 us at T8k H16",

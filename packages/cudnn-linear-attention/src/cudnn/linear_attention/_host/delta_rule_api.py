@@ -25,6 +25,7 @@ from cudnn.api_base import APIBase, TensorDesc, TupleDict
 from cudnn.datatypes import data_type
 from cudnn.dsl_gate import require_cutedsl
 
+from .chunk_parallel import SCHEDULES, compile_parallel, launch_parallel, parallel_extents, workspace_bytes, workspace_pointers
 from .launch import CUTLASS_NAMES as _CNAME
 from .launch import fake_gmem_ptr as _fake_ptr
 from .launch import gmem_ptr as _ptr
@@ -66,19 +67,30 @@ class DeltaRuleFwdSm90(APIBase):
     tensors or TensorDescs.
 
     ``Adapter(q, k, v, g, beta, o, scale=None, use_qk_l2norm_in_kernel=False, initial_state=None,
-    final_state=None, cu_seqlens=None)``; ``execute`` takes the same tensors (token extents, sequence count
-    and, for a dense batch, B and L may differ from the plan's).
+    final_state=None, cu_seqlens=None, schedule="serial")``; ``execute`` takes the same tensors (token extents,
+    sequence count and, for a dense batch, B and L may differ from the plan's).
+
+    ``schedule``: ``"serial"`` (default) is one kernel, one CTA per (sequence, head, 64-wide V slice) walking the
+    chunks in order. ``"parallel"`` (opt-in, families with ``_parallel_schedule``) is three kernels
+    (``_host/chunk_parallel.py``): the state-independent chunk work for all chunks at once, a short state pass, the
+    outputs for all chunks at once; it needs ``scratch_workspace_bytes(T, N)`` of caller workspace, passed to
+    ``execute(..., workspace=buffer)`` (R2).
     """
 
     _public: str = ""
     _family: str = ""
     _gate_per_key: bool = False
+    _parallel_schedule: bool = False  # the family has the chunk-parallel kernels (``_parallel_kernel_classes``)
 
-    def __init__(self, q, k, v, g, beta, o, *, scale=None, use_qk_l2norm_in_kernel=False, initial_state=None, final_state=None, cu_seqlens=None):
+    def __init__(
+        self, q, k, v, g, beta, o, *, scale=None, use_qk_l2norm_in_kernel=False, initial_state=None, final_state=None, cu_seqlens=None, schedule="serial"
+    ):
         super().__init__()
         set_descs(self, q=q, k=k, v=v, g=g, beta=beta, o=o, initial_state=initial_state, final_state=final_state, cu_seqlens=cu_seqlens)
         self.scale = scale
         self.l2norm = bool(use_qk_l2norm_in_kernel)
+        self.schedule = schedule
+        self._compiled_parallel = None
 
     # -- family hooks -------------------------------------------------------------------------------
     def compile_key(self):  # pragma: no cover - every family overrides
@@ -86,6 +98,11 @@ class DeltaRuleFwdSm90(APIBase):
 
     @classmethod
     def _kernel_class(cls):  # pragma: no cover - every family overrides
+        raise NotImplementedError
+
+    @classmethod
+    def _parallel_kernel_classes(cls):  # pragma: no cover - families with _parallel_schedule override
+        """((PrepKey, Prep), (StateKey, State), (OutKey, Out)) of the chunk-parallel schedule."""
         raise NotImplementedError
 
     # -- plan ---------------------------------------------------------------------------------------
@@ -148,6 +165,10 @@ class DeltaRuleFwdSm90(APIBase):
         if self.scale is None:
             self.scale = 1.0 / math.sqrt(kdim)
         self._value_error_if(not math.isfinite(float(self.scale)), f"{what}: scale={self.scale!r} is not finite")
+        self._value_error_if(self.schedule not in SCHEDULES, f"{what}: schedule={self.schedule!r}; accepted {SCHEDULES}")
+        self._decline_if(
+            self.schedule == "parallel" and not self._parallel_schedule, f"{what}: schedule='parallel' is not implemented for this family; use 'serial'"
+        )
         self._is_supported = True
         return True
 
@@ -163,8 +184,39 @@ class DeltaRuleFwdSm90(APIBase):
             has_final=self.final_state is not None,
         )
 
+    def scratch_workspace_bytes(self, total_tokens: int | None = None, n_seqs: int | None = None, seq_len: int | None = None) -> int:
+        """Workspace bytes ``execute`` carves: 0 for the serial schedule; for the parallel one, for a batch of
+        ``total_tokens`` tokens and ``n_seqs`` sequences (dense: ``seq_len`` tokens each), the plan's by default."""
+        self._ensure_support_checked()
+        if self.schedule != "parallel":
+            return 0
+        varlen = self.cu_seqlens is not None
+        rank = self.q.rank
+        T = total_tokens if total_tokens is not None else (self.q.shape[0] if rank == 3 else self.q.shape[0] * self.q.shape[1])
+        n = n_seqs if n_seqs is not None else self._n_seqs
+        if seq_len is None:
+            seq_len = 0 if varlen else (T if rank == 3 else T // max(1, n))
+        ext = parallel_extents(T, n, seq_len, varlen)
+        return workspace_bytes(ext.slots, self.v.shape[-2], self.q.shape[-1])
+
     def compile(self) -> None:
         self._ensure_support_checked()
+        if self.schedule == "parallel":
+            f = self._key_fields()
+            self._compiled_parallel = compile_parallel(
+                self._parallel_kernel_classes(),
+                self._family,
+                f["head_dim"],
+                f["g_dtype"],
+                f["beta_dtype"],
+                f["l2norm"],
+                f["varlen"],
+                f["has_initial"],
+                f["has_final"],
+                row_scaled=not self._gate_per_key,
+            )
+            self._compiled_kernel = self._compiled_parallel
+            return
         key = self.compile_key()
         kernel_class = self._kernel_class
 
@@ -205,8 +257,9 @@ class DeltaRuleFwdSm90(APIBase):
         if plan.device is not None and str(t.device) != plan.device:
             raise ValueError(f"{what}: {plan.name} is on {t.device}, but the plan was built for {plan.device}")
 
-    def execute(self, q, k, v, g, beta, o, initial_state=None, final_state=None, cu_seqlens=None, *, current_stream=None):
-        """Launch on ``current_stream``; returns ``o``. THD token totals / sequence counts (and dense B, L) may differ from the plan."""
+    def execute(self, q, k, v, g, beta, o, initial_state=None, final_state=None, cu_seqlens=None, *, current_stream=None, workspace=None):
+        """Launch on ``current_stream``; returns ``o``. THD token totals / sequence counts (and dense B, L) may differ from the plan.
+        ``workspace`` (uint8, ``scratch_workspace_bytes(T, N, L)`` bytes) is needed by the parallel schedule only."""
         what = f"{type(self).__name__}.execute"
         self._ensure_support_checked()
         check_declared(what, self, cu_seqlens=cu_seqlens, initial_state=initial_state, final_state=final_state)
@@ -256,6 +309,9 @@ class DeltaRuleFwdSm90(APIBase):
         if self._compiled_kernel is None:
             self.compile()
         T = int(q.shape[0]) if rank == 3 else int(q.shape[0]) * int(q.shape[1])
+        if self.schedule == "parallel":
+            self._execute_parallel(q, k, v, g, beta, o, initial_state, final_state, cu_seqlens, T, n_seqs, seq_len, strides, current_stream, workspace)
+            return o
         self._compiled_kernel(
             _ptr(q, data_type.BFLOAT16, 16),
             _ptr(k, data_type.BFLOAT16, 16),
@@ -276,6 +332,25 @@ class DeltaRuleFwdSm90(APIBase):
             _stream(current_stream, q.device),
         )
         return o
+
+    def _execute_parallel(self, q, k, v, g, beta, o, initial_state, final_state, cu_seqlens, T, n_seqs, seq_len, strides, current_stream, workspace):
+        """The parallel schedule's three launches (metadata already validated by ``execute``)."""
+        heads, d = int(v.shape[-2]), int(q.shape[-1])
+        ext = parallel_extents(T, n_seqs, seq_len, cu_seqlens is not None)
+        required = workspace_bytes(ext.slots, heads, d)
+        ws_ptrs = workspace_pointers(workspace, required, f"{type(self).__name__}.execute", q.device, ext.slots, heads, d)
+        ptrs = dict(
+            q=_ptr(q, data_type.BFLOAT16, 16),
+            k=_ptr(k, data_type.BFLOAT16, 16),
+            v=_ptr(v, data_type.BFLOAT16, 16),
+            g=_ptr(g, self.g.dtype, 2),
+            beta=_ptr(beta, self.beta.dtype, 2),
+            o=_ptr(o, data_type.BFLOAT16, 2),
+            cu=_ptr(cu_seqlens, data_type.INT32, 4),
+            h0=_ptr(initial_state, data_type.FLOAT, 4),
+            ht=_ptr(final_state, data_type.FLOAT, 4),
+        )
+        launch_parallel(self._compiled_parallel, ptrs, ws_ptrs, ext, T, heads, int(q.shape[-2]), float(self.scale), strides, _stream(current_stream, q.device))
 
 
 def _plan_for(adapter, plans: dict, q, k, v, g, beta, o, scale, l2norm, initial_state, final_state, cu_seqlens):

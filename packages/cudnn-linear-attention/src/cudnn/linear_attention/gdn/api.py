@@ -45,15 +45,20 @@ class GatedDeltaNetFwdSm90(DeltaRuleFwdSm90):
     """Chunked Gated DeltaNet forward on sm_90a. Tensors may be torch tensors or TensorDescs.
 
     ``GatedDeltaNetFwdSm90(q, k, v, g, beta, o, scale=None, use_qk_l2norm_in_kernel=False,
-    initial_state=None, final_state=None, cu_seqlens=None)``; ``execute`` takes the same tensors (token
-    extents, sequence count and, for a dense batch, B and L may differ from the plan's).
+    initial_state=None, final_state=None, cu_seqlens=None, schedule="serial")``; ``execute`` takes the same
+    tensors (token extents, sequence count and, for a dense batch, B and L may differ from the plan's).
+    ``schedule="parallel"`` (opt-in) runs the three chunk-parallel kernels and needs
+    ``scratch_workspace_bytes(T, N)`` of workspace passed as ``execute(..., workspace=buffer)``.
     """
 
     _public = "gated_delta_net"
     _family = FAMILY
     _gate_per_key = False
+    _parallel_schedule = True  # schedule="parallel": chunk_parallel_prep_kernel.py + kda/chunk_parallel_{state,out}_kernel.py
 
-    def __init__(self, q, k, v, g, beta, o, *, scale=None, use_qk_l2norm_in_kernel=False, initial_state=None, final_state=None, cu_seqlens=None):
+    def __init__(
+        self, q, k, v, g, beta, o, *, scale=None, use_qk_l2norm_in_kernel=False, initial_state=None, final_state=None, cu_seqlens=None, schedule="serial"
+    ):
         super().__init__(
             q,
             k,
@@ -66,9 +71,11 @@ class GatedDeltaNetFwdSm90(DeltaRuleFwdSm90):
             initial_state=initial_state,
             final_state=final_state,
             cu_seqlens=cu_seqlens,
+            schedule=schedule,
         )
         #: Tuning / test knob (part of the compile key): the blocked 16 x 16 triangular solve (True) or the
-        #: plain one-thread-per-column solve (False). Set before compile().
+        #: plain one-thread-per-column solve (False). Set before compile(). Serial schedule only (the parallel
+        #: schedule always solves by blocks).
         self.blocked_solve = True
 
     def compile_key(self):
@@ -81,6 +88,19 @@ class GatedDeltaNetFwdSm90(DeltaRuleFwdSm90):
         from .chunk_fwd_kernel import GatedDeltaNetChunkFwd
 
         return GatedDeltaNetChunkFwd
+
+    @classmethod
+    def _parallel_kernel_classes(cls):
+        from ..kda.chunk_parallel_out_kernel import KdaParallelOutKey, KimiDeltaAttentionParallelOut
+        from ..kda.chunk_parallel_state_kernel import KdaParallelStateKey, KimiDeltaAttentionParallelState
+        from .chunk_parallel_prep_kernel import GatedDeltaNetParallelPrep, GdnParallelPrepKey
+
+        # The state pass and the output kernel are family-agnostic (per-channel exp(G_C); row-scaled output for GDN).
+        return (
+            (GdnParallelPrepKey, GatedDeltaNetParallelPrep),
+            (KdaParallelStateKey, KimiDeltaAttentionParallelState),
+            (KdaParallelOutKey, KimiDeltaAttentionParallelOut),
+        )
 
 
 _PLANS: dict = {}

@@ -7,7 +7,8 @@ Semantics (state ``S`` [V, K] fp32 per sequence and head; ``g`` [.., H, K] per-k
 
 as fla's ``chunk_kda`` (chunk 64) with ``g`` the precomputed log decay (fla's ``use_gate_in_kernel=False``),
 q/k optionally L2-normalised in the kernel (``x * rsqrt(sum x^2 + 1e-6)``) and GVA head sharing (q/k with
-``Hk`` heads, v/g/beta/o with ``H = m Hk``). Kernel: ``chunk_fwd_kernel.py`` (sm_90a, WGMMA).
+``Hk`` heads, v/g/beta/o with ``H = m Hk``). Kernel: ``chunk_fwd_kernel.py`` (sm_90a, WGMMA);
+the opt-in ``schedule="parallel"`` plan option runs ``chunk_parallel_{prep,state,out}_kernel.py`` instead.
 
 Layouts (THD): q, k [T, Hk, K] / v, o [T, H, V] packed with ``cu_seqlens`` int32 [N + 1]; a dense batch
 [B, L, H, D] is the equal-length case (``cu_seqlens`` None), and [1, T, H, D] with ``cu_seqlens`` is
@@ -44,13 +45,16 @@ class KimiDeltaAttentionFwdSm90(DeltaRuleFwdSm90):
     """Chunked Kimi Delta Attention forward on sm_90a. Tensors may be torch tensors or TensorDescs.
 
     ``KimiDeltaAttentionFwdSm90(q, k, v, g, beta, o, scale=None, use_qk_l2norm_in_kernel=False,
-    initial_state=None, final_state=None, cu_seqlens=None)``; ``execute`` takes the same tensors (token
-    extents, sequence count and, for a dense batch, B and L may differ from the plan's).
+    initial_state=None, final_state=None, cu_seqlens=None, schedule="serial")``; ``execute`` takes the same
+    tensors (token extents, sequence count and, for a dense batch, B and L may differ from the plan's).
+    ``schedule="parallel"`` (opt-in) runs the three chunk-parallel kernels and needs
+    ``scratch_workspace_bytes(T, N)`` of workspace passed as ``execute(..., workspace=buffer)``.
     """
 
     _public = "kimi_delta_attention"
     _family = FAMILY
     _gate_per_key = True
+    _parallel_schedule = True  # schedule="parallel": chunk_parallel_{prep,state,out}_kernel.py
 
     def compile_key(self):
         from .chunk_fwd_kernel import KdaFwdKey
@@ -62,6 +66,18 @@ class KimiDeltaAttentionFwdSm90(DeltaRuleFwdSm90):
         from .chunk_fwd_kernel import KimiDeltaAttentionChunkFwd
 
         return KimiDeltaAttentionChunkFwd
+
+    @classmethod
+    def _parallel_kernel_classes(cls):
+        from .chunk_parallel_out_kernel import KdaParallelOutKey, KimiDeltaAttentionParallelOut
+        from .chunk_parallel_prep_kernel import KdaParallelPrepKey, KimiDeltaAttentionParallelPrep
+        from .chunk_parallel_state_kernel import KdaParallelStateKey, KimiDeltaAttentionParallelState
+
+        return (
+            (KdaParallelPrepKey, KimiDeltaAttentionParallelPrep),
+            (KdaParallelStateKey, KimiDeltaAttentionParallelState),
+            (KdaParallelOutKey, KimiDeltaAttentionParallelOut),
+        )
 
 
 _PLANS: dict = {}

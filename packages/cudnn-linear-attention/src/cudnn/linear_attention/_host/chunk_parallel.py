@@ -1,0 +1,166 @@
+"""Host side of the chunk-parallel forward schedule (``schedule="parallel"`` on the delta-rule adapters): the
+chunk-slot count, the workspace size and carving, the three compiles and the three launches.
+
+The schedule is three kernels on one stream: prep (the family's ``chunk_parallel_prep_kernel.py``, grid [slots, H]),
+state pass (``kda/chunk_parallel_state_kernel.py``, grid [N, H, V / 64]) and output (``kda/chunk_parallel_out_kernel.py``,
+grid [slots, H, V / 64]; both family-agnostic), exchanging per-chunk operands through the caller's
+workspace (R2; ``_device/chunk_parallel.py`` lists the arrays). The slot count comes from the token total and the
+sequence count alone (``T // 64 + N`` varlen, ``N ceil(L / 64)`` dense): no device value is read (Rule 3).
+Everything here is metadata arithmetic; nothing converts, copies, allocates or synchronizes (Rules 1-3). Imports
+neither torch nor cutlass at module import time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cudnn.workspace import Workspace, ws_align
+
+CHUNK = 64
+SCHEDULES = ("serial", "parallel")
+
+#: (name, bytes per element, elements per slot and head as a function of D) of every workspace array, in carve order.
+_ARRAYS = (
+    ("w", 2, lambda d: CHUNK * d),
+    ("u", 4, lambda d: CHUNK * d),
+    ("kd", 2, lambda d: CHUNK * d),
+    ("qg", 2, lambda d: CHUNK * d),
+    ("p", 2, lambda d: CHUNK * CHUNK),
+    ("ge", 4, lambda d: d),
+    ("vnt", 2, lambda d: CHUNK * d),
+    ("h", 2, lambda d: d * d),
+    ("rf", 4, lambda d: CHUNK),
+)
+_CNAMES = {2: "BFloat16", 4: "Float32"}
+
+
+@dataclass(frozen=True)
+class ParallelExtents:
+    """Runtime extents of one parallel launch: sequences, dense length (0 varlen), chunks per dense sequence (1
+    varlen: unused) and chunk slots."""
+
+    n_seqs: int
+    seq_len: int
+    chunks_per_seq: int
+    slots: int
+
+
+def parallel_extents(total_tokens: int, n_seqs: int, seq_len: int, varlen: bool) -> ParallelExtents:
+    """The chunk-slot extents of a batch from its token total ``T``, sequence count ``N`` and (dense) length ``L``."""
+    if varlen:
+        return ParallelExtents(n_seqs, 0, 1, total_tokens // CHUNK + n_seqs)
+    cps = max(1, -(-seq_len // CHUNK))
+    return ParallelExtents(n_seqs, seq_len, cps, n_seqs * cps)
+
+
+def workspace_bytes(slots: int, heads: int, d: int) -> int:
+    """Bytes of workspace the parallel schedule needs for ``slots`` chunk slots, ``heads`` value heads, K = V = ``d``."""
+    return sum(ws_align(slots * heads * per(d) * size) for _, size, per in _ARRAYS)
+
+
+def workspace_pointers(workspace, required: int, owner: str, device, slots: int, heads: int, d: int) -> list:
+    """Validate the caller's ``workspace`` (Workspace.over: device, dtype, size, alignment) and return cute pointers to
+    its arrays in carve order. Address arithmetic only (no view, no allocation)."""
+    import cutlass
+    import cutlass.cute as cute
+
+    ws = Workspace.over(workspace, required, owner, device=device)
+    base = ws.data_ptr
+    ptrs = []
+    offset = 0
+    for _, size, per in _ARRAYS:
+        ptrs.append(cute.runtime.make_ptr(getattr(cutlass, _CNAMES[size]), base + offset, cute.AddressSpace.gmem, assumed_align=128))
+        offset += ws_align(slots * heads * per(d) * size)
+    return ptrs
+
+
+def fake_workspace_pointers() -> list:
+    """Placeholder workspace pointers for ``cute.compile``."""
+    from .launch import fake_gmem_ptr
+
+    return [fake_gmem_ptr(_CNAMES[size], 128) for _, size, _ in _ARRAYS]
+
+
+def compile_parallel(
+    kernels, family: str, d: int, g_dtype: str, beta_dtype: str, l2norm: bool, varlen: bool, has_initial: bool, has_final: bool, row_scaled: bool = False
+):
+    """``(prep, state, out)`` compiled through ``kernel_cache`` from the family's ``kernels`` = ((PrepKey, Prep),
+    (StateKey, State), (OutKey, Out)); each key holds plan-time values only (Rule 4). ``row_scaled``: the output
+    kernel applies per-row factors to ``Q S0^T`` (Gated DeltaNet's scalar decay)."""
+    from cudnn.kernel_cache import kernel_cache
+
+    (prep_key_t, prep_t), (state_key_t, state_t), (out_key_t, out_t) = kernels
+    prep_key = prep_key_t(head_dim=d, g_dtype=g_dtype, beta_dtype=beta_dtype, l2norm=l2norm, varlen=varlen)
+    state_key = state_key_t(head_dim=d, varlen=varlen, has_initial=has_initial, has_final=has_final)
+    out_key = out_key_t(head_dim=d, varlen=varlen, row_scaled=row_scaled)
+
+    def build_prep():
+        import cuda.bindings.driver as cuda
+        import cutlass.cute as cute
+        from cutlass import Float32, Int32, Int64
+
+        from .launch import fake_gmem_ptr as fp
+
+        ptrs = [fp("BFloat16", 16), fp("BFloat16", 16), fp("BFloat16", 16), fp(g_dtype, 2), fp(beta_dtype, 2), fp("Int32", 4) if varlen else None]
+        return cute.compile(prep_t(prep_key), *ptrs, *fake_workspace_pointers(), *[Int32(8)] * 7, Float32(1.0), *[(Int64(8), Int64(8))] * 3, cuda.CUstream(0))
+
+    def build_state():
+        import cuda.bindings.driver as cuda
+        import cutlass.cute as cute
+        from cutlass import Int32
+
+        from .launch import fake_gmem_ptr as fp
+
+        ptrs = [fp("Int32", 4) if varlen else None, fp("Float32", 4) if has_initial else None, fp("Float32", 4) if has_final else None]
+        return cute.compile(state_t(state_key), *ptrs, *fake_workspace_pointers(), *[Int32(8)] * 5, cuda.CUstream(0))
+
+    def build_out():
+        import cuda.bindings.driver as cuda
+        import cutlass.cute as cute
+        from cutlass import Int32, Int64
+
+        from .launch import fake_gmem_ptr as fp
+
+        return cute.compile(
+            out_t(out_key),
+            fp("BFloat16", 2),
+            fp("Int32", 4) if varlen else None,
+            *fake_workspace_pointers(),
+            *[Int32(8)] * 6,
+            (Int64(8), Int64(8)),
+            cuda.CUstream(0),
+        )
+
+    return (
+        kernel_cache.get_or_compile(prep_key, build_prep, family=family),
+        kernel_cache.get_or_compile(state_key, build_state, family=family),
+        kernel_cache.get_or_compile(out_key, build_out, family=family),
+    )
+
+
+def launch_parallel(compiled, ptrs: dict, ws_ptrs: list, ext: ParallelExtents, T: int, heads: int, qk_heads: int, scale: float, strides: list, stream) -> None:
+    """The three launches on ``stream``. ``ptrs``: cute pointers q, k, v, g, beta, o, cu, h0, ht (None where the plan
+    has none); ``strides``: (token, head) of q, k, v, o."""
+    prep, state, out = compiled
+    p = ptrs
+    prep(
+        p["q"],
+        p["k"],
+        p["v"],
+        p["g"],
+        p["beta"],
+        p["cu"],
+        *ws_ptrs,
+        T,
+        ext.n_seqs,
+        ext.seq_len,
+        ext.chunks_per_seq,
+        ext.slots,
+        heads,
+        qk_heads,
+        scale,
+        *strides[:3],
+        stream,
+    )
+    state(p["cu"], p["h0"], p["ht"], *ws_ptrs, ext.n_seqs, ext.seq_len, ext.chunks_per_seq, ext.slots, heads, stream)
+    out(p["o"], p["cu"], *ws_ptrs, T, ext.n_seqs, ext.seq_len, ext.chunks_per_seq, ext.slots, heads, strides[3], stream)

@@ -1,0 +1,151 @@
+"""GPU test helpers of the chunk-parallel forward schedule (``schedule="parallel"``), shared by
+``test_kda_parallel_gpu.py`` and ``test_gdn_parallel_gpu.py``: inputs, references, the tolerance check, one-shot
+adapter runs and the test bodies, per family (``_delta_rule_cases.KDA`` / ``GDN``).
+
+Tolerance: the FlashAttention rule of test_kda_gpu.py / test_gdn_gpu.py (``max|ours - ref| <= 2 max|lowp - ref| +
+1e-3 max|ref|``, ``ref`` the fp32 token-by-token recurrence, ``lowp`` the family's chunked reference rounded to bf16
+where the serial kernel rounds). Against the serial kernel: the three kernels compute every operand by the same
+operations in the same order (prep = the serial kernel's steps 1-5 without the state, state pass = its steps 5 and 7,
+output kernel = its step 6; U stays fp32 through the workspace), so ``o`` and the final state are expected to be
+bitwise equal; that claim has its own test so a rounding-only difference (an FMA contracted differently) shows as
+that test alone failing.
+
+Not a test module (no ``test_`` prefix)."""
+
+from __future__ import annotations
+
+import torch
+
+LENGTHS = [1, 64, 65, 0, 700, 3, 128, 1500]  # 1-token, one chunk, one past, empty, long (24 chunks), ...
+
+
+def inputs(fam, lead, H, Hk, D, l2norm, n_seqs, regime="weak"):
+    import torch.nn.functional as F
+
+    q = torch.randn(*lead, Hk, D, device="cuda").to(torch.bfloat16)
+    k = torch.randn(*lead, Hk, D, device="cuda")
+    k = (k if l2norm else F.normalize(k, dim=-1)).to(torch.bfloat16)
+    v = torch.randn(*lead, H, D, device="cuda").to(torch.bfloat16)
+    x = torch.randn(*fam.gate_shape(lead, H, D), device="cuda")
+    g = F.logsigmoid(x) / 8 if regime == "weak" else -5.0 * torch.sigmoid(x)
+    beta = torch.rand(*lead, H, device="cuda")
+    h0 = torch.randn(n_seqs, H, D, D, device="cuda") * 0.5
+    return q, k, v, g, beta, h0
+
+
+def refs(fam, q, k, v, g, beta, h0, l2norm, cu, batched):
+    from cudnn_testing import reference_linear_attention as R
+
+    lowp_ref = R.kimi_delta_attention_chunked_lowp_ref if fam.gate_per_key else R.gated_delta_net_chunked_lowp_ref
+    add = (lambda t: t) if batched else (lambda t: t[None])
+    kw = dict(initial_state=h0, output_final_state=True, use_qk_l2norm=l2norm, cu_seqlens=cu)
+    ref_o, ref_s = R.gated_delta_rule_recurrent_ref(add(q), add(k), add(v), add(g), add(beta), **kw)
+    low_o, low_s = lowp_ref(add(q), add(k), add(v), add(g), add(beta), **kw)
+    if not batched:
+        ref_o, low_o = ref_o[0], low_o[0]
+    return ref_o, ref_s, low_o, low_s
+
+
+def check(out, ref, lowp, name):
+    from cudnn_testing.tolerance import assert_close_fa
+
+    assert_close_fa(out, ref, lowp, name=name, factor=2.0, noise=1e-3 * ref.abs().max().item())
+
+
+def run(fam, schedule, q, k, v, g, beta, h0, cu, l2norm, final=True):
+    """``(o, final_state)`` of one adapter execute (poisoned outputs; workspace sized for this batch)."""
+    from cudnn_testing.data import poison
+
+    o = poison(torch.empty_like(v))
+    n = (cu.shape[0] - 1) if cu is not None else (q.shape[0] if q.dim() == 4 else 1)
+    ht = poison(torch.empty(n, v.shape[-2], v.shape[-1], q.shape[-1], device="cuda")) if final else None
+    plan = fam.adapter_class()(q, k, v, g, beta, o, use_qk_l2norm_in_kernel=l2norm, initial_state=h0, final_state=ht, cu_seqlens=cu, schedule=schedule)
+    plan.compile()
+    ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda") if schedule == "parallel" else None
+    plan.execute(q, k, v, g, beta, o, h0, ht, cu, workspace=ws)
+    torch.cuda.synchronize()
+    return o, ht
+
+
+def check_varlen_matches_recurrence(fam, D, l2norm, regime):
+    """1-token, one-chunk, one-past-a-chunk, empty and long sequences in one packed batch, GVA (4 v heads over 2 q/k
+    heads), initial and final states; an empty sequence passes its state through."""
+    from cudnn_testing.data import cu_seqlens
+
+    cu = cu_seqlens(LENGTHS, "cuda")
+    q, k, v, g, beta, h0 = inputs(fam, (sum(LENGTHS),), 4, 2, D, l2norm, len(LENGTHS), regime)
+    o, ht = run(fam, "parallel", q, k, v, g, beta, h0, cu, l2norm)
+    ref_o, ref_s, low_o, low_s = refs(fam, q, k, v, g, beta, h0, l2norm, cu, False)
+    check(o, ref_o, low_o, "o")
+    check(ht, ref_s, low_s, "final_state")
+    assert torch.equal(ht[3], h0[3])
+
+
+def check_bitwise_equal_to_serial(fam, D, l2norm, regime):
+    from cudnn_testing.data import cu_seqlens
+
+    cu = cu_seqlens(LENGTHS, "cuda")
+    q, k, v, g, beta, h0 = inputs(fam, (sum(LENGTHS),), 4, 2, D, l2norm, len(LENGTHS), regime)
+    o_par, ht_par = run(fam, "parallel", q, k, v, g, beta, h0, cu, l2norm)
+    o_ser, ht_ser = run(fam, "serial", q, k, v, g, beta, h0, cu, l2norm)
+    do = (o_par.float() - o_ser.float()).abs().max().item()
+    ds = (ht_par - ht_ser).abs().max().item()
+    assert torch.equal(o_par, o_ser) and torch.equal(ht_par, ht_ser), f"max |parallel - serial|: o {do}, final_state {ds}"
+
+
+def check_dense_batch_and_thd_without_initial_state(fam):
+    """Dense [B, L, H, D] (B = 2, L = 300: the dense chunk-slot table), and a long THD sequence without cu_seqlens
+    (4096 tokens, 64 chunks through the state pass); final state only."""
+    q, k, v, g, beta, _ = inputs(fam, (2, 300), 2, 2, 128, True, 2)
+    o, ht = run(fam, "parallel", q, k, v, g, beta, None, None, True)
+    ref_o, ref_s, low_o, low_s = refs(fam, q, k, v, g, beta, None, True, None, True)
+    check(o, ref_o, low_o, "o dense")
+    check(ht, ref_s, low_s, "final_state dense")
+    q, k, v, g, beta, _ = inputs(fam, (4096,), 2, 2, 128, True, 1)
+    o, ht = run(fam, "parallel", q, k, v, g, beta, None, None, True)
+    ref_o, ref_s, low_o, low_s = refs(fam, q, k, v, g, beta, None, True, None, False)
+    check(o, ref_o, low_o, "o thd")
+    check(ht, ref_s, low_s, "final_state thd")
+
+
+def check_one_plan_rebinds_new_totals(fam):
+    """One adapter, batches with other token totals and sequence counts (no re-plan); the workspace is sized per batch
+    by ``scratch_workspace_bytes(T, N)``."""
+    from cudnn_testing.data import cu_seqlens, poison
+
+    H, D = 2, 128
+
+    def batch(lengths):
+        q, k, v, g, beta, h0 = inputs(fam, (sum(lengths),), H, H, D, True, len(lengths))
+        return q, k, v, g, beta, poison(torch.empty_like(v)), h0, poison(torch.empty_like(h0)), cu_seqlens(lengths, "cuda")
+
+    first = batch([100, 30])
+    plan = fam.adapter_class()(*first[:6], use_qk_l2norm_in_kernel=True, initial_state=first[6], final_state=first[7], cu_seqlens=first[8], schedule="parallel")
+    plan.compile()
+    for lengths in ([100, 30], [1, 1, 1, 513], [64] * 9):
+        q, k, v, g, beta, o, h0, ht, cu = batch(lengths)
+        ws = torch.empty(plan.scratch_workspace_bytes(sum(lengths), len(lengths)), dtype=torch.uint8, device="cuda")
+        plan.execute(q, k, v, g, beta, o, h0, ht, cu, workspace=ws)
+        torch.cuda.synchronize()
+        ref_o, ref_s, low_o, low_s = refs(fam, q, k, v, g, beta, h0, True, cu, False)
+        check(o, ref_o, low_o, f"o {lengths}")
+        check(ht, ref_s, low_s, f"final_state {lengths}")
+
+
+def check_execute_never_syncs_or_allocates_and_replays_under_capture(fam):
+    from cudnn_testing import detectors
+    from cudnn_testing.data import cu_seqlens
+
+    lengths = [1, 700, 64, 300]
+    cu = cu_seqlens(lengths, "cuda")
+    q, k, v, g, beta, h0 = inputs(fam, (sum(lengths),), 4, 2, 128, True, len(lengths))
+    o = torch.empty_like(v)
+    ht = torch.empty_like(h0)
+    plan = fam.adapter_class()(q, k, v, g, beta, o, use_qk_l2norm_in_kernel=True, initial_state=h0, final_state=ht, cu_seqlens=cu, schedule="parallel")
+    plan.compile()
+    ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda")
+    args = (q, k, v, g, beta, o, h0, ht, cu)
+    plan.execute(*args, workspace=ws)
+    torch.cuda.synchronize()
+    detectors.assert_no_sync_no_alloc(lambda: plan.execute(*args, workspace=ws), repeats=3)
+    detectors.assert_capture_matches_eager(lambda: plan(*args, workspace=ws), [o, ht])
