@@ -516,3 +516,175 @@ def gated_delta_net_chunked_bwd_ref(
         dq = rq * (dq - qn1 * (qn1 * dq).sum(-1, keepdim=True))
         dk = rk * (dk - kn1 * (kn1 * dk).sum(-1, keepdim=True))
     return {"dq": dq, "dk": dk, "dv": dv, "dg": dg, "dbeta": dbeta, "dh0": dh0 if initial_state is not None else None}
+
+
+# --------------------------------------------------------------------------------------------------
+# Kimi Delta Attention backward
+# --------------------------------------------------------------------------------------------------
+def kimi_delta_attention_recurrent_bwd_ref(q, k, v, g, beta, do, scale=None, initial_state=None, dfinal_state=None, use_qk_l2norm=False, cu_seqlens=None):
+    """Gradients of the fp32 token-by-token KDA recurrence (:func:`gated_delta_rule_recurrent_ref` with ``g`` [B, T, H, K])
+    by torch.autograd, for the loss ``sum(o * do) + sum(final_state * dfinal_state)``: the ground truth of the KDA
+    backward tests. Returns a dict of fp32 tensors ``dq, dk, dv, dg`` ([B, T, H, K] for dg: per key channel), ``dbeta``
+    and ``dh0`` ([N, H, V, K], None without ``initial_state``)."""
+    if g.dim() != 4:
+        raise ValueError(f"KDA takes per-key-channel log decays, g [B, T, H, K]; got {tuple(g.shape)}")
+    return gated_delta_net_recurrent_bwd_ref(
+        q, k, v, g, beta, do, scale=scale, initial_state=initial_state, dfinal_state=dfinal_state, use_qk_l2norm=use_qk_l2norm, cu_seqlens=cu_seqlens
+    )
+
+
+def kimi_delta_attention_chunked_bwd_ref(
+    q, k, v, g, beta, do, scale=None, initial_state=None, dfinal_state=None, use_qk_l2norm=False, cu_seqlens=None, chunk_size: int = 64, dtype=None
+):
+    """The chunked backward of Kimi Delta Attention (``g`` [B, T, H, K], per-key-channel log decays), written out by
+    hand: the algorithm of cudnn.linear_attention.kda's backward kernels (three passes, as Gated DeltaNet's), optionally
+    rounding to ``dtype`` at the operand boundaries where the kernels do. ``dtype=None`` or ``torch.float32`` rounds
+    nowhere and equals :func:`kimi_delta_attention_recurrent_bwd_ref` up to fp32 reassociation
+    (tests/test_kda_bwd_reference.py checks it on CPU); ``torch.bfloat16`` is the FlashAttention-rule baseline.
+
+    Per chunk (C tokens, per-channel cumulative log decay G [C, K], D_ijc = exp(G_ic - G_jc) for i >= j else 0,
+    unscaled normalised Q, K; the forward's A_ij = beta_i sum_c k_ic k_jc D_ijc (i > j), Tm = (I + A)^-1,
+    Wm = Tm (beta exp(G) K), U = Tm (beta V), Vn = U - Wm S0^T, P_ij = scale sum_c q_ic k_jc D_ijc, Kd = K exp(G_C - G)):
+
+    1. states (forward over chunks): S0 of every chunk and Vn.
+    2. state gradients (reverse over chunks; dS1 of the last chunk = ``dfinal_state``)::
+
+           dVn = P^T dO + Kd dS1^T
+           dS0 = dS1 Diag(exp(G_C)) + dO^T (scale exp(G) Q) - dVn^T Wm            (dS0 of the first chunk = dh0)
+
+    3. intra-chunk gradients (each chunk alone, from S0, dS1, Vn, dVn); every "decayed product" X . Y is the
+       per-channel sum_j X_ij Y_jc D_ijc (rows) or sum_i X_ij Y_ic D_ijc (columns)::
+
+           dQs  = scale exp(G) (dO S0)      dP~ = scale lower_eq(dO Vn^T)      dQ = dQs + rows(dP~, K)
+           dWm  = -dVn S0      dKb = Tm^T dWm      dUb = Tm^T dVn      dV = beta dUb
+           dTm  = dVn (beta V)^T + dWm (beta exp(G) K)^T      dA = -strictly_lower(Tm^T dTm Tm^T)      B = beta_i dA
+           dkd  = Vn dS1
+           dK   = cols(dP~, Q) + rows(B, K) + cols(B, K) + Kd/K * dkd + beta exp(G) dKb
+           dbeta = rowsum(dUb V) + rowsum(dKb exp(G) K) + rowsum(dA K.K^T)  (K.K^T_ij = sum_c k_ic k_jc D_ijc)
+           dG   = Q dQs + Q rows(dP~, K) - K cols(dP~, Q) + K rows(B, K) - K cols(B, K) + dKb beta exp(G) K - dkd Kd
+           dG_C += exp(G_C) colsum(dS1 * S0) + colsum(dkd Kd);    dg = reverse cumsum of dG in the chunk (per channel)
+
+    then the L2-norm chain rule and the sum over the value heads sharing a q/k head (GVA), as
+    :func:`gated_delta_net_chunked_bwd_ref`. Returns the dict of :func:`kimi_delta_attention_recurrent_bwd_ref` (fp32).
+    """
+    torch = _torch()
+    if g.dim() != 4:
+        raise ValueError(f"KDA takes g [B, T, H, K]; got {tuple(g.shape)}")
+    rounding = dtype is not None and dtype != torch.float32
+
+    def rnd(x):
+        return x.to(dtype).float() if rounding else x
+
+    kdim, h, hk = q.shape[-1], v.shape[2], q.shape[2]
+    vdim = v.shape[-1]
+    sc = 1.0 / math.sqrt(kdim) if scale is None else scale
+    qf, kf = q.float(), k.float()
+    rq = rk = None
+    if use_qk_l2norm:
+        rq = torch.rsqrt((qf * qf).sum(-1, keepdim=True) + 1e-6)
+        rk = torch.rsqrt((kf * kf).sum(-1, keepdim=True) + 1e-6)
+        qf, kf = qf * rq, kf * rk
+    rep = h // hk
+    qn, kn = rnd(qf).repeat_interleave(rep, dim=2), rnd(kf).repeat_interleave(rep, dim=2)
+    vf, gf, bf, dof = v.float(), g.float(), beta.float(), rnd(do.float())
+    bounds = _bounds(cu_seqlens, q.shape[0], q.shape[1])
+    s0_all = initial_state.float() if initial_state is not None else torch.zeros(len(bounds), h, vdim, kdim, device=q.device)
+    dq, dk = torch.zeros_like(qn), torch.zeros_like(kn)
+    dv, dg, dbeta = torch.zeros_like(vf), torch.zeros_like(gf), torch.zeros_like(bf)
+    dh0 = torch.zeros_like(s0_all)
+
+    def chunk_terms(b, c0, c1):
+        C = c1 - c0
+        cq, ck, cv = qn[b, c0:c1].transpose(0, 1), kn[b, c0:c1].transpose(0, 1), vf[b, c0:c1].transpose(0, 1)  # [H, C, *]
+        cb = bf[b, c0:c1].transpose(0, 1)[:, :, None]  # [H, C, 1]
+        G = torch.cumsum(gf[b, c0:c1].transpose(0, 1), dim=1)  # [H, C, K]
+        diff = G[:, :, None, :] - G[:, None, :, :]  # [H, i, j, K]
+        lower_eq = torch.tril(torch.ones(C, C, dtype=torch.bool, device=q.device))
+        dec = torch.where(lower_eq[None, :, :, None], diff, torch.full_like(diff, -float("inf"))).exp()  # D_ijc
+        kk = torch.einsum("hic,hjc,hijc->hij", ck, ck, dec)
+        A = torch.tril(cb * kk, diagonal=-1)
+        eye = torch.eye(C, device=q.device).expand_as(A)
+        Tm = rnd(torch.linalg.solve_triangular(eye + A, eye, upper=False, unitriangular=True))
+        eg = G.exp()  # [H, C, K]
+        kbg = rnd(cb * ck * eg)
+        vb = rnd(cb * cv)
+        wm = rnd(Tm @ kbg)
+        p = rnd(torch.einsum("hic,hjc,hijc->hij", cq, ck, dec) * sc)
+        gl = G[:, -1:, :]  # [H, 1, K]
+        kd = ck * (gl - G).exp()  # [H, C, K]
+        return dict(q=cq, k=ck, v=cv, b=cb, G=G, dec=dec, kk=kk, A=A, Tm=Tm, eg=eg, kbg=kbg, vb=vb, wm=wm, p=p, gl=gl, kd=kd)
+
+    def rows(X, Y, dec):  # sum_j X_ij Y_jc D_ijc -> [H, C, K]
+        return torch.einsum("hij,hjc,hijc->hic", X, Y, dec)
+
+    def cols(X, Y, dec):  # sum_i X_ij Y_ic D_ijc -> [H, C(j), K]
+        return torch.einsum("hij,hic,hijc->hjc", X, Y, dec)
+
+    for n, (b, bos, eos) in enumerate(bounds):
+        starts = list(range(bos, eos, chunk_size))
+        # 1. states
+        s = s0_all[n].clone()  # [H, V, K] fp32
+        s_ops, vns = [], []
+        for c0 in starts:
+            c = chunk_terms(b, c0, min(c0 + chunk_size, eos))
+            s_op = rnd(s)
+            vn = rnd(c["Tm"] @ c["vb"] - c["wm"] @ s_op.transpose(-1, -2))
+            s_ops.append(s_op)
+            vns.append(vn)
+            s = s * c["gl"].exp() + vn.transpose(-1, -2) @ rnd(c["kd"])
+        # 2. state gradients
+        ds = dfinal_state[n].float().clone() if dfinal_state is not None else torch.zeros_like(s)
+        ds1s, dvns = [None] * len(starts), [None] * len(starts)
+        for idx in reversed(range(len(starts))):
+            c0 = starts[idx]
+            c1 = min(c0 + chunk_size, eos)
+            c = chunk_terms(b, c0, c1)
+            cdo = dof[b, c0:c1].transpose(0, 1)  # [H, C, V]
+            ds_op = rnd(ds)
+            ds1s[idx] = ds_op
+            dvn = rnd(c["p"].transpose(-1, -2) @ cdo + rnd(c["kd"]) @ ds_op.transpose(-1, -2))
+            dvns[idx] = dvn
+            ds = ds * c["gl"].exp() + cdo.transpose(-1, -2) @ rnd(c["q"] * c["eg"] * sc) - dvn.transpose(-1, -2) @ c["wm"]
+        dh0[n] = ds
+        # 3. intra-chunk gradients
+        for idx, c0 in enumerate(starts):
+            c1 = min(c0 + chunk_size, eos)
+            c = chunk_terms(b, c0, c1)
+            cdo = dof[b, c0:c1].transpose(0, 1)
+            S0, dS1, Vn, dVn = s_ops[idx], ds1s[idx], vns[idx], dvns[idx]
+            cq, ck, cv, cb, Tm, eg, kd, dec = c["q"], c["k"], c["v"], c["b"], c["Tm"], c["eg"], c["kd"], c["dec"]
+            C = c1 - c0
+            lower_eq = torch.tril(torch.ones(C, C, dtype=torch.bool, device=q.device))
+            dq_state = sc * eg * (cdo @ S0)  # [H, C, K]
+            dpt = rnd(torch.where(lower_eq, cdo @ Vn.transpose(-1, -2), torch.zeros((), device=q.device)) * sc)
+            dq_p = rows(dpt, ck, dec)
+            dk_p = cols(dpt, cq, dec)
+            dkd = Vn @ dS1  # [H, C, K]
+            dwm = rnd(-(dVn @ S0))
+            dkb = Tm.transpose(-1, -2) @ dwm
+            dub = Tm.transpose(-1, -2) @ dVn
+            dTm = dVn @ c["vb"].transpose(-1, -2) + dwm @ c["kbg"].transpose(-1, -2)
+            dA = -torch.tril(rnd(Tm.transpose(-1, -2) @ rnd(dTm)) @ Tm.transpose(-1, -2), diagonal=-1)
+            bm = rnd(dA * cb)
+            dk_ar, dk_ac = rows(bm, ck, dec), cols(bm, ck, dec)
+            kdec = (c["gl"] - c["G"]).exp()
+            cdk = dk_p + dk_ar + dk_ac + kdec * dkd + cb * eg * dkb
+            cdq = dq_state + dq_p
+            cdv = cb * dub
+            cdbeta = (dub * cv).sum(-1) + (dkb * eg * ck).sum(-1) + (dA * c["kk"]).sum(-1)
+            dG = cq * dq_state + cq * dq_p - ck * dk_p + ck * dk_ar - ck * dk_ac + dkb * c["kbg"] - dkd * kd
+            dG[:, -1] += c["gl"][:, 0].exp() * (dS1 * S0).sum(-2) + (dkd * kd).sum(-2)
+            cdg = dG.flip(1).cumsum(1).flip(1)
+            dq[b, c0:c1] = cdq.transpose(0, 1)
+            dk[b, c0:c1] = cdk.transpose(0, 1)
+            dv[b, c0:c1] = cdv.transpose(0, 1)
+            dg[b, c0:c1] = cdg.transpose(0, 1)
+            dbeta[b, c0:c1] = cdbeta.transpose(0, 1)
+    if rep > 1:
+        dq = dq.unflatten(2, (hk, rep)).sum(3)
+        dk = dk.unflatten(2, (hk, rep)).sum(3)
+    if use_qk_l2norm:
+        qn1, kn1 = q.float() * rq, k.float() * rk
+        dq = rq * (dq - qn1 * (qn1 * dq).sum(-1, keepdim=True))
+        dk = rk * (dk - kn1 * (kn1 * dk).sum(-1, keepdim=True))
+    return {"dq": dq, "dk": dk, "dv": dv, "dg": dg, "dbeta": dbeta, "dh0": dh0 if initial_state is not None else None}

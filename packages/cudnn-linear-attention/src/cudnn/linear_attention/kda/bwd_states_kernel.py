@@ -1,0 +1,645 @@
+"""Kimi Delta Attention backward, passes 1 and 2 (chunk C = 64, sm_90a, CuTe DSL, WGMMA): the chunk states and their
+gradients, with the per-key-channel decay ``G`` [C, K] of KDA.
+
+The backward (``chunk_bwd_kernel.py`` has the spec and pass 3; the math and its CPU check are
+``shared/cudnn_testing/reference_linear_attention.py::kimi_delta_attention_chunked_bwd_ref``) needs, per chunk, the state
+entering it ``S0`` and the gradient of the state leaving it ``dS1``. Both recurrences run here as in the Gated DeltaNet
+backward (``gdn/bwd_states_kernel.py``), one CTA per (sequence, head, 64-row V-slice of the state), the slice in fp32
+WGMMA accumulators for the whole sequence:
+
+- :class:`KdaBwdStates` (pass 1, forward over chunks): the KDA forward (``chunk_fwd_kernel.py``) without its output:
+  ``A`` and ``P`` by the 16-row-block decay split around reference token ``16 I + 8``, ``Tm = (I + A)^-1``, ``Wm``,
+  ``U``, ``Vn = U - Wm S0^T``, ``S1 = S0 Diag(exp(G_C)) + Vn^T (K exp(G_C - G))``. Writes ``S0`` (bf16) of every chunk to
+  ``ws_h``, ``Vn`` (bf16) of every token to ``ws_vn`` and, from the V-slice 0 CTA, ``Tm`` and ``P`` (bf16
+  [slots, H, 64, 64]) to ``ws_tm`` / ``ws_p``: passes 2 and 3 never redo the decay-split products or the solve.
+- :class:`KdaBwdDStates` (pass 2, reverse over chunks), ``dS`` starting at ``d final_state`` (or 0)::
+
+      dVn = P^T dO + (K exp(G_C - G)) dS1^T
+      dS0 = dS1 Diag(exp(G_C)) + dO^T (scale exp(G) Q) - dVn^T Wm          Wm = Tm (beta exp(G) K)
+
+  writing ``dS1`` (bf16) of every chunk to ``ws_dh``, ``dVn`` (bf16) of every token to ``ws_dvn`` and, with an initial
+  state, ``d initial_state = dS0`` of the first chunk (fp32).
+
+Workspace (bf16, contiguous, carved by ``bwd_api.py``): ``ws_h``, ``ws_dh`` [slots, H, V, K] with chunk ``ci`` of
+sequence ``n`` (tokens from ``bos``) in slot ``n + bos // 64 + ci`` (unique and below ``slots = N + T // 64 + 1``);
+``ws_vn``, ``ws_dvn`` [T, H, V]; ``ws_tm``, ``ws_p`` [slots, H, 64, 64].
+
+Layouts as the forward: q, k [T, Hk, K], v, do [T, H, V] bf16, unit channel stride, token / head strides multiples of 8
+elements; g [T, H, K] and beta [T, H] contiguous fp32 or bf16; ``cu_seqlens`` int32 [N + 1]; states fp32 [N, H, V, K].
+K = V in {64, 128}. Runtime extents are kernel arguments (Rule 4). The decay-split contract of the forward holds
+(any 8 consecutive per-channel log decays sum to more than -80).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+from cutlass import BFloat16, Float32, Int32, Int64, const_expr
+
+from .._device.delta_rule import (
+    BV,
+    CHUNK,
+    SOLVE_BLOCK,
+    THREADS,
+    VEC,
+    k_major_smem_layout,
+    load_half_row,
+    load_v_half_row,
+    make_accumulators,
+    make_mma_n64,
+    solve_unit_lower_blocked,
+    store_beta_v_t,
+)
+from .._device.delta_rule import row_scale as _row_scale
+from .._device.delta_rule import smem_ready as _smem_ready
+from .._device.delta_rule import wgmma as _wgmma
+
+REF_OFFSET = 8  # reference token of row block I: 16 I + 8 (the forward's)
+
+
+@dataclass(frozen=True)
+class KdaBwdKey:
+    """Plan-time choices of the KDA backward kernels: exactly their compile key (Rule 4)."""
+
+    head_dim: int  # K = V, 64 or 128
+    g_dtype: str  # "Float32" or "BFloat16"
+    beta_dtype: str
+    varlen: bool
+    has_initial: bool  # pass 1 reads the initial state, pass 2 writes its gradient
+    has_dfinal: bool  # a gradient of the final state enters pass 2
+    l2norm: bool = False  # q, k L2-normalised in the kernels; pass 3 applies the chain rule
+    gva: bool = False  # q/k heads Hk < v heads H: pass 3 writes fp32 per-value-head dq / dk, pass 4 sums them
+
+
+def state_views(ptr, slots, heads, D):
+    """A workspace array [slots, H, D, D] (bf16, contiguous)."""
+    return cute.make_tensor(ptr, cute.make_layout((slots, heads, D, D), stride=(Int64(heads) * (D * D), D * D, D, 1)))
+
+
+def cc_views(ptr, slots, heads):
+    """A workspace array [slots, H, 64, 64] (Tm or P, bf16, contiguous)."""
+    return cute.make_tensor(ptr, cute.make_layout((slots, heads, CHUNK, CHUNK), stride=(Int64(heads) * (CHUNK * CHUNK), CHUNK * CHUNK, CHUNK, 1)))
+
+
+def token_views(ptr, T, heads, D):
+    """A workspace array [T, H, D] (bf16, contiguous)."""
+    return cute.make_tensor(ptr, cute.make_layout((T, heads, D), stride=(Int64(heads) * D, D, 1)))
+
+
+def vec_views(D, q_ptr, k_ptr, v_ptr, T, heads, qk_heads, q_strides, k_strides, v_strides):
+    """q, k [T, Hk, D] and v (or dO) [T, H, D] as 16-byte vectors ((1, 1, VEC), (T, heads, D / VEC))."""
+    mQ = cute.make_tensor(q_ptr, cute.make_layout((T, qk_heads, D), stride=(cute.assume(q_strides[0], divby=VEC), cute.assume(q_strides[1], divby=VEC), 1)))
+    mK = cute.make_tensor(k_ptr, cute.make_layout((T, qk_heads, D), stride=(cute.assume(k_strides[0], divby=VEC), cute.assume(k_strides[1], divby=VEC), 1)))
+    mV = cute.make_tensor(v_ptr, cute.make_layout((T, heads, D), stride=(cute.assume(v_strides[0], divby=VEC), cute.assume(v_strides[1], divby=VEC), 1)))
+    return cute.zipped_divide(mQ, (1, 1, VEC)), cute.zipped_divide(mK, (1, 1, VEC)), cute.zipped_divide(mV, (1, 1, VEC))
+
+
+@cute.jit
+def kda_chunk_gates(
+    mG: cute.Tensor, mB: cute.Tensor, sGc: cute.Tensor, sBeta: cute.Tensor, t0: Int32, n_valid: Int32, head: Int32, tidx: Int32, D: cutlass.Constexpr[int]
+):
+    """The chunk's per-channel cumulative log decay ``G`` [C, K] -> ``sGc`` (one thread per channel; rows past the
+    sequence's end carry g = 0, so they repeat the last cumulative decay) and beta -> ``sBeta`` (0 past the end);
+    ends with a barrier."""
+    if tidx < D:
+        cum = Float32(0.0)
+        for j in cutlass.range(CHUNK, unroll=16):
+            gj = Float32(0.0)
+            if j < n_valid:
+                gj = mG[t0 + j, head, tidx].to(Float32)
+            cum = cum + gj
+            sGc[j, tidx] = cum
+    if tidx < CHUNK:
+        bv = Float32(0.0)
+        if tidx < n_valid:
+            bv = mB[t0 + tidx, head].to(Float32)
+        sBeta[tidx] = bv
+    cute.arch.sync_threads()
+
+
+@cute.jit
+def cc_to_smem(mX: cute.Tensor, sX: cute.Tensor, slot: Int32, head: Int32, tidx: Int32, transpose: cutlass.Constexpr[bool]):
+    """A [64, 64] bf16 workspace tile (Tm or P of one chunk) -> shared ``sX`` (``transpose``: ``sX[c, r] = X[r, c]``),
+    row ``tidx // 2``, half ``tidx % 2`` per thread by 16-byte loads; not fenced."""
+    nv = CHUNK // 2 // VEC
+    row = tidx // 2
+    half = tidx % 2
+    buf = cute.make_rmem_tensor(cute.make_layout((1, 1, 1, VEC, nv)), BFloat16)
+    for vj in cutlass.range_constexpr(nv):
+        cute.autovec_copy(mX[(None, None, None, None), (slot, head, row, half * nv + vj)], buf[None, None, None, None, vj])
+    for vj in cutlass.range_constexpr(nv):
+        for e in cutlass.range_constexpr(VEC):
+            c = half * (CHUNK // 2) + vj * VEC + e
+            if const_expr(transpose):
+                sX[c, row] = buf[0, 0, 0, e, vj]
+            else:
+                sX[row, c] = buf[0, 0, 0, e, vj]
+
+
+class KdaBwdStates:
+    """Pass 1: ``S0`` -> ``ws_h``, ``Vn`` -> ``ws_vn``, ``Tm`` -> ``ws_tm``, ``P`` -> ``ws_p`` (forward over chunks)."""
+
+    def __init__(self, key: KdaBwdKey):
+        assert key.head_dim in (64, 128)
+        self.key = key
+        self.D = key.head_dim
+
+    @cute.jit
+    def __call__(
+        self,
+        q_ptr: cute.Pointer,
+        k_ptr: cute.Pointer,
+        v_ptr: cute.Pointer,
+        g_ptr: cute.Pointer,
+        beta_ptr: cute.Pointer,
+        cu_ptr: cute.Pointer | None,
+        h0_ptr: cute.Pointer | None,
+        wsh_ptr: cute.Pointer,
+        wsvn_ptr: cute.Pointer,
+        wstm_ptr: cute.Pointer,
+        wsp_ptr: cute.Pointer,
+        T: Int32,
+        n_seqs: Int32,
+        seq_len: Int32,
+        heads: Int32,
+        qk_heads: Int32,
+        slots: Int32,
+        scale: Float32,
+        q_strides: tuple[Int64, Int64],
+        k_strides: tuple[Int64, Int64],
+        v_strides: tuple[Int64, Int64],
+        stream: cuda.CUstream,
+    ):
+        D = self.D
+        gQ, gK, gV = vec_views(D, q_ptr, k_ptr, v_ptr, T, heads, qk_heads, q_strides, k_strides, v_strides)
+        mG = cute.make_tensor(g_ptr, cute.make_layout((T, heads, D), stride=(Int64(heads) * D, D, 1)))
+        mB = cute.make_tensor(beta_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
+        mCu = None
+        if const_expr(self.key.varlen):
+            mCu = cute.make_tensor(cu_ptr, cute.make_layout((n_seqs + 1,)))
+        mH0 = None
+        if const_expr(self.key.has_initial):
+            mH0 = cute.make_tensor(h0_ptr, cute.make_layout((n_seqs, heads, D, D), stride=(Int64(heads) * (D * D), D * D, D, 1)))
+        mWsH = state_views(wsh_ptr, slots, heads, D)
+        mWsVn = token_views(wsvn_ptr, T, heads, D)
+        mWsTm = cc_views(wstm_ptr, slots, heads)
+        mWsP = cc_views(wsp_ptr, slots, heads)
+        mma = make_mma_n64()
+        l_ck = k_major_smem_layout(CHUNK, D)
+        l_kc = k_major_smem_layout(CHUNK, CHUNK, D // BV)
+        l_cc = k_major_smem_layout(CHUNK, CHUNK)
+
+        @cute.struct
+        class SharedStorage:
+            smem_qr: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
+            smem_k: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
+            smem_w: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
+            smem_kr: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
+            smem_s: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
+            smem_kt: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_kc)], 1024]
+            smem_tm: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
+            smem_vt: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
+            smem_vnt: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
+            smem_a: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK * (CHUNK + 1)], 16]
+            smem_t: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK * (CHUNK + 1)], 16]
+            smem_m: cute.struct.Align[cute.struct.MemRange[Float32, SOLVE_BLOCK * (CHUNK + 1)], 16]
+            smem_gc: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK * (D + 1)], 16]
+            smem_beta: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]
+
+        self.kernel(gQ, gK, gV, mG, mB, mCu, mH0, mWsH, mWsVn, mWsTm, mWsP, seq_len, heads // qk_heads, scale, mma, l_ck, l_kc, l_cc, SharedStorage).launch(
+            grid=[n_seqs, heads, D // BV], block=[THREADS, 1, 1], smem=SharedStorage.size_in_bytes(), stream=stream, min_blocks_per_mp=1
+        )
+
+    @cute.kernel
+    def kernel(
+        self,
+        gQ: cute.Tensor,
+        gK: cute.Tensor,
+        gV: cute.Tensor,
+        mG: cute.Tensor,
+        mB: cute.Tensor,
+        mCu: cute.Tensor | None,
+        mH0: cute.Tensor | None,
+        mWsH: cute.Tensor,
+        mWsVn: cute.Tensor,
+        mWsTm: cute.Tensor,
+        mWsP: cute.Tensor,
+        seq_len: Int32,
+        group: Int32,
+        scale: Float32,
+        mma: cute.TiledMma,
+        l_ck: cute.ComposedLayout,
+        l_kc: cute.ComposedLayout,
+        l_cc: cute.ComposedLayout,
+        SharedStorage: cutlass.Constexpr,
+    ):
+        D = self.D
+        HALF = D // 2
+        NH = D // BV
+        tidx, _, _ = cute.arch.thread_idx()
+        seq, head, vblk = cute.arch.block_idx()
+        hk = head // group
+        v0 = vblk * BV
+        bos = seq * seq_len
+        eos = bos + seq_len
+        if const_expr(self.key.varlen):
+            bos = mCu[seq]
+            eos = mCu[seq + 1]
+        n_chunks = (eos - bos + (CHUNK - 1)) // CHUNK
+        slot0 = seq + bos // CHUNK
+
+        smem = cutlass.utils.SmemAllocator()
+        storage = smem.allocate(SharedStorage)
+        sQr = storage.smem_qr.get_tensor(l_ck.outer, swizzle=l_ck.inner)  # Q exp(G - G_r)
+        sK = storage.smem_k.get_tensor(l_ck.outer, swizzle=l_ck.inner)
+        sW = storage.smem_w.get_tensor(l_ck.outer, swizzle=l_ck.inner)  # K exp(G - G_r), then -Wm
+        sKR = storage.smem_kr.get_tensor(l_ck.outer, swizzle=l_ck.inner)  # K exp(G_r - G), zero after block I
+        sS = storage.smem_s.get_tensor(l_ck.outer, swizzle=l_ck.inner)
+        sKT = storage.smem_kt.get_tensor(l_kc.outer, swizzle=l_kc.inner)  # (beta K exp G)^T, then (K exp(G_C - G))^T
+        sTm = storage.smem_tm.get_tensor(l_cc.outer, swizzle=l_cc.inner)
+        sVT = storage.smem_vt.get_tensor(l_cc.outer, swizzle=l_cc.inner)
+        sVnT = storage.smem_vnt.get_tensor(l_cc.outer, swizzle=l_cc.inner)
+        plain = cute.make_layout((CHUNK, CHUNK), stride=(CHUNK + 1, 1))
+        sA = storage.smem_a.get_tensor(plain)
+        sT = storage.smem_t.get_tensor(plain)
+        sM = storage.smem_m.get_tensor(cute.make_layout((SOLVE_BLOCK, CHUNK), stride=(CHUNK + 1, 1)))
+        sGc = storage.smem_gc.get_tensor(cute.make_layout((CHUNK, D), stride=(D + 1, 1)))
+        sBeta = storage.smem_beta.get_tensor(cute.make_layout((CHUNK,)))
+
+        wg = mma.get_slice(0)
+        kl_A = wg.make_fragment_A(wg.partition_A(sW))
+        qr_A = wg.make_fragment_A(wg.partition_A(sQr))
+        kr_B = wg.make_fragment_B(wg.partition_B(sKR))
+        kt_B = wg.make_fragment_B(wg.partition_B(sKT))
+        u_A = wg.make_fragment_A(wg.partition_A(sTm))
+        u_B = wg.make_fragment_B(wg.partition_B(sVT))
+        vn_A = wg.make_fragment_A(wg.partition_A(sW))
+        s0_B = wg.make_fragment_B(wg.partition_B(sS))
+        su_A = wg.make_fragment_A(wg.partition_A(sVnT))
+        acc_a, acc_b, acc_s, c64 = make_accumulators(mma, wg, tidx, NH)
+
+        for h in cutlass.range_constexpr(NH):
+            for i in cutlass.range_constexpr(cute.size(acc_a)):
+                rc = c64[i]
+                s_in = Float32(0.0)
+                if const_expr(self.key.has_initial):
+                    s_in = mH0[seq, head, v0 + rc[0], h * BV + rc[1]]
+                acc_s[h][i] = s_in
+                sS[rc[0], h * BV + rc[1]] = s_in.to(BFloat16)
+
+        row = tidx // 2
+        half = tidx % 2
+        rref = (row // SOLVE_BLOCK) * SOLVE_BLOCK + REF_OFFSET
+        for ci in range(n_chunks):
+            t0 = bos + ci * CHUNK
+            n_valid = min(eos - t0, CHUNK)
+            for h in cutlass.range_constexpr(NH):  # S0 (bf16, the operand every pass uses) -> ws_h
+                for i in cutlass.range_constexpr(cute.size(acc_a)):
+                    rc = c64[i]
+                    mWsH[slot0 + ci, head, v0 + rc[0], h * BV + rc[1]] = acc_s[h][i].to(BFloat16)
+            kda_chunk_gates(mG, mB, sGc, sBeta, t0, n_valid, head, tidx, D)
+
+            # ---- q, k, v rows to shared (zero past eos), optional L2 norm, decayed copies (the forward's step 2) ----
+            t_row = min(t0 + row, eos - 1)
+            keep = Float32(0.0)
+            if row < n_valid:
+                keep = Float32(1.0)
+            b_row = sBeta[row]
+            NV = HALF // VEC
+            rbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NV)), BFloat16)
+            load_half_row(gQ, rbuf, t_row, hk, half, NV)
+            inv_q = _row_scale(rbuf, keep, self.key.l2norm, NV, VEC)
+            for vj in cutlass.range_constexpr(NV):
+                for e in cutlass.range_constexpr(VEC):
+                    col = half * HALF + vj * VEC + e
+                    qn = (rbuf[0, 0, e, vj].to(Float32) * inv_q).to(BFloat16).to(Float32)
+                    sQr[row, col] = (qn * cute.math.exp(sGc[row, col] - sGc[rref, col])).to(BFloat16)
+            load_half_row(gK, rbuf, t_row, hk, half, NV)
+            inv_k = _row_scale(rbuf, keep, self.key.l2norm, NV, VEC)
+            vbuf = load_v_half_row(gV, t_row, head, v0, half)
+            for vj in cutlass.range_constexpr(NV):
+                for e in cutlass.range_constexpr(VEC):
+                    col = half * HALF + vj * VEC + e
+                    kn_b = (rbuf[0, 0, e, vj].to(Float32) * inv_k).to(BFloat16)
+                    kn = kn_b.to(Float32)
+                    g_i = sGc[row, col]
+                    sK[row, col] = kn_b
+                    sW[row, col] = (kn * cute.math.exp(g_i - sGc[rref, col])).to(BFloat16)
+                    sKT[col % BV, row, col // BV] = (kn * (b_row * cute.math.exp(g_i))).to(BFloat16)
+            store_beta_v_t(sVT, vbuf, row, half, keep, b_row)
+
+            # ---- A and P by 16-row blocks (the forward's step 3); P -> ws_p from the V-slice 0 CTA ------------
+            for bi in cutlass.range(CHUNK // SOLVE_BLOCK, unroll=1):  # a runtime loop: a quarter of the code
+                r_blk = bi * SOLVE_BLOCK + REF_OFFSET
+                live = row < (bi + 1) * SOLVE_BLOCK
+                for j in cutlass.range_constexpr(HALF):
+                    col = half * HALF + j
+                    kr = Float32(0.0)
+                    if live:
+                        kr = sK[row, col].to(Float32) * cute.math.exp(sGc[r_blk, col] - sGc[row, col])
+                    sKR[row, col] = kr.to(BFloat16)
+                _smem_ready()
+                _wgmma(mma, acc_a, kl_A, kr_B, True)
+                for i in cutlass.range_constexpr(cute.size(acc_a)):
+                    rc = c64[i]
+                    if rc[0] // SOLVE_BLOCK == bi:
+                        a_val = Float32(0.0)
+                        if rc[0] > rc[1]:
+                            a_val = acc_a[i] * sBeta[rc[0]]
+                        sA[rc[0], rc[1]] = a_val
+                _wgmma(mma, acc_a, qr_A, kr_B, True)
+                if vblk == 0:
+                    for i in cutlass.range_constexpr(cute.size(acc_a)):
+                        rc = c64[i]
+                        if rc[0] // SOLVE_BLOCK == bi:
+                            p_val = Float32(0.0)
+                            if rc[0] >= rc[1]:
+                                p_val = acc_a[i] * scale
+                            mWsP[slot0 + ci, head, rc[0], rc[1]] = p_val.to(BFloat16)
+                cute.arch.sync_threads()
+
+            # ---- Tm = (I + A)^-1 -> ws_tm (V-slice 0) --------------------------------------------------------
+            solve_unit_lower_blocked(sA, sT, sM, sTm, tidx)
+            _smem_ready()
+            if vblk == 0:
+                for s in cutlass.range_constexpr(CHUNK * CHUNK // THREADS):
+                    idx = tidx + THREADS * s
+                    mWsTm[slot0 + ci, head, idx // CHUNK, idx % CHUNK] = sTm[idx // CHUNK, idx % CHUNK]
+
+            # ---- U, -Wm, Vn = U - Wm S0^T -> ws_vn -----------------------------------------------------------
+            _wgmma(mma, acc_a, u_A, u_B, True)
+            for h in cutlass.range_constexpr(NH):
+                _wgmma(mma, acc_b, u_A, kt_B[None, None, None, h], True)
+                for i in cutlass.range_constexpr(cute.size(acc_b)):
+                    rc = c64[i]
+                    sW[rc[0], h * BV + rc[1]] = (-acc_b[i]).to(BFloat16)
+            _smem_ready()
+            _wgmma(mma, acc_a, vn_A, s0_B, False)
+            for i in cutlass.range_constexpr(cute.size(acc_a)):
+                rc = c64[i]
+                vn = acc_a[i].to(BFloat16)
+                sVnT[rc[1], rc[0]] = vn
+                if rc[0] < n_valid:
+                    mWsVn[t0 + rc[0], head, v0 + rc[1]] = vn
+            for j in cutlass.range_constexpr(HALF):  # (K exp(G_C - G))^T: sKT's last reader (the Wm product) is done
+                col = half * HALF + j
+                kdec = cute.math.exp(sGc[CHUNK - 1, col] - sGc[row, col])
+                sKT[col % BV, row, col // BV] = (sK[row, col].to(Float32) * kdec).to(BFloat16)
+            _smem_ready()
+
+            # ---- S = S Diag(exp(G_C)) + Vn^T (K exp(G_C - G)) --------------------------------------------------
+            for h in cutlass.range_constexpr(NH):
+                for i in cutlass.range_constexpr(cute.size(acc_a)):
+                    rc = c64[i]
+                    acc_s[h][i] = acc_s[h][i] * cute.math.exp(sGc[CHUNK - 1, h * BV + rc[1]])
+                _wgmma(mma, acc_s[h], su_A, kt_B[None, None, None, h], False)
+            cute.arch.sync_threads()
+            for h in cutlass.range_constexpr(NH):
+                for i in cutlass.range_constexpr(cute.size(acc_a)):
+                    rc = c64[i]
+                    sS[rc[0], h * BV + rc[1]] = acc_s[h][i].to(BFloat16)
+            _smem_ready()
+
+    kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
+
+
+class KdaBwdDStates:
+    """Pass 2: ``dS1`` -> ``ws_dh``, ``dVn`` -> ``ws_dvn`` and ``d initial_state`` (reverse over chunks)."""
+
+    def __init__(self, key: KdaBwdKey):
+        assert key.head_dim in (64, 128)
+        self.key = key
+        self.D = key.head_dim
+
+    @cute.jit
+    def __call__(
+        self,
+        q_ptr: cute.Pointer,
+        k_ptr: cute.Pointer,
+        do_ptr: cute.Pointer,
+        g_ptr: cute.Pointer,
+        beta_ptr: cute.Pointer,
+        cu_ptr: cute.Pointer | None,
+        dht_ptr: cute.Pointer | None,
+        dh0_ptr: cute.Pointer | None,
+        wsdh_ptr: cute.Pointer,
+        wsdvn_ptr: cute.Pointer,
+        wstm_ptr: cute.Pointer,
+        wsp_ptr: cute.Pointer,
+        T: Int32,
+        n_seqs: Int32,
+        seq_len: Int32,
+        heads: Int32,
+        qk_heads: Int32,
+        slots: Int32,
+        scale: Float32,
+        q_strides: tuple[Int64, Int64],
+        k_strides: tuple[Int64, Int64],
+        do_strides: tuple[Int64, Int64],
+        stream: cuda.CUstream,
+    ):
+        D = self.D
+        gQ, gK, gDo = vec_views(D, q_ptr, k_ptr, do_ptr, T, heads, qk_heads, q_strides, k_strides, do_strides)
+        mG = cute.make_tensor(g_ptr, cute.make_layout((T, heads, D), stride=(Int64(heads) * D, D, 1)))
+        mB = cute.make_tensor(beta_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
+        mCu = None
+        if const_expr(self.key.varlen):
+            mCu = cute.make_tensor(cu_ptr, cute.make_layout((n_seqs + 1,)))
+        state_layout = cute.make_layout((n_seqs, heads, D, D), stride=(Int64(heads) * (D * D), D * D, D, 1))
+        mDHT = None
+        if const_expr(self.key.has_dfinal):
+            mDHT = cute.make_tensor(dht_ptr, state_layout)
+        mDH0 = None
+        if const_expr(self.key.has_initial):
+            mDH0 = cute.make_tensor(dh0_ptr, state_layout)
+        mWsDh = state_views(wsdh_ptr, slots, heads, D)
+        mWsDvn = token_views(wsdvn_ptr, T, heads, D)
+        gWsTm = cute.zipped_divide(cc_views(wstm_ptr, slots, heads), (1, 1, 1, VEC))
+        gWsP = cute.zipped_divide(cc_views(wsp_ptr, slots, heads), (1, 1, 1, VEC))
+        mma = make_mma_n64()
+        l_ck = k_major_smem_layout(CHUNK, D)
+        l_kc = k_major_smem_layout(CHUNK, CHUNK, D // BV)
+        l_cc = k_major_smem_layout(CHUNK, CHUNK)
+
+        @cute.struct
+        class SharedStorage:
+            smem_kd: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
+            smem_ds: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
+            smem_kt: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_kc)], 1024]
+            smem_qst: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_kc)], 1024]
+            smem_wmt: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_kc)], 1024]
+            smem_tm: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
+            smem_pt: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
+            smem_dot: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
+            smem_dvnt: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
+            smem_gc: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK * (D + 1)], 16]
+            smem_beta: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]
+
+        self.kernel(
+            gQ, gK, gDo, mG, mB, mCu, mDHT, mDH0, mWsDh, mWsDvn, gWsTm, gWsP, seq_len, heads // qk_heads, scale, mma, l_ck, l_kc, l_cc, SharedStorage
+        ).launch(grid=[n_seqs, heads, D // BV], block=[THREADS, 1, 1], smem=SharedStorage.size_in_bytes(), stream=stream, min_blocks_per_mp=1)
+
+    @cute.kernel
+    def kernel(
+        self,
+        gQ: cute.Tensor,
+        gK: cute.Tensor,
+        gDo: cute.Tensor,
+        mG: cute.Tensor,
+        mB: cute.Tensor,
+        mCu: cute.Tensor | None,
+        mDHT: cute.Tensor | None,
+        mDH0: cute.Tensor | None,
+        mWsDh: cute.Tensor,
+        mWsDvn: cute.Tensor,
+        gWsTm: cute.Tensor,
+        gWsP: cute.Tensor,
+        seq_len: Int32,
+        group: Int32,
+        scale: Float32,
+        mma: cute.TiledMma,
+        l_ck: cute.ComposedLayout,
+        l_kc: cute.ComposedLayout,
+        l_cc: cute.ComposedLayout,
+        SharedStorage: cutlass.Constexpr,
+    ):
+        D = self.D
+        HALF = D // 2
+        VQ = BV // 2
+        NH = D // BV
+        tidx, _, _ = cute.arch.thread_idx()
+        seq, head, vblk = cute.arch.block_idx()
+        hk = head // group
+        v0 = vblk * BV
+        bos = seq * seq_len
+        eos = bos + seq_len
+        if const_expr(self.key.varlen):
+            bos = mCu[seq]
+            eos = mCu[seq + 1]
+        n_chunks = (eos - bos + (CHUNK - 1)) // CHUNK
+        slot0 = seq + bos // CHUNK
+
+        smem = cutlass.utils.SmemAllocator()
+        storage = smem.allocate(SharedStorage)
+        sKd = storage.smem_kd.get_tensor(l_ck.outer, swizzle=l_ck.inner)  # K exp(G_C - G) [C, K]
+        sDS = storage.smem_ds.get_tensor(l_ck.outer, swizzle=l_ck.inner)  # dS1 [V-slice, K] bf16
+        sKT = storage.smem_kt.get_tensor(l_kc.outer, swizzle=l_kc.inner)  # (beta exp(G) K)^T
+        sQsT = storage.smem_qst.get_tensor(l_kc.outer, swizzle=l_kc.inner)  # (scale exp(G) Q)^T
+        sWmT = storage.smem_wmt.get_tensor(l_kc.outer, swizzle=l_kc.inner)  # Wm^T
+        sTm = storage.smem_tm.get_tensor(l_cc.outer, swizzle=l_cc.inner)
+        sPT = storage.smem_pt.get_tensor(l_cc.outer, swizzle=l_cc.inner)  # P^T [j, i]
+        sDoT = storage.smem_dot.get_tensor(l_cc.outer, swizzle=l_cc.inner)  # dO^T [V-slice, C]
+        sDvnT = storage.smem_dvnt.get_tensor(l_cc.outer, swizzle=l_cc.inner)  # -dVn^T [V-slice, C]
+        sGc = storage.smem_gc.get_tensor(cute.make_layout((CHUNK, D), stride=(D + 1, 1)))
+        sBeta = storage.smem_beta.get_tensor(cute.make_layout((CHUNK,)))
+
+        wg = mma.get_slice(0)
+        tm_A = wg.make_fragment_A(wg.partition_A(sTm))
+        kt_B = wg.make_fragment_B(wg.partition_B(sKT))
+        pt_A = wg.make_fragment_A(wg.partition_A(sPT))
+        dot_B = wg.make_fragment_B(wg.partition_B(sDoT))
+        dot_A = wg.make_fragment_A(wg.partition_A(sDoT))
+        kd_A = wg.make_fragment_A(wg.partition_A(sKd))
+        ds_B = wg.make_fragment_B(wg.partition_B(sDS))
+        qst_B = wg.make_fragment_B(wg.partition_B(sQsT))
+        dvnt_A = wg.make_fragment_A(wg.partition_A(sDvnT))
+        wmt_B = wg.make_fragment_B(wg.partition_B(sWmT))
+        acc_a, acc_b, acc_ds, c64 = make_accumulators(mma, wg, tidx, NH)
+
+        for h in cutlass.range_constexpr(NH):
+            for i in cutlass.range_constexpr(cute.size(acc_a)):
+                rc = c64[i]
+                d_in = Float32(0.0)
+                if const_expr(self.key.has_dfinal):
+                    d_in = mDHT[seq, head, v0 + rc[0], h * BV + rc[1]]
+                acc_ds[h][i] = d_in
+                sDS[rc[0], h * BV + rc[1]] = d_in.to(BFloat16)
+
+        row = tidx // 2
+        half = tidx % 2
+        for cr in range(n_chunks):
+            ci = n_chunks - 1 - cr
+            t0 = bos + ci * CHUNK
+            n_valid = min(eos - t0, CHUNK)
+            for h in cutlass.range_constexpr(NH):  # dS1 of this chunk -> ws_dh
+                for i in cutlass.range_constexpr(cute.size(acc_a)):
+                    rc = c64[i]
+                    mWsDh[slot0 + ci, head, v0 + rc[0], h * BV + rc[1]] = acc_ds[h][i].to(BFloat16)
+            kda_chunk_gates(mG, mB, sGc, sBeta, t0, n_valid, head, tidx, D)
+
+            # ---- q, k, dO rows; Tm and P^T from pass 1 ---------------------------------------------------------
+            t_row = min(t0 + row, eos - 1)
+            keep = Float32(0.0)
+            if row < n_valid:
+                keep = Float32(1.0)
+            b_row = sBeta[row]
+            NV = HALF // VEC
+            rbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NV)), BFloat16)
+            load_half_row(gQ, rbuf, t_row, hk, half, NV)
+            inv_q = _row_scale(rbuf, keep, self.key.l2norm, NV, VEC)
+            for vj in cutlass.range_constexpr(NV):
+                for e in cutlass.range_constexpr(VEC):
+                    col = half * HALF + vj * VEC + e
+                    qn = (rbuf[0, 0, e, vj].to(Float32) * inv_q).to(BFloat16).to(Float32)
+                    sQsT[col % BV, row, col // BV] = (qn * (scale * cute.math.exp(sGc[row, col]))).to(BFloat16)
+            load_half_row(gK, rbuf, t_row, hk, half, NV)
+            inv_k = _row_scale(rbuf, keep, self.key.l2norm, NV, VEC)
+            NVV = VQ // VEC
+            vbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NVV)), BFloat16)
+            for vj in cutlass.range_constexpr(NVV):
+                cute.autovec_copy(gDo[(None, None, None), (t_row, head, (v0 + half * VQ) // VEC + vj)], vbuf[None, None, None, vj])
+            for vj in cutlass.range_constexpr(NV):
+                for e in cutlass.range_constexpr(VEC):
+                    col = half * HALF + vj * VEC + e
+                    kn = (rbuf[0, 0, e, vj].to(Float32) * inv_k).to(BFloat16).to(Float32)
+                    g_i = sGc[row, col]
+                    sKT[col % BV, row, col // BV] = (kn * (b_row * cute.math.exp(g_i))).to(BFloat16)
+                    sKd[row, col] = (kn * cute.math.exp(sGc[CHUNK - 1, col] - g_i)).to(BFloat16)
+            for vj in cutlass.range_constexpr(NVV):
+                for e in cutlass.range_constexpr(VEC):
+                    col = half * VQ + vj * VEC + e
+                    sDoT[col, row] = (vbuf[0, 0, e, vj].to(Float32) * keep).to(BFloat16)
+            cc_to_smem(gWsTm, sTm, slot0 + ci, head, tidx, False)
+            cc_to_smem(gWsP, sPT, slot0 + ci, head, tidx, True)
+            _smem_ready()
+
+            # ---- Wm^T; dVn = P^T dO + Kd dS1^T -> ws_dvn ---------------------------------------------------------
+            for h in cutlass.range_constexpr(NH):
+                _wgmma(mma, acc_b, tm_A, kt_B[None, None, None, h], True)
+                for i in cutlass.range_constexpr(cute.size(acc_b)):
+                    rc = c64[i]
+                    sWmT[rc[1], rc[0], h] = acc_b[i].to(BFloat16)
+            _wgmma(mma, acc_a, pt_A, dot_B, True)
+            _wgmma(mma, acc_a, kd_A, ds_B, False)
+            for i in cutlass.range_constexpr(cute.size(acc_a)):
+                rc = c64[i]
+                dvn = acc_a[i].to(BFloat16)
+                sDvnT[rc[1], rc[0]] = (-(dvn.to(Float32))).to(BFloat16)
+                if rc[0] < n_valid:
+                    mWsDvn[t0 + rc[0], head, v0 + rc[1]] = dvn
+            _smem_ready()
+
+            # ---- dS0 = dS1 Diag(exp(G_C)) + dO^T (scale exp(G) Q) - dVn^T Wm -------------------------------------
+            for h in cutlass.range_constexpr(NH):
+                for i in cutlass.range_constexpr(cute.size(acc_a)):
+                    rc = c64[i]
+                    acc_ds[h][i] = acc_ds[h][i] * cute.math.exp(sGc[CHUNK - 1, h * BV + rc[1]])
+                _wgmma(mma, acc_ds[h], dot_A, qst_B[None, None, None, h], False)
+                _wgmma(mma, acc_ds[h], dvnt_A, wmt_B[None, None, None, h], False)
+            cute.arch.sync_threads()  # every reader of dS1 in shared memory has completed
+            for h in cutlass.range_constexpr(NH):
+                for i in cutlass.range_constexpr(cute.size(acc_a)):
+                    rc = c64[i]
+                    sDS[rc[0], h * BV + rc[1]] = acc_ds[h][i].to(BFloat16)
+            _smem_ready()
+
+        if const_expr(self.key.has_initial):
+            for h in cutlass.range_constexpr(NH):
+                for i in cutlass.range_constexpr(cute.size(acc_a)):
+                    rc = c64[i]
+                    mDH0[seq, head, v0 + rc[0], h * BV + rc[1]] = acc_ds[h][i]
+
+    kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
