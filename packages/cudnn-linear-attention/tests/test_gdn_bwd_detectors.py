@@ -2,7 +2,7 @@
 (shared/cudnn_testing/detectors.py, planted.py):
 
 - a warm ``execute`` (three launches, workspace carved) neither synchronizes nor allocates, three times;
-- those two detectors go red against a planted ``.item()`` + allocation in the execute path (``bwd_api._stream``, the
+- those two detectors go red against a planted ``.item()`` + allocation in the execute path (``_host/delta_rule_bwd_api._stream``, the
   launch-stream lookup every execute makes): green here means they fired;
 - the first execute of a fresh plan (the three kernel builds included) runs inside a CUDA-graph capture, and its replay
   equals eager (bit for bit except dg / dbeta, whose row sums are shared-memory float atomics: equal up to summation
@@ -57,11 +57,11 @@ def test_execute_no_sync_no_alloc():
 
 
 def test_detectors_fail_on_planted_sync_and_allocation(monkeypatch):
-    from cudnn.linear_attention.gdn import bwd_api
+    from cudnn.linear_attention._host import delta_rule_bwd_api
     from cudnn_testing.planted import assert_detectors_catch_planted_sync
 
     plan, args, ws = _warm(_case())
-    assert_detectors_catch_planted_sync(monkeypatch, bwd_api, "_stream", lambda: plan.execute(*args, workspace=ws))
+    assert_detectors_catch_planted_sync(monkeypatch, delta_rule_bwd_api, "_stream", lambda: plan.execute(*args, workspace=ws))
 
 
 def test_first_execute_under_capture_replays_like_eager():

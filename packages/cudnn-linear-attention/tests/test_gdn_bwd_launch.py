@@ -6,11 +6,15 @@ declared size (R2). A wrong argument order or count here is a silent mis-launch 
 
 from __future__ import annotations
 
-import inspect
+import os
+import sys
 
 import pytest
 
 torch = pytest.importorskip("torch")
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/_bwd_cases.py: --import-mode=importlib adds no test folder
+from _bwd_cases import check_launch, run_recorded  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -21,21 +25,9 @@ def _dsl():
     pytest.importorskip("cutlass")
 
 
-class _Recorder:
-    def __init__(self, name):
-        self.name = name
-        self.calls = []
-
-    def __call__(self, *args):
-        self.calls.append(args)
-
-
-def _n_params(cls) -> int:
-    return len(inspect.signature(cls.__call__).parameters) - 1  # minus self
-
-
 @pytest.mark.parametrize("gva,varlen,with_h0,with_dht,store_tm", [(False, True, True, True, True), (True, False, False, False, False)])
 def test_execute_launches_every_pass_with_its_declared_arguments(monkeypatch, gva, varlen, with_h0, with_dht, store_tm):
+
     from cudnn.linear_attention.gdn import bwd_api
     from cudnn.linear_attention.gdn.bwd_qk_reduce_kernel import GdnBwdQkReduce
     from cudnn.linear_attention.gdn.bwd_states_kernel import GdnBwdDStates, GdnBwdStates
@@ -59,33 +51,14 @@ def test_execute_launches_every_pass_with_its_declared_arguments(monkeypatch, gv
     key = plan.compile_key()
     parts = bwd_api._parts(key)
     assert len(parts) == (4 if gva else 3)
-    plan._compiled_kernel = tuple(_Recorder(p) for p in parts)
-    monkeypatch.setattr(bwd_api, "_stream", lambda s, d: "stream")
-    raw = torch.empty(plan.scratch_workspace_bytes() + 128, dtype=torch.uint8)  # CPU memory: align by hand, as the CUDA allocator does
-    ws = raw[(-raw.data_ptr()) % 128 :][: plan.scratch_workspace_bytes()]
-    out = plan.execute(q, q, v, g, g, v, dq, dk, dv, dg, db, h0, dh0, dht, cu, workspace=ws)
+    out, ws = run_recorded(monkeypatch, plan, parts, q, q, v, g, g, v, dq, dk, dv, dg, db, h0, dh0, dht, cu)
     assert out[0] is dq and out[5] is dh0
 
     classes = {"states": GdnBwdStates, "dstates": GdnBwdDStates, "grads": GdnBwdGrads, "qk_reduce": GdnBwdQkReduce}
     for rec in plan._compiled_kernel:
-        assert len(rec.calls) == 1, rec.name
-        args = rec.calls[0]
-        assert len(args) == _n_params(classes[rec.name]), (rec.name, len(args))
-        assert args[-1] == "stream"
-        names = list(inspect.signature(classes[rec.name].__call__).parameters)[1:]
-        by = dict(zip(names, args, strict=True))
-        if "cu_ptr" in by:
-            assert (by["cu_ptr"] is None) == (not varlen), rec.name
+        by = check_launch(rec, classes[rec.name], ws, T=T, n=n, H=H, Hk=Hk, varlen=varlen, seq_len=0 if varlen else T // 2, with_h0=with_h0, with_dht=with_dht)
         if "wstm_ptr" in by:
             assert (by["wstm_ptr"] is None) == (not store_tm), rec.name
-        if "h0_ptr" in by:
-            assert (by["h0_ptr"] is None) == (not with_h0)
-        if "dht_ptr" in by:
-            assert (by["dht_ptr"] is None) == (not with_dht) and (by["dh0_ptr"] is None) == (not with_h0)
-        assert by["T"] == T and by["heads"] == H and by["qk_heads"] == Hk, rec.name
-        if "n_seqs" in by:
-            assert by["n_seqs"] == n and by["seq_len"] == (0 if varlen else T // 2)
-            assert by["slots"] == n + T // 64 + 1
         if rec.name == "grads":
             assert by["z_split"] == bwd_api.chunk_groups(T, n, H)
             inside = ws.data_ptr() <= int(by["dq_ptr"]._pointer) < ws.data_ptr() + ws.numel()
@@ -93,7 +66,3 @@ def test_execute_launches_every_pass_with_its_declared_arguments(monkeypatch, gv
             assert by["dq_ptr"].dtype.__name__ == ("Float32" if gva else "BFloat16")
         if rec.name == "qk_reduce":
             assert int(by["dq_ptr"]._pointer) == dq.data_ptr() and int(by["dk_ptr"]._pointer) == dk.data_ptr()
-        # every pointer lies inside its tensor or the workspace
-        for name, a in by.items():
-            if name.endswith("_ptr") and a is not None and name.startswith("ws"):
-                assert ws.data_ptr() <= int(a._pointer) < ws.data_ptr() + ws.numel(), (rec.name, name)

@@ -28,285 +28,72 @@ final-state-gradient flags, L2 norm, GVA (Hk != H), ``store_tm`` (A/B knob, defa
 strides, scale, the chunk-group count of pass 3 (from T, N, H on the host, never from device data). ``execute`` validates metadata, carves the workspace and launches; it never
 converts, allocates, synchronizes or reads device memory (Rules 1-3, 8). Imports neither torch nor cutlass at
 import time.
+
+The host code shared with the KDA backward (constructor, ``check_support``, workspace size, compile, ``execute`` up to
+the launches) is ``_host/delta_rule_bwd_api.py::DeltaRuleBwdSm90``; this module holds what differs (compile key, declines,
+workspace tail, the kernels' argument order in ``_launch``, ``build_kernel``).
 """
 
 from __future__ import annotations
 
-import math
-from typing import Any
-
-from cudnn.api_base import APIBase, TensorDesc
 from cudnn.datatypes import data_type
-from cudnn.dsl_gate import require_cutedsl
 
-from .._host.launch import CUTLASS_NAMES as _CNAME
+from .._host.delta_rule_bwd_api import CHUNK, DeltaRuleBwdSm90, chunk_groups
+from .._host.delta_rule_bwd_api import workspace_bytes as _workspace_bytes
 from .._host.launch import fake_gmem_ptr as _fake_ptr
 from .._host.launch import gmem_ptr as _ptr
-from .._host.launch import launch_stream as _stream
-from .._host.launch import torch_dtype as _torch_dtype
-from .._host.plan import check_declared, set_descs
 
 CUTEDSL_FLOOR = "4.8.0"
 FAMILY = "linear_attention.gdn_bwd"
-CHUNK = 64
-_VEC = 8
-_TARGET_CTAS = 4 * 132  # pass 3 grid target: four waves of one CTA per SM (222 KiB of shared memory each)
-
-
-def _align(n: int) -> int:
-    return (int(n) + 127) // 128 * 128
+__all__ = ["CHUNK", "FAMILY", "GatedDeltaNetBwdSm90", "build_kernel", "chunk_groups", "workspace_bytes"]
 
 
 def workspace_bytes(T: int, N: int, H: int, D: int, store_tm: bool = True, gva: bool = False) -> int:
     """Workspace of one backward: two bf16 [N + T // 64 + 1, H, D, D] chunk-state arrays, two bf16 [T, H, D], with
     ``store_tm`` the bf16 [N + T // 64 + 1, H, 64, 64] Tm of every chunk, and with ``gva`` two fp32 [T, H, D] dq / dk
     partials."""
-    slots = N + T // CHUNK + 1
-    tm = _align(slots * H * CHUNK * CHUNK * 2) if store_tm else 0
-    partials = 2 * _align(max(T, 1) * H * D * 4) if gva else 0
-    return 2 * _align(slots * H * D * D * 2) + 2 * _align(max(T, 1) * H * D * 2) + tm + partials
+    return _workspace_bytes(T, N, H, D, 1 if store_tm else 0, gva)
 
 
-def chunk_groups(T: int, N: int, H: int) -> int:
-    """Pass 3's grid z: chunk groups per (sequence, head), from host-known extents only."""
-    most = max(1, -(-T // CHUNK))
-    return max(1, min(most, -(-_TARGET_CTAS // max(1, N * H))))
-
-
-def _strides(t: Any, rank: int) -> tuple[int, int]:
-    """(token, head) strides of a torch [T, H, D] / [B, L, H, D] tensor walked as [B * L, H, D]."""
-    st, sh = int(t.stride(-3)), int(t.stride(-2))
-    if rank == 4 and t.shape[0] > 1:
-        if t.shape[1] == 1:
-            st = int(t.stride(0))
-        elif t.stride(0) != t.shape[1] * t.stride(1):
-            raise ValueError(f"batch stride {t.stride(0)} != L * token stride; the kernels walk [B * L, H, D]")
-    return st, sh
-
-
-class GatedDeltaNetBwdSm90(APIBase):
+class GatedDeltaNetBwdSm90(DeltaRuleBwdSm90):
     """Chunked Gated DeltaNet backward on sm_90a (three launches). Tensors may be torch tensors or TensorDescs."""
 
-    def __init__(
-        self,
-        q,
-        k,
-        v,
-        g,
-        beta,
-        do,
-        dq,
-        dk,
-        dv,
-        dg,
-        dbeta,
-        *,
-        scale=None,
-        use_qk_l2norm_in_kernel=False,
-        initial_state=None,
-        dinitial_state=None,
-        dfinal_state=None,
-        cu_seqlens=None,
-    ):
-        super().__init__()
-        set_descs(
-            self,
-            q=q,
-            k=k,
-            v=v,
-            g=g,
-            beta=beta,
-            do=do,
-            dq=dq,
-            dk=dk,
-            dv=dv,
-            dg=dg,
-            dbeta=dbeta,
-            initial_state=initial_state,
-            dinitial_state=dinitial_state,
-            dfinal_state=dfinal_state,
-            cu_seqlens=cu_seqlens,
-        )
-        self.scale = scale
-        self.l2norm = bool(use_qk_l2norm_in_kernel)
+    _public = "gated_delta_net"
+    _name = "GatedDeltaNetBwdSm90"
+    _family = FAMILY
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
         #: Tuning / A-B knob (part of the compile key): pass 1 stores Tm in the workspace for passes 2 and 3 (True), or
         #: each pass recomputes K K^T and the triangular solve (False: less workspace, two more solves). Set before compile().
         self.store_tm = True
 
-    # -- plan ---------------------------------------------------------------------------------------
-    def check_support(self) -> bool:
-        what = "gated_delta_net backward"
-        require_cutedsl(f"cudnn.linear_attention.{what}", CUTEDSL_FLOOR)
+    def _forward_class(self):
         from .api import GatedDeltaNetFwdSm90
 
-        # The forward's own metadata checks for the inputs (do stands where o does; dfinal_state where final_state does).
-        fwd = GatedDeltaNetFwdSm90(
-            self.q,
-            self.k,
-            self.v,
-            self.g,
-            self.beta,
-            self.do,
-            scale=self.scale,
-            use_qk_l2norm_in_kernel=self.l2norm,
-            initial_state=self.initial_state,
-            final_state=self.dfinal_state,
-            cu_seqlens=self.cu_seqlens,
-        )
-        fwd.check_support()
-        self.scale = fwd.scale
-        q, v, do = self.q, self.v, self.do
-        rank = q.rank
-        for t in (do,):
-            st, sh = _walk(t)
-            self._decline_if(st % _VEC or sh % _VEC, f"{what}: {t.describe()} token / head strides must be multiples of {_VEC} elements (16-byte loads)")
-        for grad, like in ((self.dq, q), (self.dk, self.k), (self.dv, v)):
-            self._value_error_if(grad is None, f"{what}: dq, dk, dv are required outputs")
-            self._check_dtype(grad, (data_type.BFLOAT16,), what)
-            self._value_error_if(grad.shape != like.shape, f"{what}: {grad.describe()} must have the shape of {like.describe()}")
-            self._decline_if(grad.shape[-1] > 1 and grad.stride[-1] != 1, f"{what}: {grad.describe()} needs unit channel stride; declined, not copied (Rule 2)")
-        for t in (do, self.dq, self.dk, self.dv):
-            self._decline_if(
-                t.rank == 4 and t.shape[0] > 1 and t.shape[1] > 1 and t.stride[0] != t.shape[1] * t.stride[1],
-                f"{what}: {t.describe()} batch stride != L * token stride; the kernels walk [B * L, H, D] tokens, declined (Rule 2)",
-            )
-        lead = q.shape[: rank - 2]
-        for grad in (self.dg, self.dbeta):
-            self._value_error_if(grad is None, f"{what}: dg and dbeta are required outputs")
-            self._check_dtype(grad, (data_type.FLOAT,), what)
-            self._value_error_if(grad.shape != (*lead, v.shape[-2]), f"{what}: {grad.describe()} must have shape {(*lead, v.shape[-2])}")
-            self._decline_if(
-                grad.stride != TensorDesc.contiguous(grad.shape, grad.dtype).stride, f"{what}: {grad.describe()} must be contiguous; declined, not copied"
-            )
-        self._value_error_if(
-            (self.initial_state is None) != (self.dinitial_state is None), f"{what}: dinitial_state is required exactly when initial_state is given"
-        )
-        if self.dinitial_state is not None:
-            self._check_dtype(self.dinitial_state, (data_type.FLOAT,), what)
-            self._check_shape(self.dinitial_state, self.initial_state.shape, what)
-            self._decline_if(
-                self.dinitial_state.stride != TensorDesc.contiguous(self.dinitial_state.shape, self.dinitial_state.dtype).stride,
-                f"{what}: {self.dinitial_state.describe()} must be contiguous [N, H, V, K]",
-            )
-        self._value_error_if(not math.isfinite(float(self.scale)), f"{what}: scale={self.scale!r} is not finite")
-        self._is_supported = True
-        return True
+        return GatedDeltaNetFwdSm90
 
-    def _plan_tokens(self) -> tuple[int, int]:
-        q = self.q
-        T = q.shape[0] if q.rank == 3 else q.shape[0] * q.shape[1]
-        if self.cu_seqlens is not None:
-            return T, self.cu_seqlens.shape[0] - 1
-        return T, (q.shape[0] if q.rank == 4 else 1)
-
-    def scratch_workspace_bytes(self) -> int:
-        """Workspace bytes for the plan's own token total and sequence count (``workspace_bytes(T, N, H, D)``)."""
-        self._ensure_support_checked()
-        T, N = self._plan_tokens()
-        return workspace_bytes(T, N, self.v.shape[-2], self.q.shape[-1], bool(self.store_tm), self.q.shape[-2] != self.v.shape[-2])
+    def _workspace_bytes(self, T: int, N: int, H: int, D: int) -> int:
+        return workspace_bytes(T, N, H, D, bool(self.store_tm), self.q.shape[-2] != self.v.shape[-2])
 
     def compile_key(self):
         from .bwd_states_kernel import GdnBwdKey
 
-        return GdnBwdKey(
-            head_dim=self.q.shape[-1],
-            g_dtype=_CNAME[self.g.dtype],
-            beta_dtype=_CNAME[self.beta.dtype],
-            varlen=self.cu_seqlens is not None,
-            has_initial=self.initial_state is not None,
-            has_dfinal=self.dfinal_state is not None,
-            l2norm=self.l2norm,
-            store_tm=bool(self.store_tm),
-            gva=self.q.shape[-2] != self.v.shape[-2],
-        )
+        return GdnBwdKey(store_tm=bool(self.store_tm), **self._key_fields())
 
-    def compile(self) -> None:
-        self._ensure_support_checked()
-        key = self.compile_key()
-        from cudnn.kernel_cache import kernel_cache
+    def _parts(self, key) -> tuple[str, ...]:
+        return _parts(key)
 
-        self._compiled_kernel = tuple(kernel_cache.get_or_compile((part, key), build_kernel(part, key), family=FAMILY) for part in _parts(key))
+    def _build_kernel(self, part: str, key):
+        return build_kernel(part, key)
 
-    # -- run ----------------------------------------------------------------------------------------
-    def _check_runtime(self, t: Any, plan: TensorDesc, what: str, free: int) -> None:
-        if t is None:
-            raise ValueError(f"{what}: {plan.name} was declared at plan time but execute() received None")
-        shape = tuple(t.shape)
-        if t.dtype != _torch_dtype(plan.dtype) or len(shape) != plan.rank or shape[free:] != plan.shape[free:]:
-            raise ValueError(f"{what}: got {TensorDesc.like(t, plan.name).describe()}, but the plan was built for {plan.describe()}")
-
-    def execute(
-        self,
-        q,
-        k,
-        v,
-        g,
-        beta,
-        do,
-        dq,
-        dk,
-        dv,
-        dg,
-        dbeta,
-        initial_state=None,
-        dinitial_state=None,
-        dfinal_state=None,
-        cu_seqlens=None,
-        *,
-        workspace=None,
-        current_stream=None,
-    ):
-        """Three launches on ``current_stream``; returns ``(dq, dk, dv, dg, dbeta, dinitial_state)``."""
-        what = "GatedDeltaNetBwdSm90.execute"
-        self._ensure_support_checked()
-        check_declared(what, self, cu_seqlens=cu_seqlens, initial_state=initial_state, dinitial_state=dinitial_state, dfinal_state=dfinal_state)
-        rank = self.q.rank
-        free = 1 if rank == 3 else 2
-        pairs = ((q, self.q), (k, self.k), (v, self.v), (do, self.do), (dq, self.dq), (dk, self.dk), (dv, self.dv), (g, self.g), (beta, self.beta))
-        for t, plan in pairs + ((dg, self.dg), (dbeta, self.dbeta)):
-            self._check_runtime(t, plan, what, free)
-        lead = tuple(q.shape[: rank - 2])
-        for t, name in ((k, "k"), (v, "v"), (do, "do"), (dq, "dq"), (dk, "dk"), (dv, "dv"), (g, "g"), (beta, "beta"), (dg, "dg"), (dbeta, "dbeta")):
-            if tuple(t.shape[: rank - 2]) != lead:
-                raise ValueError(f"{what}: {name} token dims {tuple(t.shape[: rank - 2])} differ from q's {lead}")
-        strides = {}
-        for t, name in ((q, "q"), (k, "k"), (v, "v"), (do, "do"), (dq, "dq"), (dk, "dk"), (dv, "dv")):
-            if t.stride(-1) != 1 and t.shape[-1] > 1:
-                raise ValueError(f"{what}: {name} needs unit channel stride, got strides {tuple(t.stride())}")
-            st, sh = _strides(t, rank)
-            if name in ("q", "k", "v", "do") and (st % _VEC or sh % _VEC or t.data_ptr() % 16):
-                raise ValueError(f"{what}: {name} needs 16-byte aligned rows (strides {tuple(t.stride())}, address 0x{t.data_ptr():x})")
-            strides[name] = (st, sh)
-        for t, name in ((g, "g"), (beta, "beta"), (dg, "dg"), (dbeta, "dbeta")):
-            if not t.is_contiguous():
-                raise ValueError(f"{what}: {name} must be contiguous, got strides {tuple(t.stride())}")
-        if self.cu_seqlens is not None:
-            self._check_runtime(cu_seqlens, self.cu_seqlens, what, 1)
-            n_seqs, seq_len = int(cu_seqlens.shape[0]) - 1, 0
-        elif rank == 4:
-            n_seqs, seq_len = int(q.shape[0]), int(q.shape[1])
-        else:
-            n_seqs, seq_len = 1, int(q.shape[0])
-        if n_seqs < 1:
-            raise ValueError(f"{what}: no sequences")
-        for t, plan in ((initial_state, self.initial_state), (dinitial_state, self.dinitial_state), (dfinal_state, self.dfinal_state)):
-            if t is not None:
-                self._check_runtime(t, plan, what, 1)
-                if t.shape[0] != n_seqs or not t.is_contiguous():
-                    raise ValueError(f"{what}: {plan.name} {tuple(t.shape)} must be a contiguous [N={n_seqs}, H, V, K]")
-        if self._compiled_kernel is None:
-            self.compile()
-        T = int(q.shape[0]) if rank == 3 else int(q.shape[0]) * int(q.shape[1])
-        H, D, Hk = int(v.shape[-2]), int(q.shape[-1]), int(q.shape[-2])
-        slots = n_seqs + T // CHUNK + 1
-        from cudnn.workspace import Workspace
-
+    def _launch(self, kernels, ws, t: dict, strides: dict, ext: tuple, stream_of) -> None:
+        """Pass 1 (states), pass 2 (dstates), pass 3 (grads) and, with GVA, the dq / dk reduction, in each kernel's
+        declared argument order; the workspace past the shared arrays: Tm (``store_tm``), the GVA fp32 partials."""
+        T, n_seqs, seq_len, H, Hk, slots = ext
+        D = int(t["q"].shape[-1])
+        q, k, v, g, beta, do, dq, dk = (t[n] for n in ("q", "k", "v", "g", "beta", "do", "dq", "dk"))
         store_tm, gva = bool(self.store_tm), Hk != H
-        ws = Workspace.over(workspace, workspace_bytes(T, n_seqs, H, D, store_tm, gva), "GatedDeltaNetBwdSm90", device=q.device)
-        ws_h = ws.take(slots * H * D * D, "bfloat16")
-        ws_dh = ws.take(slots * H * D * D, "bfloat16")
-        ws_vn = ws.take(max(T, 1) * H * D, "bfloat16")
-        ws_dvn = ws.take(max(T, 1) * H * D, "bfloat16")
         ws_tm = _ptr(ws.take(slots * H * CHUNK * CHUNK, "bfloat16"), data_type.BFLOAT16, 16) if store_tm else None
         if gva:  # pass 3 writes fp32 per-value-head dq / dk partials, pass 4 sums them into dq, dk
             ws_dq, ws_dk = ws.take(max(T, 1) * H * D, "float32"), ws.take(max(T, 1) * H * D, "float32")
@@ -315,115 +102,32 @@ class GatedDeltaNetBwdSm90(APIBase):
         else:
             dq_out, dk_out = _ptr(dq, data_type.BFLOAT16, 2), _ptr(dk, data_type.BFLOAT16, 2)
             dq_st, dk_st = strides["dq"], strides["dk"]
-        stream = _stream(current_stream, q.device)
+        stream = stream_of()
         bf, f32, i32 = data_type.BFLOAT16, data_type.FLOAT, data_type.INT32
-        cu = _ptr(cu_seqlens, i32, 4)
-        states, dstates, grads = self._compiled_kernel[:3]
+        cu = _ptr(t["cu_seqlens"], i32, 4)
+        gp, bp = _ptr(g, self.g.dtype, 2), _ptr(beta, self.beta.dtype, 2)
+        ws_h, ws_dh, ws_vn, ws_dvn = (_ptr(t[n], bf, 16) for n in ("ws_h", "ws_dh", "ws_vn", "ws_dvn"))
+        states, dstates, grads = kernels[:3]
+        sc = float(self.scale)
         states(
-            _ptr(k, bf, 16),
-            _ptr(v, bf, 16),
-            _ptr(g, self.g.dtype, 2),
-            _ptr(beta, self.beta.dtype, 2),
-            cu,
-            _ptr(initial_state, f32, 4),
-            _ptr(ws_h, bf, 16),
-            _ptr(ws_vn, bf, 16),
-            ws_tm,
-            T,
-            n_seqs,
-            seq_len,
-            H,
-            Hk,
-            slots,
-            strides["k"],
-            strides["v"],
-            stream,
-        )
+            _ptr(k, bf, 16), _ptr(v, bf, 16), gp, bp, cu, _ptr(t["initial_state"], f32, 4), ws_h, ws_vn, ws_tm,
+            T, n_seqs, seq_len, H, Hk, slots, strides["k"], strides["v"], stream,
+        )  # fmt: skip
         dstates(
-            _ptr(q, bf, 16),
-            _ptr(k, bf, 16),
-            _ptr(do, bf, 16),
-            _ptr(g, self.g.dtype, 2),
-            _ptr(beta, self.beta.dtype, 2),
-            cu,
-            _ptr(dfinal_state, f32, 4),
-            _ptr(dinitial_state, f32, 4),
-            _ptr(ws_dh, bf, 16),
-            _ptr(ws_dvn, bf, 16),
-            ws_tm,
-            T,
-            n_seqs,
-            seq_len,
-            H,
-            Hk,
-            slots,
-            float(self.scale),
-            strides["q"],
-            strides["k"],
-            strides["do"],
-            stream,
-        )
+            _ptr(q, bf, 16), _ptr(k, bf, 16), _ptr(do, bf, 16), gp, bp, cu, _ptr(t["dfinal_state"], f32, 4), _ptr(t["dinitial_state"], f32, 4),
+            ws_dh, ws_dvn, ws_tm, T, n_seqs, seq_len, H, Hk, slots, sc, strides["q"], strides["k"], strides["do"], stream,
+        )  # fmt: skip
         grads(
-            _ptr(q, bf, 16),
-            _ptr(k, bf, 16),
-            _ptr(v, bf, 16),
-            _ptr(do, bf, 16),
-            _ptr(g, self.g.dtype, 2),
-            _ptr(beta, self.beta.dtype, 2),
-            cu,
-            _ptr(ws_h, bf, 16),
-            _ptr(ws_dh, bf, 16),
-            _ptr(ws_vn, bf, 16),
-            _ptr(ws_dvn, bf, 16),
-            ws_tm,
-            dq_out,
-            dk_out,
-            _ptr(dv, bf, 2),
-            _ptr(dg, f32, 4),
-            _ptr(dbeta, f32, 4),
-            T,
-            n_seqs,
-            seq_len,
-            H,
-            Hk,
-            slots,
-            chunk_groups(T, n_seqs, H),
-            float(self.scale),
-            strides["q"],
-            strides["k"],
-            strides["v"],
-            strides["do"],
-            dq_st,
-            dk_st,
-            strides["dv"],
-            stream,
-        )
+            _ptr(q, bf, 16), _ptr(k, bf, 16), _ptr(v, bf, 16), _ptr(do, bf, 16), gp, bp, cu, ws_h, ws_dh, ws_vn, ws_dvn, ws_tm,
+            dq_out, dk_out, _ptr(t["dv"], bf, 2), _ptr(t["dg"], f32, 4), _ptr(t["dbeta"], f32, 4),
+            T, n_seqs, seq_len, H, Hk, slots, chunk_groups(T, n_seqs, H), sc,
+            strides["q"], strides["k"], strides["v"], strides["do"], dq_st, dk_st, strides["dv"], stream,
+        )  # fmt: skip
         if gva:
-            self._compiled_kernel[3](
-                _ptr(q, bf, 2),
-                _ptr(k, bf, 2),
-                _ptr(ws_dq, f32, 16),
-                _ptr(ws_dk, f32, 16),
-                _ptr(dq, bf, 2),
-                _ptr(dk, bf, 2),
-                T,
-                H,
-                Hk,
-                strides["q"],
-                strides["k"],
-                strides["dq"],
-                strides["dk"],
-                stream,
-            )
-        return dq, dk, dv, dg, dbeta, dinitial_state
-
-
-def _walk(desc: TensorDesc) -> tuple[int, int]:
-    """(token, head) strides of a [T, H, D] / [B, L, H, D] descriptor walked as [B * L, H, D]."""
-    st, sh = desc.stride[-3], desc.stride[-2]
-    if desc.rank == 4 and desc.shape[1] == 1 and desc.shape[0] > 1:
-        st = desc.stride[0]
-    return st, sh
+            kernels[3](
+                _ptr(q, bf, 2), _ptr(k, bf, 2), _ptr(ws_dq, f32, 16), _ptr(ws_dk, f32, 16), _ptr(dq, bf, 2), _ptr(dk, bf, 2),
+                T, H, Hk, strides["q"], strides["k"], strides["dq"], strides["dk"], stream,
+            )  # fmt: skip
 
 
 def _parts(key) -> tuple[str, ...]:

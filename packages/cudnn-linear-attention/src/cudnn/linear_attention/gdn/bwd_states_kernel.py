@@ -41,9 +41,10 @@ from cutlass.cute.nvgpu import warpgroup
 
 from cudnn import _compat
 
-from .._device.delta_rule import BV, CHUNK, SOLVE_BLOCK, THREADS, VEC
+from .._device.delta_rule import BV, CHUNK, SOLVE_BLOCK, THREADS, VEC, state_to_smem
 from .._device.delta_rule import smem_ready as _smem_ready
 from .._device.delta_rule import wgmma as _wgmma
+from .._device.delta_rule_bwd import state_to_workspace
 
 L2NORM_EPS = 1e-6  # the forward's (and fla's) q / k L2-norm epsilon
 
@@ -329,10 +330,7 @@ class GdnBwdStates:
             t0 = bos + ci * CHUNK
             n_valid = min(eos - t0, CHUNK)
             # S0 of this chunk (bf16, as the operand the forward and pass 3 use) -> ws_h
-            for h in cutlass.range_constexpr(NH):
-                for i in cutlass.range_constexpr(cute.size(acc_a)):
-                    rc = c64[i]
-                    mWsH[slot0 + ci, head, v0 + rc[0], h * BV + rc[1]] = acc_s[h][i].to(BFloat16)
+            state_to_workspace(mWsH, acc_s, c64, slot0, ci, head, v0, NH)
             chunk_gates(mG, mB, sG, sGc, sBeta, t0, n_valid, head, tidx)
 
             t_row = min(t0 + row, eos - 1)
@@ -406,10 +404,7 @@ class GdnBwdStates:
                     acc_s[h][i] = acc_s[h][i] * decay_c
                 _wgmma(mma, acc_s[h], su_A, kt_B[None, None, None, h], False)
             cute.arch.sync_threads()
-            for h in cutlass.range_constexpr(NH):
-                for i in cutlass.range_constexpr(cute.size(acc_a)):
-                    rc = c64[i]
-                    sS[rc[0], h * BV + rc[1]] = acc_s[h][i].to(BFloat16)
+            state_to_smem(sS, acc_s, c64, NH)
             _smem_ready()
 
     kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
@@ -591,10 +586,7 @@ class GdnBwdDStates:
             ci = n_chunks - 1 - cr
             t0 = bos + ci * CHUNK
             n_valid = min(eos - t0, CHUNK)
-            for h in cutlass.range_constexpr(NH):  # dS1 of this chunk -> ws_dh
-                for i in cutlass.range_constexpr(cute.size(acc_a)):
-                    rc = c64[i]
-                    mWsDh[slot0 + ci, head, v0 + rc[0], h * BV + rc[1]] = acc_ds[h][i].to(BFloat16)
+            state_to_workspace(mWsDh, acc_ds, c64, slot0, ci, head, v0, NH)  # dS1 of this chunk -> ws_dh
             chunk_gates(mG, mB, sG, sGc, sBeta, t0, n_valid, head, tidx)
 
             # ---- q, k, dO rows to shared (zero past eos) ---------------------------------------------------
@@ -699,10 +691,7 @@ class GdnBwdDStates:
                 _wgmma(mma, acc_ds[h], dot_A, qst_B[None, None, None, h], False)
                 _wgmma(mma, acc_ds[h], dvnt_A, wmt_B[None, None, None, h], False)
             cute.arch.sync_threads()  # every reader of dS1 in shared memory has completed
-            for h in cutlass.range_constexpr(NH):
-                for i in cutlass.range_constexpr(cute.size(acc_a)):
-                    rc = c64[i]
-                    sDS[rc[0], h * BV + rc[1]] = acc_ds[h][i].to(BFloat16)
+            state_to_smem(sDS, acc_ds, c64, NH)
             _smem_ready()
 
         if const_expr(self.key.has_initial):

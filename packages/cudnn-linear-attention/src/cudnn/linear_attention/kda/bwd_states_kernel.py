@@ -51,11 +51,13 @@ from .._device.delta_rule import (
     make_accumulators,
     make_mma_n64,
     solve_unit_lower_blocked,
+    state_to_smem,
     store_beta_v_t,
 )
 from .._device.delta_rule import row_scale as _row_scale
 from .._device.delta_rule import smem_ready as _smem_ready
 from .._device.delta_rule import wgmma as _wgmma
+from .._device.delta_rule_bwd import state_to_workspace
 
 REF_OFFSET = 8  # reference token of row block I: 16 I + 8 (the forward's)
 
@@ -296,10 +298,7 @@ class KdaBwdStates:
         for ci in range(n_chunks):
             t0 = bos + ci * CHUNK
             n_valid = min(eos - t0, CHUNK)
-            for h in cutlass.range_constexpr(NH):  # S0 (bf16, the operand every pass uses) -> ws_h
-                for i in cutlass.range_constexpr(cute.size(acc_a)):
-                    rc = c64[i]
-                    mWsH[slot0 + ci, head, v0 + rc[0], h * BV + rc[1]] = acc_s[h][i].to(BFloat16)
+            state_to_workspace(mWsH, acc_s, c64, slot0, ci, head, v0, NH)  # S0 (bf16, the operand every pass uses) -> ws_h
             kda_chunk_gates(mG, mB, sGc, sBeta, t0, n_valid, head, tidx, D)
 
             # ---- q, k, v rows to shared (zero past eos), optional L2 norm, decayed copies (the forward's step 2) ----
@@ -397,10 +396,7 @@ class KdaBwdStates:
                     acc_s[h][i] = acc_s[h][i] * cute.math.exp(sGc[CHUNK - 1, h * BV + rc[1]])
                 _wgmma(mma, acc_s[h], su_A, kt_B[None, None, None, h], False)
             cute.arch.sync_threads()
-            for h in cutlass.range_constexpr(NH):
-                for i in cutlass.range_constexpr(cute.size(acc_a)):
-                    rc = c64[i]
-                    sS[rc[0], h * BV + rc[1]] = acc_s[h][i].to(BFloat16)
+            state_to_smem(sS, acc_s, c64, NH)
             _smem_ready()
 
     kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
@@ -564,10 +560,7 @@ class KdaBwdDStates:
             ci = n_chunks - 1 - cr
             t0 = bos + ci * CHUNK
             n_valid = min(eos - t0, CHUNK)
-            for h in cutlass.range_constexpr(NH):  # dS1 of this chunk -> ws_dh
-                for i in cutlass.range_constexpr(cute.size(acc_a)):
-                    rc = c64[i]
-                    mWsDh[slot0 + ci, head, v0 + rc[0], h * BV + rc[1]] = acc_ds[h][i].to(BFloat16)
+            state_to_workspace(mWsDh, acc_ds, c64, slot0, ci, head, v0, NH)  # dS1 of this chunk -> ws_dh
             kda_chunk_gates(mG, mB, sGc, sBeta, t0, n_valid, head, tidx, D)
 
             # ---- q, k, dO rows; Tm and P^T from pass 1 ---------------------------------------------------------
@@ -630,10 +623,7 @@ class KdaBwdDStates:
                 _wgmma(mma, acc_ds[h], dot_A, qst_B[None, None, None, h], False)
                 _wgmma(mma, acc_ds[h], dvnt_A, wmt_B[None, None, None, h], False)
             cute.arch.sync_threads()  # every reader of dS1 in shared memory has completed
-            for h in cutlass.range_constexpr(NH):
-                for i in cutlass.range_constexpr(cute.size(acc_a)):
-                    rc = c64[i]
-                    sDS[rc[0], h * BV + rc[1]] = acc_ds[h][i].to(BFloat16)
+            state_to_smem(sDS, acc_ds, c64, NH)
             _smem_ready()
 
         if const_expr(self.key.has_initial):

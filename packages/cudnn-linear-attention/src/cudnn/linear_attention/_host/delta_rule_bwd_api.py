@@ -1,0 +1,339 @@
+"""The host side shared by the gated-delta-rule backward adapters (Gated DeltaNet, Kimi Delta Attention).
+
+:class:`DeltaRuleBwdSm90` is the APIBase adapter both backwards subclass: the constructor, plan-time validation
+(``check_support``: the forward's own input checks, then the gradients'), the workspace size, the compile step over
+the family's launches, and the metadata-only ``execute`` (Rules 1-3, 8) up to the launches. A subclass sets what
+differs:
+
+- ``_public`` (the public name, prefix of ``check_support``'s messages), ``_name`` (the class name in ``execute``'s
+  messages and the workspace's), ``_gate_per_key`` (g / dg are [.., H, K]: KDA; else [.., H]: GDN);
+- ``_forward_class()`` (the family's forward adapter, whose checks the inputs pass), ``_declines(what)`` (what this
+  version of the family does not implement), ``compile_key()``, ``_parts(key)`` and ``_build_kernel(part, key)`` (the
+  launches and their ``cute.compile``), ``_workspace_bytes(T, N, H, D)`` and ``_launch(...)`` (the workspace past the
+  four shared arrays, and the kernels' argument order).
+
+The workspace (recipe R2, from the caller) starts with the four arrays every backward has, in this order: bf16 chunk
+states and state gradients [N + T // 64 + 1, H, V, K], bf16 new values and their gradients [T, H, V]; each array is
+128-byte aligned (:func:`workspace_bytes`). Imports neither torch nor cutlass.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from cudnn.api_base import APIBase, TensorDesc
+from cudnn.datatypes import data_type
+from cudnn.dsl_gate import require_cutedsl
+
+from .launch import CUTLASS_NAMES as _CNAME
+from .launch import launch_stream as _stream
+from .launch import torch_dtype as _torch_dtype
+from .plan import check_declared, set_descs
+
+CUTEDSL_FLOOR = "4.8.0"
+CHUNK = 64
+VEC = 8
+_TARGET_CTAS = 4 * 132  # pass 3 grid target: four waves of one CTA per SM (222 KiB of shared memory each)
+
+
+def align(n: int) -> int:
+    """``n`` rounded up to 128 bytes."""
+    return (int(n) + 127) // 128 * 128
+
+
+def workspace_bytes(T: int, N: int, H: int, D: int, tiles: int = 0, gva: bool = False) -> int:
+    """Two bf16 [N + T // 64 + 1, H, D, D] chunk-state arrays, two bf16 [T, H, D], ``tiles`` bf16
+    [N + T // 64 + 1, H, 64, 64] per-chunk tiles (Tm, P) and, with ``gva``, two fp32 [T, H, D] dq / dk partials."""
+    slots = N + T // CHUNK + 1
+    partials = 2 * align(max(T, 1) * H * D * 4) if gva else 0
+    return 2 * align(slots * H * D * D * 2) + 2 * align(max(T, 1) * H * D * 2) + tiles * align(slots * H * CHUNK * CHUNK * 2) + partials
+
+
+def chunk_groups(T: int, N: int, H: int) -> int:
+    """Pass 3's grid z: chunk groups per (sequence, head), from host-known extents only."""
+    most = max(1, -(-T // CHUNK))
+    return max(1, min(most, -(-_TARGET_CTAS // max(1, N * H))))
+
+
+def torch_strides(t: Any, rank: int) -> tuple[int, int]:
+    """(token, head) strides of a torch [T, H, D] / [B, L, H, D] tensor walked as [B * L, H, D]."""
+    st, sh = int(t.stride(-3)), int(t.stride(-2))
+    if rank == 4 and t.shape[0] > 1:
+        if t.shape[1] == 1:
+            st = int(t.stride(0))
+        elif t.stride(0) != t.shape[1] * t.stride(1):
+            raise ValueError(f"batch stride {t.stride(0)} != L * token stride; the kernels walk [B * L, H, D]")
+    return st, sh
+
+
+def walk(desc: TensorDesc) -> tuple[int, int]:
+    """(token, head) strides of a [T, H, D] / [B, L, H, D] descriptor walked as [B * L, H, D]."""
+    st, sh = desc.stride[-3], desc.stride[-2]
+    if desc.rank == 4 and desc.shape[1] == 1 and desc.shape[0] > 1:
+        st = desc.stride[0]
+    return st, sh
+
+
+class DeltaRuleBwdSm90(APIBase):
+    """Chunked gated-delta-rule backward on sm_90a (base of the GDN and KDA backward adapters). Tensors may be torch
+    tensors or TensorDescs.
+
+    ``Adapter(q, k, v, g, beta, do, dq, dk, dv, dg, dbeta, *, scale=None, use_qk_l2norm_in_kernel=False,
+    initial_state=None, dinitial_state=None, dfinal_state=None, cu_seqlens=None)``; ``execute`` takes the same tensors
+    positionally (token extents, sequence count and, for a dense batch, B and L may differ from the plan's) and returns
+    ``(dq, dk, dv, dg, dbeta, dinitial_state)``.
+    """
+
+    _public: str = ""
+    _name: str = ""
+    _family: str = ""
+    _gate_per_key: bool = False
+
+    def __init__(
+        self,
+        q,
+        k,
+        v,
+        g,
+        beta,
+        do,
+        dq,
+        dk,
+        dv,
+        dg,
+        dbeta,
+        *,
+        scale=None,
+        use_qk_l2norm_in_kernel=False,
+        initial_state=None,
+        dinitial_state=None,
+        dfinal_state=None,
+        cu_seqlens=None,
+    ):
+        super().__init__()
+        set_descs(
+            self,
+            q=q,
+            k=k,
+            v=v,
+            g=g,
+            beta=beta,
+            do=do,
+            dq=dq,
+            dk=dk,
+            dv=dv,
+            dg=dg,
+            dbeta=dbeta,
+            initial_state=initial_state,
+            dinitial_state=dinitial_state,
+            dfinal_state=dfinal_state,
+            cu_seqlens=cu_seqlens,
+        )
+        self.scale = scale
+        self.l2norm = bool(use_qk_l2norm_in_kernel)
+
+    # -- family hooks -------------------------------------------------------------------------------
+    def _forward_class(self):
+        raise NotImplementedError
+
+    def _declines(self, what: str) -> None:
+        """NotImplementedError for what this version of the family does not implement (nothing by default)."""
+
+    def compile_key(self):
+        raise NotImplementedError
+
+    def _key_fields(self) -> dict:
+        """The compile-key fields both families' keys have (plan-time values only, Rule 4)."""
+        return dict(
+            head_dim=self.q.shape[-1],
+            g_dtype=_CNAME[self.g.dtype],
+            beta_dtype=_CNAME[self.beta.dtype],
+            varlen=self.cu_seqlens is not None,
+            has_initial=self.initial_state is not None,
+            has_dfinal=self.dfinal_state is not None,
+            l2norm=self.l2norm,
+            gva=self.q.shape[-2] != self.v.shape[-2],
+        )
+
+    def _parts(self, key) -> tuple[str, ...]:
+        raise NotImplementedError
+
+    def _build_kernel(self, part: str, key):
+        raise NotImplementedError
+
+    def _workspace_bytes(self, T: int, N: int, H: int, D: int) -> int:
+        raise NotImplementedError
+
+    def _launch(self, kernels, ws, t: dict, strides: dict, ext: tuple, stream_of) -> None:
+        """Carve the family's workspace past the shared arrays from ``ws``, then ``stream_of()`` and the launches.
+        ``t``: the execute tensors by name plus ``ws_h``, ``ws_dh``, ``ws_vn``, ``ws_dvn`` (torch views of the workspace);
+        ``strides``: (token, head) strides of q, k, v, do, dq, dk, dv; ``ext``: (T, N, seq_len, H, Hk, slots)."""
+        raise NotImplementedError
+
+    # -- plan ---------------------------------------------------------------------------------------
+    def check_support(self) -> bool:
+        what = f"{self._public} backward"
+        require_cutedsl(f"cudnn.linear_attention.{what}", CUTEDSL_FLOOR)
+        # The forward's own metadata checks for the inputs (do stands where o does; dfinal_state where final_state does).
+        fwd = self._forward_class()(
+            self.q,
+            self.k,
+            self.v,
+            self.g,
+            self.beta,
+            self.do,
+            scale=self.scale,
+            use_qk_l2norm_in_kernel=self.l2norm,
+            initial_state=self.initial_state,
+            final_state=self.dfinal_state,
+            cu_seqlens=self.cu_seqlens,
+        )
+        fwd.check_support()
+        self.scale = fwd.scale
+        q, v, do = self.q, self.v, self.do
+        self._declines(what)
+        for t in (do,):
+            st, sh = walk(t)
+            self._decline_if(st % VEC or sh % VEC, f"{what}: {t.describe()} token / head strides must be multiples of {VEC} elements (16-byte loads)")
+        for grad, like in ((self.dq, q), (self.dk, self.k), (self.dv, v)):
+            self._value_error_if(grad is None, f"{what}: dq, dk, dv are required outputs")
+            self._check_dtype(grad, (data_type.BFLOAT16,), what)
+            self._value_error_if(grad.shape != like.shape, f"{what}: {grad.describe()} must have the shape of {like.describe()}")
+            self._decline_if(grad.shape[-1] > 1 and grad.stride[-1] != 1, f"{what}: {grad.describe()} needs unit channel stride; declined, not copied (Rule 2)")
+        for t in (do, self.dq, self.dk, self.dv):
+            self._decline_if(
+                t.rank == 4 and t.shape[0] > 1 and t.shape[1] > 1 and t.stride[0] != t.shape[1] * t.stride[1],
+                f"{what}: {t.describe()} batch stride != L * token stride; the kernels walk [B * L, H, D] tokens, declined (Rule 2)",
+            )
+        lead = (*q.shape[: q.rank - 2], v.shape[-2])
+        for grad, like in ((self.dg, self.g), (self.dbeta, self.beta)):
+            self._value_error_if(grad is None, f"{what}: dg and dbeta are required outputs")
+            self._check_dtype(grad, (data_type.FLOAT,), what)
+            if self._gate_per_key:
+                self._value_error_if(grad.shape != like.shape, f"{what}: {grad.describe()} must have the shape of {like.describe()}")
+            else:
+                self._value_error_if(grad.shape != lead, f"{what}: {grad.describe()} must have shape {lead}")
+            self._decline_if(
+                grad.stride != TensorDesc.contiguous(grad.shape, grad.dtype).stride, f"{what}: {grad.describe()} must be contiguous; declined, not copied"
+            )
+        self._value_error_if(
+            (self.initial_state is None) != (self.dinitial_state is None), f"{what}: dinitial_state is required exactly when initial_state is given"
+        )
+        if self.dinitial_state is not None:
+            self._check_dtype(self.dinitial_state, (data_type.FLOAT,), what)
+            self._check_shape(self.dinitial_state, self.initial_state.shape, what)
+            self._decline_if(
+                self.dinitial_state.stride != TensorDesc.contiguous(self.dinitial_state.shape, self.dinitial_state.dtype).stride,
+                f"{what}: {self.dinitial_state.describe()} must be contiguous [N, H, V, K]",
+            )
+        self._value_error_if(not math.isfinite(float(self.scale)), f"{what}: scale={self.scale!r} is not finite")
+        self._is_supported = True
+        return True
+
+    def _plan_tokens(self) -> tuple[int, int]:
+        q = self.q
+        T = q.shape[0] if q.rank == 3 else q.shape[0] * q.shape[1]
+        if self.cu_seqlens is not None:
+            return T, self.cu_seqlens.shape[0] - 1
+        return T, (q.shape[0] if q.rank == 4 else 1)
+
+    def workspace_bytes_for(self, T: int, N: int) -> int:
+        """Workspace bytes of one ``execute`` over T tokens in N sequences with this plan's heads and head dim."""
+        return self._workspace_bytes(int(T), int(N), int(self.v.shape[-2]), int(self.q.shape[-1]))
+
+    def scratch_workspace_bytes(self) -> int:
+        """Workspace bytes for the plan's own token total and sequence count (``workspace_bytes(T, N, H, D)``)."""
+        self._ensure_support_checked()
+        return self.workspace_bytes_for(*self._plan_tokens())
+
+    def compile(self) -> None:
+        self._ensure_support_checked()
+        key = self.compile_key()
+        from cudnn.kernel_cache import kernel_cache
+
+        self._compiled_kernel = tuple(kernel_cache.get_or_compile((part, key), self._build_kernel(part, key), family=self._family) for part in self._parts(key))
+
+    # -- run ----------------------------------------------------------------------------------------
+    def _check_runtime(self, t: Any, plan: TensorDesc, what: str, free: int) -> None:
+        if t is None:
+            raise ValueError(f"{what}: {plan.name} was declared at plan time but execute() received None")
+        shape = tuple(t.shape)
+        if t.dtype != _torch_dtype(plan.dtype) or len(shape) != plan.rank or shape[free:] != plan.shape[free:]:
+            raise ValueError(f"{what}: got {TensorDesc.like(t, plan.name).describe()}, but the plan was built for {plan.describe()}")
+
+    def execute(
+        self,
+        q,
+        k,
+        v,
+        g,
+        beta,
+        do,
+        dq,
+        dk,
+        dv,
+        dg,
+        dbeta,
+        initial_state=None,
+        dinitial_state=None,
+        dfinal_state=None,
+        cu_seqlens=None,
+        *,
+        workspace=None,
+        current_stream=None,
+    ):
+        """The plan's launches on ``current_stream``; returns ``(dq, dk, dv, dg, dbeta, dinitial_state)``."""
+        what = f"{self._name}.execute"
+        self._ensure_support_checked()
+        check_declared(what, self, cu_seqlens=cu_seqlens, initial_state=initial_state, dinitial_state=dinitial_state, dfinal_state=dfinal_state)
+        rank = self.q.rank
+        free = 1 if rank == 3 else 2
+        pairs = ((q, self.q), (k, self.k), (v, self.v), (do, self.do), (dq, self.dq), (dk, self.dk), (dv, self.dv), (g, self.g), (beta, self.beta))
+        for t, plan in pairs + ((dg, self.dg), (dbeta, self.dbeta)):
+            self._check_runtime(t, plan, what, free)
+        lead = tuple(q.shape[: rank - 2])
+        for t, name in ((k, "k"), (v, "v"), (do, "do"), (dq, "dq"), (dk, "dk"), (dv, "dv"), (g, "g"), (beta, "beta"), (dg, "dg"), (dbeta, "dbeta")):
+            if tuple(t.shape[: rank - 2]) != lead:
+                raise ValueError(f"{what}: {name} token dims {tuple(t.shape[: rank - 2])} differ from q's {lead}")
+        strides = {}
+        for t, name in ((q, "q"), (k, "k"), (v, "v"), (do, "do"), (dq, "dq"), (dk, "dk"), (dv, "dv")):
+            if t.stride(-1) != 1 and t.shape[-1] > 1:
+                raise ValueError(f"{what}: {name} needs unit channel stride, got strides {tuple(t.stride())}")
+            st, sh = torch_strides(t, rank)
+            if name in ("q", "k", "v", "do") and (st % VEC or sh % VEC or t.data_ptr() % 16):
+                raise ValueError(f"{what}: {name} needs 16-byte aligned rows (strides {tuple(t.stride())}, address 0x{t.data_ptr():x})")
+            strides[name] = (st, sh)
+        for t, name in ((g, "g"), (beta, "beta"), (dg, "dg"), (dbeta, "dbeta")):
+            if not t.is_contiguous():
+                raise ValueError(f"{what}: {name} must be contiguous, got strides {tuple(t.stride())}")
+        if self.cu_seqlens is not None:
+            self._check_runtime(cu_seqlens, self.cu_seqlens, what, 1)
+            n_seqs, seq_len = int(cu_seqlens.shape[0]) - 1, 0
+        elif rank == 4:
+            n_seqs, seq_len = int(q.shape[0]), int(q.shape[1])
+        else:
+            n_seqs, seq_len = 1, int(q.shape[0])
+        if n_seqs < 1:
+            raise ValueError(f"{what}: no sequences")
+        for t, plan in ((initial_state, self.initial_state), (dinitial_state, self.dinitial_state), (dfinal_state, self.dfinal_state)):
+            if t is not None:
+                self._check_runtime(t, plan, what, 1)
+                if t.shape[0] != n_seqs or not t.is_contiguous():
+                    raise ValueError(f"{what}: {plan.name} {tuple(t.shape)} must be a contiguous [N={n_seqs}, H, V, K]")
+        if self._compiled_kernel is None:
+            self.compile()
+        T = int(q.shape[0]) if rank == 3 else int(q.shape[0]) * int(q.shape[1])
+        H, D, Hk = int(v.shape[-2]), int(q.shape[-1]), int(q.shape[-2])
+        slots = n_seqs + T // CHUNK + 1
+        from cudnn.workspace import Workspace
+
+        ws = Workspace.over(workspace, self.workspace_bytes_for(T, n_seqs), self._name, device=q.device)
+        tensors = dict(q=q, k=k, v=v, g=g, beta=beta, do=do, dq=dq, dk=dk, dv=dv, dg=dg, dbeta=dbeta)
+        tensors.update(initial_state=initial_state, dinitial_state=dinitial_state, dfinal_state=dfinal_state, cu_seqlens=cu_seqlens)
+        # the four arrays every backward has, in this order; the family takes the rest
+        tensors.update(ws_h=ws.take(slots * H * D * D, "bfloat16"), ws_dh=ws.take(slots * H * D * D, "bfloat16"))
+        tensors.update(ws_vn=ws.take(max(T, 1) * H * D, "bfloat16"), ws_dvn=ws.take(max(T, 1) * H * D, "bfloat16"))
+        # ``_launch`` carves the rest of the workspace before it asks for the stream (the order the detectors plant in)
+        self._launch(self._compiled_kernel, ws, tensors, strides, (T, n_seqs, seq_len, H, Hk, slots), lambda: _stream(current_stream, q.device))
+        return dq, dk, dv, dg, dbeta, dinitial_state
