@@ -1,10 +1,10 @@
 """cudnn.gemm benchmark through the shared harness (benchmarks/harness.py).
 
 Tables, each written as docs/benchmarks/<name>.{md,csv,png}:
-- ``gemm``: our plain bf16 GEMM under the plan-time tile schedule (``cudnn.gemm.dense.schedule``, the A/B of
-  ``api.TILE_SCHEDULE``): "ours" = schedule "waves+l2" (tile / cluster by predicted waves x per-tile cost, plus
-  the scheduler swizzle where A does not stay in L2), "ours_waves" = "waves" (no swizzle), "ours_fixed" = "fixed"
-  (128 x 256 tiles, 2x1 cluster for every shape: the configuration before the model), vs cuBLAS (torch.matmul)
+- ``gemm``: our plain bf16 GEMM under the plan-time tile schedules (``cudnn.gemm.dense.schedule``,
+  ``api.TILE_SCHEDULE``): "ours" = the default "auto" (128 x 256, 2x1, the scheduler swizzle chosen from N alone:
+  one kernel for every M), "ours_m" = "waves+l2" (tile / cluster / swizzle also from M: the opt-in for plans whose
+  M is fixed), "ours_fixed" = "fixed" (128 x 256 tiles, 2x1 cluster, no swizzle), vs cuBLAS (torch.matmul)
   and quack's GEMM (when importable, default config, no autotuning; not in --quick) on square 2048-8192 and LLM
   MLP shapes (Llama-3-8B/70B, Qwen3-32B up/down projections; M = tokens 2048, 4096, 16384; decode M is the
   ``gemm_decode`` table). A row-major (M, K), B = w.t() of an (N, K) weight. The table's convention line lists
@@ -103,8 +103,8 @@ def plain_providers():
         return lambda: qgemm(a, b, out=out, tuned=False)
 
     providers = [
-        Provider("ours", ours("waves+l2")),
-        Provider("ours_waves", ours("waves")),
+        Provider("ours", ours(None)),
+        Provider("ours_m", ours("waves+l2")),
         Provider("ours_fixed", ours("fixed")),
         Provider("cublas", cublas),
     ]
@@ -126,19 +126,22 @@ def plain_cases():
 
 
 def schedule_notes(cases) -> str:
-    """The cases where schedule "waves+l2" picks another tile / cluster / swizzle than "fixed" (for the table's
-    convention line: which kernel each "ours" number comes from)."""
+    """Which kernel each "ours" / "ours_m" number comes from: the cases where the default schedule ("auto") or
+    "waves+l2" picks another tile / cluster / swizzle than "fixed" (for the table's convention line)."""
     from cudnn.gemm.dense.api import _sm_count
-    from cudnn.gemm.dense.schedule import choose_tile
+    from cudnn.gemm.dense.schedule import DEFAULT_CLUSTER, DEFAULT_TILE, choose_swizzle, choose_tile
 
     sm = _sm_count(None)
-    out = []
+    auto, per_m = [], []
     for case in cases:
         p = case.params
+        s = choose_swizzle(None, p["n"], p["k"], DEFAULT_TILE, DEFAULT_CLUSTER, sm_count=sm)
+        if s != 1:
+            auto.append(f"{case.label}: swizzle {s}")
         c = choose_tile(p["m"], p["n"], p["k"], sm_count=sm, l2=True)
         if (c.tile_mn, c.cluster_mn, c.swizzle) != ((128, 256), (2, 1), 1):
-            out.append(f"{case.label}: {c.tile_mn[0]}x{c.tile_mn[1]} cluster {c.cluster_mn[0]}x{c.cluster_mn[1]} swizzle {c.swizzle}")
-    return f"{sm} SMs; changed from fixed: " + ("; ".join(out) if out else "none")
+            per_m.append(f"{case.label}: {c.tile_mn[0]}x{c.tile_mn[1]} cluster {c.cluster_mn[0]}x{c.cluster_mn[1]} swizzle {c.swizzle}")
+    return f"{sm} SMs; ours (auto) changed from fixed: {'; '.join(auto) or 'none'}; ours_m (waves+l2) changed from fixed: {'; '.join(per_m) or 'none'}"
 
 
 # ------------------------------------------------------------------------------------ fusions
@@ -325,7 +328,7 @@ def fp8_providers():
 
     return [
         Provider("ours", ours(False)),
-        Provider("ours_n192", ours(False, (128, 192))),
+        Provider("ours_n128", ours(False, (128, 128))),
         Provider("ours_p2", ours(False, promotion_interval=2)),
         Provider("cublas_fp8", cublas_fp8(False)),
         Provider("ours_fast", ours(True)),
@@ -457,9 +460,9 @@ def _run_table(name, out_dir, guard):
             "gemm",
             cases,
             guard(plain_providers()),
-            convention="2*M*N*K FLOPs; bf16 in/out, fp32 accumulate; A row-major, B = w.t() (K-major); ours = schedule waves+l2, "
-            "ours_waves = schedule waves (tile / cluster only), ours_fixed = schedule fixed (128x256, 2x1, no swizzle; "
-            f"api.TILE_SCHEDULE A/B); {schedule_notes(cases)}",
+            convention="2*M*N*K FLOPs; bf16 in/out, fp32 accumulate; A row-major, B = w.t() (K-major); ours = default schedule auto "
+            "(one kernel for every M), ours_m = schedule waves+l2 (choice from M too: for fixed-M plans), ours_fixed = schedule fixed "
+            f"(128x256, 2x1, no swizzle); {schedule_notes(cases)}",
             out_dir=out_dir,
             title="cudnn.gemm bf16 GEMM (tile schedules) vs cuBLAS and quack (H200)",
         )
@@ -482,8 +485,8 @@ def _run_table(name, out_dir, guard):
             fp8_cases(),
             guard(fp8_providers()),
             convention="2*M*N*K FLOPs; fp8 A (M, K) row-major and B = w.t() (K-major), per-tensor fp32 scales, bf16 D; "
-            "ours = our default (fast_accum=False: WGMMA partial sums promoted into an fp32 accumulator every 128 of K, 128x128 tiles) "
-            "vs cublas_fp8 = torch._scaled_mm(use_fast_accum=False); ours_n192 = the same with 128x192 tiles (api.FP8_PROMOTED_TILE_N A/B); ours_p2 = promotion every 256 of K (api.FP8_PROMOTION_INTERVAL A/B); ours_fast = fast_accum=True (no promotion, 128x256 tiles) "
+            "ours = our default (fast_accum=False: WGMMA partial sums promoted into an fp32 accumulator every 128 of K, 128x192 tiles, "
+            "api.FP8_PROMOTED_TILE_N) vs cublas_fp8 = torch._scaled_mm(use_fast_accum=False); ours_n128 = the same with 128x128 tiles; ours_p2 = promotion every 256 of K (api.FP8_PROMOTION_INTERVAL A/B); ours_fast = fast_accum=True (no promotion, 128x256 tiles) "
             "vs cublas_fp8_fast = use_fast_accum=True; ours_bf16 = our bf16 GEMM of the same shape (ours/ours_bf16 = the fp8 speed-up)",
             out_dir=out_dir,
             title="cudnn.gemm fp8 GEMM vs cuBLAS fp8 (torch._scaled_mm) and our bf16 GEMM (H200)",

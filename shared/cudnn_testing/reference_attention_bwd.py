@@ -49,3 +49,14 @@ def attention_grads_ref_varlen(q, k, v, do, cu_q, cu_k, *, upcast=True, **kw):
         dks.append(g[1][0].permute(1, 0, 2))
         dvs.append(g[2][0].permute(1, 0, 2))
     return torch.cat(dqs, 0), torch.cat(dks, 0), torch.cat(dvs, 0)
+
+
+def sink_grad_from_output(o, do, lse, sinks):
+    """``dsinks`` as an attention backward computes it from the forward's output: ``-sum_rows exp(sink - lse) *
+    rowsum(do * o)`` over batch and rows, in fp32. Given the bf16 ``o`` of the low-precision reference, this is
+    the baseline for kernels that form ``rowsum(do * o)`` from their own bf16 output (the rounding of o, not the
+    matmuls, dominates the error of the sum). o, do: (B, H, S, D); lse: (B, H, S) natural-log, sink included."""
+    import torch
+
+    p_sink = torch.exp(sinks.float().view(1, -1, 1) - lse.float())
+    return -(p_sink * (do.float() * o.float()).sum(-1)).sum((0, 2))

@@ -75,8 +75,9 @@ def reference_scaled(a, b, scale_a=None, scale_b=None, *, bias=None, activation=
 
     ``ref`` is fp32 on the dequantized operands (``a.float() * scale_a``: exact, fp8 values and fp32 scales).
     ``lowp`` is that same fp32 result rounded to ``out_dtype`` (then read back as fp32): with fp8 operands the
-    products are exact, so the rounding of D is the dominant error a correct kernel cannot avoid (Hopper's
-    fp8 accumulators keep fewer bits than fp32, which stays well inside this bound at K of a few thousand). The FlashAttention rule (``assert_close_fa(out, ref, lowp)``, factor 2 plus the
+    products are exact, so the rounding of D is the dominant error a correct kernel cannot avoid for bf16 / fp8
+    D. Hopper's fp8 WGMMA accumulates with fewer bits than fp32: where D's format is finer (fp16 D scaled
+    near its range), add :func:`fp8_accum_noise` to the rule's noise. The FlashAttention rule (``assert_close_fa(out, ref, lowp)``, factor 2 plus the
     output dtype's noise) then allows one ulp of D's format at the largest outputs: for an fp8 D that is the
     2**-3 (e4m3) or 2**-2 (e5m2) relative step of those values."""
     import torch
@@ -95,3 +96,17 @@ def reference_scaled(a, b, scale_a=None, scale_b=None, *, bias=None, activation=
         fmax = torch.finfo(out_dtype).max
         lowp = y.clamp(-fmax, fmax)  # the kernel's conversion saturates (cvt.rn.satfinite)
     return y, lowp.to(out_dtype).float()
+
+
+def fp8_accum_noise(a, b, scale_a=None, scale_b=None, scale_d=None, bits: int = 14) -> float:
+    """Bound of the error Hopper's fp8 WGMMA adds inside one promotion interval: it keeps about ``bits`` = 14
+    mantissa bits while accumulating (DeepSeek-V3 report, sec. 3.3.2), each product's loss at most 2**-bits of
+    the interval's running magnitude, bounded here by ``2**-bits * max(|a| @ |b|)`` in D's units (scales
+    applied). Add it to ``assert_close_fa``'s noise where D's own rounding is finer than this (fp16 D)."""
+    import torch
+
+    sa = 1.0 if scale_a is None else scale_a.float()
+    sb = 1.0 if scale_b is None else scale_b.float()
+    sd = 1.0 if scale_d is None else scale_d.float()
+    mag = torch.matmul(a.float().abs() * sa, b.float().abs() * sb) * sd
+    return 2.0**-bits * mag.max().item()

@@ -19,8 +19,8 @@ import pytest
 
 from cudnn_testing import detectors
 from cudnn_testing.markers import skip_unless_cutedsl, skip_unless_sm90
-from cudnn_testing.reference_gemm import quantize_fp8, reference_scaled
-from cudnn_testing.tolerance import assert_close_fa
+from cudnn_testing.reference_gemm import fp8_accum_noise, quantize_fp8, reference_scaled
+from cudnn_testing.tolerance import assert_close_fa, rounding_noise
 
 torch = pytest.importorskip("torch")
 
@@ -72,6 +72,32 @@ def test_fp8_bf16_out(fa, fb, shape):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("tile_n", [128, 192])
+@pytest.mark.parametrize("shape", [(7, 264, 208), (1031, 776, 144), (2048, 1024, 2064)], ids=lambda s: "x".join(map(str, s)))
+def test_fp8_promoted_tile_widths(tile_n, shape, monkeypatch):
+    """Both promoted-accumulation tiles (api.FP8_PROMOTED_TILE_N): 128 x 128 and 128 x 192 (N not a multiple of
+    192: a partial last tile), bf16 and fp16-with-scale_d D."""
+    from cudnn.gemm import GemmSm90
+    from cudnn.gemm.dense import api
+
+    monkeypatch.setattr(api, "FP8_PROMOTED_TILE_N", tile_n)
+    m, n, k = shape
+    a, b, sa, sb = _fp8_operands(m, n, k)
+    for out_dtype in (torch.bfloat16, torch.float16):
+        ref0, _ = reference_scaled(a, b, sa, sb)
+        sd = (torch.finfo(out_dtype).max / 2 / ref0.abs().max()).reshape(1).float() if out_dtype == torch.float16 else None
+        out = _poisoned(m, n, out_dtype)
+        extra = {} if sd is None else {"scale_d": sd}
+        plan = GemmSm90(a, b, out, scale_a=sa, scale_b=sb, **extra)
+        plan.compile()
+        assert plan.config.tile_mn == (128, tile_n)
+        plan.execute(a, b, out, scale_a=sa, scale_b=sb, **extra)
+        ref, low = reference_scaled(a, b, sa, sb, scale_d=sd, out_dtype=out_dtype)
+        noise = rounding_noise(out_dtype) + fp8_accum_noise(a, b, sa, sb, sd)
+        assert_close_fa(out, ref, low, name=f"fp8 promoted 128x{tile_n} {shape} -> {out_dtype}", noise=noise)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("out_name", ["float16", "float8_e4m3fn", "float8_e5m2"])
 def test_fp8_other_outputs_with_output_scale(out_name):
     from cudnn.gemm import gemm
@@ -85,7 +111,7 @@ def test_fp8_other_outputs_with_output_scale(out_name):
     d = gemm(a, b, scale_a=sa, scale_b=sb, scale_d=sd, out=out)["d"]
     assert d.dtype == out_dtype
     ref, low = reference_scaled(a, b, sa, sb, scale_d=sd, out_dtype=out_dtype)
-    assert_close_fa(d, ref, low, name=f"fp8 -> {out_name} with scale_d")
+    assert_close_fa(d, ref, low, name=f"fp8 -> {out_name} with scale_d", noise=rounding_noise(out_dtype) + fp8_accum_noise(a, b, sa, sb, sd))
 
 
 @pytest.mark.gpu

@@ -304,8 +304,10 @@ SCHEDULE_CASES = [
     ("swizzle4_batched", (700, 2048, 264), dict(swizzle=4, batch=3)),
     ("auto_waves_l2", (16384, 2048, 1024), dict(schedule="waves+l2")),  # A = 32 MB: the model picks a swizzle
     ("auto_waves_qwen_down", (2048, 5120, 4096), dict(schedule="waves")),
-    # a fused plan with a swizzle (api.SWIZZLE_FIXED_TILE_PLANS gives it one under "waves+l2" once this passes on the
-    # GPU): the staged bias must land on the reordered tiles
+    # the default schedule: a swizzle from N alone (16 N tiles: bands of 8) at an M far below a wave
+    ("auto_default_m_free", (520, 4096, 264), dict(schedule="auto")),
+    # a fused plan with a swizzle (api.SWIZZLE_FIXED_TILE_PLANS gives one to fixed-tile plans): the staged bias must
+    # land on the reordered tiles
     ("swizzle4_staged_bias_gelu", (700, 2048, 264), dict(swizzle=4, stage_bias=True)),
     # last: 4 N tiles, so the scheduler's band of 8 runs 4 empty tile columns (TMA loads zero-fill, stores clip)
     ("swizzle8_phantom_columns", (1000, 1000, 520), dict(swizzle=8)),
@@ -357,7 +359,7 @@ def test_schedule_variants_match_reference(what, shape, opts):
 EPI_AUX_VARIANTS = [
     dict(aux_prefetch=3, aux_ldmatrix=True),
     dict(aux_prefetch=8, aux_ldmatrix=True),
-    dict(aux_ldmatrix=True),
+    dict(aux_prefetch=1, aux_ldmatrix=True),
     dict(aux_prefetch=8, aux_ldmatrix=True, pingpong=True),
 ]
 
@@ -379,7 +381,7 @@ def test_epi_dsrelu_prefetch_matches_default(m, n, k, batch):
         out = _poisoned(m, n, lead=lead)
         plan = GemmSm90(a, b, out, aux=pre, dsrelu=True, stage_aux=True, swizzle=4, **opts)
         plan.compile()
-        assert plan.config.aux_prefetch == opts.get("aux_prefetch", 1) and plan.config.aux_ldmatrix == opts.get("aux_ldmatrix", False)
+        assert (plan.config.aux_prefetch, plan.config.aux_ldmatrix) == (opts["aux_prefetch"], opts["aux_ldmatrix"])
         plan.execute(a, b, out, aux=pre)
         assert_close_fa(out, ref, low, name=f"dsrelu {opts} {m}x{n}x{k} L={batch}")
         outs.append(out)

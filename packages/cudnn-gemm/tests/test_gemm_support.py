@@ -147,13 +147,13 @@ def test_split_k_workspace_size_and_default_cluster():
 # ---- fp8 accumulation mode and the per-fusion plan defaults (metadata only)
 def test_fp8_fast_accum_picks_the_tile():
     skip_unless_cutedsl(FLOOR, "cudnn.gemm")
-    for fast, pingpong, tile in ((False, False, (128, 128)), (False, True, (64, 128)), (True, False, (128, 256)), (True, True, (64, 256))):
+    for fast, pingpong, tile in ((False, False, (128, 192)), (False, True, (64, 128)), (True, False, (128, 256)), (True, True, (64, 256))):
         p = _fp8_plan(fast_accum=fast, pingpong=pingpong)
         assert p.check_support()
         cfg = p._make_config()
         assert (cfg.tile_mn, cfg.fast_accum, cfg.pingpong) == (tile, fast, pingpong)
     # the expert tile override (the benchmark's A/B of FP8_PROMOTED_TILE_N), validated on metadata
-    assert _fp8_plan(tile_mn=(128, 192)).check_support()
+    assert _fp8_plan(tile_mn=(128, 128)).check_support()
     with pytest.raises(ValueError, match="N <= 192"):
         _fp8_plan(tile_mn=(128, 256)).check_support()
     with pytest.raises(ValueError, match="must be"):
@@ -236,6 +236,10 @@ def test_schedule_model_choices():
     assert choose_swizzle(2048, 14336, 4096, (128, 256), (2, 1)) == 1  # A (16 MB) stays in L2
     assert choose_swizzle(16384, 25600, 5120, (128, 256), (2, 1)) == 4  # 100 N tiles: 8 does not divide, 4 does
     assert choose_tile(16384, 14336, 4096, l2=True).swizzle == 8 and choose_tile(16384, 14336, 4096).swizzle == 1
+    # schedule "auto": from N alone (M = None), as for an M spanning a wave: the widest band dividing the N clusters
+    assert choose_swizzle(None, 14336, 4096, (128, 256), (2, 1)) == 8  # 56 N tiles
+    assert choose_swizzle(None, 5120, 25600, (128, 256), (2, 1)) == 4  # 20 N tiles
+    assert choose_swizzle(None, 768, 256, (128, 256), (2, 1)) == 1  # 3 N tiles: no band divides
 
 
 def test_schedule_switch_applies_where_the_tile_is_free(monkeypatch):
@@ -252,7 +256,13 @@ def test_schedule_switch_applies_where_the_tile_is_free(monkeypatch):
 
     fixed = cfg(schedule="fixed")
     assert (fixed.tile_mn, fixed.cluster_mn, fixed.swizzle) == ((128, 256), (2, 1), 1)
-    assert api.TILE_SCHEDULE == "waves+l2" and cfg().tile_mn == (128, 224)  # the default since the H200 A/B
+    # the default ("auto"): the swizzle from N alone, one configuration (one compiled kernel) for every M (Rule 4)
+    auto = cfg()
+    assert api.TILE_SCHEDULE == "auto" and (auto.tile_mn, auto.cluster_mn, auto.swizzle) == ((128, 256), (2, 1), 4)
+    for m2 in (1, 77, 2040, 16384):
+        p = _plan(m=m2, n=n, k=k, b=wb)
+        assert p.check_support() and p._make_config() == auto, m2
+    assert cfg(bias=_desc((n,), name="bias"), stage_bias=True).swizzle == 4  # fixed-tile plans too (SWIZZLE_FIXED_TILE_PLANS)
     monkeypatch.setattr(api, "TILE_SCHEDULE", "fixed")
     assert cfg() == fixed
     monkeypatch.undo()
@@ -276,9 +286,10 @@ def test_schedule_switch_applies_where_the_tile_is_free(monkeypatch):
         assert p.check_support() and p.stage_bias and p._make_config().tile_mn == (128, 256)
         return p._make_config().swizzle
 
-    assert big() == 1
-    monkeypatch.setattr(api, "SWIZZLE_FIXED_TILE_PLANS", True)
     assert big() > 1
+    monkeypatch.setattr(api, "SWIZZLE_FIXED_TILE_PLANS", False)
+    assert big() == 1
+    monkeypatch.undo()
     # the schedule keeps the fixed tile for layouts it was not verified with (N-major B)
     assert cfg(b=_desc((k, n), (n, 1), name="b")).tile_mn == (128, 256)
     assert cfg(tile_mn=(128, 192)).tile_mn == (128, 192)
@@ -310,14 +321,14 @@ def test_epilogue_ab_options(monkeypatch):
     p = _plan(aux=aux, dsrelu=True)
     p.check_support()
     cfg = p._make_config()
-    assert (cfg.aux_prefetch, cfg.aux_ldmatrix, cfg.gelu_fold) == (1, False, False)  # the verified kernel
-    p = _plan(aux=aux, dsrelu=True, aux_prefetch=8, aux_ldmatrix=True)
+    assert (cfg.aux_prefetch, cfg.aux_ldmatrix, cfg.gelu_fold) == (8, True, False)  # the defaults since the H200 A/B
+    p = _plan(aux=aux, dsrelu=True, aux_prefetch=1, aux_ldmatrix=False)
     p.check_support()
     cfg = p._make_config()
-    assert (cfg.aux_prefetch, cfg.aux_ldmatrix) == (8, True)
-    p = _plan(bias=bias, activation="gelu_tanh", gelu_fold=True)
+    assert (cfg.aux_prefetch, cfg.aux_ldmatrix) == (1, False)
+    p = _plan(bias=bias, activation="gelu_tanh", gelu_fold=False)
     p.check_support()
-    assert p._make_config().gelu_fold is True
+    assert p._make_config().gelu_fold is False
     monkeypatch.setattr(api, "AUX_PREFETCH", 3)
     monkeypatch.setattr(api, "AUX_LDMATRIX", True)
     monkeypatch.setattr(api, "GELU_FOLD", True)

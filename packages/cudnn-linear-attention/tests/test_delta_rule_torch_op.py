@@ -3,10 +3,12 @@
 
 CPU (meta and fake tensors: the fake implementation is what runs): output metadata (THD varlen, dense batch, with
 and without the final state), ``torch.compile(fullgraph=True)`` traces through the op, ``make_fx`` records one op
-call, ``torch.library.opcheck`` (schema, autograd registration, fake tensor, AOT dispatch), and backward through
-either output raises NotImplementedError naming the missing gradients (never silent wrong gradients); the ``out=``
-form refuses inputs that require grad.
-GPU (marked gpu): compiled (fullgraph) equals eager bit for bit; backward raises on real tensors.
+call, ``torch.library.opcheck`` (schema, autograd registration, fake tensor, AOT dispatch), backward through either
+output runs through ``<kind>_bwd`` (its fake implementation on meta tensors; a compiled training step traces), a
+configuration the KDA backward declines raises its NotImplementedError at the forward call (never silent wrong
+gradients); the ``out=`` form refuses inputs that require grad.
+GPU (marked gpu): compiled (fullgraph) equals eager bit for bit; GDN's backward runs on real tensors, KDA's GVA
+inputs raise at the forward call. Gradient values: test_{gdn,kda}_autograd_gpu.py.
 """
 
 from __future__ import annotations
@@ -92,18 +94,49 @@ def test_opcheck(kind):
     )
 
 
+@pytest.mark.parametrize("l2norm", [False, True])
+def test_kda_declined_backward_raises_at_the_forward_call(l2norm):
+    """A configuration the KDA backward declines (GVA here, in-kernel L2 norm) raises the backward plan's
+    NotImplementedError at the forward call when an input requires grad; forward-only use is unaffected."""
+    fn = _public("kimi_delta_attention")
+    q, k, v, g, beta, cu, s0 = _inputs("kimi_delta_attention", "meta", hk=4 if l2norm else 2)
+    s0.requires_grad_(True)
+    what = "use_qk_l2norm_in_kernel=True is not implemented" if l2norm else r"GVA \(q/k heads 2 != v heads 4\) is not implemented"
+    with pytest.raises(NotImplementedError, match=rf"kimi_delta_attention backward: {what}"):
+        fn(q, k, v, g, beta, initial_state=s0, output_final_state=True, cu_seqlens=cu, use_qk_l2norm_in_kernel=l2norm)
+    with torch.no_grad():
+        assert not fn(q, k, v, g, beta, initial_state=s0, cu_seqlens=cu, use_qk_l2norm_in_kernel=l2norm)["o"].requires_grad
+
+
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("through", ["o", "final_state"])
-def test_backward_raises_naming_the_missing_gradients(kind, through):
+def test_backward_runs_through_the_backward_op(kind, through):
+    """Meta tensors: autograd reaches torch.ops.cudnn_linear_attention.<kind>_bwd (its fake implementation) and returns
+    every gradient with its input's metadata (GDN: GVA q/k; bf16 dq/dk, g's / beta's dtype for dg/dbeta, fp32 d initial_state)."""
     fn = _public(kind)
-    q, k, v, g, beta, cu, s0 = _inputs(kind, "meta")
-    s0.requires_grad_(True)
+    q, k, v, g, beta, cu, s0 = _inputs(kind, "meta", hk=2 if kind == "gated_delta_net" else 4)
+    leaves = (q, k, v, g, beta, s0)
+    for t in leaves:
+        t.requires_grad_(True)
     res = fn(q, k, v, g, beta, initial_state=s0, output_final_state=True, cu_seqlens=cu)
-    assert res[through].requires_grad
-    with pytest.raises(NotImplementedError, match=rf"{kind}: backward is not implemented yet .*dq, dk, dv, dg, dbeta"):
-        res[through].float().sum().backward()
-    with torch.no_grad():  # forward-only use is unaffected
-        assert not fn(q, k, v, g, beta, initial_state=s0, cu_seqlens=cu)["o"].requires_grad
+    res[through].float().sum().backward()
+    for t in leaves:
+        assert t.grad is not None and t.grad.shape == t.shape and t.grad.dtype == t.dtype
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_training_step_compiles_fullgraph(kind):
+    fn = _public(kind)
+
+    def step(q, k, v, g, beta, cu, s0):
+        o, fs = fn(q, k, v, g, beta, initial_state=s0, output_final_state=True, cu_seqlens=cu)
+        return o.float().sum() + fs.sum()
+
+    x = _inputs(kind, "meta", hk=2 if kind == "gated_delta_net" else 4)
+    for t in (x[0], x[2], x[6]):
+        t.requires_grad_(True)
+    torch.compile(step, backend="aot_eager", fullgraph=True)(*x).backward()
+    assert x[0].grad.shape == x[0].shape and x[6].grad.shape == x[6].shape
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -116,7 +149,7 @@ def test_out_form_refuses_inputs_that_require_grad(kind):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", KINDS)
-def test_compiled_equals_eager_and_backward_raises_on_gpu(kind):
+def test_compiled_equals_eager_and_backward_on_gpu(kind):
     skip_unless_sm90()
     fn = _public(kind)
     torch.manual_seed(0)
@@ -132,6 +165,10 @@ def test_compiled_equals_eager_and_backward_raises_on_gpu(kind):
     torch.cuda.synchronize()
     assert torch.equal(eager[0], compiled[0]) and torch.equal(eager[1], compiled[1])
     assert torch.isfinite(eager[0]).all()
-    o, _ = fn(q, k, v.requires_grad_(True), g, beta, initial_state=s0, cu_seqlens=cu)
-    with pytest.raises(NotImplementedError, match="backward is not implemented yet"):
+    if kind == "kimi_delta_attention":  # these inputs are GVA: the KDA backward declines them at the forward call
+        with pytest.raises(NotImplementedError, match="GVA"):
+            fn(q, k, v.requires_grad_(True), g, beta, initial_state=s0, cu_seqlens=cu)
+    else:  # served: values are checked by test_gdn_bwd_gpu.py / test_gdn_autograd_gpu.py
+        o, _ = fn(q, k, v.requires_grad_(True), g, beta, initial_state=s0, cu_seqlens=cu)
         o.float().sum().backward()
+        assert v.grad is not None and torch.isfinite(v.grad.float()).all()

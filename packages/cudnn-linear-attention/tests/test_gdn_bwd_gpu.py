@@ -124,8 +124,8 @@ def test_l2norm_backward_matches_autograd(D):
 
 
 def test_torch_op_backward_equals_adapter_and_casts_gate_grads():
-    """torch.ops.cudnn_linear_attention.gated_delta_net_bwd (through bwd_torch_op.autograd_backward, the hook the forward op
-    will call) gives the adapter's gradients bit for bit; dg / dbeta come back in g's / beta's dtype."""
+    """torch.ops.cudnn_linear_attention.gated_delta_net_bwd (through bwd_torch_op.autograd_backward, the forward op's autograd
+    backward) gives the adapter's gradients bit for bit; dg / dbeta come back in g's / beta's dtype."""
     from cudnn.linear_attention.gdn.bwd_torch_op import autograd_backward
     from cudnn_testing.data import cu_seqlens
 

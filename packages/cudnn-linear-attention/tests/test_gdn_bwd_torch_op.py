@@ -1,4 +1,4 @@
-"""CPU tier of the Gated DeltaNet backward torch op (gdn/bwd_torch_op.py, not wired into the forward's autograd yet): it
+"""CPU tier of the Gated DeltaNet backward torch op (gdn/bwd_torch_op.py, the forward's autograd backward): it
 registers as ``torch.ops.cudnn_linear_attention.gated_delta_net_bwd`` and its fake implementation gives meta tensors the
 gradients' metadata (what torch.compile traces), with and without an initial state, varlen and dense."""
 

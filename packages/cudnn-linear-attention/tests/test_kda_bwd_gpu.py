@@ -120,8 +120,8 @@ def test_long_sequence_backward_matches_autograd():
 
 
 def test_torch_op_backward_equals_adapter_and_casts_gate_grads():
-    """torch.ops.cudnn_linear_attention.kimi_delta_attention_bwd (through bwd_torch_op.autograd_backward, the hook the
-    forward op will call) gives the adapter's gradients (dg / dbeta up to the order of shared-memory float atomics);
+    """torch.ops.cudnn_linear_attention.kimi_delta_attention_bwd (through bwd_torch_op.autograd_backward, the forward
+    op's autograd backward) gives the adapter's gradients (dg / dbeta up to the order of shared-memory float atomics);
     dg / dbeta come back in g's / beta's dtype."""
     from cudnn.linear_attention.kda.bwd_torch_op import autograd_backward
     from cudnn_testing.data import cu_seqlens

@@ -1,5 +1,5 @@
-"""CPU tier of the Kimi Delta Attention backward torch op (kda/bwd_torch_op.py, not wired into the forward's autograd
-yet): it registers as ``torch.ops.cudnn_linear_attention.kimi_delta_attention_bwd`` and its fake implementation gives
+"""CPU tier of the Kimi Delta Attention backward torch op (kda/bwd_torch_op.py, the forward's autograd
+backward): it registers as ``torch.ops.cudnn_linear_attention.kimi_delta_attention_bwd`` and its fake implementation gives
 meta tensors the gradients' metadata (what torch.compile traces): dg per key channel, with and without an initial
 state, varlen and dense."""
 

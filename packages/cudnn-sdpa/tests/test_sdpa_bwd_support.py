@@ -61,9 +61,15 @@ def test_declines_paged_kv_naming_it():
         _plan(*_descs(), page_table=TensorDesc.contiguous((2, 4), "int32", "page_table")).check_support()
 
 
-def test_declines_head_dim_256_and_bad_strides_naming_the_tensor():
+def test_declines_head_dim_256_and_bad_strides_naming_the_tensor(monkeypatch):
+    from cudnn.sdpa.bwd import api
+
+    p = _plan(*_descs(d=256))  # served by the split-D kernel (D256_TUNING)
+    assert p.check_support() and p.key.split_d
+    monkeypatch.setattr(api, "D256_TUNING", None)
     with pytest.raises(NotImplementedError, match="head dim 256"):
         _plan(*_descs(d=256)).check_support()
+    monkeypatch.undo()
     q, k, v, o, do, lse = _descs()
     bad = TensorDesc(do.shape, (do.stride[0], do.stride[1], 129, 1), do.dtype, "do")
     with pytest.raises(NotImplementedError, match=r"do \(shape"):

@@ -29,10 +29,10 @@ def _descs():
     return q, kv, kv, q, q, lse
 
 
-def test_tuning_sets_the_key_fields_and_defaults_stay_off():
+def test_tuning_sets_the_key_fields_and_an_empty_tuning_is_the_first_schedule():
     from cudnn.sdpa.bwd.api import SdpaBwdSm90
 
-    base = SdpaBwdSm90(*_descs(), is_causal=True)
+    base = SdpaBwdSm90(*_descs(), is_causal=True, _tuning=())
     base.check_support()
     assert (base.key.dq_tma, base.key.stats_tma, base.key.ds_double_buffer) == (False, False, False)
     tuned = SdpaBwdSm90(*_descs(), is_causal=True, _tuning=("dq_tma", "stats_tma", "ds2", "prepost"))
@@ -107,7 +107,7 @@ def test_head_dim_256_is_served_only_by_the_split_d_variant():
     q = TensorDesc.contiguous((1, 4, 256, 256), "bfloat16", "q")
     lse = TensorDesc.contiguous((1, 4, 256), "float32", "lse")
     with pytest.raises(NotImplementedError, match="head dim 256"):
-        SdpaBwdSm90(q, q, q, q, q, lse).check_support()
+        SdpaBwdSm90(q, q, q, q, q, lse, _tuning=("ds2",)).check_support()
     plan = SdpaBwdSm90(q, q, q, q, q, lse, is_causal=True, _tuning=("split_d",))
     assert plan.check_support() and plan.key.split_d and plan.key.head_dim == 256
 
@@ -126,12 +126,13 @@ def test_split_d_d256_ptx_splits_the_head_dim_over_the_warpgroups(tmp_path):
 
 def test_default_tuning_constants_drive_plans_built_without_tuning(monkeypatch):
     """DEFAULT_TUNING / D256_TUNING are how the defaults get flipped after the GPU A/B: a plan with no ``_tuning``
-    takes them (dq_tma dropped for deterministic plans), an explicit ``_tuning`` wins, and today both are off."""
+    takes them (dq_tma dropped for deterministic plans), an explicit ``_tuning`` wins; D256_TUNING = None declines
+    head dim 256."""
     from cudnn.sdpa.bwd import api
     from cudnn.sdpa.bwd.api import SdpaBwdSm90
 
-    assert api.DEFAULT_TUNING == () and api.D256_TUNING is None  # the verified schedule until the lead flips them
-    monkeypatch.setattr(api, "DEFAULT_TUNING", ("dq_tma", "stats_tma", "ds2", "prepost"))
+    # the defaults since the H200 A/B (docs/benchmarks/sdpa_bwd_quick.md)
+    assert api.DEFAULT_TUNING == ("dq_tma", "stats_tma", "ds2", "prepost") and api.D256_TUNING == ("split_d", "ds2", "prepost")
     plan = SdpaBwdSm90(*_descs(), is_causal=True)
     plan.check_support()
     assert plan.key.dq_tma and plan.key.stats_tma and plan.key.ds_double_buffer and plan.key.prepost_vec
@@ -143,11 +144,11 @@ def test_default_tuning_constants_drive_plans_built_without_tuning(monkeypatch):
     assert not (explicit.key.dq_tma or explicit.key.stats_tma or explicit.key.ds_double_buffer or explicit.key.prepost_vec)
     q = TensorDesc.contiguous((1, 4, 256, 256), "bfloat16", "q")
     lse = TensorDesc.contiguous((1, 4, 256), "float32", "lse")
-    with pytest.raises(NotImplementedError, match="head dim 256"):
-        SdpaBwdSm90(q, q, q, q, q, lse).check_support()
-    monkeypatch.setattr(api, "D256_TUNING", ("split_d", "ds2", "prepost"))
     wide = SdpaBwdSm90(q, q, q, q, q, lse)
     wide.check_support()
     assert wide.key.split_d and wide.key.ds_double_buffer and not wide.key.dq_tma
+    monkeypatch.setattr(api, "D256_TUNING", None)
+    with pytest.raises(NotImplementedError, match="head dim 256"):
+        SdpaBwdSm90(q, q, q, q, q, lse).check_support()
     with pytest.raises(NotImplementedError, match="head dim 256"):
         SdpaBwdSm90(q, q, q, q, q, lse, deterministic=True).check_support()

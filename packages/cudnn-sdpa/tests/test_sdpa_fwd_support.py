@@ -162,11 +162,12 @@ def test_small_pages_are_served_within_limits():
 
 
 def test_prefill_options_tile_n_packed_cvt_persistent():
-    """The prefill A/B knobs: defaults leave the compile key as before; tile_n is validated and checked against shared
-    memory (and implies packed_cvt); persistent serves dense and THD plans (no paging, split-KV or pack-GQA)."""
+    """The prefill knobs: defaults (packed_cvt on, persistent off, causal keeps tile_config's tile); tile_n is validated
+    and checked against shared memory (and implies packed_cvt); persistent serves dense and THD plans (no paging,
+    split-KV or pack-GQA)."""
     p0 = _plan(is_causal=True)
     assert p0.check_support()
-    assert (p0.key.tile_n, p0.key.packed_cvt, p0.key.persistent) == (0, False, False)
+    assert (p0.key.tile_n, p0.key.packed_cvt, p0.key.persistent) == (0, True, False)
     plan = _plan(tile_n=176)
     assert plan.check_support() and plan.key.tile_n == 176 and plan.key.packed_cvt
     explicit = _plan(tile_n=176, packed_cvt=False)  # an explicit False is honoured
@@ -210,6 +211,8 @@ def test_noncausal_d128_tile_default_switch(monkeypatch):
     unmasked dense d = 128 plans only (with packed_cvt), never to causal ones or to an explicit tile_n."""
     from cudnn.sdpa.fwd import api
 
+    assert api.TILE_N_NONCAUSAL_D128_DEFAULT == 192  # the default since the H200 A/B
+    monkeypatch.setattr(api, "TILE_N_NONCAUSAL_D128_DEFAULT", 0)
     p0 = _plan()
     p0.check_support()
     assert p0.key.tile_n == 0

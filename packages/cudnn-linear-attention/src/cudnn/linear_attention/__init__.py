@@ -4,8 +4,9 @@ Served today: causal_conv1d (forward, backward, decode update), the Gated DeltaN
 (``gated_delta_net``, adapter ``GatedDeltaNetFwdSm90``) and the Kimi Delta Attention forward
 (``kimi_delta_attention``, adapter ``KimiDeltaAttentionFwdSm90``), chunked on sm_90a, both torch custom ops
 (``torch.ops.cudnn_linear_attention.*_fwd``) and graph-API engines (``engines.py``: ``gdn_fwd_sm90``,
-``kda_fwd_sm90``). Their backward passes are designed in docs/linear-attention.md and not yet served: backward
-through either op raises NotImplementedError.
+``kda_fwd_sm90``). Both ops are differentiable: their autograd runs the chunked backward kernels
+(``torch.ops.cudnn_linear_attention.*_bwd``); a configuration the KDA backward declines (in-kernel L2 norm, GVA)
+raises NotImplementedError at the forward call when an input requires grad (docs/linear-attention.md).
 
 Nothing heavy is imported here: kernels, torch ops and adapters load on first attribute access, after
 the CuTe DSL gate (Rule 7) has checked the runtime floor.

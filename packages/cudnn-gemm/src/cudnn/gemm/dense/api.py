@@ -38,9 +38,10 @@ Plan-time performance options (the defaults are the configuration verified on th
   options, None = :data:`AUX_PREFETCH` / :data:`AUX_LDMATRIX` / :data:`GELU_FOLD` (see there).
 - ``pingpong``, ``stage_bias``, ``stage_aux`` left as None take the per-fusion default of
   :data:`FUSION_DEFAULTS` (the one place to flip them after a GPU run), where the plan can take it.
-- ``schedule``: None (:data:`TILE_SCHEDULE`), "fixed", "waves" or "waves+l2": how the tile, cluster and
-  scheduler swizzle are chosen from the plan's M, N, K, L (plan-time values of its tensors; the choice, never an
-  extent, enters the compile key): see :data:`TILE_SCHEDULE` and :mod:`cudnn.gemm.dense.schedule`.
+- ``schedule``: None (:data:`TILE_SCHEDULE`), "auto", "fixed", "waves" or "waves+l2": how the tile, cluster and
+  scheduler swizzle are chosen. "auto" (default) chooses from N and K only, so a new M never compiles (Rule 4);
+  "waves" / "waves+l2" also model M (for plans whose M never changes: one kernel per distinct choice): see
+  :data:`TILE_SCHEDULE` and :mod:`cudnn.gemm.dense.schedule`.
 - ``fast_accum`` (fp8 only, like ``torch._scaled_mm(use_fast_accum=...)``): False (default) adds the fp8
   WGMMA's partial sums into a second fp32 accumulator every 128 of K (the WGMMA accumulates fp8 products with
   reduced precision), on 128 x 128 tiles (64 x 128 with pingpong) so that both accumulators fit the registers;
@@ -88,41 +89,46 @@ FUSION_DEFAULTS: dict[str, dict[str, bool]] = {
 
 #: N of the tile of fp8 plans with promotion (fast_accum=False): 128 (m64n128k32; verified first) or 192
 #: (m64n192k32, 96 + 96 accumulator registers, no spills). benchmarks/gemm.py's gemm_fp8 table times both
-#: ("ours" and "ours_n192"). 192 was faster on the H200 (2026-11-29: e4m3 8192^3 1215 vs 1081 TFLOP/s) but its
-#: correctness tests have not run on a GPU yet: flip after they pass.
-FP8_PROMOTED_TILE_N = 128
+#: ("ours" and "ours_n128"); 192 was faster on the H200 (2026-11-29: e4m3 8192^3 1215 vs 1081 TFLOP/s); both are
+#: checked by test_gemm_fp8_gpu.py::test_fp8_promoted_tile_widths.
+FP8_PROMOTED_TILE_N = 192
 #: k-tiles (128 of K each) between two promotions of fp8 plans with fast_accum=False: 1 (CUTLASS's and
 #: DeepSeek-V3's 128) drains the WGMMAs every k-tile; 2 keeps one batch in flight inside each pair. The gemm_fp8
 #: table times 2 as "ours_p2"; flip here only if the accuracy tests pass with it too.
 FP8_PROMOTION_INTERVAL = 1
 
 #: Tile / cluster / swizzle choice of plans that leave ``schedule`` as None (:mod:`cudnn.gemm.dense.schedule`):
-#: "fixed" = (128, 256) tiles, 2x1 cluster, no swizzle, for every shape (the configuration verified first);
+#: "auto" = (128, 256) tiles, 2x1 cluster, and the scheduler swizzle chosen from N alone (the band width that cuts
+#: a wave's L2 traffic where M spans a wave; where M is smaller a wave covers whole bands): no extent but N and K
+#: reaches the compile key, so a new M (the token count) never compiles (Rule 4; test_gemm_detectors.py);
+#: "fixed" = (128, 256), 2x1, no swizzle (the configuration verified first);
 #: "waves" = the tile and cluster with the best predicted time (waves x per-tile cost) among (128, 256 | 224 | 192 |
-#: 128) x (2x1 | 1x1); "waves+l2" = that, plus the scheduler swizzle where A does not stay in L2 between waves.
-#: Applies to cooperative 16-bit plans without swiglu, split-K, staged reads or an explicit tile_mn (the others keep
-#: their tiles). benchmarks/gemm.py's ``gemm`` table times "waves+l2" ("ours"), "waves" ("ours_waves") and "fixed"
-#: ("ours_fixed") next to cuBLAS; "waves+l2" won on the H200 (2026-11-29: 1.03-1.19x "fixed" on the MLP shapes,
-#: docs/benchmarks/gemm_schedule.md). Applies to K-major A and B (the layouts its tiles were verified with).
-TILE_SCHEDULE = "waves+l2"
-SCHEDULES = ("fixed", "waves", "waves+l2")
-#: Under "waves+l2", also give the scheduler swizzle to cooperative 16-bit plans whose tile is fixed (staged reads,
-#: swiglu). Measured on the H200 (docs/benchmarks/gemm_fusions_ab.md: the fusions at 0.92-1.08x our plain GEMM with
-#: it) but its bit-identity tests have not run on a GPU yet: off until they pass.
-SWIZZLE_FIXED_TILE_PLANS = False
+#: 128) x (2x1 | 1x1), from M, N, K, L; "waves+l2" = that, plus the swizzle where A (M x K) does not stay in L2.
+#: "waves" / "waves+l2" derive the choice from M: opt-ins for plans whose M is fixed (training), one compiled kernel
+#: per distinct choice. The swizzle applies to cooperative 16-bit plans without split-K or an explicit tile_mn /
+#: swizzle; the tile choice of "waves" only to those without swiglu or staged reads, with K-major A and B (the
+#: layouts its tiles were verified with). benchmarks/gemm.py's ``gemm`` table times "auto" ("ours"), "waves+l2"
+#: ("ours_m") and "fixed" ("ours_fixed") next to cuBLAS (docs/benchmarks/gemm.md, gemm_schedule.md).
+TILE_SCHEDULE = "auto"
+SCHEDULES = ("auto", "fixed", "waves", "waves+l2")
+#: Under "auto" and "waves+l2", also give the scheduler swizzle to cooperative 16-bit plans whose tile is fixed
+#: (staged reads, swiglu). On since 2026-11-29: bit-identical to the unswizzled plans on the H200
+#: (test_gemm_options_gpu.py) and the fusions at 0.92-1.08x our plain GEMM with it (docs/benchmarks/gemm_fusions_ab.md).
+SWIZZLE_FIXED_TILE_PLANS = True
 
-#: Epilogue A/B options of plans that leave them as None (compiled and PTX-checked on CPU, not yet timed; the
-#: defaults keep the verified kernel). benchmarks/gemm.py's ``gemm_fusions`` table times the candidates on the
-#: dsrelu and gelu_tanh rows ("ours_epi3", "ours_epi8"); test_gemm_options_gpu.py -k epi_ checks them.
+#: Epilogue options of plans that leave them as None. Defaults since 2026-11-29 (H200): dsrelu with the whole staged
+#: pre-activation tile prefetched and read by ldmatrix (688.5 vs 636.4 TFLOP/s, D bit-identical to the one-ahead
+#: per-element kernel), gelu_tanh folded (684.5 vs 671.7, within one bf16 ulp-ish of the textbook form):
+#: docs/benchmarks/gemm_fusions_ab.md ("ours_epi8", "ours_epi3"), test_gemm_options_gpu.py -k epi_.
 #: AUX_PREFETCH: stage_aux (dsrelu) pre-activation sub-tiles (128 x 32) in flight by TMA ahead of the epilogue, the
-#: first ones issued before the tile's mainloop: 1 (verified: one ahead), 3 (same smem), 8 (the whole 128 x 256
-#: tile lands during the mainloop; D's smem ring grows to 8 stages, one mainloop stage less).
-AUX_PREFETCH = 1
+#: first ones issued before the tile's mainloop: 1 (one ahead), 3 (same smem), 8 (the whole 128 x 256 tile lands
+#: during the mainloop; D's smem ring grows to 8 stages, one mainloop stage less).
+AUX_PREFETCH = 8
 #: AUX_LDMATRIX: read the staged pre-activation with ldmatrix (the inverse of D's stmatrix: 16-byte rows) instead of
 #: per-element 2-byte ld.shared with swizzled addresses.
-AUX_LDMATRIX = False
+AUX_LDMATRIX = True
 #: GELU_FOLD: gelu_tanh with its constants folded, 5 fp32 ops + one tanh.approx per element instead of 8 + one.
-GELU_FOLD = False
+GELU_FOLD = True
 
 
 def fusion_of(*, swiglu=None, dsrelu=False, amax=False, activation="none", has_bias=False) -> str:
@@ -414,52 +420,35 @@ class GemmSm90(APIBase):
         return True
 
     def _resolve_schedule(self, what: str) -> None:
-        """Apply the plan's schedule (``schedule`` or :data:`TILE_SCHEDULE`): tile, cluster, swizzle from M, N, K, L.
+        """Apply the plan's schedule (``schedule`` or :data:`TILE_SCHEDULE`, see there): tile, cluster, swizzle.
 
-        Only for plans whose tile is free: 16-bit cooperative, no swiglu (256-wide pairs), no split-K, no staged
-        bias / aux, no explicit ``tile_mn``. An explicit ``cluster_mn`` or ``swizzle`` is kept as given."""
+        The swizzle: cooperative 16-bit plans without split-K or an explicit ``tile_mn`` / ``swizzle`` ("auto": from
+        N; "waves+l2": from M, N, K). The tile and cluster ("waves", "waves+l2"): only where the tile is free (K-major
+        A and B, no swiglu, no staged reads). An explicit ``cluster_mn`` or ``swizzle`` is kept as given."""
         sched = TILE_SCHEDULE if self.schedule is None else self.schedule
         self._value_error_if(sched not in SCHEDULES, f"{what}: schedule {sched!r} is not one of {SCHEDULES}")
         self._choice = None
-        free = (
-            self._a_major == "k"  # the layouts the schedule's tiles were verified with on the H200
-            and self._b_major == "k"
-            and not self._is_fp8
-            and not self.pingpong
-            and self.split_k == 1
-            and self.swiglu is None
-            and not self.stage_bias
-            and not self.stage_aux
-            and self._tile_override is None
-        )
         if sched == "fixed":
             return
-        if not free:
-            # the tile is fixed by the plan, the scheduler's swizzle is not: cooperative 16-bit plans with staged
-            # reads or swiglu still walk the tiles in the L2-friendly order (a swizzle only reorders tiles)
-            if (
-                SWIZZLE_FIXED_TILE_PLANS
-                and sched == "waves+l2"
-                and not self._is_fp8
-                and not self.pingpong
-                and self.split_k == 1
-                and self._tile_override is None
-                and not self._swizzle_explicit
-            ):
-                from .schedule import choose_swizzle
-
-                tm, tn = self.tile_mn()
-                self.swizzle = choose_swizzle(self._m, self._n, self._k, (tm, tn), tuple(self.cluster_mn), sm_count=_sm_count(self.a.device))
-            return
-        from .schedule import choose_tile
+        from .schedule import MIN_EXTENT, choose_swizzle, choose_tile
 
         sm = _sm_count(self.a.device)
-        clusters = (tuple(self.cluster_mn),) if self._cluster_explicit else None
-        choice = choose_tile(self._m, self._n, self._k, self._l, tile_k=64, sm_count=sm, l2=sched == "waves+l2", clusters=clusters)
-        if self._swizzle_explicit:
-            choice = choice._replace(swizzle=self.swizzle)
-        self._choice = choice
-        self.cluster_mn, self.swizzle = choice.cluster_mn, choice.swizzle
+        swizzled = not self._is_fp8 and not self.pingpong and self.split_k == 1 and self._tile_override is None
+        free = swizzled and self._a_major == "k" and self._b_major == "k" and self.swiglu is None and not self.stage_bias and not self.stage_aux
+        if free and sched != "auto":
+            clusters = (tuple(self.cluster_mn),) if self._cluster_explicit else None
+            choice = choose_tile(self._m, self._n, self._k, self._l, tile_k=64, sm_count=sm, l2=sched == "waves+l2", clusters=clusters)
+            if self._swizzle_explicit:
+                choice = choice._replace(swizzle=self.swizzle)
+            self._choice = choice
+            self.cluster_mn, self.swizzle = choice.cluster_mn, choice.swizzle
+            return
+        # the tile is the plan's; the scheduler's swizzle only reorders tiles (a fixed tile still walks them L2-friendly)
+        if not swizzled or self._swizzle_explicit or sched == "waves" or not (free or SWIZZLE_FIXED_TILE_PLANS):
+            return
+        m = None if sched == "auto" else self._m  # "auto": never from M (Rule 4)
+        if min(self._n, MIN_EXTENT if m is None else m) >= MIN_EXTENT:
+            self.swizzle = choose_swizzle(m, self._n, self._k, self.tile_mn(), tuple(self.cluster_mn), sm_count=sm)
 
     def _resolve_defaults(self, m: int) -> None:
         """pingpong / stage_bias / stage_aux left as None take :data:`FUSION_DEFAULTS`, where this plan can take them."""

@@ -1,8 +1,12 @@
 """Plan-time tile / cluster choice for the cooperative sm90 GEMM: a wave-quantization cost model.
 
 Pure Python on plan-time values (M, N, K, L of the plan's concrete tensors, operand width, SM count): the
-chosen ``(tile_mn, cluster_mn)`` goes into the compile key; the extents never do (Rule 4: one kernel still
-serves every shape, the choice only picks which of a handful of kernels a plan compiles).
+chosen ``(tile_mn, cluster_mn, swizzle)`` goes into the compile key; the extents never do. The default schedule
+("auto") chooses from N alone (:func:`choose_swizzle` with ``m=None``): M is the token count, a runtime extent
+under continuous batching, and a choice derived from it would be a compile key derived from a runtime value
+(Rule 4: a new M must never compile). :func:`choose_tile` (schedules "waves" / "waves+l2") also models M's wave
+quantization: an opt-in for plans whose M is fixed for their lifetime (training), one compiled kernel per
+distinct choice.
 
 Model. The persistent kernel runs ``P`` CTAs (the SM count, rounded down to whole clusters) over
 ``T = round_up(ceil(M / tm), cm) * round_up(ceil(N / tn), cn) * L`` tiles, round-robin, so it takes
@@ -94,15 +98,21 @@ def wave_traffic(m: int, n: int, tile_mn: tuple, cluster_mn: tuple, swizzle: int
     return wm * cm * tm + wn * cn * tn
 
 
-def choose_swizzle(m: int, n: int, k: int, tile_mn: tuple, cluster_mn: tuple, *, elem_bytes: int = 2, sm_count: int = 132) -> int:
+def choose_swizzle(m: int | None, n: int, k: int, tile_mn: tuple, cluster_mn: tuple, *, elem_bytes: int = 2, sm_count: int = 132) -> int:
     """The scheduler swizzle (1, 2, 4 or 8) for a plan whose A does not stay in L2 between waves.
 
     Without swizzle the wave walks M first: when M spans a whole wave of clusters, each wave reads its own rows
     of A in full, every N column again (A of M = 16384, K = 4096 bf16 is 128 MB, past the 50 MB L2). Swizzle s
     makes the wave a band of s N columns by clusters / s M clusters. Chosen only where A exceeds
     :data:`L2_BUDGET`, only among widths that divide the N cluster count (the scheduler rounds N up to the band:
-    a non-dividing width would run empty tiles), and only for at least :data:`MIN_TRAFFIC_GAIN` less traffic."""
-    if m * k * elem_bytes <= L2_BUDGET:
+    a non-dividing width would run empty tiles), and only for at least :data:`MIN_TRAFFIC_GAIN` less traffic.
+
+    ``m=None`` (schedule "auto": M is a runtime extent and must not reach the compile key, Rule 4): the choice
+    from N alone, for an M that spans a wave of clusters (A past L2). Where M turns out smaller, a wave covers
+    whole bands, so it walks about the tiles it would walk without swizzle (the swizzle only reorders tiles)."""
+    if m is None:
+        m = sm_count * tile_mn[0] * cluster_mn[0]  # M clusters >= the clusters of a wave
+    elif m * k * elem_bytes <= L2_BUDGET:
         return 1
     nc = _cdiv(_cdiv(n, tile_mn[1]), cluster_mn[1])
     base = wave_traffic(m, n, tile_mn, cluster_mn, 1, sm_count)

@@ -1,6 +1,6 @@
-"""The torch custom op of a gated-delta-rule forward (Gated DeltaNet, Kimi Delta Attention), built once per family.
+"""The torch custom op of a gated-delta-rule forward (Gated DeltaNet, Kimi Delta Attention) and its autograd, built once per family.
 
-``define_forward_op("gated_delta_net", forward)`` registers ``torch.ops.cudnn_linear_attention.gated_delta_net_fwd``::
+``define_forward_op("gated_delta_net", forward, backward)`` registers ``torch.ops.cudnn_linear_attention.gated_delta_net_fwd``::
 
     (q, k, v, g, beta, scale: float?, use_qk_l2norm_in_kernel: bool, initial_state: Tensor?, output_final_state: bool,
      cu_seqlens: Tensor?) -> (o, final_state)
@@ -10,16 +10,24 @@
   without ``output_final_state``, an empty ``(0,)`` placeholder (custom-op outputs cannot be None);
 - the fake implementation gives torch.compile / FakeTensor / meta tracing the same metadata (N from
   ``cu_seqlens.shape[0] - 1``, a dense batch's B, else 1: symbolic extents stay symbolic);
-- autograd: the backward kernels are not written yet, so the registered backward raises NotImplementedError naming
-  what is missing. A loss that reaches these outputs fails loudly at ``backward()`` instead of producing wrong (or
-  silently missing) gradients. Forward-only use (``torch.no_grad()``, inference, detached inputs) is unaffected.
+- autograd: ``backward`` is the family's :class:`~.delta_rule_bwd_op.BackwardOp` (``{gdn,kda}/bwd_torch_op.py``).
+  When an input requires grad, ``setup_context`` first runs ``backward.check`` (the backward plan's ``check_support``
+  on this call's metadata: a configuration the backward declines raises its NotImplementedError at the forward call),
+  then saves q, k, v, g, beta, initial_state, cu_seqlens; the registered backward calls ``backward.autograd_backward``
+  (the ``<public>_bwd`` custom op: the backward kernels, never a torch fallback) and returns dq, dk, dv, dg, dbeta and
+  d initial_state. Forward-only use (``torch.no_grad()``, inputs not requiring grad) neither checks nor saves anything.
 
 Imports torch at module import: reached only from the public wrappers at call time.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
+
+if TYPE_CHECKING:
+    from .delta_rule_bwd_op import BackwardOp
 
 NAMESPACE = "cudnn_linear_attention"
 
@@ -31,17 +39,10 @@ def n_seqs(q, cu_seqlens):
     return q.shape[0] if q.dim() == 4 else 1
 
 
-def backward_missing_message(public: str) -> str:
-    return (
-        f"cudnn.linear_attention.{public}: backward is not implemented yet (no backward kernel: the gradients dq, dk, dv, dg, dbeta and "
-        f"d initial_state are not computed). The forward is served; run it under torch.no_grad() or on detached inputs, or use another "
-        f"implementation for training. See docs/linear-attention.md (Status)."
-    )
-
-
-def define_forward_op(public: str, forward):
+def define_forward_op(public: str, forward, backward: BackwardOp):
     """Register ``torch.ops.cudnn_linear_attention.<public>_fwd`` over ``forward(q, k, v, g, beta, scale, l2norm, initial_state,
-    output_final_state, cu_seqlens) -> (o, final_state or None)`` and return the op."""
+    output_final_state, cu_seqlens) -> (o, final_state or None)``, its autograd through ``backward`` (the family's
+    ``BackwardOp``: ``check`` at forward time, ``autograd_backward`` at backward time), and return the op."""
 
     @torch.library.custom_op(f"{NAMESPACE}::{public}_fwd", mutates_args=())
     def op(
@@ -68,15 +69,18 @@ def define_forward_op(public: str, forward):
             final = q.new_empty((0,), dtype=torch.float32)
         return o, final
 
-    message = backward_missing_message(public)
-
     def setup_context(ctx, inputs, output):
-        return None  # nothing to save: the backward only refuses
+        q, k, v, g, beta, scale, l2norm, initial_state, output_final_state, cu_seqlens = inputs
+        backward.check(q, k, v, g, beta, scale, l2norm, initial_state, output_final_state, cu_seqlens)  # declines raise here
+        ctx.save_for_backward(q, k, v, g, beta, initial_state, cu_seqlens)
+        ctx.scale, ctx.l2norm = scale, l2norm
 
-    def backward(ctx, do, dfinal):
-        raise NotImplementedError(message)
+    def grads(ctx, do, dfinal):
+        q, k, v, g, beta, initial_state, cu_seqlens = ctx.saved_tensors
+        dq, dk, dv, dg, dbeta, dh0 = backward.autograd_backward(q, k, v, g, beta, do, dfinal, ctx.scale, ctx.l2norm, initial_state, cu_seqlens)
+        return dq, dk, dv, dg, dbeta, None, None, dh0, None, None
 
-    op.register_autograd(backward, setup_context=setup_context)
+    op.register_autograd(grads, setup_context=setup_context)
     return op
 
 
@@ -85,6 +89,7 @@ def forward_only_guard(public: str, *tensors) -> None:
     gradient could be asked for (NotImplementedError), instead of returning an output detached from its inputs."""
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
         raise NotImplementedError(
-            f"cudnn.linear_attention.{public}(out=...): an input requires grad, but the out= form is forward-only and "
-            f"{backward_missing_message(public).split(': ', 1)[1]}"
+            f"cudnn.linear_attention.{public}(out=...): an input requires grad, but the out= form is forward-only (it writes the "
+            f"caller's buffer outside the torch custom op, so autograd cannot record it). Call {public}(...) without out= to get "
+            f"gradients, or run under torch.no_grad() / on detached inputs."
         )

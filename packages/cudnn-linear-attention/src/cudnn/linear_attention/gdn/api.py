@@ -144,8 +144,8 @@ def gated_delta_net(
     [N, H, V, K] when ``output_final_state`` else None. Launches on torch's current stream.
 
     Runs as the torch custom op ``torch.ops.cudnn_linear_attention.gated_delta_net_fwd`` (fake implementation included:
-    torch.compile traces it, fullgraph). Forward only: the backward kernel is not written yet, so ``backward()``
-    through the outputs raises NotImplementedError naming the missing gradients. ``out`` supplies ``o`` and takes
+    torch.compile traces it, fullgraph). Differentiable: its autograd runs the chunked backward kernels
+    (``torch.ops.cudnn_linear_attention.*_bwd``). ``out`` supplies ``o`` and takes
     the forward-only path outside the op (eager; refused with NotImplementedError when an input requires grad).
     """
     return delta_rule_public(

@@ -121,8 +121,9 @@ def kimi_delta_attention(
     [N, H, V, K] when ``output_final_state`` else None. Launches on torch's current stream.
 
     Runs as the torch custom op ``torch.ops.cudnn_linear_attention.kimi_delta_attention_fwd`` (fake implementation included:
-    torch.compile traces it, fullgraph). Forward only: the backward kernel is not written yet, so ``backward()``
-    through the outputs raises NotImplementedError naming the missing gradients. ``out`` supplies ``o`` and takes
+    torch.compile traces it, fullgraph). Differentiable: its autograd runs the chunked backward kernels
+    (``torch.ops.cudnn_linear_attention.*_bwd``). For KDA, in-kernel L2 norm and GVA are not served by the
+    backward: the forward call raises NotImplementedError when an input requires grad. ``out`` supplies ``o`` and takes
     the forward-only path outside the op (eager; refused with NotImplementedError when an input requires grad).
     """
     return delta_rule_public(

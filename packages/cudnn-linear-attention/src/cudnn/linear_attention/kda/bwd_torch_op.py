@@ -1,14 +1,15 @@
 """Torch custom op of the Kimi Delta Attention backward, ``torch.ops.cudnn_linear_attention.kimi_delta_attention_bwd``,
-and the autograd hook the forward op will call once GPU-validated (not wired yet: see the patch in the session report)::
+and the autograd hooks the forward op (``torch_op.py``) calls::
 
     kimi_delta_attention_bwd(q, k, v, g, beta, do, dfinal_state?, scale?, use_qk_l2norm_in_kernel, initial_state?, cu_seqlens?)
         -> (dq, dk, dv, dg fp32, dbeta fp32, dinitial_state fp32 or an empty (0,) placeholder)
 
 g and dg are per key channel [.., H, K]. Thin: the op, its fake implementation, :func:`backward` (plan per metadata
 signature, outputs and the workspace on torch's current stream, the three launches of
-:class:`bwd_api.KimiDeltaAttentionBwdSm90` on that stream) and :func:`autograd_backward` (absent final-state gradient to
-None, dg / dbeta cast to g's / beta's dtype, an unreadable ``do`` layout materialised by the autograd layer) come from
-``_host/delta_rule_bwd_op.py``.
+:class:`bwd_api.KimiDeltaAttentionBwdSm90` on that stream), :func:`autograd_backward` (absent final-state gradient to
+None, dg / dbeta cast to g's / beta's dtype, an unreadable ``do`` layout materialised by the autograd layer) and
+:func:`check` (the backward plan's ``check_support`` at forward time: what this backward declines, in-kernel L2 norm
+and GVA, raises at the forward call) come from ``_host/delta_rule_bwd_op.py``.
 
 Imports torch at module import: reached only from the torch op layer.
 """
@@ -21,4 +22,6 @@ _OP = define_backward_op("kimi_delta_attention", "cudnn.linear_attention.kda.bwd
 kimi_delta_attention_bwd = _OP.op
 backward = _OP.backward
 autograd_backward = _OP.autograd_backward
+check = _OP.check
+BACKWARD = _OP  # what torch_op.py wires into the forward op's autograd
 _PLANS = _OP.plans

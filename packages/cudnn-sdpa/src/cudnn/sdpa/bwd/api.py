@@ -41,12 +41,14 @@ from .._host.plan_args import tma_strides as _tma_strides
 _HEAD_DIMS = (64, 96, 128)
 _DSL_FLOOR = "4.8.0"  # mirrors cudnn.sdpa.CUTEDSL_MIN_VERSION (api.py imports no package module)
 _OWNER = "SdpaBwdSm90"
-#: Schedule variants (kernel_key.TUNING_FIELDS names) a plan built without ``_tuning`` gets, for D <= 128: () is the
-#: verified schedule. Flipped after the GPU A/B of benchmarks/sdpa_bwd.py; dq_tma is dropped for deterministic plans.
-DEFAULT_TUNING: tuple[str, ...] = ()
+#: Schedule variants (kernel_key.TUNING_FIELDS names) a plan built without ``_tuning`` gets, for D <= 128; dq_tma is
+#: dropped for deterministic plans. All four since the H200 A/B of 2026-11-29 (docs/benchmarks/sdpa_bwd_quick.md,
+#: "ours-all"): d128 s8k 475 vs 419 TFLOP/s, causal 467 vs 395; test_sdpa_bwd_variants.py checks them.
+DEFAULT_TUNING: tuple[str, ...] = ("dq_tma", "stats_tma", "ds2", "prepost")
 #: Variants that serve D = D_v = 256 for a plan built without ``_tuning`` (they must include "split_d"); None: head
-#: dim 256 is declined (the split-D kernel has not run on a GPU yet). Deterministic D = 256 stays declined.
-D256_TUNING: tuple[str, ...] | None = None
+#: dim 256 is declined. The split-D kernel with double-buffered P^T / dS^T ("ours-splitd2": d256 s8k 310 TFLOP/s,
+#: FA4 380) since its GPU tests passed (test_sdpa_bwd_variants.py). Deterministic D = 256 stays declined.
+D256_TUNING: tuple[str, ...] | None = ("split_d", "ds2", "prepost")
 
 
 class SdpaBwdSm90(APIBase):

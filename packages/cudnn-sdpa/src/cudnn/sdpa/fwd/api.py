@@ -40,20 +40,25 @@ _HEAD_DIMS = (64, 96, 128, 192, 256)
 #: Pack-GQA (the G query heads of a kv head share one query tile, so K/V are read once per kv head) is chosen
 #: automatically for dense plans with S_q at most this (decode, speculative decoding, short chunks).
 PACK_GQA_MAX_SEQLEN_Q = 64
-#: Defaults of the two decode plan options while their GPU A/B is pending (benchmarks/sdpa_fwd.py --only=decode):
-#: ``page_prefetch=None`` means PAGE_PREFETCH_DEFAULT for paged plans; ``tile_m64=None`` means TILE_M64_DECODE_DEFAULT
-#: for pack-GQA tiles whose packed rows (S_q * G) fit 64. Flipping one to True changes only the plans it names.
+#: Defaults of the two decode plan options (benchmarks/sdpa_fwd.py --only=decode): ``page_prefetch=None`` means
+#: PAGE_PREFETCH_DEFAULT for paged plans; ``tile_m64=None`` means TILE_M64_DECODE_DEFAULT for pack-GQA tiles whose
+#: packed rows (S_q * G) fit 64. tile_m64 is on since the 2026-11-29 H200 run (its GPU tests pass; paged decode B=64,
+#: S_kv=8k: 4342 vs 3360 GB/s at page 256, 4292 vs 3339 at page 16; dense decode 4380 vs 4366: sdpa_fwd_decode.md);
+#: page_prefetch stays off (3398 vs 3360, within noise).
 PAGE_PREFETCH_DEFAULT = False
-TILE_M64_DECODE_DEFAULT = False
-#: Defaults of the prefill plan options under GPU A/B (benchmarks/sdpa_fwd.py --quick): ``packed_cvt=None`` means
-#: PACKED_CVT_DEFAULT (True whenever ``tile_n`` is given), ``persistent=None`` means PERSISTENT_DEFAULT for dense / THD plans.
-PACKED_CVT_DEFAULT = False
+TILE_M64_DECODE_DEFAULT = True
+#: Defaults of the prefill plan options (benchmarks/sdpa_fwd.py --quick; H200 A/B of 2026-11-29 session 3 in
+#: docs/benchmarks/sdpa_fwd_quick.md): ``packed_cvt=None`` means PACKED_CVT_DEFAULT (True whenever ``tile_n`` is
+#: given): on, d64 s8k 451 vs 351 TFLOP/s, d256 703 vs 673 (the same code at d128). ``persistent=None`` means
+#: PERSISTENT_DEFAULT for dense / THD plans: off, it lost on causal d128 (415 vs 510 at s4k) and d256.
+PACKED_CVT_DEFAULT = True
 PERSISTENT_DEFAULT = False
-#: ``varlen_lpt=None`` means VARLEN_LPT_DEFAULT for THD varlen plans (the tile order's L2 groups made of whole heads).
+#: ``varlen_lpt=None`` means VARLEN_LPT_DEFAULT for THD varlen plans (the tile order's L2 groups made of whole heads):
+#: off, no gain on the varlen mix (348 vs 350).
 VARLEN_LPT_DEFAULT = False
 #: ``tile_n=None`` on an unmasked, unpaged, unpacked d = 128 / 128 plan takes this key tile when nonzero (0: tile_config's
-#: 128), e.g. 176 or 192 once the A/B columns ``ours-n176`` / ``ours-n192`` win.
-TILE_N_NONCAUSAL_D128_DEFAULT = 0
+#: 128): 192 (FA4's sm90 choice), d128 non-causal s4k 626 vs 611, s8k 655 vs 604 (176: 596 / 616).
+TILE_N_NONCAUSAL_D128_DEFAULT = 192
 #: This family's CuTe DSL runtime floor (mirrors cudnn.sdpa.CUTEDSL_MIN_VERSION; kept here so api.py needs no package import).
 _DSL_FLOOR = "4.8.0"
 
