@@ -4,7 +4,8 @@ Tables, each written as docs/benchmarks/<name>.{md,csv,png}:
 - ``gemm``: our plain bf16 GEMM under the plan-time tile schedules (``cudnn.gemm.dense.schedule``,
   ``api.TILE_SCHEDULE``): "ours" = the default "auto" (128 x 256, 2x1, the scheduler swizzle chosen from N alone:
   one kernel for every M), "ours_m" = "waves+l2" (tile / cluster / swizzle also from M: the opt-in for plans whose
-  M is fixed), "ours_fixed" = "fixed" (128 x 256 tiles, 2x1 cluster, no swizzle), vs cuBLAS (torch.matmul)
+  M is fixed), "ours_fixed" = "fixed" (128 x 256 tiles, 2x1 cluster, no swizzle), "ours_auto2" = "auto2" (two tiles
+  compiled per (N, K), chosen from N and K only, each M picking one: M-free like "auto"), vs cuBLAS (torch.matmul)
   and quack's GEMM (when importable, default config, no autotuning; not in --quick) on square 2048-8192 and LLM
   MLP shapes (Llama-3-8B/70B, Qwen3-32B up/down projections; M = tokens 2048, 4096, 16384; decode M is the
   ``gemm_decode`` table). A row-major (M, K), B = w.t() of an (N, K) weight. The table's convention line lists
@@ -14,7 +15,9 @@ Tables, each written as docs/benchmarks/<name>.{md,csv,png}:
   followed by the torch elementwise op it replaces ("cublas+torch"). Epilogue A/B candidates, on the dsrelu and
   gelu_tanh rows only (Unsupported elsewhere): "ours_epi3" (dsrelu: 3 pre-activation sub-tiles in flight, ldmatrix
   reads; gelu_tanh: folded constants), "ours_epi8" (dsrelu: the whole pre-activation tile loaded during the
-  mainloop). Flip ``api.AUX_PREFETCH`` / ``AUX_LDMATRIX`` / ``GELU_FOLD`` if they beat "ours".
+  mainloop). Flip ``api.AUX_PREFETCH`` / ``AUX_LDMATRIX`` / ``GELU_FOLD`` if they beat "ours". "ours_epi2" (amax and
+  swiglu rows only): amax without the per-element bounds predicate (``api.AMAX_FAST``), swiglu's silu through one
+  tanh.approx (``api.SWIGLU_TANH``); flip those if it beats "ours".
 - ``gemm_fp8``: our fp8 GEMM (e4m3 or e5m2 operands, per-tensor fp32 scales, bf16 D) vs cuBLAS fp8
   (``torch._scaled_mm``, same operands and scales) in both accumulation modes: "ours" (default, promoted
   fp32 accumulation) vs "cublas_fp8" (use_fast_accum=False), "ours_fast" (fast_accum=True) vs
@@ -22,6 +25,9 @@ Tables, each written as docs/benchmarks/<name>.{md,csv,png}:
   ours/ours_bf16 is the fp8 speed-up, target >= 1.6x at 8192^3).
 - ``gemm_decode``: small-M (decode) MLP shapes with split-K (``split_k_for`` heuristic, single-CTA clusters,
   "ours") vs our default plan ("ours_default", no split, 2x1 cluster) and cuBLAS.
+- ``gemm_epi2``: the round-2 A/B in one short table (about a minute): amax and swiglu at llama3-8b up M=16384 with
+  their defaults ("ours"), "ours_epi2" and "ours_plain"; qwen3-32b down M=2048 with "ours" (auto), "ours_auto2" and
+  cuBLAS; every row twice, so the table shows its own run-to-run spread.
 - ``gemm_pingpong``: each fusion (and plain) in every variant a per-fusion default can pick
   (``cudnn.gemm.dense.api.FUSION_DEFAULTS``): "coop" (cooperative 128x256, per-element bias / pre-activation
   reads), "coop_staged" (stage_bias; dsrelu: stage_aux), "pp" (pingpong=True), "pp_staged", next to the
@@ -106,6 +112,7 @@ def plain_providers():
         Provider("ours", ours(None)),
         Provider("ours_m", ours("waves+l2")),
         Provider("ours_fixed", ours("fixed")),
+        Provider("ours_auto2", ours("auto2")),
         Provider("cublas", cublas),
     ]
     if not QUICK:
@@ -129,10 +136,10 @@ def schedule_notes(cases) -> str:
     """Which kernel each "ours" / "ours_m" number comes from: the cases where the default schedule ("auto") or
     "waves+l2" picks another tile / cluster / swizzle than "fixed" (for the table's convention line)."""
     from cudnn.gemm.dense.api import _sm_count
-    from cudnn.gemm.dense.schedule import DEFAULT_CLUSTER, DEFAULT_TILE, choose_swizzle, choose_tile
+    from cudnn.gemm.dense.schedule import DEFAULT_CLUSTER, DEFAULT_TILE, choose_in_set, choose_swizzle, choose_tile, choose_tile_set
 
     sm = _sm_count(None)
-    auto, per_m = [], []
+    auto, per_m, auto2 = [], [], []
     for case in cases:
         p = case.params
         s = choose_swizzle(None, p["n"], p["k"], DEFAULT_TILE, DEFAULT_CLUSTER, sm_count=sm)
@@ -141,7 +148,14 @@ def schedule_notes(cases) -> str:
         c = choose_tile(p["m"], p["n"], p["k"], sm_count=sm, l2=True)
         if (c.tile_mn, c.cluster_mn, c.swizzle) != ((128, 256), (2, 1), 1):
             per_m.append(f"{case.label}: {c.tile_mn[0]}x{c.tile_mn[1]} cluster {c.cluster_mn[0]}x{c.cluster_mn[1]} swizzle {c.swizzle}")
-    return f"{sm} SMs; ours (auto) changed from fixed: {'; '.join(auto) or 'none'}; ours_m (waves+l2) changed from fixed: {'; '.join(per_m) or 'none'}"
+        t2 = choose_in_set(p["m"], p["n"], p["k"], 1, choose_tile_set(p["n"], p["k"], sm_count=sm), sm_count=sm).tile_mn
+        if t2 != DEFAULT_TILE:
+            s2 = choose_swizzle(None, p["n"], p["k"], t2, DEFAULT_CLUSTER, sm_count=sm)
+            auto2.append(f"{case.label}: {t2[0]}x{t2[1]} swizzle {s2}")
+    return (
+        f"{sm} SMs; ours (auto) changed from fixed: {'; '.join(auto) or 'none'}; ours_m (waves+l2) changed from fixed: {'; '.join(per_m) or 'none'}; "
+        f"ours_auto2 changed from auto: {'; '.join(auto2) or 'none'}"
+    )
 
 
 # ------------------------------------------------------------------------------------ fusions
@@ -252,12 +266,35 @@ def fusion_providers():
 
         return build
 
+    def ours_epi2(case):
+        """Epilogue A/B round 2, called exactly as the gemm_amax / gemm_swiglu wrappers call run_gemm (d and the amax
+        output allocated per call, like "ours"): amax_fast on the amax rows, swiglu_tanh on the swiglu rows."""
+        import torch
+
+        from cudnn.gemm.dense.api import run_gemm
+
+        a, b = _inputs(case)
+        f = case.params["fusion"]
+        n = case.params["n"]
+        bias = torch.randn(n, device="cuda", dtype=a.dtype)
+        if f == "amax":
+
+            def run():
+                amax = torch.empty((1,), dtype=torch.float32, device=a.device)
+                return run_gemm(a, b, bias=bias, amax=amax, activation="none", amax_fast=True), amax
+
+            return run
+        if f == "swiglu":
+            return lambda: run_gemm(a, b, n_out=n // 2, bias=bias, swiglu="interleaved", store_pre=False, swiglu_tanh=True)
+        raise Unsupported("epilogue A/B round 2: amax and swiglu rows only")
+
     return [
         Provider("ours", ours),
         Provider("ours_plain", ours_plain),
         Provider("cublas+torch", cublas_torch),
         Provider("ours_epi3", ours_epi(3)),
         Provider("ours_epi8", ours_epi(8)),
+        Provider("ours_epi2", ours_epi2),
     ]
 
 
@@ -376,6 +413,55 @@ def decode_providers():
     return [Provider("ours", ours), Provider("ours_default", ours_default), Provider("cublas", cublas)]
 
 
+# ------------------------------------------------------------------------------------ epilogue / schedule A/B, round 2
+def epi2_cases():
+    """The three cells the round-2 options target, each twice (rows "#1", "#2", timed minutes apart in one process:
+    the spread between them is this run's noise, to read the A/B against)."""
+    shapes = [("amax", "llama3-8b up M=16384", 16384, 14336, 4096), ("swiglu", "llama3-8b up M=16384", 16384, 2 * 14336, 4096)]
+    shapes.append(("plain", "qwen3-32b down M=2048", 2048, 5120, 25600))
+    cases = []
+    for rep_ in (1, 2):
+        for f, label, m, n, k in shapes:
+            cases.append(Case(f"{f} {label} #{rep_}", {"m": m, "n": n, "k": k, "fusion": f}, flops=2 * m * n * k))
+    return cases
+
+
+def epi2_providers():
+    """ours = the default (fused wrapper; plain: gemm), ours_epi2 = amax_fast / swiglu_tanh, ours_auto2 = schedule auto2
+    (plain rows), ours_plain = our default plain GEMM of the fused rows' problem, cublas (plain rows)."""
+    fused = {p.name: p for p in fusion_providers()}
+
+    def ours(case):
+        if case.params["fusion"] == "plain":
+            return plain_providers()[0].make(case)
+        return fused["ours"].make(case)
+
+    def only_fused(name):
+        def build(case):
+            if case.params["fusion"] == "plain":
+                raise Unsupported("fused rows only")
+            return fused[name].make(case)
+
+        return build
+
+    def only_plain(p):
+        def build(case):
+            if case.params["fusion"] != "plain":
+                raise Unsupported("plain rows only")
+            return p.make(case)
+
+        return build
+
+    plain = {p.name: p for p in plain_providers()}
+    return [
+        Provider("ours", ours),
+        Provider("ours_epi2", only_fused("ours_epi2")),
+        Provider("ours_plain", only_fused("ours_plain")),
+        Provider("ours_auto2", only_plain(plain["ours_auto2"])),
+        Provider("cublas", only_plain(plain["cublas"])),
+    ]
+
+
 # ------------------------------------------------------------------------------------ pingpong / staged reads
 PINGPONG = ("plain", "bias", "srelu", "gelu_tanh", "swiglu", "amax", "dsrelu")
 
@@ -462,7 +548,8 @@ def _run_table(name, out_dir, guard):
             guard(plain_providers()),
             convention="2*M*N*K FLOPs; bf16 in/out, fp32 accumulate; A row-major, B = w.t() (K-major); ours = default schedule auto "
             "(one kernel for every M), ours_m = schedule waves+l2 (choice from M too: for fixed-M plans), ours_fixed = schedule fixed "
-            f"(128x256, 2x1, no swizzle); {schedule_notes(cases)}",
+            "(128x256, 2x1, no swizzle), ours_auto2 = schedule auto2 (two tiles per (N, K) from N and K only, each M picks one: one "
+            f"compile set for every M); {schedule_notes(cases)}",
             out_dir=out_dir,
             title="cudnn.gemm bf16 GEMM (tile schedules) vs cuBLAS and quack (H200)",
         )
@@ -475,7 +562,8 @@ def _run_table(name, out_dir, guard):
             "ours = the public wrapper with its plan defaults (api.FUSION_DEFAULTS); epilogue A/B candidates (api.AUX_PREFETCH / "
             "AUX_LDMATRIX / GELU_FOLD): ours_epi3 = dsrelu with 3 pre-activation sub-tiles in flight + ldmatrix reads, gelu_tanh with "
             "folded constants; ours_epi8 = dsrelu with the whole pre-activation tile loaded during the mainloop (8-deep D ring, one "
-            "mainloop stage less) + ldmatrix reads",
+            "mainloop stage less) + ldmatrix reads; ours_epi2 = amax without the per-element bounds predicate (api.AMAX_FAST), "
+            "swiglu with silu through one tanh.approx (api.SWIGLU_TANH)",
             out_dir=out_dir,
             title="cudnn.gemm fused epilogues vs our plain GEMM and cuBLAS + torch epilogue (H200)",
         )
@@ -514,11 +602,23 @@ def _run_table(name, out_dir, guard):
             out_dir=out_dir,
             title="cudnn.gemm fusions: cooperative vs ping-pong, per-element vs staged reads (H200)",
         )
+    elif name == "gemm_epi2":
+        run_benchmark(
+            "gemm_epi2",
+            epi2_cases(),
+            guard(epi2_providers()),
+            convention="2*M*N*K FLOPs (N = gate + up columns for swiglu); bf16; bias (N,) for the fusions; each row twice (#1, #2: the "
+            "run's noise); ours = default plan (fused wrapper / plain gemm, schedule auto); ours_epi2 = amax_fast (amax without the "
+            "per-element bounds predicate) / swiglu_tanh (silu through one tanh.approx); ours_plain = our default plain GEMM of the same "
+            "problem; ours_auto2 = schedule auto2 (two tiles per (N, K), each M picks one; M-free); cublas = torch.matmul",
+            out_dir=out_dir,
+            title="cudnn.gemm round-2 A/B: amax / swiglu epilogues and the auto2 schedule (H200)",
+        )
     else:
         raise SystemExit(f"unknown table {name!r}; known: {', '.join(TABLES)}")
 
 
-TABLES = ("gemm", "gemm_fusions", "gemm_fp8", "gemm_decode", "gemm_pingpong")
+TABLES = ("gemm", "gemm_fusions", "gemm_fp8", "gemm_decode", "gemm_pingpong", "gemm_epi2")
 NEW = ("gemm_fp8", "gemm_pingpong")
 
 

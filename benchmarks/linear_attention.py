@@ -26,7 +26,9 @@ GDN forward (issue 7's shapes: B = 1, T in {4k, 8k, 32k}, H in {16, 32, 64}, K =
 64 sequences): providers ours (``cudnn.linear_attention.gdn.api.gated_delta_net``, eager), ours+graph (the
 same call replayed from a CUDA graph), fla (fla-core's Triton ``chunk_gated_delta_rule``), fla+graph, and
 ours-parallel(+graph): the adapter with the opt-in ``schedule="parallel"`` (three chunk-parallel kernels through a
-caller workspace; KDA too). Same
+caller workspace; KDA too), ours-par-op: the public op with ``schedule="parallel"`` (workspace allocated by the op),
+ours-parallel-s3 (three-stage state pass), ours-parallel-pf (the prep kernel's ``prefetch`` option),
+ours-parallel-2cta (prep at two CTAs per SM) and ours-parallel-all (knobs combined; KDA's includes the approximate exp). Same
 inputs for all: bf16 q/k/v, fp32 g = logsigmoid(N(0,1)) / 8 and beta ~ U(0,1), q/k L2-normalised in the kernel,
 no initial state, no final state. Byte convention (the minimum traffic: the roofline's numerator): q, k, v read
 and o written once in bf16, g and beta read once in fp32: T H (2 K + 2 V) bf16 elements and 2 T H fp32 ones, counted as
@@ -379,7 +381,7 @@ def main_gdn(args):
         "linear_attention_gdn",
         cases,
         _delta_rule_providers("gdn", "gated_delta_net", False, "fla.ops.gated_delta_rule", "chunk_gated_delta_rule")
-        + _parallel_providers("gdn", "GatedDeltaNetFwdSm90", False),
+        + _parallel_providers("gdn", "GatedDeltaNetFwdSm90", False, "gated_delta_net"),
         args,
         convention="GDN forward, B=1, K=V=128, bf16 q/k/v, fp32 g/beta, L2 norm in kernel, no states; "
         "effective bytes T*H*(2*K*2 + 2*V*2 + 8) (q, k, v read, o written, g, beta read); roofline fraction = GB/s / HBM GB/s",
@@ -401,31 +403,60 @@ def _kda_cases(quick):
     return cases[:1] if quick else cases
 
 
-def _parallel_providers(family, adapter, per_key_gate):
+def _parallel_providers(family, adapter, per_key_gate, public):
     """``ours-parallel`` (and ``+graph``): the family's adapter with the opt-in ``schedule="parallel"`` (three
-    chunk-parallel kernels), o and the workspace allocated once at build (R2), then ``execute`` per call."""
+    chunk-parallel kernels), o and the workspace allocated once at build (R2), then ``execute`` per call;
+    ``ours-par-op``: the public op with ``schedule="parallel"`` (the op allocates o and the workspace per call
+    through the caching allocator); the adapter's tuning knobs (compile-key options, default off):
+    ``ours-parallel-s3`` (``parallel_state_stages = 3``: the state pass fetches two chunks ahead), ``ours-parallel-pf``
+    (``parallel_prefetch``: the prep kernel issues every global read of a chunk at once), ``ours-parallel-2cta``
+    (``parallel_prep_two_per_sm``: the prep kernel at two CTAs per SM), and ``ours-parallel-all`` (GDN: prefetch,
+    3 stages, two CTAs per SM; KDA: two CTAs per SM, 3 stages and ``parallel_fast_exp``, the prep kernel's decays by
+    ``ex2.approx``: not bitwise the default, within the tests' tolerance)."""
+    import importlib
 
-    def make(case):
-        import importlib
+    def make_adapter(knobs):
+        def make(case):
+            import torch
 
-        import torch
+            cls = getattr(importlib.import_module(f"cudnn.linear_attention.{family}.api"), adapter)
+            i = _delta_rule_inputs(case, per_key_gate)
+            o = torch.empty_like(i["v"])
+            plan = cls(i["q"], i["k"], i["v"], i["g"], i["beta"], o, use_qk_l2norm_in_kernel=True, cu_seqlens=i["cu"], schedule="parallel")
+            for name, value in knobs.items():
+                setattr(plan, name, value)
+            plan.compile()
+            ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda")
+            return lambda: plan.execute(i["q"], i["k"], i["v"], i["g"], i["beta"], o, None, None, i["cu"], workspace=ws)
 
-        cls = getattr(importlib.import_module(f"cudnn.linear_attention.{family}.api"), adapter)
+        return make
+
+    def make_op(case):
+        fn = getattr(importlib.import_module(f"cudnn.linear_attention.{family}.api"), public)
         i = _delta_rule_inputs(case, per_key_gate)
-        o = torch.empty_like(i["v"])
-        plan = cls(i["q"], i["k"], i["v"], i["g"], i["beta"], o, use_qk_l2norm_in_kernel=True, cu_seqlens=i["cu"], schedule="parallel")
-        plan.compile()
-        ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda")
-        return lambda: plan.execute(i["q"], i["k"], i["v"], i["g"], i["beta"], o, None, None, i["cu"], workspace=ws)
+        return lambda: fn(i["q"], i["k"], i["v"], i["g"], i["beta"], use_qk_l2norm_in_kernel=True, cu_seqlens=i["cu"], schedule="parallel")
 
-    return [Provider("ours-parallel", make), Provider("ours-parallel+graph", _graphed(make))]
+    providers = [
+        Provider("ours-parallel", make_adapter({})),
+        Provider("ours-parallel+graph", _graphed(make_adapter({}))),
+        Provider("ours-par-op", make_op),
+        Provider("ours-parallel-s3", make_adapter({"parallel_state_stages": 3})),
+    ]
+    providers.append(Provider("ours-parallel-pf", make_adapter({"parallel_prefetch": True})))
+    providers.append(Provider("ours-parallel-2cta", make_adapter({"parallel_prep_two_per_sm": True})))
+    if per_key_gate:  # KDA: prefetch and two CTAs per SM are exclusive (register spill); the approximate exp instead
+        providers.append(Provider("ours-parallel-all", make_adapter({"parallel_prep_two_per_sm": True, "parallel_state_stages": 3, "parallel_fast_exp": True})))
+    else:
+        providers.append(Provider("ours-parallel-all", make_adapter({"parallel_prefetch": True, "parallel_state_stages": 3, "parallel_prep_two_per_sm": True})))
+    return providers
 
 
 def main_kda(args):
     _run(
         "linear_attention_kda",
         _kda_cases(args.quick),
-        _delta_rule_providers("kda", "kimi_delta_attention", True, "fla.ops.kda", "chunk_kda") + _parallel_providers("kda", "KimiDeltaAttentionFwdSm90", True),
+        _delta_rule_providers("kda", "kimi_delta_attention", True, "fla.ops.kda", "chunk_kda")
+        + _parallel_providers("kda", "KimiDeltaAttentionFwdSm90", True, "kimi_delta_attention"),
         args,
         convention="KDA forward, B=1, K=V=128, bf16 q/k/v, fp32 per-channel g = -5 sigmoid(N(0,1)) and beta, L2 norm in kernel, no states; "
         "effective bytes T*H*(2*K*2 + 2*V*2 + 4*K + 4) (q, k, v read, o written, g [T,H,K], beta read); fla issue-7 reference: 609 us at T8k H16",

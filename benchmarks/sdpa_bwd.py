@@ -13,7 +13,13 @@ cudnn.sdpa.bwd.kernel_key.TUNING_FIELDS), on the same inputs, so one run A/Bs th
 ``ours-stats`` (lse / dpsum rows bulk-copied with Q / dO), ``ours-ds2`` (double-buffered dS^T, one barrier less per
 query block), ``ours-prepost`` (coalesced pre/postprocess: four threads per row), ``ours-all`` (all four) and
 ``ours-splitd`` / ``ours-splitd2`` (the split-head-dim kernel that serves d256, with the coalesced pre/postprocess;
-``2``: with double-buffered P^T / dS^T).
+``2``: with double-buffered P^T / dS^T), ``ours-bulk`` (ours-all with dq_bulk for dq_tma: the dQ partial in
+MMA-fragment order, one contiguous bulk reduce-add per warpgroup) and ``ours-bulkw`` (the same, the reduce-adds
+issued by a dedicated writer warp, as FA3 / FA4 do); ``ours-l2dq`` / ``ours-bulkw-l2dq``: ours / ours-bulkw with the
+plan's private ``_l2_group_dq`` (the main kernel's L2 groups of heads sized counting the fp32 dQ accumulator: half as
+many heads in flight at d128; a launch argument, same kernels). A short A/B of these against the peers:
+
+    python benchmarks/sdpa_bwd.py --quick --providers=ours,ours-bulk,ours-bulkw,ours-l2dq,ours-bulkw-l2dq,fa4,torch-cudnn
 
     python benchmarks/sdpa_bwd.py [--quick]     # writes docs/benchmarks/sdpa_bwd.{md,csv,png}; --quick: d128 8k (causal and not) + d256 8k -> sdpa_bwd_quick.*; --providers=a,b
 """
@@ -66,8 +72,9 @@ def _inputs(p):
     return _CACHE[key]
 
 
-def make_ours(case, tuning=None):
-    """Our backward; ``tuning``: the plan's ``_tuning`` (None: the library's defaults, DEFAULT_TUNING / D256_TUNING)."""
+def make_ours(case, tuning=None, l2_group_dq=False):
+    """Our backward; ``tuning``: the plan's ``_tuning`` (None: the library's defaults, DEFAULT_TUNING / D256_TUNING);
+    ``l2_group_dq``: the plan's ``_l2_group_dq`` launch-order switch."""
     import torch
 
     from cudnn.sdpa import SdpaBwdSm90, sdpa_fwd
@@ -84,7 +91,7 @@ def make_ours(case, tuning=None):
     o, lse = sdpa_fwd(q, k, v, is_causal=causal, return_lse=True)
     dq, dk, dv = (torch.empty_like(t) for t in (x["q"], x["k"], x["v"]))
     dq, dk, dv = (t.transpose(1, 2) for t in (dq, dk, dv))
-    plan = SdpaBwdSm90(q, k, v, o, do, lse, dq, dk, dv, is_causal=causal, _tuning=tuning)
+    plan = SdpaBwdSm90(q, k, v, o, do, lse, dq, dk, dv, is_causal=causal, _tuning=tuning, _l2_group_dq=l2_group_dq)
     plan.compile()
     ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda")
     plan.execute(q, k, v, o, do, lse, dq, dk, dv, ws)
@@ -100,11 +107,20 @@ VARIANTS = {
     "ours-all": ("dq_tma", "stats_tma", "ds2", "prepost"),
     "ours-splitd": ("split_d", "prepost"),
     "ours-splitd2": ("split_d", "ds2", "prepost"),
+    "ours-bulk": ("dq_bulk", "stats_tma", "ds2", "prepost"),
+    "ours-bulkw": ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost"),
 }
 
 
-def _make_variant(tuning):
-    return lambda case: make_ours(case, tuning)
+#: Launch-order A/B (the plan's ``_l2_group_dq``), by provider name: the tuning it runs with (None: the defaults).
+L2DQ_VARIANTS = {
+    "ours-l2dq": None,
+    "ours-bulkw-l2dq": ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost"),
+}
+
+
+def _make_variant(tuning, l2_group_dq=False):
+    return lambda case: make_ours(case, tuning, l2_group_dq)
 
 
 def fa4_available():
@@ -176,6 +192,11 @@ def compile_check() -> list[str]:
     for what, fn in (("pre", compile_sdpa_bwd_pre), ("main", compile_sdpa_bwd_main), ("post", compile_sdpa_bwd_post)):
         fn(key)
         names.append(f"sdpa_bwd_{what}_sm90a_bf16_d128_causal_all_variants")
+    # ours-bulkw's main kernel and its fragment-order postprocess
+    key = SdpaBwdKey("bf16", 128, 128, 1, True, False, False, False, False, False, False, stats_tma=True, ds_double_buffer=True, dq_bulk=True, dq_writer=True)
+    for what, fn in (("main", compile_sdpa_bwd_main), ("post", compile_sdpa_bwd_post)):
+        fn(key)
+        names.append(f"sdpa_bwd_{what}_sm90a_bf16_d128_causal_dq_bulk_writer")
     return names
 
 
@@ -184,6 +205,7 @@ def main(argv=None):
     providers = [
         Provider("ours", make_ours),
         *(Provider(name, _make_variant(tuning)) for name, tuning in VARIANTS.items()),
+        *(Provider(name, _make_variant(tuning, True)) for name, tuning in L2DQ_VARIANTS.items()),
         Provider("fa4", make_fa4, fa4_available),
         Provider("torch-cudnn", _make_torch("CUDNN_ATTENTION")),
         Provider("torch-flash", _make_torch("FLASH_ATTENTION")),

@@ -8,11 +8,13 @@ a varlen mix (THD) and decode batches (S_q = 1): B = 64 dense KV, B = 2 with S_k
 
     python benchmarks/sdpa_fwd.py               # writes docs/benchmarks/sdpa_fwd.{md,csv,png}
     python benchmarks/sdpa_fwd.py --quick       # the prefill A/B (< 90 s): d128 s4k/s8k, d64 / d256 s8k, causal s1k, varlen,
-                                                # ours vs the plan options packed_cvt / persistent / tile_n=176 -> sdpa_fwd_quick.*
+                                                # ours vs the plan options varlen_compact (+ varlen_tma_o) / tile_m=192
+                                                # (+ kv_stages=3) / o_rescale_early -> sdpa_fwd_quick.*
     python benchmarks/sdpa_fwd.py --only=decode,d64,d128+s4k    # a subset -> docs/benchmarks/sdpa_fwd_subset.*
     python benchmarks/sdpa_fwd.py --only=decode                 # decode rows in GB/s, + the decode plan A/B columns
     python benchmarks/sdpa_fwd.py --only=decode --kv3           # decode rows, plus the kernel with a 3-deep K/V ring
     python benchmarks/sdpa_fwd.py --quick --providers=ours,fa4   # any run: only the listed columns
+    python benchmarks/sdpa_fwd.py --quick --old-options         # + the decided session-3 columns (cvt, pers, n176, ...)
     python benchmarks/sdpa_fwd.py --overhead                    # host us/call -> docs/benchmarks/sdpa_fwd_overhead.md
 """
 
@@ -253,6 +255,41 @@ def make_ours_vlpt_pers(case):
     return _make_ours_prefill_plan(case, varlen_lpt=True, persistent=True)
 
 
+def make_ours_vcompact(case):
+    """THD varlen rows: ``varlen_compact=True`` (no CTA for tiles past a sequence's end, the batch found by a warp prefix
+    sum over cu_seqlens_q; per-sequence L2 sections of heads, longest-first inside every sequence). The A/B for
+    flipping VARLEN_COMPACT_DEFAULT."""
+    if case.params["kind"] != "varlen":
+        raise Unsupported("THD varlen rows only (a varlen plan option)")
+    return _make_ours_prefill_plan(case, varlen_compact=True)
+
+
+def make_ours_vc_tmao(case):
+    """THD varlen rows: ``varlen_compact`` and ``varlen_tma_o`` (O stored by one TMA per tile through a ragged view, as
+    dense tiles store it, instead of predicated 16-byte stores from the consumers)."""
+    if case.params["kind"] != "varlen":
+        raise Unsupported("THD varlen rows only (a varlen plan option)")
+    return _make_ours_prefill_plan(case, varlen_compact=True, varlen_tma_o=True)
+
+
+def make_ours_m192_kv3(case):
+    """d = 64 prefill: ``tile_m=192`` with a 3-deep K/V ring (a 192 x 128 d = 64 tile leaves shared memory for it; a
+    key block is little work at d = 64, so the loads run further ahead)."""
+    return _make_ours_prefill_plan(case, only_d=64, dense_only=True, tile_m=192, kv_stages=3)
+
+
+def make_ours_oearly(case):
+    """d = 256 prefill: ``o_rescale_early=True`` (O's softmax rescale issued under the next S GEMM, before the PV GEMM,
+    instead of after the PV GEMM drains: FA4's order for d_v > 128; bitwise the same result)."""
+    return _make_ours_prefill_plan(case, only_d=256, dense_only=True, o_rescale_early=True)
+
+
+def make_ours_m192(case):
+    """d = 64 prefill: ``tile_m=192`` (three consumer warpgroups of 64 rows issuing their GEMMs round-robin, key tile
+    128: FA4's sm90 tile for d <= 64; the default is 128 x 192 on two warpgroups)."""
+    return _make_ours_prefill_plan(case, only_d=64, dense_only=True, tile_m=192)
+
+
 def make_ours_pers_n176(case):
     """d = 128 non-causal prefill: persistent with the 176-row key tile (and packed_cvt) together."""
     return _make_ours_prefill_plan(case, only_d=128, dense_only=True, non_causal_only=True, tile_n=176, persistent=True)
@@ -362,13 +399,32 @@ def host_overhead():
     cu = torch.tensor([0, 100, 256], dtype=torch.int32, device="cuda")
     vplan = SdpaFwdSm90(tq, tq, tq, to, is_causal=True, cu_seqlens_q=cu, cu_seqlens_kv=cu, max_seqlen_q=156, max_seqlen_kv=156)
     vplan.compile()
+    # the same THD plan with O stored by TMA: one more TMA descriptor encoded per launch (4 instead of 3)
+    vplan_tma = SdpaFwdSm90(tq, tq, tq, to, is_causal=True, cu_seqlens_q=cu, cu_seqlens_kv=cu, max_seqlen_q=156, max_seqlen_kv=156, varlen_tma_o=True)
+    vplan_tma.compile()
+    plan.execute(q, k, v, o)
+    tail = plan._fast[3][0][1][2]  # the memoized launch arguments after the four data pointers (see execute)
+    ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr())
+    entry = plan._entry
+
+    plan128 = SdpaFwdSm90(q, k, v, o, tile_n=128)  # the pre-session-3 default key tile (164 KB of shared memory, not 225)
+    plan128.compile()
+    stub = SdpaFwdSm90(q, k, v, o)  # the same plan with the compiled entry replaced by a no-op: the Python side alone
+    stub.compile()
+    stub._entry = lambda *a: None
     entries = (
         ("sdpa_fwd (cached plan, out given)", lambda: sdpa_fwd(q, k, v, out=o)),
         ("sdpa_fwd (cached plan, allocating o)", lambda: sdpa_fwd(q, k, v)),
         ("SdpaFwdSm90.execute (prepared)", lambda: plan.execute(q, k, v, o)),
         ("SdpaFwdSm90.execute (prepared, stream handle)", lambda: plan.execute(q, k, v, o, current_stream=handle)),
         ("SdpaFwdSm90.execute (prepared, THD)", lambda: vplan.execute(tq, tq, tq, to, None, None, cu, cu, 156)),
-    )
+        ("SdpaFwdSm90.execute (prepared, tile_n=128)", lambda: plan128.execute(q, k, v, o)),
+        ("SdpaFwdSm90.execute (prepared, THD, varlen_tma_o)", lambda: vplan_tma.execute(tq, tq, tq, to, None, None, cu, cu, 156)),
+        # the breakdown of the prepared execute: Python validation and argument building with no launch, and the
+        # compiled tvm-ffi entry alone on prebuilt arguments (its host function encodes 4 TMA descriptors, then launches);
+        # THD vs THD varlen_tma_o above differ by one descriptor encode per launch
+        ("  execute, Python side only (entry stubbed)", lambda: stub.execute(q, k, v, o)),
+    ) + ((("  compiled entry alone (prebuilt arguments)", lambda: entry(*ptrs, *tail, handle)),) if plan._tvm_ffi and tail is not None else ())
     rows = []
     for name, fn in entries:
         for _ in range(50):
@@ -419,8 +475,9 @@ def main():
     out_dir = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "benchmarks")
     cases, name = _shapes(quick), "sdpa_fwd"
     if quick:  # the prefill plan-option A/B (torch's flash backend left out for time)
-        providers = [
-            providers[0],
+        # The session-3 columns (cvt, pers, n176, n192, pers-n176, vlpt, vlpt-pers) were decided (packed_cvt and
+        # tile_n 192 are defaults, the rest lost): back with --old-options.
+        old = [
             Provider("ours-cvt", make_ours_cvt),
             Provider("ours-pers", make_ours_persistent),
             Provider("ours-n176", make_ours_n176),
@@ -428,6 +485,15 @@ def main():
             Provider("ours-pers-n176", make_ours_pers_n176),
             Provider("ours-vlpt", make_ours_vlpt),
             Provider("ours-vlpt-pers", make_ours_vlpt_pers),
+        ]
+        providers = [
+            providers[0],
+            Provider("ours-vcompact", make_ours_vcompact),
+            Provider("ours-vc-tmao", make_ours_vc_tmao),
+            Provider("ours-m192", make_ours_m192),
+            Provider("ours-m192-kv3", make_ours_m192_kv3),
+            Provider("ours-oearly", make_ours_oearly),
+            *(old if "--old-options" in sys.argv else []),
             providers[1],
             providers[2],
         ]

@@ -63,6 +63,10 @@ OPTION_CONFIGS = {
     # (8-deep D ring) read back with ldmatrix; gelu_tanh with folded constants
     "stage_aux_dsrelu_prefetch8_ldmatrix": (dict(dsrelu=True, stage_aux=True, aux_prefetch=8, aux_ldmatrix=True), "m64n256k16.f32.bf16.bf16"),
     "gelu_fold_stage_bias": (dict(bias="n", stage_bias=True, activation="gelu_tanh", gelu_fold=True), "m64n256k16.f32.bf16.bf16"),
+    # epilogue A/B round 2 (api.AMAX_FAST / SWIGLU_TANH): unpredicated amax (a staged bias keeps its other mode's
+    # predicate), silu through one tanh.approx
+    "amax_fast_stage_bias": (dict(bias="n", stage_bias=True, amax=True, amax_fast=True), "m64n256k16.f32.bf16.bf16"),
+    "swiglu_tanh_bias": (dict(bias="n", swiglu=True, swiglu_tanh=True), "m64n256k16.f32.bf16.bf16"),
     "pingpong_staged_bias_gelu_amax": (
         dict(tile_mn=(64, 256), pingpong=True, bias="n", stage_bias=True, activation="gelu_tanh", amax=True),
         "m64n256k16.f32.bf16.bf16",
@@ -122,6 +126,10 @@ def test_fp8_and_options_compile(name, tmp_path):
         # ... and right after it (same loop body) every accumulator register is added into the fp32 sum
         acc_regs = cfg.tile_mn[0] * cfg.tile_mn[1] // 256
         assert ptx[drain.end() : drain.end() + 8000].count("add.f32") >= acc_regs, "the WGMMA partial sums are not promoted"
+    if cfg.swiglu:
+        # silu(g) = g * rcp(1 + ex2(-g log2 e)) by default; swiglu_tanh: h * tanh(h) + h, one MUFU per output
+        assert ("tanh.approx.f32" in ptx) == cfg.swiglu_tanh and ("ex2.approx" in ptx) != cfg.swiglu_tanh, "swiglu_tanh: wrong silu form"
+        assert ("rcp.approx" in ptx) != cfg.swiglu_tanh, "swiglu_tanh still divides"
     if cfg.pingpong:
         # each consumer warpgroup synchronizes its own epilogue: a 128-thread named barrier whose id is its warpgroup
         assert re.search(r"bar\.sync\s+%r\d+, 128;", ptx), "no per-warpgroup named barrier in the pingpong epilogue"
@@ -141,3 +149,50 @@ def test_fp8_and_options_compile(name, tmp_path):
         rsyms = kernel_symbols(rptx)
         assert rsyms and all(s.startswith("cudnn") and "cutlass" not in s for s in rsyms), rsyms
         assert not re.search(r"^\s*(atom|red)\.", rptx, re.M), "the split-K reduction must be deterministic (no atomics)"
+
+
+@pytest.mark.compile_only
+def test_amax_fast_drops_the_bounds_predicate(tmp_path):
+    """amax_fast: the epilogue's per-element bounds tests (setp) are gone: about as many as the plain kernel's, where
+    the predicated amax adds one per accumulator element (128 per thread for a 128 x 256 tile); same max count."""
+    skip_unless_cutedsl("4.8.0", "cudnn.gemm sm90 kernel")
+    from cudnn.gemm.dense.kernel_sm90 import GemmSm90Config, compile_kernel
+
+    ptx = {}
+    for name, fields in (("plain", {}), ("amax", dict(amax=True)), ("fast", dict(amax=True, amax_fast=True))):
+        with keep_artifacts(tmp_path / name) as ptx_text:
+            compile_kernel(GemmSm90Config(**fields), options=f"--keep-ptx --dump-dir={tmp_path / name}")
+            ptx[name] = ptx_text()
+    setp = {k: len(re.findall(r"^\s*setp\.", v, re.M)) for k, v in ptx.items()}
+    fmax = {k: len(re.findall(r"^\s*max\.(?:NaN\.)?f32", v, re.M)) for k, v in ptx.items()}
+    assert setp["amax"] >= setp["plain"] + 64, setp  # the predicated form: bounds tests per element
+    assert setp["fast"] <= setp["plain"] + 4, setp  # amax_fast: none per element
+    assert fmax["fast"] >= 128 and fmax["amax"] >= 128, fmax  # one max per accumulator element either way
+    assert "ld.local" not in ptx["fast"] and "st.local" not in ptx["fast"], "amax_fast spills registers"
+
+
+@pytest.mark.compile_only
+def test_auto2_compiles_its_tile_set_once():
+    """schedule "auto2" on CPU (plans from TensorDescs): the first plan of an (N, K) compiles both tiles of its set, so
+    no later M compiles, neither one that keeps 128 x 256 nor one that picks 128 x 224 (Rule 4; the GPU detector
+    test_epi2_auto2_compile_cache_hit_when_m_changes checks the same through real launches)."""
+    skip_unless_cutedsl("4.8.0", "cudnn.gemm sm90 kernel")
+    from cudnn.api_base import TensorDesc
+    from cudnn.gemm import GemmSm90
+    from cudnn.kernel_cache import kernel_cache
+
+    n, k = 5120, 264  # a K no other test compiles with this tile set (the cache key holds no K, but keep the test independent)
+
+    def plan(m):
+        a = TensorDesc.contiguous((m, k), "bfloat16", "a")
+        b = TensorDesc((k, n), (1, k), "bfloat16", "b")  # w.t(): K-major
+        p = GemmSm90(a, b, TensorDesc.contiguous((m, n), "bfloat16", "d"), schedule="auto2")
+        p.compile()
+        return p
+
+    first = plan(4096)
+    assert first.tile_mn() == (128, 256) and [t for t, _ in first._tile_set] == [(128, 224)]
+    before = kernel_cache.stats.misses
+    picked = {plan(m).tile_mn() for m in (1, 77, 512, 2048)}
+    assert picked == {(128, 256), (128, 224)}, picked
+    assert kernel_cache.stats.misses == before, "a new M compiled a kernel under schedule auto2"

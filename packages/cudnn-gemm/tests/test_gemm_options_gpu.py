@@ -304,6 +304,8 @@ SCHEDULE_CASES = [
     ("swizzle4_batched", (700, 2048, 264), dict(swizzle=4, batch=3)),
     ("auto_waves_l2", (16384, 2048, 1024), dict(schedule="waves+l2")),  # A = 32 MB: the model picks a swizzle
     ("auto_waves_qwen_down", (2048, 5120, 4096), dict(schedule="waves")),
+    # "auto2": the (N, K) set's second tile, picked by this M (128 x 224, swizzle 1: 23 N tiles)
+    ("auto2_qwen_down", (2048, 5120, 4096), dict(schedule="auto2")),
     # the default schedule: a swizzle from N alone (16 N tiles: bands of 8) at an M far below a wave
     ("auto_default_m_free", (520, 4096, 264), dict(schedule="auto")),
     # a fused plan with a swizzle (api.SWIZZLE_FIXED_TILE_PLANS gives one to fixed-tile plans): the staged bias must

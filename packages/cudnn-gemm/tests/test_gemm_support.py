@@ -346,3 +346,94 @@ def test_epilogue_ab_options(monkeypatch):
     p = _plan(bias=bias, activation="gelu_erf")
     p.check_support()
     assert p._make_config().gelu_fold is False
+
+
+def test_auto2_tile_set_is_m_free_and_picks_per_m():
+    """schedule "auto2": the compiled tile set comes from N and K only (Rule 4), each M picks one of it; the plan
+    lists the other tile for compile() (so that another M, which may pick it, never compiles)."""
+    skip_unless_cutedsl(FLOOR, "cudnn.gemm")
+    from cudnn.gemm.dense.schedule import choose_in_set, choose_tile_set
+
+    # Qwen3-32B down (N = 5120): 128 x 224 is the second tile; M = 2048 takes it (3 waves of 7/8 the work instead of
+    # 3 waves, the last 42% full), M = 16384 keeps 128 x 256 (the tile efficiency wins once the waves are many)
+    tiles = choose_tile_set(5120, 25600)
+    assert tiles == ((128, 256), (128, 224))
+    assert choose_in_set(2048, 5120, 25600, 1, tiles).tile_mn == (128, 224)
+    assert choose_in_set(16384, 5120, 25600, 1, tiles).tile_mn == (128, 256)
+    assert choose_in_set(16, 5120, 25600, 1, tiles).tile_mn == (128, 256)  # decode: not modelled
+    # the MLP shapes of the benchmark with M >= 2048 other than qwen3-32b M = 2048 keep the default tile
+    for n, k in ((14336, 4096), (4096, 14336), (28672, 8192), (8192, 28672), (4096, 4096), (8192, 8192)):
+        ts = choose_tile_set(n, k)
+        for m in (2048, 4096, 16384):
+            assert choose_in_set(m, n, k, 1, ts).tile_mn == (128, 256), (m, n, k)
+
+    m, n, k = 2048, 5120, 25600
+    wb = _desc((k, n), (1, k), name="b")
+
+    def plan(m_, **kw):
+        p = _plan(m=m_, n=n, k=k, b=wb, schedule="auto2", **kw)
+        assert p.check_support()
+        return p
+
+    p = plan(m)
+    cfg = p._make_config()
+    assert (cfg.tile_mn, cfg.cluster_mn, cfg.swizzle) == ((128, 224), (2, 1), 1)  # 23 N tiles: no band divides
+    assert p._tile_set == (((128, 256), 4),)  # the default tile with "auto"'s swizzle, built by compile() too
+    seen = set()
+    for m2 in (1, 77, 512, 2048, 2040, 4096, 16384):
+        q = plan(m2)
+        c = q._make_config()
+        seen.add(c)
+        # every M's configuration is one of the same two (the set compile() builds), whatever M picks
+        assert {c} | {replace_tile(c, t, s) for t, s in q._tile_set} == {cfg, replace_tile(cfg, (128, 256), 4)}, m2
+        assert "2048" not in repr(c) and "25600" not in repr(c)
+    assert len(seen) == 2
+    # plans whose tile is not free fall back to "auto" (swizzle from N only, nothing more to compile)
+    q = plan(m, bias=_desc((n,), name="bias"), stage_bias=True)
+    assert q._make_config().tile_mn == (128, 256) and q._make_config().swizzle == 4 and q._tile_set == ()
+    q = plan(m, cluster_mn=(1, 1))
+    assert q._make_config().tile_mn == (128, 256) and q._tile_set == ()
+
+
+def replace_tile(cfg, tile, swizzle):
+    from dataclasses import replace
+
+    return replace(cfg, tile_mn=tile, swizzle=swizzle)
+
+
+def test_amax_fast_and_swiglu_tanh_options(monkeypatch):
+    """amax_fast / swiglu_tanh: values checked, applied only to amax / swiglu plans, None = api.AMAX_FAST / SWIGLU_TANH."""
+    skip_unless_cutedsl(FLOOR, "cudnn.gemm")
+    from cudnn.gemm.dense import api
+
+    m, n = 300, 512
+    amax = _desc((1,), dtype="float32", name="amax")
+    with pytest.raises(ValueError, match="amax_fast"):
+        _plan(amax_fast=True).check_support()
+    with pytest.raises(ValueError, match="swiglu_tanh"):
+        _plan(swiglu_tanh=True).check_support()
+    p = _plan(amax=amax)
+    p.check_support()
+    assert p._make_config().amax_fast is False and api.AMAX_FAST is False  # the default until the H200 A/B
+    p = _plan(amax=amax, amax_fast=True)
+    p.check_support()
+    assert p._make_config().amax_fast is True
+    sw = dict(d=_desc((m, n // 2), name="d"), swiglu="interleaved")
+    p = _plan(**sw)
+    p.check_support()
+    assert p._make_config().swiglu_tanh is False and api.SWIGLU_TANH is False
+    p = _plan(**sw, swiglu_tanh=True)
+    p.check_support()
+    assert p._make_config().swiglu_tanh is True
+    monkeypatch.setattr(api, "AMAX_FAST", True)
+    monkeypatch.setattr(api, "SWIGLU_TANH", True)
+    p = _plan(amax=amax)
+    p.check_support()
+    assert p._make_config().amax_fast is True
+    p = _plan()
+    p.check_support()
+    cfg = p._make_config()
+    assert (cfg.amax_fast, cfg.swiglu_tanh) == (False, False)  # plans without amax / swiglu are untouched
+    p = _plan(**sw)
+    p.check_support()
+    assert p._make_config().swiglu_tanh is True

@@ -52,14 +52,17 @@ def check(out, ref, lowp, name):
     assert_close_fa(out, ref, lowp, name=name, factor=2.0, noise=1e-3 * ref.abs().max().item())
 
 
-def run(fam, schedule, q, k, v, g, beta, h0, cu, l2norm, final=True):
-    """``(o, final_state)`` of one adapter execute (poisoned outputs; workspace sized for this batch)."""
+def run(fam, schedule, q, k, v, g, beta, h0, cu, l2norm, final=True, knobs=None):
+    """``(o, final_state)`` of one adapter execute (poisoned outputs; workspace sized for this batch); ``knobs``:
+    adapter tuning attributes set before compile (``parallel_prefetch``, ...)."""
     from cudnn_testing.data import poison
 
     o = poison(torch.empty_like(v))
     n = (cu.shape[0] - 1) if cu is not None else (q.shape[0] if q.dim() == 4 else 1)
     ht = poison(torch.empty(n, v.shape[-2], v.shape[-1], q.shape[-1], device="cuda")) if final else None
     plan = fam.adapter_class()(q, k, v, g, beta, o, use_qk_l2norm_in_kernel=l2norm, initial_state=h0, final_state=ht, cu_seqlens=cu, schedule=schedule)
+    for name, value in (knobs or {}).items():
+        setattr(plan, name, value)
     plan.compile()
     ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda") if schedule == "parallel" else None
     plan.execute(q, k, v, g, beta, o, h0, ht, cu, workspace=ws)
@@ -67,14 +70,15 @@ def run(fam, schedule, q, k, v, g, beta, h0, cu, l2norm, final=True):
     return o, ht
 
 
-def check_varlen_matches_recurrence(fam, D, l2norm, regime):
+def check_varlen_matches_recurrence(fam, D, l2norm, regime, knobs=None):
     """1-token, one-chunk, one-past-a-chunk, empty and long sequences in one packed batch, GVA (4 v heads over 2 q/k
-    heads), initial and final states; an empty sequence passes its state through."""
+    heads), initial and final states; an empty sequence passes its state through. ``knobs``: adapter tuning attributes
+    (the non-bitwise ones, e.g. KDA's ``parallel_fast_exp``, are held to the tolerance here)."""
     from cudnn_testing.data import cu_seqlens
 
     cu = cu_seqlens(LENGTHS, "cuda")
     q, k, v, g, beta, h0 = inputs(fam, (sum(LENGTHS),), 4, 2, D, l2norm, len(LENGTHS), regime)
-    o, ht = run(fam, "parallel", q, k, v, g, beta, h0, cu, l2norm)
+    o, ht = run(fam, "parallel", q, k, v, g, beta, h0, cu, l2norm, knobs=knobs)
     ref_o, ref_s, low_o, low_s = refs(fam, q, k, v, g, beta, h0, l2norm, cu, False)
     check(o, ref_o, low_o, "o")
     check(ht, ref_s, low_s, "final_state")
@@ -149,3 +153,33 @@ def check_execute_never_syncs_or_allocates_and_replays_under_capture(fam):
     torch.cuda.synchronize()
     detectors.assert_no_sync_no_alloc(lambda: plan.execute(*args, workspace=ws), repeats=3)
     detectors.assert_capture_matches_eager(lambda: plan(*args, workspace=ws), [o, ht])
+
+
+def check_options_bitwise_equal_to_default(fam, opts, D, l2norm, g_dtype):
+    """The parallel schedule's tuning knobs (adapter attributes ``opts``: ``parallel_prefetch`` -- the prep kernel
+    issues every global read of a chunk at once --, ``parallel_state_stages`` = 3 -- the state pass fetches two chunks
+    ahead --, GDN's ``parallel_prep_two_per_sm`` -- its prep kernel at two CTAs per SM, the solve's scratch over Q / P)
+    change only when and where things happen: o and the final state equal the default parallel schedule's bit for bit on
+    the varlen batch (1-token, empty, long sequences; GVA; initial and final states), g in ``g_dtype``."""
+    from cudnn_testing.data import cu_seqlens, poison
+
+    cu = cu_seqlens(LENGTHS, "cuda")
+    q, k, v, g, beta, h0 = inputs(fam, (sum(LENGTHS),), 4, 2, D, l2norm, len(LENGTHS), "safe_gate")
+    g = g.to(g_dtype)
+    outs = []
+    for knobs in ({}, opts):
+        o = poison(torch.empty_like(v))
+        ht = poison(torch.empty_like(h0))
+        plan = fam.adapter_class()(q, k, v, g, beta, o, use_qk_l2norm_in_kernel=l2norm, initial_state=h0, final_state=ht, cu_seqlens=cu, schedule="parallel")
+        for name, value in knobs.items():
+            setattr(plan, name, value)
+        plan.compile()
+        ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda")
+        plan.execute(q, k, v, g, beta, o, h0, ht, cu, workspace=ws)
+        torch.cuda.synchronize()
+        outs.append((o, ht))
+    (o0, s0), (o1, s1) = outs
+    assert torch.isfinite(o0.float()).all() and torch.isfinite(s0).all()
+    do = (o0.float() - o1.float()).abs().max().item()
+    ds = (s0 - s1).abs().max().item()
+    assert torch.equal(o0, o1) and torch.equal(s0, s1), f"{opts}: max |option - default|: o {do}, final_state {ds}"

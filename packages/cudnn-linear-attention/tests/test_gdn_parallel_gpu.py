@@ -48,3 +48,19 @@ def test_one_plan_rebinds_new_totals_with_a_workspace_per_batch():
 @pytest.mark.detector
 def test_execute_never_syncs_or_allocates_and_replays_under_capture():
     cases.check_execute_never_syncs_or_allocates_and_replays_under_capture(GDN)
+
+
+@pytest.mark.parametrize(
+    "opts, D, g_dtype",
+    [
+        ({"parallel_state_stages": 3}, 128, torch.float32),
+        ({"parallel_prefetch": True}, 128, torch.float32),
+        ({"parallel_prefetch": True, "parallel_state_stages": 3}, 64, torch.bfloat16),
+        ({"parallel_prep_two_per_sm": True}, 128, torch.float32),
+        ({"parallel_prep_two_per_sm": True}, 64, torch.float32),
+        ({"parallel_prefetch": True, "parallel_state_stages": 3, "parallel_prep_two_per_sm": True}, 128, torch.float32),
+    ],
+    ids=["stages3", "pf", "pf-stages3-d64-bf16g", "two-d128", "two-d64", "all-d128"],
+)
+def test_tuning_options_are_bitwise_the_default_parallel_schedule(opts, D, g_dtype):
+    cases.check_options_bitwise_equal_to_default(GDN, opts, D, True, g_dtype)

@@ -4,7 +4,8 @@ both families): for each family the three kernels build from the plan alone,
 really issue WGMMA (m64n64k16 bf16 -> fp32) and cp.async, never touch local memory (PTX) nor spill (cubin), carry the
 cudnn symbol prefix (Rule 6), and a plan with another token total and sequence count reuses the same three artifacts
 (Rule 4). The execute path's workspace check runs here too (it declines before any launch). One compile of the three
-kernels per family (K = 128, varlen, states, L2 norm), about 12 s (KDA) and 6 s (GDN) on one core."""
+kernels per family (K = 128, varlen, states, L2 norm), about 12 s (KDA) and 6 s (GDN) on one core, plus the tuning
+knobs' prep and state-pass variants (about 9 s and 4 s)."""
 
 from __future__ import annotations
 
@@ -109,3 +110,74 @@ def test_parallel_execute_declines_a_short_workspace_before_launching():
         plan.execute(q, q, v, g, beta, v, st, st, cu, workspace=torch.zeros(need - 1, dtype=torch.uint8))
     with pytest.raises(ValueError, match="workspace"):
         plan.execute(q, q, v, g, beta, v, st, st, cu)
+
+
+def _ptx_of(tmp_path, part):
+    import glob
+
+    (text,) = [open(f).read() for f in glob.glob(os.path.join(str(tmp_path), "**", f"*{part}*.ptx"), recursive=True)]
+    return text
+
+
+@pytest.mark.parametrize("fam, prep", [(KDA, "kdachunk_parallel_prep"), (GDN, "gdnchunk_parallel_prep")], ids=["kda", "gdn"])
+def test_tuning_options_are_their_own_artifacts_and_never_spill(tmp_path, fam, prep):
+    """The parallel schedule's opt-in knobs, each a compile-key field whose default leaves the key (and so the default
+    PTX) unchanged, each variant free of local memory and spills:
+
+    - ``parallel_prefetch`` (``{Kda,Gdn}ParallelPrepKey.prefetch``) issues a chunk's global reads at once and reads an
+      fp32 g by 32-bit loads (KDA: 64 per thread; the default reads pairs of 16-bit loads under a predicate per token);
+    - ``parallel_state_stages = 3`` (``KdaParallelStateKey.stages``): three shared-memory stages in the state pass, each
+      chunk waiting only for the chunk after it (``cp.async.wait_group 1``);
+    - ``parallel_prep_two_per_sm`` (``{Kda,Gdn}ParallelPrepKey.two_per_sm``): the prep kernel launched for two CTAs per
+      SM (``.minnctapersm 2``); KDA declines it together with prefetch (that pair spills);
+    - KDA's ``parallel_fast_exp`` (``KdaParallelPrepKey.fast_exp``): the per-element decays without the precise expf's
+      range reduction (``fma.rm``); GDN declines it.
+
+    GDN: one plan with prefetch, 3 stages and two CTAs per SM. KDA: prefetch with 3 stages, then two CTAs per SM with
+    the fast exp (a second prep artifact)."""
+    import re
+
+    from cudnn.linear_attention.kda.chunk_parallel_prep_kernel import KdaParallelPrepKey
+    from cudnn.linear_attention.kda.chunk_parallel_state_kernel import KdaParallelStateKey
+
+    plan = _plan(1000, 5, fam=fam)
+    plan.parallel_prefetch = True
+    plan.parallel_state_stages = 3
+    plan.parallel_prep_two_per_sm = fam is GDN
+    plan.check_support()
+    with keep_artifacts(tmp_path / "a") as ptx:  # the output kernel may be a cache hit: the prep and the state pass (new keys) build here
+        plan.compile()
+        text = ptx()
+    names = kernel_symbols(text)
+    assert sum(prep in n for n in names) == 1 and sum("chunk_parallel_state" in n for n in names) == 1, names
+    assert all(n.startswith("cudnn_") for n in names), names
+    assert text.count("ld.global.b32") >= (64 if fam is KDA else 2) and text.count("ld.global.b16") <= 2  # g by words (beta stays 2-byte aligned)
+    state_ptx = _ptx_of(tmp_path / "a", "chunk_parallel_state")
+    assert len(re.findall(r"cp\.async\.wait_group\s+1;", state_ptx)) == 4 and not re.findall(r"cp\.async\.wait_group\s+0;", state_ptx)
+    assert ("ld.local" not in text and "st.local" not in text) and all(f == 0 for f in frame_sizes(tmp_path / "a"))
+    assert (".minnctapersm 2" in _ptx_of(tmp_path / "a", prep)) == (fam is GDN)
+    if fam is KDA:
+        two = _plan(1000, 5)
+        two.parallel_prep_two_per_sm = True
+        two.parallel_fast_exp = True
+        with keep_artifacts(tmp_path / "b"):
+            two.compile()
+        prep_ptx = _ptx_of(tmp_path / "b", prep)
+        assert ".minnctapersm 2" in prep_ptx and "ld.local" not in prep_ptx and all(f == 0 for f in frame_sizes(tmp_path / "b"))
+        assert prep_ptx.count("fma.rm.f32") <= 2, prep_ptx.count("fma.rm.f32")  # fast_exp: only exp(G_C) keeps the precise expf
+        with pytest.raises(ValueError, match="spills registers"):
+            both = _plan(1000, 5)
+            both.parallel_prefetch = both.parallel_prep_two_per_sm = True
+            both.compile()
+    else:
+        with pytest.raises(ValueError, match="parallel_fast_exp is not available"):
+            other = _plan(1000, 5, fam=GDN)
+            other.parallel_fast_exp = True
+            other.compile()
+    pk = KdaParallelPrepKey(head_dim=128, g_dtype="Float32", beta_dtype="Float32", l2norm=True, varlen=True)
+    sk = KdaParallelStateKey(head_dim=128, varlen=True, has_initial=True, has_final=True)
+    assert not (pk.prefetch or pk.fast_exp or pk.two_per_sm) and sk.stages == 2  # the defaults: the verified kernels' keys
+    with pytest.raises(ValueError, match="parallel_state_stages=4"):
+        bad = _plan(1000, 5, fam=fam)
+        bad.parallel_state_stages = 4
+        bad.compile()

@@ -48,3 +48,34 @@ def test_one_plan_rebinds_new_totals_with_a_workspace_per_batch():
 @pytest.mark.detector
 def test_execute_never_syncs_or_allocates_and_replays_under_capture():
     cases.check_execute_never_syncs_or_allocates_and_replays_under_capture(KDA)
+
+
+@pytest.mark.parametrize(
+    "opts, D, l2norm, g_dtype",
+    [
+        ({"parallel_prefetch": True}, 64, False, torch.float32),
+        ({"parallel_prefetch": True}, 128, True, torch.float32),
+        ({"parallel_prefetch": True}, 128, True, torch.bfloat16),
+        ({"parallel_state_stages": 3}, 128, True, torch.float32),
+        ({"parallel_prefetch": True, "parallel_state_stages": 3}, 64, True, torch.float32),
+        ({"parallel_prep_two_per_sm": True}, 128, True, torch.float32),
+        ({"parallel_prep_two_per_sm": True, "parallel_state_stages": 3}, 64, False, torch.bfloat16),
+    ],
+    ids=["pf-d64", "pf-d128", "pf-bf16g", "stages3", "pf-stages3-d64", "two-d128", "two-stages3-d64-bf16g"],
+)
+def test_tuning_options_are_bitwise_the_default_parallel_schedule(opts, D, l2norm, g_dtype):
+    cases.check_options_bitwise_equal_to_default(KDA, opts, D, l2norm, g_dtype)
+
+
+@pytest.mark.parametrize(
+    "D, l2norm, regime, knobs",
+    [
+        (64, False, "weak", {"parallel_fast_exp": True, "parallel_prefetch": True, "parallel_state_stages": 3}),
+        (128, True, "safe_gate", {"parallel_fast_exp": True, "parallel_prep_two_per_sm": True, "parallel_state_stages": 3}),
+    ],
+    ids=["fx-pf-s3-d64", "fx-two-s3-d128"],
+)
+def test_fast_exp_prep_matches_recurrence(D, l2norm, regime, knobs):
+    """``parallel_fast_exp`` (``KdaParallelPrepKey.fast_exp``: the prep kernel's per-element decays by ``ex2.approx``)
+    changes outputs by rounding only: the FlashAttention tolerance against the fp32 recurrence, with other knobs on."""
+    cases.check_varlen_matches_recurrence(KDA, D, l2norm, regime, knobs=knobs)

@@ -5,14 +5,20 @@ cudnn.sdpa.bwd.kernel_key.TUNING_FIELDS), against fp32 autograd by the FlashAtte
 - ``stats_tma``: lse_log2 / dpsum rows bulk-copied (cp.async.bulk) into shared memory with Q / dO;
 - ``ds2``: double-buffered dS^T (one barrier less per query block);
 - ``prepost``: coalesced pre/postprocess (four threads per query row; the sink partials keep their layout);
-- ``split_d``: the split-head-dim main kernel (kernel_splitd_sm90.py), which serves D = 256 (and 128).
+- ``split_d``: the split-head-dim main kernel (kernel_splitd_sm90.py), which serves D = 256 (and 128);
+- ``dq_bulk``: the dQ partial in MMA-fragment order, one non-tensor bulk reduce-add per warpgroup into a
+  fragment-ordered accumulator that the postprocess reads back; ``dq_writer``: those reduce-adds issued by a warp of
+  the producer warpgroup.
 
 Pruned for compile time (each variant key is one main-kernel compile): the first four together meet every mask
 family, GQA / MQA, both layouts, odd lengths, sinks and THD varlen; dq_tma alone meets one GQA causal case with odd
 lengths and the other three together (they keep the deterministic mode) meet it on varlen, bitwise-reproducible, so a
 failure of the four together points at one side; split_d meets d256 with every mask family, GQA, odd lengths and
-varlen, and d128 against the same reference; split_d with ds2 meets d256 dense and varlen. 18 tests, ~18 compiles:
-about 80 s on the H200 host.
+varlen, and d128 against the same reference; split_d with ds2 meets d256 dense and varlen; dq_bulk + dq_writer (with
+stats_tma, ds2, prepost) meet d128 GQA causal with odd lengths, d64 fp16 two-sided window, d96 bottom-right window
+(BHSD), varlen and sinks; dq_bulk without the writer meets MQA bottom-right and varlen; ``_l2_group_dq`` (a launch
+argument) meets d128 causal at S = 4096. 18 + 8 tests, ~25 compiles: about 115 s on the H200 host (the new ones
+alone, ``-k "bulk or l2dq"``: 8 tests, about 40 s).
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ BHSD, BSHD = (0, 1, 2, 3), (0, 2, 1, 3)
 ALL = ("dq_tma", "stats_tma", "ds2", "prepost")
 SPLIT = ("split_d", "prepost")
 SPLIT2 = ("split_d", "ds2", "prepost")
+BULK = ("dq_bulk", "stats_tma", "ds2", "prepost")
+BULKW = ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost")
 
 
 @pytest.fixture(autouse=True)
@@ -80,6 +88,10 @@ CASES = [
     (SPLIT, torch.float16, 256, 4, 2, 500, 700, False, False, (70, 33), BHSD),  # two-sided window
     (SPLIT, torch.bfloat16, 128, 8, 1, 257, 700, True, True, (-1, -1), BHSD),  # d128 through the split-D kernel, MQA
     (SPLIT2, torch.bfloat16, 256, 8, 2, 300, 257, True, False, (-1, -1), BSHD),  # double-buffered P^T / dS^T
+    (BULKW, torch.bfloat16, 128, 8, 2, 300, 257, True, False, (-1, -1), BSHD),  # odd lengths: a partial last block
+    (BULKW, torch.float16, 64, 4, 4, 500, 700, False, False, (70, 33), BSHD),  # key blocks no query sees: no reduce
+    (BULKW, torch.bfloat16, 96, 6, 3, 211, 389, False, True, (100, 0), BHSD),
+    (BULK, torch.bfloat16, 128, 8, 1, 257, 700, True, True, (-1, -1), BHSD),  # MQA: 8 heads through one CTA's buffer
 ]
 
 
@@ -103,6 +115,7 @@ def test_variant_grads_match_reference(case):
     assert plan.key.dq_tma == ("dq_tma" in tuning) and plan.key.stats_tma == ("stats_tma" in tuning)
     assert plan.key.ds_double_buffer == ("ds2" in tuning) and plan.key.prepost_vec == ("prepost" in tuning)
     assert plan.key.split_d == ("split_d" in tuning)
+    assert plan.key.dq_bulk == ("dq_bulk" in tuning) and plan.key.dq_writer == ("dq_writer" in tuning)
     ref = attention_grads_ref(q, k, v, do, **kw)
     lowp = attention_grads_ref(q, k, v, do, upcast=False, **kw)
     for name, g, r, lp in zip(("dq", "dk", "dv"), (dq, dk, dv), ref, lowp, strict=False):
@@ -115,6 +128,8 @@ VARLEN = [
     (("stats_tma", "ds2", "prepost"), True, torch.bfloat16, 128, 8, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], True, True, (-1, -1)),
     (SPLIT, False, torch.bfloat16, 256, 4, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], True, True, (-1, -1)),
     (SPLIT2, False, torch.float16, 256, 4, 4, [1000, 33, 257], [1000, 33, 257], False, False, (-1, -1)),
+    (BULKW, False, torch.bfloat16, 128, 8, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], True, True, (-1, -1)),
+    (BULK, False, torch.float16, 64, 4, 4, [1000, 33, 257], [1000, 33, 257], False, False, (-1, -1)),
 ]
 
 
@@ -150,14 +165,15 @@ def test_variant_thd_varlen_grads_match_reference(case):
         assert_close_fa(g, r, lp, name)
 
 
-def test_all_variants_with_sinks_and_their_gradient():
+@pytest.mark.parametrize("tuning", [ALL, BULKW], ids=["all", "bulkw"])
+def test_all_variants_with_sinks_and_their_gradient(tuning):
     b, h, hk, s, d = 2, 8, 2, 333, 64
     q, k, v, do = (_make((b, x, s, d), torch.bfloat16, BSHD) for x in (h, hk, hk, h))
     sinks = torch.randn(h, device="cuda") * 2
     o, lse = attention_ref(q, k, v, is_causal=True, sinks=sinks)
     o, lse = o.to(q.dtype), lse.float()
     dq, dk, dv = (poison(torch.empty_like(x)) for x in (q, k, v))
-    _, dsinks = _run(ALL, q, k, v, o, do, lse, dq, dk, dv, is_causal=True, sinks=sinks)
+    _, dsinks = _run(tuning, q, k, v, o, do, lse, dq, dk, dv, is_causal=True, sinks=sinks)
     ref = attention_grads_ref(q, k, v, do, is_causal=True, sinks=sinks)
     lowp = attention_grads_ref(q, k, v, do, upcast=False, is_causal=True, sinks=sinks)
     for name, g, r, lp in zip(("dq", "dk", "dv"), (dq, dk, dv), ref, lowp, strict=False):
@@ -165,3 +181,27 @@ def test_all_variants_with_sinks_and_their_gradient():
     # dsinks is a sum over B * S_q rows: relative to its magnitude, the bf16 baseline's own error sets the bar
     err = (dsinks - ref[3]).abs().max().item()
     assert err <= 2 * (lowp[3].float() - ref[3]).abs().max().item() + 1e-3 * ref[3].abs().max().item() + 1e-4, err
+
+
+def test_l2dq_launch_order_grads_match_reference():
+    """The plan's private ``_l2_group_dq`` (ours-l2dq): the same kernels in another tile order (at S = 4096, d128: L2
+    groups of 4 (kv head, batch) pairs instead of 8, so 16 pairs run in 4 groups instead of 2)."""
+    from cudnn.sdpa.bwd.api import SdpaBwdSm90, _group_heads, workspace_bytes_for
+
+    b, h, s, d = 2, 8, 4096, 128
+    q, k, v, do = (_make((b, h, s, d), torch.bfloat16, BSHD) for _ in range(4))
+    o, lse = attention_ref(q, k, v, is_causal=True)
+    o, lse = o.to(q.dtype), lse.float()
+    dq, dk, dv = (poison(torch.empty_like(x)) for x in (q, k, v))
+    plan = SdpaBwdSm90(q, k, v, o, do, lse, dq, dk, dv, is_causal=True, _tuning=ALL, _l2_group_dq=True)
+    plan.check_support()
+    plan.compile()
+    assert _group_heads(plan.key, s, True) == 4 and _group_heads(plan.key, s) == 8
+    ws = torch.empty(workspace_bytes_for(plan, q), dtype=torch.uint8, device="cuda")
+    poison(ws.view(torch.float32))
+    plan.execute(q, k, v, o, do, lse, dq, dk, dv, ws)
+    torch.cuda.synchronize()
+    ref = attention_grads_ref(q, k, v, do, is_causal=True)
+    lowp = attention_grads_ref(q, k, v, do, upcast=False, is_causal=True)
+    for name, g, r, lp in zip(("dq", "dk", "dv"), (dq, dk, dv), ref, lowp, strict=False):
+        assert_close_fa(g, r, lp, name)

@@ -1,8 +1,10 @@
 """CPU tier of the backward main kernel's schedule variants (cudnn.sdpa.bwd.kernel_key.TUNING_FIELDS): the private
 ``_tuning`` switch maps onto the compile key (and is part of it), bad combinations are refused, and one compile with
 every variant on emits what each variant is for (compile-only, CUTE_DSL_ARCH=sm_90a): TMA reduce-adds instead of
-fp32 atomics (dq_tma), bulk copies of the lse / dpsum rows (stats_tma), two barriers less per query block (ds2).
-Kept small: one main-kernel compile (~4 s) plus the default one it is compared with."""
+fp32 atomics (dq_tma), bulk copies of the lse / dpsum rows (stats_tma), two barriers less per query block (ds2);
+dq_bulk + dq_writer's one bulk reduce-add per warpgroup (one main and one postprocess compile) and its accumulator
+order, traced on the CPU (~15 s, no compile). Kept small: one main-kernel compile (~4 s) per variant test plus the
+default one it is compared with."""
 
 from __future__ import annotations
 
@@ -50,6 +52,16 @@ def test_unknown_tuning_and_dq_tma_with_deterministic_are_refused():
         SdpaBwdSm90(*_descs(), deterministic=True, _tuning=("dq_tma",)).check_support()
     with pytest.raises(ValueError, match="split_d combines"):
         SdpaBwdSm90(*_descs(), _tuning=("split_d", "dq_tma")).check_support()
+    # dq_bulk replaces dq_tma's reduce-add (another accumulator order) and has no deterministic mode; dq_writer is a
+    # schedule of dq_bulk's reduce-adds
+    with pytest.raises(ValueError, match="dq_bulk excludes"):
+        SdpaBwdSm90(*_descs(), _tuning=("dq_bulk", "dq_tma")).check_support()
+    with pytest.raises(ValueError, match="dq_bulk excludes"):
+        SdpaBwdSm90(*_descs(), deterministic=True, _tuning=("dq_bulk",)).check_support()
+    with pytest.raises(ValueError, match="dq_writer is a schedule of dq_bulk"):
+        SdpaBwdSm90(*_descs(), _tuning=("dq_writer", "stats_tma")).check_support()
+    bulk = SdpaBwdSm90(*_descs(), is_causal=True, _tuning=("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost"))
+    assert bulk.check_support() and bulk.key.dq_bulk and bulk.key.dq_writer and not bulk.key.dq_tma
     # the variants that keep the atomic dQ path keep the deterministic mode
     plan = SdpaBwdSm90(*_descs(), deterministic=True, _tuning=("stats_tma", "ds2", "prepost"))
     assert plan.check_support()
@@ -89,6 +101,28 @@ def test_all_variants_ptx_uses_tma_reduce_bulk_stats_and_fewer_barriers(tmp_path
     assert len(re.findall(r"\bbar\.sync\b", tuned)) == len(re.findall(r"\bbar\.sync\b", base))
     assert "wgmma.mma_async" in tuned and "st.local" not in tuned and "ld.local" not in tuned
     assert re.search(r"\.entry cudnn_", tuned)
+
+
+@pytest.mark.compile_only
+def test_dq_bulk_ptx_adds_each_warpgroup_partial_with_one_bulk_reduce(tmp_path):
+    """dq_bulk (+ dq_writer): the fp32 dQ partial goes to shared memory with 16-byte stores and into the
+    fragment-ordered accumulator with ONE non-tensor bulk reduce-add per warpgroup and query block, issued by the
+    writer warp (named-barrier arrivals, no bulk-group wait left in the consumers' loop); the postprocess reads that
+    order with 16-byte loads."""
+    skip_unless_cutedsl("4.8.0", "cudnn.sdpa backward")
+    ptx = _ptx(tmp_path / "main", ", dq_bulk=True, dq_writer=True, stats_tma=True, ds_double_buffer=True")
+    bulk = "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32"
+    # the writer loop, unrolled over the two consumer warpgroups: one reduce-add each
+    assert ptx.count(bulk) == 2, ptx.count(bulk)
+    assert "cp.reduce.async.bulk.tensor" not in ptx and "atom.global.add" not in ptx and "red.global.add" not in ptx
+    assert "st.shared.v4.b32" in ptx  # the fragment, 16 bytes per store
+    # consumers arrive on DQ_FULL (one per query-block loop), the writer on DQ_EMPTY (once per warpgroup)
+    assert len(re.findall(r"\bbar\.arrive\b", ptx)) == 4  # named barriers (mbarrier arrives are barrier.arrive.*)
+    # bulk-group waits: the writer's two (one per warpgroup) and its final one, and the dK / dV epilogue's store
+    assert ptx.count("cp.async.bulk.wait_group.read") == 4
+    assert "wgmma.mma_async" in ptx and "st.local" not in ptx and "ld.local" not in ptx
+    post = _ptx(tmp_path / "post", ", dq_bulk=True", "SdpaBwdPostprocessSm90", "kernel_prepost_sm90 import compile_sdpa_bwd_post as f")
+    assert "ld.global.v4" in post and "st.global" in post
 
 
 @pytest.mark.compile_only
@@ -152,3 +186,69 @@ def test_default_tuning_constants_drive_plans_built_without_tuning(monkeypatch):
         SdpaBwdSm90(q, q, q, q, q, lse).check_support()
     with pytest.raises(NotImplementedError, match="head dim 256"):
         SdpaBwdSm90(q, q, q, q, q, lse, deterministic=True).check_support()
+
+
+@pytest.mark.compile_only
+@pytest.mark.filterwarnings("ignore:This static loop has")  # the 256 traced threads: a trace-time loop on purpose
+@pytest.mark.parametrize("d", [96])  # 6 groups of 4 per thread: the irregular case; d128 meets it on the GPU
+def test_dq_bulk_fragment_order_is_one_bijection_shared_by_main_kernel_and_postprocess(d):
+    """dq_bulk's accumulator order (kernel_key.DQ_BULK_ROWS), traced on the CPU from the very objects both kernels use
+    (the main kernel's dQ MMA and fragment copy): over the 256 consumer threads the fragment's shared-memory / global
+    offsets cover the 64 x D block exactly once, each warpgroup's contiguous half holds only its own threads' values
+    (one bulk reduce-add per warpgroup), the register order the main kernel stores in is the one the postprocess loads
+    into, and registers 2i, 2i + 1 are adjacent columns of one row (the postprocess's paired stores)."""
+    import cutlass
+    import cutlass.cute as cute
+
+    from cudnn.sdpa.bwd.kernel_key import DQ_BULK_ROWS, SdpaBwdKey
+    from cudnn.sdpa.bwd.kernel_sm90 import SdpaBwdKernelSm90
+
+    plan = SdpaBwdKernelSm90(SdpaBwdKey("bf16", d, d, 1, False, False, False, True, False, False, False, dq_bulk=True))
+    half = DQ_BULK_ROWS * d // plan.num_consumer_wg
+    owner, coord, bad = {}, set(), []
+
+    @cute.jit
+    def trace():
+        tiled_mma_dQ = plan._tiled_mmas()[3]
+        tiled_copy = plan._dq_bulk_copy()
+        cC = cute.make_identity_tensor((DQ_BULK_ROWS, d))
+        cS = cute.make_identity_tensor((half, plan.num_consumer_wg))
+        for vt in cutlass.range_constexpr(plan.num_consumer_wg * plan.threads_per_wg):
+            tCc = tiled_mma_dQ.get_slice(vt).partition_C(cC)  # what register p holds (the accumulator is compact)
+            tSs = tiled_copy.get_slice(vt).partition_D(cS)  # where the fragment copy puts element crd
+            stored = cute.make_layout(tSs.shape)  # main kernel: register p -> element idx2crd(p)
+            loaded = cute.make_rmem_tensor_like(tSs, cutlass.Float32)  # postprocess: element crd -> register
+            if cutlass.const_expr(str(stored) != str(loaded.layout) or cute.size(tSs) != cute.size(tCc)):
+                bad.append((vt, str(stored), str(loaded.layout)))
+            for p in cutlass.range_constexpr(cute.size(tCc)):
+                s = tSs[cute.idx2crd(p, tSs.shape)]
+                off = s[0] + s[1] * half
+                owner[off] = vt
+                coord.add((tCc[p][0], tCc[p][1]))
+                if cutlass.const_expr(p % 2 == 0):
+                    if cutlass.const_expr(tCc[p + 1][0] != tCc[p][0] or tCc[p + 1][1] != tCc[p][1] + 1):
+                        bad.append((vt, p))
+
+    trace()
+    assert not bad, bad[:4]
+    assert sorted(owner) == list(range(DQ_BULK_ROWS * d)) and len(coord) == DQ_BULK_ROWS * d
+    assert all(off // half == vt // plan.threads_per_wg for off, vt in owner.items())
+
+
+def test_l2_group_dq_is_a_launch_argument_that_halves_the_d128_head_groups():
+    """The plan's private ``_l2_group_dq`` (benchmarks/sdpa_bwd.py ``ours-l2dq``) changes only the main kernel's
+    ``group_heads`` launch argument (Q, dO and the fp32 dQ accumulator within 16 MiB instead of Q and dO): the
+    compile key, hence the kernels, are the same, and the default sizing is unchanged."""
+    from cudnn.sdpa.bwd.api import SdpaBwdSm90, _group_heads
+
+    plan = SdpaBwdSm90(*_descs(), is_causal=True)
+    alt = SdpaBwdSm90(*_descs(), is_causal=True, _l2_group_dq=True)
+    plan.check_support()
+    alt.check_support()
+    assert alt.key == plan.key and alt._l2_group_dq and not plan._l2_group_dq
+    q = TensorDesc.contiguous((2, 16, 8192, 128), "bfloat16", "q")
+    lse = TensorDesc.contiguous((2, 16, 8192), "float32", "lse")
+    d128 = SdpaBwdSm90(q, q, q, q, q, lse)
+    d128.check_support()
+    # 8192 rows x (128 + 128) x 2 bytes = 4 MiB of Q and dO per head; + 8192 x 128 x 4 = 4 MiB of dQ accumulator
+    assert _group_heads(d128.key, 8192) == 4 and _group_heads(d128.key, 8192, True) == 2

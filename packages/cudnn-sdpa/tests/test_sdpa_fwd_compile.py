@@ -58,6 +58,11 @@ CONFIGS = [
     ("bf16", 128, 128, 4, True, False, True, True, False, True, False, True, False, 16, 0),  # page 16 < key tile: one TMA per page
     ("bf16", 128, 128, 2, False, False, False, True, False, False, False, False, False, 0, 0, False, False, 176, True),  # tile_n 176, packed cvt
     ("fp16", 128, 128, 1, True, False, True, True, False, True, False, False, False, 0, 0, False, False, 0, True, True),  # persistent, causal
+    # THD varlen, compact grid (warp prefix-sum batch decode), causal bottom-right, LSE, sinks, GQA
+    ("bf16", 128, 128, 4, True, False, True, True, False, True, True, False, False, 0, 0, False, False, 0, True, False, False, True),
+    ("bf16", 64, 64, 1, True, False, False, True, False, False, False, False, False, 0, 0, False, False, 128, True, False, False, False, 192),  # 192 x 128
+    # d = 256 causal with O rescaled under the next S GEMM
+    ("bf16", 256, 256, 1, True, False, False, True, False, False, False, False, False, 0, 0, False, False, 0, True, False, False, False, 0, False, True),
 ]
 
 
@@ -65,7 +70,7 @@ CONFIGS = [
     "cfg",
     CONFIGS,
     ids=lambda c: (
-        f"{c[0]}-d{c[1]}x{c[2]}-g{c[3]}-r{int(c[4])}l{int(c[5])}-varlen{int(c[10])}-pack{int(len(c) > 11 and c[11])}-split{int(len(c) > 12 and c[12])}-page{c[13] if len(c) > 13 else 0}{'-prefetch' if len(c) > 15 and c[15] else ''}{'-m64' if len(c) > 16 and c[16] else ''}{f'-n{c[17]}' if len(c) > 17 and c[17] else ''}{'-cvt2' if len(c) > 18 and c[18] else ''}{'-persistent' if len(c) > 19 and c[19] else ''}"
+        f"{c[0]}-d{c[1]}x{c[2]}-g{c[3]}-r{int(c[4])}l{int(c[5])}-varlen{int(c[10])}-pack{int(len(c) > 11 and c[11])}-split{int(len(c) > 12 and c[12])}-page{c[13] if len(c) > 13 else 0}{'-prefetch' if len(c) > 15 and c[15] else ''}{'-m64' if len(c) > 16 and c[16] else ''}{f'-n{c[17]}' if len(c) > 17 and c[17] else ''}{'-cvt2' if len(c) > 18 and c[18] else ''}{'-persistent' if len(c) > 19 and c[19] else ''}{'-vcompact' if len(c) > 21 and c[21] else ''}{f'-m{c[22]}' if len(c) > 22 and c[22] else ''}{'-oearly' if len(c) > 24 and c[24] else ''}"
     ),
 )
 def test_compiles(cfg):
@@ -109,3 +114,85 @@ def test_split_kv_ptx_has_both_kernels_with_cudnn_symbols(tmp_path):
     assert any("combine" in s for s in syms), syms
     assert "wgmma.mma_async" in ptx and "cp.async.bulk.tensor" in ptx
     assert re.search(r"st\.global(\.v[24])?\.(f32|b32)", ptx)  # the fp32 partials
+
+
+def _ptxas_spills(ptx: str, tmp_path) -> list[str]:
+    """``ptxas -v`` lines reporting a stack frame or spills (None when no ptxas is installed)."""
+    import shutil
+
+    ptxas = shutil.which("ptxas")
+    if ptxas is None:
+        return None
+    src = os.path.join(str(tmp_path), "k.ptx")
+    with open(src, "w") as f:
+        f.write(ptx)
+    res = subprocess.run([ptxas, "-arch=sm_90a", "-v", src, "-o", os.path.join(str(tmp_path), "k.cubin")], capture_output=True, text=True, check=True)
+    return [ln for ln in res.stderr.splitlines() if re.search(r"[1-9]\d* bytes (stack frame|spill)", ln)]
+
+
+@pytest.mark.parametrize(
+    "fields, marks",
+    [
+        # varlen_compact: the tile comes from a warp prefix sum over cu_seqlens_q (shfl.up, ballot, popc)
+        (dict(varlen=True, mask_right=True, varlen_compact=True), ("shfl.sync.up.b32", "vote.sync.ballot.b32", "popc.b32")),
+        # tile_m=192: three consumer warpgroups at 160 registers, the producer at 32; 416 = 3 * 128 + the storing warp
+        (dict(head_dim=64, head_dim_v=64, tile_m=192, tile_n=128), ("setmaxnreg.inc.sync.aligned.u32 \t160", "bar.arrive 1, 416")),
+        # varlen_tma_o: the THD O leaves by a TMA store (a 4-d ragged view), no per-thread global stores of O
+        (dict(varlen=True, mask_right=True, varlen_compact=True, varlen_tma_o=True), ("cp.async.bulk.tensor.4d.global.shared::cta",)),
+    ],
+    ids=["varlen_compact", "tile_m192", "varlen_tma_o"],
+)
+def test_new_prefill_options_ptx(tmp_path, fields, marks):
+    """The opt-in prefill plans still use WGMMA and TMA loads, carry the ``cudnn`` symbol prefix, have no local memory,
+    show the instructions that make the option, and (where ptxas is installed) compile without a stack frame or spills."""
+    from cudnn.sdpa.fwd.kernel_key import SdpaFwdKey
+    from cudnn.sdpa.fwd.kernel_sm90 import compile_sdpa_fwd
+    from cudnn_testing.compile_only import compile_ptx
+
+    base = dict(dtype="bf16", head_dim=128, head_dim_v=128, qhead_per_kvhead=1, mask_right=False, mask_left=False, bottom_right=False, has_lse=False,
+                lse_log2=False, has_sinks=False, varlen=False, packed_cvt=True)  # fmt: skip
+    key = SdpaFwdKey(**{**base, **fields})
+    ptx = compile_ptx(lambda: compile_sdpa_fwd(key), tmp_path / "dump")
+    assert "wgmma.mma_async" in ptx and "cp.async.bulk.tensor" in ptx
+    assert ".local" not in ptx
+    for m in marks:
+        assert m in ptx, m
+    syms = kernel_symbols(ptx)
+    assert syms and all(s.startswith("cudnn") for s in syms), syms
+    spills = _ptxas_spills(ptx, tmp_path)
+    assert not spills, spills
+
+
+def test_varlen_compact_order_covers_every_tile_once():
+    """The host mirror of the compact THD decode (the device code's rounds of 31 batches, prefix sums, ballot and L2
+    sections, lane by lane): every real (m_block, head, batch) exactly once, invalid CTAs only at the end of the grid,
+    and with a causal mask each sequence's sections run their m-blocks longest-first."""
+    import random
+
+    from cudnn.sdpa.fwd.varlen_schedule import varlen_tile_reference
+
+    rng = random.Random(0)
+    cases = [([512, 1024, 3000, 4096, 2048, 777, 4927], 16, 128, True)]
+    for _ in range(60):
+        b = rng.choice([1, 2, 5, 31, 32, 33, 62, 63, 64, 70])
+        lens = [rng.choice([0, 1, 5, 127, 128, 129, 300, 1000]) for _ in range(b)]
+        lens[0] = max(lens[0], 1)
+        cases.append((lens, rng.choice([1, 3, 8, 16, 20]), rng.choice([64, 128, 192]), rng.random() < 0.5))
+    for b, heads in ((124, 2), (125, 2), (130, 1), (260, 1)):  # a step of 4 rounds and more: the skip loop
+        lens = [rng.choice([0, 1, 100, 128, 129, 300]) for _ in range(b)]
+        cases.append((lens, heads, 128, True))
+    for lens, heads, tile_m, causal in cases:
+        cu = [0]
+        for n in lens:
+            cu.append(cu[-1] + n)
+        got = varlen_tile_reference(cu, heads, tile_m, 128, 128, 128, causal)
+        valid = [t for t in got if t is not None]
+        want = {(m, h, b) for b, n in enumerate(lens) for m in range(-(-n // tile_m)) for h in range(heads)}
+        assert len(valid) == len(set(valid)) == len(want) and set(valid) == want, (lens, heads, tile_m)
+        assert all(t is None for t in got[len(valid) :]), "an invalid CTA before a real tile"
+        assert len(got) - len(valid) <= len(lens) * heads
+        if causal:  # per (batch, head): m-blocks in dispatch order are descending
+            seen = {}
+            for m, h, b in valid:
+                assert seen.get((b, h), m + 1) > m
+                seen[(b, h)] = m

@@ -399,3 +399,69 @@ def test_tile_m64_key_and_declines(api):
     m64, m128 = api.SdpaFwdSm90(qp, kvp, kvp, tile_m64=True), api.SdpaFwdSm90(qp, kvp, kvp)
     m64.check_support(), m128.check_support()
     assert api.num_splits_for(m64.key, 1, 8, 8, 256, 4096) == 4 and api.num_splits_for(m128.key, 1, 8, 8, 256, 4096) == 8
+
+
+def test_varlen_compact_key_and_declines(api):
+    """varlen_compact is a THD key field (off by default; VARLEN_COMPACT_DEFAULT for None); on a dense plan it is a
+    ValueError, with persistent or varlen_lpt it is declined; the launch arguments are the default plan's."""
+    q = torch.randn(100, 8, 64, dtype=torch.float16)
+    o = torch.empty_like(q)
+    cu = torch.tensor([0, 40, 100], dtype=torch.int32)
+    thd = dict(cu_seqlens_q=cu, cu_seqlens_kv=cu, max_seqlen_q=60, max_seqlen_kv=60)
+    plan = api.SdpaFwdSm90(q, q, q, o, is_causal=True, varlen_compact=True, **thd)
+    plan.compile()
+    assert plan.key.varlen_compact and not plan.key.persistent
+    auto = api.SdpaFwdSm90(q, q, q, o, is_causal=True, **thd)
+    auto.compile()
+    assert auto.key.varlen_compact == api.VARLEN_COMPACT_DEFAULT
+    plan.execute(q, q, q, o, None, None, cu, cu, 60)
+    auto.execute(q, q, q, o, None, None, cu, cu, 60)
+    a, b = api._test_recorder.calls
+    assert a == b  # same ABI and scalars: the compact grid is derived in the kernel's host function from T_q and B
+    with pytest.raises(ValueError, match="varlen_compact is a THD varlen option"):
+        api.SdpaFwdSm90(_bshd(1, 128, 4, 64), _bshd(1, 128, 4, 64), _bshd(1, 128, 4, 64), varlen_compact=True).check_support()
+    for other in (dict(persistent=True), dict(varlen_lpt=True)):
+        with pytest.raises(NotImplementedError, match="varlen_compact"):
+            api.SdpaFwdSm90(q, q, q, o, varlen_compact=True, **other, **thd).check_support()
+    both = api.SdpaFwdSm90(q, q, q, o, varlen_compact=True, varlen_tma_o=True, **thd)
+    both.check_support()
+    assert both.key.varlen_compact and both.key.varlen_tma_o and not plan.key.varlen_tma_o
+    with pytest.raises(ValueError, match="varlen_tma_o is a THD varlen option"):
+        api.SdpaFwdSm90(_bshd(1, 128, 4, 64), _bshd(1, 128, 4, 64), _bshd(1, 128, 4, 64), varlen_tma_o=True).check_support()
+    with pytest.raises(NotImplementedError, match="varlen_tma_o"):
+        api.SdpaFwdSm90(q, q, q, o, varlen_tma_o=True, persistent=True, **thd).check_support()
+
+
+def test_tile_m192_key_and_declines(api):
+    """tile_m=192 (three consumer warpgroups) is a key field for head dims <= 64, with a 128-row key tile unless
+    tile_n is given; other head dims, paged KV, pack-GQA and persistent are declined; other values are ValueErrors."""
+    q = _bshd(2, 1000, 8, 64)
+    plan = api.SdpaFwdSm90(q, q, q, torch.empty_like(q), tile_m=192)
+    plan.compile()
+    assert (plan.key.tile_m, plan.key.tile_n, plan.key.packed_cvt) == (192, 128, True)
+    explicit = api.SdpaFwdSm90(q, q, q, tile_m=192, tile_n=96)
+    explicit.check_support()
+    assert (explicit.key.tile_m, explicit.key.tile_n) == (192, 96)
+    default = api.SdpaFwdSm90(q, q, q)
+    default.check_support()
+    assert default.key.tile_m == 0
+    assert api.num_splits_for(plan.key, 2, 8, 8, 1000, 1000, requested=1) == 1
+    with pytest.raises(NotImplementedError, match="tile_m=192"):
+        api.SdpaFwdSm90(_bshd(2, 1000, 8, 128), _bshd(2, 1000, 8, 128), _bshd(2, 1000, 8, 128), tile_m=192).check_support()
+    with pytest.raises(NotImplementedError, match="tile_m=192"):
+        api.SdpaFwdSm90(q, q, q, tile_m=192, persistent=True).check_support()
+    with pytest.raises(NotImplementedError, match="tile_m=192"):
+        api.SdpaFwdSm90(_bshd(2, 1, 8, 64), _bshd(2, 1000, 2, 64), _bshd(2, 1000, 2, 64), tile_m=192).check_support()  # pack-GQA decode
+    with pytest.raises(ValueError, match="tile_m=256"):
+        api.SdpaFwdSm90(q, q, q, tile_m=256).check_support()
+
+
+def test_o_rescale_early_key(api):
+    """o_rescale_early is a key field (O_RESCALE_EARLY_DEFAULT for None) on any plan, dense or THD."""
+    q = _bshd(2, 300, 8, 256)
+    on = api.SdpaFwdSm90(q, q, q, o_rescale_early=True)
+    on.check_support()
+    auto = api.SdpaFwdSm90(q, q, q)
+    auto.check_support()
+    assert on.key.o_rescale_early and auto.key.o_rescale_early == api.O_RESCALE_EARLY_DEFAULT
+    assert on.key == auto.key.__class__(**{**auto.key.__dict__, "o_rescale_early": True})  # the one field differs

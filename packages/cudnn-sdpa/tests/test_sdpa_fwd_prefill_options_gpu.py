@@ -4,6 +4,12 @@
   and ``varlen_lpt`` (THD tile order) change no arithmetic: each is checked bitwise against the default plan on the
   same inputs, and against the fp32 reference by the FlashAttention rule.
 - ``tile_n`` (the key tile rows) changes the order of the online softmax: checked against the fp32 reference.
+- ``varlen_compact`` (THD: one CTA per real tile, batch found by a warp prefix sum) and ``varlen_tma_o`` (THD: O
+  stored by TMA through a ragged view, rows past a sequence's end clipped) change no arithmetic: bitwise against the
+  default plan on poisoned outputs, including > 31 sequences (several prefix-sum rounds) with empty ones.
+- ``o_rescale_early`` (O rescaled under the next S GEMM) multiplies the same numbers in the same order: bitwise.
+- ``tile_m=192`` (d <= 64: three consumer warpgroups, round-robin GEMM issue, key tile 128): bitwise against a
+  128-row plan with the same key tile where no mask makes the tiles see different key blocks, else the reference.
 
 Shapes are chosen so a persistent CTA runs several tiles (a grid of at most the SM count over hundreds of tiles),
 with odd lengths (S not a multiple of either tile), GQA, both causal alignments and a sliding window.
@@ -74,6 +80,10 @@ BITWISE = [
     (dict(persistent=True), D128_CAUSAL),
     (dict(persistent=True), D192_WINDOW),
     (dict(persistent=True, packed_cvt=True), D256),  # no room for a separate O tile: O reuses Q's buffer
+    (dict(o_rescale_early=True), D256),  # the same products in the same order: bitwise
+    (dict(o_rescale_early=True), D128_CAUSAL),
+    (dict(o_rescale_early=True), D192_WINDOW),
+    (dict(o_rescale_early=True, persistent=True), D64_BR),
 ]
 
 
@@ -123,6 +133,11 @@ VARLEN_CASES = [
     (dict(varlen_lpt=True), True, 128),
     (dict(persistent=True, varlen_lpt=True), True, 128),
     (dict(persistent=True, packed_cvt=True), False, 256),
+    (dict(varlen_compact=True), True, 128),
+    (dict(varlen_compact=True), False, 64),
+    (dict(varlen_tma_o=True), True, 128),
+    (dict(varlen_compact=True, varlen_tma_o=True), False, 64),
+    (dict(tile_m=192, varlen_compact=True, varlen_tma_o=True), True, 64),  # key tile 128 (default 192): reference only
 ]
 
 
@@ -155,7 +170,7 @@ def test_thd_varlen_option_matches_reference(option, causal, d):
         outs.append((out, lse))
     torch.cuda.synchronize()
     (out, lse), (out_def, lse_def) = outs
-    if "tile_n" not in option:
+    if "tile_n" not in option and "tile_m" not in option:
         assert torch.equal(out, out_def) and torch.equal(lse, lse_def), f"{option}: differs from the default plan"
     ref, ref_lse = attention_ref_varlen(q, k, v, cu, cu, is_causal=causal)
     lowp, _ = attention_ref_varlen(q, k, v, cu, cu, is_causal=causal, upcast=False)
@@ -181,3 +196,72 @@ def test_persistent_execute_never_syncs_or_allocates_and_captures():
     torch.cuda.synchronize()
     detectors.assert_no_sync_no_alloc(run)
     detectors.assert_capture_matches_eager(run, [o])
+
+
+def _thd(lens, h, hk, d, dtype=torch.bfloat16):
+    cu = [0]
+    for n in lens:
+        cu.append(cu[-1] + n)
+    q = torch.randn(cu[-1], h, d, device="cuda", dtype=dtype)
+    k = torch.randn(cu[-1], hk, d, device="cuda", dtype=dtype)
+    v = torch.randn(cu[-1], hk, d, device="cuda", dtype=dtype)
+    return q, k, v, cu, torch.tensor(cu, dtype=torch.int32, device="cuda")
+
+
+@pytest.mark.parametrize(
+    "causal, option",
+    [(True, dict(varlen_compact=True)), (False, dict(varlen_compact=True)), (True, dict(varlen_compact=True, varlen_tma_o=True))],
+    ids=["causal-compact", "full-compact", "causal-compact-tma_o"],
+)
+def test_varlen_compact_many_sequences_bitwise(causal, option):
+    """70 sequences (three 31-batch prefix-sum rounds), some empty, one-token and longer than a tile, 6 heads over 3 kv
+    heads, LSE and sinks: the option is bitwise the default plan and matches the reference."""
+    from cudnn.sdpa.fwd.api import SdpaFwdSm90
+
+    g = torch.Generator().manual_seed(7)
+    lens = [int(x) for x in torch.randint(0, 400, (70,), generator=g)]
+    lens[3] = lens[40] = 0
+    lens[5], lens[64] = 1, 1100
+    h, hk, d = 6, 3, 128
+    q, k, v, cu, cu_t = _thd(lens, h, hk, d)
+    sinks = torch.randn(h, device="cuda")
+    outs = []
+    for kw in (option, {}):
+        out = poison(torch.empty_like(q))
+        lse = poison(torch.empty(h, cu[-1], device="cuda"))
+        plan = SdpaFwdSm90(q, k, v, out, lse, is_causal=causal, sinks=sinks, cu_seqlens_q=cu_t, cu_seqlens_kv=cu_t, max_seqlen_q=max(lens),
+                           max_seqlen_kv=max(lens), **kw)  # fmt: skip
+        plan.compile()
+        assert all(getattr(plan.key, name) == (bool(kw) and want) for name, want in option.items())
+        plan.execute(q, k, v, out, lse, sinks, cu_t, cu_t, max(lens))
+        outs.append((out, lse))
+    torch.cuda.synchronize()
+    (out, lse), (out_def, lse_def) = outs
+    assert torch.equal(out, out_def) and torch.equal(lse, lse_def), f"{option}: differs from the default plan"
+    ref, ref_lse = attention_ref_varlen(q, k, v, cu, cu, is_causal=causal, sinks=sinks)
+    lowp, _ = attention_ref_varlen(q, k, v, cu, cu, is_causal=causal, sinks=sinks, upcast=False)
+    assert_close_fa(out, ref, lowp, "o")
+
+
+# (dtype, d, b, h, h_kv, s_q, s_kv, causal, bottom_right, window)
+M192_CASES = [
+    (torch.bfloat16, 64, 2, 16, 2, 1100, 1700, False, False, (-1, -1)),  # S not a multiple of 192 or 128, GQA 8
+    (torch.float16, 64, 3, 8, 8, 1000, 1000, True, False, (-1, -1)),  # causal top-left
+    (torch.bfloat16, 64, 2, 8, 4, 700, 1300, True, True, (-1, -1)),  # causal bottom-right, S_q < S_kv
+    (torch.bfloat16, 64, 2, 8, 8, 900, 900, False, False, (150, 30)),  # sliding window
+]
+
+
+@pytest.mark.parametrize(
+    "case", M192_CASES, ids=lambda c: f"{str(c[0])[6:]}-d{c[1]}-h{c[3]}:{c[4]}-s{c[5]}x{c[6]}-c{int(c[7])}br{int(c[8])}-w{c[9][0]},{c[9][1]}"
+)
+def test_tile_m192_matches_reference(case):
+    dtype, d, b, h, hk, sq, sk, causal, br, window = case
+    q, k, v = _make((b, h, sq, d), dtype), _make((b, hk, sk, d), dtype), _make((b, hk, sk, d), dtype)
+    out, lse = _run(q, k, v, causal, br, window, tile_m=192)
+    if not causal and window == (-1, -1):  # every tile sees every key block: per row the same arithmetic as 128 x 128
+        o_128, lse_128 = _run(q, k, v, causal, br, window, tile_n=128)
+        torch.cuda.synchronize()
+        assert torch.equal(out, o_128) and torch.equal(lse, lse_128), "tile_m=192 differs from the 128-row plan with the same key tile"
+    torch.cuda.synchronize()
+    _check_ref(q, k, v, out, lse, is_causal=causal, bottom_right=br, window=window)

@@ -13,12 +13,20 @@ Declined here (NotImplementedError naming the attribute or tensor): a CPU graph,
 states and int32 ``cu_seqlens``; head dims other than K = V in {64, 128}; strides the kernel cannot address natively (Rule 2).
 
 This module imports neither torch nor cutlass at top level (the Router imports it during discovery); ``check_support`` is metadata
-only, ``build_plan`` compiles (and allocates nothing), ``execute`` validates and launches (Rules 1-3, 8; recipe R1). No workspace.
+only, ``build_plan`` compiles (and allocates nothing), ``execute`` validates and launches (Rules 1-3, 8; recipe R1).
+
+Schedule: an engine's ``schedule`` class attribute (``"serial"``, the default: one kernel, no workspace) is the adapter's
+``schedule``; with ``"parallel"`` (the three chunk-parallel kernels) the plan's ``get_workspace_size()`` is the adapter's
+``scratch_workspace_bytes()`` for the graph's declared token total and sequence count, and ``execute`` hands the graph's
+workspace buffer to the adapter, which carves it (R2) and raises when it is missing or short. The attribute's default is
+``_host/chunk_parallel.py::DEFAULT_SCHEDULE`` (shared with the public ops).
 """
 
 from __future__ import annotations
 
 from cudnn.datatypes import data_type
+
+from ._host.chunk_parallel import DEFAULT_SCHEDULE
 
 _PORTS = ("q", "k", "v", "g", "beta", "cu_seqlens", "initial_state")
 
@@ -30,7 +38,8 @@ def _desc(t, name: str):
 
 
 class DeltaRulePlan:
-    """A built ``gdn_fwd_sm90`` / ``kda_fwd_sm90`` plan: the compiled adapter plus the uids it reads (one launch, no workspace)."""
+    """A built ``gdn_fwd_sm90`` / ``kda_fwd_sm90`` plan: the compiled adapter plus the uids it reads (serial schedule: one
+    launch, no workspace; parallel: three launches over the graph's workspace)."""
 
     supports_overrides = False
 
@@ -40,7 +49,7 @@ class DeltaRulePlan:
         self.uids = uids
 
     def get_workspace_size(self) -> int:
-        return 0
+        return int(self.adapter.scratch_workspace_bytes())
 
     def execute(self, variant_pack, workspace, stream, **kwargs) -> None:
         u = self.uids
@@ -60,6 +69,7 @@ class DeltaRulePlan:
             get("final_state"),
             get("cu_seqlens"),
             current_stream=stream,
+            workspace=workspace,
         )
 
 
@@ -70,6 +80,7 @@ class _DeltaRuleEngine:
     kind = ""
     priority = 100
     is_reference = False
+    schedule = DEFAULT_SCHEDULE  # the adapter's schedule ("parallel": three chunk-parallel kernels over the graph's workspace)
 
     def _adapter_class(self):
         raise NotImplementedError
@@ -109,6 +120,7 @@ class _DeltaRuleEngine:
             initial_state=_desc(ins.get("initial_state"), "initial_state"),
             final_state=_desc(outs.get("final_state"), "final_state"),
             cu_seqlens=_desc(ins.get("cu_seqlens"), "cu_seqlens"),
+            schedule=self.schedule,
         )
         try:
             adapter.check_support()

@@ -34,13 +34,15 @@ Plan-time performance options (the defaults are the configuration verified on th
 - ``pingpong=True``: 64 x 256 tiles, one per consumer warpgroup, the two warpgroups taking turns, so one's
   epilogue runs while the other's mainloop keeps the tensor cores busy (each has its own D smem ring and
   named barrier, staged bias and aux barriers; two more named barriers order their mainloops). Not with split_k.
-- ``aux_prefetch`` (1..8), ``aux_ldmatrix`` (stage_aux plans) and ``gelu_fold`` (gelu_tanh plans): epilogue A/B
-  options, None = :data:`AUX_PREFETCH` / :data:`AUX_LDMATRIX` / :data:`GELU_FOLD` (see there).
+- ``aux_prefetch`` (1..8), ``aux_ldmatrix`` (stage_aux plans), ``gelu_fold`` (gelu_tanh plans), ``amax_fast`` (amax
+  plans) and ``swiglu_tanh`` (swiglu plans): epilogue A/B options, None = :data:`AUX_PREFETCH` / :data:`AUX_LDMATRIX` /
+  :data:`GELU_FOLD` / :data:`AMAX_FAST` / :data:`SWIGLU_TANH` (see there).
 - ``pingpong``, ``stage_bias``, ``stage_aux`` left as None take the per-fusion default of
   :data:`FUSION_DEFAULTS` (the one place to flip them after a GPU run), where the plan can take it.
-- ``schedule``: None (:data:`TILE_SCHEDULE`), "auto", "fixed", "waves" or "waves+l2": how the tile, cluster and
+- ``schedule``: None (:data:`TILE_SCHEDULE`), "auto", "fixed", "waves", "waves+l2" or "auto2": how the tile, cluster and
   scheduler swizzle are chosen. "auto" (default) chooses from N and K only, so a new M never compiles (Rule 4);
-  "waves" / "waves+l2" also model M (for plans whose M never changes: one kernel per distinct choice): see
+  "waves" / "waves+l2" also model M (for plans whose M never changes: one kernel per distinct choice); "auto2" compiles
+  two tiles chosen from N and K and lets each M pick one (M-free like "auto"): see
   :data:`TILE_SCHEDULE` and :mod:`cudnn.gemm.dense.schedule`.
 - ``fast_accum`` (fp8 only, like ``torch._scaled_mm(use_fast_accum=...)``): False (default) adds the fp8
   WGMMA's partial sums into a second fp32 accumulator every 128 of K (the WGMMA accumulates fp8 products with
@@ -109,8 +111,14 @@ FP8_PROMOTION_INTERVAL = 1
 #: swizzle; the tile choice of "waves" only to those without swiglu or staged reads, with K-major A and B (the
 #: layouts its tiles were verified with). benchmarks/gemm.py's ``gemm`` table times "auto" ("ours"), "waves+l2"
 #: ("ours_m") and "fixed" ("ours_fixed") next to cuBLAS (docs/benchmarks/gemm.md, gemm_schedule.md).
+#: "auto2" (opt-in, M-free like "auto"): the plan compiles the default tile and one second width chosen from N and K
+#: (:func:`~cudnn.gemm.dense.schedule.choose_tile_set`: the width that saves the most predicted time over a grid of M),
+#: and each M takes the faster of the two by the model (:func:`~cudnn.gemm.dense.schedule.choose_in_set`); the swizzle is
+#: N's, per tile. Two kernels per (N, K) instead of one, both built by compile(), so a new M still never compiles.
+#: On the MLP shapes with M >= 2048 it differs from "auto" only at qwen3-32b M = 2048 (128 x 224 there). Timed as
+#: "ours_auto2" in benchmarks/gemm.py's ``gemm`` table.
 TILE_SCHEDULE = "auto"
-SCHEDULES = ("auto", "fixed", "waves", "waves+l2")
+SCHEDULES = ("auto", "fixed", "waves", "waves+l2", "auto2")
 #: Under "auto" and "waves+l2", also give the scheduler swizzle to cooperative 16-bit plans whose tile is fixed
 #: (staged reads, swiglu). On since 2026-11-29: bit-identical to the unswizzled plans on the H200
 #: (test_gemm_options_gpu.py) and the fusions at 0.92-1.08x our plain GEMM with it (docs/benchmarks/gemm_fusions_ab.md).
@@ -129,6 +137,14 @@ AUX_PREFETCH = 8
 AUX_LDMATRIX = True
 #: GELU_FOLD: gelu_tanh with its constants folded, 5 fp32 ops + one tanh.approx per element instead of 8 + one.
 GELU_FOLD = True
+#: AMAX_FAST: amax without the per-element bounds predicate (outside the problem every output is exactly 0; a staged
+#: bias needs only its other mode predicated) and kept as 4 running maxima per thread: SASS of the 128 x 256 tile,
+#: per thread, 1.2 instructions per output over plain (FMNMX) instead of 3.6 (FMNMX, FSEL, ISETP, VIADD, IMAD);
+#: over a staged bias 2.4 instead of 3.4. Same value (max is exact and order-free). Timed as "ours_epi2" in gemm_fusions.
+AMAX_FAST = False
+#: SWIGLU_TANH: silu(g) = h * tanh(h) + h, h = g / 2: one MUFU (tanh.approx) per output instead of two (ex2.approx,
+#: rcp.approx), 3 fp32 ops instead of 5. Approximation-level differences (like GELU_FOLD). Timed as "ours_epi2".
+SWIGLU_TANH = False
 
 
 def fusion_of(*, swiglu=None, dsrelu=False, amax=False, activation="none", has_bias=False) -> str:
@@ -236,6 +252,8 @@ class GemmSm90(APIBase):
         aux_prefetch: int | None = None,
         aux_ldmatrix: bool | None = None,
         gelu_fold: bool | None = None,
+        amax_fast: bool | None = None,
+        swiglu_tanh: bool | None = None,
     ):
         super().__init__()
         self.a, self.b, self.d = as_desc(a, "a"), as_desc(b, "b"), as_desc(d, "d")
@@ -250,6 +268,8 @@ class GemmSm90(APIBase):
         self.pingpong = None if pingpong is None else bool(pingpong)
         # epilogue A/B options; None: AUX_PREFETCH / AUX_LDMATRIX / GELU_FOLD where the plan can take them
         self.aux_prefetch, self.aux_ldmatrix, self.gelu_fold = aux_prefetch, aux_ldmatrix, gelu_fold
+        self.amax_fast, self.swiglu_tanh = amax_fast, swiglu_tanh  # None: AMAX_FAST / SWIGLU_TANH where the plan can take them
+        self._tile_set = ()  # "auto2": every (tile_mn, swizzle) compile() builds besides the plan's own
         # explicit cluster_mn / swizzle are kept; left as None, the schedule (TILE_SCHEDULE) may choose them
         self._cluster_explicit, self._swizzle_explicit = cluster_mn is not None, swizzle is not None
         self.schedule = schedule
@@ -365,6 +385,8 @@ class GemmSm90(APIBase):
             f"{what}: aux_prefetch / aux_ldmatrix serve the staged dsrelu pre-activation (stage_aux), which this plan does not use",
         )
         self._value_error_if(bool(self.gelu_fold) and self.activation != "gelu_tanh", f"{what}: gelu_fold serves activation='gelu_tanh' only")
+        self._value_error_if(bool(self.amax_fast) and not self.want_amax, f"{what}: amax_fast serves amax plans only (pass amax)")
+        self._value_error_if(bool(self.swiglu_tanh) and self.swiglu is None, f"{what}: swiglu_tanh serves swiglu plans only")
         if fp8 and not self.fast_accum:
             self._decline_if(
                 self.swiglu is not None,
@@ -428,13 +450,31 @@ class GemmSm90(APIBase):
         sched = TILE_SCHEDULE if self.schedule is None else self.schedule
         self._value_error_if(sched not in SCHEDULES, f"{what}: schedule {sched!r} is not one of {SCHEDULES}")
         self._choice = None
+        self._tile_set = ()
         if sched == "fixed":
             return
-        from .schedule import MIN_EXTENT, choose_swizzle, choose_tile
+        from .schedule import MIN_EXTENT, choose_in_set, choose_swizzle, choose_tile, choose_tile_set
 
         sm = _sm_count(self.a.device)
         swizzled = not self._is_fp8 and not self.pingpong and self.split_k == 1 and self._tile_override is None
         free = swizzled and self._a_major == "k" and self._b_major == "k" and self.swiglu is None and not self.stage_bias and not self.stage_aux
+        if free and sched == "auto2" and not self._cluster_explicit:
+            # the tile set from N and K only (Rule 4), this M's pick among it; the swizzle is N's for each tile (as "auto")
+            cl = tuple(self.cluster_mn)
+            tiles = choose_tile_set(self._n, self._k, tile_k=64, sm_count=sm, cluster_mn=cl)
+
+            def swz(tile):
+                if self._swizzle_explicit:
+                    return self.swizzle
+                return choose_swizzle(None, self._n, self._k, tile, cl, sm_count=sm) if self._n >= MIN_EXTENT else 1
+
+            choice = choose_in_set(self._m, self._n, self._k, self._l, tiles, tile_k=64, sm_count=sm, cluster_mn=cl)
+            self._choice = choice._replace(swizzle=swz(choice.tile_mn))
+            self.swizzle = self._choice.swizzle
+            self._tile_set = tuple((t, swz(t)) for t in tiles if t != choice.tile_mn)
+            return
+        if sched == "auto2":
+            sched = "auto"  # a plan whose tile is not free (or whose cluster is explicit): "auto"'s swizzle only
         if free and sched != "auto":
             clusters = (tuple(self.cluster_mn),) if self._cluster_explicit else None
             choice = choose_tile(self._m, self._n, self._k, self._l, tile_k=64, sm_count=sm, l2=sched == "waves+l2", clusters=clusters)
@@ -512,6 +552,8 @@ class GemmSm90(APIBase):
             aux_prefetch=(AUX_PREFETCH if self.aux_prefetch is None else self.aux_prefetch) if self.stage_aux else 1,
             aux_ldmatrix=bool(AUX_LDMATRIX if self.aux_ldmatrix is None else self.aux_ldmatrix) and bool(self.stage_aux),
             gelu_fold=bool(GELU_FOLD if self.gelu_fold is None else self.gelu_fold) and self.activation == "gelu_tanh",
+            amax_fast=bool(AMAX_FAST if self.amax_fast is None else self.amax_fast) and self.want_amax and self.split_k == 1,
+            swiglu_tanh=bool(SWIGLU_TANH if self.swiglu_tanh is None else self.swiglu_tanh) and self.swiglu is not None,
             fast_accum=self.fast_accum and self._is_fp8,  # irrelevant (and kept False) for 16-bit operands
             promotion_interval=(FP8_PROMOTION_INTERVAL if self.promotion_interval is None else self.promotion_interval)
             if self._is_fp8 and not self.fast_accum
@@ -530,6 +572,10 @@ class GemmSm90(APIBase):
         self._tvm_ffi = tvm_ffi_available() and os.environ.get("CUDNN_GEMM_TVM_FFI", "1") != "0"
         key = (self.config, "tvm-ffi" if self._tvm_ffi else "dsl")
         self._compiled_kernel = kernel_cache.get_or_compile(key, lambda: kernel_sm90.compile_kernel(self.config, tvm_ffi=self._tvm_ffi), family="gemm")
+        for tile, swizzle in self._tile_set:
+            # "auto2": the other tile of the plan's (N, K) set, so that another M (which may pick it) never compiles
+            sib = replace(self.config, tile_mn=tile, swizzle=swizzle)
+            kernel_cache.get_or_compile((sib, key[1]), lambda sib=sib: kernel_sm90.compile_kernel(sib, tvm_ffi=self._tvm_ffi), family="gemm")
         self._compiled_reduce = None
         if self.split_k > 1:
             from . import splitk_reduce_sm90

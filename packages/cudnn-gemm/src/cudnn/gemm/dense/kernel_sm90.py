@@ -34,7 +34,9 @@ most 96 accumulators per thread ((128, 128) or (128, 192)). Epilogue A/B options
 staged pre-activation's first d sub-tiles before the tile's mainloop and sub-tile k + d after D's store of k (into the
 buffer whose store has read shared memory: ``cp.async.bulk.wait_group.read ring - d``; d > 4 deepens D's ring to d);
 ``aux_ldmatrix`` reads it back with ldmatrix in stmatrix's register order (and folds dsrelu's 2 into alpha);
-``gelu_fold`` evaluates gelu_tanh with folded constants.
+``gelu_fold`` evaluates gelu_tanh with folded constants; ``amax_fast`` drops amax's per-element bounds predicate (outputs
+outside the problem are exactly 0; only a staged bias needs its other mode predicated) and keeps 4 running maxima;
+``swiglu_tanh`` evaluates silu through one tanh.approx instead of ex2.approx + rcp.approx.
 
 SwiGLU pairs accumulator column ``c`` with ``c + 128`` of the same 256-wide tile (both live in the same
 thread's registers): B's gate and up columns are interleaved in blocks of 128 (``swiglu_halves`` turns
@@ -68,6 +70,9 @@ _DTYPES = {
     "float8_e5m2": cutlass.Float8E5M2,
 }
 FP8_DTYPES = ("float8_e4m3fn", "float8_e5m2")
+
+#: Independent running maxima per thread of an ``amax_fast`` plan (combined once, after the last tile).
+AMAX_WAYS = 4
 
 #: Half-width of a SwiGLU tile: gate/up blocks of this many columns alternate in B's N order.
 SWIGLU_BLOCK = 128
@@ -112,6 +117,8 @@ class GemmSm90Config:
     aux_prefetch: int = 1  # stage_aux: pre-activation sub-tiles in flight ahead of the epilogue; > 4 grows D's ring to that depth
     aux_ldmatrix: bool = False  # stage_aux: read the staged pre-activation with ldmatrix (stmatrix's layout) instead of per-element ld.shared
     gelu_fold: bool = False  # gelu_tanh as x/2 * (1 + tanh(x * (k + k c x^2))): 5 FP ops + one tanh.approx instead of 8 + one
+    amax_fast: bool = False  # amax without the per-element bounds predicate (out-of-bounds outputs are exactly 0), 4 running maxima per thread
+    swiglu_tanh: bool = False  # swiglu's silu(g) as h + h * tanh(h), h = g / 2: one tanh.approx instead of ex2.approx + rcp.approx
 
 
 def epilogue_free(cfg: GemmSm90Config) -> GemmSm90Config:
@@ -132,6 +139,7 @@ def epilogue_free(cfg: GemmSm90Config) -> GemmSm90Config:
         aux_prefetch=1,
         aux_ldmatrix=False,
         gelu_fold=False,
+        amax_fast=False,
     )
 
 
@@ -180,6 +188,10 @@ class GemmSm90Kernel:
             raise ValueError("aux_prefetch > 1 and aux_ldmatrix serve the staged dsrelu pre-activation: they need stage_aux")
         if cfg.gelu_fold and cfg.activation != "gelu_tanh":
             raise ValueError(f"gelu_fold serves activation 'gelu_tanh', got {cfg.activation!r}")
+        if cfg.amax_fast and not cfg.amax:
+            raise ValueError("amax_fast serves amax plans: it needs amax=True")
+        if cfg.swiglu_tanh and not cfg.swiglu:
+            raise ValueError("swiglu_tanh serves swiglu plans: it needs swiglu=True")
         if cfg.aux_prefetch > self.epi_stage:
             # the whole prefetch window lives in D's smem ring: deepen it (8 = a whole 128 x 256 tile, one mainloop stage less)
             self.epi_stage = cfg.aux_prefetch
@@ -669,6 +681,9 @@ class GemmSm90Kernel:
                 producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, self.num_mma_threads),
             )
             amax_run = Float32(0.0)
+            if cutlass.const_expr(cfg.amax_fast):
+                amax_parts = cute.make_rmem_tensor(cute.make_layout(AMAX_WAYS), Float32)
+                amax_parts.fill(0.0)
             # per-tensor scales: device scalars read once per thread (fp8 dequantization folds into alpha)
             alpha_eff = alpha
             if cutlass.const_expr(cfg.scale_ab):
@@ -939,10 +954,27 @@ class GemmSm90Kernel:
                             if cutlass.const_expr(cfg.store_pre):
                                 if up_in:
                                     mAux[gm, un, bidx_l] = u.to(self.aux_dtype)
-                            y = epi_ops.silu_mul(x, u)
+                            if cutlass.const_expr(cfg.swiglu_tanh):
+                                y = epi_ops.silu_mul_tanh(x, u)
+                            else:
+                                y = epi_ops.silu_mul(x, u)
                         if cutlass.const_expr(cfg.amax):
-                            if in_bounds:
-                                amax_run = cute.arch.fmax(amax_run, cute.math.absf(y))
+                            if cutlass.const_expr(cfg.amax_fast):
+                                # no bounds predicate: outside the problem the accumulator is exactly 0 (TMA zero-fills A and B),
+                                # C, bias and aux reads are predicated (0) and every activation maps 0 to 0, so |y| = 0 there;
+                                # except a staged bias, which covers the whole tile along its own mode: predicate the other one
+                                ay = cute.math.absf(y)
+                                if cutlass.const_expr(cfg.stage_bias and cfg.bias == "n"):
+                                    if gm >= m:
+                                        ay = Float32(0.0)
+                                if cutlass.const_expr(cfg.stage_bias and cfg.bias == "m"):
+                                    if gn >= n:
+                                        ay = Float32(0.0)
+                                # AMAX_WAYS independent running maxima: dependency chains a quarter as long
+                                amax_parts[epi_v % AMAX_WAYS] = cute.arch.fmax(amax_parts[epi_v % AMAX_WAYS], ay)
+                            else:
+                                if in_bounds:
+                                    amax_run = cute.arch.fmax(amax_run, cute.math.absf(y))
                         if cutlass.const_expr(cfg.scale_d):
                             y = y * d_scale
                         tRS_rD[epi_v] = y
@@ -995,6 +1027,9 @@ class GemmSm90Kernel:
                 work_tile = tile_sched.get_current_work()
 
             if cutlass.const_expr(cfg.amax):
+                if cutlass.const_expr(cfg.amax_fast):
+                    for j in cutlass.range_constexpr(AMAX_WAYS):
+                        amax_run = cute.arch.fmax(amax_run, amax_parts[j])
                 amax_run = cute.arch.warp_reduction_max(amax_run)
                 if cute.arch.lane_idx() == 0:
                     cute.arch.atomic_fmax(pAmax, amax_run, sign_bit=False)

@@ -28,6 +28,7 @@ shapes this changes only the ones whose 128 x 256 tiles fill the last wave badly
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple
 
@@ -157,4 +158,61 @@ def choose_tile(
     return best
 
 
-__all__ = ["CANDIDATE_TILE_N", "DEFAULT_CLUSTER", "DEFAULT_TILE", "EFFICIENCY", "TileChoice", "choose_swizzle", "choose_tile", "wave_traffic"]
+#: "auto2": the M grid over which :func:`choose_tile_set` scores a second tile width (multiples of 128 from
+#: MIN_EXTENT to 16384: the token counts of prefill and training batches; decode M is split-K territory)
+AUTO2_M_GRID = tuple(range(MIN_EXTENT, 16384 + 1, 128))
+
+
+@functools.lru_cache(maxsize=256)
+def choose_tile_set(n: int, k: int, *, tile_k: int = 64, sm_count: int = 132, cluster_mn: tuple = DEFAULT_CLUSTER) -> tuple:
+    """The tiles an "auto2" plan compiles, from N and K only (Rule 4: never from M): ``((128, 256), (128, tn))`` or
+    ``((128, 256),)``.
+
+    The second width ``tn`` (224, 192 or 128) is the one whose per-M choice (:func:`choose_in_set`: the default
+    unless the model predicts ``tn`` faster by more than MIN_GAIN) saves the most predicted time, averaged over the
+    M of :data:`AUTO2_M_GRID` (relative to the default's time at each M); none when no M of the grid gains. Both
+    tiles are compiled with the plan, so the per-M choice between them at plan time never compiles (a new M picks
+    one of two kernels of the cache). Same cluster for both: the multicast pair of the default."""
+    best, best_gain = None, 0.0
+    for tn in CANDIDATE_TILE_N:
+        if tn == DEFAULT_TILE[1]:
+            continue
+        gain = 0.0
+        for m in AUTO2_M_GRID:
+            d = _cost(m, n, k, 1, DEFAULT_TILE, cluster_mn, tile_k, sm_count).cost
+            c = _cost(m, n, k, 1, (128, tn), cluster_mn, tile_k, sm_count).cost
+            if c < d * (1.0 - MIN_GAIN):
+                gain += (d - c) / d
+        if gain > best_gain:
+            best, best_gain = tn, gain
+    return (DEFAULT_TILE,) if best is None else (DEFAULT_TILE, (128, best))
+
+
+def choose_in_set(
+    m: int, n: int, k: int, batch: int, tiles: tuple, *, tile_k: int = 64, sm_count: int = 132, cluster_mn: tuple = DEFAULT_CLUSTER
+) -> TileChoice:
+    """The tile of ``tiles`` (:func:`choose_tile_set`) for this M: the first (the default) unless another is predicted
+    faster by more than MIN_GAIN; the default below MIN_EXTENT. The scheduler swizzle is N's (:func:`choose_swizzle`
+    with ``m=None``, as "auto"), per tile."""
+    best = default = _cost(m, n, k, batch, tiles[0], cluster_mn, tile_k, sm_count)
+    if min(m, n) >= MIN_EXTENT:
+        for t in tiles[1:]:
+            c = _cost(m, n, k, batch, t, cluster_mn, tile_k, sm_count)
+            if c.cost < default.cost * (1.0 - MIN_GAIN) and c.cost < best.cost:
+                best = c
+    return best
+
+
+__all__ = [
+    "AUTO2_M_GRID",
+    "choose_in_set",
+    "choose_tile_set",
+    "CANDIDATE_TILE_N",
+    "DEFAULT_CLUSTER",
+    "DEFAULT_TILE",
+    "EFFICIENCY",
+    "TileChoice",
+    "choose_swizzle",
+    "choose_tile",
+    "wave_traffic",
+]

@@ -18,6 +18,10 @@ from cudnn.workspace import Workspace, ws_align
 
 CHUNK = 64
 SCHEDULES = ("serial", "parallel")
+#: The schedule of the public ops (``gated_delta_net`` / ``kimi_delta_attention``, their torch custom ops' ``schedule``
+#: default) and of the graph engines; the adapters keep "serial" as theirs (the parallel schedule needs the caller's
+#: workspace). Flipping the default is this line.
+DEFAULT_SCHEDULE = "serial"
 
 #: (name, bytes per element, elements per slot and head as a function of D) of every workspace array, in carve order.
 _ARRAYS = (
@@ -82,16 +86,30 @@ def fake_workspace_pointers() -> list:
 
 
 def compile_parallel(
-    kernels, family: str, d: int, g_dtype: str, beta_dtype: str, l2norm: bool, varlen: bool, has_initial: bool, has_final: bool, row_scaled: bool = False
+    kernels,
+    family: str,
+    d: int,
+    g_dtype: str,
+    beta_dtype: str,
+    l2norm: bool,
+    varlen: bool,
+    has_initial: bool,
+    has_final: bool,
+    row_scaled: bool = False,
+    prep_options: dict | None = None,
+    g_align: int = 2,
+    state_options: dict | None = None,
 ):
     """``(prep, state, out)`` compiled through ``kernel_cache`` from the family's ``kernels`` = ((PrepKey, Prep),
     (StateKey, State), (OutKey, Out)); each key holds plan-time values only (Rule 4). ``row_scaled``: the output
-    kernel applies per-row factors to ``Q S0^T`` (Gated DeltaNet's scalar decay)."""
+    kernel applies per-row factors to ``Q S0^T`` (Gated DeltaNet's scalar decay). ``prep_options``: extra fields of
+    the prep key (opt-in tuning, e.g. KDA's ``prefetch``), ``state_options`` of the state-pass key (``stages``); ``g_align``: the byte alignment the prep kernel assumes
+    for ``g`` (2, or 4 for an fp32 ``g`` read by 32-bit loads; execute passes the same and checks the address)."""
     from cudnn.kernel_cache import kernel_cache
 
     (prep_key_t, prep_t), (state_key_t, state_t), (out_key_t, out_t) = kernels
-    prep_key = prep_key_t(head_dim=d, g_dtype=g_dtype, beta_dtype=beta_dtype, l2norm=l2norm, varlen=varlen)
-    state_key = state_key_t(head_dim=d, varlen=varlen, has_initial=has_initial, has_final=has_final)
+    prep_key = prep_key_t(head_dim=d, g_dtype=g_dtype, beta_dtype=beta_dtype, l2norm=l2norm, varlen=varlen, **(prep_options or {}))
+    state_key = state_key_t(head_dim=d, varlen=varlen, has_initial=has_initial, has_final=has_final, **(state_options or {}))
     out_key = out_key_t(head_dim=d, varlen=varlen, row_scaled=row_scaled)
 
     def build_prep():
@@ -101,7 +119,7 @@ def compile_parallel(
 
         from .launch import fake_gmem_ptr as fp
 
-        ptrs = [fp("BFloat16", 16), fp("BFloat16", 16), fp("BFloat16", 16), fp(g_dtype, 2), fp(beta_dtype, 2), fp("Int32", 4) if varlen else None]
+        ptrs = [fp("BFloat16", 16), fp("BFloat16", 16), fp("BFloat16", 16), fp(g_dtype, g_align), fp(beta_dtype, 2), fp("Int32", 4) if varlen else None]
         return cute.compile(prep_t(prep_key), *ptrs, *fake_workspace_pointers(), *[Int32(8)] * 7, Float32(1.0), *[(Int64(8), Int64(8))] * 3, cuda.CUstream(0))
 
     def build_state():

@@ -25,7 +25,7 @@ from cudnn.api_base import APIBase, TensorDesc, TupleDict
 from cudnn.datatypes import data_type
 from cudnn.dsl_gate import require_cutedsl
 
-from .chunk_parallel import SCHEDULES, compile_parallel, launch_parallel, parallel_extents, workspace_bytes, workspace_pointers
+from .chunk_parallel import DEFAULT_SCHEDULE, SCHEDULES, compile_parallel, launch_parallel, parallel_extents, workspace_bytes, workspace_pointers
 from .launch import CUTLASS_NAMES as _CNAME
 from .launch import fake_gmem_ptr as _fake_ptr
 from .launch import gmem_ptr as _ptr
@@ -81,6 +81,9 @@ class DeltaRuleFwdSm90(APIBase):
     _family: str = ""
     _gate_per_key: bool = False
     _parallel_schedule: bool = False  # the family has the chunk-parallel kernels (``_parallel_kernel_classes``)
+    _prep_two_per_sm: bool = False  # its parallel prep kernel has the ``two_per_sm`` key option
+    _prep_fast_exp: bool = False  # its parallel prep kernel has the ``fast_exp`` key option
+    _prep_prefetch_and_two_per_sm: bool = True  # both prep options together compile without spills
 
     def __init__(
         self, q, k, v, g, beta, o, *, scale=None, use_qk_l2norm_in_kernel=False, initial_state=None, final_state=None, cu_seqlens=None, schedule="serial"
@@ -91,6 +94,19 @@ class DeltaRuleFwdSm90(APIBase):
         self.l2norm = bool(use_qk_l2norm_in_kernel)
         self.schedule = schedule
         self._compiled_parallel = None
+        self._parallel_g_align = 2
+        #: Tuning / A-B knob of the parallel schedule (set before compile(); part of the prep kernel's compile key):
+        #: the prep kernel issues all of a chunk's global reads at once (``{Kda,Gdn}ParallelPrepKey.prefetch``).
+        #: Default False (the verified kernel). Ignored by the serial schedule.
+        self.parallel_prefetch = False
+        #: Tuning / A-B knob of the parallel schedule's state pass (set before compile(); part of its compile key): the
+        #: shared-memory stages of the per-chunk operands, 2 (default, the verified kernel) or 3 (fetch two chunks ahead).
+        self.parallel_state_stages = 2
+        #: Tuning / A-B knob (``{Kda,Gdn}ParallelPrepKey.two_per_sm``): the prep kernel runs two CTAs per SM.
+        self.parallel_prep_two_per_sm = False
+        #: Tuning / A-B knob (KDA only: ``KdaParallelPrepKey.fast_exp``): the prep kernel's per-element decays by
+        #: ``ex2.approx``. Changes outputs by rounding (not bitwise the serial schedule).
+        self.parallel_fast_exp = False
 
     # -- family hooks -------------------------------------------------------------------------------
     def compile_key(self):  # pragma: no cover - every family overrides
@@ -104,6 +120,34 @@ class DeltaRuleFwdSm90(APIBase):
     def _parallel_kernel_classes(cls):  # pragma: no cover - families with _parallel_schedule override
         """((PrepKey, Prep), (StateKey, State), (OutKey, Out)) of the chunk-parallel schedule."""
         raise NotImplementedError
+
+    def _prep_options(self) -> dict:
+        """Extra prep-key fields of the parallel schedule, each only when set (the default key is unchanged): ``prefetch``;
+        ``two_per_sm`` / ``fast_exp`` (families with ``_prep_two_per_sm`` / ``_prep_fast_exp``; ValueError elsewhere)."""
+        opts = {}
+        if self.parallel_prefetch:
+            opts["prefetch"] = True
+        if self.parallel_prep_two_per_sm:
+            self._value_error_if(not self._prep_two_per_sm, f"{self._public}: parallel_prep_two_per_sm is not available for this family")
+            opts["two_per_sm"] = True
+            self._value_error_if(
+                self.parallel_prefetch and not self._prep_prefetch_and_two_per_sm,
+                f"{self._public}: parallel_prefetch with parallel_prep_two_per_sm spills registers in this family's prep kernel; choose one",
+            )
+        if self.parallel_fast_exp:
+            self._value_error_if(not self._prep_fast_exp, f"{self._public}: parallel_fast_exp is not available for this family")
+            opts["fast_exp"] = True
+        return opts
+
+    def _state_options(self) -> dict:
+        """Extra state-pass key fields: ``stages`` only when not the default 2 (the default key is unchanged)."""
+        stages = self.parallel_state_stages
+        self._value_error_if(stages not in (2, 3), f"{self._public}: parallel_state_stages={stages!r}; accepted 2 or 3")
+        return {} if stages == 2 else {"stages": int(stages)}
+
+    def _g_align(self) -> int:
+        """Byte alignment the parallel prep kernel assumes for ``g`` (4: fp32 ``g`` read by 32-bit loads, with prefetch)."""
+        return 4 if self._prep_options().get("prefetch") and self.g.dtype == data_type.FLOAT else 2
 
     # -- plan ---------------------------------------------------------------------------------------
     def check_support(self) -> bool:
@@ -203,6 +247,7 @@ class DeltaRuleFwdSm90(APIBase):
         self._ensure_support_checked()
         if self.schedule == "parallel":
             f = self._key_fields()
+            self._parallel_g_align = self._g_align()  # what the compiled prep kernel assumes; execute binds g with it
             self._compiled_parallel = compile_parallel(
                 self._parallel_kernel_classes(),
                 self._family,
@@ -214,6 +259,9 @@ class DeltaRuleFwdSm90(APIBase):
                 f["has_initial"],
                 f["has_final"],
                 row_scaled=not self._gate_per_key,
+                prep_options=self._prep_options(),
+                g_align=self._parallel_g_align,
+                state_options=self._state_options(),
             )
             self._compiled_kernel = self._compiled_parallel
             return
@@ -339,11 +387,14 @@ class DeltaRuleFwdSm90(APIBase):
         ext = parallel_extents(T, n_seqs, seq_len, cu_seqlens is not None)
         required = workspace_bytes(ext.slots, heads, d)
         ws_ptrs = workspace_pointers(workspace, required, f"{type(self).__name__}.execute", q.device, ext.slots, heads, d)
+        g_align = self._parallel_g_align
+        if g.data_ptr() % g_align:
+            raise ValueError(f"{type(self).__name__}.execute: g at 0x{g.data_ptr():x} is not {g_align}-byte aligned (the plan's prefetch prep kernel needs it)")
         ptrs = dict(
             q=_ptr(q, data_type.BFLOAT16, 16),
             k=_ptr(k, data_type.BFLOAT16, 16),
             v=_ptr(v, data_type.BFLOAT16, 16),
-            g=_ptr(g, self.g.dtype, 2),
+            g=_ptr(g, self.g.dtype, g_align),
             beta=_ptr(beta, self.beta.dtype, 2),
             o=_ptr(o, data_type.BFLOAT16, 2),
             cu=_ptr(cu_seqlens, data_type.INT32, 4),
@@ -353,56 +404,99 @@ class DeltaRuleFwdSm90(APIBase):
         launch_parallel(self._compiled_parallel, ptrs, ws_ptrs, ext, T, heads, int(q.shape[-2]), float(self.scale), strides, _stream(current_stream, q.device))
 
 
-def _plan_for(adapter, plans: dict, q, k, v, g, beta, o, scale, l2norm, initial_state, final_state, cu_seqlens):
-    """One ``adapter`` per metadata signature (token extents excluded), cached in the family's ``plans``: the
-    wrapper's per-call cost is a dict lookup."""
+def _plan_for(adapter, plans: dict, q, k, v, g, beta, o, scale, l2norm, initial_state, final_state, cu_seqlens, schedule=DEFAULT_SCHEDULE):
+    """One ``adapter`` per metadata signature (token extents excluded) and schedule, cached in the family's ``plans``:
+    the wrapper's per-call cost is a dict lookup."""
     rank = q.dim()
     free = 1 if rank == 3 else 2
 
     def sig(t):
         return None if t is None else (tuple(t.shape[free:]), t.dtype, str(t.device))
 
-    key = (rank, scale, l2norm, *(sig(t) for t in (q, k, v, g, beta, o, initial_state, final_state, cu_seqlens)))
+    key = (rank, scale, l2norm, schedule, *(sig(t) for t in (q, k, v, g, beta, o, initial_state, final_state, cu_seqlens)))
     plan = plans.get(key)
     if plan is None:
         plan = adapter(
-            q, k, v, g, beta, o, scale=scale, use_qk_l2norm_in_kernel=l2norm, initial_state=initial_state, final_state=final_state, cu_seqlens=cu_seqlens
+            q,
+            k,
+            v,
+            g,
+            beta,
+            o,
+            scale=scale,
+            use_qk_l2norm_in_kernel=l2norm,
+            initial_state=initial_state,
+            final_state=final_state,
+            cu_seqlens=cu_seqlens,
+            schedule=schedule,
         )
         plan.compile()
         plans[key] = plan
     return plan
 
 
-def delta_rule_forward(adapter, plans: dict, q, k, v, g, beta, scale, use_qk_l2norm_in_kernel, initial_state, output_final_state, cu_seqlens, out=None):
+def delta_rule_forward(
+    adapter, plans: dict, q, k, v, g, beta, scale, use_qk_l2norm_in_kernel, initial_state, output_final_state, cu_seqlens, out=None, schedule=DEFAULT_SCHEDULE
+):
     """``(o, final_state or None)``: outputs allocated on torch's current stream (``o`` contiguous with v's shape and dtype
-    unless ``out`` supplies it), the cached ``adapter`` plan of this metadata signature (in ``plans``), one launch on
-    that stream. The real implementation of a family's torch op and of its ``out=`` form."""
+    unless ``out`` supplies it), the cached ``adapter`` plan of this metadata signature and ``schedule`` (in ``plans``),
+    its launches on that stream. The real implementation of a family's torch op and of its ``out=`` form.
+
+    ``schedule="parallel"``: the plan's ``scratch_workspace_bytes(T, N, L)`` are allocated here as a uint8 tensor on the
+    launch stream (R1: the caching allocator orders the block's reuse against that stream; R2: the adapter carves it),
+    so the call stays capturable in a CUDA graph (the block comes from the graph's pool) and reads no device value."""
     import torch
 
     from cudnn._torch_stream import stream_context
 
     device = q.device
     rank = q.dim()
-    n = (int(cu_seqlens.shape[0]) - 1) if cu_seqlens is not None else (int(q.shape[0]) if rank == 4 else 1)
+    varlen = cu_seqlens is not None
+    n = (int(cu_seqlens.shape[0]) - 1) if varlen else (int(q.shape[0]) if rank == 4 else 1)
     h, vdim, kdim = int(v.shape[-2]), int(v.shape[-1]), int(q.shape[-1])
     stream = torch.cuda.current_stream(device)
     with stream_context(stream, device):
         o = torch.empty(v.shape, dtype=v.dtype, device=device) if out is None else out
         final = torch.empty(n, h, vdim, kdim, dtype=torch.float32, device=device) if output_final_state else None
-    plan = _plan_for(adapter, plans, q, k, v, g, beta, o, scale, use_qk_l2norm_in_kernel, initial_state, final, cu_seqlens)
-    plan.execute(q, k, v, g, beta, o, initial_state, final, cu_seqlens, current_stream=stream)
+    plan = _plan_for(adapter, plans, q, k, v, g, beta, o, scale, use_qk_l2norm_in_kernel, initial_state, final, cu_seqlens, schedule)
+    workspace = None
+    if schedule == "parallel":
+        T = int(q.shape[0]) if rank == 3 else int(q.shape[0]) * int(q.shape[1])
+        seq_len = 0 if varlen else (int(q.shape[1]) if rank == 4 else T)
+        with stream_context(stream, device):
+            workspace = torch.empty(plan.scratch_workspace_bytes(T, n, seq_len), dtype=torch.uint8, device=device)
+    plan.execute(q, k, v, g, beta, o, initial_state, final, cu_seqlens, current_stream=stream, workspace=workspace)
     return o, final
 
 
-def delta_rule_public(public: str, forward, load_op, q, k, v, g, beta, scale, use_qk_l2norm_in_kernel, initial_state, output_final_state, cu_seqlens, out):
+def delta_rule_public(
+    public: str,
+    forward,
+    load_op,
+    q,
+    k,
+    v,
+    g,
+    beta,
+    scale,
+    use_qk_l2norm_in_kernel,
+    initial_state,
+    output_final_state,
+    cu_seqlens,
+    out,
+    schedule=DEFAULT_SCHEDULE,
+):
     """The public wrapper's body: with ``out``, the eager forward-only path through ``forward`` (refused when an input
-    requires grad); else the torch custom op ``load_op()`` (imported lazily). Returns ``TupleDict(o, final_state)``."""
+    requires grad); else the torch custom op ``load_op()`` (imported lazily). ``schedule`` ("serial" default, or the
+    opt-in "parallel") is checked here (ValueError) before any tracing or launch. Returns ``TupleDict(o, final_state)``."""
+    if schedule not in SCHEDULES:
+        raise ValueError(f"cudnn.linear_attention.{public}: schedule={schedule!r}; accepted {SCHEDULES}")
     if out is not None:
         from .delta_rule_op import forward_only_guard
 
         forward_only_guard(public, q, k, v, g, beta, initial_state)
-        o, final = forward(q, k, v, g, beta, scale, use_qk_l2norm_in_kernel, initial_state, output_final_state, cu_seqlens, out)
+        o, final = forward(q, k, v, g, beta, scale, use_qk_l2norm_in_kernel, initial_state, output_final_state, cu_seqlens, out, schedule=schedule)
         return TupleDict(o=o, final_state=final)
     op = load_op()
-    o, final = op(q, k, v, g, beta, scale, bool(use_qk_l2norm_in_kernel), initial_state, bool(output_final_state), cu_seqlens)
+    o, final = op(q, k, v, g, beta, scale, bool(use_qk_l2norm_in_kernel), initial_state, bool(output_final_state), cu_seqlens, schedule)
     return TupleDict(o=o, final_state=final if output_final_state else None)

@@ -3,10 +3,11 @@
 ``define_forward_op("gated_delta_net", forward, backward)`` registers ``torch.ops.cudnn_linear_attention.gated_delta_net_fwd``::
 
     (q, k, v, g, beta, scale: float?, use_qk_l2norm_in_kernel: bool, initial_state: Tensor?, output_final_state: bool,
-     cu_seqlens: Tensor?) -> (o, final_state)
+     cu_seqlens: Tensor?, schedule: str = DEFAULT_SCHEDULE) -> (o, final_state)
 
 - the real implementation is the family's ``forward`` (api.py: plan lookup, outputs allocated on torch's current
-  stream, one launch); ``o`` is a contiguous tensor of v's shape and dtype, ``final_state`` fp32 ``[N, H, V, K]`` or,
+  stream, one launch; ``schedule="parallel"``: the three chunk-parallel launches over a workspace the op allocates on
+  that stream through the caching allocator, R1 / R2); ``o`` is a contiguous tensor of v's shape and dtype, ``final_state`` fp32 ``[N, H, V, K]`` or,
   without ``output_final_state``, an empty ``(0,)`` placeholder (custom-op outputs cannot be None);
 - the fake implementation gives torch.compile / FakeTensor / meta tracing the same metadata (N from
   ``cu_seqlens.shape[0] - 1``, a dense batch's B, else 1: symbolic extents stay symbolic);
@@ -26,6 +27,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from .chunk_parallel import DEFAULT_SCHEDULE
+
 if TYPE_CHECKING:
     from .delta_rule_bwd_op import BackwardOp
 
@@ -41,7 +44,7 @@ def n_seqs(q, cu_seqlens):
 
 def define_forward_op(public: str, forward, backward: BackwardOp):
     """Register ``torch.ops.cudnn_linear_attention.<public>_fwd`` over ``forward(q, k, v, g, beta, scale, l2norm, initial_state,
-    output_final_state, cu_seqlens) -> (o, final_state or None)``, its autograd through ``backward`` (the family's
+    output_final_state, cu_seqlens, schedule=...) -> (o, final_state or None)``, its autograd through ``backward`` (the family's
     ``BackwardOp``: ``check`` at forward time, ``autograd_backward`` at backward time), and return the op."""
 
     @torch.library.custom_op(f"{NAMESPACE}::{public}_fwd", mutates_args=())
@@ -56,12 +59,13 @@ def define_forward_op(public: str, forward, backward: BackwardOp):
         initial_state: torch.Tensor | None,
         output_final_state: bool,
         cu_seqlens: torch.Tensor | None,
+        schedule: str = DEFAULT_SCHEDULE,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        o, final = forward(q, k, v, g, beta, scale, use_qk_l2norm_in_kernel, initial_state, output_final_state, cu_seqlens)
+        o, final = forward(q, k, v, g, beta, scale, use_qk_l2norm_in_kernel, initial_state, output_final_state, cu_seqlens, schedule=schedule)
         return o, (final if final is not None else q.new_empty((0,), dtype=torch.float32))
 
     @op.register_fake
-    def _(q, k, v, g, beta, scale, use_qk_l2norm_in_kernel, initial_state, output_final_state, cu_seqlens):
+    def _(q, k, v, g, beta, scale, use_qk_l2norm_in_kernel, initial_state, output_final_state, cu_seqlens, schedule=DEFAULT_SCHEDULE):
         o = v.new_empty(v.shape)
         if output_final_state:
             final = q.new_empty((n_seqs(q, cu_seqlens), v.shape[-2], v.shape[-1], q.shape[-1]), dtype=torch.float32)
@@ -70,7 +74,7 @@ def define_forward_op(public: str, forward, backward: BackwardOp):
         return o, final
 
     def setup_context(ctx, inputs, output):
-        q, k, v, g, beta, scale, l2norm, initial_state, output_final_state, cu_seqlens = inputs
+        q, k, v, g, beta, scale, l2norm, initial_state, output_final_state, cu_seqlens = inputs[:10]  # schedule: forward only
         backward.check(q, k, v, g, beta, scale, l2norm, initial_state, output_final_state, cu_seqlens)  # declines raise here
         ctx.save_for_backward(q, k, v, g, beta, initial_state, cu_seqlens)
         ctx.scale, ctx.l2norm = scale, l2norm
@@ -78,7 +82,7 @@ def define_forward_op(public: str, forward, backward: BackwardOp):
     def grads(ctx, do, dfinal):
         q, k, v, g, beta, initial_state, cu_seqlens = ctx.saved_tensors
         dq, dk, dv, dg, dbeta, dh0 = backward.autograd_backward(q, k, v, g, beta, do, dfinal, ctx.scale, ctx.l2norm, initial_state, cu_seqlens)
-        return dq, dk, dv, dg, dbeta, None, None, dh0, None, None
+        return dq, dk, dv, dg, dbeta, None, None, dh0, None, None, None
 
     op.register_autograd(grads, setup_context=setup_context)
     return op

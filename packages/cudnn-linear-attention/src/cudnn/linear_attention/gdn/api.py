@@ -34,6 +34,7 @@ Exported as ``cudnn.linear_attention.gated_delta_net`` and ``GatedDeltaNetFwdSm9
 
 from __future__ import annotations
 
+from .._host.chunk_parallel import DEFAULT_SCHEDULE
 from .._host.delta_rule_api import CUTEDSL_FLOOR, HEAD_DIMS, DeltaRuleFwdSm90, delta_rule_forward, delta_rule_public
 
 __all__ = ["CUTEDSL_FLOOR", "FAMILY", "HEAD_DIMS", "GatedDeltaNetFwdSm90", "gated_delta_net"]
@@ -55,6 +56,7 @@ class GatedDeltaNetFwdSm90(DeltaRuleFwdSm90):
     _family = FAMILY
     _gate_per_key = False
     _parallel_schedule = True  # schedule="parallel": chunk_parallel_prep_kernel.py + kda/chunk_parallel_{state,out}_kernel.py
+    _prep_two_per_sm = True  # GdnParallelPrepKey.two_per_sm (parallel_prep_two_per_sm)
 
     def __init__(
         self, q, k, v, g, beta, o, *, scale=None, use_qk_l2norm_in_kernel=False, initial_state=None, final_state=None, cu_seqlens=None, schedule="serial"
@@ -106,12 +108,12 @@ class GatedDeltaNetFwdSm90(DeltaRuleFwdSm90):
 _PLANS: dict = {}
 
 
-def _forward(q, k, v, g, beta, scale, use_qk_l2norm_in_kernel, initial_state, output_final_state, cu_seqlens, out=None):
+def _forward(q, k, v, g, beta, scale, use_qk_l2norm_in_kernel, initial_state, output_final_state, cu_seqlens, out=None, schedule=DEFAULT_SCHEDULE):
     """``(o, final_state or None)``: outputs allocated on torch's current stream (``o`` contiguous with v's shape and dtype
-    unless ``out`` supplies it), the cached plan of this metadata signature, one launch on that stream. The real
+    unless ``out`` supplies it), the cached plan of this metadata signature and ``schedule``, its launches on that stream. The real
     implementation of ``torch.ops.cudnn_linear_attention.gated_delta_net_fwd`` and of the ``out=`` form."""
     return delta_rule_forward(
-        GatedDeltaNetFwdSm90, _PLANS, q, k, v, g, beta, scale, use_qk_l2norm_in_kernel, initial_state, output_final_state, cu_seqlens, out
+        GatedDeltaNetFwdSm90, _PLANS, q, k, v, g, beta, scale, use_qk_l2norm_in_kernel, initial_state, output_final_state, cu_seqlens, out, schedule
     )
 
 
@@ -134,6 +136,7 @@ def gated_delta_net(
     output_final_state: bool = False,
     cu_seqlens=None,
     out=None,
+    schedule: str = DEFAULT_SCHEDULE,
 ):
     """Chunked Gated DeltaNet forward (fla ``chunk_gated_delta_rule`` semantics), sm_90a.
 
@@ -147,7 +150,12 @@ def gated_delta_net(
     torch.compile traces it, fullgraph). Differentiable: its autograd runs the chunked backward kernels
     (``torch.ops.cudnn_linear_attention.*_bwd``). ``out`` supplies ``o`` and takes
     the forward-only path outside the op (eager; refused with NotImplementedError when an input requires grad).
+
+    ``schedule``: ``"serial"`` (the default, ``_host/chunk_parallel.py::DEFAULT_SCHEDULE``: one kernel, one CTA per sequence, head and 64-wide V slice walking the chunks
+    in order) or ``"parallel"`` (opt-in: three chunk-parallel kernels, prep / state pass / output; the op allocates
+    their workspace on torch's current stream through the caching allocator, so eager, torch.compile and CUDA-graph
+    capture all work). Both give the same outputs (bitwise on the GPU tests); the backward does not depend on it.
     """
     return delta_rule_public(
-        "gated_delta_net", _forward, _load_op, q, k, v, g, beta, scale, use_qk_l2norm_in_kernel, initial_state, output_final_state, cu_seqlens, out
+        "gated_delta_net", _forward, _load_op, q, k, v, g, beta, scale, use_qk_l2norm_in_kernel, initial_state, output_final_state, cu_seqlens, out, schedule
     )

@@ -50,6 +50,46 @@ class GdnParallelPrepKey:
     beta_dtype: str
     l2norm: bool
     varlen: bool
+    #: Opt-in (default False: the verified kernel, PTX unchanged): every global read of the chunk (g, beta, this thread's
+    #: q / k half rows and v half rows) issued at once before any is used, instead of a round trip per step; an fp32
+    #: g is addressed as 4-byte aligned. Same values, same arithmetic: bitwise the default's outputs.
+    prefetch: bool = False
+    #: Opt-in (default False): two CTAs per SM instead of one. The solve's fp32 scratch (``T`` and ``M``, 20.8 KB) lives
+    #: in the bytes of ``Q`` and ``P`` (dead once P is in the workspace: one extra barrier), which cuts shared memory from
+    #: about 118 KB to about 97 KB for K = 128; launched with ``min_blocks_per_mp=2`` and the maximum shared-memory
+    #: carveout (255 registers x 128 threads: two CTAs fit the register file exactly). One CTA's load latency and
+    #: barriers then overlap the other's work. Same arithmetic: bitwise the default's outputs.
+    two_per_sm: bool = False
+
+
+def _aliased_storage(l_ck, l_kc, l_vc, l_cc):
+    """The shared-memory struct of the ``two_per_sm`` variant: no ``T`` / ``M`` fields; ``Q`` is padded (to whole KB)
+    so that ``Q`` and ``P``, adjacent, hold the solve's fp32 ``T`` [64, 65] and ``M`` [16, 65]. Host-side (trace time)."""
+    scratch_bytes = 4 * (CHUNK + SOLVE_BLOCK) * (CHUNK + 1)
+    p_bytes = 2 * cute.cosize(l_cc)
+    q_elems = max(cute.cosize(l_ck), -(-(scratch_bytes - p_bytes) // 1024) * 512)
+
+    def bf16(n):
+        return cute.struct.Align[cute.struct.MemRange[BFloat16, n], 1024]
+
+    def f32(n):
+        return cute.struct.Align[cute.struct.MemRange[Float32, n], 16]
+
+    fields = {  # evaluated annotations (this module defers annotations; q_elems is a local)
+        "smem_q": bf16(q_elems),
+        "smem_p": bf16(cute.cosize(l_cc)),  # right after Q: [Q | P] hosts T, M
+        "smem_k": bf16(cute.cosize(l_ck)),
+        "smem_kt": bf16(cute.cosize(l_kc)),
+        "smem_vt": bf16(cute.cosize(l_vc)),
+        "smem_tm": bf16(cute.cosize(l_cc)),
+        "smem_a": f32(CHUNK * (CHUNK + 1)),
+        "smem_g": f32(CHUNK),
+        "smem_gc": f32(CHUNK),
+        "smem_beta": f32(CHUNK),
+    }
+    AliasedStorage = cute.struct(type("AliasedStorage", (), {"__annotations__": fields}))
+    assert q_elems * 2 + p_bytes >= scratch_bytes
+    return AliasedStorage
 
 
 class GatedDeltaNetParallelPrep:
@@ -106,30 +146,44 @@ class GatedDeltaNetParallelPrep:
         l_vc = k_major_smem_layout(CHUNK, CHUNK, D // BV)  # (beta V)^T [64 V-channels, tokens] x V/64
         l_cc = k_major_smem_layout(CHUNK, CHUNK)  # Tm
 
-        @cute.struct
-        class SharedStorage:
-            smem_q: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
-            smem_k: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
-            smem_kt: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_kc)], 1024]
-            smem_vt: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_vc)], 1024]
-            smem_tm: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
-            smem_p: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
-            smem_a: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK * (CHUNK + 1)], 16]
-            smem_t: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK * (CHUNK + 1)], 16]
-            smem_m: cute.struct.Align[cute.struct.MemRange[Float32, SOLVE_BLOCK * (CHUNK + 1)], 16]
-            smem_g: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]
-            smem_gc: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]
-            smem_beta: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]
+        if const_expr(self.key.two_per_sm):
+            storage_class = _aliased_storage(l_ck, l_kc, l_vc, l_cc)
+            self.kernel(
+                gQ, gK, gV, mG, mB, mCu, ws, n_seqs, seq_len, chunks_per_seq, heads, qk_heads, scale, mma_n64, l_ck, l_kc, l_vc, l_cc, storage_class
+            ).launch(
+                grid=[slots, heads, 1],
+                block=[THREADS, 1, 1],
+                smem=storage_class.size_in_bytes(),
+                stream=stream,
+                min_blocks_per_mp=2,
+                preferred_smem_carveout=100,  # the maximum carveout: room for two CTAs (and no device query at compile time)
+            )
+        else:
 
-        self.kernel(
-            gQ, gK, gV, mG, mB, mCu, ws, n_seqs, seq_len, chunks_per_seq, heads, qk_heads, scale, mma_n64, l_ck, l_kc, l_vc, l_cc, SharedStorage
-        ).launch(
-            grid=[slots, heads, 1],
-            block=[THREADS, 1, 1],
-            smem=SharedStorage.size_in_bytes(),
-            stream=stream,
-            min_blocks_per_mp=1,
-        )
+            @cute.struct
+            class SharedStorage:
+                smem_q: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
+                smem_k: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
+                smem_kt: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_kc)], 1024]
+                smem_vt: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_vc)], 1024]
+                smem_tm: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
+                smem_p: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
+                smem_a: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK * (CHUNK + 1)], 16]
+                smem_t: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK * (CHUNK + 1)], 16]
+                smem_m: cute.struct.Align[cute.struct.MemRange[Float32, SOLVE_BLOCK * (CHUNK + 1)], 16]
+                smem_g: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]
+                smem_gc: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]
+                smem_beta: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]
+
+            self.kernel(
+                gQ, gK, gV, mG, mB, mCu, ws, n_seqs, seq_len, chunks_per_seq, heads, qk_heads, scale, mma_n64, l_ck, l_kc, l_vc, l_cc, SharedStorage
+            ).launch(
+                grid=[slots, heads, 1],
+                block=[THREADS, 1, 1],
+                smem=SharedStorage.size_in_bytes(),
+                stream=stream,
+                min_blocks_per_mp=1,
+            )
 
     @cute.kernel
     def kernel(
@@ -174,8 +228,13 @@ class GatedDeltaNetParallelPrep:
         sP = storage.smem_p.get_tensor(l_cc.outer, swizzle=l_cc.inner)
         plain = cute.make_layout((CHUNK, CHUNK), stride=(CHUNK + 1, 1))
         sA = storage.smem_a.get_tensor(plain)
-        sT = storage.smem_t.get_tensor(plain)
-        sM = storage.smem_m.get_tensor(cute.make_layout((SOLVE_BLOCK, CHUNK), stride=(CHUNK + 1, 1)))
+        if const_expr(self.key.two_per_sm):  # T and M in the bytes of Q and P (contiguous, sized by _aliased_storage)
+            scratch = cute.recast_ptr(storage.smem_q.data_ptr(), dtype=Float32)
+            sT = cute.make_tensor(scratch, plain)
+            sM = cute.make_tensor(scratch + CHUNK * (CHUNK + 1), cute.make_layout((SOLVE_BLOCK, CHUNK), stride=(CHUNK + 1, 1)))
+        else:
+            sT = storage.smem_t.get_tensor(plain)
+            sM = storage.smem_m.get_tensor(cute.make_layout((SOLVE_BLOCK, CHUNK), stride=(CHUNK + 1, 1)))
         sG = storage.smem_g.get_tensor(cute.make_layout((CHUNK,)))
         sGc = storage.smem_gc.get_tensor(cute.make_layout((CHUNK,)))
         sBeta = storage.smem_beta.get_tensor(cute.make_layout((CHUNK,)))
@@ -194,13 +253,28 @@ class GatedDeltaNetParallelPrep:
         row = tidx // 2
         half = tidx % 2
         if n_valid > 0:  # idle slots (past their sequence's last chunk) do nothing
+            if const_expr(self.key.prefetch):  # every global read of the chunk in flight at once (GdnParallelPrepKey.prefetch)
+                last = t0 + n_valid - 1
+                pf_row = min(t0 + row, last)
+                pf_tok = min(t0 + tidx % CHUNK, last)
+                g_pf = mG[pf_tok, head].to(Float32)
+                b_pf = mB[pf_tok, head].to(Float32)
+                qbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NV)), BFloat16)
+                kbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NV)), BFloat16)
+                load_half_row(gQ, qbuf, pf_row, hk, half, NV)
+                load_half_row(gK, kbuf, pf_row, hk, half, NV)
+                vbufs = [load_v_half_row(gV, pf_row, head, vb * BV, half) for vb in range(NH)]
             # ---- 1. g, beta, the in-chunk cumulative log decay; exp(G_C) and the row factors -> workspace ------
             if tidx < CHUNK:
                 gv = Float32(0.0)
                 bv = Float32(0.0)
                 if tidx < n_valid:
-                    gv = mG[t0 + tidx, head].to(Float32)
-                    bv = mB[t0 + tidx, head].to(Float32)
+                    if const_expr(self.key.prefetch):
+                        gv = g_pf
+                        bv = b_pf
+                    else:
+                        gv = mG[t0 + tidx, head].to(Float32)
+                        bv = mB[t0 + tidx, head].to(Float32)
                 sG[tidx] = gv
                 sBeta[tidx] = bv
             cute.arch.sync_threads()
@@ -225,12 +299,18 @@ class GatedDeltaNetParallelPrep:
             g_row = sGc[row]
             b_row = sBeta[row]
             rbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NV)), BFloat16)
-            load_half_row(gQ, rbuf, t_row, hk, half, NV)
+            if const_expr(self.key.prefetch):
+                rbuf = qbuf
+            else:
+                load_half_row(gQ, rbuf, t_row, hk, half, NV)
             inv_q = _row_scale(rbuf, keep, self.key.l2norm, NV, VEC)
             for vj in cutlass.range_constexpr(NV):
                 for e in cutlass.range_constexpr(VEC):
                     sQ[row, half * HALF + vj * VEC + e] = (rbuf[0, 0, e, vj].to(Float32) * inv_q).to(BFloat16)
-            load_half_row(gK, rbuf, t_row, hk, half, NV)
+            if const_expr(self.key.prefetch):
+                rbuf = kbuf
+            else:
+                load_half_row(gK, rbuf, t_row, hk, half, NV)
             inv_k = _row_scale(rbuf, keep, self.key.l2norm, NV, VEC)
             kscale = b_row * cute.math.exp(g_row)
             for vj in cutlass.range_constexpr(NV):
@@ -240,7 +320,10 @@ class GatedDeltaNetParallelPrep:
                     sK[row, col] = kn
                     sKT[col % BV, row, col // BV] = (kn.to(Float32) * kscale).to(BFloat16)
             for vb in cutlass.range_constexpr(NH):  # (beta V)^T, every 64-channel block of V
-                vbuf = load_v_half_row(gV, t_row, head, vb * BV, half)
+                if const_expr(self.key.prefetch):
+                    vbuf = vbufs[vb]
+                else:
+                    vbuf = load_v_half_row(gV, t_row, head, vb * BV, half)
                 for vj in cutlass.range_constexpr((BV // 2) // VEC):
                     for e in cutlass.range_constexpr(VEC):
                         vc = half * (BV // 2) + vj * VEC + e
@@ -265,6 +348,8 @@ class GatedDeltaNetParallelPrep:
                 sP[rc[0], rc[1]] = p_val.to(BFloat16)
             cute.arch.sync_threads()
             s2g_tile(sP, mP[slot, head, None, None], tidx)  # by 16-byte vectors
+            if const_expr(self.key.two_per_sm):
+                cute.arch.sync_threads()  # every thread's reads of P (and Q) are done before the solve writes T / M over them
 
             # ---- 4. Tm = (I + A)^-1 (fp32, blocked) -> bf16 -------------------------------------------------
             solve_unit_lower_blocked(sA, sT, sM, sTm, tidx)

@@ -34,6 +34,7 @@ at import time; ``check_support`` is metadata-only.
 
 from __future__ import annotations
 
+from .._host.chunk_parallel import DEFAULT_SCHEDULE
 from .._host.delta_rule_api import CUTEDSL_FLOOR, HEAD_DIMS, DeltaRuleFwdSm90, delta_rule_forward, delta_rule_public
 
 __all__ = ["CUTEDSL_FLOOR", "FAMILY", "HEAD_DIMS", "KimiDeltaAttentionFwdSm90", "kimi_delta_attention"]
@@ -55,6 +56,9 @@ class KimiDeltaAttentionFwdSm90(DeltaRuleFwdSm90):
     _family = FAMILY
     _gate_per_key = True
     _parallel_schedule = True  # schedule="parallel": chunk_parallel_{prep,state,out}_kernel.py
+    _prep_fast_exp = True  # KdaParallelPrepKey.fast_exp (parallel_fast_exp)
+    _prep_two_per_sm = True  # KdaParallelPrepKey.two_per_sm (parallel_prep_two_per_sm)
+    _prep_prefetch_and_two_per_sm = False  # K = 128: 64 g registers + the two-CTA register cap spill (56 B): one or the other
 
     def compile_key(self):
         from .chunk_fwd_kernel import KdaFwdKey
@@ -83,12 +87,12 @@ class KimiDeltaAttentionFwdSm90(DeltaRuleFwdSm90):
 _PLANS: dict = {}
 
 
-def _forward(q, k, v, g, beta, scale, use_qk_l2norm_in_kernel, initial_state, output_final_state, cu_seqlens, out=None):
+def _forward(q, k, v, g, beta, scale, use_qk_l2norm_in_kernel, initial_state, output_final_state, cu_seqlens, out=None, schedule=DEFAULT_SCHEDULE):
     """``(o, final_state or None)``: outputs allocated on torch's current stream (``o`` contiguous with v's shape and dtype
-    unless ``out`` supplies it), the cached plan of this metadata signature, one launch on that stream. The real
+    unless ``out`` supplies it), the cached plan of this metadata signature and ``schedule``, its launches on that stream. The real
     implementation of ``torch.ops.cudnn_linear_attention.kimi_delta_attention_fwd`` and of the ``out=`` form."""
     return delta_rule_forward(
-        KimiDeltaAttentionFwdSm90, _PLANS, q, k, v, g, beta, scale, use_qk_l2norm_in_kernel, initial_state, output_final_state, cu_seqlens, out
+        KimiDeltaAttentionFwdSm90, _PLANS, q, k, v, g, beta, scale, use_qk_l2norm_in_kernel, initial_state, output_final_state, cu_seqlens, out, schedule
     )
 
 
@@ -111,6 +115,7 @@ def kimi_delta_attention(
     output_final_state: bool = False,
     cu_seqlens=None,
     out=None,
+    schedule: str = DEFAULT_SCHEDULE,
 ):
     """Chunked Kimi Delta Attention forward (fla ``chunk_kda`` semantics with a precomputed log decay), sm_90a.
 
@@ -125,7 +130,26 @@ def kimi_delta_attention(
     (``torch.ops.cudnn_linear_attention.*_bwd``). For KDA, in-kernel L2 norm and GVA are not served by the
     backward: the forward call raises NotImplementedError when an input requires grad. ``out`` supplies ``o`` and takes
     the forward-only path outside the op (eager; refused with NotImplementedError when an input requires grad).
+
+    ``schedule``: ``"serial"`` (the default, ``_host/chunk_parallel.py::DEFAULT_SCHEDULE``: one kernel, one CTA per sequence, head and 64-wide V slice walking the chunks
+    in order) or ``"parallel"`` (opt-in: three chunk-parallel kernels, prep / state pass / output; the op allocates
+    their workspace on torch's current stream through the caching allocator, so eager, torch.compile and CUDA-graph
+    capture all work). Both give the same outputs (bitwise on the GPU tests); the backward does not depend on it.
     """
     return delta_rule_public(
-        "kimi_delta_attention", _forward, _load_op, q, k, v, g, beta, scale, use_qk_l2norm_in_kernel, initial_state, output_final_state, cu_seqlens, out
+        "kimi_delta_attention",
+        _forward,
+        _load_op,
+        q,
+        k,
+        v,
+        g,
+        beta,
+        scale,
+        use_qk_l2norm_in_kernel,
+        initial_state,
+        output_final_state,
+        cu_seqlens,
+        out,
+        schedule,
     )

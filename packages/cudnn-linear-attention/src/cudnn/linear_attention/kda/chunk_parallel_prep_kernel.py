@@ -57,6 +57,52 @@ class KdaParallelPrepKey:
     beta_dtype: str
     l2norm: bool
     varlen: bool
+    #: Opt-in (default False: the verified kernel, PTX unchanged): issue every global read of the chunk at once before
+    #: any is used -- g [64, K] into 64 registers per thread (by clamped token index, masked after the load), beta,
+    #: this thread's q / k half rows and v half rows -- all before the first barrier (SASS: one batch). The default
+    #: reads g under one predicate per token, which ptxas batches at most 7 deep (its predicate registers), about ten
+    #: dependent round trips per chunk, then q, k and each v block one round trip each; an fp32 g is also addressed as
+    #: 4-byte aligned here (one 32-bit load per element, not two 16-bit ones). Same values, same adds in the same order:
+    #: bitwise the default's outputs.
+    prefetch: bool = False
+    #: Opt-in (default False): the per-element decay factors of steps 2, 3 and 6 (exp(G_i - G_ref), exp(G_i),
+    #: exp(G_r - G_i), exp(G_C - G_i): six per element and block) by ``ex2.approx`` after a multiply by log2(e)
+    #: (2 instructions) instead of the precise expf (about 10: the SASS of the default is dominated by them). The factors
+    #: are rounded to bf16 with their products, so outputs move by rounding only: NOT bitwise the serial kernel (tests
+    #: use the FlashAttention tolerance against the fp32 recurrence). exp(G_C) for the state pass stays precise.
+    fast_exp: bool = False
+    #: Opt-in (default False): two CTAs per SM instead of one (4 warps per SM is what limits this latency-bound kernel).
+    #: K = 128: shared memory from about 174 KB to 113 KB (``_aliased_storage``) by reusing dead tiles -- the solve's fp32 T / M over Q' and
+    #: K'_I (dead after step 3) with Tm in K'_I's upper half, (beta K exp G)^T over A (dead after the solve) and
+    #: (beta V)^T over K' (dead after step 3): both are then formed after the solve (v re-read, an L2 hit) instead of in
+    #: step 2. K = 64 fits two CTAs as is. Launched with ``min_blocks_per_mp=2`` and the maximum carveout. Same values
+    #: by the same operations: bitwise the default's outputs.
+    two_per_sm: bool = False
+
+
+def _aliased_storage(l_ck, l_kc, l_cc, d):
+    """The shared-memory struct of ``two_per_sm`` at K = 128 (host side, trace time): [Q' | K'_I lo | K'_I hi] hold
+    M, T (fp32, from Q' on) and Tm (K'_I hi) during the solve; A is 1024-aligned to host (beta K exp G)^T after it;
+    K' hosts (beta V)^T. 115,712 bytes with the struct's 1024-byte alignment: 2 x (113 KB + 1 KB reserved) = 228 KB,
+    exactly two CTAs per SM at the maximum carveout (no margin: anything added here drops it back to one)."""
+
+    def bf16(n):
+        return cute.struct.Align[cute.struct.MemRange[BFloat16, n], 1024]
+
+    tile = cute.cosize(l_ck)
+    assert 4 * (SOLVE_BLOCK + CHUNK) * (CHUNK + 1) <= 2 * (tile + tile // 2)  # M and T end before K'_I hi (Tm)
+    assert 2 * cute.cosize(l_kc) <= 4 * CHUNK * (CHUNK + 1) and 2 * cute.cosize(l_cc) <= tile  # KT fits A, Tm fits K'_I hi
+    fields = {  # evaluated annotations (this module defers annotations)
+        "smem_qr": bf16(tile),
+        "smem_kr_lo": bf16(tile // 2),  # K'_I spans lo and hi
+        "smem_kr_hi": bf16(tile // 2),
+        "smem_k": bf16(tile),
+        "smem_w": bf16(tile),
+        "smem_a": cute.struct.Align[cute.struct.MemRange[Float32, CHUNK * (CHUNK + 1)], 1024],
+        "smem_gc": cute.struct.Align[cute.struct.MemRange[Float32, CHUNK * (d + 1)], 16],
+        "smem_beta": cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16],
+    }
+    return cute.struct(type("KdaPrepAliasedStorage", (), {"__annotations__": fields}))
 
 
 class KimiDeltaAttentionParallelPrep:
@@ -128,15 +174,30 @@ class KimiDeltaAttentionParallelPrep:
             smem_gc: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK * (D + 1)], 16]
             smem_beta: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]
 
-        self.kernel(
-            gQ, gK, gV, mG, mB, mCu, ws, n_seqs, seq_len, chunks_per_seq, heads, qk_heads, scale, mma_n64, l_ck, l_kc, l_vc, l_cc, SharedStorage
-        ).launch(
-            grid=[slots, heads, 1],
-            block=[THREADS, 1, 1],
-            smem=SharedStorage.size_in_bytes(),
-            stream=stream,
-            min_blocks_per_mp=1,
-        )
+        if const_expr(self.key.two_per_sm):
+            storage_class = SharedStorage
+            if const_expr(D == 128):
+                storage_class = _aliased_storage(l_ck, l_kc, l_cc, D)
+            self.kernel(
+                gQ, gK, gV, mG, mB, mCu, ws, n_seqs, seq_len, chunks_per_seq, heads, qk_heads, scale, mma_n64, l_ck, l_kc, l_vc, l_cc, storage_class
+            ).launch(
+                grid=[slots, heads, 1],
+                block=[THREADS, 1, 1],
+                smem=storage_class.size_in_bytes(),
+                stream=stream,
+                min_blocks_per_mp=2,
+                preferred_smem_carveout=100,  # the maximum carveout: room for two CTAs (and no device query at compile time)
+            )
+        else:
+            self.kernel(
+                gQ, gK, gV, mG, mB, mCu, ws, n_seqs, seq_len, chunks_per_seq, heads, qk_heads, scale, mma_n64, l_ck, l_kc, l_vc, l_cc, SharedStorage
+            ).launch(
+                grid=[slots, heads, 1],
+                block=[THREADS, 1, 1],
+                smem=SharedStorage.size_in_bytes(),
+                stream=stream,
+                min_blocks_per_mp=1,
+            )
 
     @cute.kernel
     def kernel(
@@ -171,19 +232,33 @@ class KimiDeltaAttentionParallelPrep:
         hk = head // (heads // qk_heads)
         _, t0, n_valid = slot_chunk(mCu, slot, n_seqs, seq_len, chunks_per_seq, self.key.varlen)
 
+        ALIAS = self.key.two_per_sm and D == 128  # the reused-tile layout of _aliased_storage (plan-time)
         smem = cutlass.utils.SmemAllocator()
         storage = smem.allocate(SharedStorage)
-        sQr = storage.smem_qr.get_tensor(l_ck.outer, swizzle=l_ck.inner)
-        sK = storage.smem_k.get_tensor(l_ck.outer, swizzle=l_ck.inner)
-        sW = storage.smem_w.get_tensor(l_ck.outer, swizzle=l_ck.inner)  # K' (the A operand of K' K'_I^T)
-        sKR = storage.smem_kr.get_tensor(l_ck.outer, swizzle=l_ck.inner)
-        sKT = storage.smem_kt.get_tensor(l_kc.outer, swizzle=l_kc.inner)
-        sVT = storage.smem_vt.get_tensor(l_vc.outer, swizzle=l_vc.inner)
-        sTm = storage.smem_tm.get_tensor(l_cc.outer, swizzle=l_cc.inner)
         plain = cute.make_layout((CHUNK, CHUNK), stride=(CHUNK + 1, 1))
-        sA = storage.smem_a.get_tensor(plain)
-        sT = storage.smem_t.get_tensor(plain)
-        sM = storage.smem_m.get_tensor(cute.make_layout((SOLVE_BLOCK, CHUNK), stride=(CHUNK + 1, 1)))
+        if const_expr(ALIAS):
+            sQr = storage.smem_qr.get_tensor(l_ck.outer, swizzle=l_ck.inner)
+            sK = storage.smem_k.get_tensor(l_ck.outer, swizzle=l_ck.inner)
+            sW = storage.smem_w.get_tensor(l_ck.outer, swizzle=l_ck.inner)
+            sKR = storage.smem_kr_lo.get_tensor(l_ck.outer, swizzle=l_ck.inner)  # lo and hi
+            sKT = storage.smem_a.get_tensor(l_kc.outer, swizzle=l_kc.inner, dtype=BFloat16)  # over A, after the solve
+            sVT = storage.smem_w.get_tensor(l_vc.outer, swizzle=l_vc.inner)  # over K', after step 3
+            sTm = storage.smem_kr_hi.get_tensor(l_cc.outer, swizzle=l_cc.inner)  # over K'_I's upper half
+            sA = storage.smem_a.get_tensor(plain)
+            scratch = cute.recast_ptr(storage.smem_qr.data_ptr(), dtype=Float32)  # M, then T, over Q' (and K'_I lo)
+            sM = cute.make_tensor(scratch, cute.make_layout((SOLVE_BLOCK, CHUNK), stride=(CHUNK + 1, 1)))
+            sT = cute.make_tensor(scratch + SOLVE_BLOCK * (CHUNK + 1), plain)
+        else:
+            sQr = storage.smem_qr.get_tensor(l_ck.outer, swizzle=l_ck.inner)
+            sK = storage.smem_k.get_tensor(l_ck.outer, swizzle=l_ck.inner)
+            sW = storage.smem_w.get_tensor(l_ck.outer, swizzle=l_ck.inner)  # K' (the A operand of K' K'_I^T)
+            sKR = storage.smem_kr.get_tensor(l_ck.outer, swizzle=l_ck.inner)
+            sKT = storage.smem_kt.get_tensor(l_kc.outer, swizzle=l_kc.inner)
+            sVT = storage.smem_vt.get_tensor(l_vc.outer, swizzle=l_vc.inner)
+            sTm = storage.smem_tm.get_tensor(l_cc.outer, swizzle=l_cc.inner)
+            sA = storage.smem_a.get_tensor(plain)
+            sT = storage.smem_t.get_tensor(plain)
+            sM = storage.smem_m.get_tensor(cute.make_layout((SOLVE_BLOCK, CHUNK), stride=(CHUNK + 1, 1)))
         sGc = storage.smem_gc.get_tensor(cute.make_layout((CHUNK, D), stride=(D + 1, 1)))
         sBeta = storage.smem_beta.get_tensor(cute.make_layout((CHUNK,)))
 
@@ -200,23 +275,55 @@ class KimiDeltaAttentionParallelPrep:
         row = tidx // 2
         half = tidx % 2
         rref = (row // SOLVE_BLOCK) * SOLVE_BLOCK + REF_OFFSET
+        FAST = self.key.fast_exp  # plan-time: the per-element decays by ex2.approx (KdaParallelPrepKey.fast_exp)
         if n_valid > 0:  # idle slots (past their sequence's last chunk) do nothing
-            # ---- 1. per-channel cumulative log decay G [C, K], exp(G_C) -> workspace, beta ------------------
-            if tidx < D:
-                cum = Float32(0.0)
-                for j in cutlass.range(CHUNK, unroll=16):
-                    gj = Float32(0.0)
-                    if j < n_valid:
-                        gj = mG[t0 + j, head, tidx].to(Float32)
-                    cum = cum + gj
-                    sGc[j, tidx] = cum
-                mGE[slot, head, tidx] = cute.math.exp(cum)
-            if tidx < CHUNK:
-                bv = Float32(0.0)
-                if tidx < n_valid:
-                    bv = mB[t0 + tidx, head].to(Float32)
-                sBeta[tidx] = bv
-            cute.arch.sync_threads()
+            if const_expr(self.key.prefetch):  # every global read of the chunk in flight at once (KdaParallelPrepKey.prefetch)
+                last = t0 + n_valid - 1
+                pf_row = min(t0 + row, last)
+                gbuf = cute.make_rmem_tensor(cute.make_layout((CHUNK,)), Float32)
+                if tidx < D:
+                    for j in cutlass.range_constexpr(CHUNK):
+                        gbuf[j] = mG[min(t0 + j, last), head, tidx].to(Float32)
+                b_pf = mB[min(t0 + tidx % CHUNK, last), head].to(Float32)
+                qbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NV)), BFloat16)
+                kbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NV)), BFloat16)
+                load_half_row(gQ, qbuf, pf_row, hk, half, NV)
+                load_half_row(gK, kbuf, pf_row, hk, half, NV)
+                if const_expr(not ALIAS):  # (beta V)^T is formed after the solve there: v is read then
+                    vbufs = [load_v_half_row(gV, pf_row, head, vb * BV, half) for vb in range(NH)]
+                # ---- 1. per-channel cumulative log decay G [C, K], exp(G_C) -> workspace, beta ---------------
+                if tidx < D:
+                    cum = Float32(0.0)
+                    for j in cutlass.range_constexpr(CHUNK):
+                        gj = Float32(0.0)
+                        if j < n_valid:
+                            gj = gbuf[j]
+                        cum = cum + gj
+                        sGc[j, tidx] = cum
+                    mGE[slot, head, tidx] = cute.math.exp(cum)
+                if tidx < CHUNK:
+                    bv = Float32(0.0)
+                    if tidx < n_valid:
+                        bv = b_pf
+                    sBeta[tidx] = bv
+                cute.arch.sync_threads()
+            else:
+                # ---- 1. per-channel cumulative log decay G [C, K], exp(G_C) -> workspace, beta ------------------
+                if tidx < D:
+                    cum = Float32(0.0)
+                    for j in cutlass.range(CHUNK, unroll=16):
+                        gj = Float32(0.0)
+                        if j < n_valid:
+                            gj = mG[t0 + j, head, tidx].to(Float32)
+                        cum = cum + gj
+                        sGc[j, tidx] = cum
+                    mGE[slot, head, tidx] = cute.math.exp(cum)
+                if tidx < CHUNK:
+                    bv = Float32(0.0)
+                    if tidx < n_valid:
+                        bv = mB[t0 + tidx, head].to(Float32)
+                    sBeta[tidx] = bv
+                cute.arch.sync_threads()
 
             # ---- 2. q, k, v rows (zero past eos), optional L2 norm, decayed copies; Qg -> workspace ------------
             t_row = min(t0 + row, t0 + n_valid - 1)
@@ -227,18 +334,24 @@ class KimiDeltaAttentionParallelPrep:
             rbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NV)), BFloat16)
             obuf = cute.make_rmem_tensor(cute.make_layout((1, VEC, NV)), BFloat16)
             gQGv = cute.zipped_divide(mQG[slot, head, None, None], (1, VEC))  # ((1, VEC), (64, D / VEC))
-            load_half_row(gQ, rbuf, t_row, hk, half, NV)
+            if const_expr(self.key.prefetch):
+                rbuf = qbuf
+            else:
+                load_half_row(gQ, rbuf, t_row, hk, half, NV)
             inv_q = _row_scale(rbuf, keep, self.key.l2norm, NV, VEC)
             for vj in cutlass.range_constexpr(NV):
                 for e in cutlass.range_constexpr(VEC):
                     col = half * HALF + vj * VEC + e
                     qn = (rbuf[0, 0, e, vj].to(Float32) * inv_q).to(BFloat16).to(Float32)
                     g_i = sGc[row, col]
-                    sQr[row, col] = (qn * cute.math.exp(g_i - sGc[rref, col])).to(BFloat16)
-                    obuf[0, e, vj] = (qn * (cute.math.exp(g_i) * scale)).to(BFloat16)
+                    sQr[row, col] = (qn * cute.math.exp(g_i - sGc[rref, col], fastmath=FAST)).to(BFloat16)
+                    obuf[0, e, vj] = (qn * (cute.math.exp(g_i, fastmath=FAST) * scale)).to(BFloat16)
             for vj in cutlass.range_constexpr(NV):
                 cute.autovec_copy(obuf[None, None, vj], gQGv[(None, None), (row, half * NV + vj)])
-            load_half_row(gK, rbuf, t_row, hk, half, NV)
+            if const_expr(self.key.prefetch):
+                rbuf = kbuf
+            else:
+                load_half_row(gK, rbuf, t_row, hk, half, NV)
             inv_k = _row_scale(rbuf, keep, self.key.l2norm, NV, VEC)
             for vj in cutlass.range_constexpr(NV):
                 for e in cutlass.range_constexpr(VEC):
@@ -247,14 +360,19 @@ class KimiDeltaAttentionParallelPrep:
                     kn = kn_b.to(Float32)
                     g_i = sGc[row, col]
                     sK[row, col] = kn_b
-                    sW[row, col] = (kn * cute.math.exp(g_i - sGc[rref, col])).to(BFloat16)
-                    sKT[col % BV, row, col // BV] = (kn * (b_row * cute.math.exp(g_i))).to(BFloat16)
-            for vb in cutlass.range_constexpr(NH):  # (beta V)^T, every 64-channel block of V
-                vbuf = load_v_half_row(gV, t_row, head, vb * BV, half)
-                for vj in cutlass.range_constexpr((BV // 2) // VEC):
-                    for e in cutlass.range_constexpr(VEC):
-                        vc = half * (BV // 2) + vj * VEC + e
-                        sVT[vc, row, vb] = (vbuf[0, 0, e, vj].to(Float32) * keep * b_row).to(BFloat16)
+                    sW[row, col] = (kn * cute.math.exp(g_i - sGc[rref, col], fastmath=FAST)).to(BFloat16)
+                    if const_expr(not ALIAS):  # ALIAS: formed after the solve, over A
+                        sKT[col % BV, row, col // BV] = (kn * (b_row * cute.math.exp(g_i, fastmath=FAST))).to(BFloat16)
+            if const_expr(not ALIAS):  # ALIAS: formed after the solve, over K'
+                for vb in cutlass.range_constexpr(NH):  # (beta V)^T, every 64-channel block of V
+                    if const_expr(self.key.prefetch):
+                        vbuf = vbufs[vb]
+                    else:
+                        vbuf = load_v_half_row(gV, t_row, head, vb * BV, half)
+                    for vj in cutlass.range_constexpr((BV // 2) // VEC):
+                        for e in cutlass.range_constexpr(VEC):
+                            vc = half * (BV // 2) + vj * VEC + e
+                            sVT[vc, row, vb] = (vbuf[0, 0, e, vj].to(Float32) * keep * b_row).to(BFloat16)
 
             # ---- 3. A and P by 16-row blocks (the serial kernel's decay split); P -> workspace ---------------
             for bi in cutlass.range_constexpr(CHUNK // SOLVE_BLOCK):
@@ -264,7 +382,7 @@ class KimiDeltaAttentionParallelPrep:
                     col = half * HALF + j
                     kr = Float32(0.0)
                     if live:
-                        kr = sK[row, col].to(Float32) * cute.math.exp(sGc[r_blk, col] - sGc[row, col])
+                        kr = sK[row, col].to(Float32) * cute.math.exp(sGc[r_blk, col] - sGc[row, col], fastmath=FAST)
                     sKR[row, col] = kr.to(BFloat16)
                 _smem_ready()
                 _wgmma(mma_n64, acc_a, kl_A, kr_B, True)
@@ -288,6 +406,18 @@ class KimiDeltaAttentionParallelPrep:
             # ---- 4. Tm = (I + A)^-1 (fp32, blocked) -> bf16 -------------------------------------------------
             solve_unit_lower_blocked(sA, sT, sM, sTm, tidx)
             _smem_ready()
+            if const_expr(ALIAS):  # step 2's (beta K exp G)^T (over A, now dead) and (beta V)^T (over K'), same operations
+                for j in cutlass.range_constexpr(HALF):
+                    col = half * HALF + j
+                    kn = sK[row, col].to(Float32)
+                    sKT[col % BV, row, col // BV] = (kn * (b_row * cute.math.exp(sGc[row, col], fastmath=FAST))).to(BFloat16)
+                for vb in cutlass.range_constexpr(NH):
+                    vbuf = load_v_half_row(gV, t_row, head, vb * BV, half)
+                    for vj in cutlass.range_constexpr((BV // 2) // VEC):
+                        for e in cutlass.range_constexpr(VEC):
+                            vc = half * (BV // 2) + vj * VEC + e
+                            sVT[vc, row, vb] = (vbuf[0, 0, e, vj].to(Float32) * keep * b_row).to(BFloat16)
+                _smem_ready()
 
             # ---- 5. U = Tm (beta V) (fp32) and -Wm = -Tm (beta K exp G) (bf16) -> workspace ---------------------
             for vb in cutlass.range_constexpr(NH):
@@ -300,7 +430,7 @@ class KimiDeltaAttentionParallelPrep:
             # ---- 6. (K exp(G_C - G))^T -> workspace (rows past eos have g = 0: G's last row is G_C) -------------
             for j in cutlass.range_constexpr(HALF):
                 col = half * HALF + j
-                kdec = cute.math.exp(sGc[CHUNK - 1, col] - sGc[row, col])
+                kdec = cute.math.exp(sGc[CHUNK - 1, col] - sGc[row, col], fastmath=FAST)
                 mKD[slot, head, col % BV, row, col // BV] = (sK[row, col].to(Float32) * kdec).to(BFloat16)
 
     kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)

@@ -55,13 +55,17 @@ class KdaParallelStateKey:
     varlen: bool
     has_initial: bool
     has_final: bool
+    #: Shared-memory stages of the per-chunk operands (-Wm, (K exp(G_C - G))^T, U, exp(G_C)): 2 (default, the verified
+    #: kernel: chunk ci + 1 is fetched while chunk ci computes) or 3 (opt-in: chunk ci + 2 is fetched, two chunks of
+    #: compute hide each fetch; about 170 KB of shared memory for K = 128). Same arithmetic: bitwise the same states.
+    stages: int = STAGES
 
 
 class KimiDeltaAttentionParallelState:
     """Kernel 2 of the chunk-parallel KDA forward: ``__init__`` holds the compile key, ``__call__`` launches."""
 
     def __init__(self, key: KdaParallelStateKey):
-        assert key.head_dim in (64, 128)
+        assert key.head_dim in (64, 128) and key.stages in (2, 3)
         self.key = key
         self.D = key.head_dim
 
@@ -88,6 +92,7 @@ class KimiDeltaAttentionParallelState:
         stream: cuda.CUstream,
     ):
         D = self.D
+        STAGES = self.key.stages
         mCu, mH0, mHT = make_seq_state_views(cu_ptr, h0_ptr, ht_ptr, n_seqs, heads, D, self.key.varlen, self.key.has_initial, self.key.has_final)
         ws = make_ws_views(w_ptr, u_ptr, kd_ptr, qg_ptr, p_ptr, ge_ptr, vnt_ptr, h_ptr, rf_ptr, slots, heads, D)
 
@@ -136,6 +141,7 @@ class KimiDeltaAttentionParallelState:
     ):
         D = self.D
         NH = D // BV
+        STAGES = self.key.stages
         mW, mU, mKD, _, _, mGE, mVNT, mH, _ = ws
         tidx, seq, head, _, v0 = cta_coords(heads, heads)
         bos, eos = sequence_bounds(mCu, seq, seq_len, self.key.varlen)
@@ -174,26 +180,45 @@ class KimiDeltaAttentionParallelState:
             g2s(cp_f32, cute.local_tile(mU[base, head, None, None], (CHUNK, BV), (0, v0 // BV)), sU[None, None, 0], tidx)
             g2s_vector(mGE[base, head, None], sGE[None, 0], tidx, D)
             cute.arch.cp_async_commit_group()
-            cute.arch.cp_async_wait_group(0)
+            if const_expr(STAGES == 3):  # chunk 1 -> stage 1 as well (its own group, possibly empty), only chunk 0 waited for
+                if n_chunks > 1:
+                    for h in cutlass.range_constexpr(NH):
+                        g2s(
+                            cp_bf16,
+                            cute.local_tile(mW[base + 1, head, None, None], (CHUNK, BV), (0, h)),
+                            cute.local_tile(sW[None, None, 1], (CHUNK, BV), (0, h)),
+                            tidx,
+                        )
+                        g2s(cp_bf16, mKD[base + 1, head, None, None, h], sKD[None, None, NH + h], tidx)
+                    g2s(cp_f32, cute.local_tile(mU[base + 1, head, None, None], (CHUNK, BV), (0, v0 // BV)), sU[None, None, 1], tidx)
+                    g2s_vector(mGE[base + 1, head, None], sGE[None, 1], tidx, D)
+                cute.arch.cp_async_commit_group()
+                cute.arch.cp_async_wait_group(1)
+            else:
+                cute.arch.cp_async_wait_group(0)
         _smem_ready()  # S0 (load_state) and chunk 0 published
 
-        for cp in range((n_chunks + 1) // STAGES):
+        for cp in range((n_chunks + (STAGES - 1)) // STAGES):
             for st in cutlass.range_constexpr(STAGES):
                 ci = cp * STAGES + st
                 if ci < n_chunks:
                     slot = base + ci
-                    nxt = 1 - st
-                    if ci + 1 < n_chunks:  # prefetch the next chunk into the other stage (its readers finished last chunk)
+                    nxt = (st + STAGES - 1) % STAGES  # the stage chunk ci - 1 used: its readers finished last chunk
+                    ahead = STAGES - 1  # prefetch chunk ci + ahead into it
+                    if ci + ahead < n_chunks:
                         for h in cutlass.range_constexpr(NH):
                             g2s(
                                 cp_bf16,
-                                cute.local_tile(mW[slot + 1, head, None, None], (CHUNK, BV), (0, h)),
+                                cute.local_tile(mW[slot + ahead, head, None, None], (CHUNK, BV), (0, h)),
                                 cute.local_tile(sW[None, None, nxt], (CHUNK, BV), (0, h)),
                                 tidx,
                             )
-                            g2s(cp_bf16, mKD[slot + 1, head, None, None, h], sKD[None, None, nxt * NH + h], tidx)
-                        g2s(cp_f32, cute.local_tile(mU[slot + 1, head, None, None], (CHUNK, BV), (0, v0 // BV)), sU[None, None, nxt], tidx)
-                        g2s_vector(mGE[slot + 1, head, None], sGE[None, nxt], tidx, D)
+                            g2s(cp_bf16, mKD[slot + ahead, head, None, None, h], sKD[None, None, nxt * NH + h], tidx)
+                        g2s(cp_f32, cute.local_tile(mU[slot + ahead, head, None, None], (CHUNK, BV), (0, v0 // BV)), sU[None, None, nxt], tidx)
+                        g2s_vector(mGE[slot + ahead, head, None], sGE[None, nxt], tidx, D)
+                        if const_expr(STAGES == 2):
+                            cute.arch.cp_async_commit_group()
+                    if const_expr(STAGES == 3):  # one group per chunk, empty past the end: wait_group(1) then always means "chunk ci + 1 landed"
                         cute.arch.cp_async_commit_group()
                     # the state entering this chunk (bf16 sS: the serial kernel's S0 operand) -> h[slot], for the output kernel
                     for h in cutlass.range_constexpr(NH):
@@ -218,7 +243,10 @@ class KimiDeltaAttentionParallelState:
                     wgmma_into_each(mma_n64, acc_s, su_A, kd_B, st * NH)
                     cute.arch.sync_threads()  # every reader of S0 and of this stage has completed
                     state_to_smem(sS, acc_s, c64, NH)
-                    cute.arch.cp_async_wait_group(0)  # the next chunk's stage has landed (this thread's copies)
+                    if const_expr(STAGES == 3):
+                        cute.arch.cp_async_wait_group(1)  # chunk ci + 1 has landed (chunk ci + 2 may still be in flight)
+                    else:
+                        cute.arch.cp_async_wait_group(0)  # the next chunk's stage has landed (this thread's copies)
                     _smem_ready()  # ... and with the new S0, is visible to every thread and to WGMMA
 
         if const_expr(self.key.has_final):

@@ -86,6 +86,7 @@ class SdpaBwdSm90(APIBase):
         lse_log2: bool = False,
         deterministic: bool = False,
         _tuning: tuple[str, ...] | None = None,
+        _l2_group_dq: bool = False,
     ):
         super().__init__()
         self.q, self.k, self.v = as_desc(q, "q"), as_desc(k, "k"), as_desc(v, "v")
@@ -99,6 +100,9 @@ class SdpaBwdSm90(APIBase):
         # for benchmarks and tests; None takes DEFAULT_TUNING / D256_TUNING in check_support.
         self._tuning_arg = None if _tuning is None else tuple(_tuning)
         self._tuning = ()
+        # Private A/B switch of the main kernel's launch order (a runtime argument, not in the compile key): size the L2
+        # groups of (kv head, batch) pairs counting the fp32 dQ accumulator next to Q and dO (fewer heads per group).
+        self._l2_group_dq = bool(_l2_group_dq)
         self.key = None
 
     # ------------------------------------------------------------------------------------------ plan
@@ -242,7 +246,7 @@ class SdpaBwdSm90(APIBase):
                     raise ValueError(f"{_OWNER}.execute: {name} must be a contiguous float32 ({h},) tensor on {q.device}")
         return _launch(
             self._compiled_kernel, self.key, q, k, v, o, do, lse, dq, dk, dv, sinks, dsinks, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q,
-            max_seqlen_kv, workspace, self._mask_window, self.scale if scale is None else scale, current_stream,
+            max_seqlen_kv, workspace, self._mask_window, self.scale if scale is None else scale, current_stream, self._l2_group_dq,
         )  # fmt: skip
 
 
@@ -354,15 +358,22 @@ def _check_io(key, q, k, v, o, do, lse, dq, dk, dv) -> None:
 _GROUP_CACHE: dict = {}
 
 
-def _group_heads(key, seqlen_q: int) -> int:
-    g = _GROUP_CACHE.get((key.head_dim, key.head_dim_v, key.qhead_per_kvhead, seqlen_q))
+def _group_heads(key, seqlen_q: int, with_dq: bool = False) -> int:
+    """(kv head, batch) pairs per L2 group of the main kernel's tile order: Q and dO of the group's query heads (with
+    ``with_dq``, the plan's ``_l2_group_dq``, also their fp32 dQ accumulator rows) within 16 MiB."""
+    ck = (key.head_dim, key.head_dim_v, key.qhead_per_kvhead, seqlen_q, bool(with_dq))
+    g = _GROUP_CACHE.get(ck)
     if g is None:
         per_head = max(1, seqlen_q) * (key.head_dim + key.head_dim_v) * 2 * key.qhead_per_kvhead
-        g = _GROUP_CACHE[(key.head_dim, key.head_dim_v, key.qhead_per_kvhead, seqlen_q)] = max(1, min(1 << 16, (16 << 20) // per_head))
+        if with_dq:
+            per_head += max(1, seqlen_q) * key.head_dim * 4 * key.qhead_per_kvhead
+        g = _GROUP_CACHE[ck] = max(1, min(1 << 16, (16 << 20) // per_head))
     return g
 
 
-def _launch(compiled, key, q, k, v, o, do, lse, dq, dk, dv, sinks, dsinks, cu_q, cu_k, max_seqlen_q, max_seqlen_kv, workspace, window, scale, stream):
+def _launch(
+    compiled, key, q, k, v, o, do, lse, dq, dk, dv, sinks, dsinks, cu_q, cu_k, max_seqlen_q, max_seqlen_kv, workspace, window, scale, stream, l2_group_dq=False
+):
     from cudnn._torch_stream import launch_stream_handle
     from cudnn.workspace import Workspace
 
@@ -428,7 +439,7 @@ def _launch(compiled, key, q, k, v, o, do, lse, dq, dk, dv, sinks, dsinks, cu_q,
         left, right = window
         main(
             p(q), p(k), p(v), p(do), p(dk), p(dv), lse2_p, dpsum_p, dqacc_p, sem_p, cu_q_p, cu_k_p,
-            b, h, hk, sq, sk, grid_k, s_pad, _group_heads(key, grid_q), qs, ks, vs, dos, dks, dvs,
+            b, h, hk, sq, sk, grid_k, s_pad, _group_heads(key, grid_q, l2_group_dq), qs, ks, vs, dos, dks, dvs,
             scale * math.log2(math.e), scale, left, right, handle,
         )  # fmt: skip
     if grid_q > 0:

@@ -29,10 +29,21 @@ class SdpaBwdKey(AttentionKey):
     ds_double_buffer: bool = False  # two dS^T buffers: drops the "dS^T free" barrier of every query block
     prepost_vec: bool = False  # pre/postprocess: four adjacent threads per row (coalesced) instead of one
     split_d: bool = False  # the split-head-dim main kernel (kernel_splitd_sm90.py): serves D = D_v = 256 (and 128)
+    # dQ partials staged in shared memory in MMA-fragment order (16-byte stores) and added by ONE non-tensor bulk
+    # reduce-add (cp.reduce.async.bulk .add.f32) per warpgroup; the accumulator then holds every 64-row query block in
+    # that order (see DQ_BULK_ROWS) and the postprocess reads it so. Exclusive with dq_tma (the same stage, other layout).
+    dq_bulk: bool = False
+    # with dq_bulk: warp 1 of the producer warpgroup issues the bulk reduce-adds (named-barrier handshake per consumer
+    # warpgroup), so no consumer thread waits on a bulk group or issues one
+    dq_writer: bool = False
 
     def __post_init__(self):
         if self.dq_tma and self.deterministic:
             raise ValueError("SdpaBwdKey: dq_tma has no deterministic mode (the fixed-order dQ reduction uses the atomic path)")
+        if self.dq_bulk and (self.deterministic or self.dq_tma or self.split_d):
+            raise ValueError("SdpaBwdKey: dq_bulk excludes deterministic, dq_tma and split_d (it replaces dq_tma's reduce-add)")
+        if self.dq_writer and not self.dq_bulk:
+            raise ValueError("SdpaBwdKey: dq_writer is a schedule of dq_bulk's reduce-adds (set dq_bulk too)")
         if self.split_d and (self.deterministic or self.dq_tma or self.stats_tma):
             raise ValueError("SdpaBwdKey: split_d combines with ds_double_buffer and prepost_vec only (no deterministic, dq_tma, stats_tma)")
         if self.split_d and (self.head_dim != self.head_dim_v or self.head_dim not in SPLIT_D_HEAD_DIMS):
@@ -43,7 +54,23 @@ class SdpaBwdKey(AttentionKey):
 SPLIT_D_HEAD_DIMS = (128, 256)
 
 #: Names of the schedule variants accepted by ``SdpaBwdSm90(..., _tuning=...)`` and the key field each one sets.
-TUNING_FIELDS = {"dq_tma": "dq_tma", "stats_tma": "stats_tma", "ds2": "ds_double_buffer", "prepost": "prepost_vec", "split_d": "split_d"}
+TUNING_FIELDS = {
+    "dq_tma": "dq_tma",
+    "stats_tma": "stats_tma",
+    "ds2": "ds_double_buffer",
+    "prepost": "prepost_vec",
+    "split_d": "split_d",
+    "dq_bulk": "dq_bulk",
+    "dq_writer": "dq_writer",
+}
+
+#: dq_bulk: query rows per fragment-ordered block of the dQ accumulator (the main kernel's tile_m). Block ``m`` of a
+#: (batch, head) occupies the same bytes as rows ``[64 m, 64 m + 64)`` of the row-major layout (so the workspace size,
+#: the varlen padding and the preprocess's zeroing are unchanged); inside it, consumer warpgroup ``w`` owns the
+#: contiguous ``64 * D / 2`` floats from ``w * 64 * D / 2``, and its thread ``t``'s accumulator register ``p`` sits at
+#: ``(p // 4) * 512 + 4 t + p % 4`` (16-byte groups, thread-interleaved: what one 16-byte store per thread and group
+#: writes conflict-free, and what one contiguous bulk reduce-add per warpgroup adds).
+DQ_BULK_ROWS = 64
 
 
 def tile_config(head_dim: int, head_dim_v: int) -> tuple[int, int, int]:

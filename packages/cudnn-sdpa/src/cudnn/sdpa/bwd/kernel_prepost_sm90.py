@@ -13,6 +13,11 @@ With the ``prepost_vec`` compile-key variant both kernels give each row four adj
 instruction then covers 8 rows x 64 contiguous bytes instead of 32 rows x 16 bytes, 512 bytes apart), with the dO . O
 sum finished by lane shuffles; the results are the same, only the access pattern changes.
 
+With the ``dq_bulk`` compile-key variant the accumulator holds every 64-row query block in the main kernel's
+MMA-fragment order (kernel_key.DQ_BULK_ROWS): the postprocess then plays each consumer thread of the main kernel,
+reads its 16-byte groups (coalesced) and writes its (row, column) pairs of dQ (the ``prepost_vec`` row split does not
+apply to dQ then; the preprocess is unchanged, its zeroing does not depend on the order).
+
 Layouts: O / dO / dQ are rank-4 (B, H, S, D) with any 16-byte-multiple strides and a unit-stride head dim; LSE
 is fp32 (B, H, S) with any strides; the scratch (lse_log2, dpsum, dq_accum) is the compact workspace layout of
 :func:`cudnn.sdpa.bwd.kernel_key.workspace_layout`. Every extent is a runtime argument.
@@ -29,7 +34,8 @@ from cutlass import Float32, Int32, Int64, const_expr
 
 from .._device.kernel_plan import DTYPES
 from .._device.kernel_plan import fake_gmem_ptr as _ptr
-from .kernel_key import PREPOST_ROWS, SEM_ROWS, SdpaBwdKey
+from .kernel_key import DQ_BULK_ROWS, PREPOST_ROWS, SEM_ROWS, SdpaBwdKey
+from .kernel_sm90 import SdpaBwdKernelSm90
 
 LOG2_E = math.log2(math.e)
 #: prepost_vec: adjacent threads per query row (each head dim served, 64 / 96 / 128, splits into 16-byte chunks by 4).
@@ -245,6 +251,11 @@ class SdpaBwdPostprocessSm90:
         self.key = key
         self.dtype = DTYPES[key.dtype]
         self.head_dim = key.head_dim
+        # dq_bulk: the main kernel's plan, whose dQ MMA and fragment copy define the accumulator's order
+        self.main_plan = SdpaBwdKernelSm90(key) if key.dq_bulk else None
+        if self.main_plan is not None and (self.main_plan.threads_per_wg != PREPOST_ROWS or PREPOST_ROWS % DQ_BULK_ROWS):
+            # rows_fragment: thread t of a postprocess CTA plays thread t of each consumer warpgroup
+            raise NotImplementedError(f"dq_bulk: the postprocess needs {PREPOST_ROWS} = warpgroup threads, a multiple of {DQ_BULK_ROWS} rows")
 
     @cute.jit
     def __call__(
@@ -340,7 +351,9 @@ class SdpaBwdPostprocessSm90:
         stores); with ``prepost_vec`` ``ROW_THREADS`` adjacent threads per row (16-byte fp32 loads, 8-byte stores of 4
         converted elements)."""
         tidx, _, _ = cute.arch.thread_idx()
-        if const_expr(not self.key.prepost_vec):
+        if const_expr(self.key.dq_bulk):
+            self.rows_fragment(mdQacc, mdQ, m_block, head, batch, seqlen_q, offset, pad, scale, tidx)
+        elif const_expr(not self.key.prepost_vec):
             local = m_block * PREPOST_ROWS + tidx
             self.scale_row(mdQacc, mdQ, local, head, batch, seqlen_q, offset, pad, scale, 128 // self.dtype.width, 0, 1)
         else:
@@ -349,6 +362,59 @@ class SdpaBwdPostprocessSm90:
             for p in cutlass.range_constexpr(32 * ROW_THREADS // 32):
                 local = m_block * PREPOST_ROWS + warp_i * 32 + p * (32 // ROW_THREADS) + lane // ROW_THREADS
                 self.scale_row(mdQacc, mdQ, local, head, batch, seqlen_q, offset, pad, scale, 4, sub, ROW_THREADS)
+
+    @cute.jit
+    def rows_fragment(
+        self,
+        mdQacc: cute.Tensor,
+        mdQ: cute.Tensor,
+        m_block: Int32,
+        head: Int32,
+        batch: Int32,
+        seqlen_q: Int32,
+        offset: Int32,
+        pad: Int32,
+        scale: Float32,
+        tidx: Int32,
+    ):
+        """dq_bulk: the block's PREPOST_ROWS rows are PREPOST_ROWS / 64 fragment-ordered blocks; thread ``tidx`` plays
+        consumer thread ``tidx`` of each consumer warpgroup of the main kernel: it loads that thread's 16-byte groups
+        (the main kernel's fragment copy, coalesced) and stores its accumulator pairs (adjacent columns of one row)
+        scaled and converted at their (row, column) from the main kernel's dQ MMA partition (nothing past
+        ``seqlen_q``)."""
+        D = self.head_dim
+        plan = self.main_plan
+        nwg = plan.num_consumer_wg
+        tiled_mma_dQ = plan._tiled_mmas()[3]
+        tiled_copy = plan._dq_bulk_copy()
+        gAcc_head = mdQacc[None, None, head, batch]
+        gdQ_head = mdQ[None, None, head, batch]
+        if const_expr(self.key.varlen):
+            gAcc_head = cute.domain_offset((pad, 0), gAcc_head)
+            gdQ_head = cute.domain_offset((offset, 0), gdQ_head)
+        cBlk = cute.make_identity_tensor((DQ_BULK_ROWS, D))
+        for c in cutlass.range_constexpr(PREPOST_ROWS // DQ_BULK_ROWS):
+            blk = m_block * (PREPOST_ROWS // DQ_BULK_ROWS) + c
+            gAccBlk = cute.local_tile(gAcc_head, (DQ_BULK_ROWS, D), (blk, 0))
+            chunk = cute.make_tensor(gAccBlk.iterator, cute.make_layout((DQ_BULK_ROWS * D // nwg, nwg)))
+            gdQBlk = cute.local_tile(gdQ_head, (DQ_BULK_ROWS, D), (blk, 0))
+            for w in cutlass.range_constexpr(nwg):
+                vt = w * plan.threads_per_wg + tidx
+                tAg = tiled_copy.get_slice(vt).partition_S(chunk)
+                rAcc = cute.make_rmem_tensor_like(tAg, Float32)
+                cute.autovec_copy(tAg, rAcc)
+                rFlat = cute.make_tensor(rAcc.iterator, cute.make_layout(cute.size(rAcc)))
+                thr_mma = tiled_mma_dQ.get_slice(vt)
+                tCc = thr_mma.partition_C(cBlk)
+                tCg = thr_mma.partition_C(gdQBlk)
+                pair = cute.make_rmem_tensor((2,), Float32)
+                for i in cutlass.range_constexpr(cute.size(rFlat) // 2):
+                    # elements 2i and 2i + 1 are adjacent columns of one row (the accumulator's layout)
+                    if blk * DQ_BULK_ROWS + tCc[2 * i][0] < seqlen_q:
+                        pair[0] = rFlat[2 * i] * scale
+                        pair[1] = rFlat[2 * i + 1] * scale
+                        dst = cute.make_tensor(tCg.iterator + tCg.layout(2 * i), cute.make_layout(2))
+                        dst.store(pair.load().to(self.dtype))
 
     @cute.jit
     def scale_row(

@@ -27,7 +27,10 @@ Structure (one CTA = one key block of one (batch, kv head); 3 warpgroups):
 
 Schedule variants, each a compile-key field (default off; the default compiles to the verified PTX): ``dq_tma``
 (each warpgroup stages its fp32 dQ partial in shared memory and its first warp adds it into the accumulator with
-TMA reduce-adds, no register atomics), ``stats_tma`` (the producer bulk-copies the block's lse_log2 / dpsum rows into
+TMA reduce-adds, no register atomics), ``dq_bulk`` (the same staging in MMA-fragment order, 16-byte stores, and
+ONE contiguous non-tensor bulk reduce-add per warpgroup into a fragment-ordered accumulator; with ``dq_writer`` a
+warp of the producer warpgroup issues those, handshaking with each consumer warpgroup through two named barriers),
+``stats_tma`` (the producer bulk-copies the block's lse_log2 / dpsum rows into
 shared memory on Q's / dO's barrier), ``ds_double_buffer`` (two dS^T buffers, one barrier less per query block).
 
 Tests: packages/cudnn-sdpa/tests/test_sdpa_bwd_*.py. Benchmark: benchmarks/sdpa_bwd.py.
@@ -44,7 +47,9 @@ import cutlass
 import cutlass.cute as cute
 import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass import Float32, Int32, Int64, const_expr
+from cutlass._mlir.dialects import llvm
 from cutlass.cute.nvgpu import cpasync, warp, warpgroup
+from cutlass.cutlass_dsl import dsl_user_op
 
 from .._device.kernel_plan import DTYPES, WarpSpecializedPlanSm90, fake_gmem_ptr
 from .._device.mask_bwd import MaskInfoBwd
@@ -52,14 +57,32 @@ from .._device.mma_sm90 import acc_view_as_a, acc_view_mn, transpose_view, wgmma
 from .._device.pipeline import consumer_state, make_tma_pipeline, prefetch_tma_descriptors, producer_state
 from .._device.seqlen import cu_seqlens_tensors, sequence_extents
 from .._device.tile_scheduler import SingleTileScheduler
-from .kernel_key import PREPOST_ROWS, SdpaBwdKey, tile_config
+from .kernel_key import DQ_BULK_ROWS, PREPOST_ROWS, SdpaBwdKey, tile_config
+
+
+@dsl_user_op
+def reduce_add_bulk_f32(gmem_ptr: cute.Pointer, smem_ptr: cute.Pointer, num_bytes: int, *, loc=None, ip=None):
+    """``cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32``: add ``num_bytes`` (a multiple of 16; both
+    addresses 16-byte aligned) of fp32 from shared memory into global memory, asynchronously, in the issuing thread's
+    bulk group (commit / wait it with cp_async_bulk_commit_group / cp_async_bulk_wait_group). The DSL has no copy atom
+    for the non-tensor bulk reduction, hence one line of PTX; one thread issues it."""
+    llvm.inline_asm(
+        None,
+        [gmem_ptr.toint(loc=loc, ip=ip).ir_value(), smem_ptr.toint(loc=loc, ip=ip).ir_value(), Int32(num_bytes).ir_value(loc=loc, ip=ip)],
+        "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [$0], [$1], $2;",
+        "l,r,r",
+        has_side_effects=True,
+        is_align_stack=False,
+        asm_dialect=llvm.AsmDialect.AD_ATT,
+    )
 
 
 class NamedBarrierBwd(enum.IntEnum):
     EPILOGUE = 1  # consumers: dK / dV written to shared memory
     PDS = 2  # consumers: dS^T in shared memory is free / written
     DQ_TURN = 3  # consumers (deterministic): this CTA's turn to add into a query block's dQ / its adds are done
-    DQ_FULL_WG1 = 4  # dq_tma: consumer warpgroup 1 wrote its dQ partial to shared memory (warpgroup 2: DQ_FULL_WG1 + 1)
+    DQ_FULL_WG1 = 4  # dq_tma / dq_bulk: consumer warpgroup 1 wrote its dQ partial to shared memory (warpgroup 2: DQ_FULL_WG1 + 1)
+    DQ_EMPTY_WG1 = 6  # dq_writer: consumer warpgroup 1's dQ buffer was read by its last reduce-add (warpgroup 2: + 1)
 
 
 class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
@@ -85,6 +108,20 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         if str(atom.inner) != "S<1,4,3>":  # the thread-constant swizzle shift in mma() relies on it
             raise NotImplementedError(f"dq_tma: unexpected 32-byte swizzle {atom.inner} of the fp32 dQ buffer")
         return cute.tile_to_shape(atom, (self.tile_m, half, self.num_consumer_wg), order=(0, 1, 2))
+
+    def _dq_bulk_layout(self):
+        """dq_bulk: the fp32 dQ partial of one query block in MMA-fragment order, (tile_m * D / 2, warpgroup), plain
+        (see kernel_key.DQ_BULK_ROWS): each warpgroup's half is one contiguous bulk reduce-add."""
+        if self.tile_m != DQ_BULK_ROWS:
+            raise NotImplementedError(f"dq_bulk: the fragment-ordered accumulator assumes tile_m = {DQ_BULK_ROWS}, got {self.tile_m}")
+        nwg = self.num_consumer_wg
+        return cute.make_layout((self.tile_m * self.head_dim // nwg, nwg))
+
+    def _dq_bulk_copy(self):
+        """dq_bulk: the tiled copy of a consumer thread's dQ accumulator into (or, in the postprocess, out of) the
+        fragment order: thread ``t`` of warpgroup ``w`` moves 16-byte groups at ``w * half + 512 k + 4 t``."""
+        atom = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), Float32, num_bits_per_copy=128)
+        return cute.make_tiled_copy_tv(atom, cute.make_layout((self.threads_per_wg, self.num_consumer_wg)), cute.make_layout(4))
 
     def _tiled_mmas(self):
         """The (S^T / dP^T, dK, dV, dQ) tiled MMAs of the consumers (host-side construction)."""
@@ -127,7 +164,7 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
             "smem_v": cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sV_layout)], 1024],
             "smem_ds": cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sdS_layout)], 1024],
         }
-        if self.key.dq_tma:
+        if self.key.dq_tma or self.key.dq_bulk:
             fields["smem_dq"] = cute.struct.Align[cute.struct.MemRange[Float32, cute.cosize(sdQ_layout)], 1024]
         if self.key.stats_tma:
             fields["smem_lse"] = cute.struct.Align[cute.struct.MemRange[Float32, self.tile_m * self.num_stages], 128]
@@ -211,6 +248,8 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
             tma_atom_dQ, tma_dQacc = cpasync.make_tiled_tma_atom(
                 cpasync.CopyReduceBulkTensorTileS2GOp(), mdQacc, cute.select(sdQ_layout, mode=[0, 1]), (self.tile_m, D // self.num_consumer_wg)
             )
+        if const_expr(self.key.dq_bulk):
+            sdQ_layout = self._dq_bulk_layout()
         SharedStorage = self._shared_storage(sQ_layout, sdO_layout, sK_layout, sV_layout, sdS_layout, sdQ_layout)
 
         g2s, s2g = cpasync.CopyBulkTensorTileG2SOp(), cpasync.CopyBulkTensorTileS2GOp()
@@ -281,7 +320,7 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         sK_layout: cute.ComposedLayout,
         sV_layout: cute.ComposedLayout,
         sdS_layout: cute.ComposedLayout,
-        sdQ_layout: cute.ComposedLayout | None,
+        sdQ_layout: cute.ComposedLayout | cute.Layout | None,
         tiled_mma_SdP: cute.TiledMma,
         tiled_mma_dK: cute.TiledMma,
         tiled_mma_dV: cute.TiledMma,
@@ -312,6 +351,9 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         if const_expr(self.key.dq_tma):
             sdQ = storage.smem_dq.get_tensor(sdQ_layout.outer, swizzle=sdQ_layout.inner)
             sdQ_lin = storage.smem_dq.get_tensor(sdQ_layout.outer)  # the same buffer, unswizzled offsets
+        if const_expr(self.key.dq_bulk):
+            sdQ = storage.smem_dq.get_tensor(sdQ_layout)  # fragment order, no swizzle
+            sdQ_lin = sdQ
         if const_expr(self.key.stats_tma):
             sLSE = storage.smem_lse.get_tensor(cute.make_layout((self.tile_m, self.num_stages)))
             sDpsum = storage.smem_dpsum.get_tensor(cute.make_layout((self.tile_m, self.num_stages)))
@@ -411,6 +453,9 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
                     mQ, mK, mV, mdO, mLSE2, mDpsum, sQ, sK, sV, sdO, sLSE, sDpsum, tma_atom_Q, tma_atom_K, tma_atom_V, tma_atom_dO,
                     pipeline_q, pipeline_do, pipeline_kv, n_block, head_kv, batch, offset_q, offset_k, pad_q, m_block_min, m_block_max,
                 )  # fmt: skip
+            if const_expr(self.key.dq_writer):
+                if warp_idx == 1:
+                    self.dq_writer_loop(mLSE2, mDpsum, mdQacc, sdQ, head_kv, batch, pad_q, m_block_min, m_block_max)
         else:
             cute.arch.setmaxregister_increase(self.num_mma_regs)
             tidx = cute.arch.thread_idx()[0] - self.threads_per_wg
@@ -512,6 +557,41 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
                 state.advance()
 
     @cute.jit
+    def dq_writer_loop(
+        self,
+        mLSE2: cute.Tensor,
+        mDpsum: cute.Tensor,
+        mdQacc: cute.Tensor,
+        sdQ: cute.Tensor,
+        head_kv: Int32,
+        batch: Int32,
+        pad_q: Int32,
+        m_block_min: Int32,
+        m_block_max: Int32,
+    ):
+        """dq_writer (warp 1): for every query block the consumers walk (the producer's count and order), per consumer
+        warpgroup: once its previous reduce-add has read the buffer, arrive on DQ_EMPTY; then wait for DQ_FULL and add
+        the buffer into the fragment-ordered accumulator block with one bulk reduce-add (one elected thread)."""
+        nwg = self.num_consumer_wg
+        nthr = self.threads_per_wg + 32
+        half = self.tile_m * self.head_dim // nwg
+        num_m = cutlass.max(m_block_max - m_block_min, 0)
+        G = self.key.qhead_per_kvhead
+        for g in cutlass.range(G, unroll=1):
+            _, _, mdQacc_cur = self.head_scratch(mLSE2, mDpsum, mdQacc, head_kv * G + g, batch, pad_q)
+            for i in cutlass.range(num_m, unroll=1):
+                gdQ = cute.local_tile(mdQacc_cur, (self.tile_m, self.head_dim), (m_block_min + i, 0))
+                for w in cutlass.range_constexpr(nwg):
+                    cute.arch.cp_async_bulk_wait_group(nwg - 1 - w, read=True)  # warpgroup w's last reduce-add read it
+                    cute.arch.barrier_arrive(barrier_id=int(NamedBarrierBwd.DQ_EMPTY_WG1) + w, number_of_threads=nthr)
+                for w in cutlass.range_constexpr(nwg):
+                    cute.arch.barrier(barrier_id=int(NamedBarrierBwd.DQ_FULL_WG1) + w, number_of_threads=nthr)
+                    with cute.arch.elect_one():
+                        reduce_add_bulk_f32(gdQ.iterator + w * half, sdQ[None, w].iterator, half * 4)
+                    cute.arch.cp_async_bulk_commit_group()
+        cute.arch.cp_async_bulk_wait_group(0, read=True)  # the last reduce-adds have read sdQ before the CTA exits
+
+    @cute.jit
     def mma(
         self,
         tiled_mma_SdP: cute.TiledMma,
@@ -589,7 +669,7 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
                         sLSE, sDpsum, sdQ, tma_atom_dQ, tidx, pipeline_q, pipeline_do, state, scale_log2, mask, m_mid2 + i, n_block, True,
                     )  # fmt: skip
 
-        if const_expr(self.key.dq_tma):
+        if const_expr(self.key.dq_tma or (self.key.dq_bulk and not self.key.dq_writer)):
             if cute.arch.make_warp_uniform(cute.arch.warp_idx()) % 4 == 0:
                 cute.arch.cp_async_bulk_wait_group(0, read=True)  # the last reduce-add has read sdQ
 
@@ -641,6 +721,9 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
             bit2 = (col0 % 8) // 4
             tdQ_lin = thr_mma_dQ.partition_C(cute.group_modes(sdQ_lin, 1, 3))
             tdQsdQ = cute.make_tensor(tdQ_lin.iterator + 4 * ((bit2 ^ flip) - bit2), tdQ_lin.layout)
+        if const_expr(self.key.dq_bulk):
+            # dq_bulk: this thread's 16-byte groups in the fragment-ordered buffer (sdQ_lin is the plain buffer)
+            tdQsdQ = self._dq_bulk_copy().get_slice(tidx).partition_D(sdQ_lin)
         return SimpleNamespace(
             wg_idx=wg_idx, thr_mma_dQ=thr_mma_dQ, acc_S=acc_S, acc_dP=acc_dP, acc_dK=acc_dK, acc_dV=acc_dV, acc_dQ=acc_dQ, rP=rP, rdS=rdS,
             rLSE=rLSE, rDpsum=rDpsum, tSrK=tSrK, tSrQ=tSrQ, tdPrV=tdPrV, tdPrdO=tdPrdO, tdVrdOt=tdVrdOt, tdKrQt=tdKrQt, tdQrdS=tdQrdS,
@@ -893,7 +976,7 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
             cute.copy(smem_copy_atom, smem_thr_copy_dS.retile(rdS), tdSsdS[None, None, None, idx])
         wgmma(tiled_mma_dV, acc_dV, acc_view_as_a(rP), tdVrdOt[None, None, None, idx], zero_init=False, wg_wait=-1)
         cute.arch.fence_view_async_shared()
-        if const_expr(self.key.dq_tma):
+        if const_expr(self.key.dq_tma or (self.key.dq_bulk and not self.key.dq_writer)):
             # The previous block's reduce-add has read this warpgroup's dQ buffer before anyone passes this barrier.
             if cute.arch.make_warp_uniform(cute.arch.warp_idx()) % 4 == 0:
                 cute.arch.cp_async_bulk_wait_group(0, read=True)
@@ -919,6 +1002,27 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
                 )
                 cute.copy(tma_atom_dQ, tdQsdQ_wg, tdQgdQ_wg)
                 cute.arch.cp_async_bulk_commit_group()
+        elif const_expr(self.key.dq_bulk):
+            # dQ_accum[query block] += dS K: the fragment to shared memory in its own order (16-byte stores), then one
+            # contiguous bulk reduce-add per warpgroup into the fragment-ordered block (kernel_key.DQ_BULK_ROWS),
+            # issued by one thread of the warpgroup's first warp (dq_writer: of the writer warp); the scratch rows are padded.
+            if const_expr(self.key.dq_writer):
+                # the writer warp (dq_writer_loop) frees the buffer and issues the reduce-add: wait, store, signal
+                nthr = self.threads_per_wg + 32
+                cute.arch.barrier(barrier_id=int(NamedBarrierBwd.DQ_EMPTY_WG1) + wg_idx, number_of_threads=nthr)
+                cute.autovec_copy(cute.make_tensor(acc_dQ.iterator, cute.make_layout(tdQsdQ.shape)), tdQsdQ)
+                cute.arch.fence_view_async_shared()
+                cute.arch.barrier_arrive(barrier_id=int(NamedBarrierBwd.DQ_FULL_WG1) + wg_idx, number_of_threads=nthr)
+            else:
+                cute.autovec_copy(cute.make_tensor(acc_dQ.iterator, cute.make_layout(tdQsdQ.shape)), tdQsdQ)
+                cute.arch.fence_view_async_shared()
+                cute.arch.barrier(barrier_id=int(NamedBarrierBwd.DQ_FULL_WG1) + wg_idx, number_of_threads=self.threads_per_wg)
+                if cute.arch.make_warp_uniform(cute.arch.warp_idx()) % 4 == 0:
+                    half = self.tile_m * self.head_dim // self.num_consumer_wg
+                    gdQ = cute.local_tile(mdQacc_cur, (self.tile_m, self.head_dim), (m_block, 0))
+                    with cute.arch.elect_one():
+                        reduce_add_bulk_f32(gdQ.iterator + wg_idx * half, sdQ[None, wg_idx].iterator, half * 4)
+                    cute.arch.cp_async_bulk_commit_group()
         else:
             self.dq_atomics(thr_mma_dQ, acc_dQ, mdQacc_cur, mSem_cur, mask, tidx, m_block, n_block)
         warpgroup.wait_group(0)

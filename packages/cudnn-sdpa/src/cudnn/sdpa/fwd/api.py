@@ -56,6 +56,15 @@ PERSISTENT_DEFAULT = False
 #: ``varlen_lpt=None`` means VARLEN_LPT_DEFAULT for THD varlen plans (the tile order's L2 groups made of whole heads):
 #: off, no gain on the varlen mix (348 vs 350).
 VARLEN_LPT_DEFAULT = False
+#: ``varlen_compact=None`` means VARLEN_COMPACT_DEFAULT for THD varlen plans (no CTA for tiles past a sequence's end;
+#: per-sequence L2 sections of heads, longest-first inside each sequence: fwd/varlen_schedule.py): off until an H200 A/B.
+VARLEN_COMPACT_DEFAULT = False
+#: ``varlen_tma_o=None`` means VARLEN_TMA_O_DEFAULT for THD varlen plans (O stored by one TMA per tile through a ragged
+#: view instead of predicated stores from the consumers, as dense plans store it): off until an H200 A/B.
+VARLEN_TMA_O_DEFAULT = False
+#: ``o_rescale_early=None`` means O_RESCALE_EARLY_DEFAULT (O's softmax rescale under the next S GEMM instead of after the
+#: PV GEMM drains; bitwise the same; FA4 does it for d_v > 128): off until an H200 A/B.
+O_RESCALE_EARLY_DEFAULT = False
 #: ``tile_n=None`` on an unmasked, unpaged, unpacked d = 128 / 128 plan takes this key tile when nonzero (0: tile_config's
 #: 128): 192 (FA4's sm90 choice), d128 non-causal s4k 626 vs 611, s8k 655 vs 604 (176: 596 / 616).
 TILE_N_NONCAUSAL_D128_DEFAULT = 192
@@ -80,7 +89,11 @@ class SdpaFwdSm90(APIBase):
     the shared memory budget, e.g. 176 for d = 128 non-causal), ``packed_cvt`` (P converted to 16 bits in paired
     converts: the whole-fragment convert is scalar for key tiles whose fragment length is not a power of two, i.e.
     the default d = 64 / 192 / 256 tiles), ``persistent`` (dense / THD: one CTA per SM walking the tiles, K/V loads of the
-    next tile under the epilogue).
+    next tile under the epilogue), ``tile_m`` (192 for head dims <= 64: three consumer warpgroups, key tile 128 unless
+    ``tile_n`` is given); for THD varlen, ``varlen_lpt`` (head-major L2 groups), ``varlen_compact`` (one CTA per real
+    tile, batch found on the device by a warp prefix sum over ``cu_seqlens_q``, per-sequence L2 sections longest-first)
+    and ``varlen_tma_o`` (O stored by TMA through a ragged view instead of predicated stores); ``o_rescale_early`` (O's
+    online-softmax rescale issued under the next S GEMM instead of after the PV GEMM drains, bitwise the same).
     """
 
     def __init__(
@@ -111,12 +124,20 @@ class SdpaFwdSm90(APIBase):
         packed_cvt: bool | None = None,
         persistent: bool | None = None,
         varlen_lpt: bool | None = None,
+        varlen_compact: bool | None = None,
+        tile_m: int | None = None,
+        varlen_tma_o: bool | None = None,
+        o_rescale_early: bool | None = None,
     ):
         super().__init__()
         self.tile_n = tile_n  # None: tile_config's
         self.packed_cvt = packed_cvt  # None: PACKED_CVT_DEFAULT, or True with tile_n
         self.persistent = persistent  # None: PERSISTENT_DEFAULT for dense / THD plans (not paged, split or pack-GQA)
         self.varlen_lpt = varlen_lpt  # None: VARLEN_LPT_DEFAULT for THD varlen plans
+        self.varlen_compact = varlen_compact  # None: VARLEN_COMPACT_DEFAULT for THD varlen plans
+        self.tile_m = tile_m  # None: tile_config's (128); 192: three consumer warpgroups (head dims <= 64)
+        self.varlen_tma_o = varlen_tma_o  # None: VARLEN_TMA_O_DEFAULT for THD varlen plans (not persistent)
+        self.o_rescale_early = o_rescale_early  # None: O_RESCALE_EARLY_DEFAULT
         self.kv_stages = kv_stages
         self.page_prefetch = page_prefetch  # None: PAGE_PREFETCH_DEFAULT for paged plans
         self.tile_m64 = tile_m64  # None: TILE_M64_DECODE_DEFAULT for pack-GQA decode tiles
@@ -263,11 +284,22 @@ class SdpaFwdSm90(APIBase):
             self.split_kv and self.varlen,
             f"SdpaFwdSm90: split_kv serves dense (B, H, S, D) layouts; THD varlen is not split ({q.describe()})",
         )
+        if self.tile_m is not None:
+            self._value_error_if(self.tile_m not in (128, 192), f"SdpaFwdSm90: tile_m={self.tile_m!r} must be 128 or 192 (or None; 64 is tile_m64)")
+        tile_m192 = self.tile_m == 192
+        if tile_m192:
+            self._decline_if(
+                max(dq, dv) > 64 or self.paged or self.split_kv or bool(pack) or bool(m64) or bool(self.persistent),
+                f"SdpaFwdSm90: tile_m=192 (three consumer warpgroups) serves head dims <= 64 without paged KV, split-KV, pack-GQA, "
+                f"tile_m64 or persistent; got {q.describe()}",
+            )
         tile_n_default = (
             TILE_N_NONCAUSAL_D128_DEFAULT
             if self.tile_n is None and (dq, dv) == (128, 128) and not (mask_right or mask_left) and not self.paged and not pack and not self.kv_stages
             else 0
         )
+        if tile_m192 and self.tile_n is None:  # FA4's d <= 64 sm90 tile is 192 x 128 (192 x 192 would need > 160 registers)
+            tile_n_default = 128
         if self.tile_n is not None:
             from .kernel_key import SMEM_BYTES, smem_bytes
 
@@ -276,7 +308,7 @@ class SdpaFwdSm90(APIBase):
                 f"SdpaFwdSm90: tile_n={self.tile_n!r} must be a multiple of 16 in [64, 256] (or None)",
             )
             self._decline_if(self.paged, f"SdpaFwdSm90: tile_n is not served with paged KV (the page size is checked against the default tile); {k.describe()}")
-            need = smem_bytes(dq, dv, self.kv_stages or 0, self.tile_n)
+            need = smem_bytes(dq, dv, self.kv_stages or 0, self.tile_n, 192 if tile_m192 else 0)
             self._decline_if(
                 need > SMEM_BYTES,
                 f"SdpaFwdSm90: tile_n={self.tile_n} needs {need} bytes of shared memory for head dims {dq}/{dv}; {SMEM_BYTES} are available",
@@ -290,6 +322,18 @@ class SdpaFwdSm90(APIBase):
         packed_cvt = self.packed_cvt if self.packed_cvt is not None else (PACKED_CVT_DEFAULT or self.tile_n is not None or bool(tile_n_default))
         self._value_error_if(bool(self.varlen_lpt) and not self.varlen, "SdpaFwdSm90: varlen_lpt is a THD varlen option (it needs cu_seqlens_q)")
         varlen_lpt = self.varlen_lpt if self.varlen_lpt is not None else (self.varlen and VARLEN_LPT_DEFAULT)
+        self._value_error_if(bool(self.varlen_compact) and not self.varlen, "SdpaFwdSm90: varlen_compact is a THD varlen option (it needs cu_seqlens_q)")
+        varlen_compact = self.varlen_compact if self.varlen_compact is not None else (self.varlen and VARLEN_COMPACT_DEFAULT and not persistent)
+        self._decline_if(
+            bool(varlen_compact) and (bool(persistent) or bool(varlen_lpt)),
+            f"SdpaFwdSm90: varlen_compact is its own THD tile order; it is not combined with persistent or varlen_lpt ({q.describe()})",
+        )
+        self._value_error_if(bool(self.varlen_tma_o) and not self.varlen, "SdpaFwdSm90: varlen_tma_o is a THD varlen option (it needs cu_seqlens_q)")
+        varlen_tma_o = self.varlen_tma_o if self.varlen_tma_o is not None else (self.varlen and VARLEN_TMA_O_DEFAULT and not persistent)
+        self._decline_if(
+            bool(varlen_tma_o) and bool(persistent),
+            f"SdpaFwdSm90: varlen_tma_o is served on the one-tile-per-CTA grid, not with persistent ({q.describe()})",
+        )
         self.key = _make_key(
             _DT_NAME[q.dtype],
             dq,
@@ -312,6 +356,10 @@ class SdpaFwdSm90(APIBase):
             bool(packed_cvt),
             bool(persistent),
             bool(varlen_lpt),
+            bool(varlen_compact),
+            192 if tile_m192 else 0,
+            bool(varlen_tma_o),
+            bool(self.o_rescale_early if self.o_rescale_early is not None else O_RESCALE_EARLY_DEFAULT),
         )
         self._is_supported = True
         return True

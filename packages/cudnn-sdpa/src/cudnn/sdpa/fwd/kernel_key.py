@@ -38,6 +38,15 @@ class SdpaFwdKey(AttentionKey):
     # run under the epilogue, its Q load waits only for the O store to have read shared memory
     varlen_lpt: bool = False  # THD varlen: the tile order's (head, batch) pairs numbered batch-fastest, so an L2 group is
     # whole heads over every sequence and the m-blocks of all sequences run longest-first together (group size from T_kv)
+    varlen_compact: bool = False  # THD varlen: a grid of (T_q + B * (tile_m - 1)) // tile_m * H CTAs (no CTA for tiles past
+    # a sequence's end), the batch found by a warp prefix sum over cu_seqlens_q, and inside a sequence L2 sections of
+    # heads with the m-block slowest (reversed with a causal / window mask): see fwd/varlen_schedule.py
+    tile_m: int = 0  # query tile rows; 0 = tile_config's (128), 192 = three consumer warpgroups of 64 rows in a round-robin
+    # GEMM-issue order (FA4's sm90 tile for d <= 64); 64 is spelled tile_m64 (one consumer warpgroup)
+    varlen_tma_o: bool = False  # THD varlen: O stored by one TMA per tile through a ragged view (rows past the sequence's
+    # end clipped by the TMA bounds) instead of predicated 16-byte stores from the consumer threads
+    o_rescale_early: bool = False  # O's online-softmax rescale applied under the next S GEMM, before the PV GEMM is issued,
+    # instead of after the PV GEMM drains (same products, same order: bitwise the default); FA4 does this for d_v > 128
 
     @property
     def paged(self) -> bool:
@@ -81,14 +90,15 @@ def tile_n_of(key) -> int:
 
 
 def tile_m_of(key) -> int:
-    """The query tile rows of a plan: 64 with ``tile_m64``, else tile_config's."""
-    return 64 if key.tile_m64 else tile_config(key.head_dim, key.head_dim_v)[0]
+    """The query tile rows of a plan: 64 with ``tile_m64``, else ``key.tile_m`` or tile_config's."""
+    return 64 if key.tile_m64 else key.tile_m or tile_config(key.head_dim, key.head_dim_v)[0]
 
 
-def smem_bytes(head_dim: int, head_dim_v: int, kv_stages: int = 0, tile_n: int = 0) -> int:
-    """Shared memory of one forward CTA: the Q tile (reused for O) and ``kv_stages`` K and V tiles of ``tile_n`` rows
-    (0: tile_config's), 16-bit elements."""
-    tile_m, default_n, stages, _ = tile_config(head_dim, head_dim_v)
+def smem_bytes(head_dim: int, head_dim_v: int, kv_stages: int = 0, tile_n: int = 0, tile_m: int = 0) -> int:
+    """Shared memory of one forward CTA: the Q tile of ``tile_m`` rows (reused for O) and ``kv_stages`` K and V tiles
+    of ``tile_n`` rows (0: tile_config's), 16-bit elements."""
+    default_m, default_n, stages, _ = tile_config(head_dim, head_dim_v)
+    tile_m = tile_m or default_m
     stages = kv_stages or stages
     tile_n = tile_n or default_n
     return 2 * (tile_m * max(head_dim, head_dim_v) + stages * tile_n * (head_dim + head_dim_v)) + SMEM_RESERVE

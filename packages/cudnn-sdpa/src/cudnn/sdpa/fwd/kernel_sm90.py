@@ -20,7 +20,11 @@ Plan options (compile-key fields): ``page_prefetch`` (page ids from a window of 
 producer warp's lanes), ``tile_m64`` (64-row query tile, one consumer warpgroup), ``kv_stages`` (K/V ring depth),
 ``tile_n`` (key tile rows), ``packed_cvt`` (P converted in bf16x2 / f16x2 pairs, see ``convert_p``), ``persistent``
 (dense: a grid of at most the SM count walking the tiles, see ``persistent_tiles``), ``varlen_lpt`` (THD: the tile
-order's L2 groups made of whole heads, see ``_device/tile_scheduler.py``).
+order's L2 groups made of whole heads, see ``_device/tile_scheduler.py``), ``varlen_compact`` (THD: one CTA per real
+tile, the batch from a warp prefix sum, per-sequence L2 sections longest-first: ``varlen_schedule.py``),
+``varlen_tma_o`` (THD: O stored by TMA through a ragged view, see ``RAGGED_ROWS``), ``tile_m`` (192: three consumer
+warpgroups, GEMM issue round-robin through the WG_SCHED barriers), ``o_rescale_early`` (O rescaled under the next S
+GEMM, see ``step``).
 
 Split-KV (``key.split_kv``): each tile's key blocks are shared by ``num_splits`` CTAs writing fp32 partial O / LSE to
 the caller's workspace; the same launch then runs ``combine`` (one warp per output row) to merge them.
@@ -62,9 +66,13 @@ from .._device.seqlen import cu_seqlens_tensors, sequence_extents
 from .._device.softmax import OnlineSoftmax
 from .._device.tile_scheduler import SingleTileScheduler, StaticPersistentTileScheduler
 from .kernel_key import COMBINE_ROWS_PER_CTA, SMEM_BYTES, SdpaFwdKey, smem_bytes, tile_config
+from .varlen_schedule import grid_blocks, l2_blocks, varlen_tile
 
 LOG2_E = math.log2(math.e)
 LN_2 = math.log(2.0)
+#: varlen_tma_o: rows of the ragged O view (a sequence's rows end at this row index) and the extent of its token mode.
+RAGGED_ROWS = 1 << 30
+RAGGED_END = (1 << 31) - 1
 
 
 class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
@@ -77,6 +85,12 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
             self.num_stages = key.kv_stages
         if key.tile_n:
             self.tile_n = key.tile_n
+        if key.tile_m == 192:  # three consumer warpgroups of 64 rows, GEMM issue round-robin (see step)
+            self.tile_m = 192
+            self.num_consumer_wg = 3
+            self.num_mma_threads = self.num_consumer_wg * self.threads_per_wg
+            self.num_threads = self.num_mma_threads + self.threads_per_wg
+            self.num_mma_regs, self.num_producer_regs = 160, 32  # 3 * 128 * 160 + 128 * 32 = 64K registers
         # persistent: O gets its own shared-memory tile when the budget allows, so Q is released after the last S GEMM
         # and the next tile's Q loads under the last PV GEMM and the epilogue (else O reuses Q's buffer, as by default).
         self.separate_o = (
@@ -263,6 +277,14 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
         tma_atom_O, tma_O = None, None
         if const_expr(not self.key.varlen and not self.key.pack_gqa and not self.key.split_kv):
             tma_atom_O, tma_O = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileS2GOp(), mO, sO_layout, (self.tile_m, Dv))
+        if const_expr(self.key.varlen_tma_o):
+            # A ragged view of the THD O for one TMA store per tile (rows past the sequence's end clipped by the TMA
+            # bounds): rows (RAGGED_ROWS, D_v, H, RAGGED_END) with the last mode stepping tokens like the first, over a
+            # base RAGGED_ROWS tokens before O. Sequence b's tile stores at row RAGGED_ROWS - seqlen + m * tile_m and
+            # last-mode index offset + seqlen: address O + (offset + m * tile_m + r) tokens, r < seqlen - m * tile_m.
+            mO_shifted = cute.domain_offset((-RAGGED_ROWS, None, None, None), mO)
+            mO_ragged = cute.make_tensor(mO_shifted.iterator, cute.make_layout((RAGGED_ROWS, Dv, heads, RAGGED_END), stride=(os_[2], 1, os_[1], os_[2])))
+            tma_atom_O, tma_O = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileS2GOp(), mO_ragged, sO_layout, (self.tile_m, Dv))
         tx_q = cute.size_in_bytes(self.dtype, sQ_layout)
         tx_k = cute.size_in_bytes(self.dtype, cute.select(sK_layout, mode=[0, 1]))
         tx_v = cute.size_in_bytes(self.dtype, cute.select(sV_layout, mode=[0, 1]))
@@ -271,6 +293,8 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
         if const_expr(self.key.split_kv):
             num_m_blocks = num_m_blocks * num_splits  # (split, m_block) pairs, decoded in the kernel
         grid = SingleTileScheduler.grid(num_m_blocks, grid_heads, batch)
+        if const_expr(self.key.varlen_compact):  # one CTA per real tile (plus < B per head at the end)
+            grid = (grid_blocks(seqlen_q, batch, self.tile_m) * grid_heads, 1, 1)
         if const_expr(self.key.persistent):
             grid = StaticPersistentTileScheduler.grid(num_m_blocks, grid_heads, batch, num_splits)
         self.kernel(
@@ -397,9 +421,15 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
                 scale_log2, window_left, window_right, tiled_mma_qk, tiled_mma_pv, warp_idx,
             )  # fmt: skip
         else:
-            m_block, head, batch = SingleTileScheduler(
-                num_m_blocks, num_heads, num_batch, group_heads, self.key.mask_right or self.key.mask_left, self.key.varlen_lpt
-            ).tile()
+            if const_expr(self.key.varlen_compact):
+                m_block, head, batch = varlen_tile(
+                    mCuQ, num_heads, num_batch, self.tile_m, self.tile_n, l2_blocks(self.tile_n, self.head_dim, self.head_dim_v),
+                    self.key.mask_right or self.key.mask_left,
+                )  # fmt: skip
+            else:
+                m_block, head, batch = SingleTileScheduler(
+                    num_m_blocks, num_heads, num_batch, group_heads, self.key.mask_right or self.key.mask_left, self.key.varlen_lpt
+                ).tile()
             split = None
             if const_expr(self.key.split_kv):
                 m_per_split = num_m_blocks // num_splits
@@ -929,6 +959,11 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
         softmax.online_softmax(acc_S, is_first=True)
         self.convert_p(acc_S, tOrP)
         acc_O.fill(0.0)
+        # o_rescale_early: the rescale of O owed to the last softmax, applied under the next S GEMM (see step)
+        o_scale = None
+        if const_expr(self.key.o_rescale_early):
+            o_scale = cute.make_rmem_tensor(softmax.num_rows, Float32)
+            o_scale.fill(1.0)
 
         # Blocks that need the right (causal / window) mask.
         n_right = n_block_max
@@ -937,7 +972,7 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
         for i in cutlass.range(cutlass.max(n_block_max - 1 - n_right, 0), unroll=1):
             kv_state = self.step(
                 tiled_mma_qk, tiled_mma_pv, acc_S, acc_O, tOrP, tSrQ, tSrK, tOrVt, pipeline_k, pipeline_v, kv_state, softmax, mask,
-                tScS_mn, t0ScS_mn, m_block, n_block_max - 2 - i, wg_idx, True,
+                tScS_mn, t0ScS_mn, m_block, n_block_max - 2 - i, wg_idx, True, o_scale,
             )  # fmt: skip
         n_hi = cutlass.min(n_block_max - 1, n_right)
         # Interior blocks: no mask.
@@ -947,7 +982,7 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
         for i in cutlass.range(cutlass.max(n_hi - n_left, 0), unroll=1):
             kv_state = self.step(
                 tiled_mma_qk, tiled_mma_pv, acc_S, acc_O, tOrP, tSrQ, tSrK, tOrVt, pipeline_k, pipeline_v, kv_state, softmax, mask,
-                tScS_mn, t0ScS_mn, m_block, n_hi - 1 - i, wg_idx, False,
+                tScS_mn, t0ScS_mn, m_block, n_hi - 1 - i, wg_idx, False, o_scale,
             )  # fmt: skip
         # Blocks that need the left (window) mask.
         if const_expr(self.key.mask_left):
@@ -955,11 +990,13 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
             for i in cutlass.range(cutlass.max(n_hi2 - n_block_min, 0), unroll=1):
                 kv_state = self.step(
                     tiled_mma_qk, tiled_mma_pv, acc_S, acc_O, tOrP, tSrQ, tSrK, tOrVt, pipeline_k, pipeline_v, kv_state, softmax, mask,
-                    tScS_mn, t0ScS_mn, m_block, n_hi2 - 1 - i, wg_idx, True,
+                    tScS_mn, t0ScS_mn, m_block, n_hi2 - 1 - i, wg_idx, True, o_scale,
                 )  # fmt: skip
         if const_expr(states is not None and self.separate_o):  # every S GEMM of the tile is complete: Q may be refilled
             pipeline_q.consumer_release(q_state)
         # Last PV GEMM.
+        if const_expr(self.key.o_rescale_early):
+            softmax.rescale(acc_O, o_scale)
         pipeline_v.consumer_wait(kv_state)
         wgmma(tiled_mma_pv, acc_O, tOrP, tOrVt[None, None, None, kv_state.index], zero_init=False, wg_wait=0)
         pipeline_v.consumer_release(kv_state)
@@ -1039,12 +1076,17 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
                     if row < mask.seqlen_q * rows_per_query:
                         mLSE_cur[row] = softmax.row_sum[r]
 
-        if const_expr(not self.key.varlen and not self.key.pack_gqa):
+        if const_expr((not self.key.varlen or self.key.varlen_tma_o) and not self.key.pack_gqa):
             cute.arch.fence_view_async_shared()
             cute.arch.barrier_arrive(barrier_id=int(NamedBarrier.EPILOGUE), number_of_threads=self.num_mma_threads + 32)
             if cute.arch.make_warp_uniform(cute.arch.warp_idx()) == 4:
                 cute.arch.barrier(barrier_id=int(NamedBarrier.EPILOGUE), number_of_threads=self.num_mma_threads + 32)
-                gO = cute.local_tile(mO_tma[None, None, head, batch], (self.tile_m, self.head_dim_v), (m_block, 0))
+                mO_cur = None
+                if const_expr(self.key.varlen_tma_o):  # the ragged view (see __call__): the sequence ends at row RAGGED_ROWS
+                    mO_cur = cute.domain_offset((RAGGED_ROWS - mask.seqlen_q, 0), mO_tma[None, None, head, offset_q + mask.seqlen_q])
+                else:
+                    mO_cur = mO_tma[None, None, head, batch]
+                gO = cute.local_tile(mO_cur, (self.tile_m, self.head_dim_v), (m_block, 0))
                 tOsO, tOgO = cpasync.tma_partition(tma_atom_O, 0, cute.make_layout(1), cute.group_modes(sO, 0, 2), cute.group_modes(gO, 0, 2))
                 cute.copy(tma_atom_O, tOsO, tOgO)
                 cute.arch.cp_async_bulk_commit_group()
@@ -1211,19 +1253,31 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
         n_block: Int32,
         wg_idx: Int32,
         masked: cutlass.Constexpr[bool],
+        o_scale: cute.Tensor | None = None,
     ):
         """One key block with intra-warpgroup overlap: S_n = Q K_n^T and O += P_{n+1} V_{n+1} in flight together,
-        then the softmax of S_n while the PV GEMM drains."""
+        then the softmax of S_n while the PV GEMM drains. ``o_scale`` (``key.o_rescale_early``): O is multiplied by the
+        previous block's row scale while the S GEMM runs, just before the PV GEMM is issued, and this block's scale is
+        kept for the next step, instead of rescaling O after the PV GEMM has drained (the same products in the same
+        order; off the critical path when O is wide, FA4's choice for d_v > 128)."""
         v_state = kv_state.clone()
         kv_state.advance()
         pipeline_k.consumer_wait(kv_state)
         if const_expr(self.pingpong):
             cute.arch.barrier(barrier_id=int(NamedBarrier.WG_SCHED_1) + wg_idx, number_of_threads=2 * self.threads_per_wg)
         wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, kv_state.index], zero_init=True, wg_wait=-1)
+        if const_expr(o_scale is not None):
+            softmax.rescale(acc_O, o_scale)
         pipeline_v.consumer_wait(v_state)
         wgmma(tiled_mma_pv, acc_O, tOrP, tOrVt[None, None, None, v_state.index], zero_init=False, wg_wait=-1)
         if const_expr(self.pingpong):
-            cute.arch.barrier_arrive(barrier_id=int(NamedBarrier.WG_SCHED_1) + 1 - wg_idx, number_of_threads=2 * self.threads_per_wg)
+            if const_expr(self.num_consumer_wg == 3):  # round-robin: warpgroup w lets w + 1 (mod 3) issue next
+                nxt = wg_idx + 1
+                if nxt == 3:
+                    nxt = Int32(0)
+                cute.arch.barrier_arrive(barrier_id=int(NamedBarrier.WG_SCHED_1) + nxt, number_of_threads=2 * self.threads_per_wg)
+            else:
+                cute.arch.barrier_arrive(barrier_id=int(NamedBarrier.WG_SCHED_1) + 1 - wg_idx, number_of_threads=2 * self.threads_per_wg)
         warpgroup.wait_group(1)
         pipeline_k.consumer_release(kv_state)
         if const_expr(masked):
@@ -1232,7 +1286,10 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
         warpgroup.wait_group(0)
         pipeline_v.consumer_release(v_state)
         self.convert_p(acc_S, tOrP)
-        softmax.rescale(acc_O, row_scale)
+        if const_expr(o_scale is not None):
+            o_scale.store(row_scale.load())
+        else:
+            softmax.rescale(acc_O, row_scale)
         return kv_state
 
 
