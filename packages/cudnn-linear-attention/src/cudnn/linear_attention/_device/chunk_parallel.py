@@ -30,7 +30,7 @@ import cutlass.cute as cute
 from cutlass import BFloat16, Float32, Int32, Int64, const_expr
 from cutlass.cute.nvgpu import cpasync, warpgroup
 
-from .delta_rule import CHUNK, THREADS
+from .delta_rule import BV, CHUNK, THREADS, VEC, wgmma
 
 U_PAD = 4  # fp32 row padding of the staged U tile: rows 16 bytes apart in the banks (conflict-free accumulator reads)
 WS_ARRAYS = ("w", "u", "kd", "qg", "p", "ge", "vnt", "h", "rf")
@@ -176,3 +176,63 @@ def wgmma_into_each(mma: cute.TiledMma, accs: list, tA: cute.Tensor, tB: cute.Te
             cute.gemm(atom, accs[h], tA[None, None, kb], tB[None, None, kb, b_first + h], accs[h])
     warpgroup.commit_group()
     warpgroup.wait_group(0)
+
+
+@cute.jit
+def store_beta_v_block_t(sVT: cute.Tensor, vbuf: cute.Tensor, row: Int32, half: Int32, keep: Float32, b_row: Float32, vb: cutlass.Constexpr[int]):
+    """``(beta V)^T`` of value-channel block ``vb``: this thread's 32 channels of token ``row`` (``vbuf``, as
+    :func:`.delta_rule.load_v_half_row` loads them) times ``keep * beta`` into ``sVT[:, row, vb]`` [64 channels, tokens, V / 64]."""
+    for vj in cutlass.range_constexpr((BV // 2) // VEC):
+        for e in cutlass.range_constexpr(VEC):
+            vc = half * (BV // 2) + vj * VEC + e
+            sVT[vc, row, vb] = (vbuf[0, 0, e, vj].to(Float32) * keep * b_row).to(BFloat16)
+
+
+@cute.jit
+def wy_to_workspace(
+    mma: cute.TiledMma,
+    acc_u: cute.Tensor,
+    acc_w: cute.Tensor,
+    tm_A: cute.Tensor,
+    vt_B: cute.Tensor,
+    kt_B: cute.Tensor,
+    mU: cute.Tensor,
+    mW: cute.Tensor,
+    slot: Int32,
+    head: Int32,
+    c64: cute.Tensor,
+    nh: cutlass.Constexpr[int],
+):
+    """Prep step 5: ``U = Tm (beta V)`` (fp32, through ``acc_u``) and ``-Wm = -Tm (beta K exp G)`` (bf16, through
+    ``acc_w``) -> the slot's workspace tiles, 64 channels at a time."""
+    for vb in cutlass.range_constexpr(nh):
+        wgmma(mma, acc_u, tm_A, vt_B[None, None, None, vb], True)
+        acc_to_gmem(cute.local_tile(mU[slot, head, None, None], (CHUNK, BV), (0, vb)), acc_u, c64, False, False)
+    for h in cutlass.range_constexpr(nh):
+        wgmma(mma, acc_w, tm_A, kt_B[None, None, None, h], True)
+        acc_to_gmem(cute.local_tile(mW[slot, head, None, None], (CHUNK, BV), (0, h)), acc_w, c64, True, False)
+
+
+@cute.jit
+def decayed_keys_to_workspace(
+    mKD: cute.Tensor,
+    sK: cute.Tensor,
+    sGc: cute.Tensor,
+    slot: Int32,
+    head: Int32,
+    row: Int32,
+    half: Int32,
+    kdec: Float32 | None,
+    half_d: cutlass.Constexpr[int],
+    per_key: cutlass.Constexpr[bool],
+    fast_exp: cutlass.Constexpr[bool],
+):
+    """Prep step 6: ``(K exp(G_C - G))^T`` -> ``mKD[slot, head]`` over this thread's half row (rows past the sequence's
+    end have g = 0, so G's last row is G_C): the row's decay ``kdec`` (scalar gate), or per key channel from ``sGc``
+    [C, K] (``per_key``; ``fast_exp``: ``exp`` without the precise range reduction)."""
+    for j in cutlass.range_constexpr(half_d):
+        col = half * half_d + j
+        d = kdec
+        if const_expr(per_key):
+            d = cute.math.exp(sGc[CHUNK - 1, col] - sGc[row, col], fastmath=fast_exp)
+        mKD[slot, head, col % BV, row, col // BV] = (sK[row, col].to(Float32) * d).to(BFloat16)

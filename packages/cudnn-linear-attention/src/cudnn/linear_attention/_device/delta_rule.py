@@ -1,6 +1,7 @@
-"""Device blocks shared by the chunked gated-delta-rule forward kernels (gdn/chunk_fwd_kernel.py,
-kda/chunk_fwd_kernel.py): ``@cute.jit`` helpers only, traced inline into the calling kernel (the PTX of each
-kernel is the same as with the blocks written in place).
+"""Device blocks shared by the chunked gated-delta-rule kernels (gdn/ and kda/: the serial forwards, the chunk-parallel
+prep kernels and the backwards' passes): ``@cute.jit`` helpers only, traced inline into the calling kernel (the PTX of
+each kernel is the same as with the blocks written in place). Where Gated DeltaNet (one scalar decay per token) and
+Kimi Delta Attention (one per key channel) differ, a block takes ``per_key`` (constexpr), e.g. :func:`chunk_gates`.
 
 Conventions of both kernels: one warpgroup (``THREADS`` = 128) per CTA; chunk ``CHUNK`` = 64 tokens; the CTA's
 state slice ``S[64, K]`` lives in ``K / 64`` fp32 WGMMA accumulators ``acc_s`` (64 x 64 each) and as a bf16
@@ -286,6 +287,33 @@ def solve_unit_lower_blocked(sA: cute.Tensor, sT: cute.Tensor, sM: cute.Tensor, 
 
 
 @cute.jit
+def wy_new_values(
+    mma: cute.TiledMma,
+    acc_a: cute.Tensor,
+    acc_b: cute.Tensor,
+    u_A: cute.Tensor,
+    u_B: cute.Tensor,
+    kt_B: cute.Tensor,
+    vn_A: cute.Tensor,
+    s0_B: cute.Tensor,
+    sW: cute.Tensor,
+    c64: cute.Tensor,
+    nh: cutlass.Constexpr[int],
+):
+    """The WY new values of a chunk (the forwards' step 5, the backwards' pass 1): ``U = Tm (beta V)`` in ``acc_a``;
+    ``-Wm = -Tm (beta K exp G)`` 64 K-channels at a time through ``acc_b`` -> bf16 ``sW`` (published);
+    ``Vn = U + (-Wm) S0^T`` left in ``acc_a`` for the caller to store."""
+    wgmma(mma, acc_a, u_A, u_B, True)
+    for h in cutlass.range_constexpr(nh):
+        wgmma(mma, acc_b, u_A, kt_B[None, None, None, h], True)
+        for i in cutlass.range_constexpr(cute.size(acc_b)):
+            rc = c64[i]
+            sW[rc[0], h * BV + rc[1]] = (-acc_b[i]).to(BFloat16)
+    smem_ready()
+    wgmma(mma, acc_a, vn_A, s0_B, False)
+
+
+@cute.jit
 def wy_values(
     mma: cute.TiledMma,
     acc_a: cute.Tensor,
@@ -300,16 +328,8 @@ def wy_values(
     c64: cute.Tensor,
     nh: cutlass.Constexpr[int],
 ):
-    """Step 5 of both kernels: ``U = Tm (beta V)`` in ``acc_a``; ``-Wm = -Tm (beta K exp G)`` 64 K-channels at a time
-    through ``acc_b`` -> bf16 ``sW``; ``Vn = U + (-Wm) S0^T`` in ``acc_a`` -> bf16 ``sVnT`` (transposed)."""
-    wgmma(mma, acc_a, u_A, u_B, True)
-    for h in cutlass.range_constexpr(nh):
-        wgmma(mma, acc_b, u_A, kt_B[None, None, None, h], True)
-        for i in cutlass.range_constexpr(cute.size(acc_b)):
-            rc = c64[i]
-            sW[rc[0], h * BV + rc[1]] = (-acc_b[i]).to(BFloat16)
-    smem_ready()
-    wgmma(mma, acc_a, vn_A, s0_B, False)
+    """Step 5 of both kernels: :func:`wy_new_values`, then ``Vn`` -> bf16 ``sVnT`` (transposed)."""
+    wy_new_values(mma, acc_a, acc_b, u_A, u_B, kt_B, vn_A, s0_B, sW, c64, nh)
     for i in cutlass.range_constexpr(cute.size(acc_a)):
         rc = c64[i]
         sVnT[rc[1], rc[0]] = acc_a[i].to(BFloat16)
@@ -340,3 +360,61 @@ def store_final_state(mHT: cute.Tensor, acc_s: list, c64: cute.Tensor, seq: Int3
         for i in cutlass.range_constexpr(cute.size(acc_s[h])):
             rc = c64[i]
             mHT[seq, head, v0 + rc[0], h * BV + rc[1]] = acc_s[h][i]
+
+
+@cute.jit
+def chunk_gates(
+    mG: cute.Tensor,
+    mB: cute.Tensor,
+    sG: cute.Tensor | None,
+    sGc: cute.Tensor,
+    sBeta: cute.Tensor,
+    t0: Int32,
+    n_valid: Int32,
+    head: Int32,
+    tidx: Int32,
+    d: cutlass.Constexpr[int],
+    per_key: cutlass.Constexpr[bool],
+):
+    """Step 1 of every chunk: beta of the chunk's rows -> ``sBeta`` (0 past the sequence's end) and the in-chunk
+    cumulative log decay ``G`` -> ``sGc``; ends with a barrier.
+
+    - scalar gate (g [T, H]): g -> ``sG`` (0 past the end), then ``sGc[i] = sum_{j <= i} sG[j]`` (one thread per row,
+      unrolled and predicated: the loads issue back to back);
+    - ``per_key`` (g [T, H, K]): one thread per key channel sums down the chunk (16 loads in flight at a time; full
+      unrolling spills) into ``sGc`` [C, K]; rows past the end carry g = 0, so they repeat the last cumulative decay
+      (``sG`` unused)."""
+    if const_expr(per_key):
+        if tidx < d:
+            cum = Float32(0.0)
+            for j in cutlass.range(CHUNK, unroll=16):
+                gj = Float32(0.0)
+                if j < n_valid:
+                    gj = mG[t0 + j, head, tidx].to(Float32)
+                cum = cum + gj
+                sGc[j, tidx] = cum
+        if tidx < CHUNK:
+            bv = Float32(0.0)
+            if tidx < n_valid:
+                bv = mB[t0 + tidx, head].to(Float32)
+            sBeta[tidx] = bv
+        cute.arch.sync_threads()
+    else:
+        if tidx < CHUNK:
+            gv = Float32(0.0)
+            bv = Float32(0.0)
+            if tidx < n_valid:
+                gv = mG[t0 + tidx, head].to(Float32)
+                bv = mB[t0 + tidx, head].to(Float32)
+            sG[tidx] = gv
+            sBeta[tidx] = bv
+        cute.arch.sync_threads()
+        if tidx < CHUNK:
+            cum = Float32(0.0)
+            for j in cutlass.range_constexpr(CHUNK):
+                gj = sG[j]
+                if j > tidx:
+                    gj = Float32(0.0)
+                cum = cum + gj
+            sGc[tidx] = cum
+        cute.arch.sync_threads()

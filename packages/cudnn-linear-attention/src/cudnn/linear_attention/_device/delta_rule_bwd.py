@@ -1,17 +1,76 @@
 """Device blocks shared by the gated-delta-rule backward kernels (Gated DeltaNet, Kimi Delta Attention): ``@cute.jit``
-helpers only (inlined at trace time; each kernel's PTX is what it was with the block written out in place).
+helpers only (inlined at trace time; each kernel's PTX is what it was with the block written out in place), plus the
+host-side workspace views their ``__call__`` builds.
 
+The two families differ only by the decay: Gated DeltaNet's is one scalar per token (``sGc`` [C], the chunk's decay
+``exp(G_C)`` one number), Kimi Delta Attention's one per key channel (``sGc`` [C, K]); the blocks below take
+``per_key`` (a constexpr) for that difference and otherwise run the same instructions in the same order.
+
+Host side (plain functions of the launchers' ``__call__``, no device code): :func:`state_views`, :func:`cc_views`,
+:func:`token_views` (the workspace arrays) and :func:`vec_views` (q, k, v / dO as 16-byte vectors).
+
+Device blocks:
+
+- :func:`bwd_cta`: the CTA's coordinates, sequence bounds, chunk count and first workspace slot (all three passes);
 - :func:`state_to_workspace`: the state slice S[v0:v0+64, :] (``nh`` fp32 64 x 64 accumulators) -> bf16
-  ``ws[slot0 + ci, head, v0:v0+64, :]`` (pass 1's chunk states, pass 2's state gradients; read back by the later passes).
+  ``ws[slot0 + ci, head, v0:v0+64, :]`` (pass 1's chunk states, pass 2's state gradients; read back by the later passes);
+- :func:`tm_to_workspace`: the chunk's ``Tm`` (bf16, shared) -> ``ws_tm`` (pass 1, the V-slice 0 CTA);
+- :func:`wy_values_to_workspace`: pass 1's ``U``, ``-Wm``, ``Vn = U - Wm S0^T`` -> ``sVnT`` and ``ws_vn``;
+- :func:`decayed_keys_t`: ``(K exp(G_C - G))^T`` -> ``sKT`` (pass 1's state-update operand);
+- :func:`state_update`: pass 1's ``S1 = S0 decay(G_C) + Vn^T (K exp(G_C - G))`` and its bf16 copy;
+- :func:`store_keep_v_t`: this thread's dO channels (zero past the sequence's end) transposed to shared;
+- :func:`dvalues_to_workspace`: pass 2's ``Wm^T`` and ``dVn = P^T dO + Kd dS1^T`` -> ``-dVn^T`` and ``ws_dvn``;
+- :func:`dstate_update`: pass 2's ``dS0 = dS1 decay(G_C) + dO^T (scale exp(G) Q) - dVn^T Wm`` and its bf16 copy;
+- :func:`states_fragments`, :func:`dstates_fragments`: the WGMMA operands passes 1 and 2 share;
+- :func:`rows_to_smem`: pass 3's row loader (rows past the sequence's end as zero, row-major and / or transposed);
+- :func:`dwm_and_dv`: pass 3's ``dWm = -dVn S0`` and ``dV = beta Tm^T dVn`` with the ``dbeta`` row sums.
 """
 
 from __future__ import annotations
 
 import cutlass
 import cutlass.cute as cute
-from cutlass import BFloat16, Int32
+from cutlass import BFloat16, Float32, Int32, Int64, const_expr
 
-from .delta_rule import BV
+from .delta_rule import BV, CHUNK, THREADS, VEC, sequence_bounds, smem_ready, state_to_smem, wgmma, wy_new_values
+
+
+def state_views(ptr, slots, heads, D):
+    """A workspace array [slots, H, D, D] (bf16, contiguous)."""
+    return cute.make_tensor(ptr, cute.make_layout((slots, heads, D, D), stride=(Int64(heads) * (D * D), D * D, D, 1)))
+
+
+def cc_views(ptr, slots, heads):
+    """A workspace array [slots, H, 64, 64] (Tm or P, bf16, contiguous)."""
+    return cute.make_tensor(ptr, cute.make_layout((slots, heads, CHUNK, CHUNK), stride=(Int64(heads) * (CHUNK * CHUNK), CHUNK * CHUNK, CHUNK, 1)))
+
+
+def token_views(ptr, T, heads, D):
+    """A workspace array [T, H, D] (bf16, contiguous)."""
+    return cute.make_tensor(ptr, cute.make_layout((T, heads, D), stride=(Int64(heads) * D, D, 1)))
+
+
+def vec_views(D, q_ptr, k_ptr, v_ptr, T, heads, qk_heads, q_strides, k_strides, v_strides):
+    """q, k [T, Hk, D] and v (or dO) [T, H, D] as 16-byte vectors ((1, 1, VEC), (T, heads, D / VEC))."""
+    mQ = cute.make_tensor(q_ptr, cute.make_layout((T, qk_heads, D), stride=(cute.assume(q_strides[0], divby=VEC), cute.assume(q_strides[1], divby=VEC), 1)))
+    mK = cute.make_tensor(k_ptr, cute.make_layout((T, qk_heads, D), stride=(cute.assume(k_strides[0], divby=VEC), cute.assume(k_strides[1], divby=VEC), 1)))
+    mV = cute.make_tensor(v_ptr, cute.make_layout((T, heads, D), stride=(cute.assume(v_strides[0], divby=VEC), cute.assume(v_strides[1], divby=VEC), 1)))
+    return cute.zipped_divide(mQ, (1, 1, VEC)), cute.zipped_divide(mK, (1, 1, VEC)), cute.zipped_divide(mV, (1, 1, VEC))
+
+
+@cute.jit
+def bwd_cta(mCu: cute.Tensor | None, seq_len: Int32, group: Int32, varlen: cutlass.Constexpr[bool]):
+    """``(tidx, seq, head, vblk, hk, v0, bos, eos, n_chunks, slot0)`` of this thread and CTA (grid ``[N, H, V / 64]``):
+    the q/k head it reads (``head // group``, ``group`` = H / Hk), its first value channel, the sequence's token range,
+    its chunk count and the workspace slot of its first chunk (``seq + bos // 64``)."""
+    tidx, _, _ = cute.arch.thread_idx()
+    seq, head, vblk = cute.arch.block_idx()
+    hk = head // group
+    v0 = vblk * BV
+    bos, eos = sequence_bounds(mCu, seq, seq_len, varlen)
+    n_chunks = (eos - bos + (CHUNK - 1)) // CHUNK
+    slot0 = seq + bos // CHUNK
+    return tidx, seq, head, vblk, hk, v0, bos, eos, n_chunks, slot0
 
 
 @cute.jit
@@ -23,3 +82,283 @@ def state_to_workspace(mWs: cute.Tensor, acc_s: list, c64: cute.Tensor, slot0: I
         for i in cutlass.range_constexpr(cute.size(acc_s[h])):
             rc = c64[i]
             mWs[slot0 + ci, head, v0 + rc[0], h * BV + rc[1]] = acc_s[h][i].to(BFloat16)
+
+
+@cute.jit
+def tm_to_workspace(mWsTm: cute.Tensor, sTm: cute.Tensor, slot0: Int32, ci: Int32, head: Int32, tidx: Int32):
+    """The chunk's bf16 ``Tm`` [64, 64] (shared) -> ``mWsTm[slot0 + ci, head]`` (the caller picks the one CTA that writes)."""
+    for s in cutlass.range_constexpr(CHUNK * CHUNK // THREADS):
+        idx = tidx + THREADS * s
+        mWsTm[slot0 + ci, head, idx // CHUNK, idx % CHUNK] = sTm[idx // CHUNK, idx % CHUNK]
+
+
+@cute.jit
+def wy_values_to_workspace(
+    mma: cute.TiledMma,
+    acc_a: cute.Tensor,
+    acc_b: cute.Tensor,
+    u_A: cute.Tensor,
+    u_B: cute.Tensor,
+    kt_B: cute.Tensor,
+    vn_A: cute.Tensor,
+    s0_B: cute.Tensor,
+    sW: cute.Tensor,
+    sVnT: cute.Tensor,
+    mWsVn: cute.Tensor,
+    c64: cute.Tensor,
+    t0: Int32,
+    n_valid: Int32,
+    head: Int32,
+    v0: Int32,
+    nh: cutlass.Constexpr[int],
+):
+    """Pass 1: :func:`.delta_rule.wy_new_values`, then ``Vn`` -> bf16 ``sVnT`` (transposed) and, rows inside the
+    sequence, ``ws_vn``."""
+    wy_new_values(mma, acc_a, acc_b, u_A, u_B, kt_B, vn_A, s0_B, sW, c64, nh)
+    for i in cutlass.range_constexpr(cute.size(acc_a)):
+        rc = c64[i]
+        vn = acc_a[i].to(BFloat16)
+        sVnT[rc[1], rc[0]] = vn
+        if rc[0] < n_valid:
+            mWsVn[t0 + rc[0], head, v0 + rc[1]] = vn
+
+
+@cute.jit
+def decayed_keys_t(
+    sKT: cute.Tensor,
+    sK: cute.Tensor,
+    sGc: cute.Tensor,
+    row: Int32,
+    half: Int32,
+    kdec: Float32 | None,
+    half_d: cutlass.Constexpr[int],
+    per_key: cutlass.Constexpr[bool],
+):
+    """``sKT[col % 64, row, col // 64] = bf16(K[row, col] exp(G_C - G[row]))`` over this thread's half row: the decay
+    ``kdec`` of the row (scalar gate), or per key channel from ``sGc`` [C, K] (``per_key``, ``kdec`` unused)."""
+    for j in cutlass.range_constexpr(half_d):
+        col = half * half_d + j
+        d = kdec
+        if const_expr(per_key):
+            d = cute.math.exp(sGc[CHUNK - 1, col] - sGc[row, col])
+        sKT[col % BV, row, col // BV] = (sK[row, col].to(Float32) * d).to(BFloat16)
+
+
+@cute.jit
+def decay_accumulator(
+    acc: cute.Tensor, sGc: cute.Tensor, c64: cute.Tensor, h: cutlass.Constexpr[int], decay_c: Float32 | None, per_key: cutlass.Constexpr[bool]
+):
+    """``acc *= exp(G_C)`` for the state block of key channels ``64 h .. 64 h + 63``: ``decay_c`` (scalar gate), or per
+    key channel from ``sGc`` [C, K] (``per_key``)."""
+    for i in cutlass.range_constexpr(cute.size(acc)):
+        if const_expr(per_key):
+            rc = c64[i]
+            acc[i] = acc[i] * cute.math.exp(sGc[CHUNK - 1, h * BV + rc[1]])
+        else:
+            acc[i] = acc[i] * decay_c
+
+
+@cute.jit
+def state_update(
+    mma: cute.TiledMma,
+    acc_s: list,
+    su_A: cute.Tensor,
+    kt_B: cute.Tensor,
+    sS: cute.Tensor,
+    sGc: cute.Tensor,
+    c64: cute.Tensor,
+    decay_c: Float32 | None,
+    nh: cutlass.Constexpr[int],
+    per_key: cutlass.Constexpr[bool],
+):
+    """Pass 1: ``S1 = S0 decay(G_C) + Vn^T (K exp(G_C - G))`` in the accumulators, then bf16 -> ``sS`` (published)."""
+    for h in cutlass.range_constexpr(nh):
+        decay_accumulator(acc_s[h], sGc, c64, h, decay_c, per_key)
+        wgmma(mma, acc_s[h], su_A, kt_B[None, None, None, h], False)
+    cute.arch.sync_threads()
+    state_to_smem(sS, acc_s, c64, nh)
+    smem_ready()
+
+
+@cute.jit
+def store_keep_v_t(sXT: cute.Tensor, vbuf: cute.Tensor, row: Int32, half: Int32, keep: Float32):
+    """This thread's 32 value channels of token ``row`` (``vbuf``, as :func:`.delta_rule.load_v_half_row` loads them)
+    times ``keep`` (0 past the sequence's end) into ``sXT`` [64 channels, tokens]."""
+    vq = BV // 2
+    for vj in cutlass.range_constexpr(vq // VEC):
+        for e in cutlass.range_constexpr(VEC):
+            col = half * vq + vj * VEC + e
+            sXT[col, row] = (vbuf[0, 0, e, vj].to(Float32) * keep).to(BFloat16)
+
+
+@cute.jit
+def dvalues_to_workspace(
+    mma: cute.TiledMma,
+    acc_a: cute.Tensor,
+    acc_b: cute.Tensor,
+    tm_A: cute.Tensor,
+    kt_B: cute.Tensor,
+    pt_A: cute.Tensor,
+    dot_B: cute.Tensor,
+    kd_A: cute.Tensor,
+    ds_B: cute.Tensor,
+    sWmT: cute.Tensor,
+    sDvnT: cute.Tensor,
+    mWsDvn: cute.Tensor,
+    c64: cute.Tensor,
+    t0: Int32,
+    n_valid: Int32,
+    head: Int32,
+    v0: Int32,
+    nh: cutlass.Constexpr[int],
+):
+    """Pass 2: ``Wm^T = (Tm (beta exp(G) K))^T`` -> bf16 ``sWmT``; ``dVn = P^T dO + Kd dS1^T`` -> ``-dVn^T`` (bf16
+    ``sDvnT``) and, rows inside the sequence, ``ws_dvn``; published."""
+    for h in cutlass.range_constexpr(nh):
+        wgmma(mma, acc_b, tm_A, kt_B[None, None, None, h], True)
+        for i in cutlass.range_constexpr(cute.size(acc_b)):
+            rc = c64[i]
+            sWmT[rc[1], rc[0], h] = acc_b[i].to(BFloat16)
+    wgmma(mma, acc_a, pt_A, dot_B, True)
+    wgmma(mma, acc_a, kd_A, ds_B, False)
+    for i in cutlass.range_constexpr(cute.size(acc_a)):
+        rc = c64[i]
+        dvn = acc_a[i].to(BFloat16)
+        sDvnT[rc[1], rc[0]] = (-(dvn.to(Float32))).to(BFloat16)
+        if rc[0] < n_valid:
+            mWsDvn[t0 + rc[0], head, v0 + rc[1]] = dvn
+    smem_ready()
+
+
+@cute.jit
+def dstate_update(
+    mma: cute.TiledMma,
+    acc_ds: list,
+    dot_A: cute.Tensor,
+    qst_B: cute.Tensor,
+    dvnt_A: cute.Tensor,
+    wmt_B: cute.Tensor,
+    sDS: cute.Tensor,
+    sGc: cute.Tensor,
+    c64: cute.Tensor,
+    decay_c: Float32 | None,
+    nh: cutlass.Constexpr[int],
+    per_key: cutlass.Constexpr[bool],
+):
+    """Pass 2: ``dS0 = dS1 decay(G_C) + dO^T (scale exp(G) Q) - dVn^T Wm`` in the accumulators, then bf16 -> ``sDS``
+    once every reader of ``dS1`` there has completed (published)."""
+    for h in cutlass.range_constexpr(nh):
+        decay_accumulator(acc_ds[h], sGc, c64, h, decay_c, per_key)
+        wgmma(mma, acc_ds[h], dot_A, qst_B[None, None, None, h], False)
+        wgmma(mma, acc_ds[h], dvnt_A, wmt_B[None, None, None, h], False)
+    cute.arch.sync_threads()
+    state_to_smem(sDS, acc_ds, c64, nh)
+    smem_ready()
+
+
+@cute.jit
+def states_fragments(wg: cute.ThrMma, sKT: cute.Tensor, sTm: cute.Tensor, sVT: cute.Tensor, sW: cute.Tensor, sS: cute.Tensor, sVnT: cute.Tensor):
+    """Pass 1's WGMMA operands from the warpgroup slice ``wg``: ``(kt_B, u_A, u_B, vn_A, s0_B, su_A)`` = (beta K exp G)^T
+    (later (K exp(G_C - G))^T), Tm, (beta V)^T, -Wm, S0, Vn^T."""
+    kt_B = wg.make_fragment_B(wg.partition_B(sKT))
+    u_A = wg.make_fragment_A(wg.partition_A(sTm))
+    u_B = wg.make_fragment_B(wg.partition_B(sVT))
+    vn_A = wg.make_fragment_A(wg.partition_A(sW))
+    s0_B = wg.make_fragment_B(wg.partition_B(sS))
+    su_A = wg.make_fragment_A(wg.partition_A(sVnT))
+    return kt_B, u_A, u_B, vn_A, s0_B, su_A
+
+
+@cute.jit
+def dstates_fragments(
+    wg: cute.ThrMma,
+    sTm: cute.Tensor,
+    sKT: cute.Tensor,
+    sPT: cute.Tensor,
+    sDoT: cute.Tensor,
+    sKd: cute.Tensor,
+    sDS: cute.Tensor,
+    sQsT: cute.Tensor,
+    sDvnT: cute.Tensor,
+    sWmT: cute.Tensor,
+):
+    """Pass 2's WGMMA operands from the warpgroup slice ``wg``: ``(tm_A, kt_B, pt_A, dot_B, dot_A, kd_A, ds_B, qst_B,
+    dvnt_A, wmt_B)`` = Tm, (beta exp(G) K)^T, P^T, dO^T (as B and as A), K exp(G_C - G), dS1, (scale exp(G) Q)^T, -dVn^T,
+    Wm^T."""
+    tm_A = wg.make_fragment_A(wg.partition_A(sTm))
+    kt_B = wg.make_fragment_B(wg.partition_B(sKT))
+    pt_A = wg.make_fragment_A(wg.partition_A(sPT))
+    dot_B = wg.make_fragment_B(wg.partition_B(sDoT))
+    dot_A = wg.make_fragment_A(wg.partition_A(sDoT))
+    kd_A = wg.make_fragment_A(wg.partition_A(sKd))
+    ds_B = wg.make_fragment_B(wg.partition_B(sDS))
+    qst_B = wg.make_fragment_B(wg.partition_B(sQsT))
+    dvnt_A = wg.make_fragment_A(wg.partition_A(sDvnT))
+    wmt_B = wg.make_fragment_B(wg.partition_B(sWmT))
+    return tm_A, kt_B, pt_A, dot_B, dot_A, kd_A, ds_B, qst_B, dvnt_A, wmt_B
+
+
+@cute.jit
+def rows_to_smem(
+    gX: cute.Tensor, sX: cute.Tensor, sXT: cute.Tensor, t0: Int32, eos: Int32, head: Int32, tidx: Int32, D: cutlass.Constexpr[int], mode: cutlass.Constexpr[int]
+):
+    """Rows ``t0 .. t0 + 63`` of ``gX`` (bf16 16-byte vectors, rows past ``eos`` as zero): ``mode`` 0 to ``sX``
+    [token, d], 1 to ``sXT`` [d % 64, token, d // 64], 2 to both. Not fenced."""
+    HALF = D // 2
+    NV = HALF // VEC
+    row = tidx // 2
+    half = tidx % 2
+    t_row = min(t0 + row, eos - 1)
+    keep = Float32(0.0)
+    if t0 + row < eos:
+        keep = Float32(1.0)
+    rbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NV)), BFloat16)
+    for vj in cutlass.range_constexpr(NV):
+        cute.autovec_copy(gX[(None, None, None), (t_row, head, half * NV + vj)], rbuf[None, None, None, vj])
+    for vj in cutlass.range_constexpr(NV):
+        for e in cutlass.range_constexpr(VEC):
+            col = half * HALF + vj * VEC + e
+            x = (rbuf[0, 0, e, vj].to(Float32) * keep).to(BFloat16)
+            if const_expr(mode != 1):
+                sX[row, col] = x
+            if const_expr(mode != 0):
+                sXT[col % BV, row, col // BV] = x
+
+
+@cute.jit
+def dwm_and_dv(
+    mma: cute.TiledMma,
+    acc_a: cute.Tensor,
+    dvn_A: cute.Tensor,
+    s0t_B: cute.Tensor,
+    tmt_A: cute.Tensor,
+    dvnt_B: cute.Tensor,
+    sDwm: cute.Tensor,
+    sDwmT: cute.Tensor,
+    sDBr: cute.Tensor,
+    sV: cute.Tensor,
+    sBeta: cute.Tensor,
+    mDv: cute.Tensor,
+    c64: cute.Tensor,
+    t0: Int32,
+    n_valid: Int32,
+    head: Int32,
+    nh: cutlass.Constexpr[int],
+):
+    """Pass 3: ``dWm = -dVn S0`` -> bf16 ``sDwm`` and ``sDwmT``; ``dUb = Tm^T dVn``: ``dV = beta dUb`` (rows inside the
+    sequence) -> ``mDv``, ``dbeta += rowsum(dUb V)`` -> ``sDBr`` (shared atomics); published."""
+    for h in cutlass.range_constexpr(nh):
+        wgmma(mma, acc_a, dvn_A, s0t_B[None, None, None, h], True)
+        for i in cutlass.range_constexpr(cute.size(acc_a)):
+            rc = c64[i]
+            w = (-acc_a[i]).to(BFloat16)
+            sDwm[rc[0], h * BV + rc[1]] = w
+            sDwmT[rc[1], rc[0], h] = w
+    for h in cutlass.range_constexpr(nh):
+        wgmma(mma, acc_a, tmt_A, dvnt_B[None, None, None, h], True)
+        for i in cutlass.range_constexpr(cute.size(acc_a)):
+            rc = c64[i]
+            cute.arch.atomic_add(sDBr.iterator + rc[0], acc_a[i] * sV[rc[0], h * BV + rc[1]].to(Float32))
+            if rc[0] < n_valid:
+                mDv[t0 + rc[0], head, h * BV + rc[1]] = (acc_a[i] * sBeta[rc[0]]).to(mDv.element_type)
+    smem_ready()

@@ -35,18 +35,31 @@ from dataclasses import dataclass
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
-import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass import BFloat16, Float32, Int32, Int64, const_expr
-from cutlass.cute.nvgpu import warpgroup
 
-from cudnn import _compat
-
-from .._device.delta_rule import BV, CHUNK, SOLVE_BLOCK, THREADS, VEC, state_to_smem
+from .._device import delta_rule_bwd as bwd
+from .._device.delta_rule import (  # noqa: F401  (L2NORM_EPS: re-exported, the kernels' q / k L2-norm epsilon)
+    BV,
+    CHUNK,
+    L2NORM_EPS,
+    SOLVE_BLOCK,
+    THREADS,
+    VEC,
+    chunk_gates,
+    k_major_smem_layout,
+    load_half_row,
+    load_state,
+    load_v_half_row,
+    make_accumulators,
+    make_mma_n64,
+    make_seq_state_views,
+    solve_unit_lower_blocked,
+    store_beta_v_t,
+    store_final_state,
+)
+from .._device.delta_rule import row_scale as _row_scale
 from .._device.delta_rule import smem_ready as _smem_ready
 from .._device.delta_rule import wgmma as _wgmma
-from .._device.delta_rule_bwd import state_to_workspace
-
-L2NORM_EPS = 1e-6  # the forward's (and fla's) q / k L2-norm epsilon
 
 
 @dataclass(frozen=True)
@@ -63,119 +76,6 @@ class GdnBwdKey:
     gva: bool = False  # q/k heads Hk < v heads H (value head h reads q/k head h // (H / Hk)): pass 3 writes per-value-head
     # dq / dk (fp32, workspace) and pass 4 (bwd_qk_reduce_kernel.py) sums them per q/k head
     store_tm: bool = True  # pass 1 writes Tm (bf16) to the workspace, passes 2 and 3 read it (False: each recomputes K K^T and the solve)
-
-
-def smem_layout(rows: int, cols: int, stages: int | None = None):
-    """K-major 128B-swizzled bf16 tile as WGMMA reads it (the forward's layout); ``stages`` of them."""
-    layout_enum = _compat.layout_enum()
-    atom = warpgroup.make_smem_layout_atom(sm90_utils.get_smem_layout_atom(layout_enum.ROW_MAJOR, BFloat16, cols), BFloat16)
-    if stages is None:
-        return cute.tile_to_shape(atom, (rows, cols), order=(0, 1))
-    return cute.tile_to_shape(atom, (rows, cols, stages), order=(0, 1, 2))
-
-
-def make_mma():
-    """The one tiled MMA of every product: 64 x 64 outputs, K-major bf16 A and B, fp32 accumulators."""
-    return sm90_utils.make_trivial_tiled_mma(
-        BFloat16, BFloat16, warpgroup.OperandMajorMode.K, warpgroup.OperandMajorMode.K, Float32, atom_layout_mnk=(1, 1, 1), tiler_mn=(64, 64)
-    )
-
-
-@cute.jit
-def row_inv(rbuf: cute.Tensor, keep: Float32, l2norm: cutlass.Constexpr[bool], nv: cutlass.Constexpr[int], vec: cutlass.Constexpr[int]) -> Float32:
-    """The factor a staged bf16 half row ``rbuf`` [1, 1, vec, nv] is multiplied by, as the forward's loaders do: ``keep``
-    (1 inside the sequence, 0 past its end), times ``rsqrt(sum x^2 + 1e-6)`` over the whole row (this lane's half and its
-    ``shuffle_sync_bfly(1)`` partner's) when ``l2norm``."""
-    inv = keep
-    if const_expr(l2norm):
-        ss = Float32(0.0)
-        for vj in cutlass.range_constexpr(nv):
-            for e in cutlass.range_constexpr(vec):
-                x = rbuf[0, 0, e, vj].to(Float32)
-                ss = ss + x * x
-        ss = ss + cute.arch.shuffle_sync_bfly(ss, offset=1)
-        inv = keep * cute.math.rsqrt(ss + Float32(L2NORM_EPS))
-    return inv
-
-
-@cute.jit
-def chunk_gates(mG: cute.Tensor, mB: cute.Tensor, sG: cute.Tensor, sGc: cute.Tensor, sBeta: cute.Tensor, t0: Int32, n_valid: Int32, head: Int32, tidx: Int32):
-    """g, beta of the chunk's rows to shared (0 past its end) and the in-chunk cumulative log decay G to ``sGc``."""
-    if tidx < CHUNK:
-        gv = Float32(0.0)
-        bv = Float32(0.0)
-        if tidx < n_valid:
-            gv = mG[t0 + tidx, head].to(Float32)
-            bv = mB[t0 + tidx, head].to(Float32)
-        sG[tidx] = gv
-        sBeta[tidx] = bv
-    cute.arch.sync_threads()
-    if tidx < CHUNK:
-        cum = Float32(0.0)
-        for j in cutlass.range_constexpr(CHUNK):
-            gj = sG[j]
-            if j > tidx:
-                gj = Float32(0.0)
-            cum = cum + gj
-        sGc[tidx] = cum
-    cute.arch.sync_threads()
-
-
-@cute.jit
-def solve_unit_lower(sA: cute.Tensor, sT: cute.Tensor, sM: cute.Tensor, sTm: cute.Tensor, tidx: Int32):
-    """``sTm = (I + A)^-1`` (bf16) from the strictly lower fp32 ``sA``: the forward's blocked solve (16 x 16 diagonal
-    blocks by forward substitution, then block rows 1..3), fp32 in ``sT``; ends with the bf16 ``sTm`` written (not fenced)."""
-    if tidx < CHUNK:
-        cc = tidx
-        for i in range(cc + 1, (cc // SOLVE_BLOCK + 1) * SOLVE_BLOCK):
-            acc_t = -sA[i, cc]
-            for j in cutlass.range(cc + 1, i, unroll=4):
-                acc_t = acc_t - sA[i, j] * sT[j, cc]
-            sT[i, cc] = acc_t
-    cute.arch.sync_threads()
-    for bi in cutlass.range_constexpr(1, CHUNK // SOLVE_BLOCK):
-        W = SOLVE_BLOCK * bi
-        for s in cutlass.range_constexpr(2 * bi):
-            idx = tidx + THREADS * s
-            r = idx // W
-            c = idx % W
-            acc_m = sA[W + r, c]
-            for j in cutlass.range(c + 1, W, unroll=4):
-                acc_m = acc_m + sA[W + r, j] * sT[j, c]
-            sM[r, c] = acc_m
-        cute.arch.sync_threads()
-        for s in cutlass.range_constexpr(2 * bi):
-            idx = tidx + THREADS * s
-            r = idx // W
-            c = idx % W
-            acc_m = sM[r, c]
-            for rr in cutlass.range(r, unroll=4):
-                acc_m = acc_m + sT[W + r, W + rr] * sM[rr, c]
-            sT[W + r, c] = -acc_m
-        cute.arch.sync_threads()
-    for s in cutlass.range_constexpr(CHUNK * CHUNK // THREADS):
-        idx = tidx + THREADS * s
-        i = idx // CHUNK
-        c = idx % CHUNK
-        t_val = Float32(0.0)
-        if i == c:
-            t_val = Float32(1.0)
-        if i > c:
-            t_val = sT[i, c]
-        sTm[i, c] = t_val.to(BFloat16)
-
-
-def tm_layout(slots, heads):
-    """The workspace's Tm array: bf16 [slots, H, 64, 64] contiguous."""
-    return cute.make_layout((slots, heads, CHUNK, CHUNK), stride=(Int64(heads) * (CHUNK * CHUNK), CHUNK * CHUNK, CHUNK, 1))
-
-
-def _tensors(D, q_ptr, k_ptr, v_ptr, T, heads, qk_heads, q_strides, k_strides, v_strides):
-    """Host-side views shared by both passes: q, k, v (or dO) as 16-byte vectors."""
-    mQ = cute.make_tensor(q_ptr, cute.make_layout((T, qk_heads, D), stride=(cute.assume(q_strides[0], divby=VEC), cute.assume(q_strides[1], divby=VEC), 1)))
-    mK = cute.make_tensor(k_ptr, cute.make_layout((T, qk_heads, D), stride=(cute.assume(k_strides[0], divby=VEC), cute.assume(k_strides[1], divby=VEC), 1)))
-    mV = cute.make_tensor(v_ptr, cute.make_layout((T, heads, D), stride=(cute.assume(v_strides[0], divby=VEC), cute.assume(v_strides[1], divby=VEC), 1)))
-    return cute.zipped_divide(mQ, (1, 1, VEC)), cute.zipped_divide(mK, (1, 1, VEC)), cute.zipped_divide(mV, (1, 1, VEC))
 
 
 class GdnBwdStates:
@@ -209,24 +109,19 @@ class GdnBwdStates:
         stream: cuda.CUstream,
     ):
         D = self.D
-        _, gK, gV = _tensors(D, k_ptr, k_ptr, v_ptr, T, heads, qk_heads, k_strides, k_strides, v_strides)
+        _, gK, gV = bwd.vec_views(D, k_ptr, k_ptr, v_ptr, T, heads, qk_heads, k_strides, k_strides, v_strides)
         mG = cute.make_tensor(g_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
         mB = cute.make_tensor(beta_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
-        mCu = None
-        if const_expr(self.key.varlen):
-            mCu = cute.make_tensor(cu_ptr, cute.make_layout((n_seqs + 1,)))
-        mH0 = None
-        if const_expr(self.key.has_initial):
-            mH0 = cute.make_tensor(h0_ptr, cute.make_layout((n_seqs, heads, D, D), stride=(Int64(heads) * (D * D), D * D, D, 1)))
-        mWsH = cute.make_tensor(wsh_ptr, cute.make_layout((slots, heads, D, D), stride=(Int64(heads) * (D * D), D * D, D, 1)))
-        mWsVn = cute.make_tensor(wsvn_ptr, cute.make_layout((T, heads, D), stride=(Int64(heads) * D, D, 1)))
+        mCu, mH0, _ = make_seq_state_views(cu_ptr, h0_ptr, None, n_seqs, heads, D, self.key.varlen, self.key.has_initial, False)
+        mWsH = bwd.state_views(wsh_ptr, slots, heads, D)
+        mWsVn = bwd.token_views(wsvn_ptr, T, heads, D)
         mWsTm = None
         if const_expr(self.key.store_tm):
-            mWsTm = cute.make_tensor(wstm_ptr, tm_layout(slots, heads))
-        mma = make_mma()
-        l_ck = smem_layout(CHUNK, D)
-        l_kc = smem_layout(CHUNK, CHUNK, D // BV)
-        l_cc = smem_layout(CHUNK, CHUNK)
+            mWsTm = bwd.cc_views(wstm_ptr, slots, heads)
+        mma = make_mma_n64()
+        l_ck = k_major_smem_layout(CHUNK, D)
+        l_kc = k_major_smem_layout(CHUNK, CHUNK, D // BV)
+        l_cc = k_major_smem_layout(CHUNK, CHUNK)
 
         @cute.struct
         class SharedStorage:
@@ -270,19 +165,8 @@ class GdnBwdStates:
     ):
         D = self.D
         HALF = D // 2
-        VQ = BV // 2
         NH = D // BV
-        tidx, _, _ = cute.arch.thread_idx()
-        seq, head, vblk = cute.arch.block_idx()
-        hk = head // group
-        v0 = vblk * BV
-        bos = seq * seq_len
-        eos = bos + seq_len
-        if const_expr(self.key.varlen):
-            bos = mCu[seq]
-            eos = mCu[seq + 1]
-        n_chunks = (eos - bos + (CHUNK - 1)) // CHUNK
-        slot0 = seq + bos // CHUNK
+        tidx, seq, head, vblk, hk, v0, bos, eos, n_chunks, slot0 = bwd.bwd_cta(mCu, seq_len, group, self.key.varlen)
 
         smem = cutlass.utils.SmemAllocator()
         storage = smem.allocate(SharedStorage)
@@ -304,25 +188,9 @@ class GdnBwdStates:
         wg = mma.get_slice(0)
         kk_A = wg.make_fragment_A(wg.partition_A(sK))
         kk_B = wg.make_fragment_B(wg.partition_B(sK))
-        kt_B = wg.make_fragment_B(wg.partition_B(sKT))
-        u_A = wg.make_fragment_A(wg.partition_A(sTm))
-        u_B = wg.make_fragment_B(wg.partition_B(sVT))
-        vn_A = wg.make_fragment_A(wg.partition_A(sW))
-        s0_B = wg.make_fragment_B(wg.partition_B(sS))
-        su_A = wg.make_fragment_A(wg.partition_A(sVnT))
-        acc_a = cute.make_rmem_tensor(wg.partition_shape_C((CHUNK, CHUNK)), Float32)
-        acc_b = cute.make_rmem_tensor(wg.partition_shape_C((CHUNK, CHUNK)), Float32)
-        acc_s = [cute.make_rmem_tensor(wg.partition_shape_C((BV, BV)), Float32) for _ in range(NH)]
-        c64 = mma.get_slice(tidx).partition_C(cute.make_identity_tensor((CHUNK, CHUNK)))
-
-        for h in cutlass.range_constexpr(NH):
-            for i in cutlass.range_constexpr(cute.size(acc_a)):
-                rc = c64[i]
-                s_in = Float32(0.0)
-                if const_expr(self.key.has_initial):
-                    s_in = mH0[seq, head, v0 + rc[0], h * BV + rc[1]]
-                acc_s[h][i] = s_in
-                sS[rc[0], h * BV + rc[1]] = s_in.to(BFloat16)
+        kt_B, u_A, u_B, vn_A, s0_B, su_A = bwd.states_fragments(wg, sKT, sTm, sVT, sW, sS, sVnT)
+        acc_a, acc_b, acc_s, c64 = make_accumulators(mma, wg, tidx, NH)
+        load_state(acc_s, sS, mH0, c64, seq, head, v0, NH, self.key.has_initial)
 
         row = tidx // 2
         half = tidx % 2
@@ -330,8 +198,8 @@ class GdnBwdStates:
             t0 = bos + ci * CHUNK
             n_valid = min(eos - t0, CHUNK)
             # S0 of this chunk (bf16, as the operand the forward and pass 3 use) -> ws_h
-            state_to_workspace(mWsH, acc_s, c64, slot0, ci, head, v0, NH)
-            chunk_gates(mG, mB, sG, sGc, sBeta, t0, n_valid, head, tidx)
+            bwd.state_to_workspace(mWsH, acc_s, c64, slot0, ci, head, v0, NH)
+            chunk_gates(mG, mB, sG, sGc, sBeta, t0, n_valid, head, tidx, D, False)
 
             t_row = min(t0 + row, eos - 1)
             keep = Float32(0.0)
@@ -341,13 +209,9 @@ class GdnBwdStates:
             b_row = sBeta[row]
             NV = HALF // VEC
             rbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NV)), BFloat16)
-            for vj in cutlass.range_constexpr(NV):
-                cute.autovec_copy(gK[(None, None, None), (t_row, hk, half * NV + vj)], rbuf[None, None, None, vj])
-            NVV = VQ // VEC
-            vbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NVV)), BFloat16)
-            for vj in cutlass.range_constexpr(NVV):
-                cute.autovec_copy(gV[(None, None, None), (t_row, head, (v0 + half * VQ) // VEC + vj)], vbuf[None, None, None, vj])
-            inv_k = row_inv(rbuf, keep, self.key.l2norm, NV, VEC)
+            load_half_row(gK, rbuf, t_row, hk, half, NV)
+            vbuf = load_v_half_row(gV, t_row, head, v0, half)
+            inv_k = _row_scale(rbuf, keep, self.key.l2norm, NV, VEC)
             kscale = b_row * cute.math.exp(g_row)
             for vj in cutlass.range_constexpr(NV):
                 for e in cutlass.range_constexpr(VEC):
@@ -355,10 +219,7 @@ class GdnBwdStates:
                     kn = (rbuf[0, 0, e, vj].to(Float32) * inv_k).to(BFloat16)
                     sK[row, col] = kn
                     sKT[col % BV, row, col // BV] = (kn.to(Float32) * kscale).to(BFloat16)
-            for vj in cutlass.range_constexpr(NVV):
-                for e in cutlass.range_constexpr(VEC):
-                    col = half * VQ + vj * VEC + e
-                    sVT[col, row] = (vbuf[0, 0, e, vj].to(Float32) * keep * b_row).to(BFloat16)
+            store_beta_v_t(sVT, vbuf, row, half, keep, b_row)
             _smem_ready()
 
             _wgmma(mma, acc_a, kk_A, kk_B, True)
@@ -369,43 +230,20 @@ class GdnBwdStates:
                     a_val = acc_a[i] * cute.math.exp(sGc[rc[0]] - sGc[rc[1]]) * sBeta[rc[0]]
                 sA[rc[0], rc[1]] = a_val
             cute.arch.sync_threads()
-            solve_unit_lower(sA, sT, sM, sTm, tidx)
+            solve_unit_lower_blocked(sA, sT, sM, sTm, tidx)
             _smem_ready()
             if const_expr(self.key.store_tm):
                 if vblk == 0:  # Tm of the chunk (the same in every V-slice) for passes 2 and 3
-                    for s in cutlass.range_constexpr(CHUNK * CHUNK // THREADS):
-                        idx = tidx + THREADS * s
-                        mWsTm[slot0 + ci, head, idx // CHUNK, idx % CHUNK] = sTm[idx // CHUNK, idx % CHUNK]
+                    bwd.tm_to_workspace(mWsTm, sTm, slot0, ci, head, tidx)
 
-            _wgmma(mma, acc_a, u_A, u_B, True)
-            for h in cutlass.range_constexpr(NH):
-                _wgmma(mma, acc_b, u_A, kt_B[None, None, None, h], True)
-                for i in cutlass.range_constexpr(cute.size(acc_b)):
-                    rc = c64[i]
-                    sW[rc[0], h * BV + rc[1]] = (-acc_b[i]).to(BFloat16)
-            _smem_ready()
-            _wgmma(mma, acc_a, vn_A, s0_B, False)
-            for i in cutlass.range_constexpr(cute.size(acc_a)):
-                rc = c64[i]
-                vn = acc_a[i].to(BFloat16)
-                sVnT[rc[1], rc[0]] = vn
-                if rc[0] < n_valid:
-                    mWsVn[t0 + rc[0], head, v0 + rc[1]] = vn
+            bwd.wy_values_to_workspace(mma, acc_a, acc_b, u_A, u_B, kt_B, vn_A, s0_B, sW, sVnT, mWsVn, c64, t0, n_valid, head, v0, NH)
             g_last = sGc[CHUNK - 1]
             kdec = cute.math.exp(g_last - g_row)
-            for j in cutlass.range_constexpr(HALF):
-                col = half * HALF + j
-                sKT[col % BV, row, col // BV] = (sK[row, col].to(Float32) * kdec).to(BFloat16)
+            bwd.decayed_keys_t(sKT, sK, sGc, row, half, kdec, HALF, False)
             _smem_ready()
 
             decay_c = cute.math.exp(g_last)
-            for h in cutlass.range_constexpr(NH):
-                for i in cutlass.range_constexpr(cute.size(acc_a)):
-                    acc_s[h][i] = acc_s[h][i] * decay_c
-                _wgmma(mma, acc_s[h], su_A, kt_B[None, None, None, h], False)
-            cute.arch.sync_threads()
-            state_to_smem(sS, acc_s, c64, NH)
-            _smem_ready()
+            bwd.state_update(mma, acc_s, su_A, kt_B, sS, sGc, c64, decay_c, NH, False)
 
     kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
 
@@ -445,28 +283,19 @@ class GdnBwdDStates:
         stream: cuda.CUstream,
     ):
         D = self.D
-        gQ, gK, gDo = _tensors(D, q_ptr, k_ptr, do_ptr, T, heads, qk_heads, q_strides, k_strides, do_strides)
+        gQ, gK, gDo = bwd.vec_views(D, q_ptr, k_ptr, do_ptr, T, heads, qk_heads, q_strides, k_strides, do_strides)
         mG = cute.make_tensor(g_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
         mB = cute.make_tensor(beta_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
-        mCu = None
-        if const_expr(self.key.varlen):
-            mCu = cute.make_tensor(cu_ptr, cute.make_layout((n_seqs + 1,)))
-        state_layout = cute.make_layout((n_seqs, heads, D, D), stride=(Int64(heads) * (D * D), D * D, D, 1))
-        mDHT = None
-        if const_expr(self.key.has_dfinal):
-            mDHT = cute.make_tensor(dht_ptr, state_layout)
-        mDH0 = None
-        if const_expr(self.key.has_initial):
-            mDH0 = cute.make_tensor(dh0_ptr, state_layout)
-        mWsDh = cute.make_tensor(wsdh_ptr, cute.make_layout((slots, heads, D, D), stride=(Int64(heads) * (D * D), D * D, D, 1)))
-        mWsDvn = cute.make_tensor(wsdvn_ptr, cute.make_layout((T, heads, D), stride=(Int64(heads) * D, D, 1)))
+        mCu, mDH0, mDHT = make_seq_state_views(cu_ptr, dh0_ptr, dht_ptr, n_seqs, heads, D, self.key.varlen, self.key.has_initial, self.key.has_dfinal)
+        mWsDh = bwd.state_views(wsdh_ptr, slots, heads, D)
+        mWsDvn = bwd.token_views(wsdvn_ptr, T, heads, D)
         mWsTm = None
         if const_expr(self.key.store_tm):
-            mWsTm = cute.zipped_divide(cute.make_tensor(wstm_ptr, tm_layout(slots, heads)), (1, 1, 1, VEC))  # 16-byte vectors
-        mma = make_mma()
-        l_ck = smem_layout(CHUNK, D)
-        l_kc = smem_layout(CHUNK, CHUNK, D // BV)
-        l_cc = smem_layout(CHUNK, CHUNK)
+            mWsTm = cute.zipped_divide(bwd.cc_views(wstm_ptr, slots, heads), (1, 1, 1, VEC))  # 16-byte vectors
+        mma = make_mma_n64()
+        l_ck = k_major_smem_layout(CHUNK, D)
+        l_kc = k_major_smem_layout(CHUNK, CHUNK, D // BV)
+        l_cc = k_major_smem_layout(CHUNK, CHUNK)
 
         @cute.struct
         class SharedStorage:
@@ -517,19 +346,8 @@ class GdnBwdDStates:
     ):
         D = self.D
         HALF = D // 2
-        VQ = BV // 2
         NH = D // BV
-        tidx, _, _ = cute.arch.thread_idx()
-        seq, head, vblk = cute.arch.block_idx()
-        hk = head // group
-        v0 = vblk * BV
-        bos = seq * seq_len
-        eos = bos + seq_len
-        if const_expr(self.key.varlen):
-            bos = mCu[seq]
-            eos = mCu[seq + 1]
-        n_chunks = (eos - bos + (CHUNK - 1)) // CHUNK
-        slot0 = seq + bos // CHUNK
+        tidx, seq, head, vblk, hk, v0, bos, eos, n_chunks, slot0 = bwd.bwd_cta(mCu, seq_len, group, self.key.varlen)
 
         smem = cutlass.utils.SmemAllocator()
         storage = smem.allocate(SharedStorage)
@@ -556,29 +374,9 @@ class GdnBwdDStates:
         kk_A = wg.make_fragment_A(wg.partition_A(sK))
         kk_B = wg.make_fragment_B(wg.partition_B(sK))
         qk_A = wg.make_fragment_A(wg.partition_A(sQ))
-        tm_A = wg.make_fragment_A(wg.partition_A(sTm))
-        kt_B = wg.make_fragment_B(wg.partition_B(sKT))
-        pt_A = wg.make_fragment_A(wg.partition_A(sPT))
-        dot_B = wg.make_fragment_B(wg.partition_B(sDoT))
-        dot_A = wg.make_fragment_A(wg.partition_A(sDoT))
-        kd_A = wg.make_fragment_A(wg.partition_A(sKd))
-        ds_B = wg.make_fragment_B(wg.partition_B(sDS))
-        qst_B = wg.make_fragment_B(wg.partition_B(sQsT))
-        dvnt_A = wg.make_fragment_A(wg.partition_A(sDvnT))
-        wmt_B = wg.make_fragment_B(wg.partition_B(sWmT))
-        acc_a = cute.make_rmem_tensor(wg.partition_shape_C((CHUNK, CHUNK)), Float32)
-        acc_b = cute.make_rmem_tensor(wg.partition_shape_C((CHUNK, CHUNK)), Float32)
-        acc_ds = [cute.make_rmem_tensor(wg.partition_shape_C((BV, BV)), Float32) for _ in range(NH)]
-        c64 = mma.get_slice(tidx).partition_C(cute.make_identity_tensor((CHUNK, CHUNK)))
-
-        for h in cutlass.range_constexpr(NH):
-            for i in cutlass.range_constexpr(cute.size(acc_a)):
-                rc = c64[i]
-                d_in = Float32(0.0)
-                if const_expr(self.key.has_dfinal):
-                    d_in = mDHT[seq, head, v0 + rc[0], h * BV + rc[1]]
-                acc_ds[h][i] = d_in
-                sDS[rc[0], h * BV + rc[1]] = d_in.to(BFloat16)
+        tm_A, kt_B, pt_A, dot_B, dot_A, kd_A, ds_B, qst_B, dvnt_A, wmt_B = bwd.dstates_fragments(wg, sTm, sKT, sPT, sDoT, sKd, sDS, sQsT, sDvnT, sWmT)
+        acc_a, acc_b, acc_ds, c64 = make_accumulators(mma, wg, tidx, NH)
+        load_state(acc_ds, sDS, mDHT, c64, seq, head, v0, NH, self.key.has_dfinal)
 
         row = tidx // 2
         half = tidx % 2
@@ -586,8 +384,8 @@ class GdnBwdDStates:
             ci = n_chunks - 1 - cr
             t0 = bos + ci * CHUNK
             n_valid = min(eos - t0, CHUNK)
-            state_to_workspace(mWsDh, acc_ds, c64, slot0, ci, head, v0, NH)  # dS1 of this chunk -> ws_dh
-            chunk_gates(mG, mB, sG, sGc, sBeta, t0, n_valid, head, tidx)
+            bwd.state_to_workspace(mWsDh, acc_ds, c64, slot0, ci, head, v0, NH)  # dS1 of this chunk -> ws_dh
+            chunk_gates(mG, mB, sG, sGc, sBeta, t0, n_valid, head, tidx, D, False)
 
             # ---- q, k, dO rows to shared (zero past eos) ---------------------------------------------------
             t_row = min(t0 + row, eos - 1)
@@ -599,9 +397,8 @@ class GdnBwdDStates:
             g_last = sGc[CHUNK - 1]
             NV = HALF // VEC
             rbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NV)), BFloat16)
-            for vj in cutlass.range_constexpr(NV):
-                cute.autovec_copy(gQ[(None, None, None), (t_row, hk, half * NV + vj)], rbuf[None, None, None, vj])
-            inv_q = row_inv(rbuf, keep, self.key.l2norm, NV, VEC)
+            load_half_row(gQ, rbuf, t_row, hk, half, NV)
+            inv_q = _row_scale(rbuf, keep, self.key.l2norm, NV, VEC)
             qscale = scale * cute.math.exp(g_row)
             for vj in cutlass.range_constexpr(NV):
                 for e in cutlass.range_constexpr(VEC):
@@ -609,13 +406,9 @@ class GdnBwdDStates:
                     qn = (rbuf[0, 0, e, vj].to(Float32) * inv_q).to(BFloat16)
                     sQ[row, col] = qn
                     sQsT[col % BV, row, col // BV] = (qn.to(Float32) * qscale).to(BFloat16)
-            for vj in cutlass.range_constexpr(NV):
-                cute.autovec_copy(gK[(None, None, None), (t_row, hk, half * NV + vj)], rbuf[None, None, None, vj])
-            NVV = VQ // VEC
-            vbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NVV)), BFloat16)
-            for vj in cutlass.range_constexpr(NVV):
-                cute.autovec_copy(gDo[(None, None, None), (t_row, head, (v0 + half * VQ) // VEC + vj)], vbuf[None, None, None, vj])
-            inv_k = row_inv(rbuf, keep, self.key.l2norm, NV, VEC)
+            load_half_row(gK, rbuf, t_row, hk, half, NV)
+            vbuf = load_v_half_row(gDo, t_row, head, v0, half)
+            inv_k = _row_scale(rbuf, keep, self.key.l2norm, NV, VEC)
             kscale = b_row * cute.math.exp(g_row)
             kdec = cute.math.exp(g_last - g_row)
             for vj in cutlass.range_constexpr(NV):
@@ -625,10 +418,7 @@ class GdnBwdDStates:
                     sK[row, col] = kn
                     sKT[col % BV, row, col // BV] = (kn.to(Float32) * kscale).to(BFloat16)
                     sKd[row, col] = (kn.to(Float32) * kdec).to(BFloat16)
-            for vj in cutlass.range_constexpr(NVV):
-                for e in cutlass.range_constexpr(VEC):
-                    col = half * VQ + vj * VEC + e
-                    sDoT[col, row] = (vbuf[0, 0, e, vj].to(Float32) * keep).to(BFloat16)
+            bwd.store_keep_v_t(sDoT, vbuf, row, half, keep)
             _smem_ready()
 
             # ---- A (strictly lower), P^T; Tm (pass 1's, or recomputed) -------------------------------------
@@ -664,40 +454,17 @@ class GdnBwdDStates:
                     sA[rc[0], rc[1]] = a_val
                     sPT[rc[1], rc[0]] = p_val.to(BFloat16)
                 cute.arch.sync_threads()
-                solve_unit_lower(sA, sT, sM, sTm, tidx)
+                solve_unit_lower_blocked(sA, sT, sM, sTm, tidx)
                 _smem_ready()
 
             # ---- Wm^T; dVn = P^T dO + Kd dS1^T ------------------------------------------------------------
-            for h in cutlass.range_constexpr(NH):
-                _wgmma(mma, acc_b, tm_A, kt_B[None, None, None, h], True)
-                for i in cutlass.range_constexpr(cute.size(acc_b)):
-                    rc = c64[i]
-                    sWmT[rc[1], rc[0], h] = acc_b[i].to(BFloat16)
-            _wgmma(mma, acc_a, pt_A, dot_B, True)
-            _wgmma(mma, acc_a, kd_A, ds_B, False)
-            for i in cutlass.range_constexpr(cute.size(acc_a)):
-                rc = c64[i]
-                dvn = acc_a[i].to(BFloat16)
-                sDvnT[rc[1], rc[0]] = (-(dvn.to(Float32))).to(BFloat16)
-                if rc[0] < n_valid:
-                    mWsDvn[t0 + rc[0], head, v0 + rc[1]] = dvn
-            _smem_ready()
+            bwd.dvalues_to_workspace(mma, acc_a, acc_b, tm_A, kt_B, pt_A, dot_B, kd_A, ds_B, sWmT, sDvnT, mWsDvn, c64, t0, n_valid, head, v0, NH)
 
             # ---- dS0 = exp(G_C) dS1 + dO^T (scale exp(G) Q) - dVn^T Wm ------------------------------------
             decay_c = cute.math.exp(g_last)
-            for h in cutlass.range_constexpr(NH):
-                for i in cutlass.range_constexpr(cute.size(acc_a)):
-                    acc_ds[h][i] = acc_ds[h][i] * decay_c
-                _wgmma(mma, acc_ds[h], dot_A, qst_B[None, None, None, h], False)
-                _wgmma(mma, acc_ds[h], dvnt_A, wmt_B[None, None, None, h], False)
-            cute.arch.sync_threads()  # every reader of dS1 in shared memory has completed
-            state_to_smem(sDS, acc_ds, c64, NH)
-            _smem_ready()
+            bwd.dstate_update(mma, acc_ds, dot_A, qst_B, dvnt_A, wmt_B, sDS, sGc, c64, decay_c, NH, False)
 
         if const_expr(self.key.has_initial):
-            for h in cutlass.range_constexpr(NH):
-                for i in cutlass.range_constexpr(cute.size(acc_a)):
-                    rc = c64[i]
-                    mDH0[seq, head, v0 + rc[0], h * BV + rc[1]] = acc_ds[h][i]
+            store_final_state(mDH0, acc_ds, c64, seq, head, v0, NH)
 
     kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)

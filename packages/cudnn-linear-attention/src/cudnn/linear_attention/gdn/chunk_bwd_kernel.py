@@ -43,51 +43,12 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import BFloat16, Float32, Int32, Int64, const_expr
 
-from .._device.delta_rule import BV, CHUNK, SOLVE_BLOCK, THREADS, VEC
+from .._device.delta_rule import BV, CHUNK, SOLVE_BLOCK, THREADS, VEC, chunk_gates, k_major_smem_layout, make_mma_n64, solve_unit_lower_blocked
+from .._device.delta_rule import row_scale as _row_scale
 from .._device.delta_rule import smem_ready as _smem_ready
 from .._device.delta_rule import wgmma as _wgmma
-from .bwd_states_kernel import GdnBwdKey, _tensors, chunk_gates, make_mma, row_inv, smem_layout, solve_unit_lower, tm_layout
-
-
-@cute.jit
-def _load_rows(gX: cute.Tensor, sX: cute.Tensor, t0: Int32, eos: Int32, head: Int32, tidx: Int32, D: cutlass.Constexpr[int]):
-    """Rows ``t0 .. t0 + 63`` of ``gX`` to ``sX`` [token, d]; rows past ``eos`` as zero."""
-    HALF = D // 2
-    NV = HALF // VEC
-    row = tidx // 2
-    half = tidx % 2
-    t_row = min(t0 + row, eos - 1)
-    keep = Float32(0.0)
-    if t0 + row < eos:
-        keep = Float32(1.0)
-    rbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NV)), BFloat16)
-    for vj in cutlass.range_constexpr(NV):
-        cute.autovec_copy(gX[(None, None, None), (t_row, head, half * NV + vj)], rbuf[None, None, None, vj])
-    for vj in cutlass.range_constexpr(NV):
-        for e in cutlass.range_constexpr(VEC):
-            sX[row, half * HALF + vj * VEC + e] = (rbuf[0, 0, e, vj].to(Float32) * keep).to(BFloat16)
-
-
-@cute.jit
-def _load_rows_both(gX: cute.Tensor, sX: cute.Tensor, sXT: cute.Tensor, t0: Int32, eos: Int32, head: Int32, tidx: Int32, D: cutlass.Constexpr[int]):
-    """Rows ``t0 .. t0 + 63`` of ``gX`` to ``sX`` [token, d] and transposed to ``sXT`` [d % 64, token, d // 64]."""
-    HALF = D // 2
-    NV = HALF // VEC
-    row = tidx // 2
-    half = tidx % 2
-    t_row = min(t0 + row, eos - 1)
-    keep = Float32(0.0)
-    if t0 + row < eos:
-        keep = Float32(1.0)
-    rbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NV)), BFloat16)
-    for vj in cutlass.range_constexpr(NV):
-        cute.autovec_copy(gX[(None, None, None), (t_row, head, half * NV + vj)], rbuf[None, None, None, vj])
-    for vj in cutlass.range_constexpr(NV):
-        for e in cutlass.range_constexpr(VEC):
-            col = half * HALF + vj * VEC + e
-            x = (rbuf[0, 0, e, vj].to(Float32) * keep).to(BFloat16)
-            sX[row, col] = x
-            sXT[col % BV, row, col // BV] = x
+from .._device.delta_rule_bwd import bwd_cta, cc_views, dwm_and_dv, rows_to_smem, vec_views
+from .bwd_states_kernel import GdnBwdKey
 
 
 @cute.jit
@@ -120,7 +81,7 @@ def _load_qk(
     rbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NV)), BFloat16)
     for vj in cutlass.range_constexpr(NV):
         cute.autovec_copy(gX[(None, None, None), (t_row, head, half * NV + vj)], rbuf[None, None, None, vj])
-    inv = row_inv(rbuf, keep, l2norm, NV, VEC)
+    inv = _row_scale(rbuf, keep, l2norm, NV, VEC)
     if const_expr(write_r):
         if half == 0:
             sR[row] = inv
@@ -183,8 +144,8 @@ class GdnBwdGrads:
         stream: cuda.CUstream,
     ):
         D = self.D
-        gQ, gK, gV = _tensors(D, q_ptr, k_ptr, v_ptr, T, heads, qk_heads, q_strides, k_strides, v_strides)
-        _, _, gDo = _tensors(D, q_ptr, k_ptr, do_ptr, T, heads, qk_heads, q_strides, k_strides, do_strides)
+        gQ, gK, gV = vec_views(D, q_ptr, k_ptr, v_ptr, T, heads, qk_heads, q_strides, k_strides, v_strides)
+        _, _, gDo = vec_views(D, q_ptr, k_ptr, do_ptr, T, heads, qk_heads, q_strides, k_strides, do_strides)
         ws_tok = cute.make_layout((T, heads, D), stride=(Int64(heads) * D, D, 1))
         gVn = cute.zipped_divide(cute.make_tensor(wsvn_ptr, ws_tok), (1, 1, VEC))
         gDvn = cute.zipped_divide(cute.make_tensor(wsdvn_ptr, ws_tok), (1, 1, VEC))
@@ -193,7 +154,7 @@ class GdnBwdGrads:
         gWsDh = cute.zipped_divide(cute.make_tensor(wsdh_ptr, ws_state), (1, 1, 1, VEC))
         mWsTm = None
         if const_expr(self.key.store_tm):
-            mWsTm = cute.zipped_divide(cute.make_tensor(wstm_ptr, tm_layout(slots, heads)), (1, 1, 1, VEC))  # 16-byte vectors
+            mWsTm = cute.zipped_divide(cc_views(wstm_ptr, slots, heads), (1, 1, 1, VEC))  # 16-byte vectors
         # dq, dk: the bf16 outputs [T, H, K] (H = Hk), or with GVA the fp32 per-value-head partials [T, H, K] in the workspace
         mDq = cute.make_tensor(dq_ptr, cute.make_layout((T, heads, D), stride=(dq_strides[0], dq_strides[1], 1)))
         mDk = cute.make_tensor(dk_ptr, cute.make_layout((T, heads, D), stride=(dk_strides[0], dk_strides[1], 1)))
@@ -205,11 +166,11 @@ class GdnBwdGrads:
         mCu = None
         if const_expr(self.key.varlen):
             mCu = cute.make_tensor(cu_ptr, cute.make_layout((n_seqs + 1,)))
-        mma = make_mma()
-        l_ck = smem_layout(CHUNK, D)  # [tokens, D]
-        l_kc = smem_layout(CHUNK, CHUNK, D // BV)  # [64 channels, tokens] x D / 64
-        l_kv = smem_layout(CHUNK, D, D // BV)  # [64 K-channels, V] x K / 64: S0^T, dS1^T
-        l_cc = smem_layout(CHUNK, CHUNK)
+        mma = make_mma_n64()
+        l_ck = k_major_smem_layout(CHUNK, D)  # [tokens, D]
+        l_kc = k_major_smem_layout(CHUNK, CHUNK, D // BV)  # [64 channels, tokens] x D / 64
+        l_kv = k_major_smem_layout(CHUNK, D, D // BV)  # [64 K-channels, V] x K / 64: S0^T, dS1^T
+        l_cc = k_major_smem_layout(CHUNK, CHUNK)
 
         @cute.struct
         class SharedStorage:
@@ -306,16 +267,7 @@ class GdnBwdGrads:
         D = self.D
         NH = D // BV
         NVD = D // VEC  # 16-byte vectors per state row
-        tidx, _, _ = cute.arch.thread_idx()
-        seq, head, zc = cute.arch.block_idx()
-        hk = head // group  # the q/k head of value head `head`
-        bos = seq * seq_len
-        eos = bos + seq_len
-        if const_expr(self.key.varlen):
-            bos = mCu[seq]
-            eos = mCu[seq + 1]
-        n_chunks = (eos - bos + (CHUNK - 1)) // CHUNK
-        slot0 = seq + bos // CHUNK
+        tidx, seq, head, zc, hk, _, bos, eos, n_chunks, slot0 = bwd_cta(mCu, seq_len, group, self.key.varlen)  # zc: this CTA's chunk group
 
         smem = cutlass.utils.SmemAllocator()
         st = smem.allocate(SharedStorage)
@@ -403,14 +355,14 @@ class GdnBwdGrads:
                 sDotK[tidx] = Float32(0.0)
             if tidx < 4:
                 sScal[tidx] = Float32(0.0)
-            chunk_gates(mG, mB, sG, sGc, sBeta, t0, n_valid, head, tidx)
+            chunk_gates(mG, mB, sG, sGc, sBeta, t0, n_valid, head, tidx, D, False)
             g_last = sGc[CHUNK - 1]
 
             # ================= phase 1: loads; A, Tm; dP~; dQ =================================================
             _load_qk(gK, sK, sKT, sRk, t0, eos, hk, tidx, D, self.key.l2norm, True, True, True)
             _load_qk(gQ, sQ, sQ, sRq, t0, eos, hk, tidx, D, self.key.l2norm, True, False, True)
-            _load_rows(gDo, sDo, t0, eos, head, tidx, D)
-            _load_rows(gVn, sVn, t0, eos, head, tidx, D)
+            rows_to_smem(gDo, sDo, sDo, t0, eos, head, tidx, D, 0)
+            rows_to_smem(gVn, sVn, sVn, t0, eos, head, tidx, D, 0)
             # S0 of the chunk, transposed: thread v (< V) moves row v of S0 [V, K]; <dS1, S0> on the way.
             if tidx < D:
                 sbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, 1, VEC, NVD)), BFloat16)
@@ -449,7 +401,7 @@ class GdnBwdGrads:
                         a_val = acc_a[i] * cute.math.exp(sGc[rc[0]] - sGc[rc[1]]) * sBeta[rc[0]]
                     sA[rc[0], rc[1]] = a_val
                 cute.arch.sync_threads()
-                solve_unit_lower(sA, sT, sM, sTm, tidx)
+                solve_unit_lower_blocked(sA, sT, sM, sTm, tidx)
                 for s in cutlass.range_constexpr(CHUNK * CHUNK // THREADS):  # Tm^T
                     idx = tidx + THREADS * s
                     i = idx // CHUNK
@@ -509,24 +461,10 @@ class GdnBwdGrads:
             cute.arch.sync_threads()  # every reader of Q, dO, Vn, K^T in shared memory has completed
 
             # ================= phase 2: dWm, dV, dTm, dA ======================================================
-            _load_rows_both(gDvn, sDvn, sDvnT, t0, eos, head, tidx, D)
-            _load_rows(gV, sV, t0, eos, head, tidx, D)
+            rows_to_smem(gDvn, sDvn, sDvnT, t0, eos, head, tidx, D, 2)
+            rows_to_smem(gV, sV, sV, t0, eos, head, tidx, D, 0)
             _smem_ready()
-            for h in cutlass.range_constexpr(NH):  # dWm = -dVn S0
-                _wgmma(mma, acc_a, dvn_A, s0t_B[None, None, None, h], True)
-                for i in cutlass.range_constexpr(cute.size(acc_a)):
-                    rc = c64[i]
-                    w = (-acc_a[i]).to(BFloat16)
-                    sDwm[rc[0], h * BV + rc[1]] = w
-                    sDwmT[rc[1], rc[0], h] = w
-            for h in cutlass.range_constexpr(NH):  # dUb = Tm^T dVn; dV = beta dUb; dbeta += rowsum(dUb V)
-                _wgmma(mma, acc_a, tmt_A, dvnt_B[None, None, None, h], True)
-                for i in cutlass.range_constexpr(cute.size(acc_a)):
-                    rc = c64[i]
-                    cute.arch.atomic_add(sDBr.iterator + rc[0], acc_a[i] * sV[rc[0], h * BV + rc[1]].to(Float32))
-                    if rc[0] < n_valid:
-                        mDv[t0 + rc[0], head, h * BV + rc[1]] = (acc_a[i] * sBeta[rc[0]]).to(mDv.element_type)
-            _smem_ready()
+            dwm_and_dv(mma, acc_a, dvn_A, s0t_B, tmt_A, dvnt_B, sDwm, sDwmT, sDBr, sV, sBeta, mDv, c64, t0, n_valid, head, NH)
             # dTm = (dVn V^T) beta_j + (dWm K^T) beta_j exp(G_j) -> (dTm)^T
             _wgmma(mma, acc_a, dvn_A, v_B, True)
             _wgmma(mma, acc_b, dwm_A, k_B, True)
@@ -567,7 +505,7 @@ class GdnBwdGrads:
             cute.arch.sync_threads()  # every reader of dWm, V, dVn in shared memory has completed
             _load_qk(gK, sK, sKT, sRk, t0, eos, hk, tidx, D, self.key.l2norm, False, True, False)
             _load_qk(gQ, sQT, sQT, sRq, t0, eos, hk, tidx, D, self.key.l2norm, False, True, False)
-            _load_rows(gVn, sVn3, t0, eos, head, tidx, D)
+            rows_to_smem(gVn, sVn3, sVn3, t0, eos, head, tidx, D, 0)
             if tidx < D:
                 dbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, 1, VEC, NVD)), BFloat16)
                 for vj in cutlass.range_constexpr(NVD):

@@ -74,6 +74,7 @@ from .._device.delta_rule import (  # noqa: F401  (L2NORM_EPS: re-exported, the 
     SOLVE_BLOCK,
     THREADS,
     VEC,
+    chunk_gates,
     cta_coords,
     k_major_smem_layout,
     load_half_row,
@@ -251,24 +252,7 @@ class GatedDeltaNetChunkFwd:
             t0 = bos + ci * CHUNK
             n_valid = min(eos - t0, CHUNK)
             # ---- 1. g, beta and the in-chunk cumulative log decay --------------------------------------
-            if tidx < CHUNK:
-                gv = Float32(0.0)
-                bv = Float32(0.0)
-                if tidx < n_valid:
-                    gv = mG[t0 + tidx, head].to(Float32)
-                    bv = mB[t0 + tidx, head].to(Float32)
-                sG[tidx] = gv
-                sBeta[tidx] = bv
-            cute.arch.sync_threads()
-            if tidx < CHUNK:
-                cum = Float32(0.0)
-                for j in cutlass.range_constexpr(CHUNK):  # unrolled and predicated: the loads issue back to back
-                    gj = sG[j]
-                    if j > tidx:
-                        gj = Float32(0.0)
-                    cum = cum + gj
-                sGc[tidx] = cum
-            cute.arch.sync_threads()
+            chunk_gates(mG, mB, sG, sGc, sBeta, t0, n_valid, head, tidx, D, False)
 
             # ---- 2. q, k, v rows to shared (zero past eos), optional L2 norm -------------------------------
             t_row = min(t0 + row, eos - 1)  # a valid token to read; rows past eos are zeroed by `keep`

@@ -22,7 +22,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import BFloat16, Float32, Int32, Int64, const_expr
 
-from .._device.chunk_parallel import acc_to_gmem, make_ws_views, s2g_tile, slot_chunk
+from .._device.chunk_parallel import decayed_keys_to_workspace, make_ws_views, s2g_tile, slot_chunk, store_beta_v_block_t, wy_to_workspace
 from .._device.delta_rule import (
     BV,
     CHUNK,
@@ -324,10 +324,7 @@ class GatedDeltaNetParallelPrep:
                     vbuf = vbufs[vb]
                 else:
                     vbuf = load_v_half_row(gV, t_row, head, vb * BV, half)
-                for vj in cutlass.range_constexpr((BV // 2) // VEC):
-                    for e in cutlass.range_constexpr(VEC):
-                        vc = half * (BV // 2) + vj * VEC + e
-                        sVT[vc, row, vb] = (vbuf[0, 0, e, vj].to(Float32) * keep * b_row).to(BFloat16)
+                store_beta_v_block_t(sVT, vbuf, row, half, keep, b_row, vb)
             _smem_ready()
             for h in cutlass.range_constexpr(NH):  # Q -> workspace, by 16-byte vectors
                 s2g_tile(cute.local_tile(sQ, (CHUNK, BV), (0, h)), cute.local_tile(mQG[slot, head, None, None], (CHUNK, BV), (0, h)), tidx)
@@ -356,17 +353,10 @@ class GatedDeltaNetParallelPrep:
             _smem_ready()
 
             # ---- 5. U = Tm (beta V) (fp32) and -Wm = -Tm (beta K exp G) (bf16) -> workspace ---------------------
-            for vb in cutlass.range_constexpr(NH):
-                _wgmma(mma_n64, acc_a, tm_A, vt_B[None, None, None, vb], True)
-                acc_to_gmem(cute.local_tile(mU[slot, head, None, None], (CHUNK, BV), (0, vb)), acc_a, c64, False, False)
-            for h in cutlass.range_constexpr(NH):
-                _wgmma(mma_n64, acc_b, tm_A, kt_B[None, None, None, h], True)
-                acc_to_gmem(cute.local_tile(mW[slot, head, None, None], (CHUNK, BV), (0, h)), acc_b, c64, True, False)
+            wy_to_workspace(mma_n64, acc_a, acc_b, tm_A, vt_B, kt_B, mU, mW, slot, head, c64, NH)
 
             # ---- 6. (K exp(G_C - G))^T -> workspace (rows past eos have g = 0: G's last row is G_C) -------------
             kdec = cute.math.exp(sGc[CHUNK - 1] - g_row)
-            for j in cutlass.range_constexpr(HALF):
-                col = half * HALF + j
-                mKD[slot, head, col % BV, row, col // BV] = (sK[row, col].to(Float32) * kdec).to(BFloat16)
+            decayed_keys_to_workspace(mKD, sK, sGc, slot, head, row, half, kdec, HALF, False, False)
 
     kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)

@@ -39,25 +39,28 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import BFloat16, Float32, Int32, Int64, const_expr
 
+from .._device import delta_rule_bwd as bwd
 from .._device.delta_rule import (
     BV,
     CHUNK,
     SOLVE_BLOCK,
     THREADS,
     VEC,
+    chunk_gates,
     k_major_smem_layout,
     load_half_row,
+    load_state,
     load_v_half_row,
     make_accumulators,
     make_mma_n64,
+    make_seq_state_views,
     solve_unit_lower_blocked,
-    state_to_smem,
     store_beta_v_t,
+    store_final_state,
 )
 from .._device.delta_rule import row_scale as _row_scale
 from .._device.delta_rule import smem_ready as _smem_ready
 from .._device.delta_rule import wgmma as _wgmma
-from .._device.delta_rule_bwd import state_to_workspace
 
 REF_OFFSET = 8  # reference token of row block I: 16 I + 8 (the forward's)
 
@@ -74,52 +77,6 @@ class KdaBwdKey:
     has_dfinal: bool  # a gradient of the final state enters pass 2
     l2norm: bool = False  # q, k L2-normalised in the kernels; pass 3 applies the chain rule
     gva: bool = False  # q/k heads Hk < v heads H: pass 3 writes fp32 per-value-head dq / dk, pass 4 sums them
-
-
-def state_views(ptr, slots, heads, D):
-    """A workspace array [slots, H, D, D] (bf16, contiguous)."""
-    return cute.make_tensor(ptr, cute.make_layout((slots, heads, D, D), stride=(Int64(heads) * (D * D), D * D, D, 1)))
-
-
-def cc_views(ptr, slots, heads):
-    """A workspace array [slots, H, 64, 64] (Tm or P, bf16, contiguous)."""
-    return cute.make_tensor(ptr, cute.make_layout((slots, heads, CHUNK, CHUNK), stride=(Int64(heads) * (CHUNK * CHUNK), CHUNK * CHUNK, CHUNK, 1)))
-
-
-def token_views(ptr, T, heads, D):
-    """A workspace array [T, H, D] (bf16, contiguous)."""
-    return cute.make_tensor(ptr, cute.make_layout((T, heads, D), stride=(Int64(heads) * D, D, 1)))
-
-
-def vec_views(D, q_ptr, k_ptr, v_ptr, T, heads, qk_heads, q_strides, k_strides, v_strides):
-    """q, k [T, Hk, D] and v (or dO) [T, H, D] as 16-byte vectors ((1, 1, VEC), (T, heads, D / VEC))."""
-    mQ = cute.make_tensor(q_ptr, cute.make_layout((T, qk_heads, D), stride=(cute.assume(q_strides[0], divby=VEC), cute.assume(q_strides[1], divby=VEC), 1)))
-    mK = cute.make_tensor(k_ptr, cute.make_layout((T, qk_heads, D), stride=(cute.assume(k_strides[0], divby=VEC), cute.assume(k_strides[1], divby=VEC), 1)))
-    mV = cute.make_tensor(v_ptr, cute.make_layout((T, heads, D), stride=(cute.assume(v_strides[0], divby=VEC), cute.assume(v_strides[1], divby=VEC), 1)))
-    return cute.zipped_divide(mQ, (1, 1, VEC)), cute.zipped_divide(mK, (1, 1, VEC)), cute.zipped_divide(mV, (1, 1, VEC))
-
-
-@cute.jit
-def kda_chunk_gates(
-    mG: cute.Tensor, mB: cute.Tensor, sGc: cute.Tensor, sBeta: cute.Tensor, t0: Int32, n_valid: Int32, head: Int32, tidx: Int32, D: cutlass.Constexpr[int]
-):
-    """The chunk's per-channel cumulative log decay ``G`` [C, K] -> ``sGc`` (one thread per channel; rows past the
-    sequence's end carry g = 0, so they repeat the last cumulative decay) and beta -> ``sBeta`` (0 past the end);
-    ends with a barrier."""
-    if tidx < D:
-        cum = Float32(0.0)
-        for j in cutlass.range(CHUNK, unroll=16):
-            gj = Float32(0.0)
-            if j < n_valid:
-                gj = mG[t0 + j, head, tidx].to(Float32)
-            cum = cum + gj
-            sGc[j, tidx] = cum
-    if tidx < CHUNK:
-        bv = Float32(0.0)
-        if tidx < n_valid:
-            bv = mB[t0 + tidx, head].to(Float32)
-        sBeta[tidx] = bv
-    cute.arch.sync_threads()
 
 
 @cute.jit
@@ -176,19 +133,14 @@ class KdaBwdStates:
         stream: cuda.CUstream,
     ):
         D = self.D
-        gQ, gK, gV = vec_views(D, q_ptr, k_ptr, v_ptr, T, heads, qk_heads, q_strides, k_strides, v_strides)
+        gQ, gK, gV = bwd.vec_views(D, q_ptr, k_ptr, v_ptr, T, heads, qk_heads, q_strides, k_strides, v_strides)
         mG = cute.make_tensor(g_ptr, cute.make_layout((T, heads, D), stride=(Int64(heads) * D, D, 1)))
         mB = cute.make_tensor(beta_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
-        mCu = None
-        if const_expr(self.key.varlen):
-            mCu = cute.make_tensor(cu_ptr, cute.make_layout((n_seqs + 1,)))
-        mH0 = None
-        if const_expr(self.key.has_initial):
-            mH0 = cute.make_tensor(h0_ptr, cute.make_layout((n_seqs, heads, D, D), stride=(Int64(heads) * (D * D), D * D, D, 1)))
-        mWsH = state_views(wsh_ptr, slots, heads, D)
-        mWsVn = token_views(wsvn_ptr, T, heads, D)
-        mWsTm = cc_views(wstm_ptr, slots, heads)
-        mWsP = cc_views(wsp_ptr, slots, heads)
+        mCu, mH0, _ = make_seq_state_views(cu_ptr, h0_ptr, None, n_seqs, heads, D, self.key.varlen, self.key.has_initial, False)
+        mWsH = bwd.state_views(wsh_ptr, slots, heads, D)
+        mWsVn = bwd.token_views(wsvn_ptr, T, heads, D)
+        mWsTm = bwd.cc_views(wstm_ptr, slots, heads)
+        mWsP = bwd.cc_views(wsp_ptr, slots, heads)
         mma = make_mma_n64()
         l_ck = k_major_smem_layout(CHUNK, D)
         l_kc = k_major_smem_layout(CHUNK, CHUNK, D // BV)
@@ -241,17 +193,7 @@ class KdaBwdStates:
         D = self.D
         HALF = D // 2
         NH = D // BV
-        tidx, _, _ = cute.arch.thread_idx()
-        seq, head, vblk = cute.arch.block_idx()
-        hk = head // group
-        v0 = vblk * BV
-        bos = seq * seq_len
-        eos = bos + seq_len
-        if const_expr(self.key.varlen):
-            bos = mCu[seq]
-            eos = mCu[seq + 1]
-        n_chunks = (eos - bos + (CHUNK - 1)) // CHUNK
-        slot0 = seq + bos // CHUNK
+        tidx, seq, head, vblk, hk, v0, bos, eos, n_chunks, slot0 = bwd.bwd_cta(mCu, seq_len, group, self.key.varlen)
 
         smem = cutlass.utils.SmemAllocator()
         storage = smem.allocate(SharedStorage)
@@ -275,22 +217,9 @@ class KdaBwdStates:
         kl_A = wg.make_fragment_A(wg.partition_A(sW))
         qr_A = wg.make_fragment_A(wg.partition_A(sQr))
         kr_B = wg.make_fragment_B(wg.partition_B(sKR))
-        kt_B = wg.make_fragment_B(wg.partition_B(sKT))
-        u_A = wg.make_fragment_A(wg.partition_A(sTm))
-        u_B = wg.make_fragment_B(wg.partition_B(sVT))
-        vn_A = wg.make_fragment_A(wg.partition_A(sW))
-        s0_B = wg.make_fragment_B(wg.partition_B(sS))
-        su_A = wg.make_fragment_A(wg.partition_A(sVnT))
+        kt_B, u_A, u_B, vn_A, s0_B, su_A = bwd.states_fragments(wg, sKT, sTm, sVT, sW, sS, sVnT)
         acc_a, acc_b, acc_s, c64 = make_accumulators(mma, wg, tidx, NH)
-
-        for h in cutlass.range_constexpr(NH):
-            for i in cutlass.range_constexpr(cute.size(acc_a)):
-                rc = c64[i]
-                s_in = Float32(0.0)
-                if const_expr(self.key.has_initial):
-                    s_in = mH0[seq, head, v0 + rc[0], h * BV + rc[1]]
-                acc_s[h][i] = s_in
-                sS[rc[0], h * BV + rc[1]] = s_in.to(BFloat16)
+        load_state(acc_s, sS, mH0, c64, seq, head, v0, NH, self.key.has_initial)
 
         row = tidx // 2
         half = tidx % 2
@@ -298,8 +227,8 @@ class KdaBwdStates:
         for ci in range(n_chunks):
             t0 = bos + ci * CHUNK
             n_valid = min(eos - t0, CHUNK)
-            state_to_workspace(mWsH, acc_s, c64, slot0, ci, head, v0, NH)  # S0 (bf16, the operand every pass uses) -> ws_h
-            kda_chunk_gates(mG, mB, sGc, sBeta, t0, n_valid, head, tidx, D)
+            bwd.state_to_workspace(mWsH, acc_s, c64, slot0, ci, head, v0, NH)  # S0 (bf16, the operand every pass uses) -> ws_h
+            chunk_gates(mG, mB, None, sGc, sBeta, t0, n_valid, head, tidx, D, True)
 
             # ---- q, k, v rows to shared (zero past eos), optional L2 norm, decayed copies (the forward's step 2) ----
             t_row = min(t0 + row, eos - 1)
@@ -364,40 +293,15 @@ class KdaBwdStates:
             solve_unit_lower_blocked(sA, sT, sM, sTm, tidx)
             _smem_ready()
             if vblk == 0:
-                for s in cutlass.range_constexpr(CHUNK * CHUNK // THREADS):
-                    idx = tidx + THREADS * s
-                    mWsTm[slot0 + ci, head, idx // CHUNK, idx % CHUNK] = sTm[idx // CHUNK, idx % CHUNK]
+                bwd.tm_to_workspace(mWsTm, sTm, slot0, ci, head, tidx)
 
             # ---- U, -Wm, Vn = U - Wm S0^T -> ws_vn -----------------------------------------------------------
-            _wgmma(mma, acc_a, u_A, u_B, True)
-            for h in cutlass.range_constexpr(NH):
-                _wgmma(mma, acc_b, u_A, kt_B[None, None, None, h], True)
-                for i in cutlass.range_constexpr(cute.size(acc_b)):
-                    rc = c64[i]
-                    sW[rc[0], h * BV + rc[1]] = (-acc_b[i]).to(BFloat16)
-            _smem_ready()
-            _wgmma(mma, acc_a, vn_A, s0_B, False)
-            for i in cutlass.range_constexpr(cute.size(acc_a)):
-                rc = c64[i]
-                vn = acc_a[i].to(BFloat16)
-                sVnT[rc[1], rc[0]] = vn
-                if rc[0] < n_valid:
-                    mWsVn[t0 + rc[0], head, v0 + rc[1]] = vn
-            for j in cutlass.range_constexpr(HALF):  # (K exp(G_C - G))^T: sKT's last reader (the Wm product) is done
-                col = half * HALF + j
-                kdec = cute.math.exp(sGc[CHUNK - 1, col] - sGc[row, col])
-                sKT[col % BV, row, col // BV] = (sK[row, col].to(Float32) * kdec).to(BFloat16)
+            bwd.wy_values_to_workspace(mma, acc_a, acc_b, u_A, u_B, kt_B, vn_A, s0_B, sW, sVnT, mWsVn, c64, t0, n_valid, head, v0, NH)
+            bwd.decayed_keys_t(sKT, sK, sGc, row, half, None, HALF, True)  # sKT's last reader (the Wm product) is done
             _smem_ready()
 
             # ---- S = S Diag(exp(G_C)) + Vn^T (K exp(G_C - G)) --------------------------------------------------
-            for h in cutlass.range_constexpr(NH):
-                for i in cutlass.range_constexpr(cute.size(acc_a)):
-                    rc = c64[i]
-                    acc_s[h][i] = acc_s[h][i] * cute.math.exp(sGc[CHUNK - 1, h * BV + rc[1]])
-                _wgmma(mma, acc_s[h], su_A, kt_B[None, None, None, h], False)
-            cute.arch.sync_threads()
-            state_to_smem(sS, acc_s, c64, NH)
-            _smem_ready()
+            bwd.state_update(mma, acc_s, su_A, kt_B, sS, sGc, c64, None, NH, True)
 
     kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
 
@@ -438,23 +342,14 @@ class KdaBwdDStates:
         stream: cuda.CUstream,
     ):
         D = self.D
-        gQ, gK, gDo = vec_views(D, q_ptr, k_ptr, do_ptr, T, heads, qk_heads, q_strides, k_strides, do_strides)
+        gQ, gK, gDo = bwd.vec_views(D, q_ptr, k_ptr, do_ptr, T, heads, qk_heads, q_strides, k_strides, do_strides)
         mG = cute.make_tensor(g_ptr, cute.make_layout((T, heads, D), stride=(Int64(heads) * D, D, 1)))
         mB = cute.make_tensor(beta_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
-        mCu = None
-        if const_expr(self.key.varlen):
-            mCu = cute.make_tensor(cu_ptr, cute.make_layout((n_seqs + 1,)))
-        state_layout = cute.make_layout((n_seqs, heads, D, D), stride=(Int64(heads) * (D * D), D * D, D, 1))
-        mDHT = None
-        if const_expr(self.key.has_dfinal):
-            mDHT = cute.make_tensor(dht_ptr, state_layout)
-        mDH0 = None
-        if const_expr(self.key.has_initial):
-            mDH0 = cute.make_tensor(dh0_ptr, state_layout)
-        mWsDh = state_views(wsdh_ptr, slots, heads, D)
-        mWsDvn = token_views(wsdvn_ptr, T, heads, D)
-        gWsTm = cute.zipped_divide(cc_views(wstm_ptr, slots, heads), (1, 1, 1, VEC))
-        gWsP = cute.zipped_divide(cc_views(wsp_ptr, slots, heads), (1, 1, 1, VEC))
+        mCu, mDH0, mDHT = make_seq_state_views(cu_ptr, dh0_ptr, dht_ptr, n_seqs, heads, D, self.key.varlen, self.key.has_initial, self.key.has_dfinal)
+        mWsDh = bwd.state_views(wsdh_ptr, slots, heads, D)
+        mWsDvn = bwd.token_views(wsdvn_ptr, T, heads, D)
+        gWsTm = cute.zipped_divide(bwd.cc_views(wstm_ptr, slots, heads), (1, 1, 1, VEC))
+        gWsP = cute.zipped_divide(bwd.cc_views(wsp_ptr, slots, heads), (1, 1, 1, VEC))
         mma = make_mma_n64()
         l_ck = k_major_smem_layout(CHUNK, D)
         l_kc = k_major_smem_layout(CHUNK, CHUNK, D // BV)
@@ -504,19 +399,8 @@ class KdaBwdDStates:
     ):
         D = self.D
         HALF = D // 2
-        VQ = BV // 2
         NH = D // BV
-        tidx, _, _ = cute.arch.thread_idx()
-        seq, head, vblk = cute.arch.block_idx()
-        hk = head // group
-        v0 = vblk * BV
-        bos = seq * seq_len
-        eos = bos + seq_len
-        if const_expr(self.key.varlen):
-            bos = mCu[seq]
-            eos = mCu[seq + 1]
-        n_chunks = (eos - bos + (CHUNK - 1)) // CHUNK
-        slot0 = seq + bos // CHUNK
+        tidx, seq, head, vblk, hk, v0, bos, eos, n_chunks, slot0 = bwd.bwd_cta(mCu, seq_len, group, self.key.varlen)
 
         smem = cutlass.utils.SmemAllocator()
         storage = smem.allocate(SharedStorage)
@@ -533,26 +417,9 @@ class KdaBwdDStates:
         sBeta = storage.smem_beta.get_tensor(cute.make_layout((CHUNK,)))
 
         wg = mma.get_slice(0)
-        tm_A = wg.make_fragment_A(wg.partition_A(sTm))
-        kt_B = wg.make_fragment_B(wg.partition_B(sKT))
-        pt_A = wg.make_fragment_A(wg.partition_A(sPT))
-        dot_B = wg.make_fragment_B(wg.partition_B(sDoT))
-        dot_A = wg.make_fragment_A(wg.partition_A(sDoT))
-        kd_A = wg.make_fragment_A(wg.partition_A(sKd))
-        ds_B = wg.make_fragment_B(wg.partition_B(sDS))
-        qst_B = wg.make_fragment_B(wg.partition_B(sQsT))
-        dvnt_A = wg.make_fragment_A(wg.partition_A(sDvnT))
-        wmt_B = wg.make_fragment_B(wg.partition_B(sWmT))
+        tm_A, kt_B, pt_A, dot_B, dot_A, kd_A, ds_B, qst_B, dvnt_A, wmt_B = bwd.dstates_fragments(wg, sTm, sKT, sPT, sDoT, sKd, sDS, sQsT, sDvnT, sWmT)
         acc_a, acc_b, acc_ds, c64 = make_accumulators(mma, wg, tidx, NH)
-
-        for h in cutlass.range_constexpr(NH):
-            for i in cutlass.range_constexpr(cute.size(acc_a)):
-                rc = c64[i]
-                d_in = Float32(0.0)
-                if const_expr(self.key.has_dfinal):
-                    d_in = mDHT[seq, head, v0 + rc[0], h * BV + rc[1]]
-                acc_ds[h][i] = d_in
-                sDS[rc[0], h * BV + rc[1]] = d_in.to(BFloat16)
+        load_state(acc_ds, sDS, mDHT, c64, seq, head, v0, NH, self.key.has_dfinal)
 
         row = tidx // 2
         half = tidx % 2
@@ -560,8 +427,8 @@ class KdaBwdDStates:
             ci = n_chunks - 1 - cr
             t0 = bos + ci * CHUNK
             n_valid = min(eos - t0, CHUNK)
-            state_to_workspace(mWsDh, acc_ds, c64, slot0, ci, head, v0, NH)  # dS1 of this chunk -> ws_dh
-            kda_chunk_gates(mG, mB, sGc, sBeta, t0, n_valid, head, tidx, D)
+            bwd.state_to_workspace(mWsDh, acc_ds, c64, slot0, ci, head, v0, NH)  # dS1 of this chunk -> ws_dh
+            chunk_gates(mG, mB, None, sGc, sBeta, t0, n_valid, head, tidx, D, True)
 
             # ---- q, k, dO rows; Tm and P^T from pass 1 ---------------------------------------------------------
             t_row = min(t0 + row, eos - 1)
@@ -580,10 +447,7 @@ class KdaBwdDStates:
                     sQsT[col % BV, row, col // BV] = (qn * (scale * cute.math.exp(sGc[row, col]))).to(BFloat16)
             load_half_row(gK, rbuf, t_row, hk, half, NV)
             inv_k = _row_scale(rbuf, keep, self.key.l2norm, NV, VEC)
-            NVV = VQ // VEC
-            vbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NVV)), BFloat16)
-            for vj in cutlass.range_constexpr(NVV):
-                cute.autovec_copy(gDo[(None, None, None), (t_row, head, (v0 + half * VQ) // VEC + vj)], vbuf[None, None, None, vj])
+            vbuf = load_v_half_row(gDo, t_row, head, v0, half)
             for vj in cutlass.range_constexpr(NV):
                 for e in cutlass.range_constexpr(VEC):
                     col = half * HALF + vj * VEC + e
@@ -591,45 +455,18 @@ class KdaBwdDStates:
                     g_i = sGc[row, col]
                     sKT[col % BV, row, col // BV] = (kn * (b_row * cute.math.exp(g_i))).to(BFloat16)
                     sKd[row, col] = (kn * cute.math.exp(sGc[CHUNK - 1, col] - g_i)).to(BFloat16)
-            for vj in cutlass.range_constexpr(NVV):
-                for e in cutlass.range_constexpr(VEC):
-                    col = half * VQ + vj * VEC + e
-                    sDoT[col, row] = (vbuf[0, 0, e, vj].to(Float32) * keep).to(BFloat16)
+            bwd.store_keep_v_t(sDoT, vbuf, row, half, keep)
             cc_to_smem(gWsTm, sTm, slot0 + ci, head, tidx, False)
             cc_to_smem(gWsP, sPT, slot0 + ci, head, tidx, True)
             _smem_ready()
 
             # ---- Wm^T; dVn = P^T dO + Kd dS1^T -> ws_dvn ---------------------------------------------------------
-            for h in cutlass.range_constexpr(NH):
-                _wgmma(mma, acc_b, tm_A, kt_B[None, None, None, h], True)
-                for i in cutlass.range_constexpr(cute.size(acc_b)):
-                    rc = c64[i]
-                    sWmT[rc[1], rc[0], h] = acc_b[i].to(BFloat16)
-            _wgmma(mma, acc_a, pt_A, dot_B, True)
-            _wgmma(mma, acc_a, kd_A, ds_B, False)
-            for i in cutlass.range_constexpr(cute.size(acc_a)):
-                rc = c64[i]
-                dvn = acc_a[i].to(BFloat16)
-                sDvnT[rc[1], rc[0]] = (-(dvn.to(Float32))).to(BFloat16)
-                if rc[0] < n_valid:
-                    mWsDvn[t0 + rc[0], head, v0 + rc[1]] = dvn
-            _smem_ready()
+            bwd.dvalues_to_workspace(mma, acc_a, acc_b, tm_A, kt_B, pt_A, dot_B, kd_A, ds_B, sWmT, sDvnT, mWsDvn, c64, t0, n_valid, head, v0, NH)
 
             # ---- dS0 = dS1 Diag(exp(G_C)) + dO^T (scale exp(G) Q) - dVn^T Wm -------------------------------------
-            for h in cutlass.range_constexpr(NH):
-                for i in cutlass.range_constexpr(cute.size(acc_a)):
-                    rc = c64[i]
-                    acc_ds[h][i] = acc_ds[h][i] * cute.math.exp(sGc[CHUNK - 1, h * BV + rc[1]])
-                _wgmma(mma, acc_ds[h], dot_A, qst_B[None, None, None, h], False)
-                _wgmma(mma, acc_ds[h], dvnt_A, wmt_B[None, None, None, h], False)
-            cute.arch.sync_threads()  # every reader of dS1 in shared memory has completed
-            state_to_smem(sDS, acc_ds, c64, NH)
-            _smem_ready()
+            bwd.dstate_update(mma, acc_ds, dot_A, qst_B, dvnt_A, wmt_B, sDS, sGc, c64, None, NH, True)
 
         if const_expr(self.key.has_initial):
-            for h in cutlass.range_constexpr(NH):
-                for i in cutlass.range_constexpr(cute.size(acc_a)):
-                    rc = c64[i]
-                    mDH0[seq, head, v0 + rc[0], h * BV + rc[1]] = acc_ds[h][i]
+            store_final_state(mDH0, acc_ds, c64, seq, head, v0, NH)
 
     kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)

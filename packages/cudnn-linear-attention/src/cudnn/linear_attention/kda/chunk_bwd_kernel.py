@@ -44,37 +44,11 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import BFloat16, Float32, Int32, Int64, const_expr
 
-from .._device.delta_rule import BV, CHUNK, SOLVE_BLOCK, THREADS, VEC, k_major_smem_layout, make_mma_n64
+from .._device.delta_rule import BV, CHUNK, SOLVE_BLOCK, THREADS, VEC, chunk_gates, k_major_smem_layout, make_mma_n64
 from .._device.delta_rule import smem_ready as _smem_ready
 from .._device.delta_rule import wgmma as _wgmma
-from .bwd_states_kernel import REF_OFFSET, KdaBwdKey, cc_views, kda_chunk_gates, state_views, vec_views
-
-
-@cute.jit
-def _rows_to_smem(
-    gX: cute.Tensor, sX: cute.Tensor, sXT: cute.Tensor, t0: Int32, eos: Int32, head: Int32, tidx: Int32, D: cutlass.Constexpr[int], mode: cutlass.Constexpr[int]
-):
-    """Rows ``t0 .. t0 + 63`` of ``gX`` (bf16, rows past ``eos`` as zero): ``mode`` 0 to ``sX`` [token, d], 1 to ``sXT``
-    [d % 64, token, d // 64], 2 to both. Not fenced."""
-    HALF = D // 2
-    NV = HALF // VEC
-    row = tidx // 2
-    half = tidx % 2
-    t_row = min(t0 + row, eos - 1)
-    keep = Float32(0.0)
-    if t0 + row < eos:
-        keep = Float32(1.0)
-    rbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NV)), BFloat16)
-    for vj in cutlass.range_constexpr(NV):
-        cute.autovec_copy(gX[(None, None, None), (t_row, head, half * NV + vj)], rbuf[None, None, None, vj])
-    for vj in cutlass.range_constexpr(NV):
-        for e in cutlass.range_constexpr(VEC):
-            col = half * HALF + vj * VEC + e
-            x = (rbuf[0, 0, e, vj].to(Float32) * keep).to(BFloat16)
-            if const_expr(mode != 1):
-                sX[row, col] = x
-            if const_expr(mode != 0):
-                sXT[col % BV, row, col // BV] = x
+from .._device.delta_rule_bwd import bwd_cta, cc_views, dwm_and_dv, rows_to_smem, state_views, vec_views
+from .bwd_states_kernel import REF_OFFSET, KdaBwdKey
 
 
 @cute.jit
@@ -257,16 +231,7 @@ class KdaBwdGrads:
         D = self.D
         NH = D // BV
         NBLK = CHUNK // SOLVE_BLOCK
-        tidx, _, _ = cute.arch.thread_idx()
-        seq, head, zc = cute.arch.block_idx()
-        hk = head // group
-        bos = seq * seq_len
-        eos = bos + seq_len
-        if const_expr(self.key.varlen):
-            bos = mCu[seq]
-            eos = mCu[seq + 1]
-        n_chunks = (eos - bos + (CHUNK - 1)) // CHUNK
-        slot0 = seq + bos // CHUNK
+        tidx, seq, head, zc, hk, _, bos, eos, n_chunks, slot0 = bwd_cta(mCu, seq_len, group, self.key.varlen)  # zc: this CTA's chunk group
 
         smem = cutlass.utils.SmemAllocator()
         st = smem.allocate(SharedStorage)
@@ -343,11 +308,11 @@ class KdaBwdGrads:
             if tidx < D:
                 sExtra[tidx] = Float32(0.0)
                 sKdSum[tidx] = Float32(0.0)
-            kda_chunk_gates(mG, mB, sGc, sBeta, t0, n_valid, head, tidx, D)
+            chunk_gates(mG, mB, None, sGc, sBeta, t0, n_valid, head, tidx, D, True)
 
             # ================= phase A: loads; dWm, dV, dTm, dA =================================================
-            _rows_to_smem(gDvn, sDvn, sDvnT, t0, eos, head, tidx, D, 2)
-            _rows_to_smem(gV, sV, sV, t0, eos, head, tidx, D, 0)
+            rows_to_smem(gDvn, sDvn, sDvnT, t0, eos, head, tidx, D, 2)
+            rows_to_smem(gV, sV, sV, t0, eos, head, tidx, D, 0)
             NV = D // 2 // VEC
             kbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NV)), BFloat16)
             t_row = min(t0 + row, eos - 1)
@@ -383,21 +348,7 @@ class KdaBwdGrads:
             cute.arch.atomic_add(sExtra.iterator + kc, dot)
             _smem_ready()
 
-            for h in cutlass.range_constexpr(NH):  # dWm = -dVn S0
-                _wgmma(mma, acc_a, dvn_A, s0t_B[None, None, None, h], True)
-                for i in cutlass.range_constexpr(cute.size(acc_a)):
-                    rc = c64[i]
-                    w = (-acc_a[i]).to(BFloat16)
-                    sDwm[rc[0], h * BV + rc[1]] = w
-                    sDwmT[rc[1], rc[0], h] = w
-            for h in cutlass.range_constexpr(NH):  # dUb = Tm^T dVn; dV = beta dUb; dbeta += rowsum(dUb V)
-                _wgmma(mma, acc_a, tmt_A, dvnt_B[None, None, None, h], True)
-                for i in cutlass.range_constexpr(cute.size(acc_a)):
-                    rc = c64[i]
-                    cute.arch.atomic_add(sDBr.iterator + rc[0], acc_a[i] * sV[rc[0], h * BV + rc[1]].to(Float32))
-                    if rc[0] < n_valid:
-                        mDv[t0 + rc[0], head, h * BV + rc[1]] = (acc_a[i] * sBeta[rc[0]]).to(mDv.element_type)
-            _smem_ready()
+            dwm_and_dv(mma, acc_a, dvn_A, s0t_B, tmt_A, dvnt_B, sDwm, sDwmT, sDBr, sV, sBeta, mDv, c64, t0, n_valid, head, NH)
             # dTm = (dVn V^T) beta_j + dWm (beta exp(G) K)^T -> dTm^T
             _wgmma(mma, acc_a, dvn_A, v_B, True)
             _wgmma(mma, acc_b, dwm_A, kbg_B, True)
@@ -421,10 +372,10 @@ class KdaBwdGrads:
             cute.arch.sync_threads()  # every phase-A reader of x0..x3, c0, c2, c3 has completed
 
             # ================= phase B1: dP~, dQ (and dG = Q dQ to dg) ===========================================
-            _rows_to_smem(gK, sK, sK, t0, eos, hk, tidx, D, 0)
-            _rows_to_smem(gQ, sQ, sQ, t0, eos, hk, tidx, D, 0)
-            _rows_to_smem(gDo, sDo, sDo, t0, eos, head, tidx, D, 0)
-            _rows_to_smem(gVn, sVn, sVn, t0, eos, head, tidx, D, 0)
+            rows_to_smem(gK, sK, sK, t0, eos, hk, tidx, D, 0)
+            rows_to_smem(gQ, sQ, sQ, t0, eos, hk, tidx, D, 0)
+            rows_to_smem(gDo, sDo, sDo, t0, eos, head, tidx, D, 0)
+            rows_to_smem(gVn, sVn, sVn, t0, eos, head, tidx, D, 0)
             _smem_ready()
             _wgmma(mma, acc_a, do_A, vn_B, True)  # dP~ = scale lower_eq(dO Vn^T)
             for i in cutlass.range_constexpr(cute.size(acc_a)):

@@ -75,6 +75,7 @@ from .._device.delta_rule import (  # SOLVE_BLOCK: also the row block of the dec
     SOLVE_BLOCK,
     THREADS,
     VEC,
+    chunk_gates,
     cta_coords,
     k_major_smem_layout,
     load_half_row,
@@ -253,20 +254,7 @@ class KimiDeltaAttentionChunkFwd:
             t0 = bos + ci * CHUNK
             n_valid = min(eos - t0, CHUNK)
             # ---- 1. per-channel cumulative log decay G [C, K] and beta ----------------------------------
-            if tidx < D:
-                cum = Float32(0.0)
-                for j in cutlass.range(CHUNK, unroll=16):  # 16 loads in flight at a time (full unrolling spills)
-                    gj = Float32(0.0)
-                    if j < n_valid:
-                        gj = mG[t0 + j, head, tidx].to(Float32)
-                    cum = cum + gj
-                    sGc[j, tidx] = cum
-            if tidx < CHUNK:
-                bv = Float32(0.0)
-                if tidx < n_valid:
-                    bv = mB[t0 + tidx, head].to(Float32)
-                sBeta[tidx] = bv
-            cute.arch.sync_threads()
+            chunk_gates(mG, mB, None, sGc, sBeta, t0, n_valid, head, tidx, D, True)
 
             # ---- 2. q, k, v rows to shared (zero past eos), optional L2 norm, decayed copies --------------
             t_row = min(t0 + row, eos - 1)

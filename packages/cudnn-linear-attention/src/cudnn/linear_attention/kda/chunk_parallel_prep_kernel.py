@@ -28,7 +28,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import BFloat16, Float32, Int32, Int64, const_expr
 
-from .._device.chunk_parallel import acc_to_gmem, make_ws_views, slot_chunk
+from .._device.chunk_parallel import decayed_keys_to_workspace, make_ws_views, slot_chunk, store_beta_v_block_t, wy_to_workspace
 from .._device.delta_rule import (
     BV,
     CHUNK,
@@ -369,10 +369,7 @@ class KimiDeltaAttentionParallelPrep:
                         vbuf = vbufs[vb]
                     else:
                         vbuf = load_v_half_row(gV, t_row, head, vb * BV, half)
-                    for vj in cutlass.range_constexpr((BV // 2) // VEC):
-                        for e in cutlass.range_constexpr(VEC):
-                            vc = half * (BV // 2) + vj * VEC + e
-                            sVT[vc, row, vb] = (vbuf[0, 0, e, vj].to(Float32) * keep * b_row).to(BFloat16)
+                    store_beta_v_block_t(sVT, vbuf, row, half, keep, b_row, vb)
 
             # ---- 3. A and P by 16-row blocks (the serial kernel's decay split); P -> workspace ---------------
             for bi in cutlass.range_constexpr(CHUNK // SOLVE_BLOCK):
@@ -413,24 +410,13 @@ class KimiDeltaAttentionParallelPrep:
                     sKT[col % BV, row, col // BV] = (kn * (b_row * cute.math.exp(sGc[row, col], fastmath=FAST))).to(BFloat16)
                 for vb in cutlass.range_constexpr(NH):
                     vbuf = load_v_half_row(gV, t_row, head, vb * BV, half)
-                    for vj in cutlass.range_constexpr((BV // 2) // VEC):
-                        for e in cutlass.range_constexpr(VEC):
-                            vc = half * (BV // 2) + vj * VEC + e
-                            sVT[vc, row, vb] = (vbuf[0, 0, e, vj].to(Float32) * keep * b_row).to(BFloat16)
+                    store_beta_v_block_t(sVT, vbuf, row, half, keep, b_row, vb)
                 _smem_ready()
 
             # ---- 5. U = Tm (beta V) (fp32) and -Wm = -Tm (beta K exp G) (bf16) -> workspace ---------------------
-            for vb in cutlass.range_constexpr(NH):
-                _wgmma(mma_n64, acc_a, tm_A, vt_B[None, None, None, vb], True)
-                acc_to_gmem(cute.local_tile(mU[slot, head, None, None], (CHUNK, BV), (0, vb)), acc_a, c64, False, False)
-            for h in cutlass.range_constexpr(NH):
-                _wgmma(mma_n64, acc_a, tm_A, kt_B[None, None, None, h], True)
-                acc_to_gmem(cute.local_tile(mW[slot, head, None, None], (CHUNK, BV), (0, h)), acc_a, c64, True, False)
+            wy_to_workspace(mma_n64, acc_a, acc_a, tm_A, vt_B, kt_B, mU, mW, slot, head, c64, NH)
 
             # ---- 6. (K exp(G_C - G))^T -> workspace (rows past eos have g = 0: G's last row is G_C) -------------
-            for j in cutlass.range_constexpr(HALF):
-                col = half * HALF + j
-                kdec = cute.math.exp(sGc[CHUNK - 1, col] - sGc[row, col], fastmath=FAST)
-                mKD[slot, head, col % BV, row, col // BV] = (sK[row, col].to(Float32) * kdec).to(BFloat16)
+            decayed_keys_to_workspace(mKD, sK, sGc, slot, head, row, half, None, HALF, True, FAST)
 
     kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
