@@ -1,5 +1,5 @@
-"""GPU detectors of the Kimi Delta Attention backward adapter (recipe R9), on the shared detector bodies
-(shared/cudnn_testing/detectors.py, planted.py):
+"""GPU detectors of the Gated DeltaNet and Kimi Delta Attention backward adapters (recipe R9), each test run for both
+families on the shared detector bodies (shared/cudnn_testing/detectors.py, planted.py):
 
 - a warm ``execute`` (three launches, workspace carved) neither synchronizes nor allocates, three times;
 - those two detectors go red against a planted ``.item()`` + allocation in the execute path (``_host/delta_rule_bwd_api._stream``, the
@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 
@@ -23,59 +24,67 @@ torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu, pytest.mark.detector]
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_kda_bwd_gpu import make_inputs, run_backward  # noqa: E402
+
+#: family -> (its GPU test module with make_inputs / run_backward, its bwd_api module, the adapter, the public name)
+FAMILIES = {
+    "gdn": ("test_gdn_bwd_gpu", "cudnn.linear_attention.gdn.bwd_api", "GatedDeltaNetBwdSm90", "gated_delta_net"),
+    "kda": ("test_kda_bwd_gpu", "cudnn.linear_attention.kda.bwd_api", "KimiDeltaAttentionBwdSm90", "kimi_delta_attention"),
+}
 
 
-@pytest.fixture(autouse=True)
-def _gpu():
+@pytest.fixture(params=sorted(FAMILIES))
+def fam(request):
     skip_unless_sm90()
-    skip_unless_cutedsl("4.8.0", "cudnn.linear_attention.kimi_delta_attention backward")
+    tests, _, _, public = FAMILIES[request.param]
+    skip_unless_cutedsl("4.8.0", f"cudnn.linear_attention.{public} backward")
+    return request.param, importlib.import_module(tests)
 
 
-def _case(lengths=(1, 130, 64), D=128):
+def _case(fam, lengths=(1, 130, 64), D=128):
     from cudnn_testing.data import cu_seqlens
 
     cu = cu_seqlens(list(lengths), "cuda")
-    return (*make_inputs((sum(lengths),), 2, D, len(lengths), True, True), cu)
+    return (*fam[1].make_inputs((sum(lengths),), 2, D, len(lengths), True, True), cu)
 
 
-def _warm(case):
+def _warm(fam, case):
     """(plan, execute args, workspace) after one warm execute."""
     q, k, v, g, beta, do, h0, dht, cu = case
-    plan, got, ws = run_backward(q, k, v, g, beta, do, h0, dht, cu)
+    plan, got, ws = fam[1].run_backward(q, k, v, g, beta, do, h0, dht, cu)
     args = (q, k, v, g, beta, do, got["dq"], got["dk"], got["dv"], got["dg"], got["dbeta"], h0, got["dh0"], dht, cu)
     torch.cuda.synchronize()
     return plan, args, ws
 
 
-def test_execute_no_sync_no_alloc():
+def test_execute_no_sync_no_alloc(fam):
     from cudnn_testing import detectors
 
-    plan, args, ws = _warm(_case())
+    plan, args, ws = _warm(fam, _case(fam))
     detectors.assert_no_sync_no_alloc(lambda: plan.execute(*args, workspace=ws))
 
 
-def test_detectors_fail_on_planted_sync_and_allocation(monkeypatch):
+def test_detectors_fail_on_planted_sync_and_allocation(fam, monkeypatch):
     from cudnn.linear_attention._host import delta_rule_bwd_api
     from cudnn_testing.planted import assert_detectors_catch_planted_sync
 
-    plan, args, ws = _warm(_case())
+    plan, args, ws = _warm(fam, _case(fam))
     assert_detectors_catch_planted_sync(monkeypatch, delta_rule_bwd_api, "_stream", lambda: plan.execute(*args, workspace=ws))
 
 
-def test_first_execute_under_capture_replays_like_eager():
+def test_first_execute_under_capture_replays_like_eager(fam):
     from cudnn.kernel_cache import kernel_cache
-    from cudnn.linear_attention.kda.bwd_api import FAMILY, KimiDeltaAttentionBwdSm90, _parts
 
-    q, k, v, g, beta, do, h0, dht, cu = _case(lengths=(1, 513, 64), D=64)
+    _, api_module, adapter, _ = FAMILIES[fam[0]]
+    api = importlib.import_module(api_module)
+    q, k, v, g, beta, do, h0, dht, cu = _case(fam, lengths=(1, 513, 64), D=64)
     g = g.to(torch.bfloat16)  # bf16 g: a configuration no other backward test builds, so the builds run inside the capture
     outs = [torch.full_like(t, float("nan")) for t in (q, k, v)]
     outs += [torch.full(g.shape, float("nan"), device="cuda"), torch.full(beta.shape, float("nan"), device="cuda")]
     dh0 = torch.full_like(h0, float("nan"))
-    plan = KimiDeltaAttentionBwdSm90(q, k, v, g, beta, do, *outs, initial_state=h0, dinitial_state=dh0, dfinal_state=dht, cu_seqlens=cu)
+    plan = getattr(api, adapter)(q, k, v, g, beta, do, *outs, initial_state=h0, dinitial_state=dh0, dfinal_state=dht, cu_seqlens=cu)
     plan.check_support()
-    for part in _parts(plan.compile_key()):
-        kernel_cache._entries.pop((FAMILY, (part, plan.compile_key())), None)
+    for part in api._parts(plan.compile_key()):
+        kernel_cache._entries.pop((api.FAMILY, (part, plan.compile_key())), None)
     ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda")
     args = (q, k, v, g, beta, do, *outs, h0, dh0, dht, cu)
 
@@ -102,20 +111,20 @@ def test_first_execute_under_capture_replays_like_eager():
             assert torch.equal(c, e), name
 
 
-def test_default_stream_handle_never_reaches_external_stream(monkeypatch):
+def test_default_stream_handle_never_reaches_external_stream(fam, monkeypatch):
     from cudnn_testing import detectors
 
-    plan, args, ws = _warm(_case())
+    plan, args, ws = _warm(fam, _case(fam))
     with detectors.external_stream_forbidden(monkeypatch):
         for handle in (0, 1, 2):
             plan.execute(*args, workspace=ws, current_stream=handle)
     torch.cuda.synchronize()
 
 
-def test_new_token_totals_are_cache_hits():
+def test_new_token_totals_are_cache_hits(fam):
     from cudnn.kernel_cache import kernel_cache
 
-    _warm(_case())
+    _warm(fam, _case(fam))
     misses = kernel_cache.stats.misses
-    _warm(_case(lengths=(7, 300, 1, 0, 64)))  # another token total and sequence count: the same artifacts
+    _warm(fam, _case(fam, lengths=(7, 300, 1, 0, 64)))  # another token total and sequence count: the same artifacts
     assert kernel_cache.stats.misses == misses
