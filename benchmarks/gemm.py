@@ -18,6 +18,8 @@ Tables, each written as docs/benchmarks/<name>.{md,csv,png}:
   mainloop). Flip ``api.AUX_PREFETCH`` / ``AUX_LDMATRIX`` / ``GELU_FOLD`` if they beat "ours". "ours_epi2" (amax and
   swiglu rows only): amax without the per-element bounds predicate (``api.AMAX_FAST``), swiglu's silu through one
   tanh.approx (``api.SWIGLU_TANH``); flip those if it beats "ours".
+- ``gemm_fusions_mlp``: every fusion ("ours") vs our plain GEMM of the same problem ("ours_plain") at every MLP
+  shape above with M >= 2048 (108 rows, about 4 minutes): the per-shape ratio issue #5 asks for.
 - ``gemm_fp8``: our fp8 GEMM (e4m3 or e5m2 operands, per-tensor fp32 scales, bf16 D) vs cuBLAS fp8
   (``torch._scaled_mm``, same operands and scales) in both accumulation modes: "ours" (default, promoted
   fp32 accumulation) vs "cublas_fp8" (use_fast_accum=False), "ours_fast" (fast_accum=True) vs
@@ -175,6 +177,17 @@ def fusion_cases():
         for label, m, n, k in shapes:
             n_eff = 2 * n if f == "swiglu" else n  # swiglu: N gate + N up columns -> N outputs
             cases.append(Case(f"{f} {label}", {"m": m, "n": n_eff, "k": k, "fusion": f}, flops=2 * m * n_eff * k))
+    return cases
+
+
+def fusion_mlp_cases():
+    """Every fusion at every MLP shape with M >= 2048 (issue #5's "every fusion <= 5% over plain at those shapes")."""
+    cases = []
+    for f in FUSIONS:
+        for label, n, k in MLP:
+            for m in MLP_M:
+                n_eff = 2 * n if f == "swiglu" else n
+                cases.append(Case(f"{f} {label} M={m}", {"m": m, "n": n_eff, "k": k, "fusion": f}, flops=2 * m * n_eff * k))
     return cases
 
 
@@ -567,6 +580,18 @@ def _run_table(name, out_dir, guard):
             out_dir=out_dir,
             title="cudnn.gemm fused epilogues vs our plain GEMM and cuBLAS + torch epilogue (H200)",
         )
+    elif name == "gemm_fusions_mlp":
+        fused = {p.name: p for p in fusion_providers()}
+        run_benchmark(
+            "gemm_fusions_mlp",
+            fusion_mlp_cases(),
+            guard([fused["ours"], fused["ours_plain"]]),
+            convention="2*M*N*K FLOPs of the GEMM (N = gate + up columns for swiglu); bf16; bias (N,) where the fusion takes one; "
+            "ours = the public wrapper with its plan defaults; ours_plain = our default plain GEMM of the same (M, N, K); the target "
+            "is ours/ours_plain >= 0.95x (a fusion costs <= 5% over the plain GEMM)",
+            out_dir=out_dir,
+            title="cudnn.gemm fused epilogues at every MLP shape vs our plain GEMM (H200)",
+        )
     elif name == "gemm_fp8":
         run_benchmark(
             "gemm_fp8",
@@ -618,7 +643,7 @@ def _run_table(name, out_dir, guard):
         raise SystemExit(f"unknown table {name!r}; known: {', '.join(TABLES)}")
 
 
-TABLES = ("gemm", "gemm_fusions", "gemm_fp8", "gemm_decode", "gemm_pingpong", "gemm_epi2")
+TABLES = ("gemm", "gemm_fusions", "gemm_fusions_mlp", "gemm_fp8", "gemm_decode", "gemm_pingpong", "gemm_epi2")
 NEW = ("gemm_fp8", "gemm_pingpong")
 
 

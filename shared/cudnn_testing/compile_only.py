@@ -22,6 +22,7 @@ import contextlib
 import glob
 import os
 import re
+import struct
 
 #: The Rule 6 prefix every kernel symbol starts with.
 PREFIX = "cudnn"
@@ -175,3 +176,29 @@ def tiny_kernel(named: bool = True, name_with=None):
         return cute.compile(tiny_scale, a, b, stream)
 
     return compile
+
+
+def frame_sizes(tmp_path) -> list[int]:
+    """EIATTR_FRAME_SIZE (0x11) of every kernel in the dumped cubins: 0 means ptxas spilled nothing to local memory."""
+    sizes = []
+    for path in glob.glob(str(tmp_path / "**" / "*.cubin"), recursive=True):
+        data = open(path, "rb").read()
+        shoff = struct.unpack_from("<Q", data, 0x28)[0]
+        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+        secs = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+        names = secs[shstrndx][4]
+        for sec in secs:
+            name = data[names + sec[0] : data.index(b"\0", names + sec[0])]
+            if name != b".nv.info":
+                continue
+            off, end = sec[4], sec[4] + sec[5]
+            while off < end:
+                fmt, attr = data[off], data[off + 1]
+                if fmt == 4:  # EIFMT_SVAL: u16 size, then (function index u32, value u32) for these attributes
+                    size = struct.unpack_from("<H", data, off + 2)[0]
+                    if attr == 0x11:
+                        sizes.append(struct.unpack_from("<I", data, off + 8)[0])
+                    off += 4 + size
+                else:
+                    off += 4
+    return sizes

@@ -9,12 +9,11 @@ test files import it as ``_delta_rule_cases``. What differs between the families
 
 from __future__ import annotations
 
-import glob
 import importlib
-import struct
 from dataclasses import dataclass
 
 from cudnn.api_base import TensorDesc
+from cudnn_testing.compile_only import frame_sizes  # noqa: F401  (re-exported for the test files)
 
 
 @dataclass(frozen=True)
@@ -91,32 +90,6 @@ def compile_varlen_plan(fam: Family, T, N, D=128, H=4, Hk=2):
         final_state=st,
         cu_seqlens=TensorDesc.contiguous((N + 1,), "int32", "cu_seqlens"),
     )
-
-
-def frame_sizes(tmp_path) -> list[int]:
-    """EIATTR_FRAME_SIZE (0x11) of every kernel in the dumped cubins: 0 means ptxas spilled nothing to local memory."""
-    sizes = []
-    for path in glob.glob(str(tmp_path / "**" / "*.cubin"), recursive=True):
-        data = open(path, "rb").read()
-        shoff = struct.unpack_from("<Q", data, 0x28)[0]
-        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
-        secs = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
-        names = secs[shstrndx][4]
-        for sec in secs:
-            name = data[names + sec[0] : data.index(b"\0", names + sec[0])]
-            if name != b".nv.info":
-                continue
-            off, end = sec[4], sec[4] + sec[5]
-            while off < end:
-                fmt, attr = data[off], data[off + 1]
-                if fmt == 4:  # EIFMT_SVAL: u16 size, then (function index u32, value u32) for these attributes
-                    size = struct.unpack_from("<H", data, off + 2)[0]
-                    if attr == 0x11:
-                        sizes.append(struct.unpack_from("<I", data, off + 8)[0])
-                    off += 4 + size
-                else:
-                    off += 4
-    return sizes
 
 
 # -- GPU detectors (recipe R9) ----------------------------------------------------------------------

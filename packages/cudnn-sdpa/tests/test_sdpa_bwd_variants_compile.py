@@ -160,19 +160,19 @@ def test_split_d_d256_ptx_splits_the_head_dim_over_the_warpgroups(tmp_path):
 
 def test_default_tuning_constants_drive_plans_built_without_tuning(monkeypatch):
     """DEFAULT_TUNING / D256_TUNING are how the defaults get flipped after the GPU A/B: a plan with no ``_tuning``
-    takes them (dq_tma dropped for deterministic plans), an explicit ``_tuning`` wins; D256_TUNING = None declines
+    takes them (the dQ reduce-add variants dropped for deterministic plans), an explicit ``_tuning`` wins; D256_TUNING = None declines
     head dim 256."""
     from cudnn.sdpa.bwd import api
     from cudnn.sdpa.bwd.api import SdpaBwdSm90
 
     # the defaults since the H200 A/B (docs/benchmarks/sdpa_bwd_quick.md)
-    assert api.DEFAULT_TUNING == ("dq_tma", "stats_tma", "ds2", "prepost") and api.D256_TUNING == ("split_d", "ds2", "prepost")
+    assert api.DEFAULT_TUNING == ("dq_bulk", "stats_tma", "ds2", "prepost") and api.D256_TUNING == ("split_d", "ds2", "prepost")
     plan = SdpaBwdSm90(*_descs(), is_causal=True)
     plan.check_support()
-    assert plan.key.dq_tma and plan.key.stats_tma and plan.key.ds_double_buffer and plan.key.prepost_vec
+    assert plan.key.dq_bulk and not plan.key.dq_tma and plan.key.stats_tma and plan.key.ds_double_buffer and plan.key.prepost_vec
     det = SdpaBwdSm90(*_descs(), is_causal=True, deterministic=True)
     det.check_support()
-    assert not det.key.dq_tma and det.key.stats_tma and det.key.deterministic
+    assert not (det.key.dq_tma or det.key.dq_bulk) and det.key.stats_tma and det.key.deterministic
     explicit = SdpaBwdSm90(*_descs(), is_causal=True, _tuning=())
     explicit.check_support()
     assert not (explicit.key.dq_tma or explicit.key.stats_tma or explicit.key.ds_double_buffer or explicit.key.prepost_vec)
@@ -180,7 +180,7 @@ def test_default_tuning_constants_drive_plans_built_without_tuning(monkeypatch):
     lse = TensorDesc.contiguous((1, 4, 256), "float32", "lse")
     wide = SdpaBwdSm90(q, q, q, q, q, lse)
     wide.check_support()
-    assert wide.key.split_d and wide.key.ds_double_buffer and not wide.key.dq_tma
+    assert wide.key.split_d and wide.key.ds_double_buffer and not (wide.key.dq_tma or wide.key.dq_bulk)
     monkeypatch.setattr(api, "D256_TUNING", None)
     with pytest.raises(NotImplementedError, match="head dim 256"):
         SdpaBwdSm90(q, q, q, q, q, lse).check_support()

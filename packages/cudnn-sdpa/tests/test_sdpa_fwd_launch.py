@@ -402,18 +402,25 @@ def test_tile_m64_key_and_declines(api):
 
 
 def test_varlen_compact_key_and_declines(api):
-    """varlen_compact is a THD key field (off by default; VARLEN_COMPACT_DEFAULT for None); on a dense plan it is a
-    ValueError, with persistent or varlen_lpt it is declined; the launch arguments are the default plan's."""
+    """varlen_compact is a THD key field (VARLEN_COMPACT_DEFAULT for None: on since the session-4 A/B, with varlen_tma_o);
+    on a dense plan it is a ValueError, with persistent or varlen_lpt it is declined; the launch arguments are those of a
+    plan without it."""
     q = torch.randn(100, 8, 64, dtype=torch.float16)
     o = torch.empty_like(q)
     cu = torch.tensor([0, 40, 100], dtype=torch.int32)
     thd = dict(cu_seqlens_q=cu, cu_seqlens_kv=cu, max_seqlen_q=60, max_seqlen_kv=60)
-    plan = api.SdpaFwdSm90(q, q, q, o, is_causal=True, varlen_compact=True, **thd)
+    plan = api.SdpaFwdSm90(q, q, q, o, is_causal=True, varlen_compact=True, varlen_tma_o=False, **thd)
     plan.compile()
     assert plan.key.varlen_compact and not plan.key.persistent
-    auto = api.SdpaFwdSm90(q, q, q, o, is_causal=True, **thd)
+    auto = api.SdpaFwdSm90(q, q, q, o, is_causal=True, varlen_compact=False, varlen_tma_o=False, **thd)
     auto.compile()
-    assert auto.key.varlen_compact == api.VARLEN_COMPACT_DEFAULT
+    assert not auto.key.varlen_compact
+    default = api.SdpaFwdSm90(q, q, q, o, is_causal=True, **thd)
+    default.check_support()
+    assert api.VARLEN_COMPACT_DEFAULT and api.VARLEN_TMA_O_DEFAULT and default.key.varlen_compact and default.key.varlen_tma_o
+    pers = api.SdpaFwdSm90(q, q, q, o, persistent=True, **thd)  # the defaults stand aside on a persistent grid
+    pers.check_support()
+    assert pers.key.persistent and not (pers.key.varlen_compact or pers.key.varlen_tma_o)
     plan.execute(q, q, q, o, None, None, cu, cu, 60)
     auto.execute(q, q, q, o, None, None, cu, cu, 60)
     a, b = api._test_recorder.calls
@@ -442,9 +449,18 @@ def test_tile_m192_key_and_declines(api):
     explicit = api.SdpaFwdSm90(q, q, q, tile_m=192, tile_n=96)
     explicit.check_support()
     assert (explicit.key.tile_m, explicit.key.tile_n) == (192, 96)
-    default = api.SdpaFwdSm90(q, q, q)
+    default = api.SdpaFwdSm90(q, q, q)  # TILE_M192_D64_DEFAULT: 192 rows by default at head dim <= 64
     default.check_support()
-    assert default.key.tile_m == 0
+    assert api.TILE_M192_D64_DEFAULT and (default.key.tile_m, default.key.tile_n) == (192, 128)
+    m128 = api.SdpaFwdSm90(q, q, q, tile_m=128)
+    assert m128.check_support() and m128.key.tile_m == 0
+    for other in (dict(persistent=True), dict(tile_n=96)):  # a plan that cannot take it (or chose another key tile): 128 rows
+        p_ = api.SdpaFwdSm90(q, q, q, **other)
+        p_.check_support()
+        assert p_.key.tile_m == 0, other
+    wide = api.SdpaFwdSm90(_bshd(2, 1000, 8, 128), _bshd(2, 1000, 8, 128), _bshd(2, 1000, 8, 128))
+    wide.check_support()
+    assert wide.key.tile_m == 0
     assert api.num_splits_for(plan.key, 2, 8, 8, 1000, 1000, requested=1) == 1
     with pytest.raises(NotImplementedError, match="tile_m=192"):
         api.SdpaFwdSm90(_bshd(2, 1000, 8, 128), _bshd(2, 1000, 8, 128), _bshd(2, 1000, 8, 128), tile_m=192).check_support()
@@ -457,11 +473,16 @@ def test_tile_m192_key_and_declines(api):
 
 
 def test_o_rescale_early_key(api):
-    """o_rescale_early is a key field (O_RESCALE_EARLY_DEFAULT for None) on any plan, dense or THD."""
+    """o_rescale_early is a key field on any plan, dense or THD; None means O_RESCALE_EARLY_DEFAULT for d_v > 128."""
     q = _bshd(2, 300, 8, 256)
     on = api.SdpaFwdSm90(q, q, q, o_rescale_early=True)
     on.check_support()
     auto = api.SdpaFwdSm90(q, q, q)
     auto.check_support()
     assert on.key.o_rescale_early and auto.key.o_rescale_early == api.O_RESCALE_EARLY_DEFAULT
-    assert on.key == auto.key.__class__(**{**auto.key.__dict__, "o_rescale_early": True})  # the one field differs
+    off = api.SdpaFwdSm90(q, q, q, o_rescale_early=False)
+    off.check_support()
+    assert on.key == off.key.__class__(**{**off.key.__dict__, "o_rescale_early": True})  # the one field differs
+    narrow = api.SdpaFwdSm90(_bshd(2, 300, 8, 128), _bshd(2, 300, 8, 128), _bshd(2, 300, 8, 128))
+    narrow.check_support()
+    assert not narrow.key.o_rescale_early  # d_v <= 128: the default leaves it off

@@ -41,10 +41,13 @@ from .._host.plan_args import tma_strides as _tma_strides
 _HEAD_DIMS = (64, 96, 128)
 _DSL_FLOOR = "4.8.0"  # mirrors cudnn.sdpa.CUTEDSL_MIN_VERSION (api.py imports no package module)
 _OWNER = "SdpaBwdSm90"
-#: Schedule variants (kernel_key.TUNING_FIELDS names) a plan built without ``_tuning`` gets, for D <= 128; dq_tma is
-#: dropped for deterministic plans. All four since the H200 A/B of 2026-11-29 (docs/benchmarks/sdpa_bwd_quick.md,
-#: "ours-all"): d128 s8k 475 vs 419 TFLOP/s, causal 467 vs 395; test_sdpa_bwd_variants.py checks them.
-DEFAULT_TUNING: tuple[str, ...] = ("dq_tma", "stats_tma", "ds2", "prepost")
+#: Schedule variants (kernel_key.TUNING_FIELDS names) a plan built without ``_tuning`` gets, for D <= 128; the dQ
+#: reduce-add variants (dq_tma, dq_bulk, dq_writer) are dropped for deterministic plans. dq_bulk (the dQ partial in
+#: MMA-fragment order, one bulk reduce-add per warpgroup) since the H200 A/B of session 4 (docs/benchmarks/sdpa_bwd_quick.md,
+#: "ours-bulk"): d128 s8k 554.5 vs 477.0 TFLOP/s (dq_tma), causal 535.0 vs 462.8; test_sdpa_bwd_variants.py checks it.
+DEFAULT_TUNING: tuple[str, ...] = ("dq_bulk", "stats_tma", "ds2", "prepost")
+#: The variants a deterministic plan cannot take (another accumulation order per run).
+_NONDETERMINISTIC_TUNING = ("dq_tma", "dq_bulk", "dq_writer")
 #: Variants that serve D = D_v = 256 for a plan built without ``_tuning`` (they must include "split_d"); None: head
 #: dim 256 is declined. The split-D kernel with double-buffered P^T / dS^T ("ours-splitd2": d256 s8k 310 TFLOP/s,
 #: FA4 380) since its GPU tests passed (test_sdpa_bwd_variants.py). Deterministic D = 256 stays declined.
@@ -271,10 +274,10 @@ def _ws_layout(key, q_shape, n_seq):
 
 def _default_tuning(d: int, d_v: int, deterministic: bool) -> tuple[str, ...]:
     """The variants of a plan built without ``_tuning``: D256_TUNING for D = D_v = 256 (non-deterministic), else
-    DEFAULT_TUNING (without dq_tma when deterministic)."""
+    DEFAULT_TUNING (without the dQ reduce-add variants when deterministic)."""
     if d == 256 and d_v == 256:
         return tuple(D256_TUNING) if D256_TUNING is not None and not deterministic else ()
-    return tuple(t for t in DEFAULT_TUNING if not (deterministic and t == "dq_tma"))
+    return tuple(t for t in DEFAULT_TUNING if not (deterministic and t in _NONDETERMINISTIC_TUNING))
 
 
 def _make_key(*args):

@@ -57,14 +57,21 @@ PERSISTENT_DEFAULT = False
 #: off, no gain on the varlen mix (348 vs 350).
 VARLEN_LPT_DEFAULT = False
 #: ``varlen_compact=None`` means VARLEN_COMPACT_DEFAULT for THD varlen plans (no CTA for tiles past a sequence's end;
-#: per-sequence L2 sections of heads, longest-first inside each sequence: fwd/varlen_schedule.py): off until an H200 A/B.
-VARLEN_COMPACT_DEFAULT = False
+#: per-sequence L2 sections of heads, longest-first inside each sequence: fwd/varlen_schedule.py): on since the session-4
+#: H200 A/B (docs/benchmarks/sdpa_fwd_quick.md, varlen d128 7 seqs causal: 503.7 vs 490.8 TFLOP/s; with varlen_tma_o 553.6).
+VARLEN_COMPACT_DEFAULT = True
 #: ``varlen_tma_o=None`` means VARLEN_TMA_O_DEFAULT for THD varlen plans (O stored by one TMA per tile through a ragged
-#: view instead of predicated stores from the consumers, as dense plans store it): off until an H200 A/B.
-VARLEN_TMA_O_DEFAULT = False
+#: view instead of predicated stores from the consumers, as dense plans store it): on since the session-4 A/B (with
+#: varlen_compact: 553.6 vs 490.8 TFLOP/s, FA4 562.5).
+VARLEN_TMA_O_DEFAULT = True
 #: ``o_rescale_early=None`` means O_RESCALE_EARLY_DEFAULT (O's softmax rescale under the next S GEMM instead of after the
-#: PV GEMM drains; bitwise the same; FA4 does it for d_v > 128): off until an H200 A/B.
-O_RESCALE_EARLY_DEFAULT = False
+#: PV GEMM drains; bitwise the same; FA4 does it for d_v > 128) for d_v > 128 when True: on since the session-4 A/B
+#: (d256 s8k: 722.3 vs 683.6 TFLOP/s, FA4 729.3).
+O_RESCALE_EARLY_DEFAULT = True
+#: ``tile_m=None`` on a plan with head dims <= 64 that can take it (no paged KV, split-KV, pack-GQA, tile_m64 or
+#: persistent) means 192 rows (three consumer warpgroups, key tile 128) when True: on since the session-4 A/B (d64 s8k:
+#: 519.6 vs 462.3 TFLOP/s, FA4 541.5).
+TILE_M192_D64_DEFAULT = True
 #: ``tile_n=None`` on an unmasked, unpaged, unpacked d = 128 / 128 plan takes this key tile when nonzero (0: tile_config's
 #: 128): 192 (FA4's sm90 choice), d128 non-causal s4k 626 vs 611, s8k 655 vs 604 (176: 596 / 616).
 TILE_N_NONCAUSAL_D128_DEFAULT = 192
@@ -286,7 +293,12 @@ class SdpaFwdSm90(APIBase):
         )
         if self.tile_m is not None:
             self._value_error_if(self.tile_m not in (128, 192), f"SdpaFwdSm90: tile_m={self.tile_m!r} must be 128 or 192 (or None; 64 is tile_m64)")
-        tile_m192 = self.tile_m == 192
+        tile_m192 = self.tile_m == 192 or (
+            self.tile_m is None
+            and TILE_M192_D64_DEFAULT
+            and max(dq, dv) <= 64
+            and not (self.paged or self.split_kv or pack or m64 or self.persistent or (self.tile_n is not None and self.tile_n != 128))
+        )
         if tile_m192:
             self._decline_if(
                 max(dq, dv) > 64 or self.paged or self.split_kv or bool(pack) or bool(m64) or bool(self.persistent),
@@ -323,7 +335,7 @@ class SdpaFwdSm90(APIBase):
         self._value_error_if(bool(self.varlen_lpt) and not self.varlen, "SdpaFwdSm90: varlen_lpt is a THD varlen option (it needs cu_seqlens_q)")
         varlen_lpt = self.varlen_lpt if self.varlen_lpt is not None else (self.varlen and VARLEN_LPT_DEFAULT)
         self._value_error_if(bool(self.varlen_compact) and not self.varlen, "SdpaFwdSm90: varlen_compact is a THD varlen option (it needs cu_seqlens_q)")
-        varlen_compact = self.varlen_compact if self.varlen_compact is not None else (self.varlen and VARLEN_COMPACT_DEFAULT and not persistent)
+        varlen_compact = self.varlen_compact if self.varlen_compact is not None else (self.varlen and VARLEN_COMPACT_DEFAULT and not persistent and not varlen_lpt)
         self._decline_if(
             bool(varlen_compact) and (bool(persistent) or bool(varlen_lpt)),
             f"SdpaFwdSm90: varlen_compact is its own THD tile order; it is not combined with persistent or varlen_lpt ({q.describe()})",
@@ -359,7 +371,7 @@ class SdpaFwdSm90(APIBase):
             bool(varlen_compact),
             192 if tile_m192 else 0,
             bool(varlen_tma_o),
-            bool(self.o_rescale_early if self.o_rescale_early is not None else O_RESCALE_EARLY_DEFAULT),
+            bool(self.o_rescale_early if self.o_rescale_early is not None else (O_RESCALE_EARLY_DEFAULT and dv > 128)),
         )
         self._is_supported = True
         return True
