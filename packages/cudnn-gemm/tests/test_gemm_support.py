@@ -256,12 +256,15 @@ def test_schedule_switch_applies_where_the_tile_is_free(monkeypatch):
 
     fixed = cfg(schedule="fixed")
     assert (fixed.tile_mn, fixed.cluster_mn, fixed.swizzle) == ((128, 256), (2, 1), 1)
-    # the default ("auto"): the swizzle from N alone, one configuration (one compiled kernel) for every M (Rule 4)
-    auto = cfg()
-    assert api.TILE_SCHEDULE == "auto" and (auto.tile_mn, auto.cluster_mn, auto.swizzle) == ((128, 256), (2, 1), 4)
+    # "auto": the swizzle from N alone, one configuration (one compiled kernel) for every M (Rule 4)
+    auto = cfg(schedule="auto")
+    assert (auto.tile_mn, auto.cluster_mn, auto.swizzle) == ((128, 256), (2, 1), 4)
     for m2 in (1, 77, 2040, 16384):
-        p = _plan(m=m2, n=n, k=k, b=wb)
+        p = _plan(m=m2, n=n, k=k, b=wb, schedule="auto")
         assert p.check_support() and p._make_config() == auto, m2
+    # the default ("auto2", test_auto2_* below): at this M (2048) the set's second tile, 128 x 224
+    assert api.TILE_SCHEDULE == "auto2" and cfg().tile_mn == (128, 224)
+    monkeypatch.setattr(api, "TILE_SCHEDULE", "auto")
     assert cfg(bias=_desc((n,), name="bias"), stage_bias=True).swizzle == 4  # fixed-tile plans too (SWIZZLE_FIXED_TILE_PLANS)
     monkeypatch.setattr(api, "TILE_SCHEDULE", "fixed")
     assert cfg() == fixed

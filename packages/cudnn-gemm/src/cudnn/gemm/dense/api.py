@@ -111,13 +111,14 @@ FP8_PROMOTION_INTERVAL = 1
 #: swizzle; the tile choice of "waves" only to those without swiglu or staged reads, with K-major A and B (the
 #: layouts its tiles were verified with). benchmarks/gemm.py's ``gemm`` table times "auto" ("ours"), "waves+l2"
 #: ("ours_m") and "fixed" ("ours_fixed") next to cuBLAS (docs/benchmarks/gemm.md, gemm_schedule.md).
-#: "auto2" (opt-in, M-free like "auto"): the plan compiles the default tile and one second width chosen from N and K
+#: "auto2" (the default since session 4's H200 tables, M-free like "auto"): the plan compiles the default tile and one second width chosen from N and K
 #: (:func:`~cudnn.gemm.dense.schedule.choose_tile_set`: the width that saves the most predicted time over a grid of M),
 #: and each M takes the faster of the two by the model (:func:`~cudnn.gemm.dense.schedule.choose_in_set`); the swizzle is
 #: N's, per tile. Two kernels per (N, K) instead of one, both built by compile(), so a new M still never compiles.
 #: On the MLP shapes with M >= 2048 it differs from "auto" only at qwen3-32b M = 2048 (128 x 224 there). Timed as
-#: "ours_auto2" in benchmarks/gemm.py's ``gemm`` table.
-TILE_SCHEDULE = "auto"
+#: "ours_auto2" in benchmarks/gemm.py's ``gemm`` table: qwen3-32b down M = 2048 at 665.7 vs 638.8 TFLOP/s (cuBLAS 708.3)
+#: in docs/benchmarks/gemm.md, 693.8 / 675.4 vs 682.3 / 631.1 in gemm_epi2.md; the other rows run the same kernel.
+TILE_SCHEDULE = "auto2"
 SCHEDULES = ("auto", "fixed", "waves", "waves+l2", "auto2")
 #: Under "auto" and "waves+l2", also give the scheduler swizzle to cooperative 16-bit plans whose tile is fixed
 #: (staged reads, swiglu). On since 2026-11-29: bit-identical to the unswizzled plans on the H200
