@@ -28,7 +28,10 @@ same call replayed from a CUDA graph), fla (fla-core's Triton ``chunk_gated_delt
 ours-parallel(+graph): the adapter with the opt-in ``schedule="parallel"`` (three chunk-parallel kernels through a
 caller workspace; KDA too), ours-par-op: the public op with ``schedule="parallel"`` (workspace allocated by the op),
 ours-parallel-s3 (three-stage state pass), ours-parallel-pf (the prep kernel's ``prefetch`` option),
-ours-parallel-2cta (prep at two CTAs per SM) and ours-parallel-all (knobs combined; KDA's includes the approximate exp). Same
+ours-parallel-2cta (prep at two CTAs per SM) and ours-parallel-all (knobs combined; KDA's includes the approximate exp),
+ours-par-<variant> (``_host/chunk_parallel.py::PARALLEL_VARIANTS``: KDA wg2 / wg2fx -- the two-warpgroup prep kernel,
+exact / approximate exps, GDN wg2 --, rs -- the register-operand state pass, both families --, rso -- rs with the
+output fused into the state pass (two launches) --, and combinations; ``+graph`` for the fastest combination). Same
 inputs for all: bf16 q/k/v, fp32 g = logsigmoid(N(0,1)) / 8 and beta ~ U(0,1), q/k L2-normalised in the kernel,
 no initial state, no final state. Byte convention (the minimum traffic: the roofline's numerator): q, k, v read
 and o written once in bf16, g and beta read once in fp32: T H (2 K + 2 V) bf16 elements and 2 T H fp32 ones, counted as
@@ -415,7 +418,7 @@ def _parallel_providers(family, adapter, per_key_gate, public):
     ``ex2.approx``: not bitwise the default, within the tests' tolerance)."""
     import importlib
 
-    def make_adapter(knobs):
+    def make_adapter(knobs, variant=None):
         def make(case):
             import torch
 
@@ -425,6 +428,10 @@ def _parallel_providers(family, adapter, per_key_gate, public):
             plan = cls(i["q"], i["k"], i["v"], i["g"], i["beta"], o, use_qk_l2norm_in_kernel=True, cu_seqlens=i["cu"], schedule="parallel")
             for name, value in knobs.items():
                 setattr(plan, name, value)
+            if variant:
+                from cudnn.linear_attention._host.chunk_parallel import set_parallel_options
+
+                set_parallel_options(plan, variant)
             plan.compile()
             ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda")
             return lambda: plan.execute(i["q"], i["k"], i["v"], i["g"], i["beta"], o, None, None, i["cu"], workspace=ws)
@@ -448,6 +455,12 @@ def _parallel_providers(family, adapter, per_key_gate, public):
         providers.append(Provider("ours-parallel-all", make_adapter({"parallel_prep_two_per_sm": True, "parallel_state_stages": 3, "parallel_fast_exp": True})))
     else:
         providers.append(Provider("ours-parallel-all", make_adapter({"parallel_prefetch": True, "parallel_state_stages": 3, "parallel_prep_two_per_sm": True})))
+    # named variants (``_host/chunk_parallel.py::PARALLEL_VARIANTS``): KDA's two-warpgroup prep (exact / approximate
+    # exps) and the register-operand state pass (both families: the state pass is shared), alone and combined
+    for variant in ("wg2", "wg2fx", "rs", "rso", "wg2fx-rs", "wg2fx-rso") if per_key_gate else ("wg2", "rs", "rso", "wg2-rs", "wg2-rso"):
+        providers.append(Provider(f"ours-par-{variant}", make_adapter({}, variant)))
+    best = "wg2fx-rso" if per_key_gate else "wg2-rso"
+    providers.append(Provider(f"ours-par-{best}+graph", _graphed(make_adapter({}, best))))
     return providers
 
 

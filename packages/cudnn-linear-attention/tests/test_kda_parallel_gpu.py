@@ -79,3 +79,108 @@ def test_fast_exp_prep_matches_recurrence(D, l2norm, regime, knobs):
     """``parallel_fast_exp`` (``KdaParallelPrepKey.fast_exp``: the prep kernel's per-element decays by ``ex2.approx``)
     changes outputs by rounding only: the FlashAttention tolerance against the fp32 recurrence, with other knobs on."""
     cases.check_varlen_matches_recurrence(KDA, D, l2norm, regime, knobs=knobs)
+
+
+# -- named variants of the parallel schedule (``_host/chunk_parallel.py::PARALLEL_VARIANTS``, set by
+# ``set_parallel_options``: compile-key fields the adapter has no attribute for yet) ---------------------------------
+
+
+def _run_variant(fam, variant, q, k, v, g, beta, h0, cu, l2norm):
+    """``(o, final_state)`` of one parallel-schedule execute with the named ``variant`` ("" = the default plan);
+    poisoned outputs, a workspace sized for the batch."""
+    from cudnn.linear_attention._host.chunk_parallel import set_parallel_options
+    from cudnn_testing.data import poison
+
+    o = poison(torch.empty_like(v))
+    ht = poison(torch.empty_like(h0))
+    plan = fam.adapter_class()(q, k, v, g, beta, o, use_qk_l2norm_in_kernel=l2norm, initial_state=h0, final_state=ht, cu_seqlens=cu, schedule="parallel")
+    if variant:
+        set_parallel_options(plan, variant)
+    plan.compile()
+    ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda")
+    plan.execute(q, k, v, g, beta, o, h0, ht, cu, workspace=ws)
+    torch.cuda.synchronize()
+    return o, ht
+
+
+def check_variant_bitwise_default(fam, variant, D, l2norm, g_dtype, regime="safe_gate"):
+    """``variant``'s o and final state equal the default parallel schedule's bit for bit on the varlen batch
+    (1-token, empty, long sequences; GVA; initial and final states)."""
+    from cudnn_testing.data import cu_seqlens
+
+    cu = cu_seqlens(cases.LENGTHS, "cuda")
+    q, k, v, g, beta, h0 = cases.inputs(fam, (sum(cases.LENGTHS),), 4, 2, D, l2norm, len(cases.LENGTHS), regime)
+    g = g.to(g_dtype)
+    o0, s0 = _run_variant(fam, "", q, k, v, g, beta, h0, cu, l2norm)
+    o1, s1 = _run_variant(fam, variant, q, k, v, g, beta, h0, cu, l2norm)
+    assert torch.isfinite(o0.float()).all() and torch.isfinite(s0).all()
+    do = (o0.float() - o1.float()).abs().max().item()
+    ds = (s0 - s1).abs().max().item()
+    assert torch.equal(o0, o1) and torch.equal(s0, s1), f"{variant}: max |variant - default|: o {do}, final_state {ds}"
+
+
+def check_variant_matches_recurrence(fam, variant, D, l2norm, regime):
+    """``variant`` against the fp32 token-by-token recurrence by the FlashAttention rule (``_parallel_cases.check``),
+    the varlen batch with an empty sequence passing its state through."""
+    from cudnn_testing.data import cu_seqlens
+
+    cu = cu_seqlens(cases.LENGTHS, "cuda")
+    q, k, v, g, beta, h0 = cases.inputs(fam, (sum(cases.LENGTHS),), 4, 2, D, l2norm, len(cases.LENGTHS), regime)
+    o, ht = _run_variant(fam, variant, q, k, v, g, beta, h0, cu, l2norm)
+    ref_o, ref_s, low_o, low_s = cases.refs(fam, q, k, v, g, beta, h0, l2norm, cu, False)
+    cases.check(o, ref_o, low_o, f"o {variant}")
+    cases.check(ht, ref_s, low_s, f"final_state {variant}")
+    assert torch.equal(ht[3], h0[3])
+
+
+# Pruned to keep the GPU run short (each id compiles a variant and, once per configuration, the default): both head
+# dims, both g dtypes and both variants alone and combined appear once.
+@pytest.mark.parametrize(
+    "variant, D, l2norm, g_dtype",
+    [
+        ("wg2", 128, True, torch.float32),
+        ("wg2", 64, False, torch.bfloat16),
+        ("rs", 128, True, torch.float32),
+        ("rso", 128, True, torch.float32),
+        ("wg2-rso", 64, False, torch.float32),
+    ],
+    ids=["wg2-d128", "wg2-d64-bf16g", "rs-d128", "rso-d128", "wg2-rso-d64"],
+)
+def test_variants_are_bitwise_the_default_parallel_schedule(variant, D, l2norm, g_dtype):
+    """``wg2`` (two-warpgroup prep) computes every workspace value by the default's operations in the default's order;
+    ``rs`` (register-operand state pass) the same products with the same bf16 operands and k order (Vn^T as the
+    transposed product); ``rso`` (``rs`` with the output fused into the state pass) forms O^T from the output kernel's
+    operands in its k order. A failure of the ``rs`` / ``rso`` ids alone, with the tolerance tests passing, is a
+    rounding-order difference inside the WGMMA, not a wrong result."""
+    check_variant_bitwise_default(KDA, variant, D, l2norm, g_dtype)
+
+
+@pytest.mark.parametrize(
+    "variant, D, l2norm, regime",
+    [("wg2fx", 128, True, "safe_gate"), ("wg2fx-rso", 64, False, "weak"), ("wg2fx-rs", 128, True, "weak")],
+    ids=["wg2fx-d128", "wg2fx-rso-d64", "wg2fx-rs-d128"],
+)
+def test_variants_match_recurrence(variant, D, l2norm, regime):
+    check_variant_matches_recurrence(KDA, variant, D, l2norm, regime)
+
+
+def test_variants_dense_long_sequence():
+    """A dense [B, L] batch (B = 2, L = 300) and one 4096-token THD sequence (64 chunks through the state pass) with
+    the fastest combination (``wg2fx-rso``: two launches, the output written by the state pass), no initial state: the
+    FlashAttention rule against the fp32 recurrence."""
+    from cudnn.linear_attention._host.chunk_parallel import set_parallel_options
+
+    for lead, batched in (((2, 300), True), ((4096,), False)):
+        q, k, v, g, beta, _ = cases.inputs(KDA, lead, 2, 2, 128, True, lead[0] if batched else 1, "safe_gate")
+        o = torch.full_like(v, float("nan"))
+        n = lead[0] if batched else 1
+        ht = torch.full((n, 2, 128, 128), float("nan"), device="cuda")
+        plan = KDA.adapter_class()(q, k, v, g, beta, o, use_qk_l2norm_in_kernel=True, final_state=ht, schedule="parallel")
+        set_parallel_options(plan, "wg2fx-rso")
+        plan.compile()
+        ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda")
+        plan.execute(q, k, v, g, beta, o, None, ht, None, workspace=ws)
+        torch.cuda.synchronize()
+        ref_o, ref_s, low_o, low_s = cases.refs(KDA, q, k, v, g, beta, None, True, None, batched)
+        cases.check(o, ref_o, low_o, f"o {lead}")
+        cases.check(ht, ref_s, low_s, f"final_state {lead}")

@@ -30,7 +30,7 @@ import cutlass.cute as cute
 from cutlass import BFloat16, Float32, Int32, Int64, const_expr
 from cutlass.cute.nvgpu import cpasync, warpgroup
 
-from .delta_rule import BV, CHUNK, THREADS, VEC, wgmma
+from .delta_rule import BV, CHUNK, SOLVE_BLOCK, THREADS, VEC, wgmma
 
 U_PAD = 4  # fp32 row padding of the staged U tile: rows 16 bytes apart in the banks (conflict-free accumulator reads)
 WS_ARRAYS = ("w", "u", "kd", "qg", "p", "ge", "vnt", "h", "rf")
@@ -236,3 +236,69 @@ def decayed_keys_to_workspace(
         if const_expr(per_key):
             d = cute.math.exp(sGc[CHUNK - 1, col] - sGc[row, col], fastmath=fast_exp)
         mKD[slot, head, col % BV, row, col // BV] = (sK[row, col].to(Float32) * d).to(BFloat16)
+
+
+@cute.jit
+def solve_unit_lower_blocked_wg(sA: cute.Tensor, sT: cute.Tensor, sM: cute.Tensor, sTm: cute.Tensor, lt: Int32, barrier_id: cutlass.Constexpr[int]):
+    """:func:`.delta_rule.solve_unit_lower_blocked` run by ONE warpgroup of a larger CTA (``lt``: the thread's index in
+    it), its barriers the named barrier ``barrier_id`` of 128 threads instead of the CTA-wide one (the other warpgroups
+    work on meanwhile). Same operations in the same order: the same ``Tm``. The caller publishes ``sTm`` to WGMMA."""
+    if lt < CHUNK:
+        cc = lt
+        for i in range(cc + 1, (cc // SOLVE_BLOCK + 1) * SOLVE_BLOCK):
+            acc_t = -sA[i, cc]
+            for j in cutlass.range(cc + 1, i, unroll=4):
+                acc_t = acc_t - sA[i, j] * sT[j, cc]
+            sT[i, cc] = acc_t
+    cute.arch.barrier(barrier_id=barrier_id, number_of_threads=THREADS)
+    for bi in cutlass.range_constexpr(1, CHUNK // SOLVE_BLOCK):
+        W = SOLVE_BLOCK * bi
+        for s in cutlass.range_constexpr(2 * bi):  # 16 W outputs over 128 threads
+            idx = lt + THREADS * s
+            r = idx // W
+            c = idx % W
+            acc_m = sA[W + r, c]
+            for j in cutlass.range(c + 1, W, unroll=4):
+                acc_m = acc_m + sA[W + r, j] * sT[j, c]
+            sM[r, c] = acc_m
+        cute.arch.barrier(barrier_id=barrier_id, number_of_threads=THREADS)
+        for s in cutlass.range_constexpr(2 * bi):
+            idx = lt + THREADS * s
+            r = idx // W
+            c = idx % W
+            acc_m = sM[r, c]
+            for rr in cutlass.range(r, unroll=4):
+                acc_m = acc_m + sT[W + r, W + rr] * sM[rr, c]
+            sT[W + r, c] = -acc_m
+        cute.arch.barrier(barrier_id=barrier_id, number_of_threads=THREADS)
+    for s in cutlass.range_constexpr(CHUNK * CHUNK // THREADS):
+        idx = lt + THREADS * s
+        i = idx // CHUNK
+        c = idx % CHUNK
+        t_val = Float32(0.0)
+        if i == c:
+            t_val = Float32(1.0)
+        if i > c:
+            t_val = sT[i, c]
+        sTm[i, c] = t_val.to(BFloat16)
+
+
+def acc_layout_as_a(acc_layout: cute.Layout) -> cute.Layout:
+    """Layout algebra only (no device code): the fp32 m64nN WGMMA accumulator layout ``((2, 2, N / 8), 1, 1)`` re-viewed
+    as the 16-bit register A operand of an m64 x N-deep product, ``((2, 2, 2), 1, (N / 16, 1))``: the accumulator's
+    (row, column) of every element is the A operand's (row, reduction index), so ``bf16(acc)`` in this view is the A
+    fragment of ``acc @ B`` (register-sourced WGMMA, as attention kernels feed P to P V)."""
+    lay = cute.logical_divide(acc_layout, ((None, None, 2), None, None))
+    return cute.make_layout(
+        ((lay.shape[0][0], lay.shape[0][1], lay.shape[0][2][0]), lay.shape[1], (lay.shape[0][2][1], lay.shape[2])),
+        stride=((lay.stride[0][0], lay.stride[0][1], lay.stride[0][2][0]), lay.stride[1], (lay.stride[0][2][1], lay.stride[2])),
+    )
+
+
+@cute.jit
+def acc_to_a_operand(acc: cute.Tensor, dst: cute.Tensor):
+    """``dst`` (bf16, in :func:`acc_layout_as_a` of ``acc``'s layout) <- ``acc`` (fp32 accumulator), one 16-deep
+    k block at a time (each pair one ``cvt.rn.bf16x2.f32``): the same round-to-nearest as a bf16 store."""
+    src = cute.make_tensor(acc.iterator, acc_layout_as_a(acc.layout))
+    for k in cutlass.range_constexpr(cute.size(src, mode=[2])):
+        dst[None, None, k].store(src[None, None, k].load().to(BFloat16))

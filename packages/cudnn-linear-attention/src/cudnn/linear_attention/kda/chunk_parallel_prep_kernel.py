@@ -78,6 +78,11 @@ class KdaParallelPrepKey:
     #: step 2. K = 64 fits two CTAs as is. Launched with ``min_blocks_per_mp=2`` and the maximum carveout. Same values
     #: by the same operations: bitwise the default's outputs.
     two_per_sm: bool = False
+    #: Opt-in (default 1: the verified kernel): 2 = the two-warpgroup variant (``chunk_parallel_prep_wg2_kernel.py``: 256
+    #: threads, each step split between the warpgroups, the solve overlapped with step 6, every g / q / k / v load of
+    #: the chunk in flight at once). Same values by the same operations: bitwise the default's outputs (with
+    #: ``fast_exp``: the default's ``fast_exp`` outputs). Not combined with ``prefetch`` or ``two_per_sm``.
+    warpgroups: int = 1
 
 
 def _aliased_storage(l_ck, l_kc, l_cc, d):
@@ -109,9 +114,18 @@ class KimiDeltaAttentionParallelPrep:
     """Kernel 1 of the chunk-parallel KDA forward: ``__init__`` holds the compile key, ``__call__`` launches."""
 
     def __init__(self, key: KdaParallelPrepKey):
-        assert key.head_dim in (64, 128)
+        assert key.head_dim in (64, 128) and key.warpgroups == 1
         self.key = key
         self.D = key.head_dim
+
+    @staticmethod
+    def for_key(key: KdaParallelPrepKey):
+        """The kernel class that implements ``key`` (``warpgroups = 2``: the two-warpgroup variant's module)."""
+        if key.warpgroups == 2:
+            from .chunk_parallel_prep_wg2_kernel import KimiDeltaAttentionParallelPrepWg2
+
+            return KimiDeltaAttentionParallelPrepWg2
+        return KimiDeltaAttentionParallelPrep
 
     @cute.jit
     def __call__(
