@@ -15,13 +15,20 @@ query block), ``ours-prepost`` (coalesced pre/postprocess: four threads per row)
 ``ours-splitd`` / ``ours-splitd2`` (the split-head-dim kernel that serves d256, with the coalesced pre/postprocess;
 ``2``: with double-buffered P^T / dS^T), ``ours-bulk`` (ours-all with dq_bulk for dq_tma: the dQ partial in
 MMA-fragment order, one contiguous bulk reduce-add per warpgroup) and ``ours-bulkw`` (the same, the reduce-adds
-issued by a dedicated writer warp, as FA3 / FA4 do); ``ours-l2dq`` / ``ours-bulkw-l2dq``: ours / ours-bulkw with the
+issued by a dedicated writer warp, as FA3 / FA4 do); ``ours-m80`` (FA3 / FA4's d128 query tile of 80 rows: dQ^T
+staged through a 128-byte swizzle and TMA reduce-adds, with dq_tma, stats_tma, ds2, prepost; d128 only), ``ours-m80w``
+(the same, the reduce-adds from the writer warp), ``ours-dqt`` (m80's dQ^T staging and 128-byte-row TMA boxes at 64
+rows: separates the tile's gain from the staging's) and ``ours-tmaw`` (dq_tma's 64-row schedule with the writer warp);
+``ours-l2dq`` / ``ours-bulkw-l2dq``: ours / ours-bulkw with the
 plan's private ``_l2_group_dq`` (the main kernel's L2 groups of heads sized counting the fp32 dQ accumulator: half as
 many heads in flight at d128; a launch argument, same kernels). A short A/B of these against the peers:
 
     python benchmarks/sdpa_bwd.py --quick --providers=ours,ours-bulk,ours-bulkw,ours-l2dq,ours-bulkw-l2dq,fa4,torch-cudnn
+    python benchmarks/sdpa_bwd.py --quick --providers=ours,ours-m80,ours-m80w,ours-dqt,ours-tmaw,fa4,torch-cudnn
 
     python benchmarks/sdpa_bwd.py [--quick]     # writes docs/benchmarks/sdpa_bwd.{md,csv,png}; --quick: d128 8k (causal and not) + d256 8k -> sdpa_bwd_quick.*; --providers=a,b
+    # --providers=a,b also orders the columns (and the runs within a case); --only=d128 keeps the cases whose label
+    # contains that text; --out=NAME writes docs/benchmarks/NAME.* instead (an A/B that must not replace the tables)
 """
 
 from __future__ import annotations
@@ -83,6 +90,8 @@ def make_ours(case, tuning=None, l2_group_dq=False):
     p = case.params
     if tuning is not None and "split_d" in tuning and p["d"] != 256:
         raise Unsupported("benchmarked at d256 only (the split-D kernel's reason to exist)")
+    if tuning is not None and ("m80" in tuning or "dqt" in tuning) and p["d"] != 128:
+        raise Unsupported("m80 / dqt (dQ^T, the head dim split over the warpgroups) serve D = 128 only")
     if p["d"] not in (64, 96, 128) and (tuning is not None and "split_d" not in tuning or tuning is None and bwd_api.D256_TUNING is None):
         raise Unsupported(f"head dim {p['d']} is served by the split_d variant only (ours-splitd)")
     x = _inputs(p)
@@ -109,6 +118,11 @@ VARIANTS = {
     "ours-splitd2": ("split_d", "ds2", "prepost"),
     "ours-bulk": ("dq_bulk", "stats_tma", "ds2", "prepost"),
     "ours-bulkw": ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost"),
+    "ours-m80": ("dq_tma", "stats_tma", "ds2", "prepost", "m80"),
+    "ours-m80w": ("dq_tma", "dq_writer", "stats_tma", "ds2", "prepost", "m80"),
+    "ours-m80s": ("dq_tma", "stats_tma", "prepost", "m80"),  # one dS^T buffer: 20 KiB below m80's 227 KiB of shared memory
+    "ours-dqt": ("dq_tma", "stats_tma", "ds2", "prepost", "dqt"),
+    "ours-tmaw": ("dq_tma", "dq_writer", "stats_tma", "ds2", "prepost"),
 }
 
 
@@ -197,6 +211,12 @@ def compile_check() -> list[str]:
     for what, fn in (("main", compile_sdpa_bwd_main), ("post", compile_sdpa_bwd_post)):
         fn(key)
         names.append(f"sdpa_bwd_{what}_sm90a_bf16_d128_causal_dq_bulk_writer")
+    # ours-m80w's main kernel (80-row query blocks, dQ^T, the writer warp's TMA reduce-adds)
+    key = SdpaBwdKey(
+        "bf16", 128, 128, 1, False, False, False, False, False, False, False, dq_tma=True, stats_tma=True, ds_double_buffer=True, dq_writer=True, tile_m80=True
+    )
+    compile_sdpa_bwd_main(key)
+    names.append("sdpa_bwd_main_sm90a_bf16_d128_m80_writer")
     return names
 
 
@@ -212,12 +232,21 @@ def main(argv=None):
     ]
     only = next((a.split("=", 1)[1].split(",") for a in argv if a.startswith("--providers=")), None)
     if only:
-        providers = [p for p in providers if p.name in only]
+        by_name = {p.name: p for p in providers}
+        unknown = [n for n in only if n not in by_name]
+        if unknown:
+            raise SystemExit(f"unknown provider(s) {unknown}; known: {list(by_name)}")
+        providers = [by_name[n] for n in only]  # in the order given: a provider that faults runs after the others of its case
     quick = "--quick" in argv
+    cases = _shapes(quick)
+    sub = next((a.split("=", 1)[1] for a in argv if a.startswith("--only=")), None)
+    if sub:
+        cases = [c for c in cases if sub in c.label]
+    out = next((a.split("=", 1)[1] for a in argv if a.startswith("--out=")), None)
     out_dir = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "benchmarks")
     run_benchmark(
-        "sdpa_bwd_quick" if quick else "sdpa_bwd",
-        _shapes(quick),
+        out or ("sdpa_bwd_quick" if quick else "sdpa_bwd"),
+        cases,
         providers,
         convention="backward = 2.5 x 4*B*H*S_q*S_kv*D FLOPs (halved for causal); bf16, BSHD storage; backward only",
         out_dir=out_dir,

@@ -16,6 +16,9 @@ a varlen mix (THD) and decode batches (S_q = 1): B = 64 dense KV, B = 2 with S_k
     python benchmarks/sdpa_fwd.py --quick --providers=ours,fa4   # any run: only the listed columns
     python benchmarks/sdpa_fwd.py --quick --old-options         # + the decided session-3 columns (cvt, pers, n176, ...)
     python benchmarks/sdpa_fwd.py --overhead                    # host us/call -> docs/benchmarks/sdpa_fwd_overhead.md
+    python benchmarks/sdpa_fwd.py --causal      # the session-4 A/B (~90 s): d128 causal s1k / s4k / s8k, d64 s8k both
+                                                # masks, varlen; ours vs mask_r2p, persistent_pairs + mask_r2p (d128
+                                                # causal), exp2_emu=8 (d64), FA4 -> sdpa_fwd_causal.*
 """
 
 from __future__ import annotations
@@ -290,6 +293,30 @@ def make_ours_m192(case):
     return _make_ours_prefill_plan(case, only_d=64, dense_only=True, tile_m=192)
 
 
+def make_ours_r2p(case):
+    """Prefill rows: ``mask_r2p=True`` (masked key blocks select each score on one bit of a per-row 32-bit keep mask,
+    R2P + FSEL, instead of an ``if`` per score; bitwise the same result). The A/B for flipping MASK_R2P_DEFAULT."""
+    return _make_ours_prefill_plan(case, mask_r2p=True)
+
+
+def make_ours_pers_pairs_r2p(case):
+    """d = 128 causal dense rows: ``persistent`` with ``persistent_pairs`` (a CTA takes query blocks M - 1 - j and j of
+    one head back to back: equal causal work per unit, dealt by the static stride) and ``mask_r2p``."""
+    if case.params["kind"] == "dense" and not case.params["causal"]:
+        raise Unsupported("causal rows only (a causal load-balance option)")
+    return _make_ours_prefill_plan(case, only_d=128, dense_only=True, persistent=True, persistent_pairs=True, mask_r2p=True)
+
+
+def make_ours_emu8(case):
+    """d = 64 dense rows: ``exp2_emu=8`` (one exponential in 8 per row of the unmasked key blocks on the FMA pipe, a
+    degree-3 polynomial, instead of MUFU.EX2: at d = 64 the 4 MUFU lanes per SM partition bound a key block)."""
+    return _make_ours_prefill_plan(case, only_d=64, dense_only=True, exp2_emu=8)
+
+
+#: The masked-path A/B set (--causal): the causal d = 128 rows of the quick set, d = 64 s8k both masks, the varlen mix.
+CAUSAL_AB_LABELS = ("d128 s1k b16 causal", "d128 s4k b4 causal", "d128 s8k b2 causal", "d64 s8k b2", "d64 s8k b2 causal", "varlen d128 7 seqs causal")
+
+
 def make_ours_pers_n176(case):
     """d = 128 non-causal prefill: persistent with the 176-row key tile (and packed_cvt) together."""
     return _make_ours_prefill_plan(case, only_d=128, dense_only=True, non_causal_only=True, tile_n=176, persistent=True)
@@ -474,6 +501,16 @@ def main():
         providers.insert(1, Provider("ours-kv3", make_ours_kv3))
     out_dir = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "benchmarks")
     cases, name = _shapes(quick), "sdpa_fwd"
+    if "--causal" in sys.argv:  # the masked-path A/B (torch's backends left out for time)
+        cases = [c for c in _shapes(False) if c.label in CAUSAL_AB_LABELS]
+        providers = [
+            providers[0],
+            Provider("ours-r2p", make_ours_r2p),
+            Provider("ours-pairs-r2p", make_ours_pers_pairs_r2p),
+            Provider("ours-emu8", make_ours_emu8),
+            providers[1],
+        ]
+        name = "sdpa_fwd_causal"
     if quick:  # the prefill plan-option A/B (torch's flash backend left out for time)
         # The session-3 columns (cvt, pers, n176, n192, pers-n176, vlpt, vlpt-pers) were decided (packed_cvt and
         # tile_n 192 are defaults, the rest lost): back with --old-options.

@@ -8,7 +8,11 @@ cudnn.sdpa.bwd.kernel_key.TUNING_FIELDS), against fp32 autograd by the FlashAtte
 - ``split_d``: the split-head-dim main kernel (kernel_splitd_sm90.py), which serves D = 256 (and 128);
 - ``dq_bulk``: the dQ partial in MMA-fragment order, one non-tensor bulk reduce-add per warpgroup into a
   fragment-ordered accumulator that the postprocess reads back; ``dq_writer``: those reduce-adds issued by a warp of
-  the producer warpgroup.
+  the producer warpgroup (with dq_bulk, or with dq_tma: the TMA reduce-adds);
+- ``m80`` (with dq_tma): query blocks of 80 rows (FA3 / FA4's d128 tile), dQ computed transposed (dQ^T = K^T dS^T)
+  and staged through a 128-byte swizzle for the TMA reduce-add; a last block past the 128-row scratch padding takes
+  the masked path (rows past S_q masked). Dense D = 128 only (d64 / varlen are refused: test_sdpa_bwd_variants_compile.py);
+- ``dqt`` (with dq_tma): m80's transposed dQ^T and 128-byte-swizzled staging at 64 rows (D = 128, dense or varlen).
 
 Pruned for compile time (each variant key is one main-kernel compile): the first four together meet every mask
 family, GQA / MQA, both layouts, odd lengths, sinks and THD varlen; dq_tma alone meets one GQA causal case with odd
@@ -17,8 +21,13 @@ failure of the four together points at one side; split_d meets d256 with every m
 varlen, and d128 against the same reference; split_d with ds2 meets d256 dense and varlen; dq_bulk + dq_writer (with
 stats_tma, ds2, prepost) meet d128 GQA causal with odd lengths, d64 fp16 two-sided window, d96 bottom-right window
 (BHSD), varlen and sinks; dq_bulk without the writer meets MQA bottom-right and varlen; ``_l2_group_dq`` (a launch
-argument) meets d128 causal at S = 4096. 18 + 8 tests, ~25 compiles: about 115 s on the H200 host (the new ones
-alone, ``-k "bulk or l2dq"``: 8 tests, about 40 s).
+argument) meets d128 causal at S = 4096. m80 (with dq_tma, stats_tma, ds2, prepost) meets a last query block past the
+scratch padding (S = 1000: 13 blocks of 80 = 1040 rows > 1024), GQA causal with odd lengths, MQA bottom-right (fp16),
+S_q > S_kv bottom-right and a two-sided window past the padding; with dq_writer ("M80W") GQA causal past the padding and
+the benchmark's non-causal S = 4096; dq_tma + dq_writer at 64 rows ("TMAW") meets GQA causal odd lengths, d64 fp16
+window, varlen and sinks; dqt meets GQA causal with odd lengths and (with the writer) varlen. 26 + 13 tests, ~38
+compiles: about 180 s on the H200 host (the new ones alone, ``-k "m80 or dqt or dq_tma+dq_writer"``: 13 tests, 13
+compiles, about 70 s).
 """
 
 from __future__ import annotations
@@ -40,6 +49,10 @@ SPLIT = ("split_d", "prepost")
 SPLIT2 = ("split_d", "ds2", "prepost")
 BULK = ("dq_bulk", "stats_tma", "ds2", "prepost")
 BULKW = ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost")
+M80 = ("dq_tma", "stats_tma", "ds2", "prepost", "m80")
+M80W = ("dq_tma", "dq_writer", "stats_tma", "ds2", "prepost", "m80")
+TMAW = ("dq_tma", "dq_writer", "stats_tma", "ds2", "prepost")
+DQT = ("dq_tma", "stats_tma", "ds2", "prepost", "dqt")
 
 
 @pytest.fixture(autouse=True)
@@ -92,6 +105,16 @@ CASES = [
     (BULKW, torch.float16, 64, 4, 4, 500, 700, False, False, (70, 33), BSHD),  # key blocks no query sees: no reduce
     (BULKW, torch.bfloat16, 96, 6, 3, 211, 389, False, True, (100, 0), BHSD),
     (BULK, torch.bfloat16, 128, 8, 1, 257, 700, True, True, (-1, -1), BHSD),  # MQA: 8 heads through one CTA's buffer
+    (M80, torch.bfloat16, 128, 4, 4, 1000, 1000, False, False, (-1, -1), BSHD),  # last block (rows 960..1039) past the 1024 padded rows
+    (M80, torch.bfloat16, 128, 8, 2, 300, 257, True, False, (-1, -1), BSHD),  # odd lengths, GQA 4
+    (M80, torch.float16, 128, 8, 1, 257, 700, True, True, (-1, -1), BHSD),  # MQA, bottom-right
+    (M80, torch.bfloat16, 128, 4, 4, 700, 129, True, True, (-1, -1), BSHD),  # S_q > S_kv bottom-right: empty rows
+    (M80, torch.bfloat16, 128, 4, 2, 500, 700, False, False, (70, 33), BHSD),  # two-sided window, last block past the padding
+    (M80W, torch.bfloat16, 128, 8, 2, 1000, 1000, True, False, (-1, -1), BSHD),  # the writer warp's TMA reduce-adds, GQA
+    (M80W, torch.bfloat16, 128, 4, 4, 4096, 4096, False, False, (-1, -1), BSHD),  # the benchmark's case: 52 blocks, 4160 > 4096 rows
+    (TMAW, torch.bfloat16, 128, 8, 2, 300, 257, True, False, (-1, -1), BSHD),  # dq_tma's reduce-adds from the writer warp
+    (TMAW, torch.float16, 64, 4, 4, 500, 700, False, False, (70, 33), BSHD),  # d64, key blocks no query sees
+    (DQT, torch.bfloat16, 128, 8, 2, 300, 257, True, False, (-1, -1), BSHD),  # dQ^T at 64 rows, odd lengths, GQA 4
 ]
 
 
@@ -116,6 +139,7 @@ def test_variant_grads_match_reference(case):
     assert plan.key.ds_double_buffer == ("ds2" in tuning) and plan.key.prepost_vec == ("prepost" in tuning)
     assert plan.key.split_d == ("split_d" in tuning)
     assert plan.key.dq_bulk == ("dq_bulk" in tuning) and plan.key.dq_writer == ("dq_writer" in tuning)
+    assert plan.key.tile_m80 == ("m80" in tuning) and plan.key.dq_t128 == ("dqt" in tuning)
     ref = attention_grads_ref(q, k, v, do, **kw)
     lowp = attention_grads_ref(q, k, v, do, upcast=False, **kw)
     for name, g, r, lp in zip(("dq", "dk", "dv"), (dq, dk, dv), ref, lowp, strict=False):
@@ -130,6 +154,8 @@ VARLEN = [
     (SPLIT2, False, torch.float16, 256, 4, 4, [1000, 33, 257], [1000, 33, 257], False, False, (-1, -1)),
     (BULKW, False, torch.bfloat16, 128, 8, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], True, True, (-1, -1)),
     (BULK, False, torch.float16, 64, 4, 4, [1000, 33, 257], [1000, 33, 257], False, False, (-1, -1)),
+    (TMAW, False, torch.bfloat16, 128, 8, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], True, True, (-1, -1)),
+    (("dq_tma", "dq_writer", "stats_tma", "ds2", "prepost", "dqt"), False, torch.bfloat16, 128, 4, 4, [1000, 33, 257], [1000, 33, 257], False, False, (-1, -1)),
 ]
 
 
@@ -165,7 +191,7 @@ def test_variant_thd_varlen_grads_match_reference(case):
         assert_close_fa(g, r, lp, name)
 
 
-@pytest.mark.parametrize("tuning", [ALL, BULKW], ids=["all", "bulkw"])
+@pytest.mark.parametrize("tuning", [ALL, BULKW, TMAW], ids=["all", "bulkw", "dq_tma+dq_writer"])
 def test_all_variants_with_sinks_and_their_gradient(tuning):
     b, h, hk, s, d = 2, 8, 2, 333, 64
     q, k, v, do = (_make((b, x, s, d), torch.bfloat16, BSHD) for x in (h, hk, hk, h))

@@ -252,3 +252,104 @@ def test_l2_group_dq_is_a_launch_argument_that_halves_the_d128_head_groups():
     d128.check_support()
     # 8192 rows x (128 + 128) x 2 bytes = 4 MiB of Q and dO per head; + 8192 x 128 x 4 = 4 MiB of dQ accumulator
     assert _group_heads(d128.key, 8192) == 4 and _group_heads(d128.key, 8192, True) == 2
+
+
+def test_m80_is_a_dense_d128_dq_tma_schedule_and_dq_writer_also_serves_dq_tma():
+    """``m80`` (query blocks of 80 rows, dQ^T through a 128-byte-swizzled TMA reduce-add) needs dq_tma and dense
+    D = D_v = 128; anything else is refused (ValueError), never silently run at 64 rows. dq_writer now also schedules
+    dq_tma's reduce-adds."""
+    from cudnn.sdpa.bwd.api import SdpaBwdSm90
+    from cudnn.sdpa.bwd.kernel_sm90 import SdpaBwdKernelSm90
+
+    m80 = ("dq_tma", "stats_tma", "ds2", "prepost", "m80")
+    plan = SdpaBwdSm90(*_descs(), _tuning=m80)
+    assert plan.check_support() and plan.key.tile_m80 and plan.key.dq_tma and not plan.key.dq_bulk
+    assert SdpaBwdKernelSm90(plan.key).tile_m == 80
+    base = SdpaBwdSm90(*_descs(), _tuning=m80[:-1])
+    base.check_support()
+    assert SdpaBwdKernelSm90(base.key).tile_m == 64 and base.key != plan.key
+    for bad in (("m80",), ("dq_bulk", "m80"), ("dq_bulk", "dq_writer", "m80")):
+        with pytest.raises(ValueError, match="tile_m80"):
+            SdpaBwdSm90(*_descs(), _tuning=bad).check_support()
+    q = TensorDesc.contiguous((2, 4, 300, 64), "bfloat16", "q")
+    lse = TensorDesc.contiguous((2, 4, 300), "float32", "lse")
+    with pytest.raises(ValueError, match="tile_m80"):
+        SdpaBwdSm90(q, q, q, q, q, lse, _tuning=m80).check_support()
+    with pytest.raises(ValueError, match="tile_m80|deterministic"):
+        SdpaBwdSm90(*_descs(), deterministic=True, _tuning=m80).check_support()
+    tq = TensorDesc.contiguous((600, 8, 128), "bfloat16", "q")
+    tk = TensorDesc.contiguous((514, 2, 128), "bfloat16", "k")
+    cu = TensorDesc.contiguous((3,), "int32", "cu_seqlens_q")
+    thd = dict(cu_seqlens_q=cu, cu_seqlens_kv=cu, max_seqlen_q=300, max_seqlen_kv=257)
+    with pytest.raises(ValueError, match="tile_m80"):
+        SdpaBwdSm90(tq, tk, tk, tq, tq, TensorDesc.contiguous((8, 600), "float32", "lse"), _tuning=m80, **thd).check_support()
+    tmaw = SdpaBwdSm90(*_descs(), is_causal=True, _tuning=("dq_tma", "dq_writer", "stats_tma"))
+    assert tmaw.check_support() and tmaw.key.dq_tma and tmaw.key.dq_writer and not tmaw.key.dq_bulk
+    # dqt: m80's dQ^T staging at 64 rows (D = 128; varlen allowed); m80 implies it
+    dqt = SdpaBwdSm90(*_descs(), _tuning=("dq_tma", "dqt"))
+    assert dqt.check_support() and dqt.key.dq_t128 and SdpaBwdKernelSm90(dqt.key).tile_m == 64 and SdpaBwdKernelSm90(dqt.key).dq_t
+    assert SdpaBwdKernelSm90(plan.key).dq_t and not SdpaBwdKernelSm90(base.key).dq_t
+    for bad, descs in ((("dqt",), _descs()), (("dq_tma", "dqt", "m80"), _descs()), (("dq_tma", "dqt"), (q, q, q, q, q, lse))):
+        with pytest.raises(ValueError, match="dq_t128"):
+            SdpaBwdSm90(*descs, _tuning=bad).check_support()
+
+
+@pytest.mark.compile_only
+def test_m80_writer_ptx_has_80_row_wgmmas_and_128_byte_tma_reduce_adds_from_the_writer_warp(tmp_path):
+    """m80 + dq_writer: S^T / dP^T / dQ^T are m64n80 WGMMAs (dK / dV m64n128 over K = 80), the fp32 dQ^T partial is
+    staged with scalar shared stores and added by the writer warp's TMA reduce-adds (two 80 x 32 boxes of 128-byte rows
+    per warpgroup), no atomics, the lse / dpsum rows still arrive by bulk copy."""
+    skip_unless_cutedsl("4.8.0", "cudnn.sdpa backward")
+    ptx = _ptx(tmp_path, ", dq_tma=True, dq_writer=True, stats_tma=True, ds_double_buffer=True, tile_m80=True")
+    shapes = set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m64n\d+k16)", ptx))
+    assert shapes == {"m64n80k16", "m64n128k16"}, shapes
+    # the writer loop, unrolled over the two consumer warpgroups: two boxes (32 of the 64 columns) each
+    assert ptx.count("cp.reduce.async.bulk.tensor") == 4, ptx.count("cp.reduce.async.bulk.tensor")
+    assert "atom.global.add" not in ptx and "red.global.add" not in ptx and "ld.global" not in ptx
+    assert "st.shared.b32" in ptx and len(re.findall(r"\bbar\.arrive\b", ptx)) >= 4
+    assert ptx.count("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes") == 2
+    assert re.search(r"\.entry cudnn_", ptx)
+
+
+@pytest.mark.compile_only
+@pytest.mark.filterwarnings("ignore:This static loop has")  # the 256 traced threads: a trace-time loop on purpose
+@pytest.mark.parametrize("option", ["tile_m80", "dq_t128"])
+def test_m80_dq_transposed_staging_hits_every_swizzled_element_once(option):
+    """m80's dQ^T staging (SdpaBwdKernelSm90.consumer_operands): each fragment element is stored at the unswizzled
+    offset plus one of four thread-constant shifts (by the element's class e % 4, from ``m80_stage_shift``). Traced on the CPU over the 256
+    consumer threads from the kernel's own dQ MMA and buffer layout: that address equals the 128-byte swizzle (on byte
+    addresses, as the swizzled pointer and the TMA apply it) of the element's (query, head dim) slot, and the 80 x 128
+    slots are each written once (64 x 128 with dq_t128, the same staging at 64 rows)."""
+    import cutlass
+    import cutlass.cute as cute
+
+    from cudnn.sdpa.bwd.kernel_key import SdpaBwdKey
+    from cudnn.sdpa.bwd.kernel_sm90 import SdpaBwdKernelSm90
+
+    plan = SdpaBwdKernelSm90(SdpaBwdKey("bf16", 128, 128, 1, False, False, False, True, False, False, False, dq_tma=True, **{option: True}))
+    D, tm = plan.head_dim, plan.tile_m
+    seen, bad = set(), []
+
+    def compare(coords, shifts, lin_t, outer):
+        for e, (d, q) in enumerate(coords):
+            lin = outer((q, d % (D // 2), d // (D // 2)))
+            want = ((4 * lin) ^ ((((4 * lin) >> 7) & 7) << 4)) // 4  # S<3,4,3> on the byte address
+            seen.add(want)
+            if lin_t((d, q)) + shifts[e % 4] != want:
+                bad.append((d, q))
+
+    @cute.jit
+    def trace():
+        sdQ = plan._dq_smem_layout()
+        outer = cute.make_layout(sdQ.outer.shape, stride=sdQ.outer.stride)
+        lin_t = cute.composition(cute.group_modes(outer, 1, 3), cute.make_layout((D, tm), stride=(tm, 1)))
+        tiled_mma_dQ = plan._tiled_mmas()[3]
+        for t in cutlass.range_constexpr(plan.num_mma_threads):
+            c = tiled_mma_dQ.get_slice(t).partition_C(cute.make_identity_tensor((D, tm)))
+            shifts = [plan.m80_stage_shift(c[e][0], c[e][1]) for e in range(4)]  # the kernel's own four shifts
+            compare([c[e] for e in range(cute.size(c))], shifts, lin_t, outer)
+
+    assert tm == (80 if option == "tile_m80" else 64) and plan.dq_t
+    trace()
+    assert not bad, bad[:4]
+    assert seen == set(range(tm * D))

@@ -10,6 +10,14 @@
 - ``o_rescale_early`` (O rescaled under the next S GEMM) multiplies the same numbers in the same order: bitwise.
 - ``tile_m=192`` (d <= 64: three consumer warpgroups, round-robin GEMM issue, key tile 128): bitwise against a
   128-row plan with the same key tile where no mask makes the tiles see different key blocks, else the reference.
+- ``mask_r2p`` (masks as per-row 32-bit keep masks and one select per score) masks the same scores: bitwise against
+  the same plan without it (key length only, causal top-left / bottom-right, sliding window, odd lengths 1000 / 4097,
+  GQA, tile_m=192, persistent, THD varlen), and against the reference.
+- ``exp2_emu`` (one exponential in N per row of the unmasked key blocks by a degree-3 polynomial on the FMA pipe,
+  relative error 7.5e-5) changes P in the last bits: checked against the fp32 reference by the FlashAttention rule,
+  including rows with no visible key (bottom-right, S_q > S_kv: O = 0, LSE = -inf must survive).
+- ``persistent_pairs`` (the persistent work unit is the pair of query blocks M - 1 - j and j of one head; odd M leaves
+  an empty slot) moves tiles between CTAs, not arithmetic: bitwise against the default plan, odd and even M, THD.
 
 Shapes are chosen so a persistent CTA runs several tiles (a grid of at most the SM count over hundreds of tiles),
 with odd lengths (S not a multiple of either tile), GQA, both causal alignments and a sliding window.
@@ -41,19 +49,26 @@ def _make(shape, dtype):
     return torch.randn(stored, dtype=torch.float32, device="cuda").to(dtype).permute(0, 2, 1, 3)
 
 
-def _run(q, k, v, causal, br, window, **plan_kw):
+def _run(q, k, v, causal, br, window, pins=None, **plan_kw):
+    """Run a plan with the options ``plan_kw`` (each checked on the key) and ``pins`` (options passed unchecked, e.g.
+    ``tile_m=128``, which the key spells as 0); returns ``(o, lse)``."""
     from cudnn.sdpa.fwd.api import SdpaFwdSm90
 
     b, h, sq, _ = q.shape
     out = poison(_make((b, h, sq, v.shape[-1]), q.dtype))
     lse = poison(torch.empty(b, h, sq, device="cuda"))
-    plan = SdpaFwdSm90(q, k, v, out, lse, is_causal=causal, causal_bottom_right=br, window_size=window, **plan_kw)
+    plan = SdpaFwdSm90(q, k, v, out, lse, is_causal=causal, causal_bottom_right=br, window_size=window, **(pins or {}), **plan_kw)
     plan.compile()
     for name, want in plan_kw.items():
-        want = 0 if (name, want) == ("tile_m", 128) else want  # the 128-row tile is key value 0
         assert getattr(plan.key, name) == want, (name, getattr(plan.key, name))
     plan.execute(q, k, v, out, lse)
     return out, lse
+
+
+def _default_tile_m(option: dict, d: int) -> dict:
+    """The default plan's query tile pinned to the option plan's: head dims <= 64 default to 192 rows, which a
+    persistent plan does not take (128 rows), and a bitwise comparison needs the same tiles."""
+    return {"tile_m": 128} if d <= 64 and option.get("persistent") else {}
 
 
 def _check_ref(q, k, v, out, lse, **kw):
@@ -85,6 +100,13 @@ BITWISE = [
     (dict(o_rescale_early=True), D128_CAUSAL),
     (dict(o_rescale_early=True), D192_WINDOW),
     (dict(o_rescale_early=True, persistent=True), D64_BR),
+    (dict(mask_r2p=True), D128_CAUSAL),  # causal bottom-right, S_q < S_kv, GQA off: the first block masks both limits
+    (dict(mask_r2p=True), D64_BR),  # 48 scores per row: two 32-bit keep masks, the second partial
+    (dict(mask_r2p=True), D256),  # non-causal: the key-length mask alone (600 keys, tile_n 80: 20 scores per row)
+    (dict(mask_r2p=True), D192_WINDOW),  # left and right limits: one [lo, hi) interval per row
+    (dict(persistent=True, persistent_pairs=True), D128_CAUSAL),  # M = 12 query blocks: 6 pairs per head
+    (dict(persistent=True, persistent_pairs=True), D192_WINDOW),  # M = 8, sliding window
+    (dict(persistent=True, persistent_pairs=True, mask_r2p=True), D64_BR),  # M = 9 (128 x 192 tiles): an empty slot
 ]
 
 
@@ -98,9 +120,7 @@ def test_option_is_bitwise_the_default_and_matches_reference(option_case):
     option, (dtype, d, dv, b, h, hk, sq, sk, causal, br, window) = option_case
     q, k, v = _make((b, h, sq, d), dtype), _make((b, hk, sk, d), dtype), _make((b, hk, sk, dv), dtype)
     o_opt, lse_opt = _run(q, k, v, causal, br, window, **option)
-    # the plan without the option: each option field off, and the 128-row tile where the default would take 192 rows
-    off = {name: False for name in option} | (dict(tile_m=128) if max(d, dv) <= 64 else {})
-    o_def, lse_def = _run(q, k, v, causal, br, window, **off)
+    o_def, lse_def = _run(q, k, v, causal, br, window, pins=_default_tile_m(option, d))
     torch.cuda.synchronize()
     assert torch.equal(o_opt, o_def), f"{option}: O differs from the default plan"
     assert torch.equal(lse_opt, lse_def), f"{option}: LSE differs from the default plan"
@@ -133,7 +153,7 @@ def test_tile_n_matches_reference(case):
 # persistent at d = 128 has a separate O tile, at d = 256 O shares Q's buffer (released after the predicated stores).
 VARLEN_CASES = [
     (dict(tile_n=176), True, 128),
-    (dict(varlen_lpt=True), True, 128),
+    (dict(varlen_lpt=True, varlen_compact=False), True, 128),  # varlen_compact (the default since session 4) is its own order
     (dict(persistent=True, varlen_lpt=True), True, 128),
     (dict(persistent=True, packed_cvt=True), False, 256),
     (dict(varlen_compact=True), True, 128),
@@ -141,6 +161,8 @@ VARLEN_CASES = [
     (dict(varlen_tma_o=True), True, 128),
     (dict(varlen_compact=True, varlen_tma_o=True), False, 64),
     (dict(tile_m=192, varlen_compact=True, varlen_tma_o=True), True, 64),  # key tile 128 (default 192): reference only
+    (dict(mask_r2p=True), True, 128),  # per-sequence key lengths and the causal limit in one interval per row
+    (dict(persistent=True, persistent_pairs=True, mask_r2p=True), True, 128),  # pairs of blocks past short sequences' ends
 ]
 
 
@@ -263,8 +285,71 @@ def test_tile_m192_matches_reference(case):
     q, k, v = _make((b, h, sq, d), dtype), _make((b, hk, sk, d), dtype), _make((b, hk, sk, d), dtype)
     out, lse = _run(q, k, v, causal, br, window, tile_m=192)
     if not causal and window == (-1, -1):  # every tile sees every key block: per row the same arithmetic as 128 x 128
-        o_128, lse_128 = _run(q, k, v, causal, br, window, tile_n=128)
+        o_128, lse_128 = _run(q, k, v, causal, br, window, pins=dict(tile_m=128), tile_n=128)
         torch.cuda.synchronize()
         assert torch.equal(out, o_128) and torch.equal(lse, lse_128), "tile_m=192 differs from the 128-row plan with the same key tile"
+    torch.cuda.synchronize()
+    _check_ref(q, k, v, out, lse, is_causal=causal, bottom_right=br, window=window)
+
+
+# (base plan options, (dtype, d, dv, b, h, h_kv, s_q, s_kv, causal, bottom_right, window)): the plan with and without
+# mask_r2p on the same inputs. Odd lengths (1000: the last key block has 104 of 128 keys; 4097: one row and one key past
+# a tile), GQA, and the plans whose tiles differ from the default (192-row tiles, persistent).
+R2P_CASES = [
+    ({}, (torch.bfloat16, 128, 128, 2, 8, 2, 1000, 1000, True, False, (-1, -1))),  # causal top-left, GQA 4
+    ({}, (torch.float16, 128, 128, 1, 4, 4, 4097, 4097, True, False, (-1, -1))),
+    ({}, (torch.bfloat16, 128, 128, 1, 8, 2, 4097, 4097, False, False, (-1, -1))),  # key length only, tile_n 192
+    ({}, (torch.bfloat16, 128, 128, 2, 4, 4, 1000, 4097, True, True, (-1, -1))),  # bottom-right, S_q << S_kv
+    (dict(tile_m=192), (torch.bfloat16, 64, 64, 2, 8, 4, 1000, 1000, True, False, (-1, -1))),  # two masked blocks per tile
+    (dict(tile_m=192), (torch.float16, 64, 64, 2, 8, 8, 1000, 1300, False, False, (150, 30))),  # sliding window
+    (dict(persistent=True), (torch.bfloat16, 128, 128, 2, 12, 4, 1000, 1000, True, False, (-1, -1))),
+]
+
+
+@pytest.mark.parametrize(
+    "base, case",
+    R2P_CASES,
+    ids=lambda x: (
+        ("mask_r2p" + "".join(f"+{k}{v}" for k, v in x.items()))
+        if isinstance(x, dict)
+        else f"{str(x[0])[6:]}-d{x[1]}-h{x[4]}:{x[5]}-s{x[6]}x{x[7]}-c{int(x[8])}br{int(x[9])}-w{x[10][0]},{x[10][1]}"
+    ),
+)
+def test_mask_r2p_is_bitwise_the_branch_mask(base, case):
+    dtype, d, dv, b, h, hk, sq, sk, causal, br, window = case
+    q, k, v = _make((b, h, sq, d), dtype), _make((b, hk, sk, d), dtype), _make((b, hk, sk, dv), dtype)
+    o_r2p, lse_r2p = _run(q, k, v, causal, br, window, mask_r2p=True, **base)
+    o_ref_plan, lse_ref_plan = _run(q, k, v, causal, br, window, mask_r2p=False, **base)
+    torch.cuda.synchronize()
+    assert torch.equal(o_r2p, o_ref_plan), f"mask_r2p {base}: O differs from the same plan without it"
+    assert torch.equal(lse_r2p, lse_ref_plan), f"mask_r2p {base}: LSE differs from the same plan without it"
+    _check_ref(q, k, v, o_r2p, lse_r2p, is_causal=causal, bottom_right=br, window=window)
+
+
+# (exp2_emu, plan options, (dtype, d, dv, b, h, h_kv, s_q, s_kv, causal, bottom_right, window)): d = 64 (the 192-row
+# tile the default takes, and the 128-row one), d = 128, odd lengths, GQA, a window, rows with no visible key.
+EMU_CASES = [
+    (8, {}, (torch.bfloat16, 64, 64, 2, 16, 2, 1000, 1300, False, False, (-1, -1))),
+    (8, {}, (torch.float16, 64, 64, 1, 8, 8, 4097, 4097, True, False, (-1, -1))),
+    (8, {}, (torch.bfloat16, 64, 64, 2, 8, 4, 1000, 700, True, True, (-1, -1))),  # rows 0..299 see no key
+    (4, dict(tile_m=128), (torch.bfloat16, 64, 64, 2, 8, 8, 900, 900, False, False, (150, 30))),
+    (8, dict(mask_r2p=True), (torch.bfloat16, 128, 128, 2, 8, 2, 1000, 1000, True, False, (-1, -1))),
+]
+
+
+@pytest.mark.parametrize(
+    "emu, base, case",
+    EMU_CASES,
+    ids=[
+        f"exp2_emu{e}" + "".join(f"+{k}{v}" for k, v in b.items()) + f"-{str(c[0])[6:]}-d{c[1]}-h{c[4]}:{c[5]}-s{c[6]}x{c[7]}-c{int(c[8])}br{int(c[9])}"
+        for e, b, c in EMU_CASES
+    ],
+)
+def test_exp2_emu_matches_reference(emu, base, case):
+    dtype, d, dv, b, h, hk, sq, sk, causal, br, window = case
+    q, k, v = _make((b, h, sq, d), dtype), _make((b, hk, sk, d), dtype), _make((b, hk, sk, dv), dtype)
+    pins = {k_: v_ for k_, v_ in base.items() if k_ == "tile_m"}
+    opts = {k_: v_ for k_, v_ in base.items() if k_ != "tile_m"}
+    out, lse = _run(q, k, v, causal, br, window, pins=pins, exp2_emu=emu, **opts)
     torch.cuda.synchronize()
     _check_ref(q, k, v, out, lse, is_causal=causal, bottom_right=br, window=window)

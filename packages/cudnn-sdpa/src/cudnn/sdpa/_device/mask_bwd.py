@@ -62,9 +62,18 @@ class MaskInfoBwd(MaskInfo):
         return res
 
     @cute.jit
-    def apply_transposed(self, acc_St: cute.Tensor, tScS_mn: cute.Tensor, m_block: Int32, n_block: Int32, mask_seqlen: cutlass.Constexpr[bool]):
+    def apply_transposed(
+        self,
+        acc_St: cute.Tensor,
+        tScS_mn: cute.Tensor,
+        m_block: Int32,
+        n_block: Int32,
+        mask_seqlen: cutlass.Constexpr[bool],
+        mask_rows: cutlass.Constexpr[bool] = False,
+    ):
         """Set masked entries of this thread's S^T fragment to -inf. ``tScS_mn[r, c]`` is the (key, query)
-        coordinate of element (r, c) inside the (tile_n, tile_m) tile."""
+        coordinate of element (r, c) inside the (tile_n, tile_m) tile. ``mask_rows`` also masks queries at or past
+        ``seqlen_q`` (for a query block that ends past the rows its statistics were written for)."""
         acc_mn = acc_view_mn(acc_St)
         for r in cutlass.range_constexpr(cute.size(acc_mn.shape[0])):
             col_k = n_block * self.tile_n + tScS_mn[r, 0][0]
@@ -73,6 +82,9 @@ class MaskInfoBwd(MaskInfo):
                 diag = row_q + self.offset
                 if const_expr(mask_seqlen):
                     if col_k >= self.seqlen_k:
+                        acc_mn[r, c] = -Float32.inf
+                if const_expr(mask_rows):
+                    if row_q >= self.seqlen_q:
                         acc_mn[r, c] = -Float32.inf
                 if const_expr(self.mask_right):
                     if col_k > diag + self.window_right:

@@ -13,12 +13,34 @@ import math
 
 import cutlass
 import cutlass.cute as cute
-from cutlass import Float32, const_expr
+from cutlass import Float32, Int32, const_expr
 
 from .mma_sm90 import acc_view_mn
 
 LOG2_E = math.log2(math.e)
 LN_2 = math.log(2.0)
+#: 2^f on [-0.5, 0.5] by c0 + c1 f + c2 f^2 + c3 f^3 (relative-error minimax fit, max relative error 7.5e-5): the FMA-pipe
+#: exp2 of :func:`exp2_fma`.
+EXP2_POLY = (0.9999280571937561, 0.6932609677314758, 0.2426111102104187, 0.05517160892486572)
+#: 1.5 * 2^23: adding it rounds a float of magnitude < 2^22 to the nearest integer, held in the low mantissa bits.
+_ROUND_MAGIC = 12582912.0
+
+
+@cute.jit
+def exp2_fma(x: Float32) -> Float32:
+    """2^x for finite x <= 0 on the FMA pipe (no MUFU): n = round(x) by the 1.5 * 2^23 trick, 2^(x - n) by
+    :data:`EXP2_POLY`, n added to the exponent field. x is clamped to -126 first (2^-126 stands for anything smaller:
+    callers use it only where no score is masked, so no -inf reaches it). 8 FMA-pipe instructions."""
+    xc = cute.arch.fmax(x, Float32(-126.0))
+    xr = xc + Float32(_ROUND_MAGIC)  # the low mantissa bits of xr hold n in two's complement
+    f = xc - (xr - Float32(_ROUND_MAGIC))
+    p = ((Float32(EXP2_POLY[3]) * f + Float32(EXP2_POLY[2])) * f + Float32(EXP2_POLY[1])) * f + Float32(EXP2_POLY[0])
+    buf = cute.make_rmem_tensor(cute.make_layout((2,), stride=(1,)), Float32)
+    buf[0] = p
+    buf[1] = xr
+    bits = cute.recast_tensor(buf, Int32)
+    bits[0] = bits[0] + (bits[1] << 23)  # (0x4B400000 + n) << 23 == n << 23 (mod 2^32)
+    return buf[0]
 
 
 class OnlineSoftmax:
@@ -36,8 +58,12 @@ class OnlineSoftmax:
         self.row_sum.fill(0.0)
 
     @cute.jit
-    def online_softmax(self, acc_S: cute.Tensor, is_first: cutlass.Constexpr[bool] = False) -> cute.Tensor:
-        """Turn scores ``acc_S`` into unnormalized probabilities in place; return the per-row rescale of O."""
+    def online_softmax(self, acc_S: cute.Tensor, is_first: cutlass.Constexpr[bool] = False, exp2_emu: cutlass.Constexpr[int] = 0) -> cute.Tensor:
+        """Turn scores ``acc_S`` into unnormalized probabilities in place; return the per-row rescale of O.
+
+        ``exp2_emu`` = N > 0: one score in N of each row (columns N - 1, 2N - 1, ...) takes :func:`exp2_fma` instead of
+        MUFU.EX2 (4 MUFU lanes per SM partition: at d = 64 the exponentials, not the tensor cores, bound a key block).
+        Only for blocks with no masked score (no -inf)."""
         acc_S_mn = acc_view_mn(acc_S)
         row_scale = cute.make_rmem_tensor_like(self.row_max, Float32)
         scale_log2 = self.scale_log2
@@ -53,8 +79,18 @@ class OnlineSoftmax:
             if cur_max == -Float32.inf:
                 safe_max = Float32(0.0)
             max_scaled = safe_max * scale_log2
-            p = cute.math.exp2(row * scale_log2 - max_scaled, fastmath=True)
-            acc_S_mn[r, None].store(p)
+            p = None
+            if const_expr(exp2_emu > 0):
+                acc_S_mn[r, None].store(row * scale_log2 - max_scaled)
+                for c in cutlass.range_constexpr(cute.size(acc_S_mn.shape[1])):
+                    if const_expr(c % exp2_emu == exp2_emu - 1):
+                        acc_S_mn[r, c] = exp2_fma(acc_S_mn[r, c])
+                    else:
+                        acc_S_mn[r, c] = cute.math.exp2(acc_S_mn[r, c], fastmath=True)
+                p = acc_S_mn[r, None].load()
+            else:
+                p = cute.math.exp2(row * scale_log2 - max_scaled, fastmath=True)
+                acc_S_mn[r, None].store(p)
             if const_expr(is_first):
                 row_scale[r] = Float32(1.0)
                 self.row_sum[r] = p.reduce(cute.ReductionOp.ADD, Float32(0.0), 0)

@@ -69,7 +69,10 @@ class StaticPersistentTileScheduler:
     (head, batch) pairs, m-block slowest inside a group; m-block reversed with ``longest_first``, so the tiles with the
     most key blocks are taken first and the last round is made of short ones). ``num_tiles_here(...)`` is how many
     tiles this CTA runs and ``tile(i, ...)`` its ``i``-th ``(m_block, head, batch)``. Static methods (no device-side
-    object: a value carried through a dynamic loop must be a runtime value)."""
+    object: a value carried through a dynamic loop must be a runtime value).
+
+    ``pairs=True`` in :meth:`num_tiles_here` selects :meth:`tile_pair` instead of :meth:`tile` (the forward's
+    ``persistent_pairs``)."""
 
     @staticmethod
     def grid(num_m_blocks, num_heads, num_batch, max_ctas):
@@ -78,11 +81,15 @@ class StaticPersistentTileScheduler:
 
     @staticmethod
     @cute.jit
-    def num_tiles_here(num_m_blocks: Int32, num_heads: Int32, num_batch: Int32) -> Int32:
+    def num_tiles_here(num_m_blocks: Int32, num_heads: Int32, num_batch: Int32, pairs: cutlass.Constexpr[bool] = False) -> Int32:
         bidx, _, _ = cute.arch.block_idx()
         gdim, _, _ = cute.arch.grid_dim()
         total = num_m_blocks * num_heads * num_batch
-        return (total - Int32(bidx) + Int32(gdim) - 1) // Int32(gdim)
+        res = (total - Int32(bidx) + Int32(gdim) - 1) // Int32(gdim)
+        if const_expr(pairs):  # two tile slots per pair (the second of a middle pair is empty)
+            units = (num_m_blocks + 1) // 2 * num_heads * num_batch
+            res = (units - Int32(bidx) + Int32(gdim) - 1) // Int32(gdim) * 2
+        return res
 
     @staticmethod
     @cute.jit
@@ -108,6 +115,41 @@ class StaticPersistentTileScheduler:
         hb = first_hb + rem - m_block * heads_here
         if const_expr(longest_first):
             m_block = num_m_blocks - 1 - m_block
+        batch, head = None, None
+        if const_expr(batch_fastest):
+            head = hb // num_batch
+            batch = hb - head * num_batch
+        else:
+            batch = hb // num_heads
+            head = hb - batch * num_heads
+        return m_block, head, batch
+
+    @staticmethod
+    def grid_pairs(num_m_blocks, num_heads, num_batch, max_ctas):
+        """The persistent grid of :meth:`tile_pair`: ``min(pairs, max_ctas)`` CTAs."""
+        return (cutlass.min((num_m_blocks + 1) // 2 * num_heads * num_batch, max_ctas), 1, 1)
+
+    @staticmethod
+    @cute.jit
+    def tile_pair(i: Int32, num_m_blocks: Int32, num_heads: Int32, num_batch: Int32, batch_fastest: cutlass.Constexpr[bool] = False):
+        """The ``i``-th ``(m_block, head, batch)`` of this CTA when the work unit is a pair of query blocks of one (head,
+        batch): ``m = M - 1 - j`` then ``m = j`` (M = ``num_m_blocks``, j < ceil(M / 2)). Under a causal mask block ``m``
+        sees about ``m + 1`` key blocks, so every pair costs about M + 1 blocks: the static stride deals equal work to
+        every CTA (plain striding of the longest-first order hands the first CTAs the longest tile of every round).
+        Pairs of one (head, batch) are consecutive, so the CTAs running at once share a few heads' K/V in L2. The
+        second slot of a middle pair (odd M, ``j = M - 1 - j``) returns ``m = M``, past the last block: the callers'
+        bounds check skips it (as it skips THD tiles past a sequence's end)."""
+        bidx, _, _ = cute.arch.block_idx()
+        gdim, _, _ = cute.arch.grid_dim()
+        per_hb = (num_m_blocks + 1) // 2
+        unit = Int32(bidx) + (i // 2) * Int32(gdim)
+        hb = unit // per_hb
+        j = unit - hb * per_hb
+        m_block = num_m_blocks - 1 - j
+        if i % 2 == 1:
+            m_block = j
+            if j == num_m_blocks - 1 - j:
+                m_block = num_m_blocks
         batch, head = None, None
         if const_expr(batch_fastest):
             head = hb // num_batch

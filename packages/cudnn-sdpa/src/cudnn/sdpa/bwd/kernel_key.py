@@ -33,17 +33,34 @@ class SdpaBwdKey(AttentionKey):
     # reduce-add (cp.reduce.async.bulk .add.f32) per warpgroup; the accumulator then holds every 64-row query block in
     # that order (see DQ_BULK_ROWS) and the postprocess reads it so. Exclusive with dq_tma (the same stage, other layout).
     dq_bulk: bool = False
-    # with dq_bulk: warp 1 of the producer warpgroup issues the bulk reduce-adds (named-barrier handshake per consumer
-    # warpgroup), so no consumer thread waits on a bulk group or issues one
+    # with dq_bulk (or dq_tma): warp 1 of the producer warpgroup issues the bulk (or TMA) reduce-adds (named-barrier
+    # handshake per consumer warpgroup), so no consumer thread waits on a bulk group or issues one
     dq_writer: bool = False
+    # with dq_tma: query blocks of 80 rows instead of 64 (FA3 / FA4's d128 tile): dQ computed transposed (dQ^T = K^T dS^T,
+    # the head dim split over the consumer warpgroups) and staged for the TMA reduce-add through a 128-byte swizzle;
+    # dense D = D_v = 128 only (the 64-row scratch padding and the varlen row layout assume tile_m | PREPOST_ROWS)
+    tile_m80: bool = False
+    # with dq_tma, 64-row blocks: m80's transposed dQ^T and 128-byte-swizzled staging (two 64 x 32 TMA boxes of 128-byte
+    # rows per warpgroup instead of dq_tma's eight 64 x 8 boxes of 32-byte rows); D = D_v = 128 (dense or varlen)
+    dq_t128: bool = False
 
     def __post_init__(self):
         if self.dq_tma and self.deterministic:
             raise ValueError("SdpaBwdKey: dq_tma has no deterministic mode (the fixed-order dQ reduction uses the atomic path)")
         if self.dq_bulk and (self.deterministic or self.dq_tma or self.split_d):
             raise ValueError("SdpaBwdKey: dq_bulk excludes deterministic, dq_tma and split_d (it replaces dq_tma's reduce-add)")
-        if self.dq_writer and not self.dq_bulk:
-            raise ValueError("SdpaBwdKey: dq_writer is a schedule of dq_bulk's reduce-adds (set dq_bulk too)")
+        if self.dq_writer and not (self.dq_bulk or self.dq_tma):
+            raise ValueError("SdpaBwdKey: dq_writer is a schedule of dq_bulk's (or dq_tma's) reduce-adds (set dq_bulk or dq_tma too)")
+        if self.tile_m80 and (not self.dq_tma or self.varlen or self.split_d or self.head_dim != 128 or self.head_dim_v != 128):
+            raise ValueError(
+                "SdpaBwdKey: tile_m80 (m80) is a dq_tma schedule for dense D = D_v = 128 (set dq_tma; no varlen, split_d, "
+                f"dq_bulk, deterministic); got D = {self.head_dim}/{self.head_dim_v}, dq_tma={self.dq_tma}, varlen={self.varlen}"
+            )
+        if self.dq_t128 and (not self.dq_tma or self.tile_m80 or self.split_d or self.head_dim != 128 or self.head_dim_v != 128):
+            raise ValueError(
+                "SdpaBwdKey: dq_t128 is a dq_tma staging for D = D_v = 128 at 64 rows (set dq_tma; m80 implies it); "
+                f"got D = {self.head_dim}/{self.head_dim_v}, dq_tma={self.dq_tma}, tile_m80={self.tile_m80}"
+            )
         if self.split_d and (self.deterministic or self.dq_tma or self.stats_tma):
             raise ValueError("SdpaBwdKey: split_d combines with ds_double_buffer and prepost_vec only (no deterministic, dq_tma, stats_tma)")
         if self.split_d and (self.head_dim != self.head_dim_v or self.head_dim not in SPLIT_D_HEAD_DIMS):
@@ -62,6 +79,8 @@ TUNING_FIELDS = {
     "split_d": "split_d",
     "dq_bulk": "dq_bulk",
     "dq_writer": "dq_writer",
+    "m80": "tile_m80",
+    "dqt": "dq_t128",
 }
 
 #: dq_bulk: query rows per fragment-ordered block of the dQ accumulator (the main kernel's tile_m). Block ``m`` of a

@@ -31,7 +31,11 @@ TMA reduce-adds, no register atomics), ``dq_bulk`` (the same staging in MMA-frag
 ONE contiguous non-tensor bulk reduce-add per warpgroup into a fragment-ordered accumulator; with ``dq_writer`` a
 warp of the producer warpgroup issues those, handshaking with each consumer warpgroup through two named barriers),
 ``stats_tma`` (the producer bulk-copies the block's lse_log2 / dpsum rows into
-shared memory on Q's / dO's barrier), ``ds_double_buffer`` (two dS^T buffers, one barrier less per query block).
+shared memory on Q's / dO's barrier), ``ds_double_buffer`` (two dS^T buffers, one barrier less per query block),
+``tile_m80`` (with dq_tma, D = 128, dense: FA3 / FA4's d128 query blocks of 80 rows; dQ^T = K^T dS^T, since 80 rows
+are no multiple of the 64-row WGMMA, staged through a 128-byte swizzle for two 128-byte-row TMA boxes per warpgroup;
+a last block past the 128-row scratch padding takes the masked path with its rows past S_q masked; dq_writer may issue
+dq_tma's reduce-adds too) and ``dq_t128`` (the same dQ^T staging at 64 rows, to A/B the staging apart from the tile).
 
 Tests: packages/cudnn-sdpa/tests/test_sdpa_bwd_*.py. Benchmark: benchmarks/sdpa_bwd.py.
 """
@@ -91,6 +95,15 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
     def __init__(self, key: SdpaBwdKey):
         super().__init__(key)
         self.tile_m, self.tile_n, self.num_stages = tile_config(key.head_dim, key.head_dim_v)
+        if key.tile_m80:
+            self.tile_m = 80  # FA3 / FA4's d128 query block: each block's fixed costs spread over 25% more rows
+
+    @property
+    def dq_t(self) -> bool:
+        """dQ computed transposed (dQ^T = K^T dS^T, the head dim split over the warpgroups) and staged through the
+        128-byte swizzle for dq_tma's reduce-add: m80's (80 rows are no multiple of the 64-row WGMMA), or dq_t128's at
+        64 rows (the same staging and 128-byte-row TMA boxes without the tile change, for the A/B)."""
+        return bool(self.key.tile_m80 or self.key.dq_t128)
 
     def _ds_layout(self):
         """dS^T (keys, queries), queries contiguous; ``num_stages`` buffers (indexed like Q's stage) with ds_double_buffer."""
@@ -104,6 +117,13 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         store of a thread's accumulator fragment is one base register plus an immediate (wider swizzles made the
         compiler keep 16 hoisted addresses live across the loop, and spill), and a warp's stores stay conflict-free."""
         half = self.head_dim // self.num_consumer_wg
+        if self.dq_t:
+            # dq_t (m80 / dq_t128): the transposed fragment's scalar stores (rows 2 apart per warp instruction) are
+            # conflict-free only under the 128-byte swizzle; consumer_operands applies it per class of the fragment
+            atom = warpgroup.make_smem_layout_atom(warpgroup.SmemLayoutAtomKind.K_SW128, Float32)
+            if str(atom.inner) != "S<3,4,3>" or tuple(atom.outer.shape) != (8, 32):
+                raise NotImplementedError(f"dq_t: unexpected 128-byte swizzle atom {atom} of the fp32 dQ buffer")
+            return cute.tile_to_shape(atom, (self.tile_m, half, self.num_consumer_wg), order=(0, 1, 2))
         atom = warpgroup.make_smem_layout_atom(warpgroup.SmemLayoutAtomKind.K_SW32, Float32)
         if str(atom.inner) != "S<1,4,3>":  # the thread-constant swizzle shift in mma() relies on it
             raise NotImplementedError(f"dq_tma: unexpected 32-byte swizzle {atom.inner} of the fp32 dQ buffer")
@@ -140,6 +160,13 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
             self.dtype, self.dtype, K_MAJOR, MN_MAJOR, Float32, atom_layout_mnk=(self.tile_n // 64, 1, 1), tiler_mn=(64, Dv),
             a_source=warpgroup.OperandSource.RMEM,
         )  # fmt: skip
+        if self.dq_t:
+            # dQ^T = K^T dS^T (m80: tile_m = 80 is no multiple of the 64-row WGMMA): A = K^T, B = dS^T viewed (queries,
+            # keys), both MN-major; M = the head dim, split over the warpgroups.
+            tiled_mma_dQ = sm90_utils.make_trivial_tiled_mma(
+                self.dtype, self.dtype, MN_MAJOR, MN_MAJOR, Float32, atom_layout_mnk=(self.num_consumer_wg, 1, 1), tiler_mn=(64, self.tile_m)
+            )
+            return tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ
         # dQ = dS K: A = dS (MN-major view of sdS^T), B = K^T (MN-major view of sK); the head dim is split over the warpgroups.
         tiled_mma_dQ = sm90_utils.make_trivial_tiled_mma(
             self.dtype, self.dtype, MN_MAJOR, MN_MAJOR, Float32, atom_layout_mnk=(1, self.num_consumer_wg, 1), tiler_mn=(64, D // self.num_consumer_wg)
@@ -455,7 +482,7 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
                 )  # fmt: skip
             if const_expr(self.key.dq_writer):
                 if warp_idx == 1:
-                    self.dq_writer_loop(mLSE2, mDpsum, mdQacc, sdQ, head_kv, batch, pad_q, m_block_min, m_block_max)
+                    self.dq_writer_loop(mLSE2, mDpsum, mdQacc, mdQacc_tma, sdQ, tma_atom_dQ, head_kv, batch, pad_q, m_block_min, m_block_max)
         else:
             cute.arch.setmaxregister_increase(self.num_mma_regs)
             tidx = cute.arch.thread_idx()[0] - self.threads_per_wg
@@ -562,7 +589,9 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         mLSE2: cute.Tensor,
         mDpsum: cute.Tensor,
         mdQacc: cute.Tensor,
+        mdQacc_tma: cute.Tensor | None,
         sdQ: cute.Tensor,
+        tma_atom_dQ: cute.CopyAtom | None,
         head_kv: Int32,
         batch: Int32,
         pad_q: Int32,
@@ -571,7 +600,9 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
     ):
         """dq_writer (warp 1): for every query block the consumers walk (the producer's count and order), per consumer
         warpgroup: once its previous reduce-add has read the buffer, arrive on DQ_EMPTY; then wait for DQ_FULL and add
-        the buffer into the fragment-ordered accumulator block with one bulk reduce-add (one elected thread)."""
+        the buffer into the accumulator: dq_bulk, one bulk reduce-add (one elected thread) into the fragment-ordered
+        block; dq_tma, the warpgroup's TMA reduce-add of its half of the head dim (as the consumers issue it without
+        the writer)."""
         nwg = self.num_consumer_wg
         nthr = self.threads_per_wg + 32
         half = self.tile_m * self.head_dim // nwg
@@ -579,6 +610,11 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         G = self.key.qhead_per_kvhead
         for g in cutlass.range(G, unroll=1):
             _, _, mdQacc_cur = self.head_scratch(mLSE2, mDpsum, mdQacc, head_kv * G + g, batch, pad_q)
+            mdQacc_tma_cur = None
+            if const_expr(self.key.dq_tma):
+                mdQacc_tma_cur = mdQacc_tma[None, None, head_kv * G + g, batch]
+                if const_expr(self.key.varlen):
+                    mdQacc_tma_cur = cute.domain_offset((pad_q, 0), mdQacc_tma_cur)
             for i in cutlass.range(num_m, unroll=1):
                 gdQ = cute.local_tile(mdQacc_cur, (self.tile_m, self.head_dim), (m_block_min + i, 0))
                 for w in cutlass.range_constexpr(nwg):
@@ -586,8 +622,15 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
                     cute.arch.barrier_arrive(barrier_id=int(NamedBarrierBwd.DQ_EMPTY_WG1) + w, number_of_threads=nthr)
                 for w in cutlass.range_constexpr(nwg):
                     cute.arch.barrier(barrier_id=int(NamedBarrierBwd.DQ_FULL_WG1) + w, number_of_threads=nthr)
-                    with cute.arch.elect_one():
-                        reduce_add_bulk_f32(gdQ.iterator + w * half, sdQ[None, w].iterator, half * 4)
+                    if const_expr(self.key.dq_tma):
+                        gdQ_w = cute.local_tile(mdQacc_tma_cur, (self.tile_m, self.head_dim // nwg), (m_block_min + i, w))
+                        tdQsdQ_w, tdQgdQ_w = cpasync.tma_partition(
+                            tma_atom_dQ, 0, cute.make_layout(1), cute.group_modes(sdQ[None, None, w], 0, 2), cute.group_modes(gdQ_w, 0, 2)
+                        )
+                        cute.copy(tma_atom_dQ, tdQsdQ_w, tdQgdQ_w)
+                    else:
+                        with cute.arch.elect_one():
+                            reduce_add_bulk_f32(gdQ.iterator + w * half, sdQ[None, w].iterator, half * 4)
                     cute.arch.cp_async_bulk_commit_group()
         cute.arch.cp_async_bulk_wait_group(0, read=True)  # the last reduce-adds have read sdQ before the CTA exits
 
@@ -662,14 +705,14 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
                     tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ, ops, mLSE2_cur, mDpsum_cur, mdQacc_cur, mSem_cur, mdQacc_tma_cur,
                     sLSE, sDpsum, sdQ, tma_atom_dQ, tidx, pipeline_q, pipeline_do, state, scale_log2, mask, m_mid1 + i, n_block, False,
                 )  # fmt: skip
-            if const_expr(self.key.mask_left):
+            if const_expr(self.key.mask_left or self.key.tile_m80):
                 for i in cutlass.range(cutlass.max(m_block_max - m_mid2, 0), unroll=1):
                     state = self.step(
                         tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ, ops, mLSE2_cur, mDpsum_cur, mdQacc_cur, mSem_cur, mdQacc_tma_cur,
                         sLSE, sDpsum, sdQ, tma_atom_dQ, tidx, pipeline_q, pipeline_do, state, scale_log2, mask, m_mid2 + i, n_block, True,
                     )  # fmt: skip
 
-        if const_expr(self.key.dq_tma or (self.key.dq_bulk and not self.key.dq_writer)):
+        if const_expr((self.key.dq_tma or self.key.dq_bulk) and not self.key.dq_writer):
             if cute.arch.make_warp_uniform(cute.arch.warp_idx()) % 4 == 0:
                 cute.arch.cp_async_bulk_wait_group(0, read=True)  # the last reduce-add has read sdQ
 
@@ -703,8 +746,13 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         )
         tdVrdOt = wg_mma_dV.make_fragment_B(wg_mma_dV.partition_B(transpose_view(sdO)))
         tdKrQt = wg_mma_dK.make_fragment_B(wg_mma_dK.partition_B(transpose_view(sQ)))
-        tdQrdS = wg_mma_dQ.make_fragment_A(wg_mma_dQ.partition_A(transpose_view(sdSt)))
-        tdQrKt = wg_mma_dQ.make_fragment_B(wg_mma_dQ.partition_B(transpose_view(sK)))
+        if const_expr(self.dq_t):
+            # dQ^T = K^T dS^T: A = K^T (head dim, keys), B = dS^T viewed (queries, keys)
+            tdQrdS = wg_mma_dQ.make_fragment_B(wg_mma_dQ.partition_B(transpose_view(sdSt)))
+            tdQrKt = wg_mma_dQ.make_fragment_A(wg_mma_dQ.partition_A(transpose_view(sK)))
+        else:
+            tdQrdS = wg_mma_dQ.make_fragment_A(wg_mma_dQ.partition_A(transpose_view(sdSt)))
+            tdQrKt = wg_mma_dQ.make_fragment_B(wg_mma_dQ.partition_B(transpose_view(sK)))
         acc_S, acc_dP, acc_dK, acc_dV, acc_dQ, rP, rdS, tScS_mn, rLSE, rDpsum = self.consumer_accumulators(
             wg_mma_SdP, wg_mma_dK, wg_mma_dV, wg_mma_dQ, thr_mma_SdP, D
         )
@@ -715,7 +763,20 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         # 8 j + 2 (lane % 4) + {0, 1}): apply it once, as a constant shift of the unswizzled view, so each store is
         # one base register plus an immediate.
         tdQsdQ = None
-        if const_expr(self.key.dq_tma):
+        if const_expr(self.key.dq_tma and self.dq_t):
+            # dq_t (m80 / dq_t128): this thread's dQ^T fragment (head dim, queries) in the (tile_m, (D / 2, warpgroup))
+            # buffer, unswizzled, then the 128-byte swizzle (byte bits 4-6 ^= bits 7-9: the column c in a 32-float block has its bits 2-4
+            # XORed with row % 8). A fragment element's row (query) mod 8 and column mod 32 depend only on its class
+            # e % 4 (adjacent query, head-dim row + 8) and the thread, so each class is one thread-constant shift of
+            # the unswizzled view: four base addresses, every store one of them plus an immediate.
+            lin_t = cute.composition(cute.group_modes(sdQ_lin, 1, 3), cute.make_layout((D, self.tile_m), stride=(self.tile_m, 1)))
+            tdQ_lin = thr_mma_dQ.partition_C(lin_t)
+            tdQcdQ = thr_mma_dQ.partition_C(cute.make_identity_tensor((D, self.tile_m)))
+            tdQsdQ = []
+            for e in cutlass.range_constexpr(4):
+                d_e, q_e = tdQcdQ[e]
+                tdQsdQ.append(cute.make_tensor(tdQ_lin.iterator + self.m80_stage_shift(d_e, q_e), tdQ_lin.layout))
+        elif const_expr(self.key.dq_tma):
             row0, col0 = thr_mma_dQ.partition_C(cute.make_identity_tensor((self.tile_m, D)))[0]
             flip = (row0 % 8) // 4
             bit2 = (col0 % 8) // 4
@@ -729,6 +790,14 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
             rLSE=rLSE, rDpsum=rDpsum, tSrK=tSrK, tSrQ=tSrQ, tdPrV=tdPrV, tdPrdO=tdPrdO, tdVrdOt=tdVrdOt, tdKrQt=tdKrQt, tdQrdS=tdQrdS,
             tdQrKt=tdQrKt, smem_copy_atom=smem_copy_atom, smem_thr_copy_dS=smem_thr_copy_dS, tdSsdS=tdSsdS, tScS_mn=tScS_mn, tdQsdQ=tdQsdQ,
         )  # fmt: skip
+
+    @cute.jit
+    def m80_stage_shift(self, d, q):
+        """dq_t (m80 / dq_t128): the swizzled minus the unswizzled fp32 offset of dQ^T element (head dim ``d``, query
+        ``q``) in the staging buffer (``_dq_smem_layout``: rows of 32 floats, 128-byte swizzle: element bits 2-4 ^= bits 5-7, i.e.
+        the column in its 32-float block XORed with 4 * (q % 8))."""
+        col = d % 32
+        return (col ^ ((q % 8) * 4)) - col
 
     @cute.jit
     def consumer_slices(
@@ -771,7 +840,10 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         acc_dP = cute.make_rmem_tensor(wg_mma_SdP.partition_shape_C((self.tile_n, self.tile_m)), Float32)
         acc_dK = cute.make_rmem_tensor(wg_mma_dK.partition_shape_C((self.tile_n, D)), Float32)
         acc_dV = cute.make_rmem_tensor(wg_mma_dV.partition_shape_C((self.tile_n, Dv)), Float32)
-        acc_dQ = cute.make_rmem_tensor(wg_mma_dQ.partition_shape_C((self.tile_m, dq_cols)), Float32)
+        if const_expr(self.dq_t):
+            acc_dQ = cute.make_rmem_tensor(wg_mma_dQ.partition_shape_C((D, self.tile_m)), Float32)  # dQ^T
+        else:
+            acc_dQ = cute.make_rmem_tensor(wg_mma_dQ.partition_shape_C((self.tile_m, dq_cols)), Float32)
         rP = cute.make_rmem_tensor_like(acc_S, self.dtype)
         rdS = cute.make_rmem_tensor_like(acc_dP, self.dtype)
 
@@ -808,6 +880,9 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
             # score 0 against TMA's zero fill, and exp2(0 - lse) need not be small).
             m_mid1 = m_block_max
             m_mid2 = m_block_max
+        if const_expr(self.key.tile_m80):
+            # a partial last query block takes the masked path (its rows past S_q are masked, see step)
+            m_mid2 = cutlass.max(cutlass.min(m_mid2, mask.seqlen_q // self.tile_m), m_mid1)
         return state, m_mid1, m_mid2
 
     @cute.jit
@@ -938,7 +1013,9 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         row0 = m_block * self.tile_m
         pipeline_q.consumer_wait(state)
         wgmma(tiled_mma_SdP, acc_S, tSrK, tSrQ[None, None, None, idx], zero_init=True, wg_wait=-1)
-        if const_expr(self.key.stats_tma):
+        if const_expr(self.key.tile_m80):
+            pass  # m80 reads each column's lse_log2 / dpsum where it is used (20 columns a thread: 40 registers less)
+        elif const_expr(self.key.stats_tma):
             for c in cutlass.range_constexpr(cute.size(rLSE)):
                 rLSE[c] = sLSE[tScS_mn[0, c][1], idx]
         else:
@@ -947,12 +1024,22 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         pipeline_do.consumer_wait(state)
         wgmma(tiled_mma_SdP, acc_dP, tdPrV, tdPrdO[None, None, None, idx], zero_init=True, wg_wait=1)
         if const_expr(masked):
-            mask.apply_transposed(acc_S, tScS_mn, m_block, n_block, mask_seqlen=True)
+            # m80: a last query block of 80 rows may end past the scratch's padded rows (a multiple of 128, not of 80),
+            # where lse_log2 / dpsum are another head's rows: its rows past S_q are masked (P = 0, so dS = 0 too)
+            mask.apply_transposed(acc_S, tScS_mn, m_block, n_block, mask_seqlen=True, mask_rows=self.key.tile_m80)
         acc_S_mn = acc_view_mn(acc_S)
-        for r in cutlass.range_constexpr(cute.size(acc_S_mn, mode=[0])):
+        if const_expr(self.key.tile_m80):
             for c in cutlass.range_constexpr(cute.size(acc_S_mn, mode=[1])):
-                acc_S_mn[r, c] = cute.math.exp2(acc_S_mn[r, c] * scale_log2 - rLSE[c], fastmath=True)
-        if const_expr(self.key.stats_tma):
+                lse_c = sLSE[tScS_mn[0, c][1], idx] if const_expr(self.key.stats_tma) else mLSE2_cur[row0 + tScS_mn[0, c][1]]
+                for r in cutlass.range_constexpr(cute.size(acc_S_mn, mode=[0])):
+                    acc_S_mn[r, c] = cute.math.exp2(acc_S_mn[r, c] * scale_log2 - lse_c, fastmath=True)
+        else:
+            for r in cutlass.range_constexpr(cute.size(acc_S_mn, mode=[0])):
+                for c in cutlass.range_constexpr(cute.size(acc_S_mn, mode=[1])):
+                    acc_S_mn[r, c] = cute.math.exp2(acc_S_mn[r, c] * scale_log2 - rLSE[c], fastmath=True)
+        if const_expr(self.key.tile_m80):
+            pass
+        elif const_expr(self.key.stats_tma):
             for c in cutlass.range_constexpr(cute.size(rDpsum)):
                 rDpsum[c] = sDpsum[tScS_mn[0, c][1], idx]
         else:
@@ -961,9 +1048,15 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         rP.store(acc_S.load().to(self.dtype))
         warpgroup.wait_group(0)
         acc_dP_mn = acc_view_mn(acc_dP)
-        for r in cutlass.range_constexpr(cute.size(acc_dP_mn, mode=[0])):
+        if const_expr(self.key.tile_m80):
             for c in cutlass.range_constexpr(cute.size(acc_dP_mn, mode=[1])):
-                acc_dP_mn[r, c] = acc_S_mn[r, c] * (acc_dP_mn[r, c] - rDpsum[c])
+                dpsum_c = sDpsum[tScS_mn[0, c][1], idx] if const_expr(self.key.stats_tma) else mDpsum_cur[row0 + tScS_mn[0, c][1]]
+                for r in cutlass.range_constexpr(cute.size(acc_dP_mn, mode=[0])):
+                    acc_dP_mn[r, c] = acc_S_mn[r, c] * (acc_dP_mn[r, c] - dpsum_c)
+        else:
+            for r in cutlass.range_constexpr(cute.size(acc_dP_mn, mode=[0])):
+                for c in cutlass.range_constexpr(cute.size(acc_dP_mn, mode=[1])):
+                    acc_dP_mn[r, c] = acc_S_mn[r, c] * (acc_dP_mn[r, c] - rDpsum[c])
         rdS.store(acc_dP.load().to(self.dtype))
 
         if const_expr(not self.key.ds_double_buffer):
@@ -976,22 +1069,43 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
             cute.copy(smem_copy_atom, smem_thr_copy_dS.retile(rdS), tdSsdS[None, None, None, idx])
         wgmma(tiled_mma_dV, acc_dV, acc_view_as_a(rP), tdVrdOt[None, None, None, idx], zero_init=False, wg_wait=-1)
         cute.arch.fence_view_async_shared()
-        if const_expr(self.key.dq_tma or (self.key.dq_bulk and not self.key.dq_writer)):
+        if const_expr((self.key.dq_tma or self.key.dq_bulk) and not self.key.dq_writer):
             # The previous block's reduce-add has read this warpgroup's dQ buffer before anyone passes this barrier.
             if cute.arch.make_warp_uniform(cute.arch.warp_idx()) % 4 == 0:
                 cute.arch.cp_async_bulk_wait_group(0, read=True)
         cute.arch.barrier(barrier_id=int(NamedBarrierBwd.PDS), number_of_threads=self.num_mma_threads)
-        if const_expr(not self.key.ds_double_buffer):
+        if const_expr(self.dq_t):
+            # dQ^T = K^T dS^T
+            if const_expr(not self.key.ds_double_buffer):
+                wgmma(tiled_mma_dQ, acc_dQ, tdQrKt, tdQrdS, zero_init=True, wg_wait=1)
+            else:
+                wgmma(tiled_mma_dQ, acc_dQ, tdQrKt, tdQrdS[None, None, None, idx], zero_init=True, wg_wait=1)
+        elif const_expr(not self.key.ds_double_buffer):
             wgmma(tiled_mma_dQ, acc_dQ, tdQrdS, tdQrKt, zero_init=True, wg_wait=1)
         else:
             wgmma(tiled_mma_dQ, acc_dQ, tdQrdS[None, None, None, idx], tdQrKt, zero_init=True, wg_wait=1)
         pipeline_do.consumer_release(state)
         wgmma(tiled_mma_dK, acc_dK, acc_view_as_a(rdS), tdKrQt[None, None, None, idx], zero_init=False, wg_wait=1)
 
-        if const_expr(self.key.dq_tma):
+        if const_expr(self.key.dq_tma and self.key.dq_writer):
+            # the writer warp (dq_writer_loop) frees the buffer and issues the TMA reduce-add: wait, store, signal
+            nthr = self.threads_per_wg + 32
+            cute.arch.barrier(barrier_id=int(NamedBarrierBwd.DQ_EMPTY_WG1) + wg_idx, number_of_threads=nthr)
+            if const_expr(self.dq_t):
+                for e in cutlass.range_constexpr(cute.size(acc_dQ)):
+                    tdQsdQ[e % 4][e] = acc_dQ[e]
+            else:
+                cute.autovec_copy(acc_dQ, tdQsdQ)
+            cute.arch.fence_view_async_shared()
+            cute.arch.barrier_arrive(barrier_id=int(NamedBarrierBwd.DQ_FULL_WG1) + wg_idx, number_of_threads=nthr)
+        elif const_expr(self.key.dq_tma):
             # dQ_accum[query block] += dS K: the fragment to shared memory, then one TMA reduce-add per warpgroup
             # (its half of the head dim) issued by the warpgroup's first warp; the scratch rows are padded.
-            cute.autovec_copy(acc_dQ, tdQsdQ)
+            if const_expr(self.dq_t):
+                for e in cutlass.range_constexpr(cute.size(acc_dQ)):
+                    tdQsdQ[e % 4][e] = acc_dQ[e]  # class e % 4's base (consumer_operands) plus an immediate
+            else:
+                cute.autovec_copy(acc_dQ, tdQsdQ)
             cute.arch.fence_view_async_shared()
             cute.arch.barrier(barrier_id=int(NamedBarrierBwd.DQ_FULL_WG1) + wg_idx, number_of_threads=self.threads_per_wg)
             if cute.arch.make_warp_uniform(cute.arch.warp_idx()) % 4 == 0:

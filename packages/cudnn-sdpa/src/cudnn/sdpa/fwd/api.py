@@ -72,6 +72,17 @@ O_RESCALE_EARLY_DEFAULT = True
 #: persistent) means 192 rows (three consumer warpgroups, key tile 128) when True: on since the session-4 A/B (d64 s8k:
 #: 519.6 vs 462.3 TFLOP/s, FA4 541.5).
 TILE_M192_D64_DEFAULT = True
+#: ``mask_r2p=None`` means MASK_R2P_DEFAULT (masked blocks select each score on one bit of a per-row 32-bit keep mask,
+#: R2P + FSEL, instead of an ``if`` per score: d = 128 causal masked block 538 SASS instructions per thread instead of 615
+#: (1510 with packed_cvt off); bitwise the same): off until an H200 A/B.
+MASK_R2P_DEFAULT = False
+#: ``persistent_pairs=None`` means PERSISTENT_PAIRS_DEFAULT on persistent plans (the work unit of the static tile stride
+#: is the pair of query blocks M - 1 - j and j of one head: equal causal work per unit): off until an H200 A/B.
+PERSISTENT_PAIRS_DEFAULT = False
+#: ``exp2_emu=None`` means EXP2_EMU_DEFAULT (0: every exponential on MUFU.EX2; N > 0: one in N per row of the key blocks
+#: with no masked score on the FMA pipe, a degree-3 polynomial of relative error 7.5e-5): off until an H200 A/B (d = 64,
+#: where the 4 MUFU lanes per SM partition, not the tensor cores, bound a key block).
+EXP2_EMU_DEFAULT = 0
 #: ``tile_n=None`` on an unmasked, unpaged, unpacked d = 128 / 128 plan takes this key tile when nonzero (0: tile_config's
 #: 128): 192 (FA4's sm90 choice), d128 non-causal s4k 626 vs 611, s8k 655 vs 604 (176: 596 / 616).
 TILE_N_NONCAUSAL_D128_DEFAULT = 192
@@ -100,7 +111,11 @@ class SdpaFwdSm90(APIBase):
     ``tile_n`` is given); for THD varlen, ``varlen_lpt`` (head-major L2 groups), ``varlen_compact`` (one CTA per real
     tile, batch found on the device by a warp prefix sum over ``cu_seqlens_q``, per-sequence L2 sections longest-first)
     and ``varlen_tma_o`` (O stored by TMA through a ragged view instead of predicated stores); ``o_rescale_early`` (O's
-    online-softmax rescale issued under the next S GEMM instead of after the PV GEMM drains, bitwise the same).
+    online-softmax rescale issued under the next S GEMM instead of after the PV GEMM drains, bitwise the same);
+    ``mask_r2p`` (masked key blocks select scores on per-row 32-bit keep masks instead of one branch per score, bitwise
+    the same); ``persistent_pairs`` (persistent plans: each CTA takes query blocks M - 1 - j and j of one head back to
+    back, so the static stride deals equal causal work to every CTA); ``exp2_emu`` (N > 0: one exponential in N per row of
+    the unmasked key blocks computed on the FMA pipe instead of MUFU, 7.5e-5 relative error).
     """
 
     def __init__(
@@ -135,6 +150,9 @@ class SdpaFwdSm90(APIBase):
         tile_m: int | None = None,
         varlen_tma_o: bool | None = None,
         o_rescale_early: bool | None = None,
+        mask_r2p: bool | None = None,
+        persistent_pairs: bool | None = None,
+        exp2_emu: int | None = None,
     ):
         super().__init__()
         self.tile_n = tile_n  # None: tile_config's
@@ -145,6 +163,9 @@ class SdpaFwdSm90(APIBase):
         self.tile_m = tile_m  # None: tile_config's (128); 192: three consumer warpgroups (head dims <= 64)
         self.varlen_tma_o = varlen_tma_o  # None: VARLEN_TMA_O_DEFAULT for THD varlen plans (not persistent)
         self.o_rescale_early = o_rescale_early  # None: O_RESCALE_EARLY_DEFAULT
+        self.mask_r2p = mask_r2p  # None: MASK_R2P_DEFAULT
+        self.persistent_pairs = persistent_pairs  # None: PERSISTENT_PAIRS_DEFAULT on persistent plans
+        self.exp2_emu = exp2_emu  # None: EXP2_EMU_DEFAULT
         self.kv_stages = kv_stages
         self.page_prefetch = page_prefetch  # None: PAGE_PREFETCH_DEFAULT for paged plans
         self.tile_m64 = tile_m64  # None: TILE_M64_DECODE_DEFAULT for pack-GQA decode tiles
@@ -332,10 +353,22 @@ class SdpaFwdSm90(APIBase):
             f"SdpaFwdSm90: persistent serves dense and THD varlen plans without paged KV, split-KV or pack-GQA; got {q.describe()}",
         )
         packed_cvt = self.packed_cvt if self.packed_cvt is not None else (PACKED_CVT_DEFAULT or self.tile_n is not None or bool(tile_n_default))
+        self._value_error_if(
+            bool(self.persistent_pairs) and not persistent,
+            "SdpaFwdSm90: persistent_pairs is the work unit of a persistent grid; pass persistent=True with it",
+        )
+        pairs = self.persistent_pairs if self.persistent_pairs is not None else (bool(persistent) and PERSISTENT_PAIRS_DEFAULT)
+        exp2_emu = self.exp2_emu if self.exp2_emu is not None else EXP2_EMU_DEFAULT
+        self._value_error_if(
+            isinstance(exp2_emu, bool) or not isinstance(exp2_emu, int) or not (exp2_emu == 0 or 2 <= exp2_emu <= 64),
+            f"SdpaFwdSm90: exp2_emu={exp2_emu!r} must be 0 (every exponential on MUFU) or an int N in [2, 64] (one in N on the FMA pipe)",
+        )
         self._value_error_if(bool(self.varlen_lpt) and not self.varlen, "SdpaFwdSm90: varlen_lpt is a THD varlen option (it needs cu_seqlens_q)")
         varlen_lpt = self.varlen_lpt if self.varlen_lpt is not None else (self.varlen and VARLEN_LPT_DEFAULT)
         self._value_error_if(bool(self.varlen_compact) and not self.varlen, "SdpaFwdSm90: varlen_compact is a THD varlen option (it needs cu_seqlens_q)")
-        varlen_compact = self.varlen_compact if self.varlen_compact is not None else (self.varlen and VARLEN_COMPACT_DEFAULT and not persistent and not varlen_lpt)
+        varlen_compact = (
+            self.varlen_compact if self.varlen_compact is not None else (self.varlen and VARLEN_COMPACT_DEFAULT and not persistent and not varlen_lpt)
+        )
         self._decline_if(
             bool(varlen_compact) and (bool(persistent) or bool(varlen_lpt)),
             f"SdpaFwdSm90: varlen_compact is its own THD tile order; it is not combined with persistent or varlen_lpt ({q.describe()})",
@@ -372,6 +405,9 @@ class SdpaFwdSm90(APIBase):
             192 if tile_m192 else 0,
             bool(varlen_tma_o),
             bool(self.o_rescale_early if self.o_rescale_early is not None else (O_RESCALE_EARLY_DEFAULT and dv > 128)),
+            bool(self.mask_r2p if self.mask_r2p is not None else MASK_R2P_DEFAULT),
+            bool(pairs),
+            int(exp2_emu),
         )
         self._is_supported = True
         return True

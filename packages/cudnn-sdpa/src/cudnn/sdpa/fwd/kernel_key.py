@@ -47,6 +47,13 @@ class SdpaFwdKey(AttentionKey):
     # end clipped by the TMA bounds) instead of predicated 16-byte stores from the consumer threads
     o_rescale_early: bool = False  # O's online-softmax rescale applied under the next S GEMM, before the PV GEMM is issued,
     # instead of after the PV GEMM drains (same products, same order: bitwise the default); FA4 does this for d_v > 128
+    mask_r2p: bool = False  # masks (key length, causal, window) as one [lo, hi) interval per row turned into 32-bit keep masks
+    # and one select per score (R2P + FSEL, MaskInfo.apply_r2p) instead of an ``if`` per score (d = 128 causal, SASS per
+    # thread per masked key block: 615 instructions with packed_cvt, 1510 without it, 538 here; FA4 568): bitwise the default
+    persistent_pairs: bool = False  # persistent: the work unit is the pair of query blocks (M - 1 - j, j) of one (head,
+    # batch), about M + 1 causal key blocks each, dealt by the static stride (StaticPersistentTileScheduler.tile_pair)
+    exp2_emu: int = 0  # N > 0: in key blocks with no masked score, one exponential in N per row on the FMA pipe (degree-3
+    # polynomial, _device/softmax.exp2_fma) instead of MUFU.EX2, whose 4 lanes per SM partition bound d = 64 blocks
 
     @property
     def paged(self) -> bool:

@@ -24,7 +24,10 @@ order's L2 groups made of whole heads, see ``_device/tile_scheduler.py``), ``var
 tile, the batch from a warp prefix sum, per-sequence L2 sections longest-first: ``varlen_schedule.py``),
 ``varlen_tma_o`` (THD: O stored by TMA through a ragged view, see ``RAGGED_ROWS``), ``tile_m`` (192: three consumer
 warpgroups, GEMM issue round-robin through the WG_SCHED barriers), ``o_rescale_early`` (O rescaled under the next S
-GEMM, see ``step``).
+GEMM, see ``step``), ``mask_r2p`` (masks as per-row 32-bit keep masks, one select per score: ``MaskInfo.apply_r2p``),
+``persistent_pairs`` (persistent work unit = query blocks M - 1 - j and j of one head: ``tile_pair`` in
+``_device/tile_scheduler.py``), ``exp2_emu`` (one exponential in N of the unmasked blocks on the FMA pipe:
+``_device/softmax.exp2_fma``).
 
 Split-KV (``key.split_kv``): each tile's key blocks are shared by ``num_splits`` CTAs writing fp32 partial O / LSE to
 the caller's workspace; the same launch then runs ``combine`` (one warp per output row) to merge them.
@@ -297,6 +300,8 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
             grid = (grid_blocks(seqlen_q, batch, self.tile_m) * grid_heads, 1, 1)
         if const_expr(self.key.persistent):
             grid = StaticPersistentTileScheduler.grid(num_m_blocks, grid_heads, batch, num_splits)
+            if const_expr(self.key.persistent_pairs):
+                grid = StaticPersistentTileScheduler.grid_pairs(num_m_blocks, grid_heads, batch, num_splits)
         self.kernel(
             tma_Q,
             tma_K,
@@ -581,16 +586,21 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
         The ping-pong barrier's opening arrive is made once: each tile leaves exactly one arrive pending. THD varlen: a
         tile past its sequence's end is skipped by the producer and the consumers alike (no CTA launched for it)."""
         longest_first = self.key.mask_right or self.key.mask_left
+        pairs = self.key.persistent_pairs
         cute.arch.sync_threads()  # mbarrier init visible to every warp
         if warp_idx < 4:
             cute.arch.setmaxregister_decrease(self.num_producer_regs)
             if warp_idx == 0:
                 q_state = producer_state(1)
                 kv_state = producer_state(self.num_stages)
-                for t in cutlass.range(StaticPersistentTileScheduler.num_tiles_here(num_m_blocks, num_heads, num_batch), unroll=1):
-                    m_block, head, batch = StaticPersistentTileScheduler.tile(
-                        t, num_m_blocks, num_heads, num_batch, group_heads, longest_first, self.key.varlen_lpt
-                    )
+                for t in cutlass.range(StaticPersistentTileScheduler.num_tiles_here(num_m_blocks, num_heads, num_batch, pairs), unroll=1):
+                    m_block, head, batch = None, None, None
+                    if const_expr(pairs):
+                        m_block, head, batch = StaticPersistentTileScheduler.tile_pair(t, num_m_blocks, num_heads, num_batch, self.key.varlen_lpt)
+                    else:
+                        m_block, head, batch = StaticPersistentTileScheduler.tile(
+                            t, num_m_blocks, num_heads, num_batch, group_heads, longest_first, self.key.varlen_lpt
+                        )
                     mask, offset_q, offset_k = self.persistent_tile_mask(mCuQ, mCuK, batch, seqlen_q_static, seqlen_k_static, window_left, window_right)
                     n_block_min, n_block_max = mask.n_block_range(m_block)
                     if m_block * self.tile_m < mask.seqlen_q:
@@ -607,10 +617,14 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
                     cute.arch.barrier_arrive(barrier_id=int(NamedBarrier.WG_SCHED_1), number_of_threads=2 * self.threads_per_wg)
             q_state = consumer_state(1)
             kv_state = consumer_state(self.num_stages)
-            for t in cutlass.range(StaticPersistentTileScheduler.num_tiles_here(num_m_blocks, num_heads, num_batch), unroll=1):
-                m_block, head, batch = StaticPersistentTileScheduler.tile(
-                    t, num_m_blocks, num_heads, num_batch, group_heads, longest_first, self.key.varlen_lpt
-                )
+            for t in cutlass.range(StaticPersistentTileScheduler.num_tiles_here(num_m_blocks, num_heads, num_batch, pairs), unroll=1):
+                m_block, head, batch = None, None, None
+                if const_expr(pairs):
+                    m_block, head, batch = StaticPersistentTileScheduler.tile_pair(t, num_m_blocks, num_heads, num_batch, self.key.varlen_lpt)
+                else:
+                    m_block, head, batch = StaticPersistentTileScheduler.tile(
+                        t, num_m_blocks, num_heads, num_batch, group_heads, longest_first, self.key.varlen_lpt
+                    )
                 mask, offset_q, offset_k = self.persistent_tile_mask(mCuQ, mCuK, batch, seqlen_q_static, seqlen_k_static, window_left, window_right)
                 n_block_min, n_block_max = mask.n_block_range(m_block)
                 if m_block * self.tile_m < mask.seqlen_q:
@@ -955,7 +969,10 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
         pipeline_k.consumer_wait(kv_state)
         wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, kv_state.index], zero_init=True, wg_wait=0)
         pipeline_k.consumer_release(kv_state)
-        mask.apply(acc_S, tScS_mn, t0ScS_mn, m_block, n_block, mask_seqlen=True, mask_causal_window=True)
+        if const_expr(self.key.mask_r2p):
+            mask.apply_r2p(acc_S, tScS_mn, t0ScS_mn, m_block, n_block, mask_seqlen=True, mask_causal_window=True)
+        else:
+            mask.apply(acc_S, tScS_mn, t0ScS_mn, m_block, n_block, mask_seqlen=True, mask_causal_window=True)
         softmax.online_softmax(acc_S, is_first=True)
         self.convert_p(acc_S, tOrP)
         acc_O.fill(0.0)
@@ -1280,9 +1297,11 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
                 cute.arch.barrier_arrive(barrier_id=int(NamedBarrier.WG_SCHED_1) + 1 - wg_idx, number_of_threads=2 * self.threads_per_wg)
         warpgroup.wait_group(1)
         pipeline_k.consumer_release(kv_state)
-        if const_expr(masked):
+        if const_expr(masked and self.key.mask_r2p):
+            mask.apply_r2p(acc_S, tScS_mn, t0ScS_mn, m_block, n_block, mask_seqlen=False, mask_causal_window=True)
+        elif const_expr(masked):
             mask.apply(acc_S, tScS_mn, t0ScS_mn, m_block, n_block, mask_seqlen=False, mask_causal_window=True)
-        row_scale = softmax.online_softmax(acc_S, is_first=False)
+        row_scale = softmax.online_softmax(acc_S, is_first=False, exp2_emu=0 if const_expr(masked) else self.key.exp2_emu)
         warpgroup.wait_group(0)
         pipeline_v.consumer_release(v_state)
         self.convert_p(acc_S, tOrP)
