@@ -167,12 +167,16 @@ def test_default_tuning_constants_drive_plans_built_without_tuning(monkeypatch):
 
     # the defaults since the H200 A/B (docs/benchmarks/sdpa_bwd_quick.md)
     assert api.DEFAULT_TUNING == ("dq_bulk", "stats_tma", "ds2", "prepost") and api.D256_TUNING == ("split_d", "ds2", "prepost")
-    plan = SdpaBwdSm90(*_descs(), is_causal=True)
+    plan = SdpaBwdSm90(*_descs(), is_causal=True)  # causal: CAUSAL_TUNING (dq_writer too)
     plan.check_support()
-    assert plan.key.dq_bulk and not plan.key.dq_tma and plan.key.stats_tma and plan.key.ds_double_buffer and plan.key.prepost_vec
+    assert api.CAUSAL_TUNING == ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost")
+    assert plan.key.dq_bulk and plan.key.dq_writer and not plan.key.dq_tma and plan.key.stats_tma and plan.key.ds_double_buffer and plan.key.prepost_vec
+    full = SdpaBwdSm90(*_descs())  # not causal: DEFAULT_TUNING
+    full.check_support()
+    assert full.key.dq_bulk and not full.key.dq_writer and full.key.stats_tma and full.key.ds_double_buffer and full.key.prepost_vec
     det = SdpaBwdSm90(*_descs(), is_causal=True, deterministic=True)
     det.check_support()
-    assert not (det.key.dq_tma or det.key.dq_bulk) and det.key.stats_tma and det.key.deterministic
+    assert not (det.key.dq_tma or det.key.dq_bulk or det.key.dq_writer) and det.key.stats_tma and det.key.deterministic
     explicit = SdpaBwdSm90(*_descs(), is_causal=True, _tuning=())
     explicit.check_support()
     assert not (explicit.key.dq_tma or explicit.key.stats_tma or explicit.key.ds_double_buffer or explicit.key.prepost_vec)

@@ -46,6 +46,10 @@ _OWNER = "SdpaBwdSm90"
 #: MMA-fragment order, one bulk reduce-add per warpgroup) since the H200 A/B of session 4 (docs/benchmarks/sdpa_bwd_quick.md,
 #: "ours-bulk"): d128 s8k 554.5 vs 477.0 TFLOP/s (dq_tma), causal 535.0 vs 462.8; test_sdpa_bwd_variants.py checks it.
 DEFAULT_TUNING: tuple[str, ...] = ("dq_bulk", "stats_tma", "ds2", "prepost")
+#: Variants of a causal plan built without ``_tuning`` (D <= 128): DEFAULT_TUNING plus dq_writer (a producer-warpgroup
+#: warp issues the bulk reduce-adds, FA3 / FA4's schedule). Two session-4 runs: d128 s8k causal 555.6 vs 535.0 and
+#: 600.2 vs 552.9 TFLOP/s (docs/benchmarks/sdpa_bwd_quick.md "ours-bulkw"); non-causal it loses (500 vs 554, 492 vs 560).
+CAUSAL_TUNING: tuple[str, ...] = ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost")
 #: The variants a deterministic plan cannot take (another accumulation order per run).
 _NONDETERMINISTIC_TUNING = ("dq_tma", "dq_bulk", "dq_writer")
 #: Variants that serve D = D_v = 256 for a plan built without ``_tuning`` (they must include "split_d"); None: head
@@ -145,7 +149,7 @@ class SdpaBwdSm90(APIBase):
             dv_ = v.shape[3]
             io_shape, lse_shape = (b, h, sq, dv_), (b, h, sq)
         self._value_error_if(dk_ != dq_, f"{_OWNER}: q and k head dims differ: {q.describe()}, {k.describe()}")
-        self._tuning = self._tuning_arg if self._tuning_arg is not None else _default_tuning(dq_, dv_, self.deterministic)
+        self._tuning = self._tuning_arg if self._tuning_arg is not None else _default_tuning(dq_, dv_, self.deterministic, self.is_causal)
         served = _HEAD_DIMS + ((256,) if "split_d" in self._tuning else ())  # 256: the split-D kernel (a variant for now)
         self._decline_if(dq_ not in served, f"{_OWNER}: {q.describe()}: head dim {dq_} not served by the backward yet; accepted: {served}")
         self._decline_if(dv_ != dq_, f"{_OWNER}: {v.describe()}: value head dim {dv_} must equal q's {dq_} in the backward for now")
@@ -272,12 +276,12 @@ def _ws_layout(key, q_shape, n_seq):
     return workspace_layout(b, h, sq, d, key.has_sinks, key.deterministic)
 
 
-def _default_tuning(d: int, d_v: int, deterministic: bool) -> tuple[str, ...]:
+def _default_tuning(d: int, d_v: int, deterministic: bool, causal: bool = False) -> tuple[str, ...]:
     """The variants of a plan built without ``_tuning``: D256_TUNING for D = D_v = 256 (non-deterministic), else
-    DEFAULT_TUNING (without the dQ reduce-add variants when deterministic)."""
+    CAUSAL_TUNING (causal) or DEFAULT_TUNING, without the dQ reduce-add variants when deterministic."""
     if d == 256 and d_v == 256:
         return tuple(D256_TUNING) if D256_TUNING is not None and not deterministic else ()
-    return tuple(t for t in DEFAULT_TUNING if not (deterministic and t in _NONDETERMINISTIC_TUNING))
+    return tuple(t for t in (CAUSAL_TUNING if causal else DEFAULT_TUNING) if not (deterministic and t in _NONDETERMINISTIC_TUNING))
 
 
 def _make_key(*args):
