@@ -2,10 +2,10 @@
 
 Tables, each written as docs/benchmarks/<name>.{md,csv,png}:
 - ``gemm``: our plain bf16 GEMM under the plan-time tile schedules (``cudnn.gemm.dense.schedule``,
-  ``api.TILE_SCHEDULE``): "ours" = the default "auto" (128 x 256, 2x1, the scheduler swizzle chosen from N alone:
-  one kernel for every M), "ours_m" = "waves+l2" (tile / cluster / swizzle also from M: the opt-in for plans whose
-  M is fixed), "ours_fixed" = "fixed" (128 x 256 tiles, 2x1 cluster, no swizzle), "ours_auto2" = "auto2" (two tiles
-  compiled per (N, K), chosen from N and K only, each M picking one: M-free like "auto"), vs cuBLAS (torch.matmul)
+  ``api.TILE_SCHEDULE``): "ours" = the default "auto2" (two tiles compiled per (N, K), chosen from N and K only, each
+  M picking one: M-free), "ours_auto" = "auto" (128 x 256, 2x1, the scheduler swizzle chosen from N alone: one kernel
+  for every M; the default until session 4), "ours_m" = "waves+l2" (tile / cluster / swizzle also from M: the opt-in
+  for plans whose M is fixed), "ours_fixed" = "fixed" (128 x 256 tiles, 2x1 cluster, no swizzle), vs cuBLAS (torch.matmul)
   and quack's GEMM (when importable, default config, no autotuning; not in --quick) on square 2048-8192 and LLM
   MLP shapes (Llama-3-8B/70B, Qwen3-32B up/down projections; M = tokens 2048, 4096, 16384; decode M is the
   ``gemm_decode`` table). A row-major (M, K), B = w.t() of an (N, K) weight. The table's convention line lists
@@ -28,7 +28,7 @@ Tables, each written as docs/benchmarks/<name>.{md,csv,png}:
 - ``gemm_decode``: small-M (decode) MLP shapes with split-K (``split_k_for`` heuristic, single-CTA clusters,
   "ours") vs our default plan ("ours_default", no split, 2x1 cluster) and cuBLAS.
 - ``gemm_epi2``: the round-2 A/B in one short table (about a minute): amax and swiglu at llama3-8b up M=16384 with
-  their defaults ("ours"), "ours_epi2" and "ours_plain"; qwen3-32b down M=2048 with "ours" (auto), "ours_auto2" and
+  their defaults ("ours"), "ours_epi2" and "ours_plain"; qwen3-32b down M=2048 with "ours" (the default, auto2 since session 4), "ours_auto" and
   cuBLAS; every row twice, so the table shows its own run-to-run spread.
 - ``gemm_pingpong``: each fusion (and plain) in every variant a per-fusion default can pick
   (``cudnn.gemm.dense.api.FUSION_DEFAULTS``): "coop" (cooperative 128x256, per-element bias / pre-activation
@@ -114,7 +114,7 @@ def plain_providers():
         Provider("ours", ours(None)),
         Provider("ours_m", ours("waves+l2")),
         Provider("ours_fixed", ours("fixed")),
-        Provider("ours_auto2", ours("auto2")),
+        Provider("ours_auto", ours("auto")),
         Provider("cublas", cublas),
     ]
     if not QUICK:
@@ -135,8 +135,9 @@ def plain_cases():
 
 
 def schedule_notes(cases) -> str:
-    """Which kernel each "ours" / "ours_m" number comes from: the cases where the default schedule ("auto") or
-    "waves+l2" picks another tile / cluster / swizzle than "fixed" (for the table's convention line)."""
+    """Which kernel each "ours" / "ours_auto" / "ours_m" number comes from: the cases where "auto" or "waves+l2" picks
+    another tile / cluster / swizzle than "fixed", and where the default "auto2" picks another tile than "auto" (for the
+    table's convention line)."""
     from cudnn.gemm.dense.api import _sm_count
     from cudnn.gemm.dense.schedule import DEFAULT_CLUSTER, DEFAULT_TILE, choose_in_set, choose_swizzle, choose_tile, choose_tile_set
 
@@ -155,8 +156,8 @@ def schedule_notes(cases) -> str:
             s2 = choose_swizzle(None, p["n"], p["k"], t2, DEFAULT_CLUSTER, sm_count=sm)
             auto2.append(f"{case.label}: {t2[0]}x{t2[1]} swizzle {s2}")
     return (
-        f"{sm} SMs; ours (auto) changed from fixed: {'; '.join(auto) or 'none'}; ours_m (waves+l2) changed from fixed: {'; '.join(per_m) or 'none'}; "
-        f"ours_auto2 changed from auto: {'; '.join(auto2) or 'none'}"
+        f"{sm} SMs; ours_auto (auto) changed from fixed: {'; '.join(auto) or 'none'}; ours_m (waves+l2) changed from fixed: "
+        f"{'; '.join(per_m) or 'none'}; ours (auto2) changed from auto: {'; '.join(auto2) or 'none'}"
     )
 
 
@@ -440,7 +441,7 @@ def epi2_cases():
 
 
 def epi2_providers():
-    """ours = the default (fused wrapper; plain: gemm), ours_epi2 = amax_fast / swiglu_tanh, ours_auto2 = schedule auto2
+    """ours = the default (fused wrapper; plain: gemm), ours_epi2 = amax_fast / swiglu_tanh, ours_auto = schedule auto
     (plain rows), ours_plain = our default plain GEMM of the fused rows' problem, cublas (plain rows)."""
     fused = {p.name: p for p in fusion_providers()}
 
@@ -470,7 +471,7 @@ def epi2_providers():
         Provider("ours", ours),
         Provider("ours_epi2", only_fused("ours_epi2")),
         Provider("ours_plain", only_fused("ours_plain")),
-        Provider("ours_auto2", only_plain(plain["ours_auto2"])),
+        Provider("ours_auto", only_plain(plain["ours_auto"])),
         Provider("cublas", only_plain(plain["cublas"])),
     ]
 
@@ -559,10 +560,10 @@ def _run_table(name, out_dir, guard):
             "gemm",
             cases,
             guard(plain_providers()),
-            convention="2*M*N*K FLOPs; bf16 in/out, fp32 accumulate; A row-major, B = w.t() (K-major); ours = default schedule auto "
-            "(one kernel for every M), ours_m = schedule waves+l2 (choice from M too: for fixed-M plans), ours_fixed = schedule fixed "
-            "(128x256, 2x1, no swizzle), ours_auto2 = schedule auto2 (two tiles per (N, K) from N and K only, each M picks one: one "
-            f"compile set for every M); {schedule_notes(cases)}",
+            convention="2*M*N*K FLOPs; bf16 in/out, fp32 accumulate; A row-major, B = w.t() (K-major); ours = default schedule auto2 "
+            "(two tiles per (N, K) from N and K only, each M picks one: one compile set for every M), ours_auto = schedule auto (one "
+            "kernel for every M), ours_m = schedule waves+l2 (choice from M too: for fixed-M plans), ours_fixed = schedule fixed "
+            f"(128x256, 2x1, no swizzle); {schedule_notes(cases)}",
             out_dir=out_dir,
             title="cudnn.gemm bf16 GEMM (tile schedules) vs cuBLAS and quack (H200)",
         )
@@ -633,9 +634,9 @@ def _run_table(name, out_dir, guard):
             epi2_cases(),
             guard(epi2_providers()),
             convention="2*M*N*K FLOPs (N = gate + up columns for swiglu); bf16; bias (N,) for the fusions; each row twice (#1, #2: the "
-            "run's noise); ours = default plan (fused wrapper / plain gemm, schedule auto); ours_epi2 = amax_fast (amax without the "
+            "run's noise); ours = default plan (fused wrapper / plain gemm, default schedule); ours_epi2 = amax_fast (amax without the "
             "per-element bounds predicate) / swiglu_tanh (silu through one tanh.approx); ours_plain = our default plain GEMM of the same "
-            "problem; ours_auto2 = schedule auto2 (two tiles per (N, K), each M picks one; M-free); cublas = torch.matmul",
+            "problem; ours_auto = schedule auto (one tile per (N, K); the default until session 4); cublas = torch.matmul",
             out_dir=out_dir,
             title="cudnn.gemm round-2 A/B: amax / swiglu epilogues and the auto2 schedule (H200)",
         )
