@@ -43,12 +43,13 @@ _DSL_FLOOR = "4.8.0"  # mirrors cudnn.sdpa.CUTEDSL_MIN_VERSION (api.py imports n
 _OWNER = "SdpaBwdSm90"
 #: Schedule variants (kernel_key.TUNING_FIELDS names) a plan built without ``_tuning`` gets, for D <= 128; the dQ
 #: reduce-add variants (dq_tma, dq_bulk, dq_writer) are dropped for deterministic plans. dq_bulk (the dQ partial in
-#: MMA-fragment order, one bulk reduce-add per warpgroup) since the H200 A/B of session 4 (docs/benchmarks/sdpa_bwd_quick.md,
+#: MMA-fragment order, one bulk reduce-add per warpgroup) since the H200 A/B of session 4 (docs/benchmarks/sdpa_bwd_quick_ab.md,
 #: "ours-bulk"): d128 s8k 554.5 vs 477.0 TFLOP/s (dq_tma), causal 535.0 vs 462.8; test_sdpa_bwd_variants.py checks it.
 DEFAULT_TUNING: tuple[str, ...] = ("dq_bulk", "stats_tma", "ds2", "prepost")
 #: Variants of a causal plan built without ``_tuning`` (D <= 128): DEFAULT_TUNING plus dq_writer (a producer-warpgroup
-#: warp issues the bulk reduce-adds, FA3 / FA4's schedule). Two session-4 runs: d128 s8k causal 555.6 vs 535.0 and
-#: 600.2 vs 552.9 TFLOP/s (docs/benchmarks/sdpa_bwd_quick.md "ours-bulkw"); non-causal it loses (500 vs 554, 492 vs 560).
+#: warp issues the bulk reduce-adds, FA3 / FA4's schedule). Session-4 runs, d128 s8k causal: 555.6 vs 535.0 TFLOP/s
+#: (docs/benchmarks/sdpa_bwd_quick_ab.md, "ours-bulkw" vs "ours-bulk"), 600.2 vs 552.9 (a second run), and as the default
+#: 555.6 vs 549.6 (sdpa_bwd_quick.md, "ours" vs "ours-bulk"); non-causal it loses (500.0 vs 554.5, 491.7 vs 559.8).
 CAUSAL_TUNING: tuple[str, ...] = ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost")
 #: The variants a deterministic plan cannot take (another accumulation order per run).
 _NONDETERMINISTIC_TUNING = ("dq_tma", "dq_bulk", "dq_writer")

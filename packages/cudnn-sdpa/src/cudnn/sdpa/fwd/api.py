@@ -58,19 +58,19 @@ PERSISTENT_DEFAULT = False
 VARLEN_LPT_DEFAULT = False
 #: ``varlen_compact=None`` means VARLEN_COMPACT_DEFAULT for THD varlen plans (no CTA for tiles past a sequence's end;
 #: per-sequence L2 sections of heads, longest-first inside each sequence: fwd/varlen_schedule.py): on since the session-4
-#: H200 A/B (docs/benchmarks/sdpa_fwd_quick.md, varlen d128 7 seqs causal: 503.7 vs 490.8 TFLOP/s; with varlen_tma_o 553.6).
+#: H200 A/B (docs/benchmarks/sdpa_fwd_quick_ab.md, varlen d128 7 seqs causal: 503.7 vs 490.8 TFLOP/s; with varlen_tma_o 553.6).
 VARLEN_COMPACT_DEFAULT = True
 #: ``varlen_tma_o=None`` means VARLEN_TMA_O_DEFAULT for THD varlen plans (O stored by one TMA per tile through a ragged
 #: view instead of predicated stores from the consumers, as dense plans store it): on since the session-4 A/B (with
-#: varlen_compact: 553.6 vs 490.8 TFLOP/s, FA4 562.5).
+#: varlen_compact: 553.6 vs 490.8 TFLOP/s, FA4 562.5; sdpa_fwd_quick_ab.md).
 VARLEN_TMA_O_DEFAULT = True
 #: ``o_rescale_early=None`` means O_RESCALE_EARLY_DEFAULT (O's softmax rescale under the next S GEMM instead of after the
 #: PV GEMM drains; bitwise the same; FA4 does it for d_v > 128) for d_v > 128 when True: on since the session-4 A/B
-#: (d256 s8k: 722.3 vs 683.6 TFLOP/s, FA4 729.3).
+#: (d256 s8k: 722.3 vs 683.6 TFLOP/s, FA4 729.3; sdpa_fwd_quick_ab.md).
 O_RESCALE_EARLY_DEFAULT = True
 #: ``tile_m=None`` on a plan with head dims <= 64 that can take it (no paged KV, split-KV, pack-GQA, tile_m64 or
 #: persistent) means 192 rows (three consumer warpgroups, key tile 128) when True: on since the session-4 A/B (d64 s8k:
-#: 519.6 vs 462.3 TFLOP/s, FA4 541.5).
+#: 519.6 vs 462.3 TFLOP/s, FA4 541.5; sdpa_fwd_quick_ab.md).
 TILE_M192_D64_DEFAULT = True
 #: ``mask_r2p=None`` means MASK_R2P_DEFAULT (masked blocks select each score on one bit of a per-row 32-bit keep mask,
 #: R2P + FSEL, instead of an ``if`` per score: d = 128 causal masked block 538 SASS instructions per thread instead of 615
