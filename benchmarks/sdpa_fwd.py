@@ -512,9 +512,14 @@ def main():
         ]
         name = "sdpa_fwd_causal"
     if quick:  # the prefill plan-option A/B (torch's flash backend left out for time)
-        # The session-3 columns (cvt, pers, n176, n192, pers-n176, vlpt, vlpt-pers) were decided (packed_cvt and
-        # tile_n 192 are defaults, the rest lost): back with --old-options.
+        # Decided columns, back with --old-options: session 3's (cvt, pers, n176, n192, pers-n176, vlpt, vlpt-pers:
+        # packed_cvt and tile_n 192 are defaults, the rest lost) and session 4's (vcompact, vc-tmao, m192, oearly: now
+        # defaults, so they build the default's kernel).
         old = [
+            Provider("ours-vcompact", make_ours_vcompact),
+            Provider("ours-vc-tmao", make_ours_vc_tmao),
+            Provider("ours-m192", make_ours_m192),
+            Provider("ours-oearly", make_ours_oearly),
             Provider("ours-cvt", make_ours_cvt),
             Provider("ours-pers", make_ours_persistent),
             Provider("ours-n176", make_ours_n176),
@@ -525,11 +530,7 @@ def main():
         ]
         providers = [
             providers[0],
-            Provider("ours-vcompact", make_ours_vcompact),
-            Provider("ours-vc-tmao", make_ours_vc_tmao),
-            Provider("ours-m192", make_ours_m192),
             Provider("ours-m192-kv3", make_ours_m192_kv3),
-            Provider("ours-oearly", make_ours_oearly),
             *(old if "--old-options" in sys.argv else []),
             providers[1],
             providers[2],
