@@ -30,6 +30,9 @@ Tables, each written as docs/benchmarks/<name>.{md,csv,png}:
 - ``gemm_epi2``: the round-2 A/B in one short table (about a minute): amax and swiglu at llama3-8b up M=16384 with
   their defaults ("ours"), "ours_epi2" and "ours_plain"; qwen3-32b down M=2048 with "ours" (the default, auto2 since session 4), "ours_auto" and
   cuBLAS; every row twice, so the table shows its own run-to-run spread.
+- ``gemm_fusions_down``: issue #5's low cells of gemm_fusions_mlp (M = 2048 down projections; about a minute): each
+  fusion's default ("ours"), with ``fused_auto2`` ("ours_fa2": the plain plan's auto2 tiles; dsrelu also
+  "ours_fa2k" with ``aux_keep_stages``), with per-element reads ("ours_nostage") and our plain GEMM; every row twice.
 - ``gemm_pingpong``: each fusion (and plain) in every variant a per-fusion default can pick
   (``cudnn.gemm.dense.api.FUSION_DEFAULTS``): "coop" (cooperative 128x256, per-element bias / pre-activation
   reads), "coop_staged" (stage_bias; dsrelu: stage_aux), "pp" (pingpong=True), "pp_staged", next to the
@@ -476,6 +479,126 @@ def epi2_providers():
     ]
 
 
+# ------------------------------------------------------------------------------------ issue #5: fusions at M = 2048 down projections
+#: the cells of gemm_fusions_mlp (session 4, two runs) below 0.95x our plain GEMM, and one control: bias at llama3-8b down
+#: (the same plan as srelu / gelu_tanh / amax there but for the activation, and at or above plain in both runs)
+FUSIONS_DOWN = [
+    ("dsrelu", "qwen3-32b down", 5120, 25600),
+    ("gelu_tanh", "llama3-8b down", 4096, 14336),
+    ("srelu", "qwen3-32b down", 5120, 25600),
+    ("amax", "qwen3-32b down", 5120, 25600),
+    ("amax", "llama3-8b down", 4096, 14336),
+    ("swiglu", "llama3-8b down", 4096, 14336),
+    ("bias", "qwen3-32b up", 25600, 5120),
+    ("bias", "llama3-8b down", 4096, 14336),
+]
+
+
+def fusions_down_cases():
+    """The FUSIONS_DOWN cells at M = 2048, each twice (rows "#1", "#2": the run's noise, to read the A/B against)."""
+    cases = []
+    for rep_ in (1, 2):
+        for f, label, n, k in FUSIONS_DOWN:
+            n_eff = 2 * n if f == "swiglu" else n
+            cases.append(Case(f"{f} {label} M=2048 #{rep_}", {"m": 2048, "n": n_eff, "k": k, "fusion": f}, flops=2 * 2048 * n_eff * k))
+    return cases
+
+
+def fusions_down_providers():
+    """ours = the fused wrapper (plan defaults); ours_plain = our default plain GEMM of the same problem; ours_fa2 = the
+    fusion with fused_auto2=True (api.FUSED_AUTO2: the plain plan's auto2 tile set); ours_fa2k = dsrelu with fused_auto2
+    and aux_keep_stages (api.AUX_KEEP_STAGES: the pre-activation prefetch sized to keep the mainloop's stages; dsrelu
+    rows only); ours_nostage = the fusion with per-element bias reads (stage_bias False: the plan is then "free" and takes
+    auto2 by default; gelu_tanh / amax llama3-8b down rows only, where the fused plan already equals the plain one).
+    A variant whose kernel is the default's (fused_auto2 on the llama3-8b down and swiglu rows) is not run. All through
+    run_gemm as the wrappers call it (d, and amax's output, allocated per call like "ours")."""
+    import torch
+
+    fused = {p.name: p for p in fusion_providers()}
+
+    def variant(opts, only=None):
+        def build(case):
+            from cudnn.gemm.dense.api import run_gemm
+
+            f = case.params["fusion"]
+            if only is not None and f not in only:
+                raise Unsupported(f"{', '.join(only)} rows only")
+            extra = opts(f) if callable(opts) else opts  # may raise Unsupported: before any allocation
+            a, b = _inputs(case)
+            kw = _fusion_kw(case, a)
+            if same_plan_as_default(a, b, kw, extra):
+                raise Unsupported("the same kernel as ours (the option does not change this plan)")
+            kw.update(extra)
+            if "amax" in kw:
+
+                def run():
+                    amax = torch.empty((1,), dtype=torch.float32, device=a.device)
+                    return run_gemm(a, b, **{**kw, "amax": amax}), amax
+
+                return run
+            return lambda: run_gemm(a, b, **kw)
+
+        return build
+
+    def same_plan_as_default(a, b, kw, extra):
+        """Whether ``extra`` leaves the kernel this M launches as the default's (metadata only: no compile)."""
+        from cudnn.api_base import TensorDesc
+        from cudnn.gemm.dense.api import GemmSm90
+
+        d = TensorDesc.contiguous((a.shape[0], kw.get("n_out", b.shape[-1])), "bfloat16", "d")
+        plans = [GemmSm90(a, b, d, **{k: v for k, v in kw.items() if k != "n_out"}, **x) for x in ({}, extra)]
+        for p in plans:
+            p.check_support()
+        return plans[0]._make_config() == plans[1]._make_config()
+
+    def nostage(f):
+        if f not in ("gelu_tanh", "amax"):
+            raise Unsupported("gelu_tanh / amax llama3-8b down rows only")
+        return {"stage_bias": False}
+
+    def llama_down_only(build):
+        def make(case):
+            if case.params["n"] != 4096:  # the cells whose plan equals the plain plan: is it the staging, or the run?
+                raise Unsupported("gelu_tanh / amax llama3-8b down rows only")
+            return build(case)
+
+        return make
+
+    return [
+        Provider("ours", fused["ours"].make),
+        Provider("ours_plain", fused["ours_plain"].make),
+        Provider("ours_fa2", variant({"fused_auto2": True})),
+        Provider("ours_fa2k", variant({"fused_auto2": True, "aux_keep_stages": True}, only=("dsrelu",))),
+        Provider("ours_nostage", llama_down_only(variant(nostage))),
+    ]
+
+
+def fusions_down_notes() -> str:
+    """The plans behind each column (cudnn.gemm.dense.fused_schedule.plan_summary), from plan-time metadata only."""
+    from cudnn.api_base import TensorDesc
+    from cudnn.gemm.dense.api import GemmSm90
+    from cudnn.gemm.dense.fused_schedule import format_summary, plan_summary
+
+    def desc(shape, name, stride=None, dtype="bfloat16"):
+        return TensorDesc.contiguous(shape, dtype, name) if stride is None else TensorDesc(shape, stride, dtype, name)
+
+    out = []
+    for f, label, n, k in FUSIONS_DOWN:
+        m, n_eff = 2048, (2 * n if f == "swiglu" else n)
+        a, b = desc((m, k), "a"), desc((k, n_eff), "b", (1, k))
+        d = desc((m, n_eff // 2 if f == "swiglu" else n_eff), "d")
+        kw = {"bias": desc((n_eff,), "bias")} if f != "dsrelu" else {"aux": desc((m, n_eff), "aux"), "dsrelu": True}
+        kw.update(
+            {"srelu": {"activation": "relu2"}, "gelu_tanh": {"activation": "gelu_tanh"}, "swiglu": {"swiglu": "interleaved"}}.get(f, {}),
+            **({"amax": desc((1,), "amax", dtype="float32")} if f == "amax" else {}),
+        )
+        plans = {"plain": GemmSm90(a, b, desc((m, n_eff), "d")), "ours": GemmSm90(a, b, d, **kw), "fa2": GemmSm90(a, b, d, fused_auto2=True, **kw)}
+        if f == "dsrelu":
+            plans["fa2k"] = GemmSm90(a, b, d, fused_auto2=True, aux_keep_stages=True, **kw)
+        out.append(f"{f} {label}: " + "; ".join(f"{name} {format_summary(plan_summary(p))}" for name, p in plans.items()))
+    return " | ".join(out)
+
+
 # ------------------------------------------------------------------------------------ pingpong / staged reads
 PINGPONG = ("plain", "bias", "srelu", "gelu_tanh", "swiglu", "amax", "dsrelu")
 
@@ -640,11 +763,27 @@ def _run_table(name, out_dir, guard):
             out_dir=out_dir,
             title="cudnn.gemm round-2 A/B: amax / swiglu epilogues and the auto2 schedule (H200)",
         )
+    elif name == "gemm_fusions_down":
+        run_benchmark(
+            "gemm_fusions_down",
+            fusions_down_cases(),
+            guard(fusions_down_providers()),
+            convention="2*M*N*K FLOPs (N = gate + up columns for swiglu); bf16; bias (N,) except dsrelu; each row twice (#1, #2: the "
+            "run's noise); ours = the fused wrapper with its plan defaults; ours_plain = our default plain GEMM of the same problem "
+            "(ours/ours_plain = the fusion's cost, target >= 0.95x); ours_fa2 = fused_auto2=True (api.FUSED_AUTO2, off by default: the "
+            "plain plan's auto2 tile set for staged-read fusions); ours_fa2k = dsrelu with fused_auto2 + aux_keep_stages "
+            "(api.AUX_KEEP_STAGES: the pre-activation prefetch sized to keep 4 mainloop stages); ours_nostage = per-element bias "
+            "reads (stage_bias False; gelu_tanh / amax llama3-8b down, whose fused plan equals the plain plan); a variant whose kernel "
+            "is the default's is not run; an option's own ratio to plain is "
+            f"(ours/ours_plain) / (ours/option); plans (M=2048): {fusions_down_notes()}",
+            out_dir=out_dir,
+            title="cudnn.gemm issue #5: fusions at M = 2048 down projections, default vs fused_auto2 (H200)",
+        )
     else:
         raise SystemExit(f"unknown table {name!r}; known: {', '.join(TABLES)}")
 
 
-TABLES = ("gemm", "gemm_fusions", "gemm_fusions_mlp", "gemm_fp8", "gemm_decode", "gemm_pingpong", "gemm_epi2")
+TABLES = ("gemm", "gemm_fusions", "gemm_fusions_mlp", "gemm_fp8", "gemm_decode", "gemm_pingpong", "gemm_epi2", "gemm_fusions_down")
 NEW = ("gemm_fp8", "gemm_pingpong")
 
 

@@ -416,3 +416,71 @@ def test_epi_gelu_fold_matches_reference(shape, staged):
     assert_close_fa(outs[1], ref, low, name=f"gelu_fold {shape}")
     diff = (outs[0].float() - outs[1].float()).abs()
     assert (diff <= 1e-2 * outs[0].float().abs() + 1e-3).all(), f"gelu_fold departs from the textbook form (max {diff.max().item():.3e})"
+
+
+# ---- FUSED_AUTO2 / AUX_KEEP_STAGES (issue #5; run with -k fused_auto2). At 2048 x 5120 x 4096 the plain plan's auto2
+# pick is 128 x 224 (23 N tiles, about 3 tiles per CTA: the D / pre-activation ring phases wrap, at ring depths 6 and 8
+# over 7 sub-tiles per tile); with fused_auto2 every staged-read fusion takes it too. D against the fp32 reference
+# within the FA rule (amax within 2% of max |ref|); dsrelu's staged pre-activation only changes where it comes from, so
+# D must also equal the per-element-read plan of the same tile bit for bit (explicit 128 x 224 tile, swizzle 1: one
+# compile). swiglu keeps its 256-wide tile and configuration.
+FUSED_AUTO2_CASES = ["bias", "srelu", "gelu_tanh", "amax", "dsrelu", "dsrelu_keep", "swiglu"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fusion", FUSED_AUTO2_CASES)
+def test_fused_auto2_matches_reference(fusion):
+    from cudnn.gemm import GemmSm90
+
+    m, n, k = 2048, 5120, 4096
+    if fusion == "swiglu":
+        n = 2 * n
+    a, b = _ab(m, n, k)
+    n_out = n // 2 if fusion == "swiglu" else n
+    tensors, kw, staged = {}, {}, "stage_bias"
+    if fusion.startswith("dsrelu"):
+        tensors = dict(aux=torch.randn(m, n, device="cuda", dtype=torch.bfloat16))
+        kw, staged = dict(dsrelu=True), "stage_aux"
+    else:
+        tensors = dict(bias=torch.randn(n, device="cuda", dtype=torch.bfloat16))
+        kw = {"srelu": dict(activation="relu2"), "gelu_tanh": dict(activation="gelu_tanh"), "swiglu": dict(swiglu="interleaved")}.get(fusion, {})
+        if fusion == "amax":
+            kw = dict(activation="none")
+    opts = dict(fused_auto2=True, aux_keep_stages=fusion == "dsrelu_keep")
+
+    def run(**plan_kw):
+        t = dict(tensors)
+        if fusion == "amax":
+            t["amax"] = torch.full((1,), float("nan"), device="cuda")
+        out = _poisoned(m, n_out)
+        plan = GemmSm90(a, b, out, **t, **kw, **plan_kw)
+        plan.compile()
+        plan.execute(a, b, out, **t)
+        return out, t.get("amax"), plan
+
+    d1, amax1, plan = run(**opts)
+    default = GemmSm90(a, b, _poisoned(m, n_out), **tensors, **kw, **({"amax": torch.empty(1, device="cuda")} if fusion == "amax" else {}))
+    default.check_support()
+    if fusion == "swiglu":
+        assert plan.config == default._make_config(), "fused_auto2 changed a swiglu plan"
+    else:
+        assert plan.config.tile_mn == (128, 224) and default.tile_mn() == (128, 256), (plan.config.tile_mn, default.tile_mn())
+        assert getattr(plan.config, staged), f"{fusion}: the option's plan lost its staged reads"
+        if fusion.startswith("dsrelu"):
+            assert plan.config.aux_prefetch == (6 if fusion == "dsrelu_keep" else 8), plan.config.aux_prefetch
+    rk = (
+        dict(dsrelu_pre=tensors["aux"])
+        if fusion.startswith("dsrelu")
+        else dict(bias=tensors["bias"], activation=kw.get("activation", "none"), swiglu=kw.get("swiglu"))
+    )
+    ref, _ = reference(a, b, **rk)
+    low, _ = reference(a, b, **rk, lowp=True)
+    assert_close_fa(d1, ref, low, name=f"fused_auto2 {fusion} {plan.config.tile_mn} prefetch {plan.config.aux_prefetch}")
+    if fusion == "amax":
+        assert torch.isfinite(amax1).all() and abs(amax1.item() - ref.abs().max().item()) <= 2e-2 * ref.abs().max().item() + 1e-3, (
+            amax1.item(),
+            ref.abs().max().item(),
+        )
+    if fusion.startswith("dsrelu"):  # the new ring depths (6, 8 over 7 sub-tiles): also bit for bit against the per-element read
+        d0, _, _ = run(tile_mn=(128, 224), swizzle=1, stage_aux=False)
+        assert torch.equal(d0, d1), f"{fusion}: staged fused_auto2 D differs from the per-element plan (max {(d0.float() - d1.float()).abs().max().item():.3e})"

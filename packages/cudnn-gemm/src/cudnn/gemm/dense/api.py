@@ -48,6 +48,9 @@ Plan-time performance options (the defaults are the configuration verified on th
   WGMMA's partial sums into a second fp32 accumulator every 128 of K (the WGMMA accumulates fp8 products with
   reduced precision), on 128 x 128 tiles (64 x 128 with pingpong) so that both accumulators fit the registers;
   True keeps the WGMMA's own accumulation on 128 x 256 tiles (faster, about 1e-3 relative error at K ~ 1000).
+- ``fused_auto2`` / ``aux_keep_stages`` (opt-ins, None = :data:`FUSED_AUTO2` / :data:`AUX_KEEP_STAGES`, both off):
+  staged-read fused plans take the plain plan's "auto2" tile set; dsrelu's pre-activation prefetch is sized so that
+  it costs no mainloop stage (:mod:`cudnn.gemm.dense.fused_schedule`).
 """
 
 from __future__ import annotations
@@ -146,6 +149,18 @@ AMAX_FAST = False
 #: SWIGLU_TANH: silu(g) = h * tanh(h) + h, h = g / 2: one MUFU (tanh.approx) per output instead of two (ex2.approx,
 #: rcp.approx), 3 fp32 ops instead of 5. Approximation-level differences (like GELU_FOLD). Timed as "ours_epi2".
 SWIGLU_TANH = False
+
+#: FUSED_AUTO2 (opt-in, off; issue #5): give staged-read fused plans (stage_bias / stage_aux: every fusion wrapper
+#: called with a bias, and dsrelu) the "auto2" tile set and per-M pick of the plain plan of the same problem, instead of
+#: "auto"'s 128 x 256 at every M. K-major A and B, not swiglu (its gate/up pairing needs 256-wide tiles), not pingpong /
+#: fp8 / split-K / an explicit tile or cluster (as for plain plans). The M = 2048 qwen3-32b cells of gemm_fusions_mlp ran
+#: 128 x 256 (3 full waves) where plain ran 128 x 224 (3 waves of 7/8): :mod:`cudnn.gemm.dense.fused_schedule`.
+#: Timed as "ours_fa2" in benchmarks/gemm.py's ``gemm_fusions_down`` table; checked by test_gemm_options_gpu.py -k fused_auto2.
+FUSED_AUTO2 = False
+#: AUX_KEEP_STAGES (opt-in, off): stage_aux (dsrelu) plans that leave aux_prefetch as None prefetch only as deep as the D
+#: ring can grow without costing a mainloop stage of their tile (4 at 128 x 256, 6 at 128 x 224; AUX_PREFETCH = 8 leaves
+#: 3 stages instead of 4). Timed as "ours_fa2k" (with FUSED_AUTO2) in ``gemm_fusions_down``.
+AUX_KEEP_STAGES = False
 
 
 def fusion_of(*, swiglu=None, dsrelu=False, amax=False, activation="none", has_bias=False) -> str:
@@ -255,6 +270,8 @@ class GemmSm90(APIBase):
         gelu_fold: bool | None = None,
         amax_fast: bool | None = None,
         swiglu_tanh: bool | None = None,
+        fused_auto2: bool | None = None,
+        aux_keep_stages: bool | None = None,
     ):
         super().__init__()
         self.a, self.b, self.d = as_desc(a, "a"), as_desc(b, "b"), as_desc(d, "d")
@@ -271,6 +288,9 @@ class GemmSm90(APIBase):
         self.aux_prefetch, self.aux_ldmatrix, self.gelu_fold = aux_prefetch, aux_ldmatrix, gelu_fold
         self.amax_fast, self.swiglu_tanh = amax_fast, swiglu_tanh  # None: AMAX_FAST / SWIGLU_TANH where the plan can take them
         self._tile_set = ()  # "auto2": every (tile_mn, swizzle) compile() builds besides the plan's own
+        self._auto2 = False  # "auto2" chose this plan's tile (from its (N, K) set)
+        # FUSED_AUTO2 / AUX_KEEP_STAGES opt-ins (None: the api constants); _aux_prefetch_of: aux_prefetch per tile of the set
+        self.fused_auto2, self.aux_keep_stages, self._aux_prefetch_of = fused_auto2, aux_keep_stages, {}
         # explicit cluster_mn / swizzle are kept; left as None, the schedule (TILE_SCHEDULE) may choose them
         self._cluster_explicit, self._swizzle_explicit = cluster_mn is not None, swizzle is not None
         self.schedule = schedule
@@ -452,6 +472,8 @@ class GemmSm90(APIBase):
         self._value_error_if(sched not in SCHEDULES, f"{what}: schedule {sched!r} is not one of {SCHEDULES}")
         self._choice = None
         self._tile_set = ()
+        self._auto2, self._aux_prefetch_of = False, {}
+        self._keep_aux_stages((self.tile_mn(),))  # the plan's fixed tile; "auto2" below redoes it for its tile set
         if sched == "fixed":
             return
         from .schedule import MIN_EXTENT, choose_in_set, choose_swizzle, choose_tile, choose_tile_set
@@ -459,7 +481,10 @@ class GemmSm90(APIBase):
         sm = _sm_count(self.a.device)
         swizzled = not self._is_fp8 and not self.pingpong and self.split_k == 1 and self._tile_override is None
         free = swizzled and self._a_major == "k" and self._b_major == "k" and self.swiglu is None and not self.stage_bias and not self.stage_aux
-        if free and sched == "auto2" and not self._cluster_explicit:
+        fused_auto2 = FUSED_AUTO2 if self.fused_auto2 is None else bool(self.fused_auto2)
+        # FUSED_AUTO2: the staged reads do not constrain the tile (128 x 224 / 192 compile and run with them)
+        staged_free = fused_auto2 and swizzled and self._a_major == "k" and self._b_major == "k" and self.swiglu is None
+        if (free or staged_free) and sched == "auto2" and not self._cluster_explicit:
             # the tile set from N and K only (Rule 4), this M's pick among it; the swizzle is N's for each tile (as "auto")
             cl = tuple(self.cluster_mn)
             tiles = choose_tile_set(self._n, self._k, tile_k=64, sm_count=sm, cluster_mn=cl)
@@ -473,6 +498,8 @@ class GemmSm90(APIBase):
             self._choice = choice._replace(swizzle=swz(choice.tile_mn))
             self.swizzle = self._choice.swizzle
             self._tile_set = tuple((t, swz(t)) for t in tiles if t != choice.tile_mn)
+            self._auto2 = True
+            self._keep_aux_stages(tiles)
             return
         if sched == "auto2":
             sched = "auto"  # a plan whose tile is not free (or whose cluster is explicit): "auto"'s swizzle only
@@ -490,6 +517,14 @@ class GemmSm90(APIBase):
         m = None if sched == "auto" else self._m  # "auto": never from M (Rule 4)
         if min(self._n, MIN_EXTENT if m is None else m) >= MIN_EXTENT:
             self.swizzle = choose_swizzle(m, self._n, self._k, self.tile_mn(), tuple(self.cluster_mn), sm_count=sm)
+
+    def _keep_aux_stages(self, tiles) -> None:
+        """AUX_KEEP_STAGES: the aux prefetch of each tile this plan may run (a stage_aux plan with aux_prefetch None)."""
+        keep = AUX_KEEP_STAGES if self.aux_keep_stages is None else bool(self.aux_keep_stages)
+        if keep and self.stage_aux and self.aux_prefetch is None and not self.pingpong:
+            from .fused_schedule import stage_keeping_prefetch
+
+            self._aux_prefetch_of = {t: stage_keeping_prefetch(t, AUX_PREFETCH) for t in tiles}
 
     def _resolve_defaults(self, m: int) -> None:
         """pingpong / stage_bias / stage_aux left as None take :data:`FUSION_DEFAULTS`, where this plan can take them."""
@@ -550,7 +585,7 @@ class GemmSm90(APIBase):
             stage_aux=self.stage_aux,
             pingpong=self.pingpong,
             tile_mn=self.tile_mn(),
-            aux_prefetch=(AUX_PREFETCH if self.aux_prefetch is None else self.aux_prefetch) if self.stage_aux else 1,
+            aux_prefetch=(self._aux_prefetch_of.get(self.tile_mn(), AUX_PREFETCH) if self.aux_prefetch is None else self.aux_prefetch) if self.stage_aux else 1,
             aux_ldmatrix=bool(AUX_LDMATRIX if self.aux_ldmatrix is None else self.aux_ldmatrix) and bool(self.stage_aux),
             gelu_fold=bool(GELU_FOLD if self.gelu_fold is None else self.gelu_fold) and self.activation == "gelu_tanh",
             amax_fast=bool(AMAX_FAST if self.amax_fast is None else self.amax_fast) and self.want_amax and self.split_k == 1,
@@ -576,6 +611,8 @@ class GemmSm90(APIBase):
         for tile, swizzle in self._tile_set:
             # "auto2": the other tile of the plan's (N, K) set, so that another M (which may pick it) never compiles
             sib = replace(self.config, tile_mn=tile, swizzle=swizzle)
+            if tile in self._aux_prefetch_of:  # AUX_KEEP_STAGES: that tile's own prefetch depth
+                sib = replace(sib, aux_prefetch=self._aux_prefetch_of[tile])
             kernel_cache.get_or_compile((sib, key[1]), lambda sib=sib: kernel_sm90.compile_kernel(sib, tvm_ffi=self._tvm_ffi), family="gemm")
         self._compiled_reduce = None
         if self.split_k > 1:
@@ -938,8 +975,10 @@ def gemm(
 
 
 __all__ = [
+    "AUX_KEEP_STAGES",
     "FP8_PROMOTED_TILE_N",
     "FP8_PROMOTION_INTERVAL",
+    "FUSED_AUTO2",
     "FUSION_DEFAULTS",
     "SCHEDULES",
     "TILE_SCHEDULE",
