@@ -9,7 +9,8 @@ serial, parallel, parallel-s3 (``parallel_state_stages = 3``), parallel-pf (``pa
 ``prefetch`` key option), parallel-2cta (``parallel_prep_two_per_sm``), KDA parallel-fx (``parallel_fast_exp``), and
 parallel-all (knobs combined), and the named variants of ``_host/chunk_parallel.py::PARALLEL_VARIANTS`` (par-wg2:
 the two-warpgroup prep, both families; par-wg2fx: KDA's with approximate exps; par-rs: the register-operand state pass,
-both families; par-rso: rs with the output fused into the state pass; KDA par-wg2fx-rso, GDN par-wg2-rso). ``--variants parallel,par-wg2,par-rs`` keeps a subset.
+both families; par-rso: rs with the output fused into the state pass; KDA par-wg2fx-rso, GDN par-wg2-rso; KDA par-tc: the
+restructured prep kernel ``kda/chunk_parallel_prep_tc_kernel.py``, par-tc-s3 with the three-stage state pass). ``--variants parallel,par-wg2,par-rs`` keeps a subset.
 Each variant is warmed (compile), then ``--iters`` calls are profiled; a kernel's time is its mean CUDA time per call.
 First line per family: each kernel's memory floor (``floors``: the workspace bytes it must move, at 4.8 TB/s).
 """
@@ -77,7 +78,7 @@ def profile(family, t, h, iters, only=()):
         variants.append(("parallel-all", "parallel", {"parallel_prep_two_per_sm": True, "parallel_state_stages": 3, "parallel_fast_exp": True}, None))
     else:
         variants.append(("parallel-all", "parallel", {"parallel_prefetch": True, "parallel_state_stages": 3, "parallel_prep_two_per_sm": True}, None))
-    for name in ("wg2", "wg2fx", "rs", "rso", "wg2fx-rso") if family == "kda" else ("wg2", "rs", "rso", "wg2-rso"):  # PARALLEL_VARIANTS
+    for name in ("wg2", "wg2fx", "rs", "rso", "wg2fx-rso", "tc", "tc-s3") if family == "kda" else ("wg2", "rs", "rso", "wg2-rso"):  # PARALLEL_VARIANTS
         variants.append((f"par-{name}", "parallel", {}, name))
     if only:
         variants = [v for v in variants if v[0] in only]

@@ -184,3 +184,138 @@ def test_variants_dense_long_sequence():
         ref_o, ref_s, low_o, low_s = cases.refs(KDA, q, k, v, g, beta, None, True, None, batched)
         cases.check(o, ref_o, low_o, f"o {lead}")
         cases.check(ht, ref_s, low_s, f"final_state {lead}")
+
+
+# -- the ``tc`` variant: the restructured prep kernel (``kda/chunk_parallel_prep_tc_kernel.py``; log2 gates, one
+# vectorized element pass, the solve by all 256 threads, beta folded into the inverse, MN-major U / W operands) ------
+
+
+def _tc_case(D, l2norm, regime, g_dtype, variant="tc"):
+    """``(o, ht)`` of ``variant`` and of the serial schedule, and the fp32 / chunked-lowp references, on the varlen
+    batch (1-token, empty, long sequences; GVA 4 over 2 heads; initial and final states), g in ``g_dtype``."""
+    from cudnn_testing.data import cu_seqlens
+
+    cu = cu_seqlens(cases.LENGTHS, "cuda")
+    q, k, v, g, beta, h0 = cases.inputs(KDA, (sum(cases.LENGTHS),), 4, 2, D, l2norm, len(cases.LENGTHS), regime)
+    g = g.to(g_dtype)
+    o, ht = _run_variant(KDA, variant, q, k, v, g, beta, h0, cu, l2norm)
+    o_ser, ht_ser = cases.run(KDA, "serial", q, k, v, g, beta, h0, cu, l2norm)
+    ref_o, ref_s, low_o, low_s = cases.refs(KDA, q, k, v, g, beta, h0, l2norm, cu, False)
+    return (o, ht), (o_ser, ht_ser), (ref_o, ref_s, low_o, low_s), h0
+
+
+# Pruned to three ids (each compiles tc and the serial kernel for its configuration): both head dims, both g dtypes,
+# with and without the in-kernel L2 norm, both gate regimes.
+@pytest.mark.parametrize(
+    "D, l2norm, regime, g_dtype",
+    [
+        (128, True, "safe_gate", torch.float32),
+        (128, False, "weak", torch.bfloat16),
+        (64, True, "weak", torch.float32),
+    ],
+    ids=["d128-l2-safe", "d128-weak-bf16g", "d64-l2-weak"],
+)
+def test_tc_variant_matches_recurrence_and_serial_schedule(D, l2norm, regime, g_dtype):
+    """``tc`` against the fp32 token-by-token recurrence by the FlashAttention rule (``_parallel_cases.check``), and
+    against the serial schedule: its error is at most twice the serial kernel's (plus the rule's noise), so a
+    regression of the new prep kernel shows even where the lowp reference is loose. The empty sequence passes its
+    state through."""
+    from cudnn_testing.tolerance import assert_close_fa
+
+    (o, ht), (o_ser, ht_ser), (ref_o, ref_s, low_o, low_s), h0 = _tc_case(D, l2norm, regime, g_dtype)
+    cases.check(o, ref_o, low_o, "o tc")
+    cases.check(ht, ref_s, low_s, "final_state tc")
+    assert_close_fa(o, ref_o, o_ser, name="o tc vs serial", factor=2.0, noise=1e-3 * ref_o.abs().max().item())
+    assert_close_fa(ht, ref_s, ht_ser, name="final_state tc vs serial", factor=2.0, noise=1e-3 * ref_s.abs().max().item())
+    assert torch.equal(ht[3], h0[3])
+
+
+def test_tc_variant_dense_long_sequence():
+    """``tc-s3`` (the tc prep with the three-stage state pass) on a dense [B, L] batch (B = 2, L = 300) and one
+    4096-token THD sequence (64 chunks), no initial state: the FlashAttention rule against the fp32 recurrence."""
+    from cudnn.linear_attention._host.chunk_parallel import set_parallel_options
+
+    for lead, batched in (((2, 300), True), ((4096,), False)):
+        q, k, v, g, beta, _ = cases.inputs(KDA, lead, 2, 2, 128, True, lead[0] if batched else 1, "safe_gate")
+        o = torch.full_like(v, float("nan"))
+        n = lead[0] if batched else 1
+        ht = torch.full((n, 2, 128, 128), float("nan"), device="cuda")
+        plan = KDA.adapter_class()(q, k, v, g, beta, o, use_qk_l2norm_in_kernel=True, final_state=ht, schedule="parallel")
+        set_parallel_options(plan, "tc-s3")
+        plan.compile()
+        ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda")
+        plan.execute(q, k, v, g, beta, o, None, ht, None, workspace=ws)
+        torch.cuda.synchronize()
+        ref_o, ref_s, low_o, low_s = cases.refs(KDA, q, k, v, g, beta, None, True, None, batched)
+        cases.check(o, ref_o, low_o, f"o tc-s3 {lead}")
+        cases.check(ht, ref_s, low_s, f"final_state tc-s3 {lead}")
+
+
+@pytest.mark.detector
+def test_tc_variant_execute_never_syncs_or_allocates_and_replays_under_capture():
+    """The tc plan's execute: no host sync, no allocation (three executes), and a CUDA-graph replay equal to eager."""
+    from cudnn.linear_attention._host.chunk_parallel import set_parallel_options
+    from cudnn_testing import detectors
+    from cudnn_testing.data import cu_seqlens
+
+    lengths = [1, 700, 64, 300]
+    cu = cu_seqlens(lengths, "cuda")
+    q, k, v, g, beta, h0 = cases.inputs(KDA, (sum(lengths),), 4, 2, 128, True, len(lengths))
+    o = torch.empty_like(v)
+    ht = torch.empty_like(h0)
+    plan = KDA.adapter_class()(q, k, v, g, beta, o, use_qk_l2norm_in_kernel=True, initial_state=h0, final_state=ht, cu_seqlens=cu, schedule="parallel")
+    set_parallel_options(plan, "tc")
+    plan.compile()
+    ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda")
+    args = (q, k, v, g, beta, o, h0, ht, cu)
+    plan.execute(*args, workspace=ws)
+    torch.cuda.synchronize()
+    detectors.assert_no_sync_no_alloc(lambda: plan.execute(*args, workspace=ws), repeats=3)
+    detectors.assert_capture_matches_eager(lambda: plan(*args, workspace=ws), [o, ht])
+
+
+def test_tc_variant_workspace_matches_default_prep():
+    """Diagnostic for the tc prep kernel: after one execute of the default plan and one of ``tc`` on the same varlen
+    batch (separate workspaces), every array the prep kernel writes (``-Wm``, ``U``, ``(K exp(G_C - G))^T``,
+    ``scale Q exp(G)``, ``P``, ``exp(G_C)``; the state pass and the output kernel do not touch them) agrees on every
+    active chunk slot within bf16 rounding of the array's scale. The failure message lists every array's error, so a
+    wrong end-to-end result points at the array (and so the step) that differs."""
+    from cudnn.linear_attention._host.chunk_parallel import _ARRAYS, CHUNK, set_parallel_options
+    from cudnn.workspace import ws_align
+    from cudnn_testing.data import cu_seqlens, poison
+
+    D, H = 128, 4
+    lengths = cases.LENGTHS
+    cu = cu_seqlens(lengths, "cuda")
+    q, k, v, g, beta, h0 = cases.inputs(KDA, (sum(lengths),), H, 2, D, True, len(lengths), "safe_gate")
+    spaces = []
+    for variant in ("", "tc"):
+        o, ht = poison(torch.empty_like(v)), poison(torch.empty_like(h0))
+        plan = KDA.adapter_class()(q, k, v, g, beta, o, use_qk_l2norm_in_kernel=True, initial_state=h0, final_state=ht, cu_seqlens=cu, schedule="parallel")
+        if variant:
+            set_parallel_options(plan, variant)
+        plan.compile()
+        ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda")
+        plan.execute(q, k, v, g, beta, o, h0, ht, cu, workspace=ws)
+        torch.cuda.synchronize()
+        spaces.append(ws)
+    slots = sum(lengths) // CHUNK + len(lengths)
+    active, bos = [], 0
+    for n, length in enumerate(lengths):  # the varlen slot table of _device/chunk_parallel.py
+        base = bos // CHUNK + n
+        active += list(range(base, base + -(-length // CHUNK)))
+        bos += length
+    idx = torch.tensor(active, device="cuda")
+    report, bad, offset = [], [], 0
+    for name, size, per in _ARRAYS:
+        nbytes = slots * H * per(D) * size
+        if name in ("w", "u", "kd", "qg", "p", "ge"):
+            dt = torch.bfloat16 if size == 2 else torch.float32
+            a, b = (buf[offset : offset + nbytes].view(dt).view(slots, H, -1)[idx].float() for buf in spaces)
+            err = (a - b).abs().max().item()
+            tol = 2e-2 * a.abs().max().item() + 1e-6
+            report.append(f"{name}: max|tc - default| {err:.3e} (tolerance {tol:.3e}, max|default| {a.abs().max().item():.3e})")
+            if not (torch.isfinite(b).all() and err <= tol):
+                bad.append(name)
+        offset += ws_align(nbytes)
+    assert not bad, f"tc prep arrays {bad} differ from the default prep kernel's: " + "; ".join(report)

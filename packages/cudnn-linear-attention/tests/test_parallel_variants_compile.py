@@ -153,3 +153,62 @@ def test_variant_keys_default_off_and_bad_combinations_raise():
         set_parallel_options(p, "rs")
         p.parallel_state_stages = 3
         p.compile()
+
+
+def test_tc_prep_builds_vectorized_without_spills_at_two_ctas_per_sm(tmp_path):
+    """``tc`` (``kda/chunk_parallel_prep_tc_kernel.py``, routed by ``KdaParallelPrepKey.restructured``): 256 threads
+    at two CTAs per SM (``.minnctapersm 2``: registers capped at 128) with no local memory; K = 128: 4 x (8 + 8) K-major
+    m64n64k16 WGMMAs (A, P) + 2 x (4 + 4) with the B operand MN-major (U = (T Diag(beta)) V, W: no transposed stores);
+    every bf16 tile written 16 bytes at a time (``st.shared.v4``, no 16-bit shared stores), every per-element decay
+    one ``ex2.approx`` (3 x 32 in the element pass + 4 x 32 for K'_I: log2 gates, no per-exp multiply), V by four
+    16-byte cp.async per thread; 18 CTA barriers (2 gates, 2 per row block, 1 + 6 solve, 1 before U / W) and none
+    named. The default key still builds the default module."""
+    from cudnn.linear_attention._host.chunk_parallel import set_parallel_options
+    from cudnn.linear_attention.kda.chunk_parallel_prep_kernel import KdaParallelPrepKey, KimiDeltaAttentionParallelPrep
+    from cudnn.linear_attention.kda.chunk_parallel_prep_tc_kernel import KimiDeltaAttentionParallelPrepTc
+
+    key = KdaParallelPrepKey(head_dim=128, g_dtype="Float32", beta_dtype="Float32", l2norm=True, varlen=True, warpgroups=2, fast_exp=True, restructured=True)
+    assert isinstance(KimiDeltaAttentionParallelPrep.for_key(key)(key), KimiDeltaAttentionParallelPrepTc)
+    plan = _plan()
+    set_parallel_options(plan, "tc")
+    plan.check_support()
+    with keep_artifacts(tmp_path) as ptx:
+        plan.compile()
+        text = ptx()
+    names = kernel_symbols(text)
+    assert sum("chunk_parallel_prep_tc" in n for n in names) == 1 and all(n.startswith("cudnn_") for n in names), names
+    prep = _ptx_of(tmp_path, "chunk_parallel_prep_tc")
+    assert ".reqntid 256, 1, 1" in prep and ".minnctapersm 2" in prep
+    mma = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32\.bf16\.bf16[^;]*p, 1,\s*1, 0, (\d);", prep)
+    assert len(mma) == 80 == prep.count("wgmma.mma_async") and mma.count("1") == 16, mma
+    assert prep.count("st.shared.v4.b32") >= 36 and "st.shared.b16" not in prep and "st.shared.u16" not in prep
+    assert prep.count("ex2.approx.ftz.f32") >= 224 and prep.count("cp.async.cg.shared.global") == 4
+    assert len(re.findall(r"bar\.sync\s+0;", prep)) == 18 and not re.findall(r"bar\.sync\s+[1-9]", prep)
+    assert "ld.local" not in text and "st.local" not in text and all(f == 0 for f in frame_sizes(tmp_path))
+
+    # K = 64, dense, bf16 g, no L2 norm (V past T Diag(beta) instead of over K'_I): the prep kernel alone
+    import cuda.bindings.driver as cuda
+    import cutlass.cute as cute
+    from cutlass import Float32, Int32, Int64
+
+    from cudnn.linear_attention._host.chunk_parallel import fake_workspace_pointers
+    from cudnn.linear_attention._host.launch import fake_gmem_ptr as fp
+
+    key64 = KdaParallelPrepKey(
+        head_dim=64, g_dtype="BFloat16", beta_dtype="Float32", l2norm=False, varlen=False, warpgroups=2, fast_exp=True, restructured=True
+    )
+    ptrs = [fp("BFloat16", 16), fp("BFloat16", 16), fp("BFloat16", 16), fp("BFloat16", 2), fp("Float32", 2), None]
+    d64 = tmp_path / "d64"
+    with keep_artifacts(d64) as ptx64:
+        cute.compile(
+            KimiDeltaAttentionParallelPrep.for_key(key64)(key64),
+            *ptrs,
+            *fake_workspace_pointers(),
+            *[Int32(8)] * 7,
+            Float32(1.0),
+            *[(Int64(8), Int64(8))] * 3,
+            cuda.CUstream(0),
+        )
+        text64 = ptx64()
+    assert text64.count("wgmma.mma_async") == 40 and text64.count("cp.async.cg.shared.global") == 2 and "st.shared.b16" not in text64
+    assert "ld.local" not in text64 and all(f == 0 for f in frame_sizes(d64))

@@ -100,6 +100,10 @@ def fake_workspace_pointers() -> list:
 #:   register-operand state pass. (``fx``: KDA only; GDN's prep key has no ``fast_exp``.)
 #: - ``rso`` / ``wg2-rso`` / ``wg2fx-rso``: as ``rs`` with the output fused into the state pass
 #:   (``KdaParallelStateKey.fuse_out``: two launches, no h / vnt traffic). Expected bitwise the default (tested).
+#: - ``tc`` (KDA): the restructured two-warpgroup prep kernel (``kda/chunk_parallel_prep_tc_kernel.py``, selected by
+#:   ``KdaParallelPrepKey.restructured``, with ``warpgroups = 2`` and ``fast_exp``): gates as log2, one vectorized element pass, K'_I for the live rows
+#:   only, the solve by all 256 threads, beta folded into the inverse and MN-major B operands for U and W. Rounding-level
+#:   changes only (tested against the fp32 recurrence); ``tc-s3`` adds the three-stage state pass.
 PARALLEL_VARIANTS = {
     "wg2": {"prep": {"warpgroups": 2}},
     "wg2fx": {"prep": {"warpgroups": 2, "fast_exp": True}},
@@ -110,6 +114,8 @@ PARALLEL_VARIANTS = {
     "rso": {"state": {"reg_operands": True, "fuse_out": True}},
     "wg2-rso": {"prep": {"warpgroups": 2}, "state": {"reg_operands": True, "fuse_out": True}},
     "wg2fx-rso": {"prep": {"warpgroups": 2, "fast_exp": True}, "state": {"reg_operands": True, "fuse_out": True}},
+    "tc": {"prep": {"warpgroups": 2, "fast_exp": True, "restructured": True}},
+    "tc-s3": {"prep": {"warpgroups": 2, "fast_exp": True, "restructured": True}, "state": {"stages": 3}},
 }
 
 

@@ -83,6 +83,10 @@ class KdaParallelPrepKey:
     #: the chunk in flight at once). Same values by the same operations: bitwise the default's outputs (with
     #: ``fast_exp``: the default's ``fast_exp`` outputs). Not combined with ``prefetch`` or ``two_per_sm``.
     warpgroups: int = 1
+    #: Opt-in (default False): the restructured two-warpgroup prep kernel (``chunk_parallel_prep_tc_kernel.py``, the
+    #: ``tc`` variant; needs ``warpgroups = 2`` and ``fast_exp``): gates as log2, one vectorized element pass, the solve
+    #: by all 256 threads, beta folded into the inverse. Rounding-level changes only (FA-rule tests).
+    restructured: bool = False
 
 
 def _aliased_storage(l_ck, l_kc, l_cc, d):
@@ -121,6 +125,10 @@ class KimiDeltaAttentionParallelPrep:
     @staticmethod
     def for_key(key: KdaParallelPrepKey):
         """The kernel class that implements ``key`` (``warpgroups = 2``: the two-warpgroup variant's module)."""
+        if key.restructured:
+            from .chunk_parallel_prep_tc_kernel import KimiDeltaAttentionParallelPrepTc
+
+            return KimiDeltaAttentionParallelPrepTc
         if key.warpgroups == 2:
             from .chunk_parallel_prep_wg2_kernel import KimiDeltaAttentionParallelPrepWg2
 

@@ -1,0 +1,436 @@
+"""Kimi Delta Attention forward, chunk-parallel schedule, kernel 1 of 3 (prep), restructured for instruction count: the
+opt-in ``tc`` variant (``_host/chunk_parallel.py::PARALLEL_VARIANTS``; key ``restructured`` with ``warpgroups = 2`` and
+``fast_exp``, routed by ``KdaParallelPrepKey.for_key``). Same contract and the same workspace outputs as
+``chunk_parallel_prep_kernel.py`` (``-Wm``, ``U``, ``(K exp(G_C - G))^T``, ``scale Q exp(G)``, ``P``, ``exp(G_C)``), read
+by the unchanged state pass and output kernel; values equal the default's up to rounding (not bitwise: tests hold it to
+the FlashAttention tolerance against the fp32 recurrence). sm_90a, CuTe DSL, WGMMA, 256 threads (two warpgroups).
+
+Why. The round-1 prep kernels spend their instructions on per-element scalar work (SASS of ``wg2fx``, K = 128, per
+phase: step 2 -- q / k scaling, five decayed copies stored element by element into swizzled shared memory, two of
+them transposed -- about 5,200 of 14,000 static instructions; step 3's K'_I formation about 580 per 16-row block with
+a branch per element; the SIMT solve about 5,000 dynamic instructions per thread of one warpgroup in dependent
+shared-memory chains) at 8 warps per SM. Here:
+
+1. gates: g [64, K] is read once (one thread per (channel, token range)), prefix-summed in registers (each range
+   locally, then the earlier ranges' totals added), and stored as ``G log2(e)`` (every later decay is one
+   ``ex2.approx``: no per-exp multiply); the reference rows 16 I + 8 and the last row go to a small table.
+2. one pass per thread over (row = tid / 4, four 16-byte chunks of 8 channels): q, k loaded by 16-byte vectors, the
+   L2 norm over the row by two shuffles, three exps per element (``exp2(G - G_ref)``, ``exp2(G)``,
+   ``exp2(G_C - G)``) shared by q and k, and every bf16 result written 16 bytes at a time (``st.shared.v4``,
+   conflict-free: the chunk order alternates parity with the row, against the 128-byte swizzle): Q' and K' (the A
+   operands of step 3), K exp(G) (the B operand of W, row-major: no transposed store), ``scale Q exp(G)`` to the
+   workspace, and ``(K exp(G_C - G))^T`` to the workspace straight from registers (the old step 6). This thread's
+   G and k stay in registers for step 3.
+3. per 16-row block I: K'_I = K exp(G_r - G) for the rows that can be nonzero only (rows <= 16 I + 15; the rows
+   after were zeroed once in step 2), from registers; warpgroup 0 forms A = K' K'_I^T, warpgroup 1 P = Q' K'_I^T
+   (WGMMA, as the default). V is then fetched by cp.async into the dead K'_I tile while the solve runs.
+4. ``T = (I + A)^-1`` in fp32 by all 256 threads: the four diagonal 16 x 16 blocks by forward substitution with
+   the column in registers (64 threads, fully unrolled, A read by broadcast), then the off-diagonal blocks band by
+   band, ``T[I, J] = -T[I, I] sum_{K=J}^{I-1} A[I, K] T[K, J]`` (every band's blocks at once: one output element per
+   thread and block, six barriers); then ``bf16(T Diag(beta))`` (beta folded into the inverse's columns).
+5. WGMMA with MN-major B operands read straight from the row-major tiles: warpgroup 0 ``U = (T Diag(beta)) V``,
+   warpgroup 1 ``-Wm = -(T Diag(beta)) (K exp(G))``.
+
+Shared memory (K = 128, about 102 KB): G, later A (fp32, rows 16-byte aligned); Q' | K' | K'_I, later T, the
+solve's band scratch, T Diag(beta) and V; K exp(G); small tables. Grid ``[slots, H]``, 256 threads. Runtime extents and
+strides are kernel arguments (Rule 4). Two CTAs per SM (``MIN_BLOCKS``: ptxas keeps it at 124 registers, no spill).
+Tests: ``tests/test_kda_parallel_gpu.py -k tc_variant``, compile-only ``tests/test_parallel_variants_compile.py -k
+tc_prep``; per-kernel time: ``benchmarks/linear_attention_kernels.py --family kda --variants par-wg2fx,par-tc``.
+"""
+
+from __future__ import annotations
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+import cutlass.utils.hopper_helpers as sm90_utils
+from cutlass import BFloat16, Float32, Int32, Int64, const_expr
+from cutlass.cute.nvgpu import cpasync, warpgroup
+
+from .._device.chunk_parallel import acc_to_gmem, make_ws_views, slot_chunk
+from .._device.delta_rule import BV, CHUNK, L2NORM_EPS, SOLVE_BLOCK, THREADS, VEC, k_major_smem_layout, make_mma_n64, make_qkvo_views
+from .._device.delta_rule import smem_ready as _smem_ready
+from .._device.delta_rule import wgmma as _wgmma
+from .chunk_fwd_kernel import REF_OFFSET
+
+WARPGROUPS = 2
+NTHREADS = WARPGROUPS * THREADS
+MIN_BLOCKS = 2  # two CTAs (16 warps) per SM: about 102 KB of shared memory each at K = 128, registers capped at 128
+LOG2E = 1.4426950408889634
+A_STRIDE = CHUNK + 4  # fp32 rows of A and T: 16-byte aligned (vector reads of T)
+NREF = CHUNK // SOLVE_BLOCK + 1  # reference rows 16 I + 8 (I = 0..3) and the chunk's last row (G_C)
+T_BYTES = CHUNK * A_STRIDE * 4
+Y_BYTES = (CHUNK // SOLVE_BLOCK - 1) * SOLVE_BLOCK * SOLVE_BLOCK * 4
+TM_OFF = 20 * 1024  # byte offset of T Diag(beta) (bf16, swizzled) in the Q' | K' | K'_I region, after T and Y
+assert T_BYTES + Y_BYTES <= TM_OFF
+
+
+def _transpose_view(a: cute.Tensor) -> cute.Tensor:
+    """Layout algebra only: (rows, cols) -> (cols, rows) of a shared-memory tile (the row-major V / K exp(G) tiles as
+    the MN-major B operands of U and W, as the attention kernels read V)."""
+    return cute.composition(a, cute.make_ordered_layout((a.shape[1], a.shape[0]), order=(1, 0)))
+
+
+class KimiDeltaAttentionParallelPrepTc:
+    """Kernel 1 of the chunk-parallel KDA forward, restructured (``KdaParallelPrepKey.restructured``)."""
+
+    def __init__(self, key):
+        assert key.head_dim in (64, 128) and key.warpgroups == WARPGROUPS and key.fast_exp and key.restructured
+        assert not key.two_per_sm and not key.prefetch, "the tc prep kernel takes neither two_per_sm nor prefetch"
+        self.key = key
+        self.D = key.head_dim
+
+    @cute.jit
+    def __call__(
+        self,
+        q_ptr: cute.Pointer,
+        k_ptr: cute.Pointer,
+        v_ptr: cute.Pointer,
+        g_ptr: cute.Pointer,
+        beta_ptr: cute.Pointer,
+        cu_ptr: cute.Pointer | None,
+        w_ptr: cute.Pointer,
+        u_ptr: cute.Pointer,
+        kd_ptr: cute.Pointer,
+        qg_ptr: cute.Pointer,
+        p_ptr: cute.Pointer,
+        ge_ptr: cute.Pointer,
+        vnt_ptr: cute.Pointer,
+        h_ptr: cute.Pointer,
+        rf_ptr: cute.Pointer,
+        T: Int32,
+        n_seqs: Int32,
+        seq_len: Int32,  # dense: L; varlen: unused
+        chunks_per_seq: Int32,  # dense: ceil(L / 64); varlen: unused
+        slots: Int32,
+        heads: Int32,
+        qk_heads: Int32,
+        scale: Float32,
+        q_strides: tuple[Int64, Int64],
+        k_strides: tuple[Int64, Int64],
+        v_strides: tuple[Int64, Int64],
+        stream: cuda.CUstream,
+    ):
+        D = self.D
+        gQ, gK, gV, _ = make_qkvo_views(q_ptr, k_ptr, v_ptr, v_ptr, T, heads, qk_heads, q_strides, k_strides, v_strides, v_strides, D)
+        mG = cute.make_tensor(g_ptr, cute.make_layout((T, heads, D), stride=(Int64(heads) * D, D, 1)))
+        mB = cute.make_tensor(beta_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
+        mCu = None
+        if const_expr(self.key.varlen):
+            mCu = cute.make_tensor(cu_ptr, cute.make_layout((n_seqs + 1,)))
+        ws = make_ws_views(w_ptr, u_ptr, kd_ptr, qg_ptr, p_ptr, ge_ptr, vnt_ptr, h_ptr, rf_ptr, slots, heads, D)
+
+        mma_n64 = make_mma_n64()  # A = K' K'_I^T, P = Q' K'_I^T: both operands K-major
+        mma_mn = sm90_utils.make_trivial_tiled_mma(  # U, W: B (V, K exp G) read MN-major from the row-major tiles
+            BFloat16, BFloat16, warpgroup.OperandMajorMode.K, warpgroup.OperandMajorMode.MN, Float32, atom_layout_mnk=(1, 1, 1), tiler_mn=(64, 64)
+        )
+        l_ck = k_major_smem_layout(CHUNK, D)  # [tokens, K]: Q', K', K'_I, K exp(G), V
+        l_cc = k_major_smem_layout(CHUNK, CHUNK)  # T Diag(beta)
+        tile_bytes = cute.cosize(l_ck) * 2
+        v_off = 2 * tile_bytes if D == 128 else TM_OFF + 8 * 1024  # V over K'_I (K = 128) or after T Diag(beta)
+        pad = max(v_off + tile_bytes - 3 * tile_bytes, 1024)  # the region after K'_I that V (K = 64) reaches into
+
+        @cute.struct
+        class SharedStorage:
+            smem_g: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK * (D + 4)], 1024]  # G log2(e), then A
+            smem_qr: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]  # Q', then T | Y | Tm
+            smem_w: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]  # K'
+            smem_kr: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]  # K'_I, then V
+            smem_pad: cute.struct.Align[cute.struct.MemRange[BFloat16, pad // 2], 1024]
+            smem_ke: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]  # K exp(G)
+            smem_ref: cute.struct.Align[cute.struct.MemRange[Float32, NREF * D], 16]
+            smem_tot: cute.struct.Align[cute.struct.MemRange[Float32, NTHREADS], 16]
+            smem_beta: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]
+
+        self.kernel(
+            gQ, gK, gV, mG, mB, mCu, ws, n_seqs, seq_len, chunks_per_seq, heads, qk_heads, scale, mma_n64, mma_mn, l_ck, l_cc, v_off, SharedStorage
+        ).launch(
+            grid=[slots, heads, 1],
+            block=[NTHREADS, 1, 1],
+            smem=SharedStorage.size_in_bytes(),
+            stream=stream,
+            min_blocks_per_mp=MIN_BLOCKS,
+            preferred_smem_carveout=100,  # the maximum carveout: room for two CTAs (and no device query at compile time)
+        )
+
+    @cute.kernel
+    def kernel(
+        self,
+        gQ: cute.Tensor,
+        gK: cute.Tensor,
+        gV: cute.Tensor,
+        mG: cute.Tensor,
+        mB: cute.Tensor,
+        mCu: cute.Tensor | None,
+        ws: tuple,
+        n_seqs: Int32,
+        seq_len: Int32,
+        chunks_per_seq: Int32,
+        heads: Int32,
+        qk_heads: Int32,
+        scale: Float32,
+        mma_n64: cute.TiledMma,
+        mma_mn: cute.TiledMma,
+        l_ck: cute.ComposedLayout,
+        l_cc: cute.ComposedLayout,
+        v_off: cutlass.Constexpr,
+        SharedStorage: cutlass.Constexpr,
+    ):
+        D = self.D
+        NM = D // 32  # 16-byte chunks of a row per thread (four threads per row)
+        NH = D // BV
+        PARTS = NTHREADS // D  # step 1: token ranges per key channel
+        SPAN = CHUNK // PARTS
+        NB = CHUNK // SOLVE_BLOCK
+        mW, mU, mKD, mQG, mP, mGE, _, _, _ = ws
+        tidx, _, _ = cute.arch.thread_idx()
+        slot, head, _ = cute.arch.block_idx()
+        hk = head // (heads // qk_heads)
+        _, t0, n_valid = slot_chunk(mCu, slot, n_seqs, seq_len, chunks_per_seq, self.key.varlen)
+        wg = cute.arch.make_warp_uniform(tidx // THREADS)
+        wq = cute.arch.make_warp_uniform((tidx % THREADS) // 32)  # warp in the warpgroup
+        lt = tidx % THREADS
+
+        smem = cutlass.utils.SmemAllocator()
+        storage = smem.allocate(SharedStorage)
+        sG = storage.smem_g.get_tensor(cute.make_layout((CHUNK, D), stride=(D + 4, 1)))
+        sA = storage.smem_g.get_tensor(cute.make_layout((CHUNK, CHUNK), stride=(A_STRIDE, 1)))  # over G, from step 3
+        sQr = storage.smem_qr.get_tensor(l_ck.outer, swizzle=l_ck.inner)
+        sW = storage.smem_w.get_tensor(l_ck.outer, swizzle=l_ck.inner)
+        sKR = storage.smem_kr.get_tensor(l_ck.outer, swizzle=l_ck.inner)
+        sKE = storage.smem_ke.get_tensor(l_ck.outer, swizzle=l_ck.inner)
+        region = storage.smem_qr.data_ptr()  # Q' | K' | K'_I | pad: dead after step 3
+        scratch = cute.recast_ptr(region, dtype=Float32)
+        sT = cute.make_tensor(scratch, cute.make_layout((CHUNK, CHUNK), stride=(A_STRIDE, 1)))
+        sY = cute.make_tensor(
+            scratch + CHUNK * A_STRIDE, cute.make_layout((NB - 1, SOLVE_BLOCK, SOLVE_BLOCK), stride=(SOLVE_BLOCK * SOLVE_BLOCK, SOLVE_BLOCK, 1))
+        )
+        sTm = cute.make_tensor(cute.recast_ptr(region + TM_OFF // 2, l_cc.inner, dtype=BFloat16), l_cc.outer)
+        sV = cute.make_tensor(cute.recast_ptr(region + v_off // 2, l_ck.inner, dtype=BFloat16), l_ck.outer)
+        sRef = storage.smem_ref.get_tensor(cute.make_layout((NREF, D), stride=(D, 1)))
+        sTot = storage.smem_tot.get_tensor(cute.make_layout((PARTS, D), stride=(D, 1)))
+        sBeta = storage.smem_beta.get_tensor(cute.make_layout((CHUNK,)))
+
+        # 16-byte views: [rows, chunks of 8 channels]
+        sGv = cute.zipped_divide(sG, (1, VEC))
+        sRefv = cute.zipped_divide(sRef, (1, VEC))
+        sQrv = cute.zipped_divide(sQr, (1, VEC))
+        sWv = cute.zipped_divide(sW, (1, VEC))
+        sKRv = cute.zipped_divide(sKR, (1, VEC))
+        sKEv = cute.zipped_divide(sKE, (1, VEC))
+        sVv = cute.zipped_divide(sV, (1, VEC))
+        sTv = cute.zipped_divide(sT, (1, VEC))
+        sTmv = cute.zipped_divide(sTm, (1, VEC))
+        sBetav = cute.zipped_divide(sBeta, (VEC,))
+
+        wg64 = mma_n64.get_slice(0)
+        kl_A = wg64.make_fragment_A(wg64.partition_A(sW))
+        qr_A = wg64.make_fragment_A(wg64.partition_A(sQr))
+        kr_B = wg64.make_fragment_B(wg64.partition_B(sKR))
+        acc = cute.make_rmem_tensor(wg64.partition_shape_C((CHUNK, CHUNK)), Float32)
+        c64 = mma_n64.get_slice(lt).partition_C(cute.make_identity_tensor((CHUNK, CHUNK)))
+
+        row = tidx // 4  # steps 2, 3 and 4c: four threads per row, lanes 4r..4r+3 of one warp
+        j4 = tidx % 4
+        if n_valid > 0:  # idle slots (past their sequence's last chunk) do nothing
+            last = t0 + n_valid - 1
+            t_row = min(t0 + row, last)
+            # this thread's q / k chunks (rows past the end re-read the last row and are zeroed by keep): in flight
+            # during step 1
+            qbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NM)), BFloat16)
+            kbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NM)), BFloat16)
+            for m in cutlass.range_constexpr(NM):
+                ch = 2 * j4 + (m % 2) + 8 * (m // 2)
+                cute.autovec_copy(gQ[(None, None, None), (t_row, hk, ch)], qbuf[None, None, None, m])
+                cute.autovec_copy(gK[(None, None, None), (t_row, hk, ch)], kbuf[None, None, None, m])
+
+            # ---- 1. g -> G log2(e) (per-range prefix sums in registers), reference rows, beta, exp(G_C) ---------------
+            gcol = tidx % D
+            part = tidx // D
+            gbuf = cute.make_rmem_tensor(cute.make_layout((SPAN,)), Float32)
+            for j in cutlass.range_constexpr(SPAN):
+                gbuf[j] = mG[min(t0 + part * SPAN + j, last), head, gcol].to(Float32)
+            cum = Float32(0.0)
+            for j in cutlass.range_constexpr(SPAN):
+                gj = gbuf[j]
+                if part * SPAN + j >= n_valid:
+                    gj = Float32(0.0)
+                cum = cum + gj
+                gbuf[j] = cum
+            sTot[part, gcol] = cum
+            if tidx < CHUNK:
+                bv = Float32(0.0)
+                b_ld = mB[min(t0 + tidx, last), head].to(Float32)
+                if tidx < n_valid:
+                    bv = b_ld
+                sBeta[tidx] = bv
+            cute.arch.sync_threads()
+            base = Float32(0.0)
+            for p in cutlass.range_constexpr(PARTS - 1):
+                if p < part:
+                    base = base + sTot[p, gcol]
+            for j in cutlass.range_constexpr(SPAN):
+                gl = (base + gbuf[j]) * LOG2E
+                sG[part * SPAN + j, gcol] = gl
+                if const_expr(j % SOLVE_BLOCK == REF_OFFSET):
+                    sRef[(part * SPAN + j) // SOLVE_BLOCK, gcol] = gl
+            if part == PARTS - 1:
+                sRef[NB, gcol] = (base + gbuf[SPAN - 1]) * LOG2E
+                mGE[slot, head, gcol] = cute.math.exp(base + gbuf[SPAN - 1])  # the state pass's exp(G_C): precise
+            cute.arch.sync_threads()
+
+            # ---- 2. one pass over this thread's 4 x 8 elements of its row ------------------------------------------
+            keep = Float32(0.0)
+            if row < n_valid:
+                keep = Float32(1.0)
+            inv_q = keep
+            inv_k = keep
+            if const_expr(self.key.l2norm):
+                sq = Float32(0.0)
+                sk = Float32(0.0)
+                for m in cutlass.range_constexpr(NM):
+                    for e in cutlass.range_constexpr(VEC):
+                        xq = qbuf[0, 0, e, m].to(Float32)
+                        xk = kbuf[0, 0, e, m].to(Float32)
+                        sq = sq + xq * xq
+                        sk = sk + xk * xk
+                sq = sq + cute.arch.shuffle_sync_bfly(sq, offset=1)
+                sk = sk + cute.arch.shuffle_sync_bfly(sk, offset=1)
+                sq = sq + cute.arch.shuffle_sync_bfly(sq, offset=2)
+                sk = sk + cute.arch.shuffle_sync_bfly(sk, offset=2)
+                inv_q = keep * cute.math.rsqrt(sq + Float32(L2NORM_EPS))
+                inv_k = keep * cute.math.rsqrt(sk + Float32(L2NORM_EPS))
+            gkeep = cute.make_rmem_tensor(cute.make_layout((1, VEC, NM)), Float32)  # G of this thread's elements (step 3)
+            kkeep = cute.make_rmem_tensor(cute.make_layout((1, VEC, NM)), BFloat16)  # bf16 K (normalised, masked)
+            obuf = cute.make_rmem_tensor(cute.make_layout((1, VEC)), BFloat16)
+            kdbuf = cute.make_rmem_tensor(cute.make_layout((1, VEC)), BFloat16)
+            gQGv = cute.zipped_divide(mQG[slot, head, None, None], (1, VEC))
+            zero8 = cute.make_rmem_tensor(cute.make_layout((1, VEC)), BFloat16)
+            zero8.fill(0.0)
+            rblk = row // SOLVE_BLOCK
+            for m in cutlass.range_constexpr(NM):
+                ch = 2 * j4 + (m % 2) + 8 * (m // 2)
+                g = sGv[(None, None), (row, ch)].load()
+                e_ref = cute.math.exp2(g - sRefv[(None, None), (rblk, ch)].load(), fastmath=True)
+                e_g = cute.math.exp2(g, fastmath=True)
+                e_c = cute.math.exp2(sRefv[(None, None), (NB, ch)].load() - g, fastmath=True)
+                qn = (qbuf[None, None, None, m].load().reshape((1, VEC)).to(Float32) * inv_q).to(BFloat16).to(Float32)
+                kb = (kbuf[None, None, None, m].load().reshape((1, VEC)).to(Float32) * inv_k).to(BFloat16)
+                kn = kb.to(Float32)
+                sQrv[(None, None), (row, ch)].store((qn * e_ref).to(BFloat16))
+                sWv[(None, None), (row, ch)].store((kn * e_ref).to(BFloat16))
+                sKEv[(None, None), (row, ch)].store((kn * e_g).to(BFloat16))
+                obuf.store((qn * (e_g * scale)).to(BFloat16))
+                cute.autovec_copy(obuf, gQGv[(None, None), (row, ch)])
+                kdbuf.store((kn * e_c).to(BFloat16))
+                for e in cutlass.range_constexpr(VEC):  # (K exp(G_C - G))^T: [channel % 64, token, channel / 64]
+                    col = ch * VEC + e
+                    mKD[slot, head, col % BV, row, col // BV] = kdbuf[0, e]
+                gkeep[None, None, m].store(g)
+                kkeep[None, None, m].store(kb)
+                if row >= SOLVE_BLOCK:  # K'_I rows after block I stay zero (block I writes rows <= 16 I + 15 only)
+                    cute.autovec_copy(zero8, sKRv[(None, None), (row, ch)])
+
+            # ---- 3. by 16-row blocks: K'_I (live rows), then A (warpgroup 0) and P (warpgroup 1) at once ----------
+            for bi in cutlass.range_constexpr(NB):
+                if row < (bi + 1) * SOLVE_BLOCK:
+                    for m in cutlass.range_constexpr(NM):
+                        ch = 2 * j4 + (m % 2) + 8 * (m // 2)
+                        e_r = cute.math.exp2(sRefv[(None, None), (bi, ch)].load() - gkeep[None, None, m].load(), fastmath=True)
+                        sKRv[(None, None), (row, ch)].store((kkeep[None, None, m].load().to(Float32) * e_r).to(BFloat16))
+                _smem_ready()
+                # the m64 accumulator's rows 16 w .. 16 w + 15 live in warp w of the warpgroup: block bi's rows are warp
+                # bi's (one warp-uniform branch; the triangle masks are selects)
+                if wg == 0:
+                    _wgmma(mma_n64, acc, kl_A, kr_B, True)
+                    if wq == bi:
+                        for i in cutlass.range_constexpr(cute.size(acc)):
+                            rc = c64[i]
+                            a_val = acc[i] * sBeta[rc[0]]
+                            if rc[0] <= rc[1]:
+                                a_val = Float32(0.0)
+                            sA[rc[0], rc[1]] = a_val
+                else:
+                    _wgmma(mma_n64, acc, qr_A, kr_B, True)
+                    if wq == bi:
+                        for i in cutlass.range_constexpr(cute.size(acc)):
+                            rc = c64[i]
+                            p_val = acc[i] * scale
+                            if rc[0] < rc[1]:
+                                p_val = Float32(0.0)
+                            mP[slot, head, rc[0], rc[1]] = p_val.to(BFloat16)
+                cute.arch.sync_threads()
+
+            # V -> shared (over K'_I) by cp.async, in flight during the solve (rows past the end: the last row; beta = 0)
+            cp_atom = cute.make_copy_atom(cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL), BFloat16, num_bits_per_copy=128)
+            for m in cutlass.range_constexpr(NM):
+                ch = 2 * j4 + (m % 2) + 8 * (m // 2)
+                src = gV[(None, None, None), (t_row, head, ch)]
+                dst = sVv[(None, None), (row, ch)]
+                cute.copy(cp_atom, cute.make_tensor(src.iterator, cute.make_layout(VEC)), cute.make_tensor(dst.iterator, cute.make_layout(VEC)))
+            cute.arch.cp_async_commit_group()
+
+            # ---- 4a. diagonal blocks of T = (I + A)^-1: one column per thread, in registers -------------------------
+            if tidx < CHUNK:
+                b0 = (tidx // SOLVE_BLOCK) * SOLVE_BLOCK
+                cc = tidx % SOLVE_BLOCK
+                xcol = cute.make_rmem_tensor(cute.make_layout((SOLVE_BLOCK,)), Float32)
+                for i in cutlass.range_constexpr(SOLVE_BLOCK):
+                    acc_t = Float32(0.0)
+                    for j in cutlass.range_constexpr(i):
+                        acc_t = acc_t - sA[b0 + i, b0 + j] * xcol[j]
+                    if cc == i:
+                        acc_t = Float32(1.0)
+                    xcol[i] = acc_t
+                for i in cutlass.range_constexpr(SOLVE_BLOCK):
+                    sT[b0 + i, b0 + cc] = xcol[i]
+            cute.arch.sync_threads()
+
+            # ---- 4b. off-diagonal blocks band by band: T[I, J] = -T[I, I] sum_{K=J}^{I-1} A[I, K] T[K, J] ------------
+            ri = tidx // SOLVE_BLOCK
+            ci = tidx % SOLVE_BLOCK
+            for band in cutlass.range_constexpr(1, NB):
+                for bI in cutlass.range_constexpr(band, NB):
+                    bJ = bI - band
+                    y = Float32(0.0)
+                    for kk in cutlass.range_constexpr(bJ * SOLVE_BLOCK, bI * SOLVE_BLOCK):
+                        y = y + sA[bI * SOLVE_BLOCK + ri, kk] * sT[kk, bJ * SOLVE_BLOCK + ci]
+                    sY[bI - band, ri, ci] = y
+                cute.arch.sync_threads()
+                for bI in cutlass.range_constexpr(band, NB):
+                    bJ = bI - band
+                    t_v = Float32(0.0)
+                    for mm in cutlass.range_constexpr(SOLVE_BLOCK):
+                        t_v = t_v + sT[bI * SOLVE_BLOCK + ri, bI * SOLVE_BLOCK + mm] * sY[bI - band, mm, ci]
+                    sT[bI * SOLVE_BLOCK + ri, bJ * SOLVE_BLOCK + ci] = -t_v
+                cute.arch.sync_threads()
+
+            # ---- 4c. T Diag(beta) -> bf16 (zero above the diagonal blocks) --------------------------------------------
+            tmbuf = cute.make_rmem_tensor(cute.make_layout((1, VEC)), BFloat16)
+            for s in cutlass.range_constexpr(CHUNK * CHUNK // (NTHREADS * VEC)):
+                ch = 2 * j4 + s
+                if ch // 2 > row // SOLVE_BLOCK:
+                    cute.autovec_copy(zero8, sTmv[(None, None), (row, ch)])
+                else:
+                    tmbuf.store((sTv[(None, None), (row, ch)].load() * sBetav[None, ch].load().reshape((1, VEC))).to(BFloat16))
+                    cute.autovec_copy(tmbuf, sTmv[(None, None), (row, ch)])
+            cute.arch.cp_async_wait_group(0)
+            _smem_ready()
+
+            # ---- 5. warpgroup 0: U = (T Diag(beta)) V (fp32); warpgroup 1: -Wm = -(T Diag(beta)) (K exp G) (bf16) ------
+            wgmn = mma_mn.get_slice(0)
+            tm_A = wgmn.make_fragment_A(wgmn.partition_A(sTm))
+            if wg == 0:
+                sVt = _transpose_view(sV)
+                for vb in cutlass.range_constexpr(NH):
+                    v_B = wgmn.make_fragment_B(wgmn.partition_B(cute.local_tile(sVt, (BV, CHUNK), (vb, 0))))
+                    _wgmma(mma_mn, acc, tm_A, v_B, True)
+                    acc_to_gmem(cute.local_tile(mU[slot, head, None, None], (CHUNK, BV), (0, vb)), acc, c64, False, False)
+            else:
+                sKEt = _transpose_view(sKE)
+                for h in cutlass.range_constexpr(NH):
+                    ke_B = wgmn.make_fragment_B(wgmn.partition_B(cute.local_tile(sKEt, (BV, CHUNK), (h, 0))))
+                    _wgmma(mma_mn, acc, tm_A, ke_B, True)
+                    acc_to_gmem(cute.local_tile(mW[slot, head, None, None], (CHUNK, BV), (0, h)), acc, c64, True, False)
+
+    kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
