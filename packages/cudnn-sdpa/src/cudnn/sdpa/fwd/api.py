@@ -86,6 +86,13 @@ EXP2_EMU_DEFAULT = 0
 #: ``tile_n=None`` on an unmasked, unpaged, unpacked d = 128 / 128 plan takes this key tile when nonzero (0: tile_config's
 #: 128): 192 (FA4's sm90 choice), d128 non-causal s4k 626 vs 611, s8k 655 vs 604 (176: 596 / 616).
 TILE_N_NONCAUSAL_D128_DEFAULT = 192
+#: ``fast_guard=None`` means FAST_GUARD_DEFAULT (host only, not a compile-key field): a repeated execute() checks its
+#: tensors' metadata with one C++ call (torch's dynamo ``TensorGuards``: dtype, device, dispatch keys, sizes and strides
+#: of every tensor argument at once) against the layout that repeated last instead of building and comparing the
+#: metadata tuple in Python (Python side of a plain call 2.5 -> 1.5 us on the 2-core CPU dev host, THD 3.5 -> 2.6;
+#: benchmarks/sdpa_fwd.py --overhead has the GPU-host rows). One guard per layout, built on its first repeat (~4 us).
+#: The memo and the full validation are unchanged behind it. Off until the H200 A/B.
+FAST_GUARD_DEFAULT = False
 #: This family's CuTe DSL runtime floor (mirrors cudnn.sdpa.CUTEDSL_MIN_VERSION; kept here so api.py needs no package import).
 _DSL_FLOOR = "4.8.0"
 
@@ -116,6 +123,9 @@ class SdpaFwdSm90(APIBase):
     the same); ``persistent_pairs`` (persistent plans: each CTA takes query blocks M - 1 - j and j of one head back to
     back, so the static stride deals equal causal work to every CTA); ``exp2_emu`` (N > 0: one exponential in N per row of
     the unmasked key blocks computed on the FMA pipe instead of MUFU, 7.5e-5 relative error).
+
+    Host-side option (no compile-key field, the same kernel): ``fast_guard`` (execute() checks a repeated call's tensor
+    metadata with one C++ TensorGuards call instead of building the metadata tuple in Python; see :meth:`execute`).
     """
 
     def __init__(
@@ -153,8 +163,10 @@ class SdpaFwdSm90(APIBase):
         mask_r2p: bool | None = None,
         persistent_pairs: bool | None = None,
         exp2_emu: int | None = None,
+        fast_guard: bool | None = None,
     ):
         super().__init__()
+        self.fast_guard = fast_guard  # None: FAST_GUARD_DEFAULT (host-side execute option, see execute)
         self.tile_n = tile_n  # None: tile_config's
         self.packed_cvt = packed_cvt  # None: PACKED_CVT_DEFAULT, or True with tile_n
         self.persistent = persistent  # None: PERSISTENT_DEFAULT for dense / THD plans (not paged, split or pack-GQA)
@@ -179,6 +191,7 @@ class SdpaFwdSm90(APIBase):
         )
         self.key = None
         self._fast = None  # set by compile() (see _prepare_launch)
+        self._guard = None  # fast_guard (see execute)
 
     # ------------------------------------------------------------------------------------------ plan
     @property
@@ -452,9 +465,41 @@ class SdpaFwdSm90(APIBase):
         stream_fn = _current_stream_handle
         if stream_fn is _CURRENT_STREAM_HANDLE:  # (tests may stand a stub in for it) bind core's accessor itself
             from cudnn._torch_stream import current_stream_handle as stream_fn
-        # What a repeated execute() reads with one attribute load: the memo, the stream accessor, the entry kind and a
-        # one-slot list holding the last (metadata, memo entry) pair (a repeated call compares instead of hashing).
-        self._fast = (self._launch_args, stream_fn, self._tvm_ffi, [(None, None)])
+        fast_guard = self.fast_guard if self.fast_guard is not None else FAST_GUARD_DEFAULT
+        if fast_guard not in (True, False):
+            raise ValueError(f"SdpaFwdSm90: fast_guard={self.fast_guard!r} must be True, False or None")
+        # fast_guard is active where this torch has TensorGuards (else execute() is the memo path alone: the same results).
+        self._fast_guard_active = bool(fast_guard) and _tensor_guards() is not None
+        self._guard = None  # fast_guard: the guard of the last repeated call (see _make_guard), replaced as one object
+        self._guards: dict = {}  # fast_guard: metadata tuple -> (its guard or None, guards built for it) (_install_guard)
+        # What a repeated execute() reads with one attribute load: the memo, the stream accessor, the entry kind, a
+        # one-slot list holding the last (metadata, memo entry) pair (a repeated call compares instead of hashing) and
+        # whether fast_guard is active.
+        self._fast = (self._launch_args, stream_fn, self._tvm_ffi, [(None, None)], self._fast_guard_active)
+
+    def _install_guard(self, meta, q, k, v, o, lse, sinks, cu_q, cu_k, max_seqlen_q, workspace, num_splits, page_table, got, dev):
+        """fast_guard: the guard for the layout ``meta`` that just repeated (the memo path's cold branch).
+
+        Guards are built once per layout (about 4 us) and kept by metadata, so a layout coming back reinstalls its guard
+        after checking it passes on this call's tensors (a guard built under another dispatch state, e.g. inference
+        mode, does not): a layout whose guard fails here is rebuilt at most ``_GUARD_BUILDS_MAX`` times, then served by
+        the memo path alone. A TensorGuards that cannot be built turns fast_guard off for the plan."""
+        cache = self._guards
+        guard, builds = cache.get(meta, (None, 0))
+        if guard is not None and _guard_hit(guard, q, k, v, o, lse, sinks, cu_q, cu_k, max_seqlen_q, workspace, num_splits, page_table):
+            return guard
+        if builds >= _GUARD_BUILDS_MAX:
+            return None
+        memo, stream_fn, tvm, last, _ = self._fast
+        guard = _make_guard(q, k, v, o, lse, sinks, cu_q, cu_k, max_seqlen_q, workspace, num_splits, page_table, got, dev, tvm, stream_fn)
+        if guard is None:  # this torch's TensorGuards does not serve: the memo path from now on (no retry per call)
+            self._fast = (memo, stream_fn, tvm, last, False)
+            self._fast_guard_active = False
+            return None
+        if len(cache) >= _LAUNCH_MEMO_MAX:
+            cache.clear()
+        cache[meta] = (guard, builds + 1)
+        return guard
 
     def scratch_workspace_bytes(self) -> int:
         """0, or for a split-KV plan the fp32 partial O and LSE of the declared shapes at the split count execute()
@@ -506,51 +551,87 @@ class SdpaFwdSm90(APIBase):
         The full validation runs once per distinct tensor metadata (shapes, strides, dtypes, devices, which optional
         operands are given, ``max_seqlen_q``); its result, the kernel's scalar arguments, is memoized on the plan, so a
         repeated call reads the metadata, checks the 16-byte alignment of the four TMA base addresses and launches.
+        With ``fast_guard`` a call whose tensors and non-tensor arguments match the layout that repeated last (two calls
+        in a row with one metadata tuple install that layout's guard) skips building the metadata tuple: one C++ check of
+        every tensor's dtype, device, dispatch keys, sizes and strides (torch's ``TensorGuards``) stands in for it, so the
+        memo entry it reuses is the one the full validation produced for exactly this metadata; any other call takes the
+        memo path (and clears the guard, so a changing layout pays one failed check, not one per call).
         """
+        got = None
+        gs = self._guard  # fast_guard: (TensorGuards.check, non-tensor signature or None, memo entry, device, tail, stream accessor)
+        if gs is not None:
+            try:
+                if gs[1] is None and (
+                    lse is None and sinks is None and cu_seqlens_q is None and cu_seqlens_kv is None and max_seqlen_q is None and workspace is None
+                    and num_splits is None and page_table is None
+                ):  # fmt: skip
+                    hit = gs[0](q, k, v, o)  # a plain call on a plain guard of four distinct tensors
+                else:
+                    hit = _guard_hit(gs, q, k, v, o, lse, sinks, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, workspace, num_splits, page_table)
+            except Exception:  # not tensors: the memo path below (and the full validation) names the problem
+                hit = False
+            if hit:
+                tail = gs[4]  # the prebuilt launch arguments of a plain call on the tvm-ffi entry, else None
+                if tail is not None and scale is None and current_stream is None:  # the common call: nothing else to read
+                    qp, kp, vp, op = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()
+                    if (qp | kp | vp | op) & 15:
+                        _raise_misaligned(qp, kp, vp, op)
+                    self._entry(qp, kp, vp, op, *tail, gs[5](gs[3]))
+                    return o
+                got, dev = gs[2], gs[3]
+            else:
+                self._guard = None  # another layout: the memo path until a layout repeats (no stale check per call)
         fast = self._fast
         if fast is None:
             raise RuntimeError("SdpaFwdSm90.execute: call compile() first (or use the adapter as a callable)")
-        memo, stream_fn, tvm, last = fast
-        try:
-            dev = q.get_device()
-            meta = (
-                q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), o.shape, o.stride(),
-                q.dtype, k.dtype, v.dtype, o.dtype, dev, k.get_device(), v.get_device(), o.get_device(),
-            )  # fmt: skip
-            plain = (
-                lse is None and sinks is None and cu_seqlens_q is None and cu_seqlens_kv is None and max_seqlen_q is None and workspace is None
-                and num_splits is None and page_table is None
-            )  # fmt: skip
-            if not plain:  # a longer key: never equal to a plain call's
-                meta += (
-                    None if lse is None else (lse.shape, lse.stride(), lse.dtype, lse.get_device()),
-                    None if sinks is None else (sinks.shape, sinks.stride(), sinks.dtype, sinks.get_device()),
-                    None if cu_seqlens_q is None else (cu_seqlens_q.shape, cu_seqlens_q.stride(), cu_seqlens_q.dtype, cu_seqlens_q.get_device()),
-                    None if cu_seqlens_kv is None else (cu_seqlens_kv.shape, cu_seqlens_kv.stride(), cu_seqlens_kv.dtype, cu_seqlens_kv.get_device()),
-                    max_seqlen_q,
-                    None if workspace is None else (workspace.shape, workspace.dtype, workspace.get_device()),
-                    num_splits,
-                    None if page_table is None else (page_table.shape, page_table.stride(), page_table.dtype, page_table.get_device()),
-                )
-            pair = last[0]  # (metadata, memo entry) of the previous call, replaced as one object (thread-safe)
-            if meta == pair[0]:  # one tuple comparison, no hashing
-                got = pair[1]
-            else:
-                got = memo.get(meta)
-                if got is not None:
+        memo, stream_fn, tvm, last, guard_on = fast
+        if got is None:  # the memo path: the metadata tuple against the last call's, else the memo, else the full validation
+            repeat = False
+            try:
+                dev = q.get_device()
+                meta = (
+                    q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), o.shape, o.stride(),
+                    q.dtype, k.dtype, v.dtype, o.dtype, dev, k.get_device(), v.get_device(), o.get_device(),
+                )  # fmt: skip
+                plain = (
+                    lse is None and sinks is None and cu_seqlens_q is None and cu_seqlens_kv is None and max_seqlen_q is None and workspace is None
+                    and num_splits is None and page_table is None
+                )  # fmt: skip
+                if not plain:  # a longer key: never equal to a plain call's
+                    meta += (
+                        None if lse is None else (lse.shape, lse.stride(), lse.dtype, lse.get_device()),
+                        None if sinks is None else (sinks.shape, sinks.stride(), sinks.dtype, sinks.get_device()),
+                        None if cu_seqlens_q is None else (cu_seqlens_q.shape, cu_seqlens_q.stride(), cu_seqlens_q.dtype, cu_seqlens_q.get_device()),
+                        None if cu_seqlens_kv is None else (cu_seqlens_kv.shape, cu_seqlens_kv.stride(), cu_seqlens_kv.dtype, cu_seqlens_kv.get_device()),
+                        max_seqlen_q,
+                        None if workspace is None else (workspace.shape, workspace.dtype, workspace.get_device()),
+                        num_splits,
+                        None if page_table is None else (page_table.shape, page_table.stride(), page_table.dtype, page_table.get_device()),
+                    )
+                pair = last[0]  # (metadata, memo entry) of the previous call, replaced as one object (thread-safe)
+                if meta == pair[0]:  # one tuple comparison, no hashing
+                    got = pair[1]
+                    repeat = True
+                else:
+                    got = memo.get(meta)
+                    if got is not None:
+                        last[0] = (meta, got)
+            except (AttributeError, TypeError):  # not tensors (or unhashable metadata): the full validation names the problem
+                meta, got, plain, dev = None, None, False, None
+            if got is None:
+                args = _validate(self.key, q, k, v, o, lse, sinks, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, workspace, num_splits, self._sm_count, page_table)
+                # memo entry: (scalars, lse_part_offset, the launch arguments after the four data pointers at the plan's scale
+                # for a call with no optional operand, else None), or _EMPTY
+                got = args if args is _EMPTY else (*args, (None,) * 7 + args[0] + (self._default_scale_log2, *self._window_args) if plain else None)
+                if meta is not None:
+                    if len(memo) >= _LAUNCH_MEMO_MAX:
+                        memo.clear()
+                    memo[meta] = got
                     last[0] = (meta, got)
-        except (AttributeError, TypeError):  # not tensors (or unhashable metadata): the full validation names the problem
-            meta, got, plain, dev = None, None, False, None
-        if got is None:
-            args = _validate(self.key, q, k, v, o, lse, sinks, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, workspace, num_splits, self._sm_count, page_table)
-            # memo entry: (scalars, lse_part_offset, the launch arguments after the four data pointers at the plan's scale
-            # for a call with no optional operand, else None), or _EMPTY
-            got = args if args is _EMPTY else (*args, (None,) * 7 + args[0] + (self._default_scale_log2, *self._window_args) if plain else None)
-            if meta is not None:
-                if len(memo) >= _LAUNCH_MEMO_MAX:
-                    memo.clear()
-                memo[meta] = got
-                last[0] = (meta, got)
+            if repeat and guard_on and got is not _EMPTY:  # this layout repeated: the next call checks its guard first
+                self._guard = self._install_guard(
+                    meta, q, k, v, o, lse, sinks, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, workspace, num_splits, page_table, got, dev
+                )
         if got is _EMPTY:
             return o
         qp, kp, vp, op = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()
@@ -558,8 +639,10 @@ class SdpaFwdSm90(APIBase):
             _raise_misaligned(qp, kp, vp, op)
         if current_stream is None:
             handle = stream_fn(q.get_device() if dev is None else dev)
+        elif type(current_stream) is int:  # a raw handle: what launch_stream_handle returns for it
+            handle = current_stream
         else:
-            handle = _launch_stream_handle(current_stream, q.device)
+            handle = _launch_stream_handle(current_stream)
         args, lse_part_offset, tail = got
         if tail is not None and scale is None and tvm:  # the common call: prebuilt arguments
             self._entry(qp, kp, vp, op, *tail, handle)
@@ -598,6 +681,75 @@ _WS_ALIGN = 128
 _LAUNCH_MEMO_MAX = 64
 #: The memoized launch arguments of an empty problem (nothing to launch).
 _EMPTY = ()
+_TENSOR_GUARDS: list = []
+#: fast_guard: guards built for one layout at most (a layout whose guard keeps failing is served by the memo path alone).
+_GUARD_BUILDS_MAX = 2
+
+
+def _tensor_guards():
+    """torch's C++ tensor-metadata guard class (``torch._C._dynamo.guards.TensorGuards``, the check torch.compile runs
+    on every compiled-frame call), or None where this torch has none (then ``fast_guard`` is inactive)."""
+    if not _TENSOR_GUARDS:
+        try:
+            from torch._C._dynamo.guards import TensorGuards
+        except Exception:  # no dynamo in this torch build
+            TensorGuards = None
+        _TENSOR_GUARDS.append(TensorGuards)
+    return _TENSOR_GUARDS[0]
+
+
+def _make_guard(q, k, v, o, lse, sinks, cu_q, cu_k, max_seqlen_q, workspace, num_splits, page_table, got, dev, tvm, stream_fn):
+    """The fast_guard entry for a call whose metadata the memo path just matched:
+    ``(check, signature, got, dev, tail, stream_fn, aliases, positions)``.
+
+    The call's tensors are q, k, v, o, then the optional ones given, in execute's argument order. ``check`` is
+    ``TensorGuards.check`` built from the distinct ones (``positions`` in that list; TensorGuards rejects a repeated
+    object) with their sizes and strides as static values: it returns True only for tensors with the same dtype, device
+    (type and index, through the dispatch keys), requires_grad, sizes and strides, i.e. the metadata the memo keys on
+    (stricter for the workspace, whose strides the memo does not key on). ``aliases`` lists the (first, later) positions
+    that were one object (``k is v``): a later call must repeat them, so every position is checked. ``signature`` is
+    None for a call with no optional argument and four distinct tensors, else which optional tensors are None plus
+    ``max_seqlen_q`` and ``num_splits`` (the memo's non-tensor key parts). ``tail`` is the memo entry's prebuilt launch
+    arguments for a plain call on the tvm-ffi entry (``got[2]``), else None. Returns None when TensorGuards cannot be
+    built or does not pass on the tensors it was built from (then the memo path serves every call, as without the option)."""
+    opt = (lse, sinks, cu_q, cu_k, workspace, page_table)
+    tensors = [x for x in (q, k, v, o, *opt) if x is not None]
+    positions, aliases = [], []
+    for i, t in enumerate(tensors):
+        first = next((p for p in positions if tensors[p] is t), None)
+        if first is None:
+            positions.append(i)
+        else:
+            aliases.append((first, i))
+    plain = all(x is None for x in opt) and max_seqlen_q is None and num_splits is None
+    if plain and not aliases:
+        sig = None
+    else:
+        sig = (lse is None, sinks is None, cu_q is None, cu_k is None, workspace is None, page_table is None, max_seqlen_q, num_splits)
+    distinct = [tensors[i] for i in positions]
+    try:
+        guards = _tensor_guards()(*distinct, dynamic_dims_sizes=[list(t.shape) for t in distinct], dynamic_dims_strides=[list(t.stride()) for t in distinct])
+        if guards.check(*distinct) is not True:
+            return None
+    except Exception:  # a torch whose TensorGuards takes other arguments: no guard, the memo path
+        return None
+    return (guards.check, sig, got, dev, got[2] if plain and tvm else None, stream_fn, tuple(aliases), tuple(positions))
+
+
+def _guard_hit(gs, q, k, v, o, lse, sinks, cu_q, cu_k, max_seqlen_q, workspace, num_splits, page_table) -> bool:
+    """The fast_guard check of any call (execute inlines the plain one; see :func:`_make_guard`): the same non-tensor
+    signature, the same aliases, and the distinct tensors pass ``check``."""
+    sig = gs[1]
+    if sig is None:
+        plain = lse is None and sinks is None and cu_q is None and cu_k is None and max_seqlen_q is None and workspace is None
+        return plain and num_splits is None and page_table is None and gs[0](q, k, v, o)
+    if sig != (lse is None, sinks is None, cu_q is None, cu_k is None, workspace is None, page_table is None, max_seqlen_q, num_splits):
+        return False
+    tensors = [x for x in (q, k, v, o, lse, sinks, cu_q, cu_k, workspace, page_table) if x is not None]
+    for first, later in gs[6]:
+        if tensors[later] is not tensors[first]:
+            return False
+    return gs[0](*[tensors[i] for i in gs[7]])
 
 
 def _use_tvm_ffi() -> bool:
@@ -663,10 +815,18 @@ def _current_stream_handle(device_index: int) -> int:
 _CURRENT_STREAM_HANDLE = _current_stream_handle
 
 
-def _launch_stream_handle(stream, device) -> int:
-    from cudnn._torch_stream import launch_stream_handle
+_STREAM_HANDLE: list = []
 
-    return launch_stream_handle(stream, device)
+
+def _launch_stream_handle(stream) -> int:
+    """The raw handle of a caller-given stream (not None): core's ``stream_handle`` (an int as is, a torch stream's
+    ``cuda_stream``, a CUstream's pointer), which is what ``launch_stream_handle(stream, device)`` returns for any stream
+    but None (the device only picks torch's current stream for None); bound once, no import per call."""
+    if not _STREAM_HANDLE:
+        from cudnn._torch_stream import stream_handle
+
+        _STREAM_HANDLE.append(stream_handle)
+    return _STREAM_HANDLE[0](stream)
 
 
 def _raise_misaligned(qp, kp, vp, op):
