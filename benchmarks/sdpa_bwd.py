@@ -19,12 +19,21 @@ issued by a dedicated writer warp, as FA3 / FA4 do); ``ours-m80`` (FA3 / FA4's d
 staged through a 128-byte swizzle and TMA reduce-adds, with dq_tma, stats_tma, ds2, prepost; d128 only), ``ours-m80w``
 (the same, the reduce-adds from the writer warp), ``ours-dqt`` (m80's dQ^T staging and 128-byte-row TMA boxes at 64
 rows: separates the tile's gain from the staging's) and ``ours-tmaw`` (dq_tma's 64-row schedule with the writer warp);
+``ours-splitdb`` (d256: split_d with FA4's dQ path: one 64 x 128 dQ GEMM per warpgroup, staged in fragment order and
+added by one bulk reduce-add per warpgroup from the writer warp, one Q / dO stage) and ``ours-splitdc`` (the same in
+clusters of two key blocks whose producers multicast halves of every Q / dO tile: a quarter less L2 traffic per FLOP),
+``ours-splitdw`` / ``ours-splitdwc`` (those two with S^T on one consumer warpgroup and dP^T on the other, 64 x 64
+each: a third less shared-memory operand traffic for the two GEMMs), ``ours-splitdcp`` / ``ours-splitdwcp`` (the
+cluster ones with the pair's dQ partials summed in shared memory: half the fp32 reduce-add traffic), ``ours-splitdr`` /
+``ours-splitdrcp`` (sdpwg with dV whole on warpgroup 1 and dK on warpgroup 2 as 64 x 256 RS WGMMAs from the P^T / dS^T
+registers; ``rcp``: with cluster2 and dqpair, every d256 option);
 ``ours-l2dq`` / ``ours-bulkw-l2dq``: ours / ours-bulkw with the
 plan's private ``_l2_group_dq`` (the main kernel's L2 groups of heads sized counting the fp32 dQ accumulator: half as
 many heads in flight at d128; a launch argument, same kernels). A short A/B of these against the peers:
 
     python benchmarks/sdpa_bwd.py --quick --providers=ours,ours-bulk,ours-bulkw,ours-l2dq,ours-bulkw-l2dq,fa4,torch-cudnn
     python benchmarks/sdpa_bwd.py --quick --providers=ours,ours-m80,ours-m80w,ours-dqt,ours-tmaw,fa4,torch-cudnn
+    python benchmarks/sdpa_bwd.py --only=d256 --providers=ours,fa4,torch-cudnn,ours-splitdb,ours-splitdc,ours-splitdw,ours-splitdwc,ours-splitdcp,ours-splitdwcp,ours-splitdr,ours-splitdrcp --out=sdpa_bwd_d256
 
     python benchmarks/sdpa_bwd.py [--quick]     # writes docs/benchmarks/sdpa_bwd.{md,csv,png}; --quick: d128 8k (causal and not) + d256 8k -> sdpa_bwd_quick.*; --providers=a,b
     # --providers=a,b also orders the columns (and the runs within a case); --only=d128 keeps the cases whose label
@@ -123,6 +132,19 @@ VARIANTS = {
     "ours-m80s": ("dq_tma", "stats_tma", "prepost", "m80"),  # one dS^T buffer: 20 KiB below m80's 227 KiB of shared memory
     "ours-dqt": ("dq_tma", "stats_tma", "ds2", "prepost", "dqt"),
     "ours-tmaw": ("dq_tma", "dq_writer", "stats_tma", "ds2", "prepost"),
+    # d256 (issue #6): split_d with FA4's dQ path (one dQ GEMM per warpgroup, fragment-ordered staging, a bulk
+    # reduce-add from the writer warp, one Q / dO stage) and the same in clusters of two key blocks with Q / dO multicast
+    "ours-splitdb": ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost"),
+    "ours-splitdc": ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "cluster2"),
+    # ... with S^T on one consumer warpgroup and dP^T on the other (64 x 64 WGMMAs: less shared-memory operand traffic)
+    "ours-splitdw": ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "sdpwg"),
+    "ours-splitdwc": ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "sdpwg", "cluster2"),
+    # ... the cluster's two dQ partials summed in shared memory first: one 32 KiB global reduce-add per CTA and block
+    "ours-splitdcp": ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "cluster2", "dqpair"),
+    "ours-splitdwcp": ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "sdpwg", "cluster2", "dqpair"),
+    # ... with dV whole on one warpgroup and dK on the other as RS WGMMAs (64 x 256, A from the P^T / dS^T registers)
+    "ours-splitdr": ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "sdpwg", "dkvrs"),
+    "ours-splitdrcp": ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "sdpwg", "dkvrs", "cluster2", "dqpair"),
 }
 
 
@@ -217,6 +239,14 @@ def compile_check() -> list[str]:
     )
     compile_sdpa_bwd_main(key)
     names.append("sdpa_bwd_main_sm90a_bf16_d128_m80_writer")
+    # ours-splitdc's main kernel (d256, clusters of two with Q / dO multicast) and its fragment-order postprocess
+    key = SdpaBwdKey(
+        "bf16", 256, 256, 1, False, False, False, False, False, False, False, split_d=True, ds_double_buffer=True, dq_bulk=True, dq_writer=True,
+        kv_cluster=True,
+    )  # fmt: skip
+    for what, fn in (("main", compile_sdpa_bwd_main), ("post", compile_sdpa_bwd_post)):
+        fn(key)
+        names.append(f"sdpa_bwd_{what}_sm90a_bf16_d256_split_d_bulk_cluster2")
     return names
 
 

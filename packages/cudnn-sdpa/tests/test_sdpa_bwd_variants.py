@@ -231,3 +231,73 @@ def test_l2dq_launch_order_grads_match_reference():
     lowp = attention_grads_ref(q, k, v, do, upcast=False, is_causal=True)
     for name, g, r, lp in zip(("dq", "dk", "dv"), (dq, dk, dv), ref, lowp, strict=False):
         assert_close_fa(g, r, lp, name)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# d256 (issue #6): split_d with FA4's dQ path (``dq_bulk``: one 64 x 128 dQ GEMM per warpgroup, fragment-ordered
+# staging, one bulk reduce-add per warpgroup; one Q / dO stage; the P^T / dS^T buffer pair chosen by the pipeline phase
+# with ds2) and ``cluster2`` (kernel_splitd_cluster_sm90.py: clusters of two key blocks, Q / dO halves multicast, the
+# union of the pair's query-block ranges). Pruned like SPLIT's grid: the writer warp with ds2 is the benchmarked schedule
+# (dense, GQA causal odd lengths, varlen); without both (SPLITB1) one two-sided window. The cluster meets an even
+# key-block count (dense), an odd one (257 and 129 keys: a padded last CTA that only loads and masks), the causal
+# diagonal (the second CTA's extra fully masked block), S_q > S_kv bottom-right (empty rows), a two-sided window (the
+# pair's ranges differ at both ends) and varlen (pairs past a short sequence's keys, a sequence of 1 and of 0 rows).
+# ``sdpwg`` (S^T on warpgroup 1, dP^T on warpgroup 2, each 64 x 64; dS^T from P^T read back in bf16) meets GQA causal
+# odd lengths and a window, and with the cluster dense and varlen; ``dqpair`` (the cluster's two dQ partials summed in
+# shared memory, one global reduce-add per CTA) dense, GQA causal with a padded CTA, a window and varlen; ``dkvrs``
+# (with sdpwg: dV whole on warpgroup 1, dK whole on warpgroup 2, RS WGMMAs 64 x 256 from the P^T / dS^T registers)
+# GQA causal odd lengths and bottom-right with empty rows, and with every option (cluster2, dqpair) dense, GQA causal
+# and varlen. 17 + 6 tests, 23 main-kernel compiles: about 120 s serially on the H200 host, under 60 s in the five
+# -k groups of the report's command (bulk_and_cluster and ...).
+SPLITB = ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost")
+SPLITB1 = ("split_d", "dq_bulk", "prepost")
+SPLITC = ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "cluster2")
+SPLITW = ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "sdpwg")
+SPLITWC = ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "sdpwg", "cluster2")
+SPLITCP = ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "cluster2", "dqpair")
+SPLITR = ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "sdpwg", "dkvrs")
+SPLITRCP = ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "sdpwg", "dkvrs", "cluster2", "dqpair")
+
+D256_CASES = [
+    (SPLITB, torch.bfloat16, 256, 4, 4, 512, 512, False, False, (-1, -1), BHSD),
+    (SPLITB, torch.bfloat16, 256, 8, 2, 300, 257, True, False, (-1, -1), BSHD),  # odd lengths, GQA 4
+    (SPLITB1, torch.float16, 256, 4, 2, 500, 700, False, False, (70, 33), BHSD),  # two-sided window, consumers issue the adds
+    (SPLITC, torch.bfloat16, 256, 4, 4, 512, 512, False, False, (-1, -1), BHSD),  # 8 key blocks: 4 full pairs
+    (SPLITC, torch.bfloat16, 256, 8, 2, 300, 257, True, False, (-1, -1), BSHD),  # 5 key blocks: a padded 6th CTA; GQA 4
+    (SPLITC, torch.bfloat16, 256, 4, 4, 700, 129, True, True, (-1, -1), BSHD),  # S_q > S_kv bottom-right: empty rows
+    (SPLITC, torch.float16, 256, 4, 2, 500, 700, False, False, (70, 33), BHSD),  # two-sided window
+    (SPLITW, torch.bfloat16, 256, 8, 2, 300, 257, True, False, (-1, -1), BSHD),  # S^T / dP^T one per warpgroup, P^T via bf16
+    (SPLITW, torch.float16, 256, 4, 2, 500, 700, False, False, (70, 33), BHSD),
+    (SPLITWC, torch.bfloat16, 256, 4, 4, 512, 512, False, False, (-1, -1), BHSD),
+    (SPLITCP, torch.bfloat16, 256, 4, 4, 512, 512, False, False, (-1, -1), BHSD),  # the pair's dQ summed in shared memory
+    (SPLITCP, torch.bfloat16, 256, 8, 2, 300, 257, True, False, (-1, -1), BSHD),  # GQA: one pair walks 4 heads; padded CTA
+    (SPLITCP, torch.float16, 256, 4, 2, 500, 700, False, False, (70, 33), BHSD),
+    (SPLITR, torch.bfloat16, 256, 8, 2, 300, 257, True, False, (-1, -1), BSHD),  # dV / dK whole on one warpgroup each (RS)
+    (SPLITR, torch.float16, 256, 4, 4, 700, 129, True, True, (-1, -1), BHSD),  # S_q > S_kv bottom-right: empty rows
+    (SPLITRCP, torch.bfloat16, 256, 4, 4, 512, 512, False, False, (-1, -1), BHSD),  # every d256 option together
+    (SPLITRCP, torch.bfloat16, 256, 8, 2, 300, 257, True, False, (-1, -1), BSHD),
+]
+
+
+@pytest.mark.parametrize(
+    "case",
+    D256_CASES,
+    ids=lambda c: f"{'+'.join(c[0])}-{str(c[1])[6:]}-h{c[3]}:{c[4]}-s{c[5]}x{c[6]}-c{int(c[7])}br{int(c[8])}-w{c[9][0]},{c[9][1]}",
+)
+def test_d256_bulk_and_cluster_grads_match_reference(case):
+    test_variant_grads_match_reference(case)
+
+
+D256_VARLEN = [
+    (SPLITB, False, torch.bfloat16, 256, 4, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], True, True, (-1, -1)),
+    (SPLITC, False, torch.bfloat16, 256, 4, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], True, True, (-1, -1)),
+    (SPLITC, False, torch.float16, 256, 4, 4, [1000, 33, 257], [1000, 33, 257], False, False, (-1, -1)),
+    (SPLITWC, False, torch.bfloat16, 256, 4, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], True, True, (-1, -1)),
+    (SPLITCP, False, torch.bfloat16, 256, 4, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], True, True, (-1, -1)),
+    (SPLITRCP, False, torch.bfloat16, 256, 4, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], True, True, (-1, -1)),
+]
+
+
+@pytest.mark.parametrize("case", D256_VARLEN, ids=lambda c: f"{'+'.join(c[0])}-{str(c[2])[6:]}-{len(c[6])}seqs")
+def test_d256_bulk_and_cluster_thd_varlen_grads_match_reference(case):
+    test_variant_thd_varlen_grads_match_reference(case)

@@ -357,3 +357,200 @@ def test_m80_dq_transposed_staging_hits_every_swizzled_element_once(option):
     trace()
     assert not bad, bad[:4]
     assert seen == set(range(tm * D))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# d256 (issue #6): split_d + dq_bulk (FA4's dQ path) and cluster2 (two-CTA clusters with Q / dO multicast)
+
+
+def _d256_descs():
+    q = TensorDesc.contiguous((2, 8, 300, 256), "bfloat16", "q")
+    kv = TensorDesc.contiguous((2, 2, 257, 256), "bfloat16", "k")
+    lse = TensorDesc.contiguous((2, 8, 300), "float32", "lse")
+    return q, kv, kv, q, q, lse
+
+
+def test_d256_bulk_and_cluster2_tunings_set_their_key_fields_and_bad_combinations_are_refused():
+    from cudnn.sdpa.bwd.api import D256_TUNING, SdpaBwdSm90
+    from cudnn.sdpa.bwd.kernel_key import SdpaBwdKey
+    from cudnn.sdpa.bwd.kernel_splitd_sm90 import split_d_kernel_class
+
+    assert D256_TUNING == ("split_d", "ds2", "prepost")  # the default d256 schedule is unchanged
+    plan = SdpaBwdSm90(*_d256_descs(), is_causal=True, _tuning=("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "cluster2"))
+    assert plan.check_support()
+    k = plan.key
+    assert k.split_d and k.dq_bulk and k.dq_writer and k.ds_double_buffer and k.kv_cluster and not k.dq_tma
+    bulk = SdpaBwdSm90(*_d256_descs(), is_causal=True, _tuning=("split_d", "dq_bulk", "dq_writer", "ds2", "prepost"))
+    assert bulk.check_support() and not bulk.key.kv_cluster and bulk.key != k  # a variant is its own kernel-cache entry
+    with pytest.raises(ValueError, match="kv_cluster"):
+        SdpaBwdSm90(*_d256_descs(), _tuning=("split_d", "cluster2")).check_support()
+    with pytest.raises(ValueError, match="sdp_wg"):
+        SdpaBwdSm90(*_d256_descs(), _tuning=("split_d", "dq_bulk", "sdpwg")).check_support()  # needs ds2's buffer pair
+    with pytest.raises(ValueError, match="dq_pair"):
+        SdpaBwdSm90(*_d256_descs(), _tuning=("split_d", "dq_bulk", "ds2", "cluster2", "dqpair")).check_support()  # needs the writer
+    pair = SdpaBwdSm90(*_d256_descs(), _tuning=("split_d", "dq_bulk", "dq_writer", "ds2", "cluster2", "dqpair"))
+    assert pair.check_support() and pair.key.dq_pair
+    with pytest.raises(ValueError, match="dkv_rs"):
+        SdpaBwdSm90(*_d256_descs(), _tuning=("split_d", "dq_bulk", "ds2", "dkvrs")).check_support()  # needs sdpwg
+    wg = SdpaBwdSm90(*_d256_descs(), _tuning=("split_d", "dq_bulk", "ds2", "sdpwg", "cluster2"))
+    assert wg.check_support() and wg.key.sdp_wg and wg.key.kv_cluster
+    with pytest.raises(ValueError, match="split_d \\+ dq_bulk"):
+        SdpaBwdSm90(*_descs(), _tuning=("split_d", "dq_bulk")).check_support()  # d128
+    # one construction site serves every split-D variant: the class follows the key (the postprocess's plan too)
+    head = ("bf16", 256, 256, 1, False, False, False, True, False, False, False)
+    names = [split_d_kernel_class(SdpaBwdKey(*head, split_d=True, **kw)).__name__ for kw in ({}, {"dq_bulk": True}, {"dq_bulk": True, "kv_cluster": True})]
+    assert names == ["SdpaBwdSplitDKernelSm90", "SdpaBwdSplitDBulkKernelSm90", "SdpaBwdSplitDClusterKernelSm90"]
+    bulk_key = SdpaBwdKey(*head, split_d=True, dq_bulk=True)
+    bulk_plan = split_d_kernel_class(bulk_key)(bulk_key)
+    assert bulk_plan.num_stages == 1 and (bulk_plan.tile_m, bulk_plan.tile_n) == (64, 64)
+
+
+@pytest.mark.compile_only
+def test_d256_cluster2_ptx_multicasts_q_do_and_adds_dq_with_bulk_reduces(tmp_path):
+    """One compile of the cluster2 main kernel (GQA 2, causal, writer warp, ds2): only the split-D WGMMA shapes
+    (64 x 32 S^T / dP^T, 64 x 128 dV / dK / full-width dQ), Q / dO by multicast TMA (4 boxes of 64 columns each), two
+    bulk reduce-adds (one per consumer warpgroup, from the writer warp) and no atomics, the consumers' releases
+    reaching the peer's empty barrier (mapa + a cluster-scope arrive), the cluster barriers at start and exit, no
+    local memory (cubin frame size 0) and the cudnn symbol prefix."""
+    from cudnn_testing.compile_only import frame_sizes
+
+    skip_unless_cutedsl("4.8.0", "cudnn.sdpa backward")
+    code = (
+        "from cudnn.sdpa.bwd.kernel_key import SdpaBwdKey; from cudnn.sdpa.bwd.kernel_sm90 import compile_sdpa_bwd_main as f; "
+        "f(SdpaBwdKey('bf16', 256, 256, 2, True, False, False, True, False, False, False, split_d=True, dq_bulk=True, dq_writer=True, "
+        "ds_double_buffer=True, kv_cluster=True))"
+    )
+    env = dict(os.environ, CUTE_DSL_KEEP="ptx,cubin", CUTE_DSL_DUMP_DIR=str(tmp_path), PYTHONPATH=os.pathsep.join(sys.path))
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=str(tmp_path))
+    texts = []
+    for root, _, files in os.walk(str(tmp_path)):
+        texts += [open(os.path.join(root, f)).read() for f in files if f.endswith(".ptx") and "SdpaBwdSplitDClusterKernelSm90" in f]
+    assert len(texts) == 1
+    ptx = texts[0]
+    shapes = set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m64n\d+k16)", ptx))
+    assert shapes == {"m64n32k16", "m64n128k16"}, shapes
+    assert ptx.count("multicast::cluster") == 8  # Q and dO: this CTA's half of each, 4 boxes of 64 columns
+    assert ptx.count("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32") == 2
+    assert "atom.global.add" not in ptx and "red.global.add" not in ptx
+    assert "mapa.shared::cluster" in ptx and "mbarrier.arrive.shared::cluster" in ptx
+    assert "barrier.cluster.arrive.relaxed" in ptx and ptx.count("barrier.cluster.wait") == 2
+    assert "st.local" not in ptx and "ld.local" not in ptx and frame_sizes(tmp_path) == [0]
+    assert re.search(r"\.entry cudnn_", ptx)
+
+
+@pytest.mark.compile_only
+def test_d256_sdpwg_ptx_runs_s_and_dp_as_64x64_wgmmas_on_one_warpgroup_each(tmp_path):
+    """One compile of sdpwg (with cluster2, causal): S^T and dP^T as 64 x 64 WGMMAs (16 k-steps each, per query-block
+    loop), no 64 x 32 left, P^T read back by warpgroup 2 (ldmatrix) after warpgroup 1's "P^T ready" arrive (named
+    barrier 8: arrive on one side, sync on the other), no local memory."""
+    from cudnn_testing.compile_only import frame_sizes
+
+    skip_unless_cutedsl("4.8.0", "cudnn.sdpa backward")
+    code = (
+        "from cudnn.sdpa.bwd.kernel_key import SdpaBwdKey; from cudnn.sdpa.bwd.kernel_sm90 import compile_sdpa_bwd_main as f; "
+        "f(SdpaBwdKey('bf16', 256, 256, 1, True, False, False, True, False, False, False, split_d=True, dq_bulk=True, dq_writer=True, "
+        "ds_double_buffer=True, kv_cluster=True, sdp_wg=True))"
+    )
+    env = dict(os.environ, CUTE_DSL_KEEP="ptx,cubin", CUTE_DSL_DUMP_DIR=str(tmp_path), PYTHONPATH=os.pathsep.join(sys.path))
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=str(tmp_path))
+    texts = []
+    for root, _, files in os.walk(str(tmp_path)):
+        texts += [open(os.path.join(root, f)).read() for f in files if f.endswith(".ptx") and "SdpaBwdSplitDClusterKernelSm90" in f]
+    assert len(texts) == 1
+    ptx = texts[0]
+    shapes = re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m64n\d+k16)", ptx)
+    assert set(shapes) == {"m64n64k16", "m64n128k16"} and shapes.count("m64n64k16") == 2 * 32, set(shapes)
+    assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx
+    assert len(re.findall(r"bar\.arrive 8, 256", ptx)) == 2 and len(re.findall(r"bar\.sync\s+8, 256", ptx)) == 2
+    assert ptx.count("multicast::cluster") == 8
+    assert "st.local" not in ptx and "ld.local" not in ptx and frame_sizes(tmp_path) == [0]
+
+
+@pytest.mark.compile_only
+def test_d256_dqpair_ptx_sums_the_pair_in_shared_memory_then_reduces_once(tmp_path):
+    """One compile of cluster2 + dqpair (GQA 2, causal): per CTA ONE bulk reduce-add of 32 KiB into the accumulator
+    (the owning warpgroup's columns) instead of two, ONE bulk copy into the peer CTA's shared memory completing on its
+    mbarrier, the owner's add of the peer's partial as 16-byte shared loads (16 per query-block loop), the pair's
+    remote "buffer free" arrive, no local memory."""
+    from cudnn_testing.compile_only import frame_sizes
+
+    skip_unless_cutedsl("4.8.0", "cudnn.sdpa backward")
+    code = (
+        "from cudnn.sdpa.bwd.kernel_key import SdpaBwdKey; from cudnn.sdpa.bwd.kernel_sm90 import compile_sdpa_bwd_main as f; "
+        "f(SdpaBwdKey('bf16', 256, 256, 2, True, False, False, True, False, False, False, split_d=True, dq_bulk=True, dq_writer=True, "
+        "ds_double_buffer=True, kv_cluster=True, dq_pair=True))"
+    )
+    env = dict(os.environ, CUTE_DSL_KEEP="ptx,cubin", CUTE_DSL_DUMP_DIR=str(tmp_path), PYTHONPATH=os.pathsep.join(sys.path))
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=str(tmp_path))
+    texts = []
+    for root, _, files in os.walk(str(tmp_path)):
+        texts += [open(os.path.join(root, f)).read() for f in files if f.endswith(".ptx") and "SdpaBwdSplitDClusterKernelSm90" in f]
+    assert len(texts) == 1
+    ptx = texts[0]
+    assert ptx.count("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32") == 1
+    assert ptx.count("cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes") == 1
+    assert ptx.count("ld.shared.v4.b32") == 2 * 16  # the owner's add: 16 groups of 4 floats per query-block loop
+    assert ptx.count("mbarrier.arrive.shared::cluster.b64") == 5  # Q / dO releases of both loops + the pair's "free"
+    assert "atom.global.add" not in ptx and "red.global.add" not in ptx
+    assert "st.local" not in ptx and "ld.local" not in ptx and frame_sizes(tmp_path) == [0]
+
+
+def test_d256_sdpwg_p_round_trip_reads_back_each_register_from_where_it_was_stored():
+    """sdpwg: warpgroup 2 reads P^T back with ldmatrix through the same C-layout tiled copy warpgroup 1 stored it with
+    (stmatrix): for every traced thread the two partitions of the P^T / dS^T buffers and the two retilings of the
+    accumulator are the same layouts, so register i of warpgroup 2's P is warpgroup 1's register i (traced on the
+    CPU, no compile)."""
+    import cutlass
+    import cutlass.cute as cute
+    from cutlass.cute.nvgpu import warp
+
+    from cudnn.sdpa.bwd.kernel_key import SdpaBwdKey
+    from cudnn.sdpa.bwd.kernel_splitd_sm90 import split_d_kernel_class
+
+    key = SdpaBwdKey("bf16", 256, 256, 1, False, False, False, True, False, False, False, split_d=True, dq_bulk=True, ds_double_buffer=True, sdp_wg=True)
+    plan = split_d_kernel_class(key)(key)
+    bad, seen = [], []
+
+    @cute.jit
+    def trace():
+        mma = plan._tiled_mmas()[0]
+        s = cute.make_tensor(cute.make_ptr(plan.dtype, 0, cute.AddressSpace.smem, assumed_align=1024), plan._ds_layout().outer)
+        st = cute.make_tiled_copy_C(cute.make_copy_atom(warp.StMatrix8x8x16bOp(transpose=False, num_matrices=4), plan.dtype), mma)
+        ld = cute.make_tiled_copy_C(cute.make_copy_atom(warp.LdMatrix8x8x16bOp(transpose=False, num_matrices=4), plan.dtype), mma)
+        acc = cute.make_rmem_tensor(mma.get_slice(0).partition_shape_C((plan.tile_n, plan.tile_m)), cutlass.Float32)
+        for t in cutlass.range_constexpr(0, plan.threads_per_wg, 7):
+            seen.append(t)
+            a, b = st.get_slice(t).partition_D(s), ld.get_slice(t).partition_S(s)
+            ra, rb = st.get_slice(t).retile(acc), ld.get_slice(t).retile(acc)
+            if cutlass.const_expr(str(a.layout) != str(b.layout) or str(ra.layout) != str(rb.layout)):
+                bad.append((t, str(a.layout), str(b.layout)))
+
+    trace()
+    assert len(seen) == 19 and not bad, bad[:2]
+
+
+@pytest.mark.compile_only
+def test_d256_dkvrs_ptx_runs_dv_and_dk_as_register_sourced_64x256_wgmmas(tmp_path):
+    """One compile of sdpwg + dkvrs (GQA 2, causal, varlen: the predicated dK / dV stores of the epilogue's override):
+    dV and dK as 64 x 256 WGMMAs with A from registers (four A registers, one B descriptor), 4 k-steps each per
+    query-block loop; S^T / dP^T 64 x 64; dQ 64 x 128 (SS: two descriptors); no local memory."""
+    from cudnn_testing.compile_only import frame_sizes
+
+    skip_unless_cutedsl("4.8.0", "cudnn.sdpa backward")
+    code = (
+        "from cudnn.sdpa.bwd.kernel_key import SdpaBwdKey; from cudnn.sdpa.bwd.kernel_sm90 import compile_sdpa_bwd_main as f; "
+        "f(SdpaBwdKey('bf16', 256, 256, 2, True, False, False, True, False, True, False, split_d=True, dq_bulk=True, dq_writer=True, "
+        "ds_double_buffer=True, sdp_wg=True, dkv_rs=True))"
+    )
+    env = dict(os.environ, CUTE_DSL_KEEP="ptx,cubin", CUTE_DSL_DUMP_DIR=str(tmp_path), PYTHONPATH=os.pathsep.join(sys.path))
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=str(tmp_path))
+    texts = []
+    for root, _, files in os.walk(str(tmp_path)):
+        texts += [open(os.path.join(root, f)).read() for f in files if f.endswith(".ptx") and "SdpaBwdSplitDBulkKernelSm90" in f]
+    assert len(texts) == 1
+    ptx = texts[0]
+    shapes = re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m64n\d+k16)", ptx)
+    assert {n: shapes.count(n) for n in set(shapes)} == {"m64n64k16": 64, "m64n256k16": 16, "m64n128k16": 8}
+    rs = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n256k16[^;]*\}, \{%r\d+, %r\d+, %r\d+, %r\d+\}, %rd\d+, p", ptx)
+    assert len(rs) == 16  # every 64 x 256 WGMMA takes A from registers
+    assert "st.local" not in ptx and "ld.local" not in ptx and frame_sizes(tmp_path) == [0]

@@ -252,7 +252,14 @@ class SdpaBwdPostprocessSm90:
         self.dtype = DTYPES[key.dtype]
         self.head_dim = key.head_dim
         # dq_bulk: the main kernel's plan, whose dQ MMA and fragment copy define the accumulator's order
-        self.main_plan = SdpaBwdKernelSm90(key) if key.dq_bulk else None
+        self.main_plan = None
+        if key.dq_bulk:
+            if key.split_d:  # split_d + dq_bulk: the split-D kernel's full-width dQ MMA (the same fragment order)
+                from .kernel_splitd_sm90 import split_d_kernel_class
+
+                self.main_plan = split_d_kernel_class(key)(key)
+            else:
+                self.main_plan = SdpaBwdKernelSm90(key)
         if self.main_plan is not None and (self.main_plan.threads_per_wg != PREPOST_ROWS or PREPOST_ROWS % DQ_BULK_ROWS):
             # rows_fragment: thread t of a postprocess CTA plays thread t of each consumer warpgroup
             raise NotImplementedError(f"dq_bulk: the postprocess needs {PREPOST_ROWS} = warpgroup threads, a multiple of {DQ_BULK_ROWS} rows")

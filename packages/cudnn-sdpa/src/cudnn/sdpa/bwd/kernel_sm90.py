@@ -1191,9 +1191,9 @@ def compile_sdpa_bwd_main(key: SdpaBwdKey):
     strides = (Int64(0), Int64(0), Int64(0))
     kernel_cls = SdpaBwdKernelSm90
     if key.split_d:
-        from .kernel_splitd_sm90 import SdpaBwdSplitDKernelSm90
+        from .kernel_splitd_sm90 import split_d_kernel_class
 
-        kernel_cls = SdpaBwdSplitDKernelSm90
+        kernel_cls = split_d_kernel_class(key)
     return cute.compile(
         kernel_cls(key),
         ptr(dtype), ptr(dtype), ptr(dtype), ptr(dtype), ptr(dtype), ptr(dtype),
