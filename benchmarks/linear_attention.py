@@ -29,10 +29,9 @@ ours-parallel(+graph): the adapter with the opt-in ``schedule="parallel"`` (thre
 caller workspace; KDA too), ours-par-op: the public op with ``schedule="parallel"`` (workspace allocated by the op),
 ours-parallel-s3 (three-stage state pass), ours-parallel-pf (the prep kernel's ``prefetch`` option),
 ours-parallel-2cta (prep at two CTAs per SM) and ours-parallel-all (knobs combined; KDA's includes the approximate exp),
-ours-par-<variant> (``_host/chunk_parallel.py::PARALLEL_VARIANTS``: KDA wg2 / wg2fx -- the two-warpgroup prep kernel,
-exact / approximate exps, GDN wg2 --, rs -- the register-operand state pass, both families --, rso -- rs with the
-output fused into the state pass (two launches) --, and combinations; ``+graph`` for the fastest combination; KDA
-tc / tc-s3 / tc+graph -- the restructured prep kernel ``kda/chunk_parallel_prep_tc_kernel.py``). Same
+KDA ours-par-<variant> (``_host/chunk_parallel.py::PARALLEL_VARIANTS``: wg2 / wg2fx -- the two-warpgroup prep kernel,
+exact / approximate exps --, ours-par-wg2fx+graph, and tc / tc-s3 / tc+graph -- the restructured prep kernel
+``kda/chunk_parallel_prep_tc_kernel.py``; GDN has no variant providers). Same
 inputs for all: bf16 q/k/v, fp32 g = logsigmoid(N(0,1)) / 8 and beta ~ U(0,1), q/k L2-normalised in the kernel,
 no initial state, no final state. Byte convention (the minimum traffic: the roofline's numerator): q, k, v read
 and o written once in bf16, g and beta read once in fp32: T H (2 K + 2 V) bf16 elements and 2 T H fp32 ones, counted as
@@ -456,13 +455,11 @@ def _parallel_providers(family, adapter, per_key_gate, public):
         providers.append(Provider("ours-parallel-all", make_adapter({"parallel_prep_two_per_sm": True, "parallel_state_stages": 3, "parallel_fast_exp": True})))
     else:
         providers.append(Provider("ours-parallel-all", make_adapter({"parallel_prefetch": True, "parallel_state_stages": 3, "parallel_prep_two_per_sm": True})))
-    # named variants (``_host/chunk_parallel.py::PARALLEL_VARIANTS``): KDA's two-warpgroup prep (exact / approximate
-    # exps) and the register-operand state pass (both families: the state pass is shared), alone and combined
-    for variant in ("wg2", "wg2fx", "rs", "rso", "wg2fx-rs", "wg2fx-rso", "tc", "tc-s3") if per_key_gate else ("wg2", "rs", "rso", "wg2-rs", "wg2-rso"):
-        providers.append(Provider(f"ours-par-{variant}", make_adapter({}, variant)))
-    best = "wg2fx-rso" if per_key_gate else "wg2-rso"
-    providers.append(Provider(f"ours-par-{best}+graph", _graphed(make_adapter({}, best))))
-    if per_key_gate:  # KDA's restructured prep kernel (``tc``: kda/chunk_parallel_prep_tc_kernel.py) under a CUDA graph
+    if per_key_gate:  # named variants (``_host/chunk_parallel.py::PARALLEL_VARIANTS``, KDA only): the two-warpgroup prep
+        # (exact / approximate exps) and the restructured prep kernel (``tc``: kda/chunk_parallel_prep_tc_kernel.py)
+        for variant in ("wg2", "wg2fx", "tc", "tc-s3"):
+            providers.append(Provider(f"ours-par-{variant}", make_adapter({}, variant)))
+        providers.append(Provider("ours-par-wg2fx+graph", _graphed(make_adapter({}, "wg2fx"))))
         providers.append(Provider("ours-par-tc+graph", _graphed(make_adapter({}, "tc"))))
     return providers
 

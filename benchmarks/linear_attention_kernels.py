@@ -7,10 +7,10 @@ kernel, from torch.profiler: where the milliseconds of ``ours-parallel`` go. Pri
 Same inputs as benchmarks/linear_attention.py (seed 0, K = V = 128, L2 norm in the kernel, no states). Variants:
 serial, parallel, parallel-s3 (``parallel_state_stages = 3``), parallel-pf (``parallel_prefetch``, the prep kernel's
 ``prefetch`` key option), parallel-2cta (``parallel_prep_two_per_sm``), KDA parallel-fx (``parallel_fast_exp``), and
-parallel-all (knobs combined), and the named variants of ``_host/chunk_parallel.py::PARALLEL_VARIANTS`` (par-wg2:
-the two-warpgroup prep, both families; par-wg2fx: KDA's with approximate exps; par-rs: the register-operand state pass,
-both families; par-rso: rs with the output fused into the state pass; KDA par-wg2fx-rso, GDN par-wg2-rso; KDA par-tc: the
-restructured prep kernel ``kda/chunk_parallel_prep_tc_kernel.py``, par-tc-s3 with the three-stage state pass). ``--variants parallel,par-wg2,par-rs`` keeps a subset.
+parallel-all (knobs combined), and KDA's named variants of ``_host/chunk_parallel.py::PARALLEL_VARIANTS`` (par-wg2:
+the two-warpgroup prep; par-wg2fx: with approximate exps; par-tc: the restructured prep kernel
+``kda/chunk_parallel_prep_tc_kernel.py``, par-tc-s3 with the three-stage state pass; GDN has none).
+``--variants parallel,par-wg2,par-tc`` keeps a subset.
 Each variant is warmed (compile), then ``--iters`` calls are profiled; a kernel's time is its mean CUDA time per call.
 First line per family: each kernel's memory floor (``floors``: the workspace bytes it must move, at 4.8 TB/s).
 """
@@ -78,7 +78,7 @@ def profile(family, t, h, iters, only=()):
         variants.append(("parallel-all", "parallel", {"parallel_prep_two_per_sm": True, "parallel_state_stages": 3, "parallel_fast_exp": True}, None))
     else:
         variants.append(("parallel-all", "parallel", {"parallel_prefetch": True, "parallel_state_stages": 3, "parallel_prep_two_per_sm": True}, None))
-    for name in ("wg2", "wg2fx", "rs", "rso", "wg2fx-rso", "tc", "tc-s3") if family == "kda" else ("wg2", "rs", "rso", "wg2-rso"):  # PARALLEL_VARIANTS
+    for name in ("wg2", "wg2fx", "tc", "tc-s3") if family == "kda" else ():  # PARALLEL_VARIANTS (KDA only)
         variants.append((f"par-{name}", "parallel", {}, name))
     if only:
         variants = [v for v in variants if v[0] in only]
@@ -110,7 +110,7 @@ def main(argv=None):
     ap.add_argument("--t", type=int, default=8192)
     ap.add_argument("--h", type=int, default=16)
     ap.add_argument("--iters", type=int, default=10)
-    ap.add_argument("--variants", default="", help="comma-separated variant labels to keep (default: all), e.g. parallel,par-wg2,par-rs")
+    ap.add_argument("--variants", default="", help="comma-separated variant labels to keep (default: all), e.g. parallel,par-wg2,par-tc")
     a = ap.parse_args(argv)
     only = tuple(v for v in a.variants.split(",") if v)
     for fam in ("kda", "gdn") if a.family == "both" else (a.family,):

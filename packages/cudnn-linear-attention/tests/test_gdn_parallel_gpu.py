@@ -64,19 +64,3 @@ def test_execute_never_syncs_or_allocates_and_replays_under_capture():
 )
 def test_tuning_options_are_bitwise_the_default_parallel_schedule(opts, D, g_dtype):
     cases.check_options_bitwise_equal_to_default(GDN, opts, D, True, g_dtype)
-
-
-@pytest.mark.parametrize(
-    "variant, D, l2norm, g_dtype", [("wg2", 64, False, torch.bfloat16), ("wg2-rso", 128, True, torch.float32)], ids=["wg2-d64-bf16g", "wg2-rso-d128"]
-)
-def test_variants_match_recurrence_and_the_default(variant, D, l2norm, g_dtype):
-    """Named variants (``_host/chunk_parallel.py::PARALLEL_VARIANTS``) under GDN: ``wg2`` -- the two-warpgroup prep
-        kernel (``GdnParallelPrepKey.warpgroups = 2``) --, ``rs`` -- the shared state pass with register A operands
-        (``KdaParallelStateKey.reg_operands``), ``rso`` -- ``rs`` with the output fused in, GDN's row factors applied to
-    the token columns of O^T (``fuse_out``, ``out_row_scaled``). The FlashAttention rule against the fp32 recurrence, then bitwise against
-        the default parallel schedule (``wg2`` computes every value by the default's operations; a failure of the bitwise
-        step alone with ``rs`` / ``rso`` in the variant is a rounding-order difference inside the WGMMA, see the KDA file)."""
-    from test_kda_parallel_gpu import check_variant_bitwise_default, check_variant_matches_recurrence
-
-    check_variant_matches_recurrence(GDN, variant, D, l2norm, "weak")
-    check_variant_bitwise_default(GDN, variant, D, l2norm, g_dtype, regime="weak")

@@ -1,11 +1,10 @@
 """Compile-only tier (CPU, CUTE_DSL_ARCH=sm_90a) of the chunk-parallel forward's named variants
-(``_host/chunk_parallel.py::PARALLEL_VARIANTS``, set by ``set_parallel_options``): KDA's two-warpgroup prep kernel
-(``kda/chunk_parallel_prep_wg2_kernel.py``, ``KdaParallelPrepKey.warpgroups = 2``), GDN's
-(``gdn/chunk_parallel_prep_wg2_kernel.py``) and the register-operand state pass (``kda/chunk_parallel_state_rs_kernel.py``,
-``KdaParallelStateKey.reg_operands``), with the output fused in (``kda/chunk_parallel_state_out_kernel.py``,
-``fuse_out``). One compile of KDA's ``wg2fx-rs`` plan and one of GDN's ``wg2-rso`` (K = 128, varlen, states, L2 norm),
-about 25 s on one core; the default keys are checked to be unchanged (so the
-default PTX is: the variants are other modules behind other keys)."""
+(``_host/chunk_parallel.py::PARALLEL_VARIANTS``, set by ``set_parallel_options``; all KDA): the two-warpgroup prep kernel
+(``kda/chunk_parallel_prep_wg2_kernel.py``, ``KdaParallelPrepKey.warpgroups = 2``) and the restructured one
+(``kda/chunk_parallel_prep_tc_kernel.py``). One compile of the ``wg2fx`` plan and one of ``tc`` (K = 128, varlen,
+states, L2 norm) plus the ``tc`` prep at K = 64; the default keys are checked to be unchanged (so the default PTX is:
+the variants are other modules behind other keys), and GDN, whose prep key has none of the variants' fields, declines
+them with a ValueError."""
 
 from __future__ import annotations
 
@@ -57,90 +56,52 @@ def _ptx_of(tmp_path, part):
     return text
 
 
-def test_two_warpgroup_prep_and_register_operand_state_pass_build_and_never_spill(tmp_path):
-    """``wg2fx-rs``: the prep kernel is the two-warpgroup module (256 threads: ``.reqntid 256``; warpgroup 0's solve on
+def test_two_warpgroup_prep_builds_and_never_spills(tmp_path):
+    """``wg2fx``: the prep kernel is the two-warpgroup module (256 threads: ``.reqntid 256``; warpgroup 0's solve on
     named barrier 1 of 128 threads; K = 128: 4 x (8 + 8) + 8 + 8 = 80 m64n64k16 WGMMAs as the default; the per-element
-    decays by ex2.approx, only exp(G_C) by the precise expf), the state pass the register-operand module (two unrolled
-    stages x (8 + 8) = 32 WGMMAs, every one with its A operand in four 32-bit registers, one CTA barrier per chunk plus
-    the prologue's); no local memory, no spill, the cudnn prefix on every symbol; a second plan with other extents
-    reuses the artifacts."""
+    decays by ex2.approx, only exp(G_C) by the precise expf); no local memory, no spill, the cudnn prefix on every
+    symbol; a second plan with other extents reuses the artifacts."""
     from cudnn.kernel_cache import kernel_cache
     from cudnn.linear_attention._host.chunk_parallel import set_parallel_options
 
     plan = _plan()
-    set_parallel_options(plan, "wg2fx-rs")
+    set_parallel_options(plan, "wg2fx")
     plan.check_support()
     with keep_artifacts(tmp_path) as ptx:
         plan.compile()
         text = ptx()
     names = kernel_symbols(text)
     assert all(n.startswith("cudnn_") and "cutlass" not in n.lower() for n in names), names
-    assert sum("chunk_parallel_prep_wg2" in n for n in names) == 1 and sum("chunk_parallel_state_rs" in n for n in names) == 1, names
+    assert sum("chunk_parallel_prep_wg2" in n for n in names) == 1, names
     prep = _ptx_of(tmp_path, "chunk_parallel_prep_wg2")
-    state = _ptx_of(tmp_path, "chunk_parallel_state_rs")
     assert ".reqntid 256, 1, 1" in prep
     assert prep.count("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16") == 80
     assert len(re.findall(r"bar\.sync\s+1, 128;", prep)) == 7  # the solve's barriers: 1 + 2 per block row
     assert prep.count("fma.rm.f32") <= 2 and prep.count("ex2.approx") >= 400
     assert prep.count("ld.global.b32") >= 32 and prep.count("ld.global.b16") <= 2  # fp32 g by 32-bit loads (bound 4-byte aligned)
-    rs = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32\.bf16\.bf16\s*\{[^}]*\},\s*\{%r\d+, %r\d+, %r\d+, %r\d+\}", state)
-    assert len(rs) == 32 and state.count("wgmma.mma_async") == 32
-    assert len(re.findall(r"bar\.sync\s+0;", state)) == 3
-    assert "cp.async.cg.shared.global" in state and "cvt.rn.bf16x2.f32" in state
     assert "ld.local" not in text and "st.local" not in text
     assert all(f == 0 for f in frame_sizes(tmp_path))
 
     misses = kernel_cache.stats.misses
     other = _plan(123457, 77)
-    set_parallel_options(other, "wg2fx-rs")
+    set_parallel_options(other, "wg2fx")
     other.compile()
     assert kernel_cache.stats.misses == misses and other._compiled_parallel == plan._compiled_parallel
 
 
-def test_gdn_two_warpgroup_prep_and_fused_output_build_and_never_spill(tmp_path):
-    """GDN's ``wg2-rso``: the two-warpgroup prep module (256 threads, the solve on named barrier 1, K = 128: 8 + 8 + 8 + 8
-    = 32 WGMMAs as the default) and the state pass with the output fused in (``fuse_out``: two kernels, no output
-    kernel; two unrolled stages x (8 Vn^T + 8 Q S0^T + 8 S + 4 P Vn) = 56 register-A WGMMAs; GDN's row factors staged by
-    cp.async); no local memory, no spill."""
+def test_variant_keys_default_off_and_bad_combinations_raise():
+    """The variant key fields default to the verified kernels (so the default plans' keys and PTX are unchanged); an
+    unknown variant name, two warpgroups with ``parallel_prefetch``, a variant on GDN (its prep key has no
+    ``warpgroups``) and a state-pass field the key does not have are ValueErrors at compile (before any build)."""
     from _delta_rule_cases import GDN
 
-    from cudnn.linear_attention._host.chunk_parallel import set_parallel_options
-
-    plan = _plan(fam=GDN)
-    set_parallel_options(plan, "wg2-rso")
-    plan.check_support()
-    with keep_artifacts(tmp_path) as ptx:
-        plan.compile()
-        text = ptx()
-    names = kernel_symbols(text)
-    assert sum("gdnchunk_parallel_prep_wg2" in n for n in names) == 1 and all(n.startswith("cudnn_") for n in names), names
-    assert len(names) == 2 and sum("chunk_parallel_state_out" in n for n in names) == 1 and plan._compiled_parallel[2] is None, names
-    fused = _ptx_of(tmp_path, "chunk_parallel_state_out")
-    rs = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32\.bf16\.bf16\s*\{[^}]*\},\s*\{%r\d+, %r\d+, %r\d+, %r\d+\}", fused)
-    assert len(rs) == 56 == fused.count("wgmma.mma_async") and len(re.findall(r"bar\.sync\s+0;", fused)) == 3
-    prep = _ptx_of(tmp_path, "chunk_parallel_prep_wg2")
-    assert ".reqntid 256, 1, 1" in prep and prep.count("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16") == 32
-    assert len(re.findall(r"bar\.sync\s+1, 128;", prep)) == 7
-    assert "ld.local" not in text and "st.local" not in text and all(f == 0 for f in frame_sizes(tmp_path))
-
-
-def test_variant_keys_default_off_and_bad_combinations_raise():
-    """The new key fields default to the verified kernels (so the default plans' keys and PTX are unchanged); an
-    unknown variant name, two warpgroups with ``parallel_prefetch``, and the register-operand state pass with three
-    stages are ValueErrors at compile (before any build)."""
     from cudnn.linear_attention._host.chunk_parallel import PARALLEL_VARIANTS, set_parallel_options
-    from cudnn.linear_attention.gdn.chunk_parallel_prep_kernel import GatedDeltaNetParallelPrep, GdnParallelPrepKey
     from cudnn.linear_attention.kda.chunk_parallel_prep_kernel import KdaParallelPrepKey, KimiDeltaAttentionParallelPrep
-    from cudnn.linear_attention.kda.chunk_parallel_state_kernel import KdaParallelStateKey, KimiDeltaAttentionParallelState
 
-    gk = GdnParallelPrepKey(head_dim=128, g_dtype="Float32", beta_dtype="Float32", l2norm=True, varlen=True)
-    assert gk.warpgroups == 1 and GatedDeltaNetParallelPrep.for_key(gk) is GatedDeltaNetParallelPrep
     pk = KdaParallelPrepKey(head_dim=128, g_dtype="Float32", beta_dtype="Float32", l2norm=True, varlen=True)
-    sk = KdaParallelStateKey(head_dim=128, varlen=True, has_initial=True, has_final=True)
-    assert pk.warpgroups == 1 and not sk.reg_operands
+    assert pk.warpgroups == 1 and not pk.fast_exp and not pk.restructured
     assert KimiDeltaAttentionParallelPrep.for_key(pk) is KimiDeltaAttentionParallelPrep
-    assert KimiDeltaAttentionParallelState.for_key(sk) is KimiDeltaAttentionParallelState
-    assert {"wg2", "wg2fx", "rs", "wg2fx-rs"} <= set(PARALLEL_VARIANTS)
+    assert set(PARALLEL_VARIANTS) == {"wg2", "wg2fx", "wg2fx-s3", "tc", "tc-s3"}
     with pytest.raises(ValueError, match="parallel variant 'nope'"):
         set_parallel_options(_plan(), "nope")
     with pytest.raises(ValueError, match="takes neither"):
@@ -148,10 +109,13 @@ def test_variant_keys_default_off_and_bad_combinations_raise():
         set_parallel_options(p, "wg2")
         p.parallel_prefetch = True
         p.compile()
-    with pytest.raises(ValueError, match="two stages"):
+    with pytest.raises(ValueError, match=r"\['warpgroups'\] are not available for this family \(GdnParallelPrepKey\)"):
+        p = _plan(fam=GDN)
+        set_parallel_options(p, "wg2")
+        p.compile()
+    with pytest.raises(ValueError, match=r"\['reg_operands'\] are not available for this family \(KdaParallelStateKey\)"):
         p = _plan()
-        set_parallel_options(p, "rs")
-        p.parallel_state_stages = 3
+        set_parallel_options(p, {"state": {"reg_operands": True}})
         p.compile()
 
 

@@ -281,24 +281,3 @@ def solve_unit_lower_blocked_wg(sA: cute.Tensor, sT: cute.Tensor, sM: cute.Tenso
         if i > c:
             t_val = sT[i, c]
         sTm[i, c] = t_val.to(BFloat16)
-
-
-def acc_layout_as_a(acc_layout: cute.Layout) -> cute.Layout:
-    """Layout algebra only (no device code): the fp32 m64nN WGMMA accumulator layout ``((2, 2, N / 8), 1, 1)`` re-viewed
-    as the 16-bit register A operand of an m64 x N-deep product, ``((2, 2, 2), 1, (N / 16, 1))``: the accumulator's
-    (row, column) of every element is the A operand's (row, reduction index), so ``bf16(acc)`` in this view is the A
-    fragment of ``acc @ B`` (register-sourced WGMMA, as attention kernels feed P to P V)."""
-    lay = cute.logical_divide(acc_layout, ((None, None, 2), None, None))
-    return cute.make_layout(
-        ((lay.shape[0][0], lay.shape[0][1], lay.shape[0][2][0]), lay.shape[1], (lay.shape[0][2][1], lay.shape[2])),
-        stride=((lay.stride[0][0], lay.stride[0][1], lay.stride[0][2][0]), lay.stride[1], (lay.stride[0][2][1], lay.stride[2])),
-    )
-
-
-@cute.jit
-def acc_to_a_operand(acc: cute.Tensor, dst: cute.Tensor):
-    """``dst`` (bf16, in :func:`acc_layout_as_a` of ``acc``'s layout) <- ``acc`` (fp32 accumulator), one 16-deep
-    k block at a time (each pair one ``cvt.rn.bf16x2.f32``): the same round-to-nearest as a bf16 store."""
-    src = cute.make_tensor(acc.iterator, acc_layout_as_a(acc.layout))
-    for k in cutlass.range_constexpr(cute.size(src, mode=[2])):
-        dst[None, None, k].store(src[None, None, k].load().to(BFloat16))

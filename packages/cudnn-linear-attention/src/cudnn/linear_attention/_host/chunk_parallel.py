@@ -6,9 +6,8 @@ state pass (``kda/chunk_parallel_state_kernel.py``, grid [N, H, V / 64]) and out
 grid [slots, H, V / 64]; both family-agnostic), exchanging per-chunk operands through the caller's
 workspace (R2; ``_device/chunk_parallel.py`` lists the arrays). The slot count comes from the token total and the
 sequence count alone (``T // 64 + N`` varlen, ``N ceil(L / 64)`` dense): no device value is read (Rule 3).
-Opt-in variants (``PARALLEL_VARIANTS``, ``set_parallel_options``) pick other kernel modules through extra compile-key
-fields: two-warpgroup prep kernels, a register-operand state pass, and the state pass with the output fused in (then two
-launches: ``compile_parallel`` returns no output kernel and ``launch_parallel`` passes o to the state pass).
+Opt-in variants (``PARALLEL_VARIANTS``, ``set_parallel_options``) pick other KDA prep kernel modules (two warpgroups,
+the restructured prep) and the three-stage state pass through extra compile-key fields.
 Everything here is metadata arithmetic; nothing converts, copies, allocates or synchronizes (Rules 1-3). Imports
 neither torch nor cutlass at module import time.
 """
@@ -91,15 +90,11 @@ def fake_workspace_pointers() -> list:
 #: Named opt-in variants of the parallel schedule (A/B knobs for the GPU run; the default plan uses none): extra fields
 #: of the prep / state-pass compile keys. Each is its own compile artifact; the default keys (and PTX) are unchanged.
 #:
-#: - ``wg2``: the prep kernel with two warpgroups per CTA (``{Kda,Gdn}ParallelPrepKey.warpgroups = 2``): bitwise the default.
+#: All of them are KDA's (``KdaParallelPrepKey`` fields); GDN's prep key has none of them (a ValueError at compile).
+#:
+#: - ``wg2``: the prep kernel with two warpgroups per CTA (``KdaParallelPrepKey.warpgroups = 2``): bitwise the default.
 #: - ``wg2fx``: ``wg2`` with the approximate per-element exps (``fast_exp``): rounding-level changes only.
 #: - ``wg2fx-s3``: ``wg2fx`` plus the three-stage state pass.
-#: - ``rs``: the state pass with register A operands (``KdaParallelStateKey.reg_operands``; GDN too: the state pass is
-#:   shared): one barrier per chunk instead of three. Expected bitwise the default (tested).
-#: - ``wg2-rs`` (both families) / ``wg2fx-rs`` (KDA): the two-warpgroup prep (exact / approximate exps) with the
-#:   register-operand state pass. (``fx``: KDA only; GDN's prep key has no ``fast_exp``.)
-#: - ``rso`` / ``wg2-rso`` / ``wg2fx-rso``: as ``rs`` with the output fused into the state pass
-#:   (``KdaParallelStateKey.fuse_out``: two launches, no h / vnt traffic). Expected bitwise the default (tested).
 #: - ``tc`` (KDA): the restructured two-warpgroup prep kernel (``kda/chunk_parallel_prep_tc_kernel.py``, selected by
 #:   ``KdaParallelPrepKey.restructured``, with ``warpgroups = 2`` and ``fast_exp``): gates as log2, one vectorized element pass, K'_I for the live rows
 #:   only, the solve by all 256 threads, beta folded into the inverse and MN-major B operands for U and W. Rounding-level
@@ -108,12 +103,6 @@ PARALLEL_VARIANTS = {
     "wg2": {"prep": {"warpgroups": 2}},
     "wg2fx": {"prep": {"warpgroups": 2, "fast_exp": True}},
     "wg2fx-s3": {"prep": {"warpgroups": 2, "fast_exp": True}, "state": {"stages": 3}},
-    "rs": {"state": {"reg_operands": True}},
-    "wg2-rs": {"prep": {"warpgroups": 2}, "state": {"reg_operands": True}},
-    "wg2fx-rs": {"prep": {"warpgroups": 2, "fast_exp": True}, "state": {"reg_operands": True}},
-    "rso": {"state": {"reg_operands": True, "fuse_out": True}},
-    "wg2-rso": {"prep": {"warpgroups": 2}, "state": {"reg_operands": True, "fuse_out": True}},
-    "wg2fx-rso": {"prep": {"warpgroups": 2, "fast_exp": True}, "state": {"reg_operands": True, "fuse_out": True}},
     "tc": {"prep": {"warpgroups": 2, "fast_exp": True, "restructured": True}},
     "tc-s3": {"prep": {"warpgroups": 2, "fast_exp": True, "restructured": True}, "state": {"stages": 3}},
 }
@@ -123,8 +112,9 @@ def set_parallel_options(plan, variant) -> None:
     """Give the parallel-schedule adapter ``plan`` (before ``compile()``) the extra compile-key fields of ``variant``
     (a name of :data:`PARALLEL_VARIANTS` or a ``{"prep": {...}, "state": {...}}`` dict) on top of its own knobs: the
     A/B hook of the tests and benchmarks for options the adapter has no attribute for yet. Plan-time only (Rule 4):
-    the fields join the compile keys; ValueError for an unknown name or a combination the kernels do not build. With two
-    prep warpgroups an fp32 ``g`` is bound 4-byte aligned (one 32-bit load per element; execute checks the address)."""
+    the fields join the compile keys; ValueError for an unknown name, and at compile for a field the family's kernel keys
+    do not have (GDN takes none of the named variants) or a combination the kernels do not build. With two prep
+    warpgroups an fp32 ``g`` is bound 4-byte aligned (one 32-bit load per element; execute checks the address)."""
     if isinstance(variant, str):
         if variant not in PARALLEL_VARIANTS:
             raise ValueError(f"parallel variant {variant!r}; accepted {tuple(PARALLEL_VARIANTS)}")
@@ -133,17 +123,23 @@ def set_parallel_options(plan, variant) -> None:
     cls = type(plan)
     prep_base, state_base = cls._prep_options, cls._state_options
 
+    def check_fields(extra, key_t, what):
+        from dataclasses import fields
+
+        unknown = sorted(set(extra) - {f.name for f in fields(key_t)})
+        if unknown:
+            raise ValueError(f"{cls.__name__}: {what} key options {unknown} are not available for this family ({key_t.__name__})")
+
     def prep_options():
+        check_fields(prep_extra, cls._parallel_kernel_classes()[0][0], "parallel prep")
         opts = {**prep_base(plan), **prep_extra}
         if opts.get("warpgroups", 1) != 1 and (opts.get("prefetch") or opts.get("two_per_sm")):
             raise ValueError(f"{cls.__name__}: prep warpgroups={opts['warpgroups']} takes neither parallel_prefetch nor parallel_prep_two_per_sm")
         return opts
 
     def state_options():
-        opts = {**state_base(plan), **state_extra}
-        if opts.get("reg_operands") and opts.get("stages", 2) != 2:
-            raise ValueError(f"{cls.__name__}: the register-operand state pass has two stages; got parallel_state_stages={opts['stages']}")
-        return opts
+        check_fields(state_extra, cls._parallel_kernel_classes()[1][0], "parallel state-pass")
+        return {**state_base(plan), **state_extra}
 
     def g_align():
         from cudnn.datatypes import data_type
@@ -181,11 +177,7 @@ def compile_parallel(
 
     (prep_key_t, prep_t), (state_key_t, state_t), (out_key_t, out_t) = kernels
     prep_key = prep_key_t(head_dim=d, g_dtype=g_dtype, beta_dtype=beta_dtype, l2norm=l2norm, varlen=varlen, **(prep_options or {}))
-    state_options = dict(state_options or {})
-    fused = bool(state_options.get("fuse_out"))
-    if fused:  # the state pass writes o itself (GDN: with the row factors); no output kernel
-        state_options["out_row_scaled"] = row_scaled
-    state_key = state_key_t(head_dim=d, varlen=varlen, has_initial=has_initial, has_final=has_final, **state_options)
+    state_key = state_key_t(head_dim=d, varlen=varlen, has_initial=has_initial, has_final=has_final, **(state_options or {}))
     out_key = out_key_t(head_dim=d, varlen=varlen, row_scaled=row_scaled)
 
     def build_prep():
@@ -207,13 +199,7 @@ def compile_parallel(
         from .launch import fake_gmem_ptr as fp
 
         ptrs = [fp("Int32", 4) if varlen else None, fp("Float32", 4) if has_initial else None, fp("Float32", 4) if has_final else None]
-        kernel_t = state_t.for_key(state_key) if hasattr(state_t, "for_key") else state_t
-        if fused:  # + o, the token total and o's (token, head) strides
-            from cutlass import Int64
-
-            out_args = (fp("BFloat16", 2), Int32(8), (Int64(8), Int64(8)))
-            return cute.compile(kernel_t(state_key), *ptrs, *fake_workspace_pointers(), *[Int32(8)] * 5, *out_args, cuda.CUstream(0))
-        return cute.compile(kernel_t(state_key), *ptrs, *fake_workspace_pointers(), *[Int32(8)] * 5, cuda.CUstream(0))
+        return cute.compile(state_t(state_key), *ptrs, *fake_workspace_pointers(), *[Int32(8)] * 5, cuda.CUstream(0))
 
     def build_out():
         import cuda.bindings.driver as cuda
@@ -235,7 +221,7 @@ def compile_parallel(
     return (
         kernel_cache.get_or_compile(prep_key, build_prep, family=family),
         kernel_cache.get_or_compile(state_key, build_state, family=family),
-        None if fused else kernel_cache.get_or_compile(out_key, build_out, family=family),
+        kernel_cache.get_or_compile(out_key, build_out, family=family),
     )
 
 
@@ -263,8 +249,5 @@ def launch_parallel(compiled, ptrs: dict, ws_ptrs: list, ext: ParallelExtents, T
         *strides[:3],
         stream,
     )
-    if out is None:  # the state pass with the output fused in (KdaParallelStateKey.fuse_out): two launches
-        state(p["cu"], p["h0"], p["ht"], *ws_ptrs, ext.n_seqs, ext.seq_len, ext.chunks_per_seq, ext.slots, heads, p["o"], T, strides[3], stream)
-        return
     state(p["cu"], p["h0"], p["ht"], *ws_ptrs, ext.n_seqs, ext.seq_len, ext.chunks_per_seq, ext.slots, heads, stream)
     out(p["o"], p["cu"], *ws_ptrs, T, ext.n_seqs, ext.seq_len, ext.chunks_per_seq, ext.slots, heads, strides[3], stream)

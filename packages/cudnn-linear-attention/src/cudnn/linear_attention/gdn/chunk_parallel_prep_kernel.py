@@ -60,11 +60,6 @@ class GdnParallelPrepKey:
     #: carveout (255 registers x 128 threads: two CTAs fit the register file exactly). One CTA's load latency and
     #: barriers then overlap the other's work. Same arithmetic: bitwise the default's outputs.
     two_per_sm: bool = False
-    #: Opt-in (default 1: the verified kernel): 2 = the two-warpgroup variant (``chunk_parallel_prep_wg2_kernel.py``: 256
-    #: threads, each step split between the warpgroups, the solve overlapped with the P / decayed-key stores, the q / k / v
-    #: loads in flight during the gate step). Same values by the same operations: bitwise the default's outputs. Not
-    #: combined with ``prefetch`` or ``two_per_sm``.
-    warpgroups: int = 1
 
 
 def _aliased_storage(l_ck, l_kc, l_vc, l_cc):
@@ -101,18 +96,9 @@ class GatedDeltaNetParallelPrep:
     """Kernel 1 of the chunk-parallel GDN forward: ``__init__`` holds the compile key, ``__call__`` launches."""
 
     def __init__(self, key: GdnParallelPrepKey):
-        assert key.head_dim in (64, 128) and key.warpgroups == 1
+        assert key.head_dim in (64, 128)
         self.key = key
         self.D = key.head_dim
-
-    @staticmethod
-    def for_key(key: GdnParallelPrepKey):
-        """The kernel class that implements ``key`` (``warpgroups = 2``: the two-warpgroup variant's module)."""
-        if key.warpgroups == 2:
-            from .chunk_parallel_prep_wg2_kernel import GatedDeltaNetParallelPrepWg2
-
-            return GatedDeltaNetParallelPrepWg2
-        return GatedDeltaNetParallelPrep
 
     @cute.jit
     def __call__(

@@ -59,37 +59,15 @@ class KdaParallelStateKey:
     #: kernel: chunk ci + 1 is fetched while chunk ci computes) or 3 (opt-in: chunk ci + 2 is fetched, two chunks of
     #: compute hide each fetch; about 170 KB of shared memory for K = 128). Same arithmetic: bitwise the same states.
     stages: int = STAGES
-    #: Opt-in (default False: the verified kernel): both products take their A operand from registers
-    #: (``chunk_parallel_state_rs_kernel.py``: bf16(S0) and bf16(Vn^T) straight from the accumulators, one barrier per
-    #: chunk instead of three, no shared-memory round trip on the chunk-to-chunk path). Two stages only.
-    reg_operands: bool = False
-    #: Opt-in (default False; needs ``reg_operands``): the output fused into the state pass
-    #: (``chunk_parallel_state_out_kernel.py``: O^T from the register operands and staged qg / P; the output kernel is not
-    #: launched and h / vnt are not written). ``out_row_scaled``: GDN's row factors (set by the host from the family).
-    fuse_out: bool = False
-    out_row_scaled: bool = False
 
 
 class KimiDeltaAttentionParallelState:
     """Kernel 2 of the chunk-parallel KDA forward: ``__init__`` holds the compile key, ``__call__`` launches."""
 
     def __init__(self, key: KdaParallelStateKey):
-        assert key.head_dim in (64, 128) and key.stages in (2, 3) and not key.reg_operands and not key.fuse_out
+        assert key.head_dim in (64, 128) and key.stages in (2, 3)
         self.key = key
         self.D = key.head_dim
-
-    @staticmethod
-    def for_key(key: KdaParallelStateKey):
-        """The kernel class that implements ``key`` (``reg_operands``: the register-operand variant's module)."""
-        if key.fuse_out:
-            from .chunk_parallel_state_out_kernel import KimiDeltaAttentionParallelStateOut
-
-            return KimiDeltaAttentionParallelStateOut
-        if key.reg_operands:
-            from .chunk_parallel_state_rs_kernel import KimiDeltaAttentionParallelStateRs
-
-            return KimiDeltaAttentionParallelStateRs
-        return KimiDeltaAttentionParallelState
 
     @cute.jit
     def __call__(
