@@ -30,31 +30,6 @@ def _floor():
     skip_unless_cutedsl("4.8.0", "cudnn.sdpa forward")
 
 
-class Recorder:
-    """Stands in for the tvm-ffi compiled function: records every call's positional arguments."""
-
-    def __init__(self):
-        self.calls = []
-
-    def __call__(self, *args):
-        self.calls.append(args)
-
-
-@pytest.fixture
-def api(monkeypatch):
-    from cudnn.sdpa.fwd import api as mod
-
-    rec = Recorder()
-    monkeypatch.setattr(mod, "_compiled", lambda key, tvm_ffi=False: rec)
-    monkeypatch.setattr(mod, "_use_tvm_ffi", lambda: True)
-    monkeypatch.setattr(mod, "_current_stream_handle", lambda device_index: 0xABC0)
-    monkeypatch.setattr(mod, "_require_cuda", lambda name, x, device: None)
-    monkeypatch.setattr(mod, "_PLANS", {})
-    mod._test_recorder = rec
-    yield mod
-    del mod._test_recorder
-
-
 #: Positions in the kernel's argument list: 11 pointers, then LAUNCH_SCALARS (num_splits 8th, page_table_stride 9th,
 #: then the 15 strides), then scale, window left / right, stream.
 _P = 11

@@ -44,30 +44,6 @@ def _floor():
     skip_unless_cutedsl("4.8.0", "cudnn.sdpa forward")
 
 
-class Recorder:
-    """Stands in for the tvm-ffi compiled function: records every call's positional arguments."""
-
-    def __init__(self):
-        self.calls = []
-
-    def __call__(self, *args):
-        self.calls.append(args)
-
-
-@pytest.fixture
-def api(monkeypatch):
-    from cudnn.sdpa.fwd import api as mod
-
-    rec = Recorder()
-    monkeypatch.setattr(mod, "_compiled", lambda key, tvm_ffi=False: rec)
-    monkeypatch.setattr(mod, "_use_tvm_ffi", lambda: True)
-    monkeypatch.setattr(mod, "_current_stream_handle", lambda device_index: 0xABC0)
-    monkeypatch.setattr(mod, "_require_cuda", lambda name, x, device: None)
-    mod._test_recorder = rec
-    yield mod
-    del mod._test_recorder
-
-
 def _bshd(b, s, h, d, dtype=torch.bfloat16):
     return torch.randn(b, s, h, d, dtype=dtype).transpose(1, 2)  # (B, H, S, D) view of BSHD storage
 
