@@ -31,7 +31,8 @@ ours-parallel-s3 (three-stage state pass), ours-parallel-pf (the prep kernel's `
 ours-parallel-2cta (prep at two CTAs per SM) and ours-parallel-all (knobs combined; KDA's includes the approximate exp),
 KDA ours-par-<variant> (``_host/chunk_parallel.py::PARALLEL_VARIANTS``: wg2 / wg2fx -- the two-warpgroup prep kernel,
 exact / approximate exps --, ours-par-wg2fx+graph, and tc / tc-s3 / tc+graph -- the restructured prep kernel
-``kda/chunk_parallel_prep_tc_kernel.py``; GDN has no variant providers). Same
+``kda/chunk_parallel_prep_tc_kernel.py``), ours-par-v32 / ours-par-v16 (both families: the state pass on 32- / 16-row
+value slices, ``kda/chunk_parallel_state_narrow_kernel.py``) and KDA ours-par-tc-v32 / tc-v16 / tc-v32+graph. Same
 inputs for all: bf16 q/k/v, fp32 g = logsigmoid(N(0,1)) / 8 and beta ~ U(0,1), q/k L2-normalised in the kernel,
 no initial state, no final state. Byte convention (the minimum traffic: the roofline's numerator): q, k, v read
 and o written once in bf16, g and beta read once in fp32: T H (2 K + 2 V) bf16 elements and 2 T H fp32 ones, counted as
@@ -461,6 +462,12 @@ def _parallel_providers(family, adapter, per_key_gate, public):
             providers.append(Provider(f"ours-par-{variant}", make_adapter({}, variant)))
         providers.append(Provider("ours-par-wg2fx+graph", _graphed(make_adapter({}, "wg2fx"))))
         providers.append(Provider("ours-par-tc+graph", _graphed(make_adapter({}, "tc"))))
+    # the narrow state pass (``v32`` / ``v16``: 32 / 16 value rows per state-pass CTA, kda/chunk_parallel_state_narrow_kernel.py;
+    # both families: a state-pass field only) and, KDA, combined with the restructured prep (``tc-v32`` / ``tc-v16``)
+    for variant in ("v32", "v16") + (("tc-v32", "tc-v16") if per_key_gate else ()):
+        providers.append(Provider(f"ours-par-{variant}", make_adapter({}, variant)))
+    if per_key_gate:
+        providers.append(Provider("ours-par-tc-v32+graph", _graphed(make_adapter({}, "tc-v32"))))
     return providers
 
 

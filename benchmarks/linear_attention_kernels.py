@@ -9,7 +9,9 @@ serial, parallel, parallel-s3 (``parallel_state_stages = 3``), parallel-pf (``pa
 ``prefetch`` key option), parallel-2cta (``parallel_prep_two_per_sm``), KDA parallel-fx (``parallel_fast_exp``), and
 parallel-all (knobs combined), and KDA's named variants of ``_host/chunk_parallel.py::PARALLEL_VARIANTS`` (par-wg2:
 the two-warpgroup prep; par-wg2fx: with approximate exps; par-tc: the restructured prep kernel
-``kda/chunk_parallel_prep_tc_kernel.py``, par-tc-s3 with the three-stage state pass; GDN has none).
+``kda/chunk_parallel_prep_tc_kernel.py``, par-tc-s3 with the three-stage state pass; GDN has none), and, both
+families, par-v32 / par-v16 (the state pass on 32- / 16-row value slices: ``kda/chunk_parallel_state_narrow_kernel.py``,
+2x / 4x the CTAs) with KDA's par-tc-v32 / par-tc-v16 (the tc prep as well).
 ``--variants parallel,par-wg2,par-tc`` keeps a subset.
 Each variant is warmed (compile), then ``--iters`` calls are profiled; a kernel's time is its mean CUDA time per call.
 First line per family: each kernel's memory floor (``floors``: the workspace bytes it must move, at 4.8 TB/s).
@@ -79,6 +81,8 @@ def profile(family, t, h, iters, only=()):
     else:
         variants.append(("parallel-all", "parallel", {"parallel_prefetch": True, "parallel_state_stages": 3, "parallel_prep_two_per_sm": True}, None))
     for name in ("wg2", "wg2fx", "tc", "tc-s3") if family == "kda" else ():  # PARALLEL_VARIANTS (KDA only)
+        variants.append((f"par-{name}", "parallel", {}, name))
+    for name in ("v32", "v16") + (("tc-v32", "tc-v16") if family == "kda" else ()):  # the narrow state pass (both families)
         variants.append((f"par-{name}", "parallel", {}, name))
     if only:
         variants = [v for v in variants if v[0] in only]

@@ -64,3 +64,24 @@ def test_execute_never_syncs_or_allocates_and_replays_under_capture():
 )
 def test_tuning_options_are_bitwise_the_default_parallel_schedule(opts, D, g_dtype):
     cases.check_options_bitwise_equal_to_default(GDN, opts, D, True, g_dtype)
+
+
+# -- the narrow state pass (``v32`` / ``v16``: ``KdaParallelStateKey.v_slice``; the state pass is family-agnostic, so
+# GDN takes these variants: a state-pass field only). Bodies: test_kda_parallel_gpu.py::check_narrow_state_pass.
+
+
+@pytest.mark.parametrize(
+    "variant, D, l2norm, regime, g_dtype",
+    [("v32", 128, True, "weak", torch.float32), ("v16", 64, False, "weak", torch.bfloat16)],
+    ids=["v32-d128", "v16-d64-bf16g"],
+)
+def test_narrow_state_pass_matches_recurrence_and_default(variant, D, l2norm, regime, g_dtype):
+    from test_kda_parallel_gpu import check_narrow_state_pass
+
+    check_narrow_state_pass(GDN, variant, D, l2norm, regime, g_dtype)
+
+
+def test_narrow_state_pass_dense_long_sequence():
+    from test_kda_parallel_gpu import check_narrow_state_pass_dense_long
+
+    check_narrow_state_pass_dense_long(GDN, "v32")

@@ -312,3 +312,152 @@ def test_tc_variant_workspace_matches_default_prep():
                 bad.append(name)
         offset += ws_align(nbytes)
     assert not bad, f"tc prep arrays {bad} differ from the default prep kernel's: " + "; ".join(report)
+
+
+# -- the narrow state pass (``v32`` / ``v16``: ``KdaParallelStateKey.v_slice``, ``kda/chunk_parallel_state_narrow_kernel.py``;
+# the state slice held transposed, 32 / 16 value rows per CTA, grid [N, H, V / v_slice]) -----------------------------
+
+
+def _state_pass_arrays(ws, slots, heads, d):
+    """The state pass's workspace arrays ``(vnt, h)`` of ``ws`` as [slots, heads, ...] float views."""
+    from cudnn.linear_attention._host.chunk_parallel import _ARRAYS
+    from cudnn.workspace import ws_align
+
+    out, offset = {}, 0
+    for name, size, per in _ARRAYS:
+        nbytes = slots * heads * per(d) * size
+        if name in ("vnt", "h"):
+            out[name] = ws[offset : offset + nbytes].view(torch.bfloat16).view(slots, heads, -1).float()
+        offset += ws_align(nbytes)
+    return out["vnt"], out["h"]
+
+
+def check_narrow_state_pass(fam, variant, D, l2norm, regime, g_dtype=torch.float32, stages=None):
+    """``variant`` (a narrow state pass) on the varlen batch (1-token, one-chunk, empty, long sequences; GVA 4 over 2
+    heads; initial and final states), three ways:
+
+    1. the state pass's workspace arrays (``h`` = the state entering each chunk, ``vnt`` = Vn^T) equal the default
+       plan's within bf16 rounding on every active slot (a wrong slice / transposition shows here, by array);
+    2. o and the final state by the FlashAttention rule against the fp32 token-by-token recurrence;
+    3. o and the final state against the default parallel schedule: the variant's error is at most twice the
+       default's plus the rule's noise (bitwise equality is expected often but not claimed: the MMAs accumulate in
+       another order). The empty sequence passes its state through exactly.
+
+    ``stages``: the adapter's ``parallel_state_stages`` for both plans."""
+    from cudnn.linear_attention._host.chunk_parallel import CHUNK, set_parallel_options
+    from cudnn_testing.data import cu_seqlens, poison
+    from cudnn_testing.tolerance import assert_close_fa
+
+    H = 4
+    lengths = LENGTHS_NARROW
+    cu = cu_seqlens(lengths, "cuda")
+    q, k, v, g, beta, h0 = cases.inputs(fam, (sum(lengths),), H, 2, D, l2norm, len(lengths), regime)
+    g = g.to(g_dtype)
+    runs = []
+    for name in ("", variant):
+        o, ht = poison(torch.empty_like(v)), poison(torch.empty_like(h0))
+        plan = fam.adapter_class()(q, k, v, g, beta, o, use_qk_l2norm_in_kernel=l2norm, initial_state=h0, final_state=ht, cu_seqlens=cu, schedule="parallel")
+        if stages is not None:
+            plan.parallel_state_stages = stages
+        if name:
+            set_parallel_options(plan, name)
+        plan.compile()
+        ws = torch.full((plan.scratch_workspace_bytes(),), 0xFF, dtype=torch.uint8, device="cuda")  # all-ones bytes: NaN in bf16 and fp32
+        plan.execute(q, k, v, g, beta, o, h0, ht, cu, workspace=ws)
+        torch.cuda.synchronize()
+        runs.append((o, ht, ws))
+    (o0, s0, ws0), (o1, s1, ws1) = runs
+
+    slots = sum(lengths) // CHUNK + len(lengths)
+    active, bos = [], 0
+    for n, length in enumerate(lengths):  # the varlen slot table of _device/chunk_parallel.py
+        base = bos // CHUNK + n
+        active += list(range(base, base + -(-length // CHUNK)))
+        bos += length
+    idx = torch.tensor(active, device="cuda")
+    report, bad = [], []
+    for name, a, b in zip(("vnt", "h"), _state_pass_arrays(ws0, slots, H, D), _state_pass_arrays(ws1, slots, H, D), strict=True):
+        a, b = a[idx], b[idx]
+        err = (a - b).abs().max().item()
+        tol = 2e-2 * a.abs().max().item() + 1e-6
+        report.append(f"{name}: max|{variant} - default| {err:.3e} (tolerance {tol:.3e})")
+        if not (torch.isfinite(b).all() and err <= tol):
+            bad.append(name)
+    assert not bad, f"{variant}: state-pass arrays {bad} differ from the default state pass's: " + "; ".join(report)
+
+    ref_o, ref_s, low_o, low_s = cases.refs(fam, q, k, v, g, beta, h0, l2norm, cu, False)
+    cases.check(o1, ref_o, low_o, f"o {variant}")
+    cases.check(s1, ref_s, low_s, f"final_state {variant}")
+    assert_close_fa(o1, ref_o, o0, name=f"o {variant} vs default", factor=2.0, noise=1e-3 * ref_o.abs().max().item())
+    assert_close_fa(s1, ref_s, s0, name=f"final_state {variant} vs default", factor=2.0, noise=1e-3 * ref_s.abs().max().item())
+    assert torch.equal(s1[3], h0[3])
+
+
+def check_narrow_state_pass_dense_long(fam, variant):
+    """``variant`` on a dense [B, L] batch (B = 2, L = 300) and one 4096-token THD sequence (64 chunks through the
+    state pass), no initial state, K = 128: the FlashAttention rule against the fp32 recurrence."""
+    from cudnn.linear_attention._host.chunk_parallel import set_parallel_options
+
+    for lead, batched in (((2, 300), True), ((4096,), False)):
+        q, k, v, g, beta, _ = cases.inputs(fam, lead, 2, 2, 128, True, lead[0] if batched else 1, "safe_gate")
+        o = torch.full_like(v, float("nan"))
+        n = lead[0] if batched else 1
+        ht = torch.full((n, 2, 128, 128), float("nan"), device="cuda")
+        plan = fam.adapter_class()(q, k, v, g, beta, o, use_qk_l2norm_in_kernel=True, final_state=ht, schedule="parallel")
+        set_parallel_options(plan, variant)
+        plan.compile()
+        ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda")
+        plan.execute(q, k, v, g, beta, o, None, ht, None, workspace=ws)
+        torch.cuda.synchronize()
+        ref_o, ref_s, low_o, low_s = cases.refs(fam, q, k, v, g, beta, None, True, None, batched)
+        cases.check(o, ref_o, low_o, f"o {variant} {lead}")
+        cases.check(ht, ref_s, low_s, f"final_state {variant} {lead}")
+
+
+LENGTHS_NARROW = cases.LENGTHS  # 1-token, one chunk, one past, empty (index 3), long (1500 tokens: 24 chunks), ...
+
+
+# Pruned (each id compiles the default plan and the variant): both slice widths, both head dims, both g dtypes,
+# with and without L2 norm; one id with the three-stage state pass; tc-v32 combines the restructured prep.
+@pytest.mark.parametrize(
+    "variant, D, l2norm, regime, g_dtype, stages",
+    [
+        ("v32", 128, True, "safe_gate", torch.float32, None),
+        ("v32", 64, False, "weak", torch.bfloat16, None),
+        ("v16", 128, False, "weak", torch.float32, None),
+        ("v16", 64, True, "safe_gate", torch.float32, None),
+        ("v32", 128, True, "weak", torch.float32, 3),
+        ("tc-v32", 128, True, "safe_gate", torch.float32, None),
+    ],
+    ids=["v32-d128", "v32-d64-bf16g", "v16-d128", "v16-d64", "v32-s3-d128", "tc-v32-d128"],
+)
+def test_narrow_state_pass_matches_recurrence_and_default(variant, D, l2norm, regime, g_dtype, stages):
+    check_narrow_state_pass(KDA, variant, D, l2norm, regime, g_dtype, stages)
+
+
+@pytest.mark.parametrize("variant", ["v32", "tc-v16"])
+def test_narrow_state_pass_dense_long_sequence(variant):
+    check_narrow_state_pass_dense_long(KDA, variant)
+
+
+@pytest.mark.detector
+def test_narrow_state_pass_execute_never_syncs_or_allocates_and_replays_under_capture():
+    """The v32 plan's execute: no host sync, no allocation (three executes), and a CUDA-graph replay equal to eager."""
+    from cudnn.linear_attention._host.chunk_parallel import set_parallel_options
+    from cudnn_testing import detectors
+    from cudnn_testing.data import cu_seqlens
+
+    lengths = [1, 700, 64, 300]
+    cu = cu_seqlens(lengths, "cuda")
+    q, k, v, g, beta, h0 = cases.inputs(KDA, (sum(lengths),), 4, 2, 128, True, len(lengths))
+    o = torch.empty_like(v)
+    ht = torch.empty_like(h0)
+    plan = KDA.adapter_class()(q, k, v, g, beta, o, use_qk_l2norm_in_kernel=True, initial_state=h0, final_state=ht, cu_seqlens=cu, schedule="parallel")
+    set_parallel_options(plan, "v32")
+    plan.compile()
+    ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda")
+    args = (q, k, v, g, beta, o, h0, ht, cu)
+    plan.execute(*args, workspace=ws)
+    torch.cuda.synchronize()
+    detectors.assert_no_sync_no_alloc(lambda: plan.execute(*args, workspace=ws), repeats=3)
+    detectors.assert_capture_matches_eager(lambda: plan(*args, workspace=ws), [o, ht])

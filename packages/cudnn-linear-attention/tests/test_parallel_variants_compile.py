@@ -101,7 +101,7 @@ def test_variant_keys_default_off_and_bad_combinations_raise():
     pk = KdaParallelPrepKey(head_dim=128, g_dtype="Float32", beta_dtype="Float32", l2norm=True, varlen=True)
     assert pk.warpgroups == 1 and not pk.fast_exp and not pk.restructured
     assert KimiDeltaAttentionParallelPrep.for_key(pk) is KimiDeltaAttentionParallelPrep
-    assert set(PARALLEL_VARIANTS) == {"wg2", "wg2fx", "wg2fx-s3", "tc", "tc-s3"}
+    assert set(PARALLEL_VARIANTS) == {"wg2", "wg2fx", "wg2fx-s3", "tc", "tc-s3", "v32", "v16", "tc-v32", "tc-v16"}
     with pytest.raises(ValueError, match="parallel variant 'nope'"):
         set_parallel_options(_plan(), "nope")
     with pytest.raises(ValueError, match="takes neither"):
@@ -176,3 +176,66 @@ def test_tc_prep_builds_vectorized_without_spills_at_two_ctas_per_sm(tmp_path):
         text64 = ptx64()
     assert text64.count("wgmma.mma_async") == 40 and text64.count("cp.async.cg.shared.global") == 2 and "st.shared.b16" not in text64
     assert "ld.local" not in text64 and all(f == 0 for f in frame_sizes(d64))
+
+
+# -- the narrow state pass (``v32`` / ``v16``: ``KdaParallelStateKey.v_slice``, ``kda/chunk_parallel_state_narrow_kernel.py``)
+
+
+def _compile_state(key, tmp_path):
+    """PTX text of the state-pass kernel ``key`` routes to, built directly (not through the kernel cache)."""
+    import cuda.bindings.driver as cuda
+    import cutlass.cute as cute
+    from cutlass import Int32
+
+    from cudnn.linear_attention._host.chunk_parallel import fake_workspace_pointers
+    from cudnn.linear_attention._host.launch import fake_gmem_ptr as fp
+    from cudnn.linear_attention.kda.chunk_parallel_state_kernel import KimiDeltaAttentionParallelState
+
+    ptrs = [fp("Int32", 4) if key.varlen else None, fp("Float32", 4) if key.has_initial else None, fp("Float32", 4) if key.has_final else None]
+    with keep_artifacts(tmp_path) as ptx:
+        cute.compile(KimiDeltaAttentionParallelState.for_key(key)(key), *ptrs, *fake_workspace_pointers(), *[Int32(8)] * 5, cuda.CUstream(0))
+        return ptx()
+
+
+@pytest.mark.parametrize("v_slice, D, varlen", [(32, 128, True), (16, 64, False)], ids=["v32-d128-varlen-states", "v16-d64-dense"])
+def test_narrow_state_pass_builds_without_spills(v_slice, D, varlen, tmp_path):
+    """The narrow state pass: one 128-thread kernel with the cudnn prefix, its MMAs all m64n{v_slice}k16 (per chunk
+    D / 16 for Vn = U - Wm S0^T and D / 64 x 4 for S^T += kd Vn; the chunk loop unrolled over its two stages:
+    2 x (D / 16 + D / 16)), the default's seven CTA barriers, no local memory and frame size 0 (nothing spilled)."""
+    from cudnn.linear_attention.kda.chunk_parallel_state_kernel import KdaParallelStateKey
+
+    key = KdaParallelStateKey(head_dim=D, varlen=varlen, has_initial=varlen, has_final=varlen, v_slice=v_slice)
+    text = _compile_state(key, tmp_path)
+    names = kernel_symbols(text)
+    assert len(names) == 1 and names[0].startswith("cudnn_") and "chunk_parallel_state_narrow" in names[0], names
+    assert ".reqntid 128, 1, 1" in text
+    mma = re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)\.f32\.bf16\.bf16", text)
+    assert mma == [f"m64n{v_slice}k16"] * (2 * (D // 16 + D // 16)), mma
+    assert len(re.findall(r"bar\.sync\s+0;", text)) == 7
+    assert "ld.local" not in text and "st.local" not in text
+    assert all(f == 0 for f in frame_sizes(tmp_path))
+
+
+def test_narrow_state_pass_keys_route_and_plans_take_them():
+    """``v_slice`` defaults to 64 (the verified kernel class: default keys and PTX unchanged), 32 / 16 route to the
+    narrow kernel, anything else is a ValueError; ``v32`` / ``tc-v32`` put the field on the state key of a KDA plan,
+    and GDN (whose state pass is this family-agnostic kernel) takes ``v16`` too."""
+    from _delta_rule_cases import GDN
+
+    from cudnn.linear_attention._host.chunk_parallel import PARALLEL_VARIANTS, set_parallel_options
+    from cudnn.linear_attention.kda.chunk_parallel_state_kernel import KdaParallelStateKey, KimiDeltaAttentionParallelState
+    from cudnn.linear_attention.kda.chunk_parallel_state_narrow_kernel import KimiDeltaAttentionParallelStateNarrow
+
+    base = dict(head_dim=128, varlen=True, has_initial=True, has_final=True)
+    assert KdaParallelStateKey(**base).v_slice == 64
+    assert KimiDeltaAttentionParallelState.for_key(KdaParallelStateKey(**base)) is KimiDeltaAttentionParallelState
+    for vw in (32, 16):
+        assert KimiDeltaAttentionParallelState.for_key(KdaParallelStateKey(**base, v_slice=vw)) is KimiDeltaAttentionParallelStateNarrow
+    with pytest.raises(ValueError, match="v_slice=48"):
+        KimiDeltaAttentionParallelState.for_key(KdaParallelStateKey(**base, v_slice=48))
+    assert {"v32", "v16", "tc-v32", "tc-v16"} <= set(PARALLEL_VARIANTS)
+    for fam, variant, vw in ((KDA, "v32", 32), (KDA, "tc-v32", 32), (GDN, "v16", 16)):
+        plan = _plan(fam=fam)
+        set_parallel_options(plan, variant)
+        assert plan._state_options() == {"v_slice": vw}, (variant, plan._state_options())
+    assert _plan()._state_options() == {}

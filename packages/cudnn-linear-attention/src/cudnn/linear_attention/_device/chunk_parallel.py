@@ -27,6 +27,7 @@ Workspace (per slot and head, written by the prep kernel or the state pass, read
 
 import cutlass
 import cutlass.cute as cute
+import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass import BFloat16, Float32, Int32, Int64, const_expr
 from cutlass.cute.nvgpu import cpasync, warpgroup
 
@@ -281,3 +282,73 @@ def solve_unit_lower_blocked_wg(sA: cute.Tensor, sT: cute.Tensor, sM: cute.Tenso
         if i > c:
             t_val = sT[i, c]
         sTm[i, c] = t_val.to(BFloat16)
+
+
+# ---- the transposed state slice of the narrow state pass (kda/chunk_parallel_state_narrow_kernel.py) -----------------
+# The CTA owns S[v0:v0+vw, :] (vw = 32 or 16 value rows) held TRANSPOSED: K / 64 fp32 accumulators of [64 key channels,
+# vw value rows] (WGMMA M = 64 on the key side, N = vw), ``ct`` maps an accumulator element to (key channel, value row).
+# The bf16 copy ``sS`` stays [vw, K] K-major (the B operand of Vn = U - Wm S0^T, N = vw).
+
+
+@cute.jit
+def make_mma_nv(vw: cutlass.Constexpr[int]):
+    """The tiled MMA of the narrow state pass: 64 x ``vw`` outputs, bf16 K-major A and B, fp32 accumulators (one warpgroup)."""
+    return sm90_utils.make_trivial_tiled_mma(
+        BFloat16, BFloat16, warpgroup.OperandMajorMode.K, warpgroup.OperandMajorMode.K, Float32, atom_layout_mnk=(1, 1, 1), tiler_mn=(64, vw)
+    )
+
+
+@cute.jit
+def load_state_t(
+    acc_t: list,
+    sS: cute.Tensor,
+    mH0: cute.Tensor | None,
+    ct: cute.Tensor,
+    seq: Int32,
+    head: Int32,
+    v0: Int32,
+    nh: cutlass.Constexpr[int],
+    has_initial: cutlass.Constexpr[bool],
+):
+    """S[v0:v0+vw, :] enters the transposed accumulators ``acc_t`` (fp32) and ``sS`` [vw, K] (bf16); zero without an
+    initial state."""
+    for h in cutlass.range_constexpr(nh):
+        for i in cutlass.range_constexpr(cute.size(acc_t[h])):
+            kr = ct[i]
+            s_in = Float32(0.0)
+            if const_expr(has_initial):
+                s_in = mH0[seq, head, v0 + kr[1], h * BV + kr[0]]
+            acc_t[h][i] = s_in
+            sS[kr[1], h * BV + kr[0]] = s_in.to(BFloat16)
+
+
+@cute.jit
+def state_t_to_smem(sS: cute.Tensor, acc_t: list, ct: cute.Tensor, nh: cutlass.Constexpr[int]):
+    """The transposed state accumulators -> bf16 ``sS`` [vw, K] (the next chunk's operand); the caller publishes it."""
+    for h in cutlass.range_constexpr(nh):
+        for i in cutlass.range_constexpr(cute.size(acc_t[h])):
+            kr = ct[i]
+            sS[kr[1], h * BV + kr[0]] = acc_t[h][i].to(BFloat16)
+
+
+@cute.jit
+def store_final_state_t(mHT: cute.Tensor, acc_t: list, ct: cute.Tensor, seq: Int32, head: Int32, v0: Int32, nh: cutlass.Constexpr[int]):
+    """The transposed state slice (fp32 accumulators) -> ``final_state[seq, head, v0:v0+vw, :]``."""
+    for h in cutlass.range_constexpr(nh):
+        for i in cutlass.range_constexpr(cute.size(acc_t[h])):
+            kr = ct[i]
+            mHT[seq, head, v0 + kr[1], h * BV + kr[0]] = acc_t[h][i]
+
+
+@cute.jit
+def wgmma_each_a_into_each(mma: cute.TiledMma, accs: list, tA: cute.Tensor, tB: cute.Tensor, a_first: cutlass.Constexpr[int]):
+    """``accs[h] += A_h @ B`` for every accumulator ``h`` (``A_h`` = ``tA[.., .., .., a_first + h]``, one shared ``B``)
+    as ONE committed WGMMA group, waited for once (:func:`wgmma_into_each` with the roles of A and B swapped)."""
+    warpgroup.fence()
+    atom = cute.make_mma_atom(mma.op)
+    atom.set(warpgroup.Field.ACCUMULATE, True)
+    for h in cutlass.range_constexpr(len(accs)):
+        for kb in cutlass.range_constexpr(cute.size(tB.shape[2])):
+            cute.gemm(atom, accs[h], tA[None, None, kb, a_first + h], tB[None, None, kb], accs[h])
+    warpgroup.commit_group()
+    warpgroup.wait_group(0)

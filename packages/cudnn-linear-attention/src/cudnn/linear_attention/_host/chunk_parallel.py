@@ -2,7 +2,8 @@
 chunk-slot count, the workspace size and carving, the three compiles and the three launches.
 
 The schedule is three kernels on one stream: prep (the family's ``chunk_parallel_prep_kernel.py``, grid [slots, H]),
-state pass (``kda/chunk_parallel_state_kernel.py``, grid [N, H, V / 64]) and output (``kda/chunk_parallel_out_kernel.py``,
+state pass (``kda/chunk_parallel_state_kernel.py``, grid [N, H, V / 64], or [N, H, V / v_slice] for the narrow-slice
+variants) and output (``kda/chunk_parallel_out_kernel.py``,
 grid [slots, H, V / 64]; both family-agnostic), exchanging per-chunk operands through the caller's
 workspace (R2; ``_device/chunk_parallel.py`` lists the arrays). The slot count comes from the token total and the
 sequence count alone (``T // 64 + N`` varlen, ``N ceil(L / 64)`` dense): no device value is read (Rule 3).
@@ -99,12 +100,19 @@ def fake_workspace_pointers() -> list:
 #:   ``KdaParallelPrepKey.restructured``, with ``warpgroups = 2`` and ``fast_exp``): gates as log2, one vectorized element pass, K'_I for the live rows
 #:   only, the solve by all 256 threads, beta folded into the inverse and MN-major B operands for U and W. Rounding-level
 #:   changes only (tested against the fp32 recurrence); ``tc-s3`` adds the three-stage state pass.
+#: - ``v32`` / ``v16`` (KDA and GDN: a state-pass field only): the state pass on 32- / 16-row value slices
+#:   (``KdaParallelStateKey.v_slice``, ``kda/chunk_parallel_state_narrow_kernel.py``), grid [N, H, V / 32] or
+#:   [N, H, V / 16] instead of [N, H, V / 64]; fp32-accumulation-order changes only. ``tc-v32`` / ``tc-v16`` (KDA) add the ``tc`` prep.
 PARALLEL_VARIANTS = {
     "wg2": {"prep": {"warpgroups": 2}},
     "wg2fx": {"prep": {"warpgroups": 2, "fast_exp": True}},
     "wg2fx-s3": {"prep": {"warpgroups": 2, "fast_exp": True}, "state": {"stages": 3}},
     "tc": {"prep": {"warpgroups": 2, "fast_exp": True, "restructured": True}},
     "tc-s3": {"prep": {"warpgroups": 2, "fast_exp": True, "restructured": True}, "state": {"stages": 3}},
+    "v32": {"state": {"v_slice": 32}},
+    "v16": {"state": {"v_slice": 16}},
+    "tc-v32": {"prep": {"warpgroups": 2, "fast_exp": True, "restructured": True}, "state": {"v_slice": 32}},
+    "tc-v16": {"prep": {"warpgroups": 2, "fast_exp": True, "restructured": True}, "state": {"v_slice": 16}},
 }
 
 
@@ -199,7 +207,8 @@ def compile_parallel(
         from .launch import fake_gmem_ptr as fp
 
         ptrs = [fp("Int32", 4) if varlen else None, fp("Float32", 4) if has_initial else None, fp("Float32", 4) if has_final else None]
-        return cute.compile(state_t(state_key), *ptrs, *fake_workspace_pointers(), *[Int32(8)] * 5, cuda.CUstream(0))
+        kernel_t = state_t.for_key(state_key) if hasattr(state_t, "for_key") else state_t  # v_slice may pick the narrow-slice kernel
+        return cute.compile(kernel_t(state_key), *ptrs, *fake_workspace_pointers(), *[Int32(8)] * 5, cuda.CUstream(0))
 
     def build_out():
         import cuda.bindings.driver as cuda

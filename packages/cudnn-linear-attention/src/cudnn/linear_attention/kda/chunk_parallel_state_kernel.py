@@ -59,13 +59,28 @@ class KdaParallelStateKey:
     #: kernel: chunk ci + 1 is fetched while chunk ci computes) or 3 (opt-in: chunk ci + 2 is fetched, two chunks of
     #: compute hide each fetch; about 170 KB of shared memory for K = 128). Same arithmetic: bitwise the same states.
     stages: int = STAGES
+    #: Value rows of the state per CTA: 64 (default, this module's kernel: grid [N, H, V / 64]) or 32 / 16 (opt-in: the
+    #: transposed narrow-slice kernel of ``chunk_parallel_state_narrow_kernel.py``, grid [N, H, V / v_slice], 2x / 4x the
+    #: CTAs). Same operands; the states match the default to fp32 accumulation order (tolerance, not bitwise).
+    v_slice: int = BV
 
 
 class KimiDeltaAttentionParallelState:
     """Kernel 2 of the chunk-parallel KDA forward: ``__init__`` holds the compile key, ``__call__`` launches."""
 
+    @classmethod
+    def for_key(cls, key: KdaParallelStateKey):
+        """The kernel class that builds ``key``: this one for ``v_slice`` = 64, the narrow-slice kernel otherwise."""
+        if key.v_slice == BV:
+            return cls
+        from .chunk_parallel_state_narrow_kernel import V_SLICES, KimiDeltaAttentionParallelStateNarrow
+
+        if key.v_slice not in V_SLICES:
+            raise ValueError(f"KdaParallelStateKey.v_slice={key.v_slice}; accepted {(BV, *V_SLICES)}")
+        return KimiDeltaAttentionParallelStateNarrow
+
     def __init__(self, key: KdaParallelStateKey):
-        assert key.head_dim in (64, 128) and key.stages in (2, 3)
+        assert key.head_dim in (64, 128) and key.stages in (2, 3) and key.v_slice == BV
         self.key = key
         self.D = key.head_dim
 
