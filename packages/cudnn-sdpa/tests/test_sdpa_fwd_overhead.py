@@ -1,6 +1,6 @@
 """Host overhead of a prepared forward execute (issue 4: <= 8 us): the ``fast_guard`` option.
 
-``SdpaFwdSm90(..., fast_guard=True)`` (default ``api.FAST_GUARD_DEFAULT``, off) lets a repeated execute() check its
+``SdpaFwdSm90(..., fast_guard=True)`` (default ``api.FAST_GUARD_DEFAULT``, on since the session-5 H200 A/B) lets a repeated execute() check its
 tensors' metadata with one C++ call (torch's ``TensorGuards``) against the layout that repeated last (one guard per
 layout, built on its first repeat), instead of building and comparing the metadata tuple in Python. It changes nothing
 the kernel receives: the memo entry it reuses is the one the full validation produced for exactly that metadata.
@@ -225,20 +225,20 @@ def test_fast_guard_detector_sees_planted_stride_blind_guard(api, monkeypatch):
 def test_fast_guard_option_default_and_fallback(api, monkeypatch):
     q = _bshd(1, 64, 4, 64)
     o = torch.empty_like(q)
-    assert api.FAST_GUARD_DEFAULT is False  # off until the H200 A/B
-    plan = api.SdpaFwdSm90(q, q, q, o)
-    plan.compile()
-    for _ in range(3):
-        plan.execute(q, q, q, o)
-    assert plan._fast_guard_active is False and plan._guard is None
-    with pytest.raises(ValueError, match="fast_guard"):
-        api.SdpaFwdSm90(q, q, q, o, fast_guard="yes").compile()
-    monkeypatch.setattr(api, "FAST_GUARD_DEFAULT", True)
+    assert api.FAST_GUARD_DEFAULT is True  # on since the H200 A/B (sdpa_fwd_overhead.md)
     plan = api.SdpaFwdSm90(q, q, q, o)
     plan.compile()
     for _ in range(3):
         plan.execute(q, q, q, o)
     assert plan._fast_guard_active is True and plan._guard is not None
+    with pytest.raises(ValueError, match="fast_guard"):
+        api.SdpaFwdSm90(q, q, q, o, fast_guard="yes").compile()
+    monkeypatch.setattr(api, "FAST_GUARD_DEFAULT", False)
+    plan = api.SdpaFwdSm90(q, q, q, o)
+    plan.compile()
+    for _ in range(3):
+        plan.execute(q, q, q, o)
+    assert plan._fast_guard_active is False and plan._guard is None
     monkeypatch.setattr(api, "_TENSOR_GUARDS", [None])  # a torch without dynamo: inactive, the memo path serves
     plan = api.SdpaFwdSm90(q, q, q, o, fast_guard=True)
     plan.compile()
