@@ -31,7 +31,7 @@ Tables, each written as docs/benchmarks/<name>.{md,csv,png}:
   their defaults ("ours"), "ours_epi2" and "ours_plain"; qwen3-32b down M=2048 with "ours" (the default, auto2 since session 4), "ours_auto" and
   cuBLAS; every row twice, so the table shows its own run-to-run spread.
 - ``gemm_fusions_down``: issue #5's low cells of gemm_fusions_mlp (M = 2048 down projections; about a minute): each
-  fusion's default ("ours"), with ``fused_auto2`` ("ours_fa2": the plain plan's auto2 tiles; dsrelu also
+  fusion's default ("ours"), with ``fused_auto2=False`` ("ours_nofa2": the session-4 plans, "auto"'s 128 x 256 tiles; dsrelu also
   "ours_fa2k" with ``aux_keep_stages``), with per-element reads ("ours_nostage") and our plain GEMM; every row twice.
 - ``gemm_pingpong``: each fusion (and plain) in every variant a per-fusion default can pick
   (``cudnn.gemm.dense.api.FUSION_DEFAULTS``): "coop" (cooperative 128x256, per-element bias / pre-activation
@@ -505,12 +505,13 @@ def fusions_down_cases():
 
 
 def fusions_down_providers():
-    """ours = the fused wrapper (plan defaults); ours_plain = our default plain GEMM of the same problem; ours_fa2 = the
-    fusion with fused_auto2=True (api.FUSED_AUTO2: the plain plan's auto2 tile set); ours_fa2k = dsrelu with fused_auto2
+    """ours = the fused wrapper (plan defaults: fused_auto2 on since session 5); ours_plain = our default plain GEMM of the
+    same problem; ours_nofa2 = the fusion with fused_auto2=False (the session-4 plans: "auto"'s 128 x 256 for staged-read
+    fusions); ours_fa2k = dsrelu with fused_auto2
     and aux_keep_stages (api.AUX_KEEP_STAGES: the pre-activation prefetch sized to keep the mainloop's stages; dsrelu
     rows only); ours_nostage = the fusion with per-element bias reads (stage_bias False: the plan is then "free" and takes
     auto2 by default; gelu_tanh / amax llama3-8b down rows only, where the fused plan already equals the plain one).
-    A variant whose kernel is the default's (fused_auto2 on the llama3-8b down and swiglu rows) is not run. All through
+    A variant whose kernel is the default's (fused_auto2 off on the llama3-8b down and swiglu rows) is not run. All through
     run_gemm as the wrappers call it (d, and amax's output, allocated per call like "ours")."""
     import torch
 
@@ -567,7 +568,7 @@ def fusions_down_providers():
     return [
         Provider("ours", fused["ours"].make),
         Provider("ours_plain", fused["ours_plain"].make),
-        Provider("ours_fa2", variant({"fused_auto2": True})),
+        Provider("ours_nofa2", variant({"fused_auto2": False})),
         Provider("ours_fa2k", variant({"fused_auto2": True, "aux_keep_stages": True}, only=("dsrelu",))),
         Provider("ours_nostage", llama_down_only(variant(nostage))),
     ]
@@ -592,7 +593,7 @@ def fusions_down_notes() -> str:
             {"srelu": {"activation": "relu2"}, "gelu_tanh": {"activation": "gelu_tanh"}, "swiglu": {"swiglu": "interleaved"}}.get(f, {}),
             **({"amax": desc((1,), "amax", dtype="float32")} if f == "amax" else {}),
         )
-        plans = {"plain": GemmSm90(a, b, desc((m, n_eff), "d")), "ours": GemmSm90(a, b, d, **kw), "fa2": GemmSm90(a, b, d, fused_auto2=True, **kw)}
+        plans = {"plain": GemmSm90(a, b, desc((m, n_eff), "d")), "ours": GemmSm90(a, b, d, **kw), "nofa2": GemmSm90(a, b, d, fused_auto2=False, **kw)}
         if f == "dsrelu":
             plans["fa2k"] = GemmSm90(a, b, d, fused_auto2=True, aux_keep_stages=True, **kw)
         out.append(f"{f} {label}: " + "; ".join(f"{name} {format_summary(plan_summary(p))}" for name, p in plans.items()))
@@ -770,14 +771,14 @@ def _run_table(name, out_dir, guard):
             guard(fusions_down_providers()),
             convention="2*M*N*K FLOPs (N = gate + up columns for swiglu); bf16; bias (N,) except dsrelu; each row twice (#1, #2: the "
             "run's noise); ours = the fused wrapper with its plan defaults; ours_plain = our default plain GEMM of the same problem "
-            "(ours/ours_plain = the fusion's cost, target >= 0.95x); ours_fa2 = fused_auto2=True (api.FUSED_AUTO2, off by default: the "
-            "plain plan's auto2 tile set for staged-read fusions); ours_fa2k = dsrelu with fused_auto2 + aux_keep_stages "
+            "(ours/ours_plain = the fusion's cost, target >= 0.95x); ours (api.FUSED_AUTO2 on since session 5: the plain plan's auto2 "
+            "tile set for staged-read fusions); ours_nofa2 = fused_auto2=False (the session-4 plans); ours_fa2k = dsrelu with fused_auto2 + aux_keep_stages "
             "(api.AUX_KEEP_STAGES: the pre-activation prefetch sized to keep 4 mainloop stages); ours_nostage = per-element bias "
             "reads (stage_bias False; gelu_tanh / amax llama3-8b down, whose fused plan equals the plain plan); a variant whose kernel "
             "is the default's is not run; an option's own ratio to plain is "
             f"(ours/ours_plain) / (ours/option); plans (M=2048): {fusions_down_notes()}",
             out_dir=out_dir,
-            title="cudnn.gemm issue #5: fusions at M = 2048 down projections, default vs fused_auto2 (H200)",
+            title="cudnn.gemm issue #5: fusions at M = 2048 down projections, default (fused_auto2) vs the session-4 plans (H200)",
         )
     else:
         raise SystemExit(f"unknown table {name!r}; known: {', '.join(TABLES)}")

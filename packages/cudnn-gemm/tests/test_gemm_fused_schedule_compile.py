@@ -1,8 +1,8 @@
-"""FUSED_AUTO2 / AUX_KEEP_STAGES on CPU (issue #5): the plans the opt-ins build, the kernels they compile, and the
-default plans they leave alone (:mod:`cudnn.gemm.dense.fused_schedule`).
+"""FUSED_AUTO2 (the default since session 5) / AUX_KEEP_STAGES (opt-in) on CPU (issue #5): the plans they build, the
+kernels they compile, and the plans ``fused_auto2=False`` restores (:mod:`cudnn.gemm.dense.fused_schedule`).
 
-- plan level (metadata only): at qwen3-32b down M = 2048 the default fused plans run 128 x 256 where the plain plan
-  runs 128 x 224, and dsrelu's 8-deep pre-activation ring leaves 3 mainloop stages (the cause); with ``fused_auto2``
+- plan level (metadata only): at qwen3-32b down M = 2048 the fused plans without fused_auto2 run 128 x 256 where the
+  plain plan runs 128 x 224, and dsrelu's 8-deep pre-activation ring leaves 3 mainloop stages (the cause); with ``fused_auto2``
   every staged-read fusion takes the plain plan's tile, swiglu keeps its configuration; ``aux_keep_stages`` sizes the
   prefetch per tile of the set so that the stage count is the plain ring's; the kernel class agrees with the
   fused_schedule arithmetic (ring depth, shared-memory budget).
@@ -56,15 +56,16 @@ def _plan(fusion, m, n, k, **kw):
 QWEN_DOWN = (2048, 5120, 25600)
 
 
-def test_default_fused_plans_miss_the_plain_tile():
-    """The cause, as plan metadata: plain takes 128 x 224 (auto2), the staged-read fusions 128 x 256, dsrelu 3 stages."""
+def test_fused_plans_without_fused_auto2_miss_the_plain_tile():
+    """The cause, as plan metadata: plain takes 128 x 224 (auto2), the staged-read fusions with fused_auto2=False (the
+    session-4 default) 128 x 256, dsrelu 3 stages."""
     skip_unless_cutedsl(FLOOR, "cudnn.gemm")
     from cudnn.gemm.dense.fused_schedule import plan_summary
 
     plain = plan_summary(_plan("plain", *QWEN_DOWN))
     assert (plain["tile"], plain["stages"], plain["waves"], plain["auto2"]) == ((128, 224), 4, 3, True), plain
     for f in FUSIONS:
-        s = plan_summary(_plan(f, *QWEN_DOWN) if f != "swiglu" else _plan(f, 2048, 2 * 5120, 25600))
+        s = plan_summary(_plan(f, *QWEN_DOWN, fused_auto2=False) if f != "swiglu" else _plan(f, 2048, 2 * 5120, 25600, fused_auto2=False))
         assert s["tile"] == (128, 256) and not s["auto2"], (f, s)
         assert s["stages"] == (3 if f == "dsrelu" else 4), (f, s)
 
@@ -78,8 +79,9 @@ def test_fused_auto2_takes_the_plain_plans_tile(fusion):
     if fusion == "swiglu":
         n *= 2
     plain = _plan("plain", m, n, k)
-    default = _plan(fusion, m, n, k)
+    default = _plan(fusion, m, n, k, fused_auto2=False)
     opt = _plan(fusion, m, n, k, fused_auto2=True)
+    assert _plan(fusion, m, n, k)._make_config() == opt._make_config()  # FUSED_AUTO2 is the default
     if fusion == "swiglu":  # gate/up pairing needs 256-wide tiles: the option leaves the plan as it was
         assert opt._make_config() == default._make_config() and opt._tile_set == ()
         return
@@ -95,22 +97,24 @@ def test_fused_auto2_takes_the_plain_plans_tile(fusion):
         assert keep._make_config().aux_prefetch == 6 and mainloop_stages((128, 224), 6) == mainloop_stages((128, 224)) == 4
 
 
-def test_options_off_leave_the_default_plans_alone():
-    """fused_auto2=False / aux_keep_stages=False build exactly the default configurations (and the constants are off)."""
+def test_defaults_are_fused_auto2_and_off_restores_the_session4_plans():
+    """FUSED_AUTO2 on, AUX_KEEP_STAGES off: the default plan is the fused_auto2=True one; fused_auto2=False builds the
+    session-4 plans (staged reads at "auto"'s fixed 128 x 256, no tile set, AUX_PREFETCH as is)."""
     skip_unless_cutedsl(FLOOR, "cudnn.gemm")
     from cudnn.gemm.dense import api
 
-    assert api.FUSED_AUTO2 is False and api.AUX_KEEP_STAGES is False
+    assert api.FUSED_AUTO2 is True and api.AUX_KEEP_STAGES is False
     for shape in (QWEN_DOWN, (2048, 4096, 14336), (777, 5120, 1000), (1, 5120, 264)):
         for f in FUSIONS:
             m, n, k = shape
             n = 2 * n if f == "swiglu" else n
             d = _plan(f, m, n, k)
-            off = _plan(f, m, n, k, fused_auto2=False, aux_keep_stages=False)
-            assert d._make_config() == off._make_config() and d._tile_set == off._tile_set
-            if f != "swiglu":  # staged reads: "auto"'s fixed 128 x 256, no tile set, AUX_PREFETCH as is (the session-4 plans)
-                assert d.tile_mn() == (128, 256) and d._tile_set == () and not d._auto2 and d._aux_prefetch_of == {}, (f, shape)
-                assert d._make_config().aux_prefetch == (8 if f == "dsrelu" else 1)
+            on = _plan(f, m, n, k, fused_auto2=True, aux_keep_stages=False)
+            assert d._make_config() == on._make_config() and d._tile_set == on._tile_set
+            off = _plan(f, m, n, k, fused_auto2=False)
+            if f != "swiglu":
+                assert off.tile_mn() == (128, 256) and off._tile_set == () and not off._auto2 and off._aux_prefetch_of == {}, (f, shape)
+                assert off._make_config().aux_prefetch == (8 if f == "dsrelu" else 1)
 
 
 def test_stage_keeping_prefetch_matches_the_kernel():

@@ -459,7 +459,7 @@ def test_fused_auto2_matches_reference(fusion):
         return out, t.get("amax"), plan
 
     d1, amax1, plan = run(**opts)
-    default = GemmSm90(a, b, _poisoned(m, n_out), **tensors, **kw, **({"amax": torch.empty(1, device="cuda")} if fusion == "amax" else {}))
+    default = GemmSm90(a, b, _poisoned(m, n_out), **tensors, **kw, fused_auto2=False, **({"amax": torch.empty(1, device="cuda")} if fusion == "amax" else {}))
     default.check_support()
     if fusion == "swiglu":
         assert plan.config == default._make_config(), "fused_auto2 changed a swiglu plan"

@@ -391,9 +391,12 @@ def test_auto2_tile_set_is_m_free_and_picks_per_m():
         assert {c} | {replace_tile(c, t, s) for t, s in q._tile_set} == {cfg, replace_tile(cfg, (128, 256), 4)}, m2
         assert "2048" not in repr(c) and "25600" not in repr(c)
     assert len(seen) == 2
-    # plans whose tile is not free fall back to "auto" (swizzle from N only, nothing more to compile)
-    q = plan(m, bias=_desc((n,), name="bias"), stage_bias=True)
+    # plans whose tile is not free fall back to "auto" (swizzle from N only, nothing more to compile): staged reads
+    # without fused_auto2 (on by default since session 5: then they take the set like plain), or a fixed cluster
+    q = plan(m, bias=_desc((n,), name="bias"), stage_bias=True, fused_auto2=False)
     assert q._make_config().tile_mn == (128, 256) and q._make_config().swizzle == 4 and q._tile_set == ()
+    q = plan(m, bias=_desc((n,), name="bias"), stage_bias=True)
+    assert q._make_config().tile_mn == (128, 224) and q._tile_set == p._tile_set
     q = plan(m, cluster_mn=(1, 1))
     assert q._make_config().tile_mn == (128, 256) and q._tile_set == ()
 

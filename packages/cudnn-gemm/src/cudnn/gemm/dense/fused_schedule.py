@@ -1,5 +1,5 @@
-"""The plain GEMM's schedule for fused plans: opt-ins :data:`~cudnn.gemm.dense.api.FUSED_AUTO2` and
-:data:`~cudnn.gemm.dense.api.AUX_KEEP_STAGES` (both off by default), and the plan summary used to find out why.
+"""The plain GEMM's schedule for fused plans: :data:`~cudnn.gemm.dense.api.FUSED_AUTO2` (on by default since the
+session-5 H200 A/B) and the opt-in :data:`~cudnn.gemm.dense.api.AUX_KEEP_STAGES`, and the plan summary used to find out why.
 
 Why (issue #5, session-4 ``gemm_fusions_mlp`` table: 7 of 107 cells below 0.95x our plain GEMM, at M = 2048 down
 projections). The default schedule "auto2" (:func:`~cudnn.gemm.dense.schedule.choose_tile_set`) gives a second tile
