@@ -26,13 +26,12 @@ GDN forward (issue 7's shapes: B = 1, T in {4k, 8k, 32k}, H in {16, 32, 64}, K =
 64 sequences): providers ours (``cudnn.linear_attention.gdn.api.gated_delta_net``, eager), ours+graph (the
 same call replayed from a CUDA graph), fla (fla-core's Triton ``chunk_gated_delta_rule``), fla+graph, and
 ours-parallel(+graph): the adapter with the opt-in ``schedule="parallel"`` (three chunk-parallel kernels through a
-caller workspace; KDA too), ours-par-op: the public op with ``schedule="parallel"`` (workspace allocated by the op),
-ours-parallel-s3 (three-stage state pass), ours-parallel-pf (the prep kernel's ``prefetch`` option),
-ours-parallel-2cta (prep at two CTAs per SM) and ours-parallel-all (knobs combined; KDA's includes the approximate exp),
-KDA ours-par-<variant> (``_host/chunk_parallel.py::PARALLEL_VARIANTS``: wg2 / wg2fx -- the two-warpgroup prep kernel,
-exact / approximate exps --, ours-par-wg2fx+graph, and tc / tc-s3 / tc+graph -- the restructured prep kernel
-``kda/chunk_parallel_prep_tc_kernel.py``), ours-par-v32 / ours-par-v16 (both families: the state pass on 32- / 16-row
-value slices, ``kda/chunk_parallel_state_narrow_kernel.py``) and KDA ours-par-tc-v32 / tc-v16 / tc-v32+graph. Same
+caller workspace; KDA too: its prep kernel is the restructured one, ``kda/chunk_parallel_prep_kernel.py``),
+ours-par-op: the public op with ``schedule="parallel"`` (workspace allocated by the op), ours-parallel-s3 (three-stage
+state pass), GDN's ours-parallel-pf (its prep kernel's ``prefetch`` option), ours-parallel-2cta (its prep at two CTAs
+per SM) and ours-parallel-all (the three combined), and ours-par-v32 / ours-par-v16 (both families,
+``_host/chunk_parallel.py::PARALLEL_VARIANTS``: the state pass on 32- / 16-row value slices,
+``kda/chunk_parallel_state_narrow_kernel.py``). Same
 inputs for all: bf16 q/k/v, fp32 g = logsigmoid(N(0,1)) / 8 and beta ~ U(0,1), q/k L2-normalised in the kernel,
 no initial state, no final state. Byte convention (the minimum traffic: the roofline's numerator): q, k, v read
 and o written once in bf16, g and beta read once in fp32: T H (2 K + 2 V) bf16 elements and 2 T H fp32 ones, counted as
@@ -412,11 +411,11 @@ def _parallel_providers(family, adapter, per_key_gate, public):
     chunk-parallel kernels), o and the workspace allocated once at build (R2), then ``execute`` per call;
     ``ours-par-op``: the public op with ``schedule="parallel"`` (the op allocates o and the workspace per call
     through the caching allocator); the adapter's tuning knobs (compile-key options, default off):
-    ``ours-parallel-s3`` (``parallel_state_stages = 3``: the state pass fetches two chunks ahead), ``ours-parallel-pf``
-    (``parallel_prefetch``: the prep kernel issues every global read of a chunk at once), ``ours-parallel-2cta``
-    (``parallel_prep_two_per_sm``: the prep kernel at two CTAs per SM), and ``ours-parallel-all`` (GDN: prefetch,
-    3 stages, two CTAs per SM; KDA: two CTAs per SM, 3 stages and ``parallel_fast_exp``, the prep kernel's decays by
-    ``ex2.approx``: not bitwise the default, within the tests' tolerance)."""
+    ``ours-parallel-s3`` (``parallel_state_stages = 3``: the state pass fetches two chunks ahead) and, GDN only (KDA's
+    prep kernel has no knobs), ``ours-parallel-pf`` (``parallel_prefetch``: the prep kernel issues every global read of
+    a chunk at once), ``ours-parallel-2cta`` (``parallel_prep_two_per_sm``: the prep kernel at two CTAs per SM) and
+    ``ours-parallel-all`` (prefetch, 3 stages, two CTAs per SM); ``ours-par-v32`` / ``ours-par-v16``: the named
+    state-pass variants (``_host/chunk_parallel.py::PARALLEL_VARIANTS``)."""
     import importlib
 
     def make_adapter(knobs, variant=None):
@@ -450,24 +449,14 @@ def _parallel_providers(family, adapter, per_key_gate, public):
         Provider("ours-par-op", make_op),
         Provider("ours-parallel-s3", make_adapter({"parallel_state_stages": 3})),
     ]
-    providers.append(Provider("ours-parallel-pf", make_adapter({"parallel_prefetch": True})))
-    providers.append(Provider("ours-parallel-2cta", make_adapter({"parallel_prep_two_per_sm": True})))
-    if per_key_gate:  # KDA: prefetch and two CTAs per SM are exclusive (register spill); the approximate exp instead
-        providers.append(Provider("ours-parallel-all", make_adapter({"parallel_prep_two_per_sm": True, "parallel_state_stages": 3, "parallel_fast_exp": True})))
-    else:
+    if not per_key_gate:  # GDN's prep knobs (KDA's prep kernel has none)
+        providers.append(Provider("ours-parallel-pf", make_adapter({"parallel_prefetch": True})))
+        providers.append(Provider("ours-parallel-2cta", make_adapter({"parallel_prep_two_per_sm": True})))
         providers.append(Provider("ours-parallel-all", make_adapter({"parallel_prefetch": True, "parallel_state_stages": 3, "parallel_prep_two_per_sm": True})))
-    if per_key_gate:  # named variants (``_host/chunk_parallel.py::PARALLEL_VARIANTS``, KDA only): the two-warpgroup prep
-        # (exact / approximate exps) and the restructured prep kernel (``tc``: kda/chunk_parallel_prep_tc_kernel.py)
-        for variant in ("wg2", "wg2fx", "tc", "tc-s3"):
-            providers.append(Provider(f"ours-par-{variant}", make_adapter({}, variant)))
-        providers.append(Provider("ours-par-wg2fx+graph", _graphed(make_adapter({}, "wg2fx"))))
-        providers.append(Provider("ours-par-tc+graph", _graphed(make_adapter({}, "tc"))))
     # the narrow state pass (``v32`` / ``v16``: 32 / 16 value rows per state-pass CTA, kda/chunk_parallel_state_narrow_kernel.py;
-    # both families: a state-pass field only) and, KDA, combined with the restructured prep (``tc-v32`` / ``tc-v16``)
-    for variant in ("v32", "v16") + (("tc-v32", "tc-v16") if per_key_gate else ()):
+    # both families: a state-pass field only)
+    for variant in ("v32", "v16"):
         providers.append(Provider(f"ours-par-{variant}", make_adapter({}, variant)))
-    if per_key_gate:
-        providers.append(Provider("ours-par-tc-v32+graph", _graphed(make_adapter({}, "tc-v32"))))
     return providers
 
 

@@ -1,18 +1,17 @@
 """Per-kernel device time of the chunk-parallel delta-rule forward (prep / state pass / output) and of the serial
-kernel, from torch.profiler: where the milliseconds of ``ours-parallel`` go. Prints a table; writes nothing.
+kernel, from torch.profiler: where the microseconds of ``ours-parallel`` go. Prints a table and writes it to
+``docs/benchmarks/linear_attention_kernels.md`` (``--out``; ``--out ''`` writes nothing).
 
     source ci/gpu_env.sh; python3 benchmarks/linear_attention_kernels.py              # KDA and GDN, T 8k, H 16
-    python3 benchmarks/linear_attention_kernels.py --t 32768 --h 64 --family kda
+    python3 benchmarks/linear_attention_kernels.py --t 32768 --h 64 --family kda --out /tmp/kda_32k.md
 
 Same inputs as benchmarks/linear_attention.py (seed 0, K = V = 128, L2 norm in the kernel, no states). Variants:
-serial, parallel, parallel-s3 (``parallel_state_stages = 3``), parallel-pf (``parallel_prefetch``, the prep kernel's
-``prefetch`` key option), parallel-2cta (``parallel_prep_two_per_sm``), KDA parallel-fx (``parallel_fast_exp``), and
-parallel-all (knobs combined), and KDA's named variants of ``_host/chunk_parallel.py::PARALLEL_VARIANTS`` (par-wg2:
-the two-warpgroup prep; par-wg2fx: with approximate exps; par-tc: the restructured prep kernel
-``kda/chunk_parallel_prep_tc_kernel.py``, par-tc-s3 with the three-stage state pass; GDN has none), and, both
-families, par-v32 / par-v16 (the state pass on 32- / 16-row value slices: ``kda/chunk_parallel_state_narrow_kernel.py``,
-2x / 4x the CTAs) with KDA's par-tc-v32 / par-tc-v16 (the tc prep as well).
-``--variants parallel,par-wg2,par-tc`` keeps a subset.
+serial, parallel (the default parallel plan), parallel-s3 (``parallel_state_stages = 3``), GDN's parallel-pf
+(``parallel_prefetch``, its prep kernel's ``prefetch`` key option), parallel-2cta (``parallel_prep_two_per_sm``) and
+parallel-all (the three combined), and, both families, the named state-pass variants of
+``_host/chunk_parallel.py::PARALLEL_VARIANTS`` as par-<name> (par-v32 / par-v16: the state pass on 32- / 16-row value
+slices, ``kda/chunk_parallel_state_narrow_kernel.py``). KDA's prep has no variants (session 5: the restructured prep
+kernel is its only one). ``--variants parallel,par-v32`` keeps a subset.
 Each variant is warmed (compile), then ``--iters`` calls are profiled; a kernel's time is its mean CUDA time per call.
 First line per family: each kernel's memory floor (``floors``: the workspace bytes it must move, at 4.8 TB/s).
 """
@@ -63,7 +62,32 @@ def floors(family, t, h, d=128):
     return {name: chunks * h * b / HBM_BYTES_PER_US for name, b in (("prep", prep), ("state", state), ("out", out))}
 
 
+KERNELS = (("prep", "chunk_parallel_prep"), ("state", "chunk_parallel_state"), ("out", "chunk_parallel_out"), ("serial", "chunk_fwd"))
+
+
+def kernel_label(symbol: str) -> str:
+    """The table column of a kernel symbol: prep / state / out (the parallel schedule), serial, or other."""
+    return next((label for label, part in KERNELS if part in symbol), "other")
+
+
+def variants_of(family):
+    """``(label, schedule, adapter knobs, PARALLEL_VARIANTS name)`` of every variant the family runs."""
+    from cudnn.linear_attention._host.chunk_parallel import PARALLEL_VARIANTS
+
+    variants = [("serial", "serial", {}, None), ("parallel", "parallel", {}, None), ("parallel-s3", "parallel", {"parallel_state_stages": 3}, None)]
+    if family == "gdn":  # KDA's prep kernel has no knobs
+        variants.append(("parallel-pf", "parallel", {"parallel_prefetch": True}, None))
+        variants.append(("parallel-2cta", "parallel", {"parallel_prep_two_per_sm": True}, None))
+        variants.append(("parallel-all", "parallel", {"parallel_prefetch": True, "parallel_state_stages": 3, "parallel_prep_two_per_sm": True}, None))
+    for name in ("v32", "v16"):  # the narrow state pass (both families)
+        if name in PARALLEL_VARIANTS:
+            variants.append((f"par-{name}", "parallel", {}, name))
+    return variants
+
+
 def profile(family, t, h, iters, only=()):
+    """Profile ``family``'s variants; print each one's kernels. Returns ``(floors, rows)`` with rows
+    ``(label, {kernel column: us per call}, total us)``."""
     import torch
     from harness import Case
     from linear_attention import _delta_rule_inputs
@@ -72,20 +96,10 @@ def profile(family, t, h, iters, only=()):
     i = _delta_rule_inputs(case, family == "kda")
     fl = floors(family, t, h)
     print(f"{family} T{t} H{h} memory floors (us, bytes / 4.8 TB/s): " + ", ".join(f"{k} {v:.1f}" for k, v in fl.items()) + f", total {sum(fl.values()):.1f}")
-    variants = [("serial", "serial", {}, None), ("parallel", "parallel", {}, None), ("parallel-s3", "parallel", {"parallel_state_stages": 3}, None)]
-    variants.append(("parallel-pf", "parallel", {"parallel_prefetch": True}, None))
-    variants.append(("parallel-2cta", "parallel", {"parallel_prep_two_per_sm": True}, None))
-    if family == "kda":
-        variants.append(("parallel-fx", "parallel", {"parallel_fast_exp": True}, None))
-        variants.append(("parallel-all", "parallel", {"parallel_prep_two_per_sm": True, "parallel_state_stages": 3, "parallel_fast_exp": True}, None))
-    else:
-        variants.append(("parallel-all", "parallel", {"parallel_prefetch": True, "parallel_state_stages": 3, "parallel_prep_two_per_sm": True}, None))
-    for name in ("wg2", "wg2fx", "tc", "tc-s3") if family == "kda" else ():  # PARALLEL_VARIANTS (KDA only)
-        variants.append((f"par-{name}", "parallel", {}, name))
-    for name in ("v32", "v16") + (("tc-v32", "tc-v16") if family == "kda" else ()):  # the narrow state pass (both families)
-        variants.append((f"par-{name}", "parallel", {}, name))
+    variants = variants_of(family)
     if only:
         variants = [v for v in variants if v[0] in only]
+    table = []
     for label, schedule, knobs, variant in variants:
         fn = _plan(family, i, schedule, knobs, variant)
         for _ in range(3):
@@ -104,8 +118,42 @@ def profile(family, t, h, iters, only=()):
                 rows.append((dev / iters, ev.count // iters, ev.key))
         total = sum(r[0] for r in rows)
         print(f"{family} T{t} H{h} {label}: {total:8.1f} us per call")
+        per = {}
         for us, n, name in sorted(rows, reverse=True):
             print(f"    {us:8.1f} us  x{n}  {name[:110]}")
+            col = kernel_label(name)
+            per[col] = per.get(col, 0.0) + us
+        table.append((label, per, total))
+    return fl, table
+
+
+def markdown(results, t, h, iters) -> str:
+    """The md table of ``results`` = [(family, floors, rows)] (``profile``'s output), with the device and versions."""
+    from harness import _device_line, _versions
+
+    cols = [label for label, _ in KERNELS] + ["other"]
+    lines = [
+        "# linear_attention_kernels",
+        "",
+        f"Per-kernel device time (us per call, torch.profiler mean over {iters} calls) of the delta-rule forward, T={t}, H={h},",
+        "K = V = 128, one sequence, L2 norm in the kernel, no states. Written by `benchmarks/linear_attention_kernels.py`.",
+        "",
+        f"Device: {_device_line()}. Versions: {_versions(())}.",
+    ]
+    for family, fl, rows in results:
+        used = [c for c in cols if any(c in per for _, per, _ in rows)]
+        lines += [
+            "",
+            f"## {family}",
+            "",
+            "floors (us, workspace bytes / 4.8 TB/s): " + ", ".join(f"{k} {v:.1f}" for k, v in fl.items()) + f", total {sum(fl.values()):.1f}",
+            "",
+        ]
+        lines.append("| variant | " + " | ".join(used) + " | total |")
+        lines.append("|---|" + "---:|" * (len(used) + 1))
+        for label, per, total in rows:
+            lines.append(f"| {label} | " + " | ".join(f"{per[c]:.1f}" if c in per else "" for c in used) + f" | {total:.1f} |")
+    return "\n".join(lines) + "\n"
 
 
 def main(argv=None):
@@ -114,11 +162,19 @@ def main(argv=None):
     ap.add_argument("--t", type=int, default=8192)
     ap.add_argument("--h", type=int, default=16)
     ap.add_argument("--iters", type=int, default=10)
-    ap.add_argument("--variants", default="", help="comma-separated variant labels to keep (default: all), e.g. parallel,par-wg2,par-tc")
+    ap.add_argument("--variants", default="", help="comma-separated variant labels to keep (default: all), e.g. parallel,par-v32")
+    ap.add_argument("--out", default="docs/benchmarks/linear_attention_kernels.md", help="md file the table is written to ('' : none)")
     a = ap.parse_args(argv)
     only = tuple(v for v in a.variants.split(",") if v)
+    results = []
     for fam in ("kda", "gdn") if a.family == "both" else (a.family,):
-        profile(fam, a.t, a.h, a.iters, only)
+        fl, rows = profile(fam, a.t, a.h, a.iters, only)
+        results.append((fam, fl, rows))
+    if a.out:
+        os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
+        with open(a.out, "w") as f:
+            f.write(markdown(results, a.t, a.h, a.iters))
+        print(f"wrote {a.out}")
 
 
 if __name__ == "__main__":

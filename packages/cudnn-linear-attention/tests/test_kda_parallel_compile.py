@@ -1,11 +1,13 @@
 """Compile-only tier (CPU, CUTE_DSL_ARCH=sm_90a) of the chunk-parallel Kimi Delta Attention and Gated DeltaNet forward
 (``schedule="parallel"``: kda/ and gdn/chunk_parallel_prep_kernel.py, kda/chunk_parallel_{state,out}_kernel.py shared by
-both families): for each family the three kernels build from the plan alone,
-really issue WGMMA (m64n64k16 bf16 -> fp32) and cp.async, never touch local memory (PTX) nor spill (cubin), carry the
-cudnn symbol prefix (Rule 6), and a plan with another token total and sequence count reuses the same three artifacts
-(Rule 4). The execute path's workspace check runs here too (it declines before any launch). One compile of the three
-kernels per family (K = 128, varlen, states, L2 norm), about 12 s (KDA) and 6 s (GDN) on one core, plus the tuning
-knobs' prep and state-pass variants (about 9 s and 4 s)."""
+both families): for each family the three kernels build from the plan alone, really issue WGMMA (m64n64k16 bf16 ->
+fp32) and cp.async, never touch local memory (PTX) nor spill (cubin), carry the cudnn symbol prefix (Rule 6), and a
+plan with another token total and sequence count reuses the same three artifacts (Rule 4); KDA's prep kernel has the
+restructured kernel's shape (256 threads at two CTAs per SM, vectorized shared stores, ``ex2.approx`` decays, an fp32
+g read by 32-bit loads), also at K = 64. The execute path's workspace and g-alignment checks run here too (they decline
+before any launch). One compile of the three kernels per family (K = 128, varlen, states, L2 norm), about 12 s (KDA)
+and 6 s (GDN) on one core, the KDA prep at K = 64 (about 4 s) and GDN's tuning knobs' prep and state-pass variants
+(about 5 s)."""
 
 from __future__ import annotations
 
@@ -58,9 +60,9 @@ def _drop_cached(fam):
 
 
 # K = 128. KDA prep: 4 row blocks x (8 (K' K'_I^T) + 8 (Q' K'_I^T)) + 8 (U, two V blocks) + 8 (-Wm) = 80; GDN prep:
-# 8 (K K^T) + 8 (Q K^T) + 8 (U) + 8 (-Wm) = 32; state pass: two unrolled stages x (8 (Vn) + 8 (S)) = 32;
-# output: 8 (Qg S0^T) + 4 (P Vn) = 12.
-@pytest.mark.parametrize("fam, wgmmas, prep", [(KDA, 124, "kdachunk_parallel_prep"), (GDN, 76, "gdnchunk_parallel_prep")], ids=["kda", "gdn"])
+# 8 (K K^T) + 8 (Q K^T) + 8 (U) + 8 (-Wm) = 32; output: 8 (Qg S0^T) + 4 (P Vn) = 12. The state pass's MMA shapes are
+# its own file's business (v_slice): any WGMMA there.
+@pytest.mark.parametrize("fam, wgmmas, prep", [(KDA, 80, "kdachunk_parallel_prep"), (GDN, 32, "gdnchunk_parallel_prep")], ids=["kda", "gdn"])
 def test_parallel_kernels_issue_wgmma_never_spill_and_are_one_artifact_for_every_batch(tmp_path, fam, wgmmas, prep):
     from cudnn.kernel_cache import kernel_cache
 
@@ -73,19 +75,72 @@ def test_parallel_kernels_issue_wgmma_never_spill_and_are_one_artifact_for_every
     names = kernel_symbols(text)
     assert len(names) == 3 and all(n.startswith("cudnn_") and "cutlass" not in n.lower() for n in names), names
     assert sum(prep in n for n in names) == 1 and sum("chunk_parallel_state" in n for n in names) == 1, names
-    assert text.count("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16") == wgmmas
+    mma = "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16"
+    prep_ptx = _ptx_of(tmp_path, prep)
+    assert prep_ptx.count(mma) == wgmmas and _ptx_of(tmp_path, "chunk_parallel_out").count(mma) == 12
+    assert "wgmma.mma_async" in _ptx_of(tmp_path, "chunk_parallel_state")
     assert "cp.async.cg.shared.global" in text  # workspace tiles staged by 16-byte cp.async (state pass, output)
     assert "ld.global.v4" in text and "st.global.v4" in text  # q, k, v rows in; workspace tiles out, by 16-byte vectors
     assert "fence.proxy.async.shared::cta" in text
     assert "ld.local" not in text and "st.local" not in text
     frames = frame_sizes(tmp_path)
     assert len(frames) == 3 and all(f <= 8 for f in frames), frames
+    if fam is KDA:
+        _check_kda_prep(prep_ptx, 128)
+        assert prep_ptx.count("ld.global.b32") >= 32 and prep_ptx.count("ld.global.b16") <= 2, (
+            prep_ptx.count("ld.global.b32"),
+            prep_ptx.count("ld.global.b16"),
+        )  # g by 32-bit words, 32 per thread (beta stays 2-byte aligned: one pair of 16-bit loads)
+        assert plan._parallel_g_align == 4  # an fp32 g is bound 4-byte aligned (execute checks the address)
 
     misses = kernel_cache.stats.misses
     other = _plan(123457, 77, fam=fam)  # another token total and sequence count: the same three artifacts
     other.compile()
     assert kernel_cache.stats.misses == misses
     assert other._compiled_parallel == plan._compiled_parallel
+
+
+def _check_kda_prep(prep: str, d: int) -> None:
+    """The restructured KDA prep kernel's PTX at head dim ``d``: 256 threads at two CTAs per SM (``.minnctapersm 2``:
+    registers capped at 128); 4 row blocks x 2 x D / 16 K-major m64n64k16 WGMMAs (A, P) + 2 x 4 x D / 64 with the B
+    operand MN-major (U = (T Diag(beta)) V, W: no transposed stores); every bf16 tile written 16 bytes at a time
+    (``st.shared.v4``, no 16-bit shared stores); every per-element decay one ``ex2.approx`` (3 x D / 4 in the element
+    pass + 4 x D / 4 for K'_I: log2 gates, no per-exp multiply); V by D / 32 16-byte cp.async per thread; 18 CTA
+    barriers (2 gates, 2 per row block, 1 + 6 solve, 1 before U / W) and none named; no local memory."""
+    import re
+
+    nh = d // 64
+    assert ".reqntid 256, 1, 1" in prep and ".minnctapersm 2" in prep
+    mma = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32\.bf16\.bf16[^;]*p, 1,\s*1, 0, (\d);", prep)
+    assert len(mma) == d // 2 + 8 * nh == prep.count("wgmma.mma_async") and mma.count("1") == 8 * nh, mma
+    assert prep.count("st.shared.v4.b32") >= 36 * d // 128 and "st.shared.b16" not in prep and "st.shared.u16" not in prep
+    assert prep.count("ex2.approx.ftz.f32") >= 7 * d // 4 and prep.count("cp.async.cg.shared.global") == d // 32
+    assert len(re.findall(r"bar\.sync\s+0;", prep)) == 18 and not re.findall(r"bar\.sync\s+[1-9]", prep)
+    assert "ld.local" not in prep and "st.local" not in prep
+
+
+def test_kda_prep_at_k64_dense_bf16_g_without_l2norm(tmp_path):
+    """The KDA prep kernel alone at K = 64, dense, bf16 g, no L2 norm (V past T Diag(beta) instead of over K'_I): the
+    same shape checks, no spill."""
+    import cuda.bindings.driver as cuda
+    import cutlass.cute as cute
+    from cutlass import Float32, Int32, Int64
+
+    from cudnn.linear_attention._host.chunk_parallel import fake_workspace_pointers
+    from cudnn.linear_attention._host.launch import fake_gmem_ptr as fp
+    from cudnn.linear_attention.kda.chunk_parallel_prep_kernel import KdaParallelPrepKey, KimiDeltaAttentionParallelPrep
+
+    key = KdaParallelPrepKey(head_dim=64, g_dtype="BFloat16", beta_dtype="Float32", l2norm=False, varlen=False)
+    ptrs = [fp("BFloat16", 16), fp("BFloat16", 16), fp("BFloat16", 16), fp("BFloat16", 2), fp("Float32", 2), None]
+    with keep_artifacts(tmp_path) as ptx:
+        cute.compile(
+            KimiDeltaAttentionParallelPrep(key), *ptrs, *fake_workspace_pointers(), *[Int32(8)] * 7, Float32(1.0), *[(Int64(8), Int64(8))] * 3, cuda.CUstream(0)
+        )
+        text = ptx()
+    names = kernel_symbols(text)
+    assert len(names) == 1 and names[0].startswith("cudnn_") and "kdachunk_parallel_prep" in names[0], names
+    _check_kda_prep(text, 64)
+    assert all(f == 0 for f in frame_sizes(tmp_path))
 
 
 def test_parallel_execute_declines_a_short_workspace_before_launching():
@@ -110,6 +165,13 @@ def test_parallel_execute_declines_a_short_workspace_before_launching():
         plan.execute(q, q, v, g, beta, v, st, st, cu, workspace=torch.zeros(need - 1, dtype=torch.uint8))
     with pytest.raises(ValueError, match="workspace"):
         plan.execute(q, q, v, g, beta, v, st, st, cu)
+    # the prep kernel reads an fp32 g by 32-bit loads: a g at an address 2 mod 4 is refused before any launch
+    g_bad = torch.frombuffer(bytearray(g.numel() * 4 + 2), dtype=torch.float32, offset=2, count=g.numel()).view(g.shape)
+    assert g_bad.data_ptr() % 4 == 2
+    raw = torch.zeros(need + 128, dtype=torch.uint8)
+    ws = raw[(-raw.data_ptr()) % 128 :][:need]  # a workspace that passes every check of its own
+    with pytest.raises(ValueError, match="g at 0x[0-9a-f]+ is not 4-byte aligned"):
+        plan.execute(q, q, v, g_bad, beta, v, st, st, cu, workspace=ws)
 
 
 def _ptx_of(tmp_path, part):
@@ -127,31 +189,28 @@ def _local_memory_users(tmp_path) -> list[str]:
     return [os.path.basename(f) for f in files if any(op in open(f).read() for op in ("ld.local", "st.local"))]
 
 
-@pytest.mark.parametrize("fam, prep", [(KDA, "kdachunk_parallel_prep"), (GDN, "gdnchunk_parallel_prep")], ids=["kda", "gdn"])
-def test_tuning_options_are_their_own_artifacts_and_never_spill(tmp_path, fam, prep):
-    """The parallel schedule's opt-in knobs, each a compile-key field whose default leaves the key (and so the default
-    PTX) unchanged, each variant free of local memory and spills:
+def test_tuning_options_are_their_own_artifacts_and_never_spill(tmp_path):
+    """GDN's opt-in knobs, each a compile-key field whose default leaves the key (and so the default PTX) unchanged, in
+    one plan, free of local memory and spills:
 
-    - ``parallel_prefetch`` (``{Kda,Gdn}ParallelPrepKey.prefetch``) issues a chunk's global reads at once and reads an
-      fp32 g by 32-bit loads (KDA: 64 per thread; the default reads pairs of 16-bit loads under a predicate per token);
+    - ``parallel_prefetch`` (``GdnParallelPrepKey.prefetch``) issues a chunk's global reads at once and reads an fp32
+      g by 32-bit loads;
     - ``parallel_state_stages = 3`` (``KdaParallelStateKey.stages``): three shared-memory stages in the state pass, each
-      chunk waiting only for the chunk after it (``cp.async.wait_group 1``);
-    - ``parallel_prep_two_per_sm`` (``{Kda,Gdn}ParallelPrepKey.two_per_sm``): the prep kernel launched for two CTAs per
-      SM (``.minnctapersm 2``); KDA declines it together with prefetch (that pair spills);
-    - KDA's ``parallel_fast_exp`` (``KdaParallelPrepKey.fast_exp``): the per-element decays without the precise expf's
-      range reduction (``fma.rm``); GDN declines it.
+      chunk waiting only for the chunk after it (``cp.async.wait_group 1``, never 0);
+    - ``parallel_prep_two_per_sm`` (``GdnParallelPrepKey.two_per_sm``): the prep kernel launched for two CTAs per SM
+      (``.minnctapersm 2``).
 
-    GDN: one plan with prefetch, 3 stages and two CTAs per SM. KDA: prefetch with 3 stages, then two CTAs per SM with
-    the fast exp (a second prep artifact)."""
+    ``parallel_fast_exp`` is no family's option (a ValueError); KDA's prep knobs: ``test_kda_parallel_support.py``."""
     import re
 
-    from cudnn.linear_attention.kda.chunk_parallel_prep_kernel import KdaParallelPrepKey
+    from cudnn.linear_attention.gdn.chunk_parallel_prep_kernel import GdnParallelPrepKey
     from cudnn.linear_attention.kda.chunk_parallel_state_kernel import KdaParallelStateKey
 
-    plan = _plan(1000, 5, fam=fam)
+    prep = "gdnchunk_parallel_prep"
+    plan = _plan(1000, 5, fam=GDN)
     plan.parallel_prefetch = True
     plan.parallel_state_stages = 3
-    plan.parallel_prep_two_per_sm = fam is GDN
+    plan.parallel_prep_two_per_sm = True
     plan.check_support()
     with keep_artifacts(tmp_path / "a") as ptx:  # the output kernel may be a cache hit: the prep and the state pass (new keys) build here
         plan.compile()
@@ -159,36 +218,22 @@ def test_tuning_options_are_their_own_artifacts_and_never_spill(tmp_path, fam, p
     names = kernel_symbols(text)
     assert sum(prep in n for n in names) == 1 and sum("chunk_parallel_state" in n for n in names) == 1, names
     assert all(n.startswith("cudnn_") for n in names), names
-    assert text.count("ld.global.b32") >= (64 if fam is KDA else 2) and text.count("ld.global.b16") <= 2  # g by words (beta stays 2-byte aligned)
+    assert text.count("ld.global.b32") >= 2 and text.count("ld.global.b16") <= 2  # g by words (beta stays 2-byte aligned)
     state_ptx = _ptx_of(tmp_path / "a", "chunk_parallel_state")
-    assert len(re.findall(r"cp\.async\.wait_group\s+1;", state_ptx)) == 4 and not re.findall(r"cp\.async\.wait_group\s+0;", state_ptx)
+    assert len(re.findall(r"cp\.async\.wait_group\s+1;", state_ptx)) >= 2 and not re.findall(r"cp\.async\.wait_group\s+0;", state_ptx)
     assert not _local_memory_users(tmp_path / "a") and all(f == 0 for f in frame_sizes(tmp_path / "a")), (
         _local_memory_users(tmp_path / "a"),
         frame_sizes(tmp_path / "a"),
     )
-    assert (".minnctapersm 2" in _ptx_of(tmp_path / "a", prep)) == (fam is GDN)
-    if fam is KDA:
-        two = _plan(1000, 5)
-        two.parallel_prep_two_per_sm = True
-        two.parallel_fast_exp = True
-        with keep_artifacts(tmp_path / "b"):
-            two.compile()
-        prep_ptx = _ptx_of(tmp_path / "b", prep)
-        assert ".minnctapersm 2" in prep_ptx and "ld.local" not in prep_ptx and all(f == 0 for f in frame_sizes(tmp_path / "b"))
-        assert prep_ptx.count("fma.rm.f32") <= 2, prep_ptx.count("fma.rm.f32")  # fast_exp: only exp(G_C) keeps the precise expf
-        with pytest.raises(ValueError, match="spills registers"):
-            both = _plan(1000, 5)
-            both.parallel_prefetch = both.parallel_prep_two_per_sm = True
-            both.compile()
-    else:
-        with pytest.raises(ValueError, match="parallel_fast_exp is not available"):
-            other = _plan(1000, 5, fam=GDN)
-            other.parallel_fast_exp = True
-            other.compile()
-    pk = KdaParallelPrepKey(head_dim=128, g_dtype="Float32", beta_dtype="Float32", l2norm=True, varlen=True)
+    assert ".minnctapersm 2" in _ptx_of(tmp_path / "a", prep)
+    with pytest.raises(ValueError, match="parallel_fast_exp is not available"):
+        other = _plan(1000, 5, fam=GDN)
+        other.parallel_fast_exp = True
+        other.compile()
+    pk = GdnParallelPrepKey(head_dim=128, g_dtype="Float32", beta_dtype="Float32", l2norm=True, varlen=True)
     sk = KdaParallelStateKey(head_dim=128, varlen=True, has_initial=True, has_final=True)
-    assert not (pk.prefetch or pk.fast_exp or pk.two_per_sm) and sk.stages == 2  # the defaults: the verified kernels' keys
+    assert not (pk.prefetch or pk.two_per_sm) and sk.stages == 2  # the defaults: the verified kernels' keys
     with pytest.raises(ValueError, match="parallel_state_stages=4"):
-        bad = _plan(1000, 5, fam=fam)
+        bad = _plan(1000, 5, fam=GDN)
         bad.parallel_state_stages = 4
         bad.compile()

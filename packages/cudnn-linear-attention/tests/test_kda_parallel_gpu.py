@@ -1,7 +1,9 @@
 """GPU tier of the chunk-parallel Kimi Delta Attention forward (``schedule="parallel"``): correctness against the fp32
-token-by-token recurrence and against the serial kernel (bitwise), fresh random inputs, poisoned outputs; the
-execute path's no-sync / no-allocation / graph-capture properties with a caller workspace. Bodies and the tolerance
-rule: ``_parallel_cases.py``."""
+token-by-token recurrence (FlashAttention rule) and against the serial kernel (at most twice its error: the prep
+kernel, ``kda/chunk_parallel_prep_kernel.py``, computes the WY terms with ``ex2.approx`` decays and another solve
+order, so the schedules agree to rounding, not bit for bit), fresh random inputs, poisoned outputs; the execute
+path's no-sync / no-allocation / graph-capture properties with a caller workspace; the state-pass variants
+(``_host/chunk_parallel.py::PARALLEL_VARIANTS``). Bodies and the tolerance rule: ``_parallel_cases.py``."""
 
 from __future__ import annotations
 
@@ -27,14 +29,38 @@ def _gpu():
     skip_unless_cutedsl("4.8.0", "cudnn.linear_attention.kimi_delta_attention")
 
 
-@pytest.mark.parametrize("D, l2norm, regime", [(64, False, "weak"), (128, True, "weak"), (128, True, "safe_gate")])
-def test_varlen_matches_recurrence(D, l2norm, regime):
-    cases.check_varlen_matches_recurrence(KDA, D, l2norm, regime)
+# Pruned to four ids (each compiles the parallel plan and the serial kernel for its configuration): both head dims,
+# both g dtypes, with and without the in-kernel L2 norm, both gate regimes.
+@pytest.mark.parametrize(
+    "D, l2norm, regime, g_dtype",
+    [
+        (128, True, "safe_gate", torch.float32),
+        (128, False, "weak", torch.bfloat16),
+        (64, True, "weak", torch.float32),
+        (64, False, "safe_gate", torch.bfloat16),
+    ],
+    ids=["d128-l2-safe", "d128-weak-bf16g", "d64-l2-weak", "d64-safe-bf16g"],
+)
+def test_varlen_matches_recurrence_and_serial_schedule(D, l2norm, regime, g_dtype):
+    """The varlen batch (1-token, one-chunk, one-past, empty, long sequences; GVA 4 over 2 heads; initial and final
+    states), g in ``g_dtype``: the FlashAttention rule against the fp32 token-by-token recurrence
+    (``_parallel_cases.check``), and against the serial schedule: the parallel error is at most twice the serial
+    kernel's (plus the rule's noise), so a regression of the prep kernel shows even where the lowp reference is loose.
+    The empty sequence passes its state through exactly."""
+    from cudnn_testing.data import cu_seqlens
+    from cudnn_testing.tolerance import assert_close_fa
 
-
-@pytest.mark.parametrize("D, l2norm, regime", [(64, False, "safe_gate"), (128, True, "safe_gate")])
-def test_bitwise_equal_to_serial_schedule(D, l2norm, regime):
-    cases.check_bitwise_equal_to_serial(KDA, D, l2norm, regime)
+    cu = cu_seqlens(cases.LENGTHS, "cuda")
+    q, k, v, g, beta, h0 = cases.inputs(KDA, (sum(cases.LENGTHS),), 4, 2, D, l2norm, len(cases.LENGTHS), regime)
+    g = g.to(g_dtype)
+    o, ht = cases.run(KDA, "parallel", q, k, v, g, beta, h0, cu, l2norm)
+    o_ser, ht_ser = cases.run(KDA, "serial", q, k, v, g, beta, h0, cu, l2norm)
+    ref_o, ref_s, low_o, low_s = cases.refs(KDA, q, k, v, g, beta, h0, l2norm, cu, False)
+    cases.check(o, ref_o, low_o, "o")
+    cases.check(ht, ref_s, low_s, "final_state")
+    assert_close_fa(o, ref_o, o_ser, name="o parallel vs serial", factor=2.0, noise=1e-3 * ref_o.abs().max().item())
+    assert_close_fa(ht, ref_s, ht_ser, name="final_state parallel vs serial", factor=2.0, noise=1e-3 * ref_s.abs().max().item())
+    assert torch.equal(ht[3], h0[3])
 
 
 def test_dense_batch_and_thd_without_initial_state():
@@ -53,265 +79,16 @@ def test_execute_never_syncs_or_allocates_and_replays_under_capture():
 @pytest.mark.parametrize(
     "opts, D, l2norm, g_dtype",
     [
-        ({"parallel_prefetch": True}, 64, False, torch.float32),
-        ({"parallel_prefetch": True}, 128, True, torch.float32),
-        ({"parallel_prefetch": True}, 128, True, torch.bfloat16),
         ({"parallel_state_stages": 3}, 128, True, torch.float32),
-        ({"parallel_prefetch": True, "parallel_state_stages": 3}, 64, True, torch.float32),
-        ({"parallel_prep_two_per_sm": True}, 128, True, torch.float32),
-        ({"parallel_prep_two_per_sm": True, "parallel_state_stages": 3}, 64, False, torch.bfloat16),
+        ({"parallel_state_stages": 3}, 64, False, torch.bfloat16),
     ],
-    ids=["pf-d64", "pf-d128", "pf-bf16g", "stages3", "pf-stages3-d64", "two-d128", "two-stages3-d64-bf16g"],
+    ids=["stages3-d128", "stages3-d64-bf16g"],
 )
 def test_tuning_options_are_bitwise_the_default_parallel_schedule(opts, D, l2norm, g_dtype):
+    """KDA's one remaining knob, ``parallel_state_stages = 3`` (the state pass fetches two chunks ahead), changes only
+    when things happen: bitwise the default parallel schedule. (The prep knobs are gone: ``test_kda_parallel_support.py``
+    checks that setting them raises.)"""
     cases.check_options_bitwise_equal_to_default(KDA, opts, D, l2norm, g_dtype)
-
-
-@pytest.mark.parametrize(
-    "D, l2norm, regime, knobs",
-    [
-        (64, False, "weak", {"parallel_fast_exp": True, "parallel_prefetch": True, "parallel_state_stages": 3}),
-        (128, True, "safe_gate", {"parallel_fast_exp": True, "parallel_prep_two_per_sm": True, "parallel_state_stages": 3}),
-    ],
-    ids=["fx-pf-s3-d64", "fx-two-s3-d128"],
-)
-def test_fast_exp_prep_matches_recurrence(D, l2norm, regime, knobs):
-    """``parallel_fast_exp`` (``KdaParallelPrepKey.fast_exp``: the prep kernel's per-element decays by ``ex2.approx``)
-    changes outputs by rounding only: the FlashAttention tolerance against the fp32 recurrence, with other knobs on."""
-    cases.check_varlen_matches_recurrence(KDA, D, l2norm, regime, knobs=knobs)
-
-
-# -- named variants of the parallel schedule (``_host/chunk_parallel.py::PARALLEL_VARIANTS``, set by
-# ``set_parallel_options``: compile-key fields the adapter has no attribute for yet) ---------------------------------
-
-
-def _run_variant(fam, variant, q, k, v, g, beta, h0, cu, l2norm):
-    """``(o, final_state)`` of one parallel-schedule execute with the named ``variant`` ("" = the default plan);
-    poisoned outputs, a workspace sized for the batch."""
-    from cudnn.linear_attention._host.chunk_parallel import set_parallel_options
-    from cudnn_testing.data import poison
-
-    o = poison(torch.empty_like(v))
-    ht = poison(torch.empty_like(h0))
-    plan = fam.adapter_class()(q, k, v, g, beta, o, use_qk_l2norm_in_kernel=l2norm, initial_state=h0, final_state=ht, cu_seqlens=cu, schedule="parallel")
-    if variant:
-        set_parallel_options(plan, variant)
-    plan.compile()
-    ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda")
-    plan.execute(q, k, v, g, beta, o, h0, ht, cu, workspace=ws)
-    torch.cuda.synchronize()
-    return o, ht
-
-
-def check_variant_bitwise_default(fam, variant, D, l2norm, g_dtype, regime="safe_gate"):
-    """``variant``'s o and final state equal the default parallel schedule's bit for bit on the varlen batch
-    (1-token, empty, long sequences; GVA; initial and final states)."""
-    from cudnn_testing.data import cu_seqlens
-
-    cu = cu_seqlens(cases.LENGTHS, "cuda")
-    q, k, v, g, beta, h0 = cases.inputs(fam, (sum(cases.LENGTHS),), 4, 2, D, l2norm, len(cases.LENGTHS), regime)
-    g = g.to(g_dtype)
-    o0, s0 = _run_variant(fam, "", q, k, v, g, beta, h0, cu, l2norm)
-    o1, s1 = _run_variant(fam, variant, q, k, v, g, beta, h0, cu, l2norm)
-    assert torch.isfinite(o0.float()).all() and torch.isfinite(s0).all()
-    do = (o0.float() - o1.float()).abs().max().item()
-    ds = (s0 - s1).abs().max().item()
-    assert torch.equal(o0, o1) and torch.equal(s0, s1), f"{variant}: max |variant - default|: o {do}, final_state {ds}"
-
-
-def check_variant_matches_recurrence(fam, variant, D, l2norm, regime):
-    """``variant`` against the fp32 token-by-token recurrence by the FlashAttention rule (``_parallel_cases.check``),
-    the varlen batch with an empty sequence passing its state through."""
-    from cudnn_testing.data import cu_seqlens
-
-    cu = cu_seqlens(cases.LENGTHS, "cuda")
-    q, k, v, g, beta, h0 = cases.inputs(fam, (sum(cases.LENGTHS),), 4, 2, D, l2norm, len(cases.LENGTHS), regime)
-    o, ht = _run_variant(fam, variant, q, k, v, g, beta, h0, cu, l2norm)
-    ref_o, ref_s, low_o, low_s = cases.refs(fam, q, k, v, g, beta, h0, l2norm, cu, False)
-    cases.check(o, ref_o, low_o, f"o {variant}")
-    cases.check(ht, ref_s, low_s, f"final_state {variant}")
-    assert torch.equal(ht[3], h0[3])
-
-
-# Pruned to keep the GPU run short (each id compiles a variant and, once per configuration, the default): both head
-# dims and both g dtypes appear once.
-@pytest.mark.parametrize(
-    "variant, D, l2norm, g_dtype",
-    [
-        ("wg2", 128, True, torch.float32),
-        ("wg2", 64, False, torch.bfloat16),
-    ],
-    ids=["wg2-d128", "wg2-d64-bf16g"],
-)
-def test_variants_are_bitwise_the_default_parallel_schedule(variant, D, l2norm, g_dtype):
-    """``wg2`` (two-warpgroup prep) computes every workspace value by the default's operations in the default's order."""
-    check_variant_bitwise_default(KDA, variant, D, l2norm, g_dtype)
-
-
-@pytest.mark.parametrize(
-    "variant, D, l2norm, regime",
-    [("wg2fx", 128, True, "safe_gate"), ("wg2fx", 64, False, "weak")],
-    ids=["wg2fx-d128", "wg2fx-d64"],
-)
-def test_variants_match_recurrence(variant, D, l2norm, regime):
-    check_variant_matches_recurrence(KDA, variant, D, l2norm, regime)
-
-
-def test_variants_dense_long_sequence():
-    """A dense [B, L] batch (B = 2, L = 300) and one 4096-token THD sequence (64 chunks through the state pass) with
-    the fastest kept variant (``wg2fx``: the two-warpgroup prep with approximate exps), no initial state: the
-    FlashAttention rule against the fp32 recurrence."""
-    from cudnn.linear_attention._host.chunk_parallel import set_parallel_options
-
-    for lead, batched in (((2, 300), True), ((4096,), False)):
-        q, k, v, g, beta, _ = cases.inputs(KDA, lead, 2, 2, 128, True, lead[0] if batched else 1, "safe_gate")
-        o = torch.full_like(v, float("nan"))
-        n = lead[0] if batched else 1
-        ht = torch.full((n, 2, 128, 128), float("nan"), device="cuda")
-        plan = KDA.adapter_class()(q, k, v, g, beta, o, use_qk_l2norm_in_kernel=True, final_state=ht, schedule="parallel")
-        set_parallel_options(plan, "wg2fx")
-        plan.compile()
-        ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda")
-        plan.execute(q, k, v, g, beta, o, None, ht, None, workspace=ws)
-        torch.cuda.synchronize()
-        ref_o, ref_s, low_o, low_s = cases.refs(KDA, q, k, v, g, beta, None, True, None, batched)
-        cases.check(o, ref_o, low_o, f"o {lead}")
-        cases.check(ht, ref_s, low_s, f"final_state {lead}")
-
-
-# -- the ``tc`` variant: the restructured prep kernel (``kda/chunk_parallel_prep_tc_kernel.py``; log2 gates, one
-# vectorized element pass, the solve by all 256 threads, beta folded into the inverse, MN-major U / W operands) ------
-
-
-def _tc_case(D, l2norm, regime, g_dtype, variant="tc"):
-    """``(o, ht)`` of ``variant`` and of the serial schedule, and the fp32 / chunked-lowp references, on the varlen
-    batch (1-token, empty, long sequences; GVA 4 over 2 heads; initial and final states), g in ``g_dtype``."""
-    from cudnn_testing.data import cu_seqlens
-
-    cu = cu_seqlens(cases.LENGTHS, "cuda")
-    q, k, v, g, beta, h0 = cases.inputs(KDA, (sum(cases.LENGTHS),), 4, 2, D, l2norm, len(cases.LENGTHS), regime)
-    g = g.to(g_dtype)
-    o, ht = _run_variant(KDA, variant, q, k, v, g, beta, h0, cu, l2norm)
-    o_ser, ht_ser = cases.run(KDA, "serial", q, k, v, g, beta, h0, cu, l2norm)
-    ref_o, ref_s, low_o, low_s = cases.refs(KDA, q, k, v, g, beta, h0, l2norm, cu, False)
-    return (o, ht), (o_ser, ht_ser), (ref_o, ref_s, low_o, low_s), h0
-
-
-# Pruned to three ids (each compiles tc and the serial kernel for its configuration): both head dims, both g dtypes,
-# with and without the in-kernel L2 norm, both gate regimes.
-@pytest.mark.parametrize(
-    "D, l2norm, regime, g_dtype",
-    [
-        (128, True, "safe_gate", torch.float32),
-        (128, False, "weak", torch.bfloat16),
-        (64, True, "weak", torch.float32),
-    ],
-    ids=["d128-l2-safe", "d128-weak-bf16g", "d64-l2-weak"],
-)
-def test_tc_variant_matches_recurrence_and_serial_schedule(D, l2norm, regime, g_dtype):
-    """``tc`` against the fp32 token-by-token recurrence by the FlashAttention rule (``_parallel_cases.check``), and
-    against the serial schedule: its error is at most twice the serial kernel's (plus the rule's noise), so a
-    regression of the new prep kernel shows even where the lowp reference is loose. The empty sequence passes its
-    state through."""
-    from cudnn_testing.tolerance import assert_close_fa
-
-    (o, ht), (o_ser, ht_ser), (ref_o, ref_s, low_o, low_s), h0 = _tc_case(D, l2norm, regime, g_dtype)
-    cases.check(o, ref_o, low_o, "o tc")
-    cases.check(ht, ref_s, low_s, "final_state tc")
-    assert_close_fa(o, ref_o, o_ser, name="o tc vs serial", factor=2.0, noise=1e-3 * ref_o.abs().max().item())
-    assert_close_fa(ht, ref_s, ht_ser, name="final_state tc vs serial", factor=2.0, noise=1e-3 * ref_s.abs().max().item())
-    assert torch.equal(ht[3], h0[3])
-
-
-def test_tc_variant_dense_long_sequence():
-    """``tc-s3`` (the tc prep with the three-stage state pass) on a dense [B, L] batch (B = 2, L = 300) and one
-    4096-token THD sequence (64 chunks), no initial state: the FlashAttention rule against the fp32 recurrence."""
-    from cudnn.linear_attention._host.chunk_parallel import set_parallel_options
-
-    for lead, batched in (((2, 300), True), ((4096,), False)):
-        q, k, v, g, beta, _ = cases.inputs(KDA, lead, 2, 2, 128, True, lead[0] if batched else 1, "safe_gate")
-        o = torch.full_like(v, float("nan"))
-        n = lead[0] if batched else 1
-        ht = torch.full((n, 2, 128, 128), float("nan"), device="cuda")
-        plan = KDA.adapter_class()(q, k, v, g, beta, o, use_qk_l2norm_in_kernel=True, final_state=ht, schedule="parallel")
-        set_parallel_options(plan, "tc-s3")
-        plan.compile()
-        ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda")
-        plan.execute(q, k, v, g, beta, o, None, ht, None, workspace=ws)
-        torch.cuda.synchronize()
-        ref_o, ref_s, low_o, low_s = cases.refs(KDA, q, k, v, g, beta, None, True, None, batched)
-        cases.check(o, ref_o, low_o, f"o tc-s3 {lead}")
-        cases.check(ht, ref_s, low_s, f"final_state tc-s3 {lead}")
-
-
-@pytest.mark.detector
-def test_tc_variant_execute_never_syncs_or_allocates_and_replays_under_capture():
-    """The tc plan's execute: no host sync, no allocation (three executes), and a CUDA-graph replay equal to eager."""
-    from cudnn.linear_attention._host.chunk_parallel import set_parallel_options
-    from cudnn_testing import detectors
-    from cudnn_testing.data import cu_seqlens
-
-    lengths = [1, 700, 64, 300]
-    cu = cu_seqlens(lengths, "cuda")
-    q, k, v, g, beta, h0 = cases.inputs(KDA, (sum(lengths),), 4, 2, 128, True, len(lengths))
-    o = torch.empty_like(v)
-    ht = torch.empty_like(h0)
-    plan = KDA.adapter_class()(q, k, v, g, beta, o, use_qk_l2norm_in_kernel=True, initial_state=h0, final_state=ht, cu_seqlens=cu, schedule="parallel")
-    set_parallel_options(plan, "tc")
-    plan.compile()
-    ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda")
-    args = (q, k, v, g, beta, o, h0, ht, cu)
-    plan.execute(*args, workspace=ws)
-    torch.cuda.synchronize()
-    detectors.assert_no_sync_no_alloc(lambda: plan.execute(*args, workspace=ws), repeats=3)
-    detectors.assert_capture_matches_eager(lambda: plan(*args, workspace=ws), [o, ht])
-
-
-def test_tc_variant_workspace_matches_default_prep():
-    """Diagnostic for the tc prep kernel: after one execute of the default plan and one of ``tc`` on the same varlen
-    batch (separate workspaces), every array the prep kernel writes (``-Wm``, ``U``, ``(K exp(G_C - G))^T``,
-    ``scale Q exp(G)``, ``P``, ``exp(G_C)``; the state pass and the output kernel do not touch them) agrees on every
-    active chunk slot within bf16 rounding of the array's scale. The failure message lists every array's error, so a
-    wrong end-to-end result points at the array (and so the step) that differs."""
-    from cudnn.linear_attention._host.chunk_parallel import _ARRAYS, CHUNK, set_parallel_options
-    from cudnn.workspace import ws_align
-    from cudnn_testing.data import cu_seqlens, poison
-
-    D, H = 128, 4
-    lengths = cases.LENGTHS
-    cu = cu_seqlens(lengths, "cuda")
-    q, k, v, g, beta, h0 = cases.inputs(KDA, (sum(lengths),), H, 2, D, True, len(lengths), "safe_gate")
-    spaces = []
-    for variant in ("", "tc"):
-        o, ht = poison(torch.empty_like(v)), poison(torch.empty_like(h0))
-        plan = KDA.adapter_class()(q, k, v, g, beta, o, use_qk_l2norm_in_kernel=True, initial_state=h0, final_state=ht, cu_seqlens=cu, schedule="parallel")
-        if variant:
-            set_parallel_options(plan, variant)
-        plan.compile()
-        ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda")
-        plan.execute(q, k, v, g, beta, o, h0, ht, cu, workspace=ws)
-        torch.cuda.synchronize()
-        spaces.append(ws)
-    slots = sum(lengths) // CHUNK + len(lengths)
-    active, bos = [], 0
-    for n, length in enumerate(lengths):  # the varlen slot table of _device/chunk_parallel.py
-        base = bos // CHUNK + n
-        active += list(range(base, base + -(-length // CHUNK)))
-        bos += length
-    idx = torch.tensor(active, device="cuda")
-    report, bad, offset = [], [], 0
-    for name, size, per in _ARRAYS:
-        nbytes = slots * H * per(D) * size
-        if name in ("w", "u", "kd", "qg", "p", "ge"):
-            dt = torch.bfloat16 if size == 2 else torch.float32
-            a, b = (buf[offset : offset + nbytes].view(dt).view(slots, H, -1)[idx].float() for buf in spaces)
-            err = (a - b).abs().max().item()
-            tol = 2e-2 * a.abs().max().item() + 1e-6
-            report.append(f"{name}: max|tc - default| {err:.3e} (tolerance {tol:.3e}, max|default| {a.abs().max().item():.3e})")
-            if not (torch.isfinite(b).all() and err <= tol):
-                bad.append(name)
-        offset += ws_align(nbytes)
-    assert not bad, f"tc prep arrays {bad} differ from the default prep kernel's: " + "; ".join(report)
 
 
 # -- the narrow state pass (``v32`` / ``v16``: ``KdaParallelStateKey.v_slice``, ``kda/chunk_parallel_state_narrow_kernel.py``;
@@ -394,7 +171,7 @@ def check_narrow_state_pass(fam, variant, D, l2norm, regime, g_dtype=torch.float
 
 
 def check_narrow_state_pass_dense_long(fam, variant):
-    """``variant`` on a dense [B, L] batch (B = 2, L = 300) and one 4096-token THD sequence (64 chunks through the
+    """``variant`` (a state-pass variant) on a dense [B, L] batch (B = 2, L = 300) and one 4096-token THD sequence (64 chunks through the
     state pass), no initial state, K = 128: the FlashAttention rule against the fp32 recurrence."""
     from cudnn.linear_attention._host.chunk_parallel import set_parallel_options
 
@@ -418,7 +195,7 @@ LENGTHS_NARROW = cases.LENGTHS  # 1-token, one chunk, one past, empty (index 3),
 
 
 # Pruned (each id compiles the default plan and the variant): both slice widths, both head dims, both g dtypes,
-# with and without L2 norm; one id with the three-stage state pass; tc-v32 combines the restructured prep.
+# with and without L2 norm; one id with the three-stage state pass.
 @pytest.mark.parametrize(
     "variant, D, l2norm, regime, g_dtype, stages",
     [
@@ -427,16 +204,15 @@ LENGTHS_NARROW = cases.LENGTHS  # 1-token, one chunk, one past, empty (index 3),
         ("v16", 128, False, "weak", torch.float32, None),
         ("v16", 64, True, "safe_gate", torch.float32, None),
         ("v32", 128, True, "weak", torch.float32, 3),
-        ("tc-v32", 128, True, "safe_gate", torch.float32, None),
     ],
-    ids=["v32-d128", "v32-d64-bf16g", "v16-d128", "v16-d64", "v32-s3-d128", "tc-v32-d128"],
+    ids=["v32-d128", "v32-d64-bf16g", "v16-d128", "v16-d64", "v32-s3-d128"],
 )
 def test_narrow_state_pass_matches_recurrence_and_default(variant, D, l2norm, regime, g_dtype, stages):
     check_narrow_state_pass(KDA, variant, D, l2norm, regime, g_dtype, stages)
 
 
-@pytest.mark.parametrize("variant", ["v32", "tc-v16"])
-def test_narrow_state_pass_dense_long_sequence(variant):
+@pytest.mark.parametrize("variant", ["v32", "v16", "s3"])
+def test_state_pass_variants_dense_long_sequence(variant):
     check_narrow_state_pass_dense_long(KDA, variant)
 
 

@@ -99,3 +99,34 @@ def test_dense_slots():
 
     assert parallel_extents(3 * 130, 3, 130, False).slots == 9
     assert parallel_extents(0, 2, 0, False).slots == 2  # L = 0: one idle slot per sequence, never a zero grid
+
+
+@pytest.mark.parametrize("knob", ["parallel_prefetch", "parallel_prep_two_per_sm", "parallel_fast_exp"])
+def test_removed_prep_knobs_raise_on_kda(floor, knob):
+    """KDA's one prep kernel has no tuning options (session 5 removed ``prefetch`` / ``two_per_sm`` / ``fast_exp``):
+    setting a former knob on a KDA plan is a ValueError at compile naming the knob, before anything is built (never
+    silently ignored); the unset plan's prep options are empty. GDN keeps ``parallel_prefetch`` and
+    ``parallel_prep_two_per_sm``; ``parallel_fast_exp`` is no family's."""
+    plan = support_plan(KDA, schedule="parallel")
+    assert plan._prep_options() == {}
+    setattr(plan, knob, True)
+    with pytest.raises(ValueError, match=rf"kimi_delta_attention: {knob} is not available for this family: its parallel prep kernel has no such option"):
+        plan.compile()
+    gdn = support_plan(GDN, schedule="parallel")
+    setattr(gdn, knob, True)
+    if knob == "parallel_fast_exp":
+        with pytest.raises(ValueError, match=f"gated_delta_net: {knob} is not available"):
+            gdn._prep_options()
+    else:
+        assert gdn._prep_options() == {knob.removeprefix("parallel_").removeprefix("prep_"): True}
+
+
+def test_kda_binds_an_fp32_g_4_byte_aligned(floor):
+    """The KDA prep kernel reads an fp32 ``g`` by 32-bit loads: the plan's ``g`` alignment is 4 for fp32 (execute checks
+    the address) and 2 for bf16; GDN's stays 2 unless its prefetch option is on."""
+    assert support_plan(KDA, schedule="parallel")._g_align() == 4
+    assert support_plan(KDA, schedule="parallel", g_dtype="bfloat16")._g_align() == 2
+    gdn = support_plan(GDN, schedule="parallel")
+    assert gdn._g_align() == 2
+    gdn.parallel_prefetch = True
+    assert gdn._g_align() == 4

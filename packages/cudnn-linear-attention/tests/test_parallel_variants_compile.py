@@ -1,10 +1,9 @@
 """Compile-only tier (CPU, CUTE_DSL_ARCH=sm_90a) of the chunk-parallel forward's named variants
-(``_host/chunk_parallel.py::PARALLEL_VARIANTS``, set by ``set_parallel_options``; all KDA): the two-warpgroup prep kernel
-(``kda/chunk_parallel_prep_wg2_kernel.py``, ``KdaParallelPrepKey.warpgroups = 2``) and the restructured one
-(``kda/chunk_parallel_prep_tc_kernel.py``). One compile of the ``wg2fx`` plan and one of ``tc`` (K = 128, varlen,
-states, L2 norm) plus the ``tc`` prep at K = 64; the default keys are checked to be unchanged (so the default PTX is:
-the variants are other modules behind other keys), and GDN, whose prep key has none of the variants' fields, declines
-them with a ValueError."""
+(``_host/chunk_parallel.py::PARALLEL_VARIANTS``, set by ``set_parallel_options``): the state-pass variants ``v32`` /
+``v16`` (the narrow-slice state pass, ``kda/chunk_parallel_state_narrow_kernel.py``) and ``s3`` (three stages), which
+both families take (the state pass is family-agnostic). KDA's prep key has no option fields any more (the session-5
+fold): prep variants are ValueErrors. Two direct state-pass compiles (K = 128 varlen with states, K = 64 dense); the
+rest is key and routing checks (no compile)."""
 
 from __future__ import annotations
 
@@ -49,133 +48,37 @@ def _plan(T=1000, N=5, D=128, H=4, Hk=2, fam=KDA):
     )
 
 
-def _ptx_of(tmp_path, part):
-    import glob
+def test_variant_table_and_key_fields():
+    """The variant table holds the state-pass variants only; KDA's prep key is the plan-time base fields (no tuning
+    options), so a prep field on a KDA plan is a ValueError at compile (before any build), as is an unknown variant
+    name or an unknown state-pass field; GDN's prep key keeps its options (``prefetch``), reachable by a dict."""
+    from dataclasses import fields
 
-    (text,) = [open(f).read() for f in glob.glob(os.path.join(str(tmp_path), "**", f"*{part}*.ptx"), recursive=True)]
-    return text
-
-
-def test_two_warpgroup_prep_builds_and_never_spills(tmp_path):
-    """``wg2fx``: the prep kernel is the two-warpgroup module (256 threads: ``.reqntid 256``; warpgroup 0's solve on
-    named barrier 1 of 128 threads; K = 128: 4 x (8 + 8) + 8 + 8 = 80 m64n64k16 WGMMAs as the default; the per-element
-    decays by ex2.approx, only exp(G_C) by the precise expf); no local memory, no spill, the cudnn prefix on every
-    symbol; a second plan with other extents reuses the artifacts."""
-    from cudnn.kernel_cache import kernel_cache
-    from cudnn.linear_attention._host.chunk_parallel import set_parallel_options
-
-    plan = _plan()
-    set_parallel_options(plan, "wg2fx")
-    plan.check_support()
-    with keep_artifacts(tmp_path) as ptx:
-        plan.compile()
-        text = ptx()
-    names = kernel_symbols(text)
-    assert all(n.startswith("cudnn_") and "cutlass" not in n.lower() for n in names), names
-    assert sum("chunk_parallel_prep_wg2" in n for n in names) == 1, names
-    prep = _ptx_of(tmp_path, "chunk_parallel_prep_wg2")
-    assert ".reqntid 256, 1, 1" in prep
-    assert prep.count("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16") == 80
-    assert len(re.findall(r"bar\.sync\s+1, 128;", prep)) == 7  # the solve's barriers: 1 + 2 per block row
-    assert prep.count("fma.rm.f32") <= 2 and prep.count("ex2.approx") >= 400
-    assert prep.count("ld.global.b32") >= 32 and prep.count("ld.global.b16") <= 2  # fp32 g by 32-bit loads (bound 4-byte aligned)
-    assert "ld.local" not in text and "st.local" not in text
-    assert all(f == 0 for f in frame_sizes(tmp_path))
-
-    misses = kernel_cache.stats.misses
-    other = _plan(123457, 77)
-    set_parallel_options(other, "wg2fx")
-    other.compile()
-    assert kernel_cache.stats.misses == misses and other._compiled_parallel == plan._compiled_parallel
-
-
-def test_variant_keys_default_off_and_bad_combinations_raise():
-    """The variant key fields default to the verified kernels (so the default plans' keys and PTX are unchanged); an
-    unknown variant name, two warpgroups with ``parallel_prefetch``, a variant on GDN (its prep key has no
-    ``warpgroups``) and a state-pass field the key does not have are ValueErrors at compile (before any build)."""
     from _delta_rule_cases import GDN
 
     from cudnn.linear_attention._host.chunk_parallel import PARALLEL_VARIANTS, set_parallel_options
-    from cudnn.linear_attention.kda.chunk_parallel_prep_kernel import KdaParallelPrepKey, KimiDeltaAttentionParallelPrep
+    from cudnn.linear_attention.kda.chunk_parallel_prep_kernel import KdaParallelPrepKey
 
-    pk = KdaParallelPrepKey(head_dim=128, g_dtype="Float32", beta_dtype="Float32", l2norm=True, varlen=True)
-    assert pk.warpgroups == 1 and not pk.fast_exp and not pk.restructured
-    assert KimiDeltaAttentionParallelPrep.for_key(pk) is KimiDeltaAttentionParallelPrep
-    assert set(PARALLEL_VARIANTS) == {"wg2", "wg2fx", "wg2fx-s3", "tc", "tc-s3", "v32", "v16", "tc-v32", "tc-v16"}
-    with pytest.raises(ValueError, match="parallel variant 'nope'"):
-        set_parallel_options(_plan(), "nope")
-    with pytest.raises(ValueError, match="takes neither"):
+    state_only = {"v32", "v16", "v64", "s3", "s4", "tma", "tma-s3", "tma-st", "tma-st-s3", "tma-st-s4"}
+    assert set(PARALLEL_VARIANTS) == state_only | {"ow", "op", "owp", "gtc", "gtc3", "gtc3-owp"}
+    assert all(set(PARALLEL_VARIANTS[v]) == {"state"} for v in state_only)
+    assert all(set(PARALLEL_VARIANTS[v]) == {"out"} for v in ("ow", "op", "owp")) and set(PARALLEL_VARIANTS["gtc"]) == {"prep"}
+    assert [f.name for f in fields(KdaParallelPrepKey)] == ["head_dim", "g_dtype", "beta_dtype", "l2norm", "varlen"]
+    with pytest.raises(ValueError, match="parallel variant 'tc'"):
+        set_parallel_options(_plan(), "tc")
+    for field in ("fast_exp", "warpgroups", "prefetch", "two_per_sm", "restructured"):
         p = _plan()
-        set_parallel_options(p, "wg2")
-        p.parallel_prefetch = True
-        p.compile()
-    with pytest.raises(ValueError, match=r"\['warpgroups'\] are not available for this family \(GdnParallelPrepKey\)"):
-        p = _plan(fam=GDN)
-        set_parallel_options(p, "wg2")
-        p.compile()
+        set_parallel_options(p, {"prep": {field: True}})
+        with pytest.raises(ValueError, match=rf"\['{field}'\] are not available for this family \(KdaParallelPrepKey\)"):
+            p.compile()
     with pytest.raises(ValueError, match=r"\['reg_operands'\] are not available for this family \(KdaParallelStateKey\)"):
         p = _plan()
         set_parallel_options(p, {"state": {"reg_operands": True}})
         p.compile()
-
-
-def test_tc_prep_builds_vectorized_without_spills_at_two_ctas_per_sm(tmp_path):
-    """``tc`` (``kda/chunk_parallel_prep_tc_kernel.py``, routed by ``KdaParallelPrepKey.restructured``): 256 threads
-    at two CTAs per SM (``.minnctapersm 2``: registers capped at 128) with no local memory; K = 128: 4 x (8 + 8) K-major
-    m64n64k16 WGMMAs (A, P) + 2 x (4 + 4) with the B operand MN-major (U = (T Diag(beta)) V, W: no transposed stores);
-    every bf16 tile written 16 bytes at a time (``st.shared.v4``, no 16-bit shared stores), every per-element decay
-    one ``ex2.approx`` (3 x 32 in the element pass + 4 x 32 for K'_I: log2 gates, no per-exp multiply), V by four
-    16-byte cp.async per thread; 18 CTA barriers (2 gates, 2 per row block, 1 + 6 solve, 1 before U / W) and none
-    named. The default key still builds the default module."""
-    from cudnn.linear_attention._host.chunk_parallel import set_parallel_options
-    from cudnn.linear_attention.kda.chunk_parallel_prep_kernel import KdaParallelPrepKey, KimiDeltaAttentionParallelPrep
-    from cudnn.linear_attention.kda.chunk_parallel_prep_tc_kernel import KimiDeltaAttentionParallelPrepTc
-
-    key = KdaParallelPrepKey(head_dim=128, g_dtype="Float32", beta_dtype="Float32", l2norm=True, varlen=True, warpgroups=2, fast_exp=True, restructured=True)
-    assert isinstance(KimiDeltaAttentionParallelPrep.for_key(key)(key), KimiDeltaAttentionParallelPrepTc)
-    plan = _plan()
-    set_parallel_options(plan, "tc")
-    plan.check_support()
-    with keep_artifacts(tmp_path) as ptx:
-        plan.compile()
-        text = ptx()
-    names = kernel_symbols(text)
-    assert sum("chunk_parallel_prep_tc" in n for n in names) == 1 and all(n.startswith("cudnn_") for n in names), names
-    prep = _ptx_of(tmp_path, "chunk_parallel_prep_tc")
-    assert ".reqntid 256, 1, 1" in prep and ".minnctapersm 2" in prep
-    mma = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32\.bf16\.bf16[^;]*p, 1,\s*1, 0, (\d);", prep)
-    assert len(mma) == 80 == prep.count("wgmma.mma_async") and mma.count("1") == 16, mma
-    assert prep.count("st.shared.v4.b32") >= 36 and "st.shared.b16" not in prep and "st.shared.u16" not in prep
-    assert prep.count("ex2.approx.ftz.f32") >= 224 and prep.count("cp.async.cg.shared.global") == 4
-    assert len(re.findall(r"bar\.sync\s+0;", prep)) == 18 and not re.findall(r"bar\.sync\s+[1-9]", prep)
-    assert "ld.local" not in text and "st.local" not in text and all(f == 0 for f in frame_sizes(tmp_path))
-
-    # K = 64, dense, bf16 g, no L2 norm (V past T Diag(beta) instead of over K'_I): the prep kernel alone
-    import cuda.bindings.driver as cuda
-    import cutlass.cute as cute
-    from cutlass import Float32, Int32, Int64
-
-    from cudnn.linear_attention._host.chunk_parallel import fake_workspace_pointers
-    from cudnn.linear_attention._host.launch import fake_gmem_ptr as fp
-
-    key64 = KdaParallelPrepKey(
-        head_dim=64, g_dtype="BFloat16", beta_dtype="Float32", l2norm=False, varlen=False, warpgroups=2, fast_exp=True, restructured=True
-    )
-    ptrs = [fp("BFloat16", 16), fp("BFloat16", 16), fp("BFloat16", 16), fp("BFloat16", 2), fp("Float32", 2), None]
-    d64 = tmp_path / "d64"
-    with keep_artifacts(d64) as ptx64:
-        cute.compile(
-            KimiDeltaAttentionParallelPrep.for_key(key64)(key64),
-            *ptrs,
-            *fake_workspace_pointers(),
-            *[Int32(8)] * 7,
-            Float32(1.0),
-            *[(Int64(8), Int64(8))] * 3,
-            cuda.CUstream(0),
-        )
-        text64 = ptx64()
-    assert text64.count("wgmma.mma_async") == 40 and text64.count("cp.async.cg.shared.global") == 2 and "st.shared.b16" not in text64
-    assert "ld.local" not in text64 and all(f == 0 for f in frame_sizes(d64))
+    p = _plan(fam=GDN)
+    set_parallel_options(p, {"prep": {"prefetch": True}})
+    assert p._prep_options() == {"prefetch": True} and p._g_align() == 4  # GDN's fp32 g at 4 bytes with prefetch only
+    assert _plan(fam=GDN)._g_align() == 2 and _plan()._g_align() == 4  # KDA's prep reads an fp32 g by 32-bit loads
 
 
 # -- the narrow state pass (``v32`` / ``v16``: ``KdaParallelStateKey.v_slice``, ``kda/chunk_parallel_state_narrow_kernel.py``)
@@ -217,25 +120,22 @@ def test_narrow_state_pass_builds_without_spills(v_slice, D, varlen, tmp_path):
 
 
 def test_narrow_state_pass_keys_route_and_plans_take_them():
-    """``v_slice`` defaults to 64 (the verified kernel class: default keys and PTX unchanged), 32 / 16 route to the
-    narrow kernel, anything else is a ValueError; ``v32`` / ``tc-v32`` put the field on the state key of a KDA plan,
-    and GDN (whose state pass is this family-agnostic kernel) takes ``v16`` too."""
+    """``v_slice`` 32 / 16 route to the narrow kernel, an unbuilt width is a ValueError; ``v32`` /
+    ``s3`` put their field on the state key of a KDA plan, and GDN (whose state pass is this family-agnostic kernel)
+    takes ``v16`` too."""
     from _delta_rule_cases import GDN
 
-    from cudnn.linear_attention._host.chunk_parallel import PARALLEL_VARIANTS, set_parallel_options
+    from cudnn.linear_attention._host.chunk_parallel import set_parallel_options
     from cudnn.linear_attention.kda.chunk_parallel_state_kernel import KdaParallelStateKey, KimiDeltaAttentionParallelState
     from cudnn.linear_attention.kda.chunk_parallel_state_narrow_kernel import KimiDeltaAttentionParallelStateNarrow
 
     base = dict(head_dim=128, varlen=True, has_initial=True, has_final=True)
-    assert KdaParallelStateKey(**base).v_slice == 64
-    assert KimiDeltaAttentionParallelState.for_key(KdaParallelStateKey(**base)) is KimiDeltaAttentionParallelState
     for vw in (32, 16):
         assert KimiDeltaAttentionParallelState.for_key(KdaParallelStateKey(**base, v_slice=vw)) is KimiDeltaAttentionParallelStateNarrow
     with pytest.raises(ValueError, match="v_slice=48"):
         KimiDeltaAttentionParallelState.for_key(KdaParallelStateKey(**base, v_slice=48))
-    assert {"v32", "v16", "tc-v32", "tc-v16"} <= set(PARALLEL_VARIANTS)
-    for fam, variant, vw in ((KDA, "v32", 32), (KDA, "tc-v32", 32), (GDN, "v16", 16)):
+    for fam, variant, opts in ((KDA, "v32", {"v_slice": 32}), (KDA, "s3", {"stages": 3}), (GDN, "v16", {"v_slice": 16})):
         plan = _plan(fam=fam)
         set_parallel_options(plan, variant)
-        assert plan._state_options() == {"v_slice": vw}, (variant, plan._state_options())
+        assert plan._state_options() == opts, (variant, plan._state_options())
     assert _plan()._state_options() == {}

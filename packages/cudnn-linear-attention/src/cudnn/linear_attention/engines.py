@@ -15,8 +15,8 @@ states and int32 ``cu_seqlens``; head dims other than K = V in {64, 128}; stride
 This module imports neither torch nor cutlass at top level (the Router imports it during discovery); ``check_support`` is metadata
 only, ``build_plan`` compiles (and allocates nothing), ``execute`` validates and launches (Rules 1-3, 8; recipe R1).
 
-Schedule: an engine's ``schedule`` class attribute (``"serial"``, the default: one kernel, no workspace) is the adapter's
-``schedule``; with ``"parallel"`` (the three chunk-parallel kernels) the plan's ``get_workspace_size()`` is the adapter's
+Schedule: an engine's ``schedule`` class attribute (``"parallel"``, the default: the three chunk-parallel kernels, or
+``"serial"``: one kernel, no workspace) is the adapter's ``schedule``; with ``"parallel"`` the plan's ``get_workspace_size()`` is the adapter's
 ``scratch_workspace_bytes()`` for the graph's declared token total and sequence count, and ``execute`` hands the graph's
 workspace buffer to the adapter, which carves it (R2) and raises when it is missing or short. The attribute's default is
 ``_host/chunk_parallel.py::DEFAULT_SCHEDULE`` (shared with the public ops).

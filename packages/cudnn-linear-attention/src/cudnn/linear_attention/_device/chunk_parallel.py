@@ -31,7 +31,7 @@ import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass import BFloat16, Float32, Int32, Int64, const_expr
 from cutlass.cute.nvgpu import cpasync, warpgroup
 
-from .delta_rule import BV, CHUNK, SOLVE_BLOCK, THREADS, VEC, wgmma
+from .delta_rule import BV, CHUNK, THREADS, VEC, wgmma
 
 U_PAD = 4  # fp32 row padding of the staged U tile: rows 16 bytes apart in the banks (conflict-free accumulator reads)
 WS_ARRAYS = ("w", "u", "kd", "qg", "p", "ge", "vnt", "h", "rf")
@@ -165,21 +165,6 @@ def s2g_tile(src: cute.Tensor, dst: cute.Tensor, tidx: Int32):
 
 
 @cute.jit
-def wgmma_into_each(mma: cute.TiledMma, accs: list, tA: cute.Tensor, tB: cute.Tensor, b_first: cutlass.Constexpr[int]):
-    """``accs[h] += A @ B_h`` for every accumulator ``h`` (``B_h`` = ``tB[.., .., .., b_first + h]``) as ONE committed
-    WGMMA group, waited for once (the serial kernel's per-tile ``wgmma`` calls issue the same instructions in the same
-    order per accumulator, each group waited separately)."""
-    warpgroup.fence()
-    atom = cute.make_mma_atom(mma.op)
-    atom.set(warpgroup.Field.ACCUMULATE, True)
-    for h in cutlass.range_constexpr(len(accs)):
-        for kb in cutlass.range_constexpr(cute.size(tA.shape[2])):
-            cute.gemm(atom, accs[h], tA[None, None, kb], tB[None, None, kb, b_first + h], accs[h])
-    warpgroup.commit_group()
-    warpgroup.wait_group(0)
-
-
-@cute.jit
 def store_beta_v_block_t(sVT: cute.Tensor, vbuf: cute.Tensor, row: Int32, half: Int32, keep: Float32, b_row: Float32, vb: cutlass.Constexpr[int]):
     """``(beta V)^T`` of value-channel block ``vb``: this thread's 32 channels of token ``row`` (``vbuf``, as
     :func:`.delta_rule.load_v_half_row` loads them) times ``keep * beta`` into ``sVT[:, row, vb]`` [64 channels, tokens, V / 64]."""
@@ -239,53 +224,8 @@ def decayed_keys_to_workspace(
         mKD[slot, head, col % BV, row, col // BV] = (sK[row, col].to(Float32) * d).to(BFloat16)
 
 
-@cute.jit
-def solve_unit_lower_blocked_wg(sA: cute.Tensor, sT: cute.Tensor, sM: cute.Tensor, sTm: cute.Tensor, lt: Int32, barrier_id: cutlass.Constexpr[int]):
-    """:func:`.delta_rule.solve_unit_lower_blocked` run by ONE warpgroup of a larger CTA (``lt``: the thread's index in
-    it), its barriers the named barrier ``barrier_id`` of 128 threads instead of the CTA-wide one (the other warpgroups
-    work on meanwhile). Same operations in the same order: the same ``Tm``. The caller publishes ``sTm`` to WGMMA."""
-    if lt < CHUNK:
-        cc = lt
-        for i in range(cc + 1, (cc // SOLVE_BLOCK + 1) * SOLVE_BLOCK):
-            acc_t = -sA[i, cc]
-            for j in cutlass.range(cc + 1, i, unroll=4):
-                acc_t = acc_t - sA[i, j] * sT[j, cc]
-            sT[i, cc] = acc_t
-    cute.arch.barrier(barrier_id=barrier_id, number_of_threads=THREADS)
-    for bi in cutlass.range_constexpr(1, CHUNK // SOLVE_BLOCK):
-        W = SOLVE_BLOCK * bi
-        for s in cutlass.range_constexpr(2 * bi):  # 16 W outputs over 128 threads
-            idx = lt + THREADS * s
-            r = idx // W
-            c = idx % W
-            acc_m = sA[W + r, c]
-            for j in cutlass.range(c + 1, W, unroll=4):
-                acc_m = acc_m + sA[W + r, j] * sT[j, c]
-            sM[r, c] = acc_m
-        cute.arch.barrier(barrier_id=barrier_id, number_of_threads=THREADS)
-        for s in cutlass.range_constexpr(2 * bi):
-            idx = lt + THREADS * s
-            r = idx // W
-            c = idx % W
-            acc_m = sM[r, c]
-            for rr in cutlass.range(r, unroll=4):
-                acc_m = acc_m + sT[W + r, W + rr] * sM[rr, c]
-            sT[W + r, c] = -acc_m
-        cute.arch.barrier(barrier_id=barrier_id, number_of_threads=THREADS)
-    for s in cutlass.range_constexpr(CHUNK * CHUNK // THREADS):
-        idx = lt + THREADS * s
-        i = idx // CHUNK
-        c = idx % CHUNK
-        t_val = Float32(0.0)
-        if i == c:
-            t_val = Float32(1.0)
-        if i > c:
-            t_val = sT[i, c]
-        sTm[i, c] = t_val.to(BFloat16)
-
-
 # ---- the transposed state slice of the narrow state pass (kda/chunk_parallel_state_narrow_kernel.py) -----------------
-# The CTA owns S[v0:v0+vw, :] (vw = 32 or 16 value rows) held TRANSPOSED: K / 64 fp32 accumulators of [64 key channels,
+# The CTA owns S[v0:v0+vw, :] (vw = 16, 32 or 64 value rows) held TRANSPOSED: K / 64 fp32 accumulators of [64 key channels,
 # vw value rows] (WGMMA M = 64 on the key side, N = vw), ``ct`` maps an accumulator element to (key channel, value row).
 # The bf16 copy ``sS`` stays [vw, K] K-major (the B operand of Vn = U - Wm S0^T, N = vw).
 
@@ -343,7 +283,7 @@ def store_final_state_t(mHT: cute.Tensor, acc_t: list, ct: cute.Tensor, seq: Int
 @cute.jit
 def wgmma_each_a_into_each(mma: cute.TiledMma, accs: list, tA: cute.Tensor, tB: cute.Tensor, a_first: cutlass.Constexpr[int]):
     """``accs[h] += A_h @ B`` for every accumulator ``h`` (``A_h`` = ``tA[.., .., .., a_first + h]``, one shared ``B``)
-    as ONE committed WGMMA group, waited for once (:func:`wgmma_into_each` with the roles of A and B swapped)."""
+    as ONE committed WGMMA group, waited for once."""
     warpgroup.fence()
     atom = cute.make_mma_atom(mma.op)
     atom.set(warpgroup.Field.ACCUMULATE, True)

@@ -2,13 +2,12 @@
 chunk-slot count, the workspace size and carving, the three compiles and the three launches.
 
 The schedule is three kernels on one stream: prep (the family's ``chunk_parallel_prep_kernel.py``, grid [slots, H]),
-state pass (``kda/chunk_parallel_state_kernel.py``, grid [N, H, V / 64], or [N, H, V / v_slice] for the narrow-slice
-variants) and output (``kda/chunk_parallel_out_kernel.py``,
-grid [slots, H, V / 64]; both family-agnostic), exchanging per-chunk operands through the caller's
-workspace (R2; ``_device/chunk_parallel.py`` lists the arrays). The slot count comes from the token total and the
-sequence count alone (``T // 64 + N`` varlen, ``N ceil(L / 64)`` dense): no device value is read (Rule 3).
-Opt-in variants (``PARALLEL_VARIANTS``, ``set_parallel_options``) pick other KDA prep kernel modules (two warpgroups,
-the restructured prep) and the three-stage state pass through extra compile-key fields.
+state pass (``kda/chunk_parallel_state_kernel.py``, grid [N, H, V / v_slice], 32 rows by default) and output
+(``kda/chunk_parallel_out_kernel.py``, grid [slots, H, V / 64]; both family-agnostic),
+exchanging per-chunk operands through the caller's workspace (R2; ``_device/chunk_parallel.py`` lists the arrays).
+The slot count comes from the token total and the sequence count alone (``T // 64 + N`` varlen, ``N ceil(L / 64)``
+dense): no device value is read (Rule 3). Opt-in variants (``PARALLEL_VARIANTS``, ``set_parallel_options``) add
+state-pass, output and GDN-prep compile-key fields; KDA's prep key has no option fields.
 Everything here is metadata arithmetic; nothing converts, copies, allocates or synchronizes (Rules 1-3). Imports
 neither torch nor cutlass at module import time.
 """
@@ -23,8 +22,9 @@ CHUNK = 64
 SCHEDULES = ("serial", "parallel")
 #: The schedule of the public ops (``gated_delta_net`` / ``kimi_delta_attention``, their torch custom ops' ``schedule``
 #: default) and of the graph engines; the adapters keep "serial" as theirs (the parallel schedule needs the caller's
-#: workspace). Flipping the default is this line.
-DEFAULT_SCHEDULE = "serial"
+#: workspace). "parallel" since session 5: at T = 8k, H = 16 the parallel schedule runs KDA at 452.6 GB/s and GDN at
+#: 221.3 where the serial kernels ran 21.7 and 43.4 (docs/benchmarks/linear_attention_{kda,gdn}_quick.md, sessions 4-5).
+DEFAULT_SCHEDULE = "parallel"
 
 #: (name, bytes per element, elements per slot and head as a function of D) of every workspace array, in carve order.
 _ARRAYS = (
@@ -89,45 +89,55 @@ def fake_workspace_pointers() -> list:
 
 
 #: Named opt-in variants of the parallel schedule (A/B knobs for the GPU run; the default plan uses none): extra fields
-#: of the prep / state-pass compile keys. Each is its own compile artifact; the default keys (and PTX) are unchanged.
+#: of the state-pass / output compile keys (``KdaParallelStateKey`` / ``KdaParallelOutKey``: both kernels are
+#: family-agnostic, so KDA and GDN take every one of them) and of GDN's prep key. Each is its own compile artifact; the
+#: default keys (and PTX) are unchanged.
 #:
-#: All of them are KDA's (``KdaParallelPrepKey`` fields); GDN's prep key has none of them (a ValueError at compile).
+#: - ``v32`` (the default width) / ``v16`` / ``v64``: the state pass on 32- / 16- / 64-row value slices
+#:   (``KdaParallelStateKey.v_slice``, ``kda/chunk_parallel_state_narrow_kernel.py``); fp32-accumulation-order changes only.
+#: - ``s3`` / ``s4``: the state pass with 3 / 4 operand stages (``stages``; ``s3`` is the adapters' ``parallel_state_stages=3``).
+#: - ``tma`` / ``tma-s3``: the state pass's operands by TMA with one mbarrier per stage (``tma``); ``tma-st*`` add the
+#:   h / vnt stores by TMA (``tma_store``), at 2 / 3 / 4 stages. Bitwise the default.
+#: - ``ow`` / ``op`` / ``owp``: the output kernel with one CTA per (chunk, head) over the whole V (``KdaParallelOutKey.v_wide``),
+#:   persistent over 132 CTAs with a cp.async ring (``persistent``), or both (``kda/chunk_parallel_out_persistent_kernel.py``).
+#:   Bitwise the default.
+#: - ``gtc`` / ``gtc3`` (GDN only): the restructured GDN prep kernel (``GdnParallelPrepKey.restructured``,
+#:   ``gdn/chunk_parallel_prep_tc_kernel.py``) at two / three CTAs per SM (``tc_ctas_per_sm``); rounding-level changes.
+#:   ``gtc3-owp`` adds ``owp``.
 #:
-#: - ``wg2``: the prep kernel with two warpgroups per CTA (``KdaParallelPrepKey.warpgroups = 2``): bitwise the default.
-#: - ``wg2fx``: ``wg2`` with the approximate per-element exps (``fast_exp``): rounding-level changes only.
-#: - ``wg2fx-s3``: ``wg2fx`` plus the three-stage state pass.
-#: - ``tc`` (KDA): the restructured two-warpgroup prep kernel (``kda/chunk_parallel_prep_tc_kernel.py``, selected by
-#:   ``KdaParallelPrepKey.restructured``, with ``warpgroups = 2`` and ``fast_exp``): gates as log2, one vectorized element pass, K'_I for the live rows
-#:   only, the solve by all 256 threads, beta folded into the inverse and MN-major B operands for U and W. Rounding-level
-#:   changes only (tested against the fp32 recurrence); ``tc-s3`` adds the three-stage state pass.
-#: - ``v32`` / ``v16`` (KDA and GDN: a state-pass field only): the state pass on 32- / 16-row value slices
-#:   (``KdaParallelStateKey.v_slice``, ``kda/chunk_parallel_state_narrow_kernel.py``), grid [N, H, V / 32] or
-#:   [N, H, V / 16] instead of [N, H, V / 64]; fp32-accumulation-order changes only. ``tc-v32`` / ``tc-v16`` (KDA) add the ``tc`` prep.
+#: Session 5 removed KDA's prep variants (``wg2``, ``wg2fx``, ``wg2fx-s3``, ``tc``, ``tc-s3``, ``tc-v32``, ``tc-v16``):
+#: the restructured prep kernel that ``tc`` selected is KDA's only prep kernel now.
 PARALLEL_VARIANTS = {
-    "wg2": {"prep": {"warpgroups": 2}},
-    "wg2fx": {"prep": {"warpgroups": 2, "fast_exp": True}},
-    "wg2fx-s3": {"prep": {"warpgroups": 2, "fast_exp": True}, "state": {"stages": 3}},
-    "tc": {"prep": {"warpgroups": 2, "fast_exp": True, "restructured": True}},
-    "tc-s3": {"prep": {"warpgroups": 2, "fast_exp": True, "restructured": True}, "state": {"stages": 3}},
     "v32": {"state": {"v_slice": 32}},
     "v16": {"state": {"v_slice": 16}},
-    "tc-v32": {"prep": {"warpgroups": 2, "fast_exp": True, "restructured": True}, "state": {"v_slice": 32}},
-    "tc-v16": {"prep": {"warpgroups": 2, "fast_exp": True, "restructured": True}, "state": {"v_slice": 16}},
+    "v64": {"state": {"v_slice": 64}},
+    "s3": {"state": {"stages": 3}},
+    "s4": {"state": {"stages": 4}},
+    "tma": {"state": {"tma": True}},
+    "tma-s3": {"state": {"tma": True, "stages": 3}},
+    "tma-st": {"state": {"tma": True, "tma_store": True}},
+    "tma-st-s3": {"state": {"tma": True, "tma_store": True, "stages": 3}},
+    "tma-st-s4": {"state": {"tma": True, "tma_store": True, "stages": 4}},
+    "ow": {"out": {"v_wide": True}},
+    "op": {"out": {"persistent": 132}},
+    "owp": {"out": {"v_wide": True, "persistent": 132}},
+    "gtc": {"prep": {"restructured": True}},
+    "gtc3": {"prep": {"restructured": True, "tc_ctas_per_sm": 3}},
+    "gtc3-owp": {"prep": {"restructured": True, "tc_ctas_per_sm": 3}, "out": {"v_wide": True, "persistent": 132}},
 }
 
 
 def set_parallel_options(plan, variant) -> None:
     """Give the parallel-schedule adapter ``plan`` (before ``compile()``) the extra compile-key fields of ``variant``
-    (a name of :data:`PARALLEL_VARIANTS` or a ``{"prep": {...}, "state": {...}}`` dict) on top of its own knobs: the
+    (a name of :data:`PARALLEL_VARIANTS` or a ``{"prep": {...}, "state": {...}, "out": {...}}`` dict) on top of its own knobs: the
     A/B hook of the tests and benchmarks for options the adapter has no attribute for yet. Plan-time only (Rule 4):
     the fields join the compile keys; ValueError for an unknown name, and at compile for a field the family's kernel keys
-    do not have (GDN takes none of the named variants) or a combination the kernels do not build. With two prep
-    warpgroups an fp32 ``g`` is bound 4-byte aligned (one 32-bit load per element; execute checks the address)."""
+    do not have (KDA's prep key has none) or a value the kernels do not build."""
     if isinstance(variant, str):
         if variant not in PARALLEL_VARIANTS:
             raise ValueError(f"parallel variant {variant!r}; accepted {tuple(PARALLEL_VARIANTS)}")
         variant = PARALLEL_VARIANTS[variant]
-    prep_extra, state_extra = dict(variant.get("prep", {})), dict(variant.get("state", {}))
+    prep_extra, state_extra, out_extra = (dict(variant.get(k, {})) for k in ("prep", "state", "out"))
     cls = type(plan)
     prep_base, state_base = cls._prep_options, cls._state_options
 
@@ -140,25 +150,19 @@ def set_parallel_options(plan, variant) -> None:
 
     def prep_options():
         check_fields(prep_extra, cls._parallel_kernel_classes()[0][0], "parallel prep")
-        opts = {**prep_base(plan), **prep_extra}
-        if opts.get("warpgroups", 1) != 1 and (opts.get("prefetch") or opts.get("two_per_sm")):
-            raise ValueError(f"{cls.__name__}: prep warpgroups={opts['warpgroups']} takes neither parallel_prefetch nor parallel_prep_two_per_sm")
-        return opts
+        return {**prep_base(plan), **prep_extra}
 
     def state_options():
         check_fields(state_extra, cls._parallel_kernel_classes()[1][0], "parallel state-pass")
         return {**state_base(plan), **state_extra}
 
-    def g_align():
-        from cudnn.datatypes import data_type
-
-        if prep_options().get("warpgroups", 1) != 1 and plan.g.dtype == data_type.FLOAT:
-            return 4  # the two-warpgroup prep kernels read an fp32 g by 32-bit loads (execute checks the address)
-        return cls._g_align(plan)
+    def out_options():
+        check_fields(out_extra, cls._parallel_kernel_classes()[2][0], "parallel output")
+        return dict(out_extra)
 
     plan._prep_options = prep_options
     plan._state_options = state_options
-    plan._g_align = g_align
+    plan._out_options = out_options
 
 
 def compile_parallel(
@@ -175,18 +179,20 @@ def compile_parallel(
     prep_options: dict | None = None,
     g_align: int = 2,
     state_options: dict | None = None,
+    out_options: dict | None = None,
 ):
     """``(prep, state, out)`` compiled through ``kernel_cache`` from the family's ``kernels`` = ((PrepKey, Prep),
     (StateKey, State), (OutKey, Out)); each key holds plan-time values only (Rule 4). ``row_scaled``: the output
     kernel applies per-row factors to ``Q S0^T`` (Gated DeltaNet's scalar decay). ``prep_options``: extra fields of
-    the prep key (opt-in tuning, e.g. KDA's ``prefetch``), ``state_options`` of the state-pass key (``stages``); ``g_align``: the byte alignment the prep kernel assumes
-    for ``g`` (2, or 4 for an fp32 ``g`` read by 32-bit loads; execute passes the same and checks the address)."""
+    the prep key (opt-in tuning, e.g. GDN's ``prefetch``), ``state_options`` of the state-pass key (``stages``,
+    ``v_slice``, ``tma``), ``out_options`` of the output key (``v_wide``, ``persistent``); ``g_align``: the byte alignment the prep kernel assumes for ``g`` (2, or 4 for an fp32 ``g`` read by
+    32-bit loads: KDA's prep, GDN's with ``prefetch``; execute passes the same and checks the address)."""
     from cudnn.kernel_cache import kernel_cache
 
     (prep_key_t, prep_t), (state_key_t, state_t), (out_key_t, out_t) = kernels
     prep_key = prep_key_t(head_dim=d, g_dtype=g_dtype, beta_dtype=beta_dtype, l2norm=l2norm, varlen=varlen, **(prep_options or {}))
     state_key = state_key_t(head_dim=d, varlen=varlen, has_initial=has_initial, has_final=has_final, **(state_options or {}))
-    out_key = out_key_t(head_dim=d, varlen=varlen, row_scaled=row_scaled)
+    out_key = out_key_t(head_dim=d, varlen=varlen, row_scaled=row_scaled, **(out_options or {}))
 
     def build_prep():
         import cuda.bindings.driver as cuda
@@ -196,7 +202,7 @@ def compile_parallel(
         from .launch import fake_gmem_ptr as fp
 
         ptrs = [fp("BFloat16", 16), fp("BFloat16", 16), fp("BFloat16", 16), fp(g_dtype, g_align), fp(beta_dtype, 2), fp("Int32", 4) if varlen else None]
-        kernel_t = prep_t.for_key(prep_key) if hasattr(prep_t, "for_key") else prep_t  # a key option may pick another kernel module
+        kernel_t = prep_t.for_key(prep_key) if hasattr(prep_t, "for_key") else prep_t  # a key option may pick another kernel module (GDN)
         return cute.compile(kernel_t(prep_key), *ptrs, *fake_workspace_pointers(), *[Int32(8)] * 7, Float32(1.0), *[(Int64(8), Int64(8))] * 3, cuda.CUstream(0))
 
     def build_state():
@@ -217,8 +223,9 @@ def compile_parallel(
 
         from .launch import fake_gmem_ptr as fp
 
+        kernel_t = out_t.for_key(out_key) if hasattr(out_t, "for_key") else out_t  # v_wide / persistent: the persistent kernel
         return cute.compile(
-            out_t(out_key),
+            kernel_t(out_key),
             fp("BFloat16", 2),
             fp("Int32", 4) if varlen else None,
             *fake_workspace_pointers(),

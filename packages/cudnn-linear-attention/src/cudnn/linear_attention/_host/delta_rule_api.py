@@ -81,9 +81,8 @@ class DeltaRuleFwdSm90(APIBase):
     _family: str = ""
     _gate_per_key: bool = False
     _parallel_schedule: bool = False  # the family has the chunk-parallel kernels (``_parallel_kernel_classes``)
-    _prep_two_per_sm: bool = False  # its parallel prep kernel has the ``two_per_sm`` key option
-    _prep_fast_exp: bool = False  # its parallel prep kernel has the ``fast_exp`` key option
-    _prep_prefetch_and_two_per_sm: bool = True  # both prep options together compile without spills
+    _prep_prefetch: bool = False  # its parallel prep kernel has the ``prefetch`` key option (parallel_prefetch)
+    _prep_two_per_sm: bool = False  # its parallel prep kernel has the ``two_per_sm`` key option (parallel_prep_two_per_sm)
 
     def __init__(
         self, q, k, v, g, beta, o, *, scale=None, use_qk_l2norm_in_kernel=False, initial_state=None, final_state=None, cu_seqlens=None, schedule="serial"
@@ -96,16 +95,17 @@ class DeltaRuleFwdSm90(APIBase):
         self._compiled_parallel = None
         self._parallel_g_align = 2
         #: Tuning / A-B knob of the parallel schedule (set before compile(); part of the prep kernel's compile key):
-        #: the prep kernel issues all of a chunk's global reads at once (``{Kda,Gdn}ParallelPrepKey.prefetch``).
-        #: Default False (the verified kernel). Ignored by the serial schedule.
+        #: the prep kernel issues all of a chunk's global reads at once (GDN only: ``GdnParallelPrepKey.prefetch``;
+        #: KDA's prep kernel has no such option, a ValueError at compile). Default False. Ignored by the serial schedule.
         self.parallel_prefetch = False
         #: Tuning / A-B knob of the parallel schedule's state pass (set before compile(); part of its compile key): the
         #: shared-memory stages of the per-chunk operands, 2 (default, the verified kernel) or 3 (fetch two chunks ahead).
         self.parallel_state_stages = 2
-        #: Tuning / A-B knob (``{Kda,Gdn}ParallelPrepKey.two_per_sm``): the prep kernel runs two CTAs per SM.
+        #: Tuning / A-B knob (GDN only: ``GdnParallelPrepKey.two_per_sm``): the prep kernel runs two CTAs per SM (KDA's
+        #: prep kernel always does; setting it there is a ValueError at compile).
         self.parallel_prep_two_per_sm = False
-        #: Tuning / A-B knob (KDA only: ``KdaParallelPrepKey.fast_exp``): the prep kernel's per-element decays by
-        #: ``ex2.approx``. Changes outputs by rounding (not bitwise the serial schedule).
+        #: Removed knob kept as an attribute so that setting it is caught: no family's prep kernel has a ``fast_exp``
+        #: option any more (KDA's prep always uses ``ex2.approx`` decays); True is a ValueError at compile.
         self.parallel_fast_exp = False
 
     # -- family hooks -------------------------------------------------------------------------------
@@ -122,21 +122,21 @@ class DeltaRuleFwdSm90(APIBase):
         raise NotImplementedError
 
     def _prep_options(self) -> dict:
-        """Extra prep-key fields of the parallel schedule, each only when set (the default key is unchanged): ``prefetch``;
-        ``two_per_sm`` / ``fast_exp`` (families with ``_prep_two_per_sm`` / ``_prep_fast_exp``; ValueError elsewhere)."""
+        """Extra prep-key fields of the parallel schedule, each only when set (the default key is unchanged): ``prefetch``
+        / ``two_per_sm`` for families whose prep kernel has them (``_prep_prefetch`` / ``_prep_two_per_sm``: GDN); a
+        knob set on a family whose prep kernel has no such option (KDA: none; ``parallel_fast_exp``: no family) is a
+        ValueError naming the knob, never silently ignored."""
         opts = {}
-        if self.parallel_prefetch:
-            opts["prefetch"] = True
-        if self.parallel_prep_two_per_sm:
-            self._value_error_if(not self._prep_two_per_sm, f"{self._public}: parallel_prep_two_per_sm is not available for this family")
-            opts["two_per_sm"] = True
-            self._value_error_if(
-                self.parallel_prefetch and not self._prep_prefetch_and_two_per_sm,
-                f"{self._public}: parallel_prefetch with parallel_prep_two_per_sm spills registers in this family's prep kernel; choose one",
-            )
-        if self.parallel_fast_exp:
-            self._value_error_if(not self._prep_fast_exp, f"{self._public}: parallel_fast_exp is not available for this family")
-            opts["fast_exp"] = True
+        for knob, field, available in (
+            ("parallel_prefetch", "prefetch", self._prep_prefetch),
+            ("parallel_prep_two_per_sm", "two_per_sm", self._prep_two_per_sm),
+            ("parallel_fast_exp", "fast_exp", False),
+        ):
+            if getattr(self, knob):
+                self._value_error_if(
+                    not available, f"{self._public}: {knob} is not available for this family: its parallel prep kernel has no such option ({field})"
+                )
+                opts[field] = True
         return opts
 
     def _state_options(self) -> dict:
@@ -145,8 +145,13 @@ class DeltaRuleFwdSm90(APIBase):
         self._value_error_if(stages not in (2, 3), f"{self._public}: parallel_state_stages={stages!r}; accepted 2 or 3")
         return {} if stages == 2 else {"stages": int(stages)}
 
+    def _out_options(self) -> dict:
+        """Extra output-key fields: none from the adapter (``set_parallel_options`` adds the opt-in ones)."""
+        return {}
+
     def _g_align(self) -> int:
-        """Byte alignment the parallel prep kernel assumes for ``g`` (4: fp32 ``g`` read by 32-bit loads, with prefetch)."""
+        """Byte alignment the parallel prep kernel assumes for ``g`` (4: fp32 ``g`` read by 32-bit loads, GDN with
+        prefetch; KDA overrides: its prep kernel always reads an fp32 ``g`` so)."""
         return 4 if self._prep_options().get("prefetch") and self.g.dtype == data_type.FLOAT else 2
 
     # -- plan ---------------------------------------------------------------------------------------
@@ -262,6 +267,7 @@ class DeltaRuleFwdSm90(APIBase):
                 prep_options=self._prep_options(),
                 g_align=self._parallel_g_align,
                 state_options=self._state_options(),
+                out_options=self._out_options(),
             )
             self._compiled_kernel = self._compiled_parallel
             return
@@ -389,7 +395,9 @@ class DeltaRuleFwdSm90(APIBase):
         ws_ptrs = workspace_pointers(workspace, required, f"{type(self).__name__}.execute", q.device, ext.slots, heads, d)
         g_align = self._parallel_g_align
         if g.data_ptr() % g_align:
-            raise ValueError(f"{type(self).__name__}.execute: g at 0x{g.data_ptr():x} is not {g_align}-byte aligned (the plan's prefetch prep kernel needs it)")
+            raise ValueError(
+                f"{type(self).__name__}.execute: g at 0x{g.data_ptr():x} is not {g_align}-byte aligned (the plan's prep kernel reads an fp32 g by 32-bit loads)"
+            )
         ptrs = dict(
             q=_ptr(q, data_type.BFLOAT16, 16),
             k=_ptr(k, data_type.BFLOAT16, 16),

@@ -56,6 +56,7 @@ class GatedDeltaNetFwdSm90(DeltaRuleFwdSm90):
     _family = FAMILY
     _gate_per_key = False
     _parallel_schedule = True  # schedule="parallel": chunk_parallel_prep_kernel.py + kda/chunk_parallel_{state,out}_kernel.py
+    _prep_prefetch = True  # GdnParallelPrepKey.prefetch (parallel_prefetch)
     _prep_two_per_sm = True  # GdnParallelPrepKey.two_per_sm (parallel_prep_two_per_sm)
 
     def __init__(
@@ -151,10 +152,11 @@ def gated_delta_net(
     (``torch.ops.cudnn_linear_attention.*_bwd``). ``out`` supplies ``o`` and takes
     the forward-only path outside the op (eager; refused with NotImplementedError when an input requires grad).
 
-    ``schedule``: ``"serial"`` (the default, ``_host/chunk_parallel.py::DEFAULT_SCHEDULE``: one kernel, one CTA per sequence, head and 64-wide V slice walking the chunks
-    in order) or ``"parallel"`` (opt-in: three chunk-parallel kernels, prep / state pass / output; the op allocates
+    ``schedule``: ``"parallel"`` (the default, ``_host/chunk_parallel.py::DEFAULT_SCHEDULE``: three chunk-parallel
+    kernels, prep / state pass / output; the op allocates
     their workspace on torch's current stream through the caching allocator, so eager, torch.compile and CUDA-graph
-    capture all work). Both give the same outputs (bitwise on the GPU tests); the backward does not depend on it.
+    capture all work) or ``"serial"`` (one kernel, one CTA per sequence, head and 64-wide V slice walking the chunks in
+    order). Both give the same outputs (bitwise on the GPU tests); the backward does not depend on it.
     """
     return delta_rule_public(
         "gated_delta_net", _forward, _load_op, q, k, v, g, beta, scale, use_qk_l2norm_in_kernel, initial_state, output_final_state, cu_seqlens, out, schedule

@@ -60,6 +60,17 @@ class GdnParallelPrepKey:
     #: carveout (255 registers x 128 threads: two CTAs fit the register file exactly). One CTA's load latency and
     #: barriers then overlap the other's work. Same arithmetic: bitwise the default's outputs.
     two_per_sm: bool = False
+    #: Opt-in (default False: this module's verified kernel, PTX unchanged): the restructured prep kernel
+    #: (``chunk_parallel_prep_tc_kernel.py``, the GDN ``gtc`` variant): 256 threads at two CTAs per SM, one vectorized
+    #: element pass, A and P by one WGMMA each (one per warpgroup), the solve by all 256 threads, beta (and, for W,
+    #: exp(G)) folded into the inverse's columns, MN-major B operands for U and W. Same workspace arrays; values equal
+    #: this kernel's up to rounding (tests: the FlashAttention rule against the fp32 recurrence). Takes neither
+    #: ``prefetch`` nor ``two_per_sm``.
+    restructured: bool = False
+    #: The restructured kernel's CTAs per SM (``restructured`` only; default 2: about 102 KB of shared memory at K =
+    #: 128, registers capped at 128). 3 (the ``gtc3`` variant): the fp32 inverse lives in the bytes of Qn and the bf16
+    #: inverses in those of A (each dead by then), about 70 KB, registers capped at 80 (ptxas: no spill). Same values.
+    tc_ctas_per_sm: int = 2
 
 
 def _aliased_storage(l_ck, l_kc, l_vc, l_cc):
@@ -96,9 +107,23 @@ class GatedDeltaNetParallelPrep:
     """Kernel 1 of the chunk-parallel GDN forward: ``__init__`` holds the compile key, ``__call__`` launches."""
 
     def __init__(self, key: GdnParallelPrepKey):
-        assert key.head_dim in (64, 128)
+        assert key.head_dim in (64, 128) and not key.restructured
         self.key = key
         self.D = key.head_dim
+
+    @staticmethod
+    def for_key(key: GdnParallelPrepKey):
+        """The kernel class that implements ``key`` (``restructured``: ``chunk_parallel_prep_tc_kernel.py``); a
+        ValueError for a combination no kernel builds."""
+        if key.tc_ctas_per_sm not in (2, 3) or (key.tc_ctas_per_sm != 2 and not key.restructured):
+            raise ValueError(f"GdnParallelPrepKey: tc_ctas_per_sm={key.tc_ctas_per_sm}; accepted 2, or 3 with restructured")
+        if key.restructured:
+            if key.prefetch or key.two_per_sm:
+                raise ValueError("GdnParallelPrepKey: restructured takes neither prefetch (parallel_prefetch) nor two_per_sm (parallel_prep_two_per_sm)")
+            from .chunk_parallel_prep_tc_kernel import GatedDeltaNetParallelPrepTc
+
+            return GatedDeltaNetParallelPrepTc
+        return GatedDeltaNetParallelPrep
 
     @cute.jit
     def __call__(

@@ -8,7 +8,8 @@ Semantics (state ``S`` [V, K] fp32 per sequence and head; ``g`` [.., H, K] per-k
 as fla's ``chunk_kda`` (chunk 64) with ``g`` the precomputed log decay (fla's ``use_gate_in_kernel=False``),
 q/k optionally L2-normalised in the kernel (``x * rsqrt(sum x^2 + 1e-6)``) and GVA head sharing (q/k with
 ``Hk`` heads, v/g/beta/o with ``H = m Hk``). Kernel: ``chunk_fwd_kernel.py`` (sm_90a, WGMMA);
-the opt-in ``schedule="parallel"`` plan option runs ``chunk_parallel_{prep,state,out}_kernel.py`` instead.
+the opt-in ``schedule="parallel"`` plan option runs ``chunk_parallel_{prep,state,out}_kernel.py`` instead (outputs
+equal to the serial schedule's up to rounding: the prep kernel computes the WY terms in another order).
 
 Layouts (THD): q, k [T, Hk, K] / v, o [T, H, V] packed with ``cu_seqlens`` int32 [N + 1]; a dense batch
 [B, L, H, D] is the equal-length case (``cu_seqlens`` None), and [1, T, H, D] with ``cu_seqlens`` is
@@ -34,6 +35,8 @@ at import time; ``check_support`` is metadata-only.
 
 from __future__ import annotations
 
+from cudnn.datatypes import data_type
+
 from .._host.chunk_parallel import DEFAULT_SCHEDULE
 from .._host.delta_rule_api import CUTEDSL_FLOOR, HEAD_DIMS, DeltaRuleFwdSm90, delta_rule_forward, delta_rule_public
 
@@ -56,9 +59,12 @@ class KimiDeltaAttentionFwdSm90(DeltaRuleFwdSm90):
     _family = FAMILY
     _gate_per_key = True
     _parallel_schedule = True  # schedule="parallel": chunk_parallel_{prep,state,out}_kernel.py
-    _prep_fast_exp = True  # KdaParallelPrepKey.fast_exp (parallel_fast_exp)
-    _prep_two_per_sm = True  # KdaParallelPrepKey.two_per_sm (parallel_prep_two_per_sm)
-    _prep_prefetch_and_two_per_sm = False  # K = 128: 64 g registers + the two-CTA register cap spill (56 B): one or the other
+    # No prep knobs: KdaParallelPrepKey has no option fields (parallel_prefetch / parallel_prep_two_per_sm /
+    # parallel_fast_exp raise a ValueError at compile; the one prep kernel already runs two CTAs per SM, exp2 decays).
+
+    def _g_align(self) -> int:
+        """The prep kernel reads an fp32 ``g`` by 32-bit loads: bound 4-byte aligned (execute checks the address)."""
+        return 4 if self.g.dtype == data_type.FLOAT else 2
 
     def compile_key(self):
         from .chunk_fwd_kernel import KdaFwdKey
@@ -131,10 +137,13 @@ def kimi_delta_attention(
     backward: the forward call raises NotImplementedError when an input requires grad. ``out`` supplies ``o`` and takes
     the forward-only path outside the op (eager; refused with NotImplementedError when an input requires grad).
 
-    ``schedule``: ``"serial"`` (the default, ``_host/chunk_parallel.py::DEFAULT_SCHEDULE``: one kernel, one CTA per sequence, head and 64-wide V slice walking the chunks
-    in order) or ``"parallel"`` (opt-in: three chunk-parallel kernels, prep / state pass / output; the op allocates
+    ``schedule``: ``"parallel"`` (the default, ``_host/chunk_parallel.py::DEFAULT_SCHEDULE``: three chunk-parallel
+    kernels, prep / state pass / output; the op allocates
     their workspace on torch's current stream through the caching allocator, so eager, torch.compile and CUDA-graph
-    capture all work). Both give the same outputs (bitwise on the GPU tests); the backward does not depend on it.
+    capture all work) or ``"serial"`` (one kernel, one CTA per sequence, head and 64-wide V slice walking the chunks in
+    order). Both give the same outputs up to rounding (the parallel prep kernel uses ``ex2.approx``
+    decays and another solve order: FlashAttention-rule tests against the fp32 recurrence); the backward does not
+    depend on it.
     """
     return delta_rule_public(
         "kimi_delta_attention",

@@ -1,5 +1,6 @@
 """Kimi Delta Attention forward, chunk-parallel schedule, kernel 1 of 3 (prep): everything of a chunk that does not
-depend on the state, for every chunk of every sequence at once. sm_90a, CuTe DSL, WGMMA.
+depend on the state, for every chunk of every sequence at once. sm_90a, CuTe DSL, WGMMA, 256 threads (two
+warpgroups), two CTAs per SM.
 
 The chunked algorithm and its notation are those of ``chunk_fwd_kernel.py`` (the serial schedule): per chunk of
 C = 64 tokens with in-chunk cumulative per-channel log decays ``G`` and incoming state ``S0``::
@@ -9,14 +10,48 @@ C = 64 tokens with in-chunk cumulative per-channel log decays ``G`` and incoming
 
 This kernel computes, per (chunk slot, head), the state-independent operands and writes them to the caller's
 workspace (``_device/chunk_parallel.py`` documents the slots and the arrays): ``-Wm`` and ``(K exp(G_C - G))^T``
-(bf16, as the serial kernel rounds them), ``U`` (fp32: the serial kernel keeps it in accumulators), ``scale Q exp(G)``
-and ``P`` (bf16), ``exp(G_C)`` (fp32). Kernel 2 (``chunk_parallel_state_kernel.py``) runs the recurrence, kernel 3
-(``chunk_parallel_out_kernel.py``) the outputs. Every value is computed by the same operations in the same order as
-in the serial kernel (same decay split, same blocked solve, same WGMMA products), so the three kernels together give
-the serial kernel's outputs bit for bit.
+(bf16), ``U`` (fp32), ``scale Q exp(G)`` and ``P`` (bf16), ``exp(G_C)`` (fp32, by the precise expf). Kernel 2
+(``chunk_parallel_state_kernel.py``) runs the recurrence, kernel 3 (``chunk_parallel_out_kernel.py``) the outputs.
+It keeps the serial kernel's decay split (reference rows 16 I + 8) and blocked solve, but not its operation order:
+per-element decays by ``ex2.approx`` of log2 gates, beta folded into the inverse's columns, another fp32
+accumulation order in the solve. Outputs equal the serial schedule's up to rounding, not bit for bit (tests hold
+them to the FlashAttention rule against the fp32 recurrence and to twice the serial kernel's error).
 
-Grid ``[slots, H]`` (slots = ``T // 64 + N`` varlen, ``N ceil(L / 64)`` dense; idle slots exit), one warpgroup
-per CTA, about 170 KB of shared memory for K = 128. Runtime extents and strides are kernel arguments (Rule 4).
+Why this shape (it replaced, in session 5, the one-warpgroup kernel that followed the serial kernel step by step
+and its two-warpgroup variants: 1220 us, and 727 us with approximate exps, vs 203 us at T = 8k, H = 16, K = 128 on
+the H200; ``docs/linear-attention.md``). Those kernels spent
+their instructions on per-element scalar work (five decayed copies stored element by element into swizzled shared
+memory, two of them transposed; K'_I formation with a branch per element; a SIMT solve by one warpgroup in dependent
+shared-memory chains) at 4-8 warps per SM. Here:
+
+1. gates: g [64, K] is read once (one thread per (channel, token range)), prefix-summed in registers (each range
+   locally, then the earlier ranges' totals added), and stored as ``G log2(e)`` (every later decay is one
+   ``ex2.approx``: no per-exp multiply); the reference rows 16 I + 8 and the last row go to a small table.
+2. one pass per thread over (row = tid / 4, four 16-byte chunks of 8 channels): q, k loaded by 16-byte vectors, the
+   L2 norm over the row by two shuffles, three exps per element (``exp2(G - G_ref)``, ``exp2(G)``,
+   ``exp2(G_C - G)``) shared by q and k, and every bf16 result written 16 bytes at a time (``st.shared.v4``,
+   conflict-free: the chunk order alternates parity with the row, against the 128-byte swizzle): Q' and K' (the A
+   operands of step 3), K exp(G) (the B operand of W, row-major: no transposed store), ``scale Q exp(G)`` to the
+   workspace, and ``(K exp(G_C - G))^T`` to the workspace straight from registers. This thread's G and k stay in
+   registers for step 3.
+3. per 16-row block I: K'_I = K exp(G_r - G) for the rows that can be nonzero only (rows <= 16 I + 15; the rows
+   after were zeroed once in step 2), from registers; warpgroup 0 forms A = K' K'_I^T, warpgroup 1 P = Q' K'_I^T
+   (WGMMA). V is then fetched by cp.async into the dead K'_I tile while the solve runs.
+4. ``T = (I + A)^-1`` in fp32 by all 256 threads: the four diagonal 16 x 16 blocks by forward substitution with
+   the column in registers (64 threads, fully unrolled, A read by broadcast), then the off-diagonal blocks band by
+   band, ``T[I, J] = -T[I, I] sum_{K=J}^{I-1} A[I, K] T[K, J]`` (every band's blocks at once: one output element per
+   thread and block, six barriers); then ``bf16(T Diag(beta))`` (beta folded into the inverse's columns).
+5. WGMMA with MN-major B operands read straight from the row-major tiles: warpgroup 0 ``U = (T Diag(beta)) V``,
+   warpgroup 1 ``-Wm = -(T Diag(beta)) (K exp(G))``.
+
+Shared memory (K = 128, about 102 KB): G, later A (fp32, rows 16-byte aligned); Q' | K' | K'_I, later T, the
+solve's band scratch, T Diag(beta) and V; K exp(G); small tables. Grid ``[slots, H]`` (slots = ``T // 64 + N``
+varlen, ``N ceil(L / 64)`` dense; idle slots exit), 256 threads, two CTAs per SM (``MIN_BLOCKS``: ptxas keeps it at
+124 registers, no spill). An fp32 ``g`` is read by 32-bit loads: the adapter binds it 4-byte aligned and ``execute``
+checks the address. Runtime extents and strides are kernel arguments (Rule 4).
+
+Tests: ``tests/test_kda_parallel_gpu.py`` (GPU), compile-only ``tests/test_kda_parallel_compile.py -k kda``; per-kernel
+time: ``benchmarks/linear_attention_kernels.py --family kda --variants parallel``.
 """
 
 from __future__ import annotations
@@ -26,23 +61,12 @@ from dataclasses import dataclass
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
+import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass import BFloat16, Float32, Int32, Int64, const_expr
+from cutlass.cute.nvgpu import cpasync, warpgroup
 
-from .._device.chunk_parallel import decayed_keys_to_workspace, make_ws_views, slot_chunk, store_beta_v_block_t, wy_to_workspace
-from .._device.delta_rule import (
-    BV,
-    CHUNK,
-    SOLVE_BLOCK,
-    THREADS,
-    VEC,
-    k_major_smem_layout,
-    load_half_row,
-    load_v_half_row,
-    make_mma_n64,
-    make_qkvo_views,
-    solve_unit_lower_blocked,
-)
-from .._device.delta_rule import row_scale as _row_scale
+from .._device.chunk_parallel import acc_to_gmem, make_ws_views, slot_chunk
+from .._device.delta_rule import BV, CHUNK, L2NORM_EPS, SOLVE_BLOCK, THREADS, VEC, k_major_smem_layout, make_mma_n64, make_qkvo_views
 from .._device.delta_rule import smem_ready as _smem_ready
 from .._device.delta_rule import wgmma as _wgmma
 from .chunk_fwd_kernel import REF_OFFSET
@@ -50,90 +74,41 @@ from .chunk_fwd_kernel import REF_OFFSET
 
 @dataclass(frozen=True)
 class KdaParallelPrepKey:
-    """Compile key of the prep kernel (Rule 4): plan-time choices only."""
+    """Compile key of the prep kernel (Rule 4): plan-time choices only (no tuning options: session 5 folded the
+    ``prefetch`` / ``two_per_sm`` / ``fast_exp`` / ``warpgroups`` / ``restructured`` variants into this one kernel)."""
 
     head_dim: int
     g_dtype: str
     beta_dtype: str
     l2norm: bool
     varlen: bool
-    #: Opt-in (default False: the verified kernel, PTX unchanged): issue every global read of the chunk at once before
-    #: any is used -- g [64, K] into 64 registers per thread (by clamped token index, masked after the load), beta,
-    #: this thread's q / k half rows and v half rows -- all before the first barrier (SASS: one batch). The default
-    #: reads g under one predicate per token, which ptxas batches at most 7 deep (its predicate registers), about ten
-    #: dependent round trips per chunk, then q, k and each v block one round trip each; an fp32 g is also addressed as
-    #: 4-byte aligned here (one 32-bit load per element, not two 16-bit ones). Same values, same adds in the same order:
-    #: bitwise the default's outputs.
-    prefetch: bool = False
-    #: Opt-in (default False): the per-element decay factors of steps 2, 3 and 6 (exp(G_i - G_ref), exp(G_i),
-    #: exp(G_r - G_i), exp(G_C - G_i): six per element and block) by ``ex2.approx`` after a multiply by log2(e)
-    #: (2 instructions) instead of the precise expf (about 10: the SASS of the default is dominated by them). The factors
-    #: are rounded to bf16 with their products, so outputs move by rounding only: NOT bitwise the serial kernel (tests
-    #: use the FlashAttention tolerance against the fp32 recurrence). exp(G_C) for the state pass stays precise.
-    fast_exp: bool = False
-    #: Opt-in (default False): two CTAs per SM instead of one (4 warps per SM is what limits this latency-bound kernel).
-    #: K = 128: shared memory from about 174 KB to 113 KB (``_aliased_storage``) by reusing dead tiles -- the solve's fp32 T / M over Q' and
-    #: K'_I (dead after step 3) with Tm in K'_I's upper half, (beta K exp G)^T over A (dead after the solve) and
-    #: (beta V)^T over K' (dead after step 3): both are then formed after the solve (v re-read, an L2 hit) instead of in
-    #: step 2. K = 64 fits two CTAs as is. Launched with ``min_blocks_per_mp=2`` and the maximum carveout. Same values
-    #: by the same operations: bitwise the default's outputs.
-    two_per_sm: bool = False
-    #: Opt-in (default 1: the verified kernel): 2 = the two-warpgroup variant (``chunk_parallel_prep_wg2_kernel.py``: 256
-    #: threads, each step split between the warpgroups, the solve overlapped with step 6, every g / q / k / v load of
-    #: the chunk in flight at once). Same values by the same operations: bitwise the default's outputs (with
-    #: ``fast_exp``: the default's ``fast_exp`` outputs). Not combined with ``prefetch`` or ``two_per_sm``.
-    warpgroups: int = 1
-    #: Opt-in (default False): the restructured two-warpgroup prep kernel (``chunk_parallel_prep_tc_kernel.py``, the
-    #: ``tc`` variant; needs ``warpgroups = 2`` and ``fast_exp``): gates as log2, one vectorized element pass, the solve
-    #: by all 256 threads, beta folded into the inverse. Rounding-level changes only (FA-rule tests).
-    restructured: bool = False
 
 
-def _aliased_storage(l_ck, l_kc, l_cc, d):
-    """The shared-memory struct of ``two_per_sm`` at K = 128 (host side, trace time): [Q' | K'_I lo | K'_I hi] hold
-    M, T (fp32, from Q' on) and Tm (K'_I hi) during the solve; A is 1024-aligned to host (beta K exp G)^T after it;
-    K' hosts (beta V)^T. 115,712 bytes with the struct's 1024-byte alignment: 2 x (113 KB + 1 KB reserved) = 228 KB,
-    exactly two CTAs per SM at the maximum carveout (no margin: anything added here drops it back to one)."""
+WARPGROUPS = 2
+NTHREADS = WARPGROUPS * THREADS
+MIN_BLOCKS = 2  # two CTAs (16 warps) per SM: about 102 KB of shared memory each at K = 128, registers capped at 128
+LOG2E = 1.4426950408889634
+A_STRIDE = CHUNK + 4  # fp32 rows of A and T: 16-byte aligned (vector reads of T)
+NREF = CHUNK // SOLVE_BLOCK + 1  # reference rows 16 I + 8 (I = 0..3) and the chunk's last row (G_C)
+T_BYTES = CHUNK * A_STRIDE * 4
+Y_BYTES = (CHUNK // SOLVE_BLOCK - 1) * SOLVE_BLOCK * SOLVE_BLOCK * 4
+TM_OFF = 20 * 1024  # byte offset of T Diag(beta) (bf16, swizzled) in the Q' | K' | K'_I region, after T and Y
+assert T_BYTES + Y_BYTES <= TM_OFF
 
-    def bf16(n):
-        return cute.struct.Align[cute.struct.MemRange[BFloat16, n], 1024]
 
-    tile = cute.cosize(l_ck)
-    assert 4 * (SOLVE_BLOCK + CHUNK) * (CHUNK + 1) <= 2 * (tile + tile // 2)  # M and T end before K'_I hi (Tm)
-    assert 2 * cute.cosize(l_kc) <= 4 * CHUNK * (CHUNK + 1) and 2 * cute.cosize(l_cc) <= tile  # KT fits A, Tm fits K'_I hi
-    fields = {  # evaluated annotations (this module defers annotations)
-        "smem_qr": bf16(tile),
-        "smem_kr_lo": bf16(tile // 2),  # K'_I spans lo and hi
-        "smem_kr_hi": bf16(tile // 2),
-        "smem_k": bf16(tile),
-        "smem_w": bf16(tile),
-        "smem_a": cute.struct.Align[cute.struct.MemRange[Float32, CHUNK * (CHUNK + 1)], 1024],
-        "smem_gc": cute.struct.Align[cute.struct.MemRange[Float32, CHUNK * (d + 1)], 16],
-        "smem_beta": cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16],
-    }
-    return cute.struct(type("KdaPrepAliasedStorage", (), {"__annotations__": fields}))
+def _transpose_view(a: cute.Tensor) -> cute.Tensor:
+    """Layout algebra only: (rows, cols) -> (cols, rows) of a shared-memory tile (the row-major V / K exp(G) tiles as
+    the MN-major B operands of U and W, as the attention kernels read V)."""
+    return cute.composition(a, cute.make_ordered_layout((a.shape[1], a.shape[0]), order=(1, 0)))
 
 
 class KimiDeltaAttentionParallelPrep:
     """Kernel 1 of the chunk-parallel KDA forward: ``__init__`` holds the compile key, ``__call__`` launches."""
 
     def __init__(self, key: KdaParallelPrepKey):
-        assert key.head_dim in (64, 128) and key.warpgroups == 1
+        assert key.head_dim in (64, 128)
         self.key = key
         self.D = key.head_dim
-
-    @staticmethod
-    def for_key(key: KdaParallelPrepKey):
-        """The kernel class that implements ``key`` (``warpgroups = 2``: the two-warpgroup variant's module)."""
-        if key.restructured:
-            from .chunk_parallel_prep_tc_kernel import KimiDeltaAttentionParallelPrepTc
-
-            return KimiDeltaAttentionParallelPrepTc
-        if key.warpgroups == 2:
-            from .chunk_parallel_prep_wg2_kernel import KimiDeltaAttentionParallelPrepWg2
-
-            return KimiDeltaAttentionParallelPrepWg2
-        return KimiDeltaAttentionParallelPrep
 
     @cute.jit
     def __call__(
@@ -175,51 +150,38 @@ class KimiDeltaAttentionParallelPrep:
             mCu = cute.make_tensor(cu_ptr, cute.make_layout((n_seqs + 1,)))
         ws = make_ws_views(w_ptr, u_ptr, kd_ptr, qg_ptr, p_ptr, ge_ptr, vnt_ptr, h_ptr, rf_ptr, slots, heads, D)
 
-        mma_n64 = make_mma_n64()
-        l_ck = k_major_smem_layout(CHUNK, D)  # [tokens, K]: Q', K, K', K'_I
-        l_kc = k_major_smem_layout(CHUNK, CHUNK, D // BV)  # (beta K exp G)^T [64 K-channels, tokens] x K/64
-        l_vc = k_major_smem_layout(CHUNK, CHUNK, D // BV)  # (beta V)^T [64 V-channels, tokens] x V/64
-        l_cc = k_major_smem_layout(CHUNK, CHUNK)  # Tm
+        mma_n64 = make_mma_n64()  # A = K' K'_I^T, P = Q' K'_I^T: both operands K-major
+        mma_mn = sm90_utils.make_trivial_tiled_mma(  # U, W: B (V, K exp G) read MN-major from the row-major tiles
+            BFloat16, BFloat16, warpgroup.OperandMajorMode.K, warpgroup.OperandMajorMode.MN, Float32, atom_layout_mnk=(1, 1, 1), tiler_mn=(64, 64)
+        )
+        l_ck = k_major_smem_layout(CHUNK, D)  # [tokens, K]: Q', K', K'_I, K exp(G), V
+        l_cc = k_major_smem_layout(CHUNK, CHUNK)  # T Diag(beta)
+        tile_bytes = cute.cosize(l_ck) * 2
+        v_off = 2 * tile_bytes if D == 128 else TM_OFF + 8 * 1024  # V over K'_I (K = 128) or after T Diag(beta)
+        pad = max(v_off + tile_bytes - 3 * tile_bytes, 1024)  # the region after K'_I that V (K = 64) reaches into
 
         @cute.struct
         class SharedStorage:
-            smem_qr: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
-            smem_k: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
-            smem_w: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
-            smem_kr: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
-            smem_kt: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_kc)], 1024]
-            smem_vt: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_vc)], 1024]
-            smem_tm: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
-            smem_a: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK * (CHUNK + 1)], 16]
-            smem_t: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK * (CHUNK + 1)], 16]
-            smem_m: cute.struct.Align[cute.struct.MemRange[Float32, SOLVE_BLOCK * (CHUNK + 1)], 16]
-            smem_gc: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK * (D + 1)], 16]
+            smem_g: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK * (D + 4)], 1024]  # G log2(e), then A
+            smem_qr: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]  # Q', then T | Y | Tm
+            smem_w: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]  # K'
+            smem_kr: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]  # K'_I, then V
+            smem_pad: cute.struct.Align[cute.struct.MemRange[BFloat16, pad // 2], 1024]
+            smem_ke: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]  # K exp(G)
+            smem_ref: cute.struct.Align[cute.struct.MemRange[Float32, NREF * D], 16]
+            smem_tot: cute.struct.Align[cute.struct.MemRange[Float32, NTHREADS], 16]
             smem_beta: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]
 
-        if const_expr(self.key.two_per_sm):
-            storage_class = SharedStorage
-            if const_expr(D == 128):
-                storage_class = _aliased_storage(l_ck, l_kc, l_cc, D)
-            self.kernel(
-                gQ, gK, gV, mG, mB, mCu, ws, n_seqs, seq_len, chunks_per_seq, heads, qk_heads, scale, mma_n64, l_ck, l_kc, l_vc, l_cc, storage_class
-            ).launch(
-                grid=[slots, heads, 1],
-                block=[THREADS, 1, 1],
-                smem=storage_class.size_in_bytes(),
-                stream=stream,
-                min_blocks_per_mp=2,
-                preferred_smem_carveout=100,  # the maximum carveout: room for two CTAs (and no device query at compile time)
-            )
-        else:
-            self.kernel(
-                gQ, gK, gV, mG, mB, mCu, ws, n_seqs, seq_len, chunks_per_seq, heads, qk_heads, scale, mma_n64, l_ck, l_kc, l_vc, l_cc, SharedStorage
-            ).launch(
-                grid=[slots, heads, 1],
-                block=[THREADS, 1, 1],
-                smem=SharedStorage.size_in_bytes(),
-                stream=stream,
-                min_blocks_per_mp=1,
-            )
+        self.kernel(
+            gQ, gK, gV, mG, mB, mCu, ws, n_seqs, seq_len, chunks_per_seq, heads, qk_heads, scale, mma_n64, mma_mn, l_ck, l_cc, v_off, SharedStorage
+        ).launch(
+            grid=[slots, heads, 1],
+            block=[NTHREADS, 1, 1],
+            smem=SharedStorage.size_in_bytes(),
+            stream=stream,
+            min_blocks_per_mp=MIN_BLOCKS,
+            preferred_smem_carveout=100,  # the maximum carveout: room for two CTAs (and no device query at compile time)
+        )
 
     @cute.kernel
     def kernel(
@@ -238,207 +200,267 @@ class KimiDeltaAttentionParallelPrep:
         qk_heads: Int32,
         scale: Float32,
         mma_n64: cute.TiledMma,
+        mma_mn: cute.TiledMma,
         l_ck: cute.ComposedLayout,
-        l_kc: cute.ComposedLayout,
-        l_vc: cute.ComposedLayout,
         l_cc: cute.ComposedLayout,
+        v_off: cutlass.Constexpr,
         SharedStorage: cutlass.Constexpr,
     ):
         D = self.D
-        HALF = D // 2
+        NM = D // 32  # 16-byte chunks of a row per thread (four threads per row)
         NH = D // BV
-        NV = HALF // VEC
+        PARTS = NTHREADS // D  # step 1: token ranges per key channel
+        SPAN = CHUNK // PARTS
+        NB = CHUNK // SOLVE_BLOCK
         mW, mU, mKD, mQG, mP, mGE, _, _, _ = ws
         tidx, _, _ = cute.arch.thread_idx()
         slot, head, _ = cute.arch.block_idx()
         hk = head // (heads // qk_heads)
         _, t0, n_valid = slot_chunk(mCu, slot, n_seqs, seq_len, chunks_per_seq, self.key.varlen)
+        wg = cute.arch.make_warp_uniform(tidx // THREADS)
+        wq = cute.arch.make_warp_uniform((tidx % THREADS) // 32)  # warp in the warpgroup
+        lt = tidx % THREADS
 
-        ALIAS = self.key.two_per_sm and D == 128  # the reused-tile layout of _aliased_storage (plan-time)
         smem = cutlass.utils.SmemAllocator()
         storage = smem.allocate(SharedStorage)
-        plain = cute.make_layout((CHUNK, CHUNK), stride=(CHUNK + 1, 1))
-        if const_expr(ALIAS):
-            sQr = storage.smem_qr.get_tensor(l_ck.outer, swizzle=l_ck.inner)
-            sK = storage.smem_k.get_tensor(l_ck.outer, swizzle=l_ck.inner)
-            sW = storage.smem_w.get_tensor(l_ck.outer, swizzle=l_ck.inner)
-            sKR = storage.smem_kr_lo.get_tensor(l_ck.outer, swizzle=l_ck.inner)  # lo and hi
-            sKT = storage.smem_a.get_tensor(l_kc.outer, swizzle=l_kc.inner, dtype=BFloat16)  # over A, after the solve
-            sVT = storage.smem_w.get_tensor(l_vc.outer, swizzle=l_vc.inner)  # over K', after step 3
-            sTm = storage.smem_kr_hi.get_tensor(l_cc.outer, swizzle=l_cc.inner)  # over K'_I's upper half
-            sA = storage.smem_a.get_tensor(plain)
-            scratch = cute.recast_ptr(storage.smem_qr.data_ptr(), dtype=Float32)  # M, then T, over Q' (and K'_I lo)
-            sM = cute.make_tensor(scratch, cute.make_layout((SOLVE_BLOCK, CHUNK), stride=(CHUNK + 1, 1)))
-            sT = cute.make_tensor(scratch + SOLVE_BLOCK * (CHUNK + 1), plain)
-        else:
-            sQr = storage.smem_qr.get_tensor(l_ck.outer, swizzle=l_ck.inner)
-            sK = storage.smem_k.get_tensor(l_ck.outer, swizzle=l_ck.inner)
-            sW = storage.smem_w.get_tensor(l_ck.outer, swizzle=l_ck.inner)  # K' (the A operand of K' K'_I^T)
-            sKR = storage.smem_kr.get_tensor(l_ck.outer, swizzle=l_ck.inner)
-            sKT = storage.smem_kt.get_tensor(l_kc.outer, swizzle=l_kc.inner)
-            sVT = storage.smem_vt.get_tensor(l_vc.outer, swizzle=l_vc.inner)
-            sTm = storage.smem_tm.get_tensor(l_cc.outer, swizzle=l_cc.inner)
-            sA = storage.smem_a.get_tensor(plain)
-            sT = storage.smem_t.get_tensor(plain)
-            sM = storage.smem_m.get_tensor(cute.make_layout((SOLVE_BLOCK, CHUNK), stride=(CHUNK + 1, 1)))
-        sGc = storage.smem_gc.get_tensor(cute.make_layout((CHUNK, D), stride=(D + 1, 1)))
+        sG = storage.smem_g.get_tensor(cute.make_layout((CHUNK, D), stride=(D + 4, 1)))
+        sA = storage.smem_g.get_tensor(cute.make_layout((CHUNK, CHUNK), stride=(A_STRIDE, 1)))  # over G, from step 3
+        sQr = storage.smem_qr.get_tensor(l_ck.outer, swizzle=l_ck.inner)
+        sW = storage.smem_w.get_tensor(l_ck.outer, swizzle=l_ck.inner)
+        sKR = storage.smem_kr.get_tensor(l_ck.outer, swizzle=l_ck.inner)
+        sKE = storage.smem_ke.get_tensor(l_ck.outer, swizzle=l_ck.inner)
+        region = storage.smem_qr.data_ptr()  # Q' | K' | K'_I | pad: dead after step 3
+        scratch = cute.recast_ptr(region, dtype=Float32)
+        sT = cute.make_tensor(scratch, cute.make_layout((CHUNK, CHUNK), stride=(A_STRIDE, 1)))
+        sY = cute.make_tensor(
+            scratch + CHUNK * A_STRIDE, cute.make_layout((NB - 1, SOLVE_BLOCK, SOLVE_BLOCK), stride=(SOLVE_BLOCK * SOLVE_BLOCK, SOLVE_BLOCK, 1))
+        )
+        sTm = cute.make_tensor(cute.recast_ptr(region + TM_OFF // 2, l_cc.inner, dtype=BFloat16), l_cc.outer)
+        sV = cute.make_tensor(cute.recast_ptr(region + v_off // 2, l_ck.inner, dtype=BFloat16), l_ck.outer)
+        sRef = storage.smem_ref.get_tensor(cute.make_layout((NREF, D), stride=(D, 1)))
+        sTot = storage.smem_tot.get_tensor(cute.make_layout((PARTS, D), stride=(D, 1)))
         sBeta = storage.smem_beta.get_tensor(cute.make_layout((CHUNK,)))
+
+        # 16-byte views: [rows, chunks of 8 channels]
+        sGv = cute.zipped_divide(sG, (1, VEC))
+        sRefv = cute.zipped_divide(sRef, (1, VEC))
+        sQrv = cute.zipped_divide(sQr, (1, VEC))
+        sWv = cute.zipped_divide(sW, (1, VEC))
+        sKRv = cute.zipped_divide(sKR, (1, VEC))
+        sKEv = cute.zipped_divide(sKE, (1, VEC))
+        sVv = cute.zipped_divide(sV, (1, VEC))
+        sTv = cute.zipped_divide(sT, (1, VEC))
+        sTmv = cute.zipped_divide(sTm, (1, VEC))
+        sBetav = cute.zipped_divide(sBeta, (VEC,))
 
         wg64 = mma_n64.get_slice(0)
         kl_A = wg64.make_fragment_A(wg64.partition_A(sW))
         qr_A = wg64.make_fragment_A(wg64.partition_A(sQr))
         kr_B = wg64.make_fragment_B(wg64.partition_B(sKR))
-        kt_B = wg64.make_fragment_B(wg64.partition_B(sKT))
-        vt_B = wg64.make_fragment_B(wg64.partition_B(sVT))
-        tm_A = wg64.make_fragment_A(wg64.partition_A(sTm))
-        acc_a = cute.make_rmem_tensor(wg64.partition_shape_C((CHUNK, CHUNK)), Float32)
-        c64 = mma_n64.get_slice(tidx).partition_C(cute.make_identity_tensor((CHUNK, CHUNK)))
+        acc = cute.make_rmem_tensor(wg64.partition_shape_C((CHUNK, CHUNK)), Float32)
+        c64 = mma_n64.get_slice(lt).partition_C(cute.make_identity_tensor((CHUNK, CHUNK)))
 
-        row = tidx // 2
-        half = tidx % 2
-        rref = (row // SOLVE_BLOCK) * SOLVE_BLOCK + REF_OFFSET
-        FAST = self.key.fast_exp  # plan-time: the per-element decays by ex2.approx (KdaParallelPrepKey.fast_exp)
+        row = tidx // 4  # steps 2, 3 and 4c: four threads per row, lanes 4r..4r+3 of one warp
+        j4 = tidx % 4
         if n_valid > 0:  # idle slots (past their sequence's last chunk) do nothing
-            if const_expr(self.key.prefetch):  # every global read of the chunk in flight at once (KdaParallelPrepKey.prefetch)
-                last = t0 + n_valid - 1
-                pf_row = min(t0 + row, last)
-                gbuf = cute.make_rmem_tensor(cute.make_layout((CHUNK,)), Float32)
-                if tidx < D:
-                    for j in cutlass.range_constexpr(CHUNK):
-                        gbuf[j] = mG[min(t0 + j, last), head, tidx].to(Float32)
-                b_pf = mB[min(t0 + tidx % CHUNK, last), head].to(Float32)
-                qbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NV)), BFloat16)
-                kbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NV)), BFloat16)
-                load_half_row(gQ, qbuf, pf_row, hk, half, NV)
-                load_half_row(gK, kbuf, pf_row, hk, half, NV)
-                if const_expr(not ALIAS):  # (beta V)^T is formed after the solve there: v is read then
-                    vbufs = [load_v_half_row(gV, pf_row, head, vb * BV, half) for vb in range(NH)]
-                # ---- 1. per-channel cumulative log decay G [C, K], exp(G_C) -> workspace, beta ---------------
-                if tidx < D:
-                    cum = Float32(0.0)
-                    for j in cutlass.range_constexpr(CHUNK):
-                        gj = Float32(0.0)
-                        if j < n_valid:
-                            gj = gbuf[j]
-                        cum = cum + gj
-                        sGc[j, tidx] = cum
-                    mGE[slot, head, tidx] = cute.math.exp(cum)
-                if tidx < CHUNK:
-                    bv = Float32(0.0)
-                    if tidx < n_valid:
-                        bv = b_pf
-                    sBeta[tidx] = bv
-                cute.arch.sync_threads()
-            else:
-                # ---- 1. per-channel cumulative log decay G [C, K], exp(G_C) -> workspace, beta ------------------
-                if tidx < D:
-                    cum = Float32(0.0)
-                    for j in cutlass.range(CHUNK, unroll=16):
-                        gj = Float32(0.0)
-                        if j < n_valid:
-                            gj = mG[t0 + j, head, tidx].to(Float32)
-                        cum = cum + gj
-                        sGc[j, tidx] = cum
-                    mGE[slot, head, tidx] = cute.math.exp(cum)
-                if tidx < CHUNK:
-                    bv = Float32(0.0)
-                    if tidx < n_valid:
-                        bv = mB[t0 + tidx, head].to(Float32)
-                    sBeta[tidx] = bv
-                cute.arch.sync_threads()
+            last = t0 + n_valid - 1
+            t_row = min(t0 + row, last)
+            # this thread's q / k chunks (rows past the end re-read the last row and are zeroed by keep): in flight
+            # during step 1
+            qbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NM)), BFloat16)
+            kbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NM)), BFloat16)
+            for m in cutlass.range_constexpr(NM):
+                ch = 2 * j4 + (m % 2) + 8 * (m // 2)
+                cute.autovec_copy(gQ[(None, None, None), (t_row, hk, ch)], qbuf[None, None, None, m])
+                cute.autovec_copy(gK[(None, None, None), (t_row, hk, ch)], kbuf[None, None, None, m])
 
-            # ---- 2. q, k, v rows (zero past eos), optional L2 norm, decayed copies; Qg -> workspace ------------
-            t_row = min(t0 + row, t0 + n_valid - 1)
+            # ---- 1. g -> G log2(e) (per-range prefix sums in registers), reference rows, beta, exp(G_C) ---------------
+            gcol = tidx % D
+            part = tidx // D
+            gbuf = cute.make_rmem_tensor(cute.make_layout((SPAN,)), Float32)
+            for j in cutlass.range_constexpr(SPAN):
+                gbuf[j] = mG[min(t0 + part * SPAN + j, last), head, gcol].to(Float32)
+            cum = Float32(0.0)
+            for j in cutlass.range_constexpr(SPAN):
+                gj = gbuf[j]
+                if part * SPAN + j >= n_valid:
+                    gj = Float32(0.0)
+                cum = cum + gj
+                gbuf[j] = cum
+            sTot[part, gcol] = cum
+            if tidx < CHUNK:
+                bv = Float32(0.0)
+                b_ld = mB[min(t0 + tidx, last), head].to(Float32)
+                if tidx < n_valid:
+                    bv = b_ld
+                sBeta[tidx] = bv
+            cute.arch.sync_threads()
+            base = Float32(0.0)
+            for p in cutlass.range_constexpr(PARTS - 1):
+                if p < part:
+                    base = base + sTot[p, gcol]
+            for j in cutlass.range_constexpr(SPAN):
+                gl = (base + gbuf[j]) * LOG2E
+                sG[part * SPAN + j, gcol] = gl
+                if const_expr(j % SOLVE_BLOCK == REF_OFFSET):
+                    sRef[(part * SPAN + j) // SOLVE_BLOCK, gcol] = gl
+            if part == PARTS - 1:
+                sRef[NB, gcol] = (base + gbuf[SPAN - 1]) * LOG2E
+                mGE[slot, head, gcol] = cute.math.exp(base + gbuf[SPAN - 1])  # the state pass's exp(G_C): precise
+            cute.arch.sync_threads()
+
+            # ---- 2. one pass over this thread's 4 x 8 elements of its row ------------------------------------------
             keep = Float32(0.0)
             if row < n_valid:
                 keep = Float32(1.0)
-            b_row = sBeta[row]
-            rbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NV)), BFloat16)
-            obuf = cute.make_rmem_tensor(cute.make_layout((1, VEC, NV)), BFloat16)
-            gQGv = cute.zipped_divide(mQG[slot, head, None, None], (1, VEC))  # ((1, VEC), (64, D / VEC))
-            if const_expr(self.key.prefetch):
-                rbuf = qbuf
-            else:
-                load_half_row(gQ, rbuf, t_row, hk, half, NV)
-            inv_q = _row_scale(rbuf, keep, self.key.l2norm, NV, VEC)
-            for vj in cutlass.range_constexpr(NV):
-                for e in cutlass.range_constexpr(VEC):
-                    col = half * HALF + vj * VEC + e
-                    qn = (rbuf[0, 0, e, vj].to(Float32) * inv_q).to(BFloat16).to(Float32)
-                    g_i = sGc[row, col]
-                    sQr[row, col] = (qn * cute.math.exp(g_i - sGc[rref, col], fastmath=FAST)).to(BFloat16)
-                    obuf[0, e, vj] = (qn * (cute.math.exp(g_i, fastmath=FAST) * scale)).to(BFloat16)
-            for vj in cutlass.range_constexpr(NV):
-                cute.autovec_copy(obuf[None, None, vj], gQGv[(None, None), (row, half * NV + vj)])
-            if const_expr(self.key.prefetch):
-                rbuf = kbuf
-            else:
-                load_half_row(gK, rbuf, t_row, hk, half, NV)
-            inv_k = _row_scale(rbuf, keep, self.key.l2norm, NV, VEC)
-            for vj in cutlass.range_constexpr(NV):
-                for e in cutlass.range_constexpr(VEC):
-                    col = half * HALF + vj * VEC + e
-                    kn_b = (rbuf[0, 0, e, vj].to(Float32) * inv_k).to(BFloat16)
-                    kn = kn_b.to(Float32)
-                    g_i = sGc[row, col]
-                    sK[row, col] = kn_b
-                    sW[row, col] = (kn * cute.math.exp(g_i - sGc[rref, col], fastmath=FAST)).to(BFloat16)
-                    if const_expr(not ALIAS):  # ALIAS: formed after the solve, over A
-                        sKT[col % BV, row, col // BV] = (kn * (b_row * cute.math.exp(g_i, fastmath=FAST))).to(BFloat16)
-            if const_expr(not ALIAS):  # ALIAS: formed after the solve, over K'
-                for vb in cutlass.range_constexpr(NH):  # (beta V)^T, every 64-channel block of V
-                    if const_expr(self.key.prefetch):
-                        vbuf = vbufs[vb]
-                    else:
-                        vbuf = load_v_half_row(gV, t_row, head, vb * BV, half)
-                    store_beta_v_block_t(sVT, vbuf, row, half, keep, b_row, vb)
+            inv_q = keep
+            inv_k = keep
+            if const_expr(self.key.l2norm):
+                sq = Float32(0.0)
+                sk = Float32(0.0)
+                for m in cutlass.range_constexpr(NM):
+                    for e in cutlass.range_constexpr(VEC):
+                        xq = qbuf[0, 0, e, m].to(Float32)
+                        xk = kbuf[0, 0, e, m].to(Float32)
+                        sq = sq + xq * xq
+                        sk = sk + xk * xk
+                sq = sq + cute.arch.shuffle_sync_bfly(sq, offset=1)
+                sk = sk + cute.arch.shuffle_sync_bfly(sk, offset=1)
+                sq = sq + cute.arch.shuffle_sync_bfly(sq, offset=2)
+                sk = sk + cute.arch.shuffle_sync_bfly(sk, offset=2)
+                inv_q = keep * cute.math.rsqrt(sq + Float32(L2NORM_EPS))
+                inv_k = keep * cute.math.rsqrt(sk + Float32(L2NORM_EPS))
+            gkeep = cute.make_rmem_tensor(cute.make_layout((1, VEC, NM)), Float32)  # G of this thread's elements (step 3)
+            kkeep = cute.make_rmem_tensor(cute.make_layout((1, VEC, NM)), BFloat16)  # bf16 K (normalised, masked)
+            obuf = cute.make_rmem_tensor(cute.make_layout((1, VEC)), BFloat16)
+            kdbuf = cute.make_rmem_tensor(cute.make_layout((1, VEC)), BFloat16)
+            gQGv = cute.zipped_divide(mQG[slot, head, None, None], (1, VEC))
+            zero8 = cute.make_rmem_tensor(cute.make_layout((1, VEC)), BFloat16)
+            zero8.fill(0.0)
+            rblk = row // SOLVE_BLOCK
+            for m in cutlass.range_constexpr(NM):
+                ch = 2 * j4 + (m % 2) + 8 * (m // 2)
+                g = sGv[(None, None), (row, ch)].load()
+                e_ref = cute.math.exp2(g - sRefv[(None, None), (rblk, ch)].load(), fastmath=True)
+                e_g = cute.math.exp2(g, fastmath=True)
+                e_c = cute.math.exp2(sRefv[(None, None), (NB, ch)].load() - g, fastmath=True)
+                qn = (qbuf[None, None, None, m].load().reshape((1, VEC)).to(Float32) * inv_q).to(BFloat16).to(Float32)
+                kb = (kbuf[None, None, None, m].load().reshape((1, VEC)).to(Float32) * inv_k).to(BFloat16)
+                kn = kb.to(Float32)
+                sQrv[(None, None), (row, ch)].store((qn * e_ref).to(BFloat16))
+                sWv[(None, None), (row, ch)].store((kn * e_ref).to(BFloat16))
+                sKEv[(None, None), (row, ch)].store((kn * e_g).to(BFloat16))
+                obuf.store((qn * (e_g * scale)).to(BFloat16))
+                cute.autovec_copy(obuf, gQGv[(None, None), (row, ch)])
+                kdbuf.store((kn * e_c).to(BFloat16))
+                for e in cutlass.range_constexpr(VEC):  # (K exp(G_C - G))^T: [channel % 64, token, channel / 64]
+                    col = ch * VEC + e
+                    mKD[slot, head, col % BV, row, col // BV] = kdbuf[0, e]
+                gkeep[None, None, m].store(g)
+                kkeep[None, None, m].store(kb)
+                if row >= SOLVE_BLOCK:  # K'_I rows after block I stay zero (block I writes rows <= 16 I + 15 only)
+                    cute.autovec_copy(zero8, sKRv[(None, None), (row, ch)])
 
-            # ---- 3. A and P by 16-row blocks (the serial kernel's decay split); P -> workspace ---------------
-            for bi in cutlass.range_constexpr(CHUNK // SOLVE_BLOCK):
-                r_blk = bi * SOLVE_BLOCK + REF_OFFSET
-                live = row < (bi + 1) * SOLVE_BLOCK
-                for j in cutlass.range_constexpr(HALF):
-                    col = half * HALF + j
-                    kr = Float32(0.0)
-                    if live:
-                        kr = sK[row, col].to(Float32) * cute.math.exp(sGc[r_blk, col] - sGc[row, col], fastmath=FAST)
-                    sKR[row, col] = kr.to(BFloat16)
+            # ---- 3. by 16-row blocks: K'_I (live rows), then A (warpgroup 0) and P (warpgroup 1) at once ----------
+            for bi in cutlass.range_constexpr(NB):
+                if row < (bi + 1) * SOLVE_BLOCK:
+                    for m in cutlass.range_constexpr(NM):
+                        ch = 2 * j4 + (m % 2) + 8 * (m // 2)
+                        e_r = cute.math.exp2(sRefv[(None, None), (bi, ch)].load() - gkeep[None, None, m].load(), fastmath=True)
+                        sKRv[(None, None), (row, ch)].store((kkeep[None, None, m].load().to(Float32) * e_r).to(BFloat16))
                 _smem_ready()
-                _wgmma(mma_n64, acc_a, kl_A, kr_B, True)
-                for i in cutlass.range_constexpr(cute.size(acc_a)):
-                    rc = c64[i]
-                    if rc[0] // SOLVE_BLOCK == bi:
-                        a_val = Float32(0.0)
-                        if rc[0] > rc[1]:
-                            a_val = acc_a[i] * sBeta[rc[0]]
-                        sA[rc[0], rc[1]] = a_val
-                _wgmma(mma_n64, acc_a, qr_A, kr_B, True)
-                for i in cutlass.range_constexpr(cute.size(acc_a)):
-                    rc = c64[i]
-                    if rc[0] // SOLVE_BLOCK == bi:
-                        p_val = Float32(0.0)
-                        if rc[0] >= rc[1]:
-                            p_val = acc_a[i] * scale
-                        mP[slot, head, rc[0], rc[1]] = p_val.to(BFloat16)
+                # the m64 accumulator's rows 16 w .. 16 w + 15 live in warp w of the warpgroup: block bi's rows are warp
+                # bi's (one warp-uniform branch; the triangle masks are selects)
+                if wg == 0:
+                    _wgmma(mma_n64, acc, kl_A, kr_B, True)
+                    if wq == bi:
+                        for i in cutlass.range_constexpr(cute.size(acc)):
+                            rc = c64[i]
+                            a_val = acc[i] * sBeta[rc[0]]
+                            if rc[0] <= rc[1]:
+                                a_val = Float32(0.0)
+                            sA[rc[0], rc[1]] = a_val
+                else:
+                    _wgmma(mma_n64, acc, qr_A, kr_B, True)
+                    if wq == bi:
+                        for i in cutlass.range_constexpr(cute.size(acc)):
+                            rc = c64[i]
+                            p_val = acc[i] * scale
+                            if rc[0] < rc[1]:
+                                p_val = Float32(0.0)
+                            mP[slot, head, rc[0], rc[1]] = p_val.to(BFloat16)
                 cute.arch.sync_threads()
 
-            # ---- 4. Tm = (I + A)^-1 (fp32, blocked) -> bf16 -------------------------------------------------
-            solve_unit_lower_blocked(sA, sT, sM, sTm, tidx)
+            # V -> shared (over K'_I) by cp.async, in flight during the solve (rows past the end: the last row; beta = 0)
+            cp_atom = cute.make_copy_atom(cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL), BFloat16, num_bits_per_copy=128)
+            for m in cutlass.range_constexpr(NM):
+                ch = 2 * j4 + (m % 2) + 8 * (m // 2)
+                src = gV[(None, None, None), (t_row, head, ch)]
+                dst = sVv[(None, None), (row, ch)]
+                cute.copy(cp_atom, cute.make_tensor(src.iterator, cute.make_layout(VEC)), cute.make_tensor(dst.iterator, cute.make_layout(VEC)))
+            cute.arch.cp_async_commit_group()
+
+            # ---- 4a. diagonal blocks of T = (I + A)^-1: one column per thread, in registers -------------------------
+            if tidx < CHUNK:
+                b0 = (tidx // SOLVE_BLOCK) * SOLVE_BLOCK
+                cc = tidx % SOLVE_BLOCK
+                xcol = cute.make_rmem_tensor(cute.make_layout((SOLVE_BLOCK,)), Float32)
+                for i in cutlass.range_constexpr(SOLVE_BLOCK):
+                    acc_t = Float32(0.0)
+                    for j in cutlass.range_constexpr(i):
+                        acc_t = acc_t - sA[b0 + i, b0 + j] * xcol[j]
+                    if cc == i:
+                        acc_t = Float32(1.0)
+                    xcol[i] = acc_t
+                for i in cutlass.range_constexpr(SOLVE_BLOCK):
+                    sT[b0 + i, b0 + cc] = xcol[i]
+            cute.arch.sync_threads()
+
+            # ---- 4b. off-diagonal blocks band by band: T[I, J] = -T[I, I] sum_{K=J}^{I-1} A[I, K] T[K, J] ------------
+            ri = tidx // SOLVE_BLOCK
+            ci = tidx % SOLVE_BLOCK
+            for band in cutlass.range_constexpr(1, NB):
+                for bI in cutlass.range_constexpr(band, NB):
+                    bJ = bI - band
+                    y = Float32(0.0)
+                    for kk in cutlass.range_constexpr(bJ * SOLVE_BLOCK, bI * SOLVE_BLOCK):
+                        y = y + sA[bI * SOLVE_BLOCK + ri, kk] * sT[kk, bJ * SOLVE_BLOCK + ci]
+                    sY[bI - band, ri, ci] = y
+                cute.arch.sync_threads()
+                for bI in cutlass.range_constexpr(band, NB):
+                    bJ = bI - band
+                    t_v = Float32(0.0)
+                    for mm in cutlass.range_constexpr(SOLVE_BLOCK):
+                        t_v = t_v + sT[bI * SOLVE_BLOCK + ri, bI * SOLVE_BLOCK + mm] * sY[bI - band, mm, ci]
+                    sT[bI * SOLVE_BLOCK + ri, bJ * SOLVE_BLOCK + ci] = -t_v
+                cute.arch.sync_threads()
+
+            # ---- 4c. T Diag(beta) -> bf16 (zero above the diagonal blocks) --------------------------------------------
+            tmbuf = cute.make_rmem_tensor(cute.make_layout((1, VEC)), BFloat16)
+            for s in cutlass.range_constexpr(CHUNK * CHUNK // (NTHREADS * VEC)):
+                ch = 2 * j4 + s
+                if ch // 2 > row // SOLVE_BLOCK:
+                    cute.autovec_copy(zero8, sTmv[(None, None), (row, ch)])
+                else:
+                    tmbuf.store((sTv[(None, None), (row, ch)].load() * sBetav[None, ch].load().reshape((1, VEC))).to(BFloat16))
+                    cute.autovec_copy(tmbuf, sTmv[(None, None), (row, ch)])
+            cute.arch.cp_async_wait_group(0)
             _smem_ready()
-            if const_expr(ALIAS):  # step 2's (beta K exp G)^T (over A, now dead) and (beta V)^T (over K'), same operations
-                for j in cutlass.range_constexpr(HALF):
-                    col = half * HALF + j
-                    kn = sK[row, col].to(Float32)
-                    sKT[col % BV, row, col // BV] = (kn * (b_row * cute.math.exp(sGc[row, col], fastmath=FAST))).to(BFloat16)
+
+            # ---- 5. warpgroup 0: U = (T Diag(beta)) V (fp32); warpgroup 1: -Wm = -(T Diag(beta)) (K exp G) (bf16) ------
+            wgmn = mma_mn.get_slice(0)
+            tm_A = wgmn.make_fragment_A(wgmn.partition_A(sTm))
+            if wg == 0:
+                sVt = _transpose_view(sV)
                 for vb in cutlass.range_constexpr(NH):
-                    vbuf = load_v_half_row(gV, t_row, head, vb * BV, half)
-                    store_beta_v_block_t(sVT, vbuf, row, half, keep, b_row, vb)
-                _smem_ready()
-
-            # ---- 5. U = Tm (beta V) (fp32) and -Wm = -Tm (beta K exp G) (bf16) -> workspace ---------------------
-            wy_to_workspace(mma_n64, acc_a, acc_a, tm_A, vt_B, kt_B, mU, mW, slot, head, c64, NH)
-
-            # ---- 6. (K exp(G_C - G))^T -> workspace (rows past eos have g = 0: G's last row is G_C) -------------
-            decayed_keys_to_workspace(mKD, sK, sGc, slot, head, row, half, None, HALF, True, FAST)
+                    v_B = wgmn.make_fragment_B(wgmn.partition_B(cute.local_tile(sVt, (BV, CHUNK), (vb, 0))))
+                    _wgmma(mma_mn, acc, tm_A, v_B, True)
+                    acc_to_gmem(cute.local_tile(mU[slot, head, None, None], (CHUNK, BV), (0, vb)), acc, c64, False, False)
+            else:
+                sKEt = _transpose_view(sKE)
+                for h in cutlass.range_constexpr(NH):
+                    ke_B = wgmn.make_fragment_B(wgmn.partition_B(cute.local_tile(sKEt, (BV, CHUNK), (h, 0))))
+                    _wgmma(mma_mn, acc, tm_A, ke_B, True)
+                    acc_to_gmem(cute.local_tile(mW[slot, head, None, None], (CHUNK, BV), (0, h)), acc, c64, True, False)
 
     kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)

@@ -1,10 +1,10 @@
-"""Chunk-parallel delta-rule forward, kernel 2 of 3 (state pass) on NARROW value slices: the inter-chunk recurrence
-with ``vw`` = 32 or 16 value rows of the state per CTA (``KdaParallelStateKey.v_slice``), sm_90a, CuTe DSL, WGMMA.
+"""Chunk-parallel delta-rule forward (KDA and GDN), kernel 2 of 3 (state pass): the inter-chunk recurrence with ``vw``
+value rows of the state per CTA (``KdaParallelStateKey.v_slice``: 32 by default, 16 or 64 opt-in), sm_90a, CuTe DSL,
+WGMMA. The one state-pass kernel (``chunk_parallel_state_kernel.py`` holds its key and routes to it).
 
-Why. The default state pass (``chunk_parallel_state_kernel.py``) gives each CTA 64 value rows: a grid of
-``N x H x V / 64`` CTAs (32 at N = 1, H = 16, V = 128) on 132 SMs, each walking its sequence's chunks serially. The
-rows of ``S`` [V, K] evolve independently, so ``vw``-row slices give ``N x H x V / vw`` CTAs (64 or 128 at H = 16),
-each with half or a quarter of the per-chunk work and the per-chunk traffic that scales with ``vw``.
+Why narrow. The rows of ``S`` [V, K] evolve independently, so ``vw``-row slices give ``N x H x V / vw`` CTAs (64 at
+N = 1, H = 16, V = 128, vw = 32), each walking its sequence's chunks in order. H200, T = 8192, H = 16, K = V = 128:
+147.5 us (vw 32) and 147.1 (vw 16) vs 217.9 for the former 64-row kernel (removed).
 
 How. WGMMA needs M = 64, so the state slice is held TRANSPOSED, ``S^T`` [K, vw] in ``K / 64`` fp32 accumulators of
 64 key channels x ``vw`` value rows (M on the key side, N = ``vw``). Per chunk, from the prep kernel's workspace
@@ -15,17 +15,46 @@ arrays (``_device/chunk_parallel.py``)::
     S1^T      = Diag(exp(G_C)) S0^T + (K exp(G_C - G))^T Vn  [K, vw]: A = kd [64 channels, 64 tokens] x K / 64, B = Vn^T [vw, 64]
 
 (``Vn^T`` goes to shared memory once as bf16 [vw, 64 tokens] K-major: the B operand of the state update and the
-``vnt[slot]`` rows for the output kernel.) The operands are the default kernel's (bf16 S0 and Vn^T, the same -Wm, kd,
-U, exp(G_C)); only the fp32 accumulation order inside the MMAs may differ, so the states match the default pass to
-fp32 rounding (tested by tolerance, not bitwise). The next chunk's -Wm, kd (full: they do not depend on the value
-rows), the U columns ``v0:v0+vw`` and exp(G_C) are fetched by cp.async into the other of ``stages`` shared-memory
-stages while the current chunk computes: two WGMMA groups (64 x vw x K, then K / 64 of 64 x vw x 64) and three
-barriers per chunk, as the default.
+``vnt[slot]`` rows for the output kernel.) Slice widths differ only in the fp32 accumulation order inside the MMAs.
+
+The per-chunk dependency chain (default: ``stages`` = 2, cp.async; SASS of K = 128, vw = 32, cycles estimated):
+
+    1. issue chunk ci + 1's fetch (-Wm, kd: 32 KB, the same for every slice of a head; U columns 8 KB; exp(G_C)):
+       20 cp.async of 16 bytes + ~45 address instructions per thread (~100)
+    2. h[slot] <- sS: 4 shared 16-byte loads + 4 global stores per thread (~30)
+    3. U -> the Vn accumulators: 8 shared 8-byte loads (~30)
+    4. Vn WGMMA group: 8 x m64n32k16, committed and waited (~230)
+    5. Vn -> bf16 Vn^T in shared memory: 16 scalar transposed 2-byte stores (~40)
+    6. proxy fence (MEMBAR.ALL.CTA + FENCE.VIEW.ASYNC) + CTA barrier (~60-100)
+    7. vnt[slot] <- sVnT (2 + 2), exp(G_C) loads and the 32-FMUL decay (~50)
+    8. state WGMMA group: 2 x 4 x m64n32k16, waited (~230)
+    9. CTA barrier (~30), then bf16 S0 -> sS: 32 scalar 2-byte stores (~70)
+    10. cp.async.wait_group 0: chunk ci + 1's fetch, issued in step 1, must have landed; proxy fence + barrier (~60-100)
+
+   Compute (1-9 + the fences) is ~900-1000 cycles (~0.5 us); measured 147.5 us / 128 chunks = 1.15 us (~2270 cycles):
+   the rest is step 10, the fetch latency of ~41 KB issued one chunk ahead (an HBM miss plus 2560 16-byte requests
+   through the LSU), or the fences waiting on the in-flight loads / global stores.
+
+Opt-ins that cut it (each bitwise the default: same operations on the same operands):
+
+- ``stages`` = 3 / 4: chunk ci + 2 / ci + 3 fetched; two / three chunks of compute hide each fetch (~42 KB of shared
+  memory per stage at vw = 32, K = 128; 4 stages ~180 KB). Estimated 0.55-0.6 / 0.45-0.5 us per chunk if step 10 is
+  fetch latency (~75 / ~60 us), no gain if the fences serialize the loads.
+- ``tma``: the four operands by TMA (``cp.async.bulk.tensor``, one elected lane of warp 0, one transaction mbarrier per
+  stage; U in a 128-byte-swizzled fp32 tile): step 1 shrinks to ~10 instructions of one lane, step 10 to an mbarrier
+  wait at the top of the chunk, the barrier of step 9 goes (every reader of S0 passed step 6), and the loads are no
+  longer the thread's own memory operations for the fences to wait on. Estimated ~0.45 us per chunk compute; with 3 / 4
+  stages (the fetch hidden) ~55-65 us.
+- ``tma_store`` (with ``tma``): h and vnt leave shared memory by TMA stores of one elected lane (each waited for
+  reading before its tile is rewritten), removing steps 2 and 7's global stores and address math (~60 cycles) and any
+  store drain the fences might wait for.
 
 Grid ``[N, H, V / vw]``; initial state read once, final state written once (fp32 [N, H, V, K]). About 95 KB of shared
-memory for K = 128, vw = 32, two stages. Runtime extents are kernel arguments (Rule 4). Tests:
-``tests/test_kda_parallel_gpu.py``, ``tests/test_gdn_parallel_gpu.py`` (``v32`` / ``v16``), compile-only in
-``tests/test_parallel_variants_compile.py``; benchmark ``benchmarks/linear_attention_kernels.py --variants v32``.
+memory for K = 128, vw = 32, two stages. Runtime extents are kernel arguments (Rule 4); the TMA descriptors are
+encoded on the host at each launch from the workspace pointer and the runtime slot count. Tests:
+``tests/test_state_pass_gpu.py`` (options, both families), ``tests/test_kda_parallel_gpu.py``,
+``tests/test_gdn_parallel_gpu.py``, compile-only in ``tests/test_parallel_variants_compile.py`` and
+``tests/test_state_pass_gpu.py::test_state_pass_compile_only``; benchmark ``benchmarks/linear_attention_kernels.py``.
 """
 
 from __future__ import annotations
@@ -33,7 +62,11 @@ from __future__ import annotations
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
-from cutlass import BFloat16, Float32, Int32, const_expr
+import cutlass.utils.hopper_helpers as sm90_utils
+from cutlass import BFloat16, Float32, Int32, Int64, const_expr
+from cutlass.cute.nvgpu import cpasync, warpgroup
+
+from cudnn import _compat
 
 from .._device.chunk_parallel import (
     U_PAD,
@@ -53,15 +86,16 @@ from .._device.delta_rule import BV, CHUNK, THREADS, k_major_smem_layout, make_s
 from .._device.delta_rule import smem_ready as _smem_ready
 from .._device.delta_rule import wgmma as _wgmma
 
-V_SLICES = (32, 16)  # the narrow slice widths this kernel builds (64 is the default kernel)
+V_SLICES = (32, 16, 64)  # the value-slice widths this kernel builds (32: the default)
 
 
 class KimiDeltaAttentionParallelStateNarrow:
     """The state pass on ``key.v_slice``-row value slices (``KdaParallelStateKey``; routed to by
-    ``KimiDeltaAttentionParallelState.for_key``): ``__init__`` holds the compile key, ``__call__`` launches."""
+    ``KimiDeltaAttentionParallelState.for_key``): ``__init__`` holds the compile key, ``__call__`` launches,
+    ``kernel`` runs the cp.async loop, ``tma_body`` the TMA loop (``key.tma``)."""
 
     def __init__(self, key):
-        assert key.head_dim in (64, 128) and key.stages in (2, 3) and key.v_slice in V_SLICES
+        assert key.head_dim in (64, 128) and key.stages in (2, 3, 4) and key.v_slice in V_SLICES
         self.key = key
         self.D = key.head_dim
         self.VW = key.v_slice
@@ -99,18 +133,54 @@ class KimiDeltaAttentionParallelStateNarrow:
         l_w = k_major_smem_layout(CHUNK, D, STAGES)  # -Wm [tokens, K] x stages
         l_kc = k_major_smem_layout(CHUNK, CHUNK, (D // BV) * STAGES)  # (K exp(G_C - G))^T [64 K-ch, tokens] x K/64 x stages
         l_vt = k_major_smem_layout(VW, CHUNK)  # Vn^T [vw, tokens]
-        l_u = cute.make_layout((CHUNK, VW, STAGES), stride=(VW + U_PAD, 1, CHUNK * (VW + U_PAD)))
+        tma = None
+        if const_expr(self.key.tma):
+            # U [tokens, vw] fp32 in a swizzled tile (TMA writes no padded rows; the swizzle keeps the accumulator-pattern
+            # reads conflict-free), and the four operands' TMA atoms over 2-D views of the workspace arrays
+            u_atom = warpgroup.make_smem_layout_atom(sm90_utils.get_smem_layout_atom(_compat.layout_enum().ROW_MAJOR, Float32, VW), Float32)
+            l_u = cute.tile_to_shape(u_atom, (CHUNK, VW, STAGES), order=(0, 1, 2))
+            rows = slots * heads
+            g2s_op = cpasync.CopyBulkTensorTileG2SOp()
+            mW2 = cute.make_tensor(w_ptr, cute.make_layout((rows * CHUNK, D), stride=(D, 1)))
+            mKD2 = cute.make_tensor(kd_ptr, cute.make_layout((rows * D, CHUNK), stride=(CHUNK, 1)))
+            mU2 = cute.make_tensor(u_ptr, cute.make_layout((rows * CHUNK, D), stride=(D, 1)))
+            mGE2 = cute.make_tensor(ge_ptr, cute.make_layout((rows, D), stride=(D, 1)))
+            atom_w, tma_w = cpasync.make_tiled_tma_atom(g2s_op, mW2, k_major_smem_layout(CHUNK, BV), (CHUNK, BV))
+            atom_kd, tma_kd = cpasync.make_tiled_tma_atom(g2s_op, mKD2, k_major_smem_layout(CHUNK, CHUNK), (CHUNK, CHUNK))
+            atom_u, tma_u = cpasync.make_tiled_tma_atom(g2s_op, mU2, cute.slice_(l_u, (None, None, 0)), (CHUNK, VW))
+            atom_ge, tma_ge = cpasync.make_tiled_tma_atom(g2s_op, mGE2, cute.make_layout((1, D), stride=(D, 1)), (1, D))
+            tma = (atom_w, tma_w, atom_kd, tma_kd, atom_u, tma_u, atom_ge, tma_ge)
+            if const_expr(self.key.tma_store):  # h [slot x head x V rows, K] and vnt [slot x head x V rows, tokens] written by TMA
+                s2g_op = cpasync.CopyBulkTensorTileS2GOp()
+                mH2 = cute.make_tensor(h_ptr, cute.make_layout((rows * D, D), stride=(D, 1)))
+                mVNT2 = cute.make_tensor(vnt_ptr, cute.make_layout((rows * D, CHUNK), stride=(CHUNK, 1)))
+                atom_hs, tma_hs = cpasync.make_tiled_tma_atom(s2g_op, mH2, k_major_smem_layout(VW, BV), (VW, BV))
+                atom_vs, tma_vs = cpasync.make_tiled_tma_atom(s2g_op, mVNT2, k_major_smem_layout(VW, CHUNK), (VW, CHUNK))
+                tma = (*tma, atom_hs, tma_hs, atom_vs, tma_vs)
 
-        @cute.struct
-        class SharedStorage:
-            smem_s: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_s)], 1024]
-            smem_w: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_w)], 1024]
-            smem_kd: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_kc)], 1024]
-            smem_vnt: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_vt)], 1024]
-            smem_u: cute.struct.Align[cute.struct.MemRange[Float32, cute.cosize(l_u)], 16]
-            smem_ge: cute.struct.Align[cute.struct.MemRange[Float32, D * STAGES], 16]
+            @cute.struct
+            class SharedStorage:
+                smem_s: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_s)], 1024]
+                smem_w: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_w)], 1024]
+                smem_kd: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_kc)], 1024]
+                smem_vnt: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_vt)], 1024]
+                smem_u: cute.struct.Align[cute.struct.MemRange[Float32, cute.cosize(l_u)], 1024]
+                smem_ge: cute.struct.Align[cute.struct.MemRange[Float32, D * STAGES], 128]
+                mbar: cute.struct.MemRange[Int64, STAGES]
 
-        self.kernel(mCu, mH0, mHT, ws, n_seqs, seq_len, chunks_per_seq, heads, mma, l_s, l_w, l_kc, l_vt, l_u, SharedStorage).launch(
+        else:
+            l_u = cute.make_layout((CHUNK, VW, STAGES), stride=(VW + U_PAD, 1, CHUNK * (VW + U_PAD)))
+
+            @cute.struct
+            class SharedStorage:
+                smem_s: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_s)], 1024]
+                smem_w: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_w)], 1024]
+                smem_kd: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_kc)], 1024]
+                smem_vnt: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_vt)], 1024]
+                smem_u: cute.struct.Align[cute.struct.MemRange[Float32, cute.cosize(l_u)], 16]
+                smem_ge: cute.struct.Align[cute.struct.MemRange[Float32, D * STAGES], 16]
+
+        self.kernel(mCu, mH0, mHT, ws, tma, n_seqs, seq_len, chunks_per_seq, heads, mma, l_s, l_w, l_kc, l_vt, l_u, SharedStorage).launch(
             grid=[n_seqs, heads, D // VW],
             block=[THREADS, 1, 1],
             smem=SharedStorage.size_in_bytes(),
@@ -125,6 +195,7 @@ class KimiDeltaAttentionParallelStateNarrow:
         mH0: cute.Tensor | None,
         mHT: cute.Tensor | None,
         ws: tuple,
+        tma: tuple | None,
         n_seqs: Int32,
         seq_len: Int32,
         chunks_per_seq: Int32,
@@ -134,7 +205,7 @@ class KimiDeltaAttentionParallelStateNarrow:
         l_w: cute.ComposedLayout,
         l_kc: cute.ComposedLayout,
         l_vt: cute.ComposedLayout,
-        l_u: cute.Layout,
+        l_u: cute.Layout | cute.ComposedLayout,
         SharedStorage: cutlass.Constexpr,
     ):
         D = self.D
@@ -155,7 +226,10 @@ class KimiDeltaAttentionParallelStateNarrow:
         sW = storage.smem_w.get_tensor(l_w.outer, swizzle=l_w.inner)
         sKD = storage.smem_kd.get_tensor(l_kc.outer, swizzle=l_kc.inner)
         sVnT = storage.smem_vnt.get_tensor(l_vt.outer, swizzle=l_vt.inner)
-        sU = storage.smem_u.get_tensor(l_u)
+        if const_expr(self.key.tma):
+            sU = storage.smem_u.get_tensor(l_u.outer, swizzle=l_u.inner)
+        else:
+            sU = storage.smem_u.get_tensor(l_u)
         sGE = storage.smem_ge.get_tensor(cute.make_layout((D, STAGES)))
 
         wg = mma.get_slice(0)
@@ -167,36 +241,232 @@ class KimiDeltaAttentionParallelStateNarrow:
         acc_t = [cute.make_rmem_tensor(wg.partition_shape_C((BV, VW)), Float32) for _ in range(NH)]  # S^T [64 K-ch, vw] x K/64
         ct = mma.get_slice(tidx).partition_C(cute.make_identity_tensor((CHUNK, VW)))  # (row, col) of an accumulator element
 
-        cp_bf16 = make_g2s_copy(BFloat16, CHUNK)  # 64-element bf16 rows: [64, 64] tiles
-        cp_f32 = make_g2s_copy(Float32, VW)  # vw-element fp32 rows: the U columns v0:v0+vw
+        if const_expr(self.key.tma):
+            self.tma_body(
+                tma,
+                mma,
+                storage,
+                sS,
+                sW,
+                sKD,
+                sVnT,
+                sU,
+                sGE,
+                w_A,
+                s0_B,
+                kd_A,
+                vn_B,
+                acc_v,
+                acc_t,
+                ct,
+                mH0,
+                mHT,
+                mH,
+                mVNT,
+                tidx,
+                seq,
+                head,
+                vblk,
+                n_chunks,
+                base,
+                heads,
+            )
+        else:
+            cp_bf16 = make_g2s_copy(BFloat16, CHUNK)  # 64-element bf16 rows: [64, 64] tiles
+            cp_f32 = make_g2s_copy(Float32, VW)  # vw-element fp32 rows: the U columns v0:v0+vw
+
+            load_state_t(acc_t, sS, mH0, ct, seq, head, v0, NH, self.key.has_initial)
+
+            # Stage 0 <- chunk 0 (and stage 1 <- chunk 1 with three stages), as the default kernel.
+            if n_chunks > 0:
+                for h in cutlass.range_constexpr(NH):
+                    g2s(
+                        cp_bf16, cute.local_tile(mW[base, head, None, None], (CHUNK, BV), (0, h)), cute.local_tile(sW[None, None, 0], (CHUNK, BV), (0, h)), tidx
+                    )
+                    g2s(cp_bf16, mKD[base, head, None, None, h], sKD[None, None, h], tidx)
+                g2s(cp_f32, cute.local_tile(mU[base, head, None, None], (CHUNK, VW), (0, vblk)), sU[None, None, 0], tidx)
+                g2s_vector(mGE[base, head, None], sGE[None, 0], tidx, D)
+                cute.arch.cp_async_commit_group()
+                if const_expr(STAGES >= 3):  # chunks 1 .. STAGES - 2 -> their stages, one group each (possibly empty)
+                    for j in cutlass.range_constexpr(1, STAGES - 1):
+                        if n_chunks > j:
+                            for h in cutlass.range_constexpr(NH):
+                                g2s(
+                                    cp_bf16,
+                                    cute.local_tile(mW[base + j, head, None, None], (CHUNK, BV), (0, h)),
+                                    cute.local_tile(sW[None, None, j], (CHUNK, BV), (0, h)),
+                                    tidx,
+                                )
+                                g2s(cp_bf16, mKD[base + j, head, None, None, h], sKD[None, None, j * NH + h], tidx)
+                            g2s(cp_f32, cute.local_tile(mU[base + j, head, None, None], (CHUNK, VW), (0, vblk)), sU[None, None, j], tidx)
+                            g2s_vector(mGE[base + j, head, None], sGE[None, j], tidx, D)
+                        cute.arch.cp_async_commit_group()
+                    cute.arch.cp_async_wait_group(STAGES - 2)  # chunk 0 has landed
+                else:
+                    cute.arch.cp_async_wait_group(0)
+            _smem_ready()  # S0 (load_state_t) and chunk 0 published
+
+            for cp in range((n_chunks + (STAGES - 1)) // STAGES):
+                for st in cutlass.range_constexpr(STAGES):
+                    ci = cp * STAGES + st
+                    if ci < n_chunks:
+                        slot = base + ci
+                        nxt = (st + STAGES - 1) % STAGES  # the stage chunk ci - 1 used: its readers finished last chunk
+                        ahead = STAGES - 1  # prefetch chunk ci + ahead into it
+                        if ci + ahead < n_chunks:
+                            for h in cutlass.range_constexpr(NH):
+                                g2s(
+                                    cp_bf16,
+                                    cute.local_tile(mW[slot + ahead, head, None, None], (CHUNK, BV), (0, h)),
+                                    cute.local_tile(sW[None, None, nxt], (CHUNK, BV), (0, h)),
+                                    tidx,
+                                )
+                                g2s(cp_bf16, mKD[slot + ahead, head, None, None, h], sKD[None, None, nxt * NH + h], tidx)
+                            g2s(cp_f32, cute.local_tile(mU[slot + ahead, head, None, None], (CHUNK, VW), (0, vblk)), sU[None, None, nxt], tidx)
+                            g2s_vector(mGE[slot + ahead, head, None], sGE[None, nxt], tidx, D)
+                            if const_expr(STAGES == 2):
+                                cute.arch.cp_async_commit_group()
+                        if const_expr(STAGES >= 3):  # one group per chunk, empty past the end
+                            cute.arch.cp_async_commit_group()
+                        # the state entering this chunk (bf16 sS) -> h[slot] rows v0:v0+vw, for the output kernel
+                        for h in cutlass.range_constexpr(NH):
+                            s2g_tile(cute.local_tile(sS, (VW, BV), (0, h)), cute.local_tile(mH[slot, head, None, None], (VW, BV), (vblk, h)), tidx)
+
+                        # ---- Vn = U + (-Wm) S0^T [tokens, vw] -> Vn^T (shared, and the workspace for the output kernel) ---
+                        for i in cutlass.range_constexpr(cute.size(acc_v)):
+                            rc = ct[i]
+                            acc_v[i] = sU[rc[0], rc[1], st]
+                        _wgmma(mma, acc_v, w_A[None, None, None, st], s0_B, False)
+                        for i in cutlass.range_constexpr(cute.size(acc_v)):
+                            rc = ct[i]
+                            sVnT[rc[1], rc[0]] = acc_v[i].to(BFloat16)
+                        _smem_ready()
+                        s2g_tile(sVnT, cute.local_tile(mVNT[slot, head, None, None], (VW, CHUNK), (vblk, 0)), tidx)  # Vn^T -> vnt[slot]
+
+                        # ---- S^T = Diag(exp(G_C)) S^T + kd Vn: the K / 64 tiles in one WGMMA group ----------------------
+                        for h in cutlass.range_constexpr(NH):
+                            for i in cutlass.range_constexpr(cute.size(acc_v)):
+                                kr = ct[i]
+                                acc_t[h][i] = acc_t[h][i] * sGE[h * BV + kr[0], st]
+                        wgmma_each_a_into_each(mma, acc_t, kd_A, vn_B, st * NH)
+                        cute.arch.sync_threads()  # every reader of S0 and of this stage has completed
+                        state_t_to_smem(sS, acc_t, ct, NH)
+                        if const_expr(STAGES >= 3):
+                            cute.arch.cp_async_wait_group(STAGES - 2)  # chunk ci + 1 has landed (later ones may be in flight)
+                        else:
+                            cute.arch.cp_async_wait_group(0)  # the next chunk's stage has landed (this thread's copies)
+                        _smem_ready()  # ... and with the new S0, is visible to every thread and to WGMMA
+
+            if const_expr(self.key.has_final):
+                store_final_state_t(mHT, acc_t, ct, seq, head, v0, NH)
+
+    kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
+
+    @cute.jit
+    def tma_body(
+        self,
+        tma: tuple,
+        mma: cute.TiledMma,
+        storage,
+        sS: cute.Tensor,
+        sW: cute.Tensor,
+        sKD: cute.Tensor,
+        sVnT: cute.Tensor,
+        sU: cute.Tensor,
+        sGE: cute.Tensor,
+        w_A: cute.Tensor,
+        s0_B: cute.Tensor,
+        kd_A: cute.Tensor,
+        vn_B: cute.Tensor,
+        acc_v: cute.Tensor,
+        acc_t: list,
+        ct: cute.Tensor,
+        mH0: cute.Tensor | None,
+        mHT: cute.Tensor | None,
+        mH: cute.Tensor,
+        mVNT: cute.Tensor,
+        tidx: Int32,
+        seq: Int32,
+        head: Int32,
+        vblk: Int32,
+        n_chunks: Int32,
+        base: Int32,
+        heads: Int32,
+    ):
+        """The chunk loop of ``KdaParallelStateKey.tma``: warp 0 fetches chunk ci + stages - 1 by TMA into the stage
+        chunk ci - 1 used (its readers passed chunk ci - 1's last barrier), one transaction mbarrier per stage; every
+        thread waits on chunk ci's mbarrier (parity: the stage's fill count) before reading it. TMA writes through the
+        async proxy, so only the threads' own shared stores (Vn^T, the bf16 state) need a proxy fence; the barrier
+        before the state's shared store is dropped (every reader of S0 -- the Vn WGMMA, waited for, and the h store --
+        passed the Vn^T barrier). Same operations on the same operands as the cp.async loop: bitwise its states."""
+        D = self.D
+        VW = self.VW
+        NH = D // BV
+        STAGES = self.key.stages
+        atom_w, tma_w, atom_kd, tma_kd, atom_u, tma_u, atom_ge, tma_ge = tma[:8]
+        STORE = self.key.tma_store
+        v0 = vblk * VW
+        tx_bytes = CHUNK * D * 2 + D * CHUNK * 2 + CHUNK * VW * 4 + D * 4  # -Wm, kd, U columns, exp(G_C)
+        mbar = storage.mbar.data_ptr()
+        warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        if warp == 0:
+            cpasync.prefetch_descriptor(atom_w)
+            cpasync.prefetch_descriptor(atom_kd)
+            cpasync.prefetch_descriptor(atom_u)
+            cpasync.prefetch_descriptor(atom_ge)
+            with cute.arch.elect_one():
+                for s in cutlass.range_constexpr(STAGES):
+                    cute.arch.mbarrier_init(mbar + s, 1)
+        cute.arch.mbarrier_init_fence()
+
+        # TMA views: -Wm / U as [slot x head x token rows, channels], kd as [slot x head x channel rows, tokens], exp(G_C)
+        # as [slot x head, channels]; the shared tiles grouped per TMA box
+        sGE3 = cute.make_tensor(sGE.iterator, cute.make_layout((1, D, STAGES), stride=(D, 1, D)))
+        tWs, tWg = cpasync.tma_partition(
+            atom_w,
+            0,
+            cute.make_layout(1),
+            cute.group_modes(cute.flat_divide(sW, (CHUNK, BV)), 0, 2),
+            cute.group_modes(cute.flat_divide(tma_w, (CHUNK, BV)), 0, 2),
+        )
+        tKs, tKg = cpasync.tma_partition(
+            atom_kd, 0, cute.make_layout(1), cute.group_modes(sKD, 0, 2), cute.group_modes(cute.flat_divide(tma_kd, (CHUNK, CHUNK)), 0, 2)
+        )
+        tUs, tUg = cpasync.tma_partition(
+            atom_u, 0, cute.make_layout(1), cute.group_modes(sU, 0, 2), cute.group_modes(cute.flat_divide(tma_u, (CHUNK, VW)), 0, 2)
+        )
+        tGs, tGg = cpasync.tma_partition(
+            atom_ge, 0, cute.make_layout(1), cute.group_modes(sGE3, 0, 2), cute.group_modes(cute.flat_divide(tma_ge, (1, D)), 0, 2)
+        )
+        tHs, tHg, tVs, tVg = None, None, None, None
+        if const_expr(STORE):  # h / vnt as [slot x head x V rows, ...] in vw-row boxes: box row (slot heads + head) D / vw + vblk
+            atom_hs, tma_hs, atom_vs, tma_vs = tma[8:]
+            tHs, tHg = cpasync.tma_partition(
+                atom_hs,
+                0,
+                cute.make_layout(1),
+                cute.group_modes(cute.flat_divide(sS, (VW, BV)), 0, 2),
+                cute.group_modes(cute.flat_divide(tma_hs, (VW, BV)), 0, 2),
+            )
+            tVs, tVg = cpasync.tma_partition(
+                atom_vs, 0, cute.make_layout(1), cute.group_modes(sVnT, 0, 2), cute.group_modes(cute.flat_divide(tma_vs, (VW, CHUNK)), 0, 2)
+            )
 
         load_state_t(acc_t, sS, mH0, ct, seq, head, v0, NH, self.key.has_initial)
+        _smem_ready()  # S0 (load_state_t) and the initialized mbarriers published before any thread uses them
 
-        # Stage 0 <- chunk 0 (and stage 1 <- chunk 1 with three stages), as the default kernel.
-        if n_chunks > 0:
-            for h in cutlass.range_constexpr(NH):
-                g2s(cp_bf16, cute.local_tile(mW[base, head, None, None], (CHUNK, BV), (0, h)), cute.local_tile(sW[None, None, 0], (CHUNK, BV), (0, h)), tidx)
-                g2s(cp_bf16, mKD[base, head, None, None, h], sKD[None, None, h], tidx)
-            g2s(cp_f32, cute.local_tile(mU[base, head, None, None], (CHUNK, VW), (0, vblk)), sU[None, None, 0], tidx)
-            g2s_vector(mGE[base, head, None], sGE[None, 0], tidx, D)
-            cute.arch.cp_async_commit_group()
-            if const_expr(STAGES == 3):
-                if n_chunks > 1:
+        # stages 0 .. STAGES - 2 <- chunks 0 .. STAGES - 2 (those that exist)
+        if warp == 0:
+            for j in cutlass.range_constexpr(STAGES - 1):
+                if j < n_chunks:
+                    row = (base + j) * heads + head
+                    with cute.arch.elect_one():
+                        cute.arch.mbarrier_arrive_and_expect_tx(mbar + j, tx_bytes)
                     for h in cutlass.range_constexpr(NH):
-                        g2s(
-                            cp_bf16,
-                            cute.local_tile(mW[base + 1, head, None, None], (CHUNK, BV), (0, h)),
-                            cute.local_tile(sW[None, None, 1], (CHUNK, BV), (0, h)),
-                            tidx,
-                        )
-                        g2s(cp_bf16, mKD[base + 1, head, None, None, h], sKD[None, None, NH + h], tidx)
-                    g2s(cp_f32, cute.local_tile(mU[base + 1, head, None, None], (CHUNK, VW), (0, vblk)), sU[None, None, 1], tidx)
-                    g2s_vector(mGE[base + 1, head, None], sGE[None, 1], tidx, D)
-                cute.arch.cp_async_commit_group()
-                cute.arch.cp_async_wait_group(1)
-            else:
-                cute.arch.cp_async_wait_group(0)
-        _smem_ready()  # S0 (load_state_t) and chunk 0 published
+                        cute.copy(atom_w, tWg[None, row, h], tWs[None, 0, h, j], tma_bar_ptr=mbar + j)
+                        cute.copy(atom_kd, tKg[None, row * NH + h, 0], tKs[None, j * NH + h], tma_bar_ptr=mbar + j)
+                    cute.copy(atom_u, tUg[None, row, vblk], tUs[None, j], tma_bar_ptr=mbar + j)
+                    cute.copy(atom_ge, tGg[None, row, 0], tGs[None, j], tma_bar_ptr=mbar + j)
 
         for cp in range((n_chunks + (STAGES - 1)) // STAGES):
             for st in cutlass.range_constexpr(STAGES):
@@ -204,25 +474,28 @@ class KimiDeltaAttentionParallelStateNarrow:
                 if ci < n_chunks:
                     slot = base + ci
                     nxt = (st + STAGES - 1) % STAGES  # the stage chunk ci - 1 used: its readers finished last chunk
-                    ahead = STAGES - 1  # prefetch chunk ci + ahead into it
-                    if ci + ahead < n_chunks:
-                        for h in cutlass.range_constexpr(NH):
-                            g2s(
-                                cp_bf16,
-                                cute.local_tile(mW[slot + ahead, head, None, None], (CHUNK, BV), (0, h)),
-                                cute.local_tile(sW[None, None, nxt], (CHUNK, BV), (0, h)),
-                                tidx,
-                            )
-                            g2s(cp_bf16, mKD[slot + ahead, head, None, None, h], sKD[None, None, nxt * NH + h], tidx)
-                        g2s(cp_f32, cute.local_tile(mU[slot + ahead, head, None, None], (CHUNK, VW), (0, vblk)), sU[None, None, nxt], tidx)
-                        g2s_vector(mGE[slot + ahead, head, None], sGE[None, nxt], tidx, D)
-                        if const_expr(STAGES == 2):
-                            cute.arch.cp_async_commit_group()
-                    if const_expr(STAGES == 3):  # one group per chunk, empty past the end
-                        cute.arch.cp_async_commit_group()
+                    ahead = STAGES - 1  # fetch chunk ci + ahead into it
+                    if warp == 0:
+                        if ci + ahead < n_chunks:
+                            row = (slot + ahead) * heads + head
+                            with cute.arch.elect_one():
+                                cute.arch.mbarrier_arrive_and_expect_tx(mbar + nxt, tx_bytes)
+                            for h in cutlass.range_constexpr(NH):
+                                cute.copy(atom_w, tWg[None, row, h], tWs[None, 0, h, nxt], tma_bar_ptr=mbar + nxt)
+                                cute.copy(atom_kd, tKg[None, row * NH + h, 0], tKs[None, nxt * NH + h], tma_bar_ptr=mbar + nxt)
+                            cute.copy(atom_u, tUg[None, row, vblk], tUs[None, nxt], tma_bar_ptr=mbar + nxt)
+                            cute.copy(atom_ge, tGg[None, row, 0], tGs[None, nxt], tma_bar_ptr=mbar + nxt)
                     # the state entering this chunk (bf16 sS) -> h[slot] rows v0:v0+vw, for the output kernel
-                    for h in cutlass.range_constexpr(NH):
-                        s2g_tile(cute.local_tile(sS, (VW, BV), (0, h)), cute.local_tile(mH[slot, head, None, None], (VW, BV), (vblk, h)), tidx)
+                    if const_expr(STORE):  # by TMA from warp 0 (sS was fenced for the async proxy at the last barrier)
+                        if warp == 0:
+                            with cute.arch.elect_one():  # this DSL emits the S2G copy unpredicated: one lane issues (and commits)
+                                for h in cutlass.range_constexpr(NH):
+                                    cute.copy(atom_hs, tHs[None, 0, h], tHg[None, (slot * heads + head) * (D // VW) + vblk, h])
+                                cute.arch.cp_async_bulk_commit_group()
+                    else:
+                        for h in cutlass.range_constexpr(NH):
+                            s2g_tile(cute.local_tile(sS, (VW, BV), (0, h)), cute.local_tile(mH[slot, head, None, None], (VW, BV), (vblk, h)), tidx)
+                    cute.arch.mbarrier_wait(mbar + st, cp % 2)  # chunk ci has landed in stage st (its cp-th fill)
 
                     # ---- Vn = U + (-Wm) S0^T [tokens, vw] -> Vn^T (shared, and the workspace for the output kernel) ---
                     for i in cutlass.range_constexpr(cute.size(acc_v)):
@@ -232,8 +505,17 @@ class KimiDeltaAttentionParallelStateNarrow:
                     for i in cutlass.range_constexpr(cute.size(acc_v)):
                         rc = ct[i]
                         sVnT[rc[1], rc[0]] = acc_v[i].to(BFloat16)
+                    if const_expr(STORE):
+                        if warp == 0:
+                            cute.arch.cp_async_bulk_wait_group(0, read=True)  # the h store has read sS (rewritten after this barrier)
                     _smem_ready()
-                    s2g_tile(sVnT, cute.local_tile(mVNT[slot, head, None, None], (VW, CHUNK), (vblk, 0)), tidx)  # Vn^T -> vnt[slot]
+                    if const_expr(STORE):  # Vn^T -> vnt[slot] by TMA from warp 0
+                        if warp == 0:
+                            with cute.arch.elect_one():
+                                cute.copy(atom_vs, tVs, tVg[None, (slot * heads + head) * (D // VW) + vblk, 0])
+                                cute.arch.cp_async_bulk_commit_group()
+                    else:
+                        s2g_tile(sVnT, cute.local_tile(mVNT[slot, head, None, None], (VW, CHUNK), (vblk, 0)), tidx)  # Vn^T -> vnt[slot]
 
                     # ---- S^T = Diag(exp(G_C)) S^T + kd Vn: the K / 64 tiles in one WGMMA group ----------------------
                     for h in cutlass.range_constexpr(NH):
@@ -241,15 +523,14 @@ class KimiDeltaAttentionParallelStateNarrow:
                             kr = ct[i]
                             acc_t[h][i] = acc_t[h][i] * sGE[h * BV + kr[0], st]
                     wgmma_each_a_into_each(mma, acc_t, kd_A, vn_B, st * NH)
-                    cute.arch.sync_threads()  # every reader of S0 and of this stage has completed
                     state_t_to_smem(sS, acc_t, ct, NH)
-                    if const_expr(STAGES == 3):
-                        cute.arch.cp_async_wait_group(1)  # chunk ci + 1 has landed
-                    else:
-                        cute.arch.cp_async_wait_group(0)  # the next chunk's stage has landed (this thread's copies)
-                    _smem_ready()  # ... and with the new S0, is visible to every thread and to WGMMA
+                    if const_expr(STORE):
+                        if warp == 0:
+                            cute.arch.cp_async_bulk_wait_group(0, read=True)  # the vnt store has read sVnT (rewritten next chunk)
+                    _smem_ready()  # the new S0 is visible to every thread and to WGMMA; this stage's readers are done
 
         if const_expr(self.key.has_final):
             store_final_state_t(mHT, acc_t, ct, seq, head, v0, NH)
-
-    kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
+        if const_expr(STORE):
+            if warp == 0:
+                cute.arch.cp_async_bulk_wait_group(0)  # every TMA store complete before the CTA (and its shared memory) retires

@@ -1,0 +1,506 @@
+"""Gated DeltaNet forward, chunk-parallel schedule, kernel 1 of 3 (prep), restructured for instruction count: the opt-in
+``gtc`` variant (``GdnParallelPrepKey.restructured``, routed by ``GatedDeltaNetParallelPrep.for_key``). Same contract
+and the same workspace arrays as ``chunk_parallel_prep_kernel.py`` -- ``-Wm`` and ``(K exp(G_C - G))^T`` (bf16), ``U``
+(fp32), ``Q`` normalised (bf16, the ``qg`` array) with the row factors ``rf = scale exp(G_i)`` (fp32), ``P`` (bf16),
+``exp(G_C)`` over the key channels (``ge``) -- read by the unchanged state pass and output kernel (``row_scaled``).
+Values equal the default's up to rounding, not bitwise (tests hold it to the FlashAttention tolerance against the fp32
+recurrence, and its workspace arrays to the default's within bf16 rounding). sm_90a, CuTe DSL, WGMMA, 256 threads (two
+warpgroups), two CTAs per SM.
+
+Why. The default GDN prep (one warpgroup, one CTA per SM: about 118 KB of shared memory) spends its time in scalar
+per-element work -- q / k / v scaled and stored element by element into swizzled shared memory (three tiles, two of
+them transposed), P, A and the decayed keys element by element -- and in the one-warpgroup SIMT solve's dependent
+shared-memory chains, with 4 warps per SM to hide it. GDN's gate is one scalar per token, so every decay of the chunk
+is a row or column factor except ``exp(G_i - G_j)`` of A and P; this kernel uses that:
+
+1. gates: g and beta of the chunk into shared memory (64 threads), then each of those threads forms its token's
+   in-chunk cumulative log decay ``G_i`` and the chunk total ``G_C`` by the default's sequential sums (the same fp32
+   values), and writes the per-token tables ``G log2(e)`` (for the per-element decays: one ``ex2.approx`` each),
+   ``beta``, ``beta exp(G)`` and ``exp(G_C - G)``, and to the workspace ``rf = scale exp(G_i)`` and ``exp(G_C)``
+   (precise ``exp``, as the default). This runs alongside step 2, which needs none of it.
+2. one pass per thread over (row = tid / 4, D / 32 16-byte chunks of 8 channels): q, k loaded by 16-byte vectors
+   (issued before step 1), the L2 norm over the row by two shuffles, ``Qn`` and ``Kn`` (bf16) written 16 bytes at a
+   time to shared memory (the K-major WGMMA operands) and ``Qn`` to the workspace ``qg`` from registers. V goes to
+   shared memory by cp.async, issued at the very start (its tile is its own) and waited for before step 5.
+3. warpgroup 0 forms ``Kn Kn^T``, warpgroup 1 ``Qn Kn^T`` (one m64n64 WGMMA group each, K-major from shared memory);
+   while they run, every thread writes its row's ``(Kn exp(G_C - G))^T`` to the workspace straight from registers
+   (the default's step 6). Then the decay ``exp2(G_i log2e - G_j log2e)`` and the masks on the accumulators:
+   A (strictly lower, times ``beta_i``) -> shared fp32; P (lower, times ``scale``) -> the workspace (bf16 pairs).
+4. ``T = (I + A)^-1`` in fp32 by all 256 threads: the four diagonal 16 x 16 blocks by forward substitution with the
+   column in registers (64 threads), then the off-diagonal blocks band by band,
+   ``T[I, J] = -T[I, I] sum_{K=J}^{I-1} A[I, K] T[K, J]`` (every band's blocks at once, six barriers); then the two
+   bf16 A operands ``T Diag(beta)`` (for U) and ``T Diag(beta exp(G))`` (for W): beta and the key decay are folded
+   into the inverse's columns, so V and K are read as they are.
+5. WGMMA with MN-major B operands read straight from the row-major V and Kn tiles: warpgroup 0
+   ``U = (T Diag(beta)) V`` (fp32), warpgroup 1 ``-Wm = -(T Diag(beta exp G)) Kn`` (bf16), stored in pairs.
+
+Shared memory (K = 128, about 102 KB): Qn, Kn, V (bf16, swizzled), the two bf16 inverses, A and T (fp32, rows
+16-byte aligned), the band scratch and the per-token tables. Grid ``[slots, H]`` (idle slots exit), 256 threads,
+``min_blocks_per_mp = 2`` (registers capped at 128; ptxas: 96). ``GdnParallelPrepKey.tc_ctas_per_sm = 3`` (the
+``gtc3`` variant, :func:`_three_cta_storage`): T in the bytes of Qn (dead after step 3) and the bf16 inverses in those
+of A (dead after the solve), about 70 KB, three CTAs per SM (registers capped at 80; ptxas: 80, no spill); same
+operations, same values. Runtime extents and strides are kernel arguments (Rule 4).
+
+Device helpers duplicated from ``kda/chunk_parallel_prep_tc_kernel.py`` (to fold later): ``_transpose_view`` and the
+solve of step 4 (:func:`solve_inverse_256`, written inline there), and the element pass's 16-byte chunk order.
+Tests: ``tests/test_gdn_prep_tc_gpu.py`` (GPU tier and compile tier: ``-m compile_only``); per-kernel time:
+``benchmarks/linear_attention_kernels.py --family gdn`` with the ``gtc`` / ``gtc3`` variants.
+"""
+
+from __future__ import annotations
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+import cutlass.utils.hopper_helpers as sm90_utils
+from cutlass import BFloat16, Float32, Int32, Int64, const_expr
+from cutlass.cute.nvgpu import cpasync, warpgroup
+
+from .._device.chunk_parallel import make_ws_views, slot_chunk
+from .._device.delta_rule import BV, CHUNK, L2NORM_EPS, SOLVE_BLOCK, THREADS, VEC, k_major_smem_layout, make_mma_n64, make_qkvo_views
+from .._device.delta_rule import smem_ready as _smem_ready
+from .._device.delta_rule import wgmma as _wgmma
+
+WARPGROUPS = 2
+NTHREADS = WARPGROUPS * THREADS
+CTAS_PER_SM = (2, 3)  # GdnParallelPrepKey.tc_ctas_per_sm: 2 (about 102 KB, registers <= 128) or 3 (about 70 KB, <= 80)
+LOG2E = 1.4426950408889634
+A_STRIDE = CHUNK + 4  # fp32 rows of A and T: 16-byte aligned (vector reads of T)
+NB = CHUNK // SOLVE_BLOCK
+
+
+def _three_cta_storage(l_ck, l_cc, d):
+    """The shared-memory struct of ``tc_ctas_per_sm = 3`` (host side, trace time): no ``T`` (K = 128) and no bf16
+    inverses of their own -- ``T`` (fp32, rows of 64) lives in the bytes of Qn (dead after step 3's WGMMA; K = 64: Qn is
+    too small, ``T`` keeps its field) and ``T Diag(beta)`` | ``T Diag(beta exp G)`` in those of A (dead after the solve).
+    About 70 KB at K = 128 (62 KB at K = 64): three CTAs per SM."""
+
+    def f32(n, align=16):
+        return cute.struct.Align[cute.struct.MemRange[Float32, n], align]
+
+    tile = cute.cosize(l_ck)
+    assert 2 * cute.cosize(l_cc) * 2 <= 4 * CHUNK * A_STRIDE  # the two bf16 inverses fit A
+    fields = {  # evaluated annotations (this module defers annotations)
+        "smem_q": cute.struct.Align[cute.struct.MemRange[BFloat16, tile], 1024],
+        "smem_k": cute.struct.Align[cute.struct.MemRange[BFloat16, tile], 1024],
+        "smem_v": cute.struct.Align[cute.struct.MemRange[BFloat16, tile], 1024],
+        "smem_a": f32(CHUNK * A_STRIDE, 1024),
+    }
+    if d == 64:
+        fields["smem_t"] = f32(CHUNK * A_STRIDE)
+    else:
+        assert 2 * tile >= 4 * CHUNK * CHUNK  # T [64, 64] fp32 fits Qn
+    fields["smem_y"] = f32((NB - 1) * SOLVE_BLOCK * SOLVE_BLOCK)
+    for name in ("smem_g", "smem_gl", "smem_beta", "smem_ew", "smem_ekd"):
+        fields[name] = f32(CHUNK)
+    return cute.struct(type("GdnPrepTc3Storage", (), {"__annotations__": fields}))
+
+
+def _transpose_view(a: cute.Tensor) -> cute.Tensor:
+    """Layout algebra only: (rows, cols) -> (cols, rows) of a shared-memory tile (the row-major V / Kn tiles as the
+    MN-major B operands of U and W)."""
+    return cute.composition(a, cute.make_ordered_layout((a.shape[1], a.shape[0]), order=(1, 0)))
+
+
+@cute.jit
+def solve_inverse_256(sA: cute.Tensor, sT: cute.Tensor, sY: cute.Tensor, tidx: Int32):
+    """``T = (I + A)^-1`` in fp32 (``A`` strictly lower [64, 64] in ``sA``) into ``sT`` by a CTA of 256 threads: the
+    diagonal 16 x 16 blocks by forward substitution (threads 0..63, one column each, in registers; zeros above the
+    diagonal, ones on it), then band by band ``T[I, J] = -T[I, I] sum_{K=J}^{I-1} A[I, K] T[K, J]`` (one element per
+    thread and block, the sums through ``sY`` [NB - 1, 16, 16]). Blocks above the diagonal blocks are not written.
+    Starts after the caller's barrier publishing ``sA``; ends with a barrier."""
+    if tidx < CHUNK:
+        b0 = (tidx // SOLVE_BLOCK) * SOLVE_BLOCK
+        cc = tidx % SOLVE_BLOCK
+        xcol = cute.make_rmem_tensor(cute.make_layout((SOLVE_BLOCK,)), Float32)
+        for i in cutlass.range_constexpr(SOLVE_BLOCK):
+            acc_t = Float32(0.0)
+            for j in cutlass.range_constexpr(i):
+                acc_t = acc_t - sA[b0 + i, b0 + j] * xcol[j]
+            if cc == i:
+                acc_t = Float32(1.0)
+            xcol[i] = acc_t
+        for i in cutlass.range_constexpr(SOLVE_BLOCK):
+            sT[b0 + i, b0 + cc] = xcol[i]
+    cute.arch.sync_threads()
+    ri = tidx // SOLVE_BLOCK
+    ci = tidx % SOLVE_BLOCK
+    for band in cutlass.range_constexpr(1, NB):
+        for bI in cutlass.range_constexpr(band, NB):
+            bJ = bI - band
+            y = Float32(0.0)
+            for kk in cutlass.range_constexpr(bJ * SOLVE_BLOCK, bI * SOLVE_BLOCK):
+                y = y + sA[bI * SOLVE_BLOCK + ri, kk] * sT[kk, bJ * SOLVE_BLOCK + ci]
+            sY[bI - band, ri, ci] = y
+        cute.arch.sync_threads()
+        for bI in cutlass.range_constexpr(band, NB):
+            bJ = bI - band
+            t_v = Float32(0.0)
+            for mm in cutlass.range_constexpr(SOLVE_BLOCK):
+                t_v = t_v + sT[bI * SOLVE_BLOCK + ri, bI * SOLVE_BLOCK + mm] * sY[bI - band, mm, ci]
+            sT[bI * SOLVE_BLOCK + ri, bJ * SOLVE_BLOCK + ci] = -t_v
+        cute.arch.sync_threads()
+
+
+@cute.jit
+def acc_pairs_to_gmem(dst: cute.Tensor, acc: cute.Tensor, thr_mma: cute.ThrMma, negate: cutlass.Constexpr[bool]):
+    """A 64 x 64 fp32 accumulator (``-acc`` when ``negate``) -> the global tile ``dst`` [64, 64] (row-major, its element
+    type) through the accumulator's own partition: each thread's adjacent column pairs as one 8- (fp32) or 4-byte (bf16)
+    store."""
+    tCg = thr_mma.partition_C(dst)
+    if const_expr(dst.element_type == Float32 and not negate):
+        cute.autovec_copy(acc, tCg)
+    else:
+        frag = cute.make_rmem_tensor_like(acc, dst.element_type)
+        vals = acc.load()
+        if const_expr(negate):
+            vals = -vals
+        frag.store(vals.to(dst.element_type))
+        cute.autovec_copy(frag, tCg)
+
+
+@cute.jit
+def decayed_keys_from_registers(
+    mKD: cute.Tensor, kkeep: cute.Tensor, kdec: Float32, slot: Int32, head: Int32, row: Int32, j4: Int32, nm: cutlass.Constexpr[int]
+):
+    """``(Kn exp(G_C - G))^T`` of this thread's ``nm`` chunks of 8 channels of token ``row`` (``kkeep`` [1, 8, nm]
+    bf16, the element pass's chunk order; rows past the end are zero) times the row's decay ``kdec`` -> the workspace
+    ``mKD[slot, head]`` [channel % 64, token, channel / 64], element by element."""
+    kdbuf = cute.make_rmem_tensor(cute.make_layout((1, VEC)), BFloat16)
+    for m in cutlass.range_constexpr(nm):
+        ch = 2 * j4 + (m % 2) + 8 * (m // 2)
+        kdbuf.store((kkeep[None, None, m].load().to(Float32) * kdec).to(BFloat16))
+        for e in cutlass.range_constexpr(VEC):
+            col = ch * VEC + e
+            mKD[slot, head, col % BV, row, col // BV] = kdbuf[0, e]
+
+
+class GatedDeltaNetParallelPrepTc:
+    """Kernel 1 of the chunk-parallel GDN forward, restructured (``GdnParallelPrepKey.restructured``)."""
+
+    def __init__(self, key):
+        assert key.head_dim in (64, 128) and key.restructured and key.tc_ctas_per_sm in CTAS_PER_SM
+        assert not key.two_per_sm and not key.prefetch, "the restructured GDN prep kernel takes neither two_per_sm nor prefetch"
+        self.key = key
+        self.D = key.head_dim
+
+    @cute.jit
+    def __call__(
+        self,
+        q_ptr: cute.Pointer,
+        k_ptr: cute.Pointer,
+        v_ptr: cute.Pointer,
+        g_ptr: cute.Pointer,
+        beta_ptr: cute.Pointer,
+        cu_ptr: cute.Pointer | None,
+        w_ptr: cute.Pointer,
+        u_ptr: cute.Pointer,
+        kd_ptr: cute.Pointer,
+        qg_ptr: cute.Pointer,
+        p_ptr: cute.Pointer,
+        ge_ptr: cute.Pointer,
+        vnt_ptr: cute.Pointer,
+        h_ptr: cute.Pointer,
+        rf_ptr: cute.Pointer,
+        T: Int32,
+        n_seqs: Int32,
+        seq_len: Int32,  # dense: L; varlen: unused
+        chunks_per_seq: Int32,  # dense: ceil(L / 64); varlen: unused
+        slots: Int32,
+        heads: Int32,
+        qk_heads: Int32,
+        scale: Float32,
+        q_strides: tuple[Int64, Int64],
+        k_strides: tuple[Int64, Int64],
+        v_strides: tuple[Int64, Int64],
+        stream: cuda.CUstream,
+    ):
+        D = self.D
+        gQ, gK, gV, _ = make_qkvo_views(q_ptr, k_ptr, v_ptr, v_ptr, T, heads, qk_heads, q_strides, k_strides, v_strides, v_strides, D)
+        mG = cute.make_tensor(g_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
+        mB = cute.make_tensor(beta_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
+        mCu = None
+        if const_expr(self.key.varlen):
+            mCu = cute.make_tensor(cu_ptr, cute.make_layout((n_seqs + 1,)))
+        ws = make_ws_views(w_ptr, u_ptr, kd_ptr, qg_ptr, p_ptr, ge_ptr, vnt_ptr, h_ptr, rf_ptr, slots, heads, D)
+
+        mma_n64 = make_mma_n64()  # A = Kn Kn^T, P = Qn Kn^T: both operands K-major
+        mma_mn = sm90_utils.make_trivial_tiled_mma(  # U, W: B (V, Kn) read MN-major from the row-major tiles
+            BFloat16, BFloat16, warpgroup.OperandMajorMode.K, warpgroup.OperandMajorMode.MN, Float32, atom_layout_mnk=(1, 1, 1), tiler_mn=(64, 64)
+        )
+        l_ck = k_major_smem_layout(CHUNK, D)  # [tokens, K]: Qn, Kn, V
+        l_cc = k_major_smem_layout(CHUNK, CHUNK)  # T Diag(beta), T Diag(beta exp G)
+
+        @cute.struct
+        class SharedStorage:
+            smem_q: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
+            smem_k: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
+            smem_v: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
+            smem_tu: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
+            smem_tw: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
+            smem_a: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK * A_STRIDE], 16]
+            smem_t: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK * A_STRIDE], 16]
+            smem_y: cute.struct.Align[cute.struct.MemRange[Float32, (NB - 1) * SOLVE_BLOCK * SOLVE_BLOCK], 16]
+            smem_g: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]  # g (0 past the end)
+            smem_gl: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]  # G log2(e)
+            smem_beta: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]  # beta (0 past the end)
+            smem_ew: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]  # beta exp(G)
+            smem_ekd: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]  # exp(G_C - G)
+
+        storage_class = SharedStorage
+        if const_expr(self.key.tc_ctas_per_sm == 3):
+            storage_class = _three_cta_storage(l_ck, l_cc, D)
+        self.kernel(gQ, gK, gV, mG, mB, mCu, ws, n_seqs, seq_len, chunks_per_seq, heads, qk_heads, scale, mma_n64, mma_mn, l_ck, l_cc, storage_class).launch(
+            grid=[slots, heads, 1],
+            block=[NTHREADS, 1, 1],
+            smem=storage_class.size_in_bytes(),
+            stream=stream,
+            min_blocks_per_mp=self.key.tc_ctas_per_sm,
+            preferred_smem_carveout=100,  # the maximum carveout: room for two (three) CTAs (and no device query at compile time)
+        )
+
+    @cute.kernel
+    def kernel(
+        self,
+        gQ: cute.Tensor,
+        gK: cute.Tensor,
+        gV: cute.Tensor,
+        mG: cute.Tensor,  # [T, H]
+        mB: cute.Tensor,
+        mCu: cute.Tensor | None,
+        ws: tuple,
+        n_seqs: Int32,
+        seq_len: Int32,
+        chunks_per_seq: Int32,
+        heads: Int32,
+        qk_heads: Int32,
+        scale: Float32,
+        mma_n64: cute.TiledMma,
+        mma_mn: cute.TiledMma,
+        l_ck: cute.ComposedLayout,
+        l_cc: cute.ComposedLayout,
+        SharedStorage: cutlass.Constexpr,
+    ):
+        D = self.D
+        NM = D // 32  # 16-byte chunks of a row per thread (four threads per row)
+        NH = D // BV
+        mW, mU, mKD, mQG, mP, mGE, _, _, mRF = ws
+        tidx, _, _ = cute.arch.thread_idx()
+        slot, head, _ = cute.arch.block_idx()
+        hk = head // (heads // qk_heads)
+        _, t0, n_valid = slot_chunk(mCu, slot, n_seqs, seq_len, chunks_per_seq, self.key.varlen)
+        wg = cute.arch.make_warp_uniform(tidx // THREADS)
+        lt = tidx % THREADS
+
+        smem = cutlass.utils.SmemAllocator()
+        storage = smem.allocate(SharedStorage)
+        sQ = storage.smem_q.get_tensor(l_ck.outer, swizzle=l_ck.inner)
+        sK = storage.smem_k.get_tensor(l_ck.outer, swizzle=l_ck.inner)
+        sV = storage.smem_v.get_tensor(l_ck.outer, swizzle=l_ck.inner)
+        plain = cute.make_layout((CHUNK, CHUNK), stride=(A_STRIDE, 1))
+        sA = storage.smem_a.get_tensor(plain)
+        if const_expr(self.key.tc_ctas_per_sm == 3):  # T over Qn (K = 128), the bf16 inverses over A (_three_cta_storage)
+            a_bf16 = cute.recast_ptr(storage.smem_a.data_ptr(), dtype=BFloat16)
+            sTu = cute.make_tensor(cute.recast_ptr(a_bf16, l_cc.inner, dtype=BFloat16), l_cc.outer)
+            sTw = cute.make_tensor(cute.recast_ptr(a_bf16 + cute.cosize(l_cc), l_cc.inner, dtype=BFloat16), l_cc.outer)
+            if const_expr(D == 128):
+                sT = cute.make_tensor(cute.recast_ptr(storage.smem_q.data_ptr(), dtype=Float32), cute.make_layout((CHUNK, CHUNK), stride=(CHUNK, 1)))
+            else:
+                sT = storage.smem_t.get_tensor(plain)
+        else:
+            sTu = storage.smem_tu.get_tensor(l_cc.outer, swizzle=l_cc.inner)
+            sTw = storage.smem_tw.get_tensor(l_cc.outer, swizzle=l_cc.inner)
+            sT = storage.smem_t.get_tensor(plain)
+        sY = storage.smem_y.get_tensor(cute.make_layout((NB - 1, SOLVE_BLOCK, SOLVE_BLOCK), stride=(SOLVE_BLOCK * SOLVE_BLOCK, SOLVE_BLOCK, 1)))
+        sG = storage.smem_g.get_tensor(cute.make_layout((CHUNK,)))
+        sGl = storage.smem_gl.get_tensor(cute.make_layout((CHUNK,)))
+        sBeta = storage.smem_beta.get_tensor(cute.make_layout((CHUNK,)))
+        sEw = storage.smem_ew.get_tensor(cute.make_layout((CHUNK,)))
+        sEkd = storage.smem_ekd.get_tensor(cute.make_layout((CHUNK,)))
+
+        # 16-byte views: [rows, chunks of 8 channels]
+        sQv = cute.zipped_divide(sQ, (1, VEC))
+        sKv = cute.zipped_divide(sK, (1, VEC))
+        sVv = cute.zipped_divide(sV, (1, VEC))
+        sTv = cute.zipped_divide(sT, (1, VEC))
+        sTuv = cute.zipped_divide(sTu, (1, VEC))
+        sTwv = cute.zipped_divide(sTw, (1, VEC))
+        sBetav = cute.zipped_divide(sBeta, (VEC,))
+        sEwv = cute.zipped_divide(sEw, (VEC,))
+
+        wg64 = mma_n64.get_slice(0)
+        k_A = wg64.make_fragment_A(wg64.partition_A(sK))
+        q_A = wg64.make_fragment_A(wg64.partition_A(sQ))
+        k_B = wg64.make_fragment_B(wg64.partition_B(sK))
+        acc = cute.make_rmem_tensor(wg64.partition_shape_C((CHUNK, CHUNK)), Float32)
+        thr64 = mma_n64.get_slice(lt)
+        c64 = thr64.partition_C(cute.make_identity_tensor((CHUNK, CHUNK)))
+
+        row = tidx // 4  # steps 2, 3 (kd) and 4c: four threads per row, lanes 4r..4r+3 of one warp
+        j4 = tidx % 4
+        if n_valid > 0:  # idle slots (past their sequence's last chunk) do nothing
+            last = t0 + n_valid - 1
+            t_row = min(t0 + row, last)
+            # V -> shared by cp.async (rows past the end: the last row; beta = 0 there), in flight until step 5
+            cp_atom = cute.make_copy_atom(cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL), BFloat16, num_bits_per_copy=128)
+            for m in cutlass.range_constexpr(NM):
+                ch = 2 * j4 + (m % 2) + 8 * (m // 2)
+                src = gV[(None, None, None), (t_row, head, ch)]
+                dst = sVv[(None, None), (row, ch)]
+                cute.copy(cp_atom, cute.make_tensor(src.iterator, cute.make_layout(VEC)), cute.make_tensor(dst.iterator, cute.make_layout(VEC)))
+            cute.arch.cp_async_commit_group()
+            # this thread's q / k chunks (rows past the end re-read the last row and are zeroed by keep)
+            qbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NM)), BFloat16)
+            kbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NM)), BFloat16)
+            for m in cutlass.range_constexpr(NM):
+                ch = 2 * j4 + (m % 2) + 8 * (m // 2)
+                cute.autovec_copy(gQ[(None, None, None), (t_row, hk, ch)], qbuf[None, None, None, m])
+                cute.autovec_copy(gK[(None, None, None), (t_row, hk, ch)], kbuf[None, None, None, m])
+
+            # ---- 1. g, beta -> shared (0 past the end); per-token tables and rf / exp(G_C) -> workspace ------------
+            if tidx < CHUNK:
+                g_ld = mG[min(t0 + tidx, last), head].to(Float32)
+                b_ld = mB[min(t0 + tidx, last), head].to(Float32)
+                gv = Float32(0.0)
+                bv = Float32(0.0)
+                if tidx < n_valid:
+                    gv = g_ld
+                    bv = b_ld
+                sG[tidx] = gv
+                sBeta[tidx] = bv
+            cute.arch.sync_threads()
+            if tidx < CHUNK:
+                cum = Float32(0.0)  # G_i: the default's sequential sum, the same fp32 value
+                tot = Float32(0.0)  # G_C (= G_63: rows past the end add g = 0)
+                for j in cutlass.range_constexpr(CHUNK):
+                    gj = sG[j]
+                    tot = tot + gj
+                    if j > tidx:
+                        gj = Float32(0.0)
+                    cum = cum + gj
+                e_g = cute.math.exp(cum)
+                sGl[tidx] = cum * LOG2E
+                sEw[tidx] = sBeta[tidx] * e_g
+                sEkd[tidx] = cute.math.exp(tot - cum)
+                mRF[slot, head, tidx] = e_g * scale
+                e_c = cute.math.exp(tot)
+                for c in cutlass.range_constexpr(D // CHUNK):
+                    mGE[slot, head, c * CHUNK + tidx] = e_c
+
+            # ---- 2. one pass over this thread's D / 32 chunks of 8 elements: Qn, Kn -> shared, Qn -> workspace -------
+            keep = Float32(0.0)
+            if row < n_valid:
+                keep = Float32(1.0)
+            inv_q = keep
+            inv_k = keep
+            if const_expr(self.key.l2norm):
+                sq = Float32(0.0)
+                sk = Float32(0.0)
+                for m in cutlass.range_constexpr(NM):
+                    for e in cutlass.range_constexpr(VEC):
+                        xq = qbuf[0, 0, e, m].to(Float32)
+                        xk = kbuf[0, 0, e, m].to(Float32)
+                        sq = sq + xq * xq
+                        sk = sk + xk * xk
+                sq = sq + cute.arch.shuffle_sync_bfly(sq, offset=1)
+                sk = sk + cute.arch.shuffle_sync_bfly(sk, offset=1)
+                sq = sq + cute.arch.shuffle_sync_bfly(sq, offset=2)
+                sk = sk + cute.arch.shuffle_sync_bfly(sk, offset=2)
+                inv_q = keep * cute.math.rsqrt(sq + Float32(L2NORM_EPS))
+                inv_k = keep * cute.math.rsqrt(sk + Float32(L2NORM_EPS))
+            kkeep = cute.make_rmem_tensor(cute.make_layout((1, VEC, NM)), BFloat16)  # bf16 Kn (normalised, masked)
+            obuf = cute.make_rmem_tensor(cute.make_layout((1, VEC)), BFloat16)
+            gQGv = cute.zipped_divide(mQG[slot, head, None, None], (1, VEC))
+            for m in cutlass.range_constexpr(NM):
+                ch = 2 * j4 + (m % 2) + 8 * (m // 2)
+                qb = (qbuf[None, None, None, m].load().reshape((1, VEC)).to(Float32) * inv_q).to(BFloat16)
+                kb = (kbuf[None, None, None, m].load().reshape((1, VEC)).to(Float32) * inv_k).to(BFloat16)
+                sQv[(None, None), (row, ch)].store(qb)
+                sKv[(None, None), (row, ch)].store(kb)
+                obuf.store(qb)
+                cute.autovec_copy(obuf, gQGv[(None, None), (row, ch)])
+                kkeep[None, None, m].store(kb)
+            _smem_ready()
+
+            # ---- 3. warpgroup 0: Kn Kn^T, warpgroup 1: Qn Kn^T, each in flight while its threads write kd -----------
+            # (the whole issue / kd / wait sequence inside each branch: a WGMMA group in flight across the branches'
+            # join makes ptxas wait at the join)
+            kdec = sEkd[row]
+            if wg == 0:
+                warpgroup.fence()
+                atom_a = cute.make_mma_atom(mma_n64.op)
+                atom_a.set(warpgroup.Field.ACCUMULATE, False)
+                for kb_i in cutlass.range_constexpr(cute.size(k_A.shape[2])):
+                    cute.gemm(atom_a, acc, k_A[None, None, kb_i], k_B[None, None, kb_i], acc)
+                    atom_a.set(warpgroup.Field.ACCUMULATE, True)
+                warpgroup.commit_group()
+                decayed_keys_from_registers(mKD, kkeep, kdec, slot, head, row, j4, NM)
+                warpgroup.wait_group(0)
+            else:
+                warpgroup.fence()
+                atom_p = cute.make_mma_atom(mma_n64.op)
+                atom_p.set(warpgroup.Field.ACCUMULATE, False)
+                for kb_i in cutlass.range_constexpr(cute.size(q_A.shape[2])):
+                    cute.gemm(atom_p, acc, q_A[None, None, kb_i], k_B[None, None, kb_i], acc)
+                    atom_p.set(warpgroup.Field.ACCUMULATE, True)
+                warpgroup.commit_group()
+                decayed_keys_from_registers(mKD, kkeep, kdec, slot, head, row, j4, NM)
+                warpgroup.wait_group(0)
+            # decay exp(G_i - G_j) and the masks on the accumulators
+            if wg == 0:  # A = strictly lower(beta_i (Kn Kn^T)_ij exp(G_i - G_j)) -> shared (fp32)
+                for i in cutlass.range_constexpr(cute.size(acc)):
+                    rc = c64[i]
+                    decay = cute.math.exp2(sGl[rc[0]] - sGl[rc[1]], fastmath=True)
+                    a_val = acc[i] * decay * sBeta[rc[0]]
+                    if rc[0] <= rc[1]:
+                        a_val = Float32(0.0)
+                    sA[rc[0], rc[1]] = a_val
+            else:  # P = lower_eq(scale (Qn Kn^T)_ij exp(G_i - G_j)) -> workspace (bf16)
+                for i in cutlass.range_constexpr(cute.size(acc)):
+                    rc = c64[i]
+                    decay = cute.math.exp2(sGl[rc[0]] - sGl[rc[1]], fastmath=True)
+                    p_val = acc[i] * decay * scale
+                    if rc[0] < rc[1]:
+                        p_val = Float32(0.0)
+                    acc[i] = p_val
+                acc_pairs_to_gmem(mP[slot, head, None, None], acc, thr64, False)
+            cute.arch.sync_threads()
+
+            # ---- 4. T = (I + A)^-1; T Diag(beta), T Diag(beta exp G) -> bf16 (zero above the diagonal blocks) ---------
+            solve_inverse_256(sA, sT, sY, tidx)
+            zero8 = cute.make_rmem_tensor(cute.make_layout((1, VEC)), BFloat16)
+            zero8.fill(0.0)
+            tbuf = cute.make_rmem_tensor(cute.make_layout((1, VEC)), BFloat16)
+            for s in cutlass.range_constexpr(CHUNK * CHUNK // (NTHREADS * VEC)):
+                ch = 2 * j4 + s
+                if ch // 2 > row // SOLVE_BLOCK:
+                    cute.autovec_copy(zero8, sTuv[(None, None), (row, ch)])
+                    cute.autovec_copy(zero8, sTwv[(None, None), (row, ch)])
+                else:
+                    t8 = sTv[(None, None), (row, ch)].load()
+                    tbuf.store((t8 * sBetav[None, ch].load().reshape((1, VEC))).to(BFloat16))
+                    cute.autovec_copy(tbuf, sTuv[(None, None), (row, ch)])
+                    tbuf.store((t8 * sEwv[None, ch].load().reshape((1, VEC))).to(BFloat16))
+                    cute.autovec_copy(tbuf, sTwv[(None, None), (row, ch)])
+            cute.arch.cp_async_wait_group(0)
+            _smem_ready()
+
+            # ---- 5. warpgroup 0: U = (T Diag(beta)) V (fp32); warpgroup 1: -Wm = -(T Diag(beta exp G)) Kn (bf16) -----
+            wgmn = mma_mn.get_slice(0)
+            thr_mn = mma_mn.get_slice(lt)
+            if wg == 0:
+                tu_A = wgmn.make_fragment_A(wgmn.partition_A(sTu))
+                sVt = _transpose_view(sV)
+                for vb in cutlass.range_constexpr(NH):
+                    v_B = wgmn.make_fragment_B(wgmn.partition_B(cute.local_tile(sVt, (BV, CHUNK), (vb, 0))))
+                    _wgmma(mma_mn, acc, tu_A, v_B, True)
+                    acc_pairs_to_gmem(cute.local_tile(mU[slot, head, None, None], (CHUNK, BV), (0, vb)), acc, thr_mn, False)
+            else:
+                tw_A = wgmn.make_fragment_A(wgmn.partition_A(sTw))
+                sKt = _transpose_view(sK)
+                for h in cutlass.range_constexpr(NH):
+                    k_Bt = wgmn.make_fragment_B(wgmn.partition_B(cute.local_tile(sKt, (BV, CHUNK), (h, 0))))
+                    _wgmma(mma_mn, acc, tw_A, k_Bt, True)
+                    acc_pairs_to_gmem(cute.local_tile(mW[slot, head, None, None], (CHUNK, BV), (0, h)), acc, thr_mn, True)
+
+    kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)

@@ -1,0 +1,308 @@
+"""The restructured Gated DeltaNet prep kernel (``gdn/chunk_parallel_prep_tc_kernel.py``, opt-in through
+``GdnParallelPrepKey.restructured`` = ``set_parallel_options(plan, {"prep": {"restructured": True}})``, the ``gtc``
+variant): GPU correctness and the compile-only build checks.
+
+GPU tier (``gpu``): fresh random inputs, poisoned outputs and a poisoned workspace (all-ones bytes: NaN in bf16 and
+fp32); o and the final state by the FlashAttention rule against the fp32 token-by-token recurrence
+(``_parallel_cases.check``) and against the default parallel schedule (at most twice its error plus the rule's noise),
+and every workspace array the prep kernel writes (``w``, ``u``, ``kd``, ``qg``, ``p``, ``ge``, ``rf``) against the
+default prep kernel's within bf16 rounding of the array's scale, on every active chunk slot -- the failure message
+lists every array's error, so a wrong result points at the step that differs. The varlen batch has 1-token, one-chunk,
+one-past-a-chunk, empty and long (24-chunk) sequences, GVA (4 value heads over 2 q/k heads) and initial / final states.
+
+Compile tier (``compile_only``, CPU with ``CUTE_DSL_ARCH=sm_90a``): the kernel builds at K = 128 and 64 with no local
+memory and frame size 0 at 256 threads and two CTAs per SM, its WGMMAs, vector stores and barriers are the designed
+ones, it has well under the default prep kernel's instructions, and the default key still routes to the default kernel.
+
+    ci/gpu_tests.sh packages/cudnn-linear-attention/tests/test_gdn_prep_tc_gpu.py -q
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+
+import pytest
+
+from cudnn_testing.compile_only import frame_sizes, keep_artifacts, kernel_symbols
+from cudnn_testing.markers import skip_unless_cutedsl, skip_unless_sm90
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/_*_cases.py: --import-mode=importlib adds no test folder
+from _delta_rule_cases import GDN  # noqa: E402
+
+GTC = {"prep": {"restructured": True}}
+GTC3 = {"prep": {"restructured": True, "tc_ctas_per_sm": 3}}  # three CTAs per SM: T over Qn, the bf16 inverses over A
+PREP_ARRAYS = ("w", "u", "kd", "qg", "p", "ge", "rf")  # what the prep kernel writes (vnt, h: the state pass)
+
+
+def _gpu():
+    skip_unless_sm90()
+    skip_unless_cutedsl("4.8.0", "cudnn.linear_attention.gated_delta_net")
+
+
+# ---- GPU tier --------------------------------------------------------------------------------------------------------
+
+
+def _execute(torch, variant, q, k, v, g, beta, h0, cu, l2norm, final=True):
+    """``(o, final_state, workspace)`` of one parallel-schedule execute (``variant``: a ``set_parallel_options`` dict,
+    None = the default plan); poisoned outputs and workspace."""
+    from cudnn.linear_attention._host.chunk_parallel import set_parallel_options
+    from cudnn_testing.data import poison
+
+    o = poison(torch.empty_like(v))
+    n = (cu.shape[0] - 1) if cu is not None else (q.shape[0] if q.dim() == 4 else 1)
+    ht = poison(torch.empty(n, v.shape[-2], v.shape[-1], q.shape[-1], device="cuda")) if final else None
+    plan = GDN.adapter_class()(q, k, v, g, beta, o, use_qk_l2norm_in_kernel=l2norm, initial_state=h0, final_state=ht, cu_seqlens=cu, schedule="parallel")
+    if variant:
+        set_parallel_options(plan, variant)
+    plan.compile()
+    ws = torch.full((plan.scratch_workspace_bytes(),), 0xFF, dtype=torch.uint8, device="cuda")
+    plan.execute(q, k, v, g, beta, o, h0, ht, cu, workspace=ws)
+    torch.cuda.synchronize()
+    return o, ht, ws
+
+
+def _prep_arrays(torch, ws, slots, heads, d):
+    """The prep kernel's workspace arrays of ``ws`` as {name: [slots, heads, n] fp32}."""
+    from cudnn.linear_attention._host.chunk_parallel import _ARRAYS
+    from cudnn.workspace import ws_align
+
+    out, offset = {}, 0
+    for name, size, per in _ARRAYS:
+        nbytes = slots * heads * per(d) * size
+        if name in PREP_ARRAYS:
+            dt = torch.bfloat16 if size == 2 else torch.float32
+            out[name] = ws[offset : offset + nbytes].view(dt).view(slots, heads, -1).float()
+        offset += ws_align(nbytes)
+    return out
+
+
+def _active_slots(lengths):
+    """The varlen chunk slots that hold a chunk (``_device/chunk_parallel.py``: sequence n owns bos // 64 + n on)."""
+    active, bos = [], 0
+    for n, length in enumerate(lengths):
+        base = bos // 64 + n
+        active += list(range(base, base + -(-length // 64)))
+        bos += length
+    return active
+
+
+def _assert_prep_arrays_close(torch, ws_default, ws_gtc, lengths, heads, d):
+    slots = sum(lengths) // 64 + len(lengths)
+    idx = torch.tensor(_active_slots(lengths), device="cuda")
+    a_all, b_all = _prep_arrays(torch, ws_default, slots, heads, d), _prep_arrays(torch, ws_gtc, slots, heads, d)
+    report, bad = [], []
+    for name in PREP_ARRAYS:
+        a, b = a_all[name][idx], b_all[name][idx]
+        err = (a - b).abs().max().item()
+        tol = 2e-2 * a.abs().max().item() + 1e-6
+        report.append(f"{name}: max|gtc - default| {err:.3e} (tolerance {tol:.3e}, max|default| {a.abs().max().item():.3e})")
+        if not (torch.isfinite(a).all() and torch.isfinite(b).all() and err <= tol):
+            bad.append(name)
+    assert not bad, f"gtc prep arrays {bad} differ from the default prep kernel's: " + "; ".join(report)
+
+
+# Pruned to four ids (each compiles the default and the restructured prep kernel for its configuration; the state pass
+# and the output kernel are shared per head dim; the 3-CTA id reuses the first id's default kernels): both head dims, L2
+# norm on and off, g and beta each in fp32 and bf16, both gate regimes (weak decay; strong decay where exp(G) underflows
+# inside a chunk), two and three CTAs per SM (K = 64 at three CTAs: the dense test).
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "D, l2norm, regime, g_dtype, beta_dtype, variant",
+    [
+        (128, True, "weak", "float32", "float32", GTC),
+        (128, False, "safe_gate", "bfloat16", "bfloat16", GTC),
+        (64, True, "safe_gate", "float32", "bfloat16", GTC),
+        (128, True, "weak", "float32", "float32", GTC3),
+    ],
+    ids=["d128-l2-weak-fp32", "d128-strong-bf16gb", "d64-l2-strong-bf16b", "3cta-d128-l2-weak-fp32"],
+)
+def test_gtc_matches_recurrence_default_schedule_and_default_workspace(D, l2norm, regime, g_dtype, beta_dtype, variant):
+    _gpu()
+    torch = pytest.importorskip("torch")
+    import _parallel_cases as cases
+
+    from cudnn_testing.data import cu_seqlens
+    from cudnn_testing.tolerance import assert_close_fa
+
+    lengths = cases.LENGTHS
+    cu = cu_seqlens(lengths, "cuda")
+    q, k, v, g, beta, h0 = cases.inputs(GDN, (sum(lengths),), 4, 2, D, l2norm, len(lengths), regime)
+    g, beta = g.to(getattr(torch, g_dtype)), beta.to(getattr(torch, beta_dtype))
+    o0, s0, ws0 = _execute(torch, None, q, k, v, g, beta, h0, cu, l2norm)
+    o1, s1, ws1 = _execute(torch, variant, q, k, v, g, beta, h0, cu, l2norm)
+    _assert_prep_arrays_close(torch, ws0, ws1, lengths, 4, D)
+    ref_o, ref_s, low_o, low_s = cases.refs(GDN, q, k, v, g.float(), beta.float(), h0, l2norm, cu, False)
+    cases.check(o1, ref_o, low_o, "o gtc")
+    cases.check(s1, ref_s, low_s, "final_state gtc")
+    assert_close_fa(o1, ref_o, o0, name="o gtc vs default", factor=2.0, noise=1e-3 * ref_o.abs().max().item())
+    assert_close_fa(s1, ref_s, s0, name="final_state gtc vs default", factor=2.0, noise=1e-3 * ref_s.abs().max().item())
+    assert torch.equal(s1[3], h0[3])  # the empty sequence passes its state through
+
+
+@pytest.mark.gpu
+def test_gtc_dense_batch_and_long_thd_sequence_with_narrow_state_pass():
+    """Three CTAs per SM at K = 64 on a dense [B, L] batch (B = 2, L = 300: the dense slot table; no L2 norm, bf16 g),
+    and ``gtc`` + ``v32`` (the narrow state pass) at K = 128 on one 4096-token THD sequence (64 chunks through the state
+    pass), no initial state: the FlashAttention rule against the fp32 recurrence."""
+    _gpu()
+    torch = pytest.importorskip("torch")
+    import _parallel_cases as cases
+
+    for lead, batched, variant, D, l2norm in (((2, 300), True, GTC3, 64, False), ((4096,), False, {**GTC, "state": {"v_slice": 32}}, 128, True)):
+        q, k, v, g, beta, _ = cases.inputs(GDN, lead, 2, 2, D, l2norm, lead[0] if batched else 1, "safe_gate")
+        if not l2norm:
+            g = g.to(torch.bfloat16)
+        o, ht, _ = _execute(torch, variant, q, k, v, g, beta, None, None, l2norm)
+        ref_o, ref_s, low_o, low_s = cases.refs(GDN, q, k, v, g.float(), beta, None, l2norm, None, batched)
+        cases.check(o, ref_o, low_o, f"o {variant} {lead}")
+        cases.check(ht, ref_s, low_s, f"final_state {variant} {lead}")
+
+
+@pytest.mark.gpu
+@pytest.mark.detector
+def test_gtc_execute_never_syncs_or_allocates_and_replays_under_capture():
+    """The restructured prep's plan (three CTAs per SM) executes with no host sync, no allocation (three executes), and
+    a CUDA-graph replay equal to eager."""
+    _gpu()
+    torch = pytest.importorskip("torch")
+    import _parallel_cases as cases
+
+    from cudnn.linear_attention._host.chunk_parallel import set_parallel_options
+    from cudnn_testing import detectors
+    from cudnn_testing.data import cu_seqlens
+
+    lengths = [1, 700, 64, 300]
+    cu = cu_seqlens(lengths, "cuda")
+    q, k, v, g, beta, h0 = cases.inputs(GDN, (sum(lengths),), 4, 2, 128, True, len(lengths))
+    o = torch.empty_like(v)
+    ht = torch.empty_like(h0)
+    plan = GDN.adapter_class()(q, k, v, g, beta, o, use_qk_l2norm_in_kernel=True, initial_state=h0, final_state=ht, cu_seqlens=cu, schedule="parallel")
+    set_parallel_options(plan, GTC3)
+    plan.compile()
+    ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda")
+    args = (q, k, v, g, beta, o, h0, ht, cu)
+    plan.execute(*args, workspace=ws)
+    torch.cuda.synchronize()
+    detectors.assert_no_sync_no_alloc(lambda: plan.execute(*args, workspace=ws), repeats=3)
+    detectors.assert_capture_matches_eager(lambda: plan(*args, workspace=ws), [o, ht])
+
+
+# ---- compile tier ----------------------------------------------------------------------------------------------------
+
+
+def _compile_prep(key, tmp_path):
+    """PTX text of the prep kernel ``key`` routes to, built directly (not through the kernel cache), and the dump dir."""
+    import cuda.bindings.driver as cuda
+    import cutlass.cute as cute
+    from cutlass import Float32, Int32, Int64
+
+    from cudnn.linear_attention._host.chunk_parallel import fake_workspace_pointers
+    from cudnn.linear_attention._host.launch import fake_gmem_ptr as fp
+    from cudnn.linear_attention.gdn.chunk_parallel_prep_kernel import GatedDeltaNetParallelPrep
+
+    ptrs = [fp("BFloat16", 16), fp("BFloat16", 16), fp("BFloat16", 16), fp(key.g_dtype, 2), fp(key.beta_dtype, 2), fp("Int32", 4) if key.varlen else None]
+    with keep_artifacts(tmp_path) as ptx:
+        cute.compile(
+            GatedDeltaNetParallelPrep.for_key(key)(key),
+            *ptrs,
+            *fake_workspace_pointers(),
+            *[Int32(8)] * 7,
+            Float32(1.0),
+            *[(Int64(8), Int64(8))] * 3,
+            cuda.CUstream(0),
+        )
+        return ptx()
+
+
+def _instructions(ptx: str) -> int:
+    """PTX instruction lines (``op ...;``, not labels, directives or braces)."""
+    return sum(1 for line in ptx.splitlines() if re.match(r"\s*(@!?%p\d+\s+)?[a-z][\w.]*\s.*;\s*$", line))
+
+
+@pytest.mark.compile_only
+def test_gtc_routing_and_bad_combinations():
+    """``restructured`` defaults to False (the default key -- and so the default PTX -- is unchanged) and routes to the
+    restructured module when set (two or three CTAs per SM); with ``prefetch`` or ``two_per_sm``, and
+    ``tc_ctas_per_sm`` other than 2 without it or other than 2 / 3 with it, it is a ValueError; the plan takes it through
+    ``set_parallel_options`` (``_prep_options``)."""
+    skip_unless_cutedsl("4.8.0", "cudnn.linear_attention.gated_delta_net")
+    pytest.importorskip("cutlass")
+    from _delta_rule_cases import compile_varlen_plan
+
+    from cudnn.linear_attention._host.chunk_parallel import set_parallel_options
+    from cudnn.linear_attention.gdn.chunk_parallel_prep_kernel import GatedDeltaNetParallelPrep, GdnParallelPrepKey
+    from cudnn.linear_attention.gdn.chunk_parallel_prep_tc_kernel import GatedDeltaNetParallelPrepTc
+
+    base = dict(head_dim=128, g_dtype="Float32", beta_dtype="Float32", l2norm=True, varlen=True)
+    assert not GdnParallelPrepKey(**base).restructured
+    assert GatedDeltaNetParallelPrep.for_key(GdnParallelPrepKey(**base)) is GatedDeltaNetParallelPrep
+    assert GatedDeltaNetParallelPrep.for_key(GdnParallelPrepKey(**base, restructured=True)) is GatedDeltaNetParallelPrepTc
+    assert GatedDeltaNetParallelPrep.for_key(GdnParallelPrepKey(**base, restructured=True, tc_ctas_per_sm=3)) is GatedDeltaNetParallelPrepTc
+    for bad in ({"prefetch": True}, {"two_per_sm": True}):
+        with pytest.raises(ValueError, match="restructured takes neither"):
+            GatedDeltaNetParallelPrep.for_key(GdnParallelPrepKey(**base, restructured=True, **bad))
+    for bad in ({"tc_ctas_per_sm": 3}, {"tc_ctas_per_sm": 4, "restructured": True}):
+        with pytest.raises(ValueError, match="tc_ctas_per_sm"):
+            GatedDeltaNetParallelPrep.for_key(GdnParallelPrepKey(**base, **bad))
+    plan = compile_varlen_plan(GDN, 1000, 5)
+    set_parallel_options(plan, GTC)
+    assert plan._prep_options() == {"restructured": True}
+
+
+@pytest.mark.compile_only
+def test_gtc_prep_builds_without_spills_with_a_fraction_of_the_default_instructions(tmp_path):
+    """K = 128 (varlen, fp32 g / beta, L2 norm): one kernel with the cudnn prefix, 256 threads at two CTAs per SM
+    (``.minnctapersm 2``: registers capped at 128), no local memory, frame size 0; 2 x 8 K-major m64n64k16 WGMMAs (A,
+    P: one warpgroup each) + 2 x (2 x 4) with the B operand MN-major (U = (T Diag(beta)) V, W = (T Diag(beta exp G)) Kn);
+    every bf16 shared tile written 16 bytes at a time (no 16-bit shared stores), U by 8-byte and P / W by 4-byte pairs,
+    qg by 16-byte vectors, V by four 16-byte cp.async per thread; 11 CTA barriers (2 gates / element pass, 1 after A / P,
+    1 + 6 solve, 1 before U / W); the per-element decays of A and P by ``ex2.approx``; and under half the default prep
+    kernel's PTX instructions. K = 64 (dense, bf16 g / beta, no L2 norm) builds the same way."""
+    skip_unless_cutedsl("4.8.0", "cudnn.linear_attention.gated_delta_net")
+    pytest.importorskip("cutlass")
+    from cudnn.linear_attention.gdn.chunk_parallel_prep_kernel import GdnParallelPrepKey
+
+    base = dict(head_dim=128, g_dtype="Float32", beta_dtype="Float32", l2norm=True, varlen=True)
+    ptx = _compile_prep(GdnParallelPrepKey(**base, restructured=True), tmp_path / "gtc")
+    names = kernel_symbols(ptx)
+    assert len(names) == 1 and names[0].startswith("cudnn_") and "chunk_parallel_prep_tc" in names[0] and "cutlass" not in names[0].lower(), names
+    assert ".reqntid 256, 1, 1" in ptx and ".minnctapersm 2" in ptx
+    mma = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32\.bf16\.bf16[^;]*p, 1,\s*1, 0, (\d);", ptx)
+    assert len(mma) == 32 == ptx.count("wgmma.mma_async") and mma.count("1") == 16, mma  # 16 with B MN-major (U, W)
+    assert "st.shared.b16" not in ptx and "st.shared.u16" not in ptx and ptx.count("st.shared.v4.b32") >= 12
+    assert ptx.count("st.global.v2.b32") == 32  # U: 2 blocks x 16 fp32 pairs
+    assert ptx.count("st.global.b32") >= 48  # P (16) and W (2 x 16) bf16 pairs, rf, ge
+    assert ptx.count("st.global.v4.b32") == 4 and ptx.count("cp.async.cg.shared.global") == 4  # qg, V
+    assert len(re.findall(r"bar\.sync\s+0;", ptx)) == 11 and not re.findall(r"bar\.sync\s+[1-9]", ptx)
+    assert ptx.count("ex2.approx") >= 48  # A and P: 32 decays each, less those ptxas-side analysis proves masked (sm_90a 4.8.1: 30 each)
+    assert "ld.local" not in ptx and "st.local" not in ptx and all(f == 0 for f in frame_sizes(tmp_path / "gtc"))
+
+    default = _compile_prep(GdnParallelPrepKey(**base), tmp_path / "default")
+    n_gtc, n_default = _instructions(ptx), _instructions(default)
+    assert 0 < n_gtc < n_default / 2, (n_gtc, n_default)
+
+    key64 = GdnParallelPrepKey(head_dim=64, g_dtype="BFloat16", beta_dtype="BFloat16", l2norm=False, varlen=False, restructured=True)
+    ptx64 = _compile_prep(key64, tmp_path / "d64")
+    assert ptx64.count("wgmma.mma_async") == 16 and ptx64.count("cp.async.cg.shared.global") == 2 and "st.shared.b16" not in ptx64
+    assert "ld.local" not in ptx64 and all(f == 0 for f in frame_sizes(tmp_path / "d64"))
+
+
+@pytest.mark.compile_only
+@pytest.mark.parametrize("D", [128, 64])
+def test_gtc_three_ctas_per_sm_builds_without_spills_in_70_kb(D, tmp_path):
+    """``tc_ctas_per_sm = 3``: ``.minnctapersm 3`` (registers capped at 80) with no local memory and frame size 0, the
+    same WGMMAs and barriers as the two-CTA build, and shared memory small enough for three CTAs per SM (the highest
+    static offset, the last per-token table, under 76 KB - 256 B: 3 x (76 KB + 1 KB reserved) <= 228 KB)."""
+    skip_unless_cutedsl("4.8.0", "cudnn.linear_attention.gated_delta_net")
+    pytest.importorskip("cutlass")
+    from cudnn.linear_attention.gdn.chunk_parallel_prep_kernel import GdnParallelPrepKey
+
+    key = GdnParallelPrepKey(head_dim=D, g_dtype="Float32", beta_dtype="Float32", l2norm=True, varlen=True, restructured=True, tc_ctas_per_sm=3)
+    ptx = _compile_prep(key, tmp_path)
+    assert ".reqntid 256, 1, 1" in ptx and ".minnctapersm 3" in ptx
+    assert ptx.count("wgmma.mma_async") == D // 4 and len(re.findall(r"bar\.sync\s+0;", ptx)) == 11
+    offsets = [int(x) for x in re.findall(r"\[%r\d+\+(\d+)\]", ptx)]
+    assert max(offsets) < 76 * 1024 - 256, max(offsets)
+    assert "ld.local" not in ptx and "st.local" not in ptx and all(f == 0 for f in frame_sizes(tmp_path))

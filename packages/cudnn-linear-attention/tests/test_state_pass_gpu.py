@@ -1,0 +1,231 @@
+"""GPU tier of the chunk-parallel forward's state pass (``kda/chunk_parallel_state_kernel.py`` key and routing,
+``kda/chunk_parallel_state_narrow_kernel.py`` the one kernel), both families, through the adapters'
+``schedule="parallel"`` with the state-pass key options set by ``set_parallel_options(plan, {"state": {...}})``:
+
+- the default (``v_slice`` = 32, two cp.async stages) against the fp32 token-by-token recurrence (FlashAttention rule,
+  ``_parallel_cases.check``) on the varlen batch (1-token, one-chunk, empty, 24-chunk sequences; GVA; h0 / ht);
+- the opt-ins that change only when data moves -- ``tma`` (TMA + mbarrier stages), ``stages`` 3 / 4 and their
+  combinations -- bitwise equal to the default (same operations on the same operands in the same order);
+- the other slice widths (16, 64: another fp32 accumulation order inside the MMAs) against the recurrence and within
+  twice the default's error;
+- a dense batch and a 4096-token sequence (64 chunks) without an initial state for ``tma``;
+- the ``tma`` plan's execute: no sync, no allocation, CUDA-graph replay equal to eager.
+
+Compile-only (CPU) checks of the same options: ``test_state_pass_compile_only`` below (frame size 0, the MMA shapes,
+TMA and mbarrier instructions emitted, the barrier count).
+Run: ``source ci/gpu_env.sh; ci/gpu_tests.sh packages/cudnn-linear-attention/tests/test_state_pass_gpu.py -q``."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+
+import pytest
+
+from cudnn_testing.markers import skip_unless_cutedsl
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/_*_cases.py: --import-mode=importlib adds no test folder
+from _delta_rule_cases import GDN, KDA, frame_sizes, skip_unless_family_dsl  # noqa: E402
+
+
+def _gpu():
+    from cudnn_testing.markers import skip_unless_sm90
+
+    pytest.importorskip("torch")
+    skip_unless_sm90()
+    skip_unless_cutedsl("4.8.0", "cudnn.linear_attention.kimi_delta_attention")
+
+
+def _run(fam, state, q, k, v, g, beta, h0, cu, l2norm, final=True):
+    """``(o, final_state)`` of one parallel-schedule execute with the state-pass key options ``state`` ({} = the
+    default plan); poisoned outputs, a workspace of all-ones bytes (NaN in bf16 and fp32) sized for the batch."""
+    import torch
+
+    from cudnn.linear_attention._host.chunk_parallel import set_parallel_options
+    from cudnn_testing.data import poison
+
+    o = poison(torch.empty_like(v))
+    n = (cu.shape[0] - 1) if cu is not None else (q.shape[0] if q.dim() == 4 else 1)
+    ht = poison(torch.empty(n, v.shape[-2], v.shape[-1], q.shape[-1], device="cuda")) if final else None
+    plan = fam.adapter_class()(q, k, v, g, beta, o, use_qk_l2norm_in_kernel=l2norm, initial_state=h0, final_state=ht, cu_seqlens=cu, schedule="parallel")
+    if state:
+        set_parallel_options(plan, {"state": state})
+    plan.compile()
+    ws = torch.full((plan.scratch_workspace_bytes(),), 0xFF, dtype=torch.uint8, device="cuda")
+    plan.execute(q, k, v, g, beta, o, h0, ht, cu, workspace=ws)
+    torch.cuda.synchronize()
+    return o, ht
+
+
+def _varlen(fam, D, l2norm, regime="safe_gate"):
+    import _parallel_cases as cases
+
+    from cudnn_testing.data import cu_seqlens
+
+    cu = cu_seqlens(cases.LENGTHS, "cuda")
+    q, k, v, g, beta, h0 = cases.inputs(fam, (sum(cases.LENGTHS),), 4, 2, D, l2norm, len(cases.LENGTHS), regime)
+    return q, k, v, g, beta, h0, cu
+
+
+# Both families, both head dims (GDN at K = 128 in the dense / long test below); pruned to what tells the options apart:
+# tma at 2, 3 and 4 stages, tma_store with it, cp.async at 4 stages (3 is the already-verified parallel_state_stages knob).
+BITWISE = [  # the cp.async option first: a TMA option that hung (an mbarrier never completing) would stop the rest
+    (KDA, 128, True, {"stages": 4}),
+    (KDA, 128, True, {"tma": True}),
+    (KDA, 128, True, {"tma": True, "tma_store": True, "stages": 3}),
+    (KDA, 64, False, {"tma": True, "stages": 4}),
+    (GDN, 64, False, {"tma": True, "tma_store": True}),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fam, D, l2norm, opts", BITWISE, ids=["kda-d128-s4", "kda-d128-tma", "kda-d128-tma-st-s3", "kda-d64-tma-s4", "gdn-d64-tma-st"])
+def test_state_pass_options_match_recurrence_and_are_bitwise_the_default(fam, D, l2norm, opts):
+    """The default state pass (v_slice 32) by the FlashAttention rule against the fp32 recurrence; the option equal to
+    it bit for bit (o and the final state); the empty sequence passes its state through exactly."""
+    import _parallel_cases as cases
+    import torch
+
+    _gpu()
+    q, k, v, g, beta, h0, cu = _varlen(fam, D, l2norm)
+    o0, s0 = _run(fam, {}, q, k, v, g, beta, h0, cu, l2norm)
+    o1, s1 = _run(fam, opts, q, k, v, g, beta, h0, cu, l2norm)
+    ref_o, ref_s, low_o, low_s = cases.refs(fam, q, k, v, g, beta, h0, l2norm, cu, False)
+    cases.check(o0, ref_o, low_o, "o default")
+    cases.check(s0, ref_s, low_s, "final_state default")
+    assert torch.isfinite(o1.float()).all() and torch.isfinite(s1).all(), f"{opts}: non-finite output (an unwritten or unfetched tile)"
+    do = (o0.float() - o1.float()).abs().max().item()
+    ds = (s0 - s1).abs().max().item()
+    assert torch.equal(o0, o1) and torch.equal(s0, s1), f"{opts}: max |option - default|: o {do}, final_state {ds}"
+    assert torch.equal(s1[3], h0[3])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "fam, D, l2norm, opts", [(KDA, 128, True, {"v_slice": 64}), (GDN, 64, False, {"v_slice": 16, "tma": True})], ids=["kda-v64", "gdn-v16-tma"]
+)
+def test_other_slice_widths_match_recurrence_and_default(fam, D, l2norm, opts):
+    """Another slice width (the fp32 accumulation order inside the MMAs differs): the FlashAttention rule against the
+    recurrence, and at most twice the default's error plus the rule's noise."""
+    import _parallel_cases as cases
+
+    from cudnn_testing.tolerance import assert_close_fa
+
+    _gpu()
+    q, k, v, g, beta, h0, cu = _varlen(fam, D, l2norm, "weak")
+    o0, s0 = _run(fam, {}, q, k, v, g, beta, h0, cu, l2norm)
+    o1, s1 = _run(fam, opts, q, k, v, g, beta, h0, cu, l2norm)
+    ref_o, ref_s, low_o, low_s = cases.refs(fam, q, k, v, g, beta, h0, l2norm, cu, False)
+    cases.check(o1, ref_o, low_o, f"o {opts}")
+    cases.check(s1, ref_s, low_s, f"final_state {opts}")
+    assert_close_fa(o1, ref_o, o0, name=f"o {opts} vs default", factor=2.0, noise=1e-3 * ref_o.abs().max().item())
+    assert_close_fa(s1, ref_s, s0, name=f"final_state {opts} vs default", factor=2.0, noise=1e-3 * ref_s.abs().max().item())
+
+
+@pytest.mark.gpu
+def test_tma_state_pass_dense_batch_and_long_sequence():
+    """``tma`` + ``tma_store`` with three stages on a dense [B, L] batch (B = 2, L = 300: the dense slot table) and one 4096-token THD
+    sequence (64 chunks), no initial state, K = 128, Gated DeltaNet (KDA's K = 128 runs above): the FlashAttention rule
+    against the fp32 recurrence."""
+    import _parallel_cases as cases
+
+    _gpu()
+    fam = GDN
+    for lead, batched in (((2, 300), True), ((4096,), False)):
+        q, k, v, g, beta, _ = cases.inputs(fam, lead, 2, 2, 128, True, lead[0] if batched else 1, "safe_gate")
+        o, ht = _run(fam, {"tma": True, "tma_store": True, "stages": 3}, q, k, v, g, beta, None, None, True)
+        ref_o, ref_s, low_o, low_s = cases.refs(fam, q, k, v, g, beta, None, True, None, batched)
+        cases.check(o, ref_o, low_o, f"o tma {lead}")
+        cases.check(ht, ref_s, low_s, f"final_state tma {lead}")
+
+
+@pytest.mark.gpu
+@pytest.mark.detector
+def test_tma_state_pass_execute_never_syncs_or_allocates_and_replays_under_capture():
+    """The ``tma`` + ``tma_store`` plan's execute (TMA descriptors encoded on the host per launch): no host
+    sync, no allocation over three executes, and a CUDA-graph replay equal to eager."""
+    import _parallel_cases as cases
+    import torch
+
+    from cudnn.linear_attention._host.chunk_parallel import set_parallel_options
+    from cudnn_testing import detectors
+    from cudnn_testing.data import cu_seqlens
+
+    _gpu()
+    lengths = [1, 700, 64, 300]
+    cu = cu_seqlens(lengths, "cuda")
+    q, k, v, g, beta, h0 = cases.inputs(KDA, (sum(lengths),), 4, 2, 128, True, len(lengths))
+    o = torch.empty_like(v)
+    ht = torch.empty_like(h0)
+    plan = KDA.adapter_class()(q, k, v, g, beta, o, use_qk_l2norm_in_kernel=True, initial_state=h0, final_state=ht, cu_seqlens=cu, schedule="parallel")
+    set_parallel_options(plan, {"state": {"tma": True, "tma_store": True}})
+    plan.compile()
+    ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda")
+    args = (q, k, v, g, beta, o, h0, ht, cu)
+    plan.execute(*args, workspace=ws)
+    torch.cuda.synchronize()
+    detectors.assert_no_sync_no_alloc(lambda: plan.execute(*args, workspace=ws), repeats=3)
+    detectors.assert_capture_matches_eager(lambda: plan(*args, workspace=ws), [o, ht])
+
+
+# -- compile-only (CPU, CUTE_DSL_ARCH=sm_90a): the options build, spill nothing and emit what they claim -----------------
+
+
+@pytest.mark.compile_only
+def test_state_pass_compile_only(tmp_path):
+    """K = 128, varlen, h0 / ht: the default key routes to the narrow kernel at v_slice 32 (two stages, cp.async, seven
+    CTA barriers in the two unrolled chunks); ``stages`` = 4 waits with ``cp.async.wait_group 2``; ``tma`` issues
+    the four operands by ``cp.async.bulk.tensor`` (per chunk 2 K / 64 + 2 boxes, the first stage ahead in the
+    prologue), waits on mbarriers, has no cp.async and two CTA barriers per chunk; ``tma_store`` writes h and vnt by
+    TMA stores issued by one elected lane; every build with the cudnn prefix,
+    frame size 0 and no local memory. Unknown widths / stage counts are ValueErrors."""
+    skip_unless_family_dsl(KDA)
+    pytest.importorskip("cutlass")
+    import cuda.bindings.driver as cuda
+    import cutlass.cute as cute
+    from cutlass import Int32
+
+    from cudnn.linear_attention._host.chunk_parallel import fake_workspace_pointers
+    from cudnn.linear_attention._host.launch import fake_gmem_ptr as fp
+    from cudnn.linear_attention.kda.chunk_parallel_state_kernel import KdaParallelStateKey, KimiDeltaAttentionParallelState
+    from cudnn.linear_attention.kda.chunk_parallel_state_narrow_kernel import KimiDeltaAttentionParallelStateNarrow
+    from cudnn_testing.compile_only import keep_artifacts, kernel_symbols
+
+    base = dict(head_dim=128, varlen=True, has_initial=True, has_final=True)
+    assert KdaParallelStateKey(**base).v_slice == 32 and KdaParallelStateKey(**base).stages == 2 and not KdaParallelStateKey(**base).tma
+    assert KimiDeltaAttentionParallelState.for_key(KdaParallelStateKey(**base)) is KimiDeltaAttentionParallelStateNarrow
+    with pytest.raises(ValueError, match="v_slice=48"):
+        KimiDeltaAttentionParallelState.for_key(KdaParallelStateKey(**base, v_slice=48))
+    with pytest.raises(ValueError, match="stages=5"):
+        KimiDeltaAttentionParallelState.for_key(KdaParallelStateKey(**base, stages=5))
+    with pytest.raises(ValueError, match="tma_store=True needs tma=True"):
+        KimiDeltaAttentionParallelState.for_key(KdaParallelStateKey(**base, tma_store=True))
+
+    ptrs = [fp("Int32", 4), fp("Float32", 4), fp("Float32", 4)]
+    texts = {}
+    for name, extra in (("default", {}), ("s4", {"stages": 4}), ("tma", {"tma": True}), ("ts", {"tma": True, "tma_store": True})):
+        key = KdaParallelStateKey(**base, **extra)
+        with keep_artifacts(tmp_path / name) as ptx:
+            cute.compile(KimiDeltaAttentionParallelState.for_key(key)(key), *ptrs, *fake_workspace_pointers(), *[Int32(8)] * 5, cuda.CUstream(0))
+            texts[name] = ptx()
+        names = kernel_symbols(texts[name])
+        assert len(names) == 1 and names[0].startswith("cudnn_") and "cutlass" not in names[0].lower(), names
+        assert "ld.local" not in texts[name] and "st.local" not in texts[name]
+        assert all(f == 0 for f in frame_sizes(tmp_path / name)), (name, frame_sizes(tmp_path / name))
+        stages = extra.get("stages", 2)
+        mma = re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k16)", texts[name])
+        assert mma == ["m64n32k16"] * (stages * 16), (name, len(mma))
+    d, s4, tma, ts = texts["default"], texts["s4"], texts["tma"], texts["ts"]
+    assert len(re.findall(r"bar\.sync\s+0;", d)) == 7 and "cp.async.bulk" not in d and "mbarrier" not in d
+    assert re.findall(r"cp\.async\.wait_group\s+(\d+);", s4) == ["2"] * 5
+    assert "cp.async.cg" not in tma and "cp.async.wait_group" not in tma
+    assert tma.count("cp.async.bulk.tensor.2d.shared::cta.global.tile.mbarrier::complete_tx::bytes") == 6 * 3
+    assert tma.count("mbarrier.arrive.expect_tx") == 3 and "mbarrier.try_wait.parity" in tma and "mbarrier.init" in tma
+    assert len(re.findall(r"bar\.sync\s+0;", tma)) == 1 + 2 * 2  # prologue + two per chunk (was three)
+    # tma_store: h (K / 64 boxes) and vnt (one box) per chunk by TMA from one elected lane, no 16-byte global stores left
+    # but the final state's; each store group waited for reading before its tile is rewritten, all of them at the end
+    stores = re.findall(r"elect\.sync[^\n]*\n(?:[^\n]*\n){0,6}?\s*cp\.async\.bulk\.tensor\.2d\.global\.shared", ts)
+    assert ts.count("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group") == 2 * 3 and len(stores) == 2 * 2, len(stores)
+    assert "st.global.v4" not in ts and "st.global.v4" in d and ts.count("cp.async.bulk.wait_group.read") == 2 * 2
+    assert len(re.findall(r"cp\.async\.bulk\.wait_group\s+0;", ts)) == 1 and len(re.findall(r"bar\.sync\s+0;", ts)) == 1 + 2 * 2
