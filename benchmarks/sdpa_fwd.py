@@ -13,7 +13,8 @@ a varlen mix (THD) and decode batches (S_q = 1): B = 64 dense KV, B = 2 with S_k
     python benchmarks/sdpa_fwd.py --only=decode,d64,d128+s4k    # a subset -> docs/benchmarks/sdpa_fwd_subset.*
     python benchmarks/sdpa_fwd.py --only=decode                 # decode rows in GB/s, + the decode plan A/B columns
     python benchmarks/sdpa_fwd.py --only=decode --kv3           # decode rows, plus the kernel with a 3-deep K/V ring
-    python benchmarks/sdpa_fwd.py --quick --providers=ours,fa4   # any run: only the listed columns
+    python benchmarks/sdpa_fwd.py --quick --providers=ours,ours-tail,fa4   # any run: only the listed columns
+                                                # (ours-tail: ragged_tail, the first key block at its visible width)
     python benchmarks/sdpa_fwd.py --quick --old-options         # + the decided session-3 columns (cvt, pers, n176, ...)
     python benchmarks/sdpa_fwd.py --overhead                    # host us/call -> docs/benchmarks/sdpa_fwd_overhead.md
     python benchmarks/sdpa_fwd.py --causal      # the session-4 A/B (~90 s): d128 causal s1k / s4k / s8k, d64 s8k both
@@ -313,6 +314,13 @@ def make_ours_emu8(case):
     return _make_ours_prefill_plan(case, only_d=64, dense_only=True, exp2_emu=8)
 
 
+def make_ours_tail(case):
+    """Prefill rows: ``ragged_tail=True`` (each warpgroup's first key block, the partial last block or the causal
+    diagonal, at the width its rows see: S GEMM N = 64 / 128, softmax on that slice, PV k-loop stopped there; d128 s4k
+    non-causal: 4096 = 21 x 192 + 64). The A/B for flipping RAGGED_TAIL_DEFAULT."""
+    return _make_ours_prefill_plan(case, ragged_tail=True)
+
+
 #: The masked-path A/B set (--causal): the causal d = 128 rows of the quick set, d = 64 s8k both masks, the varlen mix.
 CAUSAL_AB_LABELS = ("d128 s1k b16 causal", "d128 s4k b4 causal", "d128 s8k b2 causal", "d64 s8k b2", "d64 s8k b2 causal", "varlen d128 7 seqs causal")
 
@@ -580,6 +588,7 @@ def main():
         ]
         providers = [
             providers[0],
+            Provider("ours-tail", make_ours_tail),
             Provider("ours-m192-kv3", make_ours_m192_kv3),
             *(old if "--old-options" in sys.argv else []),
             providers[1],

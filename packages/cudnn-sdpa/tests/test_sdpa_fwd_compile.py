@@ -184,3 +184,44 @@ def test_varlen_compact_order_covers_every_tile_once():
             for m, h, b in valid:
                 assert seen.get((b, h), m + 1) > m
                 seen[(b, h)] = m
+
+
+def test_ragged_tail_widths_and_plan_option():
+    """``ragged_tail``'s compiled S GEMM widths per key tile (at most three, the tile last), and the plan option reaching
+    the key: None = RAGGED_TAIL_DEFAULT (off), a non-bool a ValueError (metadata only, no compile)."""
+    from cudnn.sdpa.fwd import api
+    from cudnn.sdpa.fwd.api import SdpaFwdSm90
+    from cudnn.sdpa.fwd.kernel_key import ragged_tail_widths
+
+    assert ragged_tail_widths(192) == (64, 128, 192)
+    assert ragged_tail_widths(176) == (64, 128, 176)
+    assert ragged_tail_widths(128) == (64, 128)
+    assert ragged_tail_widths(80) == (64, 80)
+    assert ragged_tail_widths(64) == (64,)
+    q = TensorDesc.contiguous((2, 8, 4096, 128), "bfloat16", "q")
+    for opt, want in ((True, True), (False, False), (None, api.RAGGED_TAIL_DEFAULT)):
+        p = SdpaFwdSm90(q, q, q, ragged_tail=opt)
+        assert p.check_support() and p.key.ragged_tail is want
+    with pytest.raises(ValueError, match="ragged_tail"):
+        SdpaFwdSm90(q, q, q, ragged_tail=1).check_support()
+
+
+def test_ragged_tail_ptx_has_the_narrow_wgmma(tmp_path):
+    """``ragged_tail`` on the d = 128 non-causal plan (key tile 192: widths 64 / 128 / 192): the first block's S GEMM is
+    also issued at N = 64 (m64n64k16: the default plan's S GEMMs are all n192, its PV GEMMs n128), and the kernel
+    compiles with no stack frame (no spills); TMA, the ``cudnn`` symbol prefix, no local memory."""
+    from cudnn.sdpa.fwd.kernel_key import SdpaFwdKey
+    from cudnn.sdpa.fwd.kernel_sm90 import compile_sdpa_fwd
+    from cudnn_testing.compile_only import frame_sizes, keep_artifacts
+
+    key = SdpaFwdKey("bf16", 128, 128, 1, False, False, False, True, False, False, False, tile_n=192, packed_cvt=True, ragged_tail=True)
+    with keep_artifacts(tmp_path / "dump") as ptx_text:
+        compile_sdpa_fwd(key)
+        ptx = ptx_text()
+    for n in (64, 128, 192):
+        assert f"wgmma.mma_async.sync.aligned.m64n{n}k16" in ptx, n
+    assert "cp.async.bulk.tensor" in ptx and ".local" not in ptx
+    syms = kernel_symbols(ptx)
+    assert syms and all(s.startswith("cudnn") for s in syms), syms
+    frames = frame_sizes(tmp_path / "dump")
+    assert frames and all(f == 0 for f in frames), frames

@@ -353,3 +353,65 @@ def test_exp2_emu_matches_reference(emu, base, case):
     out, lse = _run(q, k, v, causal, br, window, pins=pins, exp2_emu=emu, **opts)
     torch.cuda.synchronize()
     _check_ref(q, k, v, out, lse, is_causal=causal, bottom_right=br, window=window)
+
+
+# ragged_tail: each warpgroup's first key block (the highest: the partial last block, the causal diagonal) runs at the
+# narrowest compiled width (64 / 128 / the tile) covering the keys its 64 rows can see. Expected bitwise equal to the
+# default plan: the narrower WGMMA computes each score as the full one does, the row sum is a sequential add chain (the
+# default only adds the masked columns' zeros after it), and the PV k-blocks it skips multiply P = 0. Key lengths end in
+# every remainder class of the key tile: exact multiples, 1 key, 64 / 65 (the 64 -> 128 width step), 128 / 129, 191.
+# Distinct plans are few (each case compiles its key and the default's; the s_kv sweep shares one pair).
+# (dtype, d, b, h, h_kv, s_q, s_kv, causal, bottom_right, window)
+TAIL_CASES = [
+    *[(torch.bfloat16, 128, 2, 4, 2, 257, sk, False, False, (-1, -1)) for sk in (768, 769, 832, 833, 896, 897, 959)],  # key tile 192, GQA 2
+    *[(torch.float16, 128, 1, 4, 4, s, s, True, False, (-1, -1)) for s in (1024, 1025, 1088, 1089)],  # 128 x 128: WG 0 sees 64 keys of the diagonal
+    (torch.float16, 128, 2, 4, 4, 500, 1089, True, True, (-1, -1)),  # bottom-right, S_q < S_kv: the diagonal off the block grid
+    (torch.float16, 128, 1, 4, 4, 1089, 700, True, True, (-1, -1)),  # bottom-right, S_q > S_kv: rows with no visible key
+    (torch.bfloat16, 64, 2, 8, 4, 1000, 1000, True, False, (-1, -1)),  # 192 x 128 tile, three warpgroups, three widths
+    (torch.bfloat16, 256, 2, 4, 4, 300, 700, False, False, (-1, -1)),  # key tile 80 (widths 64 / 80): 700 = 8 x 80 + 60; o_rescale_early
+    (torch.bfloat16, 128, 2, 4, 2, 900, 900, False, True, (100, 0)),  # sliding window: left and right limits
+    (torch.bfloat16, 128, 2, 8, 2, 16, 1000, True, True, (-1, -1)),  # decode chunk: pack-GQA rows (s * 4 + g), 64-row tile
+]
+
+
+@pytest.mark.parametrize(
+    "case", TAIL_CASES, ids=lambda c: f"ragged_tail-{str(c[0])[6:]}-d{c[1]}-h{c[3]}:{c[4]}-s{c[5]}x{c[6]}-c{int(c[7])}br{int(c[8])}-w{c[9][0]},{c[9][1]}"
+)
+def test_ragged_tail_matches_reference_and_default(case):
+    dtype, d, b, h, hk, sq, sk, causal, br, window = case
+    q, k, v = _make((b, h, sq, d), dtype), _make((b, hk, sk, d), dtype), _make((b, hk, sk, d), dtype)
+    o_tail, lse_tail = _run(q, k, v, causal, br, window, ragged_tail=True)
+    o_def, lse_def = _run(q, k, v, causal, br, window, ragged_tail=False)
+    torch.cuda.synchronize()
+    _check_ref(q, k, v, o_tail, lse_tail, is_causal=causal, bottom_right=br, window=window)
+    assert torch.equal(o_tail, o_def), "ragged_tail: O differs from the default plan"
+    assert torch.equal(lse_tail, lse_def), "ragged_tail: LSE differs from the default plan"
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+def test_ragged_tail_thd_varlen(causal):
+    """THD varlen, sequences ending in every remainder class (one-token and empty ones too), 8 heads over 2 kv heads,
+    LSE: key tile 128 (causal) / 192 (non-causal); the reference, and bitwise the default plan."""
+    from cudnn.sdpa.fwd.api import SdpaFwdSm90
+
+    lens = [1, 0, 64, 65, 128, 129, 191, 192, 193, 1, 300, 1000, 777]
+    q, k, v, cu, cu_t = _thd(lens, 8, 2, 128)
+    outs = []
+    for tail in (True, False):
+        out = poison(torch.empty_like(q))
+        lse = poison(torch.empty(8, cu[-1], device="cuda"))
+        plan = SdpaFwdSm90(q, k, v, out, lse, is_causal=causal, cu_seqlens_q=cu_t, cu_seqlens_kv=cu_t, max_seqlen_q=max(lens),
+                           max_seqlen_kv=max(lens), ragged_tail=tail)  # fmt: skip
+        plan.compile()
+        assert plan.key.ragged_tail is tail
+        plan.execute(q, k, v, out, lse, None, cu_t, cu_t, max(lens))
+        outs.append((out, lse))
+    torch.cuda.synchronize()
+    (out, lse), (out_def, lse_def) = outs
+    ref, ref_lse = attention_ref_varlen(q, k, v, cu, cu, is_causal=causal)
+    lowp, _ = attention_ref_varlen(q, k, v, cu, cu, is_causal=causal, upcast=False)
+    assert_close_fa(out, ref, lowp, "o")
+    finite = torch.isfinite(ref_lse)
+    assert torch.equal(torch.isfinite(lse), finite)
+    assert (lse[finite] - ref_lse[finite]).abs().max().item() < 1e-3
+    assert torch.equal(out, out_def) and torch.equal(lse, lse_def), "ragged_tail: differs from the default plan"

@@ -86,6 +86,10 @@ EXP2_EMU_DEFAULT = 0
 #: ``tile_n=None`` on an unmasked, unpaged, unpacked d = 128 / 128 plan takes this key tile when nonzero (0: tile_config's
 #: 128): 192 (FA4's sm90 choice), d128 non-causal s4k 626 vs 611, s8k 655 vs 604 (176: 596 / 616).
 TILE_N_NONCAUSAL_D128_DEFAULT = 192
+#: ``ragged_tail=None`` means RAGGED_TAIL_DEFAULT (the first key block of a warpgroup, the sequence's partial last block or
+#: the causal diagonal, run at the width its rows can see: an S GEMM of N = 64 / 128 instead of the whole key tile, its
+#: softmax on that slice and its PV GEMM's k-loop stopped there): off until an H200 A/B (d128 s4k: 4096 = 21 x 192 + 64).
+RAGGED_TAIL_DEFAULT = False
 #: ``fast_guard=None`` means FAST_GUARD_DEFAULT (host only, not a compile-key field): a repeated execute() checks its
 #: tensors' metadata with one C++ call (torch's dynamo ``TensorGuards``: dtype, device, dispatch keys, sizes and strides
 #: of every tensor argument at once) against the layout that repeated last instead of building and comparing the
@@ -123,7 +127,9 @@ class SdpaFwdSm90(APIBase):
     ``mask_r2p`` (masked key blocks select scores on per-row 32-bit keep masks instead of one branch per score, bitwise
     the same); ``persistent_pairs`` (persistent plans: each CTA takes query blocks M - 1 - j and j of one head back to
     back, so the static stride deals equal causal work to every CTA); ``exp2_emu`` (N > 0: one exponential in N per row of
-    the unmasked key blocks computed on the FMA pipe instead of MUFU, 7.5e-5 relative error).
+    the unmasked key blocks computed on the FMA pipe instead of MUFU, 7.5e-5 relative error); ``ragged_tail`` (the first
+    key block of each warpgroup, the partial last block or the causal diagonal, at the width its rows see: S GEMM N = 64
+    or 128 instead of the key tile, softmax on that slice, PV k-loop stopped there).
 
     Host-side option (no compile-key field, the same kernel): ``fast_guard`` (execute() checks a repeated call's tensor
     metadata with one C++ TensorGuards call instead of building the metadata tuple in Python; see :meth:`execute`).
@@ -165,6 +171,7 @@ class SdpaFwdSm90(APIBase):
         persistent_pairs: bool | None = None,
         exp2_emu: int | None = None,
         fast_guard: bool | None = None,
+        ragged_tail: bool | None = None,
     ):
         super().__init__()
         self.fast_guard = fast_guard  # None: FAST_GUARD_DEFAULT (host-side execute option, see execute)
@@ -179,6 +186,7 @@ class SdpaFwdSm90(APIBase):
         self.mask_r2p = mask_r2p  # None: MASK_R2P_DEFAULT
         self.persistent_pairs = persistent_pairs  # None: PERSISTENT_PAIRS_DEFAULT on persistent plans
         self.exp2_emu = exp2_emu  # None: EXP2_EMU_DEFAULT
+        self.ragged_tail = ragged_tail  # None: RAGGED_TAIL_DEFAULT
         self.kv_stages = kv_stages
         self.page_prefetch = page_prefetch  # None: PAGE_PREFETCH_DEFAULT for paged plans
         self.tile_m64 = tile_m64  # None: TILE_M64_DECODE_DEFAULT for pack-GQA decode tiles
@@ -377,6 +385,10 @@ class SdpaFwdSm90(APIBase):
             isinstance(exp2_emu, bool) or not isinstance(exp2_emu, int) or not (exp2_emu == 0 or 2 <= exp2_emu <= 64),
             f"SdpaFwdSm90: exp2_emu={exp2_emu!r} must be 0 (every exponential on MUFU) or an int N in [2, 64] (one in N on the FMA pipe)",
         )
+        self._value_error_if(
+            self.ragged_tail is not None and not isinstance(self.ragged_tail, bool),
+            f"SdpaFwdSm90: ragged_tail={self.ragged_tail!r} must be a bool (or None)",
+        )
         self._value_error_if(bool(self.varlen_lpt) and not self.varlen, "SdpaFwdSm90: varlen_lpt is a THD varlen option (it needs cu_seqlens_q)")
         varlen_lpt = self.varlen_lpt if self.varlen_lpt is not None else (self.varlen and VARLEN_LPT_DEFAULT)
         self._value_error_if(bool(self.varlen_compact) and not self.varlen, "SdpaFwdSm90: varlen_compact is a THD varlen option (it needs cu_seqlens_q)")
@@ -422,6 +434,7 @@ class SdpaFwdSm90(APIBase):
             bool(self.mask_r2p if self.mask_r2p is not None else MASK_R2P_DEFAULT),
             bool(pairs),
             int(exp2_emu),
+            bool(self.ragged_tail if self.ragged_tail is not None else RAGGED_TAIL_DEFAULT),
         )
         self._is_supported = True
         return True

@@ -54,10 +54,19 @@ class SdpaFwdKey(AttentionKey):
     # batch), about M + 1 causal key blocks each, dealt by the static stride (StaticPersistentTileScheduler.tile_pair)
     exp2_emu: int = 0  # N > 0: in key blocks with no masked score, one exponential in N per row on the FMA pipe (degree-3
     # polynomial, _device/softmax.exp2_fma) instead of MUFU.EX2, whose 4 lanes per SM partition bound d = 64 blocks
+    ragged_tail: bool = False  # the first key block a warpgroup processes (the highest: the sequence's partial last block,
+    # or the causal diagonal) at the width its rows can see, the narrowest of ragged_tail_widths(tile_n) covering it: a
+    # narrower S GEMM (N = 64 / 128), its mask, softmax and P convert on that slice, and its PV GEMM's k-loop stopped there
 
     @property
     def paged(self) -> bool:
         return self.page_size > 0
+
+
+def ragged_tail_widths(tile_n: int) -> tuple[int, ...]:
+    """The S GEMM widths a ``ragged_tail`` plan compiles for its first key block: 64 and 128 where narrower than the key
+    tile, then the tile itself (at most three, chosen at runtime from the visible key count; never a compile-key value)."""
+    return tuple(w for w in (64, 128) if w < tile_n) + (tile_n,)
 
 
 #: Most key splits a split-KV launch uses (the combine kernel loops over them at runtime; this bounds the workspace).
