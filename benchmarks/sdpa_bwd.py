@@ -13,27 +13,27 @@ cudnn.sdpa.bwd.kernel_key.TUNING_FIELDS), on the same inputs, so one run A/Bs th
 ``ours-stats`` (lse / dpsum rows bulk-copied with Q / dO), ``ours-ds2`` (double-buffered dS^T, one barrier less per
 query block), ``ours-prepost`` (coalesced pre/postprocess: four threads per row), ``ours-all`` (all four) and
 ``ours-splitd`` / ``ours-splitd2`` (the split-head-dim kernel that serves d256, with the coalesced pre/postprocess;
-``2``: with double-buffered P^T / dS^T), ``ours-bulk`` (ours-all with dq_bulk for dq_tma: the dQ partial in
+``2``: with double-buffered P^T / dS^T, the d256 default until session 5), ``ours-bulk`` (ours-all with dq_bulk for dq_tma: the dQ partial in
 MMA-fragment order, one contiguous bulk reduce-add per warpgroup) and ``ours-bulkw`` (the same, the reduce-adds
 issued by a dedicated writer warp, as FA3 / FA4 do); ``ours-m80`` (FA3 / FA4's d128 query tile of 80 rows: dQ^T
 staged through a 128-byte swizzle and TMA reduce-adds, with dq_tma, stats_tma, ds2, prepost; d128 only), ``ours-m80w``
 (the same, the reduce-adds from the writer warp), ``ours-dqt`` (m80's dQ^T staging and 128-byte-row TMA boxes at 64
 rows: separates the tile's gain from the staging's) and ``ours-tmaw`` (dq_tma's 64-row schedule with the writer warp);
 ``ours-splitdb`` (d256: split_d with FA4's dQ path: one 64 x 128 dQ GEMM per warpgroup, staged in fragment order and
-added by one bulk reduce-add per warpgroup from the writer warp, one Q / dO stage) and ``ours-splitdc`` (the same in
-clusters of two key blocks whose producers multicast halves of every Q / dO tile: a quarter less L2 traffic per FLOP),
-``ours-splitdw`` / ``ours-splitdwc`` (those two with S^T on one consumer warpgroup and dP^T on the other, 64 x 64
-each: a third less shared-memory operand traffic for the two GEMMs), ``ours-splitdcp`` / ``ours-splitdwcp`` (the
-cluster ones with the pair's dQ partials summed in shared memory: half the fp32 reduce-add traffic), ``ours-splitdr`` /
-``ours-splitdrcp`` (sdpwg with dV whole on warpgroup 1 and dK on warpgroup 2 as 64 x 256 RS WGMMAs from the P^T / dS^T
-registers; ``rcp``: with cluster2 and dqpair, every d256 option);
+added by one bulk reduce-add per warpgroup from the writer warp, one Q / dO stage), ``ours-splitdw`` (the same with S^T
+on one consumer warpgroup and dP^T on the other, 64 x 64 each: a third less shared-memory operand traffic for the two
+GEMMs), ``ours-splitdr`` (sdpwg with dV whole on warpgroup 1 and dK on warpgroup 2 as 64 x 256 RS WGMMAs from the
+P^T / dS^T registers: the d256 default since session 5, so ``ours`` at d256) and ``ours-splitdr2`` (splitdr with
+``dkvearly``: both RS GEMMs from one call site, which keeps ptxas from serializing the kernel's WGMMAs, issued before
+the dS^T barrier, Q / dO released per warpgroup, dO loaded first); session 4's cluster variants (``ours-splitdc``,
+``-splitdcp``, ``-splitdrcp``, ...) lost on the H200 and were removed in session 5;
 ``ours-l2dq`` / ``ours-bulkw-l2dq``: ours / ours-bulkw with the
 plan's private ``_l2_group_dq`` (the main kernel's L2 groups of heads sized counting the fp32 dQ accumulator: half as
 many heads in flight at d128; a launch argument, same kernels). A short A/B of these against the peers:
 
     python benchmarks/sdpa_bwd.py --quick --providers=ours,ours-bulk,ours-bulkw,ours-l2dq,ours-bulkw-l2dq,fa4,torch-cudnn
     python benchmarks/sdpa_bwd.py --quick --providers=ours,ours-m80,ours-m80w,ours-dqt,ours-tmaw,fa4,torch-cudnn
-    python benchmarks/sdpa_bwd.py --only=d256 --providers=ours,fa4,torch-cudnn,ours-splitdb,ours-splitdc,ours-splitdw,ours-splitdwc,ours-splitdcp,ours-splitdwcp,ours-splitdr,ours-splitdrcp --out=sdpa_bwd_d256
+    python benchmarks/sdpa_bwd.py --only="d256 s8k" --providers=ours,fa4,torch-cudnn,ours-splitdr2 --out=sdpa_bwd_d256
 
     python benchmarks/sdpa_bwd.py [--quick]     # writes docs/benchmarks/sdpa_bwd.{md,csv,png}; --quick: d128 8k (causal and not) + d256 8k -> sdpa_bwd_quick.*; --providers=a,b
     # --providers=a,b also orders the columns (and the runs within a case); --only=d128 keeps the cases whose label
@@ -133,18 +133,15 @@ VARIANTS = {
     "ours-dqt": ("dq_tma", "stats_tma", "ds2", "prepost", "dqt"),
     "ours-tmaw": ("dq_tma", "dq_writer", "stats_tma", "ds2", "prepost"),
     # d256 (issue #6): split_d with FA4's dQ path (one dQ GEMM per warpgroup, fragment-ordered staging, a bulk
-    # reduce-add from the writer warp, one Q / dO stage) and the same in clusters of two key blocks with Q / dO multicast
+    # reduce-add from the writer warp, one Q / dO stage)
     "ours-splitdb": ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost"),
-    "ours-splitdc": ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "cluster2"),
     # ... with S^T on one consumer warpgroup and dP^T on the other (64 x 64 WGMMAs: less shared-memory operand traffic)
     "ours-splitdw": ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "sdpwg"),
-    "ours-splitdwc": ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "sdpwg", "cluster2"),
-    # ... the cluster's two dQ partials summed in shared memory first: one 32 KiB global reduce-add per CTA and block
-    "ours-splitdcp": ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "cluster2", "dqpair"),
-    "ours-splitdwcp": ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "sdpwg", "cluster2", "dqpair"),
-    # ... with dV whole on one warpgroup and dK on the other as RS WGMMAs (64 x 256, A from the P^T / dS^T registers)
+    # ... with dV whole on one warpgroup and dK on the other as RS WGMMAs (64 x 256, A from the P^T / dS^T registers):
+    # the d256 default since session 5 (bwd/api.py D256_TUNING)
     "ours-splitdr": ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "sdpwg", "dkvrs"),
-    "ours-splitdrcp": ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "sdpwg", "dkvrs", "cluster2", "dqpair"),
+    # ... with dkvearly: the RS GEMMs from one call site (no ptxas WGMMA serialization) ahead of the dS^T barrier
+    "ours-splitdr2": ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "sdpwg", "dkvrs", "dkvearly"),
 }
 
 
@@ -239,14 +236,14 @@ def compile_check() -> list[str]:
     )
     compile_sdpa_bwd_main(key)
     names.append("sdpa_bwd_main_sm90a_bf16_d128_m80_writer")
-    # ours-splitdc's main kernel (d256, clusters of two with Q / dO multicast) and its fragment-order postprocess
+    # ours-splitdr2's main kernel (d256: the default dkvrs schedule with dkvearly) and its fragment-order postprocess
     key = SdpaBwdKey(
         "bf16", 256, 256, 1, False, False, False, False, False, False, False, split_d=True, ds_double_buffer=True, dq_bulk=True, dq_writer=True,
-        kv_cluster=True,
+        sdp_wg=True, dkv_rs=True, dkv_early=True,
     )  # fmt: skip
     for what, fn in (("main", compile_sdpa_bwd_main), ("post", compile_sdpa_bwd_post)):
         fn(key)
-        names.append(f"sdpa_bwd_{what}_sm90a_bf16_d256_split_d_bulk_cluster2")
+        names.append(f"sdpa_bwd_{what}_sm90a_bf16_d256_split_d_dkvrs_early")
     return names
 
 

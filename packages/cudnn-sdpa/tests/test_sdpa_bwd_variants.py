@@ -140,6 +140,7 @@ def test_variant_grads_match_reference(case):
     assert plan.key.split_d == ("split_d" in tuning)
     assert plan.key.dq_bulk == ("dq_bulk" in tuning) and plan.key.dq_writer == ("dq_writer" in tuning)
     assert plan.key.tile_m80 == ("m80" in tuning) and plan.key.dq_t128 == ("dqt" in tuning)
+    assert plan.key.sdp_wg == ("sdpwg" in tuning) and plan.key.dkv_rs == ("dkvrs" in tuning) and plan.key.dkv_early == ("dkvearly" in tuning)
     ref = attention_grads_ref(q, k, v, do, **kw)
     lowp = attention_grads_ref(q, k, v, do, upcast=False, **kw)
     for name, g, r, lp in zip(("dq", "dk", "dv"), (dq, dk, dv), ref, lowp, strict=False):
@@ -236,46 +237,36 @@ def test_l2dq_launch_order_grads_match_reference():
 # ---------------------------------------------------------------------------------------------------------------------
 # d256 (issue #6): split_d with FA4's dQ path (``dq_bulk``: one 64 x 128 dQ GEMM per warpgroup, fragment-ordered
 # staging, one bulk reduce-add per warpgroup; one Q / dO stage; the P^T / dS^T buffer pair chosen by the pipeline phase
-# with ds2) and ``cluster2`` (kernel_splitd_cluster_sm90.py: clusters of two key blocks, Q / dO halves multicast, the
-# union of the pair's query-block ranges). Pruned like SPLIT's grid: the writer warp with ds2 is the benchmarked schedule
-# (dense, GQA causal odd lengths, varlen); without both (SPLITB1) one two-sided window. The cluster meets an even
-# key-block count (dense), an odd one (257 and 129 keys: a padded last CTA that only loads and masks), the causal
-# diagonal (the second CTA's extra fully masked block), S_q > S_kv bottom-right (empty rows), a two-sided window (the
-# pair's ranges differ at both ends) and varlen (pairs past a short sequence's keys, a sequence of 1 and of 0 rows).
-# ``sdpwg`` (S^T on warpgroup 1, dP^T on warpgroup 2, each 64 x 64; dS^T from P^T read back in bf16) meets GQA causal
-# odd lengths and a window, and with the cluster dense and varlen; ``dqpair`` (the cluster's two dQ partials summed in
-# shared memory, one global reduce-add per CTA) dense, GQA causal with a padded CTA, a window and varlen; ``dkvrs``
-# (with sdpwg: dV whole on warpgroup 1, dK whole on warpgroup 2, RS WGMMAs 64 x 256 from the P^T / dS^T registers)
-# GQA causal odd lengths and bottom-right with empty rows, and with every option (cluster2, dqpair) dense, GQA causal
-# and varlen. 17 + 6 tests, 23 main-kernel compiles: about 120 s serially on the H200 host, under 60 s in the five
-# -k groups of the report's command (bulk_and_cluster and ...).
+# with ds2). Pruned like SPLIT's grid: the writer warp with ds2 (dense, GQA causal odd lengths, varlen); without both
+# (SPLITB1) one two-sided window. ``sdpwg`` (S^T on warpgroup 1, dP^T on warpgroup 2, each 64 x 64; dS^T from P^T read
+# back in bf16) meets GQA causal odd lengths and a window; ``dkvrs`` (with sdpwg: dV whole on warpgroup 1, dK whole on
+# warpgroup 2, RS WGMMAs 64 x 256 from the P^T / dS^T registers; the d256 default since session 5, D256_TUNING) meets
+# dense, GQA causal odd lengths, bottom-right with empty rows, a two-sided window, varlen and (below) sinks and a plan
+# built without ``_tuning``. ``dkvearly`` (SPLITR2, on dkvrs: the RS GEMMs issued before the P^T / dS^T barrier from
+# one call site, B = sQ's fragment shifted to sdO for warpgroup 1, Q / dO released per warpgroup, dO loaded first)
+# meets the same grid as SPLITR: dense, GQA causal odd lengths, bottom-right empty rows, a two-sided window (fp16),
+# varlen, sinks. (Session 4's cluster2 / dqpair variants lost on the H200 and were removed in session 5.)
+# 15 + 4 + 2 tests, 13 main-kernel compiles: about 80 s on the H200 host (``-k dkvearly``: 7 tests, about 35 s).
 SPLITB = ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost")
 SPLITB1 = ("split_d", "dq_bulk", "prepost")
-SPLITC = ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "cluster2")
 SPLITW = ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "sdpwg")
-SPLITWC = ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "sdpwg", "cluster2")
-SPLITCP = ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "cluster2", "dqpair")
 SPLITR = ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "sdpwg", "dkvrs")
-SPLITRCP = ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "sdpwg", "dkvrs", "cluster2", "dqpair")
+SPLITR2 = SPLITR + ("dkvearly",)
 
 D256_CASES = [
     (SPLITB, torch.bfloat16, 256, 4, 4, 512, 512, False, False, (-1, -1), BHSD),
     (SPLITB, torch.bfloat16, 256, 8, 2, 300, 257, True, False, (-1, -1), BSHD),  # odd lengths, GQA 4
     (SPLITB1, torch.float16, 256, 4, 2, 500, 700, False, False, (70, 33), BHSD),  # two-sided window, consumers issue the adds
-    (SPLITC, torch.bfloat16, 256, 4, 4, 512, 512, False, False, (-1, -1), BHSD),  # 8 key blocks: 4 full pairs
-    (SPLITC, torch.bfloat16, 256, 8, 2, 300, 257, True, False, (-1, -1), BSHD),  # 5 key blocks: a padded 6th CTA; GQA 4
-    (SPLITC, torch.bfloat16, 256, 4, 4, 700, 129, True, True, (-1, -1), BSHD),  # S_q > S_kv bottom-right: empty rows
-    (SPLITC, torch.float16, 256, 4, 2, 500, 700, False, False, (70, 33), BHSD),  # two-sided window
     (SPLITW, torch.bfloat16, 256, 8, 2, 300, 257, True, False, (-1, -1), BSHD),  # S^T / dP^T one per warpgroup, P^T via bf16
     (SPLITW, torch.float16, 256, 4, 2, 500, 700, False, False, (70, 33), BHSD),
-    (SPLITWC, torch.bfloat16, 256, 4, 4, 512, 512, False, False, (-1, -1), BHSD),
-    (SPLITCP, torch.bfloat16, 256, 4, 4, 512, 512, False, False, (-1, -1), BHSD),  # the pair's dQ summed in shared memory
-    (SPLITCP, torch.bfloat16, 256, 8, 2, 300, 257, True, False, (-1, -1), BSHD),  # GQA: one pair walks 4 heads; padded CTA
-    (SPLITCP, torch.float16, 256, 4, 2, 500, 700, False, False, (70, 33), BHSD),
-    (SPLITR, torch.bfloat16, 256, 8, 2, 300, 257, True, False, (-1, -1), BSHD),  # dV / dK whole on one warpgroup each (RS)
+    (SPLITR, torch.bfloat16, 256, 4, 4, 512, 512, False, False, (-1, -1), BHSD),  # dV / dK whole on one warpgroup each (RS)
+    (SPLITR, torch.bfloat16, 256, 8, 2, 300, 257, True, False, (-1, -1), BSHD),  # odd lengths, GQA 4
     (SPLITR, torch.float16, 256, 4, 4, 700, 129, True, True, (-1, -1), BHSD),  # S_q > S_kv bottom-right: empty rows
-    (SPLITRCP, torch.bfloat16, 256, 4, 4, 512, 512, False, False, (-1, -1), BHSD),  # every d256 option together
-    (SPLITRCP, torch.bfloat16, 256, 8, 2, 300, 257, True, False, (-1, -1), BSHD),
+    (SPLITR, torch.float16, 256, 4, 2, 500, 700, False, False, (70, 33), BHSD),  # two-sided window: key blocks no query sees
+    (SPLITR2, torch.bfloat16, 256, 4, 4, 512, 512, False, False, (-1, -1), BHSD),  # RS GEMMs before the barrier, one call site
+    (SPLITR2, torch.bfloat16, 256, 8, 2, 300, 257, True, False, (-1, -1), BSHD),  # odd lengths, GQA 4
+    (SPLITR2, torch.float16, 256, 4, 4, 700, 129, True, True, (-1, -1), BHSD),  # S_q > S_kv bottom-right: empty rows
+    (SPLITR2, torch.float16, 256, 4, 2, 500, 700, False, False, (70, 33), BHSD),  # two-sided window: key blocks no query sees
 ]
 
 
@@ -284,20 +275,41 @@ D256_CASES = [
     D256_CASES,
     ids=lambda c: f"{'+'.join(c[0])}-{str(c[1])[6:]}-h{c[3]}:{c[4]}-s{c[5]}x{c[6]}-c{int(c[7])}br{int(c[8])}-w{c[9][0]},{c[9][1]}",
 )
-def test_d256_bulk_and_cluster_grads_match_reference(case):
+def test_d256_bulk_grads_match_reference(case):
     test_variant_grads_match_reference(case)
 
 
 D256_VARLEN = [
     (SPLITB, False, torch.bfloat16, 256, 4, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], True, True, (-1, -1)),
-    (SPLITC, False, torch.bfloat16, 256, 4, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], True, True, (-1, -1)),
-    (SPLITC, False, torch.float16, 256, 4, 4, [1000, 33, 257], [1000, 33, 257], False, False, (-1, -1)),
-    (SPLITWC, False, torch.bfloat16, 256, 4, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], True, True, (-1, -1)),
-    (SPLITCP, False, torch.bfloat16, 256, 4, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], True, True, (-1, -1)),
-    (SPLITRCP, False, torch.bfloat16, 256, 4, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], True, True, (-1, -1)),
+    (SPLITR, False, torch.bfloat16, 256, 4, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], True, True, (-1, -1)),
+    (SPLITR, False, torch.float16, 256, 4, 4, [1000, 33, 257], [1000, 33, 257], False, False, (-1, -1)),
+    (SPLITR2, False, torch.bfloat16, 256, 4, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], True, True, (-1, -1)),
 ]
 
 
 @pytest.mark.parametrize("case", D256_VARLEN, ids=lambda c: f"{'+'.join(c[0])}-{str(c[2])[6:]}-{len(c[6])}seqs")
-def test_d256_bulk_and_cluster_thd_varlen_grads_match_reference(case):
+def test_d256_bulk_thd_varlen_grads_match_reference(case):
     test_variant_thd_varlen_grads_match_reference(case)
+
+
+@pytest.mark.parametrize("tuning", [None, SPLITR2], ids=["d256-default", "dkvearly"])
+def test_d256_with_sinks_and_their_gradient(tuning):
+    """d256 with sinks, GQA causal, odd length: the plan built without ``_tuning`` (D256_TUNING, the dkvrs schedule) and
+    dkvearly; dsinks against the fp32 reference by the rule of the d64 sinks test above."""
+    from cudnn.sdpa.bwd import api
+
+    b, h, hk, s, d = 2, 8, 2, 333, 256
+    q, k, v, do = (_make((b, x, s, d), torch.bfloat16, BSHD) for x in (h, hk, hk, h))
+    sinks = torch.randn(h, device="cuda") * 2
+    o, lse = attention_ref(q, k, v, is_causal=True, sinks=sinks)
+    o, lse = o.to(q.dtype), lse.float()
+    dq, dk, dv = (poison(torch.empty_like(x)) for x in (q, k, v))
+    plan, dsinks = _run(tuning, q, k, v, o, do, lse, dq, dk, dv, is_causal=True, sinks=sinks)
+    assert plan.key.split_d and plan.key.dkv_rs and plan.key.dkv_early == ("dkvearly" in plan._tuning)
+    assert plan._tuning == (api.D256_TUNING if tuning is None else tuning)
+    ref = attention_grads_ref(q, k, v, do, is_causal=True, sinks=sinks)
+    lowp = attention_grads_ref(q, k, v, do, upcast=False, is_causal=True, sinks=sinks)
+    for name, g, r, lp in zip(("dq", "dk", "dv"), (dq, dk, dv), ref, lowp, strict=False):
+        assert_close_fa(g, r, lp, name)
+    err = (dsinks - ref[3]).abs().max().item()
+    assert err <= 2 * (lowp[3].float() - ref[3]).abs().max().item() + 1e-3 * ref[3].abs().max().item() + 1e-4, err

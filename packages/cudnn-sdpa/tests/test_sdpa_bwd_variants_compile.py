@@ -166,7 +166,9 @@ def test_default_tuning_constants_drive_plans_built_without_tuning(monkeypatch):
     from cudnn.sdpa.bwd.api import SdpaBwdSm90
 
     # the defaults since the H200 A/B (docs/benchmarks/sdpa_bwd_quick.md)
-    assert api.DEFAULT_TUNING == ("dq_bulk", "stats_tma", "ds2", "prepost") and api.D256_TUNING == ("split_d", "ds2", "prepost")
+    assert api.DEFAULT_TUNING == ("dq_bulk", "stats_tma", "ds2", "prepost")
+    # d256 since the session-5 H200 A/B (docs/benchmarks/sdpa_bwd_d256.md, "ours-splitdr")
+    assert api.D256_TUNING == ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "sdpwg", "dkvrs")
     plan = SdpaBwdSm90(*_descs(), is_causal=True)  # causal: CAUSAL_TUNING (dq_writer too)
     plan.check_support()
     assert api.CAUSAL_TUNING == ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost")
@@ -184,7 +186,8 @@ def test_default_tuning_constants_drive_plans_built_without_tuning(monkeypatch):
     lse = TensorDesc.contiguous((1, 4, 256), "float32", "lse")
     wide = SdpaBwdSm90(q, q, q, q, q, lse)
     wide.check_support()
-    assert wide.key.split_d and wide.key.ds_double_buffer and not (wide.key.dq_tma or wide.key.dq_bulk)
+    assert wide.key.split_d and wide.key.ds_double_buffer and wide.key.dq_bulk and wide.key.dq_writer and wide.key.sdp_wg and wide.key.dkv_rs
+    assert not (wide.key.dq_tma or wide.key.stats_tma)
     monkeypatch.setattr(api, "D256_TUNING", None)
     with pytest.raises(NotImplementedError, match="head dim 256"):
         SdpaBwdSm90(q, q, q, q, q, lse).check_support()
@@ -360,7 +363,7 @@ def test_m80_dq_transposed_staging_hits_every_swizzled_element_once(option):
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# d256 (issue #6): split_d + dq_bulk (FA4's dQ path) and cluster2 (two-CTA clusters with Q / dO multicast)
+# d256 (issue #6): split_d + dq_bulk (FA4's dQ path), sdpwg, dkvrs (the default, D256_TUNING)
 
 
 def _d256_descs():
@@ -370,77 +373,41 @@ def _d256_descs():
     return q, kv, kv, q, q, lse
 
 
-def test_d256_bulk_and_cluster2_tunings_set_their_key_fields_and_bad_combinations_are_refused():
-    from cudnn.sdpa.bwd.api import D256_TUNING, SdpaBwdSm90
+def test_d256_bulk_tunings_set_their_key_fields_and_bad_combinations_are_refused():
+    from cudnn.sdpa.bwd.api import SdpaBwdSm90
     from cudnn.sdpa.bwd.kernel_key import SdpaBwdKey
     from cudnn.sdpa.bwd.kernel_splitd_sm90 import split_d_kernel_class
 
-    assert D256_TUNING == ("split_d", "ds2", "prepost")  # the default d256 schedule is unchanged
-    plan = SdpaBwdSm90(*_d256_descs(), is_causal=True, _tuning=("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "cluster2"))
+    plan = SdpaBwdSm90(*_d256_descs(), is_causal=True, _tuning=("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "sdpwg", "dkvrs"))
     assert plan.check_support()
     k = plan.key
-    assert k.split_d and k.dq_bulk and k.dq_writer and k.ds_double_buffer and k.kv_cluster and not k.dq_tma
+    assert k.split_d and k.dq_bulk and k.dq_writer and k.ds_double_buffer and k.sdp_wg and k.dkv_rs and not k.dq_tma
     bulk = SdpaBwdSm90(*_d256_descs(), is_causal=True, _tuning=("split_d", "dq_bulk", "dq_writer", "ds2", "prepost"))
-    assert bulk.check_support() and not bulk.key.kv_cluster and bulk.key != k  # a variant is its own kernel-cache entry
-    with pytest.raises(ValueError, match="kv_cluster"):
-        SdpaBwdSm90(*_d256_descs(), _tuning=("split_d", "cluster2")).check_support()
+    assert bulk.check_support() and not bulk.key.dkv_rs and bulk.key != k  # a variant is its own kernel-cache entry
+    with pytest.raises(ValueError, match="unknown _tuning"):  # session 4's cluster variants lost on the H200 and are gone
+        SdpaBwdSm90(*_d256_descs(), _tuning=("split_d", "dq_bulk", "ds2", "cluster2")).check_support()
+    with pytest.raises(ValueError, match="unknown _tuning"):
+        SdpaBwdSm90(*_d256_descs(), _tuning=("split_d", "dq_bulk", "dq_writer", "ds2", "dqpair")).check_support()
     with pytest.raises(ValueError, match="sdp_wg"):
         SdpaBwdSm90(*_d256_descs(), _tuning=("split_d", "dq_bulk", "sdpwg")).check_support()  # needs ds2's buffer pair
-    with pytest.raises(ValueError, match="dq_pair"):
-        SdpaBwdSm90(*_d256_descs(), _tuning=("split_d", "dq_bulk", "ds2", "cluster2", "dqpair")).check_support()  # needs the writer
-    pair = SdpaBwdSm90(*_d256_descs(), _tuning=("split_d", "dq_bulk", "dq_writer", "ds2", "cluster2", "dqpair"))
-    assert pair.check_support() and pair.key.dq_pair
     with pytest.raises(ValueError, match="dkv_rs"):
         SdpaBwdSm90(*_d256_descs(), _tuning=("split_d", "dq_bulk", "ds2", "dkvrs")).check_support()  # needs sdpwg
-    wg = SdpaBwdSm90(*_d256_descs(), _tuning=("split_d", "dq_bulk", "ds2", "sdpwg", "cluster2"))
-    assert wg.check_support() and wg.key.sdp_wg and wg.key.kv_cluster
+    wg = SdpaBwdSm90(*_d256_descs(), _tuning=("split_d", "dq_bulk", "ds2", "sdpwg"))
+    assert wg.check_support() and wg.key.sdp_wg and not wg.key.dq_writer
     with pytest.raises(ValueError, match="split_d \\+ dq_bulk"):
         SdpaBwdSm90(*_descs(), _tuning=("split_d", "dq_bulk")).check_support()  # d128
     # one construction site serves every split-D variant: the class follows the key (the postprocess's plan too)
     head = ("bf16", 256, 256, 1, False, False, False, True, False, False, False)
-    names = [split_d_kernel_class(SdpaBwdKey(*head, split_d=True, **kw)).__name__ for kw in ({}, {"dq_bulk": True}, {"dq_bulk": True, "kv_cluster": True})]
-    assert names == ["SdpaBwdSplitDKernelSm90", "SdpaBwdSplitDBulkKernelSm90", "SdpaBwdSplitDClusterKernelSm90"]
+    names = [split_d_kernel_class(SdpaBwdKey(*head, split_d=True, **kw)).__name__ for kw in ({}, {"dq_bulk": True})]
+    assert names == ["SdpaBwdSplitDKernelSm90", "SdpaBwdSplitDBulkKernelSm90"]
     bulk_key = SdpaBwdKey(*head, split_d=True, dq_bulk=True)
     bulk_plan = split_d_kernel_class(bulk_key)(bulk_key)
     assert bulk_plan.num_stages == 1 and (bulk_plan.tile_m, bulk_plan.tile_n) == (64, 64)
 
 
 @pytest.mark.compile_only
-def test_d256_cluster2_ptx_multicasts_q_do_and_adds_dq_with_bulk_reduces(tmp_path):
-    """One compile of the cluster2 main kernel (GQA 2, causal, writer warp, ds2): only the split-D WGMMA shapes
-    (64 x 32 S^T / dP^T, 64 x 128 dV / dK / full-width dQ), Q / dO by multicast TMA (4 boxes of 64 columns each), two
-    bulk reduce-adds (one per consumer warpgroup, from the writer warp) and no atomics, the consumers' releases
-    reaching the peer's empty barrier (mapa + a cluster-scope arrive), the cluster barriers at start and exit, no
-    local memory (cubin frame size 0) and the cudnn symbol prefix."""
-    from cudnn_testing.compile_only import frame_sizes
-
-    skip_unless_cutedsl("4.8.0", "cudnn.sdpa backward")
-    code = (
-        "from cudnn.sdpa.bwd.kernel_key import SdpaBwdKey; from cudnn.sdpa.bwd.kernel_sm90 import compile_sdpa_bwd_main as f; "
-        "f(SdpaBwdKey('bf16', 256, 256, 2, True, False, False, True, False, False, False, split_d=True, dq_bulk=True, dq_writer=True, "
-        "ds_double_buffer=True, kv_cluster=True))"
-    )
-    env = dict(os.environ, CUTE_DSL_KEEP="ptx,cubin", CUTE_DSL_DUMP_DIR=str(tmp_path), PYTHONPATH=os.pathsep.join(sys.path))
-    subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=str(tmp_path))
-    texts = []
-    for root, _, files in os.walk(str(tmp_path)):
-        texts += [open(os.path.join(root, f)).read() for f in files if f.endswith(".ptx") and "SdpaBwdSplitDClusterKernelSm90" in f]
-    assert len(texts) == 1
-    ptx = texts[0]
-    shapes = set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m64n\d+k16)", ptx))
-    assert shapes == {"m64n32k16", "m64n128k16"}, shapes
-    assert ptx.count("multicast::cluster") == 8  # Q and dO: this CTA's half of each, 4 boxes of 64 columns
-    assert ptx.count("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32") == 2
-    assert "atom.global.add" not in ptx and "red.global.add" not in ptx
-    assert "mapa.shared::cluster" in ptx and "mbarrier.arrive.shared::cluster" in ptx
-    assert "barrier.cluster.arrive.relaxed" in ptx and ptx.count("barrier.cluster.wait") == 2
-    assert "st.local" not in ptx and "ld.local" not in ptx and frame_sizes(tmp_path) == [0]
-    assert re.search(r"\.entry cudnn_", ptx)
-
-
-@pytest.mark.compile_only
 def test_d256_sdpwg_ptx_runs_s_and_dp_as_64x64_wgmmas_on_one_warpgroup_each(tmp_path):
-    """One compile of sdpwg (with cluster2, causal): S^T and dP^T as 64 x 64 WGMMAs (16 k-steps each, per query-block
+    """One compile of sdpwg (causal, the writer warp): S^T and dP^T as 64 x 64 WGMMAs (16 k-steps each, per query-block
     loop), no 64 x 32 left, P^T read back by warpgroup 2 (ldmatrix) after warpgroup 1's "P^T ready" arrive (named
     barrier 8: arrive on one side, sync on the other), no local memory."""
     from cudnn_testing.compile_only import frame_sizes
@@ -449,49 +416,20 @@ def test_d256_sdpwg_ptx_runs_s_and_dp_as_64x64_wgmmas_on_one_warpgroup_each(tmp_
     code = (
         "from cudnn.sdpa.bwd.kernel_key import SdpaBwdKey; from cudnn.sdpa.bwd.kernel_sm90 import compile_sdpa_bwd_main as f; "
         "f(SdpaBwdKey('bf16', 256, 256, 1, True, False, False, True, False, False, False, split_d=True, dq_bulk=True, dq_writer=True, "
-        "ds_double_buffer=True, kv_cluster=True, sdp_wg=True))"
+        "ds_double_buffer=True, sdp_wg=True))"
     )
     env = dict(os.environ, CUTE_DSL_KEEP="ptx,cubin", CUTE_DSL_DUMP_DIR=str(tmp_path), PYTHONPATH=os.pathsep.join(sys.path))
     subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=str(tmp_path))
     texts = []
     for root, _, files in os.walk(str(tmp_path)):
-        texts += [open(os.path.join(root, f)).read() for f in files if f.endswith(".ptx") and "SdpaBwdSplitDClusterKernelSm90" in f]
+        texts += [open(os.path.join(root, f)).read() for f in files if f.endswith(".ptx") and "SdpaBwdSplitDBulkKernelSm90" in f]
     assert len(texts) == 1
     ptx = texts[0]
     shapes = re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m64n\d+k16)", ptx)
     assert set(shapes) == {"m64n64k16", "m64n128k16"} and shapes.count("m64n64k16") == 2 * 32, set(shapes)
     assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx
     assert len(re.findall(r"bar\.arrive 8, 256", ptx)) == 2 and len(re.findall(r"bar\.sync\s+8, 256", ptx)) == 2
-    assert ptx.count("multicast::cluster") == 8
-    assert "st.local" not in ptx and "ld.local" not in ptx and frame_sizes(tmp_path) == [0]
-
-
-@pytest.mark.compile_only
-def test_d256_dqpair_ptx_sums_the_pair_in_shared_memory_then_reduces_once(tmp_path):
-    """One compile of cluster2 + dqpair (GQA 2, causal): per CTA ONE bulk reduce-add of 32 KiB into the accumulator
-    (the owning warpgroup's columns) instead of two, ONE bulk copy into the peer CTA's shared memory completing on its
-    mbarrier, the owner's add of the peer's partial as 16-byte shared loads (16 per query-block loop), the pair's
-    remote "buffer free" arrive, no local memory."""
-    from cudnn_testing.compile_only import frame_sizes
-
-    skip_unless_cutedsl("4.8.0", "cudnn.sdpa backward")
-    code = (
-        "from cudnn.sdpa.bwd.kernel_key import SdpaBwdKey; from cudnn.sdpa.bwd.kernel_sm90 import compile_sdpa_bwd_main as f; "
-        "f(SdpaBwdKey('bf16', 256, 256, 2, True, False, False, True, False, False, False, split_d=True, dq_bulk=True, dq_writer=True, "
-        "ds_double_buffer=True, kv_cluster=True, dq_pair=True))"
-    )
-    env = dict(os.environ, CUTE_DSL_KEEP="ptx,cubin", CUTE_DSL_DUMP_DIR=str(tmp_path), PYTHONPATH=os.pathsep.join(sys.path))
-    subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=str(tmp_path))
-    texts = []
-    for root, _, files in os.walk(str(tmp_path)):
-        texts += [open(os.path.join(root, f)).read() for f in files if f.endswith(".ptx") and "SdpaBwdSplitDClusterKernelSm90" in f]
-    assert len(texts) == 1
-    ptx = texts[0]
-    assert ptx.count("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32") == 1
-    assert ptx.count("cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes") == 1
-    assert ptx.count("ld.shared.v4.b32") == 2 * 16  # the owner's add: 16 groups of 4 floats per query-block loop
-    assert ptx.count("mbarrier.arrive.shared::cluster.b64") == 5  # Q / dO releases of both loops + the pair's "free"
-    assert "atom.global.add" not in ptx and "red.global.add" not in ptx
+    assert "multicast::cluster" not in ptx and ptx.count("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32") == 2
     assert "st.local" not in ptx and "ld.local" not in ptx and frame_sizes(tmp_path) == [0]
 
 
@@ -554,3 +492,81 @@ def test_d256_dkvrs_ptx_runs_dv_and_dk_as_register_sourced_64x256_wgmmas(tmp_pat
     rs = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n256k16[^;]*\}, \{%r\d+, %r\d+, %r\d+, %r\d+\}, %rd\d+, p", ptx)
     assert len(rs) == 16  # every 64 x 256 WGMMA takes A from registers
     assert "st.local" not in ptx and "ld.local" not in ptx and frame_sizes(tmp_path) == [0]
+    assert _rs_b_descriptor_constants(ptx) == RS_B_DESCRIPTOR_CONSTANTS
+    # the RS GEMMs issued from the two sides of the warpgroup branch: ptxas serializes every WGMMA of the kernel (the
+    # positive control of dkvearly's check below; in the DSL's own cubin: a wait after each of the 88 HGMMAs)
+    serialized = _ptxas_serializes_wgmma(tmp_path)
+    if serialized is None:
+        pytest.skip("no host ptxas that takes the DSL's PTX: the WGMMA serialization check did not run")
+    assert serialized
+
+
+#: The constants the 64 x 256 RS WGMMAs' B descriptors (dO^T / Q^T) add to the shifted base address, per k-step: the
+#: layout bits (128-byte swizzle, 1024-byte stride) and the k-step's 256-byte advance (16 in descriptor units).
+RS_B_DESCRIPTOR_CONSTANTS = {4611686293338849280 + 128 * k for k in range(4)}
+
+
+def _rs_b_descriptor_constants(ptx: str) -> set[int]:
+    """For every m64n256k16 WGMMA with A from registers: the constant its B descriptor register was formed with
+    (``or.b64`` / ``add.s64`` of a base and a literal)."""
+    consts = set()
+    for reg in re.findall(r"m64n256k16[^;]*\}, \{%r\d+, %r\d+, %r\d+, %r\d+\}, (%rd\d+), p", ptx):
+        consts |= {int(c) for c in re.findall(r"(?:or\.b64|add\.s64)\s+" + re.escape(reg) + r", %rd\d+, (\d+);", ptx)}
+    return consts
+
+
+def _ptxas_serializes_wgmma(tmp_path):
+    """Whether the host ptxas (``ptxas -arch=sm_90a -v`` on the dumped main-kernel PTX) reports C7512, "wgmma.mma_async
+    instructions are serialized"; None when no host ptxas takes the DSL's PTX (e.g. an older CUDA than the DSL's)."""
+    import shutil
+
+    exe = shutil.which("ptxas")
+    paths = [os.path.join(r, f) for r, _, fs in os.walk(str(tmp_path)) for f in fs if f.endswith(".ptx") and "SplitDBulk" in f]
+    if exe is None or len(paths) != 1:
+        return None
+    host_out = os.path.join(str(tmp_path), "host_ptxas.out")  # not *.cubin: frame_sizes reads those
+    out = subprocess.run([exe, "-arch=sm_90a", "-v", paths[0], "-o", host_out], capture_output=True, text=True)
+    if out.returncode != 0:
+        return None
+    return "C7512" in out.stdout + out.stderr
+
+
+@pytest.mark.compile_only
+def test_d256_dkvearly_ptx_issues_both_rs_gemms_from_one_site_and_ptxas_keeps_wgmma_async(tmp_path):
+    """One compile of dkvrs + dkvearly (GQA 2, causal, varlen): the two warpgroups' 64 x 256 RS WGMMAs (dV / dK) come
+    from ONE call site (4 k-steps per query-block loop: 8, where dkvrs has 16 from its two branches), issued before
+    the dS^T barrier; Q / dO released per warpgroup (4 consumer releases per loop instead of 2); no local memory; and
+    ptxas keeps the WGMMAs asynchronous (no C7512, which the dkvrs kernel above gets)."""
+    from cudnn_testing.compile_only import frame_sizes
+
+    skip_unless_cutedsl("4.8.0", "cudnn.sdpa backward")
+    code = (
+        "from cudnn.sdpa.bwd.kernel_key import SdpaBwdKey; from cudnn.sdpa.bwd.kernel_sm90 import compile_sdpa_bwd_main as f; "
+        "f(SdpaBwdKey('bf16', 256, 256, 2, True, False, False, True, False, True, False, split_d=True, dq_bulk=True, dq_writer=True, "
+        "ds_double_buffer=True, sdp_wg=True, dkv_rs=True, dkv_early=True))"
+    )
+    env = dict(os.environ, CUTE_DSL_KEEP="ptx,cubin", CUTE_DSL_DUMP_DIR=str(tmp_path), PYTHONPATH=os.pathsep.join(sys.path))
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=str(tmp_path))
+    texts = []
+    for root, _, files in os.walk(str(tmp_path)):
+        texts += [open(os.path.join(root, f)).read() for f in files if f.endswith(".ptx") and "SdpaBwdSplitDBulkKernelSm90" in f]
+    assert len(texts) == 1
+    ptx = texts[0]
+    # the point of the single RS call site: ptxas keeps the WGMMAs asynchronous (checked first: a planted second call
+    # site fails here, not only on the counts below)
+    serialized = _ptxas_serializes_wgmma(tmp_path)
+    assert serialized is not True, "ptxas serializes the WGMMAs (C7512)"
+    shapes = re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m64n\d+k16)", ptx)
+    assert {n: shapes.count(n) for n in set(shapes)} == {"m64n64k16": 64, "m64n256k16": 8, "m64n128k16": 8}
+    rs = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n256k16[^;]*\}, \{%r\d+, %r\d+, %r\d+, %r\d+\}, %rd\d+, p", ptx)
+    assert len(rs) == 8
+    # B (dO^T for warpgroup 1, Q^T for 2: sQ's fragment shifted by the warpgroup) carries dkv_rs's descriptor bits
+    assert _rs_b_descriptor_constants(ptx) == RS_B_DESCRIPTOR_CONSTANTS
+    # per query-block loop the RS group is committed before the dS^T barrier (named barrier 2) and dQ after it
+    body = ptx[ptx.index("m64n256k16") :]
+    assert body.index("m64n256k16") < body.index("bar.sync \t2, 256") < body.index("m64n128k16")
+    assert len(re.findall(r"bar\.arrive 8, 256", ptx)) == 2 and len(re.findall(r"bar\.sync\s+8, 256", ptx)) == 2
+    assert "st.local" not in ptx and "ld.local" not in ptx and frame_sizes(tmp_path) == [0]
+    assert re.search(r"\.entry cudnn_", ptx)
+    if serialized is None:
+        pytest.skip("no host ptxas that takes the DSL's PTX: the WGMMA serialization check did not run")

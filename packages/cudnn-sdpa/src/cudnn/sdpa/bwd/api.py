@@ -9,7 +9,7 @@ Contract (conventions of the forward, cudnn.sdpa.fwd.api):
 - dense: q (B, H, S_q, D), k (B, H_kv, S_kv, D), v (B, H_kv, S_kv, D_v), o and do (B, H, S_q, D_v), lse (B, H, S_q)
   fp32 as the forward saved it (natural log, or base 2 with ``lse_log2``); dq / dk / dv shaped like q / k / v.
   Any strides with a unit-stride head dim and 16-byte multiples elsewhere (BSHD and BHSD both native, no copy);
-- bf16 / fp16; D = D_v in {64, 96, 128}; H a multiple of H_kv (GQA / MQA: dk, dv reduced over the group);
+- bf16 / fp16; D = D_v in {64, 96, 128}, and 256 (not deterministic: the split-D kernel, D256_TUNING); H a multiple of H_kv (GQA / MQA: dk, dv reduced over the group);
 - masks: ``is_causal`` (top-left, or bottom-right with ``causal_bottom_right``), ``window_size=(left, right)``;
 - ``sinks`` (H,) fp32 as in the forward; their gradient ``dsinks`` (H,) fp32 is written by execute (a fixed-order sum);
 - scratch: ``scratch_workspace_bytes()`` bytes of caller workspace (fp32 LSE in log2 units, dO.O row sums and the
@@ -18,7 +18,7 @@ Contract (conventions of the forward, cudnn.sdpa.fwd.api):
 - THD varlen (``cu_seqlens_q`` and ``cu_seqlens_kv`` given): q (T_q, H, D), k / v (T_kv, H_kv, D), o / do (T_q, H, D_v),
   lse (H, T_q) (the forward's), int32 cumulative lengths (B + 1); ``max_seqlen_q`` / ``max_seqlen_kv`` (host ints) size
   the grids; token totals are runtime extents (one compile serves every batch, Rule 4);
-- not served yet (declined with NotImplementedError): head dims 192 / 256 and D != D_v, paged KV.
+- not served yet (declined with NotImplementedError): head dim 192, D != D_v, deterministic D = 256, paged KV.
 - ``deterministic=True``: the key blocks that see a query block add into its fp32 dQ accumulator in ascending
   order (int32 turn counters in the workspace), so dq is bitwise reproducible; dk / dv always are (reduced
   inside one CTA, GQA included).
@@ -54,9 +54,13 @@ CAUSAL_TUNING: tuple[str, ...] = ("dq_bulk", "dq_writer", "stats_tma", "ds2", "p
 #: The variants a deterministic plan cannot take (another accumulation order per run).
 _NONDETERMINISTIC_TUNING = ("dq_tma", "dq_bulk", "dq_writer")
 #: Variants that serve D = D_v = 256 for a plan built without ``_tuning`` (they must include "split_d"); None: head
-#: dim 256 is declined. The split-D kernel with double-buffered P^T / dS^T ("ours-splitd2": d256 s8k 310 TFLOP/s,
-#: FA4 380) since its GPU tests passed (test_sdpa_bwd_variants.py). Deterministic D = 256 stays declined.
-D256_TUNING: tuple[str, ...] | None = ("split_d", "ds2", "prepost")
+#: dim 256 is declined. Session 5: the split-D kernel with FA4's dQ path from the writer warp, S^T / dP^T on one
+#: warpgroup each and dV / dK as register-sourced 64 x 256 WGMMAs ("ours-splitdr", kernel_splitd_bulk_sm90.py): H200,
+#: d256 s8k b2, 408.7 TFLOP/s (causal 412.4) vs 311.4 (307.2) for the previous default split_d + ds2 + prepost, FA4
+#: 378.1 (367.1), torch-cudnn 356.1 (378.8) (docs/benchmarks/sdpa_bwd_d256.md as of commit a61bf0d, one run); its
+#: GPU tests passed there (test_sdpa_bwd_variants.py). The opt-in "dkvearly" ("ours-splitdr2") is its candidate
+#: successor (no ptxas WGMMA serialization), pending its GPU A/B. Deterministic D = 256 stays declined.
+D256_TUNING: tuple[str, ...] | None = ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "sdpwg", "dkvrs")
 
 
 class SdpaBwdSm90(APIBase):

@@ -43,33 +43,25 @@ class SdpaBwdKey(AttentionKey):
     # with dq_tma, 64-row blocks: m80's transposed dQ^T and 128-byte-swizzled staging (two 64 x 32 TMA boxes of 128-byte
     # rows per warpgroup instead of dq_tma's eight 64 x 8 boxes of 32-byte rows); D = D_v = 128 (dense or varlen)
     dq_t128: bool = False
-    # with split_d + dq_bulk (which then means: dQ in ONE GEMM per warpgroup, 64 x D/2, staged in fragment order and
-    # added by a bulk reduce-add, one Q / dO stage, FA3 / FA4's d256 schedule): clusters of two CTAs on adjacent key
-    # blocks of one (batch, kv head) walk the same query blocks, each CTA's producer loading half of every Q / dO tile
-    # and multicasting it to both (the L2 -> SM traffic of Q and dO halves; see kernel_splitd_cluster_sm90.py)
-    kv_cluster: bool = False
     # with split_d + dq_bulk + ds_double_buffer: S^T on consumer warpgroup 1 and dP^T on warpgroup 2, each the whole
     # 64 x 64 tile (64 x 64 WGMMAs instead of two 64 x 32 per GEMM: a third less shared-memory operand traffic for
     # them); warpgroup 2 reads P^T back (bf16, ldmatrix) to form dS^T (see kernel_splitd_bulk_sm90.py)
     sdp_wg: bool = False
-    # with kv_cluster + dq_writer: the pair sums its dQ partials in shared memory before the global reduce-add (half
-    # the fp32 reduce traffic): CTA r's warpgroup 1 - r sends its partial to the peer by a bulk copy into the peer's
-    # shared memory, its warpgroup r adds the peer's partial to its own and reduce-adds the sum (kernel_splitd_cluster_sm90.py)
-    dq_pair: bool = False
     # with sdp_wg: dV on warpgroup 1 and dK on warpgroup 2, each the whole 64 x D accumulator, as RS WGMMAs (64 x 256)
     # from the P^T / dS^T registers the warpgroup already holds (no A operand from shared memory; dQ stays split)
     dkv_rs: bool = False
+    # with dkv_rs: both warpgroups' RS GEMMs (dV on 1, dK on 2) from ONE call site (dkv_rs issues them from the two
+    # sides of a branch, which makes ptxas serialize every WGMMA of the kernel: C7512), each as soon as its P^T / dS^T
+    # registers are formed, before the P^T / dS^T barrier (only dQ needs it), so warpgroup 1's dV runs while warpgroup 2
+    # forms dS^T; Q / dO released per warpgroup right after its last read; the producer loads dO before Q (dO is freed
+    # first). See kernel_splitd_bulk_sm90.py
+    dkv_early: bool = False
 
     def __post_init__(self):
         if self.dq_tma and self.deterministic:
             raise ValueError("SdpaBwdKey: dq_tma has no deterministic mode (the fixed-order dQ reduction uses the atomic path)")
         if self.dq_bulk and (self.deterministic or self.dq_tma):
             raise ValueError("SdpaBwdKey: dq_bulk excludes deterministic and dq_tma (it replaces dq_tma's reduce-add)")
-        if self.kv_cluster and not (self.split_d and self.dq_bulk and self.head_dim == 256):
-            raise ValueError(
-                f"SdpaBwdKey: kv_cluster (cluster2) is a schedule of split_d + dq_bulk at D = 256 (set both); got D = {self.head_dim}, "
-                f"split_d={self.split_d}, dq_bulk={self.dq_bulk}"
-            )
         if self.dq_writer and not (self.dq_bulk or self.dq_tma):
             raise ValueError("SdpaBwdKey: dq_writer is a schedule of dq_bulk's (or dq_tma's) reduce-adds (set dq_bulk or dq_tma too)")
         if self.tile_m80 and (not self.dq_tma or self.varlen or self.split_d or self.head_dim != 128 or self.head_dim_v != 128):
@@ -82,12 +74,12 @@ class SdpaBwdKey(AttentionKey):
                 "SdpaBwdKey: dq_t128 is a dq_tma staging for D = D_v = 128 at 64 rows (set dq_tma; m80 implies it); "
                 f"got D = {self.head_dim}/{self.head_dim_v}, dq_tma={self.dq_tma}, tile_m80={self.tile_m80}"
             )
-        if self.dq_pair and not (self.kv_cluster and self.dq_writer):
-            raise ValueError(
-                f"SdpaBwdKey: dq_pair (dqpair) is a schedule of kv_cluster with dq_writer (set both); got kv_cluster={self.kv_cluster}, dq_writer={self.dq_writer}"
-            )
         if self.dkv_rs and not self.sdp_wg:
             raise ValueError("SdpaBwdKey: dkv_rs (dkvrs) is a schedule of sdp_wg (set sdpwg: the warpgroup holding P^T runs dV, the one holding dS^T dK)")
+        if self.dkv_early and not self.dkv_rs:
+            raise ValueError(
+                "SdpaBwdKey: dkv_early (dkvearly) is a schedule of dkv_rs (set sdpwg and dkvrs: it moves their RS GEMMs ahead of the dS^T barrier)"
+            )
         if self.sdp_wg and not (self.split_d and self.dq_bulk and self.ds_double_buffer):
             raise ValueError(
                 "SdpaBwdKey: sdp_wg (sdpwg) is a schedule of split_d + dq_bulk with ds_double_buffer (set all three); "
@@ -95,7 +87,7 @@ class SdpaBwdKey(AttentionKey):
             )
         if self.split_d and (self.deterministic or self.dq_tma or self.stats_tma):
             raise ValueError(
-                "SdpaBwdKey: split_d combines with ds_double_buffer, prepost_vec and (at D = 256) dq_bulk, dq_writer, kv_cluster, sdp_wg only "
+                "SdpaBwdKey: split_d combines with ds_double_buffer, prepost_vec and (at D = 256) dq_bulk, dq_writer, sdp_wg, dkv_rs, dkv_early only "
                 "(no deterministic, dq_tma, stats_tma)"
             )
         if self.split_d and self.dq_bulk and self.head_dim != 256:
@@ -118,10 +110,9 @@ TUNING_FIELDS = {
     "dq_writer": "dq_writer",
     "m80": "tile_m80",
     "dqt": "dq_t128",
-    "cluster2": "kv_cluster",
     "sdpwg": "sdp_wg",
-    "dqpair": "dq_pair",
     "dkvrs": "dkv_rs",
+    "dkvearly": "dkv_early",
 }
 
 #: dq_bulk: query rows per fragment-ordered block of the dQ accumulator (the main kernel's tile_m). Block ``m`` of a

@@ -570,14 +570,20 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
                 gDpsum = cute.local_tile(mDpsum_cur, (self.tile_m,), (None,))
             for i in cutlass.range(num_m, unroll=1):
                 m_block = m_block_min + i
+                if const_expr(self.key.dkv_early):
+                    # dkv_early (split-D, no stats_tma): dO is freed first (warpgroup 2's dP^T and warpgroup 1's early
+                    # dV read it; Q waits for warpgroup 2's dK), so its load goes first
+                    pipeline_do.producer_acquire(state)
+                    cute.copy(tma_atom_dO, tdOgdO[None, m_block], tdOsdO[None, state.index], tma_bar_ptr=pipeline_do.producer_get_barrier(state))
                 pipeline_q.producer_acquire(state)
                 cute.copy(tma_atom_Q, tQgQ[None, m_block], tQsQ[None, state.index], tma_bar_ptr=pipeline_q.producer_get_barrier(state))
                 if const_expr(self.key.stats_tma):
                     # the scratch rows are padded to PREPOST_ROWS, so a whole block of rows is always in bounds
                     with cute.arch.elect_one():
                         cute.copy(stats_atom, gLSE[None, m_block], sLSE[None, state.index], mbar_ptr=pipeline_q.producer_get_barrier(state))
-                pipeline_do.producer_acquire(state)
-                cute.copy(tma_atom_dO, tdOgdO[None, m_block], tdOsdO[None, state.index], tma_bar_ptr=pipeline_do.producer_get_barrier(state))
+                if const_expr(not self.key.dkv_early):
+                    pipeline_do.producer_acquire(state)
+                    cute.copy(tma_atom_dO, tdOgdO[None, m_block], tdOsdO[None, state.index], tma_bar_ptr=pipeline_do.producer_get_barrier(state))
                 if const_expr(self.key.stats_tma):
                     with cute.arch.elect_one():
                         cute.copy(stats_atom, gDpsum[None, m_block], sDpsum[None, state.index], mbar_ptr=pipeline_do.producer_get_barrier(state))

@@ -1,5 +1,6 @@
 """Flash attention backward for Hopper (sm_90a) at head dim 256: the split-D kernel with FA3 / FA4's dQ path (compile-key
-variant ``split_d`` + ``dq_bulk``, optionally ``dq_writer``, ``sdp_wg``, and the cluster variants' ``dq_pair`` hook).
+variant ``split_d`` + ``dq_bulk``, optionally ``dq_writer``, ``sdp_wg``, ``dkv_rs`` (with those: the d256 default,
+api.D256_TUNING) and ``dkv_early``).
 
 Same math, operands, scratch, producer, masks and dK / dV epilogue as kernel_splitd_sm90.py (this class inherits them);
 what changes is how dQ leaves the CTA. A CTA owns ``tile_n = 64`` keys and walks query blocks of ``tile_m = 64`` rows:
@@ -9,25 +10,35 @@ what changes is how dQ leaves the CTA. A CTA owns ``tile_n = 64`` keys and walks
   memory operands for 64 x 64 outputs instead of 2 x 3 KiB), warpgroup 2 reading P^T back (bf16, ldmatrix, after a
   named-barrier handshake) to form dS^T, so dS^T carries P's bf16 rounding (dV always multiplies the bf16 P^T);
 - P^T and dS^T go to shared memory (stmatrix); dV[:, half w] += P^T dO[:, half w] and dK[:, half w] += dS^T Q[:, half w]
-  (SS WGMMA, 64 x 128 accumulators), as split_d;
+  (SS WGMMA, 64 x 128 accumulators), as split_d; with ``dkv_rs`` (on sdp_wg) warpgroup 1 runs dV and warpgroup 2 dK,
+  each whole (64 x 256) as RS WGMMAs from the P^T / dS^T registers it holds, after the P^T / dS^T barrier;
+- ``dkv_early`` (on dkv_rs): each warpgroup issues its RS GEMM as soon as its registers are formed, before that
+  barrier (only dQ, which reads dS^T from shared memory, needs it), so warpgroup 1's dV runs while warpgroup 2 forms
+  dS^T; Q / dO are released per warpgroup right after its last read (warpgroup 1: Q after S^T, dO after dV; warpgroup
+  2: dO after dP^T, Q after dK) and the producer loads dO first (it is freed first). Both warpgroups' RS GEMMs come
+  from ONE call site (A: the registers of dS^T, which warpgroup 1 fills with P^T; B: sQ's fragment shifted to sdO for
+  warpgroup 1): issued from the two sides of a branch, as dkv_rs issues them, they make ptxas serialize every WGMMA
+  of the kernel ("C7512 ... insufficient register resources": a wait after each of the 88 HGMMAs in the SASS of the
+  dkv_rs kernel, 8 waits for 80 HGMMAs with dkv_early);
 - dQ = dS K in ONE GEMM per warpgroup (its half of the head dim: 64 x 128, 64 fp32 registers a thread; split_d runs
   two 64 x 64 GEMMs per warpgroup and adds each with register atomics), issued between dK and dV: dK first (Q is then
   free, so the next block's Q load overlaps dQ and dV: there is one Q stage), dQ's staging overlaps dV. The fragment
   is stored to shared memory in its own order (16-byte stores) and added into the fragment-ordered accumulator
   (kernel_key.DQ_BULK_ROWS) by ONE contiguous ``cp.reduce.async.bulk .add.f32`` per warpgroup, issued by a thread of
   the warpgroup (or, with ``dq_writer``, by warp 1 of the producer warpgroup, as FA4 does); the postprocess reads the
-  accumulator back in that order. With ``dq_pair`` (clusters only) the owning warpgroup first adds the peer CTA's
-  partial of its columns (see kernel_splitd_cluster_sm90.py);
+  accumulator back in that order;
 - one Q / dO stage (shared memory: Q, dO, K, V 32 KiB each, P^T / dS^T 16 KiB (32 KiB with ds2, the buffer pair
   chosen by the pipeline phase), the fp32 dQ staging 64 KiB: 230,400 bytes with ds2), FA4's d256 stage counts.
 
 Why: at d256 a 64 x 64 tile moves 64 KiB of Q / dO into the CTA and 64 KiB of fp32 dQ out of it per query block, so
 the L2 traffic per FLOP is twice d128's; register atomics (8 bytes a lane, 8K vector reductions per block) are the
-costlier way to send half of it. The ``kv_cluster`` variant (kernel_splitd_cluster_sm90.py) halves the Q / dO half
-(multicast), ``dq_pair`` the dQ half.
+costlier way to send half of it. (Session 4's two-CTA cluster variants, Q / dO multicast ``cluster2`` and the pair's
+dQ summed in shared memory ``dqpair``, cut those two halves and lost on the H200, 301 / 289 TFLOP/s vs 314 for this
+class without them, 336 vs 409 with dkv_rs: removed in session 5, see docs/benchmarks/sdpa_bwd_d256.md.)
 
-Tests: packages/cudnn-sdpa/tests/test_sdpa_bwd_variants.py (``SPLITB``, ``SPLITB1``, ``SPLITW``) and
-test_sdpa_bwd_variants_compile.py. Benchmark: benchmarks/sdpa_bwd.py (``ours-splitdb``, ``ours-splitdw``).
+Tests: packages/cudnn-sdpa/tests/test_sdpa_bwd_variants.py (``SPLITB``, ``SPLITB1``, ``SPLITW``, ``SPLITR``,
+``SPLITR2``) and test_sdpa_bwd_variants_compile.py. Benchmark: benchmarks/sdpa_bwd.py (``ours-splitdb``,
+``ours-splitdw``, ``ours-splitdr``, ``ours-splitdr2``).
 """
 
 from __future__ import annotations
@@ -132,12 +143,14 @@ class SdpaBwdSplitDBulkKernelSm90(SdpaBwdSplitDKernelSm90):
             acc_dK = cute.make_rmem_tensor(wg_mma_dK.partition_shape_C((self.tile_n, self.head_dim)), Float32)
             acc_dV = acc_dK
         tdQsdQ = self._dq_bulk_copy().get_slice(tidx).partition_D(sdQ_lin)
-        pair_bar, pair_rank = None, None
-        if const_expr(self.key.dq_pair):
-            # dq_pair: two mbarriers (the peer's partial arrived / the peer's buffer is free) right after the staging
-            # buffer (kernel_splitd_cluster_sm90.py allocates them there); this CTA's rank picks its owner warpgroup
-            pair_bar = cute.recast_ptr(sdQ_lin.iterator + cute.cosize(sdQ_lin.layout), dtype=cutlass.Int64)
-            pair_rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
+        tdKVrB = None
+        if const_expr(self.key.dkv_early):
+            # dkv_early's one RS GEMM call site: B = dO^T for warpgroup 1 (dV), Q^T for warpgroup 2 (dK). sQ and sdO have
+            # one layout (D = D_v) and 1024-byte-aligned bases 32 KiB apart, so the B fragment is sQ's shifted by the
+            # warpgroup (its descriptors carry dkv_rs's layout bits: test_sdpa_bwd_variants_compile.py).
+            qdo = (sdO.iterator.toint() - sQ.iterator.toint()) // (self.dtype.width // 8)
+            sB = cute.make_tensor(sQ.iterator + (1 - wg_idx) * qdo, sQ.layout)
+            tdKVrB = wg_mma_dK.make_fragment_B(wg_mma_dK.partition_B(transpose_view(sB)))
         ld_atom, ld_thr_copy_P, tPsP_ld = None, None, None
         if const_expr(self.key.sdp_wg):
             # each warpgroup runs the whole 64 x 64 S^T (warpgroup 1) or dP^T (warpgroup 2): slice the one-warpgroup
@@ -160,8 +173,7 @@ class SdpaBwdSplitDBulkKernelSm90(SdpaBwdSplitDKernelSm90):
             wg_idx=wg_idx, thr_mma_dQ=thr_mma_dQ, acc_S=acc_S, acc_dP=acc_dP, acc_dK=acc_dK, acc_dV=acc_dV, acc_dQ=acc_dQ, rP=rP, rdS=rdS,
             rLSE=rLSE, rDpsum=rDpsum, tSrK=tSrK, tSrQ=tSrQ, tdPrV=tdPrV, tdPrdO=tdPrdO, tdVrPt=tdVrPt, tdVrdOt=tdVrdOt, tdKrdSt=tdKrdSt,
             tdKrQt=tdKrQt, tdQrdS=tdQrdS, tdQrKt=tdQrKt, smem_copy_atom=smem_copy_atom, smem_thr_copy_PdS=smem_thr_copy_PdS, tPsP=tPsP,
-            tScS_mn=tScS_mn, tdQsdQ=tdQsdQ, ld_atom=ld_atom, ld_thr_copy_P=ld_thr_copy_P, tPsP_ld=tPsP_ld, pair_bar=pair_bar,
-            pair_rank=pair_rank,
+            tScS_mn=tScS_mn, tdQsdQ=tdQsdQ, ld_atom=ld_atom, ld_thr_copy_P=ld_thr_copy_P, tPsP_ld=tPsP_ld, tdKVrB=tdKVrB,
         )  # fmt: skip
 
     @cute.jit
@@ -203,15 +215,35 @@ class SdpaBwdSplitDBulkKernelSm90(SdpaBwdSplitDKernelSm90):
         row0 = m_block * self.tile_m
         if const_expr(self.key.sdp_wg):
             bP, bdS = 2 * state.phase, 2 * state.phase + 1  # ds2's buffer pair (required by the key)
-            if wg_idx == 0:
-                pipeline_q.consumer_wait(state)
-                self.sdp_wg_p(o, mLSE2_cur, tiled_mma_SdP, idx, bP, row0, scale_log2, mask, m_block, n_block, masked)
+            if const_expr(self.key.dkv_early):
+                # dkv_early: each warpgroup releases Q / dO as soon as it has read them (warpgroup 1: Q in S^T, dO in
+                # dV; warpgroup 2: dO in dP^T, Q in dK) and issues its RS GEMM (dV / dK) as soon as its A registers are
+                # formed, before the P^T / dS^T barrier below (which only dQ, reading dS^T from shared memory, needs):
+                # warpgroup 1's dV runs while warpgroup 2 forms dS^T. ONE call site for both warpgroups' RS GEMM (A:
+                # rdS, which warpgroup 1 fills with its P^T; B: o.tdKVrB, dO^T or Q^T by warpgroup): ptxas serializes
+                # every WGMMA of the kernel (C7512) when the two are issued from the two sides of a branch, as dkv_rs does.
+                if wg_idx == 0:
+                    pipeline_q.consumer_wait(state)
+                    self.sdp_wg_p(o, mLSE2_cur, tiled_mma_SdP, idx, bP, row0, scale_log2, mask, m_block, n_block, masked)
+                    pipeline_q.consumer_release(state)  # S^T (waited for in sdp_wg_p) was this warpgroup's read of Q
+                    pipeline_do.consumer_wait(state)
+                    rdS.store(rP.load())  # dV's A operand, in the registers of warpgroup 2's dS^T (the compiler renames them)
+                else:
+                    pipeline_do.consumer_wait(state)
+                    self.sdp_wg_ds(o, mDpsum_cur, tiled_mma_SdP, idx, bP, bdS, row0)
+                    pipeline_do.consumer_release(state)  # dP^T (waited for in sdp_wg_ds) was this warpgroup's read of dO
+                    pipeline_q.consumer_wait(state)
+                self.dkv_rs_gemm(tiled_mma_dK, acc_dK, rdS, o.tdKVrB[None, None, None, idx])  # dV (warpgroup 1) or dK (2)
             else:
+                if wg_idx == 0:
+                    pipeline_q.consumer_wait(state)
+                    self.sdp_wg_p(o, mLSE2_cur, tiled_mma_SdP, idx, bP, row0, scale_log2, mask, m_block, n_block, masked)
+                else:
+                    pipeline_do.consumer_wait(state)
+                    self.sdp_wg_ds(o, mDpsum_cur, tiled_mma_SdP, idx, bP, bdS, row0)
+                # phase 2 reads both (dK: Q, dV: dO): the wait each warpgroup skipped above (a completed phase passes at once)
+                pipeline_q.consumer_wait(state)
                 pipeline_do.consumer_wait(state)
-                self.sdp_wg_ds(o, mDpsum_cur, tiled_mma_SdP, idx, bP, bdS, row0)
-            # phase 2 reads both (dK: Q, dV: dO): the wait each warpgroup skipped above (a completed phase passes at once)
-            pipeline_q.consumer_wait(state)
-            pipeline_do.consumer_wait(state)
         else:
             pipeline_q.consumer_wait(state)
             wgmma(tiled_mma_SdP, acc_S, tSrK, tSrQ[None, None, None, idx], zero_init=True, wg_wait=-1)
@@ -252,7 +284,16 @@ class SdpaBwdSplitDBulkKernelSm90(SdpaBwdSplitDKernelSm90):
             if cute.arch.make_warp_uniform(cute.arch.warp_idx()) % 4 == 0:
                 cute.arch.cp_async_bulk_wait_group(0, read=True)
         cute.arch.barrier(barrier_id=int(NamedBarrierBwd.PDS), number_of_threads=self.num_mma_threads)
-        if const_expr(self.key.dkv_rs):
+        if const_expr(self.key.dkv_early):
+            # dV (warpgroup 1) / dK (warpgroup 2) have been in flight since before the barrier: dQ (SS), then, once the
+            # RS GEMM's group (the older one) is done, the release of the buffer it read
+            wgmma(tiled_mma_dQ, acc_dQ, tdQrdS[None, None, None, bdS], tdQrKt, zero_init=True, wg_wait=1)
+            if wg_idx == 0:
+                pipeline_do.consumer_release(state)  # dV has read dO
+            else:
+                pipeline_q.consumer_release(state)  # dK has read Q
+            warpgroup.wait_group(0)
+        elif const_expr(self.key.dkv_rs):
             # warpgroup 1: dV += P^T dO (all of D, P^T from its registers); warpgroup 2: dK += dS^T Q; then dQ (SS)
             if wg_idx == 0:
                 self.dkv_rs_gemm(tiled_mma_dV, acc_dV, rP, tdVrdOt[None, None, None, idx])
@@ -272,12 +313,7 @@ class SdpaBwdSplitDBulkKernelSm90(SdpaBwdSplitDKernelSm90):
             warpgroup.wait_group(1)
         # dQ is done (dV still runs): dQ_accum[query block] += dS K through the staging buffer, in fragment order
         acc_flat = cute.make_tensor(acc_dQ.iterator, cute.make_layout(tdQsdQ.shape))
-        if const_expr(self.key.dq_pair):
-            if wg_idx == o.pair_rank:
-                self.dq_pair_owner(acc_flat, tdQsdQ, o.pair_bar, state.phase, wg_idx)
-            else:
-                self.dq_stage_for_writer(acc_flat, tdQsdQ, wg_idx)
-        elif const_expr(self.key.dq_writer):
+        if const_expr(self.key.dq_writer):
             self.dq_stage_for_writer(acc_flat, tdQsdQ, wg_idx)
         else:
             cute.autovec_copy(acc_flat, tdQsdQ)
@@ -350,26 +386,11 @@ class SdpaBwdSplitDBulkKernelSm90(SdpaBwdSplitDKernelSm90):
     @cute.jit
     def dq_stage_for_writer(self, acc_flat: cute.Tensor, tdQsdQ: cute.Tensor, wg_idx: Int32):
         """dq_writer: once the writer warp (dq_writer_loop) freed this warpgroup's staging buffer, store the fragment
-        (16-byte groups) and signal the writer, which issues the buffer's bulk reduce-add (dq_pair, the sending
-        warpgroup: its bulk copy into the peer CTA)."""
+        (16-byte groups) and signal the writer, which issues the buffer's bulk reduce-add."""
         nthr = self.threads_per_wg + 32
         cute.arch.barrier(barrier_id=int(NamedBarrierBwd.DQ_EMPTY_WG1) + wg_idx, number_of_threads=nthr)
         cute.autovec_copy(acc_flat, tdQsdQ)
         cute.arch.fence_view_async_shared()
-        cute.arch.barrier_arrive(barrier_id=int(NamedBarrierBwd.DQ_FULL_WG1) + wg_idx, number_of_threads=nthr)
-
-    @cute.jit
-    def dq_pair_owner(self, acc_flat: cute.Tensor, tdQsdQ: cute.Tensor, pair_bar: cute.Pointer, phase: Int32, wg_idx: Int32):
-        """dq_pair, the owning warpgroup (index = the CTA's rank): wait until the peer CTA's partial of these columns
-        (the same fragment order: the peer's warpgroup of this index) has landed in this warpgroup's staging buffer,
-        add this warpgroup's partial to it group by group (16 bytes: no 64-register copy) and signal the writer,
-        which reduce-adds the pair's sum. The buffer's reuse is the pair's handshake (the writer re-arms the barrier
-        and tells the peer once the reduce-add has read it), not DQ_EMPTY."""
-        cute.arch.mbarrier_wait(pair_bar, phase)
-        for i in cutlass.range_constexpr(cute.size(tdQsdQ, mode=[1])):
-            tdQsdQ[None, i, None].store(tdQsdQ[None, i, None].load() + acc_flat[None, i, None].load())
-        cute.arch.fence_view_async_shared()
-        nthr = self.threads_per_wg + 32
         cute.arch.barrier_arrive(barrier_id=int(NamedBarrierBwd.DQ_FULL_WG1) + wg_idx, number_of_threads=nthr)
 
     @cute.jit

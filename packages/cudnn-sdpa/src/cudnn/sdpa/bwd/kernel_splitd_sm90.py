@@ -218,13 +218,9 @@ class SdpaBwdSplitDKernelSm90(SdpaBwdKernelSm90):
 
 def split_d_kernel_class(key: SdpaBwdKey) -> type:
     """The class of the key's split-D schedule: :class:`SdpaBwdSplitDKernelSm90`, or with ``dq_bulk`` the bulk-dQ subclass
-    (kernel_splitd_bulk_sm90.py; with ``kv_cluster`` its two-CTA cluster subclass). Used by both construction sites
-    (kernel_sm90.compile_sdpa_bwd_main and the postprocess's plan)."""
+    (kernel_splitd_bulk_sm90.py). Used by both construction sites (kernel_sm90.compile_sdpa_bwd_main and the
+    postprocess's plan)."""
     if key.dq_bulk:
-        if key.kv_cluster:
-            from .kernel_splitd_cluster_sm90 import SdpaBwdSplitDClusterKernelSm90
-
-            return SdpaBwdSplitDClusterKernelSm90
         from .kernel_splitd_bulk_sm90 import SdpaBwdSplitDBulkKernelSm90
 
         return SdpaBwdSplitDBulkKernelSm90
