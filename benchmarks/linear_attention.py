@@ -453,10 +453,16 @@ def _parallel_providers(family, adapter, per_key_gate, public):
         providers.append(Provider("ours-parallel-pf", make_adapter({"parallel_prefetch": True})))
         providers.append(Provider("ours-parallel-2cta", make_adapter({"parallel_prep_two_per_sm": True})))
         providers.append(Provider("ours-parallel-all", make_adapter({"parallel_prefetch": True, "parallel_state_stages": 3, "parallel_prep_two_per_sm": True})))
-    # the narrow state pass (``v32`` / ``v16``: 32 / 16 value rows per state-pass CTA, kda/chunk_parallel_state_narrow_kernel.py;
-    # both families: a state-pass field only)
-    for variant in ("v32", "v16"):
-        providers.append(Provider(f"ours-par-{variant}", make_adapter({}, variant)))
+    # every named variant the family's keys take (``_host/chunk_parallel.py::PARALLEL_VARIANTS``; KDA's prep key has none)
+    # and the output / GDN-prep candidates again replayed from a CUDA graph
+    from cudnn.linear_attention._host.chunk_parallel import PARALLEL_VARIANTS
+
+    for variant, fields in PARALLEL_VARIANTS.items():
+        if not per_key_gate or "prep" not in fields:
+            providers.append(Provider(f"ours-par-{variant}", make_adapter({}, variant)))
+    for variant in ("owp", "gtc3-owp"):
+        if variant in PARALLEL_VARIANTS and (not per_key_gate or "prep" not in PARALLEL_VARIANTS[variant]):
+            providers.append(Provider(f"ours-par-{variant}+graph", _graphed(make_adapter({}, variant))))
     return providers
 
 

@@ -79,8 +79,8 @@ def variants_of(family):
         variants.append(("parallel-pf", "parallel", {"parallel_prefetch": True}, None))
         variants.append(("parallel-2cta", "parallel", {"parallel_prep_two_per_sm": True}, None))
         variants.append(("parallel-all", "parallel", {"parallel_prefetch": True, "parallel_state_stages": 3, "parallel_prep_two_per_sm": True}, None))
-    for name in ("v32", "v16"):  # the narrow state pass (both families)
-        if name in PARALLEL_VARIANTS:
+    for name, fields in PARALLEL_VARIANTS.items():  # every named variant the family's keys take (KDA's prep key has none)
+        if family == "gdn" or "prep" not in fields:
             variants.append((f"par-{name}", "parallel", {}, name))
     return variants
 
@@ -101,10 +101,14 @@ def profile(family, t, h, iters, only=()):
         variants = [v for v in variants if v[0] in only]
     table = []
     for label, schedule, knobs, variant in variants:
-        fn = _plan(family, i, schedule, knobs, variant)
-        for _ in range(3):
-            fn()
-        torch.cuda.synchronize()
+        try:  # one variant failing to build or run must not hide the others' rows
+            fn = _plan(family, i, schedule, knobs, variant)
+            for _ in range(3):
+                fn()
+            torch.cuda.synchronize()
+        except Exception as exc:
+            print(f"{family} T{t} H{h} {label}: FAILED ({type(exc).__name__}: {str(exc)[:200]})", flush=True)
+            continue
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
             for _ in range(iters):
                 fn()

@@ -60,9 +60,9 @@ def test_variant_table_and_key_fields():
     from cudnn.linear_attention.kda.chunk_parallel_prep_kernel import KdaParallelPrepKey
 
     state_only = {"v32", "v16", "v64", "s3", "s4", "tma", "tma-s3", "tma-st", "tma-st-s3", "tma-st-s4"}
-    assert set(PARALLEL_VARIANTS) == state_only | {"ow", "op", "owp", "gtc", "gtc3", "gtc3-owp"}
+    assert set(PARALLEL_VARIANTS) == state_only | {"ow", "oper", "owp", "gtc", "gtc3", "gtc3-owp"}
     assert all(set(PARALLEL_VARIANTS[v]) == {"state"} for v in state_only)
-    assert all(set(PARALLEL_VARIANTS[v]) == {"out"} for v in ("ow", "op", "owp")) and set(PARALLEL_VARIANTS["gtc"]) == {"prep"}
+    assert all(set(PARALLEL_VARIANTS[v]) == {"out"} for v in ("ow", "oper", "owp")) and set(PARALLEL_VARIANTS["gtc"]) == {"prep"}
     assert [f.name for f in fields(KdaParallelPrepKey)] == ["head_dim", "g_dtype", "beta_dtype", "l2norm", "varlen"]
     with pytest.raises(ValueError, match="parallel variant 'tc'"):
         set_parallel_options(_plan(), "tc")

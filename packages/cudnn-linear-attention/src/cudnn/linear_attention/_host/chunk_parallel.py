@@ -98,7 +98,7 @@ def fake_workspace_pointers() -> list:
 #: - ``s3`` / ``s4``: the state pass with 3 / 4 operand stages (``stages``; ``s3`` is the adapters' ``parallel_state_stages=3``).
 #: - ``tma`` / ``tma-s3``: the state pass's operands by TMA with one mbarrier per stage (``tma``); ``tma-st*`` add the
 #:   h / vnt stores by TMA (``tma_store``), at 2 / 3 / 4 stages. Bitwise the default.
-#: - ``ow`` / ``op`` / ``owp``: the output kernel with one CTA per (chunk, head) over the whole V (``KdaParallelOutKey.v_wide``),
+#: - ``ow`` / ``oper`` / ``owp``: the output kernel with one CTA per (chunk, head) over the whole V (``KdaParallelOutKey.v_wide``),
 #:   persistent over 132 CTAs with a cp.async ring (``persistent``), or both (``kda/chunk_parallel_out_persistent_kernel.py``).
 #:   Bitwise the default.
 #: - ``gtc`` / ``gtc3`` (GDN only): the restructured GDN prep kernel (``GdnParallelPrepKey.restructured``,
@@ -119,7 +119,7 @@ PARALLEL_VARIANTS = {
     "tma-st-s3": {"state": {"tma": True, "tma_store": True, "stages": 3}},
     "tma-st-s4": {"state": {"tma": True, "tma_store": True, "stages": 4}},
     "ow": {"out": {"v_wide": True}},
-    "op": {"out": {"persistent": 132}},
+    "oper": {"out": {"persistent": 132}},
     "owp": {"out": {"v_wide": True, "persistent": 132}},
     "gtc": {"prep": {"restructured": True}},
     "gtc3": {"prep": {"restructured": True, "tc_ctas_per_sm": 3}},
