@@ -200,3 +200,68 @@ def test_fused_auto2_compiles_its_tile_set_once():
         want = {((128, 256), 4), ((128, 224), 6)} if fusion == "dsrelu" else {((128, 256), 1), ((128, 224), 1)}
         assert picked == want, picked
         assert kernel_cache.stats.misses == before, f"{fusion}: a new M compiled a kernel under fused_auto2"
+
+
+# ---- EPI_ONE_BARRIER (opt-in, off; issue #5): one consumer named barrier per epilogue sub-tile. Per 128 x 256 tile (8
+# sub-tiles) the PTX has 16 `bar.sync 1, 256` by default (17 with a staged bias, 24 for dsrelu's staged pre-activation);
+# with the option 8 (+1 per tile for a staged bias or pre-activation). The store warp frees the next sub-tile's buffer
+# before the barrier (wait_group.read ring - 2) instead of after its store (ring - 1). GPU: test_gemm_options_gpu.py -k one_barrier.
+ONE_BARRIER_KERNELS = {
+    # name: (fusion, (M, N, K), plan kwargs, expected (tile, bar.sync count, wait_group.read of the D ring))
+    "srelu_staged_bias_256": ("srelu", (4096, 14336, 4096), {}, ((128, 256), 9, 2)),
+    "dsrelu_224_prefetch8": ("dsrelu", QWEN_DOWN, {}, ((128, 224), 8, 6)),
+    "dsrelu_pingpong_prefetch3": ("dsrelu", (4096, 14336, 4096), {"pingpong": True, "aux_prefetch": 3}, ((64, 256), 9, 2)),
+}
+
+
+def test_epi_one_barrier_is_off_by_default_and_declines_what_it_cannot_serve(monkeypatch):
+    skip_unless_cutedsl(FLOOR, "cudnn.gemm")
+    from cudnn.gemm.dense import api
+
+    assert api.EPI_ONE_BARRIER is False
+    for f in FUSIONS + ("plain",):
+        assert _plan(f, 4096, 2 * 14336 if f == "swiglu" else 14336, 4096)._make_config().epi_one_barrier is False, f
+        assert _plan(f, 4096, 2 * 14336 if f == "swiglu" else 14336, 4096, epi_one_barrier=True)._make_config().epi_one_barrier is True, f
+    # the staged pre-activation must be read one sub-tile ahead: a one-ahead prefetch or per-element reads cannot
+    for bad in ({"aux_prefetch": 1}, {"aux_ldmatrix": False}):
+        with pytest.raises(ValueError, match="epi_one_barrier"):
+            _plan("dsrelu", 4096, 14336, 4096, epi_one_barrier=True, **bad)
+        monkeypatch.setattr(api, "EPI_ONE_BARRIER", True)  # the constant applies only where the plan can take it
+        assert _plan("dsrelu", 4096, 14336, 4096, **bad)._make_config().epi_one_barrier is False
+        monkeypatch.setattr(api, "EPI_ONE_BARRIER", False)
+    from cudnn.gemm.dense.kernel_sm90 import GemmSm90Config, GemmSm90Kernel
+
+    with pytest.raises(ValueError, match="epi_one_barrier"):
+        GemmSm90Kernel(GemmSm90Config(dsrelu=True, stage_aux=True, aux_prefetch=1, aux_ldmatrix=True, epi_one_barrier=True))
+
+
+@pytest.mark.compile_only
+@pytest.mark.parametrize("name", list(ONE_BARRIER_KERNELS))
+def test_epi_one_barrier_kernels_compile(name, tmp_path):
+    skip_unless_cutedsl(FLOOR, "cudnn.gemm sm90 kernel")
+    from cudnn.gemm.dense.kernel_sm90 import compile_kernel
+
+    fusion, shape, kw, (tile, bars, ring_wait) = ONE_BARRIER_KERNELS[name]
+    cfg = _plan(fusion, *shape, epi_one_barrier=True, **kw)._make_config()
+    assert cfg.epi_one_barrier and cfg.tile_mn == tile, cfg
+    with keep_artifacts(tmp_path, "ptx,cubin") as ptx_text:
+        compile_kernel(cfg, options=f"--keep-ptx --keep-cubin --dump-dir={tmp_path}")
+        ptx = ptx_text()
+    assert f"wgmma.mma_async.sync.aligned.m64n{tile[1]}k16.f32.bf16.bf16" in ptx
+    assert "ld.local" not in ptx and "st.local" not in ptx, f"{name}: local memory in the PTX"
+    frames = frame_sizes(tmp_path)
+    assert frames and all(f == 0 for f in frames), f"{name}: ptxas spilled (frame sizes {frames})"
+    syms = kernel_symbols(ptx)
+    assert syms and all(s.startswith("cudnn") and "cutlass" not in s for s in syms), syms
+    nthr = 128 if cfg.pingpong else 256
+    epi_bars = len(re.findall(rf"bar\.sync\s+[%\w]+,\s*{nthr};", ptx))
+    assert epi_bars == bars, f"{name}: {epi_bars} consumer bar.sync per tile, want {bars} (one per sub-tile + one per tile)"
+    ring = max(4, cfg.aux_prefetch)
+    assert re.search(rf"cp\.async\.bulk\.wait_group\.read\s+{ring - 2};", ptx), "the store warp does not free the next buffer before the barrier"
+    assert not re.search(rf"cp\.async\.bulk\.wait_group\.read\s+{ring - 1};", ptx), "the per-store acquire (ring - 1) is still there"
+    if cfg.stage_bias:
+        assert ptx.count("ld.global") == 1, "the staged bias is read once per tile"
+        # the bias load is issued before the mainloop's first WGMMA (its shared-memory store comes after the mainloop)
+        assert ptx.index("ld.global") < ptx.index("wgmma.mma_async"), "the staged bias is not loaded before the mainloop"
+    if cfg.stage_aux:
+        assert "ld.global" not in ptx and "ldmatrix" in ptx

@@ -484,3 +484,61 @@ def test_fused_auto2_matches_reference(fusion):
     if fusion.startswith("dsrelu"):  # the new ring depths (6, 8 over 7 sub-tiles): also bit for bit against the per-element read
         d0, _, _ = run(tile_mn=(128, 224), swizzle=1, stage_aux=False)
         assert torch.equal(d0, d1), f"{fusion}: staged fused_auto2 D differs from the per-element plan (max {(d0.float() - d1.float()).abs().max().item():.3e})"
+
+
+# ---- EPI_ONE_BARRIER (opt-in; issue #5; run with -k one_barrier): one named barrier per epilogue sub-tile, the staged
+# pre-activation read one sub-tile ahead, the staged bias loaded before the mainloop. Only the synchronization changes, so
+# D (and amax) must equal the default plan's bit for bit; D is also checked against the fp32 reference (FA rule).
+# 2053 x 5120 x 1000 on an explicit 128 x 224 tile (one compile per plan, no auto2 sibling): ragged M, N and K, 414 tiles
+# = about 3 per CTA, so the D ring (4 deep; 8 for dsrelu's prefetch) and the aux mbarrier phases wrap across tiles.
+# dsrelu_pingpong_p3: two rings, the in-epilogue prefetch path (aux_prefetch 3); swiglu: 128 x 256 (its only tile).
+ONE_BARRIER_CASES = ["plain", "bias_row", "srelu", "amax", "swiglu", "dsrelu", "dsrelu_pingpong_p3"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", ONE_BARRIER_CASES)
+def test_epi_one_barrier_matches_default(case):
+    from cudnn.gemm import GemmSm90
+
+    m, n, k = 2053, 5120, 1000
+    if case == "swiglu":
+        n = 2 * n
+    a, b = _ab(m, n, k)
+    n_out = n // 2 if case == "swiglu" else n
+    tensors, kw, rk = {}, dict(tile_mn=(128, 224), swizzle=1), {}
+    if case.startswith("dsrelu"):
+        tensors = dict(aux=torch.randn(m, n, device="cuda", dtype=torch.bfloat16))
+        kw.update(dsrelu=True)
+        rk = dict(dsrelu_pre=tensors["aux"])
+        if case == "dsrelu_pingpong_p3":
+            kw = dict(dsrelu=True, pingpong=True, aux_prefetch=3, swizzle=1)
+    elif case != "plain":
+        bias_kind = "row" if case == "bias_row" else "col"
+        tensors = dict(bias=torch.randn(m if bias_kind == "row" else n, device="cuda", dtype=torch.bfloat16))
+        act = {"srelu": "relu2"}.get(case, "none")
+        kw.update(bias_kind=bias_kind, activation=act)
+        rk = dict(bias=tensors["bias"], bias_kind=bias_kind, activation=act)
+        if case == "swiglu":
+            kw = dict(swiglu="interleaved", swizzle=1)
+            rk = dict(bias=tensors["bias"], swiglu="interleaved")
+
+    def run(one):
+        t = dict(tensors)
+        if case == "amax":
+            t["amax"] = torch.full((1,), float("nan"), device="cuda")
+        out = _poisoned(m, n_out)
+        plan = GemmSm90(a, b, out, **t, **kw, epi_one_barrier=one)
+        plan.compile()
+        assert plan.config.epi_one_barrier == one
+        assert plan.config.stage_bias == ("bias" in t) and plan.config.stage_aux == ("aux" in t), plan.config
+        plan.execute(a, b, out, **t)
+        return out, t.get("amax"), plan.config
+
+    d0, amax0, _ = run(False)
+    d1, amax1, cfg = run(True)
+    ref, _ = reference(a, b, **rk)
+    low, _ = reference(a, b, **rk, lowp=True)
+    assert_close_fa(d1, ref, low, name=f"epi_one_barrier {case} {cfg.tile_mn} prefetch {cfg.aux_prefetch}")
+    assert torch.equal(d0, d1), f"{case}: epi_one_barrier D differs from the default plan (max {(d0.float() - d1.float()).abs().max().item():.3e})"
+    if case == "amax":
+        assert torch.equal(amax0, amax1), (amax0.item(), amax1.item())
