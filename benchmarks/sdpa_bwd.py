@@ -27,12 +27,16 @@ P^T / dS^T registers: the d256 default since session 5, so ``ours`` at d256) and
 ``dkvearly``: both RS GEMMs from one call site, which keeps ptxas from serializing the kernel's WGMMAs, issued before
 the dS^T barrier, Q / dO released per warpgroup, dO loaded first); session 4's cluster variants (``ours-splitdc``,
 ``-splitdcp``, ``-splitdrcp``, ...) lost on the H200 and were removed in session 5;
+``ours-mrot`` (issue #6: the default with each CTA's query-block walk rotated by its key block, non-causal only) and
+``ours-mrotw`` (the same with the writer warp);
 ``ours-l2dq`` / ``ours-bulkw-l2dq``: ours / ours-bulkw with the
 plan's private ``_l2_group_dq`` (the main kernel's L2 groups of heads sized counting the fp32 dQ accumulator: half as
 many heads in flight at d128; a launch argument, same kernels). A short A/B of these against the peers:
 
     python benchmarks/sdpa_bwd.py --quick --providers=ours,ours-bulk,ours-bulkw,ours-l2dq,ours-bulkw-l2dq,fa4,torch-cudnn
     python benchmarks/sdpa_bwd.py --quick --providers=ours,ours-m80,ours-m80w,ours-dqt,ours-tmaw,fa4,torch-cudnn
+    python benchmarks/sdpa_bwd.py --quick --only=d128 --providers=ours,ours-mrot,ours-mrotw,fa4
+    python benchmarks/sdpa_bwd.py --only="d64 s4k" --providers=ours,ours-mrot,fa4 --out=sdpa_bwd_mrot_d64
     python benchmarks/sdpa_bwd.py --only="d256 s8k" --providers=ours,fa4,torch-cudnn,ours-splitdr2 --out=sdpa_bwd_d256
 
     python benchmarks/sdpa_bwd.py [--quick]     # writes docs/benchmarks/sdpa_bwd.{md,csv,png}; --quick: d128 8k (causal and not) + d256 8k -> sdpa_bwd_quick.*; --providers=a,b
@@ -99,6 +103,8 @@ def make_ours(case, tuning=None, l2_group_dq=False):
     p = case.params
     if tuning is not None and "split_d" in tuning and p["d"] != 256:
         raise Unsupported("benchmarked at d256 only (the split-D kernel's reason to exist)")
+    if tuning is not None and "mrot" in tuning and p["causal"]:
+        raise Unsupported("mrot rotates a non-causal walk (causal CTAs are staggered by the mask already)")
     if tuning is not None and ("m80" in tuning or "dqt" in tuning) and p["d"] != 128:
         raise Unsupported("m80 / dqt (dQ^T, the head dim split over the warpgroups) serve D = 128 only")
     if p["d"] not in (64, 96, 128) and (tuning is not None and "split_d" not in tuning or tuning is None and bwd_api.D256_TUNING is None):
@@ -142,6 +148,11 @@ VARIANTS = {
     "ours-splitdr": ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "sdpwg", "dkvrs"),
     # ... with dkvearly: the RS GEMMs from one call site (no ptxas WGMMA serialization) ahead of the dS^T barrier
     "ours-splitdr2": ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "sdpwg", "dkvrs", "dkvearly"),
+    # issue #6, d128 / d64 non-causal: the default with each CTA's query-block walk rotated by its key block (the CTAs
+    # of a head no longer add into the same dQ block at once); "w": with the writer warp (ptxas serializes that
+    # kernel's WGMMAs non-causal, C7512, as it does ours-bulkw's)
+    "ours-mrot": ("dq_bulk", "stats_tma", "ds2", "prepost", "mrot"),
+    "ours-mrotw": ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost", "mrot"),
 }
 
 

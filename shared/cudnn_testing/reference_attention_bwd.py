@@ -60,3 +60,17 @@ def sink_grad_from_output(o, do, lse, sinks):
 
     p_sink = torch.exp(sinks.float().view(1, -1, 1) - lse.float())
     return -(p_sink * (do.float() * o.float()).sum(-1)).sum((0, 2))
+
+
+def assert_dsinks_close(dsinks, o, do, lse, sinks, ref, lowp):
+    """The rule for a kernel's ``dsinks`` given the forward's ``o`` / ``lse`` it was handed: (1) the exact sum formed
+    from them (:func:`sink_grad_from_output`), fp32 summation order aside, relative to the sum of |terms| per head; (2)
+    against the fp32 ground truth ``ref`` (``attention_grads_ref``'s 4th output), the baseline being the worse of the bf16
+    autograd ``lowp`` and that exact sum on the bf16 ``o`` (o's rounding, not the kernel, sets the error: the terms
+    cancel, the sum is small)."""
+    exact = sink_grad_from_output(o, do, lse, sinks)
+    terms = sink_grad_from_output(o.float().abs(), do.float().abs(), lse, sinks).abs()  # sum of |terms| per head
+    assert ((dsinks - exact).abs() <= 1e-3 * terms + 1e-6).all(), (dsinks, exact)
+    err = (dsinks - ref[3]).abs().max().item()
+    base = max((lowp[3].float() - ref[3]).abs().max().item(), (exact - ref[3]).abs().max().item())
+    assert err <= 2 * base + 1e-3 * ref[3].abs().max().item() + 1e-4, (err, base)

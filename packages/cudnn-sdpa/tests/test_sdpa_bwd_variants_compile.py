@@ -570,3 +570,66 @@ def test_d256_dkvearly_ptx_issues_both_rs_gemms_from_one_site_and_ptxas_keeps_wg
     assert re.search(r"\.entry cudnn_", ptx)
     if serialized is None:
         pytest.skip("no host ptxas that takes the DSL's PTX: the WGMMA serialization check did not run")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# mrot (issue #6, d128 / d64 non-causal): the query-block walk rotated by the key block
+
+
+def test_mrot_sets_its_key_field_and_only_a_non_causal_unwindowed_plan_takes_it():
+    from cudnn.sdpa.bwd.api import DEFAULT_TUNING, SdpaBwdSm90
+
+    plan = SdpaBwdSm90(*_descs(), _tuning=DEFAULT_TUNING + ("mrot",))
+    assert plan.check_support() and plan.key.m_rotate and plan.key.dq_bulk and not plan.key.mask_right
+    base = SdpaBwdSm90(*_descs())
+    base.check_support()
+    assert not base.key.m_rotate and base.key != plan.key  # default off; a variant is its own kernel-cache entry
+    for kw in (dict(is_causal=True), dict(window_size=(64, 0)), dict(window_size=(-1, 32)), dict(deterministic=True)):
+        tuning = ("stats_tma", "ds2", "mrot") if kw.get("deterministic") else DEFAULT_TUNING + ("mrot",)
+        with pytest.raises(ValueError, match="m_rotate"):
+            SdpaBwdSm90(*_descs(), _tuning=tuning, **kw).check_support()
+
+
+def _ptxas_c7512(tmp_path, kernel: str):
+    """Whether the host ptxas reports C7512 (WGMMAs serialized) on the one dumped PTX whose name holds ``kernel``;
+    None when there is no host ptxas that takes the DSL's PTX."""
+    import shutil
+
+    exe = shutil.which("ptxas")
+    paths = [os.path.join(r, f) for r, _, fs in os.walk(str(tmp_path)) for f in fs if f.endswith(".ptx") and kernel in f]
+    if exe is None or len(paths) != 1:
+        return None
+    out = subprocess.run([exe, "-arch=sm_90a", "-v", paths[0], "-o", os.path.join(str(tmp_path), "host_ptxas.out")], capture_output=True, text=True)
+    if out.returncode != 0:
+        return None
+    return "C7512" in out.stdout + out.stderr
+
+
+@pytest.mark.compile_only
+def test_mrot_d128_ptx_rotates_the_walk_and_keeps_wgmma_async(tmp_path):
+    """One compile of the non-causal default (DEFAULT_TUNING) with mrot: the producer and both consumer loops compute
+    their query block as a remainder (three rem.s32, none in the default kernel's PTX), the 64 WGMMAs of the default,
+    no local memory, and ptxas keeps the WGMMAs asynchronous (no C7512; the non-causal writer-warp kernel gets it)."""
+    from cudnn_testing.compile_only import frame_sizes
+
+    skip_unless_cutedsl("4.8.0", "cudnn.sdpa backward")
+    code = (
+        "from cudnn.sdpa.bwd.kernel_key import SdpaBwdKey; from cudnn.sdpa.bwd.kernel_sm90 import compile_sdpa_bwd_main as f; "
+        "f(SdpaBwdKey('bf16', 128, 128, 1, False, False, False, False, False, False, False, dq_bulk=True, stats_tma=True, "
+        "ds_double_buffer=True, prepost_vec=True, m_rotate=True))"
+    )
+    env = dict(os.environ, CUTE_DSL_KEEP="ptx,cubin", CUTE_DSL_DUMP_DIR=str(tmp_path), PYTHONPATH=os.pathsep.join(sys.path))
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=str(tmp_path))
+    texts = []
+    for root, _, files in os.walk(str(tmp_path)):
+        texts += [open(os.path.join(root, f)).read() for f in files if f.endswith(".ptx") and "SdpaBwdKernelSm90" in f]
+    assert len(texts) == 1
+    ptx = texts[0]
+    assert len(re.findall(r"\brem\.s32\b", ptx)) == 3
+    assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n\d+k16", ptx)) == 64
+    assert "st.local" not in ptx and "ld.local" not in ptx and frame_sizes(tmp_path) == [0]
+    assert re.search(r"\.entry cudnn_", ptx)
+    serialized = _ptxas_c7512(tmp_path, "SdpaBwdKernelSm90")
+    if serialized is None:
+        pytest.skip("no host ptxas that takes the DSL's PTX: the WGMMA serialization check did not run")
+    assert not serialized, "ptxas serializes the WGMMAs (C7512)"

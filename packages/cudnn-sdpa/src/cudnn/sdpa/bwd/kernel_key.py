@@ -56,6 +56,11 @@ class SdpaBwdKey(AttentionKey):
     # forms dS^T; Q / dO released per warpgroup right after its last read; the producer loads dO before Q (dO is freed
     # first). See kernel_splitd_bulk_sm90.py
     dkv_early: bool = False
+    # non-causal, no window: each CTA walks its query blocks rotated by its key block (block ``n`` starts at query
+    # block ``n mod num_m`` and wraps), so the CTAs of one head, which otherwise march through the query blocks in
+    # lockstep, add their dQ partials into different query blocks at any moment instead of all into the same one
+    # (causal plans are staggered by the mask already). Producer, consumers and the dq_writer warp share the order.
+    m_rotate: bool = False
 
     def __post_init__(self):
         if self.dq_tma and self.deterministic:
@@ -85,6 +90,11 @@ class SdpaBwdKey(AttentionKey):
                 "SdpaBwdKey: sdp_wg (sdpwg) is a schedule of split_d + dq_bulk with ds_double_buffer (set all three); "
                 f"got split_d={self.split_d}, dq_bulk={self.dq_bulk}, ds_double_buffer={self.ds_double_buffer}"
             )
+        if self.m_rotate and (self.mask_right or self.mask_left or self.deterministic or self.split_d or self.tile_m80):
+            raise ValueError(
+                "SdpaBwdKey: m_rotate (mrot) rotates the query-block walk of a non-causal plan without a window (no deterministic, "
+                f"split_d, m80); got mask_right={self.mask_right}, mask_left={self.mask_left}, deterministic={self.deterministic}"
+            )
         if self.split_d and (self.deterministic or self.dq_tma or self.stats_tma):
             raise ValueError(
                 "SdpaBwdKey: split_d combines with ds_double_buffer, prepost_vec and (at D = 256) dq_bulk, dq_writer, sdp_wg, dkv_rs, dkv_early only "
@@ -113,6 +123,7 @@ TUNING_FIELDS = {
     "sdpwg": "sdp_wg",
     "dkvrs": "dkv_rs",
     "dkvearly": "dkv_early",
+    "mrot": "m_rotate",
 }
 
 #: dq_bulk: query rows per fragment-ordered block of the dQ accumulator (the main kernel's tile_m). Block ``m`` of a

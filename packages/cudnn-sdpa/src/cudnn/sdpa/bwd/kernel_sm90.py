@@ -35,7 +35,9 @@ shared memory on Q's / dO's barrier), ``ds_double_buffer`` (two dS^T buffers, on
 ``tile_m80`` (with dq_tma, D = 128, dense: FA3 / FA4's d128 query blocks of 80 rows; dQ^T = K^T dS^T, since 80 rows
 are no multiple of the 64-row WGMMA, staged through a 128-byte swizzle for two 128-byte-row TMA boxes per warpgroup;
 a last block past the 128-row scratch padding takes the masked path with its rows past S_q masked; dq_writer may issue
-dq_tma's reduce-adds too) and ``dq_t128`` (the same dQ^T staging at 64 rows, to A/B the staging apart from the tile).
+dq_tma's reduce-adds too), ``dq_t128`` (the same dQ^T staging at 64 rows, to A/B the staging apart from the tile) and
+``m_rotate`` (non-causal, no window: the query-block walk of key block ``n`` starts at block ``n mod num_m`` and wraps,
+in the producer, the consumers and the writer warp alike, so the CTAs of a head add into different dQ blocks at once).
 
 Tests: packages/cudnn-sdpa/tests/test_sdpa_bwd_*.py. Benchmark: benchmarks/sdpa_bwd.py.
 """
@@ -482,7 +484,7 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
                 )  # fmt: skip
             if const_expr(self.key.dq_writer):
                 if warp_idx == 1:
-                    self.dq_writer_loop(mLSE2, mDpsum, mdQacc, mdQacc_tma, sdQ, tma_atom_dQ, head_kv, batch, pad_q, m_block_min, m_block_max)
+                    self.dq_writer_loop(mLSE2, mDpsum, mdQacc, mdQacc_tma, sdQ, tma_atom_dQ, n_block, head_kv, batch, pad_q, m_block_min, m_block_max)
         else:
             cute.arch.setmaxregister_increase(self.num_mma_regs)
             tidx = cute.arch.thread_idx()[0] - self.threads_per_wg
@@ -570,6 +572,8 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
                 gDpsum = cute.local_tile(mDpsum_cur, (self.tile_m,), (None,))
             for i in cutlass.range(num_m, unroll=1):
                 m_block = m_block_min + i
+                if const_expr(self.key.m_rotate):
+                    m_block = m_block_min + (i + n_block) % num_m  # the consumers' order (mma)
                 if const_expr(self.key.dkv_early):
                     # dkv_early (split-D, no stats_tma): dO is freed first (warpgroup 2's dP^T and warpgroup 1's early
                     # dV read it; Q waits for warpgroup 2's dK), so its load goes first
@@ -598,6 +602,7 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         mdQacc_tma: cute.Tensor | None,
         sdQ: cute.Tensor,
         tma_atom_dQ: cute.CopyAtom | None,
+        n_block: Int32,
         head_kv: Int32,
         batch: Int32,
         pad_q: Int32,
@@ -622,14 +627,17 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
                 if const_expr(self.key.varlen):
                     mdQacc_tma_cur = cute.domain_offset((pad_q, 0), mdQacc_tma_cur)
             for i in cutlass.range(num_m, unroll=1):
-                gdQ = cute.local_tile(mdQacc_cur, (self.tile_m, self.head_dim), (m_block_min + i, 0))
+                m_block = m_block_min + i
+                if const_expr(self.key.m_rotate):
+                    m_block = m_block_min + (i + n_block) % num_m  # the consumers' order (mma)
+                gdQ = cute.local_tile(mdQacc_cur, (self.tile_m, self.head_dim), (m_block, 0))
                 for w in cutlass.range_constexpr(nwg):
                     cute.arch.cp_async_bulk_wait_group(nwg - 1 - w, read=True)  # warpgroup w's last reduce-add read it
                     cute.arch.barrier_arrive(barrier_id=int(NamedBarrierBwd.DQ_EMPTY_WG1) + w, number_of_threads=nthr)
                 for w in cutlass.range_constexpr(nwg):
                     cute.arch.barrier(barrier_id=int(NamedBarrierBwd.DQ_FULL_WG1) + w, number_of_threads=nthr)
                     if const_expr(self.key.dq_tma):
-                        gdQ_w = cute.local_tile(mdQacc_tma_cur, (self.tile_m, self.head_dim // nwg), (m_block_min + i, w))
+                        gdQ_w = cute.local_tile(mdQacc_tma_cur, (self.tile_m, self.head_dim // nwg), (m_block, w))
                         tdQsdQ_w, tdQgdQ_w = cpasync.tma_partition(
                             tma_atom_dQ, 0, cute.make_layout(1), cute.group_modes(sdQ[None, None, w], 0, 2), cute.group_modes(gdQ_w, 0, 2)
                         )
@@ -702,14 +710,22 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
             if const_expr(self.key.varlen and self.key.deterministic):
                 mSem_cur = cute.domain_offset((pad_q // self.tile_m,), mSem_cur)
             for i in cutlass.range(cutlass.max(m_mid1 - m_block_min, 0), unroll=1):
+                m_block = m_block_min + i
+                if const_expr(self.key.m_rotate):
+                    # non-causal, no window: this range and the next are (empty, all) or (all, empty), so rotating
+                    # each over its own length is the producer's rotation of the whole walk
+                    m_block = m_block_min + (i + n_block) % (m_mid1 - m_block_min)
                 state = self.step(
                     tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ, ops, mLSE2_cur, mDpsum_cur, mdQacc_cur, mSem_cur, mdQacc_tma_cur,
-                    sLSE, sDpsum, sdQ, tma_atom_dQ, tidx, pipeline_q, pipeline_do, state, scale_log2, mask, m_block_min + i, n_block, True,
+                    sLSE, sDpsum, sdQ, tma_atom_dQ, tidx, pipeline_q, pipeline_do, state, scale_log2, mask, m_block, n_block, True,
                 )  # fmt: skip
             for i in cutlass.range(cutlass.max(m_mid2 - m_mid1, 0), unroll=1):
+                m_block = m_mid1 + i
+                if const_expr(self.key.m_rotate):
+                    m_block = m_mid1 + (i + n_block) % (m_mid2 - m_mid1)
                 state = self.step(
                     tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ, ops, mLSE2_cur, mDpsum_cur, mdQacc_cur, mSem_cur, mdQacc_tma_cur,
-                    sLSE, sDpsum, sdQ, tma_atom_dQ, tidx, pipeline_q, pipeline_do, state, scale_log2, mask, m_mid1 + i, n_block, False,
+                    sLSE, sDpsum, sdQ, tma_atom_dQ, tidx, pipeline_q, pipeline_do, state, scale_log2, mask, m_block, n_block, False,
                 )  # fmt: skip
             if const_expr(self.key.mask_left or self.key.tile_m80):
                 for i in cutlass.range(cutlass.max(m_block_max - m_mid2, 0), unroll=1):
