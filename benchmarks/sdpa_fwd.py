@@ -7,14 +7,19 @@ a varlen mix (THD) and decode batches (S_q = 1): B = 64 dense KV, B = 2 with S_k
 ``num_splits=0``), and issue 4's target B = 64 paged (page 256, shuffled pages), and the same with vLLM's page 16.
 
     python benchmarks/sdpa_fwd.py               # writes docs/benchmarks/sdpa_fwd.{md,csv,png}
-    python benchmarks/sdpa_fwd.py --quick       # the prefill A/B (< 90 s): d128 s4k/s8k, d64 / d256 s8k, causal s1k, varlen,
+    python benchmarks/sdpa_fwd.py --quick       # the prefill A/B: d128 s4k/s8k, d64 / d256 s8k, causal s1k, d256 causal s2k /
+                                                # s8k, varlen,
                                                 # ours vs the plan options varlen_compact (+ varlen_tma_o) / tile_m=192
                                                 # (+ kv_stages=3) / o_rescale_early -> sdpa_fwd_quick.*
     python benchmarks/sdpa_fwd.py --only=decode,d64,d128+s4k    # a subset -> docs/benchmarks/sdpa_fwd_subset.*
     python benchmarks/sdpa_fwd.py --only=decode                 # decode rows in GB/s, + the decode plan A/B columns
     python benchmarks/sdpa_fwd.py --only=decode --kv3           # decode rows, plus the kernel with a 3-deep K/V ring
     python benchmarks/sdpa_fwd.py --quick --providers=ours,ours-tail,fa4   # any run: only the listed columns
-                                                # (ours-tail: ragged_tail, the first key block at its visible width)
+                                                # (ours-tail: ragged_tail, the first key block at its visible width;
+                                                # causal rows: ours-tail-r2p = + mask_r2p, ours-tail-pairs-r2p = + persistent
+                                                # pairs (d128), ours-l2g32 = l2_group_mb=32, the default's kernel)
+    python benchmarks/sdpa_fwd.py --quick --only=causal --providers=ours,ours-tail,ours-tail-r2p,ours-tail-pairs-r2p,ours-l2g32,fa4
+                                                # the causal A/B of session 5 -> sdpa_fwd_subset.*
     python benchmarks/sdpa_fwd.py --quick --old-options         # + the decided session-3 columns (cvt, pers, n176, ...)
     python benchmarks/sdpa_fwd.py --overhead                    # host us/call -> docs/benchmarks/sdpa_fwd_overhead.md
     python benchmarks/sdpa_fwd.py --causal      # the session-4 A/B (~90 s): d128 causal s1k / s4k / s8k, d64 s8k both
@@ -37,12 +42,13 @@ TOTAL = 16384
 def _shapes(quick: bool):
     cases = []
     seqs = {128: [1024, 2048, 4096, 8192, 16384, 32768], 64: [2048, 8192], 256: [2048, 8192]}
-    if quick:  # the prefill A/B set: d128 s4k / s8k both masks, d64 / d256 s8k non-causal, d128 causal s1k, the varlen mix
-        seqs = {128: [1024, 4096, 8192], 64: [8192], 256: [8192]}
+    if quick:  # the prefill A/B set: d128 s4k / s8k both masks, d64 s8k non-causal, d256 s8k both masks and s2k causal,
+        # d128 causal s1k, the varlen mix
+        seqs = {128: [1024, 4096, 8192], 64: [8192], 256: [2048, 8192]}
     for d in (128, 64, 256):
         for s in seqs[d]:
             for causal in (False, True):
-                if quick and ((d != 128 and causal) or (s == 1024 and not causal)):
+                if quick and ((d == 64 and causal) or (s < 4096 and not causal)):
                     continue
                 b = max(1, TOTAL // s)
                 h = 2048 // d
@@ -321,6 +327,35 @@ def make_ours_tail(case):
     return _make_ours_prefill_plan(case, ragged_tail=True)
 
 
+def _causal_rows_only(case):
+    p = case.params
+    if p["kind"] == "dense" and not p["causal"]:
+        raise Unsupported("causal rows only (a causal-path A/B column)")
+
+
+def make_ours_tail_r2p(case):
+    """Causal prefill rows (dense and THD varlen): ``ragged_tail`` with ``mask_r2p`` (the first key block at its visible
+    width, every masked block through per-row 32-bit keep masks). Both bitwise the default: the A/B for flipping the two
+    together on causal plans."""
+    _causal_rows_only(case)
+    return _make_ours_prefill_plan(case, ragged_tail=True, mask_r2p=True)
+
+
+def make_ours_tail_pairs_r2p(case):
+    """d = 128 causal dense rows: ``ragged_tail`` + ``persistent`` + ``persistent_pairs`` + ``mask_r2p`` (session 4's
+    pairs + r2p column, 566.4 vs 548.1 TFLOP/s at s4k but 535.1 vs 591.2 at s8k, with the narrow first block)."""
+    _causal_rows_only(case)
+    return _make_ours_prefill_plan(case, only_d=128, dense_only=True, ragged_tail=True, persistent=True, persistent_pairs=True, mask_r2p=True)
+
+
+def make_ours_l2g32(case):
+    """Causal dense rows: ``l2_group_mb=32`` (host only, the default's kernel: the longest-first tile order runs as many
+    (head, batch) pairs together as 32 MiB of K/V hold, FA4's LPT sections, instead of 8 MiB: at d256 s8k 4 heads per group
+    instead of 1, whose longest tiles then no longer start near the end of the grid). The A/B for L2_GROUP_MB_DEFAULT."""
+    _causal_rows_only(case)
+    return _make_ours_prefill_plan(case, dense_only=True, l2_group_mb=32)
+
+
 #: The masked-path A/B set (--causal): the causal d = 128 rows of the quick set, d = 64 s8k both masks, the varlen mix.
 CAUSAL_AB_LABELS = ("d128 s1k b16 causal", "d128 s4k b4 causal", "d128 s8k b2 causal", "d64 s8k b2", "d64 s8k b2 causal", "varlen d128 7 seqs causal")
 
@@ -589,6 +624,9 @@ def main():
         providers = [
             providers[0],
             Provider("ours-tail", make_ours_tail),
+            Provider("ours-tail-r2p", make_ours_tail_r2p),
+            Provider("ours-tail-pairs-r2p", make_ours_tail_pairs_r2p),
+            Provider("ours-l2g32", make_ours_l2g32),
             Provider("ours-m192-kv3", make_ours_m192_kv3),
             *(old if "--old-options" in sys.argv else []),
             providers[1],

@@ -225,3 +225,59 @@ def test_ragged_tail_ptx_has_the_narrow_wgmma(tmp_path):
     assert syms and all(s.startswith("cudnn") for s in syms), syms
     frames = frame_sizes(tmp_path / "dump")
     assert frames and all(f == 0 for f in frames), frames
+
+
+def test_ragged_tail_causal_combination_compiles_with_no_frame(tmp_path):
+    """The causal combination under A/B (benchmarks/sdpa_fwd.py --quick, ours-tail-pairs-r2p): ``ragged_tail`` with
+    ``mask_r2p``, ``persistent`` and ``persistent_pairs`` on the d = 128 causal plan with LSE is accepted by check_support
+    (no option declines another) and compiles with no stack frame (no spills); the narrow first-block S GEMM (n64) is
+    there next to the tile's (n128), TMA in and out, the ``cudnn`` symbol prefix, no local memory."""
+    from cudnn.sdpa.fwd.api import SdpaFwdSm90
+    from cudnn.sdpa.fwd.kernel_sm90 import compile_sdpa_fwd
+    from cudnn_testing.compile_only import frame_sizes, keep_artifacts
+
+    q = TensorDesc.contiguous((2, 8, 4096, 128), "bfloat16", "q")
+    lse = TensorDesc.contiguous((2, 8, 4096), "float32", "lse")
+    plan = SdpaFwdSm90(q, q, q, None, lse, is_causal=True, ragged_tail=True, mask_r2p=True, persistent=True, persistent_pairs=True)
+    assert plan.check_support()
+    key = plan.key
+    assert (key.ragged_tail, key.mask_r2p, key.persistent, key.persistent_pairs, key.mask_right, key.has_lse) == (True,) * 6
+    with keep_artifacts(tmp_path / "dump") as ptx_text:
+        compile_sdpa_fwd(key)
+        ptx = ptx_text()
+    for n in (64, 128):
+        assert f"wgmma.mma_async.sync.aligned.m64n{n}k16" in ptx, n
+    assert "cp.async.bulk.tensor" in ptx and "global.shared::cta" in ptx and ".local" not in ptx
+    syms = kernel_symbols(ptx)
+    assert syms and all(s.startswith("cudnn") for s in syms), syms
+    frames = frame_sizes(tmp_path / "dump")
+    assert frames and all(f == 0 for f in frames), frames
+
+
+def test_l2_group_mb_is_a_launch_scalar_not_a_key_field(api):
+    """``l2_group_mb`` (host only) sizes the L2 groups of the causal / window tile order: the plan's key (the compiled
+    kernel) is the default's, and the group_heads launch scalar is what the budget holds (d = 256, S_kv = 2048: 2 MiB of
+    K/V per (head, batch) pair: 4 pairs per 8 MiB group (the default), 16 per 32 MiB); a plan with no mask keeps 1 (m-block
+    fastest); values outside [1, 1024] MiB raise ValueError. No GPU, no compile (the launch recorder)."""
+    torch = pytest.importorskip("torch")
+
+    def group_of(causal, **kw):
+        q = torch.empty(2, 2048, 8, 256, dtype=torch.bfloat16).transpose(1, 2)
+        o = torch.empty_like(q)
+        plan = api.SdpaFwdSm90(q, q, q, o, is_causal=causal, **kw)
+        plan.compile()
+        api._test_recorder.calls.clear()
+        plan.execute(q, q, q, o)
+        (args,) = api._test_recorder.calls
+        return plan.key, args[11 + 6]  # 11 pointers, then LAUNCH_SCALARS: group_heads is the 7th
+
+    key_def, g_def = group_of(True)
+    key_32, g_32 = group_of(True, l2_group_mb=32)
+    assert key_32 == key_def, "l2_group_mb must not reach the compile key (the same kernel)"
+    assert (g_def, g_32) == (max(1, api.L2_GROUP_MB_DEFAULT // 2), 16)  # 2 MiB per pair (the default: 8 MiB, 4 pairs)
+    assert group_of(True, l2_group_mb=1)[1] == 1
+    assert group_of(False, l2_group_mb=32)[1] == 1
+    for bad in (0, 2048, 1.5, True, "32"):
+        with pytest.raises(ValueError, match="l2_group_mb"):
+            api.SdpaFwdSm90(TensorDesc.contiguous((2, 8, 256, 256), "bfloat16", "q"), *[TensorDesc.contiguous((2, 8, 256, 256), "bfloat16", "k")] * 2,
+                            is_causal=True, l2_group_mb=bad).check_support()  # fmt: skip

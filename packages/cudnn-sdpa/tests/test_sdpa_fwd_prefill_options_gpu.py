@@ -18,6 +18,11 @@
   including rows with no visible key (bottom-right, S_q > S_kv: O = 0, LSE = -inf must survive).
 - ``persistent_pairs`` (the persistent work unit is the pair of query blocks M - 1 - j and j of one head; odd M leaves
   an empty slot) moves tiles between CTAs, not arithmetic: bitwise against the default plan, odd and even M, THD.
+- ``ragged_tail`` with ``mask_r2p``, ``persistent`` and ``persistent_pairs`` together (the causal combinations under
+  A/B), d = 128 and d = 256: bitwise against the default plan (each option is), and against the reference.
+- ``l2_group_mb`` (host only: how many (head, batch) pairs one L2 group of the causal longest-first tile order holds)
+  moves tiles between CTAs: bitwise against the default plan at d = 256 causal (odd lengths, GQA, both alignments,
+  LSE; the group differs from the default's on every case), on a persistent grid and THD varlen.
 
 Shapes are chosen so a persistent CTA runs several tiles (a grid of at most the SM count over hundreds of tiles),
 with odd lengths (S not a multiple of either tile), GQA, both causal alignments and a sliding window.
@@ -60,9 +65,15 @@ def _run(q, k, v, causal, br, window, pins=None, **plan_kw):
     plan = SdpaFwdSm90(q, k, v, out, lse, is_causal=causal, causal_bottom_right=br, window_size=window, **(pins or {}), **plan_kw)
     plan.compile()
     for name, want in plan_kw.items():
+        if name in HOST_OPTIONS:  # a launch argument, not a compile-key field
+            continue
         assert getattr(plan.key, name) == want, (name, getattr(plan.key, name))
     plan.execute(q, k, v, out, lse)
     return out, lse
+
+
+#: Plan options that are host-side launch arguments (the same compiled kernel), not compile-key fields.
+HOST_OPTIONS = ("l2_group_mb",)
 
 
 def _default_tile_m(option: dict, d: int) -> dict:
@@ -117,6 +128,10 @@ def _ids(oc):
 
 @pytest.mark.parametrize("option_case", BITWISE, ids=_ids)
 def test_option_is_bitwise_the_default_and_matches_reference(option_case):
+    _check_bitwise_the_default(option_case)
+
+
+def _check_bitwise_the_default(option_case):
     option, (dtype, d, dv, b, h, hk, sq, sk, causal, br, window) = option_case
     q, k, v = _make((b, h, sq, d), dtype), _make((b, hk, sk, d), dtype), _make((b, hk, sk, dv), dtype)
     o_opt, lse_opt = _run(q, k, v, causal, br, window, **option)
@@ -174,6 +189,10 @@ VARLEN_CASES = [
 def test_thd_varlen_option_matches_reference(option, causal, d):
     """THD varlen (an empty and a one-token sequence, 8 heads over 2 kv heads) with a tuned key tile, the head-major tile
     order or the persistent grid; all but tile_n change no arithmetic and are also compared bitwise with the default."""
+    _check_thd_option(option, causal, d)
+
+
+def _check_thd_option(option, causal, d):
     from cudnn.sdpa.fwd.api import SdpaFwdSm90
 
     h, hk = 8, 2
@@ -415,3 +434,30 @@ def test_ragged_tail_thd_varlen(causal):
     assert torch.equal(torch.isfinite(lse), finite)
     assert (lse[finite] - ref_lse[finite]).abs().max().item() < 1e-3
     assert torch.equal(out, out_def) and torch.equal(lse, lse_def), "ragged_tail: differs from the default plan"
+
+
+# d = 256 causal (key tile 80, o_rescale_early): odd lengths, GQA, both alignments. The L2 group of the tile order
+# differs from the default's on both (1500 keys: 1.5 MB of K/V per pair, 5 pairs per 8 MiB group, all 16 per 32 MiB;
+# 2049 keys: 3 per 8 MiB, all 12 per 32 MiB).
+D256_CAUSAL = (torch.bfloat16, 256, 256, 2, 8, 4, 1500, 1500, True, False, (-1, -1))
+D256_CAUSAL_BR = (torch.float16, 256, 256, 3, 4, 4, 700, 2049, True, True, (-1, -1))  # bottom-right, S_q < S_kv
+COMBO_CASES = [
+    (dict(l2_group_mb=32), D256_CAUSAL),
+    (dict(l2_group_mb=32), D256_CAUSAL_BR),
+    (dict(ragged_tail=True, mask_r2p=True), D256_CAUSAL),  # widths 64 / 80: the diagonal block at 64 for one warpgroup
+    (dict(ragged_tail=True, mask_r2p=True, persistent=True, persistent_pairs=True), D128_CAUSAL),  # M = 12: 6 pairs per head
+    (dict(ragged_tail=True, mask_r2p=True, persistent=True, l2_group_mb=32), D256_CAUSAL_BR),  # O in Q's buffer, static stride
+]
+
+
+@pytest.mark.parametrize("option_case", COMBO_CASES, ids=_ids)
+def test_causal_combination_is_bitwise_the_default(option_case):
+    """The causal options under A/B together (benchmarks/sdpa_fwd.py --quick: ours-tail-r2p, ours-tail-pairs-r2p,
+    ours-l2g32), each bitwise the default alone, so together too; and the reference."""
+    _check_bitwise_the_default(option_case)
+
+
+def test_l2_group_and_ragged_tail_thd_varlen_d256():
+    """THD varlen d = 256 causal (an empty and a one-token sequence, GQA 4, LSE) on the tile order ``l2_group_mb`` sizes
+    (varlen_compact off: the compact grid has its own order) with ragged_tail and mask_r2p: bitwise the default plan."""
+    _check_thd_option(dict(varlen_compact=False, l2_group_mb=32, ragged_tail=True, mask_r2p=True), True, 256)

@@ -90,6 +90,15 @@ TILE_N_NONCAUSAL_D128_DEFAULT = 192
 #: the causal diagonal, run at the width its rows can see: an S GEMM of N = 64 / 128 instead of the whole key tile, its
 #: softmax on that slice and its PV GEMM's k-loop stopped there): off until an H200 A/B (d128 s4k: 4096 = 21 x 192 + 64).
 RAGGED_TAIL_DEFAULT = False
+#: ``l2_group_mb=None`` means L2_GROUP_MB_DEFAULT (host only, not a compile-key field: the same kernel, another launch
+#: scalar): with a causal / window mask the tile order runs ``group_heads`` (head, batch) pairs together, m-block slowest
+#: and longest-first inside the group, as many pairs as this many MiB of K/V hold (S_kv * (D + D_v) * 2 bytes each). One
+#: pair per group (8 MiB at d = 256, S_kv = 8k) makes the longest-first order per head only: the last head's longest tiles
+#: start near the end of the grid and run alone (a dispatch model of the d256 s8k b2 causal grid: 90% of the ideal
+#: makespan with 1 pair, 99.5% with 2 or 4; d256 s2k b8: 91% with 4, 98% with 16; FA4's LPT scheduler sizes its sections
+#: from 50 MB, a power of two heads: the same groups as 32 MiB on every causal row of sdpa_fwd.md). 8: the order measured
+#: so far, until an H200 A/B of 32 (benchmarks/sdpa_fwd.py --quick, column ours-l2g32).
+L2_GROUP_MB_DEFAULT = 8
 #: ``fast_guard=None`` means FAST_GUARD_DEFAULT (host only, not a compile-key field): a repeated execute() checks its
 #: tensors' metadata with one C++ call (torch's dynamo ``TensorGuards``: dtype, device, dispatch keys, sizes and strides
 #: of every tensor argument at once) against the layout that repeated last instead of building and comparing the
@@ -131,8 +140,10 @@ class SdpaFwdSm90(APIBase):
     key block of each warpgroup, the partial last block or the causal diagonal, at the width its rows see: S GEMM N = 64
     or 128 instead of the key tile, softmax on that slice, PV k-loop stopped there).
 
-    Host-side option (no compile-key field, the same kernel): ``fast_guard`` (execute() checks a repeated call's tensor
-    metadata with one C++ TensorGuards call instead of building the metadata tuple in Python; see :meth:`execute`).
+    Host-side options (no compile-key field, the same kernel): ``fast_guard`` (execute() checks a repeated call's tensor
+    metadata with one C++ TensorGuards call instead of building the metadata tuple in Python; see :meth:`execute`);
+    ``l2_group_mb`` (causal / window masks: the MiB of K/V one L2 group of the longest-first tile order may hold, which
+    sets how many (head, batch) pairs run longest-first together; see L2_GROUP_MB_DEFAULT).
     """
 
     def __init__(
@@ -172,9 +183,11 @@ class SdpaFwdSm90(APIBase):
         exp2_emu: int | None = None,
         fast_guard: bool | None = None,
         ragged_tail: bool | None = None,
+        l2_group_mb: int | None = None,
     ):
         super().__init__()
         self.fast_guard = fast_guard  # None: FAST_GUARD_DEFAULT (host-side execute option, see execute)
+        self.l2_group_mb = l2_group_mb  # None: L2_GROUP_MB_DEFAULT (host-side launch scalar, see L2_GROUP_MB_DEFAULT)
         self.tile_n = tile_n  # None: tile_config's
         self.packed_cvt = packed_cvt  # None: PACKED_CVT_DEFAULT, or True with tile_n
         self.persistent = persistent  # None: PERSISTENT_DEFAULT for dense / THD plans (not paged, split or pack-GQA)
@@ -389,6 +402,10 @@ class SdpaFwdSm90(APIBase):
             self.ragged_tail is not None and not isinstance(self.ragged_tail, bool),
             f"SdpaFwdSm90: ragged_tail={self.ragged_tail!r} must be a bool (or None)",
         )
+        self._value_error_if(
+            self.l2_group_mb is not None and (isinstance(self.l2_group_mb, bool) or not isinstance(self.l2_group_mb, int) or not 1 <= self.l2_group_mb <= 1024),
+            f"SdpaFwdSm90: l2_group_mb={self.l2_group_mb!r} must be an int in [1, 1024] (MiB of K/V per L2 group of the tile order) or None",
+        )
         self._value_error_if(bool(self.varlen_lpt) and not self.varlen, "SdpaFwdSm90: varlen_lpt is a THD varlen option (it needs cu_seqlens_q)")
         varlen_lpt = self.varlen_lpt if self.varlen_lpt is not None else (self.varlen and VARLEN_LPT_DEFAULT)
         self._value_error_if(bool(self.varlen_compact) and not self.varlen, "SdpaFwdSm90: varlen_compact is a THD varlen option (it needs cu_seqlens_q)")
@@ -475,6 +492,7 @@ class SdpaFwdSm90(APIBase):
         self._default_scale_log2 = (1.0 / math.sqrt(key.head_dim) if self.scale is None else float(self.scale)) * _LOG2E
         self._window_args = (max(self._mask_window[0], 0), max(self._mask_window[1], 0))
         self._sm_count = _sm_count(self.q.device)
+        self._l2_group_bytes = (self.l2_group_mb if self.l2_group_mb is not None else L2_GROUP_MB_DEFAULT) << 20
         self._launch_args: dict = {}  # tensor metadata -> validated scalar launch arguments (see execute)
         stream_fn = _current_stream_handle
         if stream_fn is _CURRENT_STREAM_HANDLE:  # (tests may stand a stub in for it) bind core's accessor itself
@@ -633,7 +651,10 @@ class SdpaFwdSm90(APIBase):
             except (AttributeError, TypeError):  # not tensors (or unhashable metadata): the full validation names the problem
                 meta, got, plain, dev = None, None, False, None
             if got is None:
-                args = _validate(self.key, q, k, v, o, lse, sinks, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, workspace, num_splits, self._sm_count, page_table)
+                args = _validate(
+                    self.key, q, k, v, o, lse, sinks, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, workspace, num_splits, self._sm_count, page_table,
+                    self._l2_group_bytes,
+                )  # fmt: skip
                 # memo entry: (scalars, lse_part_offset, the launch arguments after the four data pointers at the plan's scale
                 # for a call with no optional operand, else None), or _EMPTY
                 got = args if args is _EMPTY else (*args, (None,) * 7 + args[0] + (self._default_scale_log2, *self._window_args) if plain else None)
@@ -884,19 +905,23 @@ def _check_io(key, q, k, v, o) -> None:
 _GROUP_CACHE: dict = {}
 
 
-def _group_heads(key, seqlen_k: int) -> int:
-    """(head, batch) pairs per L2 group of the tile order: 1 (m-block fastest) unless the mask makes tiles uneven."""
+def _group_heads(key, seqlen_k: int, l2_bytes: int = L2_GROUP_MB_DEFAULT << 20) -> int:
+    """(head, batch) pairs per L2 group of the tile order: 1 (m-block fastest) unless the mask makes tiles uneven, else
+    as many as ``l2_bytes`` of K/V hold (the plan's ``l2_group_mb``)."""
     if not (key.mask_right or key.mask_left):
         return 1
-    g = _GROUP_CACHE.get((key.head_dim, key.head_dim_v, seqlen_k))
+    g = _GROUP_CACHE.get((key.head_dim, key.head_dim_v, seqlen_k, l2_bytes))
     if g is None:
         from .._device.tile_scheduler import SingleTileScheduler
 
-        g = _GROUP_CACHE[(key.head_dim, key.head_dim_v, seqlen_k)] = SingleTileScheduler.group_heads_for(seqlen_k, key.head_dim, key.head_dim_v)
+        g = SingleTileScheduler.group_heads_for(seqlen_k, key.head_dim, key.head_dim_v, l2_bytes)
+        _GROUP_CACHE[(key.head_dim, key.head_dim_v, seqlen_k, l2_bytes)] = g
     return g
 
 
-def _validate(key, q, k, v, o, lse, sinks, cu_q, cu_k, max_seqlen_q, workspace=None, num_splits=None, sm_count=132, page_table=None) -> tuple:
+def _validate(
+    key, q, k, v, o, lse, sinks, cu_q, cu_k, max_seqlen_q, workspace=None, num_splits=None, sm_count=132, page_table=None, l2_bytes=L2_GROUP_MB_DEFAULT << 20
+) -> tuple:
     """The full execute-time check of the tensors against the plan; returns ``(scalars, lse_part_offset)``: the
     kernel's scalar launch arguments (``kernel_sm90.LAUNCH_SCALARS``) and, for split-KV, the byte offset of the
     partial LSE in the workspace (else None); or ``_EMPTY`` when there is nothing to launch. Reads metadata only."""
@@ -980,11 +1005,11 @@ def _validate(key, q, k, v, o, lse, sinks, cu_q, cu_k, max_seqlen_q, workspace=N
     if grid_q == 0 or batch == 0 or heads == 0:
         return _EMPTY
     sk_hint = sk if seqlen_k_hint is None else seqlen_k_hint
-    group = _group_heads(key, sk_hint if not key.varlen else grid_q)
+    group = _group_heads(key, sk_hint if not key.varlen else grid_q, l2_bytes)
     if key.varlen_lpt:  # whole heads per L2 group: as many heads as the budget holds of all T_kv tokens, times B sequences
         from .._device.tile_scheduler import SingleTileScheduler
 
-        group = min(heads * batch, SingleTileScheduler.group_heads_for(sk, key.head_dim, key.head_dim_v) * batch)
+        group = min(heads * batch, SingleTileScheduler.group_heads_for(sk, key.head_dim, key.head_dim_v, l2_bytes) * batch)
     splits, lse_part_offset = 1, None
     if key.persistent:
         splits = sm_count  # the launch's CTA budget (LAUNCH_SCALARS' num_splits slot)
