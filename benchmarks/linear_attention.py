@@ -4,7 +4,11 @@ Gated DeltaNet forward (chunked, K = V = 128) in milliseconds and GB/s of minimu
 Providers, all on the same inputs in one process: ours (cudnn.linear_attention), ours replayed from a
 CUDA graph (no host overhead), the adapter called directly with the DSL's launch entry ("adapter") and with the
 tvm-ffi entry ("adapter+tvmffi": the launch-route A/B, forward and update), fla-core's Triton causal_conv1d when importable, and a torch F.conv1d
-(cuDNN) baseline on the same [B, T, D] storage (dense cases only).
+(cuDNN) baseline on the same [B, T, D] storage (dense cases only). Issue 7's forward A/B: "ours-ffi" (the public op on the
+tvm-ffi launch route, ``torch_op.FWD_TVM_FFI``), "ours-ffi-pf16" (plus the kernel's cp.async ring, ``FWD_PREFETCH = 16``)
+and kernel-only columns replayed from a CUDA graph (compare with "ours+graph"): "ours-pf16+graph" / "ours-pf32+graph"
+(``Conv1dFwdKey.prefetch``), "ours-t128+graph" (128 tokens per CTA) and "ours-pf16t128+graph". ``conv1d --quick`` runs
+those forward shapes in 3 interleaved rounds (``linear_attention_quick.{md,csv,png}``).
 
 Byte convention (minimum memory traffic, "effective"): forward reads x and writes y once
 (2 * T * D * itemsize); backward reads x and dy and writes dx (3 * T * D * itemsize); update reads x,
@@ -188,6 +192,56 @@ def _make_ours_adapter(tvm_ffi):
         plan.tvm_ffi = tvm_ffi
         plan.compile()
         return lambda: plan.execute(x, inp["w"], y, inp["b"], cu)
+
+    return make
+
+
+def _make_ours_op_options(tvm_ffi=None, prefetch=None):
+    """The public ``causal_conv1d`` (eager) with the forward op's plan options set around each call
+    (``torch_op.FWD_TVM_FFI``: launch route; ``torch_op.FWD_PREFETCH``: the kernel's cp.async ring). Forward only."""
+
+    def make(case):
+        if case.params["op"] != "fwd":
+            raise Unsupported("forward option")
+        from cudnn.linear_attention.conv1d import torch_op
+
+        fn = _make_ours(case)
+
+        def call():
+            saved = torch_op.FWD_TVM_FFI, torch_op.FWD_PREFETCH
+            torch_op.FWD_TVM_FFI, torch_op.FWD_PREFETCH = tvm_ffi, prefetch
+            try:
+                return fn()
+            finally:
+                torch_op.FWD_TVM_FFI, torch_op.FWD_PREFETCH = saved
+
+        return call
+
+    return make
+
+
+def _make_ours_kernel_variant(**fields):
+    """Kernel A/B: the forward adapter (tvm-ffi entry) with compile-key fields replaced (``prefetch``: the cp.async ring,
+    ``tokens_per_cta``), replayed from a CUDA graph, so the column is kernel time (compare with ``ours+graph``)."""
+
+    def make(case):
+        import dataclasses
+
+        from cudnn.linear_attention.conv1d.api import CausalConv1d
+
+        if case.params["op"] != "fwd":
+            raise Unsupported("forward-only kernel variant")
+        inp = _inputs(case)
+        cu = inp["cu"]
+        x = inp["x"][0] if cu is not None else inp["x"]
+        y = x.new_empty(x.shape)
+        plan = CausalConv1d(x, inp["w"], y, inp["b"], cu, activation="silu")
+        plan.tvm_ffi = True
+        plan.check_support()
+        key = dataclasses.replace(plan.compile_key(), **fields)
+        plan.compile_key = lambda: key
+        plan.compile()
+        return _graphed(lambda case: lambda: plan.execute(x, inp["w"], y, inp["b"], cu))(case)
 
     return make
 
@@ -453,15 +507,18 @@ def _parallel_providers(family, adapter, per_key_gate, public):
         providers.append(Provider("ours-parallel-pf", make_adapter({"parallel_prefetch": True})))
         providers.append(Provider("ours-parallel-2cta", make_adapter({"parallel_prep_two_per_sm": True})))
         providers.append(Provider("ours-parallel-all", make_adapter({"parallel_prefetch": True, "parallel_state_stages": 3, "parallel_prep_two_per_sm": True})))
-    # every named variant the family's keys take (``_host/chunk_parallel.py::PARALLEL_VARIANTS``; KDA's prep key has none)
-    # and the output / GDN-prep candidates again replayed from a CUDA graph
+    # every named variant whose prep fields the family's prep key has (``_host/chunk_parallel.py::PARALLEL_VARIANTS``)
+    # and the output / prep candidates again replayed from a CUDA graph
+    from linear_attention_kernels import prep_key_fields
+
     from cudnn.linear_attention._host.chunk_parallel import PARALLEL_VARIANTS
 
-    for variant, fields in PARALLEL_VARIANTS.items():
-        if not per_key_gate or "prep" not in fields:
+    takes = {name for name, fields in PARALLEL_VARIANTS.items() if set(fields.get("prep", {})) <= prep_key_fields(family)}
+    for variant in PARALLEL_VARIANTS:
+        if variant in takes:
             providers.append(Provider(f"ours-par-{variant}", make_adapter({}, variant)))
-    for variant in ("owp", "gtc3-owp"):
-        if variant in PARALLEL_VARIANTS and (not per_key_gate or "prep" not in PARALLEL_VARIANTS[variant]):
+    for variant in ("owp", "gtc3-owp", "knt-best"):
+        if variant in takes:
             providers.append(Provider(f"ours-par-{variant}+graph", _graphed(make_adapter({}, variant))))
     return providers
 
@@ -486,6 +543,13 @@ def main(args=None):
     providers = [
         Provider("ours", _make_ours),
         Provider("ours+graph", _make_ours_graph),
+        # issue 7 A/B: the forward op's tvm-ffi launch route (host), the kernel's cp.async ring (prefetch) and 128 tokens per CTA
+        Provider("ours-ffi", _make_ours_op_options(tvm_ffi=True)),
+        Provider("ours-ffi-pf16", _make_ours_op_options(tvm_ffi=True, prefetch=16)),
+        Provider("ours-pf16+graph", _make_ours_kernel_variant(prefetch=16)),
+        Provider("ours-pf32+graph", _make_ours_kernel_variant(prefetch=32)),
+        Provider("ours-pf16t128+graph", _make_ours_kernel_variant(prefetch=16, tokens_per_cta=128)),
+        Provider("ours-t128+graph", _make_ours_kernel_variant(tokens_per_cta=128)),
         Provider("ours-u8", _make_ours_variant(8, 3)),
         Provider("adapter", _make_ours_adapter(False)),
         Provider("adapter+tvmffi", _make_ours_adapter(True)),
@@ -493,8 +557,9 @@ def main(args=None):
         Provider("torch", _make_torch),
     ]
     cases = _cases()
-    if args.quick:
-        cases = [c for c in cases if c.label in ("fwd T4k D4096", "fwd T32k D4096", "update B64 D8192")]
+    if args.quick:  # issue 7's forward shapes: 16M, 67M (two), 134M elements, varlen and 1-token sequences
+        keep = ("fwd T4k D4096", "fwd T16k D4096", "fwd T8k D8192", "fwd T32k D4096", "fwd varlen64 T32k D4096", "fwd varlen1tok T16k D4096")
+        cases = [c for c in cases if c.label in keep]
     _run(
         "linear_attention",
         cases,
@@ -503,6 +568,7 @@ def main(args=None):
         convention="effective bytes: fwd 2*T*D*2 (x read, y written), bwd 3*T*D*2 (x, dy read, dx written), update B*D*(2+2(W-1))*2; bf16, W=4, SiLU, bias",
         metric="gbps",
         title="causal_conv1d (bf16, W=4, SiLU)",
+        rounds=3 if args.quick else 1,  # the quick table is the issue-7 A/B: interleaved rounds, fastest per cell
     )
 
 

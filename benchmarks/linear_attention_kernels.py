@@ -70,6 +70,15 @@ def kernel_label(symbol: str) -> str:
     return next((label for label, part in KERNELS if part in symbol), "other")
 
 
+def prep_key_fields(family) -> set:
+    """The field names of the family's parallel prep key (a named variant with other prep fields is not the family's)."""
+    import importlib
+    from dataclasses import fields
+
+    mod = importlib.import_module(f"cudnn.linear_attention.{family}.chunk_parallel_prep_kernel")
+    return {f.name for f in fields(mod.KdaParallelPrepKey if family == "kda" else mod.GdnParallelPrepKey)}
+
+
 def variants_of(family):
     """``(label, schedule, adapter knobs, PARALLEL_VARIANTS name)`` of every variant the family runs."""
     from cudnn.linear_attention._host.chunk_parallel import PARALLEL_VARIANTS
@@ -79,8 +88,8 @@ def variants_of(family):
         variants.append(("parallel-pf", "parallel", {"parallel_prefetch": True}, None))
         variants.append(("parallel-2cta", "parallel", {"parallel_prep_two_per_sm": True}, None))
         variants.append(("parallel-all", "parallel", {"parallel_prefetch": True, "parallel_state_stages": 3, "parallel_prep_two_per_sm": True}, None))
-    for name, fields in PARALLEL_VARIANTS.items():  # every named variant the family's keys take (KDA's prep key has none)
-        if family == "gdn" or "prep" not in fields:
+    for name, fields in PARALLEL_VARIANTS.items():  # every named variant whose prep fields the family's prep key has
+        if set(fields.get("prep", {})) <= prep_key_fields(family):
             variants.append((f"par-{name}", "parallel", {}, name))
     return variants
 

@@ -1,8 +1,9 @@
 """Compile-only tier (CPU, CUTE_DSL_ARCH=sm_90a) of the chunk-parallel forward's named variants
 (``_host/chunk_parallel.py::PARALLEL_VARIANTS``, set by ``set_parallel_options``): the state-pass variants ``v32`` /
 ``v16`` (the narrow-slice state pass, ``kda/chunk_parallel_state_narrow_kernel.py``) and ``s3`` (three stages), which
-both families take (the state pass is family-agnostic). KDA's prep key has no option fields any more (the session-5
-fold): prep variants are ValueErrors. Two direct state-pass compiles (K = 128 varlen with states, K = 64 dense); the
+both families take (the state pass is family-agnostic), the output and prep variants, and the key fields: KDA's prep key
+lost the session-4 kernels' fields in the session-5 fold (they are ValueErrors) and has the opt-ins ``narrow_ap`` /
+``ref_table``. Two direct state-pass compiles (K = 128 varlen with states, K = 64 dense); the
 rest is key and routing checks (no compile)."""
 
 from __future__ import annotations
@@ -60,10 +61,10 @@ def test_variant_table_and_key_fields():
     from cudnn.linear_attention.kda.chunk_parallel_prep_kernel import KdaParallelPrepKey
 
     state_only = {"v32", "v16", "v64", "s3", "s4", "tma", "tma-s3", "tma-st", "tma-st-s3", "tma-st-s4"}
-    assert set(PARALLEL_VARIANTS) == state_only | {"ow", "oper", "owp", "gtc", "gtc3", "gtc3-owp"}
+    assert set(PARALLEL_VARIANTS) == state_only | {"ow", "oper", "owp", "gtc", "gtc3", "gtc3-owp", "kn", "knt", "knt-best"}
     assert all(set(PARALLEL_VARIANTS[v]) == {"state"} for v in state_only)
     assert all(set(PARALLEL_VARIANTS[v]) == {"out"} for v in ("ow", "oper", "owp")) and set(PARALLEL_VARIANTS["gtc"]) == {"prep"}
-    assert [f.name for f in fields(KdaParallelPrepKey)] == ["head_dim", "g_dtype", "beta_dtype", "l2norm", "varlen"]
+    assert [f.name for f in fields(KdaParallelPrepKey)] == ["head_dim", "g_dtype", "beta_dtype", "l2norm", "varlen", "narrow_ap", "ref_table"]
     with pytest.raises(ValueError, match="parallel variant 'tc'"):
         set_parallel_options(_plan(), "tc")
     for field in ("fast_exp", "warpgroups", "prefetch", "two_per_sm", "restructured"):

@@ -7,7 +7,7 @@ state pass (``kda/chunk_parallel_state_kernel.py``, grid [N, H, V / v_slice], 32
 exchanging per-chunk operands through the caller's workspace (R2; ``_device/chunk_parallel.py`` lists the arrays).
 The slot count comes from the token total and the sequence count alone (``T // 64 + N`` varlen, ``N ceil(L / 64)``
 dense): no device value is read (Rule 3). Opt-in variants (``PARALLEL_VARIANTS``, ``set_parallel_options``) add
-state-pass, output and GDN-prep compile-key fields; KDA's prep key has no option fields.
+state-pass, output and prep compile-key fields.
 Everything here is metadata arithmetic; nothing converts, copies, allocates or synchronizes (Rules 1-3). Imports
 neither torch nor cutlass at module import time.
 """
@@ -104,6 +104,9 @@ def fake_workspace_pointers() -> list:
 #: - ``gtc`` / ``gtc3`` (GDN only): the restructured GDN prep kernel (``GdnParallelPrepKey.restructured``,
 #:   ``gdn/chunk_parallel_prep_tc_kernel.py``) at two / three CTAs per SM (``tc_ctas_per_sm``); rounding-level changes.
 #:   ``gtc3-owp`` adds ``owp``.
+#: - ``kn`` / ``knt`` (KDA only): the prep kernel's ``narrow_ap`` (step 3's A^T / P^T as m64n16 WGMMAs) / plus
+#:   ``ref_table`` (decays from a per-chunk ratio table); rounding-level changes. ``knt-best`` adds the best state and
+#:   output options of session 5.
 #:
 #: Session 5 removed KDA's prep variants (``wg2``, ``wg2fx``, ``wg2fx-s3``, ``tc``, ``tc-s3``, ``tc-v32``, ``tc-v16``):
 #: the restructured prep kernel that ``tc`` selected is KDA's only prep kernel now.
@@ -124,6 +127,9 @@ PARALLEL_VARIANTS = {
     "gtc": {"prep": {"restructured": True}},
     "gtc3": {"prep": {"restructured": True, "tc_ctas_per_sm": 3}},
     "gtc3-owp": {"prep": {"restructured": True, "tc_ctas_per_sm": 3}, "out": {"v_wide": True, "persistent": 132}},
+    "kn": {"prep": {"narrow_ap": True}},
+    "knt": {"prep": {"narrow_ap": True, "ref_table": True}},
+    "knt-best": {"prep": {"narrow_ap": True, "ref_table": True}, "state": {"tma": True, "tma_store": True, "stages": 4}, "out": {"v_wide": True}},
 }
 
 

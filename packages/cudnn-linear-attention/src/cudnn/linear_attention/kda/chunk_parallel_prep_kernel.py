@@ -50,8 +50,33 @@ varlen, ``N ceil(L / 64)`` dense; idle slots exit), 256 threads, two CTAs per SM
 124 registers, no spill). An fp32 ``g`` is read by 32-bit loads: the adapter binds it 4-byte aligned and ``execute``
 checks the address. Runtime extents and strides are kernel arguments (Rule 4).
 
-Tests: ``tests/test_kda_parallel_gpu.py`` (GPU), compile-only ``tests/test_kda_parallel_compile.py -k kda``; per-kernel
-time: ``benchmarks/linear_attention_kernels.py --family kda --variants parallel``.
+Opt-ins (``KdaParallelPrepKey`` fields, default off: the default key, kernel and PTX are unchanged; reached through
+``set_parallel_options(plan, {"prep": {...}})``; values equal the default's up to fp32 / bf16 rounding, not bitwise):
+
+- ``narrow_ap``: step 3 computes the block's transposes, ``A^T[j, i] = K'_I[j] . K'[i]`` and ``P^T[j, i] = K'_I[j] .
+  Q'[i]`` for the 16 rows i of block I, as m64n16 WGMMAs (K'_I the M = 64 A operand, the block's 16 rows of K' / Q' the
+  N = 16 B operand, read in place: 2 KB-aligned slices of the swizzled tiles), instead of m64n64 products of which only
+  block I's 16 rows were kept: a quarter of step 3's tensor work (64 m64n16k16 instead of 64 m64n64k16 at K = 128), the
+  masked epilogue on all four warps of each warpgroup (8 elements each instead of 32 on one warp), and no zeroed K'_I
+  rows (the rows past block I reach masked outputs only). P is stored element by element (its transposed accumulator
+  has no adjacent columns). About 19 % fewer SASS instructions (5.3K -> 4.3K at K = 128).
+- ``ref_table`` (with ``narrow_ap``): every decay of K'_I from one exp per element. The element pass keeps
+  ``K exp2(ref_rb - G)`` (fp32, its row block's reference; replacing G and K in registers) and step 3 multiplies it
+  by ``exp2(ref_I - ref_rb)`` from a per-chunk table of reference-row ratios ``exp2(ref_a - ref_b)``, b < a
+  (``[10, K]`` fp32, 5 KB at K = 128; a = 4 is the last row: ``exp(G_C - G)`` of ``kd`` the same way). The table is
+  formed in step 1 from each range's partial sums at the reference rows (the same fp32 values as the reference rows),
+  no extra barrier. Exps per element and chunk: 3 + 10 / (256 / K) instead of 3 + 2.5 (K'_I) -- about 40 % fewer
+  MUFU operations. A product of two factors underflows where the direct exp would not only when the ratio is below
+  2^-126 (flushed) and the row factor above 1: a loss below 2^-126 exp(the decay of the 7 tokens after the reference),
+  negligible for ``g >= -5`` (fla's ``safe_gate`` range) and at most about e^-7 at the contract's bound (module
+  ``api.py``: 8 tokens sum to more than -80).
+
+Both keep 256 threads, two CTAs per SM, 18 barriers and no spill (ptxas: 128 registers; the kernel sits at the cap,
+so register-heavy edits here must recheck frame size 0: ``tests/test_kda_prep_opts_gpu.py -m compile_only``).
+
+Tests: ``tests/test_kda_parallel_gpu.py`` (GPU), compile-only ``tests/test_kda_parallel_compile.py -k kda``; the
+opt-ins: ``tests/test_kda_prep_opts_gpu.py``; per-kernel time: ``benchmarks/linear_attention_kernels.py --family kda
+--variants parallel``.
 """
 
 from __future__ import annotations
@@ -82,6 +107,10 @@ class KdaParallelPrepKey:
     beta_dtype: str
     l2norm: bool
     varlen: bool
+    #: opt-in (module docstring, "Opt-ins"): step 3 as ``A^T`` / ``P^T`` m64n16 WGMMAs, a quarter of the tensor work
+    narrow_ap: bool = False
+    #: opt-in, needs ``narrow_ap``: K'_I and ``(K exp(G_C - G))^T`` from a table of reference-row decay ratios
+    ref_table: bool = False
 
 
 WARPGROUPS = 2
@@ -90,10 +119,39 @@ MIN_BLOCKS = 2  # two CTAs (16 warps) per SM: about 102 KB of shared memory each
 LOG2E = 1.4426950408889634
 A_STRIDE = CHUNK + 4  # fp32 rows of A and T: 16-byte aligned (vector reads of T)
 NREF = CHUNK // SOLVE_BLOCK + 1  # reference rows 16 I + 8 (I = 0..3) and the chunk's last row (G_C)
+NFAC = NREF * (NREF - 1) // 2  # ref_table: exp2(ref_a - ref_b) for b < a (a = NB: the last row, G_C), row p = a (a - 1) / 2 + b
+FAC_C = (NREF - 1) * (NREF - 2) // 2  # ref_table: first row of exp2(G_C - ref_b)
 T_BYTES = CHUNK * A_STRIDE * 4
 Y_BYTES = (CHUNK // SOLVE_BLOCK - 1) * SOLVE_BLOCK * SOLVE_BLOCK * 4
 TM_OFF = 20 * 1024  # byte offset of T Diag(beta) (bf16, swizzled) in the Q' | K' | K'_I region, after T and Y
 assert T_BYTES + Y_BYTES <= TM_OFF
+
+
+def _table_storage(l_ck, d, pad):
+    """The shared-memory struct of ``ref_table`` (host side, trace time): the default's fields, then the ratio table
+    ``exp2(ref_a - ref_b)`` [NFAC, d] fp32 (5 KB at K = 128: about 107 KB in all, still two CTAs per SM). The step-1
+    partial sums at the reference rows live in the K'_I tile (dead until step 3 with ``narrow_ap``)."""
+    tile = cute.cosize(l_ck)
+
+    def f32(n, align=16):
+        return cute.struct.Align[cute.struct.MemRange[Float32, n], align]
+
+    def bf16(n):
+        return cute.struct.Align[cute.struct.MemRange[BFloat16, n], 1024]
+
+    fields = {  # evaluated annotations (this module defers annotations)
+        "smem_g": f32(CHUNK * (d + 4), 1024),
+        "smem_qr": bf16(tile),
+        "smem_w": bf16(tile),
+        "smem_kr": bf16(tile),
+        "smem_pad": bf16(pad // 2),
+        "smem_ke": bf16(tile),
+        "smem_ref": f32(NREF * d),
+        "smem_tot": f32(NTHREADS),
+        "smem_beta": f32(CHUNK),
+        "smem_fac": f32(NFAC * d),
+    }
+    return cute.struct(type("KdaPrepTableStorage", (), {"__annotations__": fields}))
 
 
 def _transpose_view(a: cute.Tensor) -> cute.Tensor:
@@ -107,6 +165,11 @@ class KimiDeltaAttentionParallelPrep:
 
     def __init__(self, key: KdaParallelPrepKey):
         assert key.head_dim in (64, 128)
+        if key.ref_table and not key.narrow_ap:
+            raise ValueError(
+                "KdaParallelPrepKey: ref_table=True needs narrow_ap=True (alone it leaves ptxas at the 128-register cap with a spill); accepted: "
+                "{}, {'narrow_ap': True}, {'narrow_ap': True, 'ref_table': True}"
+            )
         self.key = key
         self.D = key.head_dim
 
@@ -172,12 +235,15 @@ class KimiDeltaAttentionParallelPrep:
             smem_tot: cute.struct.Align[cute.struct.MemRange[Float32, NTHREADS], 16]
             smem_beta: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]
 
+        storage_class = SharedStorage
+        if const_expr(self.key.ref_table):
+            storage_class = _table_storage(l_ck, D, pad)
         self.kernel(
-            gQ, gK, gV, mG, mB, mCu, ws, n_seqs, seq_len, chunks_per_seq, heads, qk_heads, scale, mma_n64, mma_mn, l_ck, l_cc, v_off, SharedStorage
+            gQ, gK, gV, mG, mB, mCu, ws, n_seqs, seq_len, chunks_per_seq, heads, qk_heads, scale, mma_n64, mma_mn, l_ck, l_cc, v_off, storage_class
         ).launch(
             grid=[slots, heads, 1],
             block=[NTHREADS, 1, 1],
-            smem=SharedStorage.size_in_bytes(),
+            smem=storage_class.size_in_bytes(),
             stream=stream,
             min_blocks_per_mp=MIN_BLOCKS,
             preferred_smem_carveout=100,  # the maximum carveout: room for two CTAs (and no device query at compile time)
@@ -288,6 +354,13 @@ class KimiDeltaAttentionParallelPrep:
                 cum = cum + gj
                 gbuf[j] = cum
             sTot[part, gcol] = cum
+            if const_expr(self.key.ref_table):  # this range's partial sums at its reference rows (step 1b), in the K'_I tile
+                sLoc = cute.make_tensor(cute.recast_ptr(storage.smem_kr.data_ptr(), dtype=Float32), cute.make_layout((NREF, D), stride=(D, 1)))
+                for j in cutlass.range_constexpr(SPAN):
+                    if const_expr(j % SOLVE_BLOCK == REF_OFFSET):
+                        sLoc[(part * SPAN + j) // SOLVE_BLOCK, gcol] = gbuf[j]
+                if part == PARTS - 1:
+                    sLoc[NB, gcol] = gbuf[SPAN - 1]
             if tidx < CHUNK:
                 bv = Float32(0.0)
                 b_ld = mB[min(t0 + tidx, last), head].to(Float32)
@@ -307,6 +380,24 @@ class KimiDeltaAttentionParallelPrep:
             if part == PARTS - 1:
                 sRef[NB, gcol] = (base + gbuf[SPAN - 1]) * LOG2E
                 mGE[slot, head, gcol] = cute.math.exp(base + gbuf[SPAN - 1])  # the state pass's exp(G_C): precise
+            if const_expr(self.key.ref_table):
+                # 1b. every reference row of this channel (the same fp32 values as sRef), then this thread's share of the
+                # ratios exp2(ref_a - ref_b), b < a (<= 1: G decreases)
+                sFac = storage.smem_fac.get_tensor(cute.make_layout((NFAC, D), stride=(D, 1)))
+                refs = cute.make_rmem_tensor(cute.make_layout((NREF,)), Float32)
+                for r in cutlass.range_constexpr(NREF):
+                    owner = (r * SOLVE_BLOCK + REF_OFFSET) // SPAN  # the range holding reference row r
+                    if const_expr(r == NB):
+                        owner = PARTS - 1
+                    rb_base = Float32(0.0)
+                    for p in cutlass.range_constexpr(owner):
+                        rb_base = rb_base + sTot[p, gcol]
+                    refs[r] = (rb_base + sLoc[r, gcol]) * LOG2E
+                for a in cutlass.range_constexpr(1, NREF):
+                    for b in cutlass.range_constexpr(a):
+                        # every range of the channel writes the same value (one store each would need a branch per entry, and
+                        # with it ptxas spills at the register cap)
+                        sFac[a * (a - 1) // 2 + b, gcol] = cute.math.exp2(refs[a] - refs[b], fastmath=True)
             cute.arch.sync_threads()
 
             # ---- 2. one pass over this thread's 4 x 8 elements of its row ------------------------------------------
@@ -330,8 +421,12 @@ class KimiDeltaAttentionParallelPrep:
                 sk = sk + cute.arch.shuffle_sync_bfly(sk, offset=2)
                 inv_q = keep * cute.math.rsqrt(sq + Float32(L2NORM_EPS))
                 inv_k = keep * cute.math.rsqrt(sk + Float32(L2NORM_EPS))
-            gkeep = cute.make_rmem_tensor(cute.make_layout((1, VEC, NM)), Float32)  # G of this thread's elements (step 3)
-            kkeep = cute.make_rmem_tensor(cute.make_layout((1, VEC, NM)), BFloat16)  # bf16 K (normalised, masked)
+            if const_expr(self.key.ref_table):
+                sFacv = cute.zipped_divide(storage.smem_fac.get_tensor(cute.make_layout((NFAC, D), stride=(D, 1))), (1, VEC))
+                kikeep = cute.make_rmem_tensor(cute.make_layout((1, VEC, NM)), Float32)  # K exp2(ref_rb - G) (step 3)
+            else:
+                gkeep = cute.make_rmem_tensor(cute.make_layout((1, VEC, NM)), Float32)  # G of this thread's elements (step 3)
+                kkeep = cute.make_rmem_tensor(cute.make_layout((1, VEC, NM)), BFloat16)  # bf16 K (normalised, masked)
             obuf = cute.make_rmem_tensor(cute.make_layout((1, VEC)), BFloat16)
             kdbuf = cute.make_rmem_tensor(cute.make_layout((1, VEC)), BFloat16)
             gQGv = cute.zipped_divide(mQG[slot, head, None, None], (1, VEC))
@@ -343,7 +438,10 @@ class KimiDeltaAttentionParallelPrep:
                 g = sGv[(None, None), (row, ch)].load()
                 e_ref = cute.math.exp2(g - sRefv[(None, None), (rblk, ch)].load(), fastmath=True)
                 e_g = cute.math.exp2(g, fastmath=True)
-                e_c = cute.math.exp2(sRefv[(None, None), (NB, ch)].load() - g, fastmath=True)
+                if const_expr(self.key.ref_table):  # exp2(G_C - G) = exp2(G_C - ref_rb) exp2(ref_rb - G)
+                    e_inv = cute.math.exp2(sRefv[(None, None), (rblk, ch)].load() - g, fastmath=True)
+                else:
+                    e_c = cute.math.exp2(sRefv[(None, None), (NB, ch)].load() - g, fastmath=True)
                 qn = (qbuf[None, None, None, m].load().reshape((1, VEC)).to(Float32) * inv_q).to(BFloat16).to(Float32)
                 kb = (kbuf[None, None, None, m].load().reshape((1, VEC)).to(Float32) * inv_k).to(BFloat16)
                 kn = kb.to(Float32)
@@ -352,43 +450,91 @@ class KimiDeltaAttentionParallelPrep:
                 sKEv[(None, None), (row, ch)].store((kn * e_g).to(BFloat16))
                 obuf.store((qn * (e_g * scale)).to(BFloat16))
                 cute.autovec_copy(obuf, gQGv[(None, None), (row, ch)])
-                kdbuf.store((kn * e_c).to(BFloat16))
+                if const_expr(self.key.ref_table):
+                    ki = kn * e_inv
+                    kikeep[None, None, m].store(ki)
+                    kdbuf.store((ki * sFacv[(None, None), (FAC_C + rblk, ch)].load()).to(BFloat16))
+                else:
+                    kdbuf.store((kn * e_c).to(BFloat16))
                 for e in cutlass.range_constexpr(VEC):  # (K exp(G_C - G))^T: [channel % 64, token, channel / 64]
                     col = ch * VEC + e
                     mKD[slot, head, col % BV, row, col // BV] = kdbuf[0, e]
-                gkeep[None, None, m].store(g)
-                kkeep[None, None, m].store(kb)
-                if row >= SOLVE_BLOCK:  # K'_I rows after block I stay zero (block I writes rows <= 16 I + 15 only)
-                    cute.autovec_copy(zero8, sKRv[(None, None), (row, ch)])
+                if const_expr(not self.key.ref_table):
+                    gkeep[None, None, m].store(g)
+                    kkeep[None, None, m].store(kb)
+                if const_expr(not self.key.narrow_ap):  # narrow_ap: rows past block I only reach masked outputs
+                    if row >= SOLVE_BLOCK:  # K'_I rows after block I stay zero (block I writes rows <= 16 I + 15 only)
+                        cute.autovec_copy(zero8, sKRv[(None, None), (row, ch)])
 
             # ---- 3. by 16-row blocks: K'_I (live rows), then A (warpgroup 0) and P (warpgroup 1) at once ----------
+            if const_expr(self.key.narrow_ap):  # A^T = K'_I K'_bi^T, P^T = K'_I Q'_bi^T: m64n16 (rows: key tokens j)
+                mma_n16 = sm90_utils.make_trivial_tiled_mma(
+                    BFloat16, BFloat16, warpgroup.OperandMajorMode.K, warpgroup.OperandMajorMode.K, Float32, atom_layout_mnk=(1, 1, 1), tiler_mn=(64, 16)
+                )
+                wg16 = mma_n16.get_slice(0)
+                kr_A16 = wg16.make_fragment_A(wg16.partition_A(sKR))
+                acc16 = cute.make_rmem_tensor(wg16.partition_shape_C((CHUNK, SOLVE_BLOCK)), Float32)
+                c16 = mma_n16.get_slice(lt).partition_C(cute.make_identity_tensor((CHUNK, SOLVE_BLOCK)))
             for bi in cutlass.range_constexpr(NB):
                 if row < (bi + 1) * SOLVE_BLOCK:
                     for m in cutlass.range_constexpr(NM):
                         ch = 2 * j4 + (m % 2) + 8 * (m // 2)
-                        e_r = cute.math.exp2(sRefv[(None, None), (bi, ch)].load() - gkeep[None, None, m].load(), fastmath=True)
-                        sKRv[(None, None), (row, ch)].store((kkeep[None, None, m].load().to(Float32) * e_r).to(BFloat16))
+                        if const_expr(self.key.ref_table):  # K exp2(ref_bi - G) = (K exp2(ref_rb - G)) exp2(ref_bi - ref_rb)
+                            ki = kikeep[None, None, m].load()
+                            if const_expr(bi == 0):
+                                sKRv[(None, None), (row, ch)].store(ki.to(BFloat16))
+                            else:
+                                if rblk == bi:
+                                    sKRv[(None, None), (row, ch)].store(ki.to(BFloat16))
+                                else:
+                                    sKRv[(None, None), (row, ch)].store((ki * sFacv[(None, None), (bi * (bi - 1) // 2 + rblk, ch)].load()).to(BFloat16))
+                        else:
+                            e_r = cute.math.exp2(sRefv[(None, None), (bi, ch)].load() - gkeep[None, None, m].load(), fastmath=True)
+                            sKRv[(None, None), (row, ch)].store((kkeep[None, None, m].load().to(Float32) * e_r).to(BFloat16))
                 _smem_ready()
-                # the m64 accumulator's rows 16 w .. 16 w + 15 live in warp w of the warpgroup: block bi's rows are warp
-                # bi's (one warp-uniform branch; the triangle masks are selects)
-                if wg == 0:
-                    _wgmma(mma_n64, acc, kl_A, kr_B, True)
-                    if wq == bi:
-                        for i in cutlass.range_constexpr(cute.size(acc)):
-                            rc = c64[i]
-                            a_val = acc[i] * sBeta[rc[0]]
-                            if rc[0] <= rc[1]:
+                if const_expr(self.key.narrow_ap):
+                    # every warp holds 16 key rows j of the 16 query rows of block bi: the masks are selects, all warps store
+                    if wg == 0:
+                        kb_B = wg16.make_fragment_B(wg16.partition_B(cute.local_tile(sW, (SOLVE_BLOCK, D), (bi, 0))))
+                        _wgmma(mma_n16, acc16, kr_A16, kb_B, True)
+                        for i in cutlass.range_constexpr(cute.size(acc16)):
+                            jc = c16[i]
+                            ir = bi * SOLVE_BLOCK + jc[1]
+                            a_val = acc16[i] * sBeta[ir]
+                            if ir <= jc[0]:
                                 a_val = Float32(0.0)
-                            sA[rc[0], rc[1]] = a_val
-                else:
-                    _wgmma(mma_n64, acc, qr_A, kr_B, True)
-                    if wq == bi:
-                        for i in cutlass.range_constexpr(cute.size(acc)):
-                            rc = c64[i]
-                            p_val = acc[i] * scale
-                            if rc[0] < rc[1]:
+                            sA[ir, jc[0]] = a_val
+                    else:
+                        qb_B = wg16.make_fragment_B(wg16.partition_B(cute.local_tile(sQr, (SOLVE_BLOCK, D), (bi, 0))))
+                        _wgmma(mma_n16, acc16, kr_A16, qb_B, True)
+                        for i in cutlass.range_constexpr(cute.size(acc16)):
+                            jc = c16[i]
+                            ir = bi * SOLVE_BLOCK + jc[1]
+                            p_val = acc16[i] * scale
+                            if ir < jc[0]:
                                 p_val = Float32(0.0)
-                            mP[slot, head, rc[0], rc[1]] = p_val.to(BFloat16)
+                            mP[slot, head, ir, jc[0]] = p_val.to(BFloat16)
+                else:
+                    # the m64 accumulator's rows 16 w .. 16 w + 15 live in warp w of the warpgroup: block bi's rows are warp
+                    # bi's (one warp-uniform branch; the triangle masks are selects)
+                    if wg == 0:
+                        _wgmma(mma_n64, acc, kl_A, kr_B, True)
+                        if wq == bi:
+                            for i in cutlass.range_constexpr(cute.size(acc)):
+                                rc = c64[i]
+                                a_val = acc[i] * sBeta[rc[0]]
+                                if rc[0] <= rc[1]:
+                                    a_val = Float32(0.0)
+                                sA[rc[0], rc[1]] = a_val
+                    else:
+                        _wgmma(mma_n64, acc, qr_A, kr_B, True)
+                        if wq == bi:
+                            for i in cutlass.range_constexpr(cute.size(acc)):
+                                rc = c64[i]
+                                p_val = acc[i] * scale
+                                if rc[0] < rc[1]:
+                                    p_val = Float32(0.0)
+                                mP[slot, head, rc[0], rc[1]] = p_val.to(BFloat16)
                 cute.arch.sync_threads()
 
             # V -> shared (over K'_I) by cp.async, in flight during the solve (rows past the end: the last row; beta = 0)

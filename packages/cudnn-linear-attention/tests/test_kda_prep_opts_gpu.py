@@ -1,0 +1,301 @@
+"""The KDA prep kernel's opt-in key fields (``kda/chunk_parallel_prep_kernel.py``, module docstring "Opt-ins"), reached
+through ``set_parallel_options(plan, {"prep": {...}})``: ``narrow_ap`` (step 3 as m64n16 ``A^T`` / ``P^T`` WGMMAs: a
+quarter of its tensor work, the epilogue on every warp) and ``ref_table`` on top of it (K'_I and ``kd`` decays from a
+per-chunk table of reference-row ratios: about 40 % fewer exps). GPU correctness and the compile-only build checks.
+
+GPU tier (``gpu``): fresh random inputs, poisoned outputs and a poisoned workspace (all-ones bytes: NaN in bf16 and
+fp32); o and the final state by the FlashAttention rule against the fp32 token-by-token recurrence
+(``_parallel_cases.check``) and against the default parallel schedule (at most twice its error plus the rule's noise);
+every workspace array the prep kernel writes (``w``, ``u``, ``kd``, ``qg``, ``p``, ``ge``; KDA writes no ``rf``)
+against the default prep kernel's within bf16 rounding of the array's scale on every active chunk slot (the failure
+message lists every array's error, so a wrong result points at the step that differs), and ``qg`` / ``ge`` (and, for
+``narrow_ap`` alone, ``kd``: the element pass is the default's) bit for bit. The varlen batch has 1-token, one-chunk,
+one-past-a-chunk, empty and long (24-chunk) sequences, GVA (4 value heads over 2 q/k heads) and initial / final
+states; a dense batch and a 4096-token THD sequence (64 chunks) run too.
+
+Compile tier (``compile_only``, CPU with ``CUTE_DSL_ARCH=sm_90a``): the fields default off (the default key -- and the
+default PTX, byte-identical to the kernel before the fields existed -- is unchanged), ``ref_table`` alone is a
+ValueError, GDN plans refuse the fields; each option builds at K = 128 (and K = 64) with the designed WGMMA shapes,
+18 CTA barriers, no local memory and frame size 0, under 85 % of the default kernel's PTX instructions, and
+``ref_table`` under half its ``ex2.approx``. Four prep compiles, about 25 s on one core.
+
+    ci/gpu_tests.sh packages/cudnn-linear-attention/tests/test_kda_prep_opts_gpu.py -q
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+
+import pytest
+
+from cudnn_testing.compile_only import frame_sizes, keep_artifacts, kernel_symbols
+from cudnn_testing.markers import skip_unless_cutedsl, skip_unless_sm90
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/_*_cases.py: --import-mode=importlib adds no test folder
+from _delta_rule_cases import GDN, KDA  # noqa: E402
+
+KN = {"prep": {"narrow_ap": True}}
+KNT = {"prep": {"narrow_ap": True, "ref_table": True}}
+PREP_ARRAYS = ("w", "u", "kd", "qg", "p", "ge")  # what KDA's prep kernel writes (vnt, h: the state pass; rf: GDN only)
+FLOOR = "4.8.0"
+
+
+def _gpu():
+    skip_unless_sm90()
+    skip_unless_cutedsl(FLOOR, "cudnn.linear_attention.kimi_delta_attention")
+
+
+# ---- GPU tier --------------------------------------------------------------------------------------------------------
+
+
+def _execute(torch, variant, q, k, v, g, beta, h0, cu, l2norm, final=True):
+    """``(o, final_state, workspace)`` of one parallel-schedule execute (``variant``: a ``set_parallel_options`` dict,
+    None = the default plan); poisoned outputs and workspace."""
+    from cudnn.linear_attention._host.chunk_parallel import set_parallel_options
+    from cudnn_testing.data import poison
+
+    o = poison(torch.empty_like(v))
+    n = (cu.shape[0] - 1) if cu is not None else (q.shape[0] if q.dim() == 4 else 1)
+    ht = poison(torch.empty(n, v.shape[-2], v.shape[-1], q.shape[-1], device="cuda")) if final else None
+    plan = KDA.adapter_class()(q, k, v, g, beta, o, use_qk_l2norm_in_kernel=l2norm, initial_state=h0, final_state=ht, cu_seqlens=cu, schedule="parallel")
+    if variant:
+        set_parallel_options(plan, variant)
+    plan.compile()
+    ws = torch.full((plan.scratch_workspace_bytes(),), 0xFF, dtype=torch.uint8, device="cuda")
+    plan.execute(q, k, v, g, beta, o, h0, ht, cu, workspace=ws)
+    torch.cuda.synchronize()
+    return o, ht, ws
+
+
+def _prep_arrays(torch, ws, slots, heads, d):
+    """The prep kernel's workspace arrays of ``ws`` as {name: [slots, heads, n] fp32}."""
+    from cudnn.linear_attention._host.chunk_parallel import _ARRAYS
+    from cudnn.workspace import ws_align
+
+    out, offset = {}, 0
+    for name, size, per in _ARRAYS:
+        nbytes = slots * heads * per(d) * size
+        if name in PREP_ARRAYS:
+            dt = torch.bfloat16 if size == 2 else torch.float32
+            out[name] = ws[offset : offset + nbytes].view(dt).view(slots, heads, -1).float()
+        offset += ws_align(nbytes)
+    return out
+
+
+def _active_slots(lengths):
+    """The varlen chunk slots that hold a chunk (``_device/chunk_parallel.py``: sequence n owns bos // 64 + n on)."""
+    active, bos = [], 0
+    for n, length in enumerate(lengths):
+        base = bos // 64 + n
+        active += list(range(base, base + -(-length // 64)))
+        bos += length
+    return active
+
+
+def _assert_prep_arrays_close(torch, ws_default, ws_opt, lengths, heads, d, bitwise):
+    """Every prep array within 2 % of the default's scale on the active slots; the arrays in ``bitwise`` bit for bit."""
+    slots = sum(lengths) // 64 + len(lengths)
+    idx = torch.tensor(_active_slots(lengths), device="cuda")
+    a_all, b_all = _prep_arrays(torch, ws_default, slots, heads, d), _prep_arrays(torch, ws_opt, slots, heads, d)
+    report, bad = [], []
+    for name in PREP_ARRAYS:
+        a, b = a_all[name][idx], b_all[name][idx]
+        err = (a - b).abs().max().item()
+        tol = 0.0 if name in bitwise else 2e-2 * a.abs().max().item() + 1e-6
+        report.append(f"{name}: max|option - default| {err:.3e} (tolerance {tol:.3e}, max|default| {a.abs().max().item():.3e})")
+        if not (torch.isfinite(a).all() and torch.isfinite(b).all() and err <= tol):
+            bad.append(name)
+    assert not bad, f"prep arrays {bad} differ from the default prep kernel's: " + "; ".join(report)
+
+
+# Pruned to five ids (each compiles the default and the option's prep kernel for its configuration; the state pass and
+# the output kernel are shared per head dim): both head dims, L2 norm on and off, g in fp32 and bf16, both gate regimes
+# (weak decay; fla's safe_gate range [-5, 0) where exp(G) underflows inside a chunk and the ratio table's factors are
+# smallest), narrow_ap alone and with ref_table.
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "D, l2norm, regime, g_dtype, variant",
+    [
+        (128, True, "safe_gate", "float32", KN),
+        (128, True, "weak", "float32", KNT),
+        (128, False, "safe_gate", "bfloat16", KNT),
+        (64, True, "safe_gate", "float32", KNT),
+        (64, False, "weak", "bfloat16", KN),
+    ],
+    ids=["d128-l2-strong-kn", "d128-l2-weak-knt", "d128-strong-bf16g-knt", "d64-l2-strong-knt", "d64-weak-bf16g-kn"],
+)
+def test_prep_option_matches_recurrence_default_schedule_and_default_workspace(D, l2norm, regime, g_dtype, variant):
+    _gpu()
+    torch = pytest.importorskip("torch")
+    import _parallel_cases as cases
+
+    from cudnn_testing.data import cu_seqlens
+    from cudnn_testing.tolerance import assert_close_fa
+
+    lengths = cases.LENGTHS
+    cu = cu_seqlens(lengths, "cuda")
+    q, k, v, g, beta, h0 = cases.inputs(KDA, (sum(lengths),), 4, 2, D, l2norm, len(lengths), regime)
+    g = g.to(getattr(torch, g_dtype))
+    o0, s0, ws0 = _execute(torch, None, q, k, v, g, beta, h0, cu, l2norm)
+    o1, s1, ws1 = _execute(torch, variant, q, k, v, g, beta, h0, cu, l2norm)
+    bitwise = ("qg", "ge") if variant["prep"].get("ref_table") else ("qg", "ge", "kd")
+    _assert_prep_arrays_close(torch, ws0, ws1, lengths, 4, D, bitwise)
+    ref_o, ref_s, low_o, low_s = cases.refs(KDA, q, k, v, g.float(), beta, h0, l2norm, cu, False)
+    cases.check(o1, ref_o, low_o, f"o {variant}")
+    cases.check(s1, ref_s, low_s, f"final_state {variant}")
+    assert_close_fa(o1, ref_o, o0, name=f"o {variant} vs default", factor=2.0, noise=1e-3 * ref_o.abs().max().item())
+    assert_close_fa(s1, ref_s, s0, name=f"final_state {variant} vs default", factor=2.0, noise=1e-3 * ref_s.abs().max().item())
+    assert torch.equal(s1[3], h0[3])  # the empty sequence passes its state through
+
+
+@pytest.mark.gpu
+def test_prep_options_dense_batch_and_long_thd_sequence_with_narrow_state_pass():
+    """``narrow_ap`` + ``ref_table`` at K = 64 on a dense [B, L] batch (B = 2, L = 300: the dense slot table; no L2
+    norm, bf16 g), and with ``v32`` (the narrow state pass) at K = 128 on one 4096-token THD sequence (64 chunks through
+    the state pass), no initial state: the FlashAttention rule against the fp32 recurrence."""
+    _gpu()
+    torch = pytest.importorskip("torch")
+    import _parallel_cases as cases
+
+    for lead, batched, variant, D, l2norm in (((2, 300), True, KNT, 64, False), ((4096,), False, {**KNT, "state": {"v_slice": 32}}, 128, True)):
+        q, k, v, g, beta, _ = cases.inputs(KDA, lead, 2, 2, D, l2norm, lead[0] if batched else 1, "safe_gate")
+        if not l2norm:
+            g = g.to(torch.bfloat16)
+        o, ht, _ = _execute(torch, variant, q, k, v, g, beta, None, None, l2norm)
+        ref_o, ref_s, low_o, low_s = cases.refs(KDA, q, k, v, g.float(), beta, None, l2norm, None, batched)
+        cases.check(o, ref_o, low_o, f"o {variant} {lead}")
+        cases.check(ht, ref_s, low_s, f"final_state {variant} {lead}")
+
+
+@pytest.mark.gpu
+@pytest.mark.detector
+def test_prep_options_execute_never_syncs_or_allocates_and_replays_under_capture():
+    """The ``narrow_ap`` + ``ref_table`` plan executes with no host sync, no allocation (three executes), and a
+    CUDA-graph replay equal to eager."""
+    _gpu()
+    torch = pytest.importorskip("torch")
+    import _parallel_cases as cases
+
+    from cudnn.linear_attention._host.chunk_parallel import set_parallel_options
+    from cudnn_testing import detectors
+    from cudnn_testing.data import cu_seqlens
+
+    lengths = [1, 700, 64, 300]
+    cu = cu_seqlens(lengths, "cuda")
+    q, k, v, g, beta, h0 = cases.inputs(KDA, (sum(lengths),), 4, 2, 128, True, len(lengths))
+    o = torch.empty_like(v)
+    ht = torch.empty_like(h0)
+    plan = KDA.adapter_class()(q, k, v, g, beta, o, use_qk_l2norm_in_kernel=True, initial_state=h0, final_state=ht, cu_seqlens=cu, schedule="parallel")
+    set_parallel_options(plan, KNT)
+    plan.compile()
+    ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda")
+    args = (q, k, v, g, beta, o, h0, ht, cu)
+    plan.execute(*args, workspace=ws)
+    torch.cuda.synchronize()
+    detectors.assert_no_sync_no_alloc(lambda: plan.execute(*args, workspace=ws), repeats=3)
+    detectors.assert_capture_matches_eager(lambda: plan(*args, workspace=ws), [o, ht])
+
+
+# ---- compile tier ----------------------------------------------------------------------------------------------------
+
+BASE = dict(head_dim=128, g_dtype="Float32", beta_dtype="Float32", l2norm=True, varlen=True)
+
+
+def _compile_prep(key, tmp_path):
+    """PTX text of the prep kernel of ``key``, built directly (not through the kernel cache), dumped under ``tmp_path``."""
+    import cuda.bindings.driver as cuda
+    import cutlass.cute as cute
+    from cutlass import Float32, Int32, Int64
+
+    from cudnn.linear_attention._host.chunk_parallel import fake_workspace_pointers
+    from cudnn.linear_attention._host.launch import fake_gmem_ptr as fp
+    from cudnn.linear_attention.kda.chunk_parallel_prep_kernel import KimiDeltaAttentionParallelPrep
+
+    g_align = 4 if key.g_dtype == "Float32" else 2  # the adapter binds an fp32 g 4-byte aligned
+    ptrs = [fp("BFloat16", 16), fp("BFloat16", 16), fp("BFloat16", 16), fp(key.g_dtype, g_align), fp(key.beta_dtype, 2), fp("Int32", 4) if key.varlen else None]
+    with keep_artifacts(tmp_path) as ptx:
+        cute.compile(
+            KimiDeltaAttentionParallelPrep(key), *ptrs, *fake_workspace_pointers(), *[Int32(8)] * 7, Float32(1.0), *[(Int64(8), Int64(8))] * 3, cuda.CUstream(0)
+        )
+        return ptx()
+
+
+def _instructions(ptx: str) -> int:
+    """PTX instruction lines (``op ...;``, not labels, directives or braces)."""
+    return sum(1 for line in ptx.splitlines() if re.match(r"\s*(@!?%p\d+\s+)?[a-z][\w.]*\s.*;\s*$", line))
+
+
+def _check_option_ptx(ptx: str, tmp_path, d: int) -> None:
+    """Both options' shape at head dim ``d``: one cudnn-prefixed kernel, 256 threads at two CTAs per SM; step 3 as
+    4 blocks x 2 x D / 16 m64n16k16 WGMMAs (K-major) and step 5's 2 x 4 x D / 64 m64n64k16 with B MN-major; the same
+    18 CTA barriers as the default; no 16-bit shared stores; V by D / 32 cp.async; no local memory, frame size 0."""
+    names = kernel_symbols(ptx)
+    assert len(names) == 1 and names[0].startswith("cudnn_") and "kdachunk_parallel_prep" in names[0] and "cutlass" not in names[0].lower(), names
+    assert ".reqntid 256, 1, 1" in ptx and ".minnctapersm 2" in ptx
+    n16 = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n16k16\.f32\.bf16\.bf16[^;]*p, 1,\s*1, 0, (\d);", ptx)
+    n64 = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32\.bf16\.bf16[^;]*p, 1,\s*1, 0, (\d);", ptx)
+    assert len(n16) == d // 2 and set(n16) == {"0"}, n16  # A^T, P^T: both operands K-major
+    assert len(n64) == d // 8 and set(n64) == {"1"}, n64  # U, W: B MN-major
+    assert ptx.count("wgmma.mma_async") == d // 2 + d // 8
+    assert len(re.findall(r"bar\.sync\s+0;", ptx)) == 18 and not re.findall(r"bar\.sync\s+[1-9]", ptx)
+    assert "st.shared.b16" not in ptx and "st.shared.u16" not in ptx and ptx.count("cp.async.cg.shared.global") == d // 32
+    assert "ld.local" not in ptx and "st.local" not in ptx
+    frames = frame_sizes(tmp_path)
+    assert frames and all(f == 0 for f in frames), frames
+
+
+@pytest.mark.compile_only
+def test_prep_option_fields_default_off_and_reach_the_plan():
+    """``narrow_ap`` / ``ref_table`` default to False (the default key -- and so the default kernel -- is the one with
+    the base fields only); ``ref_table`` without ``narrow_ap`` is a ValueError naming the accepted combinations; a KDA
+    plan takes them through ``set_parallel_options`` (``_prep_options``), a GDN plan refuses them (its prep key has no
+    such fields) when its compile first asks for its prep options, before building anything."""
+    skip_unless_cutedsl(FLOOR, "cudnn.linear_attention.kimi_delta_attention")
+    pytest.importorskip("cutlass")
+    from dataclasses import fields
+
+    from _delta_rule_cases import compile_varlen_plan
+
+    from cudnn.linear_attention._host.chunk_parallel import set_parallel_options
+    from cudnn.linear_attention.kda.chunk_parallel_prep_kernel import KdaParallelPrepKey, KimiDeltaAttentionParallelPrep
+
+    assert [f.name for f in fields(KdaParallelPrepKey)] == [*BASE, "narrow_ap", "ref_table"]
+    key = KdaParallelPrepKey(**BASE)
+    assert not key.narrow_ap and not key.ref_table and key == KdaParallelPrepKey(**BASE, narrow_ap=False, ref_table=False)
+    with pytest.raises(ValueError, match="ref_table=True needs narrow_ap=True"):
+        KimiDeltaAttentionParallelPrep(KdaParallelPrepKey(**BASE, ref_table=True))
+    KimiDeltaAttentionParallelPrep(KdaParallelPrepKey(**BASE, narrow_ap=True, ref_table=True))  # accepted
+    plan = compile_varlen_plan(KDA, 1000, 5)
+    set_parallel_options(plan, KNT)
+    assert plan._prep_options() == {"narrow_ap": True, "ref_table": True}
+    gdn = compile_varlen_plan(GDN, 1000, 5)
+    set_parallel_options(gdn, KN)
+    with pytest.raises(ValueError, match=r"\['narrow_ap'\] are not available for this family \(GdnParallelPrepKey\)"):
+        gdn._prep_options()  # what a parallel plan's compile() asks first (``_g_align``), before any build
+
+
+@pytest.mark.compile_only
+def test_prep_options_build_without_spills_with_fewer_instructions_and_exps(tmp_path):
+    """K = 128 (varlen, fp32 g / beta, L2 norm): ``narrow_ap`` and ``narrow_ap`` + ``ref_table`` each build with the
+    designed shape (``_check_option_ptx``) and under 85 % of the default kernel's PTX instructions (sm_90a, DSL 4.8.1:
+    4174 and 4094 against 5133); ``narrow_ap`` keeps the default's exps (its element pass is the default's), and
+    ``ref_table`` has under half of them (104 against 225 ``ex2.approx``: the K'_I decays come from the ratio table).
+    K = 64 (dense, bf16 g, no L2 norm) with both builds the same way."""
+    skip_unless_cutedsl(FLOOR, "cudnn.linear_attention.kimi_delta_attention")
+    pytest.importorskip("cutlass")
+    from cudnn.linear_attention.kda.chunk_parallel_prep_kernel import KdaParallelPrepKey
+
+    default = _compile_prep(KdaParallelPrepKey(**BASE), tmp_path / "default")
+    kn = _compile_prep(KdaParallelPrepKey(**BASE, narrow_ap=True), tmp_path / "kn")
+    _check_option_ptx(kn, tmp_path / "kn", 128)
+    knt = _compile_prep(KdaParallelPrepKey(**BASE, narrow_ap=True, ref_table=True), tmp_path / "knt")
+    _check_option_ptx(knt, tmp_path / "knt", 128)
+    n_default = _instructions(default)
+    assert 0 < _instructions(kn) < 0.85 * n_default and 0 < _instructions(knt) < 0.85 * n_default, (_instructions(kn), _instructions(knt), n_default)
+    ex2 = default.count("ex2.approx")
+    assert kn.count("ex2.approx") == ex2 and 0 < knt.count("ex2.approx") < ex2 / 2, (kn.count("ex2.approx"), knt.count("ex2.approx"), ex2)
+
+    key64 = KdaParallelPrepKey(head_dim=64, g_dtype="BFloat16", beta_dtype="Float32", l2norm=False, varlen=False, narrow_ap=True, ref_table=True)
+    _check_option_ptx(_compile_prep(key64, tmp_path / "d64"), tmp_path / "d64", 64)
