@@ -67,22 +67,42 @@ def test_unknown_tuning_and_dq_tma_with_deterministic_are_refused():
     assert plan.check_support()
 
 
-def _ptx(
-    tmp_path, extra: str, kernel: str = "SdpaBwdKernelSm90", build: str = "kernel_sm90 import compile_sdpa_bwd_main as f", key_head: str = "'bf16', 128, 128, 4"
-) -> str:
-    # In a subprocess: the DSL keeps dumping artifacts for the rest of a process once CUTE_DSL_KEEP was seen.
-    code = (
-        f"from cudnn.sdpa.bwd.kernel_key import SdpaBwdKey; from cudnn.sdpa.bwd.{build}; "
-        f"f(SdpaBwdKey({key_head}, True, False, False, False, False, False, False{extra}))"
-    )
+def _dump(tmp_path, key: str, kernel: str, build: str = "kernel_sm90 import compile_sdpa_bwd_main as f", keep: str = "ptx") -> str:
+    """Compile ``SdpaBwdKey(<key>)`` with ``build`` in a subprocess (the DSL keeps dumping artifacts for the rest of a
+    process once CUTE_DSL_KEEP was seen) and return the one dumped PTX whose name holds ``kernel``; ``keep="ptx,cubin"``
+    also leaves the cubin in ``tmp_path`` (for frame_sizes)."""
+    code = f"from cudnn.sdpa.bwd.kernel_key import SdpaBwdKey; from cudnn.sdpa.bwd.{build}; f(SdpaBwdKey({key}))"
     os.makedirs(str(tmp_path), exist_ok=True)  # the DSL writes nothing into a missing dump directory
-    env = dict(os.environ, CUTE_DSL_KEEP="ptx", CUTE_DSL_DUMP_DIR=str(tmp_path), PYTHONPATH=os.pathsep.join(sys.path))
+    env = dict(os.environ, CUTE_DSL_KEEP=keep, CUTE_DSL_DUMP_DIR=str(tmp_path), PYTHONPATH=os.pathsep.join(sys.path))
     subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=str(tmp_path))
     texts = []
     for root, _, files in os.walk(str(tmp_path)):
         texts += [open(os.path.join(root, f)).read() for f in files if f.endswith(".ptx") and kernel in f]
     assert len(texts) == 1
     return texts[0]
+
+
+def _ptx(
+    tmp_path, extra: str, kernel: str = "SdpaBwdKernelSm90", build: str = "kernel_sm90 import compile_sdpa_bwd_main as f", key_head: str = "'bf16', 128, 128, 4"
+) -> str:
+    return _dump(tmp_path, f"{key_head}, True, False, False, False, False, False, False{extra}", kernel, build)
+
+
+def _ptxas_c7512(tmp_path, kernel: str):
+    """Whether the host ptxas (``ptxas -arch=sm_90a -v`` on the one dumped PTX whose name holds ``kernel``) reports
+    C7512, "wgmma.mma_async instructions are serialized"; None when no host ptxas takes the DSL's PTX (e.g. an older
+    CUDA than the DSL's)."""
+    import shutil
+
+    exe = shutil.which("ptxas")
+    paths = [os.path.join(r, f) for r, _, fs in os.walk(str(tmp_path)) for f in fs if f.endswith(".ptx") and kernel in f]
+    if exe is None or len(paths) != 1:
+        return None
+    host_out = os.path.join(str(tmp_path), "host_ptxas.out")  # not *.cubin: frame_sizes reads those
+    out = subprocess.run([exe, "-arch=sm_90a", "-v", paths[0], "-o", host_out], capture_output=True, text=True)
+    if out.returncode != 0:
+        return None
+    return "C7512" in out.stdout + out.stderr
 
 
 @pytest.mark.compile_only
@@ -413,18 +433,8 @@ def test_d256_sdpwg_ptx_runs_s_and_dp_as_64x64_wgmmas_on_one_warpgroup_each(tmp_
     from cudnn_testing.compile_only import frame_sizes
 
     skip_unless_cutedsl("4.8.0", "cudnn.sdpa backward")
-    code = (
-        "from cudnn.sdpa.bwd.kernel_key import SdpaBwdKey; from cudnn.sdpa.bwd.kernel_sm90 import compile_sdpa_bwd_main as f; "
-        "f(SdpaBwdKey('bf16', 256, 256, 1, True, False, False, True, False, False, False, split_d=True, dq_bulk=True, dq_writer=True, "
-        "ds_double_buffer=True, sdp_wg=True))"
-    )
-    env = dict(os.environ, CUTE_DSL_KEEP="ptx,cubin", CUTE_DSL_DUMP_DIR=str(tmp_path), PYTHONPATH=os.pathsep.join(sys.path))
-    subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=str(tmp_path))
-    texts = []
-    for root, _, files in os.walk(str(tmp_path)):
-        texts += [open(os.path.join(root, f)).read() for f in files if f.endswith(".ptx") and "SdpaBwdSplitDBulkKernelSm90" in f]
-    assert len(texts) == 1
-    ptx = texts[0]
+    key = "'bf16', 256, 256, 1, True, False, False, True, False, False, False, split_d=True, dq_bulk=True, dq_writer=True, ds_double_buffer=True, sdp_wg=True"
+    ptx = _dump(tmp_path, key, "SdpaBwdSplitDBulkKernelSm90", keep="ptx,cubin")
     shapes = re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m64n\d+k16)", ptx)
     assert set(shapes) == {"m64n64k16", "m64n128k16"} and shapes.count("m64n64k16") == 2 * 32, set(shapes)
     assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx
@@ -475,18 +485,11 @@ def test_d256_dkvrs_ptx_runs_dv_and_dk_as_register_sourced_64x256_wgmmas(tmp_pat
     from cudnn_testing.compile_only import frame_sizes
 
     skip_unless_cutedsl("4.8.0", "cudnn.sdpa backward")
-    code = (
-        "from cudnn.sdpa.bwd.kernel_key import SdpaBwdKey; from cudnn.sdpa.bwd.kernel_sm90 import compile_sdpa_bwd_main as f; "
-        "f(SdpaBwdKey('bf16', 256, 256, 2, True, False, False, True, False, True, False, split_d=True, dq_bulk=True, dq_writer=True, "
-        "ds_double_buffer=True, sdp_wg=True, dkv_rs=True))"
+    key = (
+        "'bf16', 256, 256, 2, True, False, False, True, False, True, False, split_d=True, dq_bulk=True, dq_writer=True, "
+        "ds_double_buffer=True, sdp_wg=True, dkv_rs=True"
     )
-    env = dict(os.environ, CUTE_DSL_KEEP="ptx,cubin", CUTE_DSL_DUMP_DIR=str(tmp_path), PYTHONPATH=os.pathsep.join(sys.path))
-    subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=str(tmp_path))
-    texts = []
-    for root, _, files in os.walk(str(tmp_path)):
-        texts += [open(os.path.join(root, f)).read() for f in files if f.endswith(".ptx") and "SdpaBwdSplitDBulkKernelSm90" in f]
-    assert len(texts) == 1
-    ptx = texts[0]
+    ptx = _dump(tmp_path, key, "SdpaBwdSplitDBulkKernelSm90", keep="ptx,cubin")
     shapes = re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m64n\d+k16)", ptx)
     assert {n: shapes.count(n) for n in set(shapes)} == {"m64n64k16": 64, "m64n256k16": 16, "m64n128k16": 8}
     rs = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n256k16[^;]*\}, \{%r\d+, %r\d+, %r\d+, %r\d+\}, %rd\d+, p", ptx)
@@ -495,7 +498,7 @@ def test_d256_dkvrs_ptx_runs_dv_and_dk_as_register_sourced_64x256_wgmmas(tmp_pat
     assert _rs_b_descriptor_constants(ptx) == RS_B_DESCRIPTOR_CONSTANTS
     # the RS GEMMs issued from the two sides of the warpgroup branch: ptxas serializes every WGMMA of the kernel (the
     # positive control of dkvearly's check below; in the DSL's own cubin: a wait after each of the 88 HGMMAs)
-    serialized = _ptxas_serializes_wgmma(tmp_path)
+    serialized = _ptxas_c7512(tmp_path, "SplitDBulk")
     if serialized is None:
         pytest.skip("no host ptxas that takes the DSL's PTX: the WGMMA serialization check did not run")
     assert serialized
@@ -515,22 +518,6 @@ def _rs_b_descriptor_constants(ptx: str) -> set[int]:
     return consts
 
 
-def _ptxas_serializes_wgmma(tmp_path):
-    """Whether the host ptxas (``ptxas -arch=sm_90a -v`` on the dumped main-kernel PTX) reports C7512, "wgmma.mma_async
-    instructions are serialized"; None when no host ptxas takes the DSL's PTX (e.g. an older CUDA than the DSL's)."""
-    import shutil
-
-    exe = shutil.which("ptxas")
-    paths = [os.path.join(r, f) for r, _, fs in os.walk(str(tmp_path)) for f in fs if f.endswith(".ptx") and "SplitDBulk" in f]
-    if exe is None or len(paths) != 1:
-        return None
-    host_out = os.path.join(str(tmp_path), "host_ptxas.out")  # not *.cubin: frame_sizes reads those
-    out = subprocess.run([exe, "-arch=sm_90a", "-v", paths[0], "-o", host_out], capture_output=True, text=True)
-    if out.returncode != 0:
-        return None
-    return "C7512" in out.stdout + out.stderr
-
-
 @pytest.mark.compile_only
 def test_d256_dkvearly_ptx_issues_both_rs_gemms_from_one_site_and_ptxas_keeps_wgmma_async(tmp_path):
     """One compile of dkvrs + dkvearly (GQA 2, causal, varlen): the two warpgroups' 64 x 256 RS WGMMAs (dV / dK) come
@@ -540,21 +527,14 @@ def test_d256_dkvearly_ptx_issues_both_rs_gemms_from_one_site_and_ptxas_keeps_wg
     from cudnn_testing.compile_only import frame_sizes
 
     skip_unless_cutedsl("4.8.0", "cudnn.sdpa backward")
-    code = (
-        "from cudnn.sdpa.bwd.kernel_key import SdpaBwdKey; from cudnn.sdpa.bwd.kernel_sm90 import compile_sdpa_bwd_main as f; "
-        "f(SdpaBwdKey('bf16', 256, 256, 2, True, False, False, True, False, True, False, split_d=True, dq_bulk=True, dq_writer=True, "
-        "ds_double_buffer=True, sdp_wg=True, dkv_rs=True, dkv_early=True))"
+    key = (
+        "'bf16', 256, 256, 2, True, False, False, True, False, True, False, split_d=True, dq_bulk=True, dq_writer=True, "
+        "ds_double_buffer=True, sdp_wg=True, dkv_rs=True, dkv_early=True"
     )
-    env = dict(os.environ, CUTE_DSL_KEEP="ptx,cubin", CUTE_DSL_DUMP_DIR=str(tmp_path), PYTHONPATH=os.pathsep.join(sys.path))
-    subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=str(tmp_path))
-    texts = []
-    for root, _, files in os.walk(str(tmp_path)):
-        texts += [open(os.path.join(root, f)).read() for f in files if f.endswith(".ptx") and "SdpaBwdSplitDBulkKernelSm90" in f]
-    assert len(texts) == 1
-    ptx = texts[0]
+    ptx = _dump(tmp_path, key, "SdpaBwdSplitDBulkKernelSm90", keep="ptx,cubin")
     # the point of the single RS call site: ptxas keeps the WGMMAs asynchronous (checked first: a planted second call
     # site fails here, not only on the counts below)
-    serialized = _ptxas_serializes_wgmma(tmp_path)
+    serialized = _ptxas_c7512(tmp_path, "SplitDBulk")
     assert serialized is not True, "ptxas serializes the WGMMAs (C7512)"
     shapes = re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m64n\d+k16)", ptx)
     assert {n: shapes.count(n) for n in set(shapes)} == {"m64n64k16": 64, "m64n256k16": 8, "m64n128k16": 8}
@@ -590,21 +570,6 @@ def test_mrot_sets_its_key_field_and_only_a_non_causal_unwindowed_plan_takes_it(
             SdpaBwdSm90(*_descs(), _tuning=tuning, **kw).check_support()
 
 
-def _ptxas_c7512(tmp_path, kernel: str):
-    """Whether the host ptxas reports C7512 (WGMMAs serialized) on the one dumped PTX whose name holds ``kernel``;
-    None when there is no host ptxas that takes the DSL's PTX."""
-    import shutil
-
-    exe = shutil.which("ptxas")
-    paths = [os.path.join(r, f) for r, _, fs in os.walk(str(tmp_path)) for f in fs if f.endswith(".ptx") and kernel in f]
-    if exe is None or len(paths) != 1:
-        return None
-    out = subprocess.run([exe, "-arch=sm_90a", "-v", paths[0], "-o", os.path.join(str(tmp_path), "host_ptxas.out")], capture_output=True, text=True)
-    if out.returncode != 0:
-        return None
-    return "C7512" in out.stdout + out.stderr
-
-
 @pytest.mark.compile_only
 def test_mrot_d128_ptx_rotates_the_walk_and_keeps_wgmma_async(tmp_path):
     """One compile of the non-causal default (DEFAULT_TUNING) with mrot: the producer and both consumer loops compute
@@ -613,18 +578,11 @@ def test_mrot_d128_ptx_rotates_the_walk_and_keeps_wgmma_async(tmp_path):
     from cudnn_testing.compile_only import frame_sizes
 
     skip_unless_cutedsl("4.8.0", "cudnn.sdpa backward")
-    code = (
-        "from cudnn.sdpa.bwd.kernel_key import SdpaBwdKey; from cudnn.sdpa.bwd.kernel_sm90 import compile_sdpa_bwd_main as f; "
-        "f(SdpaBwdKey('bf16', 128, 128, 1, False, False, False, False, False, False, False, dq_bulk=True, stats_tma=True, "
-        "ds_double_buffer=True, prepost_vec=True, m_rotate=True))"
+    key = (
+        "'bf16', 128, 128, 1, False, False, False, False, False, False, False, dq_bulk=True, stats_tma=True, "
+        "ds_double_buffer=True, prepost_vec=True, m_rotate=True"
     )
-    env = dict(os.environ, CUTE_DSL_KEEP="ptx,cubin", CUTE_DSL_DUMP_DIR=str(tmp_path), PYTHONPATH=os.pathsep.join(sys.path))
-    subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=str(tmp_path))
-    texts = []
-    for root, _, files in os.walk(str(tmp_path)):
-        texts += [open(os.path.join(root, f)).read() for f in files if f.endswith(".ptx") and "SdpaBwdKernelSm90" in f]
-    assert len(texts) == 1
-    ptx = texts[0]
+    ptx = _dump(tmp_path, key, "SdpaBwdKernelSm90", keep="ptx,cubin")
     assert len(re.findall(r"\brem\.s32\b", ptx)) == 3
     assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n\d+k16", ptx)) == 64
     assert "st.local" not in ptx and "ld.local" not in ptx and frame_sizes(tmp_path) == [0]
