@@ -255,3 +255,132 @@ def test_tvm_ffi_launch_route_matches_the_dsl_entry_bit_for_bit():
             a, c = a[live], c[live]
         assert torch.equal(a, c)
     assert torch.equal(res[1][0], res[1][2]) and torch.equal(res[1][1][live], res[1][3][live])  # replay == eager
+
+
+# ---------------------------------------------------------------------------------------------- issue 7: prefetch ring, host path
+#: (prefetch, width, bias, activation, layout, dtype, tokens_per_cta). Every width, bias and SiLU on and off, the three
+#: layouts (varlen with 1-token sequences and initial / final states, dense [B, L, D], a strided token view), fp32 (4
+#: channels per vector), both ring depths and the benchmark's 128-token CTAs; pruned to 9 option compiles.
+PREFETCH_CASES = [
+    (16, 2, False, None, "varlen", "bfloat16", 64),
+    (16, 3, True, "silu", "varlen", "bfloat16", 64),
+    (16, 4, True, "silu", "varlen", "bfloat16", 64),
+    (16, 4, False, "silu", "dense", "bfloat16", 64),
+    (16, 4, True, None, "strided", "bfloat16", 64),
+    (16, 4, True, "silu", "varlen", "float32", 64),
+    (32, 4, True, "silu", "varlen", "bfloat16", 64),
+    (32, 3, False, None, "dense", "float16", 64),
+    (16, 4, True, "silu", "varlen", "bfloat16", 128),
+]
+
+
+def _prefetch_inputs(width, bias, layout, dtype):
+    dt = getattr(torch, dtype)
+    D = 384  # 48 channel vectors (bf16): a partial CTA along channels
+    lengths = LENGTHS + [3000]  # a sequence spanning many CTAs, and a partial last CTA along tokens
+    cu = init = None
+    if layout == "dense":
+        x = torch.randn(3, 333, D, device="cuda", dtype=dt)
+    elif layout == "strided":
+        x = torch.randn(sum(lengths), 3 * D, device="cuda", dtype=dt)[:, D : 2 * D]
+        cu = _cu(lengths)
+    else:
+        x = torch.randn(sum(lengths), D, device="cuda", dtype=dt)
+        cu = _cu(lengths)
+        init = torch.randn(len(lengths), D, width - 1, device="cuda", dtype=dt)
+    w = torch.randn(D, width, device="cuda", dtype=torch.float32 if dtype == "float32" else dt) * 0.5
+    b = torch.randn(D, device="cuda", dtype=w.dtype) if bias else None
+    return x, w, b, cu, init
+
+
+@pytest.mark.parametrize(("prefetch", "width", "bias", "activation", "layout", "dtype", "tokens_per_cta"), PREFETCH_CASES)
+def test_forward_prefetch_ring_is_bitwise_the_default_kernel(prefetch, width, bias, activation, layout, dtype, tokens_per_cta):
+    """The opt-in ``prefetch`` ring (``Conv1dFwdKey.prefetch``) computes the same fp32 math in the same order: y and final
+    states bitwise equal to the default kernel's (outputs poisoned with NaN first), and within the tolerance rule of the
+    fp32 reference."""
+    import dataclasses
+
+    from cudnn.linear_attention.conv1d.api import CausalConv1d
+
+    x, w, b, cu, init = _prefetch_inputs(width, bias, layout, dtype)
+    n = x.shape[0] if cu is None and x.dim() == 3 else (cu.shape[0] - 1 if cu is not None else 1)
+    outs = {}
+    for pf in (0, prefetch):
+        y = torch.full(x.shape, float("nan"), device="cuda", dtype=x.dtype)
+        fin = torch.full((n, w.shape[0], width - 1), float("nan"), device="cuda", dtype=x.dtype) if layout == "varlen" else None
+        plan = CausalConv1d(x, w, y, b, cu, init, fin, activation)
+        plan.prefetch = pf
+        if tokens_per_cta != 64:
+            plan.check_support()
+            key = dataclasses.replace(plan.compile_key(), tokens_per_cta=tokens_per_cta)
+            plan.compile_key = lambda key=key: key
+        plan.compile()
+        assert plan.compile_key().prefetch == pf
+        plan.execute(x, w, y, b, cu, init, fin)
+        outs[pf] = (y, fin)
+    torch.cuda.synchronize()
+    (y0, f0), (y1, f1) = outs[0], outs[prefetch]
+    assert torch.equal(y0, y1), (y0.float() - y1.float()).abs().max()
+    if f0 is not None:
+        assert torch.equal(f0, f1)
+    y_ref, f_ref = causal_conv1d_ref(x, w, b, activation, cu, init)
+    _check(y1, y_ref, "y (prefetch)")
+    if f1 is not None:
+        _check(f1, f_ref, "final_states (prefetch)")
+
+
+def test_forward_prefetch_ring_no_sync_no_alloc_and_replays_from_a_graph():
+    """The ring kernel (plan default launch route, memoized host path): warm executes neither sync nor allocate; its first
+    execute inside a CUDA-graph capture replays like eager."""
+    from cudnn.linear_attention.conv1d.api import CausalConv1d
+    from cudnn_testing import detectors
+
+    x, w, b, cu, init = _prefetch_inputs(4, True, "varlen", "bfloat16")
+    y = torch.empty_like(x)
+    plan = CausalConv1d(x, w, y, b, cu, activation="silu")
+    plan.prefetch = 16
+    plan.compile()
+    detectors.assert_capture_matches_eager(lambda: plan.execute(x, w, y, b, cu), [y])
+    torch.cuda.synchronize()
+    detectors.assert_no_sync_no_alloc(lambda: plan.execute(x, w, y, b, cu), repeats=3)
+
+
+@pytest.mark.parametrize("layout", ["varlen", "dense"])
+def test_public_fast_paths_are_bitwise_the_custom_op(monkeypatch, layout):
+    """The public forward's eager fast path (``torch_op.DIRECT_EAGER``) and the op's tvm-ffi route (``FWD_TVM_FFI``) give the
+    custom op's bits (varlen with states and final states, dense); the fast path never synchronizes."""
+    from cudnn.linear_attention import causal_conv1d
+    from cudnn.linear_attention.conv1d import torch_op
+
+    x, w, b, cu, init = _prefetch_inputs(4, True, layout, "bfloat16")
+    kw = dict(cu_seqlens=cu, initial_states=init, output_final_states=True)
+    res = []
+    for direct, tvm in ((False, None), (True, None), (True, True)):
+        monkeypatch.setattr(torch_op, "DIRECT_EAGER", direct)
+        monkeypatch.setattr(torch_op, "FWD_TVM_FFI", tvm)
+        causal_conv1d(x, w, b, "silu", **kw)  # builds the plan (a compile may synchronize)
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            res.append(causal_conv1d(x, w, b, "silu", **kw))
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
+    for y, fin in res[1:]:
+        assert torch.equal(y, res[0][0]) and torch.equal(fin, res[0][1])
+
+
+def test_public_forward_rebinds_another_sequence_count_with_states():
+    """One cached plan serves varlen batches of 3 and then 5 sequences with initial and final states (it raised before)."""
+    from cudnn.linear_attention import causal_conv1d
+
+    D = 256
+    w = torch.randn(D, 4, device="cuda", dtype=torch.bfloat16)
+    for lengths in ([5, 100, 1], [1, 2, 300, 7, 64]):
+        cu = _cu(lengths)
+        x = torch.randn(sum(lengths), D, device="cuda", dtype=torch.bfloat16)
+        init = torch.randn(len(lengths), D, 3, device="cuda", dtype=torch.bfloat16)
+        y, final = causal_conv1d(x, w, None, "silu", cu_seqlens=cu, initial_states=init, output_final_states=True)
+        y_ref, f_ref = causal_conv1d_ref(x, w, None, "silu", cu, init)
+        _check(y, y_ref, "y")
+        _check(final, f_ref, "final_states")

@@ -99,3 +99,14 @@ def test_backward_and_update_support():
     assert CausalConv1dUpdate(xb, state, w, xb, conv_state_indices=TensorDesc.contiguous((8,), "int32")).check_support()
     with pytest.raises(ValueError, match="conv_state"):
         CausalConv1dUpdate(xb, TensorDesc.contiguous((16, 256, 3), "bfloat16", "conv_state"), w, xb).check_support()
+
+
+def test_tensors_on_two_devices_are_a_value_error():
+    """A host cu_seqlens (or any tensor on another device than x) is malformed: the kernel would dereference it on the GPU."""
+    x = TensorDesc((300, 256), (256, 1), "bfloat16", "x", "cuda:0")
+    w = TensorDesc((256, 4), (4, 1), "bfloat16", "weight", "cuda:0")
+    ok = _fwd(x=x, weight=w, out=TensorDesc((300, 256), (256, 1), "bfloat16", "out", "cuda:0"), cu_seqlens=TensorDesc((4,), (1,), "int32", "cu", "cuda:0"))
+    assert ok.check_support()
+    bad = _fwd(x=x, weight=w, out=TensorDesc((300, 256), (256, 1), "bfloat16", "out", "cuda:0"), cu_seqlens=TensorDesc((4,), (1,), "int32", "cu", "cpu"))
+    with pytest.raises(ValueError, match="cu_seqlens on cpu"):
+        bad.check_support()

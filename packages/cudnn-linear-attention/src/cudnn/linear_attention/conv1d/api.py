@@ -19,6 +19,11 @@ Plan-time (the compile key, Rule 4): dtypes, kernel width W, bias / SiLU / varle
 it never converts, copies, allocates or reads device memory (Rules 1-3), and launches on
 ``current_stream`` (torch's current stream when None).
 
+Forward host path (``plan.fast_host``, default on): execute() memoizes its validation per tensor metadata (shapes, strides,
+dtypes, devices of every tensor) and re-checks only the addresses' alignment on a repeated layout, launching with the
+memoized scalar arguments (on the tvm-ffi route a warm execute is about 3 us of Python on the CPU host). Forward kernel
+option ``plan.prefetch`` (set before ``compile()``, a compile-key field, default 0): the cp.async ring of fwd_kernel.py.
+
 Contract the kernel cannot check without a device read (Rule 3): ``cu_seqlens`` is non-decreasing,
 starts at 0 and ends at T.
 
@@ -31,6 +36,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from cudnn._torch_stream import current_stream_handle as _current_stream_handle
+from cudnn._torch_stream import launch_stream_handle as _launch_stream_handle
 from cudnn.api_base import APIBase, TensorDesc
 from cudnn.datatypes import data_type
 from cudnn.dsl_gate import require_cutedsl
@@ -51,6 +58,14 @@ _ACTIVATIONS = {None: False, "silu": True, "swish": True}
 #: CTAs the backward keeps in flight (about 8 per SM of a 132-SM H200); sizes its workspace.
 _BWD_RESIDENT_CTAS = 1056
 _THREADS = 128
+#: Default of ``CausalConv1d.fast_host`` (execute memoizes its validation per tensor metadata): off until the H200 run of
+#: its GPU tests and the ``ours-fast`` column of benchmarks/linear_attention.py conv1d (written in session 5, CPU-verified).
+FAST_HOST_DEFAULT = False
+#: Default of ``CausalConv1d.prefetch`` (the forward kernel's cp.async ring, ``Conv1dFwdKey.prefetch``): off until the
+#: H200 A/B (benchmarks/linear_attention.py conv1d, ``ours-pf*`` columns) says otherwise.
+FWD_PREFETCH_DEFAULT = 0
+#: Distinct tensor metadata a forward plan memoizes validated launch arguments for (cleared when full).
+_LAUNCH_MEMO_MAX = 64
 
 
 def _silu_flag(activation) -> bool:
@@ -94,15 +109,17 @@ def _rows(desc: TensorDesc) -> int:
     return desc.shape[0] * desc.shape[1] if desc.rank == 3 else desc.shape[0]
 
 
-def _check_runtime(t: Any, plan: TensorDesc, vec: int, what: str, token_dims_free: bool, align: int = 16) -> None:
+def _check_runtime(t: Any, plan: TensorDesc, vec: int, what: str, token_dims_free: bool, align: int = 16, lead_free: bool = False) -> None:
     """Execute-time checks of a tensor against its plan descriptor: no conversion, no device read.
 
+    ``token_dims_free``: the token dims of a [T, D] / [1, T, D] tensor may differ from the plan's; ``lead_free``: the
+    leading dim may (the sequence count N of varlen state tensors [N, D, W - 1], checked against cu_seqlens by the caller).
     Reads only torch metadata (a few microseconds); builds a TensorDesc only to word an error."""
     if t is None:
         raise ValueError(f"{what}: {plan.name} was declared at plan time but execute() received None")
     shape = tuple(t.shape)
     rank = len(shape)
-    fixed = 0
+    fixed = 1 if lead_free else 0
     if token_dims_free:
         fixed = 1 if rank != 3 else (2 if plan.shape[0] == 1 and shape[0] == 1 else 0)
     if t.dtype != _torch_dtype(plan.dtype) or rank != plan.rank or shape[fixed:] != plan.shape[fixed:]:
@@ -117,6 +134,51 @@ def _check_runtime(t: Any, plan: TensorDesc, vec: int, what: str, token_dims_fre
             raise ValueError(f"{what}: {TensorDesc.like(t, plan.name).describe()} token stride is not a multiple of {vec} elements")
     if t.data_ptr() % align:
         raise ValueError(f"{what}: {plan.name} address 0x{t.data_ptr():x} is not {align}-byte aligned")
+
+
+def _check_dense(t: Any, plan: TensorDesc, what: str) -> None:
+    """Execute-time check that ``t`` has the plan's strides where the kernel assumes them (weight [D, W] and bias [D]
+    contiguous, cu_seqlens [N + 1] unit stride); extents of one are free. Metadata only."""
+    stride = tuple(t.stride())
+    if any(n > 1 and a != b for n, a, b in zip(t.shape, stride, plan.stride, strict=False)):
+        raise ValueError(f"{what}: {TensorDesc.like(t, plan.name).describe()} must have the plan's strides {plan.stride} (the kernel reads it densely)")
+
+
+def _fwd_meta(x, weight, out, bias, cu_seqlens, initial_states, final_states, varlen: bool) -> tuple:
+    """What the forward's execute-time validation reads of its tensors (everything but their addresses): the key of the
+    validation memo. Shapes, strides, dtypes and devices of every tensor; None for an absent optional one.
+
+    ``varlen``: the token total T and the sequence count N are left out (continuous batching changes them every call;
+    execute reads them per call): x / out keep their rank, channels and whether T > 1 (which decides the token-stride
+    checks), cu_seqlens whether N + 1 > 1 (which decides its stride check), the states their [D, W - 1] part."""
+    if varlen:
+        xs, ys = _token_free_shape(x), _token_free_shape(out)
+        cs = None if cu_seqlens is None else (cu_seqlens.dim(), cu_seqlens.shape[0] > 1)
+        i_s = None if initial_states is None else initial_states.shape[1:]
+        f_s = None if final_states is None else final_states.shape[1:]
+    else:
+        xs, ys = x.shape, out.shape
+        cs = None if cu_seqlens is None else cu_seqlens.shape
+        i_s = None if initial_states is None else initial_states.shape
+        f_s = None if final_states is None else final_states.shape
+    return (
+        xs, x.stride(), ys, out.stride(), weight.shape, weight.stride(), x.dtype, out.dtype, weight.dtype, x.device, out.device, weight.device,
+        None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.device),
+        None if cu_seqlens is None else (cs, cu_seqlens.stride(), cu_seqlens.dtype, cu_seqlens.device),
+        None if initial_states is None else (i_s, initial_states.stride(), initial_states.dtype, initial_states.device),
+        None if final_states is None else (f_s, final_states.stride(), final_states.dtype, final_states.device),
+    )  # fmt: skip
+
+
+def _token_free_shape(t) -> tuple:
+    """A varlen [T, D] / [1, T, D] tensor's shape without T (its rank, D and whether T > 1); any other shape as it is
+    (the validation then fixes T to the plan's)."""
+    s = t.shape
+    if len(s) == 2:
+        return ("tokens", 2, s[1], s[0] > 1)
+    if len(s) == 3 and s[0] == 1:
+        return ("tokens", 3, s[2], s[1] > 1)
+    return s
 
 
 def _token_count(t) -> int:
@@ -169,9 +231,19 @@ def _data_ptr(t):
 
 
 def _stream_handle(current_stream, device) -> int:
-    from cudnn._torch_stream import launch_stream_handle
+    """The raw handle to launch on: core's ``launch_stream_handle(current_stream, device)``; for None on a CUDA tensor's
+    device, torch's current stream read directly by index (what it returns, without rebuilding the device)."""
+    if current_stream is None and device.type == "cuda" and device.index is not None:
+        return _current_stream_handle(device.index)
+    return _launch_stream_handle(current_stream, device)
 
-    return launch_stream_handle(current_stream, device)
+
+def _check_one_device(plan: APIBase, what: str) -> None:
+    """ValueError unless every tensor the plan declares with a known device is on one device (the kernels dereference
+    every pointer on the launch device: a host cu_seqlens or a tensor of another GPU would fault or read garbage)."""
+    descs = [v for v in vars(plan).values() if isinstance(v, TensorDesc) and v.device is not None]
+    if len({d.device for d in descs}) > 1:
+        raise ValueError(f"{what}: every tensor must be on one device; got " + ", ".join(f"{d.name} on {d.device}" for d in descs))
 
 
 class _Conv1dCommon(APIBase):
@@ -182,6 +254,7 @@ class _Conv1dCommon(APIBase):
         self.silu = _silu_flag(self.activation)
         require_cutedsl(f"cudnn.linear_attention.{what}", CUTEDSL_FLOOR)
         x, w = self.x, self.weight
+        _check_one_device(self, what)
         self._check_dtype(x, _FLOATS, what)
         self._check_dtype(w, _FLOATS, what)
         self._check_rank(w, 2, what)
@@ -217,10 +290,11 @@ class _Conv1dCommon(APIBase):
         n_seqs = self._n_seqs
         if varlen:
             _check_runtime(cu_seqlens, self.cu_seqlens, 0, what, token_dims_free=True, align=4)
+            _check_dense(cu_seqlens, self.cu_seqlens, what)
             n_seqs = cu_seqlens.shape[0] - 1
         for t, plan in states:
             if t is not None:
-                _check_runtime(t, plan, 0, what, token_dims_free=varlen, align=plan.dtype.itemsize)
+                _check_runtime(t, plan, 0, what, token_dims_free=False, align=plan.dtype.itemsize, lead_free=varlen)
                 if t.shape[0] != n_seqs:
                     raise ValueError(f"{what}: {plan.name} has {t.shape[0]} rows but cu_seqlens describes {n_seqs} sequences")
         return n_seqs
@@ -236,7 +310,15 @@ class CausalConv1d(_Conv1dCommon):
         #: Launch route (set before compile()): the tvm-ffi entry (True) or the DSL's own (False; default unless
         #: ``CUDNN_LA_TVM_FFI=1``). Same device code either way; the tvm-ffi artifact is a separate cache entry.
         self.tvm_ffi = _use_tvm_ffi_default()
+        #: Host fast path (set before compile()): execute() memoizes its validation per tensor metadata (see execute).
+        self.fast_host = FAST_HOST_DEFAULT
+        #: Kernel option (set before compile(); part of the compile key): x tokens per thread in flight through a cp.async
+        #: ring in shared memory (``Conv1dFwdKey.prefetch``); 0 (default) keeps the register double buffer.
+        self.prefetch = FWD_PREFETCH_DEFAULT
         self._entry = None
+        self._memo = None  # metadata -> memo entry (see execute); set by compile() when fast_host
+        self._last = [(None, None)]
+        self._varlen = self.cu_seqlens is not None
 
     def _states(self):
         return (self.initial_states, self.final_states)
@@ -269,6 +351,7 @@ class CausalConv1d(_Conv1dCommon):
             has_init=self.initial_states is not None,
             has_final=self.final_states is not None,
             state_dtype=_CNAME[st.dtype] if st is not None else "",
+            prefetch=self.prefetch,
         )
 
     def compile(self) -> None:
@@ -285,12 +368,100 @@ class CausalConv1d(_Conv1dCommon):
             (s, 1) if key.has_final else None,
         ]
         self._entry = None
+        if self.fast_host not in (True, False):
+            raise ValueError(f"CausalConv1d: fast_host={self.fast_host!r} must be True or False")
+        pf = key.prefetch
+        if type(pf) is not int or pf < 0 or (pf and (pf % key.group or pf < 2 * key.group or key.tokens_per_cta % pf)):
+            raise ValueError(
+                f"CausalConv1d: prefetch={pf!r} must be 0 (off) or a multiple of {key.group} tokens, at least {2 * key.group}, "
+                f"dividing the {key.tokens_per_cta} tokens per CTA (e.g. 16 or 32)"
+            )
+        self._memo = None
         self._compiled_kernel = _compile_cached(key, ".fwd_kernel", "CausalConv1dFwd", ptrs, 12, self.tvm_ffi)
         if self.tvm_ffi:
             self._entry = _tvm_ffi_entry(self._compiled_kernel)
+        self._memo = {} if self.fast_host else None
+        self._last = [(None, None)]
+        self._varlen = self.cu_seqlens is not None
 
     def execute(self, x, weight, out, bias=None, cu_seqlens=None, initial_states=None, final_states=None, *, current_stream=None):
-        """Launch on ``current_stream``. ``x``/``out`` may carry a different token total T than the plan (THD)."""
+        """Launch on ``current_stream``. ``x``/``out`` may carry a different token total T than the plan (THD).
+
+        The full validation runs once per distinct tensor metadata (:func:`_fwd_meta`: shapes, strides, dtypes and devices
+        of every tensor, which optional ones are given; for a varlen plan without the token total T and the sequence count
+        N, which change every call under continuous batching); its result, the kernel's scalar arguments, is memoized on
+        the plan (``fast_host``, on by default), so a repeated layout reads the metadata (varlen: T, N, and that out and
+        the states agree with them), checks the addresses' alignment and launches. A call whose metadata was never
+        validated, whose out / states disagree with x / cu_seqlens, or with a misaligned address, takes the full
+        validation (and raises exactly its error)."""
+        memo = self._memo
+        meta = None
+        if memo is not None:
+            try:
+                meta = _fwd_meta(x, weight, out, bias, cu_seqlens, initial_states, final_states, self._varlen)
+            except (AttributeError, TypeError):  # not tensors: the full validation names the problem
+                meta = None
+            if meta is not None:
+                last = self._last
+                pair = last[0]  # (metadata, memo entry) of the previous call, replaced as one object
+                if meta == pair[0]:
+                    got = pair[1]
+                else:
+                    got = memo.get(meta)
+                    if got is not None:
+                        last[0] = (meta, got)
+                if got is not None and self._varlen:  # T and N of this call (the metadata left them out)
+                    xs = x.shape
+                    n = cu_seqlens.shape[0] - 1
+                    if (
+                        out.shape != xs
+                        or (initial_states is not None and initial_states.shape[0] != n)
+                        or (final_states is not None and final_states.shape[0] != n)
+                    ):
+                        got = None  # the full validation raises its error
+                    else:
+                        tail = got[0]
+                        got = ((xs[0] if len(xs) == 2 else xs[0] * xs[1], tail[1], tail[2], tail[3], tail[4], n, *tail[6:]), got[1], got[2])
+                if got is not None:
+                    xp, wp, yp = x.data_ptr(), weight.data_ptr(), out.data_ptr()
+                    bp = None if bias is None else bias.data_ptr()
+                    cp = None if cu_seqlens is None else cu_seqlens.data_ptr()
+                    ip = None if initial_states is None else initial_states.data_ptr()
+                    fp = None if final_states is None else final_states.data_ptr()
+                    a16 = xp | wp | yp | (0 if bp is None else bp)
+                    sa = got[2]
+                    if not (a16 & 15 or (cp is not None and cp & 3) or (ip is not None and ip % sa) or (fp is not None and fp % sa)):
+                        self._launch(got, x, weight, out, bias, cu_seqlens, initial_states, final_states, xp, wp, bp, yp, cp, ip, fp, current_stream)
+                        return out
+        got = self._validate(x, weight, out, bias, cu_seqlens, initial_states, final_states)
+        if meta is not None:
+            if len(memo) >= _LAUNCH_MEMO_MAX:
+                memo.clear()
+            memo[meta] = got
+            self._last[0] = (meta, got)
+        self._launch(
+            got,
+            x,
+            weight,
+            out,
+            bias,
+            cu_seqlens,
+            initial_states,
+            final_states,
+            x.data_ptr(),
+            weight.data_ptr(),
+            _data_ptr(bias),
+            out.data_ptr(),
+            _data_ptr(cu_seqlens),
+            _data_ptr(initial_states),
+            _data_ptr(final_states),
+            current_stream,
+        )
+        return out
+
+    def _validate(self, x, weight, out, bias, cu_seqlens, initial_states, final_states):
+        """The full execute-time checks (metadata and alignment; no conversion, no device read). Returns the memo entry
+        ``(launch integers after the pointers, state dtype or None, state alignment)``."""
         what = "CausalConv1d.execute"
         self._ensure_support_checked()
         varlen = self.cu_seqlens is not None
@@ -299,10 +470,12 @@ class CausalConv1d(_Conv1dCommon):
         _check_runtime(x, self.x, vec, what, token_dims_free=varlen)
         _check_runtime(out, self.out, vec, what, token_dims_free=varlen)
         _check_runtime(weight, self.weight, 0, what, token_dims_free=False)
+        _check_dense(weight, self.weight, what)
         if tuple(out.shape) != tuple(x.shape):
             raise ValueError(f"{what}: out {tuple(out.shape)} must have the shape of x {tuple(x.shape)}")
         if bias is not None:
             _check_runtime(bias, self.bias, 0, what, token_dims_free=False)
+            _check_dense(bias, self.bias, what)
         n_seqs = self._runtime_sequences(what, cu_seqlens, ((initial_states, self.initial_states), (final_states, self.final_states)))
         if self._compiled_kernel is None:
             self.compile()
@@ -315,27 +488,17 @@ class CausalConv1d(_Conv1dCommon):
         seq_arg = self._seq_len if not varlen else 0
         if not varlen and x.dim() == 3:
             seq_arg = int(x.shape[1])
+        tail = (T, D, sx, sy, max(seq_arg, 1), n_seqs, *_state_strides(initial_states), *_state_strides(final_states))
+        st = self.initial_states or self.final_states
+        sdt = st.dtype if (initial_states is not None or final_states is not None) else None
+        return tail, sdt, (st.dtype.itemsize if st is not None else 1)
+
+    def _launch(self, got, x, weight, out, bias, cu_seqlens, initial_states, final_states, xp, wp, bp, yp, cp, ip, fp, current_stream):
+        """One launch with the memo entry ``got`` and the call's addresses (tvm-ffi: integers; DSL entry: cute pointers)."""
+        tail, sdt, _ = got
         if self._entry is not None:  # tvm-ffi: integer addresses, ints and a raw stream handle, no per-call conversion
-            self._entry(
-                x.data_ptr(),
-                weight.data_ptr(),
-                _data_ptr(bias),
-                out.data_ptr(),
-                _data_ptr(cu_seqlens),
-                _data_ptr(initial_states),
-                _data_ptr(final_states),
-                T,
-                D,
-                sx,
-                sy,
-                max(seq_arg, 1),
-                n_seqs,
-                *_state_strides(initial_states),
-                *_state_strides(final_states),
-                _stream_handle(current_stream, x.device),
-            )
-            return out
-        sdt = (self.initial_states or self.final_states).dtype if (initial_states is not None or final_states is not None) else None
+            self._entry(xp, wp, bp, yp, cp, ip, fp, *tail, _stream_handle(current_stream, x.device))
+            return
         self._compiled_kernel(
             _ptr(x, self.x.dtype, 16),
             _ptr(weight, self.weight.dtype, 16),
@@ -344,17 +507,9 @@ class CausalConv1d(_Conv1dCommon):
             _ptr(cu_seqlens, data_type.INT32, 4),
             _ptr(initial_states, sdt, 1),
             _ptr(final_states, sdt, 1),
-            T,
-            D,
-            sx,
-            sy,
-            max(seq_arg, 1),
-            n_seqs,
-            *_state_strides(initial_states),
-            *_state_strides(final_states),
+            *tail,
             _stream(current_stream, x.device),
         )
-        return out
 
 
 class CausalConv1dBackward(_Conv1dCommon):
@@ -476,6 +631,7 @@ class CausalConv1dBackward(_Conv1dCommon):
         for t, plan in ((weight, self.weight), (dweight, self.dweight), (bias, self.bias), (dbias, self.dbias)):
             if plan is not None:
                 _check_runtime(t, plan, 0, what, token_dims_free=False)
+                _check_dense(t, plan, what)
         n_seqs = self._runtime_sequences(what, cu_seqlens, ((initial_states, self.initial_states), (dinitial_states, self.dinitial_states)))
         from cudnn.workspace import Workspace
 
@@ -531,6 +687,7 @@ class CausalConv1dUpdate(APIBase):
         what = "causal_conv1d_update"
         require_cutedsl(f"cudnn.linear_attention.{what}", CUTEDSL_FLOOR)
         self.silu = _silu_flag(self.activation)
+        _check_one_device(self, what)
         x, w, st = self.x, self.weight, self.conv_state
         for t in (x, w, st):
             self._check_dtype(t, _FLOATS, what)
@@ -607,14 +764,17 @@ class CausalConv1dUpdate(APIBase):
         _check_runtime(x, self.x, vec, what, token_dims_free=False)
         _check_runtime(out, self.out, vec, what, token_dims_free=False)
         _check_runtime(weight, self.weight, 0, what, token_dims_free=False)
+        _check_dense(weight, self.weight, what)
         state_align = 16 if self._state_contiguous() else self.conv_state.dtype.itemsize
         _check_runtime(conv_state, self.conv_state, 0, what, token_dims_free=False, align=state_align)
         if tuple(conv_state.stride()) != self.conv_state.stride:
             raise ValueError(f"{what}: conv_state strides {tuple(conv_state.stride())} differ from the plan's {self.conv_state.stride}")
         if bias is not None:
             _check_runtime(bias, self.bias, 0, what, token_dims_free=False)
+            _check_dense(bias, self.bias, what)
         if conv_state_indices is not None:
             _check_runtime(conv_state_indices, self.conv_state_indices, 0, what, token_dims_free=False, align=4)
+            _check_dense(conv_state_indices, self.conv_state_indices, what)
         if self._compiled_kernel is None:
             self.compile()
         B, D = int(x.shape[0]), int(x.shape[1])

@@ -4,16 +4,31 @@ Thin: each op looks up (or builds once) the APIBase plan for its plan-time signa
 outputs on torch's current stream (the launch stream of this layer) and calls ``execute``. Fake
 implementations give torch.compile the output metadata; autograd of the forward runs the backward op
 (our kernels). ``final_states`` is not differentiable.
+
+Eager fast path of the public forward (:func:`causal_conv1d`, ``DIRECT_EAGER``): where the custom op's dispatch can
+change nothing -- no torch.compile / jit tracing, no torch function or dispatch mode, no functorch transform, no
+autograd (grad mode off or no input requiring grad), plain CUDA tensors and a str / None activation -- it calls the
+op's body directly, skipping torch's custom-op dispatch (about 20 us of Python per call on the CPU host). The body,
+its plan, its outputs and its errors are the custom op's; every other call goes through the op.
 """
 
 from __future__ import annotations
 
 import torch
 
+from . import api as _api
 from .api import CausalConv1d, CausalConv1dBackward, CausalConv1dUpdate
 
 _NS = "cudnn_linear_attention"
 _PLANS: dict = {}
+#: The public forward calls the op body directly where torch's dispatch can change nothing (see the module docstring):
+#: off until the H200 run (with FAST_HOST_DEFAULT: the ``ours-fast`` column of benchmarks/linear_attention.py conv1d).
+DIRECT_EAGER = False
+#: Launch route of the plans the forward op builds: the tvm-ffi entry (True), the DSL's own (False), or None for the
+#: adapter's default (``CUDNN_LA_TVM_FFI``). Part of the op's plan key.
+FWD_TVM_FFI: bool | None = None
+#: ``CausalConv1d.prefetch`` of the plans the forward op builds (None: the adapter's default). Part of the op's plan key.
+FWD_PREFETCH: int | None = None
 
 
 def _plan(key, make):
@@ -50,7 +65,39 @@ def _fwd_key(x, weight, bias, cu_seqlens, initial_states, activation, output_fin
         activation,
         output_final_states,
         dense,
+        FWD_TVM_FFI,
+        FWD_PREFETCH,
+        _api.FAST_HOST_DEFAULT,  # a plan's fast_host is fixed at construction
     )
+
+
+def _make_fwd_plan(x, weight, y, bias, cu_seqlens, initial_states, fin, activation):
+    plan = CausalConv1d(x, weight, y, bias, cu_seqlens, initial_states, fin, activation)
+    if FWD_TVM_FFI is not None:
+        plan.tvm_ffi = FWD_TVM_FFI
+    if FWD_PREFETCH is not None:
+        plan.prefetch = FWD_PREFETCH
+    return plan
+
+
+def _fwd_body(x, weight, bias, cu_seqlens, initial_states, activation, output_final_states, placeholder=True):
+    """The forward op's implementation (also what the eager fast path of :func:`causal_conv1d` calls). Without
+    ``output_final_states`` the op returns an empty placeholder as final states (``placeholder=False``: None instead,
+    for the fast path, whose caller discards it)."""
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    d, width = weight.shape
+    if output_final_states:
+        sdt = initial_states.dtype if initial_states is not None else x.dtype
+        final = fin = torch.empty((_n_seqs(x, cu_seqlens), d, width - 1), dtype=sdt, device=x.device)
+    else:
+        fin = None
+        final = torch.empty((0,), dtype=initial_states.dtype if initial_states is not None else x.dtype, device=x.device) if placeholder else None
+    key = _fwd_key(x, weight, bias, cu_seqlens, initial_states, activation, output_final_states)
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _plan(key, lambda: _make_fwd_plan(x, weight, y, bias, cu_seqlens, initial_states, fin, activation))
+    plan.execute(x, weight, y, bias, cu_seqlens, initial_states, fin)
+    return y, final
 
 
 @torch.library.custom_op(f"{_NS}::causal_conv1d_fwd", mutates_args=())
@@ -63,15 +110,7 @@ def causal_conv1d_fwd(
     activation: str | None,
     output_final_states: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    d, width = weight.shape
-    sdt = initial_states.dtype if initial_states is not None else x.dtype
-    final = torch.empty((_n_seqs(x, cu_seqlens), d, width - 1) if output_final_states else (0,), dtype=sdt, device=x.device)
-    fin = final if output_final_states else None
-    key = _fwd_key(x, weight, bias, cu_seqlens, initial_states, activation, output_final_states)
-    plan = _plan(key, lambda: CausalConv1d(x, weight, y, bias, cu_seqlens, initial_states, fin, activation))
-    plan.execute(x, weight, y, bias, cu_seqlens, initial_states, fin)
-    return y, final
+    return _fwd_body(x, weight, bias, cu_seqlens, initial_states, activation, output_final_states)
 
 
 @causal_conv1d_fwd.register_fake
@@ -157,8 +196,50 @@ def _(x, conv_state, weight, bias, activation, conv_state_indices):
     return x.new_empty(x.shape)
 
 
+_PLAIN_TYPES: tuple = (torch.Tensor, torch.nn.Parameter)
+_DISPATCH_STATE: list = []
+
+
+def _dispatch_state():
+    """``() -> True`` when torch's global dispatch state leaves a custom op call nothing to do beyond its body: no jit
+    tracing, no torch function mode, no dispatch mode, no functorch transform. None where this torch lacks one of the
+    probes (then every call goes through the op)."""
+    if not _DISPATCH_STATE:
+        C = torch._C
+        try:
+            probes = (C._get_tracing_state, C._is_torch_function_mode_enabled, C._len_torch_dispatch_stack, C._functorch.peek_interpreter_stack)
+        except AttributeError:
+            _DISPATCH_STATE.append(None)
+        else:
+            tracing, fn_mode, dispatch_len, functorch = probes
+            _DISPATCH_STATE.append(lambda: tracing() is None and not fn_mode() and dispatch_len() == 0 and functorch() is None)
+    return _DISPATCH_STATE[0]
+
+
+def _direct_ok(x, weight, bias, cu_seqlens, initial_states, activation) -> bool:
+    """Whether the eager fast path may call the op body directly (see the module docstring)."""
+    if not DIRECT_EAGER or not (activation is None or type(activation) is str):
+        return False
+    plain = _dispatch_state()
+    if plain is None or not plain():
+        return False
+    grad = torch.is_grad_enabled()
+    for t in (x, weight, bias, cu_seqlens, initial_states):
+        if t is not None and (type(t) not in _PLAIN_TYPES or not _served(t) or (grad and t.requires_grad)):
+            return False
+    return True
+
+
+def _served(t) -> bool:
+    """The device types the fast path takes (CUDA; a meta tensor, for one, must reach the op's fake implementation)."""
+    return t.is_cuda
+
+
 def causal_conv1d(x, weight, bias=None, activation=None, cu_seqlens=None, initial_states=None, output_final_states=False):
-    y, final = causal_conv1d_fwd(x, weight, bias, cu_seqlens, initial_states, activation, bool(output_final_states))
+    if not torch.compiler.is_compiling() and _direct_ok(x, weight, bias, cu_seqlens, initial_states, activation):
+        y, final = _fwd_body(x, weight, bias, cu_seqlens, initial_states, activation, bool(output_final_states), False)
+    else:
+        y, final = causal_conv1d_fwd(x, weight, bias, cu_seqlens, initial_states, activation, bool(output_final_states))
     return (y, final) if output_final_states else y
 
 

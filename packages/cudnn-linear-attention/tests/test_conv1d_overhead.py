@@ -1,0 +1,530 @@
+"""Host path of the causal_conv1d forward (issue #7: the eager public call lost ~30 us per call to the host at 67M
+elements). CPU tier: the compiled kernel is replaced by a recorder (``api._compile_cached``), the stream lookups by
+constants, so every test runs on CPU tensors and compares what the kernel would be handed, call by call.
+
+- ``CausalConv1d.fast_host`` (execute memoizes its validation per tensor metadata, :func:`api._fwd_meta`): the same call
+  sequence on a ``fast_host=False`` plan and a ``fast_host=True`` plan hands the kernel identical arguments or raises
+  identical errors (type and message), on both launch routes (tvm-ffi integers, DSL cute pointers), across fresh
+  tensors of one layout, other token totals and sequence counts, strided views, in-place metadata changes of one
+  tensor object, misaligned addresses, dtype / stride / declaration errors, and a caller's stream; and the memo really
+  serves the repeated calls (full validations counted).
+- Detector twin: a planted stride-blind memo key makes that comparison fail.
+- ``torch_op.DIRECT_EAGER`` (the public ``causal_conv1d`` calls the op body without torch's custom-op dispatch where
+  that dispatch can change nothing): the same public calls with and without it hand the kernel identical arguments,
+  return outputs of identical metadata and raise identical errors; the direct path is really taken for plain eager
+  calls and never under autograd, FakeTensorMode, a torch function mode, torch.compile, a meta tensor or a
+  non-string activation.
+- Fixes that came with the memo (each checked on both paths): a varlen plan re-binds another sequence count with
+  initial / final states (it raised before), and a weight / bias / cu_seqlens view with other strides is rejected (it
+  was read as if dense before).
+- Host time (printed): the memoized execute and the direct public call against the full paths; loose bounds so a fast
+  path that stopped skipping its work goes red. GPU-host numbers come from ``benchmarks/linear_attention.py conv1d``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from cudnn_testing.markers import skip_unless_cutedsl  # noqa: E402
+
+D, W = 256, 4
+_HANDLE = 0xABC0
+
+
+class _Recorder:
+    """Stands in for the compiled kernel: records each call's arguments, cute pointers and streams as plain tuples."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, *args):
+        self.calls.append(tuple(_plain(a) for a in args))
+
+
+def _plain(a):
+    if hasattr(a, "_pointer") and hasattr(a, "_assumed_align"):  # a cute runtime pointer (DSL route)
+        return ("ptr", a.dtype.__name__, int(a._pointer), a._assumed_align)
+    if type(a).__name__ == "CUstream":
+        return ("stream", int(a))
+    return a
+
+
+@pytest.fixture
+def stub(monkeypatch):
+    """``(api, torch_op, recorder)`` with the kernel recorded, constant stream handles, CPU tensors taken by the direct
+    path, empty op plan cache and the defaults of the host options."""
+    skip_unless_cutedsl("4.8.0", "cudnn.linear_attention.causal_conv1d")
+    import cudnn.linear_attention.conv1d.api as api
+    from cudnn.linear_attention.conv1d import torch_op
+
+    rec = _Recorder()
+    monkeypatch.setattr(api, "_compile_cached", lambda *a, **k: rec)
+    monkeypatch.setattr(api, "_stream_handle", lambda cs, dev: _HANDLE if cs is None else cs)
+    monkeypatch.setattr(api, "_stream", lambda cs, dev: ("stream", _HANDLE if cs is None else cs))
+    monkeypatch.setattr(torch_op, "_PLANS", {})
+    monkeypatch.setattr(torch_op, "_served", lambda t: t.device.type == "cpu")  # CPU tensors stand in for CUDA ones
+    monkeypatch.setattr(torch_op, "DIRECT_EAGER", True)
+    monkeypatch.setattr(torch_op, "FWD_TVM_FFI", None)
+    monkeypatch.setattr(api, "FAST_HOST_DEFAULT", True)
+    return api, torch_op, rec
+
+
+def _outcome(rec, fn):
+    """What one call hands the kernel (its argument tuple) or the error it raises."""
+    n = len(rec.calls)
+    try:
+        fn()
+    except (ValueError, TypeError, NotImplementedError, RuntimeError, AttributeError) as exc:
+        return ("raises", type(exc).__name__, str(exc))
+    assert len(rec.calls) == n + 1, "a call that did not raise launched nothing (or more than once)"
+    return rec.calls[-1]
+
+
+def _aligned(shape, dtype=torch.bfloat16, stride=None):
+    t = torch.randn(shape, dtype=torch.float32).to(dtype)
+    if stride is not None:
+        t = torch.empty_strided(shape, stride, dtype=dtype).copy_(t)
+    assert t.data_ptr() % 16 == 0
+    return t
+
+
+def _misaligned(shape, dtype=torch.bfloat16):
+    n = 1
+    for s in shape:
+        n *= s
+    return torch.empty(n + 8, dtype=dtype)[1 : n + 1].view(shape)
+
+
+def _varlen_sequence():
+    """(make_plan(fast_host, tvm_ffi), calls) of a varlen plan with bias, initial and final states, SiLU."""
+    cu3 = torch.tensor([0, 1, 40, 100], dtype=torch.int32)
+    cu5 = torch.tensor([0, 1, 2, 3, 90, 130], dtype=torch.int32)  # another token total and sequence count
+    x, y = _aligned((100, D)), torch.empty(100, D, dtype=torch.bfloat16)
+    x2, y2 = _aligned((100, D)), torch.empty(100, D, dtype=torch.bfloat16)  # fresh tensors, the same layout
+    x5, y5 = _aligned((130, D)), torch.empty(130, D, dtype=torch.bfloat16)
+    w, b = _aligned((D, W)), _aligned((D,))
+    i3, f3 = _aligned((3, D, W - 1)), torch.empty(3, D, W - 1, dtype=torch.bfloat16)
+    i5, f5 = _aligned((5, D, W - 1)), torch.empty(5, D, W - 1, dtype=torch.bfloat16)
+    i5t = _aligned((5, W - 1, D)).transpose(1, 2)  # states of any strides: other strides, another memo entry
+    qkv = _aligned((100, 3 * D))
+    xs = qkv[:, D : 2 * D]  # token stride 3D: a slice of a fused projection
+    w_t = _aligned((W, D)).t()  # [D, W] with strides (1, D): the kernel reads weight densely, so it must raise
+    b_s = _aligned((2 * D,))[::2]
+    cu_s = torch.tensor([0, 0, 1, 0, 40, 0, 100, 0], dtype=torch.int32)[::2]  # cu_seqlens values, stride 2
+    cu64 = cu3.long()
+    xm = _misaligned((100, D))
+    ym = _misaligned((100, D))
+    obj = _aligned((100, D))  # one tensor object whose metadata changes in place (set_) below
+    obj_data = obj.detach()
+    obj_strided = _aligned((100, 3 * D))[:, :D]
+    x1, y1, cu1 = _aligned((1, D)), torch.empty(1, D, dtype=torch.bfloat16), torch.tensor([0, 1], dtype=torch.int32)
+    i1, f1 = _aligned((1, D, W - 1)), torch.empty(1, D, W - 1, dtype=torch.bfloat16)
+    x1s = qkv[:1, D : 2 * D]  # one token of the fused projection: its token stride is never stepped
+    x0, y0, cu0 = torch.empty(0, D, dtype=torch.bfloat16), torch.empty(0, D, dtype=torch.bfloat16), torch.tensor([0], dtype=torch.int32)
+    i0, f0 = torch.empty(0, D, W - 1, dtype=torch.bfloat16), torch.empty(0, D, W - 1, dtype=torch.bfloat16)
+
+    def restride(p):  # same object, token stride 3D now: the memo must not serve the old strides
+        obj.set_(obj_strided.untyped_storage(), obj_strided.storage_offset(), obj_strided.shape, obj_strided.stride())
+        return p.execute(obj, w, y, b, cu3, i3, f3)
+
+    def reset(p):
+        obj.set_(obj_data.untyped_storage(), 0, obj_data.shape, obj_data.stride())
+        return p.execute(x, w, y, b, cu3, i3, f3)
+
+    calls = [
+        reset,
+        lambda p: p.execute(x, w, y, b, cu3, i3, f3),
+        lambda p: p.execute(x, w, y, b, cu3, i3, f3),
+        lambda p: p.execute(x2, w, y2, b, cu3, i3, f3),
+        lambda p: p.execute(x5, w, y5, b, cu5, i5, f5),  # N = 5 on an N = 3 plan
+        lambda p: p.execute(x5, w, y5, b, cu5, i5, f5),
+        lambda p: p.execute(x5, w, y5, b, cu5, i5t, f5),
+        lambda p: p.execute(x5, w, y, b, cu5, i5, f5),  # out of another token total (x's layout otherwise)
+        lambda p: p.execute(x5, w, y5, b, cu5, i3, f5),  # 3 state rows for 5 sequences
+        lambda p: p.execute(x5, w, y5, b, cu5, i5, f3),
+        lambda p: p.execute(x, w, y, b, cu3, i3, f3),
+        lambda p: p.execute(x1, w, y1, b, cu1, i1, f1),  # one token, one sequence
+        lambda p: p.execute(x1, w, y1, b, cu1, i1, f1),
+        lambda p: p.execute(x1s, w, y1, b, cu1, i1, f1),
+        lambda p: p.execute(x1s, w, y1, b, cu1, i1, f1),
+        lambda p: p.execute(x0, w, y0, b, cu0, i0, f0),  # no tokens, no sequences
+        lambda p: p.execute(x0, w, y0, b, cu0, i0, f0),
+        lambda p: p.execute(x, w, y, b, cu3, i3, f3),
+        lambda p: p.execute(x, w, y, b, cu3, i3, f3),
+        lambda p: p.execute(xs, w, y, b, cu3, i3, f3),
+        lambda p: p.execute(xs, w, y, b, cu3, i3, f3),
+        lambda p: p.execute(x, w, y, b, cu3, i3, f3, current_stream=0x5550),
+        lambda p: p.execute(x, w, y, b, cu3, i3, f3),
+        lambda p: p.execute(xm, w, y, b, cu3, i3, f3),  # a misaligned x with the metadata of a validated call
+        lambda p: p.execute(x, w, ym, b, cu3, i3, f3),
+        lambda p: p.execute(x, w, y, b, cu3, i3, f3),
+        lambda p: p.execute(x, w_t, y, b, cu3, i3, f3),
+        lambda p: p.execute(x, w, y, b_s, cu3, i3, f3),
+        lambda p: p.execute(x, w, y, b, cu_s, i3, f3),
+        lambda p: p.execute(x, w, y, b, cu64, i3, f3),
+        lambda p: p.execute(x, w, y, None, cu3, i3, f3),  # declared bias missing
+        lambda p: p.execute(x, w, y, b, cu3, i5, f3),  # 5 state rows for 3 sequences
+        lambda p: p.execute(x, w, y.float(), b, cu3, i3, f3),
+        lambda p: p.execute(x, w, y[:50], b, cu3, i3, f3),
+        lambda p: p.execute(x.float(), w, y, b, cu3, i3, f3),
+        lambda p: p.execute(x, w, y, b, cu3, i3, f3),
+        lambda p: p.execute(obj, w, y, b, cu3, i3, f3),
+        lambda p: p.execute(obj, w, y, b, cu3, i3, f3),
+        restride,
+        lambda p: p.execute(obj, w, y, b, cu3, i3, f3),
+        lambda p: p.execute(x, w, y, b, cu3, i3, f3),
+        lambda p: p.execute("x", w, y, b, cu3, i3, f3),  # not a tensor: the full validation names the problem
+        lambda p: p.execute(x, w, y, b, cu3, i3, f3),
+    ]
+
+    def make(api, fast_host, tvm_ffi):
+        plan = api.CausalConv1d(x, w, y, b, cu3, i3, f3, "silu")
+        plan.fast_host, plan.tvm_ffi = fast_host, tvm_ffi
+        plan.compile()
+        return plan
+
+    return make, calls
+
+
+def _dense_sequence():
+    x, y = _aligned((2, 64, D)), torch.empty(2, 64, D, dtype=torch.bfloat16)
+    x2, y2 = _aligned((2, 64, D)), torch.empty(2, 64, D, dtype=torch.bfloat16)
+    xb, yb = _aligned((3, 64, D)), torch.empty(3, 64, D, dtype=torch.bfloat16)  # another batch: the plan's shape is fixed
+    w = _aligned((D, W))
+    xt = _aligned((64, 2, D)).transpose(0, 1)  # [B, L, D] not walkable as [B * L, D]
+    calls = [
+        lambda p: p.execute(x, w, y),
+        lambda p: p.execute(x, w, y),
+        lambda p: p.execute(x2, w, y2),
+        lambda p: p.execute(xb, w, yb),
+        lambda p: p.execute(x, w, y),
+        lambda p: p.execute(xt, w, y),
+        lambda p: p.execute(x, w, y, current_stream=7),
+        lambda p: p.execute(x, w, y),
+        lambda p: p.execute(x, w, y, x[0, 0]),  # undeclared bias
+    ]
+
+    def make(api, fast_host, tvm_ffi):
+        plan = api.CausalConv1d(x, w, y)
+        plan.fast_host, plan.tvm_ffi = fast_host, tvm_ffi
+        plan.compile()
+        return plan
+
+    return make, calls
+
+
+@pytest.mark.parametrize("tvm_ffi", [True, False], ids=["tvm-ffi", "dsl-entry"])
+@pytest.mark.parametrize("case", ["varlen", "dense"])
+def test_fast_host_launches_what_the_full_validation_launches(stub, monkeypatch, case, tvm_ffi):
+    api, _, rec = stub
+    make, calls = _varlen_sequence() if case == "varlen" else _dense_sequence()
+    validations = []
+    real = api.CausalConv1d._validate
+    monkeypatch.setattr(api.CausalConv1d, "_validate", lambda self, *a: validations.append(1) or real(self, *a))
+    runs = {}
+    for fast_host in (False, True):
+        plan = make(api, fast_host, tvm_ffi)
+        validations.clear()
+        runs[fast_host] = [_outcome(rec, lambda c=c, plan=plan: c(plan)) for c in calls]
+        runs[(fast_host, "validations")] = len(validations)
+    for i, (a, b) in enumerate(zip(runs[False], runs[True], strict=True)):
+        assert a == b, f"call {i}: the fast_host plan gave {b}, the full validation {a}"
+    raised = [o for o in runs[False] if o[0] == "raises"]
+    assert len(raised) >= (12 if case == "varlen" else 2), raised  # the malformed calls above still raise
+    assert runs[(False, "validations")] == len(calls)
+    served = len(calls) - runs[(True, "validations")]
+    print(f"\n{case} / {'tvm-ffi' if tvm_ffi else 'DSL entry'}: {len(calls)} calls, {served} served by the memo")
+    assert served >= (8 if case == "varlen" else 3), f"the memo served only {served} calls: the fast path was not exercised"
+
+
+def test_varlen_memo_serves_every_token_total_and_sequence_count(stub, monkeypatch):
+    """Continuous batching: a varlen plan validates a layout once; later calls with other T and N (and states of N rows)
+    are memo hits that launch with their own T and N (the full validation's arguments, checked call by call)."""
+    api, _, rec = stub
+    validations = []
+    real = api.CausalConv1d._validate
+    monkeypatch.setattr(api.CausalConv1d, "_validate", lambda self, *a: validations.append(1) or real(self, *a))
+    w, b = _aligned((D, W)), _aligned((D,))
+    plans = {}
+    for fast_host in (False, True):
+        plans[fast_host] = api.CausalConv1d(
+            _aligned((10, D)), w, torch.empty(10, D, dtype=torch.bfloat16), b, torch.tensor([0, 10], dtype=torch.int32), _aligned((1, D, W - 1)), None, "silu"
+        )
+        plans[fast_host].fast_host, plans[fast_host].tvm_ffi = fast_host, True
+        plans[fast_host].compile()
+    validations.clear()
+    for lengths in ([5, 100, 1], [1, 2, 300, 7, 64], [9], [4, 4, 4, 4, 4, 4, 4, 4], [5, 100, 1]):
+        cu = torch.tensor([0] + [sum(lengths[: i + 1]) for i in range(len(lengths))], dtype=torch.int32)
+        x, y = _aligned((sum(lengths), D)), torch.empty(sum(lengths), D, dtype=torch.bfloat16)
+        init = _aligned((len(lengths), D, W - 1))
+        got = []
+        for fast_host in (False, True):
+            plans[fast_host].execute(x, w, y, b, cu, init)
+            got.append(rec.calls[-1])
+        assert got[0] == got[1] and got[1][7] == sum(lengths) and got[1][12] == len(lengths), got
+    assert len(validations) == 5 + 1  # every call of the fast_host=False plan, one of the fast_host plan
+
+
+def test_fast_host_detector_sees_a_planted_stride_blind_memo(stub, monkeypatch):
+    """Planted violation: a memo key without strides. The comparison above must then fail (the strided x, the restrided
+    object, the transposed states would launch with stale strides, the strided weight / bias / cu_seqlens would pass)."""
+    api, _, rec = stub
+    real = api._fwd_meta
+
+    def stride_blind(x, weight, out, bias, cu, init, fin, varlen):
+        full = real(x, weight, out, bias, cu, init, fin, varlen)
+        return tuple(m for i, m in enumerate(full[:12]) if i not in (1, 3, 5)) + tuple(None if m is None else (m[0], m[2], m[3]) for m in full[12:])
+
+    monkeypatch.setattr(api, "_fwd_meta", stride_blind)
+    make, calls = _varlen_sequence()
+    runs = []
+    for fast_host in (False, True):
+        plan = make(api, fast_host, True)
+        runs.append([_outcome(rec, lambda c=c, plan=plan: c(plan)) for c in calls])
+    assert runs[0] != runs[1], "the planted stride-blind memo went unnoticed"
+
+
+def test_shipped_defaults_keep_the_fast_paths_off():
+    """Off until the H200 run of the GPU tests and the ``ours-fast`` column (flip deliberately, with this test)."""
+    pytest.importorskip("torch")
+    from cudnn.linear_attention.conv1d import api, torch_op
+
+    assert api.FAST_HOST_DEFAULT is False and torch_op.DIRECT_EAGER is False
+
+
+def test_fast_host_option_values_and_default(stub):
+    api, _, rec = stub
+    x, w = _aligned((64, D)), _aligned((D, W))
+    y = torch.empty_like(x)
+    plan = api.CausalConv1d(x, w, y)
+    assert plan.fast_host is api.FAST_HOST_DEFAULT and plan.prefetch == 0  # the fixture turns the default on
+    plan.fast_host = True
+    plan.compile()
+    assert plan._memo == {}
+    plan.fast_host = "yes"
+    with pytest.raises(ValueError, match="fast_host"):
+        plan.compile()
+    plan.fast_host = False
+    plan.compile()
+    assert plan._memo is None
+    plan.execute(x, w, y)
+    plan.execute(x, w, y)
+    assert rec.calls[-1] == rec.calls[-2]
+
+
+def test_prefetch_option_is_a_compile_key_field(stub):
+    """``plan.prefetch`` reaches the kernel's compile key (default 0: the key of the verified kernel, unchanged)."""
+    api, _, _ = stub
+    from cudnn.linear_attention.conv1d.fwd_kernel import Conv1dFwdKey
+
+    x, w = _aligned((64, D)), _aligned((D, W))
+    plan = api.CausalConv1d(x, w, torch.empty_like(x), activation="silu")
+    plan.check_support()
+    default = plan.compile_key()
+    assert default.prefetch == 0 and default == Conv1dFwdKey(**{**default.__dict__, "prefetch": 0})
+    plan.prefetch = 16
+    assert plan.compile_key().prefetch == 16 and plan.compile_key() != default
+    for bad in (12, 4, 48, -16, 16.0, True):
+        plan.prefetch = bad
+        with pytest.raises(ValueError, match="prefetch"):
+            plan.compile()
+
+
+def _public_calls(api):
+    """Calls of the public ``causal_conv1d`` (with their arguments kept alive by the closures)."""
+    cu = torch.tensor([0, 1, 40, 100], dtype=torch.int32)
+    cu2 = torch.tensor([0, 60, 61, 100], dtype=torch.int32)
+    x = _aligned((100, D))
+    x3 = _aligned((2, 50, D))
+    w, b = _aligned((D, W)), _aligned((D,))
+    init = _aligned((3, D, W - 1))
+    xs = _aligned((100, 3 * D))[:, :D]
+    xf = x.float()
+    cu64 = cu.long()
+    f = api.causal_conv1d
+    return [
+        lambda: f(x, w, b, "silu", cu_seqlens=cu),
+        lambda: f(x, w, b, "silu", cu_seqlens=cu),
+        lambda: f(x, w, b, "silu", cu_seqlens=cu2),
+        lambda: f(x, w, b, "silu", cu_seqlens=cu, initial_states=init, output_final_states=True),
+        lambda: f(x, w, b, "silu", cu_seqlens=cu, output_final_states=True),
+        lambda: f(xs, w, None, None, cu_seqlens=cu),
+        lambda: f(x3, w, b, "swish"),
+        lambda: f(x3, w, b, "swish"),
+        lambda: f(x3, w, None, None, output_final_states=True),
+        lambda: f(x, w, b, "relu", cu_seqlens=cu),  # a malformed activation: our ValueError, both ways
+        lambda: f(x, w, b, 7, cu_seqlens=cu),  # not a string: the op's schema check (the direct path declines it)
+        lambda: f(x, w.t(), b, "silu", cu_seqlens=cu),
+        lambda: f(xf, w, b, "silu", cu_seqlens=cu),
+        lambda: f(x, w, b, "silu", cu_seqlens=cu64),
+        lambda: f(x, w, b, "silu", cu_seqlens=cu, initial_states=init[:2]),
+        lambda: f(x[:, :8], w, b, "silu", cu_seqlens=cu),
+        lambda: f(x, w, b, "silu", cu_seqlens=cu),
+    ]
+
+
+def _public_outcome(rec, fn):
+    n = len(rec.calls)
+    try:
+        out = fn()
+    except Exception as exc:  # noqa: BLE001 - the op's schema errors are RuntimeErrors; compared, not swallowed
+        return ("raises", type(exc).__name__, str(exc))
+    outs = out if isinstance(out, tuple) else (out,)
+    return (rec.calls[n:], [(tuple(o.shape), o.dtype, tuple(o.stride())) for o in outs])
+
+
+def _addresses_free(outcome):
+    """An outcome with the output addresses masked (fresh allocations differ run to run): the kernel arguments minus
+    the y / final_states pointers."""
+    if outcome[0] == "raises":
+        return outcome
+    calls, outs = outcome
+    return ([c[:3] + c[4:6] + c[7:] for c in calls], outs)
+
+
+def test_direct_eager_path_matches_the_custom_op(stub, monkeypatch):
+    api, torch_op, rec = stub
+    monkeypatch.setattr(torch_op, "FWD_TVM_FFI", True)
+    taken = []
+    real = torch_op._fwd_body
+    monkeypatch.setattr(torch_op, "_fwd_body", lambda *a: taken.append(len(a)) or real(*a))
+    calls = _public_calls(api)
+    runs = {}
+    for direct in (False, True):
+        monkeypatch.setattr(torch_op, "DIRECT_EAGER", direct)
+        monkeypatch.setattr(torch_op, "_PLANS", {})
+        taken.clear()
+        runs[direct] = [_addresses_free(_public_outcome(rec, c)) for c in calls]
+        runs[(direct, "direct")] = sum(1 for n in taken if n == 8)  # the fast path passes placeholder=False
+    for i, (a, b) in enumerate(zip(runs[False], runs[True], strict=True)):
+        assert a == b, f"call {i}: direct {b}, custom op {a}"
+    assert runs[(False, "direct")] == 0
+    assert runs[(True, "direct")] >= 10, runs[(True, "direct")]
+    assert sum(1 for o in runs[True] if o[0] == "raises") >= 6
+
+
+def test_direct_eager_path_declines_whenever_dispatch_matters(stub, monkeypatch):
+    """Autograd, FakeTensorMode, a torch function mode, a meta tensor, a non-string activation and torch.compile go
+    through the custom op (its autograd, fake implementation and tracing), never the direct call."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.overrides import TorchFunctionMode
+
+    api, torch_op, rec = stub
+    monkeypatch.setattr(torch_op, "FWD_TVM_FFI", True)
+    direct = []
+    real = torch_op._fwd_body
+    monkeypatch.setattr(torch_op, "_fwd_body", lambda *a: direct.append(len(a) == 8) or real(*a))
+    cu = torch.tensor([0, 30, 64], dtype=torch.int32)
+    x, w = _aligned((64, D)), _aligned((D, W))
+
+    api.causal_conv1d(x, w, None, "silu", cu_seqlens=cu)
+    assert direct == [True]  # the plain eager call takes it
+    direct.clear()
+
+    wg = w.clone().requires_grad_()
+    with torch.no_grad():
+        api.causal_conv1d(x, wg, None, "silu", cu_seqlens=cu)  # requires_grad but no grad mode: nothing to record
+    assert direct == [True]
+    direct.clear()
+    api.causal_conv1d(x, torch.nn.Parameter(w.clone(), requires_grad=False), None, "silu", cu_seqlens=cu)
+    assert direct == [True]
+    direct.clear()
+
+    try:
+        api.causal_conv1d(x, wg, None, "silu", cu_seqlens=cu)  # autograd: the op (its autograd formula)
+    except Exception:  # noqa: BLE001 - the recorder returns nothing to differentiate; only the route matters here
+        pass
+    assert direct == [False]
+    direct.clear()
+
+    class Passthrough(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    with Passthrough():
+        api.causal_conv1d(x, w, None, "silu", cu_seqlens=cu)
+    assert direct == [False]
+    direct.clear()
+
+    n = len(rec.calls)
+    with FakeTensorMode() as mode:
+        fx, fw, fcu = mode.from_tensor(x), mode.from_tensor(w), mode.from_tensor(cu)
+        fy = api.causal_conv1d(fx, fw, None, "silu", cu_seqlens=fcu)
+    assert tuple(fy.shape) == tuple(x.shape) and direct == [] and len(rec.calls) == n  # the fake implementation ran
+
+    y = api.causal_conv1d(x.to("meta"), w.to("meta"), None, "silu", cu_seqlens=cu.to("meta"))
+    assert y.device.type == "meta" and direct == [] and len(rec.calls) == n
+
+    with pytest.raises(Exception):  # noqa: B017 - the op's schema check, whatever its type in this torch
+        api.causal_conv1d(x, w, None, 3, cu_seqlens=cu)
+    assert direct == []
+
+    compiled = torch.compile(lambda x, w: api.causal_conv1d(x, w, None, "silu", cu_seqlens=cu), backend="eager", fullgraph=True)
+    compiled(x, w)  # fullgraph: dynamo traced the op route (the direct check is not traceable)
+    assert direct == [False] and len(rec.calls) == n + 1
+
+
+def test_varlen_states_rebind_another_sequence_count(stub):
+    """Before: an N = 3 plan raised for N = 5 initial / final states (the public op keys its plans without N)."""
+    api, _, rec = stub
+    w = _aligned((D, W))
+    for n in (3, 5, 2):
+        x = _aligned((120, D))
+        cu = torch.tensor([0] + [120 * (i + 1) // n for i in range(n)], dtype=torch.int32)
+        init = _aligned((n, D, W - 1))
+        y, final = api.causal_conv1d(x, w, None, "silu", cu_seqlens=cu, initial_states=init, output_final_states=True)
+        assert tuple(final.shape) == (n, D, W - 1)
+        assert rec.calls[-1][12] == n  # n_seqs
+    with pytest.raises(ValueError, match="rows but cu_seqlens describes"):
+        api.causal_conv1d(x, w, None, "silu", cu_seqlens=cu, initial_states=_aligned((n + 1, D, W - 1)), output_final_states=True)
+
+
+def _per_call_us(fn, n=2000, reps=5):
+    for _ in range(200):
+        fn()
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / n * 1e6)
+    return best
+
+
+class _Sink(list):
+    def append(self, x):  # keep nothing while timing
+        pass
+
+
+def test_host_time_of_the_fast_paths(stub, monkeypatch):
+    """Python side only (the kernel is the recorder; on the GPU host add the launch itself). Best of interleaved rounds.
+    The bounds are loose (a shared 2-core CPU): they catch a fast path that stopped skipping its work."""
+    api, torch_op, rec = stub
+    rec.calls = _Sink()
+    cu = torch.tensor([0, 30, 64], dtype=torch.int32)
+    x, w, b = _aligned((64, 4096)), _aligned((4096, W)), _aligned((4096,))
+    y = torch.empty_like(x)
+    plans = {}
+    for fast_host in (False, True):
+        plans[fast_host] = api.CausalConv1d(x, w, y, b, cu, activation="silu")
+        plans[fast_host].fast_host, plans[fast_host].tvm_ffi = fast_host, True
+        plans[fast_host].compile()
+    best = dict.fromkeys(("full", "memo", "op", "direct"), float("inf"))
+    monkeypatch.setattr(torch_op, "FWD_TVM_FFI", True)
+    for _ in range(3):
+        best["full"] = min(best["full"], _per_call_us(lambda: plans[False].execute(x, w, y, b, cu)))
+        best["memo"] = min(best["memo"], _per_call_us(lambda: plans[True].execute(x, w, y, b, cu)))
+        for direct in (False, True):
+            monkeypatch.setattr(torch_op, "DIRECT_EAGER", direct)
+            t = _per_call_us(lambda: api.causal_conv1d(x, w, b, "silu", cu_seqlens=cu))
+            best["direct" if direct else "op"] = min(best["direct" if direct else "op"], t)
+    print(
+        f"\nhost (CPU, kernel stubbed, tvm-ffi route): execute {best['full']:.2f} us full validation, {best['memo']:.2f} us memo; "
+        f"public causal_conv1d {best['op']:.2f} us through the custom op, {best['direct']:.2f} us direct"
+    )
+    assert best["memo"] < 0.6 * best["full"]
+    assert best["direct"] < 0.8 * best["op"]
