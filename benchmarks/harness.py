@@ -10,7 +10,10 @@ events); the FLOP/byte convention is printed with the table, and a CSV and a PNG
     run_benchmark("gemm", cases, providers, convention="2*M*N*K FLOPs", out_dir="docs/benchmarks")
 
 ``make(case)`` builds inputs and returns a zero-argument callable that launches the work (or raises
-``Unsupported`` with a reason to leave that cell empty).
+``Unsupported`` with a reason to leave that cell empty), or a ``Measured`` time taken elsewhere: a provider that must
+run in its own process (``benchmarks/upstream_frontend.py``: NVIDIA's cudnn frontend, whose top-level ``cudnn`` would
+shadow ours) times the same inputs (same seeds) on the same GPU with the same ``time_ms`` there and hands the number
+back; ``run_benchmark`` records it as is.
 """
 
 from __future__ import annotations
@@ -34,6 +37,25 @@ class Provider:
     name: str
     make: Callable[[Case], Callable[[], Any]]
     available: Callable[[], str | None] = lambda: None  # None when available, else the reason
+
+
+@dataclasses.dataclass(frozen=True)
+class Measured:
+    """A time measured outside this process: ``make(case)`` may return one instead of a callable, and
+    ``run_benchmark`` records ``ms`` as is (and ``note`` in the cell's notes) instead of timing. The convention is the
+    harness's own: ``time_ms`` (median after warm-up, L2 cleared) on the same GPU and the same inputs, in another
+    process. Calling it does nothing, so a wrapper that warms a provider up by calling what ``make`` returned still works."""
+
+    ms: float
+    note: str = ""
+
+    def __call__(self) -> None:
+        return None
+
+
+def _time(fn) -> float:
+    """``fn``'s median milliseconds: a ``Measured`` is taken as is, anything else timed here by ``time_ms``."""
+    return fn.ms if isinstance(fn, Measured) else time_ms(fn)
 
 
 @dataclasses.dataclass
@@ -125,8 +147,9 @@ def run_benchmark(
             unavailable[p.name] = reason
     live = [p for p in providers if p.name not in unavailable]
 
-    def result(case, p, ms):
-        return Result(case.label, p.name, ms, case.flops / ms / 1e9 if case.flops else None, case.bytes / ms / 1e6 if case.bytes else None)
+    def result(case, p, ms, fn=None):
+        note = fn.note if isinstance(fn, Measured) else ""
+        return Result(case.label, p.name, ms, case.flops / ms / 1e9 if case.flops else None, case.bytes / ms / 1e6 if case.bytes else None, note)
 
     def failed(case, p, exc):
         if isinstance(exc, Unsupported):
@@ -137,7 +160,8 @@ def run_benchmark(
         if rounds <= 1:
             for p in live:
                 try:
-                    results.append(result(case, p, time_ms(p.make(case))))
+                    fn = p.make(case)
+                    results.append(result(case, p, _time(fn), fn))
                 except Exception as exc:
                     results.append(failed(case, p, exc))
                 finally:
@@ -153,10 +177,10 @@ def run_benchmark(
             for p in live:
                 if p.name in fns and p.name not in done:
                     try:
-                        best[p.name] = min(best.get(p.name, float("inf")), time_ms(fns[p.name]))
+                        best[p.name] = min(best.get(p.name, float("inf")), _time(fns[p.name]))
                     except Exception as exc:
                         done[p.name] = failed(case, p, exc)
-        results.extend(done.get(p.name) or result(case, p, best[p.name]) for p in live)
+        results.extend(done.get(p.name) or result(case, p, best[p.name], fns[p.name]) for p in live)
         fns.clear()
         _free()
     table = _format_table(name, cases, live, results, metric, convention, unavailable, title, rounds)

@@ -527,11 +527,15 @@ def _parallel_providers(family, adapter, per_key_gate, public):
 
 
 def main_kda(args):
+    from upstream_frontend import upstream_provider
+
+    cases = _kda_cases(args.quick)
     _run(
         "linear_attention_kda",
-        _kda_cases(args.quick),
+        cases,
         _delta_rule_providers("kda", "kimi_delta_attention", True, "fla.ops.kda", "chunk_kda")
-        + _parallel_providers("kda", "KimiDeltaAttentionFwdSm90", True, "kimi_delta_attention"),
+        + _parallel_providers("kda", "KimiDeltaAttentionFwdSm90", True, "kimi_delta_attention")
+        + [upstream_provider("kda", "fwd", cases), upstream_provider("kda", "fwd", cases, graph=True)],
         args,
         convention="KDA forward, B=1, K=V=128, bf16 q/k/v, fp32 per-channel g = -5 sigmoid(N(0,1)) and beta, L2 norm in kernel, no states; "
         "effective bytes T*H*(2*K*2 + 2*V*2 + 4*K + 4) (q, k, v read, o written, g [T,H,K], beta read); fla issue-7 reference: 609 us at T8k H16",

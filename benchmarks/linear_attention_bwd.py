@@ -345,8 +345,11 @@ def fla_gdn_refusal() -> str | None:
     return None
 
 
-def providers(family: str) -> list[Provider]:
-    """Every provider of ``family`` (see the module docstring), in table order."""
+def providers(family: str, quick: bool = False) -> list[Provider]:
+    """Every provider of ``family`` (see the module docstring), in table order; ``upstream`` / ``upstream+graph``:
+    NVIDIA's cudnn frontend 1.32 timed in its own process over the table's cases (``upstream_frontend.py``)."""
+    from upstream_frontend import upstream_provider
+
     ours_fwd = _ours_forward(family)
     fla_ok = _fla_available(family)
     out = [
@@ -361,6 +364,8 @@ def providers(family: str) -> list[Provider]:
     ]
     if FAMILIES[family].per_key_gate:
         out.append(Provider("fla-safe", _autograd(_fla_forward(family, safe_gate=True)), fla_ok))
+    table = cases(family, quick)
+    out += [upstream_provider(family, "bwd", table), upstream_provider(family, "bwd", table, graph=True)]
     return out
 
 
@@ -371,10 +376,11 @@ QUICK_SKIP = ("fla-safe",)
 def selected(family: str, names: str, quick: bool) -> list[Provider]:
     """``providers(family)`` kept by ``--providers`` (comma-separated; empty: all, less ``QUICK_SKIP`` with ``--quick``)."""
     keep = [n for n in names.split(",") if n]
-    unknown = set(keep) - {p.name for p in providers(family)}
+    known = providers(family, quick)
+    unknown = set(keep) - {p.name for p in known}
     if unknown:
-        raise SystemExit(f"{family}: unknown providers {sorted(unknown)}; known {[p.name for p in providers(family)]}")
-    out = [p for p in providers(family) if (p.name in keep if keep else not (quick and p.name in QUICK_SKIP))]
+        raise SystemExit(f"{family}: unknown providers {sorted(unknown)}; known {[p.name for p in known]}")
+    out = [p for p in known if (p.name in keep if keep else not (quick and p.name in QUICK_SKIP))]
     return out
 
 
@@ -385,6 +391,8 @@ RATIOS = {
         ("fla", "ours-autograd", "fla / ours-autograd"),
         ("fla+graph", "ours-autograd+graph", "fla+graph / ours-autograd+graph"),
         ("fla", "ours", "fla / ours"),
+        ("upstream", "ours-autograd", "upstream / ours-autograd"),
+        ("upstream+graph", "ours-autograd+graph", "upstream+graph / ours-autograd+graph"),
     ),
     "gdn": (
         ("ours", "ours-fwd", "bwd / fwd (ours / ours-fwd)"),

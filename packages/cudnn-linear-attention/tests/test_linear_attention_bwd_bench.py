@@ -132,10 +132,11 @@ def test_kda_with_in_kernel_l2norm_is_declined():
 
 def test_providers_and_selection():
     common = ["ours", "ours+graph", "ours-autograd", "ours-autograd+graph", "ours-fwd", "ours-fwd+graph", "fla", "fla+graph"]
-    assert [p.name for p in bench.providers("gdn")] == common
-    assert [p.name for p in bench.providers("kda")] == common + ["fla-safe"]
-    assert [p.name for p in bench.selected("kda", "", quick=True)] == common  # fla-safe: full grid only
-    assert [p.name for p in bench.selected("kda", "", quick=False)] == common + ["fla-safe"]
+    up = ["upstream", "upstream+graph"]  # NVIDIA's cudnn frontend, its own process (upstream_frontend.py)
+    assert [p.name for p in bench.providers("gdn")] == common + up
+    assert [p.name for p in bench.providers("kda")] == common + ["fla-safe"] + up
+    assert [p.name for p in bench.selected("kda", "", quick=True)] == common + up  # fla-safe: full grid only
+    assert [p.name for p in bench.selected("kda", "", quick=False)] == common + ["fla-safe"] + up
     assert [p.name for p in bench.selected("kda", "fla-safe,ours", quick=True)] == ["ours", "fla-safe"]
     with pytest.raises(SystemExit, match="unknown providers"):
         bench.selected("gdn", "ours,fla-safe", quick=False)
@@ -178,8 +179,9 @@ def test_verdict_arithmetic():
     assert cells[1] == "3.30x meets"  # fla / ours-autograd, target >= 3
     assert cells[2] == "2.00x" and cells[3] == "6.60x"
     frac = bench.bwd_bytes("kda", 8192, 16) / 0.5 / 1e6 / bench.HBM_GBPS
-    assert cells[4] == f"{frac:.1%}"  # roofline of ours
-    assert cells[5] == "-"  # ours+graph not run
+    assert cells[4] == "-" and cells[5] == "-"  # upstream / ours-autograd, upstream+graph / ...: upstream not run
+    assert cells[6] == f"{frac:.1%}"  # roofline of ours
+    assert cells[7] == "-"  # ours+graph not run
     res[2] = Result(label, "fla", 2.9, None, None)
     assert "2.90x misses" in bench.verdict("kda", kda, res)
 
