@@ -25,7 +25,7 @@ import sys
 
 import pytest
 
-from cudnn_testing.compile_only import frame_sizes, keep_artifacts, kernel_symbols
+from cudnn_testing.compile_only import frame_sizes, kernel_symbols
 from cudnn_testing.markers import skip_unless_cutedsl, skip_unless_sm90
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/_*_cases.py: --import-mode=importlib adds no test folder
@@ -42,65 +42,6 @@ def _gpu():
 
 
 # ---- GPU tier --------------------------------------------------------------------------------------------------------
-
-
-def _execute(torch, variant, q, k, v, g, beta, h0, cu, l2norm, final=True):
-    """``(o, final_state, workspace)`` of one parallel-schedule execute (``variant``: a ``set_parallel_options`` dict,
-    None = the default plan); poisoned outputs and workspace."""
-    from cudnn.linear_attention._host.chunk_parallel import set_parallel_options
-    from cudnn_testing.data import poison
-
-    o = poison(torch.empty_like(v))
-    n = (cu.shape[0] - 1) if cu is not None else (q.shape[0] if q.dim() == 4 else 1)
-    ht = poison(torch.empty(n, v.shape[-2], v.shape[-1], q.shape[-1], device="cuda")) if final else None
-    plan = GDN.adapter_class()(q, k, v, g, beta, o, use_qk_l2norm_in_kernel=l2norm, initial_state=h0, final_state=ht, cu_seqlens=cu, schedule="parallel")
-    if variant:
-        set_parallel_options(plan, variant)
-    plan.compile()
-    ws = torch.full((plan.scratch_workspace_bytes(),), 0xFF, dtype=torch.uint8, device="cuda")
-    plan.execute(q, k, v, g, beta, o, h0, ht, cu, workspace=ws)
-    torch.cuda.synchronize()
-    return o, ht, ws
-
-
-def _prep_arrays(torch, ws, slots, heads, d):
-    """The prep kernel's workspace arrays of ``ws`` as {name: [slots, heads, n] fp32}."""
-    from cudnn.linear_attention._host.chunk_parallel import _ARRAYS
-    from cudnn.workspace import ws_align
-
-    out, offset = {}, 0
-    for name, size, per in _ARRAYS:
-        nbytes = slots * heads * per(d) * size
-        if name in PREP_ARRAYS:
-            dt = torch.bfloat16 if size == 2 else torch.float32
-            out[name] = ws[offset : offset + nbytes].view(dt).view(slots, heads, -1).float()
-        offset += ws_align(nbytes)
-    return out
-
-
-def _active_slots(lengths):
-    """The varlen chunk slots that hold a chunk (``_device/chunk_parallel.py``: sequence n owns bos // 64 + n on)."""
-    active, bos = [], 0
-    for n, length in enumerate(lengths):
-        base = bos // 64 + n
-        active += list(range(base, base + -(-length // 64)))
-        bos += length
-    return active
-
-
-def _assert_prep_arrays_close(torch, ws_default, ws_gtc, lengths, heads, d):
-    slots = sum(lengths) // 64 + len(lengths)
-    idx = torch.tensor(_active_slots(lengths), device="cuda")
-    a_all, b_all = _prep_arrays(torch, ws_default, slots, heads, d), _prep_arrays(torch, ws_gtc, slots, heads, d)
-    report, bad = [], []
-    for name in PREP_ARRAYS:
-        a, b = a_all[name][idx], b_all[name][idx]
-        err = (a - b).abs().max().item()
-        tol = 2e-2 * a.abs().max().item() + 1e-6
-        report.append(f"{name}: max|gtc - default| {err:.3e} (tolerance {tol:.3e}, max|default| {a.abs().max().item():.3e})")
-        if not (torch.isfinite(a).all() and torch.isfinite(b).all() and err <= tol):
-            bad.append(name)
-    assert not bad, f"gtc prep arrays {bad} differ from the default prep kernel's: " + "; ".join(report)
 
 
 # Pruned to four ids (each compiles the default and the restructured prep kernel for its configuration; the state pass
@@ -120,25 +61,10 @@ def _assert_prep_arrays_close(torch, ws_default, ws_gtc, lengths, heads, d):
 )
 def test_gtc_matches_recurrence_default_schedule_and_default_workspace(D, l2norm, regime, g_dtype, beta_dtype, variant):
     _gpu()
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     import _parallel_cases as cases
 
-    from cudnn_testing.data import cu_seqlens
-    from cudnn_testing.tolerance import assert_close_fa
-
-    lengths = cases.LENGTHS
-    cu = cu_seqlens(lengths, "cuda")
-    q, k, v, g, beta, h0 = cases.inputs(GDN, (sum(lengths),), 4, 2, D, l2norm, len(lengths), regime)
-    g, beta = g.to(getattr(torch, g_dtype)), beta.to(getattr(torch, beta_dtype))
-    o0, s0, ws0 = _execute(torch, None, q, k, v, g, beta, h0, cu, l2norm)
-    o1, s1, ws1 = _execute(torch, variant, q, k, v, g, beta, h0, cu, l2norm)
-    _assert_prep_arrays_close(torch, ws0, ws1, lengths, 4, D)
-    ref_o, ref_s, low_o, low_s = cases.refs(GDN, q, k, v, g.float(), beta.float(), h0, l2norm, cu, False)
-    cases.check(o1, ref_o, low_o, "o gtc")
-    cases.check(s1, ref_s, low_s, "final_state gtc")
-    assert_close_fa(o1, ref_o, o0, name="o gtc vs default", factor=2.0, noise=1e-3 * ref_o.abs().max().item())
-    assert_close_fa(s1, ref_s, s0, name="final_state gtc vs default", factor=2.0, noise=1e-3 * ref_s.abs().max().item())
-    assert torch.equal(s1[3], h0[3])  # the empty sequence passes its state through
+    cases.check_prep_variant(GDN, variant, D, l2norm, regime, g_dtype, beta_dtype, PREP_ARRAYS, label="gtc")
 
 
 @pytest.mark.gpu
@@ -147,17 +73,10 @@ def test_gtc_dense_batch_and_long_thd_sequence_with_narrow_state_pass():
     and ``gtc`` + ``v32`` (the narrow state pass) at K = 128 on one 4096-token THD sequence (64 chunks through the state
     pass), no initial state: the FlashAttention rule against the fp32 recurrence."""
     _gpu()
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     import _parallel_cases as cases
 
-    for lead, batched, variant, D, l2norm in (((2, 300), True, GTC3, 64, False), ((4096,), False, {**GTC, "state": {"v_slice": 32}}, 128, True)):
-        q, k, v, g, beta, _ = cases.inputs(GDN, lead, 2, 2, D, l2norm, lead[0] if batched else 1, "safe_gate")
-        if not l2norm:
-            g = g.to(torch.bfloat16)
-        o, ht, _ = _execute(torch, variant, q, k, v, g, beta, None, None, l2norm)
-        ref_o, ref_s, low_o, low_s = cases.refs(GDN, q, k, v, g.float(), beta, None, l2norm, None, batched)
-        cases.check(o, ref_o, low_o, f"o {variant} {lead}")
-        cases.check(ht, ref_s, low_s, f"final_state {variant} {lead}")
+    cases.check_variant_dense_and_long_thd(GDN, GTC3, 64, {**GTC, "state": {"v_slice": 32}})
 
 
 @pytest.mark.gpu
@@ -166,27 +85,10 @@ def test_gtc_execute_never_syncs_or_allocates_and_replays_under_capture():
     """The restructured prep's plan (three CTAs per SM) executes with no host sync, no allocation (three executes), and
     a CUDA-graph replay equal to eager."""
     _gpu()
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     import _parallel_cases as cases
 
-    from cudnn.linear_attention._host.chunk_parallel import set_parallel_options
-    from cudnn_testing import detectors
-    from cudnn_testing.data import cu_seqlens
-
-    lengths = [1, 700, 64, 300]
-    cu = cu_seqlens(lengths, "cuda")
-    q, k, v, g, beta, h0 = cases.inputs(GDN, (sum(lengths),), 4, 2, 128, True, len(lengths))
-    o = torch.empty_like(v)
-    ht = torch.empty_like(h0)
-    plan = GDN.adapter_class()(q, k, v, g, beta, o, use_qk_l2norm_in_kernel=True, initial_state=h0, final_state=ht, cu_seqlens=cu, schedule="parallel")
-    set_parallel_options(plan, GTC3)
-    plan.compile()
-    ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda")
-    args = (q, k, v, g, beta, o, h0, ht, cu)
-    plan.execute(*args, workspace=ws)
-    torch.cuda.synchronize()
-    detectors.assert_no_sync_no_alloc(lambda: plan.execute(*args, workspace=ws), repeats=3)
-    detectors.assert_capture_matches_eager(lambda: plan(*args, workspace=ws), [o, ht])
+    cases.check_execute_never_syncs_or_allocates_and_replays_under_capture(GDN, GTC3)
 
 
 # ---- compile tier ----------------------------------------------------------------------------------------------------
@@ -194,31 +96,17 @@ def test_gtc_execute_never_syncs_or_allocates_and_replays_under_capture():
 
 def _compile_prep(key, tmp_path):
     """PTX text of the prep kernel ``key`` routes to, built directly (not through the kernel cache), and the dump dir."""
-    import cuda.bindings.driver as cuda
-    import cutlass.cute as cute
-    from cutlass import Float32, Int32, Int64
+    import _parallel_cases as cases
 
-    from cudnn.linear_attention._host.chunk_parallel import fake_workspace_pointers
-    from cudnn.linear_attention._host.launch import fake_gmem_ptr as fp
     from cudnn.linear_attention.gdn.chunk_parallel_prep_kernel import GatedDeltaNetParallelPrep
 
-    ptrs = [fp("BFloat16", 16), fp("BFloat16", 16), fp("BFloat16", 16), fp(key.g_dtype, 2), fp(key.beta_dtype, 2), fp("Int32", 4) if key.varlen else None]
-    with keep_artifacts(tmp_path) as ptx:
-        cute.compile(
-            GatedDeltaNetParallelPrep.for_key(key)(key),
-            *ptrs,
-            *fake_workspace_pointers(),
-            *[Int32(8)] * 7,
-            Float32(1.0),
-            *[(Int64(8), Int64(8))] * 3,
-            cuda.CUstream(0),
-        )
-        return ptx()
+    return cases.compile_prep_ptx(GatedDeltaNetParallelPrep.for_key(key), key, tmp_path)
 
 
 def _instructions(ptx: str) -> int:
-    """PTX instruction lines (``op ...;``, not labels, directives or braces)."""
-    return sum(1 for line in ptx.splitlines() if re.match(r"\s*(@!?%p\d+\s+)?[a-z][\w.]*\s.*;\s*$", line))
+    import _parallel_cases as cases
+
+    return cases.ptx_instructions(ptx)
 
 
 @pytest.mark.compile_only

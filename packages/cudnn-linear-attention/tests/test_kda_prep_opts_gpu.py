@@ -30,7 +30,7 @@ import sys
 
 import pytest
 
-from cudnn_testing.compile_only import frame_sizes, keep_artifacts, kernel_symbols
+from cudnn_testing.compile_only import frame_sizes, kernel_symbols
 from cudnn_testing.markers import skip_unless_cutedsl, skip_unless_sm90
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/_*_cases.py: --import-mode=importlib adds no test folder
@@ -48,66 +48,6 @@ def _gpu():
 
 
 # ---- GPU tier --------------------------------------------------------------------------------------------------------
-
-
-def _execute(torch, variant, q, k, v, g, beta, h0, cu, l2norm, final=True):
-    """``(o, final_state, workspace)`` of one parallel-schedule execute (``variant``: a ``set_parallel_options`` dict,
-    None = the default plan); poisoned outputs and workspace."""
-    from cudnn.linear_attention._host.chunk_parallel import set_parallel_options
-    from cudnn_testing.data import poison
-
-    o = poison(torch.empty_like(v))
-    n = (cu.shape[0] - 1) if cu is not None else (q.shape[0] if q.dim() == 4 else 1)
-    ht = poison(torch.empty(n, v.shape[-2], v.shape[-1], q.shape[-1], device="cuda")) if final else None
-    plan = KDA.adapter_class()(q, k, v, g, beta, o, use_qk_l2norm_in_kernel=l2norm, initial_state=h0, final_state=ht, cu_seqlens=cu, schedule="parallel")
-    if variant:
-        set_parallel_options(plan, variant)
-    plan.compile()
-    ws = torch.full((plan.scratch_workspace_bytes(),), 0xFF, dtype=torch.uint8, device="cuda")
-    plan.execute(q, k, v, g, beta, o, h0, ht, cu, workspace=ws)
-    torch.cuda.synchronize()
-    return o, ht, ws
-
-
-def _prep_arrays(torch, ws, slots, heads, d):
-    """The prep kernel's workspace arrays of ``ws`` as {name: [slots, heads, n] fp32}."""
-    from cudnn.linear_attention._host.chunk_parallel import _ARRAYS
-    from cudnn.workspace import ws_align
-
-    out, offset = {}, 0
-    for name, size, per in _ARRAYS:
-        nbytes = slots * heads * per(d) * size
-        if name in PREP_ARRAYS:
-            dt = torch.bfloat16 if size == 2 else torch.float32
-            out[name] = ws[offset : offset + nbytes].view(dt).view(slots, heads, -1).float()
-        offset += ws_align(nbytes)
-    return out
-
-
-def _active_slots(lengths):
-    """The varlen chunk slots that hold a chunk (``_device/chunk_parallel.py``: sequence n owns bos // 64 + n on)."""
-    active, bos = [], 0
-    for n, length in enumerate(lengths):
-        base = bos // 64 + n
-        active += list(range(base, base + -(-length // 64)))
-        bos += length
-    return active
-
-
-def _assert_prep_arrays_close(torch, ws_default, ws_opt, lengths, heads, d, bitwise):
-    """Every prep array within 2 % of the default's scale on the active slots; the arrays in ``bitwise`` bit for bit."""
-    slots = sum(lengths) // 64 + len(lengths)
-    idx = torch.tensor(_active_slots(lengths), device="cuda")
-    a_all, b_all = _prep_arrays(torch, ws_default, slots, heads, d), _prep_arrays(torch, ws_opt, slots, heads, d)
-    report, bad = [], []
-    for name in PREP_ARRAYS:
-        a, b = a_all[name][idx], b_all[name][idx]
-        err = (a - b).abs().max().item()
-        tol = 0.0 if name in bitwise else 2e-2 * a.abs().max().item() + 1e-6
-        report.append(f"{name}: max|option - default| {err:.3e} (tolerance {tol:.3e}, max|default| {a.abs().max().item():.3e})")
-        if not (torch.isfinite(a).all() and torch.isfinite(b).all() and err <= tol):
-            bad.append(name)
-    assert not bad, f"prep arrays {bad} differ from the default prep kernel's: " + "; ".join(report)
 
 
 # Pruned to five ids (each compiles the default and the option's prep kernel for its configuration; the state pass and
@@ -128,26 +68,11 @@ def _assert_prep_arrays_close(torch, ws_default, ws_opt, lengths, heads, d, bitw
 )
 def test_prep_option_matches_recurrence_default_schedule_and_default_workspace(D, l2norm, regime, g_dtype, variant):
     _gpu()
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     import _parallel_cases as cases
 
-    from cudnn_testing.data import cu_seqlens
-    from cudnn_testing.tolerance import assert_close_fa
-
-    lengths = cases.LENGTHS
-    cu = cu_seqlens(lengths, "cuda")
-    q, k, v, g, beta, h0 = cases.inputs(KDA, (sum(lengths),), 4, 2, D, l2norm, len(lengths), regime)
-    g = g.to(getattr(torch, g_dtype))
-    o0, s0, ws0 = _execute(torch, None, q, k, v, g, beta, h0, cu, l2norm)
-    o1, s1, ws1 = _execute(torch, variant, q, k, v, g, beta, h0, cu, l2norm)
     bitwise = ("qg", "ge") if variant["prep"].get("ref_table") else ("qg", "ge", "kd")
-    _assert_prep_arrays_close(torch, ws0, ws1, lengths, 4, D, bitwise)
-    ref_o, ref_s, low_o, low_s = cases.refs(KDA, q, k, v, g.float(), beta, h0, l2norm, cu, False)
-    cases.check(o1, ref_o, low_o, f"o {variant}")
-    cases.check(s1, ref_s, low_s, f"final_state {variant}")
-    assert_close_fa(o1, ref_o, o0, name=f"o {variant} vs default", factor=2.0, noise=1e-3 * ref_o.abs().max().item())
-    assert_close_fa(s1, ref_s, s0, name=f"final_state {variant} vs default", factor=2.0, noise=1e-3 * ref_s.abs().max().item())
-    assert torch.equal(s1[3], h0[3])  # the empty sequence passes its state through
+    cases.check_prep_variant(KDA, variant, D, l2norm, regime, g_dtype, "float32", PREP_ARRAYS, bitwise)
 
 
 @pytest.mark.gpu
@@ -156,17 +81,10 @@ def test_prep_options_dense_batch_and_long_thd_sequence_with_narrow_state_pass()
     norm, bf16 g), and with ``v32`` (the narrow state pass) at K = 128 on one 4096-token THD sequence (64 chunks through
     the state pass), no initial state: the FlashAttention rule against the fp32 recurrence."""
     _gpu()
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     import _parallel_cases as cases
 
-    for lead, batched, variant, D, l2norm in (((2, 300), True, KNT, 64, False), ((4096,), False, {**KNT, "state": {"v_slice": 32}}, 128, True)):
-        q, k, v, g, beta, _ = cases.inputs(KDA, lead, 2, 2, D, l2norm, lead[0] if batched else 1, "safe_gate")
-        if not l2norm:
-            g = g.to(torch.bfloat16)
-        o, ht, _ = _execute(torch, variant, q, k, v, g, beta, None, None, l2norm)
-        ref_o, ref_s, low_o, low_s = cases.refs(KDA, q, k, v, g.float(), beta, None, l2norm, None, batched)
-        cases.check(o, ref_o, low_o, f"o {variant} {lead}")
-        cases.check(ht, ref_s, low_s, f"final_state {variant} {lead}")
+    cases.check_variant_dense_and_long_thd(KDA, KNT, 64, {**KNT, "state": {"v_slice": 32}})
 
 
 @pytest.mark.gpu
@@ -175,27 +93,10 @@ def test_prep_options_execute_never_syncs_or_allocates_and_replays_under_capture
     """The ``narrow_ap`` + ``ref_table`` plan executes with no host sync, no allocation (three executes), and a
     CUDA-graph replay equal to eager."""
     _gpu()
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     import _parallel_cases as cases
 
-    from cudnn.linear_attention._host.chunk_parallel import set_parallel_options
-    from cudnn_testing import detectors
-    from cudnn_testing.data import cu_seqlens
-
-    lengths = [1, 700, 64, 300]
-    cu = cu_seqlens(lengths, "cuda")
-    q, k, v, g, beta, h0 = cases.inputs(KDA, (sum(lengths),), 4, 2, 128, True, len(lengths))
-    o = torch.empty_like(v)
-    ht = torch.empty_like(h0)
-    plan = KDA.adapter_class()(q, k, v, g, beta, o, use_qk_l2norm_in_kernel=True, initial_state=h0, final_state=ht, cu_seqlens=cu, schedule="parallel")
-    set_parallel_options(plan, KNT)
-    plan.compile()
-    ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda")
-    args = (q, k, v, g, beta, o, h0, ht, cu)
-    plan.execute(*args, workspace=ws)
-    torch.cuda.synchronize()
-    detectors.assert_no_sync_no_alloc(lambda: plan.execute(*args, workspace=ws), repeats=3)
-    detectors.assert_capture_matches_eager(lambda: plan(*args, workspace=ws), [o, ht])
+    cases.check_execute_never_syncs_or_allocates_and_replays_under_capture(KDA, KNT)
 
 
 # ---- compile tier ----------------------------------------------------------------------------------------------------
@@ -204,27 +105,19 @@ BASE = dict(head_dim=128, g_dtype="Float32", beta_dtype="Float32", l2norm=True, 
 
 
 def _compile_prep(key, tmp_path):
-    """PTX text of the prep kernel of ``key``, built directly (not through the kernel cache), dumped under ``tmp_path``."""
-    import cuda.bindings.driver as cuda
-    import cutlass.cute as cute
-    from cutlass import Float32, Int32, Int64
+    """PTX text of the prep kernel of ``key``, built directly (not through the kernel cache), dumped under ``tmp_path``
+    (an fp32 ``g`` 4-byte aligned, as the adapter binds it)."""
+    import _parallel_cases as cases
 
-    from cudnn.linear_attention._host.chunk_parallel import fake_workspace_pointers
-    from cudnn.linear_attention._host.launch import fake_gmem_ptr as fp
     from cudnn.linear_attention.kda.chunk_parallel_prep_kernel import KimiDeltaAttentionParallelPrep
 
-    g_align = 4 if key.g_dtype == "Float32" else 2  # the adapter binds an fp32 g 4-byte aligned
-    ptrs = [fp("BFloat16", 16), fp("BFloat16", 16), fp("BFloat16", 16), fp(key.g_dtype, g_align), fp(key.beta_dtype, 2), fp("Int32", 4) if key.varlen else None]
-    with keep_artifacts(tmp_path) as ptx:
-        cute.compile(
-            KimiDeltaAttentionParallelPrep(key), *ptrs, *fake_workspace_pointers(), *[Int32(8)] * 7, Float32(1.0), *[(Int64(8), Int64(8))] * 3, cuda.CUstream(0)
-        )
-        return ptx()
+    return cases.compile_prep_ptx(KimiDeltaAttentionParallelPrep, key, tmp_path, 4 if key.g_dtype == "Float32" else 2)
 
 
 def _instructions(ptx: str) -> int:
-    """PTX instruction lines (``op ...;``, not labels, directives or braces)."""
-    return sum(1 for line in ptx.splitlines() if re.match(r"\s*(@!?%p\d+\s+)?[a-z][\w.]*\s.*;\s*$", line))
+    import _parallel_cases as cases
+
+    return cases.ptx_instructions(ptx)
 
 
 def _check_option_ptx(ptx: str, tmp_path, d: int) -> None:

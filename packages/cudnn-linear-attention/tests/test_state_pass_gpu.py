@@ -40,22 +40,9 @@ def _gpu():
 def _run(fam, state, q, k, v, g, beta, h0, cu, l2norm, final=True):
     """``(o, final_state)`` of one parallel-schedule execute with the state-pass key options ``state`` ({} = the
     default plan); poisoned outputs, a workspace of all-ones bytes (NaN in bf16 and fp32) sized for the batch."""
-    import torch
+    import _parallel_cases as cases
 
-    from cudnn.linear_attention._host.chunk_parallel import set_parallel_options
-    from cudnn_testing.data import poison
-
-    o = poison(torch.empty_like(v))
-    n = (cu.shape[0] - 1) if cu is not None else (q.shape[0] if q.dim() == 4 else 1)
-    ht = poison(torch.empty(n, v.shape[-2], v.shape[-1], q.shape[-1], device="cuda")) if final else None
-    plan = fam.adapter_class()(q, k, v, g, beta, o, use_qk_l2norm_in_kernel=l2norm, initial_state=h0, final_state=ht, cu_seqlens=cu, schedule="parallel")
-    if state:
-        set_parallel_options(plan, {"state": state})
-    plan.compile()
-    ws = torch.full((plan.scratch_workspace_bytes(),), 0xFF, dtype=torch.uint8, device="cuda")
-    plan.execute(q, k, v, g, beta, o, h0, ht, cu, workspace=ws)
-    torch.cuda.synchronize()
-    return o, ht
+    return cases.execute_variant(fam, {"state": state} if state else None, q, k, v, g, beta, h0, cu, l2norm, final)[:2]
 
 
 def _varlen(fam, D, l2norm, regime="safe_gate"):
@@ -146,27 +133,9 @@ def test_tma_state_pass_execute_never_syncs_or_allocates_and_replays_under_captu
     """The ``tma`` + ``tma_store`` plan's execute (TMA descriptors encoded on the host per launch): no host
     sync, no allocation over three executes, and a CUDA-graph replay equal to eager."""
     import _parallel_cases as cases
-    import torch
-
-    from cudnn.linear_attention._host.chunk_parallel import set_parallel_options
-    from cudnn_testing import detectors
-    from cudnn_testing.data import cu_seqlens
 
     _gpu()
-    lengths = [1, 700, 64, 300]
-    cu = cu_seqlens(lengths, "cuda")
-    q, k, v, g, beta, h0 = cases.inputs(KDA, (sum(lengths),), 4, 2, 128, True, len(lengths))
-    o = torch.empty_like(v)
-    ht = torch.empty_like(h0)
-    plan = KDA.adapter_class()(q, k, v, g, beta, o, use_qk_l2norm_in_kernel=True, initial_state=h0, final_state=ht, cu_seqlens=cu, schedule="parallel")
-    set_parallel_options(plan, {"state": {"tma": True, "tma_store": True}})
-    plan.compile()
-    ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda")
-    args = (q, k, v, g, beta, o, h0, ht, cu)
-    plan.execute(*args, workspace=ws)
-    torch.cuda.synchronize()
-    detectors.assert_no_sync_no_alloc(lambda: plan.execute(*args, workspace=ws), repeats=3)
-    detectors.assert_capture_matches_eager(lambda: plan(*args, workspace=ws), [o, ht])
+    cases.check_execute_never_syncs_or_allocates_and_replays_under_capture(KDA, {"state": {"tma": True, "tma_store": True}})
 
 
 # -- compile-only (CPU, CUTE_DSL_ARCH=sm_90a): the options build, spill nothing and emit what they claim -----------------

@@ -1,6 +1,10 @@
 """``@cute.jit`` blocks of the chunk-parallel delta-rule forward (``kda/chunk_parallel_{prep,state,out}_kernel.py``,
-``gdn/chunk_parallel_prep_kernel.py``): the chunk-slot table, the workspace views the three kernels exchange, the
-128-thread tile copies between global and shared memory, and a multi-accumulator WGMMA group.
+``gdn/chunk_parallel_prep{,_tc}_kernel.py``): the chunk-slot table, the workspace views the three kernels exchange, the
+shared launch entries (:class:`ChunkParallelPrepLaunch`, :class:`ChunkParallelOutLaunch`: one ``__call__`` signature
+per kernel kind, the views built once; each kernel class keeps its own ``@cute.kernel`` and so its own cudnn-prefixed
+symbol), the 128-thread tile copies between global and shared memory, a multi-accumulator WGMMA group, the pieces the
+256-thread prep kernels (KDA's and GDN's restructured one) share -- the element pass's row loads and chunk order, the
+row L2 norm, the 256-thread solve, ``kd`` from registers -- and the state pass's per-chunk fetches and updates.
 
 Chunk slots. The chunk-parallel kernels run one CTA per (chunk slot, head). Sequence ``n`` (tokens ``[bos, eos)``,
 ``ceil((eos - bos) / 64)`` chunks) owns the slots ``[base_n, base_n + chunks_n)`` with::
@@ -25,16 +29,18 @@ Workspace (per slot and head, written by the prep kernel or the state pass, read
     rf   [64]     fp32   scale exp(G_i): the output's row factors (GDN: its output kernel scales Q S0^T rows; unused by KDA)
 """
 
+import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass import BFloat16, Float32, Int32, Int64, const_expr
 from cutlass.cute.nvgpu import cpasync, warpgroup
 
-from .delta_rule import BV, CHUNK, THREADS, VEC, wgmma
+from .delta_rule import BV, CHUNK, L2NORM_EPS, SOLVE_BLOCK, THREADS, VEC, make_qkvo_views, wgmma
 
 U_PAD = 4  # fp32 row padding of the staged U tile: rows 16 bytes apart in the banks (conflict-free accumulator reads)
 WS_ARRAYS = ("w", "u", "kd", "qg", "p", "ge", "vnt", "h", "rf")
+NB = CHUNK // SOLVE_BLOCK  # 16-row blocks of a chunk (the blocked solve)
 
 
 @cute.jit
@@ -104,6 +110,106 @@ def make_ws_views(
     mH = cute.make_tensor(h_ptr, cute.make_layout((slots, heads, d, d), stride=(cute.assume(Int64(heads) * (d * d), divby=d * d), d * d, d, 1)))
     mRF = cute.make_tensor(rf_ptr, cute.make_layout((slots, heads, CHUNK), stride=(cute.assume(Int64(heads) * CHUNK, divby=CHUNK), CHUNK, 1)))
     return mW, mU, mKD, mQG, mP, mGE, mVNT, mH, mRF
+
+
+@cute.jit
+def make_cu_view(cu_ptr: cute.Pointer | None, n_seqs: Int32, varlen: cutlass.Constexpr[bool]):
+    """``cu_seqlens`` [N + 1] (int32), or None for a dense batch."""
+    mCu = None
+    if const_expr(varlen):
+        mCu = cute.make_tensor(cu_ptr, cute.make_layout((n_seqs + 1,)))
+    return mCu
+
+
+class ChunkParallelPrepLaunch:
+    """The launch entry of the prep kernels (KDA's ``kda/chunk_parallel_prep_kernel.py``, GDN's
+    ``gdn/chunk_parallel_prep{,_tc}_kernel.py``): ``__call__`` takes the pointers, extents and strides the host passes
+    (``_host/chunk_parallel.py::launch_parallel``; runtime extents are arguments, Rule 4), builds the views -- q, k, v
+    as 16-byte vectors, ``g`` [T, H, K] (``GATE_PER_KEY``, KDA) or [T, H] (GDN), ``beta`` [T, H], ``cu_seqlens`` and
+    the workspace arrays -- and hands them to the subclass's ``@cute.jit launch(views, extents, scale, stream)``
+    (shared memory, grid, its own ``@cute.kernel``): ``views`` = (gQ, gK, gV, mG, mB, mCu, ws), ``extents`` = (n_seqs,
+    seq_len, chunks_per_seq, slots, heads, qk_heads). A subclass sets ``key`` (``varlen``), ``D`` and ``GATE_PER_KEY``."""
+
+    GATE_PER_KEY = False
+
+    @cute.jit
+    def __call__(
+        self,
+        q_ptr: cute.Pointer,
+        k_ptr: cute.Pointer,
+        v_ptr: cute.Pointer,
+        g_ptr: cute.Pointer,
+        beta_ptr: cute.Pointer,
+        cu_ptr: cute.Pointer | None,
+        w_ptr: cute.Pointer,
+        u_ptr: cute.Pointer,
+        kd_ptr: cute.Pointer,
+        qg_ptr: cute.Pointer,
+        p_ptr: cute.Pointer,
+        ge_ptr: cute.Pointer,
+        vnt_ptr: cute.Pointer,
+        h_ptr: cute.Pointer,
+        rf_ptr: cute.Pointer,
+        T: Int32,
+        n_seqs: Int32,
+        seq_len: Int32,  # dense: L; varlen: unused
+        chunks_per_seq: Int32,  # dense: ceil(L / 64); varlen: unused
+        slots: Int32,
+        heads: Int32,
+        qk_heads: Int32,
+        scale: Float32,
+        q_strides: tuple[Int64, Int64],
+        k_strides: tuple[Int64, Int64],
+        v_strides: tuple[Int64, Int64],
+        stream: cuda.CUstream,
+    ):
+        D = self.D
+        gQ, gK, gV, _ = make_qkvo_views(q_ptr, k_ptr, v_ptr, v_ptr, T, heads, qk_heads, q_strides, k_strides, v_strides, v_strides, D)
+        if const_expr(self.GATE_PER_KEY):
+            mG = cute.make_tensor(g_ptr, cute.make_layout((T, heads, D), stride=(Int64(heads) * D, D, 1)))
+        else:
+            mG = cute.make_tensor(g_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
+        mB = cute.make_tensor(beta_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
+        mCu = make_cu_view(cu_ptr, n_seqs, self.key.varlen)
+        ws = make_ws_views(w_ptr, u_ptr, kd_ptr, qg_ptr, p_ptr, ge_ptr, vnt_ptr, h_ptr, rf_ptr, slots, heads, D)
+        self.launch((gQ, gK, gV, mG, mB, mCu, ws), (n_seqs, seq_len, chunks_per_seq, slots, heads, qk_heads), scale, stream)
+
+
+class ChunkParallelOutLaunch:
+    """The launch entry of the output kernels (``kda/chunk_parallel_out_kernel.py`` and its ``v_wide`` / ``persistent``
+    variants in ``kda/chunk_parallel_out_persistent_kernel.py``: launched with the same arguments): builds ``o`` [T, H,
+    V], ``cu_seqlens`` and the workspace views and hands them to the subclass's ``@cute.jit launch(views, extents,
+    o_strides, stream)``: ``views`` = (mO, mCu, ws), ``extents`` = (n_seqs, seq_len, chunks_per_seq, slots, heads). A
+    subclass sets ``key`` (``varlen``) and ``D``."""
+
+    @cute.jit
+    def __call__(
+        self,
+        o_ptr: cute.Pointer,
+        cu_ptr: cute.Pointer | None,
+        w_ptr: cute.Pointer,
+        u_ptr: cute.Pointer,
+        kd_ptr: cute.Pointer,
+        qg_ptr: cute.Pointer,
+        p_ptr: cute.Pointer,
+        ge_ptr: cute.Pointer,
+        vnt_ptr: cute.Pointer,
+        h_ptr: cute.Pointer,
+        rf_ptr: cute.Pointer,
+        T: Int32,
+        n_seqs: Int32,
+        seq_len: Int32,
+        chunks_per_seq: Int32,
+        slots: Int32,
+        heads: Int32,
+        o_strides: tuple[Int64, Int64],
+        stream: cuda.CUstream,
+    ):
+        D = self.D
+        mO = cute.make_tensor(o_ptr, cute.make_layout((T, heads, D), stride=(o_strides[0], o_strides[1], 1)))
+        mCu = make_cu_view(cu_ptr, n_seqs, self.key.varlen)
+        ws = make_ws_views(w_ptr, u_ptr, kd_ptr, qg_ptr, p_ptr, ge_ptr, vnt_ptr, h_ptr, rf_ptr, slots, heads, D)
+        self.launch((mO, mCu, ws), (n_seqs, seq_len, chunks_per_seq, slots, heads), o_strides, stream)
 
 
 @cute.jit
@@ -292,3 +398,212 @@ def wgmma_each_a_into_each(mma: cute.TiledMma, accs: list, tA: cute.Tensor, tB: 
             cute.gemm(atom, accs[h], tA[None, None, kb, a_first + h], tB[None, None, kb], accs[h])
     warpgroup.commit_group()
     warpgroup.wait_group(0)
+
+
+# ---- the per-chunk steps of the narrow state pass, shared by its cp.async and TMA chunk loops -----------------------------
+
+
+@cute.jit
+def fetch_chunk_cp_async(
+    cp_bf16: cute.TiledCopy,
+    cp_f32: cute.TiledCopy,
+    mW: cute.Tensor,
+    mKD: cute.Tensor,
+    mU: cute.Tensor,
+    mGE: cute.Tensor,
+    sW: cute.Tensor,
+    sKD: cute.Tensor,
+    sU: cute.Tensor,
+    sGE: cute.Tensor,
+    slot: Int32,
+    head: Int32,
+    vblk: Int32,
+    st: cutlass.Constexpr[int],
+    tidx: Int32,
+    nh: cutlass.Constexpr[int],
+    vw: cutlass.Constexpr[int],
+    d: cutlass.Constexpr[int],
+):
+    """Issue the cp.async copies of chunk slot ``slot``'s state-pass operands into stage ``st``: -Wm [64, K] (``nh``
+    64-column tiles), (K exp(G_C - G))^T (``nh`` [64, 64] tiles), the U columns of value block ``vblk`` ([64, vw] fp32)
+    and exp(G_C) [d]. The caller commits."""
+    for h in cutlass.range_constexpr(nh):
+        g2s(cp_bf16, cute.local_tile(mW[slot, head, None, None], (CHUNK, BV), (0, h)), cute.local_tile(sW[None, None, st], (CHUNK, BV), (0, h)), tidx)
+        g2s(cp_bf16, mKD[slot, head, None, None, h], sKD[None, None, st * nh + h], tidx)
+    g2s(cp_f32, cute.local_tile(mU[slot, head, None, None], (CHUNK, vw), (0, vblk)), sU[None, None, st], tidx)
+    g2s_vector(mGE[slot, head, None], sGE[None, st], tidx, d)
+
+
+@cute.jit
+def fetch_chunk_tma(
+    tma_parts: tuple, row: Int32, vblk: Int32, st: cutlass.Constexpr[int], mbar: cute.Pointer, tx_bytes: cutlass.Constexpr[int], nh: cutlass.Constexpr[int]
+):
+    """The same operands by TMA (warp 0 calls it): one elected lane arms stage ``st``'s transaction mbarrier for
+    ``tx_bytes``, then the copies of workspace row ``row`` (slot x heads + head) into the stage. ``tma_parts``: the
+    (atom, global partition, shared partition) triples of -Wm, kd, U and exp(G_C)."""
+    atom_w, tWg, tWs, atom_kd, tKg, tKs, atom_u, tUg, tUs, atom_ge, tGg, tGs = tma_parts
+    with cute.arch.elect_one():
+        cute.arch.mbarrier_arrive_and_expect_tx(mbar + st, tx_bytes)
+    for h in cutlass.range_constexpr(nh):
+        cute.copy(atom_w, tWg[None, row, h], tWs[None, 0, h, st], tma_bar_ptr=mbar + st)
+        cute.copy(atom_kd, tKg[None, row * nh + h, 0], tKs[None, st * nh + h], tma_bar_ptr=mbar + st)
+    cute.copy(atom_u, tUg[None, row, vblk], tUs[None, st], tma_bar_ptr=mbar + st)
+    cute.copy(atom_ge, tGg[None, row, 0], tGs[None, st], tma_bar_ptr=mbar + st)
+
+
+@cute.jit
+def state_to_workspace(
+    sS: cute.Tensor, mH: cute.Tensor, slot: Int32, head: Int32, vblk: Int32, tidx: Int32, vw: cutlass.Constexpr[int], nh: cutlass.Constexpr[int]
+):
+    """The state entering the chunk (bf16 ``sS`` [vw, K], published) -> ``h[slot]`` rows of value block ``vblk``, for the
+    output kernel, by 16-byte vectors."""
+    for h in cutlass.range_constexpr(nh):
+        s2g_tile(cute.local_tile(sS, (vw, BV), (0, h)), cute.local_tile(mH[slot, head, None, None], (vw, BV), (vblk, h)), tidx)
+
+
+@cute.jit
+def vn_to_smem(
+    mma: cute.TiledMma, acc_v: cute.Tensor, w_A: cute.Tensor, s0_B: cute.Tensor, sU: cute.Tensor, sVnT: cute.Tensor, ct: cute.Tensor, st: cutlass.Constexpr[int]
+):
+    """``Vn = U + (-Wm) S0^T`` [tokens, vw] (fp32 ``acc_v``, U and -Wm from stage ``st``) -> bf16 ``Vn^T`` in ``sVnT``
+    [vw, tokens] (the state update's B operand); the caller publishes it."""
+    for i in cutlass.range_constexpr(cute.size(acc_v)):
+        rc = ct[i]
+        acc_v[i] = sU[rc[0], rc[1], st]
+    wgmma(mma, acc_v, w_A[None, None, None, st], s0_B, False)
+    for i in cutlass.range_constexpr(cute.size(acc_v)):
+        rc = ct[i]
+        sVnT[rc[1], rc[0]] = acc_v[i].to(BFloat16)
+
+
+@cute.jit
+def update_state_t(mma: cute.TiledMma, acc_t: list, sGE: cute.Tensor, kd_A: cute.Tensor, vn_B: cute.Tensor, ct: cute.Tensor, st: cutlass.Constexpr[int]):
+    """``S^T = Diag(exp(G_C)) S^T + kd Vn``: the transposed state accumulators decayed by stage ``st``'s exp(G_C), then
+    the K / 64 tiles of the update in one WGMMA group (waited for)."""
+    nh = len(acc_t)
+    for h in cutlass.range_constexpr(nh):
+        for i in cutlass.range_constexpr(cute.size(acc_t[h])):
+            kr = ct[i]
+            acc_t[h][i] = acc_t[h][i] * sGE[h * BV + kr[0], st]
+    wgmma_each_a_into_each(mma, acc_t, kd_A, vn_B, st * nh)
+
+
+# ---- the 256-thread prep kernels (kda/chunk_parallel_prep_kernel.py, gdn/chunk_parallel_prep_tc_kernel.py) ----------------
+# Element pass: four threads per token row (row = tid / 4, j4 = tid % 4), each holding D / 32 16-byte chunks of 8
+# channels in the order of :func:`element_chunk` (alternating parity with the row against the 128-byte swizzle: the
+# 16-byte shared stores are conflict-free).
+
+
+@cute.jit
+def element_chunk(j4: Int32, m: cutlass.Constexpr[int]):
+    """The 16-byte chunk (8 channels) of a row that thread ``j4`` of the row handles as its ``m``-th."""
+    return 2 * j4 + (m % 2) + 8 * (m // 2)
+
+
+@cute.jit
+def transpose_view(a: cute.Tensor):
+    """Layout algebra only: (rows, cols) -> (cols, rows) of a shared-memory tile (a row-major tile as the MN-major B
+    operand of a WGMMA, as the attention kernels read V)."""
+    return cute.composition(a, cute.make_ordered_layout((a.shape[1], a.shape[0]), order=(1, 0)))
+
+
+@cute.jit
+def load_qk_row_chunks(gQ: cute.Tensor, gK: cute.Tensor, t_row: Int32, hk: Int32, j4: Int32, nm: cutlass.Constexpr[int]):
+    """``(qbuf, kbuf)`` [1, 1, 8, nm] bf16: this thread's ``nm`` 16-byte chunks of q and k of token ``t_row``, q/k head
+    ``hk`` (``gQ`` / ``gK``: the 16-byte vector views of ``delta_rule.make_qkvo_views``)."""
+    qbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, nm)), BFloat16)
+    kbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, nm)), BFloat16)
+    for m in cutlass.range_constexpr(nm):
+        ch = 2 * j4 + (m % 2) + 8 * (m // 2)
+        cute.autovec_copy(gQ[(None, None, None), (t_row, hk, ch)], qbuf[None, None, None, m])
+        cute.autovec_copy(gK[(None, None, None), (t_row, hk, ch)], kbuf[None, None, None, m])
+    return qbuf, kbuf
+
+
+@cute.jit
+def cp_async_v_row_chunks(gV: cute.Tensor, sVv: cute.Tensor, t_row: Int32, head: Int32, row: Int32, j4: Int32, nm: cutlass.Constexpr[int]):
+    """cp.async of this thread's ``nm`` 16-byte chunks of v (token ``t_row``, head ``head``) into row ``row`` of the
+    shared tile (``sVv``: its [rows, chunks of 8] view), committed as one group."""
+    cp_atom = cute.make_copy_atom(cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL), BFloat16, num_bits_per_copy=128)
+    for m in cutlass.range_constexpr(nm):
+        ch = 2 * j4 + (m % 2) + 8 * (m // 2)
+        src = gV[(None, None, None), (t_row, head, ch)]
+        dst = sVv[(None, None), (row, ch)]
+        cute.copy(cp_atom, cute.make_tensor(src.iterator, cute.make_layout(VEC)), cute.make_tensor(dst.iterator, cute.make_layout(VEC)))
+    cute.arch.cp_async_commit_group()
+
+
+@cute.jit
+def row_qk_scales(qbuf: cute.Tensor, kbuf: cute.Tensor, row: Int32, n_valid: Int32, nm: cutlass.Constexpr[int], l2norm: cutlass.Constexpr[bool]):
+    """``(inv_q, inv_k)``: the factors of this row's q and k -- 0 past the chunk's ``n_valid`` tokens, else 1 or (with
+    ``l2norm``) ``rsqrt(|x|^2 + eps)`` over the row, reduced over its four threads (lanes 4r..4r+3) by two shuffles."""
+    keep = Float32(0.0)
+    if row < n_valid:
+        keep = Float32(1.0)
+    inv_q = keep
+    inv_k = keep
+    if const_expr(l2norm):
+        sq = Float32(0.0)
+        sk = Float32(0.0)
+        for m in cutlass.range_constexpr(nm):
+            for e in cutlass.range_constexpr(VEC):
+                xq = qbuf[0, 0, e, m].to(Float32)
+                xk = kbuf[0, 0, e, m].to(Float32)
+                sq = sq + xq * xq
+                sk = sk + xk * xk
+        sq = sq + cute.arch.shuffle_sync_bfly(sq, offset=1)
+        sk = sk + cute.arch.shuffle_sync_bfly(sk, offset=1)
+        sq = sq + cute.arch.shuffle_sync_bfly(sq, offset=2)
+        sk = sk + cute.arch.shuffle_sync_bfly(sk, offset=2)
+        inv_q = keep * cute.math.rsqrt(sq + Float32(L2NORM_EPS))
+        inv_k = keep * cute.math.rsqrt(sk + Float32(L2NORM_EPS))
+    return inv_q, inv_k
+
+
+@cute.jit
+def kd_chunk_to_workspace(mKD: cute.Tensor, kdbuf: cute.Tensor, slot: Int32, head: Int32, row: Int32, ch: Int32):
+    """One 16-byte chunk ``ch`` of ``(K exp(G_C - G))`` of token ``row`` (``kdbuf`` [1, 8] bf16) -> the workspace
+    ``mKD[slot, head]`` [channel % 64, token, channel / 64], element by element (transposed)."""
+    for e in cutlass.range_constexpr(VEC):
+        col = ch * VEC + e
+        mKD[slot, head, col % BV, row, col // BV] = kdbuf[0, e]
+
+
+@cute.jit
+def solve_inverse_256(sA: cute.Tensor, sT: cute.Tensor, sY: cute.Tensor, tidx: Int32):
+    """``T = (I + A)^-1`` in fp32 (``A`` strictly lower [64, 64] in ``sA``) into ``sT`` by a CTA of 256 threads: the
+    diagonal 16 x 16 blocks by forward substitution (threads 0..63, one column each, in registers; zeros above the
+    diagonal, ones on it), then band by band ``T[I, J] = -T[I, I] sum_{K=J}^{I-1} A[I, K] T[K, J]`` (one element per
+    thread and block, the sums through ``sY`` [NB - 1, 16, 16]). Blocks above the diagonal blocks are not written.
+    Starts after the caller's barrier publishing ``sA``; ends with a barrier."""
+    if tidx < CHUNK:
+        b0 = (tidx // SOLVE_BLOCK) * SOLVE_BLOCK
+        cc = tidx % SOLVE_BLOCK
+        xcol = cute.make_rmem_tensor(cute.make_layout((SOLVE_BLOCK,)), Float32)
+        for i in cutlass.range_constexpr(SOLVE_BLOCK):
+            acc_t = Float32(0.0)
+            for j in cutlass.range_constexpr(i):
+                acc_t = acc_t - sA[b0 + i, b0 + j] * xcol[j]
+            if cc == i:
+                acc_t = Float32(1.0)
+            xcol[i] = acc_t
+        for i in cutlass.range_constexpr(SOLVE_BLOCK):
+            sT[b0 + i, b0 + cc] = xcol[i]
+    cute.arch.sync_threads()
+    ri = tidx // SOLVE_BLOCK
+    ci = tidx % SOLVE_BLOCK
+    for band in cutlass.range_constexpr(1, NB):
+        for bI in cutlass.range_constexpr(band, NB):
+            bJ = bI - band
+            y = Float32(0.0)
+            for kk in cutlass.range_constexpr(bJ * SOLVE_BLOCK, bI * SOLVE_BLOCK):
+                y = y + sA[bI * SOLVE_BLOCK + ri, kk] * sT[kk, bJ * SOLVE_BLOCK + ci]
+            sY[bI - band, ri, ci] = y
+        cute.arch.sync_threads()
+        for bI in cutlass.range_constexpr(band, NB):
+            bJ = bI - band
+            t_v = Float32(0.0)
+            for mm in cutlass.range_constexpr(SOLVE_BLOCK):
+                t_v = t_v + sT[bI * SOLVE_BLOCK + ri, bI * SOLVE_BLOCK + mm] * sY[bI - band, mm, ci]
+            sT[bI * SOLVE_BLOCK + ri, bJ * SOLVE_BLOCK + ci] = -t_v
+        cute.arch.sync_threads()

@@ -20,9 +20,16 @@ from dataclasses import dataclass
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
-from cutlass import BFloat16, Float32, Int32, Int64, const_expr
+from cutlass import BFloat16, Float32, Int32, const_expr
 
-from .._device.chunk_parallel import decayed_keys_to_workspace, make_ws_views, s2g_tile, slot_chunk, store_beta_v_block_t, wy_to_workspace
+from .._device.chunk_parallel import (
+    ChunkParallelPrepLaunch,
+    decayed_keys_to_workspace,
+    s2g_tile,
+    slot_chunk,
+    store_beta_v_block_t,
+    wy_to_workspace,
+)
 from .._device.delta_rule import (
     BV,
     CHUNK,
@@ -33,7 +40,6 @@ from .._device.delta_rule import (
     load_half_row,
     load_v_half_row,
     make_mma_n64,
-    make_qkvo_views,
     solve_unit_lower_blocked,
 )
 from .._device.delta_rule import row_scale as _row_scale
@@ -103,7 +109,7 @@ def _aliased_storage(l_ck, l_kc, l_vc, l_cc):
     return AliasedStorage
 
 
-class GatedDeltaNetParallelPrep:
+class GatedDeltaNetParallelPrep(ChunkParallelPrepLaunch):
     """Kernel 1 of the chunk-parallel GDN forward: ``__init__`` holds the compile key, ``__call__`` launches."""
 
     def __init__(self, key: GdnParallelPrepKey):
@@ -126,44 +132,11 @@ class GatedDeltaNetParallelPrep:
         return GatedDeltaNetParallelPrep
 
     @cute.jit
-    def __call__(
-        self,
-        q_ptr: cute.Pointer,
-        k_ptr: cute.Pointer,
-        v_ptr: cute.Pointer,
-        g_ptr: cute.Pointer,
-        beta_ptr: cute.Pointer,
-        cu_ptr: cute.Pointer | None,
-        w_ptr: cute.Pointer,
-        u_ptr: cute.Pointer,
-        kd_ptr: cute.Pointer,
-        qg_ptr: cute.Pointer,
-        p_ptr: cute.Pointer,
-        ge_ptr: cute.Pointer,
-        vnt_ptr: cute.Pointer,
-        h_ptr: cute.Pointer,
-        rf_ptr: cute.Pointer,
-        T: Int32,
-        n_seqs: Int32,
-        seq_len: Int32,  # dense: L; varlen: unused
-        chunks_per_seq: Int32,  # dense: ceil(L / 64); varlen: unused
-        slots: Int32,
-        heads: Int32,
-        qk_heads: Int32,
-        scale: Float32,
-        q_strides: tuple[Int64, Int64],
-        k_strides: tuple[Int64, Int64],
-        v_strides: tuple[Int64, Int64],
-        stream: cuda.CUstream,
-    ):
+    def launch(self, views: tuple, extents: tuple, scale: Float32, stream: cuda.CUstream):
+        """Shared memory, grid and launch of ``kernel`` (``views``, ``extents``: :class:`ChunkParallelPrepLaunch`)."""
         D = self.D
-        gQ, gK, gV, _ = make_qkvo_views(q_ptr, k_ptr, v_ptr, v_ptr, T, heads, qk_heads, q_strides, k_strides, v_strides, v_strides, D)
-        mG = cute.make_tensor(g_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
-        mB = cute.make_tensor(beta_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
-        mCu = None
-        if const_expr(self.key.varlen):
-            mCu = cute.make_tensor(cu_ptr, cute.make_layout((n_seqs + 1,)))
-        ws = make_ws_views(w_ptr, u_ptr, kd_ptr, qg_ptr, p_ptr, ge_ptr, vnt_ptr, h_ptr, rf_ptr, slots, heads, D)
+        gQ, gK, gV, mG, mB, mCu, ws = views
+        n_seqs, seq_len, chunks_per_seq, slots, heads, qk_heads = extents
 
         mma_n64 = make_mma_n64()
         l_ck = k_major_smem_layout(CHUNK, D)  # [tokens, K]: Q, K

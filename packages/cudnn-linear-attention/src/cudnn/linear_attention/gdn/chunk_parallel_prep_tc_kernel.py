@@ -41,8 +41,9 @@ Shared memory (K = 128, about 102 KB): Qn, Kn, V (bf16, swizzled), the two bf16 
 of A (dead after the solve), about 70 KB, three CTAs per SM (registers capped at 80; ptxas: 80, no spill); same
 operations, same values. Runtime extents and strides are kernel arguments (Rule 4).
 
-Device helpers duplicated from ``kda/chunk_parallel_prep_tc_kernel.py`` (to fold later): ``_transpose_view`` and the
-solve of step 4 (:func:`solve_inverse_256`, written inline there), and the element pass's 16-byte chunk order.
+The launch entry (:class:`ChunkParallelPrepLaunch`) and the pieces shared with KDA's prep kernel (the row loads and
+chunk order of the element pass, the row L2 norm, the 256-thread solve :func:`solve_inverse_256`, ``transpose_view``)
+live in ``_device/chunk_parallel.py``.
 Tests: ``tests/test_gdn_prep_tc_gpu.py`` (GPU tier and compile tier: ``-m compile_only``); per-kernel time:
 ``benchmarks/linear_attention_kernels.py --family gdn`` with the ``gtc`` / ``gtc3`` variants.
 """
@@ -53,11 +54,21 @@ import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 import cutlass.utils.hopper_helpers as sm90_utils
-from cutlass import BFloat16, Float32, Int32, Int64, const_expr
-from cutlass.cute.nvgpu import cpasync, warpgroup
+from cutlass import BFloat16, Float32, Int32, const_expr
+from cutlass.cute.nvgpu import warpgroup
 
-from .._device.chunk_parallel import make_ws_views, slot_chunk
-from .._device.delta_rule import BV, CHUNK, L2NORM_EPS, SOLVE_BLOCK, THREADS, VEC, k_major_smem_layout, make_mma_n64, make_qkvo_views
+from .._device.chunk_parallel import (
+    ChunkParallelPrepLaunch,
+    cp_async_v_row_chunks,
+    element_chunk,
+    kd_chunk_to_workspace,
+    load_qk_row_chunks,
+    row_qk_scales,
+    slot_chunk,
+    solve_inverse_256,
+    transpose_view,
+)
+from .._device.delta_rule import BV, CHUNK, SOLVE_BLOCK, THREADS, VEC, k_major_smem_layout, make_mma_n64
 from .._device.delta_rule import smem_ready as _smem_ready
 from .._device.delta_rule import wgmma as _wgmma
 
@@ -96,52 +107,6 @@ def _three_cta_storage(l_ck, l_cc, d):
     return cute.struct(type("GdnPrepTc3Storage", (), {"__annotations__": fields}))
 
 
-def _transpose_view(a: cute.Tensor) -> cute.Tensor:
-    """Layout algebra only: (rows, cols) -> (cols, rows) of a shared-memory tile (the row-major V / Kn tiles as the
-    MN-major B operands of U and W)."""
-    return cute.composition(a, cute.make_ordered_layout((a.shape[1], a.shape[0]), order=(1, 0)))
-
-
-@cute.jit
-def solve_inverse_256(sA: cute.Tensor, sT: cute.Tensor, sY: cute.Tensor, tidx: Int32):
-    """``T = (I + A)^-1`` in fp32 (``A`` strictly lower [64, 64] in ``sA``) into ``sT`` by a CTA of 256 threads: the
-    diagonal 16 x 16 blocks by forward substitution (threads 0..63, one column each, in registers; zeros above the
-    diagonal, ones on it), then band by band ``T[I, J] = -T[I, I] sum_{K=J}^{I-1} A[I, K] T[K, J]`` (one element per
-    thread and block, the sums through ``sY`` [NB - 1, 16, 16]). Blocks above the diagonal blocks are not written.
-    Starts after the caller's barrier publishing ``sA``; ends with a barrier."""
-    if tidx < CHUNK:
-        b0 = (tidx // SOLVE_BLOCK) * SOLVE_BLOCK
-        cc = tidx % SOLVE_BLOCK
-        xcol = cute.make_rmem_tensor(cute.make_layout((SOLVE_BLOCK,)), Float32)
-        for i in cutlass.range_constexpr(SOLVE_BLOCK):
-            acc_t = Float32(0.0)
-            for j in cutlass.range_constexpr(i):
-                acc_t = acc_t - sA[b0 + i, b0 + j] * xcol[j]
-            if cc == i:
-                acc_t = Float32(1.0)
-            xcol[i] = acc_t
-        for i in cutlass.range_constexpr(SOLVE_BLOCK):
-            sT[b0 + i, b0 + cc] = xcol[i]
-    cute.arch.sync_threads()
-    ri = tidx // SOLVE_BLOCK
-    ci = tidx % SOLVE_BLOCK
-    for band in cutlass.range_constexpr(1, NB):
-        for bI in cutlass.range_constexpr(band, NB):
-            bJ = bI - band
-            y = Float32(0.0)
-            for kk in cutlass.range_constexpr(bJ * SOLVE_BLOCK, bI * SOLVE_BLOCK):
-                y = y + sA[bI * SOLVE_BLOCK + ri, kk] * sT[kk, bJ * SOLVE_BLOCK + ci]
-            sY[bI - band, ri, ci] = y
-        cute.arch.sync_threads()
-        for bI in cutlass.range_constexpr(band, NB):
-            bJ = bI - band
-            t_v = Float32(0.0)
-            for mm in cutlass.range_constexpr(SOLVE_BLOCK):
-                t_v = t_v + sT[bI * SOLVE_BLOCK + ri, bI * SOLVE_BLOCK + mm] * sY[bI - band, mm, ci]
-            sT[bI * SOLVE_BLOCK + ri, bJ * SOLVE_BLOCK + ci] = -t_v
-        cute.arch.sync_threads()
-
-
 @cute.jit
 def acc_pairs_to_gmem(dst: cute.Tensor, acc: cute.Tensor, thr_mma: cute.ThrMma, negate: cutlass.Constexpr[bool]):
     """A 64 x 64 fp32 accumulator (``-acc`` when ``negate``) -> the global tile ``dst`` [64, 64] (row-major, its element
@@ -168,14 +133,41 @@ def decayed_keys_from_registers(
     ``mKD[slot, head]`` [channel % 64, token, channel / 64], element by element."""
     kdbuf = cute.make_rmem_tensor(cute.make_layout((1, VEC)), BFloat16)
     for m in cutlass.range_constexpr(nm):
-        ch = 2 * j4 + (m % 2) + 8 * (m // 2)
         kdbuf.store((kkeep[None, None, m].load().to(Float32) * kdec).to(BFloat16))
-        for e in cutlass.range_constexpr(VEC):
-            col = ch * VEC + e
-            mKD[slot, head, col % BV, row, col // BV] = kdbuf[0, e]
+        kd_chunk_to_workspace(mKD, kdbuf, slot, head, row, element_chunk(j4, m))
 
 
-class GatedDeltaNetParallelPrepTc:
+@cute.jit
+def gram_with_kd_in_flight(
+    mma: cute.TiledMma,
+    acc: cute.Tensor,
+    tA: cute.Tensor,
+    tB: cute.Tensor,
+    mKD: cute.Tensor,
+    kkeep: cute.Tensor,
+    kdec: Float32,
+    slot: Int32,
+    head: Int32,
+    row: Int32,
+    j4: Int32,
+    nm: cutlass.Constexpr[int],
+):
+    """Step 3 of one warpgroup: ``acc = A B^T`` (K-major operands ``tA`` / ``tB``, zero-initialized) as one committed
+    WGMMA group, this thread's ``(Kn exp(G_C - G))^T`` written to the workspace while it runs
+    (:func:`decayed_keys_from_registers`), then waited for. The caller calls it inside each warpgroup's branch: a
+    WGMMA group in flight across the branches' join makes ptxas wait at the join."""
+    warpgroup.fence()
+    atom = cute.make_mma_atom(mma.op)
+    atom.set(warpgroup.Field.ACCUMULATE, False)
+    for kb_i in cutlass.range_constexpr(cute.size(tA.shape[2])):
+        cute.gemm(atom, acc, tA[None, None, kb_i], tB[None, None, kb_i], acc)
+        atom.set(warpgroup.Field.ACCUMULATE, True)
+    warpgroup.commit_group()
+    decayed_keys_from_registers(mKD, kkeep, kdec, slot, head, row, j4, nm)
+    warpgroup.wait_group(0)
+
+
+class GatedDeltaNetParallelPrepTc(ChunkParallelPrepLaunch):
     """Kernel 1 of the chunk-parallel GDN forward, restructured (``GdnParallelPrepKey.restructured``)."""
 
     def __init__(self, key):
@@ -185,44 +177,11 @@ class GatedDeltaNetParallelPrepTc:
         self.D = key.head_dim
 
     @cute.jit
-    def __call__(
-        self,
-        q_ptr: cute.Pointer,
-        k_ptr: cute.Pointer,
-        v_ptr: cute.Pointer,
-        g_ptr: cute.Pointer,
-        beta_ptr: cute.Pointer,
-        cu_ptr: cute.Pointer | None,
-        w_ptr: cute.Pointer,
-        u_ptr: cute.Pointer,
-        kd_ptr: cute.Pointer,
-        qg_ptr: cute.Pointer,
-        p_ptr: cute.Pointer,
-        ge_ptr: cute.Pointer,
-        vnt_ptr: cute.Pointer,
-        h_ptr: cute.Pointer,
-        rf_ptr: cute.Pointer,
-        T: Int32,
-        n_seqs: Int32,
-        seq_len: Int32,  # dense: L; varlen: unused
-        chunks_per_seq: Int32,  # dense: ceil(L / 64); varlen: unused
-        slots: Int32,
-        heads: Int32,
-        qk_heads: Int32,
-        scale: Float32,
-        q_strides: tuple[Int64, Int64],
-        k_strides: tuple[Int64, Int64],
-        v_strides: tuple[Int64, Int64],
-        stream: cuda.CUstream,
-    ):
+    def launch(self, views: tuple, extents: tuple, scale: Float32, stream: cuda.CUstream):
+        """Shared memory, grid and launch of ``kernel`` (``views``, ``extents``: :class:`ChunkParallelPrepLaunch`)."""
         D = self.D
-        gQ, gK, gV, _ = make_qkvo_views(q_ptr, k_ptr, v_ptr, v_ptr, T, heads, qk_heads, q_strides, k_strides, v_strides, v_strides, D)
-        mG = cute.make_tensor(g_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
-        mB = cute.make_tensor(beta_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
-        mCu = None
-        if const_expr(self.key.varlen):
-            mCu = cute.make_tensor(cu_ptr, cute.make_layout((n_seqs + 1,)))
-        ws = make_ws_views(w_ptr, u_ptr, kd_ptr, qg_ptr, p_ptr, ge_ptr, vnt_ptr, h_ptr, rf_ptr, slots, heads, D)
+        gQ, gK, gV, mG, mB, mCu, ws = views
+        n_seqs, seq_len, chunks_per_seq, slots, heads, qk_heads = extents
 
         mma_n64 = make_mma_n64()  # A = Kn Kn^T, P = Qn Kn^T: both operands K-major
         mma_mn = sm90_utils.make_trivial_tiled_mma(  # U, W: B (V, Kn) read MN-major from the row-major tiles
@@ -342,20 +301,9 @@ class GatedDeltaNetParallelPrepTc:
             last = t0 + n_valid - 1
             t_row = min(t0 + row, last)
             # V -> shared by cp.async (rows past the end: the last row; beta = 0 there), in flight until step 5
-            cp_atom = cute.make_copy_atom(cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL), BFloat16, num_bits_per_copy=128)
-            for m in cutlass.range_constexpr(NM):
-                ch = 2 * j4 + (m % 2) + 8 * (m // 2)
-                src = gV[(None, None, None), (t_row, head, ch)]
-                dst = sVv[(None, None), (row, ch)]
-                cute.copy(cp_atom, cute.make_tensor(src.iterator, cute.make_layout(VEC)), cute.make_tensor(dst.iterator, cute.make_layout(VEC)))
-            cute.arch.cp_async_commit_group()
+            cp_async_v_row_chunks(gV, sVv, t_row, head, row, j4, NM)
             # this thread's q / k chunks (rows past the end re-read the last row and are zeroed by keep)
-            qbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NM)), BFloat16)
-            kbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NM)), BFloat16)
-            for m in cutlass.range_constexpr(NM):
-                ch = 2 * j4 + (m % 2) + 8 * (m // 2)
-                cute.autovec_copy(gQ[(None, None, None), (t_row, hk, ch)], qbuf[None, None, None, m])
-                cute.autovec_copy(gK[(None, None, None), (t_row, hk, ch)], kbuf[None, None, None, m])
+            qbuf, kbuf = load_qk_row_chunks(gQ, gK, t_row, hk, j4, NM)
 
             # ---- 1. g, beta -> shared (0 past the end); per-token tables and rf / exp(G_C) -> workspace ------------
             if tidx < CHUNK:
@@ -388,31 +336,12 @@ class GatedDeltaNetParallelPrepTc:
                     mGE[slot, head, c * CHUNK + tidx] = e_c
 
             # ---- 2. one pass over this thread's D / 32 chunks of 8 elements: Qn, Kn -> shared, Qn -> workspace -------
-            keep = Float32(0.0)
-            if row < n_valid:
-                keep = Float32(1.0)
-            inv_q = keep
-            inv_k = keep
-            if const_expr(self.key.l2norm):
-                sq = Float32(0.0)
-                sk = Float32(0.0)
-                for m in cutlass.range_constexpr(NM):
-                    for e in cutlass.range_constexpr(VEC):
-                        xq = qbuf[0, 0, e, m].to(Float32)
-                        xk = kbuf[0, 0, e, m].to(Float32)
-                        sq = sq + xq * xq
-                        sk = sk + xk * xk
-                sq = sq + cute.arch.shuffle_sync_bfly(sq, offset=1)
-                sk = sk + cute.arch.shuffle_sync_bfly(sk, offset=1)
-                sq = sq + cute.arch.shuffle_sync_bfly(sq, offset=2)
-                sk = sk + cute.arch.shuffle_sync_bfly(sk, offset=2)
-                inv_q = keep * cute.math.rsqrt(sq + Float32(L2NORM_EPS))
-                inv_k = keep * cute.math.rsqrt(sk + Float32(L2NORM_EPS))
+            inv_q, inv_k = row_qk_scales(qbuf, kbuf, row, n_valid, NM, self.key.l2norm)
             kkeep = cute.make_rmem_tensor(cute.make_layout((1, VEC, NM)), BFloat16)  # bf16 Kn (normalised, masked)
             obuf = cute.make_rmem_tensor(cute.make_layout((1, VEC)), BFloat16)
             gQGv = cute.zipped_divide(mQG[slot, head, None, None], (1, VEC))
             for m in cutlass.range_constexpr(NM):
-                ch = 2 * j4 + (m % 2) + 8 * (m // 2)
+                ch = element_chunk(j4, m)
                 qb = (qbuf[None, None, None, m].load().reshape((1, VEC)).to(Float32) * inv_q).to(BFloat16)
                 kb = (kbuf[None, None, None, m].load().reshape((1, VEC)).to(Float32) * inv_k).to(BFloat16)
                 sQv[(None, None), (row, ch)].store(qb)
@@ -427,25 +356,9 @@ class GatedDeltaNetParallelPrepTc:
             # join makes ptxas wait at the join)
             kdec = sEkd[row]
             if wg == 0:
-                warpgroup.fence()
-                atom_a = cute.make_mma_atom(mma_n64.op)
-                atom_a.set(warpgroup.Field.ACCUMULATE, False)
-                for kb_i in cutlass.range_constexpr(cute.size(k_A.shape[2])):
-                    cute.gemm(atom_a, acc, k_A[None, None, kb_i], k_B[None, None, kb_i], acc)
-                    atom_a.set(warpgroup.Field.ACCUMULATE, True)
-                warpgroup.commit_group()
-                decayed_keys_from_registers(mKD, kkeep, kdec, slot, head, row, j4, NM)
-                warpgroup.wait_group(0)
+                gram_with_kd_in_flight(mma_n64, acc, k_A, k_B, mKD, kkeep, kdec, slot, head, row, j4, NM)
             else:
-                warpgroup.fence()
-                atom_p = cute.make_mma_atom(mma_n64.op)
-                atom_p.set(warpgroup.Field.ACCUMULATE, False)
-                for kb_i in cutlass.range_constexpr(cute.size(q_A.shape[2])):
-                    cute.gemm(atom_p, acc, q_A[None, None, kb_i], k_B[None, None, kb_i], acc)
-                    atom_p.set(warpgroup.Field.ACCUMULATE, True)
-                warpgroup.commit_group()
-                decayed_keys_from_registers(mKD, kkeep, kdec, slot, head, row, j4, NM)
-                warpgroup.wait_group(0)
+                gram_with_kd_in_flight(mma_n64, acc, q_A, k_B, mKD, kkeep, kdec, slot, head, row, j4, NM)
             # decay exp(G_i - G_j) and the masks on the accumulators
             if wg == 0:  # A = strictly lower(beta_i (Kn Kn^T)_ij exp(G_i - G_j)) -> shared (fp32)
                 for i in cutlass.range_constexpr(cute.size(acc)):
@@ -490,14 +403,14 @@ class GatedDeltaNetParallelPrepTc:
             thr_mn = mma_mn.get_slice(lt)
             if wg == 0:
                 tu_A = wgmn.make_fragment_A(wgmn.partition_A(sTu))
-                sVt = _transpose_view(sV)
+                sVt = transpose_view(sV)
                 for vb in cutlass.range_constexpr(NH):
                     v_B = wgmn.make_fragment_B(wgmn.partition_B(cute.local_tile(sVt, (BV, CHUNK), (vb, 0))))
                     _wgmma(mma_mn, acc, tu_A, v_B, True)
                     acc_pairs_to_gmem(cute.local_tile(mU[slot, head, None, None], (CHUNK, BV), (0, vb)), acc, thr_mn, False)
             else:
                 tw_A = wgmn.make_fragment_A(wgmn.partition_A(sTw))
-                sKt = _transpose_view(sK)
+                sKt = transpose_view(sK)
                 for h in cutlass.range_constexpr(NH):
                     k_Bt = wgmn.make_fragment_B(wgmn.partition_B(cute.local_tile(sKt, (BV, CHUNK), (h, 0))))
                     _wgmma(mma_mn, acc, tw_A, k_Bt, True)

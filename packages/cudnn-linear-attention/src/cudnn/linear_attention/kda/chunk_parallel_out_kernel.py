@@ -24,7 +24,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import BFloat16, Float32, Int32, Int64, const_expr
 
-from .._device.chunk_parallel import g2s, make_g2s_copy, make_ws_views, slot_chunk
+from .._device.chunk_parallel import ChunkParallelOutLaunch, g2s, make_g2s_copy, slot_chunk
 from .._device.delta_rule import BV, CHUNK, THREADS, k_major_smem_layout, make_mma_n64, store_output_rows
 from .._device.delta_rule import smem_ready as _smem_ready
 from .._device.delta_rule import wgmma as _wgmma
@@ -47,8 +47,9 @@ class KdaParallelOutKey:
     persistent: int = 0
 
 
-class KimiDeltaAttentionParallelOut:
-    """Kernel 3 of the chunk-parallel KDA forward: ``__init__`` holds the compile key, ``__call__`` launches."""
+class KimiDeltaAttentionParallelOut(ChunkParallelOutLaunch):
+    """Kernel 3 of the chunk-parallel KDA forward: ``__init__`` holds the compile key, ``__call__``
+    (:class:`ChunkParallelOutLaunch`) builds the views, ``launch`` launches."""
 
     @classmethod
     def for_key(cls, key: KdaParallelOutKey):
@@ -67,34 +68,11 @@ class KimiDeltaAttentionParallelOut:
         self.D = key.head_dim
 
     @cute.jit
-    def __call__(
-        self,
-        o_ptr: cute.Pointer,
-        cu_ptr: cute.Pointer | None,
-        w_ptr: cute.Pointer,
-        u_ptr: cute.Pointer,
-        kd_ptr: cute.Pointer,
-        qg_ptr: cute.Pointer,
-        p_ptr: cute.Pointer,
-        ge_ptr: cute.Pointer,
-        vnt_ptr: cute.Pointer,
-        h_ptr: cute.Pointer,
-        rf_ptr: cute.Pointer,
-        T: Int32,
-        n_seqs: Int32,
-        seq_len: Int32,
-        chunks_per_seq: Int32,
-        slots: Int32,
-        heads: Int32,
-        o_strides: tuple[Int64, Int64],
-        stream: cuda.CUstream,
-    ):
+    def launch(self, views: tuple, extents: tuple, o_strides: tuple[Int64, Int64], stream: cuda.CUstream):
+        """Shared memory, grid and launch of ``kernel`` (``views``, ``extents``: :class:`ChunkParallelOutLaunch`)."""
         D = self.D
-        mO = cute.make_tensor(o_ptr, cute.make_layout((T, heads, D), stride=(o_strides[0], o_strides[1], 1)))
-        mCu = None
-        if const_expr(self.key.varlen):
-            mCu = cute.make_tensor(cu_ptr, cute.make_layout((n_seqs + 1,)))
-        ws = make_ws_views(w_ptr, u_ptr, kd_ptr, qg_ptr, p_ptr, ge_ptr, vnt_ptr, h_ptr, rf_ptr, slots, heads, D)
+        mO, mCu, ws = views
+        n_seqs, seq_len, chunks_per_seq, slots, heads = extents
 
         mma_n64 = make_mma_n64()
         l_ck = k_major_smem_layout(CHUNK, D)  # Qg [tokens, K], S0 [64 V rows, K]

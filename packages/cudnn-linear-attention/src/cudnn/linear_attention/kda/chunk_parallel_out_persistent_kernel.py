@@ -30,7 +30,7 @@ import cutlass.cute as cute
 from cutlass import BFloat16, Float32, Int32, Int64, const_expr
 from cutlass.cute.nvgpu import warpgroup
 
-from .._device.chunk_parallel import g2s, g2s_vector, make_g2s_copy, make_ws_views, slot_chunk
+from .._device.chunk_parallel import ChunkParallelOutLaunch, g2s, g2s_vector, make_g2s_copy, slot_chunk
 from .._device.delta_rule import BV, CHUNK, THREADS, k_major_smem_layout, make_mma_n64, store_output_rows
 from .._device.delta_rule import smem_ready as _smem_ready
 from .chunk_parallel_out_kernel import KdaParallelOutKey
@@ -155,9 +155,9 @@ def accs_to_smem(sO: cute.Tensor, accs: list, c64: cute.Tensor, nb: cutlass.Cons
             sO[rc[0], vb * BV + rc[1]] = accs[vb][e].to(BFloat16)
 
 
-class KimiDeltaAttentionParallelOutPersistent:
+class KimiDeltaAttentionParallelOutPersistent(ChunkParallelOutLaunch):
     """The output kernel's ``v_wide`` / ``persistent`` variants (module docstring); launched exactly as
-    ``KimiDeltaAttentionParallelOut`` (same arguments)."""
+    ``KimiDeltaAttentionParallelOut`` (the same :class:`ChunkParallelOutLaunch` entry)."""
 
     def __init__(self, key: KdaParallelOutKey):
         assert key.head_dim in (64, 128) and (key.v_wide or key.persistent > 0) and key.persistent >= 0
@@ -168,35 +168,12 @@ class KimiDeltaAttentionParallelOutPersistent:
         self.STAGES = ring_stages(key)
 
     @cute.jit
-    def __call__(
-        self,
-        o_ptr: cute.Pointer,
-        cu_ptr: cute.Pointer | None,
-        w_ptr: cute.Pointer,
-        u_ptr: cute.Pointer,
-        kd_ptr: cute.Pointer,
-        qg_ptr: cute.Pointer,
-        p_ptr: cute.Pointer,
-        ge_ptr: cute.Pointer,
-        vnt_ptr: cute.Pointer,
-        h_ptr: cute.Pointer,
-        rf_ptr: cute.Pointer,
-        T: Int32,
-        n_seqs: Int32,
-        seq_len: Int32,
-        chunks_per_seq: Int32,
-        slots: Int32,
-        heads: Int32,
-        o_strides: tuple[Int64, Int64],
-        stream: cuda.CUstream,
-    ):
+    def launch(self, views: tuple, extents: tuple, o_strides: tuple[Int64, Int64], stream: cuda.CUstream):
+        """Shared memory, grid and launch of ``kernel`` (``views``, ``extents``: :class:`ChunkParallelOutLaunch`)."""
         D = self.D
+        mO, mCu, ws = views
+        n_seqs, seq_len, chunks_per_seq, slots, heads = extents
         S = self.STAGES
-        mO = cute.make_tensor(o_ptr, cute.make_layout((T, heads, D), stride=(o_strides[0], o_strides[1], 1)))
-        mCu = None
-        if const_expr(self.key.varlen):
-            mCu = cute.make_tensor(cu_ptr, cute.make_layout((n_seqs + 1,)))
-        ws = make_ws_views(w_ptr, u_ptr, kd_ptr, qg_ptr, p_ptr, ge_ptr, vnt_ptr, h_ptr, rf_ptr, slots, heads, D)
 
         mma_n64 = make_mma_n64()
         l_qg = k_major_smem_layout(CHUNK, D, S)  # Qg [tokens, K] x stages (the output tile after the MMAs)

@@ -87,11 +87,22 @@ import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 import cutlass.utils.hopper_helpers as sm90_utils
-from cutlass import BFloat16, Float32, Int32, Int64, const_expr
-from cutlass.cute.nvgpu import cpasync, warpgroup
+from cutlass import BFloat16, Float32, Int32, const_expr
+from cutlass.cute.nvgpu import warpgroup
 
-from .._device.chunk_parallel import acc_to_gmem, make_ws_views, slot_chunk
-from .._device.delta_rule import BV, CHUNK, L2NORM_EPS, SOLVE_BLOCK, THREADS, VEC, k_major_smem_layout, make_mma_n64, make_qkvo_views
+from .._device.chunk_parallel import (
+    ChunkParallelPrepLaunch,
+    acc_to_gmem,
+    cp_async_v_row_chunks,
+    element_chunk,
+    kd_chunk_to_workspace,
+    load_qk_row_chunks,
+    row_qk_scales,
+    slot_chunk,
+    solve_inverse_256,
+    transpose_view,
+)
+from .._device.delta_rule import BV, CHUNK, SOLVE_BLOCK, THREADS, VEC, k_major_smem_layout, make_mma_n64
 from .._device.delta_rule import smem_ready as _smem_ready
 from .._device.delta_rule import wgmma as _wgmma
 from .chunk_fwd_kernel import REF_OFFSET
@@ -154,14 +165,11 @@ def _table_storage(l_ck, d, pad):
     return cute.struct(type("KdaPrepTableStorage", (), {"__annotations__": fields}))
 
 
-def _transpose_view(a: cute.Tensor) -> cute.Tensor:
-    """Layout algebra only: (rows, cols) -> (cols, rows) of a shared-memory tile (the row-major V / K exp(G) tiles as
-    the MN-major B operands of U and W, as the attention kernels read V)."""
-    return cute.composition(a, cute.make_ordered_layout((a.shape[1], a.shape[0]), order=(1, 0)))
+class KimiDeltaAttentionParallelPrep(ChunkParallelPrepLaunch):
+    """Kernel 1 of the chunk-parallel KDA forward: ``__init__`` holds the compile key, ``__call__``
+    (:class:`ChunkParallelPrepLaunch`: g per key channel) builds the views, ``launch`` launches."""
 
-
-class KimiDeltaAttentionParallelPrep:
-    """Kernel 1 of the chunk-parallel KDA forward: ``__init__`` holds the compile key, ``__call__`` launches."""
+    GATE_PER_KEY = True
 
     def __init__(self, key: KdaParallelPrepKey):
         assert key.head_dim in (64, 128)
@@ -174,44 +182,11 @@ class KimiDeltaAttentionParallelPrep:
         self.D = key.head_dim
 
     @cute.jit
-    def __call__(
-        self,
-        q_ptr: cute.Pointer,
-        k_ptr: cute.Pointer,
-        v_ptr: cute.Pointer,
-        g_ptr: cute.Pointer,
-        beta_ptr: cute.Pointer,
-        cu_ptr: cute.Pointer | None,
-        w_ptr: cute.Pointer,
-        u_ptr: cute.Pointer,
-        kd_ptr: cute.Pointer,
-        qg_ptr: cute.Pointer,
-        p_ptr: cute.Pointer,
-        ge_ptr: cute.Pointer,
-        vnt_ptr: cute.Pointer,
-        h_ptr: cute.Pointer,
-        rf_ptr: cute.Pointer,
-        T: Int32,
-        n_seqs: Int32,
-        seq_len: Int32,  # dense: L; varlen: unused
-        chunks_per_seq: Int32,  # dense: ceil(L / 64); varlen: unused
-        slots: Int32,
-        heads: Int32,
-        qk_heads: Int32,
-        scale: Float32,
-        q_strides: tuple[Int64, Int64],
-        k_strides: tuple[Int64, Int64],
-        v_strides: tuple[Int64, Int64],
-        stream: cuda.CUstream,
-    ):
+    def launch(self, views: tuple, extents: tuple, scale: Float32, stream: cuda.CUstream):
+        """Shared memory, grid and launch of ``kernel`` (``views``, ``extents``: :class:`ChunkParallelPrepLaunch`)."""
         D = self.D
-        gQ, gK, gV, _ = make_qkvo_views(q_ptr, k_ptr, v_ptr, v_ptr, T, heads, qk_heads, q_strides, k_strides, v_strides, v_strides, D)
-        mG = cute.make_tensor(g_ptr, cute.make_layout((T, heads, D), stride=(Int64(heads) * D, D, 1)))
-        mB = cute.make_tensor(beta_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
-        mCu = None
-        if const_expr(self.key.varlen):
-            mCu = cute.make_tensor(cu_ptr, cute.make_layout((n_seqs + 1,)))
-        ws = make_ws_views(w_ptr, u_ptr, kd_ptr, qg_ptr, p_ptr, ge_ptr, vnt_ptr, h_ptr, rf_ptr, slots, heads, D)
+        gQ, gK, gV, mG, mB, mCu, ws = views
+        n_seqs, seq_len, chunks_per_seq, slots, heads, qk_heads = extents
 
         mma_n64 = make_mma_n64()  # A = K' K'_I^T, P = Q' K'_I^T: both operands K-major
         mma_mn = sm90_utils.make_trivial_tiled_mma(  # U, W: B (V, K exp G) read MN-major from the row-major tiles
@@ -333,12 +308,7 @@ class KimiDeltaAttentionParallelPrep:
             t_row = min(t0 + row, last)
             # this thread's q / k chunks (rows past the end re-read the last row and are zeroed by keep): in flight
             # during step 1
-            qbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NM)), BFloat16)
-            kbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NM)), BFloat16)
-            for m in cutlass.range_constexpr(NM):
-                ch = 2 * j4 + (m % 2) + 8 * (m // 2)
-                cute.autovec_copy(gQ[(None, None, None), (t_row, hk, ch)], qbuf[None, None, None, m])
-                cute.autovec_copy(gK[(None, None, None), (t_row, hk, ch)], kbuf[None, None, None, m])
+            qbuf, kbuf = load_qk_row_chunks(gQ, gK, t_row, hk, j4, NM)
 
             # ---- 1. g -> G log2(e) (per-range prefix sums in registers), reference rows, beta, exp(G_C) ---------------
             gcol = tidx % D
@@ -401,26 +371,7 @@ class KimiDeltaAttentionParallelPrep:
             cute.arch.sync_threads()
 
             # ---- 2. one pass over this thread's 4 x 8 elements of its row ------------------------------------------
-            keep = Float32(0.0)
-            if row < n_valid:
-                keep = Float32(1.0)
-            inv_q = keep
-            inv_k = keep
-            if const_expr(self.key.l2norm):
-                sq = Float32(0.0)
-                sk = Float32(0.0)
-                for m in cutlass.range_constexpr(NM):
-                    for e in cutlass.range_constexpr(VEC):
-                        xq = qbuf[0, 0, e, m].to(Float32)
-                        xk = kbuf[0, 0, e, m].to(Float32)
-                        sq = sq + xq * xq
-                        sk = sk + xk * xk
-                sq = sq + cute.arch.shuffle_sync_bfly(sq, offset=1)
-                sk = sk + cute.arch.shuffle_sync_bfly(sk, offset=1)
-                sq = sq + cute.arch.shuffle_sync_bfly(sq, offset=2)
-                sk = sk + cute.arch.shuffle_sync_bfly(sk, offset=2)
-                inv_q = keep * cute.math.rsqrt(sq + Float32(L2NORM_EPS))
-                inv_k = keep * cute.math.rsqrt(sk + Float32(L2NORM_EPS))
+            inv_q, inv_k = row_qk_scales(qbuf, kbuf, row, n_valid, NM, self.key.l2norm)
             if const_expr(self.key.ref_table):
                 sFacv = cute.zipped_divide(storage.smem_fac.get_tensor(cute.make_layout((NFAC, D), stride=(D, 1))), (1, VEC))
                 kikeep = cute.make_rmem_tensor(cute.make_layout((1, VEC, NM)), Float32)  # K exp2(ref_rb - G) (step 3)
@@ -434,7 +385,7 @@ class KimiDeltaAttentionParallelPrep:
             zero8.fill(0.0)
             rblk = row // SOLVE_BLOCK
             for m in cutlass.range_constexpr(NM):
-                ch = 2 * j4 + (m % 2) + 8 * (m // 2)
+                ch = element_chunk(j4, m)
                 g = sGv[(None, None), (row, ch)].load()
                 e_ref = cute.math.exp2(g - sRefv[(None, None), (rblk, ch)].load(), fastmath=True)
                 e_g = cute.math.exp2(g, fastmath=True)
@@ -456,9 +407,7 @@ class KimiDeltaAttentionParallelPrep:
                     kdbuf.store((ki * sFacv[(None, None), (FAC_C + rblk, ch)].load()).to(BFloat16))
                 else:
                     kdbuf.store((kn * e_c).to(BFloat16))
-                for e in cutlass.range_constexpr(VEC):  # (K exp(G_C - G))^T: [channel % 64, token, channel / 64]
-                    col = ch * VEC + e
-                    mKD[slot, head, col % BV, row, col // BV] = kdbuf[0, e]
+                kd_chunk_to_workspace(mKD, kdbuf, slot, head, row, ch)  # (K exp(G_C - G))^T: [channel % 64, token, channel / 64]
                 if const_expr(not self.key.ref_table):
                     gkeep[None, None, m].store(g)
                     kkeep[None, None, m].store(kb)
@@ -478,7 +427,7 @@ class KimiDeltaAttentionParallelPrep:
             for bi in cutlass.range_constexpr(NB):
                 if row < (bi + 1) * SOLVE_BLOCK:
                     for m in cutlass.range_constexpr(NM):
-                        ch = 2 * j4 + (m % 2) + 8 * (m // 2)
+                        ch = element_chunk(j4, m)
                         if const_expr(self.key.ref_table):  # K exp2(ref_bi - G) = (K exp2(ref_rb - G)) exp2(ref_bi - ref_rb)
                             ki = kikeep[None, None, m].load()
                             if const_expr(bi == 0):
@@ -538,48 +487,10 @@ class KimiDeltaAttentionParallelPrep:
                 cute.arch.sync_threads()
 
             # V -> shared (over K'_I) by cp.async, in flight during the solve (rows past the end: the last row; beta = 0)
-            cp_atom = cute.make_copy_atom(cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL), BFloat16, num_bits_per_copy=128)
-            for m in cutlass.range_constexpr(NM):
-                ch = 2 * j4 + (m % 2) + 8 * (m // 2)
-                src = gV[(None, None, None), (t_row, head, ch)]
-                dst = sVv[(None, None), (row, ch)]
-                cute.copy(cp_atom, cute.make_tensor(src.iterator, cute.make_layout(VEC)), cute.make_tensor(dst.iterator, cute.make_layout(VEC)))
-            cute.arch.cp_async_commit_group()
+            cp_async_v_row_chunks(gV, sVv, t_row, head, row, j4, NM)
 
-            # ---- 4a. diagonal blocks of T = (I + A)^-1: one column per thread, in registers -------------------------
-            if tidx < CHUNK:
-                b0 = (tidx // SOLVE_BLOCK) * SOLVE_BLOCK
-                cc = tidx % SOLVE_BLOCK
-                xcol = cute.make_rmem_tensor(cute.make_layout((SOLVE_BLOCK,)), Float32)
-                for i in cutlass.range_constexpr(SOLVE_BLOCK):
-                    acc_t = Float32(0.0)
-                    for j in cutlass.range_constexpr(i):
-                        acc_t = acc_t - sA[b0 + i, b0 + j] * xcol[j]
-                    if cc == i:
-                        acc_t = Float32(1.0)
-                    xcol[i] = acc_t
-                for i in cutlass.range_constexpr(SOLVE_BLOCK):
-                    sT[b0 + i, b0 + cc] = xcol[i]
-            cute.arch.sync_threads()
-
-            # ---- 4b. off-diagonal blocks band by band: T[I, J] = -T[I, I] sum_{K=J}^{I-1} A[I, K] T[K, J] ------------
-            ri = tidx // SOLVE_BLOCK
-            ci = tidx % SOLVE_BLOCK
-            for band in cutlass.range_constexpr(1, NB):
-                for bI in cutlass.range_constexpr(band, NB):
-                    bJ = bI - band
-                    y = Float32(0.0)
-                    for kk in cutlass.range_constexpr(bJ * SOLVE_BLOCK, bI * SOLVE_BLOCK):
-                        y = y + sA[bI * SOLVE_BLOCK + ri, kk] * sT[kk, bJ * SOLVE_BLOCK + ci]
-                    sY[bI - band, ri, ci] = y
-                cute.arch.sync_threads()
-                for bI in cutlass.range_constexpr(band, NB):
-                    bJ = bI - band
-                    t_v = Float32(0.0)
-                    for mm in cutlass.range_constexpr(SOLVE_BLOCK):
-                        t_v = t_v + sT[bI * SOLVE_BLOCK + ri, bI * SOLVE_BLOCK + mm] * sY[bI - band, mm, ci]
-                    sT[bI * SOLVE_BLOCK + ri, bJ * SOLVE_BLOCK + ci] = -t_v
-                cute.arch.sync_threads()
+            # ---- 4. T = (I + A)^-1: diagonal blocks in registers, then the off-diagonal blocks band by band -----------
+            solve_inverse_256(sA, sT, sY, tidx)
 
             # ---- 4c. T Diag(beta) -> bf16 (zero above the diagonal blocks) --------------------------------------------
             tmbuf = cute.make_rmem_tensor(cute.make_layout((1, VEC)), BFloat16)
@@ -597,13 +508,13 @@ class KimiDeltaAttentionParallelPrep:
             wgmn = mma_mn.get_slice(0)
             tm_A = wgmn.make_fragment_A(wgmn.partition_A(sTm))
             if wg == 0:
-                sVt = _transpose_view(sV)
+                sVt = transpose_view(sV)
                 for vb in cutlass.range_constexpr(NH):
                     v_B = wgmn.make_fragment_B(wgmn.partition_B(cute.local_tile(sVt, (BV, CHUNK), (vb, 0))))
                     _wgmma(mma_mn, acc, tm_A, v_B, True)
                     acc_to_gmem(cute.local_tile(mU[slot, head, None, None], (CHUNK, BV), (0, vb)), acc, c64, False, False)
             else:
-                sKEt = _transpose_view(sKE)
+                sKEt = transpose_view(sKE)
                 for h in cutlass.range_constexpr(NH):
                     ke_B = wgmn.make_fragment_B(wgmn.partition_B(cute.local_tile(sKEt, (BV, CHUNK), (h, 0))))
                     _wgmma(mma_mn, acc, tm_A, ke_B, True)

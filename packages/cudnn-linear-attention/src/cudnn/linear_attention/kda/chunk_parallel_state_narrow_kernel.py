@@ -70,8 +70,8 @@ from cudnn import _compat
 
 from .._device.chunk_parallel import (
     U_PAD,
-    g2s,
-    g2s_vector,
+    fetch_chunk_cp_async,
+    fetch_chunk_tma,
     load_state_t,
     make_g2s_copy,
     make_mma_nv,
@@ -79,12 +79,13 @@ from .._device.chunk_parallel import (
     s2g_tile,
     slot_base,
     state_t_to_smem,
+    state_to_workspace,
     store_final_state_t,
-    wgmma_each_a_into_each,
+    update_state_t,
+    vn_to_smem,
 )
 from .._device.delta_rule import BV, CHUNK, THREADS, k_major_smem_layout, make_seq_state_views, sequence_bounds
 from .._device.delta_rule import smem_ready as _smem_ready
-from .._device.delta_rule import wgmma as _wgmma
 
 V_SLICES = (32, 16, 64)  # the value-slice widths this kernel builds (32: the default)
 
@@ -279,27 +280,12 @@ class KimiDeltaAttentionParallelStateNarrow:
 
             # Stage 0 <- chunk 0 (and stage 1 <- chunk 1 with three stages), as the default kernel.
             if n_chunks > 0:
-                for h in cutlass.range_constexpr(NH):
-                    g2s(
-                        cp_bf16, cute.local_tile(mW[base, head, None, None], (CHUNK, BV), (0, h)), cute.local_tile(sW[None, None, 0], (CHUNK, BV), (0, h)), tidx
-                    )
-                    g2s(cp_bf16, mKD[base, head, None, None, h], sKD[None, None, h], tidx)
-                g2s(cp_f32, cute.local_tile(mU[base, head, None, None], (CHUNK, VW), (0, vblk)), sU[None, None, 0], tidx)
-                g2s_vector(mGE[base, head, None], sGE[None, 0], tidx, D)
+                fetch_chunk_cp_async(cp_bf16, cp_f32, mW, mKD, mU, mGE, sW, sKD, sU, sGE, base, head, vblk, 0, tidx, NH, VW, D)
                 cute.arch.cp_async_commit_group()
                 if const_expr(STAGES >= 3):  # chunks 1 .. STAGES - 2 -> their stages, one group each (possibly empty)
                     for j in cutlass.range_constexpr(1, STAGES - 1):
                         if n_chunks > j:
-                            for h in cutlass.range_constexpr(NH):
-                                g2s(
-                                    cp_bf16,
-                                    cute.local_tile(mW[base + j, head, None, None], (CHUNK, BV), (0, h)),
-                                    cute.local_tile(sW[None, None, j], (CHUNK, BV), (0, h)),
-                                    tidx,
-                                )
-                                g2s(cp_bf16, mKD[base + j, head, None, None, h], sKD[None, None, j * NH + h], tidx)
-                            g2s(cp_f32, cute.local_tile(mU[base + j, head, None, None], (CHUNK, VW), (0, vblk)), sU[None, None, j], tidx)
-                            g2s_vector(mGE[base + j, head, None], sGE[None, j], tidx, D)
+                            fetch_chunk_cp_async(cp_bf16, cp_f32, mW, mKD, mU, mGE, sW, sKD, sU, sGE, base + j, head, vblk, j, tidx, NH, VW, D)
                         cute.arch.cp_async_commit_group()
                     cute.arch.cp_async_wait_group(STAGES - 2)  # chunk 0 has landed
                 else:
@@ -314,41 +300,21 @@ class KimiDeltaAttentionParallelStateNarrow:
                         nxt = (st + STAGES - 1) % STAGES  # the stage chunk ci - 1 used: its readers finished last chunk
                         ahead = STAGES - 1  # prefetch chunk ci + ahead into it
                         if ci + ahead < n_chunks:
-                            for h in cutlass.range_constexpr(NH):
-                                g2s(
-                                    cp_bf16,
-                                    cute.local_tile(mW[slot + ahead, head, None, None], (CHUNK, BV), (0, h)),
-                                    cute.local_tile(sW[None, None, nxt], (CHUNK, BV), (0, h)),
-                                    tidx,
-                                )
-                                g2s(cp_bf16, mKD[slot + ahead, head, None, None, h], sKD[None, None, nxt * NH + h], tidx)
-                            g2s(cp_f32, cute.local_tile(mU[slot + ahead, head, None, None], (CHUNK, VW), (0, vblk)), sU[None, None, nxt], tidx)
-                            g2s_vector(mGE[slot + ahead, head, None], sGE[None, nxt], tidx, D)
+                            fetch_chunk_cp_async(cp_bf16, cp_f32, mW, mKD, mU, mGE, sW, sKD, sU, sGE, slot + ahead, head, vblk, nxt, tidx, NH, VW, D)
                             if const_expr(STAGES == 2):
                                 cute.arch.cp_async_commit_group()
                         if const_expr(STAGES >= 3):  # one group per chunk, empty past the end
                             cute.arch.cp_async_commit_group()
                         # the state entering this chunk (bf16 sS) -> h[slot] rows v0:v0+vw, for the output kernel
-                        for h in cutlass.range_constexpr(NH):
-                            s2g_tile(cute.local_tile(sS, (VW, BV), (0, h)), cute.local_tile(mH[slot, head, None, None], (VW, BV), (vblk, h)), tidx)
+                        state_to_workspace(sS, mH, slot, head, vblk, tidx, VW, NH)
 
                         # ---- Vn = U + (-Wm) S0^T [tokens, vw] -> Vn^T (shared, and the workspace for the output kernel) ---
-                        for i in cutlass.range_constexpr(cute.size(acc_v)):
-                            rc = ct[i]
-                            acc_v[i] = sU[rc[0], rc[1], st]
-                        _wgmma(mma, acc_v, w_A[None, None, None, st], s0_B, False)
-                        for i in cutlass.range_constexpr(cute.size(acc_v)):
-                            rc = ct[i]
-                            sVnT[rc[1], rc[0]] = acc_v[i].to(BFloat16)
+                        vn_to_smem(mma, acc_v, w_A, s0_B, sU, sVnT, ct, st)
                         _smem_ready()
                         s2g_tile(sVnT, cute.local_tile(mVNT[slot, head, None, None], (VW, CHUNK), (vblk, 0)), tidx)  # Vn^T -> vnt[slot]
 
                         # ---- S^T = Diag(exp(G_C)) S^T + kd Vn: the K / 64 tiles in one WGMMA group ----------------------
-                        for h in cutlass.range_constexpr(NH):
-                            for i in cutlass.range_constexpr(cute.size(acc_v)):
-                                kr = ct[i]
-                                acc_t[h][i] = acc_t[h][i] * sGE[h * BV + kr[0], st]
-                        wgmma_each_a_into_each(mma, acc_t, kd_A, vn_B, st * NH)
+                        update_state_t(mma, acc_t, sGE, kd_A, vn_B, ct, st)
                         cute.arch.sync_threads()  # every reader of S0 and of this stage has completed
                         state_t_to_smem(sS, acc_t, ct, NH)
                         if const_expr(STAGES >= 3):
@@ -456,17 +422,11 @@ class KimiDeltaAttentionParallelStateNarrow:
         _smem_ready()  # S0 (load_state_t) and the initialized mbarriers published before any thread uses them
 
         # stages 0 .. STAGES - 2 <- chunks 0 .. STAGES - 2 (those that exist)
+        parts = (atom_w, tWg, tWs, atom_kd, tKg, tKs, atom_u, tUg, tUs, atom_ge, tGg, tGs)
         if warp == 0:
             for j in cutlass.range_constexpr(STAGES - 1):
                 if j < n_chunks:
-                    row = (base + j) * heads + head
-                    with cute.arch.elect_one():
-                        cute.arch.mbarrier_arrive_and_expect_tx(mbar + j, tx_bytes)
-                    for h in cutlass.range_constexpr(NH):
-                        cute.copy(atom_w, tWg[None, row, h], tWs[None, 0, h, j], tma_bar_ptr=mbar + j)
-                        cute.copy(atom_kd, tKg[None, row * NH + h, 0], tKs[None, j * NH + h], tma_bar_ptr=mbar + j)
-                    cute.copy(atom_u, tUg[None, row, vblk], tUs[None, j], tma_bar_ptr=mbar + j)
-                    cute.copy(atom_ge, tGg[None, row, 0], tGs[None, j], tma_bar_ptr=mbar + j)
+                    fetch_chunk_tma(parts, (base + j) * heads + head, vblk, j, mbar, tx_bytes, NH)
 
         for cp in range((n_chunks + (STAGES - 1)) // STAGES):
             for st in cutlass.range_constexpr(STAGES):
@@ -477,14 +437,7 @@ class KimiDeltaAttentionParallelStateNarrow:
                     ahead = STAGES - 1  # fetch chunk ci + ahead into it
                     if warp == 0:
                         if ci + ahead < n_chunks:
-                            row = (slot + ahead) * heads + head
-                            with cute.arch.elect_one():
-                                cute.arch.mbarrier_arrive_and_expect_tx(mbar + nxt, tx_bytes)
-                            for h in cutlass.range_constexpr(NH):
-                                cute.copy(atom_w, tWg[None, row, h], tWs[None, 0, h, nxt], tma_bar_ptr=mbar + nxt)
-                                cute.copy(atom_kd, tKg[None, row * NH + h, 0], tKs[None, nxt * NH + h], tma_bar_ptr=mbar + nxt)
-                            cute.copy(atom_u, tUg[None, row, vblk], tUs[None, nxt], tma_bar_ptr=mbar + nxt)
-                            cute.copy(atom_ge, tGg[None, row, 0], tGs[None, nxt], tma_bar_ptr=mbar + nxt)
+                            fetch_chunk_tma(parts, (slot + ahead) * heads + head, vblk, nxt, mbar, tx_bytes, NH)
                     # the state entering this chunk (bf16 sS) -> h[slot] rows v0:v0+vw, for the output kernel
                     if const_expr(STORE):  # by TMA from warp 0 (sS was fenced for the async proxy at the last barrier)
                         if warp == 0:
@@ -493,18 +446,11 @@ class KimiDeltaAttentionParallelStateNarrow:
                                     cute.copy(atom_hs, tHs[None, 0, h], tHg[None, (slot * heads + head) * (D // VW) + vblk, h])
                                 cute.arch.cp_async_bulk_commit_group()
                     else:
-                        for h in cutlass.range_constexpr(NH):
-                            s2g_tile(cute.local_tile(sS, (VW, BV), (0, h)), cute.local_tile(mH[slot, head, None, None], (VW, BV), (vblk, h)), tidx)
+                        state_to_workspace(sS, mH, slot, head, vblk, tidx, VW, NH)
                     cute.arch.mbarrier_wait(mbar + st, cp % 2)  # chunk ci has landed in stage st (its cp-th fill)
 
                     # ---- Vn = U + (-Wm) S0^T [tokens, vw] -> Vn^T (shared, and the workspace for the output kernel) ---
-                    for i in cutlass.range_constexpr(cute.size(acc_v)):
-                        rc = ct[i]
-                        acc_v[i] = sU[rc[0], rc[1], st]
-                    _wgmma(mma, acc_v, w_A[None, None, None, st], s0_B, False)
-                    for i in cutlass.range_constexpr(cute.size(acc_v)):
-                        rc = ct[i]
-                        sVnT[rc[1], rc[0]] = acc_v[i].to(BFloat16)
+                    vn_to_smem(mma, acc_v, w_A, s0_B, sU, sVnT, ct, st)
                     if const_expr(STORE):
                         if warp == 0:
                             cute.arch.cp_async_bulk_wait_group(0, read=True)  # the h store has read sS (rewritten after this barrier)
@@ -518,11 +464,7 @@ class KimiDeltaAttentionParallelStateNarrow:
                         s2g_tile(sVnT, cute.local_tile(mVNT[slot, head, None, None], (VW, CHUNK), (vblk, 0)), tidx)  # Vn^T -> vnt[slot]
 
                     # ---- S^T = Diag(exp(G_C)) S^T + kd Vn: the K / 64 tiles in one WGMMA group ----------------------
-                    for h in cutlass.range_constexpr(NH):
-                        for i in cutlass.range_constexpr(cute.size(acc_v)):
-                            kr = ct[i]
-                            acc_t[h][i] = acc_t[h][i] * sGE[h * BV + kr[0], st]
-                    wgmma_each_a_into_each(mma, acc_t, kd_A, vn_B, st * NH)
+                    update_state_t(mma, acc_t, sGE, kd_A, vn_B, ct, st)
                     state_t_to_smem(sS, acc_t, ct, NH)
                     if const_expr(STORE):
                         if warp == 0:
