@@ -28,7 +28,7 @@ GEMM, see ``step``), ``mask_r2p`` (masks as per-row 32-bit keep masks, one selec
 ``persistent_pairs`` (persistent work unit = query blocks M - 1 - j and j of one head: ``tile_pair`` in
 ``_device/tile_scheduler.py``), ``exp2_emu`` (one exponential in N of the unmasked blocks on the FMA pipe:
 ``_device/softmax.exp2_fma``), ``ragged_tail`` (each warpgroup's first key block, the partial last block or the causal
-diagonal, at the width its rows see: S GEMM N = 64 / 128, softmax on that slice, PV k-loop cut: ``tail_block``).
+diagonal, at the width its rows see: S GEMM N = 64 / 128, softmax on that slice, PV k-loop cut: ``ragged_tail.py``).
 
 Split-KV (``key.split_kv``): each tile's key blocks are shared by ``num_splits`` CTAs writing fp32 partial O / LSE to
 the caller's workspace; the same launch then runs ``combine`` (one warp per output row) to merge them.
@@ -64,11 +64,12 @@ from cutlass.cute.nvgpu import cpasync, warp, warpgroup
 
 from .._device.kernel_plan import DTYPES, WarpSpecializedPlanSm90, fake_gmem_ptr
 from .._device.mask import MaskInfo
-from .._device.mma_sm90 import acc_layout_as_a, acc_view_as_a, acc_view_mn, transpose_view, wgmma
+from .._device.mma_sm90 import acc_view_as_a, acc_view_mn, transpose_view, wgmma
 from .._device.pipeline import NamedBarrier, consumer_state, make_tma_pipeline, prefetch_tma_descriptors, producer_state
 from .._device.seqlen import cu_seqlens_tensors, sequence_extents
 from .._device.softmax import OnlineSoftmax
 from .._device.tile_scheduler import SingleTileScheduler, StaticPersistentTileScheduler
+from . import ragged_tail
 from .kernel_key import COMBINE_ROWS_PER_CTA, SMEM_BYTES, SdpaFwdKey, ragged_tail_widths, smem_bytes, tile_config
 from .varlen_schedule import grid_blocks, l2_blocks, varlen_tile
 
@@ -107,7 +108,7 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
             self.num_consumer_wg = 1
             self.num_mma_threads = self.num_consumer_wg * self.threads_per_wg
             self.num_threads = self.num_mma_threads + self.threads_per_wg
-        # ragged_tail: the S GEMM widths of the first key block (see tail_block)
+        # ragged_tail: the S GEMM widths of the first key block (see ragged_tail.tail_block)
         self.tail_widths = ragged_tail_widths(self.tile_n) if key.ragged_tail else ()
 
     # ------------------------------------------------------------------------------------------------
@@ -969,9 +970,9 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
 
         # First key block (the highest): full masking (sequence length, causal, window).
         n_block = n_block_max - 1
-        tail = None  # ragged_tail: (this warpgroup's width index, the P views of the narrower widths), see tail_block
+        tail = None  # ragged_tail: (this warpgroup's width index, the P views of the narrower widths), see ragged_tail.tail_block
         if const_expr(self.key.ragged_tail):
-            tail = self.tail_block(tiled_mma_qk, tOrP, tSrQ, sK, pipeline_k, kv_state, softmax, mask, m_block, n_block, wg_idx, tidx)
+            tail = ragged_tail.tail_block(self, tiled_mma_qk, tOrP, tSrQ, sK, pipeline_k, kv_state, softmax, mask, m_block, n_block, wg_idx, tidx)
         else:
             pipeline_k.consumer_wait(kv_state)
             wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, kv_state.index], zero_init=True, wg_wait=0)
@@ -1050,7 +1051,7 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
             last = Int32(len(self.tail_widths) - 1)
             if peel == 0:
                 last = tail[0]
-            self.pv_gemm_tail(tiled_mma_pv, acc_O, tOrP, tOrVt[None, None, None, kv_state.index], tail[1], last)
+            ragged_tail.pv_gemm_tail(tiled_mma_pv, acc_O, tOrP, tOrVt[None, None, None, kv_state.index], tail[1], last)
         else:
             wgmma(tiled_mma_pv, acc_O, tOrP, tOrVt[None, None, None, kv_state.index], zero_init=False, wg_wait=0)
         pipeline_v.consumer_release(kv_state)
@@ -1286,120 +1287,6 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
             tOrP.store(src.load().to(self.dtype))
 
     @cute.jit
-    def tail_block(
-        self,
-        tiled_mma_qk: cute.TiledMma,
-        tOrP: cute.Tensor,
-        tSrQ: cute.Tensor,
-        sK: cute.Tensor,
-        pipeline_k,
-        kv_state,
-        softmax: OnlineSoftmax,
-        mask: MaskInfo,
-        m_block: Int32,
-        n_block: Int32,
-        wg_idx: Int32,
-        tidx: Int32,
-    ):
-        """``key.ragged_tail``: the first key block (the highest) at the width this warpgroup's 64 rows can see. The keys
-        it may see end at min(seqlen_k, its last row's causal / window right limit + 1) (the sequence's partial last
-        block, the causal diagonal); the narrowest of ``tail_widths`` covering them is chosen at runtime (warpgroup-
-        uniform) and the S GEMM runs at that N (an m64nWk16 WGMMA) on the first W rows of the K stage; the mask (key
-        length, causal, window), the online softmax and the P convert work on those W columns alone, P landing in the
-        leading W / 16 k-blocks of ``tOrP`` (its fragment is compact in k-block order). Returns ``(width index, P
-        views)``: the P views of the narrower widths, for :meth:`pv_gemm_tail`."""
-        widths = self.tail_widths
-        col_end = mask.seqlen_k
-        if const_expr(self.key.mask_right):
-            row_hi = (m_block * self.tile_m + (wg_idx + 1) * 64 - 1) // mask.rows_per_query
-            col_end = cutlass.min(col_end, row_hi + mask.offset + mask.window_right + 1)
-        visible = col_end - n_block * self.tile_n
-        sel = Int32(0)
-        for j in cutlass.range_constexpr(len(widths) - 1):
-            if visible > widths[j]:
-                sel = sel + 1
-        wg_layout = cute.make_layout(self.num_consumer_wg, stride=self.threads_per_wg)
-        views = []
-        pipeline_k.consumer_wait(kv_state)
-        for j in cutlass.range_constexpr(len(widths)):
-            w = widths[j]
-            tiled_mma_w = tiled_mma_qk
-            if const_expr(w != self.tile_n):
-                tiled_mma_w = sm90_utils.make_trivial_tiled_mma(
-                    self.dtype,
-                    self.dtype,
-                    warpgroup.OperandMajorMode.K,
-                    warpgroup.OperandMajorMode.K,
-                    Float32,
-                    atom_layout_mnk=(self.tile_m // 64, 1, 1),
-                    tiler_mn=(64, w),
-                )
-            wg_mma_w = tiled_mma_w.get_slice(wg_layout(wg_idx))
-            shape_w = wg_mma_w.partition_shape_C((self.tile_m, w))
-            p_w = cute.make_tensor(tOrP.iterator, cute.make_layout_like(acc_layout_as_a(cute.make_layout(shape_w))))
-            # a prefix of tOrP: the same (compact) strides, the k-block mode outermost
-            assert p_w.layout.stride == tOrP.layout.stride, f"ragged_tail: P view {p_w.layout} is not a prefix of {tOrP.layout}"
-            if const_expr(w != self.tile_n):
-                views.append(p_w)
-            if sel == j:
-                self.tail_width(tiled_mma_w, wg_mma_w, shape_w, p_w, tSrQ, sK, kv_state.index, softmax, mask, m_block, n_block, tidx, w)
-        pipeline_k.consumer_release(kv_state)
-        return sel, tuple(views)
-
-    @cute.jit
-    def tail_width(
-        self,
-        tiled_mma_w: cute.TiledMma,
-        wg_mma_w,
-        shape_w: cutlass.Constexpr,
-        p_w: cute.Tensor,
-        tSrQ: cute.Tensor,
-        sK: cute.Tensor,
-        stage: Int32,
-        softmax: OnlineSoftmax,
-        mask: MaskInfo,
-        m_block: Int32,
-        n_block: Int32,
-        tidx: Int32,
-        w: cutlass.Constexpr[int],
-    ):
-        """:meth:`tail_block` at width ``w``: S = Q K[:w]^T, masked, softmax (first block), P into ``p_w``. S has its own
-        accumulator (aliasing the leading registers of the full one makes ptxas serialize every WGMMA of the kernel,
-        C7511 'insufficient register resources for the wgmma pipeline'); nothing else is live here."""
-        acc_w = cute.make_rmem_tensor(shape_w, Float32)
-        sK_w = cute.flat_divide(sK, (w, self.head_dim))[None, None, 0, 0, None]
-        tSrK_w = wg_mma_w.make_fragment_B(wg_mma_w.partition_B(sK_w))
-        wgmma(tiled_mma_w, acc_w, tSrQ, tSrK_w[None, None, None, stage], zero_init=True, wg_wait=0)
-        cS = cute.make_identity_tensor((self.tile_m, w))
-        tScS_mn = acc_view_mn(tiled_mma_w.get_slice(tidx).partition_C(cS))
-        t0ScS_mn = acc_view_mn(tiled_mma_w.get_slice(0).partition_C(cS))
-        if const_expr(self.key.mask_r2p):
-            mask.apply_r2p(acc_w, tScS_mn, t0ScS_mn, m_block, n_block, mask_seqlen=True, mask_causal_window=True)
-        else:
-            mask.apply(acc_w, tScS_mn, t0ScS_mn, m_block, n_block, mask_seqlen=True, mask_causal_window=True)
-        softmax.online_softmax(acc_w, is_first=True)
-        self.convert_p(acc_w, p_w)
-
-    @cute.jit
-    def mask_block(self, acc_S: cute.Tensor, mask: MaskInfo, tScS_mn: cute.Tensor, t0ScS_mn: cute.Tensor, m_block: Int32, n_block: Int32):
-        """The causal / window mask of a key block past the first (no key-length mask), as the plan spells it."""
-        if const_expr(self.key.mask_r2p):
-            mask.apply_r2p(acc_S, tScS_mn, t0ScS_mn, m_block, n_block, mask_seqlen=False, mask_causal_window=True)
-        else:
-            mask.apply(acc_S, tScS_mn, t0ScS_mn, m_block, n_block, mask_seqlen=False, mask_causal_window=True)
-
-    @cute.jit
-    def pv_gemm_tail(self, tiled_mma_pv: cute.TiledMma, acc_O: cute.Tensor, tOrP: cute.Tensor, tOrVt: cute.Tensor, views, sel: Int32):
-        """``key.ragged_tail``, a tile of one key block: O += P V for it, its k-loop stopped at the block's width
-        ``tail_widths[sel]`` (``views``: the P of the narrower widths; P's later columns are zero), waited on inside the
-        branch (no WGMMA in flight across the branches' merge)."""
-        for j in cutlass.range_constexpr(len(views)):
-            if sel == j:
-                wgmma(tiled_mma_pv, acc_O, views[j], tOrVt, zero_init=False, wg_wait=0)
-        if sel == len(views):
-            wgmma(tiled_mma_pv, acc_O, tOrP, tOrVt, zero_init=False, wg_wait=0)
-
-    @cute.jit
     def step(
         self,
         tiled_mma_qk: cute.TiledMma,
@@ -1431,7 +1318,7 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
         kept for the next step, instead of rescaling O after the PV GEMM has drained (the same products in the same
         order; off the critical path when O is wide, FA4's choice for d_v > 128). ``tail`` (``key.ragged_tail``, the step
         after the first block): the P of the PV GEMM, the first block's at its width (leading k-blocks of ``tOrP``, see
-        :meth:`tail_block`), and ``mask_if`` a runtime flag: apply the causal / window mask (this block may lie in a
+        :func:`ragged_tail.tail_block`), and ``mask_if`` a runtime flag: apply the causal / window mask (this block may lie in a
         masked range or not)."""
         v_state = kv_state.clone()
         kv_state.advance()
@@ -1459,7 +1346,7 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
             mask.apply(acc_S, tScS_mn, t0ScS_mn, m_block, n_block, mask_seqlen=False, mask_causal_window=True)
         elif const_expr(mask_if is not None and (self.key.mask_right or self.key.mask_left)):
             if mask_if:
-                self.mask_block(acc_S, mask, tScS_mn, t0ScS_mn, m_block, n_block)
+                ragged_tail.mask_block(self.key.mask_r2p, acc_S, mask, tScS_mn, t0ScS_mn, m_block, n_block)
         row_scale = softmax.online_softmax(acc_S, is_first=False, exp2_emu=0 if const_expr(masked or mask_if is not None) else self.key.exp2_emu)
         warpgroup.wait_group(0)
         pipeline_v.consumer_release(v_state)
