@@ -67,6 +67,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from harness import Case, Provider, Result, run_benchmark  # noqa: E402
 from linear_attention import GDN_D, _delta_rule_inputs, _graphed, _select  # noqa: E402
+from linear_attention_kernels import device_times  # noqa: E402
 
 HBM_GBPS = 4800.0  # H200 HBM3e, about 4.8 TB/s
 CHUNK = 64
@@ -512,23 +513,11 @@ def profile(family: str, t: int, h: int, iters: int) -> tuple[str, list]:
             continue
         try:  # one provider failing must not hide the others' rows
             fn = p.make(case)
-            for _ in range(3):
-                fn()
-            torch.cuda.synchronize()
+            times = device_times(fn, iters)
         except Exception as exc:
             print(f"  {p.name}: FAILED ({type(exc).__name__}: {str(exc)[:200]})", flush=True)
             continue
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            for _ in range(iters):
-                fn()
-            torch.cuda.synchronize()
-        kernels = []
-        for ev in prof.key_averages():
-            dev = getattr(ev, "device_time_total", None)
-            if dev is None:
-                dev = ev.cuda_time_total
-            if dev > 0:
-                kernels.append((kernel_label(ev.key), dev / iters, ev.count / iters))
+        kernels = [(kernel_label(key), us, n) for key, us, n in times]
         kernels.sort(key=lambda r: -r[1])
         total = sum(r[1] for r in kernels)
         print(f"  {p.name}: {total:8.1f} us per call", flush=True)

@@ -94,10 +94,31 @@ def variants_of(family):
     return variants
 
 
+def device_times(fn, iters: int) -> list:
+    """Warm ``fn`` up (3 calls), then profile ``iters`` calls: ``[(event key, us per call, launches per call)]`` of every
+    event with device time (torch.profiler, CUDA activity)."""
+    import torch
+
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            fn()
+        torch.cuda.synchronize()
+    out = []
+    for ev in prof.key_averages():
+        dev = getattr(ev, "device_time_total", None)
+        if dev is None:
+            dev = ev.cuda_time_total
+        if dev > 0:
+            out.append((ev.key, dev / iters, ev.count / iters))
+    return out
+
+
 def profile(family, t, h, iters, only=()):
     """Profile ``family``'s variants; print each one's kernels. Returns ``(floors, rows)`` with rows
     ``(label, {kernel column: us per call}, total us)``."""
-    import torch
     from harness import Case
     from linear_attention import _delta_rule_inputs
 
@@ -111,24 +132,11 @@ def profile(family, t, h, iters, only=()):
     table = []
     for label, schedule, knobs, variant in variants:
         try:  # one variant failing to build or run must not hide the others' rows
-            fn = _plan(family, i, schedule, knobs, variant)
-            for _ in range(3):
-                fn()
-            torch.cuda.synchronize()
+            times = device_times(_plan(family, i, schedule, knobs, variant), iters)
         except Exception as exc:
             print(f"{family} T{t} H{h} {label}: FAILED ({type(exc).__name__}: {str(exc)[:200]})", flush=True)
             continue
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            for _ in range(iters):
-                fn()
-            torch.cuda.synchronize()
-        rows = []
-        for ev in prof.key_averages():
-            dev = getattr(ev, "device_time_total", None)
-            if dev is None:
-                dev = ev.cuda_time_total
-            if dev > 0 and "cudnn" in ev.key:
-                rows.append((dev / iters, ev.count // iters, ev.key))
+        rows = [(us, int(n), key) for key, us, n in times if "cudnn" in key]
         total = sum(r[0] for r in rows)
         print(f"{family} T{t} H{h} {label}: {total:8.1f} us per call")
         per = {}
