@@ -351,3 +351,66 @@ def test_mrot_thd_varlen_grads_match_reference():
     test_variant_thd_varlen_grads_match_reference(
         (MROT, False, torch.bfloat16, 128, 8, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], False, False, (-1, -1))
     )
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# ``msel`` (issue #6, the writer warp at d128 non-causal): the masked query blocks' S^T mask as branch-free selects
+# (SdpaBwdKernelSm90.mask_select) instead of MaskInfoBwd.apply_transposed's ifs, which LLVM kept as a branch around the
+# key bound of a fragment row while dP^T's WGMMA is in flight (ptxas then serialized every WGMMA of the non-causal
+# writer kernel, C7512: test_sdpa_bwd_variants_compile.py). Same -inf entries, so the same values: dK / dV (one CTA
+# each, a fixed order) bitwise equal to the same schedule without msel; dQ (reduce-adds in arrival order) and all three
+# by the FlashAttention rule. Pruned to every predicate of the select: the key bound (odd lengths: a partial last key
+# block, GQA), the right / left window bounds (d64 fp16 two-sided window, key blocks no query sees), varlen with empty
+# and one-row sequences, the rotated walk (MROTW2) and m80's rows past S_q (S = 1000 past the 1024 padded rows).
+# 5 tests, 6 main-kernel compiles: about 45 s on the H200 host (``-k msel``).
+BULKW2 = BULKW + ("msel",)
+MROTW2 = MROTW + ("msel",)
+M80W2 = M80W + ("msel",)
+
+MSEL_CASES = [
+    (BULKW2, torch.float16, 64, 4, 4, 500, 700, False, False, (70, 33), BSHD),  # right and left bounds, empty key blocks
+    (MROTW2, torch.bfloat16, 128, 8, 2, 300, 257, False, False, (-1, -1), BSHD),  # the rotated walk's masked loop
+    (M80W2, torch.bfloat16, 128, 4, 4, 1000, 1000, False, False, (-1, -1), BSHD),  # mask_rows: the last block past the padding
+]
+
+
+@pytest.mark.parametrize(
+    "case",
+    MSEL_CASES,
+    ids=lambda c: f"{'+'.join(c[0])}-{str(c[1])[6:]}-d{c[2]}-h{c[3]}:{c[4]}-s{c[5]}x{c[6]}-w{c[9][0]},{c[9][1]}",
+)
+def test_msel_grads_match_reference(case):
+    test_variant_grads_match_reference(case)
+    from cudnn.sdpa.bwd.api import SdpaBwdSm90
+
+    q = torch.empty(1, case[3], 64, case[2], device="cuda", dtype=case[1])
+    lse = torch.empty(1, case[3], 64, device="cuda")
+    plan = SdpaBwdSm90(q, q, q, q, q, lse, window_size=case[9], _tuning=case[0])
+    assert plan.check_support() and plan.key.mask_select
+
+
+def test_msel_writer_d128_non_causal_matches_the_branching_mask_bitwise_on_dk_dv():
+    """d128 non-causal GQA 4 with odd lengths (a partial last key block: every query block of it takes the masked
+    path), BSHD: BULKW2 by the FlashAttention rule, and its dK / dV bitwise equal to BULKW's on the same inputs."""
+    dtype, b, h, hk, sq, sk, d = torch.bfloat16, 2, 8, 2, 300, 257, 128
+    q, k, v = _make((b, h, sq, d), dtype, BSHD), _make((b, hk, sk, d), dtype, BSHD), _make((b, hk, sk, d), dtype, BSHD)
+    do = _make((b, h, sq, d), dtype, BSHD)
+    o, lse = attention_ref(q, k, v)
+    o, lse = o.to(dtype), lse.float()
+    outs = {}
+    for tuning in (BULKW, BULKW2):
+        dq, dk, dv = (poison(_make(x.shape, dtype, BSHD)) for x in (q, k, v))
+        plan, _ = _run(tuning, q, k, v, o, do, lse, dq, dk, dv)
+        assert plan.key.mask_select == ("msel" in tuning) and plan.key.dq_writer and not plan.key.mask_right
+        outs[tuning] = (dq, dk, dv)
+    ref = attention_grads_ref(q, k, v, do)
+    lowp = attention_grads_ref(q, k, v, do, upcast=False)
+    for name, g, r, lp in zip(("dq", "dk", "dv"), outs[BULKW2], ref, lowp, strict=False):
+        assert_close_fa(g, r, lp, name)
+    assert torch.equal(outs[BULKW2][1], outs[BULKW][1]) and torch.equal(outs[BULKW2][2], outs[BULKW][2])
+
+
+def test_msel_writer_thd_varlen_grads_match_reference():
+    test_variant_thd_varlen_grads_match_reference(
+        (BULKW2, False, torch.bfloat16, 128, 8, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], False, False, (-1, -1))
+    )

@@ -37,7 +37,10 @@ are no multiple of the 64-row WGMMA, staged through a 128-byte swizzle for two 1
 a last block past the 128-row scratch padding takes the masked path with its rows past S_q masked; dq_writer may issue
 dq_tma's reduce-adds too), ``dq_t128`` (the same dQ^T staging at 64 rows, to A/B the staging apart from the tile) and
 ``m_rotate`` (non-causal, no window: the query-block walk of key block ``n`` starts at block ``n mod num_m`` and wraps,
-in the producer, the consumers and the writer warp alike, so the CTAs of a head add into different dQ blocks at once).
+in the producer, the consumers and the writer warp alike, so the CTAs of a head add into different dQ blocks at once)
+and ``mask_select`` (the masked blocks' S^T mask as branch-free selects, ``mask_select``: the shared mask's ifs left a
+branch over a fragment row's key bound while dP^T's WGMMA is in flight, and ptxas serialized every WGMMA of the d128
+non-causal dq_writer kernel, C7512).
 
 Tests: packages/cudnn-sdpa/tests/test_sdpa_bwd_*.py. Benchmark: benchmarks/sdpa_bwd.py.
 """
@@ -1048,7 +1051,10 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         if const_expr(masked):
             # m80: a last query block of 80 rows may end past the scratch's padded rows (a multiple of 128, not of 80),
             # where lse_log2 / dpsum are another head's rows: its rows past S_q are masked (P = 0, so dS = 0 too)
-            mask.apply_transposed(acc_S, tScS_mn, m_block, n_block, mask_seqlen=True, mask_rows=self.key.tile_m80)
+            if const_expr(self.key.mask_select):
+                self.mask_select(acc_S, tScS_mn, mask, m_block, n_block, mask_rows=self.key.tile_m80)
+            else:
+                mask.apply_transposed(acc_S, tScS_mn, m_block, n_block, mask_seqlen=True, mask_rows=self.key.tile_m80)
         acc_S_mn = acc_view_mn(acc_S)
         if const_expr(self.key.tile_m80):
             for c in cutlass.range_constexpr(cute.size(acc_S_mn, mode=[1])):
@@ -1165,6 +1171,27 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         pipeline_q.consumer_release(state)
         state.advance()
         return state
+
+    @cute.jit
+    def mask_select(self, acc_St: cute.Tensor, tScS_mn: cute.Tensor, mask: MaskInfoBwd, m_block: Int32, n_block: Int32, mask_rows: cutlass.Constexpr[bool]):
+        """``mask_select``: MaskInfoBwd.apply_transposed's mask (keys at or past S_kv; with ``mask_rows`` queries at or
+        past S_q; the right / left window bounds) with every entry set by one select on its predicates, so no branch
+        is left in the S^T fragment's code while the dP^T WGMMA is in flight (see kernel_key.SdpaBwdKey.mask_select).
+        Same -inf entries, same values elsewhere."""
+        acc_mn = acc_view_mn(acc_St)
+        for r in cutlass.range_constexpr(cute.size(acc_mn.shape[0])):
+            col_k = n_block * mask.tile_n + tScS_mn[r, 0][0]
+            for c in cutlass.range_constexpr(cute.size(acc_mn.shape[1])):
+                row_q = m_block * mask.tile_m + tScS_mn[r, c][1]
+                diag = row_q + mask.offset
+                out = col_k >= mask.seqlen_k
+                if const_expr(mask_rows):
+                    out = out | (row_q >= mask.seqlen_q)
+                if const_expr(mask.mask_right):
+                    out = out | (col_k > diag + mask.window_right)
+                if const_expr(mask.mask_left):
+                    out = out | (col_k < diag - mask.window_left)
+                acc_mn[r, c] = Float32(cutlass.select_(out, -Float32.inf, acc_mn[r, c]))
 
     @cute.jit
     def dq_atomics(
