@@ -188,7 +188,8 @@ def test_varlen_compact_order_covers_every_tile_once():
 
 def test_ragged_tail_widths_and_plan_option():
     """``ragged_tail``'s compiled S GEMM widths per key tile (at most three, the tile last), and the plan option reaching
-    the key: None = RAGGED_TAIL_DEFAULT (off), a non-bool a ValueError (metadata only, no compile)."""
+    the key: None = RAGGED_TAIL_DEFAULT (on for prefill plans since session 5), a non-bool a ValueError (metadata only, no
+    compile)."""
     from cudnn.sdpa.fwd import api
     from cudnn.sdpa.fwd.api import SdpaFwdSm90
     from cudnn.sdpa.fwd.kernel_key import ragged_tail_widths
@@ -199,7 +200,8 @@ def test_ragged_tail_widths_and_plan_option():
     assert ragged_tail_widths(80) == (64, 80)
     assert ragged_tail_widths(64) == (64,)
     q = TensorDesc.contiguous((2, 8, 4096, 128), "bfloat16", "q")
-    for opt, want in ((True, True), (False, False), (None, api.RAGGED_TAIL_DEFAULT)):
+    assert api.RAGGED_TAIL_DEFAULT is True
+    for opt, want in ((True, True), (False, False), (None, True)):
         p = SdpaFwdSm90(q, q, q, ragged_tail=opt)
         assert p.check_support() and p.key.ragged_tail is want
     with pytest.raises(ValueError, match="ragged_tail"):

@@ -54,7 +54,7 @@ def test_dense_bshd_gqa_lse_arguments(api):
     lse = torch.empty(2, 8, 300, dtype=torch.float32)
     plan = api.SdpaFwdSm90(q, k, v, o, lse, is_causal=True, scale=0.5)
     plan.compile()
-    assert plan.key == SdpaFwdKey("bf16", 128, 128, 4, True, False, False, True, False, False, False, False, packed_cvt=True)
+    assert plan.key == SdpaFwdKey("bf16", 128, 128, 4, True, False, False, True, False, False, False, False, packed_cvt=True, ragged_tail=True)
     plan.execute(q, k, v, o, lse, current_stream=7)
     (args,) = api._test_recorder.calls
     assert args[:11] == (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(), None, None, None, None, None, None)

@@ -88,8 +88,12 @@ EXP2_EMU_DEFAULT = 0
 TILE_N_NONCAUSAL_D128_DEFAULT = 192
 #: ``ragged_tail=None`` means RAGGED_TAIL_DEFAULT (the first key block of a warpgroup, the sequence's partial last block or
 #: the causal diagonal, run at the width its rows can see: an S GEMM of N = 64 / 128 instead of the whole key tile, its
-#: softmax on that slice and its PV GEMM's k-loop stopped there): off until an H200 A/B (d128 s4k: 4096 = 21 x 192 + 64).
-RAGGED_TAIL_DEFAULT = False
+#: softmax on that slice and its PV GEMM's k-loop stopped there) for prefill plans (not paged, not split-KV: decode plans
+#: keep the full-width block; the paged page-16 decode kernel spills 4 bytes with it). On since the session-5 H200 A/B
+#: (docs/benchmarks/sdpa_fwd_quick.md, "ours-tail"): d128 s4k 654.9 vs 633.5 TFLOP/s, s1k causal 405.7 vs 389.0, s4k
+#: causal 572.7 vs 558.5, s8k causal 595.4 vs 580.5, d256 735.0 vs 721.4, varlen 532.0 vs 522.9; d64 s8k 532.4 vs 539.7
+#: (no partial block there: noise). Its 19 GPU tests (bitwise vs the plan without it, and vs fp32) passed there.
+RAGGED_TAIL_DEFAULT = True
 #: ``l2_group_mb=None`` means L2_GROUP_MB_DEFAULT (host only, not a compile-key field: the same kernel, another launch
 #: scalar): with a causal / window mask the tile order runs ``group_heads`` (head, batch) pairs together, m-block slowest
 #: and longest-first inside the group, as many pairs as this many MiB of K/V hold (S_kv * (D + D_v) * 2 bytes each). One
@@ -451,7 +455,7 @@ class SdpaFwdSm90(APIBase):
             bool(self.mask_r2p if self.mask_r2p is not None else MASK_R2P_DEFAULT),
             bool(pairs),
             int(exp2_emu),
-            bool(self.ragged_tail if self.ragged_tail is not None else RAGGED_TAIL_DEFAULT),
+            bool(self.ragged_tail if self.ragged_tail is not None else (RAGGED_TAIL_DEFAULT and not (self.paged or self.split_kv))),
         )
         self._is_supported = True
         return True
