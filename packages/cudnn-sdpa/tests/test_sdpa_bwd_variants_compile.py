@@ -188,7 +188,7 @@ def test_default_tuning_constants_drive_plans_built_without_tuning(monkeypatch):
     # the defaults since the H200 A/B (docs/benchmarks/sdpa_bwd_quick.md)
     assert api.DEFAULT_TUNING == ("dq_bulk", "stats_tma", "ds2", "prepost")
     # d256 since the session-5 H200 A/B (docs/benchmarks/sdpa_bwd_d256.md, "ours-splitdr")
-    assert api.D256_TUNING == ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "sdpwg", "dkvrs")
+    assert api.D256_TUNING == ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "sdpwg", "dkvrs", "dkvearly")
     plan = SdpaBwdSm90(*_descs(), is_causal=True)  # causal: CAUSAL_TUNING (dq_writer too)
     plan.check_support()
     assert api.CAUSAL_TUNING == ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost")

@@ -58,9 +58,11 @@ _NONDETERMINISTIC_TUNING = ("dq_tma", "dq_bulk", "dq_writer")
 #: warpgroup each and dV / dK as register-sourced 64 x 256 WGMMAs ("ours-splitdr", kernel_splitd_bulk_sm90.py): H200,
 #: d256 s8k b2, 408.7 TFLOP/s (causal 412.4) vs 311.4 (307.2) for the previous default split_d + ds2 + prepost, FA4
 #: 378.1 (367.1), torch-cudnn 356.1 (378.8) (docs/benchmarks/sdpa_bwd_d256.md as of commit a61bf0d, one run); its
-#: GPU tests passed there (test_sdpa_bwd_variants.py). The opt-in "dkvearly" ("ours-splitdr2") is its candidate
-#: successor (no ptxas WGMMA serialization), pending its GPU A/B. Deterministic D = 256 stays declined.
-D256_TUNING: tuple[str, ...] | None = ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "sdpwg", "dkvrs")
+#: GPU tests passed there (test_sdpa_bwd_variants.py). Then "dkvearly" (both RS GEMMs from one call site: ptxas no longer
+#: serializes the kernel's WGMMAs, C7512): 484.5 / causal 478.5 vs 415.0 / 419.3 for dkvrs in the same run, FA4 380.1 /
+#: 363.3, torch-cudnn 356.8 / 384.5 (sdpa_bwd_d256.md, session 5 call 3: 1.27x / 1.24x the better peer). Deterministic
+#: D = 256 stays declined.
+D256_TUNING: tuple[str, ...] | None = ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "sdpwg", "dkvrs", "dkvearly")
 
 
 class SdpaBwdSm90(APIBase):
