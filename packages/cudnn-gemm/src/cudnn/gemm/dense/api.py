@@ -51,7 +51,6 @@ Plan-time performance options (the defaults are the configuration verified on th
 - ``fused_auto2`` / ``aux_keep_stages`` (None = :data:`FUSED_AUTO2`, on, / :data:`AUX_KEEP_STAGES`, off):
   staged-read fused plans take the plain plan's "auto2" tile set; dsrelu's pre-activation prefetch is sized so that
   it costs no mainloop stage (:mod:`cudnn.gemm.dense.fused_schedule`).
-- ``epi_one_barrier`` (None = :data:`EPI_ONE_BARRIER`, off): one named barrier per epilogue sub-tile (see there).
 """
 
 from __future__ import annotations
@@ -165,16 +164,6 @@ FUSED_AUTO2 = True
 #: ring can grow without costing a mainloop stage of their tile (4 at 128 x 256, 6 at 128 x 224; AUX_PREFETCH = 8 leaves
 #: 3 stages instead of 4). Timed as "ours_fa2k" (with FUSED_AUTO2) in ``gemm_fusions_down``.
 AUX_KEEP_STAGES = False
-#: EPI_ONE_BARRIER (opt-in, off; issue #5): one 256-thread named-barrier round trip per 128 x 32 epilogue sub-tile instead
-#: of two (three with a staged pre-activation). The store warp frees the next sub-tile's D buffer before the barrier
-#: (cp.async.bulk.wait_group.read ring - 2) instead of after its store (so the other warps no longer wait for the TMA store
-#: issue); dsrelu reads sub-tile i + 1's pre-activation (ldmatrix) before sub-tile i's barrier, so the barrier that kept D's
-#: stmatrix off the unread pre-activation goes (one barrier per tile for sub-tile 0 instead); a staged bias is loaded into
-#: registers before the mainloop and written to shared memory after it (the L2 read no longer delays the mainloop's start).
-#: SASS per 128 x 256 tile (8 sub-tiles): BAR.SYNC 16 -> 8 (+1 per tile with a staged bias, as before), dsrelu 24 -> 9.
-#: Applies to every plan but a staged-aux plan with aux_prefetch < 2 or without aux_ldmatrix. Timed as "ours_1bar" in
-#: benchmarks/gemm.py's ``gemm_fusions_down`` / ``gemm_fusions_gap`` tables (plain as "ours_plain_1bar").
-EPI_ONE_BARRIER = False
 
 
 def fusion_of(*, swiglu=None, dsrelu=False, amax=False, activation="none", has_bias=False) -> str:
@@ -286,7 +275,6 @@ class GemmSm90(APIBase):
         swiglu_tanh: bool | None = None,
         fused_auto2: bool | None = None,
         aux_keep_stages: bool | None = None,
-        epi_one_barrier: bool | None = None,
     ):
         super().__init__()
         self.a, self.b, self.d = as_desc(a, "a"), as_desc(b, "b"), as_desc(d, "d")
@@ -306,7 +294,6 @@ class GemmSm90(APIBase):
         self._auto2 = False  # "auto2" chose this plan's tile (from its (N, K) set)
         # FUSED_AUTO2 / AUX_KEEP_STAGES opt-ins (None: the api constants); _aux_prefetch_of: aux_prefetch per tile of the set
         self.fused_auto2, self.aux_keep_stages, self._aux_prefetch_of = fused_auto2, aux_keep_stages, {}
-        self.epi_one_barrier = epi_one_barrier  # None: EPI_ONE_BARRIER where the plan can take it
         # explicit cluster_mn / swizzle are kept; left as None, the schedule (TILE_SCHEDULE) may choose them
         self._cluster_explicit, self._swizzle_explicit = cluster_mn is not None, swizzle is not None
         self.schedule = schedule
@@ -424,11 +411,6 @@ class GemmSm90(APIBase):
         self._value_error_if(bool(self.gelu_fold) and self.activation != "gelu_tanh", f"{what}: gelu_fold serves activation='gelu_tanh' only")
         self._value_error_if(bool(self.amax_fast) and not self.want_amax, f"{what}: amax_fast serves amax plans only (pass amax)")
         self._value_error_if(bool(self.swiglu_tanh) and self.swiglu is None, f"{what}: swiglu_tanh serves swiglu plans only")
-        self._value_error_if(
-            bool(self.epi_one_barrier) and self.stage_aux and not self._one_barrier_aux_ok(),
-            f"{what}: epi_one_barrier reads the staged pre-activation one sub-tile ahead: it needs aux_ldmatrix and aux_prefetch >= 2 "
-            f"(got {self.aux_ldmatrix!r}, {self.aux_prefetch!r})",
-        )
         if fp8 and not self.fast_accum:
             self._decline_if(
                 self.swiglu is not None,
@@ -563,17 +545,6 @@ class GemmSm90(APIBase):
                 ok = ldaux % 8 == 0 and (aux.rank == 2 or aux.shape[0] == 1 or aux.stride[0] % 8 == 0)
             self.stage_aux = bool(dflt.get("stage_aux", False)) and ok
 
-    def _one_barrier_aux_ok(self, prefetch: int | None = None) -> bool:
-        """A staged-aux plan can take epi_one_barrier: ldmatrix reads and a prefetch of at least 2 sub-tiles."""
-        ld = AUX_LDMATRIX if self.aux_ldmatrix is None else self.aux_ldmatrix
-        p = (AUX_PREFETCH if self.aux_prefetch is None else self.aux_prefetch) if prefetch is None else prefetch
-        return bool(ld) and p >= 2
-
-    def _epi_one_barrier(self, aux_prefetch: int) -> bool:
-        """EPI_ONE_BARRIER (or the plan's epi_one_barrier) where this plan (and tile's aux prefetch) can take it."""
-        want = EPI_ONE_BARRIER if self.epi_one_barrier is None else bool(self.epi_one_barrier)
-        return want and (not self.stage_aux or self._one_barrier_aux_ok(aux_prefetch))
-
     def tile_mn(self) -> tuple:
         """The CTA tile of this plan: (128, 256) cooperative, (64, 256) pingpong; fp8 with promotion (fast_accum=False)
         halves N so that its two fp32 accumulators fit the registers."""
@@ -589,7 +560,6 @@ class GemmSm90(APIBase):
         from .kernel_sm90 import GemmSm90Config
 
         cs = self.cluster_mn[0] * self.cluster_mn[1]
-        aux_prefetch = (self._aux_prefetch_of.get(self.tile_mn(), AUX_PREFETCH) if self.aux_prefetch is None else self.aux_prefetch) if self.stage_aux else 1
         return GemmSm90Config(
             ab_dtype=_NAMES[self.a.dtype],
             d_dtype=_NAMES[self.d.dtype],
@@ -618,12 +588,11 @@ class GemmSm90(APIBase):
             stage_aux=self.stage_aux,
             pingpong=self.pingpong,
             tile_mn=self.tile_mn(),
-            aux_prefetch=aux_prefetch,
+            aux_prefetch=(self._aux_prefetch_of.get(self.tile_mn(), AUX_PREFETCH) if self.aux_prefetch is None else self.aux_prefetch) if self.stage_aux else 1,
             aux_ldmatrix=bool(AUX_LDMATRIX if self.aux_ldmatrix is None else self.aux_ldmatrix) and bool(self.stage_aux),
             gelu_fold=bool(GELU_FOLD if self.gelu_fold is None else self.gelu_fold) and self.activation == "gelu_tanh",
             amax_fast=bool(AMAX_FAST if self.amax_fast is None else self.amax_fast) and self.want_amax and self.split_k == 1,
             swiglu_tanh=bool(SWIGLU_TANH if self.swiglu_tanh is None else self.swiglu_tanh) and self.swiglu is not None,
-            epi_one_barrier=self._epi_one_barrier(aux_prefetch),
             fast_accum=self.fast_accum and self._is_fp8,  # irrelevant (and kept False) for 16-bit operands
             promotion_interval=(FP8_PROMOTION_INTERVAL if self.promotion_interval is None else self.promotion_interval)
             if self._is_fp8 and not self.fast_accum
@@ -646,7 +615,7 @@ class GemmSm90(APIBase):
             # "auto2": the other tile of the plan's (N, K) set, so that another M (which may pick it) never compiles
             sib = replace(self.config, tile_mn=tile, swizzle=swizzle)
             if tile in self._aux_prefetch_of:  # AUX_KEEP_STAGES: that tile's own prefetch depth
-                sib = replace(sib, aux_prefetch=self._aux_prefetch_of[tile], epi_one_barrier=self._epi_one_barrier(self._aux_prefetch_of[tile]))
+                sib = replace(sib, aux_prefetch=self._aux_prefetch_of[tile])
             kernel_cache.get_or_compile((sib, key[1]), lambda sib=sib: kernel_sm90.compile_kernel(sib, tvm_ffi=self._tvm_ffi), family="gemm")
         self._compiled_reduce = None
         if self.split_k > 1:
@@ -1010,7 +979,6 @@ def gemm(
 
 __all__ = [
     "AUX_KEEP_STAGES",
-    "EPI_ONE_BARRIER",
     "FP8_PROMOTED_TILE_N",
     "FP8_PROMOTION_INTERVAL",
     "FUSED_AUTO2",

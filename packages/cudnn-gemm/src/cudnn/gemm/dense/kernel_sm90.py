@@ -119,9 +119,6 @@ class GemmSm90Config:
     gelu_fold: bool = False  # gelu_tanh as x/2 * (1 + tanh(x * (k + k c x^2))): 5 FP ops + one tanh.approx instead of 8 + one
     amax_fast: bool = False  # amax without the per-element bounds predicate (out-of-bounds outputs are exactly 0), 4 running maxima per thread
     swiglu_tanh: bool = False  # swiglu's silu(g) as h + h * tanh(h), h = g / 2: one tanh.approx instead of ex2.approx + rcp.approx
-    # one consumer named barrier per epilogue sub-tile (2 before, 3 with stage_aux), the staged pre-activation read one sub-tile
-    # ahead, the staged bias loaded into registers before the mainloop and written to shared memory after it (issue #5)
-    epi_one_barrier: bool = False
 
 
 def epilogue_free(cfg: GemmSm90Config) -> GemmSm90Config:
@@ -195,9 +192,6 @@ class GemmSm90Kernel:
             raise ValueError("amax_fast serves amax plans: it needs amax=True")
         if cfg.swiglu_tanh and not cfg.swiglu:
             raise ValueError("swiglu_tanh serves swiglu plans: it needs swiglu=True")
-        if cfg.epi_one_barrier and cfg.stage_aux and (cfg.aux_prefetch < 2 or not cfg.aux_ldmatrix):
-            # sub-tile i + 1's pre-activation is read (ldmatrix) before sub-tile i's barrier: it must have been issued by then
-            raise ValueError("epi_one_barrier with stage_aux reads the pre-activation one sub-tile ahead: it needs aux_ldmatrix and aux_prefetch >= 2")
         if cfg.aux_prefetch > self.epi_stage:
             # the whole prefetch window lives in D's smem ring: deepen it (8 = a whole 128 x 256 tile, one mainloop stage less)
             self.epi_stage = cfg.aux_prefetch
@@ -707,13 +701,6 @@ class GemmSm90Kernel:
                         storage.sBias.data_ptr() + (warp_group_idx - 1) * max(self.tile_m, self.tile_n), cute.make_layout(max(self.tile_m, self.tile_n))
                     )
                     ctid = tidx % self.threads_per_wg
-            one_bar = cfg.epi_one_barrier
-            if cutlass.const_expr(one_bar and cfg.stage_bias):
-                # epi_one_barrier: this thread's bias values of the tile, loaded before the mainloop (their latency hidden
-                # under it) and written to sBias after it
-                bias_len = self.tile_n if cutlass.const_expr(cfg.bias == "n") else self.tile_m
-                bias_per_thread = (bias_len + self.num_mma_threads - 1) // self.num_mma_threads
-                bias_regs = cute.make_rmem_tensor(cute.make_layout(bias_per_thread), Float32)
             if cutlass.const_expr(cfg.stage_aux):
                 gAux_mnl = cute.local_tile(mAuxTma, (self.tile_m, self.tile_n), (None, None, None))
                 aux_epi_num = (self.tile_m // self.epi_tile[0]) * (self.tile_n // self.epi_tile[1])
@@ -736,7 +723,7 @@ class GemmSm90Kernel:
                     k_begin = (tile_coord_mnl[2] % cfg.split_k) * k_per_split
                     tile_k_cnt = cutlass.max(cutlass.min(k_tile_cnt - k_begin, k_per_split), 0)
                     tile_prologue = cutlass.min(k_pipe_mmas, tile_k_cnt)
-                if cutlass.const_expr(cfg.stage_bias and not one_bar):
+                if cutlass.const_expr(cfg.stage_bias):
                     # this tile's bias, in tile order, into shared memory (zeros outside the problem). The previous
                     # tile's epilogue ended on a consumer barrier, so nobody still reads sBias.
                     if cutlass.const_expr(cfg.bias == "n"):
@@ -761,27 +748,6 @@ class GemmSm90Kernel:
                                     bv = mBias[row0 + tr, bidx_l].to(Float32)
                                 sBias[tr] = bv
                     epi_bar.arrive_and_wait()
-                if cutlass.const_expr(cfg.stage_bias and one_bar):
-                    # the same values into registers; written to sBias after the mainloop (nothing waits on these loads here)
-                    if cutlass.const_expr(cfg.bias == "n"):
-                        for j in cutlass.range_constexpr(bias_per_thread):
-                            tc = ctid + j * self.num_mma_threads
-                            bv = Float32(0.0)
-                            if col0 + tc < n:
-                                bn = col0 + tc
-                                if cutlass.const_expr(cfg.swiglu_halves):
-                                    bn = col0 // 2 + tc
-                                    if tc >= SWIGLU_BLOCK:
-                                        bn = n // 2 + col0 // 2 + tc - SWIGLU_BLOCK
-                                bv = mBias[bn, bidx_l].to(Float32)
-                            bias_regs[j] = bv
-                    if cutlass.const_expr(cfg.bias == "m"):
-                        for j in cutlass.range_constexpr(bias_per_thread):
-                            tr = ctid + j * self.num_mma_threads
-                            bv = Float32(0.0)
-                            if row0 + tr < m:
-                                bv = mBias[row0 + tr, bidx_l].to(Float32)
-                            bias_regs[j] = bv
                 if cutlass.const_expr(cfg.stage_aux):
                     # prefetch this tile's first aux sub-tile behind the mainloop, into the D ring buffer its
                     # D sub-tile will use (free: the store warp's last producer_acquire retired its old store)
@@ -910,21 +876,8 @@ class GemmSm90Kernel:
                 num_prev_epi_tiles = tile_sched.num_tiles_executed * epi_tile_num
                 if cutlass.const_expr(cfg.pingpong):
                     num_prev_epi_tiles = (tile_sched.num_tiles_executed - 1) * epi_tile_num  # its own tiles (the offset advance counted one)
-                if cutlass.const_expr(one_bar and cfg.stage_bias):
-                    # nobody reads sBias any more: the previous tile's last sub-tile barrier followed every read
-                    for j in cutlass.range_constexpr(bias_per_thread):
-                        tb = ctid + j * self.num_mma_threads
-                        if tb < bias_len:
-                            sBias[tb] = bias_regs[j]
-                if cutlass.const_expr(one_bar and cfg.stage_aux):
-                    # sub-tile 0's pre-activation into registers (every later one is read one sub-tile ahead)
-                    aux_buf = aux_ring + num_prev_epi_tiles % self.epi_stage
-                    cute.arch.mbarrier_wait(aux_bar + aux_buf, (num_prev_epi_tiles // self.epi_stage) % 2)
-                    cute.copy(tiled_copy_s2r, tSR_sAux[(None, None, None, aux_buf)], tSR_rAux)
-                if cutlass.const_expr(one_bar and (cfg.stage_bias or cfg.stage_aux)):
-                    epi_bar.arrive_and_wait()  # sBias written / sub-tile 0's pre-activation read before D overwrites its buffer
                 for epi_idx in cutlass.range_constexpr(epi_tile_num):
-                    if cutlass.const_expr(cfg.stage_aux and not one_bar):
+                    if cutlass.const_expr(cfg.stage_aux):
                         aux_g = num_prev_epi_tiles + epi_idx
                         aux_buf = aux_ring + aux_g % self.epi_stage
                         cute.arch.mbarrier_wait(aux_bar + aux_buf, (aux_g // self.epi_stage) % 2)
@@ -1026,32 +979,19 @@ class GemmSm90Kernel:
                             y = y * d_scale
                         tRS_rD[epi_v] = y
                     tRS_rD_out.store(tRS_rD.load().to(self.d_dtype))
-                    if cutlass.const_expr(cfg.stage_aux and not one_bar):
+                    if cutlass.const_expr(cfg.stage_aux):
                         epi_bar.arrive_and_wait()  # all aux reads of this buffer are done before D overwrites it
-                    if cutlass.const_expr(one_bar and cfg.stage_aux and epi_idx + 1 < epi_tile_num):
-                        # the next sub-tile's pre-activation, read before this sub-tile's barrier: D's stmatrix into its
-                        # buffer comes after that barrier (aux_prefetch >= 2: its TMA load was issued a sub-tile ago)
-                        aux_gn = num_prev_epi_tiles + epi_idx + 1
-                        aux_bn = aux_ring + aux_gn % self.epi_stage
-                        cute.arch.mbarrier_wait(aux_bar + aux_bn, (aux_gn // self.epi_stage) % 2)
-                        cute.copy(tiled_copy_s2r, tSR_sAux[(None, None, None, aux_bn)], tSR_rAux)
                     epi_buffer = (num_prev_epi_tiles + epi_idx) % cute.size(tRS_sD, mode=[3])
                     if cutlass.const_expr(cfg.pingpong):
                         epi_buffer = (warp_group_idx - 1) * self.epi_stage + (num_prev_epi_tiles + epi_idx) % self.epi_stage
                     cute.copy(tiled_copy_r2s, tRS_rD_out, tRS_sD[(None, None, None, epi_buffer)])
                     cute.arch.fence_proxy("async.shared", space="cta")
-                    if cutlass.const_expr(one_bar):
-                        # before the barrier, the store warp makes the next sub-tile's buffer free: its last store (epi_stage
-                        # sub-tiles back, the (epi_stage - 1)-th newest once this one is issued) has read shared memory
-                        if warp_idx == store_warp:
-                            cute.arch.cp_async_bulk_wait_group(self.epi_stage - 2, read=True)
                     epi_bar.arrive_and_wait()
                     gmem_coord = epi_tile_layout.get_hier_coord(epi_idx)
                     if warp_idx == store_warp:
                         cute.copy(tma_atom_d, bSG_sD[(None, epi_buffer)], bSG_gD[(None, gmem_coord)])
                         tma_store_pipeline.producer_commit()
-                        if cutlass.const_expr(not one_bar):
-                            tma_store_pipeline.producer_acquire()
+                        tma_store_pipeline.producer_acquire()
                         if cutlass.const_expr(cfg.stage_aux and cfg.aux_prefetch == 1 and epi_idx + 1 < aux_epi_num):
                             # the next sub-tile's aux into the next ring buffer, which the acquire above just freed
                             aux_nb = aux_ring + (num_prev_epi_tiles + epi_idx + 1) % self.epi_stage
@@ -1076,8 +1016,7 @@ class GemmSm90Kernel:
                                 bSG_sAux[(None, aux_nb)],
                                 tma_bar_ptr=aux_bar + aux_nb,
                             )
-                    if cutlass.const_expr(not one_bar):
-                        epi_bar.arrive_and_wait()
+                    epi_bar.arrive_and_wait()
 
                 if cutlass.const_expr(cfg.pingpong):
                     tile_sched.advance_to_next_work(advance_count=2)
