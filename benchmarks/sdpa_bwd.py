@@ -44,7 +44,7 @@ many heads in flight at d128; a launch argument, same kernels). A short A/B of t
 
     python benchmarks/sdpa_bwd.py [--quick]     # writes docs/benchmarks/sdpa_bwd.{md,csv,png}; --quick: d128 8k (causal and not) + d256 8k -> sdpa_bwd_quick.*; --providers=a,b
     # --providers=a,b also orders the columns (and the runs within a case); --only=d128 keeps the cases whose label
-    # contains that text; --out=NAME writes docs/benchmarks/NAME.* instead (an A/B that must not replace the tables)
+    # contains that text (--only="d128 s4k|d128 s8k": either); --out=NAME writes docs/benchmarks/NAME.* instead (an A/B that must not replace the tables)
 """
 
 from __future__ import annotations
@@ -294,8 +294,8 @@ def main(argv=None):
     quick = "--quick" in argv
     cases = _shapes(quick)
     sub = next((a.split("=", 1)[1] for a in argv if a.startswith("--only=")), None)
-    if sub:
-        cases = [c for c in cases if sub in c.label]
+    if sub:  # "a|b": the cases whose label contains a or b
+        cases = [c for c in cases if any(part in c.label for part in sub.split("|"))]
     out = next((a.split("=", 1)[1] for a in argv if a.startswith("--out=")), None)
     out_dir = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "benchmarks")
     run_benchmark(

@@ -274,9 +274,9 @@ def test_l2_group_mb_is_a_launch_scalar_not_a_key_field(api):
         return plan.key, args[11 + 6]  # 11 pointers, then LAUNCH_SCALARS: group_heads is the 7th
 
     key_def, g_def = group_of(True)
-    key_32, g_32 = group_of(True, l2_group_mb=32)
-    assert key_32 == key_def, "l2_group_mb must not reach the compile key (the same kernel)"
-    assert (g_def, g_32) == (max(1, api.L2_GROUP_MB_DEFAULT // 2), 16)  # 2 MiB per pair (the default: 8 MiB, 4 pairs)
+    key_8, g_8 = group_of(True, l2_group_mb=8)
+    assert key_8 == key_def, "l2_group_mb must not reach the compile key (the same kernel)"
+    assert (g_def, g_8) == (api.L2_GROUP_MB_WIDE_DEFAULT // 2, 4)  # 2 MiB per pair (the d = 256 default: 32 MiB, 16 pairs)
     assert group_of(True, l2_group_mb=1)[1] == 1
     assert group_of(False, l2_group_mb=32)[1] == 1
     for bad in (0, 2048, 1.5, True, "32"):

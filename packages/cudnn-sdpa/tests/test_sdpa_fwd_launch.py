@@ -54,14 +54,16 @@ def test_dense_bshd_gqa_lse_arguments(api):
     lse = torch.empty(2, 8, 300, dtype=torch.float32)
     plan = api.SdpaFwdSm90(q, k, v, o, lse, is_causal=True, scale=0.5)
     plan.compile()
-    assert plan.key == SdpaFwdKey("bf16", 128, 128, 4, True, False, False, True, False, False, False, False, packed_cvt=True, ragged_tail=True)
+    assert plan.key == SdpaFwdKey(
+        "bf16", 128, 128, 4, True, False, False, True, False, False, False, False, packed_cvt=True, ragged_tail=True, persistent=True, mask_r2p=True, persistent_pairs=True
+    )  # dense causal d = 128: the persistent paired grid (PERSISTENT_PAIRS_CAUSAL_D128_DEFAULT)
     plan.execute(q, k, v, o, lse, current_stream=7)
     (args,) = api._test_recorder.calls
     assert args[:11] == (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(), None, None, None, None, None, None)
     from cudnn.sdpa.fwd.api import _group_heads
 
     scalars = args[_P:-4]
-    assert scalars[:9] == (2, 8, 2, 300, 257, 300, _group_heads(plan.key, 257), 1, 0)
+    assert scalars[:9] == (2, 8, 2, 300, 257, 300, _group_heads(plan.key, 257), plan._sm_count, 0)  # persistent: one CTA per SM
     strides = scalars[9:]
     assert strides == (
         *(q.stride(0), q.stride(1), q.stride(2)),

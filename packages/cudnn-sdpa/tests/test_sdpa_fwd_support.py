@@ -162,10 +162,10 @@ def test_small_pages_are_served_within_limits():
 
 
 def test_prefill_options_tile_n_packed_cvt_persistent():
-    """The prefill knobs: defaults (packed_cvt on, persistent off, causal keeps tile_config's tile); tile_n is validated
-    and checked against shared memory (and implies packed_cvt); persistent serves dense and THD plans (no paging,
-    split-KV or pack-GQA)."""
-    p0 = _plan(is_causal=True)
+    """The prefill knobs: defaults (packed_cvt on, persistent off except dense causal d = 128, causal keeps
+    tile_config's tile); tile_n is validated and checked against shared memory (and implies packed_cvt); persistent
+    serves dense and THD plans (no paging, split-KV or pack-GQA)."""
+    p0 = _plan(is_causal=True, window_size=(64, 0))  # a sliding window: not the causal d = 128 persistent default
     assert p0.check_support()
     assert (p0.key.tile_n, p0.key.packed_cvt, p0.key.persistent) == (0, True, False)
     plan = _plan(tile_n=176)
@@ -204,6 +204,31 @@ def test_prefill_options_tile_n_packed_cvt_persistent():
     meta = dict(page_table=_desc((2, 4), "int32", "page_table"), cu_seqlens_kv=_desc((3,), "int32", "cu_seqlens_kv"))
     with pytest.raises(NotImplementedError, match="tile_n is not served with paged KV"):
         _plan(**pools, **meta, tile_n=176).check_support()
+
+
+def test_causal_d128_persistent_pairs_default(monkeypatch):
+    """PERSISTENT_PAIRS_CAUSAL_D128_DEFAULT: a dense causal d = 128 plan that leaves persistent / persistent_pairs unset
+    takes the persistent grid with paired query blocks (and MASK_R2P_DEFAULT's keep masks); a window's left edge, THD
+    varlen, another head dim, non-causal, decode (pack-GQA) or an explicit choice keeps the one-tile grid."""
+    from cudnn.sdpa.fwd import api
+
+    assert api.PERSISTENT_PAIRS_CAUSAL_D128_DEFAULT and api.MASK_R2P_DEFAULT  # the defaults since the session-6 H200 A/B
+    plan = _plan(is_causal=True)
+    assert plan.check_support()
+    key = plan.key
+    assert (key.persistent, key.persistent_pairs, key.mask_r2p, key.ragged_tail) == (True, True, True, True)
+    thd = dict(q=_desc((900, 8, 128), name="q"), k=_desc((900, 2, 128), name="k"), v=_desc((900, 2, 128), name="v"))
+    thd.update(cu_seqlens_q=_desc((4,), "int32", "cu_seqlens_q"), cu_seqlens_kv=_desc((4,), "int32", "cu_seqlens_kv"), max_seqlen_q=500, max_seqlen_kv=500)
+    d256 = dict(q=_desc((2, 8, 300, 256), name="q"), k=_desc((2, 2, 257, 256), name="k"), v=_desc((2, 2, 257, 256), name="v"))
+    for kw in (dict(), dict(is_causal=True, window_size=(64, 0)), dict(is_causal=True, **thd), dict(is_causal=True, **d256),
+               dict(is_causal=True, persistent=False), dict(is_causal=True, q=_desc((2, 8, 1, 128), name="q"))):  # fmt: skip
+        plan = _plan(**kw)
+        assert plan.check_support() and not plan.key.persistent and not plan.key.persistent_pairs, kw
+    explicit = _plan(is_causal=True, persistent=True, persistent_pairs=False)
+    assert explicit.check_support() and explicit.key.persistent and not explicit.key.persistent_pairs
+    monkeypatch.setattr(api, "PERSISTENT_PAIRS_CAUSAL_D128_DEFAULT", False)
+    off = _plan(is_causal=True)
+    assert off.check_support() and not off.key.persistent
 
 
 def test_noncausal_d128_tile_default_switch(monkeypatch):

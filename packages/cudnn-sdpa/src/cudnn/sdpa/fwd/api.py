@@ -74,11 +74,18 @@ O_RESCALE_EARLY_DEFAULT = True
 TILE_M192_D64_DEFAULT = True
 #: ``mask_r2p=None`` means MASK_R2P_DEFAULT (masked blocks select each score on one bit of a per-row 32-bit keep mask,
 #: R2P + FSEL, instead of an ``if`` per score: d = 128 causal masked block 538 SASS instructions per thread instead of 615
-#: (1510 with packed_cvt off); bitwise the same): off until an H200 A/B.
-MASK_R2P_DEFAULT = False
+#: (1510 with packed_cvt off); bitwise the same). On since the session-6 H200 A/B (docs/benchmarks/sdpa_fwd_subset.md,
+#: ours-tail vs ours-tail-r2p): every causal row faster, d128 s1k / s4k / s8k 407.2 / 554.4 / 583.7 -> 417.0 / 560.1 /
+#: 599.7 TFLOP/s, d256 s2k / s8k 526.7 / 622.5 -> 561.1 / 638.2, varlen 516.8 -> 527.9.
+MASK_R2P_DEFAULT = True
 #: ``persistent_pairs=None`` means PERSISTENT_PAIRS_DEFAULT on persistent plans (the work unit of the static tile stride
-#: is the pair of query blocks M - 1 - j and j of one head: equal causal work per unit): off until an H200 A/B.
+#: is the pair of query blocks M - 1 - j and j of one head: equal causal work per unit).
 PERSISTENT_PAIRS_DEFAULT = False
+#: ``persistent=None`` and ``persistent_pairs=None`` on a dense causal d = 128 / 128 plan (no window's left edge, not
+#: THD varlen, no paged KV, split-KV or pack-GQA) mean persistent + pairs when True. On since the session-6 H200 A/B
+#: (sdpa_fwd_subset.md, ours-tail-pairs-r2p vs ours-tail-r2p): d128 causal s1k b16 462.5 vs 417.0 TFLOP/s, s4k 569.7 vs
+#: 560.1, s8k 602.0 vs 599.7 (FA4 315.2 / 571.2 / 616.8). Other head dims and masks keep the one-tile grid (not measured).
+PERSISTENT_PAIRS_CAUSAL_D128_DEFAULT = True
 #: ``exp2_emu=None`` means EXP2_EMU_DEFAULT (0: every exponential on MUFU.EX2; N > 0: one in N per row of the key blocks
 #: with no masked score on the FMA pipe, a degree-3 polynomial of relative error 7.5e-5): off until an H200 A/B (d = 64,
 #: where the 4 MUFU lanes per SM partition, not the tensor cores, bound a key block).
@@ -101,8 +108,11 @@ RAGGED_TAIL_DEFAULT = True
 #: start near the end of the grid and run alone (a dispatch model of the d256 s8k b2 causal grid: 90% of the ideal
 #: makespan with 1 pair, 99.5% with 2 or 4; d256 s2k b8: 91% with 4, 98% with 16; FA4's LPT scheduler sizes its sections
 #: from 50 MB, a power of two heads: the same groups as 32 MiB on every causal row of sdpa_fwd.md). 8: the order measured
-#: so far, until an H200 A/B of 32 (benchmarks/sdpa_fwd.py --quick, column ours-l2g32).
+#: so far for head dims <= 128 (d128 causal rows of the A/B: s1k 392.2 vs 406.4 with 32, s4k 558.2 vs 556.5).
 L2_GROUP_MB_DEFAULT = 8
+#: L2_GROUP_MB_DEFAULT for head dims > 128: 32, FA4's section size, since the session-6 H200 A/B (sdpa_fwd_subset.md,
+#: ours-l2g32: d256 causal s8k b2 666.5 vs 637.3 TFLOP/s, s2k b8 545.5 vs 539.7; FA4 666.0 / 596.4).
+L2_GROUP_MB_WIDE_DEFAULT = 32
 #: ``fast_guard=None`` means FAST_GUARD_DEFAULT (host only, not a compile-key field): a repeated execute() checks its
 #: tensors' metadata with one C++ call (torch's dynamo ``TensorGuards``: dtype, device, dispatch keys, sizes and strides
 #: of every tensor argument at once) against the layout that repeated last instead of building and comparing the
@@ -386,7 +396,17 @@ class SdpaFwdSm90(APIBase):
                 f"SdpaFwdSm90: tile_n={self.tile_n} needs {need} bytes of shared memory for head dims {dq}/{dv}; {SMEM_BYTES} are available",
             )
         one_tile = not self.paged and not self.split_kv and not pack  # one query tile per (m_block, head, batch)
-        persistent = self.persistent if self.persistent is not None else (PERSISTENT_DEFAULT and one_tile)
+        causal_d128_pairs = (
+            PERSISTENT_PAIRS_CAUSAL_D128_DEFAULT
+            and self.persistent is None
+            and self.persistent_pairs is None
+            and one_tile
+            and not self.varlen
+            and (dq, dv) == (128, 128)
+            and self.is_causal
+            and not mask_left
+        )
+        persistent = self.persistent if self.persistent is not None else ((PERSISTENT_DEFAULT or causal_d128_pairs) and one_tile)
         self._decline_if(
             bool(persistent) and not one_tile,
             f"SdpaFwdSm90: persistent serves dense and THD varlen plans without paged KV, split-KV or pack-GQA; got {q.describe()}",
@@ -396,7 +416,7 @@ class SdpaFwdSm90(APIBase):
             bool(self.persistent_pairs) and not persistent,
             "SdpaFwdSm90: persistent_pairs is the work unit of a persistent grid; pass persistent=True with it",
         )
-        pairs = self.persistent_pairs if self.persistent_pairs is not None else (bool(persistent) and PERSISTENT_PAIRS_DEFAULT)
+        pairs = self.persistent_pairs if self.persistent_pairs is not None else (bool(persistent) and (PERSISTENT_PAIRS_DEFAULT or causal_d128_pairs))
         exp2_emu = self.exp2_emu if self.exp2_emu is not None else EXP2_EMU_DEFAULT
         self._value_error_if(
             isinstance(exp2_emu, bool) or not isinstance(exp2_emu, int) or not (exp2_emu == 0 or 2 <= exp2_emu <= 64),
@@ -496,7 +516,7 @@ class SdpaFwdSm90(APIBase):
         self._default_scale_log2 = (1.0 / math.sqrt(key.head_dim) if self.scale is None else float(self.scale)) * _LOG2E
         self._window_args = (max(self._mask_window[0], 0), max(self._mask_window[1], 0))
         self._sm_count = _sm_count(self.q.device)
-        self._l2_group_bytes = (self.l2_group_mb if self.l2_group_mb is not None else L2_GROUP_MB_DEFAULT) << 20
+        self._l2_group_bytes = (self.l2_group_mb if self.l2_group_mb is not None else _default_l2_group_mb(key)) << 20
         self._launch_args: dict = {}  # tensor metadata -> validated scalar launch arguments (see execute)
         stream_fn = _current_stream_handle
         if stream_fn is _CURRENT_STREAM_HANDLE:  # (tests may stand a stub in for it) bind core's accessor itself
@@ -909,11 +929,18 @@ def _check_io(key, q, k, v, o) -> None:
 _GROUP_CACHE: dict = {}
 
 
-def _group_heads(key, seqlen_k: int, l2_bytes: int = L2_GROUP_MB_DEFAULT << 20) -> int:
+def _default_l2_group_mb(key) -> int:
+    """The MiB of K/V per L2 group of the causal tile order when the plan leaves ``l2_group_mb`` unset."""
+    return L2_GROUP_MB_WIDE_DEFAULT if max(key.head_dim, key.head_dim_v) > 128 else L2_GROUP_MB_DEFAULT
+
+
+def _group_heads(key, seqlen_k: int, l2_bytes: int | None = None) -> int:
     """(head, batch) pairs per L2 group of the tile order: 1 (m-block fastest) unless the mask makes tiles uneven, else
-    as many as ``l2_bytes`` of K/V hold (the plan's ``l2_group_mb``)."""
+    as many as ``l2_bytes`` of K/V hold (the plan's ``l2_group_mb``; None: the default for the key's head dims)."""
     if not (key.mask_right or key.mask_left):
         return 1
+    if l2_bytes is None:
+        l2_bytes = _default_l2_group_mb(key) << 20
     g = _GROUP_CACHE.get((key.head_dim, key.head_dim_v, seqlen_k, l2_bytes))
     if g is None:
         from .._device.tile_scheduler import SingleTileScheduler
@@ -923,9 +950,7 @@ def _group_heads(key, seqlen_k: int, l2_bytes: int = L2_GROUP_MB_DEFAULT << 20) 
     return g
 
 
-def _validate(
-    key, q, k, v, o, lse, sinks, cu_q, cu_k, max_seqlen_q, workspace=None, num_splits=None, sm_count=132, page_table=None, l2_bytes=L2_GROUP_MB_DEFAULT << 20
-) -> tuple:
+def _validate(key, q, k, v, o, lse, sinks, cu_q, cu_k, max_seqlen_q, workspace=None, num_splits=None, sm_count=132, page_table=None, l2_bytes=None) -> tuple:
     """The full execute-time check of the tensors against the plan; returns ``(scalars, lse_part_offset)``: the
     kernel's scalar launch arguments (``kernel_sm90.LAUNCH_SCALARS``) and, for split-KV, the byte offset of the
     partial LSE in the workspace (else None); or ``_EMPTY`` when there is nothing to launch. Reads metadata only."""
@@ -1009,6 +1034,7 @@ def _validate(
     if grid_q == 0 or batch == 0 or heads == 0:
         return _EMPTY
     sk_hint = sk if seqlen_k_hint is None else seqlen_k_hint
+    l2_bytes = _default_l2_group_mb(key) << 20 if l2_bytes is None else l2_bytes
     group = _group_heads(key, sk_hint if not key.varlen else grid_q, l2_bytes)
     if key.varlen_lpt:  # whole heads per L2 group: as many heads as the budget holds of all T_kv tokens, times B sequences
         from .._device.tile_scheduler import SingleTileScheduler
