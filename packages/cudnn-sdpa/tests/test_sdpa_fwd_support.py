@@ -224,6 +224,9 @@ def test_causal_d128_persistent_pairs_default(monkeypatch):
                dict(is_causal=True, persistent=False), dict(is_causal=True, q=_desc((2, 8, 1, 128), name="q"))):  # fmt: skip
         plan = _plan(**kw)
         assert plan.check_support() and not plan.key.persistent and not plan.key.persistent_pairs, kw
+    d64 = dict(q=_desc((2, 8, 300, 64), name="q"), k=_desc((2, 2, 257, 64), name="k"), v=_desc((2, 2, 257, 64), name="v"))
+    p64 = _plan(is_causal=True, **d64)  # head dims <= 64 keep the branch per score (mask_r2p lost there)
+    assert p64.check_support() and not p64.key.mask_r2p and _plan(is_causal=True, mask_r2p=True, **d64).check_support()
     explicit = _plan(is_causal=True, persistent=True, persistent_pairs=False)
     assert explicit.check_support() and explicit.key.persistent and not explicit.key.persistent_pairs
     monkeypatch.setattr(api, "PERSISTENT_PAIRS_CAUSAL_D128_DEFAULT", False)

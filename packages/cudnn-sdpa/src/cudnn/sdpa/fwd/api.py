@@ -76,7 +76,8 @@ TILE_M192_D64_DEFAULT = True
 #: R2P + FSEL, instead of an ``if`` per score: d = 128 causal masked block 538 SASS instructions per thread instead of 615
 #: (1510 with packed_cvt off); bitwise the same). On since the session-6 H200 A/B (docs/benchmarks/sdpa_fwd_subset.md,
 #: ours-tail vs ours-tail-r2p): every causal row faster, d128 s1k / s4k / s8k 407.2 / 554.4 / 583.7 -> 417.0 / 560.1 /
-#: 599.7 TFLOP/s, d256 s2k / s8k 526.7 / 622.5 -> 561.1 / 638.2, varlen 516.8 -> 527.9.
+#: 599.7 TFLOP/s, d256 s2k / s8k 526.7 / 622.5 -> 561.1 / 638.2, varlen 516.8 -> 527.9. Head dims <= 64 keep the
+#: branch: there it lost in session 4 (docs/benchmarks/sdpa_fwd_causal.md: d64 s8k 525.1 vs 542.9, causal 472.0 vs 494.5).
 MASK_R2P_DEFAULT = True
 #: ``persistent_pairs=None`` means PERSISTENT_PAIRS_DEFAULT on persistent plans (the work unit of the static tile stride
 #: is the pair of query blocks M - 1 - j and j of one head: equal causal work per unit).
@@ -472,7 +473,7 @@ class SdpaFwdSm90(APIBase):
             192 if tile_m192 else 0,
             bool(varlen_tma_o),
             bool(self.o_rescale_early if self.o_rescale_early is not None else (O_RESCALE_EARLY_DEFAULT and dv > 128)),
-            bool(self.mask_r2p if self.mask_r2p is not None else MASK_R2P_DEFAULT),
+            bool(self.mask_r2p if self.mask_r2p is not None else (MASK_R2P_DEFAULT and max(dq, dv) > 64)),
             bool(pairs),
             int(exp2_emu),
             bool(self.ragged_tail if self.ragged_tail is not None else (RAGGED_TAIL_DEFAULT and not (self.paged or self.split_kv))),
