@@ -156,33 +156,46 @@ def run_benchmark(
             return Result(case.label, p.name, None, None, None, f"unsupported: {exc}")
         return Result(case.label, p.name, None, None, None, f"error: {type(exc).__name__}: {str(exc)[:200]}")  # never hides the others
 
-    for case in cases:
-        if rounds <= 1:
+    def keep(r: Result) -> None:
+        results.append(r)
+        print(f"  {r.case} / {r.provider}: " + (f"{r.ms:.4f} ms" if r.ms is not None else r.note), flush=True)  # survives a kill
+
+    stopped = _stop_on_sigterm()
+    try:
+        for case in cases:
+            if rounds <= 1:
+                for p in live:
+                    try:
+                        fn = p.make(case)
+                        keep(result(case, p, _time(fn), fn))
+                    except Exception as exc:
+                        keep(failed(case, p, exc))
+                    finally:
+                        _free()
+                continue
+            fns, best, done = {}, {}, {}
             for p in live:
                 try:
-                    fn = p.make(case)
-                    results.append(result(case, p, _time(fn), fn))
+                    fns[p.name] = p.make(case)
                 except Exception as exc:
-                    results.append(failed(case, p, exc))
-                finally:
-                    _free()
-            continue
-        fns, best, done = {}, {}, {}
-        for p in live:
-            try:
-                fns[p.name] = p.make(case)
-            except Exception as exc:
-                done[p.name] = failed(case, p, exc)
-        for _ in range(rounds):
+                    done[p.name] = failed(case, p, exc)
+            for _ in range(rounds):
+                for p in live:
+                    if p.name in fns and p.name not in done:
+                        try:
+                            best[p.name] = min(best.get(p.name, float("inf")), _time(fns[p.name]))
+                        except Exception as exc:
+                            done[p.name] = failed(case, p, exc)
             for p in live:
-                if p.name in fns and p.name not in done:
-                    try:
-                        best[p.name] = min(best.get(p.name, float("inf")), _time(fns[p.name]))
-                    except Exception as exc:
-                        done[p.name] = failed(case, p, exc)
-        results.extend(done.get(p.name) or result(case, p, best[p.name], fns[p.name]) for p in live)
-        fns.clear()
-        _free()
+                keep(done.get(p.name) or result(case, p, best[p.name], fns[p.name]))
+            fns.clear()
+            _free()
+    except _Stopped:  # a time limit's SIGTERM: write what was measured, marked partial
+        done_cases = {r.case for r in results}
+        cases = [c for c in cases if c.label in done_cases]
+        convention = (convention + "; " if convention else "") + f"PARTIAL: stopped by SIGTERM after {len(cases)} case(s)"
+    finally:
+        stopped()
     table = _format_table(name, cases, live, results, metric, convention, unavailable, title, rounds)
     print(table)
     os.makedirs(out_dir, exist_ok=True)
@@ -195,6 +208,24 @@ def run_benchmark(
             w.writerow([r.case, r.provider, _fmt(r.ms, 4), _fmt(r.tflops, 1), _fmt(r.gbps, 1), r.note])
     _plot(os.path.join(out_dir, f"{name}.png"), name, cases, live, results, metric, title)
     return results
+
+
+class _Stopped(BaseException):
+    """Raised by the SIGTERM handler of run_benchmark (a BaseException: the per-provider ``except Exception`` passes it)."""
+
+
+def _stop_on_sigterm():
+    """Turn SIGTERM (``timeout``'s signal) into _Stopped while a benchmark runs; returns the undo."""
+    import signal
+
+    def handler(signum, frame):
+        raise _Stopped()
+
+    try:
+        old = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: leave the default
+        return lambda: None
+    return lambda: signal.signal(signal.SIGTERM, old)
 
 
 def _free():
