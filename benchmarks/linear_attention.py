@@ -4,11 +4,14 @@ Gated DeltaNet forward (chunked, K = V = 128) in milliseconds and GB/s of minimu
 Providers, all on the same inputs in one process: ours (cudnn.linear_attention), ours replayed from a
 CUDA graph (no host overhead), the adapter called directly with the DSL's launch entry ("adapter") and with the
 tvm-ffi entry ("adapter+tvmffi": the launch-route A/B, forward and update), fla-core's Triton causal_conv1d when importable, and a torch F.conv1d
-(cuDNN) baseline on the same [B, T, D] storage (dense cases only). Issue 7's forward A/B: "ours-ffi" (the public op on the
-tvm-ffi launch route, ``torch_op.FWD_TVM_FFI``), "ours-ffi-pf16" (plus the kernel's cp.async ring, ``FWD_PREFETCH = 16``)
-and kernel-only columns replayed from a CUDA graph (compare with "ours+graph"): "ours-pf16+graph" / "ours-pf32+graph"
-(``Conv1dFwdKey.prefetch``), "ours-t128+graph" (128 tokens per CTA) and "ours-pf16t128+graph". ``conv1d --quick`` runs
-those forward shapes in 3 interleaved rounds (``linear_attention_quick.{md,csv,png}``).
+(cuDNN) baseline on the same [B, T, D] storage (dense cases only). Issue 7's forward A/B: "ours-slowhost" (the public op
+with session 5's defaults: DSL launch entry, custom-op dispatch, full per-call validation; ``ours`` has the tvm-ffi route,
+the direct eager call and the memoized validation since session 6) and kernel-only columns replayed from a CUDA graph
+(compare with "ours+graph"): "ours-t128+graph" (128 tokens per CTA) and the session-6 kernel options
+("ours-k4+graph" / "ours-k8+graph": ``Conv1dFwdKey.grid_ctas`` = 528 / 1056, "ours-k4cs+graph": plus ``streaming``;
+"ours-k3u8+graph": 396 CTAs at 3 per SM with groups of 8 tokens; "ours-k4": the public op with ``grid_ctas`` = 528).
+"copy" is the forward's ceiling under the same protocol: torch's device-to-device copy of x into y (the same bytes).
+``conv1d --quick`` runs those forward shapes in 3 interleaved rounds (``linear_attention_quick.{md,csv,png}``).
 
 Byte convention (minimum memory traffic, "effective"): forward reads x and writes y once
 (2 * T * D * itemsize); backward reads x and dy and writes dx (3 * T * D * itemsize); update reads x,
@@ -196,10 +199,11 @@ def _make_ours_adapter(tvm_ffi):
     return make
 
 
-def _make_ours_op_options(tvm_ffi=None, prefetch=None, fast=False):
+def _make_ours_op_options(tvm_ffi=True, fast=True, grid_ctas=0, streaming=False):
     """The public ``causal_conv1d`` (eager) with the forward op's plan options set around each call
-    (``torch_op.FWD_TVM_FFI``: launch route; ``torch_op.FWD_PREFETCH``: the kernel's cp.async ring; ``fast``: the host
-    fast paths ``torch_op.DIRECT_EAGER`` and ``api.FAST_HOST_DEFAULT``, both off by default). Forward only."""
+    (``torch_op.FWD_TVM_FFI``: launch route; ``fast``: the host fast paths ``torch_op.DIRECT_EAGER`` and
+    ``api.FAST_HOST_DEFAULT``, both on by default since session 6; ``grid_ctas`` / ``streaming``: the kernel options
+    ``api.FWD_GRID_CTAS_DEFAULT`` / ``api.FWD_STREAMING_DEFAULT``, off by default). Forward only."""
 
     def make(case):
         if case.params["op"] != "fwd":
@@ -209,14 +213,13 @@ def _make_ours_op_options(tvm_ffi=None, prefetch=None, fast=False):
         fn = _make_ours(case)
 
         def call():
-            saved = torch_op.FWD_TVM_FFI, torch_op.FWD_PREFETCH, torch_op.DIRECT_EAGER, api.FAST_HOST_DEFAULT
-            torch_op.FWD_TVM_FFI, torch_op.FWD_PREFETCH = tvm_ffi, prefetch
-            if fast:
-                torch_op.DIRECT_EAGER, api.FAST_HOST_DEFAULT = True, True
+            saved = torch_op.FWD_TVM_FFI, torch_op.DIRECT_EAGER, api.FAST_HOST_DEFAULT, api.FWD_GRID_CTAS_DEFAULT, api.FWD_STREAMING_DEFAULT
+            torch_op.FWD_TVM_FFI, torch_op.DIRECT_EAGER, api.FAST_HOST_DEFAULT = tvm_ffi, fast, fast
+            api.FWD_GRID_CTAS_DEFAULT, api.FWD_STREAMING_DEFAULT = grid_ctas, streaming
             try:
                 return fn()
             finally:
-                torch_op.FWD_TVM_FFI, torch_op.FWD_PREFETCH, torch_op.DIRECT_EAGER, api.FAST_HOST_DEFAULT = saved
+                torch_op.FWD_TVM_FFI, torch_op.DIRECT_EAGER, api.FAST_HOST_DEFAULT, api.FWD_GRID_CTAS_DEFAULT, api.FWD_STREAMING_DEFAULT = saved
 
         return call
 
@@ -224,8 +227,8 @@ def _make_ours_op_options(tvm_ffi=None, prefetch=None, fast=False):
 
 
 def _make_ours_kernel_variant(**fields):
-    """Kernel A/B: the forward adapter (tvm-ffi entry) with compile-key fields replaced (``prefetch``: the cp.async ring,
-    ``tokens_per_cta``), replayed from a CUDA graph, so the column is kernel time (compare with ``ours+graph``)."""
+    """Kernel A/B: the forward adapter (tvm-ffi entry) with compile-key fields replaced (``tokens_per_cta``, the session-6
+    kernel options), replayed from a CUDA graph, so the column is kernel time (compare with ``ours+graph``)."""
 
     def make(case):
         import dataclasses
@@ -277,6 +280,17 @@ def _make_fla(case):
     if op == "fwd":
         return lambda: fwd(inp["x"], inp["w"], inp["b"])
     return _grad_fn(fwd, inp)
+
+
+def _make_copy(case):
+    """The forward's memory ceiling under the same protocol: torch's device-to-device copy of x into a preallocated y (the
+    same bytes: x read, y written once; L2 cleared before each run as for every provider). Forward only."""
+    if case.params["op"] != "fwd":
+        raise Unsupported("forward only: the copy ceiling")
+    inp = _inputs(case)
+    x = inp["x"]
+    y = x.new_empty(x.shape)
+    return lambda: y.copy_(x)
 
 
 def _make_torch(case):
@@ -520,7 +534,7 @@ def _parallel_providers(family, adapter, per_key_gate, public):
     for variant in PARALLEL_VARIANTS:
         if variant in takes:
             providers.append(Provider(f"ours-par-{variant}", make_adapter({}, variant)))
-    for variant in ("owp", "gtc3-owp", "knt-best"):
+    for variant in ("kall",):  # the KDA prep speed opt-ins, kernel-only
         if variant in takes:
             providers.append(Provider(f"ours-par-{variant}+graph", _graphed(make_adapter({}, variant))))
     return providers
@@ -550,19 +564,24 @@ def main(args=None):
     providers = [
         Provider("ours", _make_ours),
         Provider("ours+graph", _make_ours_graph),
-        # issue 7 A/B: the forward op's tvm-ffi launch route (host), the kernel's cp.async ring (prefetch) and 128 tokens per CTA
-        Provider("ours-ffi", _make_ours_op_options(tvm_ffi=True)),
-        Provider("ours-ffi-pf16", _make_ours_op_options(tvm_ffi=True, prefetch=16)),
-        Provider("ours-fast", _make_ours_op_options(tvm_ffi=True, fast=True)),
-        Provider("ours-pf16+graph", _make_ours_kernel_variant(prefetch=16)),
-        Provider("ours-pf32+graph", _make_ours_kernel_variant(prefetch=32)),
-        Provider("ours-pf16t128+graph", _make_ours_kernel_variant(prefetch=16, tokens_per_cta=128)),
+        # issue 7 A/B: session 5's host defaults (DSL entry, op dispatch, full validation) and 128 tokens per CTA
+        Provider("ours-slowhost", _make_ours_op_options(tvm_ffi=False, fast=False)),
         Provider("ours-t128+graph", _make_ours_kernel_variant(tokens_per_cta=128)),
+        # session 6 kernel options (Conv1dFwdKey.grid_ctas / streaming, H200: 132 SMs x 4 CTAs = 528 = one wave): one run
+        # of T / 132-ish tokens per CTA (k4), two waves of half-length runs (k8: the default's CTA count, with the run
+        # kernel's prologue), k4 with evict-first y stores (k4cs), one wave at 3 CTAs per SM with groups of 8 (k3u8: 16
+        # loads in flight per thread); eager through the public op (ours-k4)
+        Provider("ours-k4", _make_ours_op_options(grid_ctas=528)),
+        Provider("ours-k4+graph", _make_ours_kernel_variant(grid_ctas=528)),
+        Provider("ours-k8+graph", _make_ours_kernel_variant(grid_ctas=1056)),
+        Provider("ours-k4cs+graph", _make_ours_kernel_variant(grid_ctas=528, streaming=True)),
+        Provider("ours-k3u8+graph", _make_ours_kernel_variant(grid_ctas=396, group=8, min_ctas_per_sm=3)),
         Provider("ours-u8", _make_ours_variant(8, 3)),
         Provider("adapter", _make_ours_adapter(False)),
         Provider("adapter+tvmffi", _make_ours_adapter(True)),
         Provider("fla", _make_fla, _fla_available),
         Provider("torch", _make_torch),
+        Provider("copy", _make_copy),  # the ceiling: torch's D2D copy of the same bytes
     ]
     cases = _cases()
     if args.quick:  # issue 7's forward shapes: 16M, 67M (two), 134M elements dense, and 134M varlen

@@ -6,12 +6,12 @@ kernel, from torch.profiler: where the microseconds of ``ours-parallel`` go. Pri
     python3 benchmarks/linear_attention_kernels.py --t 32768 --h 64 --family kda --out /tmp/kda_32k.md
 
 Same inputs as benchmarks/linear_attention.py (seed 0, K = V = 128, L2 norm in the kernel, no states). Variants:
-serial, parallel (the default parallel plan), parallel-s3 (``parallel_state_stages = 3``), GDN's parallel-pf
-(``parallel_prefetch``, its prep kernel's ``prefetch`` key option), parallel-2cta (``parallel_prep_two_per_sm``) and
-parallel-all (the three combined), and, both families, the named state-pass variants of
-``_host/chunk_parallel.py::PARALLEL_VARIANTS`` as par-<name> (par-v32 / par-v16: the state pass on 32- / 16-row value
-slices, ``kda/chunk_parallel_state_narrow_kernel.py``). KDA's prep has no variants (session 5: the restructured prep
-kernel is its only one). ``--variants parallel,par-v32`` keeps a subset.
+serial, parallel (the default parallel plan: since session 6 the TMA state pass at four stages, the V-wide output
+kernel and, for GDN, the restructured prep at three CTAs per SM), and every named variant of
+``_host/chunk_parallel.py::PARALLEL_VARIANTS`` whose prep fields the family's prep key has, as par-<name>: the A/B
+baselines par-state-base / par-out-base / par-base (the session-5 state pass and output kernel), GDN's
+par-gdn-prep-base / par-gdn-base (its session-5 prep / whole plan), and KDA's prep options (par-kp5: its session-5 prep, par-kn, par-kts, par-ktsl, par-kpr, par-kall).
+``--variants parallel,par-base`` keeps a subset.
 Each variant is warmed (compile), then ``--iters`` calls are profiled; a kernel's time is its mean CUDA time per call.
 First line per family: each kernel's memory floor (``floors``: the workspace bytes it must move, at 4.8 TB/s).
 """
@@ -83,11 +83,7 @@ def variants_of(family):
     """``(label, schedule, adapter knobs, PARALLEL_VARIANTS name)`` of every variant the family runs."""
     from cudnn.linear_attention._host.chunk_parallel import PARALLEL_VARIANTS
 
-    variants = [("serial", "serial", {}, None), ("parallel", "parallel", {}, None), ("parallel-s3", "parallel", {"parallel_state_stages": 3}, None)]
-    if family == "gdn":  # KDA's prep kernel has no knobs
-        variants.append(("parallel-pf", "parallel", {"parallel_prefetch": True}, None))
-        variants.append(("parallel-2cta", "parallel", {"parallel_prep_two_per_sm": True}, None))
-        variants.append(("parallel-all", "parallel", {"parallel_prefetch": True, "parallel_state_stages": 3, "parallel_prep_two_per_sm": True}, None))
+    variants = [("serial", "serial", {}, None), ("parallel", "parallel", {}, None)]
     for name, fields in PARALLEL_VARIANTS.items():  # every named variant whose prep fields the family's prep key has
         if set(fields.get("prep", {})) <= prep_key_fields(family):
             variants.append((f"par-{name}", "parallel", {}, name))
@@ -183,7 +179,7 @@ def main(argv=None):
     ap.add_argument("--t", type=int, default=8192)
     ap.add_argument("--h", type=int, default=16)
     ap.add_argument("--iters", type=int, default=10)
-    ap.add_argument("--variants", default="", help="comma-separated variant labels to keep (default: all), e.g. parallel,par-v32")
+    ap.add_argument("--variants", default="", help="comma-separated variant labels to keep (default: all), e.g. parallel,par-base")
     ap.add_argument("--out", default="docs/benchmarks/linear_attention_kernels.md", help="md file the table is written to ('' : none)")
     a = ap.parse_args(argv)
     only = tuple(v for v in a.variants.split(",") if v)

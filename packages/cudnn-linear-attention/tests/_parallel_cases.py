@@ -58,9 +58,10 @@ def check(out, ref, lowp, name):
     assert_close_fa(out, ref, lowp, name=name, factor=2.0, noise=1e-3 * ref.abs().max().item())
 
 
-def run(fam, schedule, q, k, v, g, beta, h0, cu, l2norm, final=True, knobs=None):
+def run(fam, schedule, q, k, v, g, beta, h0, cu, l2norm, final=True, knobs=None, variant=None):
     """``(o, final_state)`` of one adapter execute (poisoned outputs; workspace sized for this batch); ``knobs``:
-    adapter tuning attributes set before compile (``parallel_state_stages``, GDN's ``parallel_prefetch``, ...)."""
+    adapter tuning attributes set before compile (``parallel_state_stages``, GDN's ``parallel_prefetch``, ...);
+    ``variant``: a ``set_parallel_options`` name or dict (parallel schedule only)."""
     from cudnn_testing.data import poison
 
     o = poison(torch.empty_like(v))
@@ -69,6 +70,10 @@ def run(fam, schedule, q, k, v, g, beta, h0, cu, l2norm, final=True, knobs=None)
     plan = fam.adapter_class()(q, k, v, g, beta, o, use_qk_l2norm_in_kernel=l2norm, initial_state=h0, final_state=ht, cu_seqlens=cu, schedule=schedule)
     for name, value in (knobs or {}).items():
         setattr(plan, name, value)
+    if variant:
+        from cudnn.linear_attention._host.chunk_parallel import set_parallel_options
+
+        set_parallel_options(plan, variant)
     plan.compile()
     ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda") if schedule == "parallel" else None
     plan.execute(q, k, v, g, beta, o, h0, ht, cu, workspace=ws)
@@ -90,12 +95,15 @@ def check_varlen_matches_recurrence(fam, D, l2norm, regime, knobs=None):
     assert torch.equal(ht[3], h0[3])
 
 
-def check_bitwise_equal_to_serial(fam, D, l2norm, regime):
+def check_bitwise_equal_to_serial(fam, D, l2norm, regime, variant=None):
+    """The parallel plan (``variant``: a ``set_parallel_options`` name, e.g. GDN's ``gdn-prep-base``, whose prep kernel
+    forms every operand as the serial kernel does, with the default state pass and output kernel) equal to the serial
+    kernel bit for bit on the varlen batch."""
     from cudnn_testing.data import cu_seqlens
 
     cu = cu_seqlens(LENGTHS, "cuda")
     q, k, v, g, beta, h0 = inputs(fam, (sum(LENGTHS),), 4, 2, D, l2norm, len(LENGTHS), regime)
-    o_par, ht_par = run(fam, "parallel", q, k, v, g, beta, h0, cu, l2norm)
+    o_par, ht_par = run(fam, "parallel", q, k, v, g, beta, h0, cu, l2norm, variant=variant)
     o_ser, ht_ser = run(fam, "serial", q, k, v, g, beta, h0, cu, l2norm)
     do = (o_par.float() - o_ser.float()).abs().max().item()
     ds = (ht_par - ht_ser).abs().max().item()
@@ -165,12 +173,14 @@ def check_execute_never_syncs_or_allocates_and_replays_under_capture(fam, varian
     detectors.assert_capture_matches_eager(lambda: plan(*args, workspace=ws), [o, ht])
 
 
-def check_options_bitwise_equal_to_default(fam, opts, D, l2norm, g_dtype):
+def check_options_bitwise_equal_to_default(fam, opts, D, l2norm, g_dtype, baseline=None):
     """The parallel schedule's tuning knobs (adapter attributes ``opts``: GDN's ``parallel_prefetch`` -- the prep kernel
     issues every global read of a chunk at once --, ``parallel_state_stages`` = 3 -- the state pass fetches two chunks
     ahead --, GDN's ``parallel_prep_two_per_sm`` -- its prep kernel at two CTAs per SM, the solve's scratch over Q / P)
     change only when and where things happen: o and the final state equal the default parallel schedule's bit for bit on
-    the varlen batch (1-token, empty, long sequences; GVA; initial and final states), g in ``g_dtype``."""
+    the varlen batch (1-token, empty, long sequences; GVA; initial and final states), g in ``g_dtype``. ``baseline``: a
+    ``set_parallel_options`` name the reference plan takes (GDN's prep knobs select the one-warpgroup prep kernel:
+    their reference is ``gdn-prep-base``), None = the default plan."""
     from cudnn_testing.data import cu_seqlens, poison
 
     cu = cu_seqlens(LENGTHS, "cuda")
@@ -183,6 +193,10 @@ def check_options_bitwise_equal_to_default(fam, opts, D, l2norm, g_dtype):
         plan = fam.adapter_class()(q, k, v, g, beta, o, use_qk_l2norm_in_kernel=l2norm, initial_state=h0, final_state=ht, cu_seqlens=cu, schedule="parallel")
         for name, value in knobs.items():
             setattr(plan, name, value)
+        if baseline and not knobs:
+            from cudnn.linear_attention._host.chunk_parallel import set_parallel_options
+
+            set_parallel_options(plan, baseline)
         plan.compile()
         ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda")
         plan.execute(q, k, v, g, beta, o, h0, ht, cu, workspace=ws)
@@ -260,18 +274,20 @@ def assert_prep_arrays_close(ws_default, ws_opt, lengths, heads, d, names, bitwi
     assert not bad, f"{label} prep arrays {bad} differ from the default prep kernel's: " + "; ".join(report)
 
 
-def check_prep_variant(fam, variant, D, l2norm, regime, g_dtype, beta_dtype, names, bitwise=(), label="option"):
+def check_prep_variant(fam, variant, D, l2norm, regime, g_dtype, beta_dtype, names, bitwise=(), label="option", baseline=None):
     """The prep-kernel ``variant`` on the varlen batch (1-token, empty, long sequences; GVA; h0 / ht; g / beta in
     ``g_dtype`` / ``beta_dtype``): its workspace arrays against the default prep kernel's
     (:func:`assert_prep_arrays_close`), o and the final state by the FlashAttention rule against the fp32 recurrence
-    and within twice the default schedule's error; the empty sequence passes its state through."""
+    and within twice the default schedule's error; the empty sequence passes its state through. ``baseline``: the
+    reference plan's ``set_parallel_options`` variant (GDN: ``gdn-prep-base``, the one-warpgroup prep kernel, since
+    the default is the restructured one), None = the default plan."""
     from cudnn_testing.data import cu_seqlens
     from cudnn_testing.tolerance import assert_close_fa
 
     cu = cu_seqlens(LENGTHS, "cuda")
     q, k, v, g, beta, h0 = inputs(fam, (sum(LENGTHS),), 4, 2, D, l2norm, len(LENGTHS), regime)
     g, beta = g.to(getattr(torch, g_dtype)), beta.to(getattr(torch, beta_dtype))
-    o0, s0, ws0 = execute_variant(fam, None, q, k, v, g, beta, h0, cu, l2norm)
+    o0, s0, ws0 = execute_variant(fam, baseline, q, k, v, g, beta, h0, cu, l2norm)
     o1, s1, ws1 = execute_variant(fam, variant, q, k, v, g, beta, h0, cu, l2norm)
     assert_prep_arrays_close(ws0, ws1, LENGTHS, 4, D, names, bitwise, label)
     ref_o, ref_s, low_o, low_s = refs(fam, q, k, v, g.float(), beta.float(), h0, l2norm, cu, False)

@@ -1,7 +1,8 @@
 """Compile-only tier (CPU, CUTE_DSL_ARCH=sm_90a): the three causal_conv1d kernels build from the plan alone,
 carry the cudnn symbol prefix (Rule 6), really use 16-byte vector loads and stores, and a second plan
-with another token total is a kernel-cache hit (Rule 4); the forward's opt-in ``prefetch`` ring builds with 16-byte
-cp.async copies, 16-byte stores and no stack frame. Kept small: four compiles, about 12 s."""
+with another token total is a kernel-cache hit (Rule 4); the forward's opt-in run grid (``grid_ctas``, with ``streaming``)
+builds its own ``cudnn_`` kernel with 16-byte loads, evict-first 16-byte stores and no stack frame. Kept small: four
+compiles, about 12 s."""
 
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ def test_forward_compiles_with_prefix_and_vector_access(tmp_path):
     assert len(names) == 2 and all(n.startswith("cudnn_") for n in names), names
     assert "ld.global.v4" in text and "st.global.v4" in text
     assert ".local" not in text  # the register window never spills to local memory
-    assert "cp.async" not in text  # the default kernel keeps its register double buffer (the prefetch ring is opt-in)
+    assert "cp.async" not in text  # x reaches the registers by plain 16-byte loads (register double buffer)
 
     misses = kernel_cache.stats.misses
     other = _fwd_plan(123457, 77)  # another token total and sequence count: same artifact
@@ -127,32 +128,31 @@ def test_tvm_ffi_launch_route_builds_a_separate_positional_entry():
     assert fwd._entry is not None and fwd._entry is not fwd._compiled_kernel
 
 
-def test_forward_prefetch_ring_compiles_to_16_byte_accesses_without_a_frame(tmp_path):
-    """``plan.prefetch = 16`` (opt-in): the ring kernel is its own ``cudnn_``-prefixed symbol, every global access of the
-    dense bf16 plan is 16 bytes wide (cp.async of 16 bytes for x, ``ld.global.v4`` for the W - 1 halo tokens and the
-    weights, ``st.global.v4`` for y), 2 * 16 copies per thread (16 prologue, 16 refills), and ptxas keeps it in
-    registers: frame 0 (no local memory)."""
+def test_forward_run_grid_compiles_to_16_byte_accesses_without_a_frame(tmp_path):
+    """``plan.grid_ctas = 528`` with ``plan.streaming`` (opt-in, varlen with initial and final states, bf16, W = 4): the run
+    kernel is its own ``cudnn_`` symbol next to the final-states kernel; x and the halo come in by ``ld.global.v4``, y
+    leaves by ``st.global.cs.v4`` only (evict-first), no cp.async, and ptxas keeps it in registers: frame 0."""
     import re
 
     from cudnn.kernel_cache import kernel_cache
-    from cudnn.linear_attention.conv1d.api import CausalConv1d
 
-    x = TensorDesc.contiguous((2, 1000, 512), "bfloat16", "x")
-    plan = CausalConv1d(x, TensorDesc.contiguous((512, 4), "bfloat16", "weight"), x, TensorDesc.contiguous((512,), "bfloat16", "bias"), activation="silu")
-    plan.prefetch = 16
+    plan = _fwd_plan(1000, 5)
+    plan.grid_ctas, plan.streaming = 528, True
     plan.check_support()
-    assert plan.compile_key().prefetch == 16
-    kernel_cache._entries.pop(("linear_attention.conv1d", plan.compile_key()), None)
+    key = plan.compile_key()
+    assert (key.grid_ctas, key.streaming) == (528, True)
+    kernel_cache._entries.pop(("linear_attention.conv1d", key), None)
     with keep_artifacts(tmp_path) as ptx:
         plan.compile()
         text = ptx()
     names = kernel_symbols(text)
-    assert len(names) == 1 and names[0].startswith("cudnn_") and "kernel_prefetch" in names[0], names
-    copies = re.findall(r"cp\.async\.(\w+)\.shared\.global \[[^\]]+\], \[[^\]]+\], (\d+)", text)
-    assert len(copies) == 32 and set(copies) == {("cg", "16")}, copies[:4]
-    accesses = set(re.findall(r"\b(ld|st)\.global((?:\.\w+)*)", text))
-    assert accesses == {("ld", ".v4.b32"), ("st", ".v4.b32")}, accesses
-    assert "cp.async.wait_group" in text and "bar.sync" not in text  # each thread reads only its own slots
-    assert ".local" not in text
+    assert len(names) == 2 and all(n.startswith("cudnn_") for n in names), names
+    assert any("kernel_runs" in n for n in names) and not any(re.search(r"cudnn_kernel_kernel_[^r]", n) for n in names), names
+    runs = text[text.index(".entry " + next(n for n in names if "kernel_runs" in n)) :]
+    runs = runs[: runs.find(".entry ", 1)] if ".entry " in runs[1:] else runs  # the run kernel's body only
+    wide = set(re.findall(r"\b(ld|st)\.global((?:\.\w+)*)", runs))
+    assert ("ld", ".v4.b32") in wide and ("st", ".cs.v4.b32") in wide, wide
+    assert not [a for a in wide if a[0] == "st" and ".cs" not in a[1]], wide  # y: only evict-first stores
+    assert "cp.async" not in text and ".local" not in text
     sizes = frame_sizes(tmp_path)
-    assert sizes and all(s == 0 for s in sizes), sizes
+    assert len(sizes) == 2 and all(s == 0 for s in sizes), sizes

@@ -257,24 +257,8 @@ def test_tvm_ffi_launch_route_matches_the_dsl_entry_bit_for_bit():
     assert torch.equal(res[1][0], res[1][2]) and torch.equal(res[1][1][live], res[1][3][live])  # replay == eager
 
 
-# ---------------------------------------------------------------------------------------------- issue 7: prefetch ring, host path
-#: (prefetch, width, bias, activation, layout, dtype, tokens_per_cta). Every width, bias and SiLU on and off, the three
-#: layouts (varlen with 1-token sequences and initial / final states, dense [B, L, D], a strided token view), fp32 (4
-#: channels per vector), both ring depths and the benchmark's 128-token CTAs; pruned to 9 option compiles.
-PREFETCH_CASES = [
-    (16, 2, False, None, "varlen", "bfloat16", 64),
-    (16, 3, True, "silu", "varlen", "bfloat16", 64),
-    (16, 4, True, "silu", "varlen", "bfloat16", 64),
-    (16, 4, False, "silu", "dense", "bfloat16", 64),
-    (16, 4, True, None, "strided", "bfloat16", 64),
-    (16, 4, True, "silu", "varlen", "float32", 64),
-    (32, 4, True, "silu", "varlen", "bfloat16", 64),
-    (32, 3, False, None, "dense", "float16", 64),
-    (16, 4, True, "silu", "varlen", "bfloat16", 128),
-]
-
-
-def _prefetch_inputs(width, bias, layout, dtype):
+# ---------------------------------------------------------------------------------------------- issue 7: host path
+def _issue7_inputs(width, bias, layout, dtype):
     dt = getattr(torch, dtype)
     D = 384  # 48 channel vectors (bf16): a partial CTA along channels
     lengths = LENGTHS + [3000]  # a sequence spanning many CTAs, and a partial last CTA along tokens
@@ -293,69 +277,18 @@ def _prefetch_inputs(width, bias, layout, dtype):
     return x, w, b, cu, init
 
 
-@pytest.mark.parametrize(("prefetch", "width", "bias", "activation", "layout", "dtype", "tokens_per_cta"), PREFETCH_CASES)
-def test_forward_prefetch_ring_is_bitwise_the_default_kernel(prefetch, width, bias, activation, layout, dtype, tokens_per_cta):
-    """The opt-in ``prefetch`` ring (``Conv1dFwdKey.prefetch``) computes the same fp32 math in the same order: y and final
-    states bitwise equal to the default kernel's (outputs poisoned with NaN first), and within the tolerance rule of the
-    fp32 reference."""
-    import dataclasses
-
-    from cudnn.linear_attention.conv1d.api import CausalConv1d
-
-    x, w, b, cu, init = _prefetch_inputs(width, bias, layout, dtype)
-    n = x.shape[0] if cu is None and x.dim() == 3 else (cu.shape[0] - 1 if cu is not None else 1)
-    outs = {}
-    for pf in (0, prefetch):
-        y = torch.full(x.shape, float("nan"), device="cuda", dtype=x.dtype)
-        fin = torch.full((n, w.shape[0], width - 1), float("nan"), device="cuda", dtype=x.dtype) if layout == "varlen" else None
-        plan = CausalConv1d(x, w, y, b, cu, init, fin, activation)
-        plan.prefetch = pf
-        if tokens_per_cta != 64:
-            plan.check_support()
-            key = dataclasses.replace(plan.compile_key(), tokens_per_cta=tokens_per_cta)
-            plan.compile_key = lambda key=key: key
-        plan.compile()
-        assert plan.compile_key().prefetch == pf
-        plan.execute(x, w, y, b, cu, init, fin)
-        outs[pf] = (y, fin)
-    torch.cuda.synchronize()
-    (y0, f0), (y1, f1) = outs[0], outs[prefetch]
-    assert torch.equal(y0, y1), (y0.float() - y1.float()).abs().max()
-    if f0 is not None:
-        assert torch.equal(f0, f1)
-    y_ref, f_ref = causal_conv1d_ref(x, w, b, activation, cu, init)
-    _check(y1, y_ref, "y (prefetch)")
-    if f1 is not None:
-        _check(f1, f_ref, "final_states (prefetch)")
-
-
-def test_forward_prefetch_ring_no_sync_no_alloc_and_replays_from_a_graph():
-    """The ring kernel (plan default launch route, memoized host path): warm executes neither sync nor allocate; its first
-    execute inside a CUDA-graph capture replays like eager."""
-    from cudnn.linear_attention.conv1d.api import CausalConv1d
-    from cudnn_testing import detectors
-
-    x, w, b, cu, init = _prefetch_inputs(4, True, "varlen", "bfloat16")
-    y = torch.empty_like(x)
-    plan = CausalConv1d(x, w, y, b, cu, activation="silu")
-    plan.prefetch = 16
-    plan.compile()
-    detectors.assert_capture_matches_eager(lambda: plan.execute(x, w, y, b, cu), [y])
-    torch.cuda.synchronize()
-    detectors.assert_no_sync_no_alloc(lambda: plan.execute(x, w, y, b, cu), repeats=3)
-
-
 @pytest.mark.parametrize("layout", ["varlen", "dense"])
 def test_public_fast_paths_are_bitwise_the_custom_op(monkeypatch, layout):
-    """The public forward's eager fast path (``torch_op.DIRECT_EAGER``) and the op's tvm-ffi route (``FWD_TVM_FFI``) give the
-    custom op's bits (varlen with states and final states, dense); the fast path never synchronizes."""
+    """The public forward's eager fast path (``torch_op.DIRECT_EAGER``, default on) and the op's tvm-ffi route (``FWD_TVM_FFI``,
+    default on) give the custom op's bits on the DSL route (varlen with states and final states, dense); the fast path never
+    synchronizes."""
     from cudnn.linear_attention import causal_conv1d
     from cudnn.linear_attention.conv1d import torch_op
 
-    x, w, b, cu, init = _prefetch_inputs(4, True, layout, "bfloat16")
+    x, w, b, cu, init = _issue7_inputs(4, True, layout, "bfloat16")
     kw = dict(cu_seqlens=cu, initial_states=init, output_final_states=True)
     res = []
-    for direct, tvm in ((False, None), (True, None), (True, True)):
+    for direct, tvm in ((False, False), (True, False), (True, True)):
         monkeypatch.setattr(torch_op, "DIRECT_EAGER", direct)
         monkeypatch.setattr(torch_op, "FWD_TVM_FFI", tvm)
         causal_conv1d(x, w, b, "silu", **kw)  # builds the plan (a compile may synchronize)

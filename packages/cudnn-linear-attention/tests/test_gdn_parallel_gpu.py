@@ -1,7 +1,9 @@
 """GPU tier of the chunk-parallel Gated DeltaNet forward (``schedule="parallel"``): correctness against the fp32
-token-by-token recurrence and against the serial kernel (bitwise), fresh random inputs, poisoned outputs; the
-execute path's no-sync / no-allocation / graph-capture properties with a caller workspace. Bodies and the tolerance
-rule: ``_parallel_cases.py``."""
+token-by-token recurrence, and against the serial kernel: bitwise with the one-warpgroup prep kernel
+(``gdn-prep-base``: every operand formed as the serial kernel forms it; the default state pass and output kernel), by
+the FlashAttention rule with the default restructured prep (``test_gdn_prep_tc_gpu.py``, ``test_delta_rule_schedule_op.py``);
+fresh random inputs, poisoned outputs; the execute path's no-sync / no-allocation / graph-capture properties with a
+caller workspace. Bodies and the tolerance rule: ``_parallel_cases.py``."""
 
 from __future__ import annotations
 
@@ -33,8 +35,8 @@ def test_varlen_matches_recurrence(D, l2norm, regime):
 
 
 @pytest.mark.parametrize("D, l2norm, regime", [(64, False, "weak"), (128, True, "weak")])
-def test_bitwise_equal_to_serial_schedule(D, l2norm, regime):
-    cases.check_bitwise_equal_to_serial(GDN, D, l2norm, regime)
+def test_bitwise_equal_to_serial_schedule_with_the_one_warpgroup_prep(D, l2norm, regime):
+    cases.check_bitwise_equal_to_serial(GDN, D, l2norm, regime, variant="gdn-prep-base")
 
 
 def test_dense_batch_and_thd_without_initial_state():
@@ -63,17 +65,23 @@ def test_execute_never_syncs_or_allocates_and_replays_under_capture():
     ids=["stages3", "pf", "pf-stages3-d64-bf16g", "two-d128", "two-d64", "all-d128"],
 )
 def test_tuning_options_are_bitwise_the_default_parallel_schedule(opts, D, g_dtype):
-    cases.check_options_bitwise_equal_to_default(GDN, opts, D, True, g_dtype)
+    """The knobs change only when and where things happen: bitwise the default plan (``parallel_state_stages``), or,
+    for the prep knobs (which select the one-warpgroup prep kernel), the ``gdn-prep-base`` plan."""
+    prep_knob = any(k in opts for k in ("parallel_prefetch", "parallel_prep_two_per_sm"))
+    cases.check_options_bitwise_equal_to_default(GDN, opts, D, True, g_dtype, baseline="gdn-prep-base" if prep_knob else None)
 
 
-# -- the narrow state pass (``v32`` / ``v16``: ``KdaParallelStateKey.v_slice``; the state pass is family-agnostic, so
-# GDN takes these variants: a state-pass field only). Bodies: test_kda_parallel_gpu.py::check_narrow_state_pass.
+# -- the session-5 state pass (``state-base``: cp.async, two stages) and a 16-row slice (``KdaParallelStateKey.v_slice``;
+# the state pass is family-agnostic, so GDN takes these: state-pass fields only). Bodies:
+# test_kda_parallel_gpu.py::check_narrow_state_pass.
+
+V16_BASE = {"state": {"v_slice": 16, "tma": False, "tma_store": False, "stages": 2}}
 
 
 @pytest.mark.parametrize(
     "variant, D, l2norm, regime, g_dtype",
-    [("v32", 128, True, "weak", torch.float32), ("v16", 64, False, "weak", torch.bfloat16)],
-    ids=["v32-d128", "v16-d64-bf16g"],
+    [("state-base", 128, True, "weak", torch.float32), (V16_BASE, 64, False, "weak", torch.bfloat16)],
+    ids=["base-d128", "v16-base-d64-bf16g"],
 )
 def test_narrow_state_pass_matches_recurrence_and_default(variant, D, l2norm, regime, g_dtype):
     from test_kda_parallel_gpu import check_narrow_state_pass
@@ -84,4 +92,4 @@ def test_narrow_state_pass_matches_recurrence_and_default(variant, D, l2norm, re
 def test_narrow_state_pass_dense_long_sequence():
     from test_kda_parallel_gpu import check_narrow_state_pass_dense_long
 
-    check_narrow_state_pass_dense_long(GDN, "v32")
+    check_narrow_state_pass_dense_long(GDN, "state-base")

@@ -1,18 +1,20 @@
-"""The restructured Gated DeltaNet prep kernel (``gdn/chunk_parallel_prep_tc_kernel.py``, opt-in through
-``GdnParallelPrepKey.restructured`` = ``set_parallel_options(plan, {"prep": {"restructured": True}})``, the ``gtc``
-variant): GPU correctness and the compile-only build checks.
+"""The restructured Gated DeltaNet prep kernel (``gdn/chunk_parallel_prep_tc_kernel.py``), GDN's default prep since
+session 6 (``GdnParallelPrepKey.restructured = True``, ``tc_ctas_per_sm = 3``), and its two-CTA form
+(``tc_ctas_per_sm = 2``), against the one-warpgroup prep kernel (``gdn/chunk_parallel_prep_kernel.py``, the
+``gdn-prep-base`` variant): GPU correctness and the compile-only build checks.
 
 GPU tier (``gpu``): fresh random inputs, poisoned outputs and a poisoned workspace (all-ones bytes: NaN in bf16 and
 fp32); o and the final state by the FlashAttention rule against the fp32 token-by-token recurrence
-(``_parallel_cases.check``) and against the default parallel schedule (at most twice its error plus the rule's noise),
+(``_parallel_cases.check``) and against the ``gdn-prep-base`` plan (at most twice its error plus the rule's noise),
 and every workspace array the prep kernel writes (``w``, ``u``, ``kd``, ``qg``, ``p``, ``ge``, ``rf``) against the
-default prep kernel's within bf16 rounding of the array's scale, on every active chunk slot -- the failure message
-lists every array's error, so a wrong result points at the step that differs. The varlen batch has 1-token, one-chunk,
-one-past-a-chunk, empty and long (24-chunk) sequences, GVA (4 value heads over 2 q/k heads) and initial / final states.
+one-warpgroup prep kernel's within bf16 rounding of the array's scale, on every active chunk slot -- the failure
+message lists every array's error, so a wrong result points at the step that differs. The varlen batch has 1-token,
+one-chunk, one-past-a-chunk, empty and long (24-chunk) sequences, GVA (4 value heads over 2 q/k heads) and initial /
+final states.
 
 Compile tier (``compile_only``, CPU with ``CUTE_DSL_ARCH=sm_90a``): the kernel builds at K = 128 and 64 with no local
-memory and frame size 0 at 256 threads and two CTAs per SM, its WGMMAs, vector stores and barriers are the designed
-ones, it has well under the default prep kernel's instructions, and the default key still routes to the default kernel.
+memory and frame size 0 at 256 threads and two or three CTAs per SM, its WGMMAs, vector stores and barriers are the
+designed ones, it has well under the one-warpgroup kernel's instructions, and the key routes as designed.
 
     ci/gpu_tests.sh packages/cudnn-linear-attention/tests/test_gdn_prep_tc_gpu.py -q
 """
@@ -31,8 +33,9 @@ from cudnn_testing.markers import skip_unless_cutedsl, skip_unless_sm90
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/_*_cases.py: --import-mode=importlib adds no test folder
 from _delta_rule_cases import GDN  # noqa: E402
 
-GTC = {"prep": {"restructured": True}}
-GTC3 = {"prep": {"restructured": True, "tc_ctas_per_sm": 3}}  # three CTAs per SM: T over Qn, the bf16 inverses over A
+GTC = {"prep": {"restructured": True, "tc_ctas_per_sm": 2}}  # the two-CTA form
+GTC3 = {}  # the default: three CTAs per SM (T over Qn, the bf16 inverses over A)
+BASE = "gdn-prep-base"  # the one-warpgroup prep kernel: the reference plan
 PREP_ARRAYS = ("w", "u", "kd", "qg", "p", "ge", "rf")  # what the prep kernel writes (vnt, h: the state pass)
 
 
@@ -44,8 +47,8 @@ def _gpu():
 # ---- GPU tier --------------------------------------------------------------------------------------------------------
 
 
-# Pruned to four ids (each compiles the default and the restructured prep kernel for its configuration; the state pass
-# and the output kernel are shared per head dim; the 3-CTA id reuses the first id's default kernels): both head dims, L2
+# Pruned to four ids (each compiles the one-warpgroup and the restructured prep kernel for its configuration; the state
+# pass and the output kernel are shared per head dim; the 3-CTA id reuses the first id's reference kernels): both head dims, L2
 # norm on and off, g and beta each in fp32 and bf16, both gate regimes (weak decay; strong decay where exp(G) underflows
 # inside a chunk), two and three CTAs per SM (K = 64 at three CTAs: the dense test).
 @pytest.mark.gpu
@@ -64,31 +67,31 @@ def test_gtc_matches_recurrence_default_schedule_and_default_workspace(D, l2norm
     pytest.importorskip("torch")
     import _parallel_cases as cases
 
-    cases.check_prep_variant(GDN, variant, D, l2norm, regime, g_dtype, beta_dtype, PREP_ARRAYS, label="gtc")
+    cases.check_prep_variant(GDN, variant, D, l2norm, regime, g_dtype, beta_dtype, PREP_ARRAYS, label="gtc", baseline=BASE)
 
 
 @pytest.mark.gpu
 def test_gtc_dense_batch_and_long_thd_sequence_with_narrow_state_pass():
     """Three CTAs per SM at K = 64 on a dense [B, L] batch (B = 2, L = 300: the dense slot table; no L2 norm, bf16 g),
-    and ``gtc`` + ``v32`` (the narrow state pass) at K = 128 on one 4096-token THD sequence (64 chunks through the state
-    pass), no initial state: the FlashAttention rule against the fp32 recurrence."""
+    and the two-CTA form at K = 128 on one 4096-token THD sequence (64 chunks through the state pass), no initial
+    state: the FlashAttention rule against the fp32 recurrence."""
     _gpu()
     pytest.importorskip("torch")
     import _parallel_cases as cases
 
-    cases.check_variant_dense_and_long_thd(GDN, GTC3, 64, {**GTC, "state": {"v_slice": 32}})
+    cases.check_variant_dense_and_long_thd(GDN, GTC3, 64, GTC)
 
 
 @pytest.mark.gpu
 @pytest.mark.detector
 def test_gtc_execute_never_syncs_or_allocates_and_replays_under_capture():
-    """The restructured prep's plan (three CTAs per SM) executes with no host sync, no allocation (three executes), and
-    a CUDA-graph replay equal to eager."""
+    """The two-CTA restructured prep's plan executes with no host sync, no allocation (three executes), and a
+    CUDA-graph replay equal to eager (the default plan's: ``test_gdn_parallel_gpu.py``)."""
     _gpu()
     pytest.importorskip("torch")
     import _parallel_cases as cases
 
-    cases.check_execute_never_syncs_or_allocates_and_replays_under_capture(GDN, GTC3)
+    cases.check_execute_never_syncs_or_allocates_and_replays_under_capture(GDN, GTC)
 
 
 # ---- compile tier ----------------------------------------------------------------------------------------------------
@@ -111,10 +114,11 @@ def _instructions(ptx: str) -> int:
 
 @pytest.mark.compile_only
 def test_gtc_routing_and_bad_combinations():
-    """``restructured`` defaults to False (the default key -- and so the default PTX -- is unchanged) and routes to the
-    restructured module when set (two or three CTAs per SM); with ``prefetch`` or ``two_per_sm``, and
-    ``tc_ctas_per_sm`` other than 2 without it or other than 2 / 3 with it, it is a ValueError; the plan takes it through
-    ``set_parallel_options`` (``_prep_options``)."""
+    """``restructured`` (default True since session 6) routes to the restructured module at three (default) or two CTAs
+    per SM, ``restructured = False`` (``gdn-prep-base``) to the one-warpgroup kernel; with ``prefetch`` or
+    ``two_per_sm``, and ``tc_ctas_per_sm`` other than 2 without it or other than 2 / 3 with it, it is a ValueError; the
+    plan takes ``gdn-prep-base`` through ``set_parallel_options``, and the adapter's prep knobs select the one-warpgroup
+    kernel (``_prep_options``)."""
     skip_unless_cutedsl("4.8.0", "cudnn.linear_attention.gated_delta_net")
     pytest.importorskip("cutlass")
     from _delta_rule_cases import compile_varlen_plan
@@ -124,19 +128,25 @@ def test_gtc_routing_and_bad_combinations():
     from cudnn.linear_attention.gdn.chunk_parallel_prep_tc_kernel import GatedDeltaNetParallelPrepTc
 
     base = dict(head_dim=128, g_dtype="Float32", beta_dtype="Float32", l2norm=True, varlen=True)
-    assert not GdnParallelPrepKey(**base).restructured
-    assert GatedDeltaNetParallelPrep.for_key(GdnParallelPrepKey(**base)) is GatedDeltaNetParallelPrep
-    assert GatedDeltaNetParallelPrep.for_key(GdnParallelPrepKey(**base, restructured=True)) is GatedDeltaNetParallelPrepTc
-    assert GatedDeltaNetParallelPrep.for_key(GdnParallelPrepKey(**base, restructured=True, tc_ctas_per_sm=3)) is GatedDeltaNetParallelPrepTc
+    key = GdnParallelPrepKey(**base)
+    assert key.restructured and key.tc_ctas_per_sm == 3 and GatedDeltaNetParallelPrep.for_key(key) is GatedDeltaNetParallelPrepTc
+    assert GatedDeltaNetParallelPrep.for_key(GdnParallelPrepKey(**base, tc_ctas_per_sm=2)) is GatedDeltaNetParallelPrepTc
+    assert GatedDeltaNetParallelPrep.for_key(GdnParallelPrepKey(**base, restructured=False, tc_ctas_per_sm=2)) is GatedDeltaNetParallelPrep
     for bad in ({"prefetch": True}, {"two_per_sm": True}):
         with pytest.raises(ValueError, match="restructured takes neither"):
-            GatedDeltaNetParallelPrep.for_key(GdnParallelPrepKey(**base, restructured=True, **bad))
-    for bad in ({"tc_ctas_per_sm": 3}, {"tc_ctas_per_sm": 4, "restructured": True}):
+            GatedDeltaNetParallelPrep.for_key(GdnParallelPrepKey(**base, **bad))
+    for bad in ({"restructured": False}, {"tc_ctas_per_sm": 4}):
         with pytest.raises(ValueError, match="tc_ctas_per_sm"):
             GatedDeltaNetParallelPrep.for_key(GdnParallelPrepKey(**base, **bad))
     plan = compile_varlen_plan(GDN, 1000, 5)
-    set_parallel_options(plan, GTC)
-    assert plan._prep_options() == {"restructured": True}
+    assert plan._prep_options() == {}
+    set_parallel_options(plan, BASE)
+    assert plan._prep_options() == {"restructured": False, "tc_ctas_per_sm": 2}
+    for knob, field in (("parallel_prefetch", "prefetch"), ("parallel_prep_two_per_sm", "two_per_sm")):
+        plan = compile_varlen_plan(GDN, 1000, 5)
+        setattr(plan, knob, True)
+        assert plan._prep_options() == {field: True, "restructured": False, "tc_ctas_per_sm": 2}
+        GatedDeltaNetParallelPrep.for_key(GdnParallelPrepKey(**base, **plan._prep_options()))  # a key the one-warpgroup kernel builds
 
 
 @pytest.mark.compile_only
@@ -146,14 +156,14 @@ def test_gtc_prep_builds_without_spills_with_a_fraction_of_the_default_instructi
     P: one warpgroup each) + 2 x (2 x 4) with the B operand MN-major (U = (T Diag(beta)) V, W = (T Diag(beta exp G)) Kn);
     every bf16 shared tile written 16 bytes at a time (no 16-bit shared stores), U by 8-byte and P / W by 4-byte pairs,
     qg by 16-byte vectors, V by four 16-byte cp.async per thread; 11 CTA barriers (2 gates / element pass, 1 after A / P,
-    1 + 6 solve, 1 before U / W); the per-element decays of A and P by ``ex2.approx``; and under half the default prep
+    1 + 6 solve, 1 before U / W); the per-element decays of A and P by ``ex2.approx``; and under half the one-warpgroup prep
     kernel's PTX instructions. K = 64 (dense, bf16 g / beta, no L2 norm) builds the same way."""
     skip_unless_cutedsl("4.8.0", "cudnn.linear_attention.gated_delta_net")
     pytest.importorskip("cutlass")
     from cudnn.linear_attention.gdn.chunk_parallel_prep_kernel import GdnParallelPrepKey
 
     base = dict(head_dim=128, g_dtype="Float32", beta_dtype="Float32", l2norm=True, varlen=True)
-    ptx = _compile_prep(GdnParallelPrepKey(**base, restructured=True), tmp_path / "gtc")
+    ptx = _compile_prep(GdnParallelPrepKey(**base, tc_ctas_per_sm=2), tmp_path / "gtc")
     names = kernel_symbols(ptx)
     assert len(names) == 1 and names[0].startswith("cudnn_") and "chunk_parallel_prep_tc" in names[0] and "cutlass" not in names[0].lower(), names
     assert ".reqntid 256, 1, 1" in ptx and ".minnctapersm 2" in ptx
@@ -167,11 +177,11 @@ def test_gtc_prep_builds_without_spills_with_a_fraction_of_the_default_instructi
     assert ptx.count("ex2.approx") >= 48  # A and P: 32 decays each, less those ptxas-side analysis proves masked (sm_90a 4.8.1: 30 each)
     assert "ld.local" not in ptx and "st.local" not in ptx and all(f == 0 for f in frame_sizes(tmp_path / "gtc"))
 
-    default = _compile_prep(GdnParallelPrepKey(**base), tmp_path / "default")
+    default = _compile_prep(GdnParallelPrepKey(**base, restructured=False, tc_ctas_per_sm=2), tmp_path / "default")  # gdn-prep-base
     n_gtc, n_default = _instructions(ptx), _instructions(default)
     assert 0 < n_gtc < n_default / 2, (n_gtc, n_default)
 
-    key64 = GdnParallelPrepKey(head_dim=64, g_dtype="BFloat16", beta_dtype="BFloat16", l2norm=False, varlen=False, restructured=True)
+    key64 = GdnParallelPrepKey(head_dim=64, g_dtype="BFloat16", beta_dtype="BFloat16", l2norm=False, varlen=False, tc_ctas_per_sm=2)
     ptx64 = _compile_prep(key64, tmp_path / "d64")
     assert ptx64.count("wgmma.mma_async") == 16 and ptx64.count("cp.async.cg.shared.global") == 2 and "st.shared.b16" not in ptx64
     assert "ld.local" not in ptx64 and all(f == 0 for f in frame_sizes(tmp_path / "d64"))
@@ -187,7 +197,7 @@ def test_gtc_three_ctas_per_sm_builds_without_spills_in_70_kb(D, tmp_path):
     pytest.importorskip("cutlass")
     from cudnn.linear_attention.gdn.chunk_parallel_prep_kernel import GdnParallelPrepKey
 
-    key = GdnParallelPrepKey(head_dim=D, g_dtype="Float32", beta_dtype="Float32", l2norm=True, varlen=True, restructured=True, tc_ctas_per_sm=3)
+    key = GdnParallelPrepKey(head_dim=D, g_dtype="Float32", beta_dtype="Float32", l2norm=True, varlen=True)  # the default
     ptx = _compile_prep(key, tmp_path)
     assert ".reqntid 256, 1, 1" in ptx and ".minnctapersm 3" in ptx
     assert ptx.count("wgmma.mma_async") == D // 4 and len(re.findall(r"bar\.sync\s+0;", ptx)) == 11

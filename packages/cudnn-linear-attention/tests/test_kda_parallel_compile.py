@@ -59,10 +59,11 @@ def _drop_cached(fam):
             kernel_cache._entries.pop(key)
 
 
-# K = 128. KDA prep: 4 row blocks x (8 (K' K'_I^T) + 8 (Q' K'_I^T)) + 8 (U, two V blocks) + 8 (-Wm) = 80; GDN prep:
-# 8 (K K^T) + 8 (Q K^T) + 8 (U) + 8 (-Wm) = 32; output: 8 (Qg S0^T) + 4 (P Vn) = 12. The state pass's MMA shapes are
-# its own file's business (v_slice): any WGMMA there.
-@pytest.mark.parametrize("fam, wgmmas, prep", [(KDA, 80, "kdachunk_parallel_prep"), (GDN, 32, "gdnchunk_parallel_prep")], ids=["kda", "gdn"])
+# K = 128. KDA prep (m64n64 only; since session 6 its step 3 is 4 row blocks x (8 + 8) m64n16k16, checked by
+# _check_kda_prep): 8 (U, two V blocks) + 8 (-Wm) = 16; GDN prep
+# (restructured): 8 (K K^T) + 8 (Q K^T) + 8 (U) + 8 (-Wm) = 32; output (V-wide): 2 V blocks x (8 (Qg S0^T) + 4 (P Vn)) =
+# 24. The state pass's MMA shapes are its own file's business (v_slice, stages): any WGMMA there.
+@pytest.mark.parametrize("fam, wgmmas, prep", [(KDA, 16, "kdachunk_parallel_prep"), (GDN, 32, "gdnchunk_parallel_prep")], ids=["kda", "gdn"])
 def test_parallel_kernels_issue_wgmma_never_spill_and_are_one_artifact_for_every_batch(tmp_path, fam, wgmmas, prep):
     from cudnn.kernel_cache import kernel_cache
 
@@ -77,9 +78,10 @@ def test_parallel_kernels_issue_wgmma_never_spill_and_are_one_artifact_for_every
     assert sum(prep in n for n in names) == 1 and sum("chunk_parallel_state" in n for n in names) == 1, names
     mma = "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16"
     prep_ptx = _ptx_of(tmp_path, prep)
-    assert prep_ptx.count(mma) == wgmmas and _ptx_of(tmp_path, "chunk_parallel_out").count(mma) == 12
+    assert prep_ptx.count(mma) == wgmmas and _ptx_of(tmp_path, "chunk_parallel_out").count(mma) == 24
     assert "wgmma.mma_async" in _ptx_of(tmp_path, "chunk_parallel_state")
-    assert "cp.async.cg.shared.global" in text  # workspace tiles staged by 16-byte cp.async (state pass, output)
+    assert "cp.async.cg.shared.global" in text  # workspace tiles staged by 16-byte cp.async (output)
+    assert "cp.async.bulk.tensor" in _ptx_of(tmp_path, "chunk_parallel_state")  # the state pass by TMA (the default)
     assert "ld.global.v4" in text and "st.global.v4" in text  # q, k, v rows in; workspace tiles out, by 16-byte vectors
     assert "fence.proxy.async.shared::cta" in text
     assert "ld.local" not in text and "st.local" not in text
@@ -101,20 +103,23 @@ def test_parallel_kernels_issue_wgmma_never_spill_and_are_one_artifact_for_every
 
 
 def _check_kda_prep(prep: str, d: int) -> None:
-    """The restructured KDA prep kernel's PTX at head dim ``d``: 256 threads at two CTAs per SM (``.minnctapersm 2``:
-    registers capped at 128); 4 row blocks x 2 x D / 16 K-major m64n64k16 WGMMAs (A, P) + 2 x 4 x D / 64 with the B
-    operand MN-major (U = (T Diag(beta)) V, W: no transposed stores); every bf16 tile written 16 bytes at a time
-    (``st.shared.v4``, no 16-bit shared stores); every per-element decay one ``ex2.approx`` (3 x D / 4 in the element
-    pass + 4 x D / 4 for K'_I: log2 gates, no per-exp multiply); V by D / 32 16-byte cp.async per thread; 18 CTA
-    barriers (2 gates, 2 per row block, 1 + 6 solve, 1 before U / W) and none named; no local memory."""
+    """The default KDA prep kernel's PTX at head dim ``d`` (``narrow_ap`` + ``ref_table`` since session 6): 256 threads
+    at two CTAs per SM (``.minnctapersm 2``: registers capped at 128); step 3 as 4 row blocks x 2 x D / 16 K-major
+    m64n16k16 WGMMAs (A^T, P^T) and 2 x 4 x D / 64 m64n64k16 with the B operand MN-major (U = (T Diag(beta)) V, W: no
+    transposed stores); every bf16 tile written 16 bytes at a time (``st.shared.v4``: Q', K', K exp(G) and the four
+    K'_I blocks, one store per 8 channels; no 16-bit shared stores); the exps: three per element of the element pass
+    (3 x D / 4 per thread: log2 gates, no per-exp multiply) plus the 10 ratios of the reference-row table and exp(G_C),
+    none for K'_I; V by D / 32 16-byte cp.async per thread; 18 CTA barriers (2 gates, 2 per row block, 1 + 6 solve,
+    1 before U / W) and none named; no local memory."""
     import re
 
-    nh = d // 64
+    n16 = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n16k16\.f32\.bf16\.bf16[^;]*p, 1,\s*1, 0, (\d);", prep)
+    n64 = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32\.bf16\.bf16[^;]*p, 1,\s*1, 0, (\d);", prep)
     assert ".reqntid 256, 1, 1" in prep and ".minnctapersm 2" in prep
-    mma = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32\.bf16\.bf16[^;]*p, 1,\s*1, 0, (\d);", prep)
-    assert len(mma) == d // 2 + 8 * nh == prep.count("wgmma.mma_async") and mma.count("1") == 8 * nh, mma
-    assert prep.count("st.shared.v4.b32") >= 36 * d // 128 and "st.shared.b16" not in prep and "st.shared.u16" not in prep
-    assert prep.count("ex2.approx.ftz.f32") >= 7 * d // 4 and prep.count("cp.async.cg.shared.global") == d // 32
+    assert len(n16) == d // 2 and set(n16) == {"0"} and len(n64) == d // 8 and set(n64) == {"1"}, (n16, n64)
+    assert prep.count("wgmma.mma_async") == d // 2 + d // 8
+    assert prep.count("st.shared.v4.b32") >= 7 * d // 32 and "st.shared.b16" not in prep and "st.shared.u16" not in prep
+    assert 3 * d // 4 <= prep.count("ex2.approx.ftz.f32") <= 3 * d // 4 + 16 and prep.count("cp.async.cg.shared.global") == d // 32
     assert len(re.findall(r"bar\.sync\s+0;", prep)) == 18 and not re.findall(r"bar\.sync\s+[1-9]", prep)
     assert "ld.local" not in prep and "st.local" not in prep
 
@@ -190,18 +195,17 @@ def _local_memory_users(tmp_path) -> list[str]:
 
 
 def test_tuning_options_are_their_own_artifacts_and_never_spill(tmp_path):
-    """GDN's opt-in knobs, each a compile-key field whose default leaves the key (and so the default PTX) unchanged, in
-    one plan, free of local memory and spills:
+    """GDN's knobs, each a compile-key field whose default leaves the key (and so the default PTX) unchanged, in one
+    plan, free of local memory and spills:
 
-    - ``parallel_prefetch`` (``GdnParallelPrepKey.prefetch``) issues a chunk's global reads at once and reads an fp32
-      g by 32-bit loads;
-    - ``parallel_state_stages = 3`` (``KdaParallelStateKey.stages``): three shared-memory stages in the state pass, each
-      chunk waiting only for the chunk after it (``cp.async.wait_group 1``, never 0);
-    - ``parallel_prep_two_per_sm`` (``GdnParallelPrepKey.two_per_sm``): the prep kernel launched for two CTAs per SM
-      (``.minnctapersm 2``).
+    - ``parallel_prefetch`` (``GdnParallelPrepKey.prefetch``, an option of the one-warpgroup prep kernel, which it
+      selects) issues a chunk's global reads at once and reads an fp32 g by 32-bit loads;
+    - ``parallel_state_stages = 3`` (``KdaParallelStateKey.stages``): three TMA stages in the state pass (the default
+      is four): prologue 2 + loop 3 chunks' ``mbarrier.arrive.expect_tx``;
+    - ``parallel_prep_two_per_sm`` (``GdnParallelPrepKey.two_per_sm``): the one-warpgroup prep kernel launched for
+      two CTAs per SM (``.minnctapersm 2``, 128 threads).
 
     ``parallel_fast_exp`` is no family's option (a ValueError); KDA's prep knobs: ``test_kda_parallel_support.py``."""
-    import re
 
     from cudnn.linear_attention.gdn.chunk_parallel_prep_kernel import GdnParallelPrepKey
     from cudnn.linear_attention.kda.chunk_parallel_state_kernel import KdaParallelStateKey
@@ -220,20 +224,20 @@ def test_tuning_options_are_their_own_artifacts_and_never_spill(tmp_path):
     assert all(n.startswith("cudnn_") for n in names), names
     assert text.count("ld.global.b32") >= 2 and text.count("ld.global.b16") <= 2  # g by words (beta stays 2-byte aligned)
     state_ptx = _ptx_of(tmp_path / "a", "chunk_parallel_state")
-    assert len(re.findall(r"cp\.async\.wait_group\s+1;", state_ptx)) >= 2 and not re.findall(r"cp\.async\.wait_group\s+0;", state_ptx)
+    assert state_ptx.count("mbarrier.arrive.expect_tx") == 2 + 3 and "cp.async.wait_group" not in state_ptx
     assert not _local_memory_users(tmp_path / "a") and all(f == 0 for f in frame_sizes(tmp_path / "a")), (
         _local_memory_users(tmp_path / "a"),
         frame_sizes(tmp_path / "a"),
     )
-    assert ".minnctapersm 2" in _ptx_of(tmp_path / "a", prep)
+    assert ".minnctapersm 2" in _ptx_of(tmp_path / "a", prep) and ".reqntid 128, 1, 1" in _ptx_of(tmp_path / "a", prep)
     with pytest.raises(ValueError, match="parallel_fast_exp is not available"):
         other = _plan(1000, 5, fam=GDN)
         other.parallel_fast_exp = True
         other.compile()
     pk = GdnParallelPrepKey(head_dim=128, g_dtype="Float32", beta_dtype="Float32", l2norm=True, varlen=True)
     sk = KdaParallelStateKey(head_dim=128, varlen=True, has_initial=True, has_final=True)
-    assert not (pk.prefetch or pk.two_per_sm) and sk.stages == 2  # the defaults: the verified kernels' keys
-    with pytest.raises(ValueError, match="parallel_state_stages=4"):
+    assert not (pk.prefetch or pk.two_per_sm) and pk.restructured and sk.stages == 4 and sk.tma and sk.tma_store  # the defaults
+    with pytest.raises(ValueError, match="parallel_state_stages=5"):
         bad = _plan(1000, 5, fam=GDN)
-        bad.parallel_state_stages = 4
+        bad.parallel_state_stages = 5
         bad.compile()

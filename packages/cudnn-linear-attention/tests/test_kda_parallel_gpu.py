@@ -91,8 +91,9 @@ def test_tuning_options_are_bitwise_the_default_parallel_schedule(opts, D, l2nor
     cases.check_options_bitwise_equal_to_default(KDA, opts, D, l2norm, g_dtype)
 
 
-# -- the narrow state pass (``v32`` / ``v16``: ``KdaParallelStateKey.v_slice``, ``kda/chunk_parallel_state_narrow_kernel.py``;
-# the state slice held transposed, 32 / 16 value rows per CTA, grid [N, H, V / v_slice]) -----------------------------
+# -- other state passes against the default (TMA, four stages, 32-row slices): the session-5 one (``state-base``: cp.async,
+# two stages) and 16-row slices (``KdaParallelStateKey.v_slice``, ``kda/chunk_parallel_state_narrow_kernel.py``; the
+# state slice held transposed, 32 / 16 value rows per CTA, grid [N, H, V / v_slice]) ------------------------------------
 
 
 def _state_pass_arrays(ws, slots, heads, d):
@@ -194,31 +195,37 @@ def check_narrow_state_pass_dense_long(fam, variant):
 LENGTHS_NARROW = cases.LENGTHS  # 1-token, one chunk, one past, empty (index 3), long (1500 tokens: 24 chunks), ...
 
 
-# Pruned (each id compiles the default plan and the variant): both slice widths, both head dims, both g dtypes,
-# with and without L2 norm; one id with the three-stage state pass.
+V16_BASE = {"state": {"v_slice": 16, "tma": False, "tma_store": False, "stages": 2}}  # 16 rows, cp.async, two stages
+CPASYNC = {"state": {"tma": False, "tma_store": False}}  # the cp.async state pass at the plan's parallel_state_stages
+
+
+# Pruned (each id compiles the default plan and the variant): the session-5 state pass (``state-base``: 32 rows,
+# cp.async, two stages) and 16-row slices against the default (TMA, four stages), both head dims, both g dtypes, with
+# and without L2 norm; one id with three stages on both plans (the cp.async variant and the TMA default).
 @pytest.mark.parametrize(
     "variant, D, l2norm, regime, g_dtype, stages",
     [
-        ("v32", 128, True, "safe_gate", torch.float32, None),
-        ("v32", 64, False, "weak", torch.bfloat16, None),
-        ("v16", 128, False, "weak", torch.float32, None),
-        ("v16", 64, True, "safe_gate", torch.float32, None),
-        ("v32", 128, True, "weak", torch.float32, 3),
+        ("state-base", 128, True, "safe_gate", torch.float32, None),
+        ("state-base", 64, False, "weak", torch.bfloat16, None),
+        (V16_BASE, 128, False, "weak", torch.float32, None),
+        (V16_BASE, 64, True, "safe_gate", torch.float32, None),
+        (CPASYNC, 128, True, "weak", torch.float32, 3),
     ],
-    ids=["v32-d128", "v32-d64-bf16g", "v16-d128", "v16-d64", "v32-s3-d128"],
+    ids=["base-d128", "base-d64-bf16g", "v16-base-d128", "v16-base-d64", "cpasync-s3-d128"],
 )
 def test_narrow_state_pass_matches_recurrence_and_default(variant, D, l2norm, regime, g_dtype, stages):
     check_narrow_state_pass(KDA, variant, D, l2norm, regime, g_dtype, stages)
 
 
-@pytest.mark.parametrize("variant", ["v32", "v16", "s3"])
+@pytest.mark.parametrize("variant", ["state-base", V16_BASE, {"state": {"stages": 3}}], ids=["base", "v16-base", "s3"])
 def test_state_pass_variants_dense_long_sequence(variant):
     check_narrow_state_pass_dense_long(KDA, variant)
 
 
 @pytest.mark.detector
 def test_narrow_state_pass_execute_never_syncs_or_allocates_and_replays_under_capture():
-    """The v32 plan's execute: no host sync, no allocation (three executes), and a CUDA-graph replay equal to eager."""
+    """The ``state-base`` plan's execute (the cp.async state pass): no host sync, no allocation (three executes), and a
+    CUDA-graph replay equal to eager."""
     from cudnn.linear_attention._host.chunk_parallel import set_parallel_options
     from cudnn_testing import detectors
     from cudnn_testing.data import cu_seqlens
@@ -229,7 +236,7 @@ def test_narrow_state_pass_execute_never_syncs_or_allocates_and_replays_under_ca
     o = torch.empty_like(v)
     ht = torch.empty_like(h0)
     plan = KDA.adapter_class()(q, k, v, g, beta, o, use_qk_l2norm_in_kernel=True, initial_state=h0, final_state=ht, cu_seqlens=cu, schedule="parallel")
-    set_parallel_options(plan, "v32")
+    set_parallel_options(plan, "state-base")
     plan.compile()
     ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda")
     args = (q, k, v, g, beta, o, h0, ht, cu)

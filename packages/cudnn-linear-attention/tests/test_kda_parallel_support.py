@@ -106,7 +106,8 @@ def test_removed_prep_knobs_raise_on_kda(floor, knob):
     """KDA's one prep kernel has no tuning options (session 5 removed ``prefetch`` / ``two_per_sm`` / ``fast_exp``):
     setting a former knob on a KDA plan is a ValueError at compile naming the knob, before anything is built (never
     silently ignored); the unset plan's prep options are empty. GDN keeps ``parallel_prefetch`` and
-    ``parallel_prep_two_per_sm``; ``parallel_fast_exp`` is no family's."""
+    ``parallel_prep_two_per_sm`` (options of its one-warpgroup prep kernel, which they select in place of the default
+    restructured one); ``parallel_fast_exp`` is no family's."""
     plan = support_plan(KDA, schedule="parallel")
     assert plan._prep_options() == {}
     setattr(plan, knob, True)
@@ -118,7 +119,7 @@ def test_removed_prep_knobs_raise_on_kda(floor, knob):
         with pytest.raises(ValueError, match=f"gated_delta_net: {knob} is not available"):
             gdn._prep_options()
     else:
-        assert gdn._prep_options() == {knob.removeprefix("parallel_").removeprefix("prep_"): True}
+        assert gdn._prep_options() == {knob.removeprefix("parallel_").removeprefix("prep_"): True, "restructured": False, "tc_ctas_per_sm": 2}
 
 
 def test_kda_binds_an_fp32_g_4_byte_aligned(floor):

@@ -1,23 +1,26 @@
-"""The KDA prep kernel's opt-in key fields (``kda/chunk_parallel_prep_kernel.py``, module docstring "Opt-ins"), reached
-through ``set_parallel_options(plan, {"prep": {...}})``: ``narrow_ap`` (step 3 as m64n16 ``A^T`` / ``P^T`` WGMMAs: a
-quarter of its tensor work, the epilogue on every warp) and ``ref_table`` on top of it (K'_I and ``kd`` decays from a
-per-chunk table of reference-row ratios: about 40 % fewer exps). GPU correctness and the compile-only build checks.
+"""The KDA prep kernel's step-3 key fields (``kda/chunk_parallel_prep_kernel.py``, module docstring "Step-3 options"):
+``narrow_ap`` (step 3 as m64n16 ``A^T`` / ``P^T`` WGMMAs: a quarter of its tensor work, the epilogue on every warp) and
+``ref_table`` on top of it (K'_I and ``kd`` decays from a per-chunk table of reference-row ratios: about 40 % fewer
+exps). Both are ON by default since session 6 (they passed this file's GPU tests as opt-ins in session 5; H200, T = 8k,
+H = 16: prep 180.6 us against 202.0); the A/B baselines are opt-ins now, reached through ``set_parallel_options(plan,
+{"prep": {...}})``: ``narrow_ap`` alone (``KN``: ``{"ref_table": False}``) and the session-5 kernel (``S5``:
+``{"narrow_ap": False, "ref_table": False}``). GPU correctness and the compile-only build checks.
 
 GPU tier (``gpu``): fresh random inputs, poisoned outputs and a poisoned workspace (all-ones bytes: NaN in bf16 and
-fp32); o and the final state by the FlashAttention rule against the fp32 token-by-token recurrence
+fp32); o and the final state of the opt-in by the FlashAttention rule against the fp32 token-by-token recurrence
 (``_parallel_cases.check``) and against the default parallel schedule (at most twice its error plus the rule's noise);
 every workspace array the prep kernel writes (``w``, ``u``, ``kd``, ``qg``, ``p``, ``ge``; KDA writes no ``rf``)
 against the default prep kernel's within bf16 rounding of the array's scale on every active chunk slot (the failure
-message lists every array's error, so a wrong result points at the step that differs), and ``qg`` / ``ge`` (and, for
-``narrow_ap`` alone, ``kd``: the element pass is the default's) bit for bit. The varlen batch has 1-token, one-chunk,
+message lists every array's error, so a wrong result points at the step that differs), and ``qg`` / ``ge`` (the element
+pass's and step 1's, the same in all three kernels) bit for bit. The varlen batch has 1-token, one-chunk,
 one-past-a-chunk, empty and long (24-chunk) sequences, GVA (4 value heads over 2 q/k heads) and initial / final
-states; a dense batch and a 4096-token THD sequence (64 chunks) run too.
+states; a dense batch and a 4096-token THD sequence (64 chunks) run on the default prep too.
 
-Compile tier (``compile_only``, CPU with ``CUTE_DSL_ARCH=sm_90a``): the fields default off (the default key -- and the
-default PTX, byte-identical to the kernel before the fields existed -- is unchanged), ``ref_table`` alone is a
-ValueError, GDN plans refuse the fields; each option builds at K = 128 (and K = 64) with the designed WGMMA shapes,
-18 CTA barriers, no local memory and frame size 0, under 85 % of the default kernel's PTX instructions, and
-``ref_table`` under half its ``ex2.approx``. Four prep compiles, about 25 s on one core.
+Compile tier (``compile_only``, CPU with ``CUTE_DSL_ARCH=sm_90a``): the fields default on (the default key is the
+``narrow_ap`` + ``ref_table`` kernel), ``ref_table`` alone is a ValueError, GDN plans refuse the fields; the default and
+``KN`` build at K = 128 (and the default at K = 64) with the designed WGMMA shapes, 18 CTA barriers, no local memory and
+frame size 0, under 85 % of the session-5 kernel's PTX instructions, and the default under half its ``ex2.approx``.
+Four prep compiles, about 25 s on one core.
 
     ci/gpu_tests.sh packages/cudnn-linear-attention/tests/test_kda_prep_opts_gpu.py -q
 """
@@ -36,8 +39,8 @@ from cudnn_testing.markers import skip_unless_cutedsl, skip_unless_sm90
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/_*_cases.py: --import-mode=importlib adds no test folder
 from _delta_rule_cases import GDN, KDA  # noqa: E402
 
-KN = {"prep": {"narrow_ap": True}}
-KNT = {"prep": {"narrow_ap": True, "ref_table": True}}
+KN = {"prep": {"ref_table": False}}  # narrow_ap alone (opt-in since the session-6 flip)
+S5 = {"prep": {"narrow_ap": False, "ref_table": False}}  # the session-5 kernel (opt-in A/B baseline)
 PREP_ARRAYS = ("w", "u", "kd", "qg", "p", "ge")  # what KDA's prep kernel writes (vnt, h: the state pass; rf: GDN only)
 FLOOR = "4.8.0"
 
@@ -50,53 +53,53 @@ def _gpu():
 # ---- GPU tier --------------------------------------------------------------------------------------------------------
 
 
-# Pruned to five ids (each compiles the default and the option's prep kernel for its configuration; the state pass and
+# Pruned to five ids (each compiles the default and the opt-in's prep kernel for its configuration; the state pass and
 # the output kernel are shared per head dim): both head dims, L2 norm on and off, g in fp32 and bf16, both gate regimes
 # (weak decay; fla's safe_gate range [-5, 0) where exp(G) underflows inside a chunk and the ratio table's factors are
-# smallest), narrow_ap alone and with ref_table.
+# smallest), the default against narrow_ap alone and against the session-5 kernel.
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     "D, l2norm, regime, g_dtype, variant",
     [
         (128, True, "safe_gate", "float32", KN),
-        (128, True, "weak", "float32", KNT),
-        (128, False, "safe_gate", "bfloat16", KNT),
-        (64, True, "safe_gate", "float32", KNT),
+        (128, True, "weak", "float32", S5),
+        (128, False, "safe_gate", "bfloat16", S5),
+        (64, True, "safe_gate", "float32", S5),
         (64, False, "weak", "bfloat16", KN),
     ],
-    ids=["d128-l2-strong-kn", "d128-l2-weak-knt", "d128-strong-bf16g-knt", "d64-l2-strong-knt", "d64-weak-bf16g-kn"],
+    ids=["d128-l2-strong-kn", "d128-l2-weak-s5", "d128-strong-bf16g-s5", "d64-l2-strong-s5", "d64-weak-bf16g-kn"],
 )
 def test_prep_option_matches_recurrence_default_schedule_and_default_workspace(D, l2norm, regime, g_dtype, variant):
     _gpu()
     pytest.importorskip("torch")
     import _parallel_cases as cases
 
-    bitwise = ("qg", "ge") if variant["prep"].get("ref_table") else ("qg", "ge", "kd")
-    cases.check_prep_variant(KDA, variant, D, l2norm, regime, g_dtype, "float32", PREP_ARRAYS, bitwise)
+    cases.check_prep_variant(KDA, variant, D, l2norm, regime, g_dtype, "float32", PREP_ARRAYS, ("qg", "ge"))
 
 
 @pytest.mark.gpu
 def test_prep_options_dense_batch_and_long_thd_sequence_with_narrow_state_pass():
-    """``narrow_ap`` + ``ref_table`` at K = 64 on a dense [B, L] batch (B = 2, L = 300: the dense slot table; no L2
-    norm, bf16 g), and with ``v32`` (the narrow state pass) at K = 128 on one 4096-token THD sequence (64 chunks through
-    the state pass), no initial state: the FlashAttention rule against the fp32 recurrence."""
+    """The default prep (``narrow_ap`` + ``ref_table``) at K = 64 on a dense [B, L] batch (B = 2, L = 300: the dense
+    slot table; no L2 norm, bf16 g), and the session-5 kernel (``S5``) with ``v32`` (the narrow state pass) at K = 128 on
+    one 4096-token THD sequence (64 chunks through the state pass), no initial state: the FlashAttention rule against
+    the fp32 recurrence."""
     _gpu()
     pytest.importorskip("torch")
     import _parallel_cases as cases
 
-    cases.check_variant_dense_and_long_thd(KDA, KNT, 64, {**KNT, "state": {"v_slice": 32}})
+    cases.check_variant_dense_and_long_thd(KDA, None, 64, {**S5, "state": {"v_slice": 32}})
 
 
 @pytest.mark.gpu
 @pytest.mark.detector
 def test_prep_options_execute_never_syncs_or_allocates_and_replays_under_capture():
-    """The ``narrow_ap`` + ``ref_table`` plan executes with no host sync, no allocation (three executes), and a
-    CUDA-graph replay equal to eager."""
+    """The ``narrow_ap``-alone plan (``KN``, opt-in) executes with no host sync, no allocation (three executes), and a
+    CUDA-graph replay equal to eager (the default prep's own: ``test_kda_parallel_gpu.py``)."""
     _gpu()
     pytest.importorskip("torch")
     import _parallel_cases as cases
 
-    cases.check_execute_never_syncs_or_allocates_and_replays_under_capture(KDA, KNT)
+    cases.check_execute_never_syncs_or_allocates_and_replays_under_capture(KDA, KN)
 
 
 # ---- compile tier ----------------------------------------------------------------------------------------------------
@@ -121,9 +124,9 @@ def _instructions(ptx: str) -> int:
 
 
 def _check_option_ptx(ptx: str, tmp_path, d: int) -> None:
-    """Both options' shape at head dim ``d``: one cudnn-prefixed kernel, 256 threads at two CTAs per SM; step 3 as
+    """The narrow_ap kernels' shape at head dim ``d`` (the default, and narrow_ap alone): one cudnn-prefixed kernel, 256 threads at two CTAs per SM; step 3 as
     4 blocks x 2 x D / 16 m64n16k16 WGMMAs (K-major) and step 5's 2 x 4 x D / 64 m64n64k16 with B MN-major; the same
-    18 CTA barriers as the default; no 16-bit shared stores; V by D / 32 cp.async; no local memory, frame size 0."""
+    18 CTA barriers as the session-5 kernel; no 16-bit shared stores; V by D / 32 cp.async; no local memory, frame size 0."""
     names = kernel_symbols(ptx)
     assert len(names) == 1 and names[0].startswith("cudnn_") and "kdachunk_parallel_prep" in names[0] and "cutlass" not in names[0].lower(), names
     assert ".reqntid 256, 1, 1" in ptx and ".minnctapersm 2" in ptx
@@ -140,11 +143,12 @@ def _check_option_ptx(ptx: str, tmp_path, d: int) -> None:
 
 
 @pytest.mark.compile_only
-def test_prep_option_fields_default_off_and_reach_the_plan():
-    """``narrow_ap`` / ``ref_table`` default to False (the default key -- and so the default kernel -- is the one with
-    the base fields only); ``ref_table`` without ``narrow_ap`` is a ValueError naming the accepted combinations; a KDA
-    plan takes them through ``set_parallel_options`` (``_prep_options``), a GDN plan refuses them (its prep key has no
-    such fields) when its compile first asks for its prep options, before building anything."""
+def test_prep_option_fields_default_on_and_reach_the_plan():
+    """``narrow_ap`` / ``ref_table`` default to True since session 6 (the default key is the kernel with both; the speed
+    opt-ins after them default to False: ``test_kda_prep_speed_gpu.py``); ``ref_table`` without ``narrow_ap`` is a
+    ValueError naming the accepted combinations; a KDA plan takes the opt-outs through ``set_parallel_options``
+    (``_prep_options``), a GDN plan refuses the fields (its prep key has no such fields) when its compile first asks for
+    its prep options, before building anything."""
     skip_unless_cutedsl(FLOOR, "cudnn.linear_attention.kimi_delta_attention")
     pytest.importorskip("cutlass")
     from dataclasses import fields
@@ -154,41 +158,41 @@ def test_prep_option_fields_default_off_and_reach_the_plan():
     from cudnn.linear_attention._host.chunk_parallel import set_parallel_options
     from cudnn.linear_attention.kda.chunk_parallel_prep_kernel import KdaParallelPrepKey, KimiDeltaAttentionParallelPrep
 
-    assert [f.name for f in fields(KdaParallelPrepKey)] == [*BASE, "narrow_ap", "ref_table"]
+    assert [f.name for f in fields(KdaParallelPrepKey)][: len(BASE) + 2] == [*BASE, "narrow_ap", "ref_table"]
     key = KdaParallelPrepKey(**BASE)
-    assert not key.narrow_ap and not key.ref_table and key == KdaParallelPrepKey(**BASE, narrow_ap=False, ref_table=False)
+    assert key.narrow_ap and key.ref_table and key == KdaParallelPrepKey(**BASE, narrow_ap=True, ref_table=True)
     with pytest.raises(ValueError, match="ref_table=True needs narrow_ap=True"):
-        KimiDeltaAttentionParallelPrep(KdaParallelPrepKey(**BASE, ref_table=True))
-    KimiDeltaAttentionParallelPrep(KdaParallelPrepKey(**BASE, narrow_ap=True, ref_table=True))  # accepted
+        KimiDeltaAttentionParallelPrep(KdaParallelPrepKey(**BASE, narrow_ap=False))
+    KimiDeltaAttentionParallelPrep(KdaParallelPrepKey(**BASE, narrow_ap=False, ref_table=False))  # accepted: the session-5 kernel
     plan = compile_varlen_plan(KDA, 1000, 5)
-    set_parallel_options(plan, KNT)
-    assert plan._prep_options() == {"narrow_ap": True, "ref_table": True}
+    set_parallel_options(plan, S5)
+    assert plan._prep_options() == {"narrow_ap": False, "ref_table": False}
     gdn = compile_varlen_plan(GDN, 1000, 5)
     set_parallel_options(gdn, KN)
-    with pytest.raises(ValueError, match=r"\['narrow_ap'\] are not available for this family \(GdnParallelPrepKey\)"):
+    with pytest.raises(ValueError, match=r"\['ref_table'\] are not available for this family \(GdnParallelPrepKey\)"):
         gdn._prep_options()  # what a parallel plan's compile() asks first (``_g_align``), before any build
 
 
 @pytest.mark.compile_only
 def test_prep_options_build_without_spills_with_fewer_instructions_and_exps(tmp_path):
-    """K = 128 (varlen, fp32 g / beta, L2 norm): ``narrow_ap`` and ``narrow_ap`` + ``ref_table`` each build with the
-    designed shape (``_check_option_ptx``) and under 85 % of the default kernel's PTX instructions (sm_90a, DSL 4.8.1:
-    4174 and 4094 against 5133); ``narrow_ap`` keeps the default's exps (its element pass is the default's), and
-    ``ref_table`` has under half of them (104 against 225 ``ex2.approx``: the K'_I decays come from the ratio table).
-    K = 64 (dense, bf16 g, no L2 norm) with both builds the same way."""
+    """K = 128 (varlen, fp32 g / beta, L2 norm): the default (``narrow_ap`` + ``ref_table``) and ``narrow_ap`` alone each
+    build with the designed shape (``_check_option_ptx``) and under 85 % of the session-5 kernel's PTX instructions
+    (sm_90a, DSL 4.8.1: 4054 and 4174 against 5133); ``narrow_ap`` alone keeps the session-5 exps (its element pass is
+    that kernel's), and the default has under half of them (107 against 225 ``ex2.approx``: the K'_I decays come from the
+    ratio table). The default at K = 64 (dense, bf16 g, no L2 norm) builds the same way."""
     skip_unless_cutedsl(FLOOR, "cudnn.linear_attention.kimi_delta_attention")
     pytest.importorskip("cutlass")
     from cudnn.linear_attention.kda.chunk_parallel_prep_kernel import KdaParallelPrepKey
 
-    default = _compile_prep(KdaParallelPrepKey(**BASE), tmp_path / "default")
-    kn = _compile_prep(KdaParallelPrepKey(**BASE, narrow_ap=True), tmp_path / "kn")
+    s5 = _compile_prep(KdaParallelPrepKey(**BASE, narrow_ap=False, ref_table=False), tmp_path / "s5")
+    kn = _compile_prep(KdaParallelPrepKey(**BASE, ref_table=False), tmp_path / "kn")
     _check_option_ptx(kn, tmp_path / "kn", 128)
-    knt = _compile_prep(KdaParallelPrepKey(**BASE, narrow_ap=True, ref_table=True), tmp_path / "knt")
-    _check_option_ptx(knt, tmp_path / "knt", 128)
-    n_default = _instructions(default)
-    assert 0 < _instructions(kn) < 0.85 * n_default and 0 < _instructions(knt) < 0.85 * n_default, (_instructions(kn), _instructions(knt), n_default)
-    ex2 = default.count("ex2.approx")
-    assert kn.count("ex2.approx") == ex2 and 0 < knt.count("ex2.approx") < ex2 / 2, (kn.count("ex2.approx"), knt.count("ex2.approx"), ex2)
+    default = _compile_prep(KdaParallelPrepKey(**BASE), tmp_path / "default")
+    _check_option_ptx(default, tmp_path / "default", 128)
+    n_s5 = _instructions(s5)
+    assert 0 < _instructions(kn) < 0.85 * n_s5 and 0 < _instructions(default) < 0.85 * n_s5, (_instructions(kn), _instructions(default), n_s5)
+    ex2 = s5.count("ex2.approx")
+    assert kn.count("ex2.approx") == ex2 and 0 < default.count("ex2.approx") < ex2 / 2, (kn.count("ex2.approx"), default.count("ex2.approx"), ex2)
 
-    key64 = KdaParallelPrepKey(head_dim=64, g_dtype="BFloat16", beta_dtype="Float32", l2norm=False, varlen=False, narrow_ap=True, ref_table=True)
+    key64 = KdaParallelPrepKey(head_dim=64, g_dtype="BFloat16", beta_dtype="Float32", l2norm=False, varlen=False)
     _check_option_ptx(_compile_prep(key64, tmp_path / "d64"), tmp_path / "d64", 64)

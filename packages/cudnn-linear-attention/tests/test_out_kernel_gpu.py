@@ -1,18 +1,20 @@
-"""The chunk-parallel forward's output kernel, opt-in variants (``KdaParallelOutKey.v_wide`` / ``persistent``:
-``kda/chunk_parallel_out_persistent_kernel.py``), both families (KDA; GDN = ``row_scaled``).
+"""The chunk-parallel forward's output kernels, both families (KDA; GDN = ``row_scaled``): the default since session 6
+(``KdaParallelOutKey.v_wide``: ``kda/chunk_parallel_out_persistent_kernel.py``, one CTA per (chunk, head) over the
+whole V), against the session-5 kernel (``v_wide = False``: ``kda/chunk_parallel_out_kernel.py``,
+the ``out-base`` variant).
 
-GPU tier: the default plan (``schedule="parallel"``) runs once and fills its workspace (qg, p, h, vnt, rf) and its
-output; then each variant's output kernel -- keyed and ``cute.compile``d directly, exactly as
-``_host/chunk_parallel.py::compile_parallel`` builds the default (the host has no ``out`` options yet) -- is launched
-on that same workspace into a fresh poisoned ``o``. The variants change only where and when the same operations
-happen, so their output must equal the default's bit for bit (and is also held to the FlashAttention tolerance
-against the fp32 token-by-token recurrence: ``_parallel_cases.py``). Small ``persistent`` counts (5, 7 CTAs) make
-every CTA walk tens of items, so the cp.async ring wraps many times over idle slots, 1-token and long sequences.
-Both epilogues: 16-byte stores (``o`` 16-byte aligned with strides of 8 elements) and the 2-byte fallback (an ``o``
-whose head stride is D + 1).
+GPU tier: the ``out-base`` plan (``schedule="parallel"``) runs once and fills its workspace (qg, p, h, vnt, rf) and its
+output; then each output kernel under test -- keyed and ``cute.compile``d directly, exactly as
+``_host/chunk_parallel.py::compile_parallel`` builds it -- is launched on that same workspace into a fresh poisoned
+``o``. They change only where and when the same operations happen, so their output must equal the session-5 kernel's
+bit for bit (and is also held to the FlashAttention tolerance against the fp32 token-by-token recurrence:
+``_parallel_cases.py``). Both epilogues: 16-byte stores (``o`` 16-byte aligned
+with strides of 8 elements) and the 2-byte fallback (an ``o`` whose head stride is D + 1). End to end, the default plan
+equals the ``out-base`` plan bit for bit.
 
-Compile-only tier (CPU, ``CUTE_DSL_ARCH=sm_90a``): the default key still routes to the verified kernel; the variant
-builds with no local memory (frame size 0), its WGMMAs and both store paths in the PTX, the cudnn symbol prefix.
+Compile-only tier (CPU, ``CUTE_DSL_ARCH=sm_90a``): the default key routes to the V-wide kernel and ``v_wide = False``
+to the session-5 one; the default builds with no local memory (frame size 0), its WGMMAs and both store paths in the
+PTX, the cudnn prefix.
 
     ci/gpu_tests.sh packages/cudnn-linear-attention/tests/test_out_kernel_gpu.py
 """
@@ -56,14 +58,17 @@ def _compile_out(key):
 
 
 def _default_run(fam, q, k, v, g, beta, h0, cu, l2norm, o):
-    """The default parallel plan's execute into ``o`` (final state requested): returns its workspace."""
+    """The ``out-base`` parallel plan's execute into ``o`` (the session-5 output kernel; final state requested):
+    returns its workspace."""
     import torch
 
+    from cudnn.linear_attention._host.chunk_parallel import set_parallel_options
     from cudnn_testing.data import poison
 
     n = (cu.shape[0] - 1) if cu is not None else (q.shape[0] if q.dim() == 4 else 1)
     ht = poison(torch.empty(n, v.shape[-2], v.shape[-1], q.shape[-1], device="cuda"))
     plan = fam.adapter_class()(q, k, v, g, beta, o, use_qk_l2norm_in_kernel=l2norm, initial_state=h0, final_state=ht, cu_seqlens=cu, schedule="parallel")
+    set_parallel_options(plan, "out-base")
     plan.compile()
     ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda")
     plan.execute(q, k, v, g, beta, o, h0, ht, cu, workspace=ws)
@@ -107,7 +112,7 @@ def _variant_out(fam, fields, ws, q, v, cu, o):
 
 
 def _check_variants(fam, variants, q, k, v, g, beta, h0, cu, l2norm, batched, make_o=None):
-    """Every variant's ``o`` == the default's, bit for bit; all within the tolerance of the fp32 recurrence."""
+    """Every variant's ``o`` == the session-5 kernel's, bit for bit; all within the tolerance of the fp32 recurrence."""
     import _parallel_cases as cases
     import torch
 
@@ -123,11 +128,11 @@ def _check_variants(fam, variants, q, k, v, g, beta, h0, cu, l2norm, batched, ma
         outs.append(o)
     torch.cuda.synchronize()
     ref_o, _, low_o, _ = cases.refs(fam, q, k, v, g, beta, h0, l2norm, cu, batched)
-    cases.check(o_def, ref_o, low_o, "o default")
+    cases.check(o_def, ref_o, low_o, "o out-base")
     assert torch.isfinite(o_def.float()).all()
     for fields, o in zip(variants, outs, strict=True):
         d = (o.float() - o_def.float()).abs().max().item()
-        assert torch.equal(o, o_def), f"{fields}: max |variant - default| = {d}"
+        assert torch.equal(o, o_def), f"{fields}: max |variant - out-base| = {d}"
         cases.check(o, ref_o, low_o, f"o {fields}")
 
 
@@ -143,18 +148,17 @@ def _gpu_fam():
     return use
 
 
-WIDE_P7 = {"v_wide": True, "persistent": 7}
-P5 = {"persistent": 5}
+DEFAULT = {}  # v_wide (the key's default)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     "fam, D, l2norm, variants",
     [
-        (KDA, 128, True, ({"v_wide": True}, WIDE_P7, P5)),
-        (KDA, 64, False, (WIDE_P7,)),
-        (GDN, 128, True, (WIDE_P7, P5)),
-        (GDN, 64, False, (P5,)),
+        (KDA, 128, True, (DEFAULT,)),
+        (KDA, 64, False, (DEFAULT,)),
+        (GDN, 128, True, (DEFAULT,)),
+        (GDN, 64, False, (DEFAULT,)),
     ],
     ids=["kda-d128", "kda-d64", "gdn-d128", "gdn-d64"],
 )
@@ -180,15 +184,15 @@ def test_variants_bitwise_equal_default_dense_and_long_thd(_gpu_fam, fam):
 
     fam = _gpu_fam(fam)
     q, k, v, g, beta, _ = cases.inputs(fam, (2, 300), 2, 2, 128, True, 2)
-    _check_variants(fam, (WIDE_P7,), q, k, v, g, beta, None, None, True, True)
+    _check_variants(fam, (DEFAULT,), q, k, v, g, beta, None, None, True, True)
     q, k, v, g, beta, _ = cases.inputs(fam, (4096,), 2, 2, 128, True, 1)
-    _check_variants(fam, (WIDE_P7,), q, k, v, g, beta, None, None, True, False)
+    _check_variants(fam, (DEFAULT,), q, k, v, g, beta, None, None, True, False)
 
 
 @pytest.mark.gpu
 def test_unaligned_output_takes_the_two_byte_stores(_gpu_fam):
     """``o`` a [T, H, D] view of [T, H, D + 1] storage (head stride D + 1: no 16-byte rows): the variant's in-kernel
-    check picks the default's 2-byte stores; still bitwise the default (which writes the same view)."""
+    check picks the session-5 kernel's 2-byte stores; still bitwise that kernel (which writes the same view)."""
     import _parallel_cases as cases
     import torch
 
@@ -202,36 +206,31 @@ def test_unaligned_output_takes_the_two_byte_stores(_gpu_fam):
     def make_o():
         return torch.empty(T, H, D + 1, dtype=torch.bfloat16, device="cuda")[..., :D]
 
-    _check_variants(fam, (WIDE_P7, P5), q, k, v, g, beta, h0, cu, True, False, make_o)
+    _check_variants(fam, (DEFAULT,), q, k, v, g, beta, h0, cu, True, False, make_o)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("fam", [KDA, GDN], ids=["kda", "gdn"])
-def test_plan_with_out_options_is_bitwise_the_default_plan(_gpu_fam, fam):
-    """End to end, once the host takes ``{"out": {...}}`` (``compile_parallel(out_options=...)``; skipped before, since
-    ``set_parallel_options`` would otherwise drop the fields and compare the default with itself): a plan with the
-    V-wide persistent output kernel gives the default plan's ``o`` and final state bit for bit (varlen batch, GVA, K = 128)."""
-    import inspect
-
+def test_default_plan_is_bitwise_the_out_base_plan(_gpu_fam, fam):
+    """End to end: the default plan (V-wide output kernel) gives the ``out-base`` plan's (the session-5 output kernel)
+    ``o`` and final state bit for bit (varlen batch, GVA, K = 128), and ``set_parallel_options`` reaches the key."""
     import _parallel_cases as cases
     import torch
 
     from cudnn.linear_attention._host import chunk_parallel as host
     from cudnn_testing.data import cu_seqlens, poison
 
-    if "out_options" not in inspect.signature(host.compile_parallel).parameters:
-        pytest.skip("the host has no output-kernel options yet (compile_parallel(out_options=...), set_parallel_options {'out': ...})")
     fam = _gpu_fam(fam)
     cu = cu_seqlens(cases.LENGTHS, "cuda")
     q, k, v, g, beta, h0 = cases.inputs(fam, (sum(cases.LENGTHS),), 4, 2, 128, True, len(cases.LENGTHS), "safe_gate")
     outs = []
-    for variant in (None, {"out": WIDE_P7}):
+    for variant in (None, "out-base"):
         o = poison(torch.empty_like(v))
         ht = poison(torch.empty_like(h0))
         plan = fam.adapter_class()(q, k, v, g, beta, o, use_qk_l2norm_in_kernel=True, initial_state=h0, final_state=ht, cu_seqlens=cu, schedule="parallel")
         if variant:
             host.set_parallel_options(plan, variant)
-            assert plan._out_options() == WIDE_P7
+            assert plan._out_options() == {"v_wide": False}
         plan.compile()
         ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda")
         plan.execute(q, k, v, g, beta, o, h0, ht, cu, workspace=ws)
@@ -245,36 +244,36 @@ def test_plan_with_out_options_is_bitwise_the_default_plan(_gpu_fam, fam):
 
 
 @pytest.mark.compile_only
-def test_default_key_routes_to_the_verified_kernel():
-    """The new key fields default off (so the default plans' key and PTX are unchanged), route the opt-ins to the
-    persistent module, and size its ring to the shared memory (K = 128: 3 stages V-wide, 4 otherwise)."""
+def test_default_key_routes_to_the_v_wide_kernel():
+    """The default key is ``v_wide`` (session 6) and routes to the V-wide module; ``v_wide = False`` (``out-base``)
+    routes to the session-5 kernel; the session-5 ``persistent`` field is gone (it lost on the H200)."""
     skip_unless_family_dsl(KDA)
     pytest.importorskip("cutlass")
+    from dataclasses import fields
+
+    from cudnn.linear_attention._host.chunk_parallel import PARALLEL_VARIANTS
     from cudnn.linear_attention.kda.chunk_parallel_out_kernel import KdaParallelOutKey, KimiDeltaAttentionParallelOut
-    from cudnn.linear_attention.kda.chunk_parallel_out_persistent_kernel import KimiDeltaAttentionParallelOutPersistent, ring_stages
+    from cudnn.linear_attention.kda.chunk_parallel_out_persistent_kernel import KimiDeltaAttentionParallelOutPersistent, ctas_per_sm
 
     key = KdaParallelOutKey(head_dim=128, varlen=True)
-    assert (key.v_wide, key.persistent) == (False, 0) and KimiDeltaAttentionParallelOut.for_key(key) is KimiDeltaAttentionParallelOut
-    for fields, stages in (({"v_wide": True}, 1), ({"persistent": 132}, 4), ({"v_wide": True, "persistent": 132}, 3)):
-        k = KdaParallelOutKey(head_dim=128, varlen=True, row_scaled=True, **fields)
-        assert KimiDeltaAttentionParallelOut.for_key(k) is KimiDeltaAttentionParallelOutPersistent and ring_stages(k) == stages, fields
-    assert ring_stages(KdaParallelOutKey(head_dim=64, varlen=False, v_wide=True, persistent=132)) == 4
-    with pytest.raises(ValueError, match="persistent=-1"):
-        KimiDeltaAttentionParallelOut.for_key(KdaParallelOutKey(head_dim=128, varlen=True, persistent=-1))
+    assert key.v_wide and KimiDeltaAttentionParallelOut.for_key(key) is KimiDeltaAttentionParallelOutPersistent
+    assert ctas_per_sm(key) == 3 and ctas_per_sm(KdaParallelOutKey(head_dim=64, varlen=True)) == 4  # 74 KB / 33 KB per CTA
+    base = KdaParallelOutKey(head_dim=128, varlen=True, **PARALLEL_VARIANTS["out-base"]["out"])
+    assert KimiDeltaAttentionParallelOut.for_key(base) is KimiDeltaAttentionParallelOut
+    assert [f.name for f in fields(KdaParallelOutKey)] == ["head_dim", "varlen", "row_scaled", "v_wide"]
 
 
 @pytest.mark.compile_only
 @pytest.mark.parametrize(
     "D, varlen, row_scaled, fields, mma, cp_async",
     [
-        (128, True, True, {"v_wide": True, "persistent": 132}, 3 * 24, 5 * 36 + 5),  # ring of 3 unrolled; prologue 2 + loop 3 item loads (+ rf)
-        (64, False, False, {"persistent": 132}, 4 * 8, 7 * 16),  # ring of 4: prologue 3 + loop 4
+        (128, True, True, {}, 24, 36 + 1),  # the default: one item per CTA, one stage (+ rf: row_scaled)
     ],
-    ids=["kda-gdn-d128-wide-persistent", "d64-dense-persistent"],
+    ids=["default-d128-varlen-rowscaled"],
 )
-def test_variant_builds_without_spills(D, varlen, row_scaled, fields, mma, cp_async, tmp_path):
-    """One 128-thread kernel with the cudnn prefix, its MMAs all m64n64k16 (per item and V block 8 (K = 128) or 4 for
-    Q S0^T plus 4 for P Vn, unrolled over the ring's stages), cp.async of 16 bytes for every operand, the 16-byte
+def test_output_kernel_builds_without_spills(D, varlen, row_scaled, fields, mma, cp_async, tmp_path):
+    """One 128-thread kernel with the cudnn prefix, its MMAs all m64n64k16 (per V block 8 (K = 128) for Q S0^T plus 4
+    for P Vn), cp.async of 16 bytes for every operand, the 16-byte
     output stores (``st.global.v4``, ``ld.shared.v4``) and the 2-byte fallback, no local memory, frame size 0."""
     skip_unless_family_dsl(KDA)
     pytest.importorskip("cutlass")

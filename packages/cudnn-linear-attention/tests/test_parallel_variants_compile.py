@@ -1,9 +1,9 @@
 """Compile-only tier (CPU, CUTE_DSL_ARCH=sm_90a) of the chunk-parallel forward's named variants
-(``_host/chunk_parallel.py::PARALLEL_VARIANTS``, set by ``set_parallel_options``): the state-pass variants ``v32`` /
-``v16`` (the narrow-slice state pass, ``kda/chunk_parallel_state_narrow_kernel.py``) and ``s3`` (three stages), which
-both families take (the state pass is family-agnostic), the output and prep variants, and the key fields: KDA's prep key
-lost the session-4 kernels' fields in the session-5 fold (they are ValueErrors) and has the opt-ins ``narrow_ap`` /
-``ref_table``. Two direct state-pass compiles (K = 128 varlen with states, K = 64 dense); the
+(``_host/chunk_parallel.py::PARALLEL_VARIANTS``, set by ``set_parallel_options``): the session-5 baselines
+``state-base`` / ``out-base`` / ``base`` (both families) and ``gdn-prep-base`` / ``gdn-base`` (GDN), KDA's prep options,
+and the key fields: the session-6 defaults (TMA state pass at four stages with TMA stores, the V-wide output kernel,
+GDN's restructured prep at three CTAs per SM), KDA's prep key (the session-4 kernels' fields are ValueErrors). Two
+direct state-pass compiles (the cp.async baseline at K = 128 varlen with states, and v_slice 16 at K = 64 dense); the
 rest is key and routing checks (no compile)."""
 
 from __future__ import annotations
@@ -50,23 +50,47 @@ def _plan(T=1000, N=5, D=128, H=4, Hk=2, fam=KDA):
 
 
 def test_variant_table_and_key_fields():
-    """The variant table holds the state-pass variants only; KDA's prep key is the plan-time base fields (no tuning
-    options), so a prep field on a KDA plan is a ValueError at compile (before any build), as is an unknown variant
-    name or an unknown state-pass field; GDN's prep key keeps its options (``prefetch``), reachable by a dict."""
+    """The variant table holds the session-5 baselines and KDA's prep options (the session-6 winners are the key
+    defaults, the losers are gone: an unknown name is a ValueError); the baselines are exactly the fields that differ
+    from the defaults. KDA's prep key is the plan-time base fields plus its two options, so another prep field on a KDA
+    plan is a ValueError at compile (before any build), as is an unknown state-pass field; GDN's prep key keeps its
+    options (``prefetch``), reachable by a dict."""
     from dataclasses import fields
 
     from _delta_rule_cases import GDN
 
     from cudnn.linear_attention._host.chunk_parallel import PARALLEL_VARIANTS, set_parallel_options
+    from cudnn.linear_attention.gdn.chunk_parallel_prep_kernel import GdnParallelPrepKey
+    from cudnn.linear_attention.kda.chunk_parallel_out_kernel import KdaParallelOutKey
     from cudnn.linear_attention.kda.chunk_parallel_prep_kernel import KdaParallelPrepKey
+    from cudnn.linear_attention.kda.chunk_parallel_state_kernel import KdaParallelStateKey
 
-    state_only = {"v32", "v16", "v64", "s3", "s4", "tma", "tma-s3", "tma-st", "tma-st-s3", "tma-st-s4"}
-    assert set(PARALLEL_VARIANTS) == state_only | {"ow", "oper", "owp", "gtc", "gtc3", "gtc3-owp", "kn", "knt", "knt-best"}
-    assert all(set(PARALLEL_VARIANTS[v]) == {"state"} for v in state_only)
-    assert all(set(PARALLEL_VARIANTS[v]) == {"out"} for v in ("ow", "oper", "owp")) and set(PARALLEL_VARIANTS["gtc"]) == {"prep"}
-    assert [f.name for f in fields(KdaParallelPrepKey)] == ["head_dim", "g_dtype", "beta_dtype", "l2norm", "varlen", "narrow_ap", "ref_table"]
-    with pytest.raises(ValueError, match="parallel variant 'tc'"):
-        set_parallel_options(_plan(), "tc")
+    assert set(PARALLEL_VARIANTS) == {"state-base", "out-base", "base", "gdn-prep-base", "gdn-base", "kp5", "kn", "kts", "ktsl", "kpr", "kall"}
+    sk = KdaParallelStateKey(head_dim=128, varlen=True, has_initial=True, has_final=True)
+    ok = KdaParallelOutKey(head_dim=128, varlen=True)
+    pk = GdnParallelPrepKey(head_dim=128, g_dtype="Float32", beta_dtype="Float32", l2norm=True, varlen=True)
+    assert (sk.v_slice, sk.stages, sk.tma, sk.tma_store, ok.v_wide, pk.restructured, pk.tc_ctas_per_sm) == (32, 4, True, True, True, True, 3)
+    assert PARALLEL_VARIANTS["state-base"] == {"state": {"tma": False, "tma_store": False, "stages": 2}}
+    assert PARALLEL_VARIANTS["out-base"] == {"out": {"v_wide": False}} and PARALLEL_VARIANTS["gdn-prep-base"] == {
+        "prep": {"restructured": False, "tc_ctas_per_sm": 2}
+    }
+    assert PARALLEL_VARIANTS["base"] == {**PARALLEL_VARIANTS["state-base"], **PARALLEL_VARIANTS["out-base"]}
+    assert PARALLEL_VARIANTS["gdn-base"] == {**PARALLEL_VARIANTS["base"], **PARALLEL_VARIANTS["gdn-prep-base"]}
+    assert [f.name for f in fields(KdaParallelPrepKey)] == [
+        "head_dim",
+        "g_dtype",
+        "beta_dtype",
+        "l2norm",
+        "varlen",
+        "narrow_ap",
+        "ref_table",
+        "lean_gates",
+        "tiled_solve",
+        "pack_round",
+    ]
+    for removed in ("tc", "v32", "s3", "tma-st-s4", "ow", "owp", "gtc3"):
+        with pytest.raises(ValueError, match=f"parallel variant '{removed}'"):
+            set_parallel_options(_plan(), removed)
     for field in ("fast_exp", "warpgroups", "prefetch", "two_per_sm", "restructured"):
         p = _plan()
         set_parallel_options(p, {"prep": {field: True}})
@@ -79,10 +103,17 @@ def test_variant_table_and_key_fields():
     p = _plan(fam=GDN)
     set_parallel_options(p, {"prep": {"prefetch": True}})
     assert p._prep_options() == {"prefetch": True} and p._g_align() == 4  # GDN's fp32 g at 4 bytes with prefetch only
+    p = _plan(fam=GDN)
+    set_parallel_options(p, "gdn-base")
+    assert (p._prep_options(), p._state_options(), p._out_options()) == tuple(PARALLEL_VARIANTS["gdn-base"][k] for k in ("prep", "state", "out"))
+    with pytest.raises(ValueError, match=r"\['restructured', 'tc_ctas_per_sm'\] are not available for this family \(KdaParallelPrepKey\)"):
+        p = _plan()
+        set_parallel_options(p, "gdn-prep-base")
+        p.compile()
     assert _plan(fam=GDN)._g_align() == 2 and _plan()._g_align() == 4  # KDA's prep reads an fp32 g by 32-bit loads
 
 
-# -- the narrow state pass (``v32`` / ``v16``: ``KdaParallelStateKey.v_slice``, ``kda/chunk_parallel_state_narrow_kernel.py``)
+# -- the state pass (``kda/chunk_parallel_state_narrow_kernel.py``): the cp.async baseline and another slice width --------
 
 
 def _compile_state(key, tmp_path):
@@ -101,33 +132,37 @@ def _compile_state(key, tmp_path):
         return ptx()
 
 
-@pytest.mark.parametrize("v_slice, D, varlen", [(32, 128, True), (16, 64, False)], ids=["v32-d128-varlen-states", "v16-d64-dense"])
-def test_narrow_state_pass_builds_without_spills(v_slice, D, varlen, tmp_path):
-    """The narrow state pass: one 128-thread kernel with the cudnn prefix, its MMAs all m64n{v_slice}k16 (per chunk
-    D / 16 for Vn = U - Wm S0^T and D / 64 x 4 for S^T += kd Vn; the chunk loop unrolled over its two stages:
-    2 x (D / 16 + D / 16)), the default's seven CTA barriers, no local memory and frame size 0 (nothing spilled)."""
+@pytest.mark.parametrize("v_slice, D, varlen", [(32, 128, True), (16, 64, False)], ids=["base-v32-d128-varlen-states", "base-v16-d64-dense"])
+def test_cp_async_state_pass_builds_without_spills(v_slice, D, varlen, tmp_path):
+    """The session-5 state pass (``state-base``: cp.async, two stages), at 32 and 16 rows: one 128-thread kernel with
+    the cudnn prefix, its MMAs all m64n{v_slice}k16 (per chunk D / 16 for Vn = U - Wm S0^T and D / 64 x 4 for S^T +=
+    kd Vn; the chunk loop unrolled over its two stages: 2 x (D / 16 + D / 16)), seven CTA barriers, no TMA, no local
+    memory and frame size 0 (nothing spilled). The default (TMA) build: ``test_state_pass_gpu.py::test_state_pass_compile_only``."""
+    from cudnn.linear_attention._host.chunk_parallel import PARALLEL_VARIANTS
     from cudnn.linear_attention.kda.chunk_parallel_state_kernel import KdaParallelStateKey
 
-    key = KdaParallelStateKey(head_dim=D, varlen=varlen, has_initial=varlen, has_final=varlen, v_slice=v_slice)
+    base = PARALLEL_VARIANTS["state-base"]["state"]
+    key = KdaParallelStateKey(head_dim=D, varlen=varlen, has_initial=varlen, has_final=varlen, v_slice=v_slice, **base)
     text = _compile_state(key, tmp_path)
     names = kernel_symbols(text)
     assert len(names) == 1 and names[0].startswith("cudnn_") and "chunk_parallel_state_narrow" in names[0], names
     assert ".reqntid 128, 1, 1" in text
     mma = re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)\.f32\.bf16\.bf16", text)
     assert mma == [f"m64n{v_slice}k16"] * (2 * (D // 16 + D // 16)), mma
-    assert len(re.findall(r"bar\.sync\s+0;", text)) == 7
+    assert len(re.findall(r"bar\.sync\s+0;", text)) == 7 and "cp.async.bulk" not in text and "mbarrier" not in text
     assert "ld.local" not in text and "st.local" not in text
     assert all(f == 0 for f in frame_sizes(tmp_path))
 
 
-def test_narrow_state_pass_keys_route_and_plans_take_them():
-    """``v_slice`` 32 / 16 route to the narrow kernel, an unbuilt width is a ValueError; ``v32`` /
-    ``s3`` put their field on the state key of a KDA plan, and GDN (whose state pass is this family-agnostic kernel)
-    takes ``v16`` too."""
+def test_state_pass_keys_route_and_plans_take_them():
+    """``v_slice`` 32 / 16 route to the narrow kernel, an unbuilt width is a ValueError; ``state-base`` puts its fields
+    on the state key of a KDA plan and of a GDN plan (whose state pass is this family-agnostic kernel); the adapters'
+    ``parallel_state_stages`` is the key's stage count: the default 4 leaves the key alone, 2 and 3 set exactly that
+    count (on the default TMA kernel), anything else is a ValueError."""
     from _delta_rule_cases import GDN
 
     from cudnn.linear_attention._host.chunk_parallel import set_parallel_options
-    from cudnn.linear_attention.kda.chunk_parallel_state_kernel import KdaParallelStateKey, KimiDeltaAttentionParallelState
+    from cudnn.linear_attention.kda.chunk_parallel_state_kernel import STAGES, KdaParallelStateKey, KimiDeltaAttentionParallelState
     from cudnn.linear_attention.kda.chunk_parallel_state_narrow_kernel import KimiDeltaAttentionParallelStateNarrow
 
     base = dict(head_dim=128, varlen=True, has_initial=True, has_final=True)
@@ -135,8 +170,17 @@ def test_narrow_state_pass_keys_route_and_plans_take_them():
         assert KimiDeltaAttentionParallelState.for_key(KdaParallelStateKey(**base, v_slice=vw)) is KimiDeltaAttentionParallelStateNarrow
     with pytest.raises(ValueError, match="v_slice=48"):
         KimiDeltaAttentionParallelState.for_key(KdaParallelStateKey(**base, v_slice=48))
-    for fam, variant, opts in ((KDA, "v32", {"v_slice": 32}), (KDA, "s3", {"stages": 3}), (GDN, "v16", {"v_slice": 16})):
+    for fam in (KDA, GDN):
         plan = _plan(fam=fam)
-        set_parallel_options(plan, variant)
-        assert plan._state_options() == opts, (variant, plan._state_options())
-    assert _plan()._state_options() == {}
+        set_parallel_options(plan, "state-base")
+        assert plan._state_options() == {"tma": False, "tma_store": False, "stages": 2}, plan._state_options()
+    plan = _plan()
+    assert STAGES == 4 and plan.parallel_state_stages == 4 and plan._state_options() == {}
+    for stages in (2, 3):
+        plan.parallel_state_stages = stages
+        assert plan._state_options() == {"stages": stages}
+        assert KdaParallelStateKey(**base, **plan._state_options()).tma  # the default data movement at that many stages
+    for bad in (1, 5):
+        plan.parallel_state_stages = bad
+        with pytest.raises(ValueError, match=f"parallel_state_stages={bad}; accepted 2, 3 or 4"):
+            plan._state_options()

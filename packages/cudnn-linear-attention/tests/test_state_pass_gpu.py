@@ -2,17 +2,20 @@
 ``kda/chunk_parallel_state_narrow_kernel.py`` the one kernel), both families, through the adapters'
 ``schedule="parallel"`` with the state-pass key options set by ``set_parallel_options(plan, {"state": {...}})``:
 
-- the default (``v_slice`` = 32, two cp.async stages) against the fp32 token-by-token recurrence (FlashAttention rule,
-  ``_parallel_cases.check``) on the varlen batch (1-token, one-chunk, empty, 24-chunk sequences; GVA; h0 / ht);
-- the opt-ins that change only when data moves -- ``tma`` (TMA + mbarrier stages), ``stages`` 3 / 4 and their
-  combinations -- bitwise equal to the default (same operations on the same operands in the same order);
+- the session-5 state pass (``state-base``: ``v_slice`` = 32, two cp.async stages) against the fp32 token-by-token
+  recurrence (FlashAttention rule, ``_parallel_cases.check``) on the varlen batch (1-token, one-chunk, empty,
+  24-chunk sequences; GVA; h0 / ht);
+- the options that change only when data moves -- the default since session 6 (``tma`` + ``tma_store``, four stages),
+  ``tma`` without the TMA stores, other stage counts -- bitwise equal to it (same operations on the same operands in
+  the same order);
 - the other slice widths (16, 64: another fp32 accumulation order inside the MMAs) against the recurrence and within
   twice the default's error;
-- a dense batch and a 4096-token sequence (64 chunks) without an initial state for ``tma``;
-- the ``tma`` plan's execute: no sync, no allocation, CUDA-graph replay equal to eager.
+- a dense batch and a 4096-token sequence (64 chunks) without an initial state at three TMA stages;
+- the execute of a plan with ``parallel_state_stages = 2`` (the TMA kernel at two stages): no sync, no allocation,
+  CUDA-graph replay equal to eager (the default plan's: ``test_{kda,gdn}_parallel_gpu.py``).
 
-Compile-only (CPU) checks of the same options: ``test_state_pass_compile_only`` below (frame size 0, the MMA shapes,
-TMA and mbarrier instructions emitted, the barrier count).
+Compile-only (CPU) checks of the default and the baselines: ``test_state_pass_compile_only`` below (frame size 0, the
+MMA shapes, TMA and mbarrier instructions emitted, the barrier count).
 Run: ``source ci/gpu_env.sh; ci/gpu_tests.sh packages/cudnn-linear-attention/tests/test_state_pass_gpu.py -q``."""
 
 from __future__ import annotations
@@ -55,46 +58,58 @@ def _varlen(fam, D, l2norm, regime="safe_gate"):
     return q, k, v, g, beta, h0, cu
 
 
+BASE = {"tma": False, "tma_store": False, "stages": 2}  # the session-5 state pass (PARALLEL_VARIANTS["state-base"])
+
 # Both families, both head dims (GDN at K = 128 in the dense / long test below); pruned to what tells the options apart:
-# tma at 2, 3 and 4 stages, tma_store with it, cp.async at 4 stages (3 is the already-verified parallel_state_stages knob).
+# the default (TMA loads and stores, four stages) at both head dims and in both families, TMA loads with the cp.async
+# path's stores, two and three TMA stages, cp.async at four stages.
 BITWISE = [  # the cp.async option first: a TMA option that hung (an mbarrier never completing) would stop the rest
-    (KDA, 128, True, {"stages": 4}),
-    (KDA, 128, True, {"tma": True}),
-    (KDA, 128, True, {"tma": True, "tma_store": True, "stages": 3}),
-    (KDA, 64, False, {"tma": True, "stages": 4}),
-    (GDN, 64, False, {"tma": True, "tma_store": True}),
+    (KDA, 128, True, {"stages": 4, "tma": False, "tma_store": False}),
+    (KDA, 128, True, {}),
+    (KDA, 128, True, {"tma_store": False, "stages": 2}),
+    (KDA, 128, True, {"stages": 3}),
+    (KDA, 64, False, {"tma_store": False}),
+    (GDN, 64, False, {"stages": 2}),
+    (GDN, 128, True, {}),
 ]
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("fam, D, l2norm, opts", BITWISE, ids=["kda-d128-s4", "kda-d128-tma", "kda-d128-tma-st-s3", "kda-d64-tma-s4", "gdn-d64-tma-st"])
+@pytest.mark.parametrize(
+    "fam, D, l2norm, opts",
+    BITWISE,
+    ids=["kda-d128-cpasync-s4", "kda-d128-default", "kda-d128-tma-s2", "kda-d128-tma-st-s3", "kda-d64-tma-s4", "gdn-d64-tma-st-s2", "gdn-d128-default"],
+)
 def test_state_pass_options_match_recurrence_and_are_bitwise_the_default(fam, D, l2norm, opts):
-    """The default state pass (v_slice 32) by the FlashAttention rule against the fp32 recurrence; the option equal to
-    it bit for bit (o and the final state); the empty sequence passes its state through exactly."""
+    """The session-5 state pass (``BASE``) by the FlashAttention rule against the fp32 recurrence; the option (``{}``:
+    the default) equal to it bit for bit (o and the final state); the empty sequence passes its state through exactly."""
     import _parallel_cases as cases
     import torch
 
     _gpu()
     q, k, v, g, beta, h0, cu = _varlen(fam, D, l2norm)
-    o0, s0 = _run(fam, {}, q, k, v, g, beta, h0, cu, l2norm)
+    o0, s0 = _run(fam, BASE, q, k, v, g, beta, h0, cu, l2norm)
     o1, s1 = _run(fam, opts, q, k, v, g, beta, h0, cu, l2norm)
     ref_o, ref_s, low_o, low_s = cases.refs(fam, q, k, v, g, beta, h0, l2norm, cu, False)
-    cases.check(o0, ref_o, low_o, "o default")
-    cases.check(s0, ref_s, low_s, "final_state default")
+    cases.check(o0, ref_o, low_o, "o state-base")
+    cases.check(s0, ref_s, low_s, "final_state state-base")
     assert torch.isfinite(o1.float()).all() and torch.isfinite(s1).all(), f"{opts}: non-finite output (an unwritten or unfetched tile)"
     do = (o0.float() - o1.float()).abs().max().item()
     ds = (s0 - s1).abs().max().item()
-    assert torch.equal(o0, o1) and torch.equal(s0, s1), f"{opts}: max |option - default|: o {do}, final_state {ds}"
+    assert torch.equal(o0, o1) and torch.equal(s0, s1), f"{opts}: max |option - state-base|: o {do}, final_state {ds}"
     assert torch.equal(s1[3], h0[3])
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    "fam, D, l2norm, opts", [(KDA, 128, True, {"v_slice": 64}), (GDN, 64, False, {"v_slice": 16, "tma": True})], ids=["kda-v64", "gdn-v16-tma"]
+    "fam, D, l2norm, opts",
+    [(KDA, 128, True, {"v_slice": 64, **BASE}), (GDN, 64, False, {"v_slice": 16, "tma_store": False, "stages": 2})],
+    ids=["kda-v64-base", "gdn-v16-tma-s2"],
 )
 def test_other_slice_widths_match_recurrence_and_default(fam, D, l2norm, opts):
-    """Another slice width (the fp32 accumulation order inside the MMAs differs): the FlashAttention rule against the
-    recurrence, and at most twice the default's error plus the rule's noise."""
+    """Another slice width (the fp32 accumulation order inside the MMAs differs; the combinations GPU-verified in
+    session 5): the FlashAttention rule against the recurrence, and at most twice the default's error plus the rule's
+    noise."""
     import _parallel_cases as cases
 
     from cudnn_testing.tolerance import assert_close_fa
@@ -129,13 +144,13 @@ def test_tma_state_pass_dense_batch_and_long_sequence():
 
 @pytest.mark.gpu
 @pytest.mark.detector
-def test_tma_state_pass_execute_never_syncs_or_allocates_and_replays_under_capture():
-    """The ``tma`` + ``tma_store`` plan's execute (TMA descriptors encoded on the host per launch): no host
-    sync, no allocation over three executes, and a CUDA-graph replay equal to eager."""
+def test_two_stage_state_pass_execute_never_syncs_or_allocates_and_replays_under_capture():
+    """A plan with ``parallel_state_stages = 2`` (the TMA state pass at two stages; TMA descriptors encoded on the host
+    per launch): no host sync, no allocation over three executes, and a CUDA-graph replay equal to eager."""
     import _parallel_cases as cases
 
     _gpu()
-    cases.check_execute_never_syncs_or_allocates_and_replays_under_capture(KDA, {"state": {"tma": True, "tma_store": True}})
+    cases.check_execute_never_syncs_or_allocates_and_replays_under_capture(KDA, {"state": {"stages": 2}})
 
 
 # -- compile-only (CPU, CUTE_DSL_ARCH=sm_90a): the options build, spill nothing and emit what they claim -----------------
@@ -143,12 +158,14 @@ def test_tma_state_pass_execute_never_syncs_or_allocates_and_replays_under_captu
 
 @pytest.mark.compile_only
 def test_state_pass_compile_only(tmp_path):
-    """K = 128, varlen, h0 / ht: the default key routes to the narrow kernel at v_slice 32 (two stages, cp.async, seven
-    CTA barriers in the two unrolled chunks); ``stages`` = 4 waits with ``cp.async.wait_group 2``; ``tma`` issues
-    the four operands by ``cp.async.bulk.tensor`` (per chunk 2 K / 64 + 2 boxes, the first stage ahead in the
-    prologue), waits on mbarriers, has no cp.async and two CTA barriers per chunk; ``tma_store`` writes h and vnt by
-    TMA stores issued by one elected lane; every build with the cudnn prefix,
-    frame size 0 and no local memory. Unknown widths / stage counts are ValueErrors."""
+    """K = 128, varlen, h0 / ht: the default key (v_slice 32, TMA loads and stores, four stages) routes to the narrow
+    kernel; it issues the four operands by ``cp.async.bulk.tensor`` (per chunk 2 K / 64 + 2 boxes, three stages ahead
+    in the prologue, the loop unrolled over the four stages), waits on mbarriers, has no cp.async and two CTA barriers
+    per chunk, and writes h and vnt by TMA stores issued by one elected lane (each group waited for reading before its
+    tile is rewritten, all at the end). ``tma`` without ``tma_store`` at two stages (``parallel_state_stages = 2``'s
+    data movement minus the stores) keeps the 16-byte global stores. Both with the cudnn prefix, frame size 0 and no
+    local memory. Unknown widths / stage counts and ``tma_store`` without ``tma`` are ValueErrors. (The cp.async
+    baseline's build: ``test_parallel_variants_compile.py``.)"""
     skip_unless_family_dsl(KDA)
     pytest.importorskip("cutlass")
     import cuda.bindings.driver as cuda
@@ -162,18 +179,19 @@ def test_state_pass_compile_only(tmp_path):
     from cudnn_testing.compile_only import keep_artifacts, kernel_symbols
 
     base = dict(head_dim=128, varlen=True, has_initial=True, has_final=True)
-    assert KdaParallelStateKey(**base).v_slice == 32 and KdaParallelStateKey(**base).stages == 2 and not KdaParallelStateKey(**base).tma
-    assert KimiDeltaAttentionParallelState.for_key(KdaParallelStateKey(**base)) is KimiDeltaAttentionParallelStateNarrow
+    key = KdaParallelStateKey(**base)
+    assert (key.v_slice, key.stages, key.tma, key.tma_store) == (32, 4, True, True)
+    assert KimiDeltaAttentionParallelState.for_key(key) is KimiDeltaAttentionParallelStateNarrow
     with pytest.raises(ValueError, match="v_slice=48"):
         KimiDeltaAttentionParallelState.for_key(KdaParallelStateKey(**base, v_slice=48))
     with pytest.raises(ValueError, match="stages=5"):
         KimiDeltaAttentionParallelState.for_key(KdaParallelStateKey(**base, stages=5))
     with pytest.raises(ValueError, match="tma_store=True needs tma=True"):
-        KimiDeltaAttentionParallelState.for_key(KdaParallelStateKey(**base, tma_store=True))
+        KimiDeltaAttentionParallelState.for_key(KdaParallelStateKey(**base, tma=False))
 
     ptrs = [fp("Int32", 4), fp("Float32", 4), fp("Float32", 4)]
     texts = {}
-    for name, extra in (("default", {}), ("s4", {"stages": 4}), ("tma", {"tma": True}), ("ts", {"tma": True, "tma_store": True})):
+    for name, extra in (("default", {}), ("tma", {"tma_store": False, "stages": 2})):
         key = KdaParallelStateKey(**base, **extra)
         with keep_artifacts(tmp_path / name) as ptx:
             cute.compile(KimiDeltaAttentionParallelState.for_key(key)(key), *ptrs, *fake_workspace_pointers(), *[Int32(8)] * 5, cuda.CUstream(0))
@@ -182,19 +200,18 @@ def test_state_pass_compile_only(tmp_path):
         assert len(names) == 1 and names[0].startswith("cudnn_") and "cutlass" not in names[0].lower(), names
         assert "ld.local" not in texts[name] and "st.local" not in texts[name]
         assert all(f == 0 for f in frame_sizes(tmp_path / name)), (name, frame_sizes(tmp_path / name))
-        stages = extra.get("stages", 2)
+        stages = key.stages
         mma = re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k16)", texts[name])
         assert mma == ["m64n32k16"] * (stages * 16), (name, len(mma))
-    d, s4, tma, ts = texts["default"], texts["s4"], texts["tma"], texts["ts"]
-    assert len(re.findall(r"bar\.sync\s+0;", d)) == 7 and "cp.async.bulk" not in d and "mbarrier" not in d
-    assert re.findall(r"cp\.async\.wait_group\s+(\d+);", s4) == ["2"] * 5
-    assert "cp.async.cg" not in tma and "cp.async.wait_group" not in tma
-    assert tma.count("cp.async.bulk.tensor.2d.shared::cta.global.tile.mbarrier::complete_tx::bytes") == 6 * 3
-    assert tma.count("mbarrier.arrive.expect_tx") == 3 and "mbarrier.try_wait.parity" in tma and "mbarrier.init" in tma
-    assert len(re.findall(r"bar\.sync\s+0;", tma)) == 1 + 2 * 2  # prologue + two per chunk (was three)
+        # loads: 6 boxes per chunk (-Wm 2, kd 2, U, exp(G_C)), for the prologue's stages - 1 chunks and the unrolled loop's stages
+        loads = texts[name].count("cp.async.bulk.tensor.2d.shared::cta.global.tile.mbarrier::complete_tx::bytes")
+        assert loads == 6 * (2 * stages - 1) and texts[name].count("mbarrier.arrive.expect_tx") == 2 * stages - 1, (name, loads)
+        assert "cp.async.cg" not in texts[name] and "cp.async.wait_group" not in texts[name] and "mbarrier.try_wait.parity" in texts[name]
+        assert len(re.findall(r"bar\.sync\s+0;", texts[name])) == 1 + 2 * stages  # prologue + two per chunk
+    d, tma = texts["default"], texts["tma"]
     # tma_store: h (K / 64 boxes) and vnt (one box) per chunk by TMA from one elected lane, no 16-byte global stores left
-    # but the final state's; each store group waited for reading before its tile is rewritten, all of them at the end
-    stores = re.findall(r"elect\.sync[^\n]*\n(?:[^\n]*\n){0,6}?\s*cp\.async\.bulk\.tensor\.2d\.global\.shared", ts)
-    assert ts.count("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group") == 2 * 3 and len(stores) == 2 * 2, len(stores)
-    assert "st.global.v4" not in ts and "st.global.v4" in d and ts.count("cp.async.bulk.wait_group.read") == 2 * 2
-    assert len(re.findall(r"cp\.async\.bulk\.wait_group\s+0;", ts)) == 1 and len(re.findall(r"bar\.sync\s+0;", ts)) == 1 + 2 * 2
+    # (the final state's are 4-byte); each store group waited for reading before its tile is rewritten, all of them at the end
+    stores = re.findall(r"elect\.sync[^\n]*\n(?:[^\n]*\n){0,6}?\s*cp\.async\.bulk\.tensor\.2d\.global\.shared", d)
+    assert d.count("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group") == 3 * 4 and len(stores) == 2 * 4, len(stores)
+    assert "st.global.v4" not in d and "st.global.v4" in tma and "cp.async.bulk.tensor.2d.global" not in tma
+    assert d.count("cp.async.bulk.wait_group.read") == 2 * 4 and len(re.findall(r"cp\.async\.bulk\.wait_group\s+0;", d)) == 1

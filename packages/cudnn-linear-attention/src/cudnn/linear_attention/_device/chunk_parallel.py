@@ -176,8 +176,8 @@ class ChunkParallelPrepLaunch:
 
 
 class ChunkParallelOutLaunch:
-    """The launch entry of the output kernels (``kda/chunk_parallel_out_kernel.py`` and its ``v_wide`` / ``persistent``
-    variants in ``kda/chunk_parallel_out_persistent_kernel.py``: launched with the same arguments): builds ``o`` [T, H,
+    """The launch entry of the output kernels (``kda/chunk_parallel_out_kernel.py`` and the default ``v_wide`` kernel in
+    ``kda/chunk_parallel_out_persistent_kernel.py``: launched with the same arguments): builds ``o`` [T, H,
     V], ``cu_seqlens`` and the workspace views and hands them to the subclass's ``@cute.jit launch(views, extents,
     o_strides, stream)``: ``views`` = (mO, mCu, ws), ``extents`` = (n_seqs, seq_len, chunks_per_seq, slots, heads). A
     subclass sets ``key`` (``varlen``) and ``D``."""

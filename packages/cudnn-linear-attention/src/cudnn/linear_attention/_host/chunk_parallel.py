@@ -1,9 +1,10 @@
 """Host side of the chunk-parallel forward schedule (``schedule="parallel"`` on the delta-rule adapters): the
 chunk-slot count, the workspace size and carving, the three compiles and the three launches.
 
-The schedule is three kernels on one stream: prep (the family's ``chunk_parallel_prep_kernel.py``, grid [slots, H]),
-state pass (``kda/chunk_parallel_state_kernel.py``, grid [N, H, V / v_slice], 32 rows by default) and output
-(``kda/chunk_parallel_out_kernel.py``, grid [slots, H, V / 64]; both family-agnostic),
+The schedule is three kernels on one stream: prep (the family's ``chunk_parallel_prep_kernel.py`` key; GDN's routes to
+``gdn/chunk_parallel_prep_tc_kernel.py`` by default, grid [slots, H]), state pass (``kda/chunk_parallel_state_kernel.py``
+key, grid [N, H, V / 32]: TMA, four stages) and output (``kda/chunk_parallel_out_kernel.py`` key, routed to
+``kda/chunk_parallel_out_persistent_kernel.py``: one CTA per (chunk, head) over the whole V; both family-agnostic),
 exchanging per-chunk operands through the caller's workspace (R2; ``_device/chunk_parallel.py`` lists the arrays).
 The slot count comes from the token total and the sequence count alone (``T // 64 + N`` varlen, ``N ceil(L / 64)``
 dense): no device value is read (Rule 3). Opt-in variants (``PARALLEL_VARIANTS``, ``set_parallel_options``) add
@@ -88,48 +89,45 @@ def fake_workspace_pointers() -> list:
     return [fake_gmem_ptr(_CNAMES[size], 128) for _, size, _ in _ARRAYS]
 
 
-#: Named opt-in variants of the parallel schedule (A/B knobs for the GPU run; the default plan uses none): extra fields
-#: of the state-pass / output compile keys (``KdaParallelStateKey`` / ``KdaParallelOutKey``: both kernels are
-#: family-agnostic, so KDA and GDN take every one of them) and of GDN's prep key. Each is its own compile artifact; the
-#: default keys (and PTX) are unchanged.
+#: The session-5 kernels that the session-6 key defaults replaced (H200, T = 8192, H = 16, K = V = 128; per kernel,
+#: docs/benchmarks/linear_attention_kernels.md): the cp.async state pass at two stages (144.5 us; the default, TMA four
+#: stages deep with TMA stores: 112.6-112.8), the [slots, H, V / 64] output kernel (83.8 us; the default V-wide one:
+#: 47.0-47.4) and GDN's one-warpgroup prep kernel (369.0 us; the default restructured one at three CTAs per SM: 133.3).
+_STATE_BASE = {"tma": False, "tma_store": False, "stages": 2}
+_OUT_BASE = {"v_wide": False}
+_GDN_PREP_BASE = {"restructured": False, "tc_ctas_per_sm": 2}
+
+#: Named variants of the parallel schedule (``set_parallel_options``): extra fields of the state-pass / output compile
+#: keys (``KdaParallelStateKey`` / ``KdaParallelOutKey``: both kernels are family-agnostic, so KDA and GDN take them) and
+#: of the family's prep key. Each is its own compile artifact; the default keys (and PTX) are not touched by them.
 #:
-#: - ``v32`` (the default width) / ``v16`` / ``v64``: the state pass on 32- / 16- / 64-row value slices
-#:   (``KdaParallelStateKey.v_slice``, ``kda/chunk_parallel_state_narrow_kernel.py``); fp32-accumulation-order changes only.
-#: - ``s3`` / ``s4``: the state pass with 3 / 4 operand stages (``stages``; ``s3`` is the adapters' ``parallel_state_stages=3``).
-#: - ``tma`` / ``tma-s3``: the state pass's operands by TMA with one mbarrier per stage (``tma``); ``tma-st*`` add the
-#:   h / vnt stores by TMA (``tma_store``), at 2 / 3 / 4 stages. Bitwise the default.
-#: - ``ow`` / ``oper`` / ``owp``: the output kernel with one CTA per (chunk, head) over the whole V (``KdaParallelOutKey.v_wide``),
-#:   persistent over 132 CTAs with a cp.async ring (``persistent``), or both (``kda/chunk_parallel_out_persistent_kernel.py``).
-#:   Bitwise the default.
-#: - ``gtc`` / ``gtc3`` (GDN only): the restructured GDN prep kernel (``GdnParallelPrepKey.restructured``,
-#:   ``gdn/chunk_parallel_prep_tc_kernel.py``) at two / three CTAs per SM (``tc_ctas_per_sm``); rounding-level changes.
-#:   ``gtc3-owp`` adds ``owp``.
-#: - ``kn`` / ``knt`` (KDA only): the prep kernel's ``narrow_ap`` (step 3's A^T / P^T as m64n16 WGMMAs) / plus
-#:   ``ref_table`` (decays from a per-chunk ratio table); rounding-level changes. ``knt-best`` adds the best state and
-#:   output options of session 5.
+#: - ``state-base`` / ``out-base``: the session-5 state pass (cp.async, two stages) / output kernel ([slots, H, V / 64]):
+#:   the A/B baselines of the benchmark and the bitwise references of the tests (bitwise the defaults).
+#: - ``base`` (both families): both of them, i.e. KDA's session-5 default plan.
+#: - ``gdn-prep-base`` (GDN only): the one-warpgroup prep kernel (``GdnParallelPrepKey.restructured = False``), with which
+#:   the parallel outputs are the serial kernel's bit for bit; ``gdn-base``: GDN's session-5 default plan.
+#: - ``kp5`` / ``kn`` (KDA only): the prep kernel without its session-6 default step-3 options (``narrow_ap`` +
+#:   ``ref_table``: 180.6 vs 202.0 us) / with ``narrow_ap`` only (193.5); rounding-level changes.
+#: - ``kts`` / ``ktsl`` / ``kpr`` / ``kall`` (KDA only): the prep speed opt-ins ``tiled_solve`` / + ``lean_gates`` /
+#:   ``pack_round`` / all three (bitwise the default; ``kda/chunk_parallel_prep_kernel.py``), until their H200 A/B.
 #:
-#: Session 5 removed KDA's prep variants (``wg2``, ``wg2fx``, ``wg2fx-s3``, ``tc``, ``tc-s3``, ``tc-v32``, ``tc-v16``):
-#: the restructured prep kernel that ``tc`` selected is KDA's only prep kernel now.
+#: Session 6 made the winners the key defaults and removed the other names: ``v32`` (the default width), ``v16`` / ``v64``
+#: (no faster: 147.3 / 205.9 vs 147.7 us), ``s3`` / ``s4`` / ``tma`` / ``tma-s3`` / ``tma-st`` / ``tma-st-s3`` (slower
+#: than ``tma-st-s4``, now the default), ``ow`` (the default), ``oper`` / ``owp`` / ``gtc3-owp`` (the persistent output
+#: kernel: 48.5 / 51.2 vs 47.0 us), ``gtc`` (two CTAs per SM: 142.9 vs 133.3) and ``gtc3`` (the default). Session 5
+#: removed KDA's prep variants (``wg2``, ``wg2fx``, ``wg2fx-s3``, ``tc``, ``tc-s3``, ``tc-v32``, ``tc-v16``).
 PARALLEL_VARIANTS = {
-    "v32": {"state": {"v_slice": 32}},
-    "v16": {"state": {"v_slice": 16}},
-    "v64": {"state": {"v_slice": 64}},
-    "s3": {"state": {"stages": 3}},
-    "s4": {"state": {"stages": 4}},
-    "tma": {"state": {"tma": True}},
-    "tma-s3": {"state": {"tma": True, "stages": 3}},
-    "tma-st": {"state": {"tma": True, "tma_store": True}},
-    "tma-st-s3": {"state": {"tma": True, "tma_store": True, "stages": 3}},
-    "tma-st-s4": {"state": {"tma": True, "tma_store": True, "stages": 4}},
-    "ow": {"out": {"v_wide": True}},
-    "oper": {"out": {"persistent": 132}},
-    "owp": {"out": {"v_wide": True, "persistent": 132}},
-    "gtc": {"prep": {"restructured": True}},
-    "gtc3": {"prep": {"restructured": True, "tc_ctas_per_sm": 3}},
-    "gtc3-owp": {"prep": {"restructured": True, "tc_ctas_per_sm": 3}, "out": {"v_wide": True, "persistent": 132}},
-    "kn": {"prep": {"narrow_ap": True}},
-    "knt": {"prep": {"narrow_ap": True, "ref_table": True}},
-    "knt-best": {"prep": {"narrow_ap": True, "ref_table": True}, "state": {"tma": True, "tma_store": True, "stages": 4}, "out": {"v_wide": True}},
+    "state-base": {"state": dict(_STATE_BASE)},
+    "out-base": {"out": dict(_OUT_BASE)},
+    "base": {"state": dict(_STATE_BASE), "out": dict(_OUT_BASE)},
+    "gdn-prep-base": {"prep": dict(_GDN_PREP_BASE)},
+    "gdn-base": {"prep": dict(_GDN_PREP_BASE), "state": dict(_STATE_BASE), "out": dict(_OUT_BASE)},
+    "kp5": {"prep": {"narrow_ap": False, "ref_table": False}},
+    "kn": {"prep": {"ref_table": False}},
+    "kts": {"prep": {"tiled_solve": True}},
+    "ktsl": {"prep": {"tiled_solve": True, "lean_gates": True}},
+    "kpr": {"prep": {"pack_round": True}},
+    "kall": {"prep": {"tiled_solve": True, "lean_gates": True, "pack_round": True}},
 }
 
 
@@ -190,8 +188,9 @@ def compile_parallel(
     """``(prep, state, out)`` compiled through ``kernel_cache`` from the family's ``kernels`` = ((PrepKey, Prep),
     (StateKey, State), (OutKey, Out)); each key holds plan-time values only (Rule 4). ``row_scaled``: the output
     kernel applies per-row factors to ``Q S0^T`` (Gated DeltaNet's scalar decay). ``prep_options``: extra fields of
-    the prep key (opt-in tuning, e.g. GDN's ``prefetch``), ``state_options`` of the state-pass key (``stages``,
-    ``v_slice``, ``tma``), ``out_options`` of the output key (``v_wide``, ``persistent``); ``g_align``: the byte alignment the prep kernel assumes for ``g`` (2, or 4 for an fp32 ``g`` read by
+    the prep key (e.g. GDN's ``restructured`` / ``prefetch``), ``state_options`` of the state-pass key (``stages``,
+    ``v_slice``, ``tma``, ``tma_store``), ``out_options`` of the output key (``v_wide``); absent fields
+    take the key dataclasses' defaults (the default kernels); ``g_align``: the byte alignment the prep kernel assumes for ``g`` (2, or 4 for an fp32 ``g`` read by
     32-bit loads: KDA's prep, GDN's with ``prefetch``; execute passes the same and checks the address)."""
     from cudnn.kernel_cache import kernel_cache
 
@@ -229,7 +228,7 @@ def compile_parallel(
 
         from .launch import fake_gmem_ptr as fp
 
-        kernel_t = out_t.for_key(out_key) if hasattr(out_t, "for_key") else out_t  # v_wide / persistent: the persistent kernel
+        kernel_t = out_t.for_key(out_key) if hasattr(out_t, "for_key") else out_t  # v_wide (the default): the V-wide kernel
         return cute.compile(
             kernel_t(out_key),
             fp("BFloat16", 2),

@@ -25,7 +25,17 @@ from cudnn.api_base import APIBase, TensorDesc, TupleDict
 from cudnn.datatypes import data_type
 from cudnn.dsl_gate import require_cutedsl
 
-from .chunk_parallel import DEFAULT_SCHEDULE, SCHEDULES, compile_parallel, launch_parallel, parallel_extents, workspace_bytes, workspace_pointers
+from ..kda.chunk_parallel_state_kernel import STAGES as _STATE_STAGES
+from .chunk_parallel import (
+    _GDN_PREP_BASE,
+    DEFAULT_SCHEDULE,
+    SCHEDULES,
+    compile_parallel,
+    launch_parallel,
+    parallel_extents,
+    workspace_bytes,
+    workspace_pointers,
+)
 from .launch import CUTLASS_NAMES as _CNAME
 from .launch import fake_gmem_ptr as _fake_ptr
 from .launch import gmem_ptr as _ptr
@@ -95,14 +105,20 @@ class DeltaRuleFwdSm90(APIBase):
         self._compiled_parallel = None
         self._parallel_g_align = 2
         #: Tuning / A-B knob of the parallel schedule (set before compile(); part of the prep kernel's compile key):
-        #: the prep kernel issues all of a chunk's global reads at once (GDN only: ``GdnParallelPrepKey.prefetch``;
-        #: KDA's prep kernel has no such option, a ValueError at compile). Default False. Ignored by the serial schedule.
+        #: the prep kernel issues all of a chunk's global reads at once (GDN only: ``GdnParallelPrepKey.prefetch``, an
+        #: option of the one-warpgroup prep kernel, so setting it selects that kernel instead of the default
+        #: restructured one; KDA's prep kernel has no such option, a ValueError at compile). Default False. Ignored by
+        #: the serial schedule.
         self.parallel_prefetch = False
         #: Tuning / A-B knob of the parallel schedule's state pass (set before compile(); part of its compile key): the
-        #: shared-memory stages of the per-chunk operands, 2 (default, the verified kernel) or 3 (fetch two chunks ahead).
-        self.parallel_state_stages = 2
-        #: Tuning / A-B knob (GDN only: ``GdnParallelPrepKey.two_per_sm``): the prep kernel runs two CTAs per SM (KDA's
-        #: prep kernel always does; setting it there is a ValueError at compile).
+        #: shared-memory stages of the per-chunk operands (TMA-fed, one mbarrier per stage), 4 (default since session 6:
+        #: fetch three chunks ahead), 3 or 2. Every value builds its own kernel with exactly that many stages (2 is not
+        #: the session-5 cp.async kernel: that is the ``state-base`` variant of ``set_parallel_options``); bitwise the
+        #: same outputs. ValueError at compile for any other value.
+        self.parallel_state_stages = _STATE_STAGES
+        #: Tuning / A-B knob (GDN only: ``GdnParallelPrepKey.two_per_sm``, an option of the one-warpgroup prep kernel,
+        #: which setting it selects, as ``parallel_prefetch``): that kernel runs two CTAs per SM (KDA's prep kernel always
+        #: does; setting it there is a ValueError at compile).
         self.parallel_prep_two_per_sm = False
         #: Removed knob kept as an attribute so that setting it is caught: no family's prep kernel has a ``fast_exp``
         #: option any more (KDA's prep always uses ``ex2.approx`` decays); True is a ValueError at compile.
@@ -123,9 +139,10 @@ class DeltaRuleFwdSm90(APIBase):
 
     def _prep_options(self) -> dict:
         """Extra prep-key fields of the parallel schedule, each only when set (the default key is unchanged): ``prefetch``
-        / ``two_per_sm`` for families whose prep kernel has them (``_prep_prefetch`` / ``_prep_two_per_sm``: GDN); a
-        knob set on a family whose prep kernel has no such option (KDA: none; ``parallel_fast_exp``: no family) is a
-        ValueError naming the knob, never silently ignored."""
+        / ``two_per_sm`` for families whose prep kernel has them (``_prep_prefetch`` / ``_prep_two_per_sm``: GDN's
+        one-warpgroup prep kernel, which they select: ``restructured = False, tc_ctas_per_sm = 2``); a knob set on a
+        family whose prep kernel has no such option (KDA: none; ``parallel_fast_exp``: no family) is a ValueError naming
+        the knob, never silently ignored."""
         opts = {}
         for knob, field, available in (
             ("parallel_prefetch", "prefetch", self._prep_prefetch),
@@ -137,13 +154,16 @@ class DeltaRuleFwdSm90(APIBase):
                     not available, f"{self._public}: {knob} is not available for this family: its parallel prep kernel has no such option ({field})"
                 )
                 opts[field] = True
+        if opts:  # options of GDN's one-warpgroup prep kernel (the restructured default takes neither)
+            opts.update(_GDN_PREP_BASE)
         return opts
 
     def _state_options(self) -> dict:
-        """Extra state-pass key fields: ``stages`` only when not the default 2 (the default key is unchanged)."""
+        """Extra state-pass key fields: ``stages`` only when not the key's default (``STAGES`` = 4: the default key is
+        unchanged); 2 and 3 keep the default TMA data movement at that many stages."""
         stages = self.parallel_state_stages
-        self._value_error_if(stages not in (2, 3), f"{self._public}: parallel_state_stages={stages!r}; accepted 2 or 3")
-        return {} if stages == 2 else {"stages": int(stages)}
+        self._value_error_if(stages not in (2, 3, 4), f"{self._public}: parallel_state_stages={stages!r}; accepted 2, 3 or 4")
+        return {} if stages == _STATE_STAGES else {"stages": int(stages)}
 
     def _out_options(self) -> dict:
         """Extra output-key fields: none from the adapter (``set_parallel_options`` adds the opt-in ones)."""

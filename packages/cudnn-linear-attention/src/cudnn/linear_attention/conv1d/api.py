@@ -21,8 +21,11 @@ it never converts, copies, allocates or reads device memory (Rules 1-3), and lau
 
 Forward host path (``plan.fast_host``, default on): execute() memoizes its validation per tensor metadata (shapes, strides,
 dtypes, devices of every tensor) and re-checks only the addresses' alignment on a repeated layout, launching with the
-memoized scalar arguments (on the tvm-ffi route a warm execute is about 3 us of Python on the CPU host). Forward kernel
-option ``plan.prefetch`` (set before ``compile()``, a compile-key field, default 0): the cp.async ring of fwd_kernel.py.
+memoized scalar arguments (on the tvm-ffi route a warm execute is about 3 us of Python on the CPU host). On by default since
+session 6 (H200: eager T16k x D4096 3358 GB/s with it and the op's tvm-ffi route vs 1602 without). Forward kernel options
+(set before ``compile()``, compile-key fields, default off): ``plan.grid_ctas`` (about that many CTAs, each walking one
+contiguous token run: 4 * SMs = 528 is one wave on an H200) and ``plan.streaming`` (with it: evict-first y stores); see
+fwd_kernel.py.
 
 Contract the kernel cannot check without a device read (Rule 3): ``cu_seqlens`` is non-decreasing,
 starts at 0 and ends at T.
@@ -58,12 +61,15 @@ _ACTIVATIONS = {None: False, "silu": True, "swish": True}
 #: CTAs the backward keeps in flight (about 8 per SM of a 132-SM H200); sizes its workspace.
 _BWD_RESIDENT_CTAS = 1056
 _THREADS = 128
-#: Default of ``CausalConv1d.fast_host`` (execute memoizes its validation per tensor metadata): off until the H200 run of
-#: its GPU tests and the ``ours-fast`` column of benchmarks/linear_attention.py conv1d (written in session 5, CPU-verified).
-FAST_HOST_DEFAULT = False
-#: Default of ``CausalConv1d.prefetch`` (the forward kernel's cp.async ring, ``Conv1dFwdKey.prefetch``): off until the
-#: H200 A/B (benchmarks/linear_attention.py conv1d, ``ours-pf*`` columns) says otherwise.
-FWD_PREFETCH_DEFAULT = 0
+#: Default of ``CausalConv1d.fast_host`` (execute memoizes its validation per tensor metadata): on since session 6, after
+#: its GPU tests passed on the H200 and the ``ours-fast`` column of benchmarks/linear_attention.py conv1d measured 3358 GB/s
+#: eager at T16k x D4096 (1602 with the full per-call validation and the DSL entry).
+FAST_HOST_DEFAULT = True
+#: Defaults of ``CausalConv1d.grid_ctas`` / ``streaming`` (the forward kernel's opt-in run grid, ``Conv1dFwdKey.grid_ctas``,
+#: and its evict-first y stores, ``Conv1dFwdKey.streaming``): off until the H200 A/B (benchmarks/linear_attention.py conv1d,
+#: ``ours-k*+graph`` columns) says otherwise.
+FWD_GRID_CTAS_DEFAULT = 0
+FWD_STREAMING_DEFAULT = False
 #: Distinct tensor metadata a forward plan memoizes validated launch arguments for (cleared when full).
 _LAUNCH_MEMO_MAX = 64
 
@@ -312,9 +318,11 @@ class CausalConv1d(_Conv1dCommon):
         self.tvm_ffi = _use_tvm_ffi_default()
         #: Host fast path (set before compile()): execute() memoizes its validation per tensor metadata (see execute).
         self.fast_host = FAST_HOST_DEFAULT
-        #: Kernel option (set before compile(); part of the compile key): x tokens per thread in flight through a cp.async
-        #: ring in shared memory (``Conv1dFwdKey.prefetch``); 0 (default) keeps the register double buffer.
-        self.prefetch = FWD_PREFETCH_DEFAULT
+        #: Kernel options (set before compile(); compile-key fields): ``grid_ctas`` > 0 launches about that many CTAs, each
+        #: walking one contiguous token run (4 * SMs, 528 on an H200, is one wave); ``streaming`` (with ``grid_ctas``)
+        #: makes the y stores evict-first (st.global.cs). 0 / False (default): the verified 64-token CTAs.
+        self.grid_ctas = FWD_GRID_CTAS_DEFAULT
+        self.streaming = FWD_STREAMING_DEFAULT
         self._entry = None
         self._memo = None  # metadata -> memo entry (see execute); set by compile() when fast_host
         self._last = [(None, None)]
@@ -351,12 +359,17 @@ class CausalConv1d(_Conv1dCommon):
             has_init=self.initial_states is not None,
             has_final=self.final_states is not None,
             state_dtype=_CNAME[st.dtype] if st is not None else "",
-            prefetch=self.prefetch,
+            grid_ctas=self.grid_ctas,
+            streaming=self.streaming,
         )
 
     def compile(self) -> None:
         self._ensure_support_checked()
         key = self.compile_key()
+        if type(key.grid_ctas) is not int or key.grid_ctas < 0:
+            raise ValueError(f"CausalConv1d: grid_ctas={key.grid_ctas!r} must be an int >= 0 (0: off; 4 * SMs, e.g. 528 on an H200: one wave)")
+        if type(key.streaming) is not bool or (key.streaming and not key.grid_ctas):
+            raise ValueError(f"CausalConv1d: streaming={key.streaming!r} must be True or False, and True needs grid_ctas > 0")
         s = key.state_dtype
         ptrs = [
             (key.dtype, 16),
@@ -370,12 +383,6 @@ class CausalConv1d(_Conv1dCommon):
         self._entry = None
         if self.fast_host not in (True, False):
             raise ValueError(f"CausalConv1d: fast_host={self.fast_host!r} must be True or False")
-        pf = key.prefetch
-        if type(pf) is not int or pf < 0 or (pf and (pf % key.group or pf < 2 * key.group or key.tokens_per_cta % pf)):
-            raise ValueError(
-                f"CausalConv1d: prefetch={pf!r} must be 0 (off) or a multiple of {key.group} tokens, at least {2 * key.group}, "
-                f"dividing the {key.tokens_per_cta} tokens per CTA (e.g. 16 or 32)"
-            )
         self._memo = None
         self._compiled_kernel = _compile_cached(key, ".fwd_kernel", "CausalConv1dFwd", ptrs, 12, self.tvm_ffi)
         if self.tvm_ffi:

@@ -21,12 +21,15 @@ last W inputs in registers, and stores 16-byte outputs. Sequence boundaries are 
 ``cu_seqlens`` (a binary search per CTA, then a forward walk), so varlen batches need no host planning
 and no padding. Runtime extents (T, D, N, strides) are kernel arguments, never compile keys (Rule 4).
 
-Opt-in ``prefetch`` (``Conv1dFwdKey.prefetch``, 0 = off; ``kernel_prefetch``): the same math in the same order, but x
-reaches the registers through a private ring of ``prefetch`` 16-byte slots per thread in shared memory, filled by cp.async
-(L2 only) ``prefetch / group`` commit groups ahead. Up to ``prefetch`` loads per thread stay in flight (the default
-keeps at most ``2 * group``, limited by the registers that hold them), the ring's first groups are issued before the
-taps, the sequence search and the halo, and no register holds an in-flight load (96 registers instead of 128 at bf16,
-W = 4). Each thread reads back only its own slots, so there is no CTA barrier. Outputs are bitwise the default's.
+Opt-in grid (``Conv1dFwdKey.grid_ctas`` > 0, ``kernel_runs``; 0 = the default 64-token CTAs above): about ``grid_ctas``
+CTAs in all (``4 * 132`` on an H200 is one wave at 4 CTAs per SM): ``n_runs = grid_ctas // channel blocks`` (a channel block
+is 128 threads x 16 bytes) along T, at least 1 and at most one per 64 tokens, each CTA walking one contiguous run of
+``T / n_runs`` tokens (runs differ by at most one token): the taps, the sequence search and the W - 1 halo tokens once
+per run instead of once per 64 tokens, no second wave (``grid_ctas`` at most the resident CTAs), and a prologue that issues the run's first loads, the halo and the taps together before it waits on any
+(the default kernel waits for the taps, then each halo token, then its first group). Same math in the same order:
+outputs bitwise the default's. ``Conv1dFwdKey.streaming`` (with ``grid_ctas`` only): y stores ``st.global.cs`` (y is
+written once and never read back: evict-first, so it does not push x's lines out of L2; streaming x loads as well made
+ptxas spill in one configuration at the 128-register cap).
 
 Tests: packages/cudnn-linear-attention/tests/test_conv1d*.py; benchmark: benchmarks/linear_attention.py.
 """
@@ -39,13 +42,40 @@ import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32, const_expr
-from cutlass.cute.nvgpu import cpasync
 
 from .._device.activation import silu
 from .._device.channels import channel_vectors, load_history, load_taps
 from .._device.sequences import advance_sequence, locate_sequence, sequence_bounds
 
 THREADS = 128
+
+
+@cute.jit
+def vector_copy(
+    atom: cute.CopyAtom,
+    gX: cute.Tensor,
+    buf: cute.Tensor,
+    t: Int32,
+    dv: Int32,
+    slot: cutlass.Constexpr[int],
+    half: cutlass.Constexpr[int],
+    vec: cutlass.Constexpr[int],
+):
+    """One 16-byte load through ``atom``: token ``t``'s channel vector ``dv`` of the :func:`channel_vectors` view ``gX`` into
+    ``buf[:, slot, half]`` (``buf`` [vec, slots, halves] registers). Both sides as flat ``vec``-element views, so the atom
+    moves the vector in one instruction."""
+    src = cute.make_tensor(gX[(None, None), (t, dv)].iterator, cute.make_layout((vec,)))
+    dst = cute.make_tensor(buf[None, slot, half].iterator, cute.make_layout((vec,)))
+    cute.copy(atom, src, dst)
+
+
+@cute.jit
+def vector_store(atom: cute.CopyAtom, buf: cute.Tensor, gY: cute.Tensor, t: Int32, dv: Int32, slot: cutlass.Constexpr[int], vec: cutlass.Constexpr[int]):
+    """One 16-byte store through ``atom``: registers ``buf[:, slot]`` (``buf`` [vec, slots]) to token ``t``'s channel vector
+    ``dv`` of the :func:`channel_vectors` view ``gY``."""
+    src = cute.make_tensor(buf[None, slot].iterator, cute.make_layout((vec,)))
+    dst = cute.make_tensor(gY[(None, None), (t, dv)].iterator, cute.make_layout((vec,)))
+    cute.copy(atom, src, dst)
 
 
 @dataclass(frozen=True)
@@ -64,20 +94,11 @@ class Conv1dFwdKey:
     tokens_per_cta: int = 64
     group: int = 4  # tokens per register buffer; two buffers (double-buffered loads)
     min_ctas_per_sm: int = 4  # caps registers at 64K / (4 * 128) = 128 (no spills at group 4): 16 warps per SM
-    #: Opt-in (0 = off, the register double buffer above): x tokens each thread keeps in flight through a private ring of
-    #: ``prefetch`` 16-byte slots in shared memory filled by cp.async (``kernel_prefetch``). A multiple of ``group`` that
-    #: divides ``tokens_per_cta``; costs ``128 * prefetch * 16`` bytes of shared memory per CTA (16: 32 KB, 4 CTAs per SM).
-    prefetch: int = 0
-
-
-@cute.jit
-def ring_fill(g2s: cute.CopyAtom, gX: cute.Tensor, sRing: cute.Tensor, t: Int32, dv: Int32, slot: Int32, tidx: Int32, vec: cutlass.Constexpr[int]):
-    """One 16-byte cp.async: token ``t``'s channel vector ``dv`` of the :func:`channel_vectors` view ``gX`` into ring slot
-    ``slot`` of thread ``tidx`` (``sRing`` [1, vec, slots, threads]). Both sides as flat ``vec``-element views, so the copy
-    atom moves the vector in one instruction (a [1, vec] view would issue one 16-byte copy per element)."""
-    src = cute.make_tensor(gX[(None, None), (t, dv)].iterator, cute.make_layout((vec,)))
-    dst = cute.make_tensor(sRing[None, None, slot, tidx].iterator, cute.make_layout((vec,)))
-    cute.copy(g2s, src, dst)
+    #: Opt-in (0 = off): about this many CTAs in all, each walking one contiguous token run (``kernel_runs``); 4 * SMs
+    #: (528 on an H200) is one wave at ``min_ctas_per_sm`` = 4.
+    grid_ctas: int = 0
+    #: Opt-in, with ``grid_ctas`` only: evict-first (``st.global.cs``) y stores.
+    streaming: bool = False
 
 
 def _ctype(name: str):
@@ -97,10 +118,7 @@ class CausalConv1dFwd:
         self.bt = key.tokens_per_cta
         self.group = key.group
         assert self.bt % (2 * self.group) == 0  # groups run in double-buffered pairs
-        self.prefetch = key.prefetch
-        if self.prefetch:
-            # whole ring rounds per CTA (the slot of a group is static), at least two groups in the ring
-            assert self.prefetch % self.group == 0 and self.prefetch >= 2 * self.group and self.bt % self.prefetch == 0, key
+        assert key.grid_ctas >= 0 and (key.grid_ctas or not key.streaming), key
 
     @cute.jit
     def __call__(
@@ -128,17 +146,18 @@ class CausalConv1dFwd:
     ):
         dv_total = D // self.vec
         grid_x = (dv_total + THREADS - 1) // THREADS
-        grid_y = (T + self.bt) // self.bt  # >= 1 even for T == 0 (the kernel guards t < T)
-        if const_expr(self.prefetch):
-            self.kernel_prefetch(x_ptr, w_ptr, b_ptr, y_ptr, cu_ptr, init_ptr, T, D, sx, sy, seq_arg, n_seqs, init_sn, init_sd, init_sj).launch(
-                grid=[grid_x, grid_y, 1],
+        if const_expr(self.key.grid_ctas):
+            # runs along T: grid_ctas // grid_x, at most one per tokens_per_cta tokens, at least one (also for T == 0)
+            n_runs = cutlass.max(cutlass.min(self.key.grid_ctas // grid_x, (T + self.bt - 1) // self.bt), 1)
+            self.kernel_runs(x_ptr, w_ptr, b_ptr, y_ptr, cu_ptr, init_ptr, T, D, sx, sy, seq_arg, n_seqs, init_sn, init_sd, init_sj, n_runs).launch(
+                grid=[grid_x, n_runs, 1],
                 block=[THREADS, 1, 1],
-                smem=THREADS * self.prefetch * 16,
                 stream=stream,
                 min_blocks_per_mp=self.key.min_ctas_per_sm,
-                preferred_smem_carveout=100,  # the ring lives in shared memory: the maximum carveout (no device query at compile time)
+                preferred_smem_carveout=0,
             )
         else:
+            grid_y = (T + self.bt) // self.bt  # >= 1 even for T == 0 (the kernel guards t < T)
             self.kernel(x_ptr, w_ptr, b_ptr, y_ptr, cu_ptr, init_ptr, T, D, sx, sy, seq_arg, n_seqs, init_sn, init_sd, init_sj).launch(
                 grid=[grid_x, grid_y, 1],
                 block=[THREADS, 1, 1],
@@ -244,7 +263,7 @@ class CausalConv1dFwd:
     kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
 
     @cute.kernel
-    def kernel_prefetch(
+    def kernel_runs(
         self,
         x_ptr: cute.Pointer,
         w_ptr: cute.Pointer,
@@ -261,68 +280,75 @@ class CausalConv1dFwd:
         init_sn: Int32,
         init_sd: Int32,
         init_sj: Int32,
+        n_runs: Int32,
     ):
-        """:meth:`kernel` with the opt-in ``prefetch`` ring: the same math, token by token, in the same order; only the
-        way x reaches the registers differs. Each thread's next tokens are copied by cp.async (16 bytes, L2 only) into
-        its own ``prefetch`` slots of shared memory, one commit group per ``group`` tokens, ``prefetch / group`` groups
-        in flight: up to ``prefetch`` loads per thread (256 bytes at 16) instead of ``2 * group``, and no registers held
-        by loads in flight. A thread reads back only the slots it filled itself (``cp.async.wait_group`` makes its own
-        copies visible to it), so there is no CTA barrier; a slot is refilled only after the token in it was consumed."""
+        """:meth:`kernel` over the opt-in grid (``grid_ctas``): CTA row ``j`` of ``n_runs`` walks the ``j``-th of ``n_runs``
+        contiguous token runs (``T // n_runs`` tokens each, the first ``T % n_runs`` runs one more) with the same register
+        window, double buffer and per-token math, in the same order (bitwise the default's outputs). The
+        prologue issues the first group's loads, the W - 1 halo loads (raw, converted later) and the taps before the
+        sequence search and before any of them is consumed, so a run starts after about one memory latency."""
         W = self.W
         VEC = self.vec
         U = self.group
-        P = self.prefetch
-        S = P // U  # commit groups in flight
         tidx, _, _ = cute.arch.thread_idx()
         bidx, bidy, _ = cute.arch.block_idx()
-        # ring[.., slot, thread]: threads innermost, so a warp's 16-byte accesses to one slot are 512 contiguous bytes
-        smem = cutlass.utils.SmemAllocator()
-        sRing = smem.allocate_tensor(self.dtype, cute.make_layout((1, VEC, P, THREADS), stride=(VEC, 1, THREADS * VEC, VEC)), byte_alignment=16)
         dv = bidx * THREADS + tidx
-        t0 = bidy * self.bt
-        if dv < D // VEC and t0 < T:
+        base = T // n_runs
+        rem = T - base * n_runs
+        t0 = bidy * base + cutlass.min(bidy, rem)
+        run = base
+        if bidy < rem:
+            run = run + 1
+        if dv < D // VEC and run > 0:
             d0 = dv * VEC
             gX = channel_vectors(x_ptr, T, D, sx, VEC)
             gY = channel_vectors(y_ptr, T, D, sy, VEC)
-            g2s = cute.make_copy_atom(cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL), self.dtype, num_bits_per_copy=128)
+            g2r = cute.make_copy_atom(cute.nvgpu.CopyG2ROp(), self.dtype, num_bits_per_copy=128)  # ld.global.v4
+            r2g = cute.make_copy_atom(cute.nvgpu.CopyR2GOp(), self.dtype, num_bits_per_copy=128)  # st.global.v4
+            if const_expr(self.key.streaming):  # st.global.cs.v4
+                r2g = cute.make_copy_atom(cute.nvgpu.CopyR2GOp(), self.dtype, num_bits_per_copy=128, store_cache_mode=cute.nvgpu.StoreCacheMode.STREAMING)
 
-            # Prologue first: groups 0 .. S - 1 of this CTA's tokens into the ring (one commit group each, empty past T),
-            # so they are in flight while the taps, the sequence search and the halo below wait on their own loads.
-            for j in cutlass.range_constexpr(S):
-                for u in cutlass.range_constexpr(U):
-                    if t0 + j * U + u < T:
-                        ring_fill(g2s, gX, sRing, t0 + j * U + u, dv, j * U + u, tidx, VEC)
-                cute.arch.cp_async_commit_group()
+            # Loads first: group 0 of the run and the W - 1 halo tokens before it (raw; zero before token 0).
+            xb = cute.make_rmem_tensor(cute.make_layout((VEC, U, 2)), self.dtype)
+            for u in cutlass.range_constexpr(U):
+                if u < run:
+                    vector_copy(g2r, gX, xb, t0 + u, dv, u, 0, VEC)
+            halo = cute.make_rmem_tensor(cute.make_layout((VEC, W - 1, 1)), self.dtype)
+            for k in cutlass.range_constexpr(W - 1):
+                for i in cutlass.range_constexpr(VEC):
+                    halo[i, k, 0] = self.dtype(0.0)
+            for k in cutlass.range_constexpr(W - 1):
+                if t0 - (W - 1) + k >= 0:
+                    vector_copy(g2r, gX, halo, t0 - (W - 1) + k, dv, k, 0, VEC)
 
             rW, rB = load_taps(w_ptr, b_ptr, D, d0, W, VEC)
             n, bos, nxt = locate_sequence(cu_ptr, t0, n_seqs, seq_arg, self.key.varlen)
 
+            # win[k] holds x[t - (W - 1) + k] while token t is processed; the prologue fills x[t0 - W + k], k >= 1.
             win = cute.make_rmem_tensor((W, VEC), Float32)
-            halo = cute.make_rmem_tensor(cute.make_layout((1, VEC)), self.dtype)
-            for k in cutlass.range_constexpr(W):
+            for i in cutlass.range_constexpr(VEC):
+                win[0, i] = Float32(0.0)
+            for k in cutlass.range_constexpr(W - 1):
                 for i in cutlass.range_constexpr(VEC):
-                    win[k, i] = Float32(0.0)
-            load_history(gX, win, halo, t0, dv, W, VEC)
+                    win[k + 1, i] = halo[i, k, 0].to(Float32)
 
-            xr = cute.make_rmem_tensor(cute.make_layout((1, VEC)), self.dtype)
-            yg = cute.make_rmem_tensor(cute.make_layout((1, VEC, U)), self.dtype)
+            yg = cute.make_rmem_tensor(cute.make_layout((VEC, U)), self.dtype)
             acc = cute.make_rmem_tensor((VEC,), Float32)
-            n_groups = self.bt // U
-            for rd in cutlass.range(n_groups // S, unroll=1):
-                for s in cutlass.range_constexpr(S):
-                    g = rd * S + s
-                    tg = t0 + g * U
-                    cute.arch.cp_async_wait_group(S - 1)  # group g (this thread's copies) has landed
+            for gp in cutlass.range((run + 2 * U - 1) // (2 * U), unroll=1):
+                for half in cutlass.range_constexpr(2):
+                    rg = (gp * 2 + half) * U  # the group's first token, relative to t0
+                    for u in cutlass.range_constexpr(U):  # the next group (none past the run)
+                        if rg + U + u < run:
+                            vector_copy(g2r, gX, xb, t0 + rg + U + u, dv, u, 1 - half, VEC)
                     for u in cutlass.range_constexpr(U):
-                        t = tg + u
-                        if t < T:
+                        t = t0 + rg + u
+                        if rg + u < run:
                             n, bos, nxt = advance_sequence(cu_ptr, t, n, bos, nxt, n_seqs, seq_arg, self.key.varlen)
-                            cute.autovec_copy(sRing[None, None, s * U + u, tidx], xr)
                             for k in cutlass.range_constexpr(W - 1):
                                 for i in cutlass.range_constexpr(VEC):
                                     win[k, i] = win[k + 1, i]
                             for i in cutlass.range_constexpr(VEC):
-                                win[W - 1, i] = xr[0, i].to(Float32)
+                                win[W - 1, i] = xb[i, u, half].to(Float32)
                                 acc[i] = rB[i] + rW[W - 1, i] * win[W - 1, i]
                             for k in cutlass.range_constexpr(W - 1):
                                 prel = t - (W - 1) + k - bos
@@ -339,17 +365,10 @@ class CausalConv1dFwd:
                                 for i in cutlass.range_constexpr(VEC):
                                     acc[i] = silu(acc[i])
                             for i in cutlass.range_constexpr(VEC):
-                                yg[0, i, u] = acc[i].to(self.dtype)
-                            cute.autovec_copy(yg[None, None, u], gY[(None, None), (t, dv)])
-                    # Refill the slots group g just left with group g + S (issued after their tokens were read above).
-                    if g + S < n_groups:
-                        for u in cutlass.range_constexpr(U):
-                            tn = tg + S * U + u
-                            if tn < T:
-                                ring_fill(g2s, gX, sRing, tn, dv, s * U + u, tidx, VEC)
-                    cute.arch.cp_async_commit_group()
+                                yg[i, u] = acc[i].to(self.dtype)
+                            vector_store(r2g, yg, gY, t, dv, u, VEC)
 
-    kernel_prefetch.set_name_prefix("cudnn", remove_cutlass_symbol=True)
+    kernel_runs.set_name_prefix("cudnn", remove_cutlass_symbol=True)
 
     @cute.kernel
     def final_kernel(

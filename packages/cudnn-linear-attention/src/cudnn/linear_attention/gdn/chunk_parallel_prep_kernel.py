@@ -11,6 +11,13 @@ blocked triangular solve the three kernels give the serial kernel's outputs bit 
 the same operations in the same order).
 
 Grid ``[slots, H]`` (idle slots exit), one warpgroup per CTA. Runtime extents are kernel arguments (Rule 4).
+
+Not the default since session 6: :class:`GdnParallelPrepKey`'s defaults (``restructured``, ``tc_ctas_per_sm = 3``) route
+to ``chunk_parallel_prep_tc_kernel.py`` (prep 133.3 us vs this kernel's 369.0 at T = 8192, H = 16, K = V = 128 on the
+H200), whose values equal this kernel's up to rounding. This kernel stays as ``restructured = False, tc_ctas_per_sm =
+2`` (the ``gdn-prep-base`` variant, and what the adapters' ``parallel_prefetch`` / ``parallel_prep_two_per_sm`` select):
+with it the parallel schedule's outputs are the serial kernel's bit for bit, the tests' reference for the state pass and
+the output kernel.
 """
 
 from __future__ import annotations
@@ -66,17 +73,17 @@ class GdnParallelPrepKey:
     #: carveout (255 registers x 128 threads: two CTAs fit the register file exactly). One CTA's load latency and
     #: barriers then overlap the other's work. Same arithmetic: bitwise the default's outputs.
     two_per_sm: bool = False
-    #: Opt-in (default False: this module's verified kernel, PTX unchanged): the restructured prep kernel
-    #: (``chunk_parallel_prep_tc_kernel.py``, the GDN ``gtc`` variant): 256 threads at two CTAs per SM, one vectorized
-    #: element pass, A and P by one WGMMA each (one per warpgroup), the solve by all 256 threads, beta (and, for W,
-    #: exp(G)) folded into the inverse's columns, MN-major B operands for U and W. Same workspace arrays; values equal
-    #: this kernel's up to rounding (tests: the FlashAttention rule against the fp32 recurrence). Takes neither
-    #: ``prefetch`` nor ``two_per_sm``.
-    restructured: bool = False
-    #: The restructured kernel's CTAs per SM (``restructured`` only; default 2: about 102 KB of shared memory at K =
-    #: 128, registers capped at 128). 3 (the ``gtc3`` variant): the fp32 inverse lives in the bytes of Qn and the bf16
-    #: inverses in those of A (each dead by then), about 70 KB, registers capped at 80 (ptxas: no spill). Same values.
-    tc_ctas_per_sm: int = 2
+    #: Default True (session 6): the restructured prep kernel (``chunk_parallel_prep_tc_kernel.py``): 256 threads, one
+    #: vectorized element pass, A and P by one WGMMA each (one per warpgroup), the solve by all 256 threads, beta (and,
+    #: for W, exp(G)) folded into the inverse's columns, MN-major B operands for U and W. Same workspace arrays; values
+    #: equal this module's kernel's up to rounding (tests: the FlashAttention rule against the fp32 recurrence). Takes
+    #: neither ``prefetch`` nor ``two_per_sm``. False (with ``tc_ctas_per_sm = 2``): this module's kernel.
+    restructured: bool = True
+    #: The restructured kernel's CTAs per SM: 3 (default): the fp32 inverse lives in the bytes of Qn and the bf16
+    #: inverses in those of A (each dead by then), about 70 KB, registers capped at 80 (ptxas: no spill); 2: about 102
+    #: KB of shared memory at K = 128, registers capped at 128 (142.9 vs 133.3 us). Same values. Must be 2 without
+    #: ``restructured``.
+    tc_ctas_per_sm: int = 3
 
 
 def _aliased_storage(l_ck, l_kc, l_vc, l_cc):
@@ -119,8 +126,8 @@ class GatedDeltaNetParallelPrep(ChunkParallelPrepLaunch):
 
     @staticmethod
     def for_key(key: GdnParallelPrepKey):
-        """The kernel class that implements ``key`` (``restructured``: ``chunk_parallel_prep_tc_kernel.py``); a
-        ValueError for a combination no kernel builds."""
+        """The kernel class that implements ``key`` (``restructured``, the default: ``chunk_parallel_prep_tc_kernel.py``;
+        else this module's kernel); a ValueError for a combination no kernel builds."""
         if key.tc_ctas_per_sm not in (2, 3) or (key.tc_ctas_per_sm != 2 and not key.restructured):
             raise ValueError(f"GdnParallelPrepKey: tc_ctas_per_sm={key.tc_ctas_per_sm}; accepted 2, or 3 with restructured")
         if key.restructured:

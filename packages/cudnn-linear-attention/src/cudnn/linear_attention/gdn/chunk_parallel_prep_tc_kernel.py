@@ -1,13 +1,15 @@
-"""Gated DeltaNet forward, chunk-parallel schedule, kernel 1 of 3 (prep), restructured for instruction count: the opt-in
-``gtc`` variant (``GdnParallelPrepKey.restructured``, routed by ``GatedDeltaNetParallelPrep.for_key``). Same contract
-and the same workspace arrays as ``chunk_parallel_prep_kernel.py`` -- ``-Wm`` and ``(K exp(G_C - G))^T`` (bf16), ``U``
-(fp32), ``Q`` normalised (bf16, the ``qg`` array) with the row factors ``rf = scale exp(G_i)`` (fp32), ``P`` (bf16),
-``exp(G_C)`` over the key channels (``ge``) -- read by the unchanged state pass and output kernel (``row_scaled``).
-Values equal the default's up to rounding, not bitwise (tests hold it to the FlashAttention tolerance against the fp32
-recurrence, and its workspace arrays to the default's within bf16 rounding). sm_90a, CuTe DSL, WGMMA, 256 threads (two
-warpgroups), two CTAs per SM.
+"""Gated DeltaNet forward, chunk-parallel schedule, kernel 1 of 3 (prep), restructured for instruction count: GDN's
+default prep kernel since session 6 (``GdnParallelPrepKey.restructured``, default True, routed by
+``GatedDeltaNetParallelPrep.for_key``; at the default three CTAs per SM: 133.3 us vs 369.0 for the one-warpgroup kernel
+at T = 8192, H = 16, K = V = 128 on the H200). Same contract and the same workspace arrays as
+``chunk_parallel_prep_kernel.py`` -- ``-Wm`` and ``(K exp(G_C - G))^T`` (bf16), ``U`` (fp32), ``Q`` normalised (bf16,
+the ``qg`` array) with the row factors ``rf = scale exp(G_i)`` (fp32), ``P`` (bf16), ``exp(G_C)`` over the key channels
+(``ge``) -- read by the state pass and output kernel (``row_scaled``). Values equal the one-warpgroup kernel's up to
+rounding, not bitwise (tests hold it to the FlashAttention tolerance against the fp32 recurrence, and its workspace
+arrays to that kernel's within bf16 rounding). sm_90a, CuTe DSL, WGMMA, 256 threads (two warpgroups), three (or two)
+CTAs per SM.
 
-Why. The default GDN prep (one warpgroup, one CTA per SM: about 118 KB of shared memory) spends its time in scalar
+Why. The one-warpgroup GDN prep (the session-5 default; one warpgroup, one CTA per SM: about 118 KB of shared memory) spends its time in scalar
 per-element work -- q / k / v scaled and stored element by element into swizzled shared memory (three tiles, two of
 them transposed), P, A and the decayed keys element by element -- and in the one-warpgroup SIMT solve's dependent
 shared-memory chains, with 4 warps per SM to hide it. GDN's gate is one scalar per token, so every decay of the chunk
@@ -37,7 +39,7 @@ is a row or column factor except ``exp(G_i - G_j)`` of A and P; this kernel uses
 Shared memory (K = 128, about 102 KB): Qn, Kn, V (bf16, swizzled), the two bf16 inverses, A and T (fp32, rows
 16-byte aligned), the band scratch and the per-token tables. Grid ``[slots, H]`` (idle slots exit), 256 threads,
 ``min_blocks_per_mp = 2`` (registers capped at 128; ptxas: 96). ``GdnParallelPrepKey.tc_ctas_per_sm = 3`` (the
-``gtc3`` variant, :func:`_three_cta_storage`): T in the bytes of Qn (dead after step 3) and the bf16 inverses in those
+default, :func:`_three_cta_storage`): T in the bytes of Qn (dead after step 3) and the bf16 inverses in those
 of A (dead after the solve), about 70 KB, three CTAs per SM (registers capped at 80; ptxas: 80, no spill); same
 operations, same values. Runtime extents and strides are kernel arguments (Rule 4).
 
@@ -45,7 +47,7 @@ The launch entry (:class:`ChunkParallelPrepLaunch`) and the pieces shared with K
 chunk order of the element pass, the row L2 norm, the 256-thread solve :func:`solve_inverse_256`, ``transpose_view``)
 live in ``_device/chunk_parallel.py``.
 Tests: ``tests/test_gdn_prep_tc_gpu.py`` (GPU tier and compile tier: ``-m compile_only``); per-kernel time:
-``benchmarks/linear_attention_kernels.py --family gdn`` with the ``gtc`` / ``gtc3`` variants.
+``benchmarks/linear_attention_kernels.py --family gdn`` (``parallel`` vs ``par-gdn-prep-base``).
 """
 
 from __future__ import annotations

@@ -1,25 +1,21 @@
-"""Chunk-parallel delta-rule forward, kernel 3 of 3 (output), the opt-in variants of ``chunk_parallel_out_kernel.py``
-(``KdaParallelOutKey.v_wide`` / ``persistent``), sm_90a, CuTe DSL, WGMMA. Same product, same operands, same
-operations per output element in the same order (so the output is the default kernel's bit for bit)::
+"""Chunk-parallel delta-rule forward, kernel 3 of 3 (output), the default since session 6 (``KdaParallelOutKey.v_wide``,
+routed by ``chunk_parallel_out_kernel.py``; 47.0-47.4 us vs 83.8 for that module's kernel at T = 8192, H = 16,
+K = V = 128 on the H200), sm_90a, CuTe DSL, WGMMA. Same product, same operands, same operations per output element in
+the same order as ``chunk_parallel_out_kernel.py``'s kernel (so the output is that kernel's bit for bit)::
 
     O = (scale Q exp(G)) S0^T + P Vn            (KDA)      O = Diag(rf) (Q S0^T) + P Vn      (GDN: ``row_scaled``)
 
-Work item: one (chunk slot, head) with ``v_wide`` (the whole V: qg and p staged once, K / 64 accumulators), else one
-(chunk slot, head, 64-column V block), the V blocks of a (slot, head) adjacent in item order (so the second read of
-qg and p by the neighbouring CTA is likely an L2 hit).
+Work item: one (chunk slot, head) over the whole V (qg and p staged once, K / 64 accumulators), one CTA per item,
+grid ``[slots * H]`` (idle slots exit), one shared-memory stage filled by cp.async, as many CTAs per SM as the shared
+memory holds (``ctas_per_sm``). (The module name is historical: session 5's ``persistent`` option -- one CTA per SM
+walking the items through a multi-stage cp.async ring -- lost on the H200, 48.5 / 51.2 us vs 47.0, and was removed in
+session 6; the item loop below is its one-stage form.)
 
-``persistent`` = G > 0: a grid of ``min(items, G)`` CTAs (G = the SM count: one CTA per SM) walks the items
-``bid, bid + G, ...`` through a ring of ``stages`` shared-memory stages filled by cp.async: the operands of the next
-``stages - 1`` items are in flight while the current item's two WGMMA groups run and its rows are stored, so the
-memory system never idles between waves (the default kernel's CTAs load, then all compute, then store, in lock
-step: about 8 waves of 4 CTAs per SM at T = 8192, H = 16). ``stages`` fills about 220 KB (K = 128: 3 stages V-wide,
-4 with 64-column items; K = 64: 4). ``persistent`` = 0: one CTA per item, one stage (``v_wide`` alone).
-
-The output rows go out through shared memory (the current stage's qg tile, free once the MMAs completed) as 16-byte
-vectors when ``o``'s address and strides allow it (checked in-kernel per launch), else as the default's 2-byte
-stores; rows past the sequence's end are not stored. One warpgroup (128 threads) per CTA. Tests:
-``tests/test_out_kernel_gpu.py`` (GPU: bitwise against the default kernel on its own workspace, tolerance against
-the fp32 recurrence; compile-only: no spills, the PTX's WGMMAs and stores). Scratch A/B: ``benchmarks/_scratch_out.py``.
+The output rows go out through shared memory (the stage's qg tile, free once the MMAs completed) as 16-byte vectors
+when ``o``'s address and strides allow it (checked in-kernel per launch), else as the 2-byte stores of
+``chunk_parallel_out_kernel.py``; rows past the sequence's end are not stored. One warpgroup (128 threads) per CTA.
+Tests: ``tests/test_out_kernel_gpu.py`` (GPU: bitwise against the session-5 kernel on its own workspace, tolerance
+against the fp32 recurrence; compile-only: no spills, the PTX's WGMMAs and stores).
 """
 
 from __future__ import annotations
@@ -35,9 +31,8 @@ from .._device.delta_rule import BV, CHUNK, THREADS, k_major_smem_layout, make_m
 from .._device.delta_rule import smem_ready as _smem_ready
 from .chunk_parallel_out_kernel import KdaParallelOutKey
 
-#: Shared-memory budget of the stage ring (bytes; the sm_90 limit is 227 KB per CTA, alignment pads come on top).
+#: Shared-memory budget of the CTAs of one SM (bytes; the sm_90 limit is 227 KB per SM, alignment pads come on top).
 SMEM_BUDGET = 220 * 1024
-MAX_STAGES = 4
 
 
 def stage_bytes(key: KdaParallelOutKey) -> int:
@@ -46,18 +41,9 @@ def stage_bytes(key: KdaParallelOutKey) -> int:
     return 2 * (CHUNK * key.head_dim + nb * BV * key.head_dim + CHUNK * CHUNK + nb * BV * CHUNK) + 4 * CHUNK
 
 
-def ring_stages(key: KdaParallelOutKey) -> int:
-    """Stages of the cp.async ring: 1 without ``persistent``, else as many as fit ``SMEM_BUDGET`` (at most 4)."""
-    if key.persistent == 0:
-        return 1
-    return max(2, min(MAX_STAGES, SMEM_BUDGET // stage_bytes(key)))
-
-
 def ctas_per_sm(key: KdaParallelOutKey) -> int:
-    """The CTAs per SM the launch asks ptxas to fit (``.minnctapersm``: registers capped to 64K / (128 n)): one
-    persistent CTA; without ``persistent`` as many one-stage CTAs as the shared memory holds (at most 4)."""
-    if key.persistent > 0:
-        return 1
+    """The CTAs per SM the launch asks ptxas to fit (``.minnctapersm``: registers capped to 64K / (128 n)): as many
+    one-stage CTAs as the shared memory holds (at most 4)."""
     return max(1, min(4, SMEM_BUDGET // stage_bytes(key)))
 
 
@@ -156,16 +142,16 @@ def accs_to_smem(sO: cute.Tensor, accs: list, c64: cute.Tensor, nb: cutlass.Cons
 
 
 class KimiDeltaAttentionParallelOutPersistent(ChunkParallelOutLaunch):
-    """The output kernel's ``v_wide`` / ``persistent`` variants (module docstring); launched exactly as
+    """The V-wide output kernel (``KdaParallelOutKey.v_wide``, the default; module docstring); launched exactly as
     ``KimiDeltaAttentionParallelOut`` (the same :class:`ChunkParallelOutLaunch` entry)."""
 
     def __init__(self, key: KdaParallelOutKey):
-        assert key.head_dim in (64, 128) and (key.v_wide or key.persistent > 0) and key.persistent >= 0
+        assert key.head_dim in (64, 128) and key.v_wide
         self.key = key
         self.D = key.head_dim
-        self.NB = key.head_dim // BV if key.v_wide else 1  # 64-column V blocks per item
-        self.NVI = (key.head_dim // BV) // self.NB  # items per (slot, head)
-        self.STAGES = ring_stages(key)
+        self.NB = key.head_dim // BV  # 64-column V blocks per item: the whole V
+        self.NVI = (key.head_dim // BV) // self.NB  # items per (slot, head): 1
+        self.STAGES = 1
 
     @cute.jit
     def launch(self, views: tuple, extents: tuple, o_strides: tuple[Int64, Int64], stream: cuda.CUstream):
@@ -191,8 +177,6 @@ class KimiDeltaAttentionParallelOutPersistent(ChunkParallelOutLaunch):
 
         items = slots * heads * self.NVI
         grid_x = items
-        if const_expr(self.key.persistent > 0):
-            grid_x = min(items, Int32(self.key.persistent))
         self.kernel(mO, mCu, ws, n_seqs, seq_len, chunks_per_seq, heads, items, o_strides, mma_n64, l_qg, l_s, l_p, l_vn, SharedStorage).launch(
             grid=[grid_x, 1, 1],
             block=[THREADS, 1, 1],
@@ -259,37 +243,17 @@ class KimiDeltaAttentionParallelOutPersistent(ChunkParallelOutLaunch):
         if bid < items:
             n_mine = (items - 1 - bid) // grid + 1
 
-        # prologue: items 0 .. S - 2 of this CTA -> stages 0 .. S - 2, one commit group each (empty past the end)
-        for j in cutlass.range_constexpr(S - 1):
-            if j < n_mine:
-                slot, head, vblk = item_coords(bid + j * grid, heads, NVI)
-                _, _, n_valid = slot_chunk(mCu, slot, n_seqs, seq_len, chunks_per_seq, varlen)
-                if n_valid > 0:
-                    load_item(cp_bf16, ws, sQG, sS, sP, sVnT, sRF, slot, head, vblk, j, tidx, NH, NB, self.key.row_scaled)
-            cute.arch.cp_async_commit_group()
-
         for rd in range((n_mine + (S - 1)) // S):
             for st in cutlass.range_constexpr(S):
                 i = rd * S + st
                 if i < n_mine:
                     slot, head, vblk = item_coords(bid + i * grid, heads, NVI)
                     _, t0, n_valid = slot_chunk(mCu, slot, n_seqs, seq_len, chunks_per_seq, varlen)
-                    if const_expr(S == 1):
-                        if n_valid > 0:
-                            load_item(cp_bf16, ws, sQG, sS, sP, sVnT, sRF, slot, head, vblk, 0, tidx, NH, NB, self.key.row_scaled)
-                        cute.arch.cp_async_commit_group()
-                        cute.arch.cp_async_wait_group(0)
-                    else:
-                        cute.arch.cp_async_wait_group(S - 2)  # item i (group i) has landed; items i + 1 .. i + S - 2 may be in flight
-                    _smem_ready()  # item i visible to WGMMA; every thread is past item i - 1 (its stage is free)
-                    if const_expr(S > 1):
-                        nst = (st + S - 1) % S  # the stage item i - 1 used
-                        if i + (S - 1) < n_mine:
-                            slot_n, head_n, vblk_n = item_coords(bid + (i + S - 1) * grid, heads, NVI)
-                            _, _, n_valid_n = slot_chunk(mCu, slot_n, n_seqs, seq_len, chunks_per_seq, varlen)
-                            if n_valid_n > 0:
-                                load_item(cp_bf16, ws, sQG, sS, sP, sVnT, sRF, slot_n, head_n, vblk_n, nst, tidx, NH, NB, self.key.row_scaled)
-                        cute.arch.cp_async_commit_group()
+                    if n_valid > 0:
+                        load_item(cp_bf16, ws, sQG, sS, sP, sVnT, sRF, slot, head, vblk, 0, tidx, NH, NB, self.key.row_scaled)
+                    cute.arch.cp_async_commit_group()
+                    cute.arch.cp_async_wait_group(0)
+                    _smem_ready()  # the item visible to WGMMA
                     if n_valid > 0:
                         wgmma_each(mma_n64, accs, qg_A[None, None, None, st], s0_B, st * NB, True)
                         if const_expr(self.key.row_scaled):  # the GDN serial kernel's step 6: rows of Q S0^T scaled in fp32

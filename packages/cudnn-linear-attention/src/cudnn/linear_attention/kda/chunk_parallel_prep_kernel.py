@@ -50,8 +50,10 @@ varlen, ``N ceil(L / 64)`` dense; idle slots exit), 256 threads, two CTAs per SM
 124 registers, no spill). An fp32 ``g`` is read by 32-bit loads: the adapter binds it 4-byte aligned and ``execute``
 checks the address. Runtime extents and strides are kernel arguments (Rule 4).
 
-Opt-ins (``KdaParallelPrepKey`` fields, default off: the default key, kernel and PTX are unchanged; reached through
-``set_parallel_options(plan, {"prep": {...}})``; values equal the default's up to fp32 / bf16 rounding, not bitwise):
+Step-3 options, ON by default since session 6 (``KdaParallelPrepKey.narrow_ap`` / ``ref_table``; H200, T = 8k,
+H = 16: 180.6 us against 202.0 for the session-5 kernel; both passed ``tests/test_kda_prep_opts_gpu.py``). The
+session-5 kernel that steps 3-4 above describe (m64n64 A / P, K'_I by one exp per element) stays reachable as
+``{"prep": {"narrow_ap": False, "ref_table": False}}`` for the A/B; values differ from it by fp32 / bf16 rounding only:
 
 - ``narrow_ap``: step 3 computes the block's transposes, ``A^T[j, i] = K'_I[j] . K'[i]`` and ``P^T[j, i] = K'_I[j] .
   Q'[i]`` for the 16 rows i of block I, as m64n16 WGMMAs (K'_I the M = 64 A operand, the block's 16 rows of K' / Q' the
@@ -74,8 +76,46 @@ Opt-ins (``KdaParallelPrepKey`` fields, default off: the default key, kernel and
 Both keep 256 threads, two CTAs per SM, 18 barriers and no spill (ptxas: 128 registers; the kernel sits at the cap,
 so register-heavy edits here must recheck frame size 0: ``tests/test_kda_prep_opts_gpu.py -m compile_only``).
 
+Where the time goes (default kernel, K = 128, T = 8k, H = 16: 2048 CTAs, 264 resident (2 per SM, by registers: 256
+threads x 128 = the whole register file; smem about 107 KB each), 7.8 waves, so about 23 us per CTA lifetime for 180 us).
+Per CTA, from the sm_90a SASS (DSL 4.8.1 ptxas, static counts weighted by the warps that execute each part): about
+24K warp instructions -- step 1 (g loads, prefix sums, sG stores; 20 %, 600 instructions per thread of which about
+270 are the 64-bit address / clamp arithmetic of the 32 g loads), step 1b (the ratio table, 11 %), the element pass
+(29 %: 3 MUFU, 9 FMUL and 3 bf16 packs per element), step 3 (four K'_I formations + 16 m64n16k16 per warpgroup +
+masked epilogues, 16 %), the solve (20 %, 2/3 of it the band products), step 5 (U / W WGMMAs and 64 fragment stores per
+thread, 7 %) -- and about 5.5K shared-memory wavefronts plus about 1.8K cycles of WGMMA operand reads, of which the
+band solve's scalar LDS (two loads per FMA: A row broadcast, T column) are about half. At 2 CTAs x 24K warp
+instructions per SM and wave the issue floor is about 7 us per wave (about 55 us in all) and the shared-memory floor
+about 8 us per wave: the measured 23 us is latency (18 CTA barriers with unbalanced phases -- the diagonal solve on 2
+of 8 warps, K'_I formation on 2-8 warps, the A / P epilogues on one warpgroup each --, the dependent global loads at the
+start: cu_seqlens, then q / k / g) stacked on those two pipes. The memory floor of the prep is 73.8 us.
+
+Speed opt-ins (``KdaParallelPrepKey`` fields, default OFF for the A/B; each leaves every output BITWISE equal to the
+default's -- the same fp32 operations in the same order --, and the default PTX byte for byte unchanged):
+
+- ``tiled_solve``: the solve's off-diagonal bands on a 1 x 4 register tile per thread (:func:`solve_inverse_256_tiled`:
+  a thread owns one row and four columns of a 16 x 16 block, 64 threads per block, 192 / 128 / 64 threads in bands
+  1 / 2 / 3), A, T and Y read by 16-byte vectors: per 16 FMAs 5 shared-memory wavefronts instead of about 20; scalar
+  ``ld.shared`` 267 -> 11, band-solve warp instructions about 4.9K -> 3.0K per CTA, wavefronts about 2.7K -> 0.7K.
+  Estimate: -10 to -15 us.
+- ``lean_gates`` (needs ``tiled_solve``: alone, ptxas spills 8 bytes at the 128-register cap): step 1's g loads from
+  one base pointer (``domain_offset``) and a 32-bit token stride, predicated on the row being in the chunk (no clamp to
+  the last row, no select): about 3 SASS instructions per load instead of 9, 224 fewer per thread (1.8K warp
+  instructions per CTA, 7 %), and the last g load issued about 400 instructions earlier. Estimate: -4 to -8 us.
+- ``pack_round`` (needs ``narrow_ap``): the element pass rounds the (L2-normalised) q and k to bf16 two values at a time
+  (:func:`round_bf16_pairs`: one ``cvt.rn.bf16x2.f32`` F2FP pack and two integer ops per pair, the same round-to-nearest-
+  even as the default's ``.to(BFloat16).to(Float32)``) instead of one ``F2F.BF16.F32`` per value: the 64 F2F per thread
+  (K = 128; 0 with it, 32 more F2FP packs) run, as far as we know, on the quarter-rate pipe the 107 ``MUFU.EX2`` use
+  (the GPU A/B decides). Calibration: ``ref_table`` removed 118 MUFU per thread and gained 13 us (193.5 -> 180.6); at
+  that rate, 64 F2F are worth up to about 7 us. Estimate: -2 to -7 us.
+
+All compile at K = 64 and 128 to frame size 0 (each accepted combination, all three together too), 256 threads, two CTAs per SM, the
+default's WGMMAs and 18 barriers (``tests/test_kda_prep_speed_gpu.py -m compile_only``; GPU: the same file, bitwise
+against the default). The three together: 4176 SASS instructions per thread against the default's 4216 plus the
+shared-memory and conversion-pipe savings above; estimate for the three: 180.6 -> about 155-165 us (not measured).
+
 Tests: ``tests/test_kda_parallel_gpu.py`` (GPU), compile-only ``tests/test_kda_parallel_compile.py -k kda``; the
-opt-ins: ``tests/test_kda_prep_opts_gpu.py``; per-kernel time: ``benchmarks/linear_attention_kernels.py --family kda
+step-3 options: ``tests/test_kda_prep_opts_gpu.py``; the speed opt-ins: ``tests/test_kda_prep_speed_gpu.py``; per-kernel time: ``benchmarks/linear_attention_kernels.py --family kda
 --variants parallel``.
 """
 
@@ -88,7 +128,9 @@ import cutlass
 import cutlass.cute as cute
 import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass import BFloat16, Float32, Int32, const_expr
+from cutlass._mlir.dialects import llvm
 from cutlass.cute.nvgpu import warpgroup
+from cutlass.cutlass_dsl import T, dsl_user_op
 
 from .._device.chunk_parallel import (
     ChunkParallelPrepLaunch,
@@ -110,18 +152,26 @@ from .chunk_fwd_kernel import REF_OFFSET
 
 @dataclass(frozen=True)
 class KdaParallelPrepKey:
-    """Compile key of the prep kernel (Rule 4): plan-time choices only (no tuning options: session 5 folded the
-    ``prefetch`` / ``two_per_sm`` / ``fast_exp`` / ``warpgroups`` / ``restructured`` variants into this one kernel)."""
+    """Compile key of the prep kernel (Rule 4): the plan-time base fields, then the kernel options (module docstring).
+    The step-3 options ``narrow_ap`` / ``ref_table`` are on by default since session 6; the speed opt-ins
+    ``lean_gates`` / ``tiled_solve`` / ``pack_round`` are off (each combination its own artifact)."""
 
     head_dim: int
     g_dtype: str
     beta_dtype: str
     l2norm: bool
     varlen: bool
-    #: opt-in (module docstring, "Opt-ins"): step 3 as ``A^T`` / ``P^T`` m64n16 WGMMAs, a quarter of the tensor work
-    narrow_ap: bool = False
-    #: opt-in, needs ``narrow_ap``: K'_I and ``(K exp(G_C - G))^T`` from a table of reference-row decay ratios
-    ref_table: bool = False
+    #: default on since session 6 (module docstring, "Step-3 options"): step 3 as ``A^T`` / ``P^T`` m64n16 WGMMAs, a
+    #: quarter of the tensor work; ``narrow_ap=False, ref_table=False`` is the session-5 kernel (kept for the A/B)
+    narrow_ap: bool = True
+    #: default on since session 6, needs ``narrow_ap``: K'_I and ``(K exp(G_C - G))^T`` from a table of reference-row decay ratios
+    ref_table: bool = True
+    #: opt-in (module docstring, "Speed opt-ins"), needs ``tiled_solve``: step 1's g loads from one base pointer, predicated
+    lean_gates: bool = False
+    #: opt-in: the solve's off-diagonal bands on a 1 x 4 register tile per thread (16-byte shared reads); bitwise the default
+    tiled_solve: bool = False
+    #: opt-in: the element pass rounds q / k to bf16 two at a time (``cvt.rn.bf16x2.f32``) instead of one F2F each
+    pack_round: bool = False
 
 
 WARPGROUPS = 2
@@ -136,6 +186,109 @@ T_BYTES = CHUNK * A_STRIDE * 4
 Y_BYTES = (CHUNK // SOLVE_BLOCK - 1) * SOLVE_BLOCK * SOLVE_BLOCK * 4
 TM_OFF = 20 * 1024  # byte offset of T Diag(beta) (bf16, swizzled) in the Q' | K' | K'_I region, after T and Y
 assert T_BYTES + Y_BYTES <= TM_OFF
+
+
+@dsl_user_op
+def bf16x2_bits(hi: Float32, lo: Float32, *, loc=None, ip=None) -> Int32:
+    """``pack_round``: ``(bf16(hi) << 16) | bf16(lo)`` by one ``cvt.rn.bf16x2.f32`` (an F2FP pack on the ALU), each half
+    rounded to nearest even exactly as ``cvt.rn.bf16.f32`` rounds it (the default's F2F, a quarter-rate conversion)."""
+    return Int32(
+        llvm.inline_asm(
+            T.i32(),
+            [Float32(hi).ir_value(loc=loc, ip=ip), Float32(lo).ir_value(loc=loc, ip=ip)],
+            "cvt.rn.bf16x2.f32 $0, $1, $2;",
+            "=r,f,f",
+            has_side_effects=False,
+            is_align_stack=False,
+            asm_dialect=llvm.AsmDialect.AD_ATT,
+            loc=loc,
+            ip=ip,
+        )
+    )
+
+
+@dsl_user_op
+def f32_from_bits(bits: Int32, *, loc=None, ip=None) -> Float32:
+    """The fp32 value of the bit pattern ``bits`` (a bitcast: no conversion instruction)."""
+    return Float32(llvm.bitcast(Float32.mlir_type, Int32(bits).ir_value(loc=loc, ip=ip), loc=loc, ip=ip))
+
+
+@cute.jit
+def round_bf16_pairs(r: cute.Tensor):
+    """``pack_round``: every element of the fp32 register tensor ``r`` [1, VEC] rounded to bf16 (and kept in fp32), two at a
+    time: the values of ``r.load().to(BFloat16).to(Float32)``, bit for bit."""
+    for p in cutlass.range_constexpr(VEC // 2):
+        bits = bf16x2_bits(r[0, 2 * p + 1], r[0, 2 * p])
+        r[0, 2 * p] = f32_from_bits(bits << 16)
+        r[0, 2 * p + 1] = f32_from_bits(bits & Int32(-65536))
+
+
+Q4 = 4  # tiled_solve: output columns per thread (one 16-byte fp32 vector)
+NBLK = CHUNK // SOLVE_BLOCK  # 16-row blocks of a chunk
+
+
+@cute.jit
+def solve_inverse_256_tiled(sA: cute.Tensor, sT: cute.Tensor, sY: cute.Tensor, tidx: Int32):
+    """``T = (I + A)^-1`` as :func:`.._device.chunk_parallel.solve_inverse_256` computes it (the same diagonal blocks,
+    the same bands, every fp32 sum in the same order: bitwise the same ``T``), with the off-diagonal blocks on a 1 x 4
+    register tile: a thread owns row ``ri`` and columns ``4 q .. 4 q + 3`` of block pair ``blk`` of the band (64 threads
+    per 16 x 16 block, ``NBLK - band`` blocks: 192 / 128 / 64 threads in bands 1 / 2 / 3), and reads A / T / Y by 16-byte
+    vectors (A: 8 rows of a warp 272 bytes apart, conflict-free; T and Y rows: one 64-byte broadcast). Per 16 FMAs: 5
+    shared-memory wavefronts instead of about 20 (the untiled band solve is about 55 % of the kernel's shared-memory
+    wavefronts). Starts after the caller's barrier publishing ``sA``; ends with a barrier. The blocks above the
+    diagonal blocks are not written."""
+    if tidx < CHUNK:
+        b0 = (tidx // SOLVE_BLOCK) * SOLVE_BLOCK
+        cc = tidx % SOLVE_BLOCK
+        xcol = cute.make_rmem_tensor(cute.make_layout((SOLVE_BLOCK,)), Float32)
+        for i in cutlass.range_constexpr(SOLVE_BLOCK):
+            acc_t = Float32(0.0)
+            for j in cutlass.range_constexpr(i):
+                acc_t = acc_t - sA[b0 + i, b0 + j] * xcol[j]
+            if cc == i:
+                acc_t = Float32(1.0)
+            xcol[i] = acc_t
+        for i in cutlass.range_constexpr(SOLVE_BLOCK):
+            sT[b0 + i, b0 + cc] = xcol[i]
+    cute.arch.sync_threads()
+    NQ = SOLVE_BLOCK // Q4  # 16-byte column quads of a block
+    blk = tidx // (SOLVE_BLOCK * NQ)  # the band's block pair (I = blk + band, J = blk)
+    ri = (tidx % (SOLVE_BLOCK * NQ)) // NQ
+    q = tidx % NQ
+    sAq = cute.zipped_divide(sA, (1, Q4))
+    sTq = cute.zipped_divide(sT, (1, Q4))
+    sYq = cute.zipped_divide(sY, (1, 1, Q4))
+    ra = cute.make_rmem_tensor(cute.make_layout((1, Q4)), Float32)
+    rb = cute.make_rmem_tensor(cute.make_layout((1, Q4)), Float32)
+    acc = cute.make_rmem_tensor(cute.make_layout((1, Q4)), Float32)
+    for band in cutlass.range_constexpr(1, NBLK):
+        bI = blk + band
+        if blk < NBLK - band:  # warp-uniform (64 threads per block pair)
+            for c in cutlass.range_constexpr(Q4):
+                acc[0, c] = Float32(0.0)
+            # Y[I, J] = sum_{kk = 16 J}^{16 I - 1} A[I, kk] T[kk, J]: kk ascending, as the untiled solve
+            for k4 in cutlass.range_constexpr(band * NQ):
+                ra.store(sAq[(None, None), (bI * SOLVE_BLOCK + ri, blk * NQ + k4)].load())
+                for e in cutlass.range_constexpr(Q4):
+                    rb.store(sTq[(None, None), (blk * SOLVE_BLOCK + k4 * Q4 + e, blk * NQ + q)].load())
+                    for c in cutlass.range_constexpr(Q4):
+                        acc[0, c] = acc[0, c] + ra[0, e] * rb[0, c]
+            sYq[(None, None, None), (blk, ri, q)].store(acc.load().reshape((1, 1, Q4)))
+        cute.arch.sync_threads()
+        if blk < NBLK - band:
+            for c in cutlass.range_constexpr(Q4):
+                acc[0, c] = Float32(0.0)
+            # T[I, J] = -T[I, I] Y[I, J]: mm ascending, as the untiled solve
+            for m4 in cutlass.range_constexpr(NQ):
+                ra.store(sTq[(None, None), (bI * SOLVE_BLOCK + ri, bI * NQ + m4)].load())
+                for e in cutlass.range_constexpr(Q4):
+                    rb.store(sYq[(None, None, None), (blk, m4 * Q4 + e, q)].load().reshape((1, Q4)))
+                    for c in cutlass.range_constexpr(Q4):
+                        acc[0, c] = acc[0, c] + ra[0, e] * rb[0, c]
+            for c in cutlass.range_constexpr(Q4):
+                acc[0, c] = -acc[0, c]
+            sTq[(None, None), (bI * SOLVE_BLOCK + ri, blk * NQ + q)].store(acc.load())
+        cute.arch.sync_threads()
 
 
 def _table_storage(l_ck, d, pad):
@@ -176,7 +329,17 @@ class KimiDeltaAttentionParallelPrep(ChunkParallelPrepLaunch):
         if key.ref_table and not key.narrow_ap:
             raise ValueError(
                 "KdaParallelPrepKey: ref_table=True needs narrow_ap=True (alone it leaves ptxas at the 128-register cap with a spill); accepted: "
-                "{}, {'narrow_ap': True}, {'narrow_ap': True, 'ref_table': True}"
+                "both (the default), {'ref_table': False} (narrow_ap alone), {'narrow_ap': False, 'ref_table': False} (the session-5 kernel)"
+            )
+        if key.lean_gates and not key.tiled_solve:
+            raise ValueError(
+                "KdaParallelPrepKey: lean_gates=True needs tiled_solve=True (alone ptxas spills 8 bytes at the 128-register cap); accepted: "
+                "{'tiled_solve': True}, {'tiled_solve': True, 'lean_gates': True}"
+            )
+        if key.pack_round and not key.narrow_ap:
+            raise ValueError(
+                "KdaParallelPrepKey: pack_round=True needs narrow_ap=True (with the session-5 step 3 ptxas spills 32 bytes at the 128-register cap); "
+                "accepted: {'pack_round': True} on the default or with {'ref_table': False}"
             )
         self.key = key
         self.D = key.head_dim
@@ -314,15 +477,29 @@ class KimiDeltaAttentionParallelPrep(ChunkParallelPrepLaunch):
             gcol = tidx % D
             part = tidx // D
             gbuf = cute.make_rmem_tensor(cute.make_layout((SPAN,)), Float32)
-            for j in cutlass.range_constexpr(SPAN):
-                gbuf[j] = mG[min(t0 + part * SPAN + j, last), head, gcol].to(Float32)
             cum = Float32(0.0)
-            for j in cutlass.range_constexpr(SPAN):
-                gj = gbuf[j]
-                if part * SPAN + j >= n_valid:
+            if const_expr(self.key.lean_gates):
+                # one base pointer for the range and a 32-bit token stride (heads x K elements: offsets within one range
+                # stay below 2^31 for any head count under 2^17); rows past the chunk are not read (predicated loads: no
+                # clamp, no select, about 3 instead of 9 SASS instructions per load)
+                g_first = cute.domain_offset((t0 + part * SPAN, head, gcol), mG)
+                g_span = cute.make_tensor(g_first.iterator, cute.make_layout((SPAN,), stride=(heads * D,)))
+                g_rows = n_valid - part * SPAN  # rows of this range inside the chunk (may be <= 0)
+                for j in cutlass.range_constexpr(SPAN):
                     gj = Float32(0.0)
-                cum = cum + gj
-                gbuf[j] = cum
+                    if j < g_rows:
+                        gj = g_span[j].to(Float32)
+                    cum = cum + gj
+                    gbuf[j] = cum
+            else:
+                for j in cutlass.range_constexpr(SPAN):
+                    gbuf[j] = mG[min(t0 + part * SPAN + j, last), head, gcol].to(Float32)
+                for j in cutlass.range_constexpr(SPAN):
+                    gj = gbuf[j]
+                    if part * SPAN + j >= n_valid:
+                        gj = Float32(0.0)
+                    cum = cum + gj
+                    gbuf[j] = cum
             sTot[part, gcol] = cum
             if const_expr(self.key.ref_table):  # this range's partial sums at its reference rows (step 1b), in the K'_I tile
                 sLoc = cute.make_tensor(cute.recast_ptr(storage.smem_kr.data_ptr(), dtype=Float32), cute.make_layout((NREF, D), stride=(D, 1)))
@@ -379,6 +556,8 @@ class KimiDeltaAttentionParallelPrep(ChunkParallelPrepLaunch):
                 gkeep = cute.make_rmem_tensor(cute.make_layout((1, VEC, NM)), Float32)  # G of this thread's elements (step 3)
                 kkeep = cute.make_rmem_tensor(cute.make_layout((1, VEC, NM)), BFloat16)  # bf16 K (normalised, masked)
             obuf = cute.make_rmem_tensor(cute.make_layout((1, VEC)), BFloat16)
+            rq = cute.make_rmem_tensor(cute.make_layout((1, VEC)), Float32)  # pack_round: q, k of one chunk in fp32
+            rk = cute.make_rmem_tensor(cute.make_layout((1, VEC)), Float32)
             kdbuf = cute.make_rmem_tensor(cute.make_layout((1, VEC)), BFloat16)
             gQGv = cute.zipped_divide(mQG[slot, head, None, None], (1, VEC))
             zero8 = cute.make_rmem_tensor(cute.make_layout((1, VEC)), BFloat16)
@@ -393,9 +572,18 @@ class KimiDeltaAttentionParallelPrep(ChunkParallelPrepLaunch):
                     e_inv = cute.math.exp2(sRefv[(None, None), (rblk, ch)].load() - g, fastmath=True)
                 else:
                     e_c = cute.math.exp2(sRefv[(None, None), (NB, ch)].load() - g, fastmath=True)
-                qn = (qbuf[None, None, None, m].load().reshape((1, VEC)).to(Float32) * inv_q).to(BFloat16).to(Float32)
-                kb = (kbuf[None, None, None, m].load().reshape((1, VEC)).to(Float32) * inv_k).to(BFloat16)
-                kn = kb.to(Float32)
+                if const_expr(self.key.pack_round):
+                    rq.store(qbuf[None, None, None, m].load().reshape((1, VEC)).to(Float32) * inv_q)
+                    rk.store(kbuf[None, None, None, m].load().reshape((1, VEC)).to(Float32) * inv_k)
+                    round_bf16_pairs(rq)
+                    round_bf16_pairs(rk)
+                    qn = rq.load()
+                    kn = rk.load()
+                    kb = kn.to(BFloat16)  # exact (kn is bf16-valued); only the non-ref_table path keeps it
+                else:
+                    qn = (qbuf[None, None, None, m].load().reshape((1, VEC)).to(Float32) * inv_q).to(BFloat16).to(Float32)
+                    kb = (kbuf[None, None, None, m].load().reshape((1, VEC)).to(Float32) * inv_k).to(BFloat16)
+                    kn = kb.to(Float32)
                 sQrv[(None, None), (row, ch)].store((qn * e_ref).to(BFloat16))
                 sWv[(None, None), (row, ch)].store((kn * e_ref).to(BFloat16))
                 sKEv[(None, None), (row, ch)].store((kn * e_g).to(BFloat16))
@@ -490,7 +678,10 @@ class KimiDeltaAttentionParallelPrep(ChunkParallelPrepLaunch):
             cp_async_v_row_chunks(gV, sVv, t_row, head, row, j4, NM)
 
             # ---- 4. T = (I + A)^-1: diagonal blocks in registers, then the off-diagonal blocks band by band -----------
-            solve_inverse_256(sA, sT, sY, tidx)
+            if const_expr(self.key.tiled_solve):
+                solve_inverse_256_tiled(sA, sT, sY, tidx)
+            else:
+                solve_inverse_256(sA, sT, sY, tidx)
 
             # ---- 4c. T Diag(beta) -> bf16 (zero above the diagonal blocks) --------------------------------------------
             tmbuf = cute.make_rmem_tensor(cute.make_layout((1, VEC)), BFloat16)

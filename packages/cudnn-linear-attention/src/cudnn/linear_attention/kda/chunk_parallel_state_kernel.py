@@ -9,18 +9,24 @@ chunk order, from the prep kernel's workspace arrays (``_device/chunk_parallel.p
     S1        = S0 Diag(exp(G_C)) + Vn^T (K exp(G_C - G))
 
 One kernel builds every key: ``chunk_parallel_state_narrow_kernel.py`` (the state slice held transposed, ``S^T`` [K,
-v_slice], V on the WGMMA's N side; grid [N, H, V / v_slice]). ``v_slice`` = 32 is the default (H200, T = 8192, H = 16,
-K = V = 128: 147.5 us vs 217.9 for the former 64-row kernel, which was removed: this one serves K = 64 and 128, varlen
-and dense batches, initial / final states, both families); 16 and 64 are opt-in widths of the same kernel.
-Runtime extents are kernel arguments (Rule 4).
+v_slice], V on the WGMMA's N side; grid [N, H, V / v_slice]). The defaults of :class:`KdaParallelStateKey` are the
+session-6 ones: 32-row slices, the operands fetched by TMA four stages deep and h / vnt stored by TMA (H200, T = 8192,
+H = 16, K = V = 128: 112.6-112.8 us vs 144.5 for the session-5 default, cp.async at two stages, which stays reachable
+as ``tma=False, tma_store=False, stages=2``: the ``state-base`` variant). Every combination is bitwise the others at the
+same ``v_slice`` (same operations on the same operands); K = 64 and 128, varlen and dense batches, initial / final
+states, both families. Runtime extents are kernel arguments (Rule 4).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-STAGES = 2
+#: The defaults of the state-pass key (session 6, after the H200 A/B; the adapters' ``parallel_state_stages`` defaults to
+#: ``STAGES``).
+STAGES = 4
 V_SLICE = 32
+TMA = True
+TMA_STORE = True
 
 
 @dataclass(frozen=True)
@@ -31,22 +37,23 @@ class KdaParallelStateKey:
     varlen: bool
     has_initial: bool
     has_final: bool
-    #: Shared-memory stages of the per-chunk operands (-Wm, (K exp(G_C - G))^T, U, exp(G_C)): 2 (default: chunk ci + 1
-    #: is fetched while chunk ci computes), 3 or 4 (opt-in: chunk ci + 2 / ci + 3 is fetched, two / three chunks of
-    #: compute hide each fetch; about 42 KB of shared memory per stage for K = 128, v_slice = 32). Same arithmetic:
-    #: bitwise the same states.
+    #: Shared-memory stages of the per-chunk operands (-Wm, (K exp(G_C - G))^T, U, exp(G_C)): 4 (default: chunk ci + 3 is
+    #: fetched while chunk ci computes, three chunks of compute hide each fetch; about 42 KB of shared memory per stage
+    #: for K = 128, v_slice = 32), 3 or 2 (the adapters' ``parallel_state_stages``). Same arithmetic: bitwise the same
+    #: states.
     stages: int = STAGES
-    #: Value rows of the state per CTA: 32 (default), 16 or 64 (opt-in), grid [N, H, V / v_slice]. The widths differ
-    #: only in the fp32 accumulation order inside the MMAs (tolerance, not bitwise).
+    #: Value rows of the state per CTA: 32 (default), 16 or 64 (no faster on the H200: 147.3 / 205.9 us vs 147.7 for
+    #: 32 at the session-5 settings; kept as key values for the tests), grid [N, H, V / v_slice]. The widths differ only
+    #: in the fp32 accumulation order inside the MMAs (tolerance, not bitwise).
     v_slice: int = V_SLICE
-    #: Opt-in: the per-chunk operands are fetched by TMA (one elected thread, one transaction mbarrier per stage)
-    #: instead of 128 threads' 16-byte cp.async, and each chunk waits on its stage's mbarrier instead of
-    #: ``cp.async.wait_group`` + a proxy fence; one CTA barrier fewer per chunk. Same arithmetic: bitwise the default.
-    tma: bool = False
-    #: Opt-in, with ``tma``: the bf16 state entering each chunk (``h``) and ``Vn^T`` (``vnt``) leave shared memory by TMA
-    #: stores from one elected thread (``cp.async.bulk`` groups, waited for reading before the tiles are rewritten)
-    #: instead of 128 threads' shared loads and 16-byte global stores. Bitwise the default.
-    tma_store: bool = False
+    #: Default True: the per-chunk operands are fetched by TMA (one elected thread, one transaction mbarrier per stage)
+    #: instead of 128 threads' 16-byte cp.async (False: the session-5 kernel), and each chunk waits on its stage's
+    #: mbarrier instead of ``cp.async.wait_group`` + a proxy fence; one CTA barrier fewer per chunk. Bitwise cp.async.
+    tma: bool = TMA
+    #: Default True, needs ``tma``: the bf16 state entering each chunk (``h``) and ``Vn^T`` (``vnt``) leave shared memory
+    #: by TMA stores from one elected thread (``cp.async.bulk`` groups, waited for reading before the tiles are
+    #: rewritten) instead of 128 threads' shared loads and 16-byte global stores. Bitwise the cp.async stores.
+    tma_store: bool = TMA_STORE
 
 
 class KimiDeltaAttentionParallelState:
