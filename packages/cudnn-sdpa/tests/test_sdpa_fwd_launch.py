@@ -55,7 +55,23 @@ def test_dense_bshd_gqa_lse_arguments(api):
     plan = api.SdpaFwdSm90(q, k, v, o, lse, is_causal=True, scale=0.5)
     plan.compile()
     assert plan.key == SdpaFwdKey(
-        "bf16", 128, 128, 4, True, False, False, True, False, False, False, False, packed_cvt=True, ragged_tail=True, persistent=True, mask_r2p=True, persistent_pairs=True
+        "bf16",
+        128,
+        128,
+        4,
+        True,
+        False,
+        False,
+        True,
+        False,
+        False,
+        False,
+        False,
+        packed_cvt=True,
+        ragged_tail=True,
+        persistent=True,
+        mask_r2p=True,
+        persistent_pairs=True,
     )  # dense causal d = 128: the persistent paired grid (PERSISTENT_PAIRS_CAUSAL_D128_DEFAULT)
     plan.execute(q, k, v, o, lse, current_stream=7)
     (args,) = api._test_recorder.calls
