@@ -26,20 +26,14 @@ GEMMs), ``ours-splitdr`` (sdpwg with dV whole on warpgroup 1 and dK on warpgroup
 P^T / dS^T registers: the d256 default since session 5, so ``ours`` at d256) and ``ours-splitdr2`` (splitdr with
 ``dkvearly``: both RS GEMMs from one call site, which keeps ptxas from serializing the kernel's WGMMAs, issued before
 the dS^T barrier, Q / dO released per warpgroup, dO loaded first); session 4's cluster variants (``ours-splitdc``,
-``-splitdcp``, ``-splitdrcp``, ...) lost on the H200 and were removed in session 5;
-``ours-mrot`` (issue #6: the default with each CTA's query-block walk rotated by its key block, non-causal only) and
-``ours-mrotw`` (the same with the writer warp); ``ours-bulkw2`` / ``ours-mrotw2`` (ours-bulkw / ours-mrotw with ``msel``:
-the masked query blocks' S^T mask as branch-free selects, which stops ptxas serializing the non-causal writer-warp
-kernel's WGMMAs, C7512) and ``ours-msel`` (the non-causal default with msel);
+``-splitdcp``, ``-splitdrcp``, ...) lost on the H200 and were removed in session 5, session 5's ``mrot`` / ``msel``
+providers (``ours-mrot``, ``-mrotw``, ``-mrotw2``, ``-msel``, ``-bulkw2``) in session 6 (docs/benchmarks/sdpa_bwd_writer.md);
 ``ours-l2dq`` / ``ours-bulkw-l2dq``: ours / ours-bulkw with the
 plan's private ``_l2_group_dq`` (the main kernel's L2 groups of heads sized counting the fp32 dQ accumulator: half as
 many heads in flight at d128; a launch argument, same kernels). A short A/B of these against the peers:
 
     python benchmarks/sdpa_bwd.py --quick --providers=ours,ours-bulk,ours-bulkw,ours-l2dq,ours-bulkw-l2dq,fa4,torch-cudnn
     python benchmarks/sdpa_bwd.py --quick --providers=ours,ours-m80,ours-m80w,ours-dqt,ours-tmaw,fa4,torch-cudnn
-    python benchmarks/sdpa_bwd.py --quick --only=d128 --providers=ours,ours-mrot,ours-mrotw,fa4
-    python benchmarks/sdpa_bwd.py --quick --only=d128 --providers=ours,ours-bulkw,ours-bulkw2,ours-msel,ours-mrotw2,fa4 --out=sdpa_bwd_writer
-    python benchmarks/sdpa_bwd.py --only="d64 s4k" --providers=ours,ours-mrot,fa4 --out=sdpa_bwd_mrot_d64
     python benchmarks/sdpa_bwd.py --only="d256 s8k" --providers=ours,fa4,torch-cudnn,ours-splitdr2 --out=sdpa_bwd_d256
 
     python benchmarks/sdpa_bwd.py [--quick]     # writes docs/benchmarks/sdpa_bwd.{md,csv,png}; --quick: d128 8k (causal and not) + d256 8k -> sdpa_bwd_quick.*; --providers=a,b
@@ -106,8 +100,6 @@ def make_ours(case, tuning=None, l2_group_dq=False):
     p = case.params
     if tuning is not None and "split_d" in tuning and p["d"] != 256:
         raise Unsupported("benchmarked at d256 only (the split-D kernel's reason to exist)")
-    if tuning is not None and "mrot" in tuning and p["causal"]:
-        raise Unsupported("mrot rotates a non-causal walk (causal CTAs are staggered by the mask already)")
     if tuning is not None and ("m80" in tuning or "dqt" in tuning) and p["d"] != 128:
         raise Unsupported("m80 / dqt (dQ^T, the head dim split over the warpgroups) serve D = 128 only")
     if p["d"] not in (64, 96, 128) and (tuning is not None and "split_d" not in tuning or tuning is None and bwd_api.D256_TUNING is None):
@@ -151,17 +143,6 @@ VARIANTS = {
     "ours-splitdr": ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "sdpwg", "dkvrs"),
     # ... with dkvearly: the RS GEMMs from one call site (no ptxas WGMMA serialization) ahead of the dS^T barrier
     "ours-splitdr2": ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "sdpwg", "dkvrs", "dkvearly"),
-    # issue #6, d128 / d64 non-causal: the default with each CTA's query-block walk rotated by its key block (the CTAs
-    # of a head no longer add into the same dQ block at once); "w": with the writer warp (ptxas serializes that
-    # kernel's WGMMAs non-causal, C7512, as it does ours-bulkw's)
-    "ours-mrot": ("dq_bulk", "stats_tma", "ds2", "prepost", "mrot"),
-    "ours-mrotw": ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost", "mrot"),
-    # issue #6, the writer warp at d128 non-causal: ours-bulkw (ours-mrotw) with msel, the S^T mask as branch-free
-    # selects: no branch while dP^T's WGMMA is in flight, so ptxas no longer serializes the kernel's WGMMAs (C7512);
-    # ours-msel: the non-causal default with msel (not serialized without it: isolates the select's own cost)
-    "ours-bulkw2": ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost", "msel"),
-    "ours-mrotw2": ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost", "mrot", "msel"),
-    "ours-msel": ("dq_bulk", "stats_tma", "ds2", "prepost", "msel"),
 }
 
 
@@ -250,13 +231,6 @@ def compile_check() -> list[str]:
     for what, fn in (("main", compile_sdpa_bwd_main), ("post", compile_sdpa_bwd_post)):
         fn(key)
         names.append(f"sdpa_bwd_{what}_sm90a_bf16_d128_causal_dq_bulk_writer")
-    # ours-bulkw2's main kernel (d128 non-causal, the writer warp, msel: the S^T mask as selects)
-    key = SdpaBwdKey(
-        "bf16", 128, 128, 1, False, False, False, False, False, False, False, stats_tma=True, ds_double_buffer=True, dq_bulk=True, dq_writer=True,
-        mask_select=True,
-    )  # fmt: skip
-    compile_sdpa_bwd_main(key)
-    names.append("sdpa_bwd_main_sm90a_bf16_d128_dq_bulk_writer_mask_select")
     # ours-m80w's main kernel (80-row query blocks, dQ^T, the writer warp's TMA reduce-adds)
     key = SdpaBwdKey(
         "bf16", 128, 128, 1, False, False, False, False, False, False, False, dq_tma=True, stats_tma=True, ds_double_buffer=True, dq_writer=True, tile_m80=True

@@ -48,6 +48,9 @@ def test_unknown_tuning_and_dq_tma_with_deterministic_are_refused():
 
     with pytest.raises(ValueError, match="unknown _tuning"):
         SdpaBwdSm90(*_descs(), _tuning=("dq_atomics_off",)).check_support()
+    for gone in ("mrot", "msel"):  # session 5's opt-ins lost on the H200 (docs/benchmarks/sdpa_bwd_writer.md) and are gone
+        with pytest.raises(ValueError, match="unknown _tuning"):
+            SdpaBwdSm90(*_descs(), _tuning=("dq_bulk", "stats_tma", "ds2", "prepost", gone)).check_support()
     with pytest.raises(ValueError, match="deterministic"):
         SdpaBwdSm90(*_descs(), deterministic=True, _tuning=("dq_tma",)).check_support()
     with pytest.raises(ValueError, match="split_d combines"):
@@ -550,92 +553,3 @@ def test_d256_dkvearly_ptx_issues_both_rs_gemms_from_one_site_and_ptxas_keeps_wg
     assert re.search(r"\.entry cudnn_", ptx)
     if serialized is None:
         pytest.skip("no host ptxas that takes the DSL's PTX: the WGMMA serialization check did not run")
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# mrot (issue #6, d128 / d64 non-causal): the query-block walk rotated by the key block
-
-
-def test_mrot_sets_its_key_field_and_only_a_non_causal_unwindowed_plan_takes_it():
-    from cudnn.sdpa.bwd.api import DEFAULT_TUNING, SdpaBwdSm90
-
-    plan = SdpaBwdSm90(*_descs(), _tuning=DEFAULT_TUNING + ("mrot",))
-    assert plan.check_support() and plan.key.m_rotate and plan.key.dq_bulk and not plan.key.mask_right
-    base = SdpaBwdSm90(*_descs())
-    base.check_support()
-    assert not base.key.m_rotate and base.key != plan.key  # default off; a variant is its own kernel-cache entry
-    for kw in (dict(is_causal=True), dict(window_size=(64, 0)), dict(window_size=(-1, 32)), dict(deterministic=True)):
-        tuning = ("stats_tma", "ds2", "mrot") if kw.get("deterministic") else DEFAULT_TUNING + ("mrot",)
-        with pytest.raises(ValueError, match="m_rotate"):
-            SdpaBwdSm90(*_descs(), _tuning=tuning, **kw).check_support()
-
-
-@pytest.mark.compile_only
-def test_mrot_d128_ptx_rotates_the_walk_and_keeps_wgmma_async(tmp_path):
-    """One compile of the non-causal default (DEFAULT_TUNING) with mrot: the producer and both consumer loops compute
-    their query block as a remainder (three rem.s32, none in the default kernel's PTX), the 64 WGMMAs of the default,
-    no local memory, and ptxas keeps the WGMMAs asynchronous (no C7512; the non-causal writer-warp kernel gets it)."""
-    from cudnn_testing.compile_only import frame_sizes
-
-    skip_unless_cutedsl("4.8.0", "cudnn.sdpa backward")
-    key = (
-        "'bf16', 128, 128, 1, False, False, False, False, False, False, False, dq_bulk=True, stats_tma=True, "
-        "ds_double_buffer=True, prepost_vec=True, m_rotate=True"
-    )
-    ptx = _dump(tmp_path, key, "SdpaBwdKernelSm90", keep="ptx,cubin")
-    assert len(re.findall(r"\brem\.s32\b", ptx)) == 3
-    assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n\d+k16", ptx)) == 64
-    assert "st.local" not in ptx and "ld.local" not in ptx and frame_sizes(tmp_path) == [0]
-    assert re.search(r"\.entry cudnn_", ptx)
-    serialized = _ptxas_c7512(tmp_path, "SdpaBwdKernelSm90")
-    if serialized is None:
-        pytest.skip("no host ptxas that takes the DSL's PTX: the WGMMA serialization check did not run")
-    assert not serialized, "ptxas serializes the WGMMAs (C7512)"
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# msel (issue #6, the writer warp at d128 non-causal): the masked query blocks' S^T mask as branch-free selects
-
-
-def test_msel_sets_its_key_field_default_off_and_the_split_d_kernels_refuse_it():
-    from cudnn.sdpa.bwd.api import CAUSAL_TUNING, DEFAULT_TUNING, SdpaBwdSm90
-
-    writer = ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost")
-    plan = SdpaBwdSm90(*_descs(), _tuning=writer + ("msel",))
-    assert plan.check_support() and plan.key.mask_select and plan.key.dq_writer and not plan.key.mask_right
-    for kw in ({}, {"is_causal": True}):
-        base = SdpaBwdSm90(*_descs(), **kw)
-        base.check_support()
-        assert not base.key.mask_select  # default off, causal or not
-    assert "msel" not in DEFAULT_TUNING and "msel" not in CAUSAL_TUNING
-    assert SdpaBwdSm90(*_descs(), is_causal=True, _tuning=CAUSAL_TUNING + ("msel",)).check_support()  # any mask family
-    with pytest.raises(ValueError, match="mask_select"):
-        SdpaBwdSm90(*_d256_descs(), _tuning=("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "sdpwg", "dkvrs", "msel")).check_support()
-
-
-@pytest.mark.compile_only
-def test_msel_d128_non_causal_writer_ptx_masks_by_selects_and_ptxas_keeps_wgmma_async(tmp_path):
-    """One compile of the d128 non-causal writer-warp kernel (ours-bulkw) with msel, one without: without it LLVM keeps
-    the key bound of the fragment's first row as a branch over 16 of its S^T registers (16 selects left), taken while
-    dP^T's WGMMA is in flight, and the host ptxas serializes every WGMMA (C7512, the positive control); with it every
-    one of the thread's 32 S^T entries is one select, and ptxas keeps the WGMMAs asynchronous. Same 64 WGMMAs, no
-    local memory, frame 0."""
-    from cudnn_testing.compile_only import frame_sizes
-
-    skip_unless_cutedsl("4.8.0", "cudnn.sdpa backward")
-    key = (
-        "'bf16', 128, 128, 1, False, False, False, False, False, False, False, dq_bulk=True, dq_writer=True, stats_tma=True, "
-        "ds_double_buffer=True, prepost_vec=True"
-    )
-    ptx = _dump(tmp_path / "msel", key + ", mask_select=True", "SdpaBwdKernelSm90", keep="ptx,cubin")
-    serialized = _ptxas_c7512(tmp_path / "msel", "SdpaBwdKernelSm90")  # checked first: a planted revert fails here
-    assert serialized is not True, "ptxas serializes the WGMMAs (C7512)"
-    assert len(re.findall(r"\bselp\.f32\b", ptx)) == 32  # the masked step: 2 key rows x 16 query columns a thread
-    assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n\d+k16", ptx)) == 64
-    assert "st.local" not in ptx and "ld.local" not in ptx and frame_sizes(tmp_path / "msel") == [0]
-    assert re.search(r"\.entry cudnn_", ptx)
-    base = _dump(tmp_path / "base", key, "SdpaBwdKernelSm90")
-    assert len(re.findall(r"\bselp\.f32\b", base)) == 16  # the other row's 16 went into a branch
-    if serialized is None:
-        pytest.skip("no host ptxas that takes the DSL's PTX: the WGMMA serialization check did not run")
-    assert _ptxas_c7512(tmp_path / "base", "SdpaBwdKernelSm90") is True  # the positive control: the kernel msel fixes

@@ -56,16 +56,6 @@ class SdpaBwdKey(AttentionKey):
     # forms dS^T; Q / dO released per warpgroup right after its last read; the producer loads dO before Q (dO is freed
     # first). See kernel_splitd_bulk_sm90.py
     dkv_early: bool = False
-    # non-causal, no window: each CTA walks its query blocks rotated by its key block (block ``n`` starts at query
-    # block ``n mod num_m`` and wraps), so the CTAs of one head, which otherwise march through the query blocks in
-    # lockstep, add their dQ partials into different query blocks at any moment instead of all into the same one
-    # (causal plans are staggered by the mask already). Producer, consumers and the dq_writer warp share the order.
-    m_rotate: bool = False
-    # the masked query blocks' S^T mask as branch-free selects (the kernel's ``mask_select``) instead of the shared
-    # MaskInfoBwd.apply_transposed, whose ``if``s LLVM may keep as a branch where a mask is the same for a whole row of
-    # the thread's fragment (only the key bound S_kv masks a non-causal plan): that branch, taken while the dP^T WGMMA
-    # is in flight, made ptxas serialize every WGMMA of the d128 non-causal dq_writer kernel (C7512). Same values.
-    mask_select: bool = False
 
     def __post_init__(self):
         if self.dq_tma and self.deterministic:
@@ -95,13 +85,6 @@ class SdpaBwdKey(AttentionKey):
                 "SdpaBwdKey: sdp_wg (sdpwg) is a schedule of split_d + dq_bulk with ds_double_buffer (set all three); "
                 f"got split_d={self.split_d}, dq_bulk={self.dq_bulk}, ds_double_buffer={self.ds_double_buffer}"
             )
-        if self.m_rotate and (self.mask_right or self.mask_left or self.deterministic or self.split_d or self.tile_m80):
-            raise ValueError(
-                "SdpaBwdKey: m_rotate (mrot) rotates the query-block walk of a non-causal plan without a window (no deterministic, "
-                f"split_d, m80); got mask_right={self.mask_right}, mask_left={self.mask_left}, deterministic={self.deterministic}"
-            )
-        if self.mask_select and self.split_d:
-            raise ValueError("SdpaBwdKey: mask_select (msel) is a schedule of the D <= 128 main kernel (the split_d kernels keep their own step)")
         if self.split_d and (self.deterministic or self.dq_tma or self.stats_tma):
             raise ValueError(
                 "SdpaBwdKey: split_d combines with ds_double_buffer, prepost_vec and (at D = 256) dq_bulk, dq_writer, sdp_wg, dkv_rs, dkv_early only "
@@ -130,8 +113,6 @@ TUNING_FIELDS = {
     "sdpwg": "sdp_wg",
     "dkvrs": "dkv_rs",
     "dkvearly": "dkv_early",
-    "mrot": "m_rotate",
-    "msel": "mask_select",
 }
 
 #: dq_bulk: query rows per fragment-ordered block of the dQ accumulator (the main kernel's tile_m). Block ``m`` of a

@@ -35,12 +35,7 @@ shared memory on Q's / dO's barrier), ``ds_double_buffer`` (two dS^T buffers, on
 ``tile_m80`` (with dq_tma, D = 128, dense: FA3 / FA4's d128 query blocks of 80 rows; dQ^T = K^T dS^T, since 80 rows
 are no multiple of the 64-row WGMMA, staged through a 128-byte swizzle for two 128-byte-row TMA boxes per warpgroup;
 a last block past the 128-row scratch padding takes the masked path with its rows past S_q masked; dq_writer may issue
-dq_tma's reduce-adds too), ``dq_t128`` (the same dQ^T staging at 64 rows, to A/B the staging apart from the tile) and
-``m_rotate`` (non-causal, no window: the query-block walk of key block ``n`` starts at block ``n mod num_m`` and wraps,
-in the producer, the consumers and the writer warp alike, so the CTAs of a head add into different dQ blocks at once)
-and ``mask_select`` (the masked blocks' S^T mask as branch-free selects, ``mask_select``: the shared mask's ifs left a
-branch over a fragment row's key bound while dP^T's WGMMA is in flight, and ptxas serialized every WGMMA of the d128
-non-causal dq_writer kernel, C7512).
+dq_tma's reduce-adds too) and ``dq_t128`` (the same dQ^T staging at 64 rows, to A/B the staging apart from the tile).
 
 Tests: packages/cudnn-sdpa/tests/test_sdpa_bwd_*.py. Benchmark: benchmarks/sdpa_bwd.py.
 """
@@ -487,7 +482,7 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
                 )  # fmt: skip
             if const_expr(self.key.dq_writer):
                 if warp_idx == 1:
-                    self.dq_writer_loop(mLSE2, mDpsum, mdQacc, mdQacc_tma, sdQ, tma_atom_dQ, n_block, head_kv, batch, pad_q, m_block_min, m_block_max)
+                    self.dq_writer_loop(mLSE2, mDpsum, mdQacc, mdQacc_tma, sdQ, tma_atom_dQ, head_kv, batch, pad_q, m_block_min, m_block_max)
         else:
             cute.arch.setmaxregister_increase(self.num_mma_regs)
             tidx = cute.arch.thread_idx()[0] - self.threads_per_wg
@@ -575,8 +570,6 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
                 gDpsum = cute.local_tile(mDpsum_cur, (self.tile_m,), (None,))
             for i in cutlass.range(num_m, unroll=1):
                 m_block = m_block_min + i
-                if const_expr(self.key.m_rotate):
-                    m_block = m_block_min + (i + n_block) % num_m  # the consumers' order (mma)
                 if const_expr(self.key.dkv_early):
                     # dkv_early (split-D, no stats_tma): dO is freed first (warpgroup 2's dP^T and warpgroup 1's early
                     # dV read it; Q waits for warpgroup 2's dK), so its load goes first
@@ -605,7 +598,6 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         mdQacc_tma: cute.Tensor | None,
         sdQ: cute.Tensor,
         tma_atom_dQ: cute.CopyAtom | None,
-        n_block: Int32,
         head_kv: Int32,
         batch: Int32,
         pad_q: Int32,
@@ -630,17 +622,14 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
                 if const_expr(self.key.varlen):
                     mdQacc_tma_cur = cute.domain_offset((pad_q, 0), mdQacc_tma_cur)
             for i in cutlass.range(num_m, unroll=1):
-                m_block = m_block_min + i
-                if const_expr(self.key.m_rotate):
-                    m_block = m_block_min + (i + n_block) % num_m  # the consumers' order (mma)
-                gdQ = cute.local_tile(mdQacc_cur, (self.tile_m, self.head_dim), (m_block, 0))
+                gdQ = cute.local_tile(mdQacc_cur, (self.tile_m, self.head_dim), (m_block_min + i, 0))
                 for w in cutlass.range_constexpr(nwg):
                     cute.arch.cp_async_bulk_wait_group(nwg - 1 - w, read=True)  # warpgroup w's last reduce-add read it
                     cute.arch.barrier_arrive(barrier_id=int(NamedBarrierBwd.DQ_EMPTY_WG1) + w, number_of_threads=nthr)
                 for w in cutlass.range_constexpr(nwg):
                     cute.arch.barrier(barrier_id=int(NamedBarrierBwd.DQ_FULL_WG1) + w, number_of_threads=nthr)
                     if const_expr(self.key.dq_tma):
-                        gdQ_w = cute.local_tile(mdQacc_tma_cur, (self.tile_m, self.head_dim // nwg), (m_block, w))
+                        gdQ_w = cute.local_tile(mdQacc_tma_cur, (self.tile_m, self.head_dim // nwg), (m_block_min + i, w))
                         tdQsdQ_w, tdQgdQ_w = cpasync.tma_partition(
                             tma_atom_dQ, 0, cute.make_layout(1), cute.group_modes(sdQ[None, None, w], 0, 2), cute.group_modes(gdQ_w, 0, 2)
                         )
@@ -713,22 +702,14 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
             if const_expr(self.key.varlen and self.key.deterministic):
                 mSem_cur = cute.domain_offset((pad_q // self.tile_m,), mSem_cur)
             for i in cutlass.range(cutlass.max(m_mid1 - m_block_min, 0), unroll=1):
-                m_block = m_block_min + i
-                if const_expr(self.key.m_rotate):
-                    # non-causal, no window: this range and the next are (empty, all) or (all, empty), so rotating
-                    # each over its own length is the producer's rotation of the whole walk
-                    m_block = m_block_min + (i + n_block) % (m_mid1 - m_block_min)
                 state = self.step(
                     tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ, ops, mLSE2_cur, mDpsum_cur, mdQacc_cur, mSem_cur, mdQacc_tma_cur,
-                    sLSE, sDpsum, sdQ, tma_atom_dQ, tidx, pipeline_q, pipeline_do, state, scale_log2, mask, m_block, n_block, True,
+                    sLSE, sDpsum, sdQ, tma_atom_dQ, tidx, pipeline_q, pipeline_do, state, scale_log2, mask, m_block_min + i, n_block, True,
                 )  # fmt: skip
             for i in cutlass.range(cutlass.max(m_mid2 - m_mid1, 0), unroll=1):
-                m_block = m_mid1 + i
-                if const_expr(self.key.m_rotate):
-                    m_block = m_mid1 + (i + n_block) % (m_mid2 - m_mid1)
                 state = self.step(
                     tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ, ops, mLSE2_cur, mDpsum_cur, mdQacc_cur, mSem_cur, mdQacc_tma_cur,
-                    sLSE, sDpsum, sdQ, tma_atom_dQ, tidx, pipeline_q, pipeline_do, state, scale_log2, mask, m_block, n_block, False,
+                    sLSE, sDpsum, sdQ, tma_atom_dQ, tidx, pipeline_q, pipeline_do, state, scale_log2, mask, m_mid1 + i, n_block, False,
                 )  # fmt: skip
             if const_expr(self.key.mask_left or self.key.tile_m80):
                 for i in cutlass.range(cutlass.max(m_block_max - m_mid2, 0), unroll=1):
@@ -1051,10 +1032,7 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         if const_expr(masked):
             # m80: a last query block of 80 rows may end past the scratch's padded rows (a multiple of 128, not of 80),
             # where lse_log2 / dpsum are another head's rows: its rows past S_q are masked (P = 0, so dS = 0 too)
-            if const_expr(self.key.mask_select):
-                self.mask_select(acc_S, tScS_mn, mask, m_block, n_block, mask_rows=self.key.tile_m80)
-            else:
-                mask.apply_transposed(acc_S, tScS_mn, m_block, n_block, mask_seqlen=True, mask_rows=self.key.tile_m80)
+            mask.apply_transposed(acc_S, tScS_mn, m_block, n_block, mask_seqlen=True, mask_rows=self.key.tile_m80)
         acc_S_mn = acc_view_mn(acc_S)
         if const_expr(self.key.tile_m80):
             for c in cutlass.range_constexpr(cute.size(acc_S_mn, mode=[1])):
@@ -1171,27 +1149,6 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         pipeline_q.consumer_release(state)
         state.advance()
         return state
-
-    @cute.jit
-    def mask_select(self, acc_St: cute.Tensor, tScS_mn: cute.Tensor, mask: MaskInfoBwd, m_block: Int32, n_block: Int32, mask_rows: cutlass.Constexpr[bool]):
-        """``mask_select``: MaskInfoBwd.apply_transposed's mask (keys at or past S_kv; with ``mask_rows`` queries at or
-        past S_q; the right / left window bounds) with every entry set by one select on its predicates, so no branch
-        is left in the S^T fragment's code while the dP^T WGMMA is in flight (see kernel_key.SdpaBwdKey.mask_select).
-        Same -inf entries, same values elsewhere."""
-        acc_mn = acc_view_mn(acc_St)
-        for r in cutlass.range_constexpr(cute.size(acc_mn.shape[0])):
-            col_k = n_block * mask.tile_n + tScS_mn[r, 0][0]
-            for c in cutlass.range_constexpr(cute.size(acc_mn.shape[1])):
-                row_q = m_block * mask.tile_m + tScS_mn[r, c][1]
-                diag = row_q + mask.offset
-                out = col_k >= mask.seqlen_k
-                if const_expr(mask_rows):
-                    out = out | (row_q >= mask.seqlen_q)
-                if const_expr(mask.mask_right):
-                    out = out | (col_k > diag + mask.window_right)
-                if const_expr(mask.mask_left):
-                    out = out | (col_k < diag - mask.window_left)
-                acc_mn[r, c] = Float32(cutlass.select_(out, -Float32.inf, acc_mn[r, c]))
 
     @cute.jit
     def dq_atomics(
