@@ -15,6 +15,7 @@ a varlen mix (THD) and decode batches (S_q = 1): B = 64 dense KV, B = 2 with S_k
     python benchmarks/sdpa_fwd.py --only=decode                 # decode rows in GB/s, + the decode plan A/B columns
     python benchmarks/sdpa_fwd.py --only=decode --kv3           # decode rows, plus the kernel with a 3-deep K/V ring
     python benchmarks/sdpa_fwd.py --quick --providers=ours,ours-tail,fa4   # any run: only the listed columns
+    python benchmarks/sdpa_fwd.py --only=d128+s1k,d256 --providers=ours,fa4 --out=sdpa_fwd_rows   # any run: written as NAME.*
                                                 # (ours-tail: ragged_tail, the first key block at its visible width;
                                                 # causal rows: ours-tail-r2p = + mask_r2p, ours-tail-pairs-r2p = + persistent
                                                 # pairs (d128), ours-l2g32 = l2_group_mb=32, the default's kernel)
@@ -641,6 +642,8 @@ def main():
         groups = [g.split("+") for g in only[0]]
         cases = [c for c in cases if any(all(w in c.label for w in grp) for grp in groups)]
         name = "sdpa_fwd_subset"
+    out = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--out=")), None)
+    name = out or name  # --out=NAME: docs/benchmarks/NAME.* (a table that must not replace another)
     decode_only = bool(cases) and all(c.params["kind"] in ("decode", "paged") for c in cases)
     if decode_only:  # a decode table: in GB/s of K+V (issue 4's target is a fraction of HBM bandwidth), the paged A/B column
         providers[1:1] = [Provider("ours-prefetch", make_ours_prefetch), Provider("ours-m64", make_ours_m64), Provider("ours-m64-pf", make_ours_m64_prefetch)]
