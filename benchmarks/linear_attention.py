@@ -5,11 +5,11 @@ Providers, all on the same inputs in one process: ours (cudnn.linear_attention),
 CUDA graph (no host overhead), the adapter called directly with the DSL's launch entry ("adapter") and with the
 tvm-ffi entry ("adapter+tvmffi": the launch-route A/B, forward and update), fla-core's Triton causal_conv1d when importable, and a torch F.conv1d
 (cuDNN) baseline on the same [B, T, D] storage (dense cases only). Issue 7's forward A/B: "ours-slowhost" (the public op
-with session 5's defaults: DSL launch entry, custom-op dispatch, full per-call validation; ``ours`` has the tvm-ffi route,
-the direct eager call and the memoized validation since session 6) and kernel-only columns replayed from a CUDA graph
-(compare with "ours+graph"): "ours-t128+graph" (128 tokens per CTA) and the session-6 kernel options
-("ours-k4+graph" / "ours-k8+graph": ``Conv1dFwdKey.grid_ctas`` = 528 / 1056, "ours-k4cs+graph": plus ``streaming``;
-"ours-k3u8+graph": 396 CTAs at 3 per SM with groups of 8 tokens; "ours-k4": the public op with ``grid_ctas`` = 528).
+with session 5's host path: DSL launch entry, custom-op dispatch, full per-call validation; ``ours`` has the tvm-ffi route,
+the direct eager call and the memoized validation since session 6), and the forward's grid: ``ours`` runs the default
+run grid (``grid_ctas`` None: 4 x SMs, 528 CTAs on an H200, each one contiguous token run), "ours-cta64" the public op
+with the 64-token CTAs (``api.FWD_GRID_CTAS_DEFAULT = 0``: the default until session 6) and "ours-cta64+graph" that
+kernel alone (the adapter with ``grid_ctas = 0``, replayed from a CUDA graph: compare with "ours+graph").
 "copy" is the forward's ceiling under the same protocol: torch's device-to-device copy of x into y (the same bytes).
 ``conv1d --quick`` runs those forward shapes in 3 interleaved rounds (``linear_attention_quick.{md,csv,png}``).
 
@@ -147,30 +147,6 @@ def _make_ours_graph(case):
     return graph.replay
 
 
-def _make_ours_variant(group, min_ctas):
-    """Tuning probe: the forward adapter called directly, compiled with another register-buffer depth."""
-
-    def make(case):
-        import dataclasses
-
-        from cudnn.linear_attention.conv1d.api import CausalConv1d
-
-        if case.params["op"] != "fwd":
-            raise Unsupported("forward-only tuning probe")
-        inp = _inputs(case)
-        cu = inp["cu"]
-        x = inp["x"][0] if cu is not None else inp["x"]
-        y = x.new_empty(x.shape)
-        plan = CausalConv1d(x, inp["w"], y, inp["b"], cu, activation="silu")
-        plan.check_support()
-        key = dataclasses.replace(plan.compile_key(), group=group, min_ctas_per_sm=min_ctas)
-        plan.compile_key = lambda: key
-        plan.compile()
-        return lambda: plan.execute(x, inp["w"], y, inp["b"], cu)
-
-    return make
-
-
 def _make_ours_adapter(tvm_ffi):
     """Launch-route A/B: the APIBase adapter called directly (no custom-op dispatch), with the DSL's own entry or the
     tvm-ffi one (``plan.tvm_ffi``); forward and decode update."""
@@ -199,11 +175,11 @@ def _make_ours_adapter(tvm_ffi):
     return make
 
 
-def _make_ours_op_options(tvm_ffi=True, fast=True, grid_ctas=0, streaming=False):
+def _make_ours_op_options(tvm_ffi=True, fast=True, grid_ctas=None):
     """The public ``causal_conv1d`` (eager) with the forward op's plan options set around each call
     (``torch_op.FWD_TVM_FFI``: launch route; ``fast``: the host fast paths ``torch_op.DIRECT_EAGER`` and
-    ``api.FAST_HOST_DEFAULT``, both on by default since session 6; ``grid_ctas`` / ``streaming``: the kernel options
-    ``api.FWD_GRID_CTAS_DEFAULT`` / ``api.FWD_STREAMING_DEFAULT``, off by default). Forward only."""
+    ``api.FAST_HOST_DEFAULT``, both on by default since session 6; ``grid_ctas``: the forward's grid
+    ``api.FWD_GRID_CTAS_DEFAULT``, None = the default run grid, 0 = the 64-token CTAs). Forward only."""
 
     def make(case):
         if case.params["op"] != "fwd":
@@ -213,13 +189,12 @@ def _make_ours_op_options(tvm_ffi=True, fast=True, grid_ctas=0, streaming=False)
         fn = _make_ours(case)
 
         def call():
-            saved = torch_op.FWD_TVM_FFI, torch_op.DIRECT_EAGER, api.FAST_HOST_DEFAULT, api.FWD_GRID_CTAS_DEFAULT, api.FWD_STREAMING_DEFAULT
-            torch_op.FWD_TVM_FFI, torch_op.DIRECT_EAGER, api.FAST_HOST_DEFAULT = tvm_ffi, fast, fast
-            api.FWD_GRID_CTAS_DEFAULT, api.FWD_STREAMING_DEFAULT = grid_ctas, streaming
+            saved = torch_op.FWD_TVM_FFI, torch_op.DIRECT_EAGER, api.FAST_HOST_DEFAULT, api.FWD_GRID_CTAS_DEFAULT
+            torch_op.FWD_TVM_FFI, torch_op.DIRECT_EAGER, api.FAST_HOST_DEFAULT, api.FWD_GRID_CTAS_DEFAULT = tvm_ffi, fast, fast, grid_ctas
             try:
                 return fn()
             finally:
-                torch_op.FWD_TVM_FFI, torch_op.DIRECT_EAGER, api.FAST_HOST_DEFAULT, api.FWD_GRID_CTAS_DEFAULT, api.FWD_STREAMING_DEFAULT = saved
+                torch_op.FWD_TVM_FFI, torch_op.DIRECT_EAGER, api.FAST_HOST_DEFAULT, api.FWD_GRID_CTAS_DEFAULT = saved
 
         return call
 
@@ -227,8 +202,8 @@ def _make_ours_op_options(tvm_ffi=True, fast=True, grid_ctas=0, streaming=False)
 
 
 def _make_ours_kernel_variant(**fields):
-    """Kernel A/B: the forward adapter (tvm-ffi entry) with compile-key fields replaced (``tokens_per_cta``, the session-6
-    kernel options), replayed from a CUDA graph, so the column is kernel time (compare with ``ours+graph``)."""
+    """Kernel A/B: the forward adapter (tvm-ffi entry) with compile-key fields replaced (``grid_ctas = 0``: the 64-token
+    CTAs), replayed from a CUDA graph, so the column is kernel time (compare with ``ours+graph``)."""
 
     def make(case):
         import dataclasses
@@ -524,8 +499,8 @@ def _parallel_providers(family, adapter, per_key_gate, public):
         providers.append(Provider("ours-parallel-pf", make_adapter({"parallel_prefetch": True})))
         providers.append(Provider("ours-parallel-2cta", make_adapter({"parallel_prep_two_per_sm": True})))
         providers.append(Provider("ours-parallel-all", make_adapter({"parallel_prefetch": True, "parallel_state_stages": 3, "parallel_prep_two_per_sm": True})))
-    # every named variant whose prep fields the family's prep key has (``_host/chunk_parallel.py::PARALLEL_VARIANTS``)
-    # and the output / prep candidates again replayed from a CUDA graph
+    # every named variant whose prep fields the family's prep key has (``_host/chunk_parallel.py::PARALLEL_VARIANTS``;
+    # the KDA prep's session-6 winners are the default, so ``ours-parallel+graph`` is their graphed number)
     from linear_attention_kernels import prep_key_fields
 
     from cudnn.linear_attention._host.chunk_parallel import PARALLEL_VARIANTS
@@ -534,9 +509,6 @@ def _parallel_providers(family, adapter, per_key_gate, public):
     for variant in PARALLEL_VARIANTS:
         if variant in takes:
             providers.append(Provider(f"ours-par-{variant}", make_adapter({}, variant)))
-    for variant in ("kall",):  # the KDA prep speed opt-ins, kernel-only
-        if variant in takes:
-            providers.append(Provider(f"ours-par-{variant}+graph", _graphed(make_adapter({}, variant))))
     return providers
 
 
@@ -564,19 +536,12 @@ def main(args=None):
     providers = [
         Provider("ours", _make_ours),
         Provider("ours+graph", _make_ours_graph),
-        # issue 7 A/B: session 5's host defaults (DSL entry, op dispatch, full validation) and 128 tokens per CTA
+        # issue 7 A/B: session 5's host path (DSL entry, op dispatch, full validation), same kernel as ours
         Provider("ours-slowhost", _make_ours_op_options(tvm_ffi=False, fast=False)),
-        Provider("ours-t128+graph", _make_ours_kernel_variant(tokens_per_cta=128)),
-        # session 6 kernel options (Conv1dFwdKey.grid_ctas / streaming, H200: 132 SMs x 4 CTAs = 528 = one wave): one run
-        # of T / 132-ish tokens per CTA (k4), two waves of half-length runs (k8: the default's CTA count, with the run
-        # kernel's prologue), k4 with evict-first y stores (k4cs), one wave at 3 CTAs per SM with groups of 8 (k3u8: 16
-        # loads in flight per thread); eager through the public op (ours-k4)
-        Provider("ours-k4", _make_ours_op_options(grid_ctas=528)),
-        Provider("ours-k4+graph", _make_ours_kernel_variant(grid_ctas=528)),
-        Provider("ours-k8+graph", _make_ours_kernel_variant(grid_ctas=1056)),
-        Provider("ours-k4cs+graph", _make_ours_kernel_variant(grid_ctas=528, streaming=True)),
-        Provider("ours-k3u8+graph", _make_ours_kernel_variant(grid_ctas=396, group=8, min_ctas_per_sm=3)),
-        Provider("ours-u8", _make_ours_variant(8, 3)),
+        # the forward's grid: ours = the run grid (default since session 6, 4 x SMs = 528 CTAs on an H200); cta64 = the
+        # 64-token CTAs (grid_ctas = 0, the default until session 6), eager through the public op and kernel-only
+        Provider("ours-cta64", _make_ours_op_options(grid_ctas=0)),
+        Provider("ours-cta64+graph", _make_ours_kernel_variant(grid_ctas=0)),
         Provider("adapter", _make_ours_adapter(False)),
         Provider("adapter+tvmffi", _make_ours_adapter(True)),
         Provider("fla", _make_fla, _fla_available),

@@ -10,7 +10,8 @@ serial, parallel (the default parallel plan: since session 6 the TMA state pass 
 kernel and, for GDN, the restructured prep at three CTAs per SM), and every named variant of
 ``_host/chunk_parallel.py::PARALLEL_VARIANTS`` whose prep fields the family's prep key has, as par-<name>: the A/B
 baselines par-state-base / par-out-base / par-base (the session-5 state pass and output kernel), GDN's
-par-gdn-prep-base / par-gdn-base (its session-5 prep / whole plan), and KDA's prep options (par-kp5: its session-5 prep, par-kn, par-kts, par-ktsl, par-kpr, par-kall).
+par-gdn-prep-base / par-gdn-base (its session-5 prep / whole plan), and KDA's prep baselines (par-kp5: its session-5
+prep, par-kn: narrow_ap alone, par-kp6: its session-6 first default, without tiled_solve / lean_gates).
 ``--variants parallel,par-base`` keeps a subset.
 Each variant is warmed (compile), then ``--iters`` calls are profiled; a kernel's time is its mean CUDA time per call.
 First line per family: each kernel's memory floor (``floors``: the workspace bytes it must move, at 4.8 TB/s).

@@ -1,8 +1,8 @@
 """Compile-only tier (CPU, CUTE_DSL_ARCH=sm_90a): the three causal_conv1d kernels build from the plan alone,
 carry the cudnn symbol prefix (Rule 6), really use 16-byte vector loads and stores, and a second plan
-with another token total is a kernel-cache hit (Rule 4); the forward's opt-in run grid (``grid_ctas``, with ``streaming``)
-builds its own ``cudnn_`` kernel with 16-byte loads, evict-first 16-byte stores and no stack frame. Kept small: four
-compiles, about 12 s."""
+with another token total is a kernel-cache hit (Rule 4). The forward's default grid is the run grid (``grid_ctas``
+None: 4 x the SMs, 528 without a GPU) and builds ``kernel_runs`` with 16-byte loads and stores and no stack frame;
+``grid_ctas = 0`` builds the 64-token kernel. Kept small: five compiles, about 15 s."""
 
 from __future__ import annotations
 
@@ -39,23 +39,36 @@ def _fwd_plan(T, N, **kw):
     )
 
 
-def test_forward_compiles_with_prefix_and_vector_access(tmp_path):
+def _kernel_body(text, names, part):
+    """The PTX of the kernel whose symbol contains ``part`` (up to the next entry)."""
+    body = text[text.index(".entry " + next(n for n in names if part in n)) :]
+    return body[: body.find(".entry ", 1)] if ".entry " in body[1:] else body
+
+
+def test_forward_64_token_kernel_compiles_with_prefix_and_vector_access(tmp_path):
+    """``plan.grid_ctas = 0``: the 64-token CTAs (``kernel``) next to the final-states kernel."""
+    import re
+
     from cudnn.kernel_cache import kernel_cache
 
     plan = _fwd_plan(1000, 5)
+    plan.grid_ctas = 0
     plan.check_support()
+    assert plan.compile_key().grid_ctas == 0
     kernel_cache._entries.pop(("linear_attention.conv1d", plan.compile_key()), None)  # build it here, under the dump
     with keep_artifacts(tmp_path) as ptx:
         plan.compile()
         text = ptx()
     names = kernel_symbols(text)
     assert len(names) == 2 and all(n.startswith("cudnn_") for n in names), names
+    assert not any("kernel_runs" in n for n in names) and any(re.search(r"cudnn_kernel_kernel_[^r]", n) for n in names), names
     assert "ld.global.v4" in text and "st.global.v4" in text
     assert ".local" not in text  # the register window never spills to local memory
     assert "cp.async" not in text  # x reaches the registers by plain 16-byte loads (register double buffer)
 
     misses = kernel_cache.stats.misses
     other = _fwd_plan(123457, 77)  # another token total and sequence count: same artifact
+    other.grid_ctas = 0
     other.compile()
     assert kernel_cache.stats.misses == misses
     assert other._compiled_kernel is plan._compiled_kernel
@@ -128,19 +141,29 @@ def test_tvm_ffi_launch_route_builds_a_separate_positional_entry():
     assert fwd._entry is not None and fwd._entry is not fwd._compiled_kernel
 
 
-def test_forward_run_grid_compiles_to_16_byte_accesses_without_a_frame(tmp_path):
-    """``plan.grid_ctas = 528`` with ``plan.streaming`` (opt-in, varlen with initial and final states, bf16, W = 4): the run
-    kernel is its own ``cudnn_`` symbol next to the final-states kernel; x and the halo come in by ``ld.global.v4``, y
-    leaves by ``st.global.cs.v4`` only (evict-first), no cp.async, and ptxas keeps it in registers: frame 0."""
+def test_forward_default_run_grid_compiles_to_16_byte_accesses_without_a_frame(tmp_path):
+    """The default plan (varlen with initial and final states, bf16, W = 4; ``grid_ctas`` None): the run grid with 4 x the
+    SM count (528 where no GPU is visible), its own ``cudnn_`` symbol next to the final-states kernel; x and the halo come
+    in by ``ld.global.v4``, y leaves by plain ``st.global.v4`` (no cache hint), no cp.async, and ptxas keeps it in
+    registers: frame 0. Another token total and sequence count is a kernel-cache hit (Rule 4)."""
     import re
 
     from cudnn.kernel_cache import kernel_cache
+    from cudnn.linear_attention.conv1d import api
 
     plan = _fwd_plan(1000, 5)
-    plan.grid_ctas, plan.streaming = 528, True
+    assert plan.grid_ctas is None and api.FWD_GRID_CTAS_DEFAULT is None
     plan.check_support()
     key = plan.compile_key()
-    assert (key.grid_ctas, key.streaming) == (528, True)
+    assert key.grid_ctas == api._default_grid_ctas(None) > 0
+    try:
+        import torch
+
+        gpu = torch.cuda.is_available()
+    except ImportError:
+        gpu = False
+    if not gpu:
+        assert key.grid_ctas == 528  # 4 x an H200's 132 SMs, the fallback where no CUDA device is known
     kernel_cache._entries.pop(("linear_attention.conv1d", key), None)
     with keep_artifacts(tmp_path) as ptx:
         plan.compile()
@@ -148,11 +171,15 @@ def test_forward_run_grid_compiles_to_16_byte_accesses_without_a_frame(tmp_path)
     names = kernel_symbols(text)
     assert len(names) == 2 and all(n.startswith("cudnn_") for n in names), names
     assert any("kernel_runs" in n for n in names) and not any(re.search(r"cudnn_kernel_kernel_[^r]", n) for n in names), names
-    runs = text[text.index(".entry " + next(n for n in names if "kernel_runs" in n)) :]
-    runs = runs[: runs.find(".entry ", 1)] if ".entry " in runs[1:] else runs  # the run kernel's body only
-    wide = set(re.findall(r"\b(ld|st)\.global((?:\.\w+)*)", runs))
-    assert ("ld", ".v4.b32") in wide and ("st", ".cs.v4.b32") in wide, wide
-    assert not [a for a in wide if a[0] == "st" and ".cs" not in a[1]], wide  # y: only evict-first stores
+    wide = set(re.findall(r"\b(ld|st)\.global((?:\.\w+)*)", _kernel_body(text, names, "kernel_runs")))
+    assert ("ld", ".v4.b32") in wide and ("st", ".v4.b32") in wide, wide
+    assert not [a for a in wide if a[0] == "st" and ".cs" in a[1]], wide  # no evict-first stores (removed in session 6)
     assert "cp.async" not in text and ".local" not in text
     sizes = frame_sizes(tmp_path)
     assert len(sizes) == 2 and all(s == 0 for s in sizes), sizes
+
+    misses = kernel_cache.stats.misses
+    other = _fwd_plan(123457, 77)  # another token total and sequence count: same artifact
+    other.compile()
+    assert kernel_cache.stats.misses == misses
+    assert other._compiled_kernel is plan._compiled_kernel

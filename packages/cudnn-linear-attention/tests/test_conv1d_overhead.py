@@ -318,37 +318,69 @@ def test_fast_host_option_values_and_default(stub):
     assert rec.calls[-1] == rec.calls[-2]
 
 
-def test_kernel_options_are_compile_key_fields(stub):
-    """``plan.grid_ctas`` / ``plan.streaming`` reach the forward's compile key (defaults 0 / False: the key of the verified
-    kernel, unchanged); malformed values raise ValueError at compile(); the public op keys its plans on the adapter
-    defaults, so a changed default builds a new plan instead of reusing one compiled without it."""
+def test_forward_grid_default_values_and_op_plan_key(stub, monkeypatch):
+    """The forward's grid (``plan.grid_ctas``, ``Conv1dFwdKey.grid_ctas``): the default None resolves at plan time to 4 x
+    the SMs of the plan's device (528 for these CPU tensors: the H200 fallback), 0 keeps the 64-token CTAs, N > 0 is taken
+    as is, malformed values raise ValueError at compile(); ``streaming`` is gone. The public op keys its plans on the
+    adapter default, so a changed default builds a new plan, and the SM count is read once, at plan build, never per call."""
+    import dataclasses
+
     api, torch_op, rec = stub
     from cudnn.linear_attention.conv1d.fwd_kernel import Conv1dFwdKey
 
+    assert api.FWD_GRID_CTAS_DEFAULT is None and not hasattr(api, "FWD_STREAMING_DEFAULT")
+    assert "streaming" not in {f.name for f in dataclasses.fields(Conv1dFwdKey)}
     x, w = _aligned((64, D)), _aligned((D, W))
     plan = api.CausalConv1d(x, w, torch.empty_like(x), activation="silu")
+    assert plan.grid_ctas is None and not hasattr(plan, "streaming")
     plan.check_support()
-    default = plan.compile_key()
-    assert (default.grid_ctas, default.streaming) == (0, False) and api.FWD_GRID_CTAS_DEFAULT == 0 and api.FWD_STREAMING_DEFAULT is False
-    assert default == Conv1dFwdKey(**{k: v for k, v in default.__dict__.items() if k not in ("grid_ctas", "streaming")})
-    plan.grid_ctas, plan.streaming = 528, True
-    assert (plan.compile_key().grid_ctas, plan.compile_key().streaming) == (528, True)
-    plan.compile()
-    for grid, streaming in ((-1, False), (1.5, False), ("528", False), (0, True), (528, 1), (528, "yes")):
-        plan.grid_ctas, plan.streaming = grid, streaming
-        with pytest.raises(ValueError, match="grid_ctas|streaming"):
+    assert plan.compile_key().grid_ctas == 528
+    for grid in (0, 3, 1056):
+        plan.grid_ctas = grid
+        assert plan.compile_key().grid_ctas == grid
+        plan.compile()
+    for grid in (-1, 1.5, "528", True):
+        plan.grid_ctas = grid
+        with pytest.raises(ValueError, match="grid_ctas"):
             plan.compile()
 
-    y = torch.empty_like(x)
-    torch_op.causal_conv1d(x, w, None, "silu")
+    reads = []
+    real = api._default_grid_ctas
+    monkeypatch.setattr(api, "_default_grid_ctas", lambda device: reads.append(device) or real(device))
+    for _ in range(3):
+        torch_op.causal_conv1d(x, w, None, "silu")
     plans = dict(torch_op._PLANS)
-    assert len(plans) == 1 and next(iter(plans.values())).grid_ctas == 0
+    assert len(plans) == 1 and next(iter(plans.values())).grid_ctas is None
+    assert reads == ["cpu"], reads  # once, when the op built its plan: never per call
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(api, "FWD_GRID_CTAS_DEFAULT", 528)
+        mp.setattr(api, "FWD_GRID_CTAS_DEFAULT", 0)
         torch_op.causal_conv1d(x, w, None, "silu")
     new = [p for k, p in torch_op._PLANS.items() if k not in plans]
-    assert len(new) == 1 and new[0].grid_ctas == 528 and new[0].compile_key().grid_ctas == 528
-    del y
+    assert len(new) == 1 and new[0].grid_ctas == 0 and new[0].compile_key().grid_ctas == 0
+
+
+def test_default_grid_reads_the_plans_device(monkeypatch):
+    """``api._default_grid_ctas``: 4 x the SM count of the plan's CUDA device (its index; torch's current device for a plan
+    that names none), 4 x 132 (an H200) where no CUDA device is known. torch.cuda faked: two GPUs of 132 and 114 SMs."""
+    from types import SimpleNamespace
+
+    skip_unless_cutedsl("4.8.0", "cudnn.linear_attention.causal_conv1d")
+    from cudnn.api_base import TensorDesc
+    from cudnn.linear_attention.conv1d import api
+
+    sms = {0: 132, 1: 114}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(multi_processor_count=sms[i]))
+    assert api._default_grid_ctas("cuda:0") == 528 and api._default_grid_ctas("cuda:1") == 456
+    assert api._default_grid_ctas(None) == 456 and api._default_grid_ctas("cuda") == 456
+    assert api._default_grid_ctas("cpu") == 528
+    x = TensorDesc.contiguous((64, D), "bfloat16", "x", "cuda:1")
+    plan = api.CausalConv1d(x, TensorDesc.contiguous((D, W), "bfloat16", "weight", "cuda:1"), x)
+    plan.check_support()
+    assert plan.compile_key().grid_ctas == 456
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert api._default_grid_ctas(None) == 528
 
 
 def _public_calls(api):

@@ -103,13 +103,15 @@ def test_parallel_kernels_issue_wgmma_never_spill_and_are_one_artifact_for_every
 
 
 def _check_kda_prep(prep: str, d: int) -> None:
-    """The default KDA prep kernel's PTX at head dim ``d`` (``narrow_ap`` + ``ref_table`` since session 6): 256 threads
+    """The default KDA prep kernel's PTX at head dim ``d`` (``narrow_ap`` + ``ref_table`` + ``tiled_solve`` +
+    ``lean_gates`` since session 6): 256 threads
     at two CTAs per SM (``.minnctapersm 2``: registers capped at 128); step 3 as 4 row blocks x 2 x D / 16 K-major
     m64n16k16 WGMMAs (A^T, P^T) and 2 x 4 x D / 64 m64n64k16 with the B operand MN-major (U = (T Diag(beta)) V, W: no
     transposed stores); every bf16 tile written 16 bytes at a time (``st.shared.v4``: Q', K', K exp(G) and the four
     K'_I blocks, one store per 8 channels; no 16-bit shared stores); the exps: three per element of the element pass
     (3 x D / 4 per thread: log2 gates, no per-exp multiply) plus the 10 ratios of the reference-row table and exp(G_C),
-    none for K'_I; V by D / 32 16-byte cp.async per thread; 18 CTA barriers (2 gates, 2 per row block, 1 + 6 solve,
+    none for K'_I; V by D / 32 16-byte cp.async per thread; the solve's bands by 16-byte shared reads (``tiled_solve``:
+    at most 32 scalar ``ld.shared``, 267 without it at K = 128); 18 CTA barriers (2 gates, 2 per row block, 1 + 6 solve,
     1 before U / W) and none named; no local memory."""
     import re
 
@@ -121,6 +123,7 @@ def _check_kda_prep(prep: str, d: int) -> None:
     assert prep.count("st.shared.v4.b32") >= 7 * d // 32 and "st.shared.b16" not in prep and "st.shared.u16" not in prep
     assert 3 * d // 4 <= prep.count("ex2.approx.ftz.f32") <= 3 * d // 4 + 16 and prep.count("cp.async.cg.shared.global") == d // 32
     assert len(re.findall(r"bar\.sync\s+0;", prep)) == 18 and not re.findall(r"bar\.sync\s+[1-9]", prep)
+    assert len(re.findall(r"ld\.shared\.(b32|f32|u32)\b", prep)) <= 32, len(re.findall(r"ld\.shared\.(b32|f32|u32)\b", prep))
     assert "ld.local" not in prep and "st.local" not in prep
 
 

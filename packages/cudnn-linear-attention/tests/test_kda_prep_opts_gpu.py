@@ -3,8 +3,9 @@
 ``ref_table`` on top of it (K'_I and ``kd`` decays from a per-chunk table of reference-row ratios: about 40 % fewer
 exps). Both are ON by default since session 6 (they passed this file's GPU tests as opt-ins in session 5; H200, T = 8k,
 H = 16: prep 180.6 us against 202.0); the A/B baselines are opt-ins now, reached through ``set_parallel_options(plan,
-{"prep": {...}})``: ``narrow_ap`` alone (``KN``: ``{"ref_table": False}``) and the session-5 kernel (``S5``:
-``{"narrow_ap": False, "ref_table": False}``). GPU correctness and the compile-only build checks.
+{"prep": {...}})``: ``narrow_ap`` alone (``KN``, variant ``kn``: ``ref_table`` off, and the solve and gate options
+``tiled_solve`` / ``lean_gates``, default on too since session 6, off) and the session-5 kernel (``S5``, variant
+``kp5``: all four off). GPU correctness and the compile-only build checks.
 
 GPU tier (``gpu``): fresh random inputs, poisoned outputs and a poisoned workspace (all-ones bytes: NaN in bf16 and
 fp32); o and the final state of the opt-in by the FlashAttention rule against the fp32 token-by-token recurrence
@@ -17,7 +18,7 @@ one-past-a-chunk, empty and long (24-chunk) sequences, GVA (4 value heads over 2
 states; a dense batch and a 4096-token THD sequence (64 chunks) run on the default prep too.
 
 Compile tier (``compile_only``, CPU with ``CUTE_DSL_ARCH=sm_90a``): the fields default on (the default key is the
-``narrow_ap`` + ``ref_table`` kernel), ``ref_table`` alone is a ValueError, GDN plans refuse the fields; the default and
+``narrow_ap`` + ``ref_table`` kernel, with ``tiled_solve`` + ``lean_gates``), ``ref_table`` alone is a ValueError, GDN plans refuse the fields; the default and
 ``KN`` build at K = 128 (and the default at K = 64) with the designed WGMMA shapes, 18 CTA barriers, no local memory and
 frame size 0, under 85 % of the session-5 kernel's PTX instructions, and the default under half its ``ex2.approx``.
 Four prep compiles, about 25 s on one core.
@@ -39,8 +40,8 @@ from cudnn_testing.markers import skip_unless_cutedsl, skip_unless_sm90
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/_*_cases.py: --import-mode=importlib adds no test folder
 from _delta_rule_cases import GDN, KDA  # noqa: E402
 
-KN = {"prep": {"ref_table": False}}  # narrow_ap alone (opt-in since the session-6 flip)
-S5 = {"prep": {"narrow_ap": False, "ref_table": False}}  # the session-5 kernel (opt-in A/B baseline)
+KN = {"prep": {"ref_table": False, "tiled_solve": False, "lean_gates": False}}  # narrow_ap alone (variant kn)
+S5 = {"prep": {"narrow_ap": False, "ref_table": False, "tiled_solve": False, "lean_gates": False}}  # the session-5 kernel (kp5)
 PREP_ARRAYS = ("w", "u", "kd", "qg", "p", "ge")  # what KDA's prep kernel writes (vnt, h: the state pass; rf: GDN only)
 FLOOR = "4.8.0"
 
@@ -144,8 +145,8 @@ def _check_option_ptx(ptx: str, tmp_path, d: int) -> None:
 
 @pytest.mark.compile_only
 def test_prep_option_fields_default_on_and_reach_the_plan():
-    """``narrow_ap`` / ``ref_table`` default to True since session 6 (the default key is the kernel with both; the speed
-    opt-ins after them default to False: ``test_kda_prep_speed_gpu.py``); ``ref_table`` without ``narrow_ap`` is a
+    """``narrow_ap`` / ``ref_table`` default to True since session 6 (the default key is the kernel with both; the solve and
+    gate options after them default to True as well: ``test_kda_prep_speed_gpu.py``); ``ref_table`` without ``narrow_ap`` is a
     ValueError naming the accepted combinations; a KDA plan takes the opt-outs through ``set_parallel_options``
     (``_prep_options``), a GDN plan refuses the fields (its prep key has no such fields) when its compile first asks for
     its prep options, before building anything."""
@@ -166,26 +167,27 @@ def test_prep_option_fields_default_on_and_reach_the_plan():
     KimiDeltaAttentionParallelPrep(KdaParallelPrepKey(**BASE, narrow_ap=False, ref_table=False))  # accepted: the session-5 kernel
     plan = compile_varlen_plan(KDA, 1000, 5)
     set_parallel_options(plan, S5)
-    assert plan._prep_options() == {"narrow_ap": False, "ref_table": False}
+    assert plan._prep_options() == S5["prep"]
     gdn = compile_varlen_plan(GDN, 1000, 5)
-    set_parallel_options(gdn, KN)
+    set_parallel_options(gdn, {"prep": {"ref_table": False}})
     with pytest.raises(ValueError, match=r"\['ref_table'\] are not available for this family \(GdnParallelPrepKey\)"):
         gdn._prep_options()  # what a parallel plan's compile() asks first (``_g_align``), before any build
 
 
 @pytest.mark.compile_only
 def test_prep_options_build_without_spills_with_fewer_instructions_and_exps(tmp_path):
-    """K = 128 (varlen, fp32 g / beta, L2 norm): the default (``narrow_ap`` + ``ref_table``) and ``narrow_ap`` alone each
-    build with the designed shape (``_check_option_ptx``) and under 85 % of the session-5 kernel's PTX instructions
-    (sm_90a, DSL 4.8.1: 4054 and 4174 against 5133); ``narrow_ap`` alone keeps the session-5 exps (its element pass is
+    """K = 128 (varlen, fp32 g / beta, L2 norm): the default (``narrow_ap`` + ``ref_table``, with ``tiled_solve`` +
+    ``lean_gates``) and ``narrow_ap`` alone (``KN``) each build with the designed shape (``_check_option_ptx``) and under
+    85 % of the session-5 kernel's PTX instructions (sm_90a, DSL 4.8.1: 4202 (4054 without the solve and gate options:
+    the tiled solve is unrolled) and 4174 against 5133); ``narrow_ap`` alone keeps the session-5 exps (its element pass is
     that kernel's), and the default has under half of them (107 against 225 ``ex2.approx``: the K'_I decays come from the
     ratio table). The default at K = 64 (dense, bf16 g, no L2 norm) builds the same way."""
     skip_unless_cutedsl(FLOOR, "cudnn.linear_attention.kimi_delta_attention")
     pytest.importorskip("cutlass")
     from cudnn.linear_attention.kda.chunk_parallel_prep_kernel import KdaParallelPrepKey
 
-    s5 = _compile_prep(KdaParallelPrepKey(**BASE, narrow_ap=False, ref_table=False), tmp_path / "s5")
-    kn = _compile_prep(KdaParallelPrepKey(**BASE, ref_table=False), tmp_path / "kn")
+    s5 = _compile_prep(KdaParallelPrepKey(**BASE, **S5["prep"]), tmp_path / "s5")
+    kn = _compile_prep(KdaParallelPrepKey(**BASE, **KN["prep"]), tmp_path / "kn")
     _check_option_ptx(kn, tmp_path / "kn", 128)
     default = _compile_prep(KdaParallelPrepKey(**BASE), tmp_path / "default")
     _check_option_ptx(default, tmp_path / "default", 128)

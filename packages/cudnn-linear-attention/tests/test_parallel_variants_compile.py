@@ -52,9 +52,9 @@ def _plan(T=1000, N=5, D=128, H=4, Hk=2, fam=KDA):
 def test_variant_table_and_key_fields():
     """The variant table holds the session-5 baselines and KDA's prep options (the session-6 winners are the key
     defaults, the losers are gone: an unknown name is a ValueError); the baselines are exactly the fields that differ
-    from the defaults. KDA's prep key is the plan-time base fields plus its two options, so another prep field on a KDA
-    plan is a ValueError at compile (before any build), as is an unknown state-pass field; GDN's prep key keeps its
-    options (``prefetch``), reachable by a dict."""
+    from the defaults. KDA's prep key is the plan-time base fields plus its four options (all on by default), so another
+    prep field on a KDA plan (``pack_round`` too: removed) is a ValueError at compile (before any build), as is an unknown
+    state-pass field; GDN's prep key keeps its options (``prefetch``), reachable by a dict."""
     from dataclasses import fields
 
     from _delta_rule_cases import GDN
@@ -65,7 +65,7 @@ def test_variant_table_and_key_fields():
     from cudnn.linear_attention.kda.chunk_parallel_prep_kernel import KdaParallelPrepKey
     from cudnn.linear_attention.kda.chunk_parallel_state_kernel import KdaParallelStateKey
 
-    assert set(PARALLEL_VARIANTS) == {"state-base", "out-base", "base", "gdn-prep-base", "gdn-base", "kp5", "kn", "kts", "ktsl", "kpr", "kall"}
+    assert set(PARALLEL_VARIANTS) == {"state-base", "out-base", "base", "gdn-prep-base", "gdn-base", "kp5", "kn", "kp6"}
     sk = KdaParallelStateKey(head_dim=128, varlen=True, has_initial=True, has_final=True)
     ok = KdaParallelOutKey(head_dim=128, varlen=True)
     pk = GdnParallelPrepKey(head_dim=128, g_dtype="Float32", beta_dtype="Float32", l2norm=True, varlen=True)
@@ -86,12 +86,18 @@ def test_variant_table_and_key_fields():
         "ref_table",
         "lean_gates",
         "tiled_solve",
-        "pack_round",
     ]
-    for removed in ("tc", "v32", "s3", "tma-st-s4", "ow", "owp", "gtc3"):
+    # KDA's prep options all default on (session 6); kp5 turns every one off (the session-5 kernel), kn all but narrow_ap,
+    # kp6 the solve and gate options (the session-6 first default)
+    opts = [f.name for f in fields(KdaParallelPrepKey)][5:]
+    assert all(getattr(KdaParallelPrepKey(head_dim=128, g_dtype="Float32", beta_dtype="Float32", l2norm=True, varlen=True), o) for o in opts)
+    assert PARALLEL_VARIANTS["kp5"] == {"prep": dict.fromkeys(opts, False)}
+    assert PARALLEL_VARIANTS["kn"] == {"prep": {o: False for o in opts if o != "narrow_ap"}}
+    assert PARALLEL_VARIANTS["kp6"] == {"prep": {"tiled_solve": False, "lean_gates": False}}
+    for removed in ("tc", "v32", "s3", "tma-st-s4", "ow", "owp", "gtc3", "kts", "ktsl", "kpr", "kall"):
         with pytest.raises(ValueError, match=f"parallel variant '{removed}'"):
             set_parallel_options(_plan(), removed)
-    for field in ("fast_exp", "warpgroups", "prefetch", "two_per_sm", "restructured"):
+    for field in ("fast_exp", "warpgroups", "prefetch", "two_per_sm", "restructured", "pack_round"):
         p = _plan()
         set_parallel_options(p, {"prep": {field: True}})
         with pytest.raises(ValueError, match=rf"\['{field}'\] are not available for this family \(KdaParallelPrepKey\)"):

@@ -106,28 +106,26 @@ _GDN_PREP_BASE = {"restructured": False, "tc_ctas_per_sm": 2}
 #: - ``base`` (both families): both of them, i.e. KDA's session-5 default plan.
 #: - ``gdn-prep-base`` (GDN only): the one-warpgroup prep kernel (``GdnParallelPrepKey.restructured = False``), with which
 #:   the parallel outputs are the serial kernel's bit for bit; ``gdn-base``: GDN's session-5 default plan.
-#: - ``kp5`` / ``kn`` (KDA only): the prep kernel without its session-6 default step-3 options (``narrow_ap`` +
-#:   ``ref_table``: 180.6 vs 202.0 us) / with ``narrow_ap`` only (193.5); rounding-level changes.
-#: - ``kts`` / ``ktsl`` / ``kpr`` / ``kall`` (KDA only): the prep speed opt-ins ``tiled_solve`` / + ``lean_gates`` /
-#:   ``pack_round`` / all three (bitwise the default; ``kda/chunk_parallel_prep_kernel.py``), until their H200 A/B.
+#: - ``kp5`` / ``kn`` (KDA only): the session-5 prep kernel (none of the session-6 prep options: 205.9 us) / with
+#:   ``narrow_ap`` only (193.5); rounding-level changes.
+#: - ``kp6`` (KDA only): the session-6 first default prep (``narrow_ap`` + ``ref_table``, without ``tiled_solve`` /
+#:   ``lean_gates``: 182.8 vs 174.9 us), bitwise the default (``kda/chunk_parallel_prep_kernel.py``); the A/B baseline.
 #:
 #: Session 6 made the winners the key defaults and removed the other names: ``v32`` (the default width), ``v16`` / ``v64``
 #: (no faster: 147.3 / 205.9 vs 147.7 us), ``s3`` / ``s4`` / ``tma`` / ``tma-s3`` / ``tma-st`` / ``tma-st-s3`` (slower
 #: than ``tma-st-s4``, now the default), ``ow`` (the default), ``oper`` / ``owp`` / ``gtc3-owp`` (the persistent output
 #: kernel: 48.5 / 51.2 vs 47.0 us), ``gtc`` (two CTAs per SM: 142.9 vs 133.3) and ``gtc3`` (the default). Session 5
-#: removed KDA's prep variants (``wg2``, ``wg2fx``, ``wg2fx-s3``, ``tc``, ``tc-s3``, ``tc-v32``, ``tc-v16``).
+#: removed KDA's prep variants (``wg2``, ``wg2fx``, ``wg2fx-s3``, ``tc``, ``tc-s3``, ``tc-v32``, ``tc-v16``). After the
+#: session-6 prep A/B ``kts`` / ``ktsl`` (now the default) and ``kpr`` / ``kall`` (``pack_round``: no gain, removed) went.
 PARALLEL_VARIANTS = {
     "state-base": {"state": dict(_STATE_BASE)},
     "out-base": {"out": dict(_OUT_BASE)},
     "base": {"state": dict(_STATE_BASE), "out": dict(_OUT_BASE)},
     "gdn-prep-base": {"prep": dict(_GDN_PREP_BASE)},
     "gdn-base": {"prep": dict(_GDN_PREP_BASE), "state": dict(_STATE_BASE), "out": dict(_OUT_BASE)},
-    "kp5": {"prep": {"narrow_ap": False, "ref_table": False}},
-    "kn": {"prep": {"ref_table": False}},
-    "kts": {"prep": {"tiled_solve": True}},
-    "ktsl": {"prep": {"tiled_solve": True, "lean_gates": True}},
-    "kpr": {"prep": {"pack_round": True}},
-    "kall": {"prep": {"tiled_solve": True, "lean_gates": True, "pack_round": True}},
+    "kp5": {"prep": {"narrow_ap": False, "ref_table": False, "tiled_solve": False, "lean_gates": False}},
+    "kn": {"prep": {"ref_table": False, "tiled_solve": False, "lean_gates": False}},
+    "kp6": {"prep": {"tiled_solve": False, "lean_gates": False}},
 }
 
 

@@ -22,10 +22,14 @@ it never converts, copies, allocates or reads device memory (Rules 1-3), and lau
 Forward host path (``plan.fast_host``, default on): execute() memoizes its validation per tensor metadata (shapes, strides,
 dtypes, devices of every tensor) and re-checks only the addresses' alignment on a repeated layout, launching with the
 memoized scalar arguments (on the tvm-ffi route a warm execute is about 3 us of Python on the CPU host). On by default since
-session 6 (H200: eager T16k x D4096 3358 GB/s with it and the op's tvm-ffi route vs 1602 without). Forward kernel options
-(set before ``compile()``, compile-key fields, default off): ``plan.grid_ctas`` (about that many CTAs, each walking one
-contiguous token run: 4 * SMs = 528 is one wave on an H200) and ``plan.streaming`` (with it: evict-first y stores); see
-fwd_kernel.py.
+session 6 (H200: eager T16k x D4096 3358 GB/s with it and the op's tvm-ffi route vs 1602 without).
+
+Forward grid (``plan.grid_ctas``, set before ``compile()``, the compile-key field ``Conv1dFwdKey.grid_ctas``; see
+fwd_kernel.py): None (default, ``FWD_GRID_CTAS_DEFAULT``) = the run grid with 4 x the SM count of the plan's device, read
+at plan time from torch's host-side device properties (528 on an H200: one wave; 4 x 132 where no CUDA device is known);
+an int N > 0 = the run grid with about N CTAs, each walking one contiguous token run; 0 = the 64-token CTAs (the default
+until session 6; bitwise the same outputs). H200 eager: 3366 GB/s at T16k x D4096, 3589 on 64 varlen sequences of
+T32k x D4096 (3469 with the 64-token CTAs).
 
 Contract the kernel cannot check without a device read (Rule 3): ``cu_seqlens`` is non-decreasing,
 starts at 0 and ends at T.
@@ -65,13 +69,33 @@ _THREADS = 128
 #: its GPU tests passed on the H200 and the ``ours-fast`` column of benchmarks/linear_attention.py conv1d measured 3358 GB/s
 #: eager at T16k x D4096 (1602 with the full per-call validation and the DSL entry).
 FAST_HOST_DEFAULT = True
-#: Defaults of ``CausalConv1d.grid_ctas`` / ``streaming`` (the forward kernel's opt-in run grid, ``Conv1dFwdKey.grid_ctas``,
-#: and its evict-first y stores, ``Conv1dFwdKey.streaming``): off until the H200 A/B (benchmarks/linear_attention.py conv1d,
-#: ``ours-k*+graph`` columns) says otherwise.
-FWD_GRID_CTAS_DEFAULT = 0
-FWD_STREAMING_DEFAULT = False
+#: Default of ``CausalConv1d.grid_ctas`` (``Conv1dFwdKey.grid_ctas``): None = the run grid with
+#: ``_RUN_GRID_CTAS_PER_SM`` x the SM count of the plan's device (:func:`_default_grid_ctas`); 0 = the 64-token CTAs; N > 0
+#: = about N CTAs. The run grid since session 6 (H200, the quick table's ``ours-k4`` column: 3366-3599 GB/s eager, bitwise
+#: the 64-token kernel's outputs, up to 3.4% faster on varlen).
+FWD_GRID_CTAS_DEFAULT = None
+#: CTAs per SM of the default run grid: one wave at the forward kernel's ``Conv1dFwdKey.min_ctas_per_sm`` = 4.
+_RUN_GRID_CTAS_PER_SM = 4
+#: SM count assumed where no CUDA device is known (a descriptor-only plan compiled on a host without a GPU): an H200's.
+_FALLBACK_SMS = 132
 #: Distinct tensor metadata a forward plan memoizes validated launch arguments for (cleared when full).
 _LAUNCH_MEMO_MAX = 64
+
+
+def _default_grid_ctas(device: str | None) -> int:
+    """The run grid's default CTA count: ``_RUN_GRID_CTAS_PER_SM`` x the SM count of ``device`` (``"cuda:N"``; torch's current
+    CUDA device for a plan that names none), read from torch's host-side device properties at plan time (no device sync;
+    never called by execute). ``_FALLBACK_SMS`` (an H200) where no CUDA device is known: a CPU tensor, or no torch / no GPU."""
+    sms = _FALLBACK_SMS
+    if device is None or device.startswith("cuda"):
+        try:
+            import torch
+        except ImportError:
+            torch = None
+        if torch is not None and torch.cuda.is_available():
+            index = torch.cuda.current_device() if device in (None, "cuda") else int(device.split(":", 1)[1])
+            sms = torch.cuda.get_device_properties(index).multi_processor_count
+    return _RUN_GRID_CTAS_PER_SM * sms
 
 
 def _silu_flag(activation) -> bool:
@@ -318,11 +342,10 @@ class CausalConv1d(_Conv1dCommon):
         self.tvm_ffi = _use_tvm_ffi_default()
         #: Host fast path (set before compile()): execute() memoizes its validation per tensor metadata (see execute).
         self.fast_host = FAST_HOST_DEFAULT
-        #: Kernel options (set before compile(); compile-key fields): ``grid_ctas`` > 0 launches about that many CTAs, each
-        #: walking one contiguous token run (4 * SMs, 528 on an H200, is one wave); ``streaming`` (with ``grid_ctas``)
-        #: makes the y stores evict-first (st.global.cs). 0 / False (default): the verified 64-token CTAs.
+        #: Forward grid (set before compile(); ``Conv1dFwdKey.grid_ctas``): None (default) = the run grid with 4 x the SM
+        #: count of the plan's device (528 on an H200, one wave; resolved by compile_key()); N > 0 = the run grid with
+        #: about N CTAs, each walking one contiguous token run; 0 = the 64-token CTAs. Outputs bitwise equal either way.
         self.grid_ctas = FWD_GRID_CTAS_DEFAULT
-        self.streaming = FWD_STREAMING_DEFAULT
         self._entry = None
         self._memo = None  # metadata -> memo entry (see execute); set by compile() when fast_host
         self._last = [(None, None)]
@@ -359,17 +382,17 @@ class CausalConv1d(_Conv1dCommon):
             has_init=self.initial_states is not None,
             has_final=self.final_states is not None,
             state_dtype=_CNAME[st.dtype] if st is not None else "",
-            grid_ctas=self.grid_ctas,
-            streaming=self.streaming,
+            grid_ctas=_default_grid_ctas(self.x.device) if self.grid_ctas is None else self.grid_ctas,
         )
 
     def compile(self) -> None:
         self._ensure_support_checked()
         key = self.compile_key()
         if type(key.grid_ctas) is not int or key.grid_ctas < 0:
-            raise ValueError(f"CausalConv1d: grid_ctas={key.grid_ctas!r} must be an int >= 0 (0: off; 4 * SMs, e.g. 528 on an H200: one wave)")
-        if type(key.streaming) is not bool or (key.streaming and not key.grid_ctas):
-            raise ValueError(f"CausalConv1d: streaming={key.streaming!r} must be True or False, and True needs grid_ctas > 0")
+            raise ValueError(
+                f"CausalConv1d: grid_ctas={key.grid_ctas!r} must be None (4 x the SMs of the device, 528 on an H200: one wave), "
+                "an int > 0 (about that many CTAs) or 0 (the 64-token CTAs)"
+            )
         s = key.state_dtype
         ptrs = [
             (key.dtype, 16),

@@ -21,15 +21,22 @@ last W inputs in registers, and stores 16-byte outputs. Sequence boundaries are 
 ``cu_seqlens`` (a binary search per CTA, then a forward walk), so varlen batches need no host planning
 and no padding. Runtime extents (T, D, N, strides) are kernel arguments, never compile keys (Rule 4).
 
-Opt-in grid (``Conv1dFwdKey.grid_ctas`` > 0, ``kernel_runs``; 0 = the default 64-token CTAs above): about ``grid_ctas``
-CTAs in all (``4 * 132`` on an H200 is one wave at 4 CTAs per SM): ``n_runs = grid_ctas // channel blocks`` (a channel block
-is 128 threads x 16 bytes) along T, at least 1 and at most one per 64 tokens, each CTA walking one contiguous run of
-``T / n_runs`` tokens (runs differ by at most one token): the taps, the sequence search and the W - 1 halo tokens once
-per run instead of once per 64 tokens, no second wave (``grid_ctas`` at most the resident CTAs), and a prologue that issues the run's first loads, the halo and the taps together before it waits on any
-(the default kernel waits for the taps, then each halo token, then its first group). Same math in the same order:
-outputs bitwise the default's. ``Conv1dFwdKey.streaming`` (with ``grid_ctas`` only): y stores ``st.global.cs`` (y is
-written once and never read back: evict-first, so it does not push x's lines out of L2; streaming x loads as well made
-ptxas spill in one configuration at the 128-register cap).
+Two grids, one per-token math (``Conv1dFwdKey.grid_ctas``):
+
+- ``grid_ctas`` > 0, the run grid (``kernel_runs``; the adapter's default since session 6, with ``grid_ctas`` = 4 x the
+  device's SM count: 528 on an H200, one wave at 4 CTAs per SM): about ``grid_ctas`` CTAs in all, ``n_runs = grid_ctas //
+  channel blocks`` (a channel block is 128 threads x 16 bytes) along T, at least 1 and at most one per 64 tokens, each
+  CTA walking one contiguous run of ``T / n_runs`` tokens (runs differ by at most one token): the taps, the sequence
+  search and the W - 1 halo tokens once per run instead of once per 64 tokens, no second wave (``grid_ctas`` at most the
+  resident CTAs), and a prologue that issues the run's first loads, the halo and the taps together before it waits on
+  any (the 64-token kernel waits for the taps, then each halo token, then its first group).
+- ``grid_ctas`` = 0, the 64-token CTAs (``kernel``; the default until session 6): one CTA per channel block and per
+  ``tokens_per_cta`` = 64 tokens.
+
+Same math in the same order: the two grids' outputs are bitwise equal (tests/test_conv1d_fast_gpu.py). H200, bf16,
+W = 4, SiLU, GB/s eager (docs/benchmarks/linear_attention_quick.md): 3366 at T16k x D4096, 3599 at T32k x D4096, 3589 on
+64 varlen sequences of T32k x D4096 (3469 with the 64-token CTAs); evict-first y stores (``st.global.cs``) were measured
+no better and removed.
 
 Tests: packages/cudnn-linear-attention/tests/test_conv1d*.py; benchmark: benchmarks/linear_attention.py.
 """
@@ -94,11 +101,9 @@ class Conv1dFwdKey:
     tokens_per_cta: int = 64
     group: int = 4  # tokens per register buffer; two buffers (double-buffered loads)
     min_ctas_per_sm: int = 4  # caps registers at 64K / (4 * 128) = 128 (no spills at group 4): 16 warps per SM
-    #: Opt-in (0 = off): about this many CTAs in all, each walking one contiguous token run (``kernel_runs``); 4 * SMs
-    #: (528 on an H200) is one wave at ``min_ctas_per_sm`` = 4.
+    #: > 0: the run grid, about this many CTAs in all, each walking one contiguous token run (``kernel_runs``; 4 * SMs,
+    #: 528 on an H200, is one wave at ``min_ctas_per_sm`` = 4: the adapter's default); 0: the 64-token CTAs (``kernel``).
     grid_ctas: int = 0
-    #: Opt-in, with ``grid_ctas`` only: evict-first (``st.global.cs``) y stores.
-    streaming: bool = False
 
 
 def _ctype(name: str):
@@ -118,7 +123,7 @@ class CausalConv1dFwd:
         self.bt = key.tokens_per_cta
         self.group = key.group
         assert self.bt % (2 * self.group) == 0  # groups run in double-buffered pairs
-        assert key.grid_ctas >= 0 and (key.grid_ctas or not key.streaming), key
+        assert key.grid_ctas >= 0, key
 
     @cute.jit
     def __call__(
@@ -282,9 +287,9 @@ class CausalConv1dFwd:
         init_sj: Int32,
         n_runs: Int32,
     ):
-        """:meth:`kernel` over the opt-in grid (``grid_ctas``): CTA row ``j`` of ``n_runs`` walks the ``j``-th of ``n_runs``
+        """:meth:`kernel` over the run grid (``grid_ctas`` > 0, the default): CTA row ``j`` of ``n_runs`` walks the ``j``-th of ``n_runs``
         contiguous token runs (``T // n_runs`` tokens each, the first ``T % n_runs`` runs one more) with the same register
-        window, double buffer and per-token math, in the same order (bitwise the default's outputs). The
+        window, double buffer and per-token math, in the same order (bitwise the 64-token kernel's outputs). The
         prologue issues the first group's loads, the W - 1 halo loads (raw, converted later) and the taps before the
         sequence search and before any of them is consumed, so a run starts after about one memory latency."""
         W = self.W
@@ -305,8 +310,6 @@ class CausalConv1dFwd:
             gY = channel_vectors(y_ptr, T, D, sy, VEC)
             g2r = cute.make_copy_atom(cute.nvgpu.CopyG2ROp(), self.dtype, num_bits_per_copy=128)  # ld.global.v4
             r2g = cute.make_copy_atom(cute.nvgpu.CopyR2GOp(), self.dtype, num_bits_per_copy=128)  # st.global.v4
-            if const_expr(self.key.streaming):  # st.global.cs.v4
-                r2g = cute.make_copy_atom(cute.nvgpu.CopyR2GOp(), self.dtype, num_bits_per_copy=128, store_cache_mode=cute.nvgpu.StoreCacheMode.STREAMING)
 
             # Loads first: group 0 of the run and the W - 1 halo tokens before it (raw; zero before token 0).
             xb = cute.make_rmem_tensor(cute.make_layout((VEC, U, 2)), self.dtype)

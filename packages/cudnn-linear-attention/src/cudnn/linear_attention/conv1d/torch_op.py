@@ -13,7 +13,8 @@ its plan, its outputs and its errors are the custom op's; every other call goes 
 
 Defaults since session 6 (the H200's ``ours-fast`` column: eager T16k x D4096 3358 GB/s vs 1602 for the old defaults, the
 kernel alone 3381): the direct eager call on (``DIRECT_EAGER``), the forward plans on the tvm-ffi launch route
-(``FWD_TVM_FFI``, where apache-tvm-ffi is importable) and the adapter's memoized validation (``api.FAST_HOST_DEFAULT``).
+(``FWD_TVM_FFI``, where apache-tvm-ffi is importable) and the adapter's memoized validation (``api.FAST_HOST_DEFAULT``);
+the forward plans' grid is the adapter's default (``api.FWD_GRID_CTAS_DEFAULT``: the run grid, 4 x the SMs of x's device).
 """
 
 from __future__ import annotations
@@ -82,8 +83,7 @@ def _fwd_key(x, weight, bias, cu_seqlens, initial_states, activation, output_fin
         dense,
         FWD_TVM_FFI,
         _api.FAST_HOST_DEFAULT,  # a plan's fast_host is fixed at construction
-        _api.FWD_GRID_CTAS_DEFAULT,  # and so are its kernel options
-        _api.FWD_STREAMING_DEFAULT,
+        _api.FWD_GRID_CTAS_DEFAULT,  # and so is its grid (None: 4 x the SMs of x.device, already in the key)
     )
 
 

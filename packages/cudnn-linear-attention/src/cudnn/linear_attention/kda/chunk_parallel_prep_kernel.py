@@ -52,8 +52,9 @@ checks the address. Runtime extents and strides are kernel arguments (Rule 4).
 
 Step-3 options, ON by default since session 6 (``KdaParallelPrepKey.narrow_ap`` / ``ref_table``; H200, T = 8k,
 H = 16: 180.6 us against 202.0 for the session-5 kernel; both passed ``tests/test_kda_prep_opts_gpu.py``). The
-session-5 kernel that steps 3-4 above describe (m64n64 A / P, K'_I by one exp per element) stays reachable as
-``{"prep": {"narrow_ap": False, "ref_table": False}}`` for the A/B; values differ from it by fp32 / bf16 rounding only:
+session-5 kernel that steps 1-4 above describe (m64n64 A / P, K'_I by one exp per element) stays reachable as
+``{"prep": {"narrow_ap": False, "ref_table": False, "tiled_solve": False, "lean_gates": False}}`` (variant ``kp5``) for
+the A/B; values differ from it by fp32 / bf16 rounding only:
 
 - ``narrow_ap``: step 3 computes the block's transposes, ``A^T[j, i] = K'_I[j] . K'[i]`` and ``P^T[j, i] = K'_I[j] .
   Q'[i]`` for the 16 rows i of block I, as m64n16 WGMMAs (K'_I the M = 64 A operand, the block's 16 rows of K' / Q' the
@@ -76,8 +77,9 @@ session-5 kernel that steps 3-4 above describe (m64n64 A / P, K'_I by one exp pe
 Both keep 256 threads, two CTAs per SM, 18 barriers and no spill (ptxas: 128 registers; the kernel sits at the cap,
 so register-heavy edits here must recheck frame size 0: ``tests/test_kda_prep_opts_gpu.py -m compile_only``).
 
-Where the time goes (default kernel, K = 128, T = 8k, H = 16: 2048 CTAs, 264 resident (2 per SM, by registers: 256
-threads x 128 = the whole register file; smem about 107 KB each), 7.8 waves, so about 23 us per CTA lifetime for 180 us).
+Where the time goes (the session-6 first default, ``kp6``: without the solve and gate options below; K = 128, T = 8k,
+H = 16: 2048 CTAs, 264 resident (2 per SM, by registers: 256 threads x 128 = the whole register file; smem about 107 KB
+each), 7.8 waves, so about 23 us per CTA lifetime for 180 us).
 Per CTA, from the sm_90a SASS (DSL 4.8.1 ptxas, static counts weighted by the warps that execute each part): about
 24K warp instructions -- step 1 (g loads, prefix sums, sG stores; 20 %, 600 instructions per thread of which about
 270 are the 64-bit address / clamp arithmetic of the 32 g loads), step 1b (the ratio table, 11 %), the element pass
@@ -90,33 +92,31 @@ about 8 us per wave: the measured 23 us is latency (18 CTA barriers with unbalan
 of 8 warps, K'_I formation on 2-8 warps, the A / P epilogues on one warpgroup each --, the dependent global loads at the
 start: cu_seqlens, then q / k / g) stacked on those two pipes. The memory floor of the prep is 73.8 us.
 
-Speed opt-ins (``KdaParallelPrepKey`` fields, default OFF for the A/B; each leaves every output BITWISE equal to the
-default's -- the same fp32 operations in the same order --, and the default PTX byte for byte unchanged):
+Solve and gate options, ON by default since session 6 (``KdaParallelPrepKey.tiled_solve`` / ``lean_gates``; H200,
+T = 8k, H = 16, per-kernel profiler, ``docs/benchmarks/linear_attention_kda_prep.md``: prep 174.9 us with both against
+182.8 for the session-6 first default (steps 1 and 4 above), 178.5 with ``tiled_solve`` alone; the session-5 kernel
+205.9). Each leaves every output BITWISE equal to the kernel without it (the same fp32 operations in the same order:
+``tests/test_kda_prep_speed_gpu.py`` passed on the H200). The session-6 first default stays reachable as
+``{"prep": {"tiled_solve": False, "lean_gates": False}}`` (variant ``kp6``, the A/B baseline):
 
 - ``tiled_solve``: the solve's off-diagonal bands on a 1 x 4 register tile per thread (:func:`solve_inverse_256_tiled`:
   a thread owns one row and four columns of a 16 x 16 block, 64 threads per block, 192 / 128 / 64 threads in bands
   1 / 2 / 3), A, T and Y read by 16-byte vectors: per 16 FMAs 5 shared-memory wavefronts instead of about 20; scalar
   ``ld.shared`` 267 -> 11, band-solve warp instructions about 4.9K -> 3.0K per CTA, wavefronts about 2.7K -> 0.7K.
-  Estimate: -10 to -15 us.
+  Measured: -4.3 us.
 - ``lean_gates`` (needs ``tiled_solve``: alone, ptxas spills 8 bytes at the 128-register cap): step 1's g loads from
   one base pointer (``domain_offset``) and a 32-bit token stride, predicated on the row being in the chunk (no clamp to
   the last row, no select): about 3 SASS instructions per load instead of 9, 224 fewer per thread (1.8K warp
-  instructions per CTA, 7 %), and the last g load issued about 400 instructions earlier. Estimate: -4 to -8 us.
-- ``pack_round`` (needs ``narrow_ap``): the element pass rounds the (L2-normalised) q and k to bf16 two values at a time
-  (:func:`round_bf16_pairs`: one ``cvt.rn.bf16x2.f32`` F2FP pack and two integer ops per pair, the same round-to-nearest-
-  even as the default's ``.to(BFloat16).to(Float32)``) instead of one ``F2F.BF16.F32`` per value: the 64 F2F per thread
-  (K = 128; 0 with it, 32 more F2FP packs) run, as far as we know, on the quarter-rate pipe the 107 ``MUFU.EX2`` use
-  (the GPU A/B decides). Calibration: ``ref_table`` removed 118 MUFU per thread and gained 13 us (193.5 -> 180.6); at
-  that rate, 64 F2F are worth up to about 7 us. Estimate: -2 to -7 us.
+  instructions per CTA, 7 %), and the last g load issued about 400 instructions earlier. Measured: -3.6 us more.
 
-All compile at K = 64 and 128 to frame size 0 (each accepted combination, all three together too), 256 threads, two CTAs per SM, the
-default's WGMMAs and 18 barriers (``tests/test_kda_prep_speed_gpu.py -m compile_only``; GPU: the same file, bitwise
-against the default). The three together: 4176 SASS instructions per thread against the default's 4216 plus the
-shared-memory and conversion-pipe savings above; estimate for the three: 180.6 -> about 155-165 us (not measured).
+Both compile at K = 64 and 128 to frame size 0 with 256 threads, two CTAs per SM, the WGMMAs and 18 barriers of the
+kernel without them (``tests/test_kda_prep_speed_gpu.py -m compile_only``; GPU: the same file, bitwise against
+``kp6``). Removed after the A/B: ``pack_round`` (q / k rounded to bf16 two at a time by ``cvt.rn.bf16x2.f32``: 183.2
+against 182.8 us, no gain).
 
 Tests: ``tests/test_kda_parallel_gpu.py`` (GPU), compile-only ``tests/test_kda_parallel_compile.py -k kda``; the
-step-3 options: ``tests/test_kda_prep_opts_gpu.py``; the speed opt-ins: ``tests/test_kda_prep_speed_gpu.py``; per-kernel time: ``benchmarks/linear_attention_kernels.py --family kda
---variants parallel``.
+step-3 options: ``tests/test_kda_prep_opts_gpu.py``; the solve and gate options: ``tests/test_kda_prep_speed_gpu.py``;
+per-kernel time: ``benchmarks/linear_attention_kernels.py --family kda --variants parallel``.
 """
 
 from __future__ import annotations
@@ -128,9 +128,7 @@ import cutlass
 import cutlass.cute as cute
 import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass import BFloat16, Float32, Int32, const_expr
-from cutlass._mlir.dialects import llvm
 from cutlass.cute.nvgpu import warpgroup
-from cutlass.cutlass_dsl import T, dsl_user_op
 
 from .._device.chunk_parallel import (
     ChunkParallelPrepLaunch,
@@ -152,9 +150,9 @@ from .chunk_fwd_kernel import REF_OFFSET
 
 @dataclass(frozen=True)
 class KdaParallelPrepKey:
-    """Compile key of the prep kernel (Rule 4): the plan-time base fields, then the kernel options (module docstring).
-    The step-3 options ``narrow_ap`` / ``ref_table`` are on by default since session 6; the speed opt-ins
-    ``lean_gates`` / ``tiled_solve`` / ``pack_round`` are off (each combination its own artifact)."""
+    """Compile key of the prep kernel (Rule 4): the plan-time base fields, then the kernel options (module docstring),
+    all on by default since session 6: the step-3 options ``narrow_ap`` / ``ref_table`` and the solve and gate options
+    ``lean_gates`` / ``tiled_solve`` (each combination its own artifact; the ones turned off are the A/B baselines)."""
 
     head_dim: int
     g_dtype: str
@@ -166,12 +164,12 @@ class KdaParallelPrepKey:
     narrow_ap: bool = True
     #: default on since session 6, needs ``narrow_ap``: K'_I and ``(K exp(G_C - G))^T`` from a table of reference-row decay ratios
     ref_table: bool = True
-    #: opt-in (module docstring, "Speed opt-ins"), needs ``tiled_solve``: step 1's g loads from one base pointer, predicated
-    lean_gates: bool = False
-    #: opt-in: the solve's off-diagonal bands on a 1 x 4 register tile per thread (16-byte shared reads); bitwise the default
-    tiled_solve: bool = False
-    #: opt-in: the element pass rounds q / k to bf16 two at a time (``cvt.rn.bf16x2.f32``) instead of one F2F each
-    pack_round: bool = False
+    #: default on since session 6 (module docstring, "Solve and gate options"), needs ``tiled_solve``: step 1's g loads from
+    #: one base pointer, predicated; bitwise the kernel without it
+    lean_gates: bool = True
+    #: default on since session 6: the solve's off-diagonal bands on a 1 x 4 register tile per thread (16-byte shared
+    #: reads); bitwise the kernel without it (``tiled_solve=False, lean_gates=False``: the session-6 first default, ``kp6``)
+    tiled_solve: bool = True
 
 
 WARPGROUPS = 2
@@ -186,41 +184,6 @@ T_BYTES = CHUNK * A_STRIDE * 4
 Y_BYTES = (CHUNK // SOLVE_BLOCK - 1) * SOLVE_BLOCK * SOLVE_BLOCK * 4
 TM_OFF = 20 * 1024  # byte offset of T Diag(beta) (bf16, swizzled) in the Q' | K' | K'_I region, after T and Y
 assert T_BYTES + Y_BYTES <= TM_OFF
-
-
-@dsl_user_op
-def bf16x2_bits(hi: Float32, lo: Float32, *, loc=None, ip=None) -> Int32:
-    """``pack_round``: ``(bf16(hi) << 16) | bf16(lo)`` by one ``cvt.rn.bf16x2.f32`` (an F2FP pack on the ALU), each half
-    rounded to nearest even exactly as ``cvt.rn.bf16.f32`` rounds it (the default's F2F, a quarter-rate conversion)."""
-    return Int32(
-        llvm.inline_asm(
-            T.i32(),
-            [Float32(hi).ir_value(loc=loc, ip=ip), Float32(lo).ir_value(loc=loc, ip=ip)],
-            "cvt.rn.bf16x2.f32 $0, $1, $2;",
-            "=r,f,f",
-            has_side_effects=False,
-            is_align_stack=False,
-            asm_dialect=llvm.AsmDialect.AD_ATT,
-            loc=loc,
-            ip=ip,
-        )
-    )
-
-
-@dsl_user_op
-def f32_from_bits(bits: Int32, *, loc=None, ip=None) -> Float32:
-    """The fp32 value of the bit pattern ``bits`` (a bitcast: no conversion instruction)."""
-    return Float32(llvm.bitcast(Float32.mlir_type, Int32(bits).ir_value(loc=loc, ip=ip), loc=loc, ip=ip))
-
-
-@cute.jit
-def round_bf16_pairs(r: cute.Tensor):
-    """``pack_round``: every element of the fp32 register tensor ``r`` [1, VEC] rounded to bf16 (and kept in fp32), two at a
-    time: the values of ``r.load().to(BFloat16).to(Float32)``, bit for bit."""
-    for p in cutlass.range_constexpr(VEC // 2):
-        bits = bf16x2_bits(r[0, 2 * p + 1], r[0, 2 * p])
-        r[0, 2 * p] = f32_from_bits(bits << 16)
-        r[0, 2 * p + 1] = f32_from_bits(bits & Int32(-65536))
 
 
 Q4 = 4  # tiled_solve: output columns per thread (one 16-byte fp32 vector)
@@ -329,17 +292,13 @@ class KimiDeltaAttentionParallelPrep(ChunkParallelPrepLaunch):
         if key.ref_table and not key.narrow_ap:
             raise ValueError(
                 "KdaParallelPrepKey: ref_table=True needs narrow_ap=True (alone it leaves ptxas at the 128-register cap with a spill); accepted: "
-                "both (the default), {'ref_table': False} (narrow_ap alone), {'narrow_ap': False, 'ref_table': False} (the session-5 kernel)"
+                "both (the default), {'ref_table': False} (narrow_ap alone), {'narrow_ap': False, 'ref_table': False} (the session-5 step 3; the "
+                "session-5 kernel with {'tiled_solve': False, 'lean_gates': False} too)"
             )
         if key.lean_gates and not key.tiled_solve:
             raise ValueError(
                 "KdaParallelPrepKey: lean_gates=True needs tiled_solve=True (alone ptxas spills 8 bytes at the 128-register cap); accepted: "
-                "{'tiled_solve': True}, {'tiled_solve': True, 'lean_gates': True}"
-            )
-        if key.pack_round and not key.narrow_ap:
-            raise ValueError(
-                "KdaParallelPrepKey: pack_round=True needs narrow_ap=True (with the session-5 step 3 ptxas spills 32 bytes at the 128-register cap); "
-                "accepted: {'pack_round': True} on the default or with {'ref_table': False}"
+                "both (the default), {'lean_gates': False} (tiled_solve alone), {'tiled_solve': False, 'lean_gates': False} (the session-6 first default)"
             )
         self.key = key
         self.D = key.head_dim
@@ -556,8 +515,6 @@ class KimiDeltaAttentionParallelPrep(ChunkParallelPrepLaunch):
                 gkeep = cute.make_rmem_tensor(cute.make_layout((1, VEC, NM)), Float32)  # G of this thread's elements (step 3)
                 kkeep = cute.make_rmem_tensor(cute.make_layout((1, VEC, NM)), BFloat16)  # bf16 K (normalised, masked)
             obuf = cute.make_rmem_tensor(cute.make_layout((1, VEC)), BFloat16)
-            rq = cute.make_rmem_tensor(cute.make_layout((1, VEC)), Float32)  # pack_round: q, k of one chunk in fp32
-            rk = cute.make_rmem_tensor(cute.make_layout((1, VEC)), Float32)
             kdbuf = cute.make_rmem_tensor(cute.make_layout((1, VEC)), BFloat16)
             gQGv = cute.zipped_divide(mQG[slot, head, None, None], (1, VEC))
             zero8 = cute.make_rmem_tensor(cute.make_layout((1, VEC)), BFloat16)
@@ -572,18 +529,9 @@ class KimiDeltaAttentionParallelPrep(ChunkParallelPrepLaunch):
                     e_inv = cute.math.exp2(sRefv[(None, None), (rblk, ch)].load() - g, fastmath=True)
                 else:
                     e_c = cute.math.exp2(sRefv[(None, None), (NB, ch)].load() - g, fastmath=True)
-                if const_expr(self.key.pack_round):
-                    rq.store(qbuf[None, None, None, m].load().reshape((1, VEC)).to(Float32) * inv_q)
-                    rk.store(kbuf[None, None, None, m].load().reshape((1, VEC)).to(Float32) * inv_k)
-                    round_bf16_pairs(rq)
-                    round_bf16_pairs(rk)
-                    qn = rq.load()
-                    kn = rk.load()
-                    kb = kn.to(BFloat16)  # exact (kn is bf16-valued); only the non-ref_table path keeps it
-                else:
-                    qn = (qbuf[None, None, None, m].load().reshape((1, VEC)).to(Float32) * inv_q).to(BFloat16).to(Float32)
-                    kb = (kbuf[None, None, None, m].load().reshape((1, VEC)).to(Float32) * inv_k).to(BFloat16)
-                    kn = kb.to(Float32)
+                qn = (qbuf[None, None, None, m].load().reshape((1, VEC)).to(Float32) * inv_q).to(BFloat16).to(Float32)
+                kb = (kbuf[None, None, None, m].load().reshape((1, VEC)).to(Float32) * inv_k).to(BFloat16)
+                kn = kb.to(Float32)
                 sQrv[(None, None), (row, ch)].store((qn * e_ref).to(BFloat16))
                 sWv[(None, None), (row, ch)].store((kn * e_ref).to(BFloat16))
                 sKEv[(None, None), (row, ch)].store((kn * e_g).to(BFloat16))
