@@ -570,12 +570,10 @@ def kd_chunk_to_workspace(mKD: cute.Tensor, kdbuf: cute.Tensor, slot: Int32, hea
 
 
 @cute.jit
-def solve_inverse_256(sA: cute.Tensor, sT: cute.Tensor, sY: cute.Tensor, tidx: Int32):
-    """``T = (I + A)^-1`` in fp32 (``A`` strictly lower [64, 64] in ``sA``) into ``sT`` by a CTA of 256 threads: the
-    diagonal 16 x 16 blocks by forward substitution (threads 0..63, one column each, in registers; zeros above the
-    diagonal, ones on it), then band by band ``T[I, J] = -T[I, I] sum_{K=J}^{I-1} A[I, K] T[K, J]`` (one element per
-    thread and block, the sums through ``sY`` [NB - 1, 16, 16]). Blocks above the diagonal blocks are not written.
-    Starts after the caller's barrier publishing ``sA``; ends with a barrier."""
+def solve_diagonal_blocks(sA: cute.Tensor, sT: cute.Tensor, tidx: Int32):
+    """The diagonal 16 x 16 blocks of ``T = (I + A)^-1`` (``A`` strictly lower in ``sA``) into ``sT`` by forward
+    substitution: threads 0..63 one column each, in registers (zeros above the diagonal, ones on it); then a CTA barrier.
+    The first step of :func:`solve_inverse_256` and of the KDA prep's tiled solve."""
     if tidx < CHUNK:
         b0 = (tidx // SOLVE_BLOCK) * SOLVE_BLOCK
         cc = tidx % SOLVE_BLOCK
@@ -590,6 +588,16 @@ def solve_inverse_256(sA: cute.Tensor, sT: cute.Tensor, sY: cute.Tensor, tidx: I
         for i in cutlass.range_constexpr(SOLVE_BLOCK):
             sT[b0 + i, b0 + cc] = xcol[i]
     cute.arch.sync_threads()
+
+
+@cute.jit
+def solve_inverse_256(sA: cute.Tensor, sT: cute.Tensor, sY: cute.Tensor, tidx: Int32):
+    """``T = (I + A)^-1`` in fp32 (``A`` strictly lower [64, 64] in ``sA``) into ``sT`` by a CTA of 256 threads: the
+    diagonal 16 x 16 blocks by forward substitution (threads 0..63, one column each, in registers; zeros above the
+    diagonal, ones on it), then band by band ``T[I, J] = -T[I, I] sum_{K=J}^{I-1} A[I, K] T[K, J]`` (one element per
+    thread and block, the sums through ``sY`` [NB - 1, 16, 16]). Blocks above the diagonal blocks are not written.
+    Starts after the caller's barrier publishing ``sA``; ends with a barrier."""
+    solve_diagonal_blocks(sA, sT, tidx)
     ri = tidx // SOLVE_BLOCK
     ci = tidx % SOLVE_BLOCK
     for band in cutlass.range_constexpr(1, NB):

@@ -139,6 +139,7 @@ from .._device.chunk_parallel import (
     load_qk_row_chunks,
     row_qk_scales,
     slot_chunk,
+    solve_diagonal_blocks,
     solve_inverse_256,
     transpose_view,
 )
@@ -200,20 +201,7 @@ def solve_inverse_256_tiled(sA: cute.Tensor, sT: cute.Tensor, sY: cute.Tensor, t
     shared-memory wavefronts instead of about 20 (the untiled band solve is about 55 % of the kernel's shared-memory
     wavefronts). Starts after the caller's barrier publishing ``sA``; ends with a barrier. The blocks above the
     diagonal blocks are not written."""
-    if tidx < CHUNK:
-        b0 = (tidx // SOLVE_BLOCK) * SOLVE_BLOCK
-        cc = tidx % SOLVE_BLOCK
-        xcol = cute.make_rmem_tensor(cute.make_layout((SOLVE_BLOCK,)), Float32)
-        for i in cutlass.range_constexpr(SOLVE_BLOCK):
-            acc_t = Float32(0.0)
-            for j in cutlass.range_constexpr(i):
-                acc_t = acc_t - sA[b0 + i, b0 + j] * xcol[j]
-            if cc == i:
-                acc_t = Float32(1.0)
-            xcol[i] = acc_t
-        for i in cutlass.range_constexpr(SOLVE_BLOCK):
-            sT[b0 + i, b0 + cc] = xcol[i]
-    cute.arch.sync_threads()
+    solve_diagonal_blocks(sA, sT, tidx)
     NQ = SOLVE_BLOCK // Q4  # 16-byte column quads of a block
     blk = tidx // (SOLVE_BLOCK * NQ)  # the band's block pair (I = blk + band, J = blk)
     ri = (tidx % (SOLVE_BLOCK * NQ)) // NQ
