@@ -219,6 +219,26 @@ def _make_ours(family):
     return make
 
 
+def _make_ours_p1(family):
+    """``ours-p1``: ``ours`` with the opt-in ``plan.parallel_pass1 = True`` (pass 1 as the forward's chunk-parallel
+    prep + state pass and ``{kda,gdn}/bwd_states_parallel_kernel.py``; its larger workspace allocated once at build)."""
+
+    def make(case):
+        import torch
+
+        i = inputs(case, family)
+        i.update(dq=torch.empty_like(i["q"]), dk=torch.empty_like(i["k"]), dv=torch.empty_like(i["v"]))
+        i.update(dg=torch.empty_like(i["g"]), dbeta=torch.empty_like(i["beta"]))
+        plan = bwd_plan(family, i)
+        plan.parallel_pass1 = True
+        plan.compile()
+        ws = workspace(plan.scratch_workspace_bytes(), i["q"].device)
+        args = [i[n] for n in ("q", "k", "v", "g", "beta", "do", "dq", "dk", "dv", "dg", "dbeta")]
+        return lambda: plan.execute(*args, None, None, None, i["cu"], workspace=ws)
+
+    return make
+
+
 def _make_fwd(family):
     def make(case):
         import importlib
@@ -374,10 +394,17 @@ def providers(family: str, quick: bool = False) -> list[Provider]:
 QUICK_SKIP = ("fla-safe",)
 
 
+def opt_in_providers(family: str) -> list[Provider]:
+    """A/B rows of opt-in plan options, selectable only by name (``--providers``; never in the default tables):
+    ``ours-p1`` / ``ours-p1+graph``: ``plan.parallel_pass1 = True``."""
+    return [Provider("ours-p1", _make_ours_p1(family)), Provider("ours-p1+graph", _graphed(_make_ours_p1(family)))]
+
+
 def selected(family: str, names: str, quick: bool) -> list[Provider]:
     """``providers(family)`` kept by ``--providers`` (comma-separated; empty: all, less ``QUICK_SKIP`` with ``--quick``)."""
     keep = [n for n in names.split(",") if n]
     known = providers(family, quick)
+    known = known + (opt_in_providers(family) if keep else [])  # opt-in A/B rows only when named
     unknown = set(keep) - {p.name for p in known}
     if unknown:
         raise SystemExit(f"{family}: unknown providers {sorted(unknown)}; known {[p.name for p in known]}")

@@ -27,6 +27,7 @@ from cudnn.datatypes import data_type
 from cudnn.dsl_gate import require_cutedsl
 
 from .launch import CUTLASS_NAMES as _CNAME
+from .launch import gmem_ptr as _gmem_ptr
 from .launch import launch_stream as _stream
 from .launch import torch_dtype as _torch_dtype
 from .plan import check_declared, set_descs
@@ -48,6 +49,19 @@ def workspace_bytes(T: int, N: int, H: int, D: int, tiles: int = 0, gva: bool = 
     slots = N + T // CHUNK + 1
     partials = 2 * align(max(T, 1) * H * D * 4) if gva else 0
     return 2 * align(slots * H * D * D * 2) + 2 * align(max(T, 1) * H * D * 2) + tiles * align(slots * H * CHUNK * CHUNK * 2) + partials
+
+
+#: Index of the forward's ``h`` (every chunk's entering state, bf16 [slots, H, V, K]) among the chunk-parallel
+#: forward's workspace arrays (``_device/chunk_parallel.py::WS_ARRAYS``).
+FWD_H = 7
+
+
+def forward_workspace_bytes(T: int, N: int, H: int, D: int) -> int:
+    """The ``parallel_pass1`` workspace tail: the chunk-parallel forward's arrays for ``T // 64 + N`` slots (its varlen
+    count, an upper bound of the dense ``N ceil(L / 64)``)."""
+    from .chunk_parallel import workspace_bytes as fwd_bytes
+
+    return fwd_bytes(T // CHUNK + N, H, D)
 
 
 def chunk_groups(T: int, N: int, H: int) -> int:
@@ -89,6 +103,7 @@ class DeltaRuleBwdSm90(APIBase):
     _name: str = ""
     _family: str = ""
     _gate_per_key: bool = False
+    _compiled_forward = None  # parallel_pass1: the forward's (prep, state pass) artifacts (``_compile_forward_pass1``)
 
     def __init__(
         self,
@@ -132,6 +147,11 @@ class DeltaRuleBwdSm90(APIBase):
         )
         self.scale = scale
         self.l2norm = bool(use_qk_l2norm_in_kernel)
+        #: Opt-in (set before compile(); a compile-key field, Rule 4): pass 1 chunk-parallel -- the forward's chunk-parallel
+        #: prep + state pass write every chunk's entering state, then one CTA per (chunk, head) writes Tm (KDA: P), Vn
+        #: (``kda/`` / ``gdn/bwd_states_parallel_kernel.py``); needs the larger workspace ``scratch_workspace_bytes()`` then
+        #: reports. Default off: the default launches and PTX are unchanged.
+        self.parallel_pass1 = False
 
     # -- family hooks -------------------------------------------------------------------------------
     def _forward_class(self):
@@ -159,11 +179,78 @@ class DeltaRuleBwdSm90(APIBase):
     def _parts(self, key) -> tuple[str, ...]:
         raise NotImplementedError
 
+    def _cache_key(self, part: str, key):
+        """The compile key ``part`` is cached under (``key`` by default; a family drops the key fields a part's kernel
+        does not read, so an opt-in plan reuses the default artifacts of its unchanged passes)."""
+        return key
+
     def _build_kernel(self, part: str, key):
         raise NotImplementedError
 
     def _workspace_bytes(self, T: int, N: int, H: int, D: int) -> int:
         raise NotImplementedError
+
+    def _pass1_g_align(self) -> int:
+        """Byte alignment the family's chunk-parallel forward prep assumes for ``g`` (``parallel_pass1``)."""
+        return 2
+
+    def _compile_forward_pass1(self) -> None:
+        """``parallel_pass1``: the family forward's chunk-parallel prep and state pass, compiled through its own keys and
+        cache family (one artifact for both directions), into ``self._compiled_forward``; None otherwise."""
+        self._compiled_forward = None
+        if not self.parallel_pass1:
+            return
+        from .chunk_parallel import compile_parallel
+
+        fwd = self._forward_class()
+        f = self._key_fields()
+        self._compiled_forward = compile_parallel(
+            fwd._parallel_kernel_classes(),
+            fwd._family,
+            f["head_dim"],
+            f["g_dtype"],
+            f["beta_dtype"],
+            f["l2norm"],
+            f["varlen"],
+            f["has_initial"],
+            False,
+            row_scaled=not self._gate_per_key,
+            prep_options={},
+            g_align=self._pass1_g_align(),
+            state_options={},
+            out_options={},
+        )[:2]
+
+    def _carve_forward_pass1(self, ws, t: dict, ext: tuple):
+        """``parallel_pass1``: ``(extents, workspace pointers, g alignment)`` of the forward's arrays in the workspace
+        tail, validated before any launch (``g``'s alignment: ValueError)."""
+        from .chunk_parallel import parallel_extents, workspace_pointers
+        from .chunk_parallel import workspace_bytes as fwd_bytes
+
+        T, n_seqs, seq_len, H, _, _ = ext
+        q = t["q"]
+        D = int(q.shape[-1])
+        fwd_ws = ws.take(forward_workspace_bytes(T, n_seqs, H, D), "uint8")
+        fext = parallel_extents(T, n_seqs, seq_len, t["cu_seqlens"] is not None)
+        fwd_ptrs = workspace_pointers(fwd_ws, fwd_bytes(fext.slots, H, D), f"{self._name}.execute", q.device, fext.slots, H, D)
+        g_align = self._pass1_g_align()
+        if t["g"].data_ptr() % g_align:
+            raise ValueError(f"{self._name}.execute: parallel_pass1 needs g {g_align}-byte aligned (the forward prep's loads), got 0x{t['g'].data_ptr():x}")
+        return fext, fwd_ptrs, g_align
+
+    def _launch_forward_pass1(self, fext, fwd_ptrs, g_align: int, t: dict, strides: dict, ext: tuple, stream) -> None:
+        """``parallel_pass1``: the forward's prep and state pass (``_host/chunk_parallel.py::launch_parallel``'s first
+        two launches, argument for argument): every chunk's entering state -> the forward's ``h``."""
+        T, _, _, H, Hk, _ = ext
+        bf, f32, i32 = data_type.BFLOAT16, data_type.FLOAT, data_type.INT32
+        cu = _gmem_ptr(t["cu_seqlens"], i32, 4)
+        prep, fstate = self._compiled_forward
+        prep(
+            _gmem_ptr(t["q"], bf, 16), _gmem_ptr(t["k"], bf, 16), _gmem_ptr(t["v"], bf, 16), _gmem_ptr(t["g"], self.g.dtype, g_align),
+            _gmem_ptr(t["beta"], self.beta.dtype, 2), cu, *fwd_ptrs, T, fext.n_seqs, fext.seq_len, fext.chunks_per_seq, fext.slots, H, Hk,
+            float(self.scale), strides["q"], strides["k"], strides["v"], stream,
+        )  # fmt: skip
+        fstate(cu, _gmem_ptr(t["initial_state"], f32, 4), None, *fwd_ptrs, fext.n_seqs, fext.seq_len, fext.chunks_per_seq, fext.slots, H, stream)
 
     def _launch(self, kernels, ws, t: dict, strides: dict, ext: tuple, stream_of) -> None:
         """Carve the family's workspace past the shared arrays from ``ws``, then ``stream_of()`` and the launches.
@@ -252,7 +339,9 @@ class DeltaRuleBwdSm90(APIBase):
         key = self.compile_key()
         from cudnn.kernel_cache import kernel_cache
 
-        self._compiled_kernel = tuple(kernel_cache.get_or_compile((part, key), self._build_kernel(part, key), family=self._family) for part in self._parts(key))
+        self._compiled_kernel = tuple(
+            kernel_cache.get_or_compile((part, self._cache_key(part, key)), self._build_kernel(part, key), family=self._family) for part in self._parts(key)
+        )
 
     # -- run ----------------------------------------------------------------------------------------
     def _check_runtime(self, t: Any, plan: TensorDesc, what: str, free: int) -> None:
@@ -323,6 +412,8 @@ class DeltaRuleBwdSm90(APIBase):
                     raise ValueError(f"{what}: {plan.name} {tuple(t.shape)} must be a contiguous [N={n_seqs}, H, V, K]")
         if self._compiled_kernel is None:
             self.compile()
+        if bool(self.parallel_pass1) != (self._compiled_forward is not None):
+            raise ValueError(f"{what}: parallel_pass1 was changed after compile(); call compile() again")
         T = int(q.shape[0]) if rank == 3 else int(q.shape[0]) * int(q.shape[1])
         H, D, Hk = int(v.shape[-2]), int(q.shape[-1]), int(q.shape[-2])
         slots = n_seqs + T // CHUNK + 1

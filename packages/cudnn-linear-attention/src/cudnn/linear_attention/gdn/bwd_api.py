@@ -29,6 +29,12 @@ strides, scale, the chunk-group count of pass 3 (from T, N, H on the host, never
 converts, allocates, synchronizes or reads device memory (Rules 1-3, 8). Imports neither torch nor cutlass at
 import time.
 
+Opt-in ``plan.parallel_pass1 = True`` (before ``compile()``; ``GdnBwdKey.parallel_pass1``): pass 1 as three
+chunk-parallel launches -- the forward's chunk-parallel prep and state pass (its compile artifacts) into a workspace tail
+(``forward_workspace_bytes(T, N, H, D)`` more bytes, included by ``scratch_workspace_bytes()``), then
+``bwd_states_parallel_kernel.GdnBwdStatesChunk`` (Vn, Tm and the chunk states in the serial pass 1's arrays); passes 2-4
+unchanged. Default off: the default launches and PTX are unchanged (design note: ``kda/bwd_states_parallel_kernel.py``).
+
 The host code shared with the KDA backward (constructor, ``check_support``, workspace size, compile, ``execute`` up to
 the launches) is ``_host/delta_rule_bwd_api.py::DeltaRuleBwdSm90``; this module holds what differs (compile key, declines,
 workspace tail, the kernels' argument order in ``_launch``, ``build_kernel``).
@@ -38,14 +44,14 @@ from __future__ import annotations
 
 from cudnn.datatypes import data_type
 
-from .._host.delta_rule_bwd_api import CHUNK, DeltaRuleBwdSm90, chunk_groups
+from .._host.delta_rule_bwd_api import CHUNK, FWD_H, DeltaRuleBwdSm90, chunk_groups, forward_workspace_bytes
 from .._host.delta_rule_bwd_api import workspace_bytes as _workspace_bytes
 from .._host.launch import fake_gmem_ptr as _fake_ptr
 from .._host.launch import gmem_ptr as _ptr
 
 CUTEDSL_FLOOR = "4.8.0"
 FAMILY = "linear_attention.gdn_bwd"
-__all__ = ["CHUNK", "FAMILY", "GatedDeltaNetBwdSm90", "build_kernel", "chunk_groups", "workspace_bytes"]
+__all__ = ["CHUNK", "FAMILY", "FWD_H", "GatedDeltaNetBwdSm90", "build_kernel", "chunk_groups", "forward_workspace_bytes", "workspace_bytes"]
 
 
 def workspace_bytes(T: int, N: int, H: int, D: int, store_tm: bool = True, gva: bool = False) -> int:
@@ -74,15 +80,30 @@ class GatedDeltaNetBwdSm90(DeltaRuleBwdSm90):
         return GatedDeltaNetFwdSm90
 
     def _workspace_bytes(self, T: int, N: int, H: int, D: int) -> int:
-        return workspace_bytes(T, N, H, D, bool(self.store_tm), self.q.shape[-2] != self.v.shape[-2])
+        base = workspace_bytes(T, N, H, D, bool(self.store_tm), self.q.shape[-2] != self.v.shape[-2])
+        return base + (forward_workspace_bytes(T, N, H, D) if self.parallel_pass1 else 0)
 
     def compile_key(self):
         from .bwd_states_kernel import GdnBwdKey
 
-        return GdnBwdKey(store_tm=bool(self.store_tm), **self._key_fields())
+        return GdnBwdKey(store_tm=bool(self.store_tm), parallel_pass1=bool(self.parallel_pass1), **self._key_fields())
 
     def _parts(self, key) -> tuple[str, ...]:
         return _parts(key)
+
+    def _cache_key(self, part: str, key):
+        """Passes 2-4 read no ``parallel_pass1``: the opt-in plan reuses the default plan's artifacts for them."""
+        if part == "states_par":
+            return key
+        from dataclasses import replace
+
+        return replace(key, parallel_pass1=False)
+
+    def compile(self) -> None:
+        """The backward's passes (``_parts``) and, with ``parallel_pass1``, the forward's chunk-parallel prep and state
+        pass (the forward's own compile keys and cache family)."""
+        super().compile()
+        self._compile_forward_pass1()
 
     def _build_kernel(self, part: str, key):
         return build_kernel(part, key)
@@ -102,6 +123,9 @@ class GatedDeltaNetBwdSm90(DeltaRuleBwdSm90):
         else:
             dq_out, dk_out = _ptr(dq, data_type.BFLOAT16, 2), _ptr(dk, data_type.BFLOAT16, 2)
             dq_st, dk_st = strides["dq"], strides["dk"]
+        parallel = self._compiled_forward is not None
+        if parallel:  # the forward's workspace arrays (after the family's own), carved and checked before any launch
+            fext, fwd_ptrs, g_align = self._carve_forward_pass1(ws, t, ext)
         stream = stream_of()
         bf, f32, i32 = data_type.BFLOAT16, data_type.FLOAT, data_type.INT32
         cu = _ptr(t["cu_seqlens"], i32, 4)
@@ -109,10 +133,17 @@ class GatedDeltaNetBwdSm90(DeltaRuleBwdSm90):
         ws_h, ws_dh, ws_vn, ws_dvn = (_ptr(t[n], bf, 16) for n in ("ws_h", "ws_dh", "ws_vn", "ws_dvn"))
         states, dstates, grads = kernels[:3]
         sc = float(self.scale)
-        states(
-            _ptr(k, bf, 16), _ptr(v, bf, 16), gp, bp, cu, _ptr(t["initial_state"], f32, 4), ws_h, ws_vn, ws_tm,
-            T, n_seqs, seq_len, H, Hk, slots, strides["k"], strides["v"], stream,
-        )  # fmt: skip
+        if parallel:
+            self._launch_forward_pass1(fext, fwd_ptrs, g_align, t, strides, ext, stream)
+            states(
+                _ptr(k, bf, 16), _ptr(v, bf, 16), gp, bp, cu, fwd_ptrs[FWD_H], ws_h, ws_vn, ws_tm,
+                T, n_seqs, seq_len, fext.chunks_per_seq, fext.slots, H, Hk, slots, strides["k"], strides["v"], stream,
+            )  # fmt: skip
+        else:
+            states(
+                _ptr(k, bf, 16), _ptr(v, bf, 16), gp, bp, cu, _ptr(t["initial_state"], f32, 4), ws_h, ws_vn, ws_tm,
+                T, n_seqs, seq_len, H, Hk, slots, strides["k"], strides["v"], stream,
+            )  # fmt: skip
         dstates(
             _ptr(q, bf, 16), _ptr(k, bf, 16), _ptr(do, bf, 16), gp, bp, cu, _ptr(t["dfinal_state"], f32, 4), _ptr(t["dinitial_state"], f32, 4),
             ws_dh, ws_dvn, ws_tm, T, n_seqs, seq_len, H, Hk, slots, sc, strides["q"], strides["k"], strides["do"], stream,
@@ -131,8 +162,10 @@ class GatedDeltaNetBwdSm90(DeltaRuleBwdSm90):
 
 
 def _parts(key) -> tuple[str, ...]:
-    """The launches of a plan: three passes, and the GVA reduction."""
-    return ("states", "dstates", "grads", "qk_reduce") if key.gva else ("states", "dstates", "grads")
+    """The backward's launches of a plan: three passes, and the GVA reduction (``parallel_pass1``: pass 1 is
+    ``states_par``, after the forward's prep and state pass, which ``compile`` adds)."""
+    first = "states_par" if key.parallel_pass1 else "states"
+    return (first, "dstates", "grads", "qk_reduce") if key.gva else (first, "dstates", "grads")
 
 
 def build_kernel(part: str, key):
@@ -153,6 +186,11 @@ def build_kernel(part: str, key):
 
             h0 = _fake_ptr("Float32", 4) if key.has_initial else None
             return cute.compile(GdnBwdStates(key), bf(), bf(), gp, bp, cu, h0, bf(), bf(), tm, *[Int32(8)] * 6, st, st, cuda.CUstream(0))
+        if part == "states_par":
+            from .bwd_states_parallel_kernel import GdnBwdStatesChunk
+
+            fwd_h = _fake_ptr("BFloat16", 128)  # the forward's h array: 128-byte aligned (chunk_parallel.workspace_pointers)
+            return cute.compile(GdnBwdStatesChunk(key), bf(), bf(), gp, bp, cu, fwd_h, bf(), bf(), tm, *[Int32(8)] * 8, st, st, cuda.CUstream(0))
         if part == "dstates":
             from .bwd_states_kernel import GdnBwdDStates
 

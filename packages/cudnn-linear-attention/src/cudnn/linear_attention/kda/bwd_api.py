@@ -29,6 +29,14 @@ The host code shared with the GDN backward (constructor, ``check_support``, work
 the launches) is ``_host/delta_rule_bwd_api.py::DeltaRuleBwdSm90``; this module holds what differs (compile key, declines,
 workspace tail, the kernels' argument order in ``_launch``, ``build_kernel``).
 
+Opt-in ``plan.parallel_pass1 = True`` (before ``compile()``; compile-key field ``KdaBwdKey.parallel_pass1``): pass 1 as
+three chunk-parallel launches -- the forward's prep and state pass (``_host/chunk_parallel.py``'s kernels,
+the forward's compile artifacts) into a tail of the workspace (``forward_workspace_bytes(T, N, H, D)`` more bytes,
+which ``scratch_workspace_bytes()`` then includes), then ``bwd_states_parallel_kernel.KdaBwdStatesChunk``
+(Tm, P, Vn and the chunk states in the serial pass 1's arrays); passes 2 and 3 unchanged. Needs an fp32 ``g`` 4-byte
+aligned (the forward prep's 32-bit loads; execute raises ValueError otherwise). Default off: the default launches and
+PTX are unchanged.
+
 Contract (Rule 3, unchecked on device): the forward's (``cu_seqlens`` well formed; any 8 consecutive per-channel log
 decays sum to more than -80).
 """
@@ -37,14 +45,14 @@ from __future__ import annotations
 
 from cudnn.datatypes import data_type
 
-from .._host.delta_rule_bwd_api import CHUNK, DeltaRuleBwdSm90, chunk_groups
+from .._host.delta_rule_bwd_api import CHUNK, FWD_H, DeltaRuleBwdSm90, chunk_groups, forward_workspace_bytes
 from .._host.delta_rule_bwd_api import workspace_bytes as _workspace_bytes
 from .._host.launch import fake_gmem_ptr as _fake_ptr
 from .._host.launch import gmem_ptr as _ptr
 
 CUTEDSL_FLOOR = "4.8.0"
 FAMILY = "linear_attention.kda_bwd"
-__all__ = ["CHUNK", "FAMILY", "KimiDeltaAttentionBwdSm90", "build_kernel", "chunk_groups", "workspace_bytes"]
+__all__ = ["CHUNK", "FAMILY", "FWD_H", "KimiDeltaAttentionBwdSm90", "build_kernel", "chunk_groups", "forward_workspace_bytes", "workspace_bytes"]
 
 
 def workspace_bytes(T: int, N: int, H: int, D: int) -> int:
@@ -72,15 +80,34 @@ class KimiDeltaAttentionBwdSm90(DeltaRuleBwdSm90):
         self._decline_if(q.shape[-2] != v.shape[-2], f"{what}: GVA (q/k heads {q.shape[-2]} != v heads {v.shape[-2]}) is not implemented in this version")
 
     def _workspace_bytes(self, T: int, N: int, H: int, D: int) -> int:
+        if self.parallel_pass1:
+            return workspace_bytes(T, N, H, D) + forward_workspace_bytes(T, N, H, D)
         return workspace_bytes(T, N, H, D)
 
     def compile_key(self):
         from .bwd_states_kernel import KdaBwdKey
 
-        return KdaBwdKey(**self._key_fields())
+        return KdaBwdKey(parallel_pass1=bool(self.parallel_pass1), **self._key_fields())
 
     def _parts(self, key) -> tuple[str, ...]:
         return _parts(key)
+
+    def _cache_key(self, part: str, key):
+        """Passes 2 and 3 read no ``parallel_pass1``: the opt-in plan reuses the default plan's artifacts for them."""
+        if part == "states_par":
+            return key
+        from dataclasses import replace
+
+        return replace(key, parallel_pass1=False)
+
+    def compile(self) -> None:
+        """The backward's passes (``_parts``) and, with ``parallel_pass1``, the forward's chunk-parallel prep and state
+        pass (the forward's own compile keys and cache family: one artifact for both directions)."""
+        super().compile()
+        self._compile_forward_pass1()
+
+    def _pass1_g_align(self) -> int:
+        return _fwd_g_align(self.g.dtype)
 
     def _build_kernel(self, part: str, key):
         return build_kernel(part, key)
@@ -92,6 +119,9 @@ class KimiDeltaAttentionBwdSm90(DeltaRuleBwdSm90):
         q, k, v, do = (t[n] for n in ("q", "k", "v", "do"))
         ws_tm = ws.take(slots * H * CHUNK * CHUNK, "bfloat16")
         ws_p = ws.take(slots * H * CHUNK * CHUNK, "bfloat16")
+        parallel = self._compiled_forward is not None
+        if parallel:  # the forward's workspace arrays, carved and checked before any launch
+            fext, fwd_ptrs, g_align = self._carve_forward_pass1(ws, t, ext)
         stream = stream_of()
         bf, f32, i32 = data_type.BFLOAT16, data_type.FLOAT, data_type.INT32
         cu = _ptr(t["cu_seqlens"], i32, 4)
@@ -100,10 +130,17 @@ class KimiDeltaAttentionBwdSm90(DeltaRuleBwdSm90):
         ws_h, ws_dh, ws_vn, ws_dvn = (_ptr(t[n], bf, 16) for n in ("ws_h", "ws_dh", "ws_vn", "ws_dvn"))
         states, dstates, grads = kernels
         sc = float(self.scale)
-        states(
-            _ptr(q, bf, 16), _ptr(k, bf, 16), _ptr(v, bf, 16), gp, bp, cu, _ptr(t["initial_state"], f32, 4), ws_h, ws_vn, tm, p,
-            T, n_seqs, seq_len, H, Hk, slots, sc, strides["q"], strides["k"], strides["v"], stream,
-        )  # fmt: skip
+        if parallel:
+            self._launch_forward_pass1(fext, fwd_ptrs, g_align, t, strides, ext, stream)
+            states(
+                _ptr(q, bf, 16), _ptr(k, bf, 16), _ptr(v, bf, 16), gp, bp, cu, fwd_ptrs[FWD_H], ws_h, ws_vn, tm, p,
+                T, n_seqs, seq_len, fext.chunks_per_seq, fext.slots, H, Hk, slots, sc, strides["q"], strides["k"], strides["v"], stream,
+            )  # fmt: skip
+        else:
+            states(
+                _ptr(q, bf, 16), _ptr(k, bf, 16), _ptr(v, bf, 16), gp, bp, cu, _ptr(t["initial_state"], f32, 4), ws_h, ws_vn, tm, p,
+                T, n_seqs, seq_len, H, Hk, slots, sc, strides["q"], strides["k"], strides["v"], stream,
+            )  # fmt: skip
         dstates(
             _ptr(q, bf, 16), _ptr(k, bf, 16), _ptr(do, bf, 16), gp, bp, cu, _ptr(t["dfinal_state"], f32, 4), _ptr(t["dinitial_state"], f32, 4),
             ws_dh, ws_dvn, tm, p, T, n_seqs, seq_len, H, Hk, slots, sc, strides["q"], strides["k"], strides["do"], stream,
@@ -117,8 +154,14 @@ class KimiDeltaAttentionBwdSm90(DeltaRuleBwdSm90):
 
 
 def _parts(key) -> tuple[str, ...]:
-    """The launches of a plan: three passes."""
-    return ("states", "dstates", "grads")
+    """The backward's launches of a plan: three passes (``parallel_pass1``: pass 1 is ``states_par``, after the forward's
+    prep and state pass, which ``compile`` adds)."""
+    return ("states_par" if key.parallel_pass1 else "states", "dstates", "grads")
+
+
+def _fwd_g_align(g_dtype) -> int:
+    """The forward prep's ``g`` alignment (its ``_g_align``: 32-bit loads of an fp32 ``g``)."""
+    return 4 if g_dtype == data_type.FLOAT else 2
 
 
 def build_kernel(part: str, key):
@@ -139,6 +182,14 @@ def build_kernel(part: str, key):
             h0 = _fake_ptr("Float32", 4) if key.has_initial else None
             return cute.compile(
                 KdaBwdStates(key), bf(), bf(), bf(), gp, bp, cu, h0, bf(), bf(), bf(), bf(), *[Int32(8)] * 6, Float32(1.0), st, st, st, cuda.CUstream(0)
+            )
+        if part == "states_par":
+            from .bwd_states_parallel_kernel import KdaBwdStatesChunk
+
+            fwd_h = _fake_ptr("BFloat16", 128)  # the forward's h array: 128-byte aligned (chunk_parallel.workspace_pointers)
+
+            return cute.compile(
+                KdaBwdStatesChunk(key), bf(), bf(), bf(), gp, bp, cu, fwd_h, bf(), bf(), bf(), bf(), *[Int32(8)] * 8, Float32(1.0), st, st, st, cuda.CUstream(0)
             )
         if part == "dstates":
             from .bwd_states_kernel import KdaBwdDStates

@@ -77,6 +77,9 @@ class KdaBwdKey:
     has_dfinal: bool  # a gradient of the final state enters pass 2
     l2norm: bool = False  # q, k L2-normalised in the kernels; pass 3 applies the chain rule
     gva: bool = False  # q/k heads Hk < v heads H: pass 3 writes fp32 per-value-head dq / dk, pass 4 sums them
+    # opt-in (kda/bwd_api.py ``plan.parallel_pass1``): pass 1 as the forward's chunk-parallel prep + state pass and
+    # ``bwd_states_parallel_kernel.KdaBwdStatesChunk``; no kernel of this module reads it (their PTX is unchanged)
+    parallel_pass1: bool = False
 
 
 @cute.jit

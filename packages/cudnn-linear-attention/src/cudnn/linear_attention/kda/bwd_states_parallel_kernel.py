@@ -1,0 +1,368 @@
+"""Kimi Delta Attention backward, pass 1 chunk-parallel (opt-in ``plan.parallel_pass1 = True``; sm_90a, CuTe DSL,
+WGMMA), and the design note for making passes 1 and 2 of both delta-rule backwards chunk-parallel.
+
+What this kernel does
+=====================
+
+:class:`KdaBwdStatesChunk` is pass 1 of the KDA backward (``bwd_states_kernel.py::KdaBwdStates``) with the serial state
+chain taken out: one CTA per (forward chunk slot, head) instead of one per (sequence, head, 64-row V slice).
+The state entering each chunk, ``S0``, is not recomputed: the forward's chunk-parallel prep + narrow state pass
+(``kda/chunk_parallel_{prep,state}_kernel.py``, launched by ``kda/bwd_api.py`` into a tail of the backward's workspace)
+already write every chunk's ``S0`` as bf16 [V, K] to their ``h`` array (``_device/chunk_parallel.py``: [slots, H, D, D],
+forward slot convention). Per chunk, this kernel then does exactly the serial pass 1's per-chunk work without the
+update ``S1 = ...``:
+
+- ``S0`` (bf16, forward ``h[fslot, head, v0:v0+64, :]``) -> shared ``sS`` and -> the backward's ``ws_h[slot]`` (a bf16
+  copy: the backward's slot convention is ``n + bos // 64 + ci`` for dense batches too, the forward's ``n ceil(L / 64) +
+  ci`` there; varlen they coincide);
+- ``A``, ``P`` (16-row decay-split blocks), ``Tm = (I + A)^-1`` once per chunk, then per 64-row V slice (the
+  serial pass's CTA split, here a loop) ``U``, ``-Wm``, ``Vn = U - Wm S0^T``; writes ``Vn`` -> ``ws_vn``, ``Tm`` ->
+  ``ws_tm``, ``P`` -> ``ws_p``: the same arrays, layouts and bf16 roundings as the serial pass 1, so passes 2 and 3
+  run unchanged.
+
+The values differ from the serial pass 1's by rounding only: the forward's state pass builds ``S`` from its own bf16
+``Vn^T`` and ``(K exp(G_C - G))^T`` tiles (ex2-based decays), the serial pass from its in-register ``Vn``.
+Grid [T // 64 + N (varlen) or N ceil(L / 64) (dense), H]; an idle slot (past its sequence's last chunk) exits. The
+first grid [slots, H, V / 64] (A / P / solve once per V slice) is kept out of the tree in
+/work/notes/la_bwd_wip/bwd_states_parallel_kernel_vslice_grid.py for an A/B if the loop loses.
+
+Analysis (measure-free; H200, T = 8192, H = 16, K = V = 128, bf16; 128 chunks per head)
+======================================================================================
+
+Per chunk, pass 1 (serial today, one CTA per (seq, head, V/64): 32 CTAs on 132 SMs, 128 chunks deep):
+
+1. gates: cumulative ``G`` [64, K], ``beta`` -- independent of the state;
+2. q, k, v rows, decayed copies ``Q exp(G - G_r)``, ``K exp(G - G_r)``, ``(beta K exp G)^T``, ``(beta V)^T`` -- independent;
+3. ``A`` and ``P`` by four 16-row decay-split blocks (16 WGMMA 64x64x128) -- independent;
+4. ``Tm = (I + A)^-1`` (blocked forward substitution: the longest latency of the chunk) -- independent;
+5. ``U = Tm (beta V)``, ``-Wm = -Tm (beta K exp G)`` (12 WGMMA) -- independent;
+6. ``Vn = U - Wm S0^T`` (8 WGMMA) -- needs ``S0``: ON THE CHAIN;
+7. ``S1 = S0 Diag(exp G_C) + Vn^T (K exp(G_C - G))`` (8 WGMMA) -- THE CHAIN.
+
+Only 6-7 (16 of 44 WGMMAs, no solve) depend on the previous chunk; today 1-5 ride the chain too, 128 times in a row,
+and the V-slice split runs 1-5 twice per chunk. Per chunk, pass 2 (reverse, the same grid):
+
+1. gates, ``(beta exp(G) K)^T``, ``K exp(G_C - G)``, ``(scale exp(G) Q)^T``, dO^T -- independent;
+2. ``Tm``, ``P^T`` reloaded from pass 1 -- independent;
+3. ``Wm^T = (Tm (beta exp(G) K))^T`` (8 WGMMA) -- independent;
+4. ``dVn = P^T dO + (K exp(G_C - G)) dS1^T`` -- the ``P^T dO`` half (4 WGMMA) is independent, the ``Kd dS1^T`` half
+   (8) needs ``dS1``: ON THE CHAIN;
+5. ``dS0 = dS1 Diag(exp G_C) + dO^T (scale exp(G) Q) - dVn^T Wm`` -- the ``dO^T Qs`` term (8) is independent, the rest
+   (8) is THE CHAIN.
+
+fla's decomposition (chunk_kda_bwd / chunk_gated_delta_rule_bwd): (a) recompute ``w, u`` per chunk in parallel and
+``h`` by the forward's state kernel (the chain is only ``S1 = S0 decay + Vn^T Kd`` with ``Vn = U - W S0^T``; ``v_new``
+is stored by it); (b) ``dh`` by a reverse state kernel whose per-chunk chain is ``dS0 = dS1 decay + (Qs^T dO)^T -
+dVn^T W`` with ``dVn = dVn_local + Kd dS1^T`` where ``dVn_local = P^T dO`` is precomputed in parallel (chunk_bwd_dv_local)
+-- the reverse pass holds per chunk only ``Kd``, ``Qs``, ``W`` tiles plus ``dO`` and ``dVn_local``, all precomputed;
+(c) dq / dk / dw / dg in parallel per chunk, then ``dk, dv, dbeta, dg`` through the WY transform (prepare_wy_repr_bwd),
+in parallel. The chain of (a) and (b) is 16 WGMMAs + a few elementwise ops per chunk, V split into slices for width.
+
+Decomposition for our backward, with time estimates from our forward's measured kernels (prep 175-183 us for all
+(chunk, head) pairs, narrow state pass 113 us, output 47 us; the serial passes' per-chunk latency: 17.25 ms over 128
+chunks is ~135 us per chunk for passes 1-3, i.e. ~65 us per chunk and serial pass: one 128-thread CTA, no prefetch,
+every step waited for):
+
+- P1a = forward prep (175-183 us) + forward narrow state pass (113 us): ``S0`` of every chunk (bf16 ``h``), ``-Wm``,
+  ``U``, ``Kd^T``, ``Qg``, ``P``, ``exp G_C``. ~0.29 ms.
+- P1b = this kernel: ``Tm``, ``P``, ``Vn`` -> the backward's layouts. It redoes steps 1-5 (the forward prep's work,
+  ~180 us there at two 256-thread CTAs per SM) with the serial pass's 128-thread per-chunk code at one CTA per SM
+  (~190 KiB shared): 2048 CTAs = 15.5 waves of one chunk's latency, est. 0.5-1.5 ms (the range is that latency,
+  unmeasured per pass). Next: fold ``Tm`` (and a token-major ``Vn``) stores into a backward-only option of the
+  forward prep kernel (its owner's file) so P1b shrinks to the ``h`` / ``Vn`` layout copies: pass 1 -> ~0.35 ms.
+- P2 = reverse state pass, narrow like the forward's (grid [N, H, V/32], TMA-fed 4-stage ring): precompute per chunk,
+  in parallel, ``Wm`` (= the forward's ``-w``), ``Kd`` (forward ``kd``), ``Qs`` (forward ``qg``), ``dVn_local = P^T dO``
+  (a new small parallel kernel, ~50 us, or folded into P1b); the chain per chunk is then ``dVn = dVn_local + Kd dS1^T``,
+  ``dS0 = dS1 decay + dO^T Qs - dVn^T Wm``: the forward state pass's shape (two 64 x 64 x K products + one) with one more
+  operand stream (dO): est. 1.3x its 113 us = ~0.15 ms, writing ``dS1`` (ws_dh) and ``dVn`` (ws_dvn).
+- P3 (today, chunk-parallel, unchanged). Its time is not in the quick table; the serial passes are ~16 of the 17.25 ms.
+
+Estimated backward after both: 0.29 + 0.5-1.5 (~0.06 after the fold) + 0.15 + P3 -> ~0.5-2 ms + P3 (KDA), vs fla
+2.23 ms; GDN the same shape with its 133 us prep. With this opt-in alone (pass 2 still serial, ~8 ms):
+~0.3 + 0.5-1.5 + 8 + P3: roughly half of today's 17.25 ms. Meeting issue #7's 0.74 ms needs P3 near 0.2 ms and the P1b fold.
+
+Layouts (as ``bwd_states_kernel.py``): q, k [T, Hk, K], v [T, H, V] bf16, unit channel stride, token / head strides
+multiples of 8 elements; g [T, H, K] and beta [T, H] contiguous fp32 or bf16; ``cu_seqlens`` int32 [N + 1]. K = V in
+{64, 128}. Runtime extents are kernel arguments (Rule 4); the compile key is ``bwd_states_kernel.KdaBwdKey`` (its
+``parallel_pass1`` field selects this kernel in ``kda/bwd_api.py``; the kernel reads no other field than the serial one).
+
+Tests: ``tests/test_la_bwd_parallel_gpu.py`` (GPU: the opt-in against the fp32 reference and the default; compile-only:
+this kernel builds with WGMMA and no local memory). Benchmark: ``benchmarks/linear_attention_bwd.py kda --quick
+--providers ours,ours-p1,fla``.
+"""
+
+from __future__ import annotations
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+from cutlass import BFloat16, Float32, Int32, Int64, const_expr
+
+from .._device import delta_rule_bwd as bwd
+from .._device.chunk_parallel import slot_chunk
+from .._device.delta_rule import (
+    BV,
+    CHUNK,
+    SOLVE_BLOCK,
+    THREADS,
+    VEC,
+    chunk_gates,
+    k_major_smem_layout,
+    load_half_row,
+    load_v_half_row,
+    make_accumulators,
+    make_mma_n64,
+    make_seq_state_views,
+    solve_unit_lower_blocked,
+    store_beta_v_t,
+)
+from .._device.delta_rule import row_scale as _row_scale
+from .._device.delta_rule import smem_ready as _smem_ready
+from .._device.delta_rule import wgmma as _wgmma
+from .bwd_states_kernel import REF_OFFSET, KdaBwdKey
+
+__all__ = ["KdaBwdStatesChunk", "forward_state_to_smem_and_workspace", "state_views_aligned"]
+
+
+def state_views_aligned(ptr, slots, heads, D):
+    """A [slots, H, D, D] bf16 state array (``delta_rule_bwd.state_views``) with its slot stride declared a multiple of
+    D * D, so that the (1, 1, 1, 8) vectors of :func:`forward_state_to_smem_and_workspace` are 16-byte accesses."""
+    return cute.make_tensor(ptr, cute.make_layout((slots, heads, D, D), stride=(cute.assume(Int64(heads) * (D * D), divby=D * D), D * D, D, 1)))
+
+
+@cute.jit
+def forward_state_to_smem_and_workspace(
+    gFH: cute.Tensor, gWsH: cute.Tensor, sS: cute.Tensor, fslot: Int32, slot: Int32, head: Int32, v0: Int32, tidx: Int32, D: cutlass.Constexpr[int]
+):
+    """``S0[v0:v0+64, :]`` of one chunk, bf16 from the forward's ``h[fslot, head]`` -> ``sS`` (the ``Vn`` product's
+    operand, as the serial pass's ``state_to_smem``) and -> the backward's ``ws_h[slot, head]`` (passes 2-3 read it), by
+    16-byte vectors (``gFH`` / ``gWsH``: the [slots, H, V, K] arrays divided by (1, 1, 1, 8)). Not fenced."""
+    nv = D // VEC
+    buf = cute.make_rmem_tensor(cute.make_layout((1, 1, 1, VEC)), BFloat16)
+    for s in cutlass.range_constexpr(BV * nv // THREADS):
+        idx = tidx + THREADS * s
+        r = idx // nv
+        cv = idx % nv
+        cute.autovec_copy(gFH[(None, None, None, None), (fslot, head, v0 + r, cv)], buf)
+        cute.autovec_copy(buf, gWsH[(None, None, None, None), (slot, head, v0 + r, cv)])
+        for e in cutlass.range_constexpr(VEC):
+            sS[r, cv * VEC + e] = buf[0, 0, 0, e]
+
+
+class KdaBwdStatesChunk:
+    """Pass 1, chunk-parallel: ``S0`` (from the forward's ``h``) -> ``ws_h``, ``Vn`` -> ``ws_vn``, ``Tm`` -> ``ws_tm``,
+    ``P`` -> ``ws_p``; one CTA per (forward chunk slot, head), looping the V slices."""
+
+    def __init__(self, key: KdaBwdKey):
+        assert key.head_dim in (64, 128)
+        self.key = key
+        self.D = key.head_dim
+
+    @cute.jit
+    def __call__(
+        self,
+        q_ptr: cute.Pointer,
+        k_ptr: cute.Pointer,
+        v_ptr: cute.Pointer,
+        g_ptr: cute.Pointer,
+        beta_ptr: cute.Pointer,
+        cu_ptr: cute.Pointer | None,
+        fh_ptr: cute.Pointer,
+        wsh_ptr: cute.Pointer,
+        wsvn_ptr: cute.Pointer,
+        wstm_ptr: cute.Pointer,
+        wsp_ptr: cute.Pointer,
+        T: Int32,
+        n_seqs: Int32,
+        seq_len: Int32,
+        chunks_per_seq: Int32,
+        fslots: Int32,
+        heads: Int32,
+        qk_heads: Int32,
+        slots: Int32,
+        scale: Float32,
+        q_strides: tuple[Int64, Int64],
+        k_strides: tuple[Int64, Int64],
+        v_strides: tuple[Int64, Int64],
+        stream: cuda.CUstream,
+    ):
+        D = self.D
+        gQ, gK, gV = bwd.vec_views(D, q_ptr, k_ptr, v_ptr, T, heads, qk_heads, q_strides, k_strides, v_strides)
+        mG = cute.make_tensor(g_ptr, cute.make_layout((T, heads, D), stride=(Int64(heads) * D, D, 1)))
+        mB = cute.make_tensor(beta_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
+        mCu, _, _ = make_seq_state_views(cu_ptr, None, None, n_seqs, heads, D, self.key.varlen, False, False)
+        gFH = cute.zipped_divide(state_views_aligned(fh_ptr, fslots, heads, D), (1, 1, 1, VEC))
+        gWsH = cute.zipped_divide(state_views_aligned(wsh_ptr, slots, heads, D), (1, 1, 1, VEC))
+        mWsVn = bwd.token_views(wsvn_ptr, T, heads, D)
+        mWsTm = bwd.cc_views(wstm_ptr, slots, heads)
+        mWsP = bwd.cc_views(wsp_ptr, slots, heads)
+        mma = make_mma_n64()
+        l_ck = k_major_smem_layout(CHUNK, D)
+        l_kc = k_major_smem_layout(CHUNK, CHUNK, D // BV)
+        l_cc = k_major_smem_layout(CHUNK, CHUNK)
+
+        @cute.struct
+        class SharedStorage:
+            smem_qr: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
+            smem_k: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
+            smem_w: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
+            smem_kr: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
+            smem_s: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
+            smem_kt: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_kc)], 1024]
+            smem_tm: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
+            smem_vt: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
+            smem_vnt: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
+            smem_a: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK * (CHUNK + 1)], 16]
+            smem_t: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK * (CHUNK + 1)], 16]
+            smem_m: cute.struct.Align[cute.struct.MemRange[Float32, SOLVE_BLOCK * (CHUNK + 1)], 16]
+            smem_gc: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK * (D + 1)], 16]
+            smem_beta: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]
+
+        self.kernel(
+            gQ, gK, gV, mG, mB, mCu, gFH, gWsH, mWsVn, mWsTm, mWsP, n_seqs, seq_len, chunks_per_seq, heads // qk_heads, scale,
+            mma, l_ck, l_kc, l_cc, SharedStorage,
+        ).launch(
+            grid=[fslots, heads, 1], block=[THREADS, 1, 1], smem=SharedStorage.size_in_bytes(), stream=stream, min_blocks_per_mp=1
+        )  # fmt: skip
+
+    @cute.kernel
+    def kernel(
+        self,
+        gQ: cute.Tensor,
+        gK: cute.Tensor,
+        gV: cute.Tensor,
+        mG: cute.Tensor,
+        mB: cute.Tensor,
+        mCu: cute.Tensor | None,
+        gFH: cute.Tensor,
+        gWsH: cute.Tensor,
+        mWsVn: cute.Tensor,
+        mWsTm: cute.Tensor,
+        mWsP: cute.Tensor,
+        n_seqs: Int32,
+        seq_len: Int32,
+        chunks_per_seq: Int32,
+        group: Int32,
+        scale: Float32,
+        mma: cute.TiledMma,
+        l_ck: cute.ComposedLayout,
+        l_kc: cute.ComposedLayout,
+        l_cc: cute.ComposedLayout,
+        SharedStorage: cutlass.Constexpr,
+    ):
+        D = self.D
+        HALF = D // 2
+        NH = D // BV
+        tidx, _, _ = cute.arch.thread_idx()
+        fslot, head, _ = cute.arch.block_idx()
+        hk = head // group
+        seq, t0, n_valid = slot_chunk(mCu, fslot, n_seqs, seq_len, chunks_per_seq, self.key.varlen)
+
+        smem = cutlass.utils.SmemAllocator()
+        storage = smem.allocate(SharedStorage)
+        sQr = storage.smem_qr.get_tensor(l_ck.outer, swizzle=l_ck.inner)  # Q exp(G - G_r)
+        sK = storage.smem_k.get_tensor(l_ck.outer, swizzle=l_ck.inner)
+        sW = storage.smem_w.get_tensor(l_ck.outer, swizzle=l_ck.inner)  # K exp(G - G_r), then -Wm
+        sKR = storage.smem_kr.get_tensor(l_ck.outer, swizzle=l_ck.inner)  # K exp(G_r - G), zero after block I
+        sS = storage.smem_s.get_tensor(l_ck.outer, swizzle=l_ck.inner)  # S0 [V slice, K] bf16
+        sKT = storage.smem_kt.get_tensor(l_kc.outer, swizzle=l_kc.inner)  # (beta K exp G)^T
+        sTm = storage.smem_tm.get_tensor(l_cc.outer, swizzle=l_cc.inner)
+        sVT = storage.smem_vt.get_tensor(l_cc.outer, swizzle=l_cc.inner)
+        sVnT = storage.smem_vnt.get_tensor(l_cc.outer, swizzle=l_cc.inner)
+        plain = cute.make_layout((CHUNK, CHUNK), stride=(CHUNK + 1, 1))
+        sA = storage.smem_a.get_tensor(plain)
+        sT = storage.smem_t.get_tensor(plain)
+        sM = storage.smem_m.get_tensor(cute.make_layout((SOLVE_BLOCK, CHUNK), stride=(CHUNK + 1, 1)))
+        sGc = storage.smem_gc.get_tensor(cute.make_layout((CHUNK, D), stride=(D + 1, 1)))
+        sBeta = storage.smem_beta.get_tensor(cute.make_layout((CHUNK,)))
+
+        if n_valid > 0:  # an idle slot (past its sequence's last chunk) exits; uniform per CTA
+            bos = seq * seq_len
+            if const_expr(self.key.varlen):
+                bos = mCu[seq]
+            eos = t0 + n_valid
+            slot = seq + bos // CHUNK + (t0 - bos) // CHUNK  # the backward's slot of this chunk (passes 2-3 read it)
+
+            wg = mma.get_slice(0)
+            kl_A = wg.make_fragment_A(wg.partition_A(sW))
+            qr_A = wg.make_fragment_A(wg.partition_A(sQr))
+            kr_B = wg.make_fragment_B(wg.partition_B(sKR))
+            kt_B, u_A, u_B, vn_A, s0_B, su_A = bwd.states_fragments(wg, sKT, sTm, sVT, sW, sS, sVnT)
+            acc_a, acc_b, acc_s, c64 = make_accumulators(mma, wg, tidx, NH)
+            chunk_gates(mG, mB, None, sGc, sBeta, t0, n_valid, head, tidx, D, True)
+
+            # ---- q, k, v rows to shared (zero past eos), decayed copies (the serial pass 1's block) ----------------
+            row = tidx // 2
+            half = tidx % 2
+            rref = (row // SOLVE_BLOCK) * SOLVE_BLOCK + REF_OFFSET
+            t_row = min(t0 + row, eos - 1)
+            keep = Float32(0.0)
+            if row < n_valid:
+                keep = Float32(1.0)
+            b_row = sBeta[row]
+            NV = HALF // VEC
+            rbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NV)), BFloat16)
+            load_half_row(gQ, rbuf, t_row, hk, half, NV)
+            inv_q = _row_scale(rbuf, keep, self.key.l2norm, NV, VEC)
+            for vj in cutlass.range_constexpr(NV):
+                for e in cutlass.range_constexpr(VEC):
+                    col = half * HALF + vj * VEC + e
+                    qn = (rbuf[0, 0, e, vj].to(Float32) * inv_q).to(BFloat16).to(Float32)
+                    sQr[row, col] = (qn * cute.math.exp(sGc[row, col] - sGc[rref, col])).to(BFloat16)
+            load_half_row(gK, rbuf, t_row, hk, half, NV)
+            inv_k = _row_scale(rbuf, keep, self.key.l2norm, NV, VEC)
+            for vj in cutlass.range_constexpr(NV):
+                for e in cutlass.range_constexpr(VEC):
+                    col = half * HALF + vj * VEC + e
+                    kn_b = (rbuf[0, 0, e, vj].to(Float32) * inv_k).to(BFloat16)
+                    kn = kn_b.to(Float32)
+                    g_i = sGc[row, col]
+                    sK[row, col] = kn_b
+                    sW[row, col] = (kn * cute.math.exp(g_i - sGc[rref, col])).to(BFloat16)
+                    sKT[col % BV, row, col // BV] = (kn * (b_row * cute.math.exp(g_i))).to(BFloat16)
+
+            # ---- A and P by 16-row blocks; P -> ws_p --------------------------------------------------------------
+            for bi in cutlass.range(CHUNK // SOLVE_BLOCK, unroll=1):
+                r_blk = bi * SOLVE_BLOCK + REF_OFFSET
+                live = row < (bi + 1) * SOLVE_BLOCK
+                for j in cutlass.range_constexpr(HALF):
+                    col = half * HALF + j
+                    kr = Float32(0.0)
+                    if live:
+                        kr = sK[row, col].to(Float32) * cute.math.exp(sGc[r_blk, col] - sGc[row, col])
+                    sKR[row, col] = kr.to(BFloat16)
+                _smem_ready()
+                _wgmma(mma, acc_a, kl_A, kr_B, True)
+                for i in cutlass.range_constexpr(cute.size(acc_a)):
+                    rc = c64[i]
+                    if rc[0] // SOLVE_BLOCK == bi:
+                        a_val = Float32(0.0)
+                        if rc[0] > rc[1]:
+                            a_val = acc_a[i] * sBeta[rc[0]]
+                        sA[rc[0], rc[1]] = a_val
+                _wgmma(mma, acc_a, qr_A, kr_B, True)
+                for i in cutlass.range_constexpr(cute.size(acc_a)):
+                    rc = c64[i]
+                    if rc[0] // SOLVE_BLOCK == bi:
+                        p_val = Float32(0.0)
+                        if rc[0] >= rc[1]:
+                            p_val = acc_a[i] * scale
+                        mWsP[slot, head, rc[0], rc[1]] = p_val.to(BFloat16)
+                cute.arch.sync_threads()
+
+            # ---- Tm = (I + A)^-1 -> ws_tm -------------------------------------------------------------------------
+            solve_unit_lower_blocked(sA, sT, sM, sTm, tidx)
+            _smem_ready()
+            bwd.tm_to_workspace(mWsTm, sTm, slot, 0, head, tidx)
+
+            # ---- U, -Wm, Vn = U - Wm S0^T -> ws_vn ---------------------------------------------------------------
+            # per 64-row V slice (the state-dependent part): S0 slice, (beta V)^T slice, U, -Wm, Vn = U - Wm S0^T
+            for vb in cutlass.range(NH, unroll=1):  # a runtime loop: one copy of the code (unrolled, ptxas keeps a stack frame)
+                cute.arch.sync_threads()  # every reader of the previous slice's sS / sVT / sW / sVnT is done
+                forward_state_to_smem_and_workspace(gFH, gWsH, sS, fslot, slot, head, vb * BV, tidx, D)
+                vbuf = load_v_half_row(gV, t_row, head, vb * BV, half)
+                store_beta_v_t(sVT, vbuf, row, half, keep, b_row)
+                _smem_ready()
+                bwd.wy_values_to_workspace(mma, acc_a, acc_b, u_A, u_B, kt_B, vn_A, s0_B, sW, sVnT, mWsVn, c64, t0, n_valid, head, vb * BV, NH)
+
+    kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
