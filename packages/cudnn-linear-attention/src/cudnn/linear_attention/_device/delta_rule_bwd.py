@@ -7,7 +7,9 @@ The two families differ only by the decay: Gated DeltaNet's is one scalar per to
 ``per_key`` (a constexpr) for that difference and otherwise run the same instructions in the same order.
 
 Host side (plain functions of the launchers' ``__call__``, no device code): :func:`state_views`, :func:`cc_views`,
-:func:`token_views` (the workspace arrays) and :func:`vec_views` (q, k, v / dO as 16-byte vectors).
+:func:`token_views` (the workspace arrays), :func:`vec_views` (q, k, v / dO as 16-byte vectors), :func:`gate_views`
+(g, beta), :func:`states_layouts` (passes 1-2's tiled MMA and shared layouts) and :func:`smem_struct` (a shared-memory
+struct from its field list).
 
 Device blocks:
 
@@ -24,6 +26,11 @@ Device blocks:
 - :func:`states_fragments`, :func:`dstates_fragments`: the WGMMA operands passes 1 and 2 share;
 - :func:`rows_to_smem`: pass 3's row loader (rows past the sequence's end as zero, row-major and / or transposed);
 - :func:`dwm_and_dv`: pass 3's ``dWm = -dVn S0`` and ``dV = beta Tm^T dVn`` with the ``dbeta`` row sums.
+
+The chunk-parallel pass 1 (``{kda,gdn}/bwd_states_parallel_kernel.py``, opt-in ``parallel_pass1``): host side
+:func:`state_views_aligned`, :func:`forward_state_views`; device :func:`chunk_cta` (the CTA's chunk), :func:`chunk_slot` (its end and backward slot),
+:func:`forward_state_to_smem_and_workspace` (the forward's ``S0`` -> shared and ``ws_h``), :func:`vslices_to_workspace`
+(the V-slice loop: ``S0``, ``(beta V)^T``, ``U``, ``-Wm``, ``Vn`` -> ``ws_vn``).
 """
 
 from __future__ import annotations
@@ -32,7 +39,50 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import BFloat16, Float32, Int32, Int64, const_expr
 
-from .delta_rule import BV, CHUNK, THREADS, VEC, sequence_bounds, smem_ready, state_to_smem, wgmma, wy_new_values
+from .chunk_parallel import slot_chunk
+from .delta_rule import (
+    BV,
+    CHUNK,
+    THREADS,
+    VEC,
+    k_major_smem_layout,
+    load_v_half_row,
+    make_mma_n64,
+    sequence_bounds,
+    smem_ready,
+    state_to_smem,
+    store_beta_v_t,
+    wgmma,
+    wy_new_values,
+)
+
+
+def states_layouts(D):
+    """``(mma, l_ck, l_kc, l_cc)`` of passes 1 and 2: the tiled MMA and the swizzled shared layouts [C, D], [64, C] x
+    D / 64 and [C, C] (host side, in the launchers' ``__call__``)."""
+    mma = make_mma_n64()
+    l_ck = k_major_smem_layout(CHUNK, D)
+    l_kc = k_major_smem_layout(CHUNK, CHUNK, D // BV)
+    l_cc = k_major_smem_layout(CHUNK, CHUNK)
+    return mma, l_ck, l_kc, l_cc
+
+
+def smem_struct(bf16_tiles: dict, f32_sizes: dict):
+    """A shared-memory ``cute.struct`` built on the host: the bf16 swizzled tiles first (name -> layout, 1024-byte
+    aligned, in order), then the fp32 arrays (name -> element count, 16-byte aligned, in order)."""
+    fields = {name: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(layout)], 1024] for name, layout in bf16_tiles.items()}
+    fields.update({name: cute.struct.Align[cute.struct.MemRange[Float32, n], 16] for name, n in f32_sizes.items()})
+    return cute.struct(type("SharedStorage", (), {"__annotations__": fields}))
+
+
+def gate_views(g_ptr, beta_ptr, T, heads, D, per_key: bool):
+    """``(mG, mB)``: the log decays ``g`` [T, H, K] (``per_key``, KDA) or [T, H] (GDN) and ``beta`` [T, H], contiguous."""
+    if per_key:
+        mG = cute.make_tensor(g_ptr, cute.make_layout((T, heads, D), stride=(Int64(heads) * D, D, 1)))
+    else:
+        mG = cute.make_tensor(g_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
+    mB = cute.make_tensor(beta_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
+    return mG, mB
 
 
 def state_views(ptr, slots, heads, D):
@@ -362,3 +412,106 @@ def dwm_and_dv(
             if rc[0] < n_valid:
                 mDv[t0 + rc[0], head, h * BV + rc[1]] = (acc_a[i] * sBeta[rc[0]]).to(mDv.element_type)
     smem_ready()
+
+
+def state_views_aligned(ptr, slots, heads, D):
+    """A [slots, H, D, D] bf16 state array (:func:`state_views`) with its slot stride declared a multiple of
+    D * D, so that the (1, 1, 1, 8) vectors of :func:`forward_state_to_smem_and_workspace` are 16-byte accesses."""
+    return cute.make_tensor(ptr, cute.make_layout((slots, heads, D, D), stride=(cute.assume(Int64(heads) * (D * D), divby=D * D), D * D, D, 1)))
+
+
+def forward_state_views(fh_ptr, wsh_ptr, fslots, slots, heads, D):
+    """``(gFH, gWsH)``: the forward's ``h`` [fslots, H, V, K] and the backward's ``ws_h`` [slots, H, V, K] (bf16) as
+    (1, 1, 1, 8) vectors, for :func:`forward_state_to_smem_and_workspace`."""
+    gFH = cute.zipped_divide(state_views_aligned(fh_ptr, fslots, heads, D), (1, 1, 1, VEC))
+    gWsH = cute.zipped_divide(state_views_aligned(wsh_ptr, slots, heads, D), (1, 1, 1, VEC))
+    return gFH, gWsH
+
+
+@cute.jit
+def chunk_cta(mCu: cute.Tensor | None, n_seqs: Int32, seq_len: Int32, chunks_per_seq: Int32, group: Int32, varlen: cutlass.Constexpr[bool]):
+    """``(tidx, fslot, head, hk, seq, t0, n_valid)`` of this thread and CTA of a chunk-parallel pass 1 (grid
+    [forward chunk slots, H]): the q/k head it reads (``head // group``) and its chunk (``_device.chunk_parallel.slot_chunk``:
+    ``n_valid`` 0 for an idle slot)."""
+    tidx, _, _ = cute.arch.thread_idx()
+    fslot, head, _ = cute.arch.block_idx()
+    hk = head // group
+    seq, t0, n_valid = slot_chunk(mCu, fslot, n_seqs, seq_len, chunks_per_seq, varlen)
+    return tidx, fslot, head, hk, seq, t0, n_valid
+
+
+@cute.jit
+def chunk_slot(mCu: cute.Tensor | None, seq: Int32, seq_len: Int32, t0: Int32, n_valid: Int32, varlen: cutlass.Constexpr[bool]):
+    """``(eos, slot)`` of a live chunk (tokens ``t0 .. t0 + n_valid - 1`` of sequence ``seq``): its end and the
+    backward's workspace slot ``seq + bos // 64 + (t0 - bos) // 64`` (passes 2-3 read it)."""
+    bos = seq * seq_len
+    if const_expr(varlen):
+        bos = mCu[seq]
+    eos = t0 + n_valid
+    slot = seq + bos // CHUNK + (t0 - bos) // CHUNK
+    return eos, slot
+
+
+@cute.jit
+def forward_state_to_smem_and_workspace(
+    gFH: cute.Tensor, gWsH: cute.Tensor, sS: cute.Tensor, fslot: Int32, slot: Int32, head: Int32, v0: Int32, tidx: Int32, D: cutlass.Constexpr[int]
+):
+    """``S0[v0:v0+64, :]`` of one chunk, bf16 from the forward's ``h[fslot, head]`` -> ``sS`` (the ``Vn`` product's
+    operand, as the serial pass's ``state_to_smem``) and -> the backward's ``ws_h[slot, head]`` (passes 2-3 read it), by
+    16-byte vectors (``gFH`` / ``gWsH``: the [slots, H, V, K] arrays divided by (1, 1, 1, 8)). Not fenced."""
+    nv = D // VEC
+    buf = cute.make_rmem_tensor(cute.make_layout((1, 1, 1, VEC)), BFloat16)
+    for s in cutlass.range_constexpr(BV * nv // THREADS):
+        idx = tidx + THREADS * s
+        r = idx // nv
+        cv = idx % nv
+        cute.autovec_copy(gFH[(None, None, None, None), (fslot, head, v0 + r, cv)], buf)
+        cute.autovec_copy(buf, gWsH[(None, None, None, None), (slot, head, v0 + r, cv)])
+        for e in cutlass.range_constexpr(VEC):
+            sS[r, cv * VEC + e] = buf[0, 0, 0, e]
+
+
+@cute.jit
+def vslices_to_workspace(
+    mma: cute.TiledMma,
+    acc_a: cute.Tensor,
+    acc_b: cute.Tensor,
+    u_A: cute.Tensor,
+    u_B: cute.Tensor,
+    kt_B: cute.Tensor,
+    vn_A: cute.Tensor,
+    s0_B: cute.Tensor,
+    gFH: cute.Tensor,
+    gWsH: cute.Tensor,
+    gV: cute.Tensor,
+    sS: cute.Tensor,
+    sVT: cute.Tensor,
+    sW: cute.Tensor,
+    sVnT: cute.Tensor,
+    mWsVn: cute.Tensor,
+    c64: cute.Tensor,
+    fslot: Int32,
+    slot: Int32,
+    t0: Int32,
+    n_valid: Int32,
+    t_row: Int32,
+    row: Int32,
+    half: Int32,
+    keep: Float32,
+    b_row: Float32,
+    head: Int32,
+    tidx: Int32,
+    D: cutlass.Constexpr[int],
+):
+    """The chunk-parallel pass 1's state-dependent part, per 64-row V slice (a runtime loop: one copy of the code;
+    unrolled, ptxas keeps a stack frame): ``S0`` slice (the forward's ``h``) -> ``sS`` and ``ws_h``, ``(beta V)^T``
+    slice, then :func:`wy_values_to_workspace` (``U``, ``-Wm``, ``Vn = U - Wm S0^T`` -> ``ws_vn``). Expects ``sTm``,
+    ``sKT`` and ``sW`` (the decayed keys) published."""
+    nh = D // BV
+    for vb in cutlass.range(nh, unroll=1):
+        cute.arch.sync_threads()  # every reader of the previous slice's sS / sVT / sW / sVnT is done
+        forward_state_to_smem_and_workspace(gFH, gWsH, sS, fslot, slot, head, vb * BV, tidx, D)
+        vbuf = load_v_half_row(gV, t_row, head, vb * BV, half)
+        store_beta_v_t(sVT, vbuf, row, half, keep, b_row)
+        smem_ready()
+        wy_values_to_workspace(mma, acc_a, acc_b, u_A, u_B, kt_B, vn_A, s0_B, sW, sVnT, mWsVn, c64, t0, n_valid, head, vb * BV, nh)

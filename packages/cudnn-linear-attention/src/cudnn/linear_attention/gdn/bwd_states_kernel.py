@@ -81,6 +81,131 @@ class GdnBwdKey:
     parallel_pass1: bool = False
 
 
+def states_shared_storage(l_ck, l_kc, l_cc):
+    """The shared-memory struct of pass 1 (serial :class:`GdnBwdStates` and chunk-parallel
+    ``bwd_states_parallel_kernel.GdnBwdStatesChunk``): host side, built once per ``__call__``."""
+    return bwd.smem_struct(
+        dict(smem_k=l_ck, smem_w=l_ck, smem_s=l_ck, smem_kt=l_kc, smem_tm=l_cc, smem_vt=l_cc, smem_vnt=l_cc),
+        dict(smem_a=CHUNK * (CHUNK + 1), smem_t=CHUNK * (CHUNK + 1), smem_m=SOLVE_BLOCK * (CHUNK + 1), smem_g=CHUNK, smem_gc=CHUNK, smem_beta=CHUNK),
+    )
+
+
+@cute.jit
+def states_smem(SharedStorage: cutlass.Constexpr, l_ck: cute.ComposedLayout, l_kc: cute.ComposedLayout, l_cc: cute.ComposedLayout):
+    """Pass 1's shared tensors (:func:`states_shared_storage`): ``(sK, sW, sS, sKT, sTm, sVT, sVnT, sA, sT, sM, sG, sGc,
+    sBeta)``."""
+    smem = cutlass.utils.SmemAllocator()
+    storage = smem.allocate(SharedStorage)
+    sK = storage.smem_k.get_tensor(l_ck.outer, swizzle=l_ck.inner)
+    sW = storage.smem_w.get_tensor(l_ck.outer, swizzle=l_ck.inner)
+    sS = storage.smem_s.get_tensor(l_ck.outer, swizzle=l_ck.inner)
+    sKT = storage.smem_kt.get_tensor(l_kc.outer, swizzle=l_kc.inner)
+    sTm = storage.smem_tm.get_tensor(l_cc.outer, swizzle=l_cc.inner)
+    sVT = storage.smem_vt.get_tensor(l_cc.outer, swizzle=l_cc.inner)
+    sVnT = storage.smem_vnt.get_tensor(l_cc.outer, swizzle=l_cc.inner)
+    plain = cute.make_layout((CHUNK, CHUNK), stride=(CHUNK + 1, 1))
+    sA = storage.smem_a.get_tensor(plain)
+    sT = storage.smem_t.get_tensor(plain)
+    sM = storage.smem_m.get_tensor(cute.make_layout((SOLVE_BLOCK, CHUNK), stride=(CHUNK + 1, 1)))
+    sG = storage.smem_g.get_tensor(cute.make_layout((CHUNK,)))
+    sGc = storage.smem_gc.get_tensor(cute.make_layout((CHUNK,)))
+    sBeta = storage.smem_beta.get_tensor(cute.make_layout((CHUNK,)))
+    return sK, sW, sS, sKT, sTm, sVT, sVnT, sA, sT, sM, sG, sGc, sBeta
+
+
+@cute.jit
+def scaled_k_rows(
+    gK: cute.Tensor,
+    gV: cute.Tensor | None,
+    sGc: cute.Tensor,
+    sBeta: cute.Tensor,
+    sK: cute.Tensor,
+    sKT: cute.Tensor,
+    sVT: cute.Tensor,
+    t0: Int32,
+    eos: Int32,
+    n_valid: Int32,
+    row: Int32,
+    half: Int32,
+    hk: Int32,
+    head: Int32,
+    v0: Int32,
+    l2norm: cutlass.Constexpr[bool],
+    D: cutlass.Constexpr[int],
+):
+    """Pass 1's row block: this thread's half of key row ``row`` (zero past the sequence's end, optionally
+    L2-normalised) -> ``sK`` and ``sKT = (beta exp(G) K)^T``; with ``gV`` also the value half row of V slice ``v0`` ->
+    ``sVT = (beta V)^T`` (loaded between the k load and its use: the serial pass's order). Published. Returns
+    ``(t_row, keep, g_row, b_row)``."""
+    HALF = D // 2
+    t_row = min(t0 + row, eos - 1)
+    keep = Float32(0.0)
+    if row < n_valid:
+        keep = Float32(1.0)
+    g_row = sGc[row]
+    b_row = sBeta[row]
+    NV = HALF // VEC
+    rbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NV)), BFloat16)
+    load_half_row(gK, rbuf, t_row, hk, half, NV)
+    vbuf = None
+    if const_expr(gV is not None):
+        vbuf = load_v_half_row(gV, t_row, head, v0, half)
+    inv_k = _row_scale(rbuf, keep, l2norm, NV, VEC)
+    kscale = b_row * cute.math.exp(g_row)
+    for vj in cutlass.range_constexpr(NV):
+        for e in cutlass.range_constexpr(VEC):
+            col = half * HALF + vj * VEC + e
+            kn = (rbuf[0, 0, e, vj].to(Float32) * inv_k).to(BFloat16)
+            sK[row, col] = kn
+            sKT[col % BV, row, col // BV] = (kn.to(Float32) * kscale).to(BFloat16)
+    if const_expr(gV is not None):
+        store_beta_v_t(sVT, vbuf, row, half, keep, b_row)
+    _smem_ready()
+    return t_row, keep, g_row, b_row
+
+
+@cute.jit
+def a_tm_to_workspace(
+    mma: cute.TiledMma,
+    acc_a: cute.Tensor,
+    kk_A: cute.Tensor,
+    kk_B: cute.Tensor,
+    sGc: cute.Tensor,
+    sBeta: cute.Tensor,
+    sA: cute.Tensor,
+    sT: cute.Tensor,
+    sM: cute.Tensor,
+    sTm: cute.Tensor,
+    mWsTm: cute.Tensor | None,
+    c64: cute.Tensor,
+    slot0: Int32,
+    ci: Int32,
+    head: Int32,
+    tidx: Int32,
+    vblk: Int32 | None,
+    store_tm: cutlass.Constexpr[bool],
+):
+    """Pass 1's ``A = beta K K^T * exp(G_r - G_c)`` (strictly lower), ``Tm = (I + A)^-1`` (``sTm``, published) and,
+    with ``store_tm``, ``Tm`` -> ``mWsTm[slot0 + ci, head]`` from the CTA with ``vblk == 0`` (serial pass; the same in
+    every V slice) or from every CTA (``vblk`` None: one CTA per chunk)."""
+    _wgmma(mma, acc_a, kk_A, kk_B, True)
+    for i in cutlass.range_constexpr(cute.size(acc_a)):
+        rc = c64[i]
+        a_val = Float32(0.0)
+        if rc[0] > rc[1]:
+            a_val = acc_a[i] * cute.math.exp(sGc[rc[0]] - sGc[rc[1]]) * sBeta[rc[0]]
+        sA[rc[0], rc[1]] = a_val
+    cute.arch.sync_threads()
+    solve_unit_lower_blocked(sA, sT, sM, sTm, tidx)
+    _smem_ready()
+    if const_expr(store_tm):
+        if const_expr(vblk is None):
+            bwd.tm_to_workspace(mWsTm, sTm, slot0, ci, head, tidx)
+        else:
+            if vblk == 0:  # Tm of the chunk (the same in every V-slice) for passes 2 and 3
+                bwd.tm_to_workspace(mWsTm, sTm, slot0, ci, head, tidx)
+
+
 class GdnBwdStates:
     """Pass 1: the chunk states ``S0`` -> ``ws_h`` and the new values ``Vn`` -> ``ws_vn`` (forward over chunks)."""
 
@@ -113,34 +238,16 @@ class GdnBwdStates:
     ):
         D = self.D
         _, gK, gV = bwd.vec_views(D, k_ptr, k_ptr, v_ptr, T, heads, qk_heads, k_strides, k_strides, v_strides)
-        mG = cute.make_tensor(g_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
-        mB = cute.make_tensor(beta_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
+        mG, mB = bwd.gate_views(g_ptr, beta_ptr, T, heads, D, False)
         mCu, mH0, _ = make_seq_state_views(cu_ptr, h0_ptr, None, n_seqs, heads, D, self.key.varlen, self.key.has_initial, False)
         mWsH = bwd.state_views(wsh_ptr, slots, heads, D)
         mWsVn = bwd.token_views(wsvn_ptr, T, heads, D)
         mWsTm = None
         if const_expr(self.key.store_tm):
             mWsTm = bwd.cc_views(wstm_ptr, slots, heads)
-        mma = make_mma_n64()
-        l_ck = k_major_smem_layout(CHUNK, D)
-        l_kc = k_major_smem_layout(CHUNK, CHUNK, D // BV)
-        l_cc = k_major_smem_layout(CHUNK, CHUNK)
+        mma, l_ck, l_kc, l_cc = bwd.states_layouts(D)
 
-        @cute.struct
-        class SharedStorage:
-            smem_k: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
-            smem_w: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
-            smem_s: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
-            smem_kt: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_kc)], 1024]
-            smem_tm: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
-            smem_vt: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
-            smem_vnt: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
-            smem_a: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK * (CHUNK + 1)], 16]
-            smem_t: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK * (CHUNK + 1)], 16]
-            smem_m: cute.struct.Align[cute.struct.MemRange[Float32, SOLVE_BLOCK * (CHUNK + 1)], 16]
-            smem_g: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]
-            smem_gc: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]
-            smem_beta: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]
+        SharedStorage = states_shared_storage(l_ck, l_kc, l_cc)
 
         self.kernel(gK, gV, mG, mB, mCu, mH0, mWsH, mWsVn, mWsTm, seq_len, heads // qk_heads, mma, l_ck, l_kc, l_cc, SharedStorage).launch(
             grid=[n_seqs, heads, D // BV], block=[THREADS, 1, 1], smem=SharedStorage.size_in_bytes(), stream=stream, min_blocks_per_mp=1
@@ -171,22 +278,7 @@ class GdnBwdStates:
         NH = D // BV
         tidx, seq, head, vblk, hk, v0, bos, eos, n_chunks, slot0 = bwd.bwd_cta(mCu, seq_len, group, self.key.varlen)
 
-        smem = cutlass.utils.SmemAllocator()
-        storage = smem.allocate(SharedStorage)
-        sK = storage.smem_k.get_tensor(l_ck.outer, swizzle=l_ck.inner)
-        sW = storage.smem_w.get_tensor(l_ck.outer, swizzle=l_ck.inner)
-        sS = storage.smem_s.get_tensor(l_ck.outer, swizzle=l_ck.inner)
-        sKT = storage.smem_kt.get_tensor(l_kc.outer, swizzle=l_kc.inner)
-        sTm = storage.smem_tm.get_tensor(l_cc.outer, swizzle=l_cc.inner)
-        sVT = storage.smem_vt.get_tensor(l_cc.outer, swizzle=l_cc.inner)
-        sVnT = storage.smem_vnt.get_tensor(l_cc.outer, swizzle=l_cc.inner)
-        plain = cute.make_layout((CHUNK, CHUNK), stride=(CHUNK + 1, 1))
-        sA = storage.smem_a.get_tensor(plain)
-        sT = storage.smem_t.get_tensor(plain)
-        sM = storage.smem_m.get_tensor(cute.make_layout((SOLVE_BLOCK, CHUNK), stride=(CHUNK + 1, 1)))
-        sG = storage.smem_g.get_tensor(cute.make_layout((CHUNK,)))
-        sGc = storage.smem_gc.get_tensor(cute.make_layout((CHUNK,)))
-        sBeta = storage.smem_beta.get_tensor(cute.make_layout((CHUNK,)))
+        sK, sW, sS, sKT, sTm, sVT, sVnT, sA, sT, sM, sG, sGc, sBeta = states_smem(SharedStorage, l_ck, l_kc, l_cc)
 
         wg = mma.get_slice(0)
         kk_A = wg.make_fragment_A(wg.partition_A(sK))
@@ -204,40 +296,8 @@ class GdnBwdStates:
             bwd.state_to_workspace(mWsH, acc_s, c64, slot0, ci, head, v0, NH)
             chunk_gates(mG, mB, sG, sGc, sBeta, t0, n_valid, head, tidx, D, False)
 
-            t_row = min(t0 + row, eos - 1)
-            keep = Float32(0.0)
-            if row < n_valid:
-                keep = Float32(1.0)
-            g_row = sGc[row]
-            b_row = sBeta[row]
-            NV = HALF // VEC
-            rbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NV)), BFloat16)
-            load_half_row(gK, rbuf, t_row, hk, half, NV)
-            vbuf = load_v_half_row(gV, t_row, head, v0, half)
-            inv_k = _row_scale(rbuf, keep, self.key.l2norm, NV, VEC)
-            kscale = b_row * cute.math.exp(g_row)
-            for vj in cutlass.range_constexpr(NV):
-                for e in cutlass.range_constexpr(VEC):
-                    col = half * HALF + vj * VEC + e
-                    kn = (rbuf[0, 0, e, vj].to(Float32) * inv_k).to(BFloat16)
-                    sK[row, col] = kn
-                    sKT[col % BV, row, col // BV] = (kn.to(Float32) * kscale).to(BFloat16)
-            store_beta_v_t(sVT, vbuf, row, half, keep, b_row)
-            _smem_ready()
-
-            _wgmma(mma, acc_a, kk_A, kk_B, True)
-            for i in cutlass.range_constexpr(cute.size(acc_a)):
-                rc = c64[i]
-                a_val = Float32(0.0)
-                if rc[0] > rc[1]:
-                    a_val = acc_a[i] * cute.math.exp(sGc[rc[0]] - sGc[rc[1]]) * sBeta[rc[0]]
-                sA[rc[0], rc[1]] = a_val
-            cute.arch.sync_threads()
-            solve_unit_lower_blocked(sA, sT, sM, sTm, tidx)
-            _smem_ready()
-            if const_expr(self.key.store_tm):
-                if vblk == 0:  # Tm of the chunk (the same in every V-slice) for passes 2 and 3
-                    bwd.tm_to_workspace(mWsTm, sTm, slot0, ci, head, tidx)
+            t_row, keep, g_row, b_row = scaled_k_rows(gK, gV, sGc, sBeta, sK, sKT, sVT, t0, eos, n_valid, row, half, hk, head, v0, self.key.l2norm, D)
+            a_tm_to_workspace(mma, acc_a, kk_A, kk_B, sGc, sBeta, sA, sT, sM, sTm, mWsTm, c64, slot0, ci, head, tidx, vblk, self.key.store_tm)
 
             bwd.wy_values_to_workspace(mma, acc_a, acc_b, u_A, u_B, kt_B, vn_A, s0_B, sW, sVnT, mWsVn, c64, t0, n_valid, head, v0, NH)
             g_last = sGc[CHUNK - 1]
@@ -287,18 +347,14 @@ class GdnBwdDStates:
     ):
         D = self.D
         gQ, gK, gDo = bwd.vec_views(D, q_ptr, k_ptr, do_ptr, T, heads, qk_heads, q_strides, k_strides, do_strides)
-        mG = cute.make_tensor(g_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
-        mB = cute.make_tensor(beta_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
+        mG, mB = bwd.gate_views(g_ptr, beta_ptr, T, heads, D, False)
         mCu, mDH0, mDHT = make_seq_state_views(cu_ptr, dh0_ptr, dht_ptr, n_seqs, heads, D, self.key.varlen, self.key.has_initial, self.key.has_dfinal)
         mWsDh = bwd.state_views(wsdh_ptr, slots, heads, D)
         mWsDvn = bwd.token_views(wsdvn_ptr, T, heads, D)
         mWsTm = None
         if const_expr(self.key.store_tm):
             mWsTm = cute.zipped_divide(bwd.cc_views(wstm_ptr, slots, heads), (1, 1, 1, VEC))  # 16-byte vectors
-        mma = make_mma_n64()
-        l_ck = k_major_smem_layout(CHUNK, D)
-        l_kc = k_major_smem_layout(CHUNK, CHUNK, D // BV)
-        l_cc = k_major_smem_layout(CHUNK, CHUNK)
+        mma, l_ck, l_kc, l_cc = bwd.states_layouts(D)
 
         @cute.struct
         class SharedStorage:

@@ -47,7 +47,7 @@ from .._device.delta_rule import BV, CHUNK, SOLVE_BLOCK, THREADS, VEC, chunk_gat
 from .._device.delta_rule import row_scale as _row_scale
 from .._device.delta_rule import smem_ready as _smem_ready
 from .._device.delta_rule import wgmma as _wgmma
-from .._device.delta_rule_bwd import bwd_cta, cc_views, dwm_and_dv, rows_to_smem, vec_views
+from .._device.delta_rule_bwd import bwd_cta, cc_views, dwm_and_dv, gate_views, rows_to_smem, vec_views
 from .bwd_states_kernel import GdnBwdKey
 
 
@@ -159,8 +159,7 @@ class GdnBwdGrads:
         mDq = cute.make_tensor(dq_ptr, cute.make_layout((T, heads, D), stride=(dq_strides[0], dq_strides[1], 1)))
         mDk = cute.make_tensor(dk_ptr, cute.make_layout((T, heads, D), stride=(dk_strides[0], dk_strides[1], 1)))
         mDv = cute.make_tensor(dv_ptr, cute.make_layout((T, heads, D), stride=(dv_strides[0], dv_strides[1], 1)))
-        mG = cute.make_tensor(g_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
-        mB = cute.make_tensor(beta_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
+        mG, mB = gate_views(g_ptr, beta_ptr, T, heads, D, False)
         mDg = cute.make_tensor(dg_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
         mDb = cute.make_tensor(dbeta_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
         mCu = None

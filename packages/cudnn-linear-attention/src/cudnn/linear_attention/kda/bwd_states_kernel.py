@@ -47,12 +47,10 @@ from .._device.delta_rule import (
     THREADS,
     VEC,
     chunk_gates,
-    k_major_smem_layout,
     load_half_row,
     load_state,
     load_v_half_row,
     make_accumulators,
-    make_mma_n64,
     make_seq_state_views,
     solve_unit_lower_blocked,
     store_beta_v_t,
@@ -101,6 +99,175 @@ def cc_to_smem(mX: cute.Tensor, sX: cute.Tensor, slot: Int32, head: Int32, tidx:
                 sX[row, c] = buf[0, 0, 0, e, vj]
 
 
+def states_shared_storage(l_ck, l_kc, l_cc, D: int):
+    """The shared-memory struct of pass 1 (serial :class:`KdaBwdStates` and chunk-parallel
+    ``bwd_states_parallel_kernel.KdaBwdStatesChunk``): host side, built once per ``__call__``."""
+    return bwd.smem_struct(
+        dict(smem_qr=l_ck, smem_k=l_ck, smem_w=l_ck, smem_kr=l_ck, smem_s=l_ck, smem_kt=l_kc, smem_tm=l_cc, smem_vt=l_cc, smem_vnt=l_cc),
+        dict(smem_a=CHUNK * (CHUNK + 1), smem_t=CHUNK * (CHUNK + 1), smem_m=SOLVE_BLOCK * (CHUNK + 1), smem_gc=CHUNK * (D + 1), smem_beta=CHUNK),
+    )
+
+
+@cute.jit
+def states_smem(SharedStorage: cutlass.Constexpr, l_ck: cute.ComposedLayout, l_kc: cute.ComposedLayout, l_cc: cute.ComposedLayout, D: cutlass.Constexpr[int]):
+    """Pass 1's shared tensors (:func:`states_shared_storage`): ``(sQr, sK, sW, sKR, sS, sKT, sTm, sVT, sVnT, sA, sT,
+    sM, sGc, sBeta)``."""
+    smem = cutlass.utils.SmemAllocator()
+    storage = smem.allocate(SharedStorage)
+    sQr = storage.smem_qr.get_tensor(l_ck.outer, swizzle=l_ck.inner)  # Q exp(G - G_r)
+    sK = storage.smem_k.get_tensor(l_ck.outer, swizzle=l_ck.inner)
+    sW = storage.smem_w.get_tensor(l_ck.outer, swizzle=l_ck.inner)  # K exp(G - G_r), then -Wm
+    sKR = storage.smem_kr.get_tensor(l_ck.outer, swizzle=l_ck.inner)  # K exp(G_r - G), zero after block I
+    sS = storage.smem_s.get_tensor(l_ck.outer, swizzle=l_ck.inner)  # S0 [V slice, K] bf16
+    sKT = storage.smem_kt.get_tensor(l_kc.outer, swizzle=l_kc.inner)  # (beta K exp G)^T, then (K exp(G_C - G))^T
+    sTm = storage.smem_tm.get_tensor(l_cc.outer, swizzle=l_cc.inner)
+    sVT = storage.smem_vt.get_tensor(l_cc.outer, swizzle=l_cc.inner)
+    sVnT = storage.smem_vnt.get_tensor(l_cc.outer, swizzle=l_cc.inner)
+    plain = cute.make_layout((CHUNK, CHUNK), stride=(CHUNK + 1, 1))
+    sA = storage.smem_a.get_tensor(plain)
+    sT = storage.smem_t.get_tensor(plain)
+    sM = storage.smem_m.get_tensor(cute.make_layout((SOLVE_BLOCK, CHUNK), stride=(CHUNK + 1, 1)))
+    sGc = storage.smem_gc.get_tensor(cute.make_layout((CHUNK, D), stride=(D + 1, 1)))
+    sBeta = storage.smem_beta.get_tensor(cute.make_layout((CHUNK,)))
+    return sQr, sK, sW, sKR, sS, sKT, sTm, sVT, sVnT, sA, sT, sM, sGc, sBeta
+
+
+@cute.jit
+def decayed_qk_rows(
+    gQ: cute.Tensor,
+    gK: cute.Tensor,
+    gV: cute.Tensor | None,
+    sGc: cute.Tensor,
+    sBeta: cute.Tensor,
+    sQr: cute.Tensor,
+    sK: cute.Tensor,
+    sW: cute.Tensor,
+    sKT: cute.Tensor,
+    t0: Int32,
+    eos: Int32,
+    n_valid: Int32,
+    row: Int32,
+    half: Int32,
+    rref: Int32,
+    hk: Int32,
+    head: Int32,
+    v0: Int32,
+    l2norm: cutlass.Constexpr[bool],
+    D: cutlass.Constexpr[int],
+):
+    """Pass 1's row block (the forward's step 2): this thread's half of token row ``row`` of q and k (zero past the
+    sequence's end, optionally L2-normalised) -> ``sQr = Q exp(G - G_r)``, ``sK``, ``sW = K exp(G - G_r)``, ``sKT =
+    (beta K exp G)^T``. With ``gV``, the thread's value half row (V slice ``v0``) is loaded between the k load and its
+    use (the serial pass's order). Returns ``(t_row, keep, b_row, vbuf)`` (``vbuf`` None without ``gV``). Not fenced."""
+    HALF = D // 2
+    t_row = min(t0 + row, eos - 1)
+    keep = Float32(0.0)
+    if row < n_valid:
+        keep = Float32(1.0)
+    b_row = sBeta[row]
+    NV = HALF // VEC
+    rbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NV)), BFloat16)
+    load_half_row(gQ, rbuf, t_row, hk, half, NV)
+    inv_q = _row_scale(rbuf, keep, l2norm, NV, VEC)
+    for vj in cutlass.range_constexpr(NV):
+        for e in cutlass.range_constexpr(VEC):
+            col = half * HALF + vj * VEC + e
+            qn = (rbuf[0, 0, e, vj].to(Float32) * inv_q).to(BFloat16).to(Float32)
+            sQr[row, col] = (qn * cute.math.exp(sGc[row, col] - sGc[rref, col])).to(BFloat16)
+    load_half_row(gK, rbuf, t_row, hk, half, NV)
+    inv_k = _row_scale(rbuf, keep, l2norm, NV, VEC)
+    vbuf = None
+    if const_expr(gV is not None):
+        vbuf = load_v_half_row(gV, t_row, head, v0, half)
+    for vj in cutlass.range_constexpr(NV):
+        for e in cutlass.range_constexpr(VEC):
+            col = half * HALF + vj * VEC + e
+            kn_b = (rbuf[0, 0, e, vj].to(Float32) * inv_k).to(BFloat16)
+            kn = kn_b.to(Float32)
+            g_i = sGc[row, col]
+            sK[row, col] = kn_b
+            sW[row, col] = (kn * cute.math.exp(g_i - sGc[rref, col])).to(BFloat16)
+            sKT[col % BV, row, col // BV] = (kn * (b_row * cute.math.exp(g_i))).to(BFloat16)
+    return t_row, keep, b_row, vbuf
+
+
+@cute.jit
+def p_block_to_workspace(mWsP: cute.Tensor, acc_a: cute.Tensor, c64: cute.Tensor, bi: Int32, slot0: Int32, ci: Int32, head: Int32, scale: Float32):
+    """Row block ``bi`` of ``P = scale lower_eq(...)`` (``acc_a``) -> bf16 ``mWsP[slot0 + ci, head]``."""
+    for i in cutlass.range_constexpr(cute.size(acc_a)):
+        rc = c64[i]
+        if rc[0] // SOLVE_BLOCK == bi:
+            p_val = Float32(0.0)
+            if rc[0] >= rc[1]:
+                p_val = acc_a[i] * scale
+            mWsP[slot0 + ci, head, rc[0], rc[1]] = p_val.to(BFloat16)
+
+
+@cute.jit
+def a_p_tm_to_workspace(
+    mma: cute.TiledMma,
+    acc_a: cute.Tensor,
+    kl_A: cute.Tensor,
+    qr_A: cute.Tensor,
+    kr_B: cute.Tensor,
+    sK: cute.Tensor,
+    sKR: cute.Tensor,
+    sGc: cute.Tensor,
+    sBeta: cute.Tensor,
+    sA: cute.Tensor,
+    sT: cute.Tensor,
+    sM: cute.Tensor,
+    sTm: cute.Tensor,
+    mWsP: cute.Tensor,
+    mWsTm: cute.Tensor,
+    c64: cute.Tensor,
+    slot0: Int32,
+    ci: Int32,
+    head: Int32,
+    row: Int32,
+    half: Int32,
+    tidx: Int32,
+    scale: Float32,
+    vblk: Int32 | None,
+    HALF: cutlass.Constexpr[int],
+):
+    """Pass 1's A and P by 16-row decay-split blocks (the forward's step 3; ``P`` -> ``ws_p``), then ``Tm = (I +
+    A)^-1`` (``sTm``, published) -> ``ws_tm``, both at slot ``slot0 + ci``. The workspace writes come from the CTA with
+    ``vblk == 0`` (serial pass), or from every CTA (``vblk`` None: one CTA per chunk)."""
+    for bi in cutlass.range(CHUNK // SOLVE_BLOCK, unroll=1):  # a runtime loop: a quarter of the code
+        r_blk = bi * SOLVE_BLOCK + REF_OFFSET
+        live = row < (bi + 1) * SOLVE_BLOCK
+        for j in cutlass.range_constexpr(HALF):
+            col = half * HALF + j
+            kr = Float32(0.0)
+            if live:
+                kr = sK[row, col].to(Float32) * cute.math.exp(sGc[r_blk, col] - sGc[row, col])
+            sKR[row, col] = kr.to(BFloat16)
+        _smem_ready()
+        _wgmma(mma, acc_a, kl_A, kr_B, True)
+        for i in cutlass.range_constexpr(cute.size(acc_a)):
+            rc = c64[i]
+            if rc[0] // SOLVE_BLOCK == bi:
+                a_val = Float32(0.0)
+                if rc[0] > rc[1]:
+                    a_val = acc_a[i] * sBeta[rc[0]]
+                sA[rc[0], rc[1]] = a_val
+        _wgmma(mma, acc_a, qr_A, kr_B, True)
+        if const_expr(vblk is None):
+            p_block_to_workspace(mWsP, acc_a, c64, bi, slot0, ci, head, scale)
+        else:
+            if vblk == 0:
+                p_block_to_workspace(mWsP, acc_a, c64, bi, slot0, ci, head, scale)
+        cute.arch.sync_threads()
+    solve_unit_lower_blocked(sA, sT, sM, sTm, tidx)
+    _smem_ready()
+    if const_expr(vblk is None):
+        bwd.tm_to_workspace(mWsTm, sTm, slot0, ci, head, tidx)
+    else:
+        if vblk == 0:
+            bwd.tm_to_workspace(mWsTm, sTm, slot0, ci, head, tidx)
+
+
 class KdaBwdStates:
     """Pass 1: ``S0`` -> ``ws_h``, ``Vn`` -> ``ws_vn``, ``Tm`` -> ``ws_tm``, ``P`` -> ``ws_p`` (forward over chunks)."""
 
@@ -137,34 +304,15 @@ class KdaBwdStates:
     ):
         D = self.D
         gQ, gK, gV = bwd.vec_views(D, q_ptr, k_ptr, v_ptr, T, heads, qk_heads, q_strides, k_strides, v_strides)
-        mG = cute.make_tensor(g_ptr, cute.make_layout((T, heads, D), stride=(Int64(heads) * D, D, 1)))
-        mB = cute.make_tensor(beta_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
+        mG, mB = bwd.gate_views(g_ptr, beta_ptr, T, heads, D, True)
         mCu, mH0, _ = make_seq_state_views(cu_ptr, h0_ptr, None, n_seqs, heads, D, self.key.varlen, self.key.has_initial, False)
         mWsH = bwd.state_views(wsh_ptr, slots, heads, D)
         mWsVn = bwd.token_views(wsvn_ptr, T, heads, D)
         mWsTm = bwd.cc_views(wstm_ptr, slots, heads)
         mWsP = bwd.cc_views(wsp_ptr, slots, heads)
-        mma = make_mma_n64()
-        l_ck = k_major_smem_layout(CHUNK, D)
-        l_kc = k_major_smem_layout(CHUNK, CHUNK, D // BV)
-        l_cc = k_major_smem_layout(CHUNK, CHUNK)
+        mma, l_ck, l_kc, l_cc = bwd.states_layouts(D)
 
-        @cute.struct
-        class SharedStorage:
-            smem_qr: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
-            smem_k: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
-            smem_w: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
-            smem_kr: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
-            smem_s: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
-            smem_kt: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_kc)], 1024]
-            smem_tm: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
-            smem_vt: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
-            smem_vnt: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
-            smem_a: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK * (CHUNK + 1)], 16]
-            smem_t: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK * (CHUNK + 1)], 16]
-            smem_m: cute.struct.Align[cute.struct.MemRange[Float32, SOLVE_BLOCK * (CHUNK + 1)], 16]
-            smem_gc: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK * (D + 1)], 16]
-            smem_beta: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]
+        SharedStorage = states_shared_storage(l_ck, l_kc, l_cc, D)
 
         self.kernel(gQ, gK, gV, mG, mB, mCu, mH0, mWsH, mWsVn, mWsTm, mWsP, seq_len, heads // qk_heads, scale, mma, l_ck, l_kc, l_cc, SharedStorage).launch(
             grid=[n_seqs, heads, D // BV], block=[THREADS, 1, 1], smem=SharedStorage.size_in_bytes(), stream=stream, min_blocks_per_mp=1
@@ -198,23 +346,7 @@ class KdaBwdStates:
         NH = D // BV
         tidx, seq, head, vblk, hk, v0, bos, eos, n_chunks, slot0 = bwd.bwd_cta(mCu, seq_len, group, self.key.varlen)
 
-        smem = cutlass.utils.SmemAllocator()
-        storage = smem.allocate(SharedStorage)
-        sQr = storage.smem_qr.get_tensor(l_ck.outer, swizzle=l_ck.inner)  # Q exp(G - G_r)
-        sK = storage.smem_k.get_tensor(l_ck.outer, swizzle=l_ck.inner)
-        sW = storage.smem_w.get_tensor(l_ck.outer, swizzle=l_ck.inner)  # K exp(G - G_r), then -Wm
-        sKR = storage.smem_kr.get_tensor(l_ck.outer, swizzle=l_ck.inner)  # K exp(G_r - G), zero after block I
-        sS = storage.smem_s.get_tensor(l_ck.outer, swizzle=l_ck.inner)
-        sKT = storage.smem_kt.get_tensor(l_kc.outer, swizzle=l_kc.inner)  # (beta K exp G)^T, then (K exp(G_C - G))^T
-        sTm = storage.smem_tm.get_tensor(l_cc.outer, swizzle=l_cc.inner)
-        sVT = storage.smem_vt.get_tensor(l_cc.outer, swizzle=l_cc.inner)
-        sVnT = storage.smem_vnt.get_tensor(l_cc.outer, swizzle=l_cc.inner)
-        plain = cute.make_layout((CHUNK, CHUNK), stride=(CHUNK + 1, 1))
-        sA = storage.smem_a.get_tensor(plain)
-        sT = storage.smem_t.get_tensor(plain)
-        sM = storage.smem_m.get_tensor(cute.make_layout((SOLVE_BLOCK, CHUNK), stride=(CHUNK + 1, 1)))
-        sGc = storage.smem_gc.get_tensor(cute.make_layout((CHUNK, D), stride=(D + 1, 1)))
-        sBeta = storage.smem_beta.get_tensor(cute.make_layout((CHUNK,)))
+        sQr, sK, sW, sKR, sS, sKT, sTm, sVT, sVnT, sA, sT, sM, sGc, sBeta = states_smem(SharedStorage, l_ck, l_kc, l_cc, D)
 
         wg = mma.get_slice(0)
         kl_A = wg.make_fragment_A(wg.partition_A(sW))
@@ -234,69 +366,15 @@ class KdaBwdStates:
             chunk_gates(mG, mB, None, sGc, sBeta, t0, n_valid, head, tidx, D, True)
 
             # ---- q, k, v rows to shared (zero past eos), optional L2 norm, decayed copies (the forward's step 2) ----
-            t_row = min(t0 + row, eos - 1)
-            keep = Float32(0.0)
-            if row < n_valid:
-                keep = Float32(1.0)
-            b_row = sBeta[row]
-            NV = HALF // VEC
-            rbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NV)), BFloat16)
-            load_half_row(gQ, rbuf, t_row, hk, half, NV)
-            inv_q = _row_scale(rbuf, keep, self.key.l2norm, NV, VEC)
-            for vj in cutlass.range_constexpr(NV):
-                for e in cutlass.range_constexpr(VEC):
-                    col = half * HALF + vj * VEC + e
-                    qn = (rbuf[0, 0, e, vj].to(Float32) * inv_q).to(BFloat16).to(Float32)
-                    sQr[row, col] = (qn * cute.math.exp(sGc[row, col] - sGc[rref, col])).to(BFloat16)
-            load_half_row(gK, rbuf, t_row, hk, half, NV)
-            inv_k = _row_scale(rbuf, keep, self.key.l2norm, NV, VEC)
-            vbuf = load_v_half_row(gV, t_row, head, v0, half)
-            for vj in cutlass.range_constexpr(NV):
-                for e in cutlass.range_constexpr(VEC):
-                    col = half * HALF + vj * VEC + e
-                    kn_b = (rbuf[0, 0, e, vj].to(Float32) * inv_k).to(BFloat16)
-                    kn = kn_b.to(Float32)
-                    g_i = sGc[row, col]
-                    sK[row, col] = kn_b
-                    sW[row, col] = (kn * cute.math.exp(g_i - sGc[rref, col])).to(BFloat16)
-                    sKT[col % BV, row, col // BV] = (kn * (b_row * cute.math.exp(g_i))).to(BFloat16)
+            t_row, keep, b_row, vbuf = decayed_qk_rows(
+                gQ, gK, gV, sGc, sBeta, sQr, sK, sW, sKT, t0, eos, n_valid, row, half, rref, hk, head, v0, self.key.l2norm, D
+            )
             store_beta_v_t(sVT, vbuf, row, half, keep, b_row)
 
-            # ---- A and P by 16-row blocks (the forward's step 3); P -> ws_p from the V-slice 0 CTA ------------
-            for bi in cutlass.range(CHUNK // SOLVE_BLOCK, unroll=1):  # a runtime loop: a quarter of the code
-                r_blk = bi * SOLVE_BLOCK + REF_OFFSET
-                live = row < (bi + 1) * SOLVE_BLOCK
-                for j in cutlass.range_constexpr(HALF):
-                    col = half * HALF + j
-                    kr = Float32(0.0)
-                    if live:
-                        kr = sK[row, col].to(Float32) * cute.math.exp(sGc[r_blk, col] - sGc[row, col])
-                    sKR[row, col] = kr.to(BFloat16)
-                _smem_ready()
-                _wgmma(mma, acc_a, kl_A, kr_B, True)
-                for i in cutlass.range_constexpr(cute.size(acc_a)):
-                    rc = c64[i]
-                    if rc[0] // SOLVE_BLOCK == bi:
-                        a_val = Float32(0.0)
-                        if rc[0] > rc[1]:
-                            a_val = acc_a[i] * sBeta[rc[0]]
-                        sA[rc[0], rc[1]] = a_val
-                _wgmma(mma, acc_a, qr_A, kr_B, True)
-                if vblk == 0:
-                    for i in cutlass.range_constexpr(cute.size(acc_a)):
-                        rc = c64[i]
-                        if rc[0] // SOLVE_BLOCK == bi:
-                            p_val = Float32(0.0)
-                            if rc[0] >= rc[1]:
-                                p_val = acc_a[i] * scale
-                            mWsP[slot0 + ci, head, rc[0], rc[1]] = p_val.to(BFloat16)
-                cute.arch.sync_threads()
-
-            # ---- Tm = (I + A)^-1 -> ws_tm (V-slice 0) --------------------------------------------------------
-            solve_unit_lower_blocked(sA, sT, sM, sTm, tidx)
-            _smem_ready()
-            if vblk == 0:
-                bwd.tm_to_workspace(mWsTm, sTm, slot0, ci, head, tidx)
+            # ---- A and P by 16-row blocks (the forward's step 3), Tm = (I + A)^-1; P, Tm -> ws_p, ws_tm (V-slice 0) ----
+            a_p_tm_to_workspace(
+                mma, acc_a, kl_A, qr_A, kr_B, sK, sKR, sGc, sBeta, sA, sT, sM, sTm, mWsP, mWsTm, c64, slot0, ci, head, row, half, tidx, scale, vblk, HALF
+            )
 
             # ---- U, -Wm, Vn = U - Wm S0^T -> ws_vn -----------------------------------------------------------
             bwd.wy_values_to_workspace(mma, acc_a, acc_b, u_A, u_B, kt_B, vn_A, s0_B, sW, sVnT, mWsVn, c64, t0, n_valid, head, v0, NH)
@@ -346,17 +424,13 @@ class KdaBwdDStates:
     ):
         D = self.D
         gQ, gK, gDo = bwd.vec_views(D, q_ptr, k_ptr, do_ptr, T, heads, qk_heads, q_strides, k_strides, do_strides)
-        mG = cute.make_tensor(g_ptr, cute.make_layout((T, heads, D), stride=(Int64(heads) * D, D, 1)))
-        mB = cute.make_tensor(beta_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
+        mG, mB = bwd.gate_views(g_ptr, beta_ptr, T, heads, D, True)
         mCu, mDH0, mDHT = make_seq_state_views(cu_ptr, dh0_ptr, dht_ptr, n_seqs, heads, D, self.key.varlen, self.key.has_initial, self.key.has_dfinal)
         mWsDh = bwd.state_views(wsdh_ptr, slots, heads, D)
         mWsDvn = bwd.token_views(wsdvn_ptr, T, heads, D)
         gWsTm = cute.zipped_divide(bwd.cc_views(wstm_ptr, slots, heads), (1, 1, 1, VEC))
         gWsP = cute.zipped_divide(bwd.cc_views(wsp_ptr, slots, heads), (1, 1, 1, VEC))
-        mma = make_mma_n64()
-        l_ck = k_major_smem_layout(CHUNK, D)
-        l_kc = k_major_smem_layout(CHUNK, CHUNK, D // BV)
-        l_cc = k_major_smem_layout(CHUNK, CHUNK)
+        mma, l_ck, l_kc, l_cc = bwd.states_layouts(D)
 
         @cute.struct
         class SharedStorage:

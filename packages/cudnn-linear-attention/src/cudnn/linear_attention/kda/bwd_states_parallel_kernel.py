@@ -96,57 +96,21 @@ from __future__ import annotations
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
-from cutlass import BFloat16, Float32, Int32, Int64, const_expr
+from cutlass import Float32, Int32, Int64
 
 from .._device import delta_rule_bwd as bwd
-from .._device.chunk_parallel import slot_chunk
 from .._device.delta_rule import (
     BV,
-    CHUNK,
     SOLVE_BLOCK,
     THREADS,
-    VEC,
     chunk_gates,
-    k_major_smem_layout,
-    load_half_row,
-    load_v_half_row,
     make_accumulators,
-    make_mma_n64,
     make_seq_state_views,
-    solve_unit_lower_blocked,
-    store_beta_v_t,
 )
-from .._device.delta_rule import row_scale as _row_scale
-from .._device.delta_rule import smem_ready as _smem_ready
-from .._device.delta_rule import wgmma as _wgmma
-from .bwd_states_kernel import REF_OFFSET, KdaBwdKey
+from .._device.delta_rule_bwd import forward_state_to_smem_and_workspace, state_views_aligned  # noqa: F401  (re-exported)
+from .bwd_states_kernel import REF_OFFSET, KdaBwdKey, a_p_tm_to_workspace, decayed_qk_rows, states_shared_storage, states_smem
 
-__all__ = ["KdaBwdStatesChunk", "forward_state_to_smem_and_workspace", "state_views_aligned"]
-
-
-def state_views_aligned(ptr, slots, heads, D):
-    """A [slots, H, D, D] bf16 state array (``delta_rule_bwd.state_views``) with its slot stride declared a multiple of
-    D * D, so that the (1, 1, 1, 8) vectors of :func:`forward_state_to_smem_and_workspace` are 16-byte accesses."""
-    return cute.make_tensor(ptr, cute.make_layout((slots, heads, D, D), stride=(cute.assume(Int64(heads) * (D * D), divby=D * D), D * D, D, 1)))
-
-
-@cute.jit
-def forward_state_to_smem_and_workspace(
-    gFH: cute.Tensor, gWsH: cute.Tensor, sS: cute.Tensor, fslot: Int32, slot: Int32, head: Int32, v0: Int32, tidx: Int32, D: cutlass.Constexpr[int]
-):
-    """``S0[v0:v0+64, :]`` of one chunk, bf16 from the forward's ``h[fslot, head]`` -> ``sS`` (the ``Vn`` product's
-    operand, as the serial pass's ``state_to_smem``) and -> the backward's ``ws_h[slot, head]`` (passes 2-3 read it), by
-    16-byte vectors (``gFH`` / ``gWsH``: the [slots, H, V, K] arrays divided by (1, 1, 1, 8)). Not fenced."""
-    nv = D // VEC
-    buf = cute.make_rmem_tensor(cute.make_layout((1, 1, 1, VEC)), BFloat16)
-    for s in cutlass.range_constexpr(BV * nv // THREADS):
-        idx = tidx + THREADS * s
-        r = idx // nv
-        cv = idx % nv
-        cute.autovec_copy(gFH[(None, None, None, None), (fslot, head, v0 + r, cv)], buf)
-        cute.autovec_copy(buf, gWsH[(None, None, None, None), (slot, head, v0 + r, cv)])
-        for e in cutlass.range_constexpr(VEC):
-            sS[r, cv * VEC + e] = buf[0, 0, 0, e]
+__all__ = ["KdaBwdStatesChunk", "forward_state_to_smem_and_workspace", "state_views_aligned"]  # the latter two: moved to _device.delta_rule_bwd
 
 
 class KdaBwdStatesChunk:
@@ -188,35 +152,15 @@ class KdaBwdStatesChunk:
     ):
         D = self.D
         gQ, gK, gV = bwd.vec_views(D, q_ptr, k_ptr, v_ptr, T, heads, qk_heads, q_strides, k_strides, v_strides)
-        mG = cute.make_tensor(g_ptr, cute.make_layout((T, heads, D), stride=(Int64(heads) * D, D, 1)))
-        mB = cute.make_tensor(beta_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
+        mG, mB = bwd.gate_views(g_ptr, beta_ptr, T, heads, D, True)
         mCu, _, _ = make_seq_state_views(cu_ptr, None, None, n_seqs, heads, D, self.key.varlen, False, False)
-        gFH = cute.zipped_divide(state_views_aligned(fh_ptr, fslots, heads, D), (1, 1, 1, VEC))
-        gWsH = cute.zipped_divide(state_views_aligned(wsh_ptr, slots, heads, D), (1, 1, 1, VEC))
+        gFH, gWsH = bwd.forward_state_views(fh_ptr, wsh_ptr, fslots, slots, heads, D)
         mWsVn = bwd.token_views(wsvn_ptr, T, heads, D)
         mWsTm = bwd.cc_views(wstm_ptr, slots, heads)
         mWsP = bwd.cc_views(wsp_ptr, slots, heads)
-        mma = make_mma_n64()
-        l_ck = k_major_smem_layout(CHUNK, D)
-        l_kc = k_major_smem_layout(CHUNK, CHUNK, D // BV)
-        l_cc = k_major_smem_layout(CHUNK, CHUNK)
+        mma, l_ck, l_kc, l_cc = bwd.states_layouts(D)
 
-        @cute.struct
-        class SharedStorage:
-            smem_qr: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
-            smem_k: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
-            smem_w: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
-            smem_kr: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
-            smem_s: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
-            smem_kt: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_kc)], 1024]
-            smem_tm: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
-            smem_vt: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
-            smem_vnt: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
-            smem_a: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK * (CHUNK + 1)], 16]
-            smem_t: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK * (CHUNK + 1)], 16]
-            smem_m: cute.struct.Align[cute.struct.MemRange[Float32, SOLVE_BLOCK * (CHUNK + 1)], 16]
-            smem_gc: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK * (D + 1)], 16]
-            smem_beta: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]
+        SharedStorage = states_shared_storage(l_ck, l_kc, l_cc, D)
 
         self.kernel(
             gQ, gK, gV, mG, mB, mCu, gFH, gWsH, mWsVn, mWsTm, mWsP, n_seqs, seq_len, chunks_per_seq, heads // qk_heads, scale,
@@ -253,35 +197,12 @@ class KdaBwdStatesChunk:
         D = self.D
         HALF = D // 2
         NH = D // BV
-        tidx, _, _ = cute.arch.thread_idx()
-        fslot, head, _ = cute.arch.block_idx()
-        hk = head // group
-        seq, t0, n_valid = slot_chunk(mCu, fslot, n_seqs, seq_len, chunks_per_seq, self.key.varlen)
+        tidx, fslot, head, hk, seq, t0, n_valid = bwd.chunk_cta(mCu, n_seqs, seq_len, chunks_per_seq, group, self.key.varlen)
 
-        smem = cutlass.utils.SmemAllocator()
-        storage = smem.allocate(SharedStorage)
-        sQr = storage.smem_qr.get_tensor(l_ck.outer, swizzle=l_ck.inner)  # Q exp(G - G_r)
-        sK = storage.smem_k.get_tensor(l_ck.outer, swizzle=l_ck.inner)
-        sW = storage.smem_w.get_tensor(l_ck.outer, swizzle=l_ck.inner)  # K exp(G - G_r), then -Wm
-        sKR = storage.smem_kr.get_tensor(l_ck.outer, swizzle=l_ck.inner)  # K exp(G_r - G), zero after block I
-        sS = storage.smem_s.get_tensor(l_ck.outer, swizzle=l_ck.inner)  # S0 [V slice, K] bf16
-        sKT = storage.smem_kt.get_tensor(l_kc.outer, swizzle=l_kc.inner)  # (beta K exp G)^T
-        sTm = storage.smem_tm.get_tensor(l_cc.outer, swizzle=l_cc.inner)
-        sVT = storage.smem_vt.get_tensor(l_cc.outer, swizzle=l_cc.inner)
-        sVnT = storage.smem_vnt.get_tensor(l_cc.outer, swizzle=l_cc.inner)
-        plain = cute.make_layout((CHUNK, CHUNK), stride=(CHUNK + 1, 1))
-        sA = storage.smem_a.get_tensor(plain)
-        sT = storage.smem_t.get_tensor(plain)
-        sM = storage.smem_m.get_tensor(cute.make_layout((SOLVE_BLOCK, CHUNK), stride=(CHUNK + 1, 1)))
-        sGc = storage.smem_gc.get_tensor(cute.make_layout((CHUNK, D), stride=(D + 1, 1)))
-        sBeta = storage.smem_beta.get_tensor(cute.make_layout((CHUNK,)))
+        sQr, sK, sW, sKR, sS, sKT, sTm, sVT, sVnT, sA, sT, sM, sGc, sBeta = states_smem(SharedStorage, l_ck, l_kc, l_cc, D)
 
         if n_valid > 0:  # an idle slot (past its sequence's last chunk) exits; uniform per CTA
-            bos = seq * seq_len
-            if const_expr(self.key.varlen):
-                bos = mCu[seq]
-            eos = t0 + n_valid
-            slot = seq + bos // CHUNK + (t0 - bos) // CHUNK  # the backward's slot of this chunk (passes 2-3 read it)
+            eos, slot = bwd.chunk_slot(mCu, seq, seq_len, t0, n_valid, self.key.varlen)  # the backward's slot (passes 2-3)
 
             wg = mma.get_slice(0)
             kl_A = wg.make_fragment_A(wg.partition_A(sW))
@@ -295,74 +216,20 @@ class KdaBwdStatesChunk:
             row = tidx // 2
             half = tidx % 2
             rref = (row // SOLVE_BLOCK) * SOLVE_BLOCK + REF_OFFSET
-            t_row = min(t0 + row, eos - 1)
-            keep = Float32(0.0)
-            if row < n_valid:
-                keep = Float32(1.0)
-            b_row = sBeta[row]
-            NV = HALF // VEC
-            rbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NV)), BFloat16)
-            load_half_row(gQ, rbuf, t_row, hk, half, NV)
-            inv_q = _row_scale(rbuf, keep, self.key.l2norm, NV, VEC)
-            for vj in cutlass.range_constexpr(NV):
-                for e in cutlass.range_constexpr(VEC):
-                    col = half * HALF + vj * VEC + e
-                    qn = (rbuf[0, 0, e, vj].to(Float32) * inv_q).to(BFloat16).to(Float32)
-                    sQr[row, col] = (qn * cute.math.exp(sGc[row, col] - sGc[rref, col])).to(BFloat16)
-            load_half_row(gK, rbuf, t_row, hk, half, NV)
-            inv_k = _row_scale(rbuf, keep, self.key.l2norm, NV, VEC)
-            for vj in cutlass.range_constexpr(NV):
-                for e in cutlass.range_constexpr(VEC):
-                    col = half * HALF + vj * VEC + e
-                    kn_b = (rbuf[0, 0, e, vj].to(Float32) * inv_k).to(BFloat16)
-                    kn = kn_b.to(Float32)
-                    g_i = sGc[row, col]
-                    sK[row, col] = kn_b
-                    sW[row, col] = (kn * cute.math.exp(g_i - sGc[rref, col])).to(BFloat16)
-                    sKT[col % BV, row, col // BV] = (kn * (b_row * cute.math.exp(g_i))).to(BFloat16)
+            t_row, keep, b_row, _ = decayed_qk_rows(
+                gQ, gK, None, sGc, sBeta, sQr, sK, sW, sKT, t0, eos, n_valid, row, half, rref, hk, head, 0, self.key.l2norm, D
+            )
 
-            # ---- A and P by 16-row blocks; P -> ws_p --------------------------------------------------------------
-            for bi in cutlass.range(CHUNK // SOLVE_BLOCK, unroll=1):
-                r_blk = bi * SOLVE_BLOCK + REF_OFFSET
-                live = row < (bi + 1) * SOLVE_BLOCK
-                for j in cutlass.range_constexpr(HALF):
-                    col = half * HALF + j
-                    kr = Float32(0.0)
-                    if live:
-                        kr = sK[row, col].to(Float32) * cute.math.exp(sGc[r_blk, col] - sGc[row, col])
-                    sKR[row, col] = kr.to(BFloat16)
-                _smem_ready()
-                _wgmma(mma, acc_a, kl_A, kr_B, True)
-                for i in cutlass.range_constexpr(cute.size(acc_a)):
-                    rc = c64[i]
-                    if rc[0] // SOLVE_BLOCK == bi:
-                        a_val = Float32(0.0)
-                        if rc[0] > rc[1]:
-                            a_val = acc_a[i] * sBeta[rc[0]]
-                        sA[rc[0], rc[1]] = a_val
-                _wgmma(mma, acc_a, qr_A, kr_B, True)
-                for i in cutlass.range_constexpr(cute.size(acc_a)):
-                    rc = c64[i]
-                    if rc[0] // SOLVE_BLOCK == bi:
-                        p_val = Float32(0.0)
-                        if rc[0] >= rc[1]:
-                            p_val = acc_a[i] * scale
-                        mWsP[slot, head, rc[0], rc[1]] = p_val.to(BFloat16)
-                cute.arch.sync_threads()
-
-            # ---- Tm = (I + A)^-1 -> ws_tm -------------------------------------------------------------------------
-            solve_unit_lower_blocked(sA, sT, sM, sTm, tidx)
-            _smem_ready()
-            bwd.tm_to_workspace(mWsTm, sTm, slot, 0, head, tidx)
+            # ---- A and P by 16-row blocks, Tm = (I + A)^-1; P, Tm -> ws_p, ws_tm ---------------------------------
+            a_p_tm_to_workspace(
+                mma, acc_a, kl_A, qr_A, kr_B, sK, sKR, sGc, sBeta, sA, sT, sM, sTm, mWsP, mWsTm, c64, slot, 0, head, row, half, tidx, scale, None, HALF
+            )
 
             # ---- U, -Wm, Vn = U - Wm S0^T -> ws_vn ---------------------------------------------------------------
             # per 64-row V slice (the state-dependent part): S0 slice, (beta V)^T slice, U, -Wm, Vn = U - Wm S0^T
-            for vb in cutlass.range(NH, unroll=1):  # a runtime loop: one copy of the code (unrolled, ptxas keeps a stack frame)
-                cute.arch.sync_threads()  # every reader of the previous slice's sS / sVT / sW / sVnT is done
-                forward_state_to_smem_and_workspace(gFH, gWsH, sS, fslot, slot, head, vb * BV, tidx, D)
-                vbuf = load_v_half_row(gV, t_row, head, vb * BV, half)
-                store_beta_v_t(sVT, vbuf, row, half, keep, b_row)
-                _smem_ready()
-                bwd.wy_values_to_workspace(mma, acc_a, acc_b, u_A, u_B, kt_B, vn_A, s0_B, sW, sVnT, mWsVn, c64, t0, n_valid, head, vb * BV, NH)
+            bwd.vslices_to_workspace(
+                mma, acc_a, acc_b, u_A, u_B, kt_B, vn_A, s0_B, gFH, gWsH, gV, sS, sVT, sW, sVnT, mWsVn, c64, fslot, slot, t0, n_valid, t_row, row, half,
+                keep, b_row, head, tidx, D,
+            )  # fmt: skip
 
     kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
