@@ -85,6 +85,56 @@ def vector_store(atom: cute.CopyAtom, buf: cute.Tensor, gY: cute.Tensor, t: Int3
     cute.copy(atom, src, dst)
 
 
+@cute.jit
+def token_output(
+    win: cute.Tensor,
+    xv: cute.Tensor,
+    yv: cute.Tensor,
+    acc: cute.Tensor,
+    rW: cute.Tensor,
+    rB: cute.Tensor,
+    t: Int32,
+    bos: Int32,
+    n: Int32,
+    d0: Int32,
+    init_ptr: cute.Pointer | None,
+    n_seqs: Int32,
+    D: Int32,
+    init_sn: Int32,
+    init_sd: Int32,
+    init_sj: Int32,
+    W: cutlass.Constexpr[int],
+    VEC: cutlass.Constexpr[int],
+    has_init: cutlass.Constexpr[bool],
+    act: cutlass.Constexpr[bool],
+):
+    """One token of both forward kernels: shift the register window ``win`` [W, VEC] by the token's x vector ``xv``, sum
+    the taps (history before the sequence's first token ``bos`` from the initial state of sequence ``n``, else zero),
+    add the bias, apply SiLU with ``act``, and write the ``VEC`` outputs to ``yv`` in its element type."""
+    for k in cutlass.range_constexpr(W - 1):
+        for i in cutlass.range_constexpr(VEC):
+            win[k, i] = win[k + 1, i]
+    for i in cutlass.range_constexpr(VEC):
+        win[W - 1, i] = xv[i].to(Float32)
+        acc[i] = rB[i] + rW[W - 1, i] * win[W - 1, i]
+    for k in cutlass.range_constexpr(W - 1):
+        prel = t - (W - 1) + k - bos
+        if prel >= 0:
+            for i in cutlass.range_constexpr(VEC):
+                acc[i] = acc[i] + rW[k, i] * win[k, i]
+        else:
+            if const_expr(has_init):
+                if prel >= -(W - 1):
+                    mInit = cute.make_tensor(init_ptr, cute.make_layout((n_seqs, D, W - 1), stride=(init_sn, init_sd, init_sj)))
+                    for i in cutlass.range_constexpr(VEC):
+                        acc[i] = acc[i] + rW[k, i] * mInit[n, d0 + i, prel + (W - 1)].to(Float32)
+    if const_expr(act):
+        for i in cutlass.range_constexpr(VEC):
+            acc[i] = silu(acc[i])
+    for i in cutlass.range_constexpr(VEC):
+        yv[i] = acc[i].to(yv.element_type)
+
+
 @dataclass(frozen=True)
 class Conv1dFwdKey:
     """Plan-time choices of the forward kernel: exactly its compile key (Rule 4)."""
@@ -241,28 +291,28 @@ class CausalConv1dFwd:
                         t = tg + u
                         if t < T:
                             n, bos, nxt = advance_sequence(cu_ptr, t, n, bos, nxt, n_seqs, seq_arg, self.key.varlen)
-                            for k in cutlass.range_constexpr(W - 1):
-                                for i in cutlass.range_constexpr(VEC):
-                                    win[k, i] = win[k + 1, i]
-                            for i in cutlass.range_constexpr(VEC):
-                                win[W - 1, i] = xb[0, i, u, half].to(Float32)
-                                acc[i] = rB[i] + rW[W - 1, i] * win[W - 1, i]
-                            for k in cutlass.range_constexpr(W - 1):
-                                prel = t - (W - 1) + k - bos
-                                if prel >= 0:
-                                    for i in cutlass.range_constexpr(VEC):
-                                        acc[i] = acc[i] + rW[k, i] * win[k, i]
-                                else:
-                                    if const_expr(self.key.has_init):
-                                        if prel >= -(W - 1):
-                                            mInit = cute.make_tensor(init_ptr, cute.make_layout((n_seqs, D, W - 1), stride=(init_sn, init_sd, init_sj)))
-                                            for i in cutlass.range_constexpr(VEC):
-                                                acc[i] = acc[i] + rW[k, i] * mInit[n, d0 + i, prel + (W - 1)].to(Float32)
-                            if const_expr(self.key.silu):
-                                for i in cutlass.range_constexpr(VEC):
-                                    acc[i] = silu(acc[i])
-                            for i in cutlass.range_constexpr(VEC):
-                                yg[0, i, u] = acc[i].to(self.dtype)
+                            token_output(
+                                win,
+                                xb[0, None, u, half],
+                                yg[0, None, u],
+                                acc,
+                                rW,
+                                rB,
+                                t,
+                                bos,
+                                n,
+                                d0,
+                                init_ptr,
+                                n_seqs,
+                                D,
+                                init_sn,
+                                init_sd,
+                                init_sj,
+                                W,
+                                VEC,
+                                self.key.has_init,
+                                self.key.silu,
+                            )
                             cute.autovec_copy(yg[None, None, u], gY[(None, None), (t, dv)])
 
     kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
@@ -347,28 +397,28 @@ class CausalConv1dFwd:
                         t = t0 + rg + u
                         if rg + u < run:
                             n, bos, nxt = advance_sequence(cu_ptr, t, n, bos, nxt, n_seqs, seq_arg, self.key.varlen)
-                            for k in cutlass.range_constexpr(W - 1):
-                                for i in cutlass.range_constexpr(VEC):
-                                    win[k, i] = win[k + 1, i]
-                            for i in cutlass.range_constexpr(VEC):
-                                win[W - 1, i] = xb[i, u, half].to(Float32)
-                                acc[i] = rB[i] + rW[W - 1, i] * win[W - 1, i]
-                            for k in cutlass.range_constexpr(W - 1):
-                                prel = t - (W - 1) + k - bos
-                                if prel >= 0:
-                                    for i in cutlass.range_constexpr(VEC):
-                                        acc[i] = acc[i] + rW[k, i] * win[k, i]
-                                else:
-                                    if const_expr(self.key.has_init):
-                                        if prel >= -(W - 1):
-                                            mInit = cute.make_tensor(init_ptr, cute.make_layout((n_seqs, D, W - 1), stride=(init_sn, init_sd, init_sj)))
-                                            for i in cutlass.range_constexpr(VEC):
-                                                acc[i] = acc[i] + rW[k, i] * mInit[n, d0 + i, prel + (W - 1)].to(Float32)
-                            if const_expr(self.key.silu):
-                                for i in cutlass.range_constexpr(VEC):
-                                    acc[i] = silu(acc[i])
-                            for i in cutlass.range_constexpr(VEC):
-                                yg[i, u] = acc[i].to(self.dtype)
+                            token_output(
+                                win,
+                                xb[None, u, half],
+                                yg[None, u],
+                                acc,
+                                rW,
+                                rB,
+                                t,
+                                bos,
+                                n,
+                                d0,
+                                init_ptr,
+                                n_seqs,
+                                D,
+                                init_sn,
+                                init_sd,
+                                init_sj,
+                                W,
+                                VEC,
+                                self.key.has_init,
+                                self.key.silu,
+                            )
                             vector_store(r2g, yg, gY, t, dv, u, VEC)
 
     kernel_runs.set_name_prefix("cudnn", remove_cutlass_symbol=True)
