@@ -244,10 +244,12 @@ def compile_parallel(
     )
 
 
-def launch_parallel(compiled, ptrs: dict, ws_ptrs: list, ext: ParallelExtents, T: int, heads: int, qk_heads: int, scale: float, strides: list, stream) -> None:
-    """The three launches on ``stream``. ``ptrs``: cute pointers q, k, v, g, beta, o, cu, h0, ht (None where the plan
-    has none); ``strides``: (token, head) of q, k, v, o."""
-    prep, state, out = compiled
+def launch_prep_state(
+    prep, state, ptrs: dict, ws_ptrs: list, ext: ParallelExtents, T: int, heads: int, qk_heads: int, scale: float, strides: list, stream
+) -> None:
+    """The prep and state-pass launches on ``stream`` (every chunk's entering state into the workspace's ``h``): the
+    first two of :func:`launch_parallel`, also the backward's ``parallel_pass1``. ``ptrs`` as there (``o`` unused);
+    ``strides``: (token, head) of q, k, v."""
     p = ptrs
     prep(
         p["q"],
@@ -269,4 +271,11 @@ def launch_parallel(compiled, ptrs: dict, ws_ptrs: list, ext: ParallelExtents, T
         stream,
     )
     state(p["cu"], p["h0"], p["ht"], *ws_ptrs, ext.n_seqs, ext.seq_len, ext.chunks_per_seq, ext.slots, heads, stream)
-    out(p["o"], p["cu"], *ws_ptrs, T, ext.n_seqs, ext.seq_len, ext.chunks_per_seq, ext.slots, heads, strides[3], stream)
+
+
+def launch_parallel(compiled, ptrs: dict, ws_ptrs: list, ext: ParallelExtents, T: int, heads: int, qk_heads: int, scale: float, strides: list, stream) -> None:
+    """The three launches on ``stream``. ``ptrs``: cute pointers q, k, v, g, beta, o, cu, h0, ht (None where the plan
+    has none); ``strides``: (token, head) of q, k, v, o."""
+    prep, state, out = compiled
+    launch_prep_state(prep, state, ptrs, ws_ptrs, ext, T, heads, qk_heads, scale, strides, stream)
+    out(ptrs["o"], ptrs["cu"], *ws_ptrs, T, ext.n_seqs, ext.seq_len, ext.chunks_per_seq, ext.slots, heads, strides[3], stream)

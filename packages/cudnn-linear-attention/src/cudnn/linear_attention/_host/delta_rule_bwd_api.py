@@ -241,16 +241,22 @@ class DeltaRuleBwdSm90(APIBase):
     def _launch_forward_pass1(self, fext, fwd_ptrs, g_align: int, t: dict, strides: dict, ext: tuple, stream) -> None:
         """``parallel_pass1``: the forward's prep and state pass (``_host/chunk_parallel.py::launch_parallel``'s first
         two launches, argument for argument): every chunk's entering state -> the forward's ``h``."""
+        from .chunk_parallel import launch_prep_state
+
         T, _, _, H, Hk, _ = ext
         bf, f32, i32 = data_type.BFLOAT16, data_type.FLOAT, data_type.INT32
-        cu = _gmem_ptr(t["cu_seqlens"], i32, 4)
+        ptrs = {
+            "q": _gmem_ptr(t["q"], bf, 16),
+            "k": _gmem_ptr(t["k"], bf, 16),
+            "v": _gmem_ptr(t["v"], bf, 16),
+            "g": _gmem_ptr(t["g"], self.g.dtype, g_align),
+            "beta": _gmem_ptr(t["beta"], self.beta.dtype, 2),
+            "cu": _gmem_ptr(t["cu_seqlens"], i32, 4),
+            "h0": _gmem_ptr(t["initial_state"], f32, 4),
+            "ht": None,
+        }
         prep, fstate = self._compiled_forward
-        prep(
-            _gmem_ptr(t["q"], bf, 16), _gmem_ptr(t["k"], bf, 16), _gmem_ptr(t["v"], bf, 16), _gmem_ptr(t["g"], self.g.dtype, g_align),
-            _gmem_ptr(t["beta"], self.beta.dtype, 2), cu, *fwd_ptrs, T, fext.n_seqs, fext.seq_len, fext.chunks_per_seq, fext.slots, H, Hk,
-            float(self.scale), strides["q"], strides["k"], strides["v"], stream,
-        )  # fmt: skip
-        fstate(cu, _gmem_ptr(t["initial_state"], f32, 4), None, *fwd_ptrs, fext.n_seqs, fext.seq_len, fext.chunks_per_seq, fext.slots, H, stream)
+        launch_prep_state(prep, fstate, ptrs, fwd_ptrs, fext, T, H, Hk, float(self.scale), [strides["q"], strides["k"], strides["v"]], stream)
 
     def _launch(self, kernels, ws, t: dict, strides: dict, ext: tuple, stream_of) -> None:
         """Carve the family's workspace past the shared arrays from ``ws``, then ``stream_of()`` and the launches.
