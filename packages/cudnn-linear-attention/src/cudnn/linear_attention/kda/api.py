@@ -60,8 +60,8 @@ class KimiDeltaAttentionFwdSm90(DeltaRuleFwdSm90):
     _gate_per_key = True
     _parallel_schedule = True  # schedule="parallel": chunk_parallel_{prep,state,out}_kernel.py
     # No prep knobs (parallel_prefetch / parallel_prep_two_per_sm / parallel_fast_exp raise a ValueError at compile; the
-    # one prep kernel already runs two CTAs per SM, exp2 decays); its key fields (narrow_ap, ref_table: on by default;
-    # the speed opt-ins tiled_solve, lean_gates, pack_round) are reached through set_parallel_options.
+    # one prep kernel already runs two CTAs per SM, exp2 decays); its key fields (narrow_ap, ref_table, tiled_solve,
+    # lean_gates: all on by default since session 6) are reached through set_parallel_options.
 
     def _g_align(self) -> int:
         """The prep kernel reads an fp32 ``g`` by 32-bit loads: bound 4-byte aligned (execute checks the address)."""
