@@ -9,7 +9,7 @@ Tables, each written as docs/benchmarks/<name>.{md,csv,png}:
   and quack's GEMM (when importable, default config, no autotuning; not in --quick) on square 2048-8192 and LLM
   MLP shapes (Llama-3-8B/70B, Qwen3-32B up/down projections; M = tokens 2048, 4096, 16384; decode M is the
   ``gemm_decode`` table). A row-major (M, K), B = w.t() of an (N, K) weight. The table's convention line lists
-  the cases where the model's choice differs from the fixed one. --quick: 4096^3, 8192^3 and four MLP shapes.
+  the cases where the model's choice differs from the fixed one. 3 interleaved rounds per cell (fastest kept). --quick: 4096^3, 8192^3 and four MLP shapes.
 - ``gemm_fusions``: each fused GEMM ("ours") vs our plain GEMM of the same problem ("ours_plain": the
   ratio column ours/ours_plain is the fusion's cost, >= 0.95x means <= 5% over plain) and vs cuBLAS
   followed by the torch elementwise op it replaces ("cublas+torch"). Epilogue A/B candidates, on the dsrelu and
@@ -711,6 +711,7 @@ def _run_table(name, out_dir, guard):
             f"(128x256, 2x1, no swizzle); {schedule_notes(cases)}",
             out_dir=out_dir,
             title="cudnn.gemm bf16 GEMM (tile schedules) vs cuBLAS and quack (H200)",
+            rounds=3,  # the verdict is ours vs cuBLAS per cell: interleave the providers so a clock drift hits all of them
         )
     elif name == "gemm_fusions":
         run_benchmark(

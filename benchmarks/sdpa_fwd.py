@@ -23,6 +23,9 @@ a varlen mix (THD) and decode batches (S_q = 1): B = 64 dense KV, B = 2 with S_k
                                                 # the causal A/B of session 5 -> sdpa_fwd_subset.*
     python benchmarks/sdpa_fwd.py --quick --old-options         # + the decided session-3 columns (cvt, pers, n176, ...)
     python benchmarks/sdpa_fwd.py --overhead                    # host us/call -> docs/benchmarks/sdpa_fwd_overhead.md
+    python benchmarks/sdpa_fwd.py --only=s1k,s2k --persistent --providers=ours,ours-pers,fa4 --out=sdpa_fwd_pers
+                                                # the persistent grid (+ pairs when causal) on the rows the default
+                                                # runs one tile per CTA
     python benchmarks/sdpa_fwd.py --causal      # the session-4 A/B (~90 s): d128 causal s1k / s4k / s8k, d64 s8k both
                                                 # masks, varlen; ours vs mask_r2p, persistent_pairs + mask_r2p (d128
                                                 # causal), exp2_emu=8 (d64), FA4 -> sdpa_fwd_causal.*
@@ -361,6 +364,17 @@ def make_ours_l2g32(case):
 CAUSAL_AB_LABELS = ("d128 s1k b16 causal", "d128 s4k b4 causal", "d128 s8k b2 causal", "d64 s8k b2", "d64 s8k b2 causal", "varlen d128 7 seqs causal")
 
 
+def make_ours_pers_short(case):
+    """Dense rows the default runs on the one-tile grid (non-causal, and causal at head dims other than 128):
+    ``persistent=True`` (one CTA per SM over a static tile stride: the next tile's Q / K / V loads under this tile's
+    epilogue), causal rows with ``persistent_pairs`` (query blocks M - 1 - j and j of one head back to back). The A/B
+    (--persistent) for the short-sequence rows below 0.95x FA4, where a CTA's prologue and O store are a larger share."""
+    p = case.params
+    if p["kind"] == "dense" and p["causal"] and p["d"] == 128:
+        raise Unsupported("dense causal d = 128 is persistent + pairs by default")
+    return _make_ours_prefill_plan(case, dense_only=True, persistent=True, persistent_pairs=bool(p["causal"]))
+
+
 def make_ours_pers_n176(case):
     """d = 128 non-causal prefill: persistent with the 176-row key tile (and packed_cvt) together."""
     return _make_ours_prefill_plan(case, only_d=128, dense_only=True, non_causal_only=True, tile_n=176, persistent=True)
@@ -591,6 +605,8 @@ def main():
         Provider("torch-cudnn", _make_torch("CUDNN_ATTENTION")),
         Provider("torch-flash", _make_torch("FLASH_ATTENTION")),
     ]
+    if "--persistent" in sys.argv:  # the short-sequence A/B: the persistent grid where the default is one tile per CTA
+        providers.insert(1, Provider("ours-pers", make_ours_pers_short))
     if "--kv3" in sys.argv:  # decode tuning experiment: a 3-deep K/V ring next to the default
         providers.insert(1, Provider("ours-kv3", make_ours_kv3))
     out_dir = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "benchmarks")
