@@ -100,6 +100,8 @@ def make_ours(case, tuning=None, l2_group_dq=False):
     p = case.params
     if tuning is not None and "split_d" in tuning and p["d"] != 256:
         raise Unsupported("benchmarked at d256 only (the split-D kernel's reason to exist)")
+    if tuning is not None and "st3" in tuning and p["d"] > 64:
+        raise Unsupported("st3 (a three-deep Q / dO ring) fits shared memory at head dims <= 64 only")
     if tuning is not None and ("m80" in tuning or "dqt" in tuning) and p["d"] != 128:
         raise Unsupported("m80 / dqt (dQ^T, the head dim split over the warpgroups) serve D = 128 only")
     if p["d"] not in (64, 96, 128) and (tuning is not None and "split_d" not in tuning or tuning is None and bwd_api.D256_TUNING is None):
@@ -133,6 +135,9 @@ VARIANTS = {
     "ours-m80s": ("dq_tma", "stats_tma", "prepost", "m80"),  # one dS^T buffer: 20 KiB below m80's 227 KiB of shared memory
     "ours-dqt": ("dq_tma", "stats_tma", "ds2", "prepost", "dqt"),
     "ours-tmaw": ("dq_tma", "dq_writer", "stats_tma", "ds2", "prepost"),
+    # session 7: the defaults (DEFAULT_TUNING / CAUSAL_TUNING) with a three-deep Q / dO ring (d64)
+    "ours-st3": ("dq_bulk", "stats_tma", "ds2", "prepost", "st3"),
+    "ours-st3c": ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost", "st3"),
     # d256 (issue #6): split_d with FA4's dQ path (one dQ GEMM per warpgroup, fragment-ordered staging, a bulk
     # reduce-add from the writer warp, one Q / dO stage)
     "ours-splitdb": ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost"),

@@ -22,6 +22,8 @@ a varlen mix (THD) and decode batches (S_q = 1): B = 64 dense KV, B = 2 with S_k
     python benchmarks/sdpa_fwd.py --quick --only=causal --providers=ours,ours-tail,ours-tail-r2p,ours-tail-pairs-r2p,ours-l2g32,fa4
                                                 # the causal A/B of session 5 -> sdpa_fwd_subset.*
     python benchmarks/sdpa_fwd.py --quick --old-options         # + the decided session-3 columns (cvt, pers, n176, ...)
+    python benchmarks/sdpa_fwd.py --only=d128 --rounds=3 --providers=ours,fa4 --out=sdpa_fwd_d128
+                                                # any run: N interleaved rounds per cell, the fastest kept
     python benchmarks/sdpa_fwd.py --overhead                    # host us/call -> docs/benchmarks/sdpa_fwd_overhead.md
     python benchmarks/sdpa_fwd.py --only=s1k,s2k --persistent --providers=ours,ours-pers,fa4 --out=sdpa_fwd_pers
                                                 # the persistent grid (+ pairs when causal) on the rows the default
@@ -660,6 +662,7 @@ def main():
         name = "sdpa_fwd_subset"
     out = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--out=")), None)
     name = out or name  # --out=NAME: docs/benchmarks/NAME.* (a table that must not replace another)
+    rounds = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--rounds=")), 1))  # interleaved rounds, fastest kept
     decode_only = bool(cases) and all(c.params["kind"] in ("decode", "paged") for c in cases)
     if decode_only:  # a decode table: in GB/s of K+V (issue 4's target is a fraction of HBM bandwidth), the paged A/B column
         providers[1:1] = [Provider("ours-prefetch", make_ours_prefetch), Provider("ours-m64", make_ours_m64), Provider("ours-m64-pf", make_ours_m64_prefetch)]
@@ -671,6 +674,7 @@ def main():
         metric="gbps" if decode_only else "tflops",
         out_dir=out_dir,
         title="attention forward, H200",
+        rounds=rounds,
     )
     for r in results:  # issue 4: paged decode >= 80% of the H200's HBM bandwidth
         if r.case.startswith("paged decode") and r.gbps and r.provider.startswith("ours"):
