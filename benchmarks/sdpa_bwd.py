@@ -135,9 +135,6 @@ VARIANTS = {
     "ours-m80s": ("dq_tma", "stats_tma", "prepost", "m80"),  # one dS^T buffer: 20 KiB below m80's 227 KiB of shared memory
     "ours-dqt": ("dq_tma", "stats_tma", "ds2", "prepost", "dqt"),
     "ours-tmaw": ("dq_tma", "dq_writer", "stats_tma", "ds2", "prepost"),
-    # session 7: the defaults (DEFAULT_TUNING / CAUSAL_TUNING) with a three-deep Q / dO ring (d64)
-    "ours-st3": ("dq_bulk", "stats_tma", "ds2", "prepost", "st3"),
-    "ours-st3c": ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost", "st3"),
     # d256 (issue #6): split_d with FA4's dQ path (one dQ GEMM per warpgroup, fragment-ordered staging, a bulk
     # reduce-add from the writer warp, one Q / dO stage)
     "ours-splitdb": ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost"),
@@ -160,6 +157,15 @@ L2DQ_VARIANTS = {
 
 def _make_variant(tuning, l2_group_dq=False):
     return lambda case: make_ours(case, tuning, l2_group_dq)
+
+
+def make_ours_st3(case):
+    """Session 7's A/B: the plan's default schedule (bwd/api.py CAUSAL_TUNING or DEFAULT_TUNING) with ``st3``, the Q / dO
+    ring three deep (head dims <= 64)."""
+    from cudnn.sdpa.bwd import api as bwd_api
+
+    base = bwd_api.CAUSAL_TUNING if case.params["causal"] else bwd_api.DEFAULT_TUNING
+    return make_ours(case, (*base, "st3"))
 
 
 def fa4_available():
@@ -259,6 +265,7 @@ def main(argv=None):
         Provider("ours", make_ours),
         *(Provider(name, _make_variant(tuning)) for name, tuning in VARIANTS.items()),
         *(Provider(name, _make_variant(tuning, True)) for name, tuning in L2DQ_VARIANTS.items()),
+        Provider("ours-st3", make_ours_st3),
         Provider("fa4", make_fa4, fa4_available),
         Provider("torch-cudnn", _make_torch("CUDNN_ATTENTION")),
         Provider("torch-flash", _make_torch("FLASH_ATTENTION")),
