@@ -100,8 +100,6 @@ def make_ours(case, tuning=None, l2_group_dq=False):
     p = case.params
     if tuning is not None and "split_d" in tuning and p["d"] != 256:
         raise Unsupported("benchmarked at d256 only (the split-D kernel's reason to exist)")
-    if tuning is not None and "st3" in tuning and p["d"] > 64:
-        raise Unsupported("st3 (a three-deep Q / dO ring) fits shared memory at head dims <= 64 only")
     if tuning is not None and ("m80" in tuning or "dqt" in tuning) and p["d"] != 128:
         raise Unsupported("m80 / dqt (dQ^T, the head dim split over the warpgroups) serve D = 128 only")
     if p["d"] not in (64, 96, 128) and (tuning is not None and "split_d" not in tuning or tuning is None and bwd_api.D256_TUNING is None):
@@ -157,15 +155,6 @@ L2DQ_VARIANTS = {
 
 def _make_variant(tuning, l2_group_dq=False):
     return lambda case: make_ours(case, tuning, l2_group_dq)
-
-
-def make_ours_st3(case):
-    """Session 7's A/B: the plan's default schedule (bwd/api.py CAUSAL_TUNING or DEFAULT_TUNING) with ``st3``, the Q / dO
-    ring three deep (head dims <= 64)."""
-    from cudnn.sdpa.bwd import api as bwd_api
-
-    base = bwd_api.CAUSAL_TUNING if case.params["causal"] else bwd_api.DEFAULT_TUNING
-    return make_ours(case, (*base, "st3"))
 
 
 def fa4_available():
@@ -265,7 +254,6 @@ def main(argv=None):
         Provider("ours", make_ours),
         *(Provider(name, _make_variant(tuning)) for name, tuning in VARIANTS.items()),
         *(Provider(name, _make_variant(tuning, True)) for name, tuning in L2DQ_VARIANTS.items()),
-        Provider("ours-st3", make_ours_st3),
         Provider("fa4", make_fa4, fa4_available),
         Provider("torch-cudnn", _make_torch("CUDNN_ATTENTION")),
         Provider("torch-flash", _make_torch("FLASH_ATTENTION")),

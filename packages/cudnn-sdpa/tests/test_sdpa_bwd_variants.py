@@ -12,9 +12,7 @@ cudnn.sdpa.bwd.kernel_key.TUNING_FIELDS), against fp32 autograd by the FlashAtte
 - ``m80`` (with dq_tma): query blocks of 80 rows (FA3 / FA4's d128 tile), dQ computed transposed (dQ^T = K^T dS^T)
   and staged through a 128-byte swizzle for the TMA reduce-add; a last block past the 128-row scratch padding takes
   the masked path (rows past S_q masked). Dense D = 128 only (d64 / varlen are refused: test_sdpa_bwd_variants_compile.py);
-- ``dqt`` (with dq_tma): m80's transposed dQ^T and 128-byte-swizzled staging at 64 rows (D = 128, dense or varlen);
-- ``st3``: the Q / dO ring three deep (D <= 64; session 7): the default schedules plus st3 meet d64 fp16 with a two-sided
-  window, d64 GQA causal over 16 query blocks and varlen (``-k st3``: 3 tests, 2 compiles).
+- ``dqt`` (with dq_tma): m80's transposed dQ^T and 128-byte-swizzled staging at 64 rows (D = 128, dense or varlen).
 
 Pruned for compile time (each variant key is one main-kernel compile): the first four together meet every mask
 family, GQA / MQA, both layouts, odd lengths, sinks and THD varlen; dq_tma alone meets one GQA causal case with odd
@@ -55,8 +53,6 @@ M80 = ("dq_tma", "stats_tma", "ds2", "prepost", "m80")
 M80W = ("dq_tma", "dq_writer", "stats_tma", "ds2", "prepost", "m80")
 TMAW = ("dq_tma", "dq_writer", "stats_tma", "ds2", "prepost")
 DQT = ("dq_tma", "stats_tma", "ds2", "prepost", "dqt")
-ST3 = ("dq_bulk", "stats_tma", "ds2", "prepost", "st3")
-ST3W = ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost", "st3")
 
 
 @pytest.fixture(autouse=True)
@@ -119,8 +115,6 @@ CASES = [
     (TMAW, torch.bfloat16, 128, 8, 2, 300, 257, True, False, (-1, -1), BSHD),  # dq_tma's reduce-adds from the writer warp
     (TMAW, torch.float16, 64, 4, 4, 500, 700, False, False, (70, 33), BSHD),  # d64, key blocks no query sees
     (DQT, torch.bfloat16, 128, 8, 2, 300, 257, True, False, (-1, -1), BSHD),  # dQ^T at 64 rows, odd lengths, GQA 4
-    (ST3, torch.float16, 64, 4, 4, 500, 700, False, False, (70, 33), BSHD),  # three-deep Q / dO ring: key blocks no query sees
-    (ST3W, torch.bfloat16, 64, 8, 2, 1000, 1000, True, False, (-1, -1), BSHD),  # the causal default + st3, GQA, 16 query blocks
 ]
 
 
@@ -147,7 +141,6 @@ def test_variant_grads_match_reference(case):
     assert plan.key.dq_bulk == ("dq_bulk" in tuning) and plan.key.dq_writer == ("dq_writer" in tuning)
     assert plan.key.tile_m80 == ("m80" in tuning) and plan.key.dq_t128 == ("dqt" in tuning)
     assert plan.key.sdp_wg == ("sdpwg" in tuning) and plan.key.dkv_rs == ("dkvrs" in tuning) and plan.key.dkv_early == ("dkvearly" in tuning)
-    assert plan.key.stages3 == ("st3" in tuning)
     ref = attention_grads_ref(q, k, v, do, **kw)
     lowp = attention_grads_ref(q, k, v, do, upcast=False, **kw)
     for name, g, r, lp in zip(("dq", "dk", "dv"), (dq, dk, dv), ref, lowp, strict=False):
@@ -162,7 +155,6 @@ VARLEN = [
     (SPLIT2, False, torch.float16, 256, 4, 4, [1000, 33, 257], [1000, 33, 257], False, False, (-1, -1)),
     (BULKW, False, torch.bfloat16, 128, 8, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], True, True, (-1, -1)),
     (BULK, False, torch.float16, 64, 4, 4, [1000, 33, 257], [1000, 33, 257], False, False, (-1, -1)),
-    (ST3W, False, torch.bfloat16, 64, 8, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], True, True, (-1, -1)),
     (TMAW, False, torch.bfloat16, 128, 8, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], True, True, (-1, -1)),
     (("dq_tma", "dq_writer", "stats_tma", "ds2", "prepost", "dqt"), False, torch.bfloat16, 128, 4, 4, [1000, 33, 257], [1000, 33, 257], False, False, (-1, -1)),
 ]

@@ -553,24 +553,3 @@ def test_d256_dkvearly_ptx_issues_both_rs_gemms_from_one_site_and_ptxas_keeps_wg
     assert re.search(r"\.entry cudnn_", ptx)
     if serialized is None:
         pytest.skip("no host ptxas that takes the DSL's PTX: the WGMMA serialization check did not run")
-
-
-def test_st3_is_a_three_stage_ring_for_head_dims_up_to_64():
-    """``st3`` (the Q / dO ring three deep) is a key field of its own (another artifact than the two-stage default) for
-    D <= 64; at D = 128 it would need 243 KiB of shared memory and is refused (ValueError naming the head dims), as is
-    its combination with split_d."""
-    from cudnn.sdpa.bwd.api import SdpaBwdSm90
-    from cudnn.sdpa.bwd.kernel_sm90 import SdpaBwdKernelSm90
-
-    q = TensorDesc.contiguous((2, 4, 300, 64), "bfloat16", "q")
-    lse = TensorDesc.contiguous((2, 4, 300), "float32", "lse")
-    base = ("dq_bulk", "stats_tma", "ds2", "prepost")
-    plan = SdpaBwdSm90(q, q, q, q, q, lse, _tuning=(*base, "st3"))
-    ref = SdpaBwdSm90(q, q, q, q, q, lse, _tuning=base)
-    assert plan.check_support() and ref.check_support() and plan.key.stages3 and not ref.key.stages3 and plan.key != ref.key
-    assert SdpaBwdKernelSm90(plan.key).num_stages == 3 and SdpaBwdKernelSm90(ref.key).num_stages == 2
-    with pytest.raises(ValueError, match="stages3.*128/128"):
-        SdpaBwdSm90(*_descs(), _tuning=(*base, "st3")).check_support()
-    q256 = TensorDesc.contiguous((2, 4, 300, 256), "bfloat16", "q")
-    with pytest.raises(ValueError, match="stages3"):
-        SdpaBwdSm90(q256, q256, q256, q256, q256, lse, _tuning=("split_d", "prepost", "st3")).check_support()

@@ -56,10 +56,6 @@ class SdpaBwdKey(AttentionKey):
     # forms dS^T; Q / dO released per warpgroup right after its last read; the producer loads dO before Q (dO is freed
     # first). See kernel_splitd_bulk_sm90.py
     dkv_early: bool = False
-    # the one-tile kernel (not split_d) with a three-deep Q / dO ring instead of two (tile_config): the next two query
-    # blocks' loads in flight while one is computed; an A/B for head dims <= 64, where a query block's five GEMMs are
-    # short next to a load's latency (64 x 64 x 128 each); 147 KiB of shared memory there (d128 would need 243 KiB)
-    stages3: bool = False
 
     def __post_init__(self):
         if self.dq_tma and self.deterministic:
@@ -89,11 +85,6 @@ class SdpaBwdKey(AttentionKey):
                 "SdpaBwdKey: sdp_wg (sdpwg) is a schedule of split_d + dq_bulk with ds_double_buffer (set all three); "
                 f"got split_d={self.split_d}, dq_bulk={self.dq_bulk}, ds_double_buffer={self.ds_double_buffer}"
             )
-        if self.stages3 and (self.split_d or max(self.head_dim, self.head_dim_v) > 64):
-            raise ValueError(
-                "SdpaBwdKey: stages3 (st3) deepens the one-tile kernel's Q / dO ring for head dims <= 64 (d128: 243 KiB of shared "
-                f"memory, over the 227 KiB); got D = {self.head_dim}/{self.head_dim_v}, split_d={self.split_d}"
-            )
         if self.split_d and (self.deterministic or self.dq_tma or self.stats_tma):
             raise ValueError(
                 "SdpaBwdKey: split_d combines with ds_double_buffer, prepost_vec and (at D = 256) dq_bulk, dq_writer, sdp_wg, dkv_rs, dkv_early only "
@@ -122,7 +113,6 @@ TUNING_FIELDS = {
     "sdpwg": "sdp_wg",
     "dkvrs": "dkv_rs",
     "dkvearly": "dkv_early",
-    "st3": "stages3",
 }
 
 #: dq_bulk: query rows per fragment-ordered block of the dQ accumulator (the main kernel's tile_m). Block ``m`` of a
@@ -134,13 +124,12 @@ TUNING_FIELDS = {
 DQ_BULK_ROWS = 64
 
 
-def tile_config(head_dim: int, head_dim_v: int, stages3: bool = False) -> tuple[int, int, int]:
+def tile_config(head_dim: int, head_dim_v: int) -> tuple[int, int, int]:
     """(tile_m, tile_n, num_stages) of the main kernel: a CTA owns ``tile_n`` keys (two consumer warpgroups of 64
-    rows each) and walks query blocks of ``tile_m`` rows through a ``num_stages`` ring of Q and dO (3 with the key's
-    ``stages3``, else 2)."""
+    rows each) and walks query blocks of ``tile_m`` rows through a ``num_stages`` ring of Q and dO."""
     d = max(head_dim, head_dim_v)
     if d <= 128:
-        return 64, 128, 3 if stages3 else 2
+        return 64, 128, 2
     raise ValueError(f"head dim {head_dim}/{head_dim_v} has no backward tile yet")
 
 

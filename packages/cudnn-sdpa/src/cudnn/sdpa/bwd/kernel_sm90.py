@@ -94,7 +94,7 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
 
     def __init__(self, key: SdpaBwdKey):
         super().__init__(key)
-        self.tile_m, self.tile_n, self.num_stages = tile_config(key.head_dim, key.head_dim_v, key.stages3)
+        self.tile_m, self.tile_n, self.num_stages = tile_config(key.head_dim, key.head_dim_v)
         if key.tile_m80:
             self.tile_m = 80  # FA3 / FA4's d128 query block: each block's fixed costs spread over 25% more rows
 
