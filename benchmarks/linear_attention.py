@@ -328,14 +328,35 @@ def _delta_rule_inputs(case, per_key_gate):
 
 
 def _delta_rule_providers(family, public, per_key_gate, fla_module, fla_fn):
-    """The four providers of a gated-delta-rule forward: ours (``cudnn.linear_attention.<family>.api.<public>``) and
-    fla's ``<fla_module>.<fla_fn>``, each eager and CUDA-graphed, on the same inputs, L2 norm in the kernel."""
+    """The providers of a gated-delta-rule forward: ours (``cudnn.linear_attention.<family>.api.<public>``) and fla's
+    ``<fla_module>.<fla_fn>``, each eager and CUDA-graphed, on the same inputs, L2 norm in the kernel; and
+    ``ours-slowhost``: the same public op with the session-7 host path off (``_host/delta_rule_api.py``'s
+    ``DIRECT_EAGER``, ``FAST_HOST_DEFAULT``, ``TVM_FFI_DEFAULT`` False around each call: through the custom op, full
+    validation, the DSL's launch entry), the A/B baseline of the eager host cost."""
     import importlib
 
     def make_ours(case):
         fn = getattr(importlib.import_module(f"cudnn.linear_attention.{family}.api"), public)
         i = _delta_rule_inputs(case, per_key_gate)
         return lambda: fn(i["q"], i["k"], i["v"], i["g"], i["beta"], use_qk_l2norm_in_kernel=True, cu_seqlens=i["cu"])
+
+    def make_slowhost(case):
+        from cudnn.linear_attention._host import delta_rule_api as dra
+
+        fn = make_ours(case)
+        names = ("DIRECT_EAGER", "FAST_HOST_DEFAULT", "TVM_FFI_DEFAULT")
+
+        def call():
+            saved = [getattr(dra, n) for n in names]
+            for n in names:
+                setattr(dra, n, False)
+            try:
+                return fn()
+            finally:
+                for n, value in zip(names, saved, strict=True):
+                    setattr(dra, n, value)
+
+        return call
 
     def fla_available():
         try:
@@ -352,6 +373,7 @@ def _delta_rule_providers(family, public, per_key_gate, fla_module, fla_fn):
 
     return [
         Provider("ours", make_ours),
+        Provider("ours-slowhost", make_slowhost),
         Provider("ours+graph", _graphed(make_ours)),
         Provider("fla", make_fla, fla_available),
         Provider("fla+graph", _graphed(make_fla), fla_available),
@@ -542,6 +564,10 @@ def main(args=None):
         # 64-token CTAs (grid_ctas = 0, the default until session 6), eager through the public op and kernel-only
         Provider("ours-cta64", _make_ours_op_options(grid_ctas=0)),
         Provider("ours-cta64+graph", _make_ours_kernel_variant(grid_ctas=0)),
+        # loads in flight per SM (session 7 A/B, kernel time): 8-token register groups (two buffers: 16 tokens of 16 bytes
+        # per thread) at 3 / 2 CTAs per SM (one wave: 396 / 264 CTAs on the H200's 132 SMs; no spill at either), vs the default 4-token groups at 4
+        Provider("ours-g8c3+graph", _make_ours_kernel_variant(group=8, min_ctas_per_sm=3, grid_ctas=396)),
+        Provider("ours-g8c2+graph", _make_ours_kernel_variant(group=8, min_ctas_per_sm=2, grid_ctas=264)),
         Provider("adapter", _make_ours_adapter(False)),
         Provider("adapter+tvmffi", _make_ours_adapter(True)),
         Provider("fla", _make_fla, _fla_available),

@@ -82,6 +82,34 @@ def workspace_pointers(workspace, required: int, owner: str, device, slots: int,
     return ptrs
 
 
+def workspace_offsets(slots: int, heads: int, d: int) -> tuple:
+    """Byte offsets of the workspace arrays in carve order (as :func:`workspace_pointers` carves them) and, last, the
+    total (:func:`workspace_bytes`)."""
+    offsets = []
+    offset = 0
+    for _, size, per in _ARRAYS:
+        offsets.append(offset)
+        offset += ws_align(slots * heads * per(d) * size)
+    return (*offsets, offset)
+
+
+def workspace_addresses(workspace, required: int, owner: str, device, slots: int, heads: int, d: int) -> list:
+    """:func:`workspace_pointers` as integer addresses (the tvm-ffi launch route): the same validation (Workspace.over)."""
+    base = Workspace.over(workspace, required, owner, device=device).data_ptr
+    return [base + off for off in workspace_offsets(slots, heads, d)[:-1]]
+
+
+def workspace_pointers_at(addrs) -> list:
+    """Cute pointers (the DSL launch route) to the workspace arrays at integer ``addrs`` (carve order)."""
+    import cutlass
+    import cutlass.cute as cute
+
+    return [
+        cute.runtime.make_ptr(getattr(cutlass, _CNAMES[size]), a, cute.AddressSpace.gmem, assumed_align=128)
+        for (_, size, _), a in zip(_ARRAYS, addrs, strict=True)
+    ]
+
+
 def fake_workspace_pointers() -> list:
     """Placeholder workspace pointers for ``cute.compile``."""
     from .launch import fake_gmem_ptr
@@ -182,6 +210,7 @@ def compile_parallel(
     g_align: int = 2,
     state_options: dict | None = None,
     out_options: dict | None = None,
+    tvm_ffi: bool = False,
 ):
     """``(prep, state, out)`` compiled through ``kernel_cache`` from the family's ``kernels`` = ((PrepKey, Prep),
     (StateKey, State), (OutKey, Out)); each key holds plan-time values only (Rule 4). ``row_scaled``: the output
@@ -189,8 +218,12 @@ def compile_parallel(
     the prep key (e.g. GDN's ``restructured`` / ``prefetch``), ``state_options`` of the state-pass key (``stages``,
     ``v_slice``, ``tma``, ``tma_store``), ``out_options`` of the output key (``v_wide``); absent fields
     take the key dataclasses' defaults (the default kernels); ``g_align``: the byte alignment the prep kernel assumes for ``g`` (2, or 4 for an fp32 ``g`` read by
-    32-bit loads: KDA's prep, GDN's with ``prefetch``; execute passes the same and checks the address)."""
+    32-bit loads: KDA's prep, GDN's with ``prefetch``; execute passes the same and checks the address). ``tvm_ffi``: each kernel
+    compiled with ``--enable-tvm-ffi`` (the same device code; launched through :func:`launch_parallel_ffi` with integer
+    addresses), cached under ``(key, "tvm-ffi")`` beside the DSL-entry artifact of the same key."""
     from cudnn.kernel_cache import kernel_cache
+
+    opts = {"options": "--enable-tvm-ffi"} if tvm_ffi else {}
 
     (prep_key_t, prep_t), (state_key_t, state_t), (out_key_t, out_t) = kernels
     prep_key = prep_key_t(head_dim=d, g_dtype=g_dtype, beta_dtype=beta_dtype, l2norm=l2norm, varlen=varlen, **(prep_options or {}))
@@ -206,7 +239,9 @@ def compile_parallel(
 
         ptrs = [fp("BFloat16", 16), fp("BFloat16", 16), fp("BFloat16", 16), fp(g_dtype, g_align), fp(beta_dtype, 2), fp("Int32", 4) if varlen else None]
         kernel_t = prep_t.for_key(prep_key) if hasattr(prep_t, "for_key") else prep_t  # a key option may pick another kernel module (GDN)
-        return cute.compile(kernel_t(prep_key), *ptrs, *fake_workspace_pointers(), *[Int32(8)] * 7, Float32(1.0), *[(Int64(8), Int64(8))] * 3, cuda.CUstream(0))
+        return cute.compile(
+            kernel_t(prep_key), *ptrs, *fake_workspace_pointers(), *[Int32(8)] * 7, Float32(1.0), *[(Int64(8), Int64(8))] * 3, cuda.CUstream(0), **opts
+        )
 
     def build_state():
         import cuda.bindings.driver as cuda
@@ -217,7 +252,7 @@ def compile_parallel(
 
         ptrs = [fp("Int32", 4) if varlen else None, fp("Float32", 4) if has_initial else None, fp("Float32", 4) if has_final else None]
         kernel_t = state_t.for_key(state_key) if hasattr(state_t, "for_key") else state_t  # v_slice may pick the narrow-slice kernel
-        return cute.compile(kernel_t(state_key), *ptrs, *fake_workspace_pointers(), *[Int32(8)] * 5, cuda.CUstream(0))
+        return cute.compile(kernel_t(state_key), *ptrs, *fake_workspace_pointers(), *[Int32(8)] * 5, cuda.CUstream(0), **opts)
 
     def build_out():
         import cuda.bindings.driver as cuda
@@ -235,12 +270,16 @@ def compile_parallel(
             *[Int32(8)] * 6,
             (Int64(8), Int64(8)),
             cuda.CUstream(0),
+            **opts,
         )
 
+    def cache_key(key):
+        return (key, "tvm-ffi") if tvm_ffi else key
+
     return (
-        kernel_cache.get_or_compile(prep_key, build_prep, family=family),
-        kernel_cache.get_or_compile(state_key, build_state, family=family),
-        kernel_cache.get_or_compile(out_key, build_out, family=family),
+        kernel_cache.get_or_compile(cache_key(prep_key), build_prep, family=family),
+        kernel_cache.get_or_compile(cache_key(state_key), build_state, family=family),
+        kernel_cache.get_or_compile(cache_key(out_key), build_out, family=family),
     )
 
 
@@ -279,3 +318,18 @@ def launch_parallel(compiled, ptrs: dict, ws_ptrs: list, ext: ParallelExtents, T
     prep, state, out = compiled
     launch_prep_state(prep, state, ptrs, ws_ptrs, ext, T, heads, qk_heads, scale, strides, stream)
     out(ptrs["o"], ptrs["cu"], *ws_ptrs, T, ext.n_seqs, ext.seq_len, ext.chunks_per_seq, ext.slots, heads, strides[3], stream)
+
+
+def launch_parallel_ffi(
+    entries, addrs: tuple, ws_addrs: list, ext: ParallelExtents, T: int, heads: int, qk_heads: int, scale: float, strides, stream: int
+) -> None:
+    """:func:`launch_parallel` on the tvm-ffi route: ``entries`` the three positional ``tvm_ffi.Function``s of a
+    ``compile_parallel(..., tvm_ffi=True)`` (``launch.tvm_ffi_entry``), ``addrs`` the integer addresses (None where the
+    plan has no such tensor) of q, k, v, g, beta, o, cu, h0, ht, ``ws_addrs`` the workspace arrays' (carve order),
+    ``strides`` (token, head) int pairs of q, k, v, o, ``stream`` a raw handle. No per-call conversion."""
+    prep, state, out = entries
+    q, k, v, g, beta, o, cu, h0, ht = addrs
+    n, ln, cps, slots = ext.n_seqs, ext.seq_len, ext.chunks_per_seq, ext.slots
+    prep(q, k, v, g, beta, cu, *ws_addrs, T, n, ln, cps, slots, heads, qk_heads, scale, strides[0], strides[1], strides[2], stream)
+    state(cu, h0, ht, *ws_addrs, n, ln, cps, slots, heads, stream)
+    out(o, cu, *ws_addrs, T, n, ln, cps, slots, heads, strides[3], stream)

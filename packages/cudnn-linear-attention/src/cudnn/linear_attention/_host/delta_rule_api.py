@@ -24,6 +24,7 @@ from typing import Any
 from cudnn.api_base import APIBase, TensorDesc, TupleDict
 from cudnn.datatypes import data_type
 from cudnn.dsl_gate import require_cutedsl
+from cudnn.workspace import WORKSPACE_ALIGNMENT, Workspace
 
 from ..kda.chunk_parallel_state_kernel import STAGES as _STATE_STAGES
 from .chunk_parallel import (
@@ -32,21 +33,44 @@ from .chunk_parallel import (
     SCHEDULES,
     compile_parallel,
     launch_parallel,
+    launch_parallel_ffi,
     parallel_extents,
-    workspace_bytes,
-    workspace_pointers,
+    workspace_offsets,
+    workspace_pointers_at,
 )
 from .launch import CUTLASS_NAMES as _CNAME
 from .launch import fake_gmem_ptr as _fake_ptr
 from .launch import gmem_ptr as _ptr
 from .launch import launch_stream as _stream
+from .launch import stream_handle as _stream_handle
 from .launch import torch_dtype as _torch_dtype
+from .launch import tvm_ffi_available as _tvm_ffi_available
+from .launch import tvm_ffi_entry as _tvm_ffi_entry
+from .launch import use_tvm_ffi_default as _use_tvm_ffi_default
 from .plan import check_declared, set_descs
 
 CUTEDSL_FLOOR = "4.8.0"
 HEAD_DIMS = (64, 128)
 GATE_DTYPES = (data_type.FLOAT, data_type.BFLOAT16)
 VEC = 8  # bf16 elements per 16-byte load of q / k / v
+
+#: Default of the adapters' ``fast_host`` (execute memoizes its validation per tensor metadata; see
+#: ``DeltaRuleFwdSm90.execute``). On since session 7; False restores the full validation on every call.
+FAST_HOST_DEFAULT = True
+#: Launch route of the plans the public ops build (``plan.tvm_ffi``: the kernels compiled with ``--enable-tvm-ffi``,
+#: launched with integer addresses and a raw stream handle: the same device code), where apache-tvm-ffi is importable;
+#: False: the DSL's own entry (cute Pointers, a CUstream). Part of the op's plan key. On since session 7 (as
+#: causal_conv1d's ``torch_op.FWD_TVM_FFI``; the adapters' own default stays the DSL entry unless ``CUDNN_LA_TVM_FFI=1``).
+TVM_FFI_DEFAULT = True
+#: The public wrappers (``gated_delta_net`` / ``kimi_delta_attention``) call the op body (the family's ``forward``)
+#: directly where torch's dispatch can change nothing (``_host/eager.py``); False: every call goes through the op.
+DIRECT_EAGER = True
+_MEMO_MAX = 64  # validation-memo entries per plan (cleared when full)
+
+
+def tvm_ffi_default() -> bool:
+    """The launch route of the public ops' plans: ``TVM_FFI_DEFAULT`` where apache-tvm-ffi is importable."""
+    return bool(TVM_FFI_DEFAULT) and _tvm_ffi_available()
 
 
 def walk_strides(desc: TensorDesc, what: str) -> tuple[int, int]:
@@ -123,6 +147,17 @@ class DeltaRuleFwdSm90(APIBase):
         #: Removed knob kept as an attribute so that setting it is caught: no family's prep kernel has a ``fast_exp``
         #: option any more (KDA's prep always uses ``ex2.approx`` decays); True is a ValueError at compile.
         self.parallel_fast_exp = False
+        #: Launch route (set before compile()): the tvm-ffi entry (True) or the DSL's own (False). Same device code either
+        #: way; the tvm-ffi artifacts are separate kernel-cache entries ``(key, "tvm-ffi")``. The adapter's default is the
+        #: DSL entry unless ``CUDNN_LA_TVM_FFI=1`` (as causal_conv1d's adapters); the public ops' plans take
+        #: ``tvm_ffi_default()`` (``TVM_FFI_DEFAULT``: True where apache-tvm-ffi is importable).
+        self.tvm_ffi = _use_tvm_ffi_default()
+        #: Memoized execute validation (set before compile(); default ``FAST_HOST_DEFAULT``): see ``execute``.
+        self.fast_host = FAST_HOST_DEFAULT
+        self._entries = None  # tvm-ffi positional functions (a tuple of three for the parallel schedule)
+        self._memo = None  # execute metadata -> _Launch; set by compile() when fast_host
+        self._last = [(None, None)]
+        self._varlen = self._parallel = False
 
     # -- family hooks -------------------------------------------------------------------------------
     def compile_key(self):  # pragma: no cover - every family overrides
@@ -265,11 +300,27 @@ class DeltaRuleFwdSm90(APIBase):
         n = n_seqs if n_seqs is not None else self._n_seqs
         if seq_len is None:
             seq_len = 0 if varlen else (T if rank == 3 else T // max(1, n))
-        ext = parallel_extents(T, n, seq_len, varlen)
-        return workspace_bytes(ext.slots, self.v.shape[-2], self.q.shape[-1])
+        return _layout(T, n, seq_len, varlen, self.v.shape[-2], self.q.shape[-1])[1][-1]  # == workspace_bytes(slots, H, D)
 
     def compile(self) -> None:
         self._ensure_support_checked()
+        for knob in ("tvm_ffi", "fast_host"):
+            self._value_error_if(getattr(self, knob) not in (True, False), f"{self._public}: {knob}={getattr(self, knob)!r} must be True or False")
+        self._value_error_if(self.tvm_ffi and not _tvm_ffi_available(), f"{self._public}: tvm_ffi=True needs apache-tvm-ffi, which is not importable")
+        self._entries = None
+        self._memo = None
+        self._last = [(None, None)]
+        self._varlen = self.cu_seqlens is not None
+        self._parallel = self.schedule == "parallel"
+        self._compile_kernels()
+        if self.tvm_ffi:
+            kernels = self._compiled_kernel
+            self._entries = tuple(_tvm_ffi_entry(f) for f in kernels) if self._parallel else _tvm_ffi_entry(kernels)
+        self._memo = {} if self.fast_host else None
+
+    def _compile_kernels(self) -> None:
+        """The compile of ``compile()``: the parallel schedule's three kernels or the serial kernel, on the ``tvm_ffi`` route."""
+        tvm_ffi = bool(self.tvm_ffi)
         if self.schedule == "parallel":
             f = self._key_fields()
             self._parallel_g_align = self._g_align()  # what the compiled prep kernel assumes; execute binds g with it
@@ -288,6 +339,7 @@ class DeltaRuleFwdSm90(APIBase):
                 g_align=self._parallel_g_align,
                 state_options=self._state_options(),
                 out_options=self._out_options(),
+                tvm_ffi=tvm_ffi,
             )
             self._compiled_kernel = self._compiled_parallel
             return
@@ -314,11 +366,12 @@ class DeltaRuleFwdSm90(APIBase):
             ]
             ints = [Int32(8)] * 5
             strides = [(Int64(8), Int64(8))] * 4
-            return cute.compile(kernel(key), *ptrs, *ints, Float32(1.0), *strides, cuda.CUstream(0))
+            opts = {"options": "--enable-tvm-ffi"} if tvm_ffi else {}
+            return cute.compile(kernel(key), *ptrs, *ints, Float32(1.0), *strides, cuda.CUstream(0), **opts)
 
         from cudnn.kernel_cache import kernel_cache
 
-        self._compiled_kernel = kernel_cache.get_or_compile(key, build, family=self._family)
+        self._compiled_kernel = kernel_cache.get_or_compile((key, "tvm-ffi") if tvm_ffi else key, build, family=self._family)
 
     # -- run ----------------------------------------------------------------------------------------
     def _check_runtime(self, t: Any, plan: TensorDesc, what: str, free: int) -> None:
@@ -333,7 +386,117 @@ class DeltaRuleFwdSm90(APIBase):
 
     def execute(self, q, k, v, g, beta, o, initial_state=None, final_state=None, cu_seqlens=None, *, current_stream=None, workspace=None):
         """Launch on ``current_stream``; returns ``o``. THD token totals / sequence counts (and dense B, L) may differ from the plan.
-        ``workspace`` (uint8, ``scratch_workspace_bytes(T, N, L)`` bytes) is needed by the parallel schedule only."""
+        ``workspace`` (uint8, ``scratch_workspace_bytes(T, N, L)`` bytes) is needed by the parallel schedule only.
+
+        Host path (``fast_host``, on by default): the full validation runs once per distinct tensor metadata
+        (:meth:`_exec_meta`: shapes, strides, dtypes, devices, which optionals are None, the workspace's dtype / rank /
+        stride / device; for a varlen plan without the token total T and the sequence count N); its result (the launch's
+        strides, extents and workspace layout) is memoized on the plan. A repeat call reads T / N, checks that every
+        tensor agrees with them, the q / k / v / g addresses' alignment and the workspace's size and alignment, and
+        launches; a call that fails any of these takes the full validation (and raises exactly its error). No allocation,
+        no sync, no device read either way (Rules 1-3)."""
+        memo = self._memo
+        meta = None
+        if memo is not None:
+            try:
+                meta = self._exec_meta(q, k, v, g, beta, o, initial_state, final_state, cu_seqlens, workspace)
+            except (AttributeError, TypeError):  # not tensors: the full validation names the problem
+                meta = None
+            if meta is not None:
+                pair = self._last[0]  # (metadata, memo entry) of the previous call, replaced as one object
+                got = pair[1] if meta == pair[0] else memo.get(meta)
+                if got is not None:
+                    call = self._fast_call(got, q, k, v, g, beta, o, initial_state, final_state, cu_seqlens, workspace)
+                    if call is not None:
+                        self._last[0] = (meta, got)
+                        self._launch(got, call, q, k, v, g, beta, o, initial_state, final_state, cu_seqlens, current_stream)
+                        return o
+        got = self._validate(q, k, v, g, beta, o, initial_state, final_state, cu_seqlens)
+        call = self._call_extents(got, q, g, cu_seqlens, workspace)
+        if meta is not None:
+            if len(memo) >= _MEMO_MAX:
+                memo.clear()
+            memo[meta] = got
+            self._last[0] = (meta, got)
+        self._launch(got, call, q, k, v, g, beta, o, initial_state, final_state, cu_seqlens, current_stream)
+        return o
+
+    def _exec_meta(self, q, k, v, g, beta, o, initial_state, final_state, cu_seqlens, workspace) -> tuple:
+        """What the execute-time validation reads of its tensors, everything but their addresses: the key of the
+        validation memo. Dense plans: shape, stride, dtype, device of each tensor (None for an absent optional one).
+        Varlen plans leave out the token total T (q..beta's token dim; rank 4 also the never-stepped batch stride) and the
+        sequence count N (the states' first dim; cu_seqlens' length), keeping whether T > 1 / N > 1 (which decide the
+        contiguity checks): the fast path reads them per call and checks that the tensors agree. The parallel schedule
+        adds the workspace's dtype, rank, stride and device (its size and address are checked per call)."""
+        ws = None
+        if self._parallel:
+            ws = None if workspace is None else (workspace.dtype, workspace.dim(), workspace.stride(), workspace.device)
+        if not self._varlen:
+            return (
+                q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
+                v.shape, v.stride(), v.dtype, v.device, o.shape, o.stride(), o.dtype, o.device,
+                g.shape, g.stride(), g.dtype, g.device, beta.shape, beta.stride(), beta.dtype, beta.device,
+                None if initial_state is None else (initial_state.shape, initial_state.stride(), initial_state.dtype, initial_state.device),
+                None if final_state is None else (final_state.shape, final_state.stride(), final_state.dtype, final_state.device),
+                None if cu_seqlens is None else (cu_seqlens.shape, cu_seqlens.stride(), cu_seqlens.dtype, cu_seqlens.device),
+                ws,
+            )  # fmt: skip
+        tok = q.dim() - 3  # [T, H, D] -> 0, [1, T, H, D] -> 1 (any other rank: the full validation raises)
+        m = [q.shape[tok] > 1, tok]
+        for t in (q, k, v, o, g, beta):
+            s = t.shape
+            m += (s[:tok], s[tok + 1 :], t.stride()[tok:], t.dtype, t.device)
+        n = None if cu_seqlens is None else cu_seqlens.shape[0] - 1
+        for t in (initial_state, final_state):
+            m.append(None if t is None else (n > 1, t.shape[1:], t.stride(), t.dtype, t.device))
+        m.append(None if cu_seqlens is None else (n >= 1, cu_seqlens.dim(), cu_seqlens.stride(), cu_seqlens.dtype, cu_seqlens.device))
+        m.append(ws)
+        return tuple(m)
+
+    def _fast_call(self, got, q, k, v, g, beta, o, initial_state, final_state, cu_seqlens, workspace):
+        """The per-call checks of a memo hit (see ``execute``): varlen T / N agreement, address alignment, the
+        workspace's size and alignment. Returns the call's extents (as :meth:`_call_extents`) or None (then the full
+        validation runs and raises)."""
+        if (q.data_ptr() | k.data_ptr() | v.data_ptr()) & 15:
+            return None
+        if got.varlen:
+            tok = got.tok
+            T = q.shape[tok]
+            if k.shape[tok] != T or v.shape[tok] != T or o.shape[tok] != T or g.shape[tok] != T or beta.shape[tok] != T:
+                return None
+            n = cu_seqlens.shape[0] - 1
+            if (initial_state is not None and initial_state.shape[0] != n) or (final_state is not None and final_state.shape[0] != n):
+                return None
+            layout = _layout(T, n, 0, True, got.heads, got.d) if got.parallel else None
+        else:
+            T, n, layout = got.T, got.n_seqs, got.layout
+        if not got.parallel:
+            return T, n, None, None
+        if g.data_ptr() % got.g_align:
+            return None
+        base = workspace.data_ptr()
+        if base % WORKSPACE_ALIGNMENT or workspace.numel() < layout[1][-1]:
+            return None
+        return T, n, layout[0], [base + off for off in layout[1][:-1]]
+
+    def _call_extents(self, got, q, g, cu_seqlens, workspace):
+        """The per-call part of the full validation (raising its errors): T and N of this call and, for the parallel
+        schedule, its extents and the workspace arrays' addresses (Workspace.over checks the buffer), g's alignment."""
+        what = f"{type(self).__name__}.execute"
+        if got.varlen:
+            T, n = int(q.shape[got.tok]), int(cu_seqlens.shape[0]) - 1
+        else:
+            T, n = got.T, got.n_seqs
+        if not got.parallel:
+            return T, n, None, None
+        ext, offsets = _layout(T, n, got.seq_len, got.varlen, got.heads, got.d)
+        base = Workspace.over(workspace, offsets[-1], what, device=q.device).data_ptr
+        if g.data_ptr() % got.g_align:
+            raise ValueError(f"{what}: g at 0x{g.data_ptr():x} is not {got.g_align}-byte aligned (the plan's prep kernel reads an fp32 g by 32-bit loads)")
+        return T, n, ext, [base + off for off in offsets[:-1]]
+
+    def _validate(self, q, k, v, g, beta, o, initial_state, final_state, cu_seqlens) -> _Launch:
+        """The full metadata validation of an execute call (no conversion, no device read); returns its memo entry."""
         what = f"{type(self).__name__}.execute"
         self._ensure_support_checked()
         check_declared(what, self, cu_seqlens=cu_seqlens, initial_state=initial_state, final_state=final_state)
@@ -383,66 +546,142 @@ class DeltaRuleFwdSm90(APIBase):
         if self._compiled_kernel is None:
             self.compile()
         T = int(q.shape[0]) if rank == 3 else int(q.shape[0]) * int(q.shape[1])
-        if self.schedule == "parallel":
-            self._execute_parallel(q, k, v, g, beta, o, initial_state, final_state, cu_seqlens, T, n_seqs, seq_len, strides, current_stream, workspace)
-            return o
+        heads, d = int(v.shape[-2]), int(q.shape[-1])
+        varlen, parallel = self.cu_seqlens is not None, self.schedule == "parallel"
+        layout = _layout(T, n_seqs, seq_len, varlen, heads, d) if parallel and not varlen else None
+        return _Launch(
+            varlen=varlen,
+            tok=q.dim() - 3,
+            parallel=parallel,
+            T=T,
+            n_seqs=n_seqs,
+            seq_len=seq_len,
+            heads=heads,
+            qk_heads=int(q.shape[-2]),
+            d=d,
+            scale=float(self.scale),
+            strides=tuple(strides),
+            g_align=self._parallel_g_align if parallel else 2,
+            layout=layout,
+            g_dtype=self.g.dtype,
+            beta_dtype=self.beta.dtype,
+        )
+
+    def _launch(self, got, call, q, k, v, g, beta, o, initial_state, final_state, cu_seqlens, current_stream) -> None:
+        """The launches of a validated call: ``call`` = (T, N, parallel extents, workspace array addresses). The tvm-ffi
+        route (``tvm_ffi``) passes integer addresses, ints, floats and the raw stream handle; the DSL route builds cute
+        pointers and a CUstream (the pre-session-7 path, kept as the A/B baseline and where tvm-ffi is missing)."""
+        T, n, ext, ws = call
+        entries = self._entries
+        if entries is not None:
+            stream = _stream_handle(current_stream, q.device)
+            addrs = (
+                q.data_ptr(), k.data_ptr(), v.data_ptr(), g.data_ptr(), beta.data_ptr(), o.data_ptr(),
+                None if cu_seqlens is None else cu_seqlens.data_ptr(),
+                None if initial_state is None else initial_state.data_ptr(),
+                None if final_state is None else final_state.data_ptr(),
+            )  # fmt: skip
+            if got.parallel:
+                launch_parallel_ffi(entries, addrs, ws, ext, T, got.heads, got.qk_heads, got.scale, got.strides, stream)
+            else:
+                entries(*addrs, T, n, got.seq_len, got.heads, got.qk_heads, got.scale, *got.strides, stream)
+            return
+        if got.parallel:
+            ptrs = dict(
+                q=_ptr(q, data_type.BFLOAT16, 16),
+                k=_ptr(k, data_type.BFLOAT16, 16),
+                v=_ptr(v, data_type.BFLOAT16, 16),
+                g=_ptr(g, got.g_dtype, got.g_align),
+                beta=_ptr(beta, got.beta_dtype, 2),
+                o=_ptr(o, data_type.BFLOAT16, 2),
+                cu=_ptr(cu_seqlens, data_type.INT32, 4),
+                h0=_ptr(initial_state, data_type.FLOAT, 4),
+                ht=_ptr(final_state, data_type.FLOAT, 4),
+            )
+            ws_ptrs = workspace_pointers_at(ws)
+            launch_parallel(
+                self._compiled_parallel, ptrs, ws_ptrs, ext, T, got.heads, got.qk_heads, got.scale, list(got.strides), _stream(current_stream, q.device)
+            )
+            return
         self._compiled_kernel(
             _ptr(q, data_type.BFLOAT16, 16),
             _ptr(k, data_type.BFLOAT16, 16),
             _ptr(v, data_type.BFLOAT16, 16),
-            _ptr(g, self.g.dtype, 2),
-            _ptr(beta, self.beta.dtype, 2),
+            _ptr(g, got.g_dtype, 2),
+            _ptr(beta, got.beta_dtype, 2),
             _ptr(o, data_type.BFLOAT16, 2),
             _ptr(cu_seqlens, data_type.INT32, 4),
             _ptr(initial_state, data_type.FLOAT, 4),
             _ptr(final_state, data_type.FLOAT, 4),
             T,
-            n_seqs,
-            seq_len,
-            int(v.shape[-2]),
-            int(q.shape[-2]),
-            float(self.scale),
-            *strides,
+            n,
+            got.seq_len,
+            got.heads,
+            got.qk_heads,
+            got.scale,
+            *got.strides,
             _stream(current_stream, q.device),
         )
-        return o
 
-    def _execute_parallel(self, q, k, v, g, beta, o, initial_state, final_state, cu_seqlens, T, n_seqs, seq_len, strides, current_stream, workspace):
-        """The parallel schedule's three launches (metadata already validated by ``execute``)."""
-        heads, d = int(v.shape[-2]), int(q.shape[-1])
-        ext = parallel_extents(T, n_seqs, seq_len, cu_seqlens is not None)
-        required = workspace_bytes(ext.slots, heads, d)
-        ws_ptrs = workspace_pointers(workspace, required, f"{type(self).__name__}.execute", q.device, ext.slots, heads, d)
-        g_align = self._parallel_g_align
-        if g.data_ptr() % g_align:
-            raise ValueError(
-                f"{type(self).__name__}.execute: g at 0x{g.data_ptr():x} is not {g_align}-byte aligned (the plan's prep kernel reads an fp32 g by 32-bit loads)"
-            )
-        ptrs = dict(
-            q=_ptr(q, data_type.BFLOAT16, 16),
-            k=_ptr(k, data_type.BFLOAT16, 16),
-            v=_ptr(v, data_type.BFLOAT16, 16),
-            g=_ptr(g, self.g.dtype, g_align),
-            beta=_ptr(beta, self.beta.dtype, 2),
-            o=_ptr(o, data_type.BFLOAT16, 2),
-            cu=_ptr(cu_seqlens, data_type.INT32, 4),
-            h0=_ptr(initial_state, data_type.FLOAT, 4),
-            ht=_ptr(final_state, data_type.FLOAT, 4),
-        )
-        launch_parallel(self._compiled_parallel, ptrs, ws_ptrs, ext, T, heads, int(q.shape[-2]), float(self.scale), strides, _stream(current_stream, q.device))
+
+class _Launch:
+    """A validated call's memo entry (``DeltaRuleFwdSm90._validate``): what the launches need besides addresses and, for
+    a varlen plan, T and N. ``layout``: the dense parallel plan's (extents, workspace offsets + total); None otherwise."""
+
+    __slots__ = (
+        "varlen",
+        "tok",
+        "parallel",
+        "T",
+        "n_seqs",
+        "seq_len",
+        "heads",
+        "qk_heads",
+        "d",
+        "scale",
+        "strides",
+        "g_align",
+        "layout",
+        "g_dtype",
+        "beta_dtype",
+    )
+
+    def __init__(self, **fields):
+        for name, value in fields.items():
+            setattr(self, name, value)
+
+
+_LAYOUTS: dict = {}
+
+
+def _layout(T: int, n: int, seq_len: int, varlen: bool, heads: int, d: int) -> tuple:
+    """``(ParallelExtents, workspace offsets + total bytes)`` of a parallel call, memoized per extents (bounded):
+    metadata arithmetic only."""
+    key = (T, n, seq_len, varlen, heads, d)
+    hit = _LAYOUTS.get(key)
+    if hit is None:
+        if len(_LAYOUTS) >= 4 * _MEMO_MAX:
+            _LAYOUTS.clear()
+        ext = parallel_extents(T, n, seq_len, varlen)
+        hit = _LAYOUTS[key] = (ext, workspace_offsets(ext.slots, heads, d))
+    return hit
 
 
 def _plan_for(adapter, plans: dict, q, k, v, g, beta, o, scale, l2norm, initial_state, final_state, cu_seqlens, schedule=DEFAULT_SCHEDULE):
-    """One ``adapter`` per metadata signature (token extents excluded) and schedule, cached in the family's ``plans``:
-    the wrapper's per-call cost is a dict lookup."""
+    """One ``adapter`` per metadata signature (token extents excluded), schedule and host-path knobs (``TVM_FFI_DEFAULT``,
+    ``FAST_HOST_DEFAULT``: a plan's route and memo are fixed at construction), cached in the family's ``plans``: the
+    wrapper's per-call cost is a dict lookup."""
     rank = q.dim()
     free = 1 if rank == 3 else 2
-
-    def sig(t):
-        return None if t is None else (tuple(t.shape[free:]), t.dtype, str(t.device))
-
-    key = (rank, scale, l2norm, schedule, *(sig(t) for t in (q, k, v, g, beta, o, initial_state, final_state, cu_seqlens)))
-    plan = plans.get(key)
+    key = (
+        rank, scale, l2norm, schedule, TVM_FFI_DEFAULT, FAST_HOST_DEFAULT, q.device,
+        q.shape[free:], q.dtype, k.shape[free:], k.dtype, v.shape[free:], v.dtype, o.shape[free:], o.dtype,
+        g.shape[free:], g.dtype, beta.shape[free:], beta.dtype,
+        None if initial_state is None else (initial_state.shape[1:], initial_state.dtype),
+        None if final_state is None else final_state.shape[1:],
+        None if cu_seqlens is None else cu_seqlens.dtype,
+    )  # fmt: skip
+    plan = plans.get(key)  # keyed on q's device: another tensor on another device is the plan's execute ValueError
     if plan is None:
         plan = adapter(
             q,
@@ -458,6 +697,7 @@ def _plan_for(adapter, plans: dict, q, k, v, g, beta, o, scale, l2norm, initial_
             cu_seqlens=cu_seqlens,
             schedule=schedule,
         )
+        plan.tvm_ffi = tvm_ffi_default()
         plan.compile()
         plans[key] = plan
     return plan
@@ -468,7 +708,8 @@ def delta_rule_forward(
 ):
     """``(o, final_state or None)``: outputs allocated on torch's current stream (``o`` contiguous with v's shape and dtype
     unless ``out`` supplies it), the cached ``adapter`` plan of this metadata signature and ``schedule`` (in ``plans``),
-    its launches on that stream. The real implementation of a family's torch op and of its ``out=`` form.
+    its launches on that stream. The real implementation of a family's torch op, of its ``out=`` form and of the public
+    wrapper's direct eager call (``DIRECT_EAGER``).
 
     ``schedule="parallel"``: the plan's ``scratch_workspace_bytes(T, N, L)`` are allocated here as a uint8 tensor on the
     launch stream (R1: the caching allocator orders the block's reuse against that stream; R2: the adapter carves it),
@@ -481,20 +722,36 @@ def delta_rule_forward(
     rank = q.dim()
     varlen = cu_seqlens is not None
     n = (int(cu_seqlens.shape[0]) - 1) if varlen else (int(q.shape[0]) if rank == 4 else 1)
-    h, vdim, kdim = int(v.shape[-2]), int(v.shape[-1]), int(q.shape[-1])
     stream = torch.cuda.current_stream(device)
-    with stream_context(stream, device):
-        o = torch.empty(v.shape, dtype=v.dtype, device=device) if out is None else out
-        final = torch.empty(n, h, vdim, kdim, dtype=torch.float32, device=device) if output_final_state else None
-    plan = _plan_for(adapter, plans, q, k, v, g, beta, o, scale, use_qk_l2norm_in_kernel, initial_state, final, cu_seqlens, schedule)
     workspace = None
-    if schedule == "parallel":
-        T = int(q.shape[0]) if rank == 3 else int(q.shape[0]) * int(q.shape[1])
-        seq_len = 0 if varlen else (int(q.shape[1]) if rank == 4 else T)
-        with stream_context(stream, device):
+    with stream_context(stream, device):  # every allocation of the call in one context (a no-op on the current stream)
+        o = torch.empty(v.shape, dtype=v.dtype, device=device) if out is None else out
+        final = torch.empty(n, v.shape[-2], v.shape[-1], q.shape[-1], dtype=torch.float32, device=device) if output_final_state else None
+        plan = _plan_for(adapter, plans, q, k, v, g, beta, o, scale, use_qk_l2norm_in_kernel, initial_state, final, cu_seqlens, schedule)
+        if schedule == "parallel":
+            T = int(q.shape[0]) if rank == 3 else int(q.shape[0]) * int(q.shape[1])
+            seq_len = 0 if varlen else (int(q.shape[1]) if rank == 4 else T)
             workspace = torch.empty(plan.scratch_workspace_bytes(T, n, seq_len), dtype=torch.uint8, device=device)
     plan.execute(q, k, v, g, beta, o, initial_state, final, cu_seqlens, current_stream=stream, workspace=workspace)
     return o, final
+
+
+_EAGER: list = []
+
+
+def _direct_ok(tensors) -> bool:
+    """Whether the public wrapper may call the op body directly (``DIRECT_EAGER``; ``_host/eager.py``: not compiling, a
+    plain dispatch state, plain CUDA tensors none of which needs an autograd record). Imports torch on first use."""
+    if not DIRECT_EAGER:
+        return False
+    if not _EAGER:
+        import torch
+
+        from . import eager
+
+        _EAGER.append((torch.compiler.is_compiling, eager))
+    is_compiling, eager = _EAGER[0]
+    return not is_compiling() and eager.plain_tensors(tensors, eager.is_cuda)
 
 
 def delta_rule_public(
@@ -515,8 +772,10 @@ def delta_rule_public(
     schedule=DEFAULT_SCHEDULE,
 ):
     """The public wrapper's body: with ``out``, the eager forward-only path through ``forward`` (refused when an input
-    requires grad); else the torch custom op ``load_op()`` (imported lazily). ``schedule`` ("serial" default, or the
-    opt-in "parallel") is checked here (ValueError) before any tracing or launch. Returns ``TupleDict(o, final_state)``."""
+    requires grad); else, where torch's dispatch can change nothing (:func:`_direct_ok`), ``forward`` called directly
+    (the op's body: the same plan, outputs and errors, without the custom-op dispatch); else the torch custom op
+    ``load_op()`` (imported lazily). ``schedule`` ("parallel" default, or "serial") is checked here (ValueError) before
+    any tracing or launch. Returns ``TupleDict(o, final_state)``."""
     if schedule not in SCHEDULES:
         raise ValueError(f"cudnn.linear_attention.{public}: schedule={schedule!r}; accepted {SCHEDULES}")
     if out is not None:
@@ -524,6 +783,9 @@ def delta_rule_public(
 
         forward_only_guard(public, q, k, v, g, beta, initial_state)
         o, final = forward(q, k, v, g, beta, scale, use_qk_l2norm_in_kernel, initial_state, output_final_state, cu_seqlens, out, schedule=schedule)
+        return TupleDict(o=o, final_state=final)
+    if _direct_ok((q, k, v, g, beta, initial_state, cu_seqlens)):
+        o, final = forward(q, k, v, g, beta, scale, bool(use_qk_l2norm_in_kernel), initial_state, bool(output_final_state), cu_seqlens, schedule=schedule)
         return TupleDict(o=o, final_state=final)
     op = load_op()
     o, final = op(q, k, v, g, beta, scale, bool(use_qk_l2norm_in_kernel), initial_state, bool(output_final_state), cu_seqlens, schedule)

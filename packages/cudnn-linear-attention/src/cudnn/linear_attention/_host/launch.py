@@ -54,6 +54,28 @@ def launch_stream(current_stream, device):
     return cuda.CUstream(launch_stream_handle(current_stream, device))
 
 
+def stream_handle(current_stream, device) -> int:
+    """The raw handle to launch on (the tvm-ffi route): core's ``launch_stream_handle(current_stream, device)``; for None
+    on a CUDA device with an index, torch's current stream read directly by index (no torch.device / Stream built)."""
+    from cudnn._torch_stream import current_stream_handle, launch_stream_handle
+
+    if current_stream is None and device.type == "cuda" and device.index is not None:
+        return current_stream_handle(device.index)
+    return launch_stream_handle(current_stream, device)
+
+
+_TVM_FFI: list = []
+
+
+def tvm_ffi_available() -> bool:
+    """Whether apache-tvm-ffi is importable (probed once per process, without importing it)."""
+    if not _TVM_FFI:
+        from cudnn._compat import tvm_ffi_available as probe
+
+        _TVM_FFI.append(probe())
+    return _TVM_FFI[0]
+
+
 def use_tvm_ffi_default() -> bool:
     """The default launch route of the causal_conv1d adapters: the tvm-ffi entry when ``CUDNN_LA_TVM_FFI=1`` and
     apache-tvm-ffi is importable, else the DSL's own entry (the default until the GPU A/B flips it)."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import torch
 
+from .._host.eager import plain_tensors
 from . import api as _api
 from .api import CausalConv1d, CausalConv1dBackward, CausalConv1dUpdate
 
@@ -210,38 +211,12 @@ def _(x, conv_state, weight, bias, activation, conv_state_indices):
     return x.new_empty(x.shape)
 
 
-_PLAIN_TYPES: tuple = (torch.Tensor, torch.nn.Parameter)
-_DISPATCH_STATE: list = []
-
-
-def _dispatch_state():
-    """``() -> True`` when torch's global dispatch state leaves a custom op call nothing to do beyond its body: no jit
-    tracing, no torch function mode, no dispatch mode, no functorch transform. None where this torch lacks one of the
-    probes (then every call goes through the op)."""
-    if not _DISPATCH_STATE:
-        C = torch._C
-        try:
-            probes = (C._get_tracing_state, C._is_torch_function_mode_enabled, C._len_torch_dispatch_stack, C._functorch.peek_interpreter_stack)
-        except AttributeError:
-            _DISPATCH_STATE.append(None)
-        else:
-            tracing, fn_mode, dispatch_len, functorch = probes
-            _DISPATCH_STATE.append(lambda: tracing() is None and not fn_mode() and dispatch_len() == 0 and functorch() is None)
-    return _DISPATCH_STATE[0]
-
-
 def _direct_ok(x, weight, bias, cu_seqlens, initial_states, activation) -> bool:
-    """Whether the eager fast path may call the op body directly (see the module docstring)."""
+    """Whether the eager fast path may call the op body directly (see the module docstring; the dispatch-state and
+    tensor checks are ``_host/eager.py``'s, shared with the delta-rule forwards)."""
     if not DIRECT_EAGER or not (activation is None or type(activation) is str):
         return False
-    plain = _dispatch_state()
-    if plain is None or not plain():
-        return False
-    grad = torch.is_grad_enabled()
-    for t in (x, weight, bias, cu_seqlens, initial_states):
-        if t is not None and (type(t) not in _PLAIN_TYPES or not _served(t) or (grad and t.requires_grad)):
-            return False
-    return True
+    return plain_tensors((x, weight, bias, cu_seqlens, initial_states), _served)
 
 
 def _served(t) -> bool:

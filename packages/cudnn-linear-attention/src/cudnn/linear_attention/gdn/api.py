@@ -148,7 +148,9 @@ def gated_delta_net(
     [N, H, V, K] when ``output_final_state`` else None. Launches on torch's current stream.
 
     Runs as the torch custom op ``torch.ops.cudnn_linear_attention.gated_delta_net_fwd`` (fake implementation included:
-    torch.compile traces it, fullgraph). Differentiable: its autograd runs the chunked backward kernels
+    torch.compile traces it, fullgraph); a plain eager call (no autograd record needed, no tracing or dispatch mode, CUDA
+    tensors) runs the op's body directly (``_host/delta_rule_api.py::DIRECT_EAGER``: the same plan, outputs and errors,
+    without the custom-op dispatch), on the tvm-ffi launch route with memoized validation. Differentiable: its autograd runs the chunked backward kernels
     (``torch.ops.cudnn_linear_attention.*_bwd``). ``out`` supplies ``o`` and takes
     the forward-only path outside the op (eager; refused with NotImplementedError when an input requires grad).
 
