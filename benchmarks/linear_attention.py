@@ -564,10 +564,6 @@ def main(args=None):
         # 64-token CTAs (grid_ctas = 0, the default until session 6), eager through the public op and kernel-only
         Provider("ours-cta64", _make_ours_op_options(grid_ctas=0)),
         Provider("ours-cta64+graph", _make_ours_kernel_variant(grid_ctas=0)),
-        # loads in flight per SM (session 7 A/B, kernel time): 8-token register groups (two buffers: 16 tokens of 16 bytes
-        # per thread) at 3 / 2 CTAs per SM (one wave: 396 / 264 CTAs on the H200's 132 SMs; no spill at either), vs the default 4-token groups at 4
-        Provider("ours-g8c3+graph", _make_ours_kernel_variant(group=8, min_ctas_per_sm=3, grid_ctas=396)),
-        Provider("ours-g8c2+graph", _make_ours_kernel_variant(group=8, min_ctas_per_sm=2, grid_ctas=264)),
         Provider("adapter", _make_ours_adapter(False)),
         Provider("adapter+tvmffi", _make_ours_adapter(True)),
         Provider("fla", _make_fla, _fla_available),
