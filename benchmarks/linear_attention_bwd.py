@@ -601,6 +601,7 @@ def families_of(which: str) -> tuple[str, ...]:
 
 def main(argv=None):
     args = parse_args(argv)
+    sys.argv[1:] = []  # a library parser reading sys.argv later (the DSL's on first compile) would take --h for its --help
     if not args.profile:
         for fam in families_of(args.which):
             run_family(fam, args)

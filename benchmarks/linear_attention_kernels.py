@@ -183,6 +183,9 @@ def main(argv=None):
     ap.add_argument("--variants", default="", help="comma-separated variant labels to keep (default: all), e.g. parallel,par-base")
     ap.add_argument("--out", default="docs/benchmarks/linear_attention_kernels.md", help="md file the table is written to ('' : none)")
     a = ap.parse_args(argv)
+    # A library parser reading sys.argv later (the DSL's ``-diagnostic`` one, on first compile) would take ``--h`` for an
+    # abbreviation of its ``--help`` and exit: leave it only the program name.
+    sys.argv[1:] = []
     only = tuple(v for v in a.variants.split(",") if v)
     results = []
     for fam in ("kda", "gdn") if a.family == "both" else (a.family,):
