@@ -65,7 +65,7 @@ def test_variant_table_and_key_fields():
     from cudnn.linear_attention.kda.chunk_parallel_prep_kernel import KdaParallelPrepKey
     from cudnn.linear_attention.kda.chunk_parallel_state_kernel import KdaParallelStateKey
 
-    assert set(PARALLEL_VARIANTS) == {"state-base", "out-base", "base", "gdn-prep-base", "gdn-base", "kp5", "kn", "kp6"}
+    assert set(PARALLEL_VARIANTS) == {"state-base", "out-base", "base", "gdn-prep-base", "gdn-base", "kp5", "kn", "kp6", "ub16"}
     sk = KdaParallelStateKey(head_dim=128, varlen=True, has_initial=True, has_final=True)
     ok = KdaParallelOutKey(head_dim=128, varlen=True)
     pk = GdnParallelPrepKey(head_dim=128, g_dtype="Float32", beta_dtype="Float32", l2norm=True, varlen=True)
@@ -86,10 +86,11 @@ def test_variant_table_and_key_fields():
         "ref_table",
         "lean_gates",
         "tiled_solve",
+        "u_bf16",
     ]
     # KDA's prep options all default on (session 6); kp5 turns every one off (the session-5 kernel), kn all but narrow_ap,
     # kp6 the solve and gate options (the session-6 first default)
-    opts = [f.name for f in fields(KdaParallelPrepKey)][5:]
+    opts = [f.name for f in fields(KdaParallelPrepKey)][5:9]  # u_bf16 (the opt-in ``ub16``, default off): test_parallel_u_bf16.py
     assert all(getattr(KdaParallelPrepKey(head_dim=128, g_dtype="Float32", beta_dtype="Float32", l2norm=True, varlen=True), o) for o in opts)
     assert PARALLEL_VARIANTS["kp5"] == {"prep": dict.fromkeys(opts, False)}
     assert PARALLEL_VARIANTS["kn"] == {"prep": {o: False for o in opts if o != "narrow_ap"}}

@@ -19,7 +19,7 @@ total and the sequence count alone, never reading ``cu_seqlens`` (Rule 3). A slo
 Workspace (per slot and head, written by the prep kernel or the state pass, read by the next kernel; D = K = V)::
 
     w    [64, D]  bf16   -Wm = -Tm (beta K exp G)            (token rows, key channels contiguous)
-    u    [64, D]  fp32   U = Tm (beta V)
+    u    [64, D]  fp32   U = Tm (beta V)                       (bf16 with the ``ub16`` keys: see "bf16 U" below)
     kd   [D, 64]  bf16   (K exp(G_C - G))^T                    (key channels rows, tokens contiguous)
     qg   [64, D]  bf16   scale Q exp(G)
     p    [64, 64] bf16   lower_eq(scale Q K^T decayed)
@@ -27,6 +27,14 @@ Workspace (per slot and head, written by the prep kernel or the state pass, read
     vnt  [D, 64]  bf16   Vn^T = (U - Wm S0^T)^T                (state pass)
     h    [D, D]   bf16   S0: the state entering the chunk [V, K] (state pass)
     rf   [64]     fp32   scale exp(G_i): the output's row factors (GDN: its output kernel scales Q S0^T rows; unused by KDA)
+
+bf16 U (opt-in: ``u_bf16`` on the prep key -- KDA's, GDN's restructured -- and on the state-pass key, both set by the
+``ub16`` variant, checked to agree at compile). The carve is unchanged (``_host/chunk_parallel.py::_ARRAYS``: ``u`` keeps
+its fp32 size); the prep kernel recasts the ``u`` pointer to bf16 and keeps the element strides, so U is [slots, heads,
+64, D] bf16, slot / head tiles 64 D elements apart: exactly the first half of the region (the second half is unused).
+The state pass reads that layout by a bf16 TMA box ([64 tokens, vw] of the [slots x heads x 64, D] view) into a bf16
+shared tile and widens it to fp32 as it initializes the Vn accumulator (:func:`vn_to_smem`). U is the only array whose
+type changes; the output kernel never reads U.
 """
 
 import cuda.bindings.driver as cuda
@@ -463,13 +471,25 @@ def state_to_workspace(
 
 @cute.jit
 def vn_to_smem(
-    mma: cute.TiledMma, acc_v: cute.Tensor, w_A: cute.Tensor, s0_B: cute.Tensor, sU: cute.Tensor, sVnT: cute.Tensor, ct: cute.Tensor, st: cutlass.Constexpr[int]
+    mma: cute.TiledMma,
+    acc_v: cute.Tensor,
+    w_A: cute.Tensor,
+    s0_B: cute.Tensor,
+    sU: cute.Tensor,
+    sVnT: cute.Tensor,
+    ct: cute.Tensor,
+    st: cutlass.Constexpr[int],
+    u_bf16: cutlass.Constexpr[bool] = False,
 ):
-    """``Vn = U + (-Wm) S0^T`` [tokens, vw] (fp32 ``acc_v``, U and -Wm from stage ``st``) -> bf16 ``Vn^T`` in ``sVnT``
-    [vw, tokens] (the state update's B operand); the caller publishes it."""
+    """``Vn = U + (-Wm) S0^T`` [tokens, vw] (fp32 ``acc_v``, U and -Wm from stage ``st``; ``u_bf16``: ``sU`` holds bf16
+    U, widened to fp32 as it enters the accumulator) -> bf16 ``Vn^T`` in ``sVnT`` [vw, tokens] (the state update's B
+    operand); the caller publishes it."""
     for i in cutlass.range_constexpr(cute.size(acc_v)):
         rc = ct[i]
-        acc_v[i] = sU[rc[0], rc[1], st]
+        if const_expr(u_bf16):
+            acc_v[i] = sU[rc[0], rc[1], st].to(Float32)
+        else:
+            acc_v[i] = sU[rc[0], rc[1], st]
     wgmma(mma, acc_v, w_A[None, None, None, st], s0_B, False)
     for i in cutlass.range_constexpr(cute.size(acc_v)):
         rc = ct[i]

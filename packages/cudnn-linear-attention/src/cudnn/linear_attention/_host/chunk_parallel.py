@@ -138,6 +138,11 @@ _GDN_PREP_BASE = {"restructured": False, "tc_ctas_per_sm": 2}
 #:   ``narrow_ap`` only (193.5); rounding-level changes.
 #: - ``kp6`` (KDA only): the session-6 first default prep (``narrow_ap`` + ``ref_table``, without ``tiled_solve`` /
 #:   ``lean_gates``: 182.8 vs 174.9 us), bitwise the default (``kda/chunk_parallel_prep_kernel.py``); the A/B baseline.
+#: - ``ub16`` (both families; session 7, not yet GPU-run): U = Tm (beta V) kept as bf16 in the workspace (``u_bf16`` on
+#:   the prep key -- KDA's, GDN's restructured -- and on the state-pass key): the prep kernel rounds U to bf16 when
+#:   storing it (first half of the ``u`` region, the carve unchanged: ``_device/chunk_parallel.py``, "bf16 U"), the state
+#:   pass fetches it as bf16 (16 KB less per chunk and head of the 32 KB fp32 U traffic). Rounding-level change of Vn
+#:   (fla keeps its ``u`` in the input dtype too). The two keys of a plan must agree: :func:`compile_parallel` raises.
 #:
 #: Session 6 made the winners the key defaults and removed the other names: ``v32`` (the default width), ``v16`` / ``v64``
 #: (no faster: 147.3 / 205.9 vs 147.7 us), ``s3`` / ``s4`` / ``tma`` / ``tma-s3`` / ``tma-st`` / ``tma-st-s3`` (slower
@@ -154,6 +159,7 @@ PARALLEL_VARIANTS = {
     "kp5": {"prep": {"narrow_ap": False, "ref_table": False, "tiled_solve": False, "lean_gates": False}},
     "kn": {"prep": {"ref_table": False, "tiled_solve": False, "lean_gates": False}},
     "kp6": {"prep": {"tiled_solve": False, "lean_gates": False}},
+    "ub16": {"prep": {"u_bf16": True}, "state": {"u_bf16": True}},
 }
 
 
@@ -195,6 +201,18 @@ def set_parallel_options(plan, variant) -> None:
     plan._out_options = out_options
 
 
+def check_u_dtype_agrees(prep_key, state_key) -> None:
+    """ValueError unless the prep key (which writes U) and the state-pass key (which reads it) agree on ``u_bf16``: a
+    bf16 U read as fp32 (or the reverse) is garbage, not a rounding difference. Host-side, before any build."""
+    prep_bf16, state_bf16 = getattr(prep_key, "u_bf16", False), getattr(state_key, "u_bf16", False)
+    if prep_bf16 != state_bf16:
+        raise ValueError(
+            f"parallel schedule: the prep key {type(prep_key).__name__}.u_bf16={prep_bf16} and the state-pass key "
+            f"{type(state_key).__name__}.u_bf16={state_bf16} disagree (the workspace's U is written in one dtype and read in the "
+            "other); set both (the 'ub16' variant: {'prep': {'u_bf16': True}, 'state': {'u_bf16': True}}) or neither"
+        )
+
+
 def compile_parallel(
     kernels,
     family: str,
@@ -215,8 +233,8 @@ def compile_parallel(
     """``(prep, state, out)`` compiled through ``kernel_cache`` from the family's ``kernels`` = ((PrepKey, Prep),
     (StateKey, State), (OutKey, Out)); each key holds plan-time values only (Rule 4). ``row_scaled``: the output
     kernel applies per-row factors to ``Q S0^T`` (Gated DeltaNet's scalar decay). ``prep_options``: extra fields of
-    the prep key (e.g. GDN's ``restructured`` / ``prefetch``), ``state_options`` of the state-pass key (``stages``,
-    ``v_slice``, ``tma``, ``tma_store``), ``out_options`` of the output key (``v_wide``); absent fields
+    the prep key (e.g. GDN's ``restructured`` / ``prefetch``, ``u_bf16``), ``state_options`` of the state-pass key (``stages``,
+    ``v_slice``, ``tma``, ``tma_store``, ``u_bf16``: must equal the prep key's, :func:`check_u_dtype_agrees`), ``out_options`` of the output key (``v_wide``); absent fields
     take the key dataclasses' defaults (the default kernels); ``g_align``: the byte alignment the prep kernel assumes for ``g`` (2, or 4 for an fp32 ``g`` read by
     32-bit loads: KDA's prep, GDN's with ``prefetch``; execute passes the same and checks the address). ``tvm_ffi``: each kernel
     compiled with ``--enable-tvm-ffi`` (the same device code; launched through :func:`launch_parallel_ffi` with integer
@@ -229,6 +247,7 @@ def compile_parallel(
     prep_key = prep_key_t(head_dim=d, g_dtype=g_dtype, beta_dtype=beta_dtype, l2norm=l2norm, varlen=varlen, **(prep_options or {}))
     state_key = state_key_t(head_dim=d, varlen=varlen, has_initial=has_initial, has_final=has_final, **(state_options or {}))
     out_key = out_key_t(head_dim=d, varlen=varlen, row_scaled=row_scaled, **(out_options or {}))
+    check_u_dtype_agrees(prep_key, state_key)
 
     def build_prep():
         import cuda.bindings.driver as cuda

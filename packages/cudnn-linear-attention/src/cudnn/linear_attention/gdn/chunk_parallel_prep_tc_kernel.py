@@ -246,6 +246,8 @@ class GatedDeltaNetParallelPrepTc(ChunkParallelPrepLaunch):
         NM = D // 32  # 16-byte chunks of a row per thread (four threads per row)
         NH = D // BV
         mW, mU, mKD, mQG, mP, mGE, _, _, mRF = ws
+        if const_expr(self.key.u_bf16):  # U stored as bf16 [slots, heads, 64, D] over the first half of the u region
+            mU = cute.make_tensor(cute.recast_ptr(mU.iterator, dtype=BFloat16), mU.layout)
         tidx, _, _ = cute.arch.thread_idx()
         slot, head, _ = cute.arch.block_idx()
         hk = head // (heads // qk_heads)
@@ -400,7 +402,7 @@ class GatedDeltaNetParallelPrepTc(ChunkParallelPrepLaunch):
             cute.arch.cp_async_wait_group(0)
             _smem_ready()
 
-            # ---- 5. warpgroup 0: U = (T Diag(beta)) V (fp32); warpgroup 1: -Wm = -(T Diag(beta exp G)) Kn (bf16) -----
+            # ---- 5. warpgroup 0: U = (T Diag(beta)) V (fp32; bf16 pairs with u_bf16); warpgroup 1: -Wm = -(T Diag(beta exp G)) Kn (bf16) -----
             wgmn = mma_mn.get_slice(0)
             thr_mn = mma_mn.get_slice(lt)
             if wg == 0:

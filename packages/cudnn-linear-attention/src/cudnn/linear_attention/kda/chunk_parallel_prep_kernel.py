@@ -171,6 +171,10 @@ class KdaParallelPrepKey:
     #: default on since session 6: the solve's off-diagonal bands on a 1 x 4 register tile per thread (16-byte shared
     #: reads); bitwise the kernel without it (``tiled_solve=False, lean_gates=False``: the session-6 first default, ``kp6``)
     tiled_solve: bool = True
+    #: Opt-in (default False: the default kernel, PTX unchanged): U = Tm (beta V) rounded to bf16 when stored, into the
+    #: first half of the workspace's ``u`` region (``_device/chunk_parallel.py``, "bf16 U"); the state pass must read it
+    #: as bf16 (``KdaParallelStateKey.u_bf16``, the ``ub16`` variant; the host checks the two agree)
+    u_bf16: bool = False
 
 
 WARPGROUPS = 2
@@ -364,6 +368,8 @@ class KimiDeltaAttentionParallelPrep(ChunkParallelPrepLaunch):
         SPAN = CHUNK // PARTS
         NB = CHUNK // SOLVE_BLOCK
         mW, mU, mKD, mQG, mP, mGE, _, _, _ = ws
+        if const_expr(self.key.u_bf16):  # U stored as bf16 [slots, heads, 64, D] over the first half of the u region
+            mU = cute.make_tensor(cute.recast_ptr(mU.iterator, dtype=BFloat16), mU.layout)
         tidx, _, _ = cute.arch.thread_idx()
         slot, head, _ = cute.arch.block_idx()
         hk = head // (heads // qk_heads)
@@ -631,7 +637,7 @@ class KimiDeltaAttentionParallelPrep(ChunkParallelPrepLaunch):
             cute.arch.cp_async_wait_group(0)
             _smem_ready()
 
-            # ---- 5. warpgroup 0: U = (T Diag(beta)) V (fp32); warpgroup 1: -Wm = -(T Diag(beta)) (K exp G) (bf16) ------
+            # ---- 5. warpgroup 0: U = (T Diag(beta)) V (fp32; bf16 with u_bf16); warpgroup 1: -Wm = -(T Diag(beta)) (K exp G) (bf16) ------
             wgmn = mma_mn.get_slice(0)
             tm_A = wgmn.make_fragment_A(wgmn.partition_A(sTm))
             if wg == 0:

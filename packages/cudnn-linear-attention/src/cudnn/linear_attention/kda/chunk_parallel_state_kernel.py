@@ -5,7 +5,7 @@ The state pass runs only the inter-chunk recurrence, per (sequence, head, ``v_sl
 chunk order, from the prep kernel's workspace arrays (``_device/chunk_parallel.py``)::
 
     h[slot]   = bf16(S0)                                   (the state entering the chunk, for the output kernel)
-    Vn        = U + (-Wm) S0^T                             (fp32 accumulator; bf16 Vn^T -> vnt[slot])
+    Vn        = U + (-Wm) S0^T                             (fp32 accumulator, U fp32 or bf16 (u_bf16); bf16 Vn^T -> vnt[slot])
     S1        = S0 Diag(exp(G_C)) + Vn^T (K exp(G_C - G))
 
 One kernel builds every key: ``chunk_parallel_state_narrow_kernel.py`` (the state slice held transposed, ``S^T`` [K,
@@ -54,6 +54,11 @@ class KdaParallelStateKey:
     #: by TMA stores from one elected thread (``cp.async.bulk`` groups, waited for reading before the tiles are
     #: rewritten) instead of 128 threads' shared loads and 16-byte global stores. Bitwise the cp.async stores.
     tma_store: bool = TMA_STORE
+    #: Opt-in (default False: the default kernel, PTX unchanged), needs ``tma``: U is read as bf16 (the prep kernel's
+    #: ``u_bf16``: the first half of the workspace's ``u`` region) -- a bf16 TMA box and shared tile (half the U bytes
+    #: per stage), widened to fp32 as it initializes the ``Vn = U - Wm S0^T`` accumulator. The ``ub16`` variant sets both
+    #: keys; the host raises at compile when the prep and state keys of a plan disagree. Rounding-level change of Vn.
+    u_bf16: bool = False
 
 
 class KimiDeltaAttentionParallelState:
@@ -71,4 +76,6 @@ class KimiDeltaAttentionParallelState:
             raise ValueError(f"KdaParallelStateKey.stages={key.stages}; accepted 2, 3 or 4")
         if key.tma_store and not key.tma:
             raise ValueError("KdaParallelStateKey.tma_store=True needs tma=True (the TMA descriptors and mbarrier stages)")
+        if key.u_bf16 and not key.tma:
+            raise ValueError("KdaParallelStateKey.u_bf16=True needs tma=True (the bf16 U tile is fetched by TMA only)")
         return KimiDeltaAttentionParallelStateNarrow
