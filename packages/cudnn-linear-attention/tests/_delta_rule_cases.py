@@ -73,8 +73,9 @@ def support_plan(fam: Family, T=300, H=4, Hk=2, D=128, N=3, *, q_dtype="bfloat16
     )
 
 
-def compile_varlen_plan(fam: Family, T, N, D=128, H=4, Hk=2):
-    """The compile tier's varlen plan: K = V = ``D``, L2 norm, initial and final states, fp32 gates."""
+def compile_varlen_plan(fam: Family, T, N, D=128, H=4, Hk=2, **kw):
+    """The compile tier's varlen plan: K = V = ``D``, L2 norm, initial and final states, fp32 gates; ``kw``: more adapter
+    arguments (e.g. ``schedule="parallel"``)."""
     qk = TensorDesc.contiguous((T, Hk, D), "bfloat16", "q")
     v = TensorDesc.contiguous((T, H, D), "bfloat16", "v")
     st = TensorDesc.contiguous((N, H, D, D), "float32", "state")
@@ -89,6 +90,7 @@ def compile_varlen_plan(fam: Family, T, N, D=128, H=4, Hk=2):
         initial_state=st,
         final_state=st,
         cu_seqlens=TensorDesc.contiguous((N + 1,), "int32", "cu_seqlens"),
+        **kw,
     )
 
 

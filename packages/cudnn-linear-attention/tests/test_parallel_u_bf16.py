@@ -38,30 +38,13 @@ from collections import Counter
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/_*_cases.py: --import-mode=importlib adds no test folder
-from _delta_rule_cases import GDN, KDA, frame_sizes, skip_unless_family_dsl  # noqa: E402
+from _delta_rule_cases import GDN, KDA, compile_varlen_plan, frame_sizes, skip_unless_family_dsl  # noqa: E402
 
 UB16 = {"prep": {"u_bf16": True}, "state": {"u_bf16": True}}
 
 
 def _plan(fam, T=1000, N=5, D=128, H=4, Hk=2):
-    from cudnn.api_base import TensorDesc
-
-    qk = TensorDesc.contiguous((T, Hk, D), "bfloat16", "q")
-    v = TensorDesc.contiguous((T, H, D), "bfloat16", "v")
-    st = TensorDesc.contiguous((N, H, D, D), "float32", "state")
-    return fam.adapter_class()(
-        qk,
-        qk,
-        v,
-        TensorDesc.contiguous(fam.gate_shape((T,), H, D), "float32", "g"),
-        TensorDesc.contiguous((T, H), "float32", "beta"),
-        v,
-        use_qk_l2norm_in_kernel=True,
-        initial_state=st,
-        final_state=st,
-        cu_seqlens=TensorDesc.contiguous((N + 1,), "int32", "cu_seqlens"),
-        schedule="parallel",
-    )
+    return compile_varlen_plan(fam, T, N, D, H, Hk, schedule="parallel")
 
 
 # ---- compile-only tier -------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from cudnn_testing.compile_only import keep_artifacts, kernel_symbols
 pytestmark = pytest.mark.compile_only
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/_delta_rule_cases.py: --import-mode=importlib adds no test folder
-from _delta_rule_cases import KDA, frame_sizes, skip_unless_family_dsl  # noqa: E402
+from _delta_rule_cases import KDA, compile_varlen_plan, frame_sizes, skip_unless_family_dsl  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -29,24 +29,7 @@ def _dsl():
 
 
 def _plan(T=1000, N=5, D=128, H=4, Hk=2, fam=KDA):
-    from cudnn.api_base import TensorDesc
-
-    qk = TensorDesc.contiguous((T, Hk, D), "bfloat16", "q")
-    v = TensorDesc.contiguous((T, H, D), "bfloat16", "v")
-    st = TensorDesc.contiguous((N, H, D, D), "float32", "state")
-    return fam.adapter_class()(
-        qk,
-        qk,
-        v,
-        TensorDesc.contiguous(fam.gate_shape((T,), H, D), "float32", "g"),
-        TensorDesc.contiguous((T, H), "float32", "beta"),
-        v,
-        use_qk_l2norm_in_kernel=True,
-        initial_state=st,
-        final_state=st,
-        cu_seqlens=TensorDesc.contiguous((N + 1,), "int32", "cu_seqlens"),
-        schedule="parallel",
-    )
+    return compile_varlen_plan(fam, T, N, D, H, Hk, schedule="parallel")
 
 
 def test_variant_table_and_key_fields():
