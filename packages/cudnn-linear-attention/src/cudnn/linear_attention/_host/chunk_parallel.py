@@ -61,30 +61,9 @@ def parallel_extents(total_tokens: int, n_seqs: int, seq_len: int, varlen: bool)
     return ParallelExtents(n_seqs, seq_len, cps, n_seqs * cps)
 
 
-def workspace_bytes(slots: int, heads: int, d: int) -> int:
-    """Bytes of workspace the parallel schedule needs for ``slots`` chunk slots, ``heads`` value heads, K = V = ``d``."""
-    return sum(ws_align(slots * heads * per(d) * size) for _, size, per in _ARRAYS)
-
-
-def workspace_pointers(workspace, required: int, owner: str, device, slots: int, heads: int, d: int) -> list:
-    """Validate the caller's ``workspace`` (Workspace.over: device, dtype, size, alignment) and return cute pointers to
-    its arrays in carve order. Address arithmetic only (no view, no allocation)."""
-    import cutlass
-    import cutlass.cute as cute
-
-    ws = Workspace.over(workspace, required, owner, device=device)
-    base = ws.data_ptr
-    ptrs = []
-    offset = 0
-    for _, size, per in _ARRAYS:
-        ptrs.append(cute.runtime.make_ptr(getattr(cutlass, _CNAMES[size]), base + offset, cute.AddressSpace.gmem, assumed_align=128))
-        offset += ws_align(slots * heads * per(d) * size)
-    return ptrs
-
-
 def workspace_offsets(slots: int, heads: int, d: int) -> tuple:
-    """Byte offsets of the workspace arrays in carve order (as :func:`workspace_pointers` carves them) and, last, the
-    total (:func:`workspace_bytes`)."""
+    """Byte offsets of the workspace arrays in carve order and, last, the total (:func:`workspace_bytes`): the one place
+    the carve is computed."""
     offsets = []
     offset = 0
     for _, size, per in _ARRAYS:
@@ -93,10 +72,16 @@ def workspace_offsets(slots: int, heads: int, d: int) -> tuple:
     return (*offsets, offset)
 
 
-def workspace_addresses(workspace, required: int, owner: str, device, slots: int, heads: int, d: int) -> list:
-    """:func:`workspace_pointers` as integer addresses (the tvm-ffi launch route): the same validation (Workspace.over)."""
+def workspace_bytes(slots: int, heads: int, d: int) -> int:
+    """Bytes of workspace the parallel schedule needs for ``slots`` chunk slots, ``heads`` value heads, K = V = ``d``."""
+    return workspace_offsets(slots, heads, d)[-1]
+
+
+def workspace_pointers(workspace, required: int, owner: str, device, slots: int, heads: int, d: int) -> list:
+    """Validate the caller's ``workspace`` (Workspace.over: device, dtype, size, alignment) and return cute pointers to
+    its arrays in carve order. Address arithmetic only (no view, no allocation)."""
     base = Workspace.over(workspace, required, owner, device=device).data_ptr
-    return [base + off for off in workspace_offsets(slots, heads, d)[:-1]]
+    return workspace_pointers_at([base + off for off in workspace_offsets(slots, heads, d)[:-1]])
 
 
 def workspace_pointers_at(addrs) -> list:

@@ -22,20 +22,11 @@ from __future__ import annotations
 import torch
 
 from .._host.eager import plain_tensors
+from .._host.launch import tvm_ffi_available
 from . import api as _api
 from .api import CausalConv1d, CausalConv1dBackward, CausalConv1dUpdate
 
 _NS = "cudnn_linear_attention"
-_TVM_FFI: list = []
-
-
-def _tvm_ffi_available() -> bool:
-    """Whether apache-tvm-ffi is importable (probed once, without importing it)."""
-    if not _TVM_FFI:
-        from cudnn._compat import tvm_ffi_available
-
-        _TVM_FFI.append(tvm_ffi_available())
-    return _TVM_FFI[0]
 
 
 _PLANS: dict = {}
@@ -91,7 +82,7 @@ def _fwd_key(x, weight, bias, cu_seqlens, initial_states, activation, output_fin
 def _make_fwd_plan(x, weight, y, bias, cu_seqlens, initial_states, fin, activation):
     plan = CausalConv1d(x, weight, y, bias, cu_seqlens, initial_states, fin, activation)
     if FWD_TVM_FFI is not None:
-        plan.tvm_ffi = bool(FWD_TVM_FFI) and _tvm_ffi_available()
+        plan.tvm_ffi = bool(FWD_TVM_FFI) and tvm_ffi_available()
     return plan
 
 
