@@ -11,10 +11,13 @@ kernel and, for GDN, the restructured prep at three CTAs per SM), and every name
 ``_host/chunk_parallel.py::PARALLEL_VARIANTS`` whose prep fields the family's prep key has, as par-<name>: the A/B
 baselines par-state-base / par-out-base / par-base (the session-5 state pass and output kernel), GDN's
 par-gdn-prep-base / par-gdn-base (its session-5 prep / whole plan), and KDA's prep baselines (par-kp5: its session-5
-prep, par-kn: narrow_ap alone, par-kp6: its session-6 first default, without tiled_solve / lean_gates).
+prep, par-kn: narrow_ap alone, par-kp6: its session-6 first default, without tiled_solve / lean_gates), par-ub16 (bf16
+U) and the fused schedule par-fso / par-fso-ub16 (session 8: two kernels, prep and the fused state pass + output; its
+kernel is the ``state+out`` column, there is no ``state`` or ``out`` entry in its row).
 ``--variants parallel,par-base`` keeps a subset.
 Each variant is warmed (compile), then ``--iters`` calls are profiled; a kernel's time is its mean CUDA time per call.
-First line per family: each kernel's memory floor (``floors``: the workspace bytes it must move, at 4.8 TB/s).
+First line per family: each kernel's memory floor (``floors``: the workspace bytes it must move, at 4.8 TB/s), the
+three-kernel total and the fused schedule's (prep + state+out).
 """
 
 from __future__ import annotations
@@ -54,21 +57,42 @@ def floors(family, t, h, d=128):
     heads (q/k heads = v heads), K = V = ``d``: every workspace byte a kernel must read or write once
     (``_device/chunk_parallel.py`` lists the arrays), per (chunk, head) and, for the state pass and the output kernel,
     per 64-row V block (each reads the full-width operands again). The state pass is also latency-bound (one CTA per
-    head and V block walks the chunks in order): its floor here is bytes only."""
+    head and V block walks the chunks in order): its floor here is bytes only. ``state+out``: the fused state pass +
+    output (the ``fso`` variants): per V block the state pass's reads plus qg, p and rf, and o's columns written, no h /
+    vnt."""
     c, nvb, chunks = 64, d // 64, -(-t // 64)
     g_bytes = c * d * 4 if family == "kda" else c * 4
     prep = 3 * c * d * 2 + g_bytes + c * 4 + (c * d * 2 + c * d * 4 + d * c * 2 + c * d * 2 + c * c * 2 + d * 4 + c * 4)
     state = nvb * ((c * d * 2 + d * c * 2 + c * 64 * 4 + d * 4) + (64 * d * 2 + 64 * c * 2))
     out = nvb * (c * d * 2 + 64 * d * 2 + c * c * 2 + 64 * c * 2 + c * 64 * 2)
-    return {name: chunks * h * b / HBM_BYTES_PER_US for name, b in (("prep", prep), ("state", state), ("out", out))}
+    fused = nvb * ((c * d * 2 + d * c * 2 + c * 64 * 4 + d * 4) + (c * d * 2 + c * c * 2 + c * 4) + c * 64 * 2)
+    parts = (("prep", prep), ("state", state), ("out", out), ("state+out", fused))
+    return {name: chunks * h * b / HBM_BYTES_PER_US for name, b in parts}
 
 
-KERNELS = (("prep", "chunk_parallel_prep"), ("state", "chunk_parallel_state"), ("out", "chunk_parallel_out"), ("serial", "chunk_fwd"))
+def floors_line(fl) -> str:
+    """The floors as one line: each kernel, the three-kernel total and the fused schedule's (prep + state+out)."""
+    three, two = fl["prep"] + fl["state"] + fl["out"], fl["prep"] + fl["state+out"]
+    return ", ".join(f"{k} {v:.1f}" for k, v in fl.items()) + f"; total {three:.1f} (three kernels), {two:.1f} (fused: prep + state+out)"
+
+
+#: (table column, kernel symbol part). The fused state pass + output (``chunk_parallel_state_out_kernel``, the ``fso``
+#: variants) is its own column: its row has no ``state`` / ``out`` entries (one kernel does both).
+KERNELS = (
+    ("prep", "chunk_parallel_prep"),
+    ("state", "chunk_parallel_state"),
+    ("out", "chunk_parallel_out"),
+    ("state+out", "chunk_parallel_state_out"),
+    ("serial", "chunk_fwd"),
+)
 
 
 def kernel_label(symbol: str) -> str:
-    """The table column of a kernel symbol: prep / state / out (the parallel schedule), serial, or other."""
-    return next((label for label, part in KERNELS if part in symbol), "other")
+    """The table column of a kernel symbol: prep / state / out (the parallel schedule), state+out (the fused state pass
+    + output), serial, or other; the longest matching symbol part wins (``chunk_parallel_state_out`` over
+    ``chunk_parallel_state``)."""
+    hits = [(len(part), label) for label, part in KERNELS if part in symbol]
+    return max(hits)[1] if hits else "other"
 
 
 def prep_key_fields(family) -> set:
@@ -122,7 +146,7 @@ def profile(family, t, h, iters, only=()):
     case = Case(f"{family} T{t} H{h}", {"t": t, "h": h, "varlen": False}, bytes=0)
     i = _delta_rule_inputs(case, family == "kda")
     fl = floors(family, t, h)
-    print(f"{family} T{t} H{h} memory floors (us, bytes / 4.8 TB/s): " + ", ".join(f"{k} {v:.1f}" for k, v in fl.items()) + f", total {sum(fl.values()):.1f}")
+    print(f"{family} T{t} H{h} memory floors (us, bytes / 4.8 TB/s): " + floors_line(fl))
     variants = variants_of(family)
     if only:
         variants = [v for v in variants if v[0] in only]
@@ -155,6 +179,7 @@ def markdown(results, t, h, iters) -> str:
         "",
         f"Per-kernel device time (us per call, torch.profiler mean over {iters} calls) of the delta-rule forward, T={t}, H={h},",
         "K = V = 128, one sequence, L2 norm in the kernel, no states. Written by `benchmarks/linear_attention_kernels.py`.",
+        "Column state+out: the fused state pass + output kernel of the fso variants (two kernels per call: prep, state+out).",
         "",
         f"Device: {_device_line()}. Versions: {_versions(())}.",
     ]
@@ -164,7 +189,7 @@ def markdown(results, t, h, iters) -> str:
             "",
             f"## {family}",
             "",
-            "floors (us, workspace bytes / 4.8 TB/s): " + ", ".join(f"{k} {v:.1f}" for k, v in fl.items()) + f", total {sum(fl.values()):.1f}",
+            "floors (us, workspace bytes / 4.8 TB/s): " + floors_line(fl),
             "",
         ]
         lines.append("| variant | " + " | ".join(used) + " | total |")

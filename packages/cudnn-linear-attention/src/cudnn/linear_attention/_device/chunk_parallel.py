@@ -4,7 +4,9 @@ shared launch entries (:class:`ChunkParallelPrepLaunch`, :class:`ChunkParallelOu
 per kernel kind, the views built once; each kernel class keeps its own ``@cute.kernel`` and so its own cudnn-prefixed
 symbol), the 128-thread tile copies between global and shared memory, a multi-accumulator WGMMA group, the pieces the
 256-thread prep kernels (KDA's and GDN's restructured one) share -- the element pass's row loads and chunk order, the
-row L2 norm, the 256-thread solve, ``kd`` from registers -- and the state pass's per-chunk fetches and updates.
+row L2 norm, the 256-thread solve, ``kd`` from registers -- and the state pass's per-chunk fetches and updates (and,
+for the opt-in fused state pass + output, ``kda/chunk_parallel_state_out_kernel.py``, their non-waiting forms and the
+output operands' TMA fetch).
 
 Chunk slots. The chunk-parallel kernels run one CTA per (chunk slot, head). Sequence ``n`` (tokens ``[bos, eos)``,
 ``ceil((eos - bos) / 64)`` chunks) owns the slots ``[base_n, base_n + chunks_n)`` with::
@@ -506,6 +508,97 @@ def update_state_t(mma: cute.TiledMma, acc_t: list, sGE: cute.Tensor, kd_A: cute
             kr = ct[i]
             acc_t[h][i] = acc_t[h][i] * sGE[h * BV + kr[0], st]
     wgmma_each_a_into_each(mma, acc_t, kd_A, vn_B, st * nh)
+
+
+# ---- the fused state pass + output (kda/chunk_parallel_state_out_kernel.py, the opt-in ``fuse_out`` state-pass key) ------
+# The same transposed state slice and per-chunk chain as the narrow state pass; the WGMMA groups are issued without
+# waiting (``wgmma_issue``) so the output products run beside the chain, and the caller orders them by
+# ``warpgroup.wait_group`` (groups complete in issue order).
+
+
+@cute.jit
+def wgmma_issue(mma: cute.TiledMma, acc: cute.Tensor, tA: cute.Tensor, tB: cute.Tensor, zero_init: cutlass.Constexpr[bool]):
+    """``acc (+)= A @ B`` over every k-block as ONE committed WGMMA group, NOT waited for: the caller touches ``acc``
+    only after a ``warpgroup.wait_group`` that covers this group (the k-order of ``delta_rule.wgmma``)."""
+    warpgroup.fence()
+    atom = cute.make_mma_atom(mma.op)
+    atom.set(warpgroup.Field.ACCUMULATE, not zero_init)
+    for kb in cutlass.range_constexpr(cute.size(tA.shape[2])):
+        cute.gemm(atom, acc, tA[None, None, kb], tB[None, None, kb], acc)
+        atom.set(warpgroup.Field.ACCUMULATE, True)
+    warpgroup.commit_group()
+
+
+@cute.jit
+def u_to_acc(acc_v: cute.Tensor, sU: cute.Tensor, ct: cute.Tensor, st: cutlass.Constexpr[int], u_bf16: cutlass.Constexpr[bool]):
+    """Stage ``st``'s U columns [tokens, vw] (fp32, or bf16 widened: ``u_bf16``) -> the Vn accumulator (the first step
+    of :func:`vn_to_smem`)."""
+    for i in cutlass.range_constexpr(cute.size(acc_v)):
+        rc = ct[i]
+        if const_expr(u_bf16):
+            acc_v[i] = sU[rc[0], rc[1], st].to(Float32)
+        else:
+            acc_v[i] = sU[rc[0], rc[1], st]
+
+
+@cute.jit
+def acc_to_smem_t(acc: cute.Tensor, sT: cute.Tensor, ct: cute.Tensor):
+    """A [tokens, vw] fp32 accumulator -> bf16 ``sT`` [vw, tokens] (transposed: ``Vn^T``, the last step of
+    :func:`vn_to_smem`); the caller publishes it."""
+    for i in cutlass.range_constexpr(cute.size(acc)):
+        rc = ct[i]
+        sT[rc[1], rc[0]] = acc[i].to(BFloat16)
+
+
+@cute.jit
+def acc_to_smem(acc: cute.Tensor, sO: cute.Tensor, ct: cute.Tensor):
+    """A [tokens, vw] fp32 accumulator -> bf16 ``sO`` [tokens, vw] (one ``.to(BFloat16)`` per element, the output
+    kernels' rounding); the caller publishes it."""
+    for i in cutlass.range_constexpr(cute.size(acc)):
+        rc = ct[i]
+        sO[rc[0], rc[1]] = acc[i].to(BFloat16)
+
+
+@cute.jit
+def scale_acc_rows(acc: cute.Tensor, sRF: cute.Tensor, ct: cute.Tensor, st: cutlass.Constexpr[int]):
+    """``acc[r, :] *= rf[r]`` (GDN's row factors ``scale exp(G_r)`` of stage ``st``, fp32): the output kernels' step
+    between ``Q S0^T`` and ``+= P Vn``."""
+    for i in cutlass.range_constexpr(cute.size(acc)):
+        rc = ct[i]
+        acc[i] = acc[i] * sRF[rc[0], st]
+
+
+@cute.jit
+def issue_state_update_t(mma: cute.TiledMma, acc_t: list, sGE: cute.Tensor, kd_A: cute.Tensor, vn_B: cute.Tensor, ct: cute.Tensor, st: cutlass.Constexpr[int]):
+    """:func:`update_state_t` without its wait: the transposed state accumulators decayed by stage ``st``'s exp(G_C),
+    then the K / 64 tiles of ``kd Vn`` issued as ONE committed WGMMA group (the caller waits)."""
+    nh = len(acc_t)
+    for h in cutlass.range_constexpr(nh):
+        for i in cutlass.range_constexpr(cute.size(acc_t[h])):
+            kr = ct[i]
+            acc_t[h][i] = acc_t[h][i] * sGE[h * BV + kr[0], st]
+    warpgroup.fence()
+    atom = cute.make_mma_atom(mma.op)
+    atom.set(warpgroup.Field.ACCUMULATE, True)
+    for h in cutlass.range_constexpr(nh):
+        for kb in cutlass.range_constexpr(cute.size(vn_B.shape[2])):
+            cute.gemm(atom, acc_t[h], kd_A[None, None, kb, st * nh + h], vn_B[None, None, kb], acc_t[h])
+    warpgroup.commit_group()
+
+
+@cute.jit
+def fetch_out_operands_tma(parts: tuple, row: Int32, st: cutlass.Constexpr[int], mbar: cute.Pointer, nh: cutlass.Constexpr[int]):
+    """The output operands of workspace row ``row`` (slot x heads + head) into stage ``st`` by TMA (warp 0, after
+    :func:`fetch_chunk_tma` armed the stage's mbarrier for them too): qg [64 tokens, K] (``nh`` 64-column boxes), p [64,
+    64] and, when ``parts`` has them (GDN's ``row_scaled``), the row factors rf [64]. ``parts``: the (atom, global
+    partition, shared partition) triples of qg, p (and rf)."""
+    atom_q, tQg, tQs, atom_p, tPg, tPs = parts[:6]
+    for h in cutlass.range_constexpr(nh):
+        cute.copy(atom_q, tQg[None, row, h], tQs[None, 0, h, st], tma_bar_ptr=mbar + st)
+    cute.copy(atom_p, tPg[None, row, 0], tPs[None, st], tma_bar_ptr=mbar + st)
+    if const_expr(len(parts) > 6):
+        atom_r, tRg, tRs = parts[6:]
+        cute.copy(atom_r, tRg[None, row, 0], tRs[None, st], tma_bar_ptr=mbar + st)
 
 
 # ---- the 256-thread prep kernels (kda/chunk_parallel_prep_kernel.py, gdn/chunk_parallel_prep_tc_kernel.py) ----------------

@@ -8,7 +8,10 @@ key, grid [N, H, V / 32]: TMA, four stages) and output (``kda/chunk_parallel_out
 exchanging per-chunk operands through the caller's workspace (R2; ``_device/chunk_parallel.py`` lists the arrays).
 The slot count comes from the token total and the sequence count alone (``T // 64 + N`` varlen, ``N ceil(L / 64)``
 dense): no device value is read (Rule 3). Opt-in variants (``PARALLEL_VARIANTS``, ``set_parallel_options``) add
-state-pass, output and prep compile-key fields.
+state-pass, output and prep compile-key fields. With the state-pass key's ``fuse_out`` (the ``fso`` variants, session 8)
+the schedule is two kernels: prep, then the fused state pass + output (``kda/chunk_parallel_state_out_kernel.py``), which
+takes o, T and o's strides and writes neither ``h`` nor ``vnt`` (their workspace regions stay carved, unused); no
+output-kernel compile or launch (``compile_parallel`` returns None in its place).
 Everything here is metadata arithmetic; nothing converts, copies, allocates or synchronizes (Rules 1-3). Imports
 neither torch nor cutlass at module import time.
 """
@@ -128,6 +131,12 @@ _GDN_PREP_BASE = {"restructured": False, "tc_ctas_per_sm": 2}
 #:   storing it (first half of the ``u`` region, the carve unchanged: ``_device/chunk_parallel.py``, "bf16 U"), the state
 #:   pass fetches it as bf16 (16 KB less per chunk and head of the 32 KB fp32 U traffic). Rounding-level change of Vn
 #:   (fla keeps its ``u`` in the input dtype too). The two keys of a plan must agree: :func:`compile_parallel` raises.
+#: - ``fso`` (both families; session 8, not yet GPU-run): the fused state pass + output (``fuse_out`` on the state-pass
+#:   key, three stages: qg and p join each stage, ~64 KB at K = 128, v_slice = 32; ``row_scaled`` set from the family by
+#:   :func:`compile_parallel`): two kernels, the state pass no longer writes h / vnt and the output kernel (which read
+#:   them back with qg and p) is not launched: ~96 KB less workspace traffic per chunk and head at K = 128. Rounding-level
+#:   change of o (the same products at WGMMA N = v_slice); the final state is the default's bit for bit (same chain).
+#:   ``fso-ub16``: with ``ub16``.
 #:
 #: Session 6 made the winners the key defaults and removed the other names: ``v32`` (the default width), ``v16`` / ``v64``
 #: (no faster: 147.3 / 205.9 vs 147.7 us), ``s3`` / ``s4`` / ``tma`` / ``tma-s3`` / ``tma-st`` / ``tma-st-s3`` (slower
@@ -145,6 +154,8 @@ PARALLEL_VARIANTS = {
     "kn": {"prep": {"ref_table": False, "tiled_solve": False, "lean_gates": False}},
     "kp6": {"prep": {"tiled_solve": False, "lean_gates": False}},
     "ub16": {"prep": {"u_bf16": True}, "state": {"u_bf16": True}},
+    "fso": {"state": {"fuse_out": True, "stages": 3}},
+    "fso-ub16": {"prep": {"u_bf16": True}, "state": {"fuse_out": True, "stages": 3, "u_bf16": True}},
 }
 
 
@@ -217,7 +228,9 @@ def compile_parallel(
 ):
     """``(prep, state, out)`` compiled through ``kernel_cache`` from the family's ``kernels`` = ((PrepKey, Prep),
     (StateKey, State), (OutKey, Out)); each key holds plan-time values only (Rule 4). ``row_scaled``: the output
-    kernel applies per-row factors to ``Q S0^T`` (Gated DeltaNet's scalar decay). ``prep_options``: extra fields of
+    kernel applies per-row factors to ``Q S0^T`` (Gated DeltaNet's scalar decay). With ``fuse_out`` in
+    ``state_options`` the state pass is the fused state pass + output (its key takes ``row_scaled``), ``out`` is None
+    (no output kernel: :func:`launch_parallel` then launches two kernels) and ``out_options`` must be empty. ``prep_options``: extra fields of
     the prep key (e.g. GDN's ``restructured`` / ``prefetch``, ``u_bf16``), ``state_options`` of the state-pass key (``stages``,
     ``v_slice``, ``tma``, ``tma_store``, ``u_bf16``: must equal the prep key's, :func:`check_u_dtype_agrees`), ``out_options`` of the output key (``v_wide``); absent fields
     take the key dataclasses' defaults (the default kernels); ``g_align``: the byte alignment the prep kernel assumes for ``g`` (2, or 4 for an fp32 ``g`` read by
@@ -230,7 +243,11 @@ def compile_parallel(
 
     (prep_key_t, prep_t), (state_key_t, state_t), (out_key_t, out_t) = kernels
     prep_key = prep_key_t(head_dim=d, g_dtype=g_dtype, beta_dtype=beta_dtype, l2norm=l2norm, varlen=varlen, **(prep_options or {}))
-    state_key = state_key_t(head_dim=d, varlen=varlen, has_initial=has_initial, has_final=has_final, **(state_options or {}))
+    fused = bool((state_options or {}).get("fuse_out", False))
+    if fused and out_options:
+        raise ValueError(f"parallel schedule: the output key options {sorted(out_options)} have no kernel to apply to with the state-pass key's fuse_out=True")
+    state_extra = {"row_scaled": row_scaled} if fused else {}  # the default (unfused) state key is unchanged
+    state_key = state_key_t(head_dim=d, varlen=varlen, has_initial=has_initial, has_final=has_final, **(state_options or {}), **state_extra)
     out_key = out_key_t(head_dim=d, varlen=varlen, row_scaled=row_scaled, **(out_options or {}))
     check_u_dtype_agrees(prep_key, state_key)
 
@@ -250,12 +267,16 @@ def compile_parallel(
     def build_state():
         import cuda.bindings.driver as cuda
         import cutlass.cute as cute
-        from cutlass import Int32
+        from cutlass import Int32, Int64
 
         from .launch import fake_gmem_ptr as fp
 
         ptrs = [fp("Int32", 4) if varlen else None, fp("Float32", 4) if has_initial else None, fp("Float32", 4) if has_final else None]
         kernel_t = state_t.for_key(state_key) if hasattr(state_t, "for_key") else state_t  # v_slice may pick the narrow-slice kernel
+        if fused:  # the fused state pass + output: o after the states, T before the extents, o's strides last
+            return cute.compile(
+                kernel_t(state_key), *ptrs, fp("BFloat16", 2), *fake_workspace_pointers(), *[Int32(8)] * 6, (Int64(8), Int64(8)), cuda.CUstream(0), **opts
+            )
         return cute.compile(kernel_t(state_key), *ptrs, *fake_workspace_pointers(), *[Int32(8)] * 5, cuda.CUstream(0), **opts)
 
     def build_out():
@@ -283,16 +304,12 @@ def compile_parallel(
     return (
         kernel_cache.get_or_compile(cache_key(prep_key), build_prep, family=family),
         kernel_cache.get_or_compile(cache_key(state_key), build_state, family=family),
-        kernel_cache.get_or_compile(cache_key(out_key), build_out, family=family),
+        None if fused else kernel_cache.get_or_compile(cache_key(out_key), build_out, family=family),
     )
 
 
-def launch_prep_state(
-    prep, state, ptrs: dict, ws_ptrs: list, ext: ParallelExtents, T: int, heads: int, qk_heads: int, scale: float, strides: list, stream
-) -> None:
-    """The prep and state-pass launches on ``stream`` (every chunk's entering state into the workspace's ``h``): the
-    first two of :func:`launch_parallel`, also the backward's ``parallel_pass1``. ``ptrs`` as there (``o`` unused);
-    ``strides``: (token, head) of q, k, v."""
+def launch_prep(prep, ptrs: dict, ws_ptrs: list, ext: ParallelExtents, T: int, heads: int, qk_heads: int, scale: float, strides: list, stream) -> None:
+    """The prep launch on ``stream`` (the first of :func:`launch_parallel`); arguments as :func:`launch_prep_state`."""
     p = ptrs
     prep(
         p["q"],
@@ -313,13 +330,28 @@ def launch_prep_state(
         *strides[:3],
         stream,
     )
+
+
+def launch_prep_state(
+    prep, state, ptrs: dict, ws_ptrs: list, ext: ParallelExtents, T: int, heads: int, qk_heads: int, scale: float, strides: list, stream
+) -> None:
+    """The prep and state-pass launches on ``stream`` (every chunk's entering state into the workspace's ``h``): the
+    first two of :func:`launch_parallel`, also the backward's ``parallel_pass1``. ``ptrs`` as there (``o`` unused);
+    ``strides``: (token, head) of q, k, v."""
+    launch_prep(prep, ptrs, ws_ptrs, ext, T, heads, qk_heads, scale, strides, stream)
+    p = ptrs
     state(p["cu"], p["h0"], p["ht"], *ws_ptrs, ext.n_seqs, ext.seq_len, ext.chunks_per_seq, ext.slots, heads, stream)
 
 
 def launch_parallel(compiled, ptrs: dict, ws_ptrs: list, ext: ParallelExtents, T: int, heads: int, qk_heads: int, scale: float, strides: list, stream) -> None:
-    """The three launches on ``stream``. ``ptrs``: cute pointers q, k, v, g, beta, o, cu, h0, ht (None where the plan
-    has none); ``strides``: (token, head) of q, k, v, o."""
+    """The three launches on ``stream`` (two when the state pass fuses the output: ``out`` is None). ``ptrs``: cute
+    pointers q, k, v, g, beta, o, cu, h0, ht (None where the plan has none); ``strides``: (token, head) of q, k, v, o."""
     prep, state, out = compiled
+    if out is None:  # the fused state pass + output: o, T and o's strides go to the state pass
+        p = ptrs
+        launch_prep(prep, ptrs, ws_ptrs, ext, T, heads, qk_heads, scale, strides, stream)
+        state(p["cu"], p["h0"], p["ht"], p["o"], *ws_ptrs, T, ext.n_seqs, ext.seq_len, ext.chunks_per_seq, ext.slots, heads, strides[3], stream)
+        return
     launch_prep_state(prep, state, ptrs, ws_ptrs, ext, T, heads, qk_heads, scale, strides, stream)
     out(ptrs["o"], ptrs["cu"], *ws_ptrs, T, ext.n_seqs, ext.seq_len, ext.chunks_per_seq, ext.slots, heads, strides[3], stream)
 
@@ -330,10 +362,14 @@ def launch_parallel_ffi(
     """:func:`launch_parallel` on the tvm-ffi route: ``entries`` the three positional ``tvm_ffi.Function``s of a
     ``compile_parallel(..., tvm_ffi=True)`` (``launch.tvm_ffi_entry``), ``addrs`` the integer addresses (None where the
     plan has no such tensor) of q, k, v, g, beta, o, cu, h0, ht, ``ws_addrs`` the workspace arrays' (carve order),
-    ``strides`` (token, head) int pairs of q, k, v, o, ``stream`` a raw handle. No per-call conversion."""
+    ``strides`` (token, head) int pairs of q, k, v, o, ``stream`` a raw handle. No per-call conversion. ``out`` None:
+    the fused state pass + output (two launches, as :func:`launch_parallel`)."""
     prep, state, out = entries
     q, k, v, g, beta, o, cu, h0, ht = addrs
     n, ln, cps, slots = ext.n_seqs, ext.seq_len, ext.chunks_per_seq, ext.slots
     prep(q, k, v, g, beta, cu, *ws_addrs, T, n, ln, cps, slots, heads, qk_heads, scale, strides[0], strides[1], strides[2], stream)
+    if out is None:
+        state(cu, h0, ht, o, *ws_addrs, T, n, ln, cps, slots, heads, strides[3], stream)
+        return
     state(cu, h0, ht, *ws_addrs, n, ln, cps, slots, heads, stream)
     out(o, cu, *ws_addrs, T, n, ln, cps, slots, heads, strides[3], stream)

@@ -15,6 +15,11 @@ H = 16, K = V = 128: 112.6-112.8 us vs 144.5 for the session-5 default, cp.async
 as ``tma=False, tma_store=False, stages=2``: the ``state-base`` variant). Every combination is bitwise the others at the
 same ``v_slice`` (same operations on the same operands); K = 64 and 128, varlen and dense batches, initial / final
 states, both families. Runtime extents are kernel arguments (Rule 4).
+
+Opt-in ``fuse_out`` (session 8, the ``fso`` variants): ``for_key`` routes to ``chunk_parallel_state_out_kernel.py``, the
+same state pass that also computes the output (``o = rf (Qg S0^T) + P Vn`` per chunk, ``row_scaled`` for GDN's row
+factors) and writes neither h nor vnt; the schedule is then two kernels. It takes o, T and o's strides besides the state
+pass's arguments (``_host/chunk_parallel.py::launch_parallel``).
 """
 
 from __future__ import annotations
@@ -59,6 +64,15 @@ class KdaParallelStateKey:
     #: per stage), widened to fp32 as it initializes the ``Vn = U - Wm S0^T`` accumulator. The ``ub16`` variant sets both
     #: keys; the host raises at compile when the prep and state keys of a plan disagree. Rounding-level change of Vn.
     u_bf16: bool = False
+    #: Opt-in (default False: the default kernel, PTX unchanged; session 8, the ``fso`` variants), needs ``tma``: the
+    #: state pass also computes the output, ``o[:, v0:v0+v_slice] = rf (Qg S0^T) + P Vn`` per chunk from the prep
+    #: kernel's qg / p (/ rf), and writes neither h nor vnt (``chunk_parallel_state_out_kernel.py``); the schedule is then
+    #: two kernels (no output-kernel launch). Its stages hold qg and p too (K = 128, v_slice = 32: ~64 KB per stage with
+    #: fp32 U), so it needs ``stages`` = 3 or 2 there (``for_key`` checks the shared memory; the ``fso`` variants set 3).
+    fuse_out: bool = False
+    #: With ``fuse_out`` only (the host sets it from the plan's family): GDN's output, the rows of ``Q S0^T`` scaled by
+    #: the workspace's ``rf`` before ``+ P Vn`` (the output key's ``row_scaled``). KDA: False.
+    row_scaled: bool = False
 
 
 class KimiDeltaAttentionParallelState:
@@ -67,7 +81,8 @@ class KimiDeltaAttentionParallelState:
 
     @classmethod
     def for_key(cls, key: KdaParallelStateKey):
-        """The kernel class that builds ``key``: the narrow-slice state pass, for every accepted ``v_slice``."""
+        """The kernel class that builds ``key``: the narrow-slice state pass, for every accepted ``v_slice``; with
+        ``fuse_out`` the fused state pass + output (``chunk_parallel_state_out_kernel.py``)."""
         from .chunk_parallel_state_narrow_kernel import V_SLICES, KimiDeltaAttentionParallelStateNarrow
 
         if key.v_slice not in V_SLICES:
@@ -78,4 +93,18 @@ class KimiDeltaAttentionParallelState:
             raise ValueError("KdaParallelStateKey.tma_store=True needs tma=True (the TMA descriptors and mbarrier stages)")
         if key.u_bf16 and not key.tma:
             raise ValueError("KdaParallelStateKey.u_bf16=True needs tma=True (the bf16 U tile is fetched by TMA only)")
+        if key.row_scaled and not key.fuse_out:
+            raise ValueError("KdaParallelStateKey.row_scaled=True needs fuse_out=True (only the fused kernel computes the output)")
+        if key.fuse_out:
+            from .chunk_parallel_state_out_kernel import SMEM_LIMIT, KimiDeltaAttentionParallelStateOut, smem_bytes
+
+            if not key.tma:
+                raise ValueError("KdaParallelStateKey.fuse_out=True needs tma=True (the fused kernel fetches by TMA only)")
+            if smem_bytes(key) > SMEM_LIMIT:
+                raise ValueError(
+                    f"KdaParallelStateKey.fuse_out=True at head_dim={key.head_dim}, v_slice={key.v_slice}, stages={key.stages}, "
+                    f"u_bf16={key.u_bf16} needs ~{smem_bytes(key)} bytes of shared memory (limit {SMEM_LIMIT}); use fewer stages "
+                    "(3 at head_dim 128 and v_slice 32 or 16; 2 at v_slice 64)"
+                )
+            return KimiDeltaAttentionParallelStateOut
         return KimiDeltaAttentionParallelStateNarrow
