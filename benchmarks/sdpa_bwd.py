@@ -19,6 +19,8 @@ issued by a dedicated writer warp, as FA3 / FA4 do); ``ours-m80`` (FA3 / FA4's d
 staged through a 128-byte swizzle and TMA reduce-adds, with dq_tma, stats_tma, ds2, prepost; d128 only), ``ours-m80w``
 (the same, the reduce-adds from the writer warp), ``ours-dqt`` (m80's dQ^T staging and 128-byte-row TMA boxes at 64
 rows: separates the tile's gain from the staging's) and ``ours-tmaw`` (dq_tma's 64-row schedule with the writer warp);
+``ours-m128`` (d64 only: FA3 / FA4's 128-row query blocks, with the causal default's dq_bulk + dq_writer, stats_tma,
+ds2, prepost, causal and not) and ``ours-m128t`` (the same tile with dq_tma's reduce-adds from the consumers);
 ``ours-splitdb`` (d256: split_d with FA4's dQ path: one 64 x 128 dQ GEMM per warpgroup, staged in fragment order and
 added by one bulk reduce-add per warpgroup from the writer warp, one Q / dO stage), ``ours-splitdw`` (the same with S^T
 on one consumer warpgroup and dP^T on the other, 64 x 64 each: a third less shared-memory operand traffic for the two
@@ -35,6 +37,7 @@ many heads in flight at d128; a launch argument, same kernels). A short A/B of t
     python benchmarks/sdpa_bwd.py --quick --providers=ours,ours-bulk,ours-bulkw,ours-l2dq,ours-bulkw-l2dq,fa4,torch-cudnn
     python benchmarks/sdpa_bwd.py --quick --providers=ours,ours-m80,ours-m80w,ours-dqt,ours-tmaw,fa4,torch-cudnn
     python benchmarks/sdpa_bwd.py --only="d256 s8k" --providers=ours,fa4,torch-cudnn,ours-splitdr2 --out=sdpa_bwd_d256
+    python benchmarks/sdpa_bwd.py --only=d64 --providers=ours,ours-m128,ours-m128t,fa4 --out=sdpa_bwd_m128
 
     python benchmarks/sdpa_bwd.py [--quick]     # writes docs/benchmarks/sdpa_bwd.{md,csv,png}; --quick: d128 8k (causal and not) + d256 8k -> sdpa_bwd_quick.*; --providers=a,b
     # --providers=a,b also orders the columns (and the runs within a case); --only=d128 keeps the cases whose label
@@ -54,7 +57,7 @@ TOTAL = 16384
 
 
 def _shapes(quick: bool):
-    seqs = {128: [1024, 2048, 4096, 8192, 16384], 64: [4096, 8192], 256: [4096, 8192]}
+    seqs = {128: [1024, 2048, 4096, 8192, 16384], 64: [1024, 2048, 4096, 8192, 16384], 256: [4096, 8192]}
     if quick:
         # d128 8k, causal and not (ours, its variants and the peers); d256 8k non-causal (ours-splitd*, peers)
         seqs = {128: [8192], 64: [], 256: [8192]}
@@ -102,6 +105,8 @@ def make_ours(case, tuning=None, l2_group_dq=False):
         raise Unsupported("benchmarked at d256 only (the split-D kernel's reason to exist)")
     if tuning is not None and ("m80" in tuning or "dqt" in tuning) and p["d"] != 128:
         raise Unsupported("m80 / dqt (dQ^T, the head dim split over the warpgroups) serve D = 128 only")
+    if tuning is not None and "m128" in tuning and p["d"] != 64:
+        raise Unsupported("m128 (128-row query blocks) serves D = 64 only")
     if p["d"] not in (64, 96, 128) and (tuning is not None and "split_d" not in tuning or tuning is None and bwd_api.D256_TUNING is None):
         raise Unsupported(f"head dim {p['d']} is served by the split_d variant only (ours-splitd)")
     x = _inputs(p)
@@ -133,6 +138,10 @@ VARIANTS = {
     "ours-m80s": ("dq_tma", "stats_tma", "prepost", "m80"),  # one dS^T buffer: 20 KiB below m80's 227 KiB of shared memory
     "ours-dqt": ("dq_tma", "stats_tma", "ds2", "prepost", "dqt"),
     "ours-tmaw": ("dq_tma", "dq_writer", "stats_tma", "ds2", "prepost"),
+    # d64 (issue #6, session 8): FA3 / FA4's 128-row query blocks; the causal default's schedule (CAUSAL_TUNING) + m128,
+    # causal and not (dq_bulk at 128 rows takes the writer warp), and with dq_tma's reduce-adds from the consumers
+    "ours-m128": ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost", "m128"),
+    "ours-m128t": ("dq_tma", "stats_tma", "ds2", "prepost", "m128"),
     # d256 (issue #6): split_d with FA4's dQ path (one dQ GEMM per warpgroup, fragment-ordered staging, a bulk
     # reduce-add from the writer warp, one Q / dO stage)
     "ours-splitdb": ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost"),
@@ -237,6 +246,13 @@ def compile_check() -> list[str]:
     )
     compile_sdpa_bwd_main(key)
     names.append("sdpa_bwd_main_sm90a_bf16_d128_m80_writer")
+    # ours-m128's main kernel (d64, 128-row query blocks, dq_bulk's two reduce-adds per warpgroup from the writer warp)
+    key = SdpaBwdKey(
+        "bf16", 64, 64, 1, True, False, False, False, False, False, False, dq_bulk=True, dq_writer=True, stats_tma=True, ds_double_buffer=True,
+        prepost_vec=True, tile_m128=True,
+    )  # fmt: skip
+    compile_sdpa_bwd_main(key)
+    names.append("sdpa_bwd_main_sm90a_bf16_d64_causal_m128_writer")
     # ours-splitdr2's main kernel (d256: the default dkvrs schedule with dkvearly) and its fragment-order postprocess
     key = SdpaBwdKey(
         "bf16", 256, 256, 1, False, False, False, False, False, False, False, split_d=True, ds_double_buffer=True, dq_bulk=True, dq_writer=True,

@@ -12,7 +12,9 @@ cudnn.sdpa.bwd.kernel_key.TUNING_FIELDS), against fp32 autograd by the FlashAtte
 - ``m80`` (with dq_tma): query blocks of 80 rows (FA3 / FA4's d128 tile), dQ computed transposed (dQ^T = K^T dS^T)
   and staged through a 128-byte swizzle for the TMA reduce-add; a last block past the 128-row scratch padding takes
   the masked path (rows past S_q masked). Dense D = 128 only (d64 / varlen are refused: test_sdpa_bwd_variants_compile.py);
-- ``dqt`` (with dq_tma): m80's transposed dQ^T and 128-byte-swizzled staging at 64 rows (D = 128, dense or varlen).
+- ``dqt`` (with dq_tma): m80's transposed dQ^T and 128-byte-swizzled staging at 64 rows (D = 128, dense or varlen);
+- ``m128`` (D = 64): query blocks of 128 rows (FA3 / FA4's d64 tile), with dq_bulk + dq_writer (two bulk reduce-adds
+  per warpgroup: one per 64-row fragment-ordered half), dq_tma or the atomic dQ path.
 
 Pruned for compile time (each variant key is one main-kernel compile): the first four together meet every mask
 family, GQA / MQA, both layouts, odd lengths, sinks and THD varlen; dq_tma alone meets one GQA causal case with odd
@@ -27,7 +29,9 @@ S_q > S_kv bottom-right and a two-sided window past the padding; with dq_writer 
 the benchmark's non-causal S = 4096; dq_tma + dq_writer at 64 rows ("TMAW") meets GQA causal odd lengths, d64 fp16
 window, varlen and sinks; dqt meets GQA causal with odd lengths and (with the writer) varlen. 26 + 13 tests, ~38
 compiles: about 180 s on the H200 host (the new ones alone, ``-k "m80 or dqt or dq_tma+dq_writer"``: 13 tests, 13
-compiles, about 70 s).
+compiles, about 70 s). m128 (``-k m128``: 5 tests, 5 keys, about 45 s) meets GQA causal at S = 1000 (a last block
+past S_q), a single partial block of 77 rows (non-causal), MQA bottom-right with dq_tma, a two-sided window on the atomic
+path and THD varlen (empty / one-token sequences) with the writer warp.
 """
 
 from __future__ import annotations
@@ -53,6 +57,11 @@ M80 = ("dq_tma", "stats_tma", "ds2", "prepost", "m80")
 M80W = ("dq_tma", "dq_writer", "stats_tma", "ds2", "prepost", "m80")
 TMAW = ("dq_tma", "dq_writer", "stats_tma", "ds2", "prepost")
 DQT = ("dq_tma", "stats_tma", "ds2", "prepost", "dqt")
+# m128 (session 8): 128-row query blocks at D = 64 with the default-like dq_bulk + dq_writer schedule (benchmarks'
+# "ours-m128"), with dq_tma from the consumers, and with the atomic dQ path
+M128W = ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost", "m128")
+M128T = ("dq_tma", "stats_tma", "ds2", "prepost", "m128")
+M128A = ("stats_tma", "ds2", "m128")
 
 
 @pytest.fixture(autouse=True)
@@ -115,6 +124,10 @@ CASES = [
     (TMAW, torch.bfloat16, 128, 8, 2, 300, 257, True, False, (-1, -1), BSHD),  # dq_tma's reduce-adds from the writer warp
     (TMAW, torch.float16, 64, 4, 4, 500, 700, False, False, (70, 33), BSHD),  # d64, key blocks no query sees
     (DQT, torch.bfloat16, 128, 8, 2, 300, 257, True, False, (-1, -1), BSHD),  # dQ^T at 64 rows, odd lengths, GQA 4
+    (M128W, torch.bfloat16, 64, 8, 2, 1000, 1000, True, False, (-1, -1), BSHD),  # GQA causal; last block rows 896..1023 past S_q
+    (M128W, torch.bfloat16, 64, 4, 4, 77, 300, False, False, (-1, -1), BHSD),  # one partial query block of 77 rows
+    (M128T, torch.float16, 64, 8, 1, 257, 700, True, True, (-1, -1), BHSD),  # MQA bottom-right, dq_tma's reduce-adds
+    (M128A, torch.float16, 64, 4, 2, 500, 700, False, False, (70, 33), BSHD),  # atomics, two-sided window: blocks no query sees
 ]
 
 
@@ -140,6 +153,7 @@ def test_variant_grads_match_reference(case):
     assert plan.key.split_d == ("split_d" in tuning)
     assert plan.key.dq_bulk == ("dq_bulk" in tuning) and plan.key.dq_writer == ("dq_writer" in tuning)
     assert plan.key.tile_m80 == ("m80" in tuning) and plan.key.dq_t128 == ("dqt" in tuning)
+    assert plan.key.tile_m128 == ("m128" in tuning)
     assert plan.key.sdp_wg == ("sdpwg" in tuning) and plan.key.dkv_rs == ("dkvrs" in tuning) and plan.key.dkv_early == ("dkvearly" in tuning)
     ref = attention_grads_ref(q, k, v, do, **kw)
     lowp = attention_grads_ref(q, k, v, do, upcast=False, **kw)
@@ -157,6 +171,8 @@ VARLEN = [
     (BULK, False, torch.float16, 64, 4, 4, [1000, 33, 257], [1000, 33, 257], False, False, (-1, -1)),
     (TMAW, False, torch.bfloat16, 128, 8, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], True, True, (-1, -1)),
     (("dq_tma", "dq_writer", "stats_tma", "ds2", "prepost", "dqt"), False, torch.bfloat16, 128, 4, 4, [1000, 33, 257], [1000, 33, 257], False, False, (-1, -1)),
+    # m128: per-sequence 128-row padding, empty and one-token sequences, GQA causal bottom-right
+    (M128W, False, torch.bfloat16, 64, 8, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], True, True, (-1, -1)),
 ]
 
 

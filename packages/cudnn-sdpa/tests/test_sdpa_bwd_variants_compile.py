@@ -553,3 +553,147 @@ def test_d256_dkvearly_ptx_issues_both_rs_gemms_from_one_site_and_ptxas_keeps_wg
     assert re.search(r"\.entry cudnn_", ptx)
     if serialized is None:
         pytest.skip("no host ptxas that takes the DSL's PTX: the WGMMA serialization check did not run")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# m128 (issue #6, session 8): 128-row query blocks at D = D_v = 64 (FA3 / FA4's d64 tile), opt-in
+
+
+M128W = ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost", "m128")
+
+
+def _d64_descs(h=8, hk=2, s=1000):
+    q = TensorDesc.contiguous((2, h, s, 64), "bfloat16", "q")
+    kv = TensorDesc.contiguous((2, hk, s, 64), "bfloat16", "k")
+    lse = TensorDesc.contiguous((2, h, s), "float32", "lse")
+    return q, kv, kv, q, q, lse
+
+
+def test_m128_is_a_d64_schedule_and_what_it_cannot_serve_is_refused(monkeypatch):
+    """``m128`` sets tile_m128 (its own kernel-cache entry, tile_m = 128) at D = D_v = 64 with any dQ path (atomics,
+    dq_tma, dq_bulk + dq_writer) and stats_tma; refused with a ValueError naming m128: other head dims, deterministic
+    (its turn counters count 64-row blocks), no stats_tma or dq_bulk without the writer warp (each spills), m80 / dqt. A plan built without
+    ``_tuning`` keeps 64-row blocks unless D64_TUNING is set (the lead's switch after the A/B)."""
+    from cudnn.sdpa.bwd import api
+    from cudnn.sdpa.bwd.api import SdpaBwdSm90
+    from cudnn.sdpa.bwd.kernel_sm90 import SdpaBwdKernelSm90
+
+    plan = SdpaBwdSm90(*_d64_descs(), is_causal=True, _tuning=M128W)
+    assert plan.check_support() and plan.key.tile_m128 and plan.key.dq_bulk and plan.key.dq_writer
+    assert SdpaBwdKernelSm90(plan.key).tile_m == 128
+    base = SdpaBwdSm90(*_d64_descs(), is_causal=True, _tuning=M128W[:-1])
+    base.check_support()
+    assert base.key != plan.key and SdpaBwdKernelSm90(base.key).tile_m == 64
+    for tuning in (("stats_tma", "m128"), ("dq_tma", "stats_tma", "ds2", "prepost", "m128"), ("dq_tma", "dq_writer", "stats_tma", "m128")):
+        assert SdpaBwdSm90(*_d64_descs(), _tuning=tuning).check_support()
+    with pytest.raises(ValueError, match="m128"):
+        SdpaBwdSm90(*_descs(), _tuning=("stats_tma", "m128")).check_support()  # d128
+    with pytest.raises(ValueError, match="takes stats_tma"):
+        SdpaBwdSm90(*_d64_descs(), _tuning=("ds2", "m128")).check_support()
+    with pytest.raises(ValueError, match="deterministic"):
+        SdpaBwdSm90(*_d64_descs(), deterministic=True, _tuning=("stats_tma", "m128")).check_support()
+    with pytest.raises(ValueError, match="takes dq_writer"):
+        SdpaBwdSm90(*_d64_descs(), _tuning=("dq_bulk", "stats_tma", "m128")).check_support()
+    with pytest.raises(ValueError, match="m128"):
+        SdpaBwdSm90(*_d64_descs(), _tuning=("dq_tma", "dqt", "stats_tma", "m128")).check_support()
+    default = SdpaBwdSm90(*_d64_descs(), is_causal=True)
+    default.check_support()
+    assert api.D64_TUNING is None and not default.key.tile_m128 and default._tuning == api.CAUSAL_TUNING
+    monkeypatch.setattr(api, "D64_TUNING", M128W)
+    flipped = SdpaBwdSm90(*_d64_descs())
+    flipped.check_support()
+    assert flipped.key.tile_m128 and flipped._tuning == M128W
+    det = SdpaBwdSm90(*_d64_descs(), deterministic=True)  # deterministic plans keep 64-row blocks
+    det.check_support()
+    assert not det.key.tile_m128 and det.key.deterministic
+    d128 = SdpaBwdSm90(*_descs())
+    d128.check_support()
+    assert not d128.key.tile_m128
+
+
+#: (key, bulk reduce-adds in the PTX): causal GQA varlen with the default-like dq_bulk + dq_writer schedule (the writer
+#: loop unrolled over 2 warpgroups x 2 64-row halves); non-causal GQA dense with dq_tma from the consumers.
+M128_KEYS = [
+    ("'bf16', 64, 64, 4, True, False, False, True, False, True, False, dq_bulk=True, dq_writer=True, stats_tma=True, ds_double_buffer=True, tile_m128=True", 4),
+    ("'bf16', 64, 64, 2, False, False, False, True, False, False, False, dq_tma=True, stats_tma=True, ds_double_buffer=True, tile_m128=True", 0),
+]
+
+
+@pytest.mark.compile_only
+@pytest.mark.parametrize("key,bulk", M128_KEYS, ids=["causal-gqa-varlen-bulkw", "gqa-dq_tma"])
+def test_m128_ptx_runs_n128_s_dp_wgmmas_without_spills(tmp_path, key, bulk):
+    """One compile each: S^T / dP^T as m64n128k16 WGMMAs (4 k-steps each, per query-block loop), dK / dV m64n64k16 over
+    the 128 queries (8 k-steps), dQ as two 64-row m64n32k16 atoms per warpgroup; dq_bulk's two reduce-adds per
+    warpgroup; no local memory and a zero frame in the DSL's cubin; the Rule 6 symbol; and (where a host ptxas takes the
+    PTX) no ptxas note about WGMMA serialization or warpgroup waits (C75xx)."""
+    import shutil
+
+    from cudnn_testing.compile_only import frame_sizes
+
+    skip_unless_cutedsl("4.8.0", "cudnn.sdpa backward")
+    ptx = _dump(tmp_path, key, "SdpaBwdKernelSm90", keep="ptx,cubin")
+    shapes = re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m64n\d+k16)", ptx)
+    assert {n: shapes.count(n) for n in set(shapes)} == {"m64n128k16": 16, "m64n64k16": 32, "m64n32k16": 32}
+    assert ptx.count("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32") == bulk
+    if bulk == 0:
+        assert "cp.reduce.async.bulk.tensor" in ptx and "atom.global.add" not in ptx
+    assert "st.local" not in ptx and "ld.local" not in ptx and frame_sizes(tmp_path) == [0]
+    assert re.search(r"\.entry cudnn_", ptx)
+    exe = shutil.which("ptxas")
+    paths = [os.path.join(r, f) for r, _, fs in os.walk(str(tmp_path)) for f in fs if f.endswith(".ptx")]
+    if exe is None or len(paths) != 1:
+        pytest.skip("no host ptxas: the ptxas-notes check did not run")
+    out = subprocess.run([exe, "-arch=sm_90a", "-v", paths[0], "-o", os.path.join(str(tmp_path), "host_ptxas.out")], capture_output=True, text=True)
+    if out.returncode != 0:
+        pytest.skip("the host ptxas does not take the DSL's PTX: the ptxas-notes check did not run")
+    text = out.stdout + out.stderr
+    assert not re.search(r"C75\d\d", text), text[-2000:]
+    assert "0 bytes spill stores, 0 bytes spill loads" in text
+
+
+@pytest.mark.compile_only
+@pytest.mark.filterwarnings("ignore:This static loop has")  # the 256 traced threads: a trace-time loop on purpose
+def test_m128_dq_bulk_halves_are_the_64_row_fragment_order():
+    """dq_bulk at m128, traced on the CPU (no compile) from the objects the kernel uses: for every consumer thread, its
+    dQ register p of the 128-row block holds row r + 64 h, column c where register p - 16 h of the 64-row plan holds
+    (r, c) (h = p // 16: the dQ MMA's second M-atom repeats the first's order 64 rows down), and the fragment copy puts
+    it in half h of the staging buffer at the very offset the 64-row plan uses; so each half is one 64-row
+    fragment-ordered block (kernel_key.DQ_BULK_ROWS) that the unchanged postprocess reads, and the halves cover the
+    128 x 64 block exactly once."""
+    import cutlass
+    import cutlass.cute as cute
+
+    from cudnn.sdpa.bwd.kernel_key import SdpaBwdKey
+    from cudnn.sdpa.bwd.kernel_sm90 import SdpaBwdKernelSm90
+
+    head = ("bf16", 64, 64, 1, False, False, False, True, False, False, False)
+    p128 = SdpaBwdKernelSm90(SdpaBwdKey(*head, dq_bulk=True, dq_writer=True, stats_tma=True, tile_m128=True))
+    p64 = SdpaBwdKernelSm90(SdpaBwdKey(*head, dq_bulk=True))
+    bad, seen = [], set()
+
+    @cute.jit
+    def trace():
+        mma128, mma64 = p128._tiled_mmas()[3], p64._tiled_mmas()[3]
+        copy = p128._dq_bulk_copy()
+        lay128, lay64 = p128._dq_bulk_layout(), p64._dq_bulk_layout()
+        c128, c64 = cute.make_identity_tensor((128, 64)), cute.make_identity_tensor((64, 64))
+        s128, s64 = cute.make_identity_tensor(lay128.shape), cute.make_identity_tensor(lay64.shape)
+        for vt in cutlass.range_constexpr(p128.num_consumer_wg * p128.threads_per_wg):
+            tC128, tC64 = mma128.get_slice(vt).partition_C(c128), mma64.get_slice(vt).partition_C(c64)
+            tS128, tS64 = copy.get_slice(vt).partition_D(s128), copy.get_slice(vt).partition_D(s64)
+            n = cute.size(tC64)
+            if cutlass.const_expr(cute.size(tC128) != 2 * n or cute.size(tS128) != 2 * n):
+                bad.append((vt, "sizes"))
+            for p in cutlass.range_constexpr(2 * n):
+                h = p // n
+                r, c = tC128[p]
+                r64, c64_ = tC64[p - h * n]
+                s = tS128[cute.idx2crd(p, tS128.shape)]
+                t = tS64[cute.idx2crd(p - h * n, tS64.shape)]
+                if cutlass.const_expr(r != r64 + 64 * h or c != c64_ or s[2] != h or s[0] != t[0] or s[1] != t[1]):
+                    bad.append((vt, p))
+                seen.add((s[0], s[1], s[2]))
+
+    trace()
+    assert not bad, bad[:4]
+    assert len(seen) == 128 * 64

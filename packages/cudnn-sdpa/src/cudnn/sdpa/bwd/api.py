@@ -63,6 +63,12 @@ _NONDETERMINISTIC_TUNING = ("dq_tma", "dq_bulk", "dq_writer")
 #: 363.3, torch-cudnn 356.8 / 384.5 (sdpa_bwd_d256.md, session 5 call 3: 1.27x / 1.24x the better peer). Deterministic
 #: D = 256 stays declined.
 D256_TUNING: tuple[str, ...] | None = ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "sdpwg", "dkvrs", "dkvearly")
+#: Variants of a plan built without ``_tuning`` at D = D_v = 64 (non-deterministic; deterministic plans keep
+#: CAUSAL_TUNING / DEFAULT_TUNING without the dQ reduce-add variants); None: those defaults. Session 8 (issue #6) adds
+#: ``m128`` (128-row query blocks, FA3 / FA4's d64 tile, kernel_key.SdpaBwdKey.tile_m128) as an opt-in: a plan requests it
+#: with ``_tuning=(..., "m128")`` (benchmarks/sdpa_bwd.py "ours-m128" runs CAUSAL_TUNING + m128, causal and not); setting
+#: this to that tuple makes it the d64 default once the H200 A/B (docs/benchmarks/sdpa_bwd_m128.md) says so.
+D64_TUNING: tuple[str, ...] | None = None
 
 
 class SdpaBwdSm90(APIBase):
@@ -111,7 +117,8 @@ class SdpaBwdSm90(APIBase):
         )
         self.deterministic = bool(deterministic)
         # Private A/B switch for the main kernel's schedule variants (kernel_key.TUNING_FIELDS names, e.g. ("dq_tma",)):
-        # for benchmarks and tests; None takes DEFAULT_TUNING / D256_TUNING in check_support.
+        # for benchmarks and tests (e.g. ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost", "m128"): 128-row query
+        # blocks at D = 64); None takes DEFAULT_TUNING / CAUSAL_TUNING / D64_TUNING / D256_TUNING in check_support.
         self._tuning_arg = None if _tuning is None else tuple(_tuning)
         self._tuning = ()
         # Private A/B switch of the main kernel's launch order (a runtime argument, not in the compile key): size the L2
@@ -284,10 +291,13 @@ def _ws_layout(key, q_shape, n_seq):
 
 
 def _default_tuning(d: int, d_v: int, deterministic: bool, causal: bool = False) -> tuple[str, ...]:
-    """The variants of a plan built without ``_tuning``: D256_TUNING for D = D_v = 256 (non-deterministic), else
-    CAUSAL_TUNING (causal) or DEFAULT_TUNING, without the dQ reduce-add variants when deterministic."""
+    """The variants of a plan built without ``_tuning``: D256_TUNING for D = D_v = 256 (non-deterministic), D64_TUNING
+    (when set) for D = D_v = 64 (non-deterministic), else CAUSAL_TUNING (causal) or DEFAULT_TUNING, without the dQ
+    reduce-add variants when deterministic."""
     if d == 256 and d_v == 256:
         return tuple(D256_TUNING) if D256_TUNING is not None and not deterministic else ()
+    if d == 64 and d_v == 64 and D64_TUNING is not None and not deterministic:
+        return tuple(D64_TUNING)
     return tuple(t for t in (CAUSAL_TUNING if causal else DEFAULT_TUNING) if not (deterministic and t in _NONDETERMINISTIC_TUNING))
 
 

@@ -56,8 +56,30 @@ class SdpaBwdKey(AttentionKey):
     # forms dS^T; Q / dO released per warpgroup right after its last read; the producer loads dO before Q (dO is freed
     # first). See kernel_splitd_bulk_sm90.py
     dkv_early: bool = False
+    # query blocks of 128 rows instead of 64 at D = D_v = 64 (FA3's d64 tile, kBlockM = kBlockN = 128): each block's
+    # fixed costs (barriers, the dS^T round trip, dQ reduce-adds, lse / dpsum loads) over twice the rows, and the S^T /
+    # dP^T WGMMAs at N = 128; takes stats_tma, combines with ds2, prepost and the atomic, dq_tma or dq_bulk + dq_writer
+    # dQ paths, dense or varlen (the 128-row scratch padding is a multiple of the tile); see kernel_sm90.py
+    tile_m128: bool = False
 
     def __post_init__(self):
+        if self.tile_m128 and (self.head_dim != 64 or self.head_dim_v != 64 or self.deterministic or self.tile_m80 or self.dq_t128 or self.split_d):
+            raise ValueError(
+                "SdpaBwdKey: tile_m128 (m128) serves D = D_v = 64 only, without deterministic (its turn counters count "
+                "64-row query blocks: SEM_ROWS), m80, dqt or split_d; "
+                f"got D = {self.head_dim}/{self.head_dim_v}, deterministic={self.deterministic}, tile_m80={self.tile_m80}, "
+                f"dq_t128={self.dq_t128}, split_d={self.split_d}"
+            )
+        if self.tile_m128 and not self.stats_tma:
+            raise ValueError(
+                "SdpaBwdKey: tile_m128 (m128) takes stats_tma (each column's lse_log2 / dpsum is read where it is used: "
+                "from global memory instead of the staged rows, a windowed kernel spills at 128 rows)"
+            )
+        if self.tile_m128 and self.dq_bulk and not self.dq_writer:
+            raise ValueError(
+                "SdpaBwdKey: tile_m128 (m128) with dq_bulk takes dq_writer (the consumers issuing the two bulk reduce-adds "
+                "per warpgroup themselves spill at 128 rows)"
+            )
         if self.dq_tma and self.deterministic:
             raise ValueError("SdpaBwdKey: dq_tma has no deterministic mode (the fixed-order dQ reduction uses the atomic path)")
         if self.dq_bulk and (self.deterministic or self.dq_tma):
@@ -113,6 +135,7 @@ TUNING_FIELDS = {
     "sdpwg": "sdp_wg",
     "dkvrs": "dkv_rs",
     "dkvearly": "dkv_early",
+    "m128": "tile_m128",
 }
 
 #: dq_bulk: query rows per fragment-ordered block of the dQ accumulator (the main kernel's tile_m). Block ``m`` of a
@@ -134,7 +157,8 @@ def tile_config(head_dim: int, head_dim_v: int) -> tuple[int, int, int]:
 
 
 def padded_rows(seqlen_q: int) -> int:
-    """Rows of the per-(batch, head) scratch: S_q rounded up to the pre/postprocess tile (a multiple of tile_m)."""
+    """Rows of the per-(batch, head) scratch: S_q rounded up to the pre/postprocess tile (a multiple of tile_m: 64, and
+    128 with tile_m128; m80's last block may end past it and is masked)."""
     return (max(int(seqlen_q), 0) + PREPOST_ROWS - 1) // PREPOST_ROWS * PREPOST_ROWS
 
 

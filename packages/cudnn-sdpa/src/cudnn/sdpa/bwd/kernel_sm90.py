@@ -37,6 +37,24 @@ are no multiple of the 64-row WGMMA, staged through a 128-byte swizzle for two 1
 a last block past the 128-row scratch padding takes the masked path with its rows past S_q masked; dq_writer may issue
 dq_tma's reduce-adds too) and ``dq_t128`` (the same dQ^T staging at 64 rows, to A/B the staging apart from the tile).
 
+``tile_m128`` (m128; D = D_v = 64 only): query blocks of 128 rows, FA3's / FA4's d64 configuration (kBlockM = kBlockN =
+128, S^T / dP^T swapped with each warpgroup owning 64 keys, dK / dV split by keys, two Q / dO stages, two dS stages =
+our ds2; their dQ splits the 128 rows over the warpgroups, ours keeps the head-dim split so dq_bulk's accumulator order
+and the postprocess are unchanged). Per query block each barrier, the dS^T round trip, the dQ reduce-adds and the
+lse / dpsum loads serve twice the rows, and S^T / dP^T are m64n128k16 WGMMAs. Register budget of a consumer thread
+(240 by setmaxnreg): S^T and dP^T 64 fp32 each (64 keys x 128 queries per warpgroup), dK and dV 32 each (64 x 64), dQ 32
+(128 x 32), P^T and dS^T 32 each (bf16 pairs); to stay under it, each column's lse_log2 / dpsum is read where it is used
+from the rows stats_tma staged in shared memory (the key requires stats_tma: 64 registers less than m64's per-block
+arrays at 32 columns a thread; global reads at the point of use spill in the windowed kernel) and P^T is converted only
+after dS^T is formed (at the dS^T formation S^T, dP^T, dK, dV = 192 live). Shared memory (bf16): the Q and dO rings
+2 x 128 x 64 each (32 KiB each), K and V 16 KiB each, dS^T 128 x 128 = 32 KiB (64 KiB with ds2), the fp32 dQ staging
+of dq_tma / dq_bulk 32 KiB, stats_tma's rows 2 KiB: 194 KiB with every variant, under the 227 KiB. The 128-row scratch
+padding (PREPOST_ROWS, per sequence for varlen) is a multiple of the tile, so a last partial block reads only rows the
+preprocess initialized (lse_log2 = +inf past S_q: P^T = dS^T = 0). dq_bulk stages each warpgroup's fragment as two
+64-row fragment-ordered blocks (two bulk reduce-adds per warpgroup, from the dq_writer warp: the consumers issuing them
+spill 8 bytes at 128 rows, so the key requires the writer). Not served: deterministic (the turn counters count 64-row
+blocks), m80, dqt, split_d.
+
 Tests: packages/cudnn-sdpa/tests/test_sdpa_bwd_*.py. Benchmark: benchmarks/sdpa_bwd.py.
 """
 
@@ -97,6 +115,8 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         self.tile_m, self.tile_n, self.num_stages = tile_config(key.head_dim, key.head_dim_v)
         if key.tile_m80:
             self.tile_m = 80  # FA3 / FA4's d128 query block: each block's fixed costs spread over 25% more rows
+        if key.tile_m128:
+            self.tile_m = 128  # FA3's d64 query block: twice the rows per block's fixed costs, N = 128 S^T / dP^T WGMMAs
 
     @property
     def dq_t(self) -> bool:
@@ -104,6 +124,12 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         128-byte swizzle for dq_tma's reduce-add: m80's (80 rows are no multiple of the 64-row WGMMA), or dq_t128's at
         64 rows (the same staging and 128-byte-row TMA boxes without the tile change, for the A/B)."""
         return bool(self.key.tile_m80 or self.key.dq_t128)
+
+    @property
+    def stats_at_use(self) -> bool:
+        """Each column's lse_log2 / dpsum read where it is used, not into registers per query block (m80: 20 columns
+        a thread, 40 registers less; m128: 32 columns, 64 registers less)."""
+        return bool(self.key.tile_m80 or self.key.tile_m128)
 
     def _ds_layout(self):
         """dS^T (keys, queries), queries contiguous; ``num_stages`` buffers (indexed like Q's stage) with ds_double_buffer."""
@@ -131,10 +157,14 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
 
     def _dq_bulk_layout(self):
         """dq_bulk: the fp32 dQ partial of one query block in MMA-fragment order, (tile_m * D / 2, warpgroup), plain
-        (see kernel_key.DQ_BULK_ROWS): each warpgroup's half is one contiguous bulk reduce-add."""
+        (see kernel_key.DQ_BULK_ROWS): each warpgroup's half is one contiguous bulk reduce-add. m128: (64 * D / 2,
+        warpgroup, 2): each 64-row half of the block is one fragment-ordered accumulator block (the dQ MMA's second
+        M-atom holds rows 64..127 in the first one's register order), so a warpgroup issues one reduce-add per half."""
+        nwg = self.num_consumer_wg
+        if self.tile_m == 2 * DQ_BULK_ROWS and self.key.tile_m128:
+            return cute.make_layout((DQ_BULK_ROWS * self.head_dim // nwg, nwg, 2))
         if self.tile_m != DQ_BULK_ROWS:
             raise NotImplementedError(f"dq_bulk: the fragment-ordered accumulator assumes tile_m = {DQ_BULK_ROWS}, got {self.tile_m}")
-        nwg = self.num_consumer_wg
         return cute.make_layout((self.tile_m * self.head_dim // nwg, nwg))
 
     def _dq_bulk_copy(self):
@@ -634,6 +664,8 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
                             tma_atom_dQ, 0, cute.make_layout(1), cute.group_modes(sdQ[None, None, w], 0, 2), cute.group_modes(gdQ_w, 0, 2)
                         )
                         cute.copy(tma_atom_dQ, tdQsdQ_w, tdQgdQ_w)
+                    elif const_expr(self.key.tile_m128):
+                        self.dq_bulk_reduce_m128(mdQacc_cur, sdQ, m_block_min + i, w)
                     else:
                         with cute.arch.elect_one():
                             reduce_add_bulk_f32(gdQ.iterator + w * half, sdQ[None, w].iterator, half * 4)
@@ -1019,8 +1051,8 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         row0 = m_block * self.tile_m
         pipeline_q.consumer_wait(state)
         wgmma(tiled_mma_SdP, acc_S, tSrK, tSrQ[None, None, None, idx], zero_init=True, wg_wait=-1)
-        if const_expr(self.key.tile_m80):
-            pass  # m80 reads each column's lse_log2 / dpsum where it is used (20 columns a thread: 40 registers less)
+        if const_expr(self.stats_at_use):
+            pass  # m80 / m128 read each column's lse_log2 / dpsum where it is used (20 / 32 columns a thread)
         elif const_expr(self.key.stats_tma):
             for c in cutlass.range_constexpr(cute.size(rLSE)):
                 rLSE[c] = sLSE[tScS_mn[0, c][1], idx]
@@ -1034,7 +1066,7 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
             # where lse_log2 / dpsum are another head's rows: its rows past S_q are masked (P = 0, so dS = 0 too)
             mask.apply_transposed(acc_S, tScS_mn, m_block, n_block, mask_seqlen=True, mask_rows=self.key.tile_m80)
         acc_S_mn = acc_view_mn(acc_S)
-        if const_expr(self.key.tile_m80):
+        if const_expr(self.stats_at_use):
             for c in cutlass.range_constexpr(cute.size(acc_S_mn, mode=[1])):
                 lse_c = sLSE[tScS_mn[0, c][1], idx] if const_expr(self.key.stats_tma) else mLSE2_cur[row0 + tScS_mn[0, c][1]]
                 for r in cutlass.range_constexpr(cute.size(acc_S_mn, mode=[0])):
@@ -1043,7 +1075,7 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
             for r in cutlass.range_constexpr(cute.size(acc_S_mn, mode=[0])):
                 for c in cutlass.range_constexpr(cute.size(acc_S_mn, mode=[1])):
                     acc_S_mn[r, c] = cute.math.exp2(acc_S_mn[r, c] * scale_log2 - rLSE[c], fastmath=True)
-        if const_expr(self.key.tile_m80):
+        if const_expr(self.stats_at_use):
             pass
         elif const_expr(self.key.stats_tma):
             for c in cutlass.range_constexpr(cute.size(rDpsum)):
@@ -1051,10 +1083,11 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         else:
             for c in cutlass.range_constexpr(cute.size(rDpsum)):
                 rDpsum[c] = mDpsum_cur[row0 + tScS_mn[0, c][1]]
-        rP.store(acc_S.load().to(self.dtype))
+        if const_expr(not self.key.tile_m128):
+            rP.store(acc_S.load().to(self.dtype))
         warpgroup.wait_group(0)
         acc_dP_mn = acc_view_mn(acc_dP)
-        if const_expr(self.key.tile_m80):
+        if const_expr(self.stats_at_use):
             for c in cutlass.range_constexpr(cute.size(acc_dP_mn, mode=[1])):
                 dpsum_c = sDpsum[tScS_mn[0, c][1], idx] if const_expr(self.key.stats_tma) else mDpsum_cur[row0 + tScS_mn[0, c][1]]
                 for r in cutlass.range_constexpr(cute.size(acc_dP_mn, mode=[0])):
@@ -1063,6 +1096,10 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
             for r in cutlass.range_constexpr(cute.size(acc_dP_mn, mode=[0])):
                 for c in cutlass.range_constexpr(cute.size(acc_dP_mn, mode=[1])):
                     acc_dP_mn[r, c] = acc_S_mn[r, c] * (acc_dP_mn[r, c] - rDpsum[c])
+        if const_expr(self.key.tile_m128):
+            # m128: P^T converted once dS^T is formed (S^T and dP^T are 64 fp32 registers each: P^T's 32 more live
+            # next to both spilled at 128 rows)
+            rP.store(acc_S.load().to(self.dtype))
         rdS.store(acc_dP.load().to(self.dtype))
 
         if const_expr(not self.key.ds_double_buffer):
@@ -1138,10 +1175,13 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
                 cute.arch.fence_view_async_shared()
                 cute.arch.barrier(barrier_id=int(NamedBarrierBwd.DQ_FULL_WG1) + wg_idx, number_of_threads=self.threads_per_wg)
                 if cute.arch.make_warp_uniform(cute.arch.warp_idx()) % 4 == 0:
-                    half = self.tile_m * self.head_dim // self.num_consumer_wg
-                    gdQ = cute.local_tile(mdQacc_cur, (self.tile_m, self.head_dim), (m_block, 0))
-                    with cute.arch.elect_one():
-                        reduce_add_bulk_f32(gdQ.iterator + wg_idx * half, sdQ[None, wg_idx].iterator, half * 4)
+                    if const_expr(self.key.tile_m128):
+                        self.dq_bulk_reduce_m128(mdQacc_cur, sdQ, m_block, wg_idx)
+                    else:
+                        half = self.tile_m * self.head_dim // self.num_consumer_wg
+                        gdQ = cute.local_tile(mdQacc_cur, (self.tile_m, self.head_dim), (m_block, 0))
+                        with cute.arch.elect_one():
+                            reduce_add_bulk_f32(gdQ.iterator + wg_idx * half, sdQ[None, wg_idx].iterator, half * 4)
                     cute.arch.cp_async_bulk_commit_group()
         else:
             self.dq_atomics(thr_mma_dQ, acc_dQ, mdQacc_cur, mSem_cur, mask, tidx, m_block, n_block)
@@ -1149,6 +1189,18 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         pipeline_q.consumer_release(state)
         state.advance()
         return state
+
+    @cute.jit
+    def dq_bulk_reduce_m128(self, mdQacc_cur: cute.Tensor, sdQ: cute.Tensor, m_block: Int32, w):
+        """dq_bulk at m128 (one elected thread): warpgroup ``w``'s two 64-row halves of query block ``m_block`` added
+        into fragment-ordered accumulator blocks ``2 m_block`` and ``2 m_block + 1`` (one bulk reduce-add each, in the
+        caller's bulk group)."""
+        half = DQ_BULK_ROWS * self.head_dim // self.num_consumer_wg
+        gdQ = cute.local_tile(mdQacc_cur, (self.tile_m, self.head_dim), (m_block, 0))
+        with cute.arch.elect_one():
+            for h in cutlass.range_constexpr(2):
+                # block 2 m_block + h of the fragment-ordered accumulator: rows [64 h, 64 h + 64) of this block's bytes
+                reduce_add_bulk_f32(gdQ.iterator + (h * DQ_BULK_ROWS * self.head_dim + w * half), sdQ[None, w, h].iterator, half * 4)
 
     @cute.jit
     def dq_atomics(
