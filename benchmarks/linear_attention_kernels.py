@@ -11,9 +11,12 @@ kernel and, for GDN, the restructured prep at three CTAs per SM), and every name
 ``_host/chunk_parallel.py::PARALLEL_VARIANTS`` whose prep fields the family's prep key has, as par-<name>: the A/B
 baselines par-state-base / par-out-base / par-base (the session-5 state pass and output kernel), GDN's
 par-gdn-prep-base / par-gdn-base (its session-5 prep / whole plan), and KDA's prep baselines (par-kp5: its session-5
-prep, par-kn: narrow_ap alone, par-kp6: its session-6 first default, without tiled_solve / lean_gates), par-ub16 (bf16
-U) and the fused schedule par-fso / par-fso-ub16 (session 8: two kernels, prep and the fused state pass + output; its
-kernel is the ``state+out`` column, there is no ``state`` or ``out`` entry in its row).
+prep, par-kn: narrow_ap alone, par-kp6: its session-6 first default, without tiled_solve / lean_gates) and the fused
+schedule par-fso / par-fso-w2 / par-fso-s2 (session 8: two kernels, prep and the fused state pass + output; fso-w2: two
+consumer warpgroups per CTA over one stage ring, half the CTAs; fso-s2: fso at two stages, the stage-count control; the
+fused kernel is the ``state+out`` column, there is no ``state`` or ``out`` entry in its row). The ``parallel`` row is
+the adapters' default plan: unfused while ``_host/chunk_parallel.py::FUSED_DEFAULT`` is off, else what its plan-time
+rule picks.
 ``--variants parallel,par-base`` keeps a subset.
 Each variant is warmed (compile), then ``--iters`` calls are profiled; a kernel's time is its mean CUDA time per call.
 First line per family: each kernel's memory floor (``floors``: the workspace bytes it must move, at 4.8 TB/s), the

@@ -1,29 +1,35 @@
 """The fused state pass + output of the chunk-parallel delta-rule forward (issue #7, session 8; opt-in: the state-pass
-key's ``fuse_out``, the ``fso`` / ``fso-ub16`` variants of ``_host/chunk_parallel.py::PARALLEL_VARIANTS``;
-``kda/chunk_parallel_state_out_kernel.py``): two kernels (prep, state pass + output), no h / vnt in the workspace, no
-output-kernel launch.
+key's ``fuse_out``, the ``fso`` / ``fso-w2`` / ``fso-s2`` variants of ``_host/chunk_parallel.py::PARALLEL_VARIANTS``;
+``kda/chunk_parallel_state_out_kernel.py``; ``fso-w2``: two consumer warpgroups per CTA over one stage ring,
+``consumer_wgs`` = 2): two kernels (prep, state pass + output), no h / vnt in the workspace, no output-kernel launch;
+and the plan-time fused default (``_host/chunk_parallel.py::default_fused_state_options``, off: ``FUSED_DEFAULT``).
 
 Compile-only tier (CPU, ``CUTE_DSL_ARCH=sm_90a``; ~15 s on 2 cores):
 
 - the variants and key fields (default off; the default state key unchanged), the routing and the ValueErrors (four
-  stages at K = 128 do not fit, ``fuse_out`` without TMA, ``row_scaled`` without ``fuse_out``, output options with the
-  fused state pass), the two-launch schedule on both launch routes (argument for argument against the fused kernel's
+  stages at K = 128 do not fit, nor three with two warpgroups; ``fuse_out`` without TMA, ``row_scaled`` /
+  ``consumer_wgs`` = 2 without ``fuse_out``, output options with the fused state pass), the two-launch schedule on both launch routes (argument for argument against the fused kernel's
   ``__call__`` signature: o, T and o's strides reach it, no output launch);
-- the fused kernel built directly for KDA (fp32 U) and GDN (``row_scaled``, bf16 U) at K = 128, v_slice 32, three stages,
-  varlen with states, and at K = 64, v_slice 16, four stages, dense: no spill (frame size 0), one cudnn symbol, the
-  WGMMAs (per chunk Vn 8 + Qg S0^T 8 + state 2 x 4 + P Vn 4 at K = 128), TMA loads only (no bulk store: h / vnt are not
-  written), the stage's transaction count (the state pass's plus qg, p (, rf)), the out-of-order waits
-  (``wgmma.wait_group 1``);
-- a GDN plan with ``fso`` compiles on the tvm-ffi and the DSL route to (prep, fused, None).
+- the fused kernel built directly for KDA (one warpgroup, three stages; and at K = 64, v_slice 16, four stages, dense)
+  and, with two warpgroups at two stages, for GDN (``row_scaled``) and KDA, at K = 128, v_slice 32, varlen with states:
+  no spill (frame size 0), one cudnn symbol, the WGMMAs (per chunk Vn 8 + Qg S0^T 8 + state 2 x 4 + P Vn 4 at K =
+  128), TMA loads only (no bulk store: h / vnt are not written), the stage's transaction count (the state pass's plus
+  qg, p (, rf); two warpgroups: both U tiles), the out-of-order waits (``wgmma.wait_group 1``), the two-warpgroup
+  synchronization (two 128-thread named barriers per chunk, one empty-mbarrier arrive per chunk, 256 threads);
+- a GDN plan with ``fso`` compiles on the tvm-ffi and the DSL route to (prep, fused, None);
+- the plan-time default (``FUSED_DEFAULT`` monkeypatched on; no GPU): H = 64 -> the fused options (and a plan that
+  compiles to two kernels), H = 16 -> the unfused ones on 132 SMs, fused on 64; the knobs (``parallel_fused``,
+  ``parallel_state_stages``, a named variant) override it; off by default.
 
-GPU tier (``@pytest.mark.gpu``; both families, K = 128; poisoned outputs, an all-ones workspace): ``fso`` and
-``fso-ub16`` on the varlen batch of ``_parallel_cases.LENGTHS`` (1-token, one-chunk, 65-token, empty, 24-chunk sequences;
-GVA; initial and final states): o and the final state by the FlashAttention rule against the fp32 recurrence and within
-twice the unfused plan's error (``fso-ub16``: the ``ub16`` plan's); ``fso`` on a dense [2, 300] batch and one 4096-token
-sequence with states; o rows after the last sequence, the 64 rows past T and o's pad channels untouched on both store
-paths (16-byte vectors; 2-byte stores for an o whose head stride is not a multiple of 8, on the DSL launch route); no
-sync / allocation, capture replays; a batch whose sequences start at token 16 (the default plan on the same layout
-first); the final state bitwise the unfused plan's (the same chain; last, so a rounding-only difference shows alone).
+GPU tier (``@pytest.mark.gpu``; both families, K = 128; poisoned outputs, an all-ones workspace), each case for ``fso``
+and ``fso-w2``: the varlen batch of ``_parallel_cases.LENGTHS`` (1-token, one-chunk, 65-token, empty, 24-chunk
+sequences; GVA; initial and final states): o and the final state by the FlashAttention rule against the fp32 recurrence
+and within twice the unfused plan's error; a dense [2, 300] batch and one 4096-token sequence with states; o rows after
+the last sequence, the 64 rows past T and o's pad channels untouched on both store paths (16-byte vectors; 2-byte stores
+for an o whose head stride is not a multiple of 8, on the DSL launch route); no sync / allocation, capture replays; a
+batch whose sequences start at token 16 (the default plan on the same layout first); ``fso-w2`` and ``fso-s2`` bitwise
+``fso`` (o and final state: the same operations per column); the final state bitwise the unfused plan's (the same
+chain; last, so a rounding-only difference shows alone).
 
 Run: ``python -m pytest packages/cudnn-linear-attention/tests/test_parallel_state_out.py -m compile_only`` (CPU);
 GPU: ``source ci/gpu_env.sh; python -m pytest packages/cudnn-linear-attention/tests/test_parallel_state_out.py -x -q``."""
@@ -41,7 +47,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/_*_cases
 from _delta_rule_cases import GDN, KDA, compile_varlen_plan, frame_sizes, skip_unless_family_dsl  # noqa: E402
 
 FSO = {"state": {"fuse_out": True, "stages": 3}}
-FSO_UB16 = {"prep": {"u_bf16": True}, "state": {"fuse_out": True, "stages": 3, "u_bf16": True}}
+FSO_W2 = {"state": {"fuse_out": True, "stages": 2, "consumer_wgs": 2}}
+FSO_S2 = {"state": {"fuse_out": True, "stages": 2}}
+FUSED = ["fso", "fso-w2"]  # the GPU cases' fused variants
 
 
 def _dsl():
@@ -54,10 +62,11 @@ def _dsl():
 
 @pytest.mark.compile_only
 def test_fso_variants_keys_routing_and_value_errors():
-    """``fso`` / ``fso-ub16`` set ``fuse_out`` (and three stages; ``fso-ub16`` also ``ub16``'s fields); both new state
-    key fields default off; ``for_key`` routes ``fuse_out`` to the fused kernel and declines four stages at K = 128 (the
-    shared memory), ``fuse_out`` without TMA and ``row_scaled`` without ``fuse_out``; ``compile_parallel`` declines
-    output options with the fused state pass (before any build)."""
+    """``fso`` / ``fso-w2`` / ``fso-s2`` set ``fuse_out`` (three stages; two warpgroups at two stages; two stages); the
+    new state key fields default off (``consumer_wgs`` 1); ``for_key`` routes ``fuse_out`` to the fused kernel and
+    declines four stages at K = 128 and three with two warpgroups (the shared memory), ``fuse_out`` without TMA,
+    ``row_scaled`` / ``consumer_wgs`` = 2 without ``fuse_out`` and ``consumer_wgs`` outside 1, 2; ``compile_parallel``
+    declines output options with the fused state pass (before any build)."""
     _dsl()
     from cudnn.kernel_cache import kernel_cache
     from cudnn.linear_attention._host.chunk_parallel import PARALLEL_VARIANTS, compile_parallel, set_parallel_options
@@ -65,34 +74,43 @@ def test_fso_variants_keys_routing_and_value_errors():
     from cudnn.linear_attention.kda.chunk_parallel_state_narrow_kernel import KimiDeltaAttentionParallelStateNarrow
     from cudnn.linear_attention.kda.chunk_parallel_state_out_kernel import SMEM_LIMIT, KimiDeltaAttentionParallelStateOut, smem_bytes
 
-    assert PARALLEL_VARIANTS["fso"] == FSO and PARALLEL_VARIANTS["fso-ub16"] == FSO_UB16
-    assert PARALLEL_VARIANTS["fso-ub16"]["prep"] == PARALLEL_VARIANTS["ub16"]["prep"]
+    assert PARALLEL_VARIANTS["fso"] == FSO and PARALLEL_VARIANTS["fso-w2"] == FSO_W2 and PARALLEL_VARIANTS["fso-s2"] == FSO_S2
+    assert "ub16" not in PARALLEL_VARIANTS and "fso-ub16" not in PARALLEL_VARIANTS  # session 8: lost, removed
     base = dict(head_dim=128, varlen=True, has_initial=True, has_final=True)
     sk = KdaParallelStateKey(**base)
-    assert not sk.fuse_out and not sk.row_scaled
+    assert not sk.fuse_out and not sk.row_scaled and sk.consumer_wgs == 1 and not hasattr(sk, "u_bf16")
     route = KimiDeltaAttentionParallelState.for_key
     assert route(sk) is KimiDeltaAttentionParallelStateNarrow
-    for kw in ({}, {"row_scaled": True}, {"u_bf16": True}, {"v_slice": 16}):
+    for kw in ({}, {"row_scaled": True}, {"v_slice": 16}, {"v_slice": 16, "consumer_wgs": 2}):
         assert route(KdaParallelStateKey(**base, fuse_out=True, stages=3, **kw)) is KimiDeltaAttentionParallelStateOut
+    assert route(KdaParallelStateKey(**base, **FSO_W2["state"], row_scaled=True)) is KimiDeltaAttentionParallelStateOut
     assert route(KdaParallelStateKey(**base, fuse_out=True, stages=2, v_slice=64)) is KimiDeltaAttentionParallelStateOut
     assert (
         route(KdaParallelStateKey(head_dim=64, varlen=False, has_initial=False, has_final=True, fuse_out=True, v_slice=16))
         is KimiDeltaAttentionParallelStateOut
     )
-    # K = 128, v_slice 32, three stages: ~210 KB (fp32 U); four stages do not fit; nor three at v_slice 64
+    # K = 128, v_slice 32, three stages: ~210 KB; four stages do not fit; nor three at v_slice 64, nor three with two
+    # warpgroups (~73 KB per stage + 32 KB: two stages, ~188 KB)
     assert smem_bytes(KdaParallelStateKey(**base, fuse_out=True, stages=3)) <= SMEM_LIMIT
-    for kw in ({"stages": 4}, {"stages": 4, "u_bf16": True}, {"stages": 3, "v_slice": 64}):
+    assert smem_bytes(KdaParallelStateKey(**base, **FSO_W2["state"])) <= SMEM_LIMIT
+    for kw in ({"stages": 4}, {"stages": 3, "v_slice": 64}, {"stages": 3, "consumer_wgs": 2}, {"stages": 2, "v_slice": 64, "consumer_wgs": 2}):
         with pytest.raises(ValueError, match="shared memory"):
             route(KdaParallelStateKey(**base, fuse_out=True, **kw))
     with pytest.raises(ValueError, match="fuse_out=True needs tma=True"):
         route(KdaParallelStateKey(**base, fuse_out=True, stages=2, tma=False, tma_store=False))
     with pytest.raises(ValueError, match="row_scaled=True needs fuse_out=True"):
         route(KdaParallelStateKey(**base, row_scaled=True))
+    with pytest.raises(ValueError, match="consumer_wgs=2 needs fuse_out=True"):
+        route(KdaParallelStateKey(**base, consumer_wgs=2))
+    for wgs in (0, 3, 4):
+        with pytest.raises(ValueError, match=f"consumer_wgs={wgs}; accepted 1 or 2"):
+            route(KdaParallelStateKey(**base, fuse_out=True, stages=2, consumer_wgs=wgs))
 
     for fam in (KDA, GDN):
-        p = compile_varlen_plan(fam, 1000, 5, schedule="parallel")
-        set_parallel_options(p, "fso")
-        assert p._state_options()["fuse_out"] is True and p._state_options()["stages"] == 3 and p._out_options() == {}
+        for name, want in (("fso", FSO), ("fso-w2", FSO_W2), ("fso-s2", FSO_S2)):
+            p = compile_varlen_plan(fam, 1000, 5, schedule="parallel")
+            set_parallel_options(p, name)
+            assert p._state_options() == want["state"] and p._out_options() == {} and p.parallel_fused is False
     misses = kernel_cache.stats.misses
     with pytest.raises(ValueError, match=r"output key options \['v_wide'\] have no kernel"):
         p = compile_varlen_plan(GDN, 1000, 5, schedule="parallel")
@@ -175,43 +193,57 @@ def _compile_fused(key, tmp_path) -> str:
 
 @pytest.mark.compile_only
 @pytest.mark.parametrize(
-    "row_scaled, u_bf16",
-    # KDA with fp32 U, GDN (row factors) with bf16 U: each new code path built once at the benchmarked shape
-    [(False, False), (True, True)],
-    ids=["kda-u32", "gdn-ub16"],
+    "row_scaled, wgs",
+    # KDA with one warpgroup (the fso kernel), GDN (row factors) and KDA with two (fso-w2): each code path built once at
+    # the benchmarked shape
+    [(False, 1), (True, 2), (False, 2)],
+    ids=["kda", "gdn-w2", "kda-w2"],
 )
-def test_fused_kernel_builds_without_spills_with_wgmma_and_tma_loads_only(row_scaled, u_bf16, tmp_path):
-    """K = 128, v_slice 32, three stages, varlen with states: no spill, one cudnn symbol, 28 m64n32k16 WGMMAs per chunk
-    (x 3 stages unrolled), TMA loads and no bulk (h / vnt) store, the stage's transaction bytes = the state pass's (-Wm,
-    kd, U, exp(G_C)) + qg 16 KB + p 8 KB (+ rf 256 B), the waits of the overlapped groups; then K = 64, v_slice 16, four
-    stages, dense, final state only: no spill."""
+def test_fused_kernel_builds_without_spills_with_wgmma_and_tma_loads_only(row_scaled, wgs, tmp_path):
+    """K = 128, v_slice 32, varlen with states (three stages with one warpgroup, two with two): no spill, one cudnn
+    symbol, 28 m64n32k16 WGMMAs per chunk and warpgroup (x stages unrolled), TMA loads and no bulk (h / vnt) store, the
+    stage's transaction bytes = the state pass's (-Wm, kd, U of every warpgroup, exp(G_C)) + qg 16 KB + p 8 KB (+ rf
+    256 B), the waits of the overlapped groups; two warpgroups: 256 threads, per chunk two named 128-thread barriers
+    (no CTA barrier in the loop: one ``bar.sync 0``, the prologue's) and one empty-mbarrier arrive, one empty wait per
+    refill; then (one warpgroup) K = 64, v_slice 16, four stages, dense, final state only: no spill."""
     from cudnn_testing.compile_only import assert_cudnn_symbols
 
     _dsl()
     from cudnn.linear_attention.kda.chunk_parallel_state_kernel import KdaParallelStateKey
 
-    key = KdaParallelStateKey(head_dim=128, varlen=True, has_initial=True, has_final=True, fuse_out=True, stages=3, row_scaled=row_scaled, u_bf16=u_bf16)
+    stages = 3 if wgs == 1 else 2
+    key = KdaParallelStateKey(
+        head_dim=128, varlen=True, has_initial=True, has_final=True, fuse_out=True, stages=stages, row_scaled=row_scaled, consumer_wgs=wgs
+    )
     ptx = _compile_fused(key, tmp_path / "k128")
     assert len(assert_cudnn_symbols(ptx)) == 1 and "state_out_kernel" in assert_cudnn_symbols(ptx)[0]
     assert "ld.local" not in ptx and "st.local" not in ptx
     sizes = frame_sizes(tmp_path / "k128")
     assert sizes and all(f == 0 for f in sizes), sizes
     mma = re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)", ptx)
-    assert mma == ["m64n32k16"] * (28 * 3), (len(mma), set(mma))
+    assert mma == ["m64n32k16"] * (28 * stages), (len(mma), set(mma))
     bulk = re.findall(r"cp\.async\.bulk\.tensor\.\dd\.([a-z:_]+)\.([a-z:_]+)", ptx)
     assert bulk and all(dst.startswith("shared") and src == "global" for dst, src in bulk), set(bulk)  # loads only: no h / vnt store
+    # per fetch: -Wm 2, kd 2, U 1 per warpgroup, exp(G_C), qg 2, p (, rf); fetch sites: stages - 1 prologue + stages in the loop
+    assert len(bulk) == (2 * stages - 1) * (8 + wgs + (1 if row_scaled else 0)), len(bulk)
     assert "cp.async.bulk.commit_group" not in ptx
-    tx = 2 * 64 * 128 * 2 + 64 * 32 * (2 if u_bf16 else 4) + 128 * 4 + 64 * 128 * 2 + 64 * 64 * 2 + (64 * 4 if row_scaled else 0)
-    assert tx == {(False, False): 66048, (True, True): 62208}[(row_scaled, u_bf16)]
+    tx = 2 * 64 * 128 * 2 + 64 * 32 * 4 * wgs + 128 * 4 + 64 * 128 * 2 + 64 * 64 * 2 + (64 * 4 if row_scaled else 0)
+    assert tx == {(False, 1): 66048, (True, 2): 74496, (False, 2): 74240}[(row_scaled, wgs)]
     assert re.search(rf"\b{tx}\b", ptx), f"transaction count {tx} not in the PTX"
     waits = re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d)", ptx)
-    assert waits.count("0") == 3 and waits.count("1") == (3 if row_scaled else 2) * 3, waits
-    assert ptx.count("cvt.f32.bf16") == (48 if u_bf16 else 0)  # U widened: 64 x 32 / 128 per chunk x 3 stages
-    key = KdaParallelStateKey(head_dim=64, varlen=False, has_initial=False, has_final=True, fuse_out=True, v_slice=16, row_scaled=row_scaled, u_bf16=u_bf16)
-    ptx = _compile_fused(key, tmp_path / "k64")
-    assert "ld.local" not in ptx and "st.local" not in ptx and "cp.async.bulk.tensor" in ptx
-    sizes = frame_sizes(tmp_path / "k64")
-    assert sizes and all(f == 0 for f in sizes), sizes
+    assert waits.count("0") == stages and waits.count("1") == (3 if row_scaled else 2) * stages, waits
+    assert ptx.count("cvt.f32.bf16") == 0  # U is fp32 (session 7's bf16 U removed)
+    assert re.search(rf"\.reqntid {128 * wgs}, 1, 1", ptx)
+    named = re.findall(r"bar\.sync\s+%r\d+, 128;", ptx)
+    assert len(named) == (2 * stages if wgs > 1 else 0), named
+    assert len(re.findall(r"bar\.sync\s+0;", ptx)) == (1 if wgs > 1 else 1 + 2 * stages)
+    assert len(re.findall(r"mbarrier\.arrive\.shared\.b64", ptx)) == (stages if wgs > 1 else 0)
+    if wgs == 1:
+        key = KdaParallelStateKey(head_dim=64, varlen=False, has_initial=False, has_final=True, fuse_out=True, v_slice=16, row_scaled=row_scaled)
+        ptx = _compile_fused(key, tmp_path / "k64")
+        assert "ld.local" not in ptx and "st.local" not in ptx and "cp.async.bulk.tensor" in ptx
+        sizes = frame_sizes(tmp_path / "k64")
+        assert sizes and all(f == 0 for f in sizes), sizes
 
 
 @pytest.mark.compile_only
@@ -233,6 +265,65 @@ def test_fso_plan_compiles_two_kernels_on_both_routes():
             assert len(p._entries) == 3 and p._entries[2] is None and p._entries[1] is not None
 
 
+@pytest.mark.compile_only
+def test_plan_time_fused_default_rule(monkeypatch):
+    """The adapters' parallel plan and the fused default (``_host/chunk_parallel.py``): off (``FUSED_DEFAULT``) -> the
+    unfused state options at every H. Monkeypatched on: the rule ``H * V / v_slice >= SMs`` from plan-time values only
+    -- 132 SMs: H = 64 (V = 128: 256 chains) fused (``FUSED_VARIANT``'s options, ``fso-w2``'s when that is the
+    variant), H = 16 (64 chains) unfused; 64 SMs: H = 16 fused; the knobs override it (``parallel_fused`` False / True,
+    a non-default ``parallel_state_stages``, a named variant), ``parallel_fused=True`` with other stages and a
+    non-bool value are ValueErrors; an H = 64 GDN plan (the ``fso`` plan test's key: a cache hit) compiles to two
+    kernels."""
+    _dsl()
+    from cudnn.linear_attention._host import chunk_parallel as cp
+    from cudnn.linear_attention._host.chunk_parallel import set_parallel_options
+
+    def plan(fam=KDA, H=64):
+        return compile_varlen_plan(fam, 1000, 5, 128, H, 2, schedule="parallel")
+
+    assert cp.FUSED_DEFAULT is False and cp.FUSED_VARIANT in cp.PARALLEL_VARIANTS
+    for H in (16, 64, 128):
+        assert plan(H=H)._state_options() == {}
+    assert cp.fused_schedule_wins(64, 128, 132) and not cp.fused_schedule_wins(16, 128, 132) and cp.fused_schedule_wins(16, 128, 64)
+    assert not cp.fused_schedule_wins(32, 128, 132) and cp.fused_schedule_wins(33, 128, 132) and not cp.fused_schedule_wins(64, 64, 132)
+
+    monkeypatch.setattr(cp, "FUSED_DEFAULT", True)
+    monkeypatch.setattr(cp, "device_sm_count", lambda device: 132)
+    fso = cp.PARALLEL_VARIANTS[cp.FUSED_VARIANT]["state"]
+    for fam in (KDA, GDN):
+        assert plan(fam, 64)._state_options() == fso and plan(fam, 16)._state_options() == {}
+    p = plan(H=64)
+    p.parallel_fused = False
+    assert p._state_options() == {}
+    p = plan(H=16)
+    p.parallel_fused = True
+    assert p._state_options() == fso
+    p = plan(H=64)
+    p.parallel_state_stages = 3
+    assert p._state_options() == {"stages": 3}  # the unfused state pass's A/B knob: the rule stands aside
+    p.parallel_fused = True
+    with pytest.raises(ValueError, match="parallel_fused=True sets the fused kernel's own stages"):
+        p._state_options()
+    p = plan(H=64)
+    p.parallel_fused = "yes"
+    with pytest.raises(ValueError, match="parallel_fused='yes'; accepted None, True or False"):
+        p._state_options()
+    p = plan(H=64)
+    set_parallel_options(p, "state-base")
+    assert p._state_options() == cp.PARALLEL_VARIANTS["state-base"]["state"]  # a variant is exactly what it names
+    monkeypatch.setattr(cp, "device_sm_count", lambda device: 64)
+    assert plan(H=16)._state_options() == fso
+    monkeypatch.setattr(cp, "device_sm_count", lambda device: 132)
+    monkeypatch.setattr(cp, "FUSED_VARIANT", "fso-w2")
+    assert plan(H=64)._state_options() == FSO_W2["state"]
+    monkeypatch.setattr(cp, "FUSED_VARIANT", "fso")
+    p = plan(GDN, 64)
+    p.tvm_ffi = False
+    p.compile()
+    prep, state, out = p._compiled_parallel
+    assert prep is not None and state is not None and out is None
+
+
 # ---- GPU tier ----------------------------------------------------------------------------------------------------
 
 
@@ -244,13 +335,10 @@ def _gpu(fam):
     skip_unless_family_dsl(fam)
 
 
-VARIANTS = [("fso", None), ("fso-ub16", "ub16")]  # (fused variant, the plan it is held against: default / ub16)
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("fam", [KDA, GDN], ids=["kda", "gdn"])
-@pytest.mark.parametrize("variant, baseline", VARIANTS, ids=["fso", "fso-ub16"])
-def test_fso_varlen_matches_recurrence_and_the_unfused_plan(fam, variant, baseline):
+@pytest.mark.parametrize("variant", FUSED)
+def test_fso_varlen_matches_recurrence_and_the_unfused_plan(fam, variant):
     """Varlen batch (``_parallel_cases.LENGTHS``: 1-token, one-chunk, 65-token, empty, 24-chunk sequences), GVA (4 v
     heads over 2 q/k heads), K = 128, initial and final states, poisoned outputs and an all-ones workspace: o and the
     final state by the FlashAttention rule against the fp32 recurrence and within twice the unfused plan's error; the
@@ -264,10 +352,10 @@ def test_fso_varlen_matches_recurrence_and_the_unfused_plan(fam, variant, baseli
 
     cu = cu_seqlens(cases.LENGTHS, "cuda")
     q, k, v, g, beta, h0 = cases.inputs(fam, (sum(cases.LENGTHS),), 4, 2, 128, True, len(cases.LENGTHS), "weak")
-    o0, s0, _ = cases.execute_variant(fam, baseline, q, k, v, g, beta, h0, cu, True)
+    o0, s0, _ = cases.execute_variant(fam, None, q, k, v, g, beta, h0, cu, True)
     o1, s1, _ = cases.execute_variant(fam, variant, q, k, v, g, beta, h0, cu, True)
     ref_o, ref_s, low_o, low_s = cases.refs(fam, q, k, v, g, beta, h0, True, cu, False)
-    cases.check(o0, ref_o, low_o, f"o {baseline or 'default'}")
+    cases.check(o0, ref_o, low_o, "o default")
     cases.check(o1, ref_o, low_o, f"o {variant}")
     cases.check(s1, ref_s, low_s, f"final_state {variant}")
     assert_close_fa(o1, ref_o, o0, name=f"o {variant} vs unfused", factor=2.0, noise=1e-3 * ref_o.abs().max().item())
@@ -277,8 +365,9 @@ def test_fso_varlen_matches_recurrence_and_the_unfused_plan(fam, variant, baseli
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("fam", [KDA, GDN], ids=["kda", "gdn"])
-def test_fso_dense_batch_and_long_sequence_match_recurrence(fam):
-    """``fso`` on a dense [2, 300] batch (the dense slot table; 300 = 4 chunks + 44 tokens) and on one 4096-token
+@pytest.mark.parametrize("variant", FUSED)
+def test_fso_dense_batch_and_long_sequence_match_recurrence(fam, variant):
+    """``fso`` / ``fso-w2`` on a dense [2, 300] batch (the dense slot table; 300 = 4 chunks + 44 tokens) and on one 4096-token
     sequence without cu_seqlens (64 chunks through the fused loop, every stage refilled 21 times), both with initial and
     final states (one compiled plan for both): the FlashAttention rule against the fp32 recurrence."""
     _gpu(fam)
@@ -286,10 +375,10 @@ def test_fso_dense_batch_and_long_sequence_match_recurrence(fam):
 
     for lead, batched in (((2, 300), True), ((4096,), False)):
         q, k, v, g, beta, h0 = cases.inputs(fam, lead, 2, 2, 128, True, lead[0] if batched else 1, "weak")
-        o, ht, _ = cases.execute_variant(fam, "fso", q, k, v, g, beta, h0, None, True)
+        o, ht, _ = cases.execute_variant(fam, variant, q, k, v, g, beta, h0, None, True)
         ref_o, ref_s, low_o, low_s = cases.refs(fam, q, k, v, g, beta, h0, True, None, batched)
-        cases.check(o, ref_o, low_o, f"o fso {lead}")
-        cases.check(ht, ref_s, low_s, f"final_state fso {lead}")
+        cases.check(o, ref_o, low_o, f"o {variant} {lead}")
+        cases.check(ht, ref_s, low_s, f"final_state {variant} {lead}")
 
 
 def _padded_run(fam, variant, lengths, head, tail, o_pad, tvm_ffi):
@@ -349,26 +438,28 @@ PADDED_LENGTHS = [1, 65, 0, 190]  # a 1-token, a one-past-a-chunk, an empty and 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("fam", [KDA, GDN], ids=["kda", "gdn"])
-def test_fso_writes_only_the_rows_of_its_sequences(fam):
-    """``fso`` on a varlen batch that ends 40 tokens before T (lengths 1, 65, 0, 190), o inside a poisoned buffer: the
+@pytest.mark.parametrize("variant", FUSED)
+def test_fso_writes_only_the_rows_of_its_sequences(fam, variant):
+    """``fso`` / ``fso-w2`` on a varlen batch that ends 40 tokens before T (lengths 1, 65, 0, 190), o inside a poisoned buffer: the
     o rows after the last sequence, the 64 rows past T and the pad channels stay poisoned (NaN); the sequences' rows match
     the fp32 recurrence. Both store paths: 16-byte vectors (compact o, the default launch route: tvm-ffi where
     importable) and 2-byte stores (o's head stride D + 4, on the DSL launch route)."""
     _gpu(fam)
     for o_pad, tvm in ((0, None), (4, False)):
-        run = _padded_run(fam, "fso", PADDED_LENGTHS, 0, 40, o_pad, tvm)
-        _check_padded(fam, PADDED_LENGTHS, run, f"fso o_pad {o_pad} tvm_ffi {tvm}")
+        run = _padded_run(fam, variant, PADDED_LENGTHS, 0, 40, o_pad, tvm)
+        _check_padded(fam, PADDED_LENGTHS, run, f"{variant} o_pad {o_pad} tvm_ffi {tvm}")
 
 
 @pytest.mark.gpu
 @pytest.mark.detector
-def test_fso_execute_never_syncs_or_allocates_and_replays_under_capture():
-    """The ``fso`` plan (GDN: the row factors too; the host path is the family-agnostic one): no host sync, no allocation
+@pytest.mark.parametrize("variant", FUSED)
+def test_fso_execute_never_syncs_or_allocates_and_replays_under_capture(variant):
+    """The ``fso`` / ``fso-w2`` plan (GDN: the row factors too; the host path is the family-agnostic one): no host sync, no allocation
     over three executes, a CUDA-graph replay equal to eager."""
     _gpu(GDN)
     import _parallel_cases as cases
 
-    cases.check_execute_never_syncs_or_allocates_and_replays_under_capture(GDN, variant="fso")
+    cases.check_execute_never_syncs_or_allocates_and_replays_under_capture(GDN, variant=variant)
 
 
 @pytest.mark.gpu
@@ -379,15 +470,16 @@ def test_fso_leaves_a_poisoned_head_gap_untouched(fam):
     layout first, so a failure names which schedule mishandles a batch that does not start at token 0."""
     _gpu(fam)
     _check_padded(fam, PADDED_LENGTHS, _padded_run(fam, None, PADDED_LENGTHS, 16, 40, 0, None), "default plan, head gap 16")
-    _check_padded(fam, PADDED_LENGTHS, _padded_run(fam, "fso", PADDED_LENGTHS, 16, 40, 0, None), "fso, head gap 16")
+    for variant in FUSED:
+        _check_padded(fam, PADDED_LENGTHS, _padded_run(fam, variant, PADDED_LENGTHS, 16, 40, 0, None), f"{variant}, head gap 16")
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("fam", [KDA, GDN], ids=["kda", "gdn"])
-def test_fso_final_state_is_the_unfused_plans_bit_for_bit(fam):
-    """The fused kernel runs the state pass's chain unchanged (the same WGMMAs on the same operands in the same order;
-    only the waits moved): its final state equals the default plan's (``fso``) and the ``ub16`` plan's (``fso-ub16``)
-    bit for bit on the varlen batch. (Last in the file: a rounding-only difference shows as this test alone failing.)"""
+def test_fso_w2_and_s2_are_fso_bit_for_bit(fam):
+    """``fso-w2`` (two warpgroups over one stage ring) and ``fso-s2`` (two stages) run every column's chain and output
+    with the same operations on the same operands as ``fso``: o and the final state equal bit for bit on the varlen
+    batch (a lost stage release or a warpgroup reading the other's tiles shows here first)."""
     _gpu(fam)
     import _parallel_cases as cases
     import torch
@@ -396,7 +488,28 @@ def test_fso_final_state_is_the_unfused_plans_bit_for_bit(fam):
 
     cu = cu_seqlens(cases.LENGTHS, "cuda")
     q, k, v, g, beta, h0 = cases.inputs(fam, (sum(cases.LENGTHS),), 4, 2, 128, True, len(cases.LENGTHS), "weak")
-    for variant, baseline in VARIANTS:
-        _, s0, _ = cases.execute_variant(fam, baseline, q, k, v, g, beta, h0, cu, True)
+    o0, s0, _ = cases.execute_variant(fam, "fso", q, k, v, g, beta, h0, cu, True)
+    for variant in ("fso-w2", "fso-s2"):
+        o1, s1, _ = cases.execute_variant(fam, variant, q, k, v, g, beta, h0, cu, True)
+        assert torch.equal(o0, o1), f"{variant}: max |o - fso o| {(o0.float() - o1.float()).abs().max().item()}"
+        assert torch.equal(s0, s1), f"{variant}: max |final state - fso's| {(s0 - s1).abs().max().item()}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fam", [KDA, GDN], ids=["kda", "gdn"])
+def test_fso_final_state_is_the_unfused_plans_bit_for_bit(fam):
+    """The fused kernel runs the state pass's chain unchanged (the same WGMMAs on the same operands in the same order;
+    only the waits moved): the final state of ``fso`` and ``fso-w2`` equals the default plan's bit for bit on the varlen
+    batch. (Last in the file: a rounding-only difference shows as this test alone failing.)"""
+    _gpu(fam)
+    import _parallel_cases as cases
+    import torch
+
+    from cudnn_testing.data import cu_seqlens
+
+    cu = cu_seqlens(cases.LENGTHS, "cuda")
+    q, k, v, g, beta, h0 = cases.inputs(fam, (sum(cases.LENGTHS),), 4, 2, 128, True, len(cases.LENGTHS), "weak")
+    _, s0, _ = cases.execute_variant(fam, None, q, k, v, g, beta, h0, cu, True)
+    for variant in FUSED:
         _, s1, _ = cases.execute_variant(fam, variant, q, k, v, g, beta, h0, cu, True)
         assert torch.equal(s0, s1), f"{variant}: max |fused - unfused| final state {(s0 - s1).abs().max().item()}"

@@ -48,7 +48,7 @@ def test_variant_table_and_key_fields():
     from cudnn.linear_attention.kda.chunk_parallel_prep_kernel import KdaParallelPrepKey
     from cudnn.linear_attention.kda.chunk_parallel_state_kernel import KdaParallelStateKey
 
-    assert set(PARALLEL_VARIANTS) == {"state-base", "out-base", "base", "gdn-prep-base", "gdn-base", "kp5", "kn", "kp6", "ub16", "fso", "fso-ub16"}
+    assert set(PARALLEL_VARIANTS) == {"state-base", "out-base", "base", "gdn-prep-base", "gdn-base", "kp5", "kn", "kp6", "fso", "fso-w2", "fso-s2"}
     sk = KdaParallelStateKey(head_dim=128, varlen=True, has_initial=True, has_final=True)
     ok = KdaParallelOutKey(head_dim=128, varlen=True)
     pk = GdnParallelPrepKey(head_dim=128, g_dtype="Float32", beta_dtype="Float32", l2norm=True, varlen=True)
@@ -59,7 +59,11 @@ def test_variant_table_and_key_fields():
     }
     assert PARALLEL_VARIANTS["base"] == {**PARALLEL_VARIANTS["state-base"], **PARALLEL_VARIANTS["out-base"]}
     assert PARALLEL_VARIANTS["gdn-base"] == {**PARALLEL_VARIANTS["base"], **PARALLEL_VARIANTS["gdn-prep-base"]}
-    assert [f.name for f in fields(KdaParallelPrepKey)] == [
+    # the base fields and the four session-6 options first; later fields are opt-in prep options (default off) that the
+    # prep kernel's own tests cover (session 8: ``staged_kd``); session 7's ``u_bf16`` is gone
+    names = [f.name for f in fields(KdaParallelPrepKey)]
+    assert "u_bf16" not in names
+    assert names[:9] == [
         "head_dim",
         "g_dtype",
         "beta_dtype",
@@ -69,11 +73,10 @@ def test_variant_table_and_key_fields():
         "ref_table",
         "lean_gates",
         "tiled_solve",
-        "u_bf16",
     ]
     # KDA's prep options all default on (session 6); kp5 turns every one off (the session-5 kernel), kn all but narrow_ap,
     # kp6 the solve and gate options (the session-6 first default)
-    opts = [f.name for f in fields(KdaParallelPrepKey)][5:9]  # u_bf16 (the opt-in ``ub16``, default off): test_parallel_u_bf16.py
+    opts = [f.name for f in fields(KdaParallelPrepKey)][5:9]
     assert all(getattr(KdaParallelPrepKey(head_dim=128, g_dtype="Float32", beta_dtype="Float32", l2norm=True, varlen=True), o) for o in opts)
     assert PARALLEL_VARIANTS["kp5"] == {"prep": dict.fromkeys(opts, False)}
     assert PARALLEL_VARIANTS["kn"] == {"prep": {o: False for o in opts if o != "narrow_ap"}}

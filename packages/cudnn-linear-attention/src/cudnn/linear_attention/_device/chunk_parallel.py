@@ -21,7 +21,7 @@ total and the sequence count alone, never reading ``cu_seqlens`` (Rule 3). A slo
 Workspace (per slot and head, written by the prep kernel or the state pass, read by the next kernel; D = K = V)::
 
     w    [64, D]  bf16   -Wm = -Tm (beta K exp G)            (token rows, key channels contiguous)
-    u    [64, D]  fp32   U = Tm (beta V)                       (bf16 with the ``ub16`` keys: see "bf16 U" below)
+    u    [64, D]  fp32   U = Tm (beta V)
     kd   [D, 64]  bf16   (K exp(G_C - G))^T                    (key channels rows, tokens contiguous)
     qg   [64, D]  bf16   scale Q exp(G)
     p    [64, 64] bf16   lower_eq(scale Q K^T decayed)
@@ -30,13 +30,8 @@ Workspace (per slot and head, written by the prep kernel or the state pass, read
     h    [D, D]   bf16   S0: the state entering the chunk [V, K] (state pass)
     rf   [64]     fp32   scale exp(G_i): the output's row factors (GDN: its output kernel scales Q S0^T rows; unused by KDA)
 
-bf16 U (opt-in: ``u_bf16`` on the prep key -- KDA's, GDN's restructured -- and on the state-pass key, both set by the
-``ub16`` variant, checked to agree at compile). The carve is unchanged (``_host/chunk_parallel.py::_ARRAYS``: ``u`` keeps
-its fp32 size); the prep kernel recasts the ``u`` pointer to bf16 and keeps the element strides, so U is [slots, heads,
-64, D] bf16, slot / head tiles 64 D elements apart: exactly the first half of the region (the second half is unused).
-The state pass reads that layout by a bf16 TMA box ([64 tokens, vw] of the [slots x heads x 64, D] view) into a bf16
-shared tile and widens it to fp32 as it initializes the Vn accumulator (:func:`vn_to_smem`). U is the only array whose
-type changes; the output kernel never reads U.
+(Session 7's opt-in bf16 U, the ``ub16`` variant, lost on the H200 and was removed in session 8:
+``docs/benchmarks/linear_attention_kernels_ub16_*.md``.)
 """
 
 import cuda.bindings.driver as cuda
@@ -481,17 +476,12 @@ def vn_to_smem(
     sVnT: cute.Tensor,
     ct: cute.Tensor,
     st: cutlass.Constexpr[int],
-    u_bf16: cutlass.Constexpr[bool] = False,
 ):
-    """``Vn = U + (-Wm) S0^T`` [tokens, vw] (fp32 ``acc_v``, U and -Wm from stage ``st``; ``u_bf16``: ``sU`` holds bf16
-    U, widened to fp32 as it enters the accumulator) -> bf16 ``Vn^T`` in ``sVnT`` [vw, tokens] (the state update's B
-    operand); the caller publishes it."""
+    """``Vn = U + (-Wm) S0^T`` [tokens, vw] (fp32 ``acc_v``, U and -Wm from stage ``st``) -> bf16 ``Vn^T`` in ``sVnT``
+    [vw, tokens] (the state update's B operand); the caller publishes it."""
     for i in cutlass.range_constexpr(cute.size(acc_v)):
         rc = ct[i]
-        if const_expr(u_bf16):
-            acc_v[i] = sU[rc[0], rc[1], st].to(Float32)
-        else:
-            acc_v[i] = sU[rc[0], rc[1], st]
+        acc_v[i] = sU[rc[0], rc[1], st]
     wgmma(mma, acc_v, w_A[None, None, None, st], s0_B, False)
     for i in cutlass.range_constexpr(cute.size(acc_v)):
         rc = ct[i]
@@ -530,15 +520,11 @@ def wgmma_issue(mma: cute.TiledMma, acc: cute.Tensor, tA: cute.Tensor, tB: cute.
 
 
 @cute.jit
-def u_to_acc(acc_v: cute.Tensor, sU: cute.Tensor, ct: cute.Tensor, st: cutlass.Constexpr[int], u_bf16: cutlass.Constexpr[bool]):
-    """Stage ``st``'s U columns [tokens, vw] (fp32, or bf16 widened: ``u_bf16``) -> the Vn accumulator (the first step
-    of :func:`vn_to_smem`)."""
+def u_to_acc(acc_v: cute.Tensor, sU: cute.Tensor, ct: cute.Tensor, st: cutlass.Constexpr[int]):
+    """Stage ``st``'s U columns [tokens, vw] (fp32) -> the Vn accumulator (the first step of :func:`vn_to_smem`)."""
     for i in cutlass.range_constexpr(cute.size(acc_v)):
         rc = ct[i]
-        if const_expr(u_bf16):
-            acc_v[i] = sU[rc[0], rc[1], st].to(Float32)
-        else:
-            acc_v[i] = sU[rc[0], rc[1], st]
+        acc_v[i] = sU[rc[0], rc[1], st]
 
 
 @cute.jit
@@ -584,6 +570,39 @@ def issue_state_update_t(mma: cute.TiledMma, acc_t: list, sGE: cute.Tensor, kd_A
         for kb in cutlass.range_constexpr(cute.size(vn_B.shape[2])):
             cute.gemm(atom, acc_t[h], kd_A[None, None, kb, st * nh + h], vn_B[None, None, kb], acc_t[h])
     warpgroup.commit_group()
+
+
+@cute.jit
+def fetch_chunk_tma_wgs(
+    tma_parts: tuple,
+    row: Int32,
+    vblk: Int32,
+    st: cutlass.Constexpr[int],
+    mbar: cute.Pointer,
+    tx_bytes: cutlass.Constexpr[int],
+    nh: cutlass.Constexpr[int],
+    wgs: cutlass.Constexpr[int],
+):
+    """:func:`fetch_chunk_tma` for the two-warpgroup fused kernel (``consumer_wgs``): -Wm, kd and exp(G_C) once, the U
+    columns of value blocks ``vblk * wgs + w`` into warpgroup ``w``'s U tile of stage ``st`` (``tUs[.., st, w]``)."""
+    atom_w, tWg, tWs, atom_kd, tKg, tKs, atom_u, tUg, tUs, atom_ge, tGg, tGs = tma_parts
+    with cute.arch.elect_one():
+        cute.arch.mbarrier_arrive_and_expect_tx(mbar + st, tx_bytes)
+    for h in cutlass.range_constexpr(nh):
+        cute.copy(atom_w, tWg[None, row, h], tWs[None, 0, h, st], tma_bar_ptr=mbar + st)
+        cute.copy(atom_kd, tKg[None, row * nh + h, 0], tKs[None, st * nh + h], tma_bar_ptr=mbar + st)
+    for w in cutlass.range_constexpr(wgs):
+        cute.copy(atom_u, tUg[None, row, vblk * wgs + w], tUs[None, st, w], tma_bar_ptr=mbar + st)
+    cute.copy(atom_ge, tGg[None, row, 0], tGs[None, st], tma_bar_ptr=mbar + st)
+
+
+@cute.jit
+def wg_smem_ready(wgi: Int32):
+    """:func:`.delta_rule.smem_ready` for one warpgroup of a multi-warpgroup CTA: its threads' generic-proxy shared
+    writes visible to its next WGMMA, through named barrier ``1 + wgi`` (128 threads; barrier 0 stays the CTA's), so
+    one warpgroup never waits on another's chain."""
+    cute.arch.fence_view_async_shared()
+    cute.arch.barrier(barrier_id=wgi + 1, number_of_threads=THREADS)
 
 
 @cute.jit

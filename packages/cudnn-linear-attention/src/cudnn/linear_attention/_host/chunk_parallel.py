@@ -126,17 +126,19 @@ _GDN_PREP_BASE = {"restructured": False, "tc_ctas_per_sm": 2}
 #:   ``narrow_ap`` only (193.5); rounding-level changes.
 #: - ``kp6`` (KDA only): the session-6 first default prep (``narrow_ap`` + ``ref_table``, without ``tiled_solve`` /
 #:   ``lean_gates``: 182.8 vs 174.9 us), bitwise the default (``kda/chunk_parallel_prep_kernel.py``); the A/B baseline.
-#: - ``ub16`` (both families; session 7, not yet GPU-run): U = Tm (beta V) kept as bf16 in the workspace (``u_bf16`` on
-#:   the prep key -- KDA's, GDN's restructured -- and on the state-pass key): the prep kernel rounds U to bf16 when
-#:   storing it (first half of the ``u`` region, the carve unchanged: ``_device/chunk_parallel.py``, "bf16 U"), the state
-#:   pass fetches it as bf16 (16 KB less per chunk and head of the 32 KB fp32 U traffic). Rounding-level change of Vn
-#:   (fla keeps its ``u`` in the input dtype too). The two keys of a plan must agree: :func:`compile_parallel` raises.
-#: - ``fso`` (both families; session 8, not yet GPU-run): the fused state pass + output (``fuse_out`` on the state-pass
+#: - ``fso`` (both families; session 8; H200: wins at H = 64, T = 32k, -7/-8% total, ties / loses at H = 16): the fused state pass + output (``fuse_out`` on the state-pass
 #:   key, three stages: qg and p join each stage, ~64 KB at K = 128, v_slice = 32; ``row_scaled`` set from the family by
 #:   :func:`compile_parallel`): two kernels, the state pass no longer writes h / vnt and the output kernel (which read
 #:   them back with qg and p) is not launched: ~96 KB less workspace traffic per chunk and head at K = 128. Rounding-level
 #:   change of o (the same products at WGMMA N = v_slice); the final state is the default's bit for bit (same chain).
-#:   ``fso-ub16``: with ``ub16``.
+#:   ``fso-w2`` (session 8, not yet GPU-run): the same kernel with two consumer warpgroups per CTA (``consumer_wgs`` =
+#:   2: one stage ring of -Wm / kd / qg / p / exp(G_C) / rf shared by both, U / S0 / o per warpgroup; 2 x v_slice value
+#:   columns per CTA, so half the CTAs: 128 = one wave at H = 64 on 132 SMs) at two stages (three do not fit: ~73 KB
+#:   per stage + 32 KB); ``fso-s2``: the one-warpgroup ``fso`` at two stages, the control that separates the stage
+#:   count from the warpgroups in the A/B. Both bitwise ``fso`` (the same operations per column).
+#:
+#: Session 8 removed ``ub16`` / ``fso-ub16`` (U stored as bf16: prep +6-7%, the state pass unchanged, the fused kernel
+#: slower: docs/benchmarks/linear_attention_kernels_ub16_*.md).
 #:
 #: Session 6 made the winners the key defaults and removed the other names: ``v32`` (the default width), ``v16`` / ``v64``
 #: (no faster: 147.3 / 205.9 vs 147.7 us), ``s3`` / ``s4`` / ``tma`` / ``tma-s3`` / ``tma-st`` / ``tma-st-s3`` (slower
@@ -153,16 +155,63 @@ PARALLEL_VARIANTS = {
     "kp5": {"prep": {"narrow_ap": False, "ref_table": False, "tiled_solve": False, "lean_gates": False}},
     "kn": {"prep": {"ref_table": False, "tiled_solve": False, "lean_gates": False}},
     "kp6": {"prep": {"tiled_solve": False, "lean_gates": False}},
-    "ub16": {"prep": {"u_bf16": True}, "state": {"u_bf16": True}},
     "fso": {"state": {"fuse_out": True, "stages": 3}},
-    "fso-ub16": {"prep": {"u_bf16": True}, "state": {"fuse_out": True, "stages": 3, "u_bf16": True}},
+    "fso-w2": {"state": {"fuse_out": True, "stages": 2, "consumer_wgs": 2}},
+    "fso-s2": {"state": {"fuse_out": True, "stages": 2}},
 }
+
+
+#: Plan-time default of the fused schedule (issue #7, session 8): the adapters' parallel plan takes
+#: ``PARALLEL_VARIANTS[FUSED_VARIANT]``'s state-pass options when :func:`fused_schedule_wins` -- OFF until the lead flips
+#: it after the fso2 A/B (docs/benchmarks/linear_attention_kernels_fso2_*.md). The rule and its constants live here only.
+FUSED_DEFAULT = False
+#: The fused configuration the default takes: ``fso`` (measured: -7/-8% total at H = 64, T = 32k; ties / loses at H =
+#: 16); the lead swaps in ``fso-w2`` if it wins the A/B.
+FUSED_VARIANT = "fso"
+#: SM count assumed where no CUDA device is known at plan time (a TensorDesc without a device, no torch / GPU): an H200.
+FALLBACK_SMS = 132
+
+
+def device_sm_count(device) -> int:
+    """SMs of ``device`` (``"cuda:N"``; torch's current device for ``"cuda"`` / None), from torch's host-side device
+    properties at plan time (no sync; never on execute); :data:`FALLBACK_SMS` where no CUDA device is known."""
+    device = None if device is None else str(device)
+    if device is None or device.startswith("cuda"):
+        try:
+            import torch
+        except ImportError:
+            return FALLBACK_SMS
+        if torch.cuda.is_available():
+            index = torch.cuda.current_device() if device in (None, "cuda") else int(device.split(":", 1)[1])
+            return int(torch.cuda.get_device_properties(index).multi_processor_count)
+    return FALLBACK_SMS
+
+
+def fused_schedule_wins(heads: int, v: int, sm_count: int, v_slice: int = 32) -> bool:
+    """The rule, from plan-time values only (Rule 4: never N, T or a sequence length): the fused kernel's per-warpgroup
+    chains of one sequence, ``heads * v / v_slice`` (each a latency-bound walk over the sequence's chunks; the
+    unfused output kernel instead spreads the output work over every chunk slot), occupy every SM. H200 (132 SMs), V =
+    128, v_slice 32: H = 64 -> 256 chains, fused (measured -7/-8%); H = 16 -> 64, unfused (tie / +4%). Counted in
+    chains, not CTAs, so ``fso-w2`` (two chains per CTA) is judged the same."""
+    return heads * v // v_slice >= sm_count
+
+
+def default_fused_state_options(heads: int, v: int, device) -> dict:
+    """The state-pass options of the plan-time fused default: ``PARALLEL_VARIANTS[FUSED_VARIANT]["state"]`` when
+    :data:`FUSED_DEFAULT` is on and :func:`fused_schedule_wins` for ``device``'s SM count, else {} (the unfused default)."""
+    if not FUSED_DEFAULT:
+        return {}
+    opts = dict(PARALLEL_VARIANTS[FUSED_VARIANT]["state"])
+    if not fused_schedule_wins(heads, v, device_sm_count(device), opts.get("v_slice", 32)):
+        return {}
+    return opts
 
 
 def set_parallel_options(plan, variant) -> None:
     """Give the parallel-schedule adapter ``plan`` (before ``compile()``) the extra compile-key fields of ``variant``
     (a name of :data:`PARALLEL_VARIANTS` or a ``{"prep": {...}, "state": {...}, "out": {...}}`` dict) on top of its own knobs: the
-    A/B hook of the tests and benchmarks for options the adapter has no attribute for yet. Plan-time only (Rule 4):
+    A/B hook of the tests and benchmarks for options the adapter has no attribute for yet; a variant is exactly what it
+    names, so it also turns the plan-time fused default off (``plan.parallel_fused = False``). Plan-time only (Rule 4):
     the fields join the compile keys; ValueError for an unknown name, and at compile for a field the family's kernel keys
     do not have (KDA's prep key has none) or a value the kernels do not build."""
     if isinstance(variant, str):
@@ -192,21 +241,10 @@ def set_parallel_options(plan, variant) -> None:
         check_fields(out_extra, cls._parallel_kernel_classes()[2][0], "parallel output")
         return dict(out_extra)
 
+    plan.parallel_fused = False
     plan._prep_options = prep_options
     plan._state_options = state_options
     plan._out_options = out_options
-
-
-def check_u_dtype_agrees(prep_key, state_key) -> None:
-    """ValueError unless the prep key (which writes U) and the state-pass key (which reads it) agree on ``u_bf16``: a
-    bf16 U read as fp32 (or the reverse) is garbage, not a rounding difference. Host-side, before any build."""
-    prep_bf16, state_bf16 = getattr(prep_key, "u_bf16", False), getattr(state_key, "u_bf16", False)
-    if prep_bf16 != state_bf16:
-        raise ValueError(
-            f"parallel schedule: the prep key {type(prep_key).__name__}.u_bf16={prep_bf16} and the state-pass key "
-            f"{type(state_key).__name__}.u_bf16={state_bf16} disagree (the workspace's U is written in one dtype and read in the "
-            "other); set both (the 'ub16' variant: {'prep': {'u_bf16': True}, 'state': {'u_bf16': True}}) or neither"
-        )
 
 
 def compile_parallel(
@@ -231,8 +269,8 @@ def compile_parallel(
     kernel applies per-row factors to ``Q S0^T`` (Gated DeltaNet's scalar decay). With ``fuse_out`` in
     ``state_options`` the state pass is the fused state pass + output (its key takes ``row_scaled``), ``out`` is None
     (no output kernel: :func:`launch_parallel` then launches two kernels) and ``out_options`` must be empty. ``prep_options``: extra fields of
-    the prep key (e.g. GDN's ``restructured`` / ``prefetch``, ``u_bf16``), ``state_options`` of the state-pass key (``stages``,
-    ``v_slice``, ``tma``, ``tma_store``, ``u_bf16``: must equal the prep key's, :func:`check_u_dtype_agrees`), ``out_options`` of the output key (``v_wide``); absent fields
+    the prep key (e.g. GDN's ``restructured`` / ``prefetch``), ``state_options`` of the state-pass key (``stages``,
+    ``v_slice``, ``tma``, ``tma_store``, ``fuse_out``, ``consumer_wgs``), ``out_options`` of the output key (``v_wide``); absent fields
     take the key dataclasses' defaults (the default kernels); ``g_align``: the byte alignment the prep kernel assumes for ``g`` (2, or 4 for an fp32 ``g`` read by
     32-bit loads: KDA's prep, GDN's with ``prefetch``; execute passes the same and checks the address). ``tvm_ffi``: each kernel
     compiled with ``--enable-tvm-ffi`` (the same device code; launched through :func:`launch_parallel_ffi` with integer
@@ -249,7 +287,6 @@ def compile_parallel(
     state_extra = {"row_scaled": row_scaled} if fused else {}  # the default (unfused) state key is unchanged
     state_key = state_key_t(head_dim=d, varlen=varlen, has_initial=has_initial, has_final=has_final, **(state_options or {}), **state_extra)
     out_key = out_key_t(head_dim=d, varlen=varlen, row_scaled=row_scaled, **(out_options or {}))
-    check_u_dtype_agrees(prep_key, state_key)
 
     def build_prep():
         import cuda.bindings.driver as cuda

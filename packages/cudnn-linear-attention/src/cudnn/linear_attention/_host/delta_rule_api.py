@@ -27,6 +27,7 @@ from cudnn.dsl_gate import require_cutedsl
 from cudnn.workspace import WORKSPACE_ALIGNMENT, Workspace
 
 from ..kda.chunk_parallel_state_kernel import STAGES as _STATE_STAGES
+from . import chunk_parallel as _chunk_parallel
 from .chunk_parallel import (
     _GDN_PREP_BASE,
     DEFAULT_SCHEDULE,
@@ -140,6 +141,11 @@ class DeltaRuleFwdSm90(APIBase):
         #: the session-5 cp.async kernel: that is the ``state-base`` variant of ``set_parallel_options``); bitwise the
         #: same outputs. ValueError at compile for any other value.
         self.parallel_state_stages = _STATE_STAGES
+        #: Fused state pass + output (set before compile(); part of the state pass's compile key): None (default: the
+        #: plan-time rule of ``_host/chunk_parallel.py::default_fused_state_options`` -- H, V and the device's SM count,
+        #: behind ``FUSED_DEFAULT``), True (the ``FUSED_VARIANT`` configuration regardless of the rule) or False (the
+        #: three-kernel schedule). ``set_parallel_options`` sets False (a variant is exactly what it names).
+        self.parallel_fused = None
         #: Tuning / A-B knob (GDN only: ``GdnParallelPrepKey.two_per_sm``, an option of the one-warpgroup prep kernel,
         #: which setting it selects, as ``parallel_prefetch``): that kernel runs two CTAs per SM (KDA's prep kernel always
         #: does; setting it there is a ValueError at compile).
@@ -195,9 +201,24 @@ class DeltaRuleFwdSm90(APIBase):
 
     def _state_options(self) -> dict:
         """Extra state-pass key fields: ``stages`` only when not the key's default (``STAGES`` = 4: the default key is
-        unchanged); 2 and 3 keep the default TMA data movement at that many stages."""
+        unchanged); 2 and 3 keep the default TMA data movement at that many stages. The fused state pass + output's
+        fields (``parallel_fused``: True, or None and the plan-time rule picks it from H, V and the SM count) when the
+        stages knob is at its default; ``parallel_fused=True`` with another stage count is a ValueError (the fused
+        configuration sets its own)."""
         stages = self.parallel_state_stages
+        fused = self.parallel_fused
         self._value_error_if(stages not in (2, 3, 4), f"{self._public}: parallel_state_stages={stages!r}; accepted 2, 3 or 4")
+        self._value_error_if(fused not in (None, True, False), f"{self._public}: parallel_fused={fused!r}; accepted None, True or False")
+        self._value_error_if(
+            fused is True and stages != _STATE_STAGES,
+            f"{self._public}: parallel_fused=True sets the fused kernel's own stages; parallel_state_stages={stages!r} applies to the unfused state pass only",
+        )
+        if fused is True:
+            return dict(_chunk_parallel.PARALLEL_VARIANTS[_chunk_parallel.FUSED_VARIANT]["state"])
+        if fused is None and stages == _STATE_STAGES:
+            opts = _chunk_parallel.default_fused_state_options(self.v.shape[-2], self.v.shape[-1], getattr(self.v, "device", None))
+            if opts:
+                return opts
         return {} if stages == _STATE_STAGES else {"stages": int(stages)}
 
     def _out_options(self) -> dict:

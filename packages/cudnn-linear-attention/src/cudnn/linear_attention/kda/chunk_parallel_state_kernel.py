@@ -5,7 +5,7 @@ The state pass runs only the inter-chunk recurrence, per (sequence, head, ``v_sl
 chunk order, from the prep kernel's workspace arrays (``_device/chunk_parallel.py``)::
 
     h[slot]   = bf16(S0)                                   (the state entering the chunk, for the output kernel)
-    Vn        = U + (-Wm) S0^T                             (fp32 accumulator, U fp32 or bf16 (u_bf16); bf16 Vn^T -> vnt[slot])
+    Vn        = U + (-Wm) S0^T                             (fp32 accumulator; bf16 Vn^T -> vnt[slot])
     S1        = S0 Diag(exp(G_C)) + Vn^T (K exp(G_C - G))
 
 One kernel builds every key: ``chunk_parallel_state_narrow_kernel.py`` (the state slice held transposed, ``S^T`` [K,
@@ -19,7 +19,8 @@ states, both families. Runtime extents are kernel arguments (Rule 4).
 Opt-in ``fuse_out`` (session 8, the ``fso`` variants): ``for_key`` routes to ``chunk_parallel_state_out_kernel.py``, the
 same state pass that also computes the output (``o = rf (Qg S0^T) + P Vn`` per chunk, ``row_scaled`` for GDN's row
 factors) and writes neither h nor vnt; the schedule is then two kernels. It takes o, T and o's strides besides the state
-pass's arguments (``_host/chunk_parallel.py::launch_parallel``).
+pass's arguments (``_host/chunk_parallel.py::launch_parallel``). ``consumer_wgs`` = 2 (the ``fso-w2`` variant): two
+consumer warpgroups per CTA over one stage ring, half the CTAs (one wave at H = 64 on 132 SMs).
 """
 
 from __future__ import annotations
@@ -59,11 +60,6 @@ class KdaParallelStateKey:
     #: by TMA stores from one elected thread (``cp.async.bulk`` groups, waited for reading before the tiles are
     #: rewritten) instead of 128 threads' shared loads and 16-byte global stores. Bitwise the cp.async stores.
     tma_store: bool = TMA_STORE
-    #: Opt-in (default False: the default kernel, PTX unchanged), needs ``tma``: U is read as bf16 (the prep kernel's
-    #: ``u_bf16``: the first half of the workspace's ``u`` region) -- a bf16 TMA box and shared tile (half the U bytes
-    #: per stage), widened to fp32 as it initializes the ``Vn = U - Wm S0^T`` accumulator. The ``ub16`` variant sets both
-    #: keys; the host raises at compile when the prep and state keys of a plan disagree. Rounding-level change of Vn.
-    u_bf16: bool = False
     #: Opt-in (default False: the default kernel, PTX unchanged; session 8, the ``fso`` variants), needs ``tma``: the
     #: state pass also computes the output, ``o[:, v0:v0+v_slice] = rf (Qg S0^T) + P Vn`` per chunk from the prep
     #: kernel's qg / p (/ rf), and writes neither h nor vnt (``chunk_parallel_state_out_kernel.py``); the schedule is then
@@ -73,6 +69,13 @@ class KdaParallelStateKey:
     #: With ``fuse_out`` only (the host sets it from the plan's family): GDN's output, the rows of ``Q S0^T`` scaled by
     #: the workspace's ``rf`` before ``+ P Vn`` (the output key's ``row_scaled``). KDA: False.
     row_scaled: bool = False
+    #: With ``fuse_out`` only (session 8, the ``fso-w2`` variant; default 1: the one-warpgroup fused kernel, PTX
+    #: unchanged): consumer warpgroups per CTA, 1 or 2. With 2, one CTA owns 2 x ``v_slice`` value columns, each
+    #: warpgroup walking its own ``v_slice`` columns' chain through ONE shared stage ring (-Wm, kd, exp(G_C), qg, p, rf
+    #: fetched once per CTA and chunk, U / S0 / Vn^T / o per warpgroup): grid [N, H, V / (2 v_slice)], half the CTAs,
+    #: ~half the shared memory per value column (K = 128, v_slice 32: ~73 KB per stage + 32 KB, so two stages fit,
+    #: three do not). Same operations per column: bitwise the one-warpgroup kernel's o and final state.
+    consumer_wgs: int = 1
 
 
 class KimiDeltaAttentionParallelState:
@@ -91,8 +94,12 @@ class KimiDeltaAttentionParallelState:
             raise ValueError(f"KdaParallelStateKey.stages={key.stages}; accepted 2, 3 or 4")
         if key.tma_store and not key.tma:
             raise ValueError("KdaParallelStateKey.tma_store=True needs tma=True (the TMA descriptors and mbarrier stages)")
-        if key.u_bf16 and not key.tma:
-            raise ValueError("KdaParallelStateKey.u_bf16=True needs tma=True (the bf16 U tile is fetched by TMA only)")
+        if key.consumer_wgs not in (1, 2):
+            raise ValueError(f"KdaParallelStateKey.consumer_wgs={key.consumer_wgs}; accepted 1 or 2")
+        if key.consumer_wgs != 1 and not key.fuse_out:
+            raise ValueError("KdaParallelStateKey.consumer_wgs=2 needs fuse_out=True (only the fused kernel has the two-warpgroup form)")
+        if key.consumer_wgs * key.v_slice > key.head_dim:
+            raise ValueError(f"KdaParallelStateKey.consumer_wgs={key.consumer_wgs} x v_slice={key.v_slice} exceeds head_dim={key.head_dim}")
         if key.row_scaled and not key.fuse_out:
             raise ValueError("KdaParallelStateKey.row_scaled=True needs fuse_out=True (only the fused kernel computes the output)")
         if key.fuse_out:
@@ -103,8 +110,8 @@ class KimiDeltaAttentionParallelState:
             if smem_bytes(key) > SMEM_LIMIT:
                 raise ValueError(
                     f"KdaParallelStateKey.fuse_out=True at head_dim={key.head_dim}, v_slice={key.v_slice}, stages={key.stages}, "
-                    f"u_bf16={key.u_bf16} needs ~{smem_bytes(key)} bytes of shared memory (limit {SMEM_LIMIT}); use fewer stages "
-                    "(3 at head_dim 128 and v_slice 32 or 16; 2 at v_slice 64)"
+                    f"consumer_wgs={key.consumer_wgs} needs ~{smem_bytes(key)} bytes of shared memory (limit {SMEM_LIMIT}); use fewer stages "
+                    "(3 at head_dim 128 and v_slice 32 or 16; 2 at v_slice 64 or with consumer_wgs=2)"
                 )
             return KimiDeltaAttentionParallelStateOut
         return KimiDeltaAttentionParallelStateNarrow

@@ -48,11 +48,9 @@ Opt-ins that cut it (each bitwise the default: same operations on the same opera
 - ``tma_store`` (with ``tma``): h and vnt leave shared memory by TMA stores of one elected lane (each waited for
   reading before its tile is rewritten), removing steps 2 and 7's global stores and address math (~60 cycles) and any
   store drain the fences might wait for.
-- ``u_bf16`` (with ``tma``; session 7, not yet GPU-run, the ``ub16`` variant with the prep key's ``u_bf16``): U is read
-  as bf16 from the first half of the workspace's ``u`` region (``_device/chunk_parallel.py``, "bf16 U"): a bf16 TMA box
-  [64, vw] into a bf16 swizzled tile (half the U bytes per stage: 37376 instead of 41472 transaction bytes at K = 128,
-  vw = 32; 16 KB less shared memory at four stages), widened to fp32 as it initializes the Vn accumulator
-  (:func:`vn_to_smem`: ``ld.shared.b16`` + ``cvt.f32.bf16``). Not bitwise the default: U is rounded to bf16 first.
+
+(Session 7's opt-in ``u_bf16`` -- U read as bf16 -- lost on the H200 and was removed in session 8:
+``docs/benchmarks/linear_attention_kernels_ub16_*.md``.)
 
 Grid ``[N, H, V / vw]``; initial state read once, final state written once (fp32 [N, H, V, K]). About 95 KB of shared
 memory for K = 128, vw = 32, two stages. Runtime extents are kernel arguments (Rule 4); the TMA descriptors are
@@ -143,18 +141,13 @@ class KimiDeltaAttentionParallelStateNarrow:
         if const_expr(self.key.tma):
             # U [tokens, vw] fp32 in a swizzled tile (TMA writes no padded rows; the swizzle keeps the accumulator-pattern
             # reads conflict-free), and the four operands' TMA atoms over 2-D views of the workspace arrays
-            # (u_bf16: U bf16 over the first half of the u region, the same element strides; a bf16 swizzled tile)
-            u_t = BFloat16 if self.key.u_bf16 else Float32
-            u_atom = warpgroup.make_smem_layout_atom(sm90_utils.get_smem_layout_atom(_compat.layout_enum().ROW_MAJOR, u_t, VW), u_t)
+            u_atom = warpgroup.make_smem_layout_atom(sm90_utils.get_smem_layout_atom(_compat.layout_enum().ROW_MAJOR, Float32, VW), Float32)
             l_u = cute.tile_to_shape(u_atom, (CHUNK, VW, STAGES), order=(0, 1, 2))
             rows = slots * heads
             g2s_op = cpasync.CopyBulkTensorTileG2SOp()
             mW2 = cute.make_tensor(w_ptr, cute.make_layout((rows * CHUNK, D), stride=(D, 1)))
             mKD2 = cute.make_tensor(kd_ptr, cute.make_layout((rows * D, CHUNK), stride=(CHUNK, 1)))
-            if const_expr(self.key.u_bf16):
-                mU2 = cute.make_tensor(cute.recast_ptr(u_ptr, dtype=BFloat16), cute.make_layout((rows * CHUNK, D), stride=(D, 1)))
-            else:
-                mU2 = cute.make_tensor(u_ptr, cute.make_layout((rows * CHUNK, D), stride=(D, 1)))
+            mU2 = cute.make_tensor(u_ptr, cute.make_layout((rows * CHUNK, D), stride=(D, 1)))
             mGE2 = cute.make_tensor(ge_ptr, cute.make_layout((rows, D), stride=(D, 1)))
             atom_w, tma_w = cpasync.make_tiled_tma_atom(g2s_op, mW2, k_major_smem_layout(CHUNK, BV), (CHUNK, BV))
             atom_kd, tma_kd = cpasync.make_tiled_tma_atom(g2s_op, mKD2, k_major_smem_layout(CHUNK, CHUNK), (CHUNK, CHUNK))
@@ -175,7 +168,7 @@ class KimiDeltaAttentionParallelStateNarrow:
                 smem_w: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_w)], 1024]
                 smem_kd: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_kc)], 1024]
                 smem_vnt: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_vt)], 1024]
-                smem_u: cute.struct.Align[cute.struct.MemRange[u_t, cute.cosize(l_u)], 1024]
+                smem_u: cute.struct.Align[cute.struct.MemRange[Float32, cute.cosize(l_u)], 1024]
                 smem_ge: cute.struct.Align[cute.struct.MemRange[Float32, D * STAGES], 128]
                 mbar: cute.struct.MemRange[Int64, STAGES]
 
@@ -382,7 +375,7 @@ class KimiDeltaAttentionParallelStateNarrow:
         atom_w, tma_w, atom_kd, tma_kd, atom_u, tma_u, atom_ge, tma_ge = tma[:8]
         STORE = self.key.tma_store
         v0 = vblk * VW
-        tx_bytes = CHUNK * D * 2 + D * CHUNK * 2 + CHUNK * VW * (2 if self.key.u_bf16 else 4) + D * 4  # -Wm, kd, U columns, exp(G_C)
+        tx_bytes = CHUNK * D * 2 + D * CHUNK * 2 + CHUNK * VW * 4 + D * 4  # -Wm, kd, U columns, exp(G_C)
         mbar = storage.mbar.data_ptr()
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         if warp == 0:
@@ -460,7 +453,7 @@ class KimiDeltaAttentionParallelStateNarrow:
                     cute.arch.mbarrier_wait(mbar + st, cp % 2)  # chunk ci has landed in stage st (its cp-th fill)
 
                     # ---- Vn = U + (-Wm) S0^T [tokens, vw] -> Vn^T (shared, and the workspace for the output kernel) ---
-                    vn_to_smem(mma, acc_v, w_A, s0_B, sU, sVnT, ct, st, self.key.u_bf16)
+                    vn_to_smem(mma, acc_v, w_A, s0_B, sU, sVnT, ct, st)
                     if const_expr(STORE):
                         if warp == 0:
                             cute.arch.cp_async_bulk_wait_group(0, read=True)  # the h store has read sS (rewritten after this barrier)

@@ -1,5 +1,5 @@
 """Chunk-parallel delta-rule forward (KDA and GDN), the fused state pass + output (opt-in: ``KdaParallelStateKey.fuse_out``,
-the ``fso`` / ``fso-ub16`` variants of ``_host/chunk_parallel.py``; session 8, issue #7), sm_90a, CuTe DSL, WGMMA.
+the ``fso`` / ``fso-w2`` variants of ``_host/chunk_parallel.py``; session 8, issue #7), sm_90a, CuTe DSL, WGMMA.
 
 What. The narrow state pass (``chunk_parallel_state_narrow_kernel.py``: grid [N, H, V / vw], the state slice held
 transposed, ``S^T`` [K, vw] in K / 64 fp32 accumulators, operands by TMA) that also computes its slice's output columns,
@@ -28,20 +28,41 @@ Order per chunk (one warpgroup; WGMMA groups complete in issue order, ``warpgrou
        stores when ``o``'s address and strides allow it (checked in-kernel per launch), else the 2-byte stores of the
        output kernels from the accumulator
 
-Shared memory (K = 128, vw = 32): per stage -Wm 16 KB + kd 16 KB + U 8 KB (fp32; 4 KB bf16) + exp(G_C) 0.5 KB + qg 16 KB +
-p 8 KB (+ rf 0.25 KB) = 64.5 KB (60.5 KB with bf16 U), once sS 8 KB + sVnT 4 KB + sO 4 KB: three stages ~210 KB (of 227),
-four do not fit -- so three stages (chunk ci + 2 fetched while ci computes; the ``fso`` variants' ``stages``), one CTA per
-SM (as the default four-stage state pass at ~166 KB). A shallower qg / p ring would free one stage of them (24 KB) but
-needs a second mbarrier ring; not done (:func:`smem_bytes`, checked by ``for_key``). Traffic per (chunk, head) at K = 128,
-fp32 U: reads w, u, kd, ge, qg, p (, rf) ~89 KB (every V slice reads w, kd, qg, p again: 4 slices), writes o 16 KB, where
-the three-kernel schedule's state pass + output move ~201 KB (``notes/la_fwd_next.md``, step 2).
+Shared memory (K = 128, vw = 32): per stage -Wm 16 KB + kd 16 KB + U 8 KB (fp32) + exp(G_C) 0.5 KB + qg 16 KB + p 8 KB
+(+ rf 0.25 KB) = 64.5 KB, once sS 8 KB + sVnT 4 KB + sO 4 KB: three stages ~210 KB (of 227), four do not fit -- so three
+stages (chunk ci + 2 fetched while ci computes; the ``fso`` variant's ``stages``), one CTA per SM (as the default
+four-stage state pass at ~166 KB). A shallower qg / p ring would free one stage of them (24 KB) but needs a second
+mbarrier ring; not done (:func:`smem_bytes`, checked by ``for_key``). Traffic per (chunk, head) at K = 128: reads w, u,
+kd, ge, qg, p (, rf) ~89 KB (every V slice reads w, kd, qg, p again: 4 slices), writes o 16 KB, where the three-kernel
+schedule's state pass + output move ~201 KB (``notes/la_fwd_next.md``, step 2).
 
-Grid ``[N, H, V / vw]``; initial state read once, final state written once (fp32 [N, H, V, K]), as the narrow state pass.
+Two consumer warpgroups (``consumer_wgs`` = 2, the ``fso-w2`` variant; default 1: the kernel above, PTX unchanged).
+H200, fso at T = 32k, H = 64: its 256 CTAs (one per SM: the shared memory) run in two waves of 132 (1916 us = 2 x ~950);
+at H = 16 its 64 CTAs leave half the GPU idle. With two warpgroups one CTA (256 threads) owns 2 x vw value columns,
+warpgroup ``w`` the columns ``(vblk * 2 + w) * vw ..``; both walk their chains through ONE stage ring: -Wm, kd,
+exp(G_C), qg, p (, rf) are fetched once per CTA and chunk, the U columns of both (two boxes) with them, and S0 / Vn^T /
+the o tile are per warpgroup. So per stage 56.75 + 2 x 8 KB and once 2 x 16 KB: two stages ~188 KB (three do not fit);
+grid [N, H, V / (2 vw)]: 128 CTAs at H = 64 (one wave), each warpgroup's chain as before. Synchronization:
+
+- full: the stage's transaction mbarrier (as above), waited by all 256 threads;
+- empty (one mbarrier per stage, arrive count 2): thread 0 of each warpgroup arrives once its warpgroup is done with
+  the stage (after the end-of-chunk barrier below, which follows every thread's ``wait_group(0)``); warp 0 waits on it
+  before it refills the stage (the one-warpgroup kernel's CTA barrier did that);
+- the warpgroup-local handoffs (Vn^T before the state update and P Vn; the new S0 and the o tile at the chunk's end)
+  through named barrier ``1 + w`` of 128 threads (:func:`.._device.chunk_parallel.wg_smem_ready`), never a CTA barrier
+  in the loop, so one warpgroup does not wait on the other's chain (only the refill couples them: warp 0 waits for both
+  to release a stage, so warpgroup 0 runs at most one chunk ahead).
+
+Every column gets the same operations on the same operands as with one warpgroup: bitwise the ``fso`` kernel. Four
+warpgroups (the whole V = 128 per CTA) do not fit: per stage 56.75 + 4 x 8 KB and once 4 x 16 KB, ~241 KB at two stages.
+
+Grid ``[N, H, V / vw]`` (``[N, H, V / (2 vw)]`` with two warpgroups); initial state read once, final state written once
+(fp32 [N, H, V, K]), as the narrow state pass.
 Runtime extents (T, N, L, chunks per sequence, slots, H, o's strides) are kernel arguments (Rule 4); the TMA descriptors
-are encoded on the host at each launch. Tests: ``tests/test_parallel_state_out.py`` (compile-only: both families, fp32 /
-bf16 U, no spill, WGMMA + TMA in PTX, the cudnn symbol; GPU: dense / varlen, states, o rows outside the sequences
-untouched). Benchmark: ``benchmarks/linear_attention_kernels.py --variants parallel,par-fso`` (the "state" column is then
-the fused kernel, state pass and output together).
+are encoded on the host at each launch. Tests: ``tests/test_parallel_state_out.py`` (compile-only: both families, one and
+two warpgroups, no spill, WGMMA + TMA in PTX, the barriers, the cudnn symbol; GPU: dense / varlen, states, o rows outside
+the sequences untouched, ``fso-w2`` bitwise ``fso``). Benchmark: ``benchmarks/linear_attention_kernels.py --variants
+parallel,par-fso,par-fso-w2`` (the "state+out" column is the fused kernel, state pass and output together).
 """
 
 from __future__ import annotations
@@ -59,6 +80,7 @@ from .._device.chunk_parallel import (
     acc_to_smem,
     acc_to_smem_t,
     fetch_chunk_tma,
+    fetch_chunk_tma_wgs,
     fetch_out_operands_tma,
     issue_state_update_t,
     load_state_t,
@@ -68,6 +90,7 @@ from .._device.chunk_parallel import (
     state_t_to_smem,
     store_final_state_t,
     u_to_acc,
+    wg_smem_ready,
     wgmma_issue,
 )
 from .._device.delta_rule import BV, CHUNK, THREADS, k_major_smem_layout, make_seq_state_views, sequence_bounds, store_output_rows
@@ -82,10 +105,12 @@ _ALIGN_PAD = 10 * 1024  # the 1024-byte alignment of the ten shared arrays, at m
 
 def smem_bytes(key) -> int:
     """Shared-memory bytes of the fused kernel for ``key`` (upper bound, alignment pads included): per stage -Wm, kd, U
-    (fp32 or bf16), exp(G_C), qg, p, rf and an mbarrier; once S0, Vn^T and the output tile."""
+    (fp32, one tile per consumer warpgroup), exp(G_C), qg, p, rf and an mbarrier (two: full and empty, with two
+    warpgroups); once per warpgroup S0, Vn^T and the output tile."""
     d, vw, s = key.head_dim, key.v_slice, key.stages
-    per_stage = CHUNK * d * 2 + d * CHUNK * 2 + CHUNK * vw * (2 if key.u_bf16 else 4) + d * 4 + CHUNK * d * 2 + CHUNK * CHUNK * 2 + CHUNK * 4 + 8
-    return s * per_stage + vw * d * 2 + vw * CHUNK * 2 + CHUNK * vw * 2 + _ALIGN_PAD
+    wgs = key.consumer_wgs
+    per_stage = CHUNK * d * 2 + d * CHUNK * 2 + CHUNK * vw * 4 * wgs + d * 4 + CHUNK * d * 2 + CHUNK * CHUNK * 2 + CHUNK * 4 + 8 * (2 if wgs > 1 else 1)
+    return s * per_stage + wgs * (vw * d * 2 + vw * CHUNK * 2 + CHUNK * vw * 2) + _ALIGN_PAD
 
 
 class KimiDeltaAttentionParallelStateOut:
@@ -98,6 +123,7 @@ class KimiDeltaAttentionParallelStateOut:
         self.key = key
         self.D = key.head_dim
         self.VW = key.v_slice
+        self.WGS = key.consumer_wgs
 
     @cute.jit
     def __call__(
@@ -128,6 +154,8 @@ class KimiDeltaAttentionParallelStateOut:
         VW = self.VW
         STAGES = self.key.stages
         RS = self.key.row_scaled
+        WGS = self.WGS
+        MBARS = 2 if WGS > 1 else 1
         mCu, mH0, mHT = make_seq_state_views(cu_ptr, h0_ptr, ht_ptr, n_seqs, heads, D, self.key.varlen, self.key.has_initial, self.key.has_final)
         mO = cute.make_tensor(o_ptr, cute.make_layout((T, heads, D), stride=(o_strides[0], o_strides[1], 1)))
 
@@ -138,9 +166,14 @@ class KimiDeltaAttentionParallelStateOut:
         l_vt = k_major_smem_layout(VW, CHUNK)  # Vn^T [vw, tokens]
         l_p = k_major_smem_layout(CHUNK, CHUNK, STAGES)  # P [tokens, tokens] x stages
         l_o = k_major_smem_layout(CHUNK, VW)  # the output tile [tokens, vw]
-        u_t = BFloat16 if self.key.u_bf16 else Float32
-        u_atom = warpgroup.make_smem_layout_atom(sm90_utils.get_smem_layout_atom(_compat.layout_enum().ROW_MAJOR, u_t, VW), u_t)
+        u_atom = warpgroup.make_smem_layout_atom(sm90_utils.get_smem_layout_atom(_compat.layout_enum().ROW_MAJOR, Float32, VW), Float32)
         l_u = cute.tile_to_shape(u_atom, (CHUNK, VW, STAGES), order=(0, 1, 2))
+        u_atom_box = cute.slice_(l_u, (None, None, 0))
+        if const_expr(WGS > 1):  # per warpgroup: S0, Vn^T, the output tile and (per stage) the U columns
+            l_s = k_major_smem_layout(VW, D, WGS)
+            l_vt = k_major_smem_layout(VW, CHUNK, WGS)
+            l_o = k_major_smem_layout(CHUNK, VW, WGS)
+            l_u = cute.tile_to_shape(u_atom, (CHUNK, VW, STAGES, WGS), order=(0, 1, 2, 3))
 
         # TMA atoms over 2-D views of the workspace arrays (rows = slot x heads + head), as the narrow state pass, plus qg
         # [rows x tokens, K], p [rows x tokens, tokens] and (GDN) rf [rows, tokens]
@@ -148,16 +181,13 @@ class KimiDeltaAttentionParallelStateOut:
         g2s_op = cpasync.CopyBulkTensorTileG2SOp()
         mW2 = cute.make_tensor(w_ptr, cute.make_layout((rows * CHUNK, D), stride=(D, 1)))
         mKD2 = cute.make_tensor(kd_ptr, cute.make_layout((rows * D, CHUNK), stride=(CHUNK, 1)))
-        if const_expr(self.key.u_bf16):
-            mU2 = cute.make_tensor(cute.recast_ptr(u_ptr, dtype=BFloat16), cute.make_layout((rows * CHUNK, D), stride=(D, 1)))
-        else:
-            mU2 = cute.make_tensor(u_ptr, cute.make_layout((rows * CHUNK, D), stride=(D, 1)))
+        mU2 = cute.make_tensor(u_ptr, cute.make_layout((rows * CHUNK, D), stride=(D, 1)))
         mGE2 = cute.make_tensor(ge_ptr, cute.make_layout((rows, D), stride=(D, 1)))
         mQG2 = cute.make_tensor(qg_ptr, cute.make_layout((rows * CHUNK, D), stride=(D, 1)))
         mP2 = cute.make_tensor(p_ptr, cute.make_layout((rows * CHUNK, CHUNK), stride=(CHUNK, 1)))
         atom_w, tma_w = cpasync.make_tiled_tma_atom(g2s_op, mW2, k_major_smem_layout(CHUNK, BV), (CHUNK, BV))
         atom_kd, tma_kd = cpasync.make_tiled_tma_atom(g2s_op, mKD2, k_major_smem_layout(CHUNK, CHUNK), (CHUNK, CHUNK))
-        atom_u, tma_u = cpasync.make_tiled_tma_atom(g2s_op, mU2, cute.slice_(l_u, (None, None, 0)), (CHUNK, VW))
+        atom_u, tma_u = cpasync.make_tiled_tma_atom(g2s_op, mU2, u_atom_box, (CHUNK, VW))
         atom_ge, tma_ge = cpasync.make_tiled_tma_atom(g2s_op, mGE2, cute.make_layout((1, D), stride=(D, 1)), (1, D))
         atom_qg, tma_qg = cpasync.make_tiled_tma_atom(g2s_op, mQG2, k_major_smem_layout(CHUNK, BV), (CHUNK, BV))
         atom_p, tma_p = cpasync.make_tiled_tma_atom(g2s_op, mP2, k_major_smem_layout(CHUNK, CHUNK), (CHUNK, CHUNK))
@@ -176,14 +206,14 @@ class KimiDeltaAttentionParallelStateOut:
             smem_p: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_p)], 1024]
             smem_vnt: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_vt)], 1024]
             smem_o: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_o)], 1024]
-            smem_u: cute.struct.Align[cute.struct.MemRange[u_t, cute.cosize(l_u)], 1024]
+            smem_u: cute.struct.Align[cute.struct.MemRange[Float32, cute.cosize(l_u)], 1024]
             smem_ge: cute.struct.Align[cute.struct.MemRange[Float32, D * STAGES], 128]
             smem_rf: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK * STAGES], 128]
-            mbar: cute.struct.MemRange[Int64, STAGES]
+            mbar: cute.struct.MemRange[Int64, STAGES * MBARS]  # full (, empty: two warpgroups) per stage
 
         self.kernel(mCu, mH0, mHT, mO, tma, n_seqs, seq_len, chunks_per_seq, heads, o_strides, mma, l_s, l_w, l_kc, l_vt, l_p, l_o, l_u, SharedStorage).launch(
-            grid=[n_seqs, heads, D // VW],
-            block=[THREADS, 1, 1],
+            grid=[n_seqs, heads, D // (VW * WGS)],
+            block=[THREADS * WGS, 1, 1],
             smem=SharedStorage.size_in_bytes(),
             stream=stream,
             min_blocks_per_mp=1,
@@ -217,9 +247,16 @@ class KimiDeltaAttentionParallelStateOut:
         NH = D // BV
         STAGES = self.key.stages
         RS = self.key.row_scaled
+        WGS = self.WGS
         tidx, _, _ = cute.arch.thread_idx()
         seq, head, vblk = cute.arch.block_idx()
+        ltid = tidx  # the thread within its warpgroup
+        wgi = Int32(0)  # the consumer warpgroup (two-warpgroup form)
         v0 = vblk * VW
+        if const_expr(WGS > 1):
+            wgi = cute.arch.make_warp_uniform(tidx // THREADS)
+            ltid = tidx % THREADS
+            v0 = (vblk * WGS + wgi) * VW
         bos, eos = sequence_bounds(mCu, seq, seq_len, self.key.varlen)
         n_chunks = (eos - bos + (CHUNK - 1)) // CHUNK
         base = slot_base(mCu, seq, seq_len, chunks_per_seq, self.key.varlen)
@@ -236,6 +273,12 @@ class KimiDeltaAttentionParallelStateOut:
         sU = storage.smem_u.get_tensor(l_u.outer, swizzle=l_u.inner)
         sGE = storage.smem_ge.get_tensor(cute.make_layout((D, STAGES)))
         sRF = storage.smem_rf.get_tensor(cute.make_layout((CHUNK, STAGES)))
+        sUall = sU  # the TMA destination: [tokens, vw, stages] (, warpgroups)
+        if const_expr(WGS > 1):  # this warpgroup's S0, Vn^T, output tile and U columns
+            sS = sS[None, None, wgi]
+            sVnT = sVnT[None, None, wgi]
+            sO = sO[None, None, wgi]
+            sU = sU[None, None, None, wgi]
 
         wg = mma.get_slice(0)
         w_A = wg.make_fragment_A(wg.partition_A(sW))  # -Wm: (.., .., .., stages)
@@ -247,14 +290,14 @@ class KimiDeltaAttentionParallelStateOut:
         acc_v = cute.make_rmem_tensor(wg.partition_shape_C((CHUNK, VW)), Float32)  # Vn [tokens, vw]
         acc_o = cute.make_rmem_tensor(wg.partition_shape_C((CHUNK, VW)), Float32)  # o [tokens, vw]
         acc_t = [cute.make_rmem_tensor(wg.partition_shape_C((BV, VW)), Float32) for _ in range(NH)]  # S^T [64 K-ch, vw] x K/64
-        ct = mma.get_slice(tidx).partition_C(cute.make_identity_tensor((CHUNK, VW)))  # (row, col) of an accumulator element
+        ct = mma.get_slice(ltid).partition_C(cute.make_identity_tensor((CHUNK, VW)))  # (row, col) of an accumulator element
 
         atom_w, tma_w, atom_kd, tma_kd, atom_u, tma_u, atom_ge, tma_ge, atom_qg, tma_qg, atom_p, tma_p = tma[:12]
-        # -Wm, kd, U columns, exp(G_C), qg, p (, rf)
-        tx_bytes = CHUNK * D * 2 + D * CHUNK * 2 + CHUNK * VW * (2 if self.key.u_bf16 else 4) + D * 4 + CHUNK * D * 2 + CHUNK * CHUNK * 2
+        # -Wm, kd, U columns (of every warpgroup), exp(G_C), qg, p (, rf)
+        tx_bytes = CHUNK * D * 2 + D * CHUNK * 2 + CHUNK * VW * 4 * WGS + D * 4 + CHUNK * D * 2 + CHUNK * CHUNK * 2
         if const_expr(RS):
             tx_bytes = tx_bytes + CHUNK * 4
-        mbar = storage.mbar.data_ptr()
+        mbar = storage.mbar.data_ptr()  # [0, STAGES): full (TMA landed); [STAGES, 2 STAGES): empty (both warpgroups done)
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         if warp == 0:
             cpasync.prefetch_descriptor(atom_w)
@@ -266,6 +309,9 @@ class KimiDeltaAttentionParallelStateOut:
             with cute.arch.elect_one():
                 for s in cutlass.range_constexpr(STAGES):
                     cute.arch.mbarrier_init(mbar + s, 1)
+                if const_expr(WGS > 1):
+                    for s in cutlass.range_constexpr(STAGES):
+                        cute.arch.mbarrier_init(mbar + STAGES + s, WGS)  # one arrive per consumer warpgroup
         cute.arch.mbarrier_init_fence()
 
         # TMA views: -Wm / U / qg / p as [slot x head x token rows, columns], kd as [slot x head x channel rows, tokens],
@@ -282,7 +328,7 @@ class KimiDeltaAttentionParallelStateOut:
             atom_kd, 0, cute.make_layout(1), cute.group_modes(sKD, 0, 2), cute.group_modes(cute.flat_divide(tma_kd, (CHUNK, CHUNK)), 0, 2)
         )
         tUs, tUg = cpasync.tma_partition(
-            atom_u, 0, cute.make_layout(1), cute.group_modes(sU, 0, 2), cute.group_modes(cute.flat_divide(tma_u, (CHUNK, VW)), 0, 2)
+            atom_u, 0, cute.make_layout(1), cute.group_modes(sUall, 0, 2), cute.group_modes(cute.flat_divide(tma_u, (CHUNK, VW)), 0, 2)
         )
         tGs, tGg = cpasync.tma_partition(
             atom_ge, 0, cute.make_layout(1), cute.group_modes(sGE3, 0, 2), cute.group_modes(cute.flat_divide(tma_ge, (1, D)), 0, 2)
@@ -323,7 +369,10 @@ class KimiDeltaAttentionParallelStateOut:
         if warp == 0:
             for j in cutlass.range_constexpr(STAGES - 1):
                 if j < n_chunks:
-                    fetch_chunk_tma(parts, (base + j) * heads + head, vblk, j, mbar, tx_bytes, NH)
+                    if const_expr(WGS > 1):
+                        fetch_chunk_tma_wgs(parts, (base + j) * heads + head, vblk, j, mbar, tx_bytes, NH, WGS)
+                    else:
+                        fetch_chunk_tma(parts, (base + j) * heads + head, vblk, j, mbar, tx_bytes, NH)
                     fetch_out_operands_tma(oparts, (base + j) * heads + head, j, mbar, NH)
 
         for cp in range((n_chunks + (STAGES - 1)) // STAGES):
@@ -335,17 +384,29 @@ class KimiDeltaAttentionParallelStateOut:
                     ahead = STAGES - 1  # fetch chunk ci + ahead into it
                     if warp == 0:
                         if ci + ahead < n_chunks:
-                            fetch_chunk_tma(parts, (slot + ahead) * heads + head, vblk, nxt, mbar, tx_bytes, NH)
+                            if const_expr(WGS > 1):
+                                # both warpgroups released chunk ci - 1's stage (its (ci - 1) // STAGES-th use)
+                                if const_expr(st == 0):
+                                    if cp > 0:
+                                        cute.arch.mbarrier_wait(mbar + STAGES + nxt, (cp + 1) % 2)
+                                else:
+                                    cute.arch.mbarrier_wait(mbar + STAGES + nxt, cp % 2)
+                                fetch_chunk_tma_wgs(parts, (slot + ahead) * heads + head, vblk, nxt, mbar, tx_bytes, NH, WGS)
+                            else:
+                                fetch_chunk_tma(parts, (slot + ahead) * heads + head, vblk, nxt, mbar, tx_bytes, NH)
                             fetch_out_operands_tma(oparts, (slot + ahead) * heads + head, nxt, mbar, NH)
                     cute.arch.mbarrier_wait(mbar + st, cp % 2)  # chunk ci has landed in stage st (its cp-th fill)
 
                     # ---- Vn = U + (-Wm) S0^T (the chain) and Qg S0^T (the output's first product, off the chain) -----
-                    u_to_acc(acc_v, sU, ct, st, self.key.u_bf16)
+                    u_to_acc(acc_v, sU, ct, st)
                     wgmma_issue(mma, acc_v, w_A[None, None, None, st], s0_B, False)
                     wgmma_issue(mma, acc_o, qg_A[None, None, None, st], s0_B, True)
                     warpgroup.wait_group(1)  # Vn done (Qg S0^T may be in flight)
                     acc_to_smem_t(acc_v, sVnT, ct)
-                    _smem_ready()  # Vn^T visible to WGMMA
+                    if const_expr(WGS > 1):
+                        wg_smem_ready(wgi)  # Vn^T visible to this warpgroup's WGMMA
+                    else:
+                        _smem_ready()  # Vn^T visible to WGMMA
 
                     # ---- S^T = Diag(exp(G_C)) S^T + kd Vn (the chain), then o (+)= P Vn ------------------------------
                     issue_state_update_t(mma, acc_t, sGE, kd_A, vn_B, ct, st)
@@ -358,13 +419,18 @@ class KimiDeltaAttentionParallelStateOut:
                     warpgroup.wait_group(0)  # o done: every reader of this stage, of S0 and of Vn^T has completed
                     if vec_ok != 0:
                         acc_to_smem(acc_o, sO, ct)
-                    _smem_ready()  # the new S0 visible to WGMMA, the output tile to every thread; the stage is free
+                    if const_expr(WGS > 1):
+                        wg_smem_ready(wgi)  # the new S0 and the output tile published in the warpgroup
+                        if ltid == 0:
+                            cute.arch.mbarrier_arrive(mbar + STAGES + st)  # this warpgroup is done with stage st
+                    else:
+                        _smem_ready()  # the new S0 visible to WGMMA, the output tile to every thread; the stage is free
 
                     # ---- the chunk's output rows (inside the sequence only) -------------------------------------------
                     t0 = bos + ci * CHUNK
                     n_valid = min(eos - t0, CHUNK)
                     if vec_ok != 0:
-                        rows_to_gmem_v16(sO, o_base, o_strides[0], o_strides[1], t0, n_valid, head, v0, tidx)
+                        rows_to_gmem_v16(sO, o_base, o_strides[0], o_strides[1], t0, n_valid, head, v0, ltid)
                     else:
                         store_output_rows(mO, acc_o, ct, t0, n_valid, head, v0)
 
