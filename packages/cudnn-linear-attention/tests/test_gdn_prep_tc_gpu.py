@@ -16,6 +16,12 @@ Compile tier (``compile_only``, CPU with ``CUTE_DSL_ARCH=sm_90a``): the kernel b
 memory and frame size 0 at 256 threads and two or three CTAs per SM, its WGMMAs, vector stores and barriers are the
 designed ones, it has well under the one-warpgroup kernel's instructions, and the key routes as designed.
 
+The opt-in ``staged_w`` (session 8, issue #7; ``GdnParallelPrepKey.staged_w``, default off; module docstring of the
+kernel, "Staged W"): -Wm staged in Qn's dead bytes and written by 16-byte stores. GPU: bitwise the kernel without it
+(every prep array, o, the final state) and the FlashAttention rule against the recurrence, at three CTAs per SM (K =
+128) and two (K = 64). Compile: no spill at both, one warpgroup named barrier, the W fragment stores replaced by D / 16
+16-byte stores per thread, ValueError without ``restructured``.
+
     ci/gpu_tests.sh packages/cudnn-linear-attention/tests/test_gdn_prep_tc_gpu.py -q
 """
 
@@ -92,6 +98,40 @@ def test_gtc_execute_never_syncs_or_allocates_and_replays_under_capture():
     import _parallel_cases as cases
 
     cases.check_execute_never_syncs_or_allocates_and_replays_under_capture(GDN, GTC)
+
+
+STAGED_W = {"prep": {"staged_w": True}}  # session 8: -Wm through shared memory (default three CTAs per SM)
+STAGED_W2 = {"prep": {"tc_ctas_per_sm": 2, "staged_w": True}}  # the same at two CTAs per SM
+
+
+# Two ids (each compiles the staged kernel and the kernel without it): both head dims, both CTA counts, L2 norm on and
+# off, g fp32 and bf16, both gate regimes.
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "D, l2norm, regime, g_dtype, variant, reference",
+    [(128, True, "weak", "float32", STAGED_W, None), (64, False, "safe_gate", "bfloat16", STAGED_W2, GTC)],
+    ids=["3cta-d128-l2-weak", "2cta-d64-strong-bf16g"],
+)
+def test_staged_w_is_bitwise_the_kernel_without_it(D, l2norm, regime, g_dtype, variant, reference):
+    _gpu()
+    torch = pytest.importorskip("torch")
+    import _parallel_cases as cases
+
+    from cudnn_testing.data import cu_seqlens
+
+    cu = cu_seqlens(cases.LENGTHS, "cuda")
+    q, k, v, g, beta, h0 = cases.inputs(GDN, (sum(cases.LENGTHS),), 4, 2, D, l2norm, len(cases.LENGTHS), regime)
+    g = g.to(getattr(torch, g_dtype))
+    o0, s0, ws0 = cases.execute_variant(GDN, reference, q, k, v, g, beta, h0, cu, l2norm)
+    o1, s1, ws1 = cases.execute_variant(GDN, variant, q, k, v, g, beta, h0, cu, l2norm)
+    cases.assert_prep_arrays_close(ws0, ws1, cases.LENGTHS, 4, D, PREP_ARRAYS, PREP_ARRAYS, label=f"{variant['prep']}")
+    do = (o0.float() - o1.float()).abs().max().item()
+    ds = (s0 - s1).abs().max().item()
+    assert torch.equal(o0, o1) and torch.equal(s0, s1), f"{variant} vs {reference}: max |option - reference|: o {do}, final_state {ds}"
+    ref_o, ref_s, low_o, low_s = cases.refs(GDN, q, k, v, g.float(), beta, h0, l2norm, cu, False)
+    cases.check(o1, ref_o, low_o, f"o {variant}")
+    cases.check(s1, ref_s, low_s, f"final_state {variant}")
+    assert torch.equal(s1[3], h0[3])  # the empty sequence passes its state through
 
 
 # ---- compile tier ----------------------------------------------------------------------------------------------------
@@ -204,3 +244,34 @@ def test_gtc_three_ctas_per_sm_builds_without_spills_in_70_kb(D, tmp_path):
     offsets = [int(x) for x in re.findall(r"\[%r\d+\+(\d+)\]", ptx)]
     assert max(offsets) < 76 * 1024 - 256, max(offsets)
     assert "ld.local" not in ptx and "st.local" not in ptx and all(f == 0 for f in frame_sizes(tmp_path))
+
+
+@pytest.mark.compile_only
+def test_staged_w_builds_without_spills_with_16_byte_w_stores(tmp_path):
+    """``staged_w`` at K = 128 (three CTAs per SM, the default) and K = 64 (two): no local memory, frame size 0, the
+    default's WGMMAs and 11 CTA barriers plus one named barrier of warpgroup 1's 128 threads; against the default K =
+    128 build: the W fragment pairs (D / 4 ``st.global.b32`` per thread) gone, D / 16 more 16-byte global stores and D /
+    4 bf16-pair shared stores. Without ``restructured`` it is a ValueError."""
+    skip_unless_cutedsl("4.8.0", "cudnn.linear_attention.gated_delta_net")
+    pytest.importorskip("cutlass")
+    from cudnn.linear_attention.gdn.chunk_parallel_prep_kernel import GatedDeltaNetParallelPrep, GdnParallelPrepKey
+
+    base = dict(g_dtype="Float32", beta_dtype="Float32", l2norm=True, varlen=True)
+    assert not GdnParallelPrepKey(head_dim=128, **base).staged_w
+    with pytest.raises(ValueError, match="staged_w=True needs restructured=True"):
+        GatedDeltaNetParallelPrep.for_key(GdnParallelPrepKey(head_dim=128, **base, restructured=False, tc_ctas_per_sm=2, staged_w=True))
+
+    def count(ptx, pattern):
+        return len(re.findall(pattern, ptx))
+
+    default = _compile_prep(GdnParallelPrepKey(head_dim=128, **base), tmp_path / "default")
+    for name, d, ctas in (("d128", 128, 3), ("d64", 64, 2)):
+        ptx = _compile_prep(GdnParallelPrepKey(head_dim=d, **base, tc_ctas_per_sm=ctas, staged_w=True), tmp_path / name)
+        assert f".minnctapersm {ctas}" in ptx and ptx.count("wgmma.mma_async") == d // 4
+        assert count(ptx, r"bar\.sync\s+0;") == 11 and count(ptx, r"bar\.sync\s+1,\s*128;") == 1
+        assert count(ptx, r"\bst\.shared\.v2\.b16\s") == d // 4
+        assert "ld.local" not in ptx and "st.local" not in ptx and all(f == 0 for f in frame_sizes(tmp_path / name))
+        if d == 128:
+            assert count(ptx, r"\bst\.global\.v4\.b32\s") == count(default, r"\bst\.global\.v4\.b32\s") + d // 16
+            assert count(ptx, r"\bst\.global\.b32\s") == count(default, r"\bst\.global\.b32\s") - d // 4
+            assert count(default, r"bar\.sync\s+1,") == 0 and "st.shared.v2.b16" not in default

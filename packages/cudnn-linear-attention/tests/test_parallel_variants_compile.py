@@ -48,7 +48,22 @@ def test_variant_table_and_key_fields():
     from cudnn.linear_attention.kda.chunk_parallel_prep_kernel import KdaParallelPrepKey
     from cudnn.linear_attention.kda.chunk_parallel_state_kernel import KdaParallelStateKey
 
-    assert set(PARALLEL_VARIANTS) == {"state-base", "out-base", "base", "gdn-prep-base", "gdn-base", "kp5", "kn", "kp6", "fso", "fso-w2", "fso-s2"}
+    assert set(PARALLEL_VARIANTS) == {
+        "state-base",
+        "out-base",
+        "base",
+        "gdn-prep-base",
+        "gdn-base",
+        "kp5",
+        "kn",
+        "kp6",
+        "fso",
+        "fso-w2",
+        "fso-s2",
+        "kp8",
+        "kp8k",
+        "gsw",
+    }
     sk = KdaParallelStateKey(head_dim=128, varlen=True, has_initial=True, has_final=True)
     ok = KdaParallelOutKey(head_dim=128, varlen=True)
     pk = GdnParallelPrepKey(head_dim=128, g_dtype="Float32", beta_dtype="Float32", l2norm=True, varlen=True)

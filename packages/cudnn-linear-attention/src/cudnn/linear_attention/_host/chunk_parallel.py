@@ -136,6 +136,9 @@ _GDN_PREP_BASE = {"restructured": False, "tc_ctas_per_sm": 2}
 #:   columns per CTA, so half the CTAs: 128 = one wave at H = 64 on 132 SMs) at two stages (three do not fit: ~73 KB
 #:   per stage + 32 KB); ``fso-s2``: the one-warpgroup ``fso`` at two stages, the control that separates the stage
 #:   count from the warpgroups in the A/B. Both bitwise ``fso`` (the same operations per column).
+#: - ``kp8`` / ``kp8k`` (KDA) and ``gsw`` (GDN; session 8, not yet GPU-run): the prep's workspace stores staged through
+#:   shared memory and written as 16-byte rows (``staged_kd``: kd; ``staged_w``: -Wm; ``kda/chunk_parallel_prep_staged.py``),
+#:   bitwise the default prep.
 #:
 #: Session 8 removed ``ub16`` / ``fso-ub16`` (U stored as bf16: prep +6-7%, the state pass unchanged, the fused kernel
 #: slower: docs/benchmarks/linear_attention_kernels_ub16_*.md).
@@ -158,6 +161,9 @@ PARALLEL_VARIANTS = {
     "fso": {"state": {"fuse_out": True, "stages": 3}},
     "fso-w2": {"state": {"fuse_out": True, "stages": 2, "consumer_wgs": 2}},
     "fso-s2": {"state": {"fuse_out": True, "stages": 2}},
+    "kp8": {"prep": {"staged_kd": True, "staged_w": True}},
+    "kp8k": {"prep": {"staged_kd": True}},
+    "gsw": {"prep": {"restructured": True, "staged_w": True}},
 }
 
 

@@ -84,10 +84,11 @@ class GdnParallelPrepKey:
     #: KB of shared memory at K = 128, registers capped at 128 (142.9 vs 133.3 us). Same values. Must be 2 without
     #: ``restructured``.
     tc_ctas_per_sm: int = 3
-    #: Opt-in (default False), ``restructured`` only: the restructured kernel stores U = Tm (beta V) rounded to bf16 (the
-    #: first half of the workspace's ``u`` region); the state pass must read it as bf16 (``KdaParallelStateKey.u_bf16``,
-    #: the ``ub16`` variant). This module's kernel does not build it (ValueError in :meth:`GatedDeltaNetParallelPrep.for_key`).
-    u_bf16: bool = False
+    #: Opt-in (default False: the default kernel, PTX unchanged), ``restructured`` only (session 8, issue #7;
+    #: ``chunk_parallel_prep_tc_kernel.py``, "Staged W"): ``-Wm`` (bf16) staged from warpgroup 1's accumulators in the
+    #: dead bytes of Qn (swizzled, conflict-free) and written by 16-byte stores instead of 4-byte fragment stores (half
+    #: sectors); bitwise the kernel without it
+    staged_w: bool = False
 
 
 def _aliased_storage(l_ck, l_kc, l_vc, l_cc):
@@ -134,8 +135,8 @@ class GatedDeltaNetParallelPrep(ChunkParallelPrepLaunch):
         else this module's kernel); a ValueError for a combination no kernel builds."""
         if key.tc_ctas_per_sm not in (2, 3) or (key.tc_ctas_per_sm != 2 and not key.restructured):
             raise ValueError(f"GdnParallelPrepKey: tc_ctas_per_sm={key.tc_ctas_per_sm}; accepted 2, or 3 with restructured")
-        if key.u_bf16 and not key.restructured:
-            raise ValueError("GdnParallelPrepKey: u_bf16=True needs restructured=True (only the restructured prep kernel stores a bf16 U)")
+        if key.staged_w and not key.restructured:
+            raise ValueError("GdnParallelPrepKey: staged_w=True needs restructured=True (only the restructured prep kernel stages -Wm)")
         if key.restructured:
             if key.prefetch or key.two_per_sm:
                 raise ValueError("GdnParallelPrepKey: restructured takes neither prefetch (parallel_prefetch) nor two_per_sm (parallel_prep_two_per_sm)")

@@ -43,6 +43,16 @@ default, :func:`_three_cta_storage`): T in the bytes of Qn (dead after step 3) a
 of A (dead after the solve), about 70 KB, three CTAs per SM (registers capped at 80; ptxas: 80, no spill); same
 operations, same values. Runtime extents and strides are kernel arguments (Rule 4).
 
+Staged W, opt-in (session 8, issue #7; ``GdnParallelPrepKey.staged_w``, default off: the default PTX is unchanged;
+proposed variant ``gsw``): warpgroup 1 stores ``-Wm`` from its accumulators as bf16 pairs into the bytes of Qn (dead
+after step 3; at K = 128 with three CTAs per SM those of T, dead once the bf16 inverses are formed), XOR-swizzled by
+row (conflict-free; ``kda/chunk_parallel_prep_staged.py``, shared with KDA's ``staged_w``), one named barrier of its
+128 threads, then 16-byte copies to the workspace (4 whole 128-byte row segments per warp store): per thread at K = 128,
+32 4-byte global stores (half sectors) -> 32 4-byte shared stores + 8 16-byte loads + 8 16-byte global stores. Bitwise
+the kernel without it; no spill at two or three CTAs per SM, K = 64 and 128 (``tests/test_gdn_prep_tc_gpu.py -m
+compile_only``). KDA's other staged store, ``kd`` (``staged_kd``), has no GDN form: here kd is written while the
+step-3 WGMMAs run, and no 16 KB of shared memory is dead then at three CTAs per SM.
+
 The launch entry (:class:`ChunkParallelPrepLaunch`) and the pieces shared with KDA's prep kernel (the row loads and
 chunk order of the element pass, the row L2 norm, the 256-thread solve :func:`solve_inverse_256`, ``transpose_view``)
 live in ``_device/chunk_parallel.py``.
@@ -73,11 +83,13 @@ from .._device.chunk_parallel import (
 from .._device.delta_rule import BV, CHUNK, SOLVE_BLOCK, THREADS, VEC, k_major_smem_layout, make_mma_n64
 from .._device.delta_rule import smem_ready as _smem_ready
 from .._device.delta_rule import wgmma as _wgmma
+from ..kda.chunk_parallel_prep_staged import acc_to_stage, stage_to_gmem
 
 WARPGROUPS = 2
 NTHREADS = WARPGROUPS * THREADS
 CTAS_PER_SM = (2, 3)  # GdnParallelPrepKey.tc_ctas_per_sm: 2 (about 102 KB, registers <= 128) or 3 (about 70 KB, <= 80)
 LOG2E = 1.4426950408889634
+W_BARRIER = 1  # staged_w: the named barrier of warpgroup 1 (0 is the CTA barrier)
 A_STRIDE = CHUNK + 4  # fp32 rows of A and T: 16-byte aligned (vector reads of T)
 NB = CHUNK // SOLVE_BLOCK
 
@@ -246,8 +258,6 @@ class GatedDeltaNetParallelPrepTc(ChunkParallelPrepLaunch):
         NM = D // 32  # 16-byte chunks of a row per thread (four threads per row)
         NH = D // BV
         mW, mU, mKD, mQG, mP, mGE, _, _, mRF = ws
-        if const_expr(self.key.u_bf16):  # U stored as bf16 [slots, heads, 64, D] over the first half of the u region
-            mU = cute.make_tensor(cute.recast_ptr(mU.iterator, dtype=BFloat16), mU.layout)
         tidx, _, _ = cute.arch.thread_idx()
         slot, head, _ = cute.arch.block_idx()
         hk = head // (heads // qk_heads)
@@ -280,6 +290,8 @@ class GatedDeltaNetParallelPrepTc(ChunkParallelPrepLaunch):
         sBeta = storage.smem_beta.get_tensor(cute.make_layout((CHUNK,)))
         sEw = storage.smem_ew.get_tensor(cute.make_layout((CHUNK,)))
         sEkd = storage.smem_ekd.get_tensor(cute.make_layout((CHUNK,)))
+        if const_expr(self.key.staged_w):  # -Wm, bf16 [D / 64][64 * 64] over Qn (dead after step 3; T's bytes at K = 128, dead in step 5)
+            sWst = cute.make_tensor(cute.recast_ptr(storage.smem_q.data_ptr(), dtype=BFloat16), cute.make_layout((D * CHUNK,)))
 
         # 16-byte views: [rows, chunks of 8 channels]
         sQv = cute.zipped_divide(sQ, (1, VEC))
@@ -402,7 +414,7 @@ class GatedDeltaNetParallelPrepTc(ChunkParallelPrepLaunch):
             cute.arch.cp_async_wait_group(0)
             _smem_ready()
 
-            # ---- 5. warpgroup 0: U = (T Diag(beta)) V (fp32; bf16 pairs with u_bf16); warpgroup 1: -Wm = -(T Diag(beta exp G)) Kn (bf16) -----
+            # ---- 5. warpgroup 0: U = (T Diag(beta)) V (fp32); warpgroup 1: -Wm = -(T Diag(beta exp G)) Kn (bf16) -----
             wgmn = mma_mn.get_slice(0)
             thr_mn = mma_mn.get_slice(lt)
             if wg == 0:
@@ -418,6 +430,17 @@ class GatedDeltaNetParallelPrepTc(ChunkParallelPrepLaunch):
                 for h in cutlass.range_constexpr(NH):
                     k_Bt = wgmn.make_fragment_B(wgmn.partition_B(cute.local_tile(sKt, (BV, CHUNK), (h, 0))))
                     _wgmma(mma_mn, acc, tw_A, k_Bt, True)
-                    acc_pairs_to_gmem(cute.local_tile(mW[slot, head, None, None], (CHUNK, BV), (0, h)), acc, thr_mn, True)
+                    if const_expr(self.key.staged_w):  # Qn's bytes (T's at K = 128), dead since the barrier before step 5
+                        acc_to_stage(acc, c64, cute.make_tensor(sWst.iterator + h * CHUNK * BV, cute.make_layout((CHUNK * BV,))), True)
+                    else:
+                        acc_pairs_to_gmem(cute.local_tile(mW[slot, head, None, None], (CHUNK, BV), (0, h)), acc, thr_mn, True)
+                if const_expr(self.key.staged_w):
+                    cute.arch.barrier(barrier_id=W_BARRIER, number_of_threads=THREADS)  # warpgroup 1 only
+                    for h in cutlass.range_constexpr(NH):
+                        stage_to_gmem(
+                            cute.make_tensor(sWst.iterator + h * CHUNK * BV, cute.make_layout((CHUNK * BV,))),
+                            cute.local_tile(mW[slot, head, None, None], (CHUNK, BV), (0, h)),
+                            lt,
+                        )
 
     kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)

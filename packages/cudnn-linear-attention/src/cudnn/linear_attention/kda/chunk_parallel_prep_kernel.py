@@ -114,9 +114,36 @@ kernel without them (``tests/test_kda_prep_speed_gpu.py -m compile_only``; GPU: 
 ``kp6``). Removed after the A/B: ``pack_round`` (q / k rounded to bf16 two at a time by ``cvt.rn.bf16x2.f32``: 183.2
 against 182.8 us, no gain).
 
+Staged kd and W, opt-in (session 8, issue #7; ``KdaParallelPrepKey.staged_kd`` / ``staged_w``, default off: the default
+PTX is unchanged; proposed variant ``kp8`` = both). Nsight Compute of the default at T = 8k, H = 16: global stores use
+19.6 of 32 bytes per sector, L1 LSU wavefronts 72 % busy. Two of the scattered store streams go through shared memory:
+
+- ``staged_kd`` (needs ``ref_table``): ``(K exp(G_C - G))^T`` was 8 2-byte global stores per 16-byte chunk, 32 per
+  thread (each warp store: 4 channel rows x 16 bytes, half sectors). Now the element pass keeps kd in registers (bf16,
+  16 registers), step 3 block 0 (after its first barrier: every read of G is done) stores it, transposed, into G's dead
+  tail (after A: bytes 17 KB - 33 KB at K = 128, exactly the 16 KB tile; 8 KB more shared memory at K = 64) with an XOR
+  swizzle of the 16-byte token chunk by ``(channel / 16) % 8`` (:func:`kd_chunk_to_stage`: a warp store's four channel
+  rows land in four bank groups, conflict-free), and after step 3 every thread copies 16-byte chunks to the workspace
+  (:func:`kd_stage_to_workspace`: a warp writes four whole 128-byte channel rows per store; the stores drain during the
+  solve). Per thread at K = 128: 32 2-byte global stores -> 32 2-byte shared stores + 4 16-byte loads + 4 16-byte
+  global stores. No barrier added. (Computing kd in step 3 from the ``ref_table`` registers instead made ptxas spill 16-24
+  bytes at the 128-register cap, as did any variant that took the kd products out of the element pass.)
+- ``staged_w`` (needs ``staged_kd``: alone ptxas spills 24 bytes at K = 128): warpgroup 1 stores ``-Wm`` from its
+  accumulators as bf16 pairs into the G / A region (free after the solve; :func:`acc_to_stage`, 16-byte chunk XOR row:
+  conflict-free), one named barrier of its 128 threads, then 16-byte copies to the workspace (:func:`stage_to_gmem`: 4
+  whole 128-byte row segments per warp store): 32 4-byte global stores (half sectors) -> 32 4-byte shared stores + 8
+  16-byte loads + 8 16-byte global stores per thread. U keeps its fragment stores (8 bytes per lane, full sectors).
+
+Both are bitwise the default (the same products, rounded once), keep 256 threads, two CTAs per SM, the 18 CTA barriers
+(+ warpgroup 1's named barrier) and frame size 0 at K = 64 and 128 (``tests/test_kda_prep_staged_gpu.py -m
+compile_only``). Not addressed here: P's 32 2-byte stores, qg's half-sector 16-byte stores (the element order that keeps
+the swizzled shared stores conflict-free), the load side (TMA loads, a persistent CTA with a two-deep input ring) and
+the barrier stalls.
+
 Tests: ``tests/test_kda_parallel_gpu.py`` (GPU), compile-only ``tests/test_kda_parallel_compile.py -k kda``; the
 step-3 options: ``tests/test_kda_prep_opts_gpu.py``; the solve and gate options: ``tests/test_kda_prep_speed_gpu.py``;
-per-kernel time: ``benchmarks/linear_attention_kernels.py --family kda --variants parallel``.
+the staged stores: ``tests/test_kda_prep_staged_gpu.py``; per-kernel time: ``benchmarks/linear_attention_kernels.py
+--family kda --variants parallel``.
 """
 
 from __future__ import annotations
@@ -147,6 +174,7 @@ from .._device.delta_rule import BV, CHUNK, SOLVE_BLOCK, THREADS, VEC, k_major_s
 from .._device.delta_rule import smem_ready as _smem_ready
 from .._device.delta_rule import wgmma as _wgmma
 from .chunk_fwd_kernel import REF_OFFSET
+from .chunk_parallel_prep_staged import acc_to_stage, kd_chunk_to_stage, kd_stage_to_workspace, stage_to_gmem
 
 
 @dataclass(frozen=True)
@@ -171,10 +199,15 @@ class KdaParallelPrepKey:
     #: default on since session 6: the solve's off-diagonal bands on a 1 x 4 register tile per thread (16-byte shared
     #: reads); bitwise the kernel without it (``tiled_solve=False, lean_gates=False``: the session-6 first default, ``kp6``)
     tiled_solve: bool = True
-    #: Opt-in (default False: the default kernel, PTX unchanged): U = Tm (beta V) rounded to bf16 when stored, into the
-    #: first half of the workspace's ``u`` region (``_device/chunk_parallel.py``, "bf16 U"); the state pass must read it
-    #: as bf16 (``KdaParallelStateKey.u_bf16``, the ``ub16`` variant; the host checks the two agree)
-    u_bf16: bool = False
+    #: Opt-in (default False: the default kernel, PTX unchanged), needs ``ref_table`` (module docstring, "Staged kd and W",
+    #: session 8): ``(K exp(G_C - G))^T`` staged in shared memory (swizzled, conflict-free) and written to the workspace by
+    #: coalesced 16-byte stores (whole 128-byte channel rows per warp) instead of 2-byte scattered stores from registers;
+    #: bitwise the kernel without it
+    staged_kd: bool = False
+    #: Opt-in (default False; module docstring, "Staged kd and W", session 8), needs ``staged_kd`` (alone ptxas spills):
+    #: ``-Wm`` (bf16) staged from the accumulator in shared memory (G / A region, swizzled, conflict-free) and written by
+    #: warpgroup 1 by coalesced 16-byte stores instead of 4-byte fragment stores (half sectors); bitwise without it
+    staged_w: bool = False
 
 
 WARPGROUPS = 2
@@ -193,6 +226,17 @@ assert T_BYTES + Y_BYTES <= TM_OFF
 
 Q4 = 4  # tiled_solve: output columns per thread (one 16-byte fp32 vector)
 NBLK = CHUNK // SOLVE_BLOCK  # 16-row blocks of a chunk
+KD_STAGE_OFF = CHUNK * A_STRIDE  # staged_kd: fp32 offset of the staged kd tile in the G / A region (after A)
+W_BARRIER = 1  # staged_w: the named barrier of warpgroup 1 (0 is the CTA barrier)
+
+
+def _g_floats(d: int, staged_kd: bool) -> int:
+    """fp32 elements of the G / A region: G [64, d + 4]; with ``staged_kd`` at least A [64, 68] and the staged bf16 kd
+    tile [d, 64] after it (K = 128: the same 33 KB, the kd tile in G's dead tail; K = 64: 8 KB more)."""
+    n = CHUNK * (d + 4)
+    if staged_kd:
+        n = max(n, KD_STAGE_OFF + d * CHUNK // 2)
+    return n
 
 
 @cute.jit
@@ -246,7 +290,7 @@ def solve_inverse_256_tiled(sA: cute.Tensor, sT: cute.Tensor, sY: cute.Tensor, t
         cute.arch.sync_threads()
 
 
-def _table_storage(l_ck, d, pad):
+def _table_storage(l_ck, d, pad, g_floats):
     """The shared-memory struct of ``ref_table`` (host side, trace time): the default's fields, then the ratio table
     ``exp2(ref_a - ref_b)`` [NFAC, d] fp32 (5 KB at K = 128: about 107 KB in all, still two CTAs per SM). The step-1
     partial sums at the reference rows live in the K'_I tile (dead until step 3 with ``narrow_ap``)."""
@@ -259,7 +303,7 @@ def _table_storage(l_ck, d, pad):
         return cute.struct.Align[cute.struct.MemRange[BFloat16, n], 1024]
 
     fields = {  # evaluated annotations (this module defers annotations)
-        "smem_g": f32(CHUNK * (d + 4), 1024),
+        "smem_g": f32(g_floats, 1024),
         "smem_qr": bf16(tile),
         "smem_w": bf16(tile),
         "smem_kr": bf16(tile),
@@ -291,6 +335,16 @@ class KimiDeltaAttentionParallelPrep(ChunkParallelPrepLaunch):
             raise ValueError(
                 "KdaParallelPrepKey: lean_gates=True needs tiled_solve=True (alone ptxas spills 8 bytes at the 128-register cap); accepted: "
                 "both (the default), {'lean_gates': False} (tiled_solve alone), {'tiled_solve': False, 'lean_gates': False} (the session-6 first default)"
+            )
+        if key.staged_kd and not key.ref_table:
+            raise ValueError(
+                "KdaParallelPrepKey: staged_kd=True needs ref_table=True (kd is formed from the ref_table element pass); accepted: "
+                "{'staged_kd': True} on the default key"
+            )
+        if key.staged_w and not key.staged_kd:
+            raise ValueError(
+                "KdaParallelPrepKey: staged_w=True needs staged_kd=True (alone, ptxas spills 24 bytes at the 128-register cap at K = 128); accepted: "
+                "{'staged_kd': True, 'staged_w': True} or {'staged_kd': True}"
             )
         self.key = key
         self.D = key.head_dim
@@ -326,7 +380,7 @@ class KimiDeltaAttentionParallelPrep(ChunkParallelPrepLaunch):
 
         storage_class = SharedStorage
         if const_expr(self.key.ref_table):
-            storage_class = _table_storage(l_ck, D, pad)
+            storage_class = _table_storage(l_ck, D, pad, _g_floats(D, self.key.staged_kd))
         self.kernel(
             gQ, gK, gV, mG, mB, mCu, ws, n_seqs, seq_len, chunks_per_seq, heads, qk_heads, scale, mma_n64, mma_mn, l_ck, l_cc, v_off, storage_class
         ).launch(
@@ -368,8 +422,6 @@ class KimiDeltaAttentionParallelPrep(ChunkParallelPrepLaunch):
         SPAN = CHUNK // PARTS
         NB = CHUNK // SOLVE_BLOCK
         mW, mU, mKD, mQG, mP, mGE, _, _, _ = ws
-        if const_expr(self.key.u_bf16):  # U stored as bf16 [slots, heads, 64, D] over the first half of the u region
-            mU = cute.make_tensor(cute.recast_ptr(mU.iterator, dtype=BFloat16), mU.layout)
         tidx, _, _ = cute.arch.thread_idx()
         slot, head, _ = cute.arch.block_idx()
         hk = head // (heads // qk_heads)
@@ -397,6 +449,10 @@ class KimiDeltaAttentionParallelPrep(ChunkParallelPrepLaunch):
         sRef = storage.smem_ref.get_tensor(cute.make_layout((NREF, D), stride=(D, 1)))
         sTot = storage.smem_tot.get_tensor(cute.make_layout((PARTS, D), stride=(D, 1)))
         sBeta = storage.smem_beta.get_tensor(cute.make_layout((CHUNK,)))
+        if const_expr(self.key.staged_w):  # bf16 [D / 64][64 * 64] at the start of the G / A region (step 5; acc_to_stage's swizzle)
+            sWst = cute.make_tensor(cute.recast_ptr(storage.smem_g.data_ptr(), dtype=BFloat16), cute.make_layout((D * CHUNK,)))
+        if const_expr(self.key.staged_kd):  # bf16 [D * 64] after A in the G / A region (kd_chunk_to_stage's swizzle)
+            sKD = cute.make_tensor(cute.recast_ptr(storage.smem_g.data_ptr() + KD_STAGE_OFF, dtype=BFloat16), cute.make_layout((D * CHUNK,)))
 
         # 16-byte views: [rows, chunks of 8 channels]
         sGv = cute.zipped_divide(sG, (1, VEC))
@@ -505,6 +561,8 @@ class KimiDeltaAttentionParallelPrep(ChunkParallelPrepLaunch):
             if const_expr(self.key.ref_table):
                 sFacv = cute.zipped_divide(storage.smem_fac.get_tensor(cute.make_layout((NFAC, D), stride=(D, 1))), (1, VEC))
                 kikeep = cute.make_rmem_tensor(cute.make_layout((1, VEC, NM)), Float32)  # K exp2(ref_rb - G) (step 3)
+                if const_expr(self.key.staged_kd):
+                    kdkeep = cute.make_rmem_tensor(cute.make_layout((1, VEC, NM)), BFloat16)  # kd of this thread's elements
             else:
                 gkeep = cute.make_rmem_tensor(cute.make_layout((1, VEC, NM)), Float32)  # G of this thread's elements (step 3)
                 kkeep = cute.make_rmem_tensor(cute.make_layout((1, VEC, NM)), BFloat16)  # bf16 K (normalised, masked)
@@ -534,10 +592,14 @@ class KimiDeltaAttentionParallelPrep(ChunkParallelPrepLaunch):
                 if const_expr(self.key.ref_table):
                     ki = kn * e_inv
                     kikeep[None, None, m].store(ki)
-                    kdbuf.store((ki * sFacv[(None, None), (FAC_C + rblk, ch)].load()).to(BFloat16))
+                    if const_expr(self.key.staged_kd):  # kept in registers (bf16) until step 3 may overwrite G's tail
+                        kdkeep[None, None, m].store((ki * sFacv[(None, None), (FAC_C + rblk, ch)].load()).to(BFloat16))
+                    else:
+                        kdbuf.store((ki * sFacv[(None, None), (FAC_C + rblk, ch)].load()).to(BFloat16))
                 else:
                     kdbuf.store((kn * e_c).to(BFloat16))
-                kd_chunk_to_workspace(mKD, kdbuf, slot, head, row, ch)  # (K exp(G_C - G))^T: [channel % 64, token, channel / 64]
+                if const_expr(not self.key.staged_kd):
+                    kd_chunk_to_workspace(mKD, kdbuf, slot, head, row, ch)  # (K exp(G_C - G))^T: [channel % 64, token, channel / 64]
                 if const_expr(not self.key.ref_table):
                     gkeep[None, None, m].store(g)
                     kkeep[None, None, m].store(kb)
@@ -571,6 +633,13 @@ class KimiDeltaAttentionParallelPrep(ChunkParallelPrepLaunch):
                             e_r = cute.math.exp2(sRefv[(None, None), (bi, ch)].load() - gkeep[None, None, m].load(), fastmath=True)
                             sKRv[(None, None), (row, ch)].store((kkeep[None, None, m].load().to(Float32) * e_r).to(BFloat16))
                 _smem_ready()
+                if const_expr(self.key.staged_kd and bi == 0):
+                    # kd (formed in step 2, kept as bf16 in registers) into the staged tile in G's tail: every read of G (step
+                    # 2) is behind the barrier above; before the WGMMA, so that its accumulator is not live (128-register cap)
+                    for m in cutlass.range_constexpr(NM):
+                        ch = element_chunk(j4, m)
+                        kdbuf.store(kdkeep[None, None, m].load())
+                        kd_chunk_to_stage(sKD, kdbuf, row, ch)
                 if const_expr(self.key.narrow_ap):
                     # every warp holds 16 key rows j of the 16 query rows of block bi: the masks are selects, all warps store
                     if wg == 0:
@@ -618,6 +687,8 @@ class KimiDeltaAttentionParallelPrep(ChunkParallelPrepLaunch):
 
             # V -> shared (over K'_I) by cp.async, in flight during the solve (rows past the end: the last row; beta = 0)
             cp_async_v_row_chunks(gV, sVv, t_row, head, row, j4, NM)
+            if const_expr(self.key.staged_kd):  # the staged kd (published by block 0's closing barrier): stores in flight during the solve
+                kd_stage_to_workspace(sKD, mKD, slot, head, tidx, D)
 
             # ---- 4. T = (I + A)^-1: diagonal blocks in registers, then the off-diagonal blocks band by band -----------
             if const_expr(self.key.tiled_solve):
@@ -637,7 +708,7 @@ class KimiDeltaAttentionParallelPrep(ChunkParallelPrepLaunch):
             cute.arch.cp_async_wait_group(0)
             _smem_ready()
 
-            # ---- 5. warpgroup 0: U = (T Diag(beta)) V (fp32; bf16 with u_bf16); warpgroup 1: -Wm = -(T Diag(beta)) (K exp G) (bf16) ------
+            # ---- 5. warpgroup 0: U = (T Diag(beta)) V (fp32); warpgroup 1: -Wm = -(T Diag(beta)) (K exp G) (bf16) ------
             wgmn = mma_mn.get_slice(0)
             tm_A = wgmn.make_fragment_A(wgmn.partition_A(sTm))
             if wg == 0:
@@ -651,6 +722,17 @@ class KimiDeltaAttentionParallelPrep(ChunkParallelPrepLaunch):
                 for h in cutlass.range_constexpr(NH):
                     ke_B = wgmn.make_fragment_B(wgmn.partition_B(cute.local_tile(sKEt, (BV, CHUNK), (h, 0))))
                     _wgmma(mma_mn, acc, tm_A, ke_B, True)
-                    acc_to_gmem(cute.local_tile(mW[slot, head, None, None], (CHUNK, BV), (0, h)), acc, c64, True, False)
+                    if const_expr(self.key.staged_w):  # G / A region, free since the barrier before step 5: [64, 64] bf16 per h
+                        acc_to_stage(acc, c64, cute.make_tensor(sWst.iterator + h * CHUNK * BV, cute.make_layout((CHUNK * BV,))), True)
+                    else:
+                        acc_to_gmem(cute.local_tile(mW[slot, head, None, None], (CHUNK, BV), (0, h)), acc, c64, True, False)
+                if const_expr(self.key.staged_w):
+                    cute.arch.barrier(barrier_id=W_BARRIER, number_of_threads=THREADS)  # warpgroup 1 only
+                    for h in cutlass.range_constexpr(NH):
+                        stage_to_gmem(
+                            cute.make_tensor(sWst.iterator + h * CHUNK * BV, cute.make_layout((CHUNK * BV,))),
+                            cute.local_tile(mW[slot, head, None, None], (CHUNK, BV), (0, h)),
+                            lt,
+                        )
 
     kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
