@@ -21,6 +21,10 @@ staged through a 128-byte swizzle and TMA reduce-adds, with dq_tma, stats_tma, d
 rows: separates the tile's gain from the staging's) and ``ours-tmaw`` (dq_tma's 64-row schedule with the writer warp);
 ``ours-m128`` (d64 only: FA3 / FA4's 128-row query blocks, with the causal default's dq_bulk + dq_writer, stats_tma,
 ds2, prepost, causal and not) and ``ours-m128t`` (the same tile with dq_tma's reduce-adds from the consumers);
+session 8's instruction-overhead variants: ``ours-pack`` / ``ours-dsk`` / ``ours-pd`` (the case's default schedule plus
+``pack1``: P^T / dS^T converted once, ``dsk``: dS stored K-major by transposed stmatrix, or both), ``ours-m128r``
+(ours-m128 with ``dqrows``: dQ's 128 rows split over the warpgroups) and ``ours-m128x`` (ours-m128 with those three
+and ``stats4``: lse_log2 / dpsum read as 16-byte words);
 ``ours-splitdb`` (d256: split_d with FA4's dQ path: one 64 x 128 dQ GEMM per warpgroup, staged in fragment order and
 added by one bulk reduce-add per warpgroup from the writer warp, one Q / dO stage), ``ours-splitdw`` (the same with S^T
 on one consumer warpgroup and dP^T on the other, 64 x 64 each: a third less shared-memory operand traffic for the two
@@ -38,6 +42,7 @@ many heads in flight at d128; a launch argument, same kernels). A short A/B of t
     python benchmarks/sdpa_bwd.py --quick --providers=ours,ours-m80,ours-m80w,ours-dqt,ours-tmaw,fa4,torch-cudnn
     python benchmarks/sdpa_bwd.py --only="d256 s8k" --providers=ours,fa4,torch-cudnn,ours-splitdr2 --out=sdpa_bwd_d256
     python benchmarks/sdpa_bwd.py --only=d64 --providers=ours,ours-m128,ours-m128t,fa4 --out=sdpa_bwd_m128
+    python benchmarks/sdpa_bwd.py --only="d128 s4k|d128 s8k|d64 s4k|d64 s8k" --providers=ours,ours-pd,ours-m128,ours-m128x,fa4 --out=sdpa_bwd_instr
 
     python benchmarks/sdpa_bwd.py [--quick]     # writes docs/benchmarks/sdpa_bwd.{md,csv,png}; --quick: d128 8k (causal and not) + d256 8k -> sdpa_bwd_quick.*; --providers=a,b
     # --providers=a,b also orders the columns (and the runs within a case); --only=d128 keeps the cases whose label
@@ -142,6 +147,12 @@ VARIANTS = {
     # causal and not (dq_bulk at 128 rows takes the writer warp), and with dq_tma's reduce-adds from the consumers
     "ours-m128": ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost", "m128"),
     "ours-m128t": ("dq_tma", "stats_tma", "ds2", "prepost", "m128"),
+    # session 8 (issue #6, instruction overhead vs FA4): ours-m128 with dQ's 128 rows split over the warpgroups (8
+    # m64n64k16 dQ WGMMAs a block instead of 16 m64n32k16, one 16 KiB bulk reduce-add per warpgroup), and with it P^T /
+    # dS^T converted once (pack1), dS stored K-major by transposed stmatrix (dsk) and lse_log2 / dpsum read as 16-byte
+    # words from rows the preprocess stored permuted (stats4)
+    "ours-m128r": ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost", "m128", "dqrows"),
+    "ours-m128x": ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost", "m128", "pack1", "dsk", "dqrows", "stats4"),
     # d256 (issue #6): split_d with FA4's dQ path (one dQ GEMM per warpgroup, fragment-ordered staging, a bulk
     # reduce-add from the writer warp, one Q / dO stage)
     "ours-splitdb": ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost"),
@@ -153,6 +164,28 @@ VARIANTS = {
     # ... with dkvearly: the RS GEMMs from one call site (no ptxas WGMMA serialization) ahead of the dS^T barrier
     "ours-splitdr2": ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "sdpwg", "dkvrs", "dkvearly"),
 }
+
+
+#: Variants ON TOP of the library's defaults for the case (CAUSAL_TUNING or DEFAULT_TUNING; D <= 128), by provider name
+#: (session 8, issue #6): ``pack1`` (P^T / dS^T converted to 16 bits once: one inline cvt per register pair), ``dsk``
+#: (dS stored K-major by transposed stmatrix: one base address plus immediates) and both.
+DEFAULT_PLUS = {
+    "ours-pack": ("pack1",),
+    "ours-dsk": ("dsk",),
+    "ours-pd": ("pack1", "dsk"),
+}
+
+
+def _make_default_plus(extra):
+    def make(case):
+        from cudnn.sdpa.bwd import api as bwd_api
+
+        if case.params["d"] > 128:
+            raise Unsupported("pack1 / dsk are schedules of the 64-wide main kernel (D <= 128)")
+        base = bwd_api.CAUSAL_TUNING if case.params["causal"] else bwd_api.DEFAULT_TUNING
+        return make_ours(case, tuple(base) + tuple(extra))
+
+    return make
 
 
 #: Launch-order A/B (the plan's ``_l2_group_dq``), by provider name: the tuning it runs with (None: the defaults).
@@ -269,6 +302,7 @@ def main(argv=None):
     providers = [
         Provider("ours", make_ours),
         *(Provider(name, _make_variant(tuning)) for name, tuning in VARIANTS.items()),
+        *(Provider(name, _make_default_plus(extra)) for name, extra in DEFAULT_PLUS.items()),
         *(Provider(name, _make_variant(tuning, True)) for name, tuning in L2DQ_VARIANTS.items()),
         Provider("fa4", make_fa4, fa4_available),
         Provider("torch-cudnn", _make_torch("CUDNN_ATTENTION")),

@@ -31,7 +31,11 @@ window, varlen and sinks; dqt meets GQA causal with odd lengths and (with the wr
 compiles: about 180 s on the H200 host (the new ones alone, ``-k "m80 or dqt or dq_tma+dq_writer"``: 13 tests, 13
 compiles, about 70 s). m128 (``-k m128``: 5 tests, 5 keys, about 45 s) meets GQA causal at S = 1000 (a last block
 past S_q), a single partial block of 77 rows (non-causal), MQA bottom-right with dq_tma, a two-sided window on the atomic
-path and THD varlen (empty / one-token sequences) with the writer warp.
+path and THD varlen (empty / one-token sequences) with the writer warp. Session 8's instruction-overhead variants
+(``-k "pack1 or dqrows"``: 7 tests, 7 keys, about 50 s): the non-causal default + pack1 + dsk at S = 1000 (partial
+last key and query blocks) and fp16 d64 with a two-sided window (cvt.rn.f16x2), the causal default + pack1 + dsk GQA at
+S = 1000 and on varlen; m128 + pack1 + dsk + dqrows + stats4 GQA causal at S = 1000, a single partial block of 77 rows
+and varlen.
 """
 
 from __future__ import annotations
@@ -62,6 +66,13 @@ DQT = ("dq_tma", "stats_tma", "ds2", "prepost", "dqt")
 M128W = ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost", "m128")
 M128T = ("dq_tma", "stats_tma", "ds2", "prepost", "m128")
 M128A = ("stats_tma", "ds2", "m128")
+# session 8 (issue #6, instruction overhead vs FA4): the non-causal / causal defaults (DEFAULT_TUNING / CAUSAL_TUNING)
+# plus pack1 (P^T / dS^T converted once) and dsk (dS stored K-major by transposed stmatrix: the dQ GEMM's A K-major),
+# and m128 with those, dqrows (dQ's 128 rows split over the warpgroups, one 64-row block per bulk reduce-add) and
+# stats4 (lse_log2 / dpsum stored permuted by the preprocess: one 16-byte load per four columns)
+PD = ("dq_bulk", "stats_tma", "ds2", "prepost", "pack1", "dsk")
+PDC = ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost", "pack1", "dsk")
+M128X = ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost", "m128", "pack1", "dsk", "dqrows", "stats4")
 
 
 @pytest.fixture(autouse=True)
@@ -128,6 +139,11 @@ CASES = [
     (M128W, torch.bfloat16, 64, 4, 4, 77, 300, False, False, (-1, -1), BHSD),  # one partial query block of 77 rows
     (M128T, torch.float16, 64, 8, 1, 257, 700, True, True, (-1, -1), BHSD),  # MQA bottom-right, dq_tma's reduce-adds
     (M128A, torch.float16, 64, 4, 2, 500, 700, False, False, (70, 33), BSHD),  # atomics, two-sided window: blocks no query sees
+    (PD, torch.bfloat16, 128, 4, 4, 1000, 1000, False, False, (-1, -1), BSHD),  # ragged: a partial last key and query block
+    (PDC, torch.bfloat16, 128, 8, 2, 1000, 1000, True, False, (-1, -1), BSHD),  # GQA causal, ragged
+    (PD, torch.float16, 64, 4, 4, 500, 700, False, False, (70, 33), BSHD),  # fp16 (cvt.rn.f16x2), two-sided window
+    (M128X, torch.bfloat16, 64, 8, 2, 1000, 1000, True, False, (-1, -1), BSHD),  # GQA causal; last block past S_q
+    (M128X, torch.bfloat16, 64, 4, 4, 77, 300, False, False, (-1, -1), BHSD),  # one partial query block of 77 rows
 ]
 
 
@@ -154,6 +170,8 @@ def test_variant_grads_match_reference(case):
     assert plan.key.dq_bulk == ("dq_bulk" in tuning) and plan.key.dq_writer == ("dq_writer" in tuning)
     assert plan.key.tile_m80 == ("m80" in tuning) and plan.key.dq_t128 == ("dqt" in tuning)
     assert plan.key.tile_m128 == ("m128" in tuning)
+    assert plan.key.pack_once == ("pack1" in tuning) and plan.key.ds_kmajor == ("dsk" in tuning) and plan.key.dq_rows == ("dqrows" in tuning)
+    assert plan.key.stats_vec4 == ("stats4" in tuning)
     assert plan.key.sdp_wg == ("sdpwg" in tuning) and plan.key.dkv_rs == ("dkvrs" in tuning) and plan.key.dkv_early == ("dkvearly" in tuning)
     ref = attention_grads_ref(q, k, v, do, **kw)
     lowp = attention_grads_ref(q, k, v, do, upcast=False, **kw)
@@ -173,6 +191,10 @@ VARLEN = [
     (("dq_tma", "dq_writer", "stats_tma", "ds2", "prepost", "dqt"), False, torch.bfloat16, 128, 4, 4, [1000, 33, 257], [1000, 33, 257], False, False, (-1, -1)),
     # m128: per-sequence 128-row padding, empty and one-token sequences, GQA causal bottom-right
     (M128W, False, torch.bfloat16, 64, 8, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], True, True, (-1, -1)),
+    # session 8: the causal default + pack1 + dsk, and m128 + pack1 + dsk + dqrows + stats4 (per-sequence 128-row
+    # padding: the permuted stats rows stay inside each sequence's 16-row groups)
+    (PDC, False, torch.bfloat16, 128, 8, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], True, True, (-1, -1)),
+    (M128X, False, torch.bfloat16, 64, 8, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], True, True, (-1, -1)),
 ]
 
 

@@ -697,3 +697,183 @@ def test_m128_dq_bulk_halves_are_the_64_row_fragment_order():
     trace()
     assert not bad, bad[:4]
     assert len(seen) == 128 * 64
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Session 8 (issue #6): the main kernel's instruction overhead vs FA4. pack1 (pack_once): P^T / dS^T converted to 16 bits
+# once (one inline cvt per register pair; LLVM re-formed dS^T's conversions for the dK WGMMA after the branches that
+# follow its stmatrix); dsk (ds_kmajor): dS stored K-major through transposed stmatrix (one base address plus
+# immediates per block); dqrows (dq_rows, with m128 + dq_bulk): dQ's 128 rows split over the warpgroups (m64n64k16
+# instead of twice as many m64n32k16, one reduce-add per warpgroup).
+PD = ("dq_bulk", "stats_tma", "ds2", "prepost", "pack1", "dsk")
+M128X = ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost", "m128", "pack1", "dsk", "dqrows", "stats4")
+
+
+def test_pack1_dsk_dqrows_set_their_key_fields_and_bad_combinations_are_refused():
+    """pack1 / dsk / dqrows / stats4 map onto pack_once / ds_kmajor / dq_rows / stats_vec4 (their own kernel-cache
+    entries); dqrows is a schedule of m128 + dq_bulk, stats4 of m128, dsk excludes m80 / dqt / split_d (their dQ^T reads
+    dS^T), pack1 excludes split_d."""
+    from cudnn.sdpa.bwd.api import SdpaBwdSm90
+
+    plan = SdpaBwdSm90(*_descs(), _tuning=PD)
+    assert plan.check_support() and plan.key.pack_once and plan.key.ds_kmajor and not plan.key.dq_rows
+    base = SdpaBwdSm90(*_descs(), _tuning=PD[:4])
+    base.check_support()
+    assert base.key != plan.key and not (base.key.pack_once or base.key.ds_kmajor)
+    m128 = SdpaBwdSm90(*_d64_descs(), is_causal=True, _tuning=M128X)
+    assert m128.check_support() and m128.key.dq_rows and m128.key.tile_m128 and m128.key.pack_once and m128.key.ds_kmajor and m128.key.stats_vec4
+    with pytest.raises(ValueError, match="stats_vec4"):
+        SdpaBwdSm90(*_descs(), _tuning=PD + ("stats4",)).check_support()  # 64-row blocks
+    with pytest.raises(ValueError, match="dq_rows"):
+        SdpaBwdSm90(*_descs(), _tuning=("dq_bulk", "stats_tma", "dqrows")).check_support()  # 64-row blocks
+    with pytest.raises(ValueError, match="dq_rows"):
+        SdpaBwdSm90(*_d64_descs(), _tuning=("stats_tma", "m128", "dqrows")).check_support()  # atomics
+    with pytest.raises(ValueError, match="ds_kmajor"):
+        SdpaBwdSm90(*_descs(), _tuning=("dq_tma", "stats_tma", "m80", "dsk")).check_support()
+    with pytest.raises(ValueError, match="pack_once"):
+        SdpaBwdSm90(*_descs(), _tuning=("split_d", "prepost", "pack1")).check_support()
+
+
+@pytest.mark.compile_only
+@pytest.mark.filterwarnings("ignore:This static loop has")  # the 256 traced threads: a trace-time loop on purpose
+def test_dq_rows_stages_the_fragment_order_the_postprocess_reads():
+    """dqrows, traced on the CPU (no compile) from the objects the kernel uses: consumer thread t of warpgroup w holds
+    rows 64 w .. 64 w + 63 of the 128-row block (all 64 columns) and its fragment copy (over the staging buffer with its
+    warpgroup and half modes swapped) puts each element in 64-row block w at the very offset where the 64-row plan (the
+    order the unchanged postprocess reads, ``_dq_order_mma``) puts that (row, column): the two warpgroups cover the
+    128 x 64 block exactly once, each its own contiguous 64-row block (one bulk reduce-add each)."""
+    import cutlass
+    import cutlass.cute as cute
+
+    from cudnn.sdpa.bwd.kernel_key import DQ_BULK_ROWS, SdpaBwdKey
+    from cudnn.sdpa.bwd.kernel_sm90 import SdpaBwdKernelSm90
+
+    head = ("bf16", 64, 64, 1, False, False, False, True, False, False, False)
+    rows = SdpaBwdKernelSm90(SdpaBwdKey(*head, dq_bulk=True, dq_writer=True, stats_tma=True, tile_m128=True, dq_rows=True))
+    p64 = SdpaBwdKernelSm90(SdpaBwdKey(*head, dq_bulk=True))
+    half = DQ_BULK_ROWS * 64 // p64.num_consumer_wg
+    order, placed, bad = {}, {}, []
+
+    @cute.jit
+    def trace():
+        mma_rows, mma64 = rows._tiled_mmas()[3], p64._tiled_mmas()[3]
+        copy = rows._dq_bulk_copy()
+        view = rows._dq_rows_layout()  # the consumers' view of the staging buffer
+        c128, c64 = cute.make_identity_tensor((128, 64)), cute.make_identity_tensor((64, 64))
+        s_rows, s64 = cute.make_identity_tensor(view.shape), cute.make_identity_tensor((half, p64.num_consumer_wg))
+        if cutlass.const_expr(str(rows._dq_order_mma()) != str(mma64)):
+            bad.append("order mma")
+        for vt in cutlass.range_constexpr(rows.num_consumer_wg * rows.threads_per_wg):
+            tC64, tS64 = mma64.get_slice(vt).partition_C(c64), copy.get_slice(vt).partition_D(s64)
+            for p in cutlass.range_constexpr(cute.size(tC64)):
+                s = tS64[cute.idx2crd(p, tS64.shape)]
+                order[(tC64[p][0], tC64[p][1])] = s[0] + s[1] * half
+            tC, tS = mma_rows.get_slice(vt).partition_C(c128), copy.get_slice(vt).partition_D(s_rows)
+            if cutlass.const_expr(cute.size(tC) != cute.size(tS)):
+                bad.append((vt, "sizes"))
+            for p in cutlass.range_constexpr(cute.size(tC)):
+                r, c = tC[p]
+                off = view(tS[cute.idx2crd(p, tS.shape)])  # the float the kernel stages register p at
+                if cutlass.const_expr(off // (2 * half) != vt // rows.threads_per_wg or r // 64 != off // (2 * half)):
+                    bad.append((vt, p, "block"))
+                placed[(r, c)] = (off // (2 * half), off % (2 * half))
+
+    trace()
+    assert not bad, bad[:4]
+    assert len(placed) == 128 * 64 and len(set(placed.values())) == 128 * 64
+    assert all(order[(r % 64, c)] == off for (r, c), (blk, off) in placed.items())
+
+
+#: (key, step loops, cvt per loop, stmatrix.trans per loop, wgmma shapes): d128 non-causal and causal GQA with the
+#: case's default schedule + pack1 + dsk; d64 m128 with the writer warp + pack1 + dsk + dqrows, dense and causal varlen.
+INSTR_KEYS = [
+    ("'bf16', 128, 128, 1, False, False, False, False, False, False, False, dq_bulk=True, stats_tma=True, ds_double_buffer=True, pack_once=True, ds_kmajor=True",
+     32, 4, {"m64n64k16": 48, "m64n128k16": 16}),
+    ("'bf16', 128, 128, 4, True, False, False, False, False, False, False, dq_bulk=True, dq_writer=True, stats_tma=True, ds_double_buffer=True, pack_once=True, ds_kmajor=True",
+     32, 4, {"m64n64k16": 48, "m64n128k16": 16}),
+    ("'bf16', 64, 64, 1, False, False, False, False, False, False, False, dq_bulk=True, dq_writer=True, stats_tma=True, ds_double_buffer=True, tile_m128=True, pack_once=True, ds_kmajor=True, dq_rows=True, stats_vec4=True",
+     64, 8, {"m64n128k16": 16, "m64n64k16": 48}),
+    ("'bf16', 64, 64, 4, True, False, False, True, False, True, False, dq_bulk=True, dq_writer=True, stats_tma=True, ds_double_buffer=True, tile_m128=True, pack_once=True, ds_kmajor=True, dq_rows=True, stats_vec4=True",
+     64, 8, {"m64n128k16": 16, "m64n64k16": 48}),
+]  # fmt: skip
+
+
+@pytest.mark.compile_only
+@pytest.mark.parametrize("key,cvt,sts,shapes", INSTR_KEYS, ids=["d128-pd", "d128-causal-gqa-pd", "d64-m128x", "d64-m128x-causal-varlen"])
+def test_instruction_variants_ptx_convert_once_store_ds_transposed_and_do_not_spill(tmp_path, key, cvt, sts, shapes):
+    """One compile each (two query-block loops: masked and unmasked): each loop converts P^T and dS^T once (``cvt``
+    16-bit pairs: the tile's elements per thread; the default converts dS^T twice) plus the dK / dV epilogue's; dS goes
+    to shared memory only by transposed stmatrix (``sts`` per loop; the untransposed ones are the epilogue's dK / dV);
+    the WGMMA shapes (dqrows: dQ as m64n64k16, no m64n32k16) and one bulk reduce-add per warpgroup at m128; no local
+    memory, a zero frame in the DSL's cubin and (where a host ptxas takes the PTX) no C75xx note, no spill."""
+    import shutil
+
+    from cudnn_testing.compile_only import frame_sizes
+
+    skip_unless_cutedsl("4.8.0", "cudnn.sdpa backward")
+    ptx = _dump(tmp_path, key, "SdpaBwdKernelSm90", keep="ptx,cubin")
+    d = 128 if "'bf16', 128" in key else 64
+    epilogue = 2 * (64 * d // 128) // 2  # dK and dV: 64 x D per warpgroup, a pair per cvt
+    assert ptx.count("cvt.rn.bf16x2.f32") == 2 * cvt + epilogue, ptx.count("cvt.rn.bf16x2.f32")
+    assert ptx.count("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16") == 2 * sts
+    assert ptx.count("stmatrix.sync.aligned.m8n8.x4.shared.b16") == 2 * (64 * d // 128) // 8  # the epilogue's dK / dV
+    found = re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m64n\d+k16)", ptx)
+    assert {n: found.count(n) for n in set(found)} == shapes
+    if "tile_m128" in key:
+        assert ptx.count("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32") == 2  # one per warpgroup
+        # stats_vec4: each loop's lse_log2 / dpsum reads are 16-byte words (8 + 8 per thread and block), no 8-byte ones;
+        # varlen's predicated dK / dV stores read shared memory in 16-byte words too (128 x 64 bf16 each, 256 threads)
+        varlen = key.split(", ")[9] == "True"
+        assert ptx.count("ld.shared.v4.b32") == 2 * 16 + (2 * 128 * 64 * 2 // 16 // 256 if varlen else 0) and "ld.shared.v2.b32" not in ptx
+    assert "st.local" not in ptx and "ld.local" not in ptx and frame_sizes(tmp_path) == [0]
+    exe = shutil.which("ptxas")
+    paths = [os.path.join(r, f) for r, _, fs in os.walk(str(tmp_path)) for f in fs if f.endswith(".ptx")]
+    if exe is None or len(paths) != 1:
+        pytest.skip("no host ptxas: the ptxas-notes check did not run")
+    out = subprocess.run([exe, "-arch=sm_90a", "-v", paths[0], "-o", os.path.join(str(tmp_path), "host_ptxas.out")], capture_output=True, text=True)
+    if out.returncode != 0:
+        pytest.skip("the host ptxas does not take the DSL's PTX: the ptxas-notes check did not run")
+    text = out.stdout + out.stderr
+    assert not re.search(r"C75\d\d", text), text[-2000:]
+    assert "0 bytes spill stores, 0 bytes spill loads" in text
+
+
+@pytest.mark.compile_only
+@pytest.mark.filterwarnings("ignore:This static loop has")  # the 256 traced threads: a trace-time loop on purpose
+def test_stats4_permutation_puts_each_threads_four_columns_in_one_16_byte_word():
+    """stats4, traced on the CPU (no compile): kernel_key.stats_perm_row permutes every aligned 16-row group, and for
+    every consumer thread of the m128 plan the query of its S^T column c (the lse_log2 / dpsum row the kernel needs) is
+    stored at 16 (c // 4) + 4 l + c % 4 with l = (query of column 0) / 2: the 16-byte word the kernel loads for columns
+    4 i .. 4 i + 3 (``local_tile(.., (4,), (4 i + l,))``)."""
+    import cutlass
+    import cutlass.cute as cute
+
+    from cudnn.sdpa._device.mma_sm90 import acc_view_mn
+    from cudnn.sdpa.bwd.kernel_key import SdpaBwdKey, stats_perm_row
+    from cudnn.sdpa.bwd.kernel_sm90 import SdpaBwdKernelSm90
+
+    assert all(sorted(stats_perm_row(g * 16 + i) for i in range(16)) == list(range(g * 16, g * 16 + 16)) for g in range(8))
+    head = ("bf16", 64, 64, 1, False, False, False, True, False, False, False)
+    plan = SdpaBwdKernelSm90(SdpaBwdKey(*head, dq_bulk=True, dq_writer=True, stats_tma=True, tile_m128=True, stats_vec4=True))
+    bad, seen = [], []
+
+    @cute.jit
+    def trace():
+        mma = plan._tiled_mmas()[0]
+        cS = cute.make_identity_tensor((plan.tile_n, plan.tile_m))
+        for t in cutlass.range_constexpr(plan.num_consumer_wg * plan.threads_per_wg):
+            tScS_mn = acc_view_mn(mma.get_slice(t).partition_C(cS))
+            ncol = cute.size(tScS_mn, mode=[1])
+            seen.append(ncol)
+            q0 = tScS_mn[0, 0][1]
+            for c in cutlass.range_constexpr(ncol):
+                q = tScS_mn[0, c][1]
+                if cutlass.const_expr(stats_perm_row(q) != 16 * (c // 4) + 4 * (q0 // 2) + c % 4):
+                    bad.append((t, c, q))
+                for r in cutlass.range_constexpr(cute.size(tScS_mn, mode=[0])):
+                    if cutlass.const_expr(tScS_mn[r, c][1] != q):
+                        bad.append((t, c, r))
+
+    trace()
+    assert not bad, bad[:4]
+    assert seen and set(seen) == {32}

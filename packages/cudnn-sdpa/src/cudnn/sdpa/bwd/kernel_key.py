@@ -61,6 +61,26 @@ class SdpaBwdKey(AttentionKey):
     # dP^T WGMMAs at N = 128; takes stats_tma, combines with ds2, prepost and the atomic, dq_tma or dq_bulk + dq_writer
     # dQ paths, dense or varlen (the 128-row scratch padding is a multiple of the tile); see kernel_sm90.py
     tile_m128: bool = False
+    # P^T and dS^T converted to the element type by one inline ``cvt.rn.{bf16,f16}x2.f32`` per pair of registers
+    # (session 8): LLVM re-forms dS^T's conversions after the branches between the stmatrix and the dK WGMMA (one set
+    # for the stmatrix, one for the RS WGMMA: 16 of each per query block and thread at 64 x 64), which an inline
+    # conversion cannot be; the same rounding (cvt.rn is what the default lowers to)
+    pack_once: bool = False
+    # with tile_m128 + dq_bulk: dQ's 128 rows split over the consumer warpgroups (FA3 / FA4's d64 dQ) instead of the
+    # head dim: each warpgroup one 64 x D accumulator in m64n64k16 WGMMAs (8 a block instead of 16 m64n32k16), staged
+    # as one whole 64-row fragment-ordered block (the same accumulator order: see kernel_sm90.py) and added by ONE
+    # 16 KiB bulk reduce-add per warpgroup instead of two
+    dq_rows: bool = False
+    # dS kept in shared memory as dS (queries, keys; keys contiguous) instead of dS^T (FA3 / FA4's layout): written by
+    # transposed stmatrix (the four stores of a thread step over 16-query rows of the buffer, whole swizzle periods apart:
+    # one base address plus immediates, where dS^T's step across a swizzled row and recompute each address per block),
+    # read by dQ = dS K as a K-major A operand; not with m80 / dqt (their dQ^T reads dS^T) or split_d
+    ds_kmajor: bool = False
+    # with tile_m128 (stats_tma): the preprocess stores lse_log2 / dpsum permuted inside each 16-row group (row
+    # 8 j + 2 l + b of the group at 4 l + 2 j + b, j, b in {0, 1}, l < 4: see stats_perm_row) so that the four query
+    # columns 8 j + 2 l + b (j = 2 i, 2 i + 1) of a consumer thread are one 16-byte word: 16 LDS.128 per block and
+    # thread instead of 32 LDS.64 (each value is already read once; this halves the loads)
+    stats_vec4: bool = False
 
     def __post_init__(self):
         if self.tile_m128 and (self.head_dim != 64 or self.head_dim_v != 64 or self.deterministic or self.tile_m80 or self.dq_t128 or self.split_d):
@@ -80,6 +100,17 @@ class SdpaBwdKey(AttentionKey):
                 "SdpaBwdKey: tile_m128 (m128) with dq_bulk takes dq_writer (the consumers issuing the two bulk reduce-adds "
                 "per warpgroup themselves spill at 128 rows)"
             )
+        if self.dq_rows and not (self.tile_m128 and self.dq_bulk):
+            raise ValueError(
+                "SdpaBwdKey: dq_rows (dqrows) is a schedule of tile_m128 + dq_bulk (set m128 and dq_bulk: each consumer warpgroup "
+                f"adds one whole 64-row fragment-ordered block); got tile_m128={self.tile_m128}, dq_bulk={self.dq_bulk}"
+            )
+        if self.stats_vec4 and not self.tile_m128:
+            raise ValueError("SdpaBwdKey: stats_vec4 (stats4) is a layout of m128's lse_log2 / dpsum reads (set m128)")
+        if self.ds_kmajor and (self.tile_m80 or self.dq_t128 or self.split_d):
+            raise ValueError("SdpaBwdKey: ds_kmajor (dsk) is a dS layout of the 64-wide main kernel's dQ = dS K (not m80, dqt or split_d)")
+        if self.pack_once and self.split_d:
+            raise ValueError("SdpaBwdKey: pack_once (pack1) is a schedule of the 64-wide main kernel (kernel_sm90.py's step), not of split_d's")
         if self.dq_tma and self.deterministic:
             raise ValueError("SdpaBwdKey: dq_tma has no deterministic mode (the fixed-order dQ reduction uses the atomic path)")
         if self.dq_bulk and (self.deterministic or self.dq_tma):
@@ -136,6 +167,10 @@ TUNING_FIELDS = {
     "dkvrs": "dkv_rs",
     "dkvearly": "dkv_early",
     "m128": "tile_m128",
+    "pack1": "pack_once",
+    "dqrows": "dq_rows",
+    "dsk": "ds_kmajor",
+    "stats4": "stats_vec4",
 }
 
 #: dq_bulk: query rows per fragment-ordered block of the dQ accumulator (the main kernel's tile_m). Block ``m`` of a
@@ -145,6 +180,12 @@ TUNING_FIELDS = {
 #: ``(p // 4) * 512 + 4 t + p % 4`` (16-byte groups, thread-interleaved: what one 16-byte store per thread and group
 #: writes conflict-free, and what one contiguous bulk reduce-add per warpgroup adds).
 DQ_BULK_ROWS = 64
+
+
+def stats_perm_row(row):
+    """stats_vec4: where the preprocess stores scratch row ``row`` of lse_log2 / dpsum (a permutation inside each aligned
+    16-row group: row 8 j + 2 l + b of the group goes to 4 l + 2 j + b). Works on ints and on DSL integers."""
+    return (row // 16) * 16 + ((row % 8) // 2) * 4 + ((row // 8) % 2) * 2 + row % 2
 
 
 def tile_config(head_dim: int, head_dim_v: int) -> tuple[int, int, int]:

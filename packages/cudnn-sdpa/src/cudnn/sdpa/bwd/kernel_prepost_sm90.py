@@ -34,7 +34,7 @@ from cutlass import Float32, Int32, Int64, const_expr
 
 from .._device.kernel_plan import DTYPES
 from .._device.kernel_plan import fake_gmem_ptr as _ptr
-from .kernel_key import DQ_BULK_ROWS, PREPOST_ROWS, SEM_ROWS, SdpaBwdKey
+from .kernel_key import DQ_BULK_ROWS, PREPOST_ROWS, SEM_ROWS, SdpaBwdKey, stats_perm_row
 from .kernel_sm90 import SdpaBwdKernelSm90
 
 LOG2_E = math.log2(math.e)
@@ -155,8 +155,12 @@ class SdpaBwdPreprocessSm90:
             srow = pad + local
             self.zero_semaphores(mSem, m_block, head, batch, pad, tidx)
             dot, lse2 = self.row_dot_lse(mO, mdO, mLSE, local, row, head, batch, seqlen_q, 0, 1)
-            mLSE2[srow, head, batch] = lse2
-            mDpsum[srow, head, batch] = dot
+            if const_expr(self.key.stats_vec4):
+                mLSE2[stats_perm_row(srow), head, batch] = lse2
+                mDpsum[stats_perm_row(srow), head, batch] = dot
+            else:
+                mLSE2[srow, head, batch] = lse2
+                mDpsum[srow, head, batch] = dot
             if const_expr(mSinks is not None):
                 # d loss / d sink[h] = -sum_i P_sink[i] * dpsum[i], with P_sink[i] = exp(sink - LSE[i]); one partial per warp.
                 contrib = Float32(0.0)
@@ -184,8 +188,12 @@ class SdpaBwdPreprocessSm90:
                 dot, lse2 = self.row_dot_lse(mO, mdO, mLSE, local, row, head, batch, seqlen_q, sub, ROW_THREADS)
                 dot = cute.arch.warp_reduction_sum(dot, threads_in_group=ROW_THREADS)
                 if sub == 0:
-                    mLSE2[srow, head, batch] = lse2
-                    mDpsum[srow, head, batch] = dot
+                    if const_expr(self.key.stats_vec4):
+                        mLSE2[stats_perm_row(srow), head, batch] = lse2
+                        mDpsum[stats_perm_row(srow), head, batch] = dot
+                    else:
+                        mLSE2[srow, head, batch] = lse2
+                        mDpsum[srow, head, batch] = dot
                     if const_expr(mSinks is not None):
                         if local < seqlen_q:
                             contrib = contrib - cute.math.exp2(Float32(mSinks[head]) * LOG2_E - lse2, fastmath=True) * dot
@@ -392,7 +400,7 @@ class SdpaBwdPostprocessSm90:
         D = self.head_dim
         plan = self.main_plan
         nwg = plan.num_consumer_wg
-        tiled_mma_dQ = plan._tiled_mmas()[3]
+        tiled_mma_dQ = plan._dq_order_mma()
         tiled_copy = plan._dq_bulk_copy()
         gAcc_head = mdQacc[None, None, head, batch]
         gdQ_head = mdQ[None, None, head, batch]

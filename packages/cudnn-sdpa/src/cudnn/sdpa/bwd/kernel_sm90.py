@@ -55,6 +55,14 @@ preprocess initialized (lse_log2 = +inf past S_q: P^T = dS^T = 0). dq_bulk stage
 spill 8 bytes at 128 rows, so the key requires the writer). Not served: deterministic (the turn counters count 64-row
 blocks), m80, dqt, split_d.
 
+Instruction-overhead variants (session 8, issue #6; opt-in key fields, default PTX byte-identical): ``pack_once``
+(pack1: P^T / dS^T converted by one inline cvt per register pair; LLVM otherwise re-forms dS^T's conversions for the dK
+WGMMA after the branches behind its stmatrix), ``ds_kmajor`` (dsk: dS kept K-major, queries x keys, written by
+transposed stmatrix at one base address plus immediates, read by dQ = dS K as a K-major A operand), ``dq_rows``
+(dqrows, m128 + dq_bulk: dQ's 128 rows split over the warpgroups, m64n64k16 WGMMAs, one whole 64-row fragment-ordered
+block and one bulk reduce-add per warpgroup, the accumulator order unchanged) and ``stats_vec4`` (stats4, m128: lse_log2
+/ dpsum rows stored permuted by the preprocess so a thread's four columns are one 16-byte load).
+
 Tests: packages/cudnn-sdpa/tests/test_sdpa_bwd_*.py. Benchmark: benchmarks/sdpa_bwd.py.
 """
 
@@ -99,6 +107,24 @@ def reduce_add_bulk_f32(gmem_ptr: cute.Pointer, smem_ptr: cute.Pointer, num_byte
     )
 
 
+@dsl_user_op
+def cvt_pack_f32x2(a: Float32, b: Float32, fp16: bool, *, loc=None, ip=None) -> Int32:
+    """``cvt.rn.{bf16,f16}x2.f32``: two fp32 values rounded to one 32-bit register of 16-bit halves (``a`` in the low
+    half, the element order of a register fragment). Inline, so LLVM keeps it where it is written (pack_once)."""
+    kind = "f16x2" if fp16 else "bf16x2"
+    return Int32(
+        llvm.inline_asm(
+            Int32.mlir_type,
+            [Float32(a).ir_value(loc=loc, ip=ip), Float32(b).ir_value(loc=loc, ip=ip)],
+            f"cvt.rn.{kind}.f32 $0, $2, $1;",
+            "=r,f,f",
+            has_side_effects=False,
+            is_align_stack=False,
+            asm_dialect=llvm.AsmDialect.AD_ATT,
+        )
+    )
+
+
 class NamedBarrierBwd(enum.IntEnum):
     EPILOGUE = 1  # consumers: dK / dV written to shared memory
     PDS = 2  # consumers: dS^T in shared memory is free / written
@@ -132,7 +158,12 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         return bool(self.key.tile_m80 or self.key.tile_m128)
 
     def _ds_layout(self):
-        """dS^T (keys, queries), queries contiguous; ``num_stages`` buffers (indexed like Q's stage) with ds_double_buffer."""
+        """dS^T (keys, queries), queries contiguous; ``num_stages`` buffers (indexed like Q's stage) with ds_double_buffer.
+        ds_kmajor: dS (queries, keys), keys contiguous."""
+        if self.key.ds_kmajor:
+            if self.key.ds_double_buffer:
+                return self._smem_layout(self.tile_m, self.tile_n, self.num_stages)
+            return self._smem_layout(self.tile_m, self.tile_n)
         if self.key.ds_double_buffer:
             return self._smem_layout(self.tile_n, self.tile_m, self.num_stages)
         return self._smem_layout(self.tile_n, self.tile_m)
@@ -167,6 +198,12 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
             raise NotImplementedError(f"dq_bulk: the fragment-ordered accumulator assumes tile_m = {DQ_BULK_ROWS}, got {self.tile_m}")
         return cute.make_layout((self.tile_m * self.head_dim // nwg, nwg))
 
+    def _dq_rows_layout(self):
+        """dq_rows: the m128 staging buffer (``_dq_bulk_layout``: (64 D / 2, warpgroup, half)) as the consumers' fragment
+        copy sees it, the last two modes swapped: the thread's warpgroup mode picks 64-row block w (the buffer's
+        (None, 0, w) slice, ``2 * 64 D / 2`` floats), the copy's repeat mode the block's halves."""
+        return cute.select(self._dq_bulk_layout(), mode=[0, 2, 1])
+
     def _dq_bulk_copy(self):
         """dq_bulk: the tiled copy of a consumer thread's dQ accumulator into (or, in the postprocess, out of) the
         fragment order: thread ``t`` of warpgroup ``w`` moves 16-byte groups at ``w * half + 512 k + 4 t``."""
@@ -197,15 +234,42 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
                 self.dtype, self.dtype, MN_MAJOR, MN_MAJOR, Float32, atom_layout_mnk=(self.num_consumer_wg, 1, 1), tiler_mn=(64, self.tile_m)
             )
             return tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ
+        if self.key.dq_rows:
+            # dq_rows (m128): dQ = dS K with the 128 rows split over the warpgroups, each the whole head dim (64 x D)
+            tiled_mma_dQ = sm90_utils.make_trivial_tiled_mma(
+                self.dtype, self.dtype, K_MAJOR if self.key.ds_kmajor else MN_MAJOR, MN_MAJOR, Float32, atom_layout_mnk=(self.num_consumer_wg, 1, 1),
+                tiler_mn=(64, D),
+            )  # fmt: skip
+            return tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ
         # dQ = dS K: A = dS (MN-major view of sdS^T), B = K^T (MN-major view of sK); the head dim is split over the warpgroups.
+        if self.key.ds_kmajor:
+            # ds_kmajor: A = sdS itself (keys contiguous: K-major)
+            tiled_mma_dQ = sm90_utils.make_trivial_tiled_mma(
+                self.dtype, self.dtype, K_MAJOR, MN_MAJOR, Float32, atom_layout_mnk=(1, self.num_consumer_wg, 1), tiler_mn=(64, D // self.num_consumer_wg)
+            )
+            return tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ
         tiled_mma_dQ = sm90_utils.make_trivial_tiled_mma(
             self.dtype, self.dtype, MN_MAJOR, MN_MAJOR, Float32, atom_layout_mnk=(1, self.num_consumer_wg, 1), tiler_mn=(64, D // self.num_consumer_wg)
         )
         return tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ
 
+    def _dq_order_mma(self):
+        """The dQ MMA whose fragment defines dq_bulk's accumulator order (the postprocess reads it): the main kernel's,
+        except under dq_rows, whose row-split 64 x D fragments stage the order of the head-dim-split MMA (a 64 x D
+        fragment's registers 16..31 are the second half's 0..15), which is returned then."""
+        if self.key.dq_rows:
+            MN_MAJOR = warpgroup.OperandMajorMode.MN
+            return sm90_utils.make_trivial_tiled_mma(
+                self.dtype, self.dtype, MN_MAJOR, MN_MAJOR, Float32, atom_layout_mnk=(1, self.num_consumer_wg, 1),
+                tiler_mn=(64, self.head_dim // self.num_consumer_wg),
+            )  # fmt: skip
+        return self._tiled_mmas()[3]
+
     def _k_atom_cols(self) -> int:
         """Columns of the swizzle atom of sK: dQ = dS K reads K^T split over the warpgroups along D, so the atom must
-        divide D / 2."""
+        divide D / 2 (dq_rows: each warpgroup reads all of K^T, the atom spans D)."""
+        if self.key.dq_rows:
+            return self.head_dim
         return self.head_dim // self.num_consumer_wg
 
     def _shared_storage(self, sQ_layout, sdO_layout, sK_layout, sV_layout, sdS_layout, sdQ_layout):
@@ -788,6 +852,9 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
             # dQ^T = K^T dS^T: A = K^T (head dim, keys), B = dS^T viewed (queries, keys)
             tdQrdS = wg_mma_dQ.make_fragment_B(wg_mma_dQ.partition_B(transpose_view(sdSt)))
             tdQrKt = wg_mma_dQ.make_fragment_A(wg_mma_dQ.partition_A(transpose_view(sK)))
+        elif const_expr(self.key.ds_kmajor):
+            tdQrdS = wg_mma_dQ.make_fragment_A(wg_mma_dQ.partition_A(sdSt))  # sdSt holds dS (queries, keys)
+            tdQrKt = wg_mma_dQ.make_fragment_B(wg_mma_dQ.partition_B(transpose_view(sK)))
         else:
             tdQrdS = wg_mma_dQ.make_fragment_A(wg_mma_dQ.partition_A(transpose_view(sdSt)))
             tdQrKt = wg_mma_dQ.make_fragment_B(wg_mma_dQ.partition_B(transpose_view(sK)))
@@ -795,6 +862,12 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
             wg_mma_SdP, wg_mma_dK, wg_mma_dV, wg_mma_dQ, thr_mma_SdP, D
         )
         smem_copy_atom, smem_thr_copy_dS, tdSsdS = self.ds_smem_copy(tiled_mma_SdP, sdSt, tidx)
+        ds_copy_atom = smem_copy_atom
+        if const_expr(self.key.ds_kmajor):
+            # dS (queries, keys): the S^T-layout fragment goes through the transposed stmatrix into its (keys, queries) view
+            ds_copy_atom = cute.make_copy_atom(warp.StMatrix8x8x16bOp(transpose=True, num_matrices=4), self.dtype)
+            smem_thr_copy_dS = cute.make_tiled_copy_C(ds_copy_atom, tiled_mma_SdP).get_slice(tidx)
+            tdSsdS = smem_thr_copy_dS.partition_D(transpose_view(sdSt))
         # dq_tma: this thread's dQ fragment in the (tile_m, (D / 2, warpgroup)) shared-memory buffer. The 32-byte
         # swizzle (byte bit 4 ^= byte bit 7, i.e. element bit 2 ^= element bit 5) reads a row bit (row % 8 >= 4) and a
         # column bit (col % 8 >= 4) that are the same for every element of a thread's fragment (rows r, r + 8; columns
@@ -820,13 +893,20 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
             bit2 = (col0 % 8) // 4
             tdQ_lin = thr_mma_dQ.partition_C(cute.group_modes(sdQ_lin, 1, 3))
             tdQsdQ = cute.make_tensor(tdQ_lin.iterator + 4 * ((bit2 ^ flip) - bit2), tdQ_lin.layout)
-        if const_expr(self.key.dq_bulk):
+        if const_expr(self.key.dq_bulk and self.key.dq_rows):
+            # dq_rows: warpgroup w stages the whole 64-row block w of the query block (sdQ_lin's (64 D / 2, warpgroup,
+            # half) buffer seen with its last two modes swapped: the thread's warpgroup picks the block, its registers
+            # 16..31 the block's second half), in the same fragment order
+            sdQ_rows = cute.make_tensor(sdQ_lin.iterator, self._dq_rows_layout())
+            tdQsdQ = self._dq_bulk_copy().get_slice(tidx).partition_D(sdQ_rows)
+        elif const_expr(self.key.dq_bulk):
             # dq_bulk: this thread's 16-byte groups in the fragment-ordered buffer (sdQ_lin is the plain buffer)
             tdQsdQ = self._dq_bulk_copy().get_slice(tidx).partition_D(sdQ_lin)
         return SimpleNamespace(
             wg_idx=wg_idx, thr_mma_dQ=thr_mma_dQ, acc_S=acc_S, acc_dP=acc_dP, acc_dK=acc_dK, acc_dV=acc_dV, acc_dQ=acc_dQ, rP=rP, rdS=rdS,
             rLSE=rLSE, rDpsum=rDpsum, tSrK=tSrK, tSrQ=tSrQ, tdPrV=tdPrV, tdPrdO=tdPrdO, tdVrdOt=tdVrdOt, tdKrQt=tdKrQt, tdQrdS=tdQrdS,
             tdQrKt=tdQrKt, smem_copy_atom=smem_copy_atom, smem_thr_copy_dS=smem_thr_copy_dS, tdSsdS=tdSsdS, tScS_mn=tScS_mn, tdQsdQ=tdQsdQ,
+            ds_copy_atom=ds_copy_atom,
         )  # fmt: skip
 
     @cute.jit
@@ -1045,7 +1125,7 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         o = ops
         acc_S, acc_dP, acc_dK, acc_dV, acc_dQ, rP, rdS, rLSE, rDpsum = o.acc_S, o.acc_dP, o.acc_dK, o.acc_dV, o.acc_dQ, o.rP, o.rdS, o.rLSE, o.rDpsum
         tSrK, tSrQ, tdPrV, tdPrdO, tdVrdOt, tdKrQt, tdQrdS, tdQrKt = o.tSrK, o.tSrQ, o.tdPrV, o.tdPrdO, o.tdVrdOt, o.tdKrQt, o.tdQrdS, o.tdQrKt
-        smem_copy_atom, smem_thr_copy_dS, tdSsdS, tScS_mn, tdQsdQ = o.smem_copy_atom, o.smem_thr_copy_dS, o.tdSsdS, o.tScS_mn, o.tdQsdQ
+        ds_copy_atom, smem_thr_copy_dS, tdSsdS, tScS_mn, tdQsdQ = o.ds_copy_atom, o.smem_thr_copy_dS, o.tdSsdS, o.tScS_mn, o.tdQsdQ
         thr_mma_dQ, wg_idx = o.thr_mma_dQ, o.wg_idx
         idx = state.index
         row0 = m_block * self.tile_m
@@ -1066,7 +1146,16 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
             # where lse_log2 / dpsum are another head's rows: its rows past S_q are masked (P = 0, so dS = 0 too)
             mask.apply_transposed(acc_S, tScS_mn, m_block, n_block, mask_seqlen=True, mask_rows=self.key.tile_m80)
         acc_S_mn = acc_view_mn(acc_S)
-        if const_expr(self.stats_at_use):
+        if const_expr(self.key.stats_vec4):
+            # stats_vec4 (m128): the rows were stored permuted (kernel_key.stats_perm_row), so columns 4 i .. 4 i + 3
+            # of this thread (queries 16 i + 2 l + {0, 1} and 16 i + 8 + 2 l + {0, 1}, l = lane % 4) are one 16-byte word
+            for i in cutlass.range_constexpr(cute.size(acc_S_mn, mode=[1]) // 4):
+                rL = cute.make_rmem_tensor((4,), Float32)
+                cute.autovec_copy(cute.local_tile(sLSE[None, idx], (4,), (4 * i + tScS_mn[0, 0][1] // 2,)), rL)
+                for cc in cutlass.range_constexpr(4):
+                    for r in cutlass.range_constexpr(cute.size(acc_S_mn, mode=[0])):
+                        acc_S_mn[r, 4 * i + cc] = cute.math.exp2(acc_S_mn[r, 4 * i + cc] * scale_log2 - rL[cc], fastmath=True)
+        elif const_expr(self.stats_at_use):
             for c in cutlass.range_constexpr(cute.size(acc_S_mn, mode=[1])):
                 lse_c = sLSE[tScS_mn[0, c][1], idx] if const_expr(self.key.stats_tma) else mLSE2_cur[row0 + tScS_mn[0, c][1]]
                 for r in cutlass.range_constexpr(cute.size(acc_S_mn, mode=[0])):
@@ -1084,10 +1173,20 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
             for c in cutlass.range_constexpr(cute.size(rDpsum)):
                 rDpsum[c] = mDpsum_cur[row0 + tScS_mn[0, c][1]]
         if const_expr(not self.key.tile_m128):
-            rP.store(acc_S.load().to(self.dtype))
+            if const_expr(self.key.pack_once):
+                self.pack_pairs(acc_S, rP)
+            else:
+                rP.store(acc_S.load().to(self.dtype))
         warpgroup.wait_group(0)
         acc_dP_mn = acc_view_mn(acc_dP)
-        if const_expr(self.stats_at_use):
+        if const_expr(self.key.stats_vec4):
+            for i in cutlass.range_constexpr(cute.size(acc_dP_mn, mode=[1]) // 4):
+                rD = cute.make_rmem_tensor((4,), Float32)
+                cute.autovec_copy(cute.local_tile(sDpsum[None, idx], (4,), (4 * i + tScS_mn[0, 0][1] // 2,)), rD)
+                for cc in cutlass.range_constexpr(4):
+                    for r in cutlass.range_constexpr(cute.size(acc_dP_mn, mode=[0])):
+                        acc_dP_mn[r, 4 * i + cc] = acc_S_mn[r, 4 * i + cc] * (acc_dP_mn[r, 4 * i + cc] - rD[cc])
+        elif const_expr(self.stats_at_use):
             for c in cutlass.range_constexpr(cute.size(acc_dP_mn, mode=[1])):
                 dpsum_c = sDpsum[tScS_mn[0, c][1], idx] if const_expr(self.key.stats_tma) else mDpsum_cur[row0 + tScS_mn[0, c][1]]
                 for r in cutlass.range_constexpr(cute.size(acc_dP_mn, mode=[0])):
@@ -1099,17 +1198,23 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         if const_expr(self.key.tile_m128):
             # m128: P^T converted once dS^T is formed (S^T and dP^T are 64 fp32 registers each: P^T's 32 more live
             # next to both spilled at 128 rows)
-            rP.store(acc_S.load().to(self.dtype))
-        rdS.store(acc_dP.load().to(self.dtype))
+            if const_expr(self.key.pack_once):
+                self.pack_pairs(acc_S, rP)
+            else:
+                rP.store(acc_S.load().to(self.dtype))
+        if const_expr(self.key.pack_once):
+            self.pack_pairs(acc_dP, rdS)
+        else:
+            rdS.store(acc_dP.load().to(self.dtype))
 
         if const_expr(not self.key.ds_double_buffer):
             # dS^T to shared memory once both warpgroups are done reading the previous block's.
             cute.arch.barrier(barrier_id=int(NamedBarrierBwd.PDS), number_of_threads=self.num_mma_threads)
-            cute.copy(smem_copy_atom, smem_thr_copy_dS.retile(rdS), tdSsdS)
+            cute.copy(ds_copy_atom, smem_thr_copy_dS.retile(rdS), tdSsdS)
         else:
             # Buffer ``idx`` was last read by the dQ GEMM two blocks ago, which both warpgroups finished before
             # passing the previous block's barrier below: no "free" barrier needed.
-            cute.copy(smem_copy_atom, smem_thr_copy_dS.retile(rdS), tdSsdS[None, None, None, idx])
+            cute.copy(ds_copy_atom, smem_thr_copy_dS.retile(rdS), tdSsdS[None, None, None, idx])
         wgmma(tiled_mma_dV, acc_dV, acc_view_as_a(rP), tdVrdOt[None, None, None, idx], zero_init=False, wg_wait=-1)
         cute.arch.fence_view_async_shared()
         if const_expr((self.key.dq_tma or self.key.dq_bulk) and not self.key.dq_writer):
@@ -1191,16 +1296,31 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         return state
 
     @cute.jit
+    def pack_pairs(self, src: cute.Tensor, dst: cute.Tensor):
+        """pack_once: ``dst`` (16-bit, the layout of the fp32 accumulator ``src``) = ``src`` rounded, one inline
+        ``cvt.rn`` per pair of adjacent elements (both accumulator layouts hold elements 2i, 2i + 1 in one 32-bit
+        register of ``dst``, the register order of the stmatrix and of the RS WGMMA's A operand)."""
+        dst32 = cute.recast_tensor(dst, Int32)
+        fp16 = self.dtype == cutlass.Float16
+        for i in cutlass.range_constexpr(cute.size(dst32)):
+            dst32[i] = cvt_pack_f32x2(src[2 * i], src[2 * i + 1], fp16)
+
+    @cute.jit
     def dq_bulk_reduce_m128(self, mdQacc_cur: cute.Tensor, sdQ: cute.Tensor, m_block: Int32, w):
         """dq_bulk at m128 (one elected thread): warpgroup ``w``'s two 64-row halves of query block ``m_block`` added
         into fragment-ordered accumulator blocks ``2 m_block`` and ``2 m_block + 1`` (one bulk reduce-add each, in the
         caller's bulk group)."""
         half = DQ_BULK_ROWS * self.head_dim // self.num_consumer_wg
         gdQ = cute.local_tile(mdQacc_cur, (self.tile_m, self.head_dim), (m_block, 0))
-        with cute.arch.elect_one():
-            for h in cutlass.range_constexpr(2):
-                # block 2 m_block + h of the fragment-ordered accumulator: rows [64 h, 64 h + 64) of this block's bytes
-                reduce_add_bulk_f32(gdQ.iterator + (h * DQ_BULK_ROWS * self.head_dim + w * half), sdQ[None, w, h].iterator, half * 4)
+        if const_expr(self.key.dq_rows):
+            # dq_rows: warpgroup w staged the whole block 2 m_block + w (its 64 rows): one 16 KiB reduce-add
+            with cute.arch.elect_one():
+                reduce_add_bulk_f32(gdQ.iterator + w * (2 * half), sdQ[None, 0, w].iterator, 2 * half * 4)
+        else:
+            with cute.arch.elect_one():
+                for h in cutlass.range_constexpr(2):
+                    # block 2 m_block + h of the fragment-ordered accumulator: rows [64 h, 64 h + 64) of this block's bytes
+                    reduce_add_bulk_f32(gdQ.iterator + (h * DQ_BULK_ROWS * self.head_dim + w * half), sdQ[None, w, h].iterator, half * 4)
 
     @cute.jit
     def dq_atomics(
