@@ -747,3 +747,41 @@ def solve_inverse_256(sA: cute.Tensor, sT: cute.Tensor, sY: cute.Tensor, tidx: I
                 t_v = t_v + sT[bI * SOLVE_BLOCK + ri, bI * SOLVE_BLOCK + mm] * sY[bI - band, mm, ci]
             sT[bI * SOLVE_BLOCK + ri, bJ * SOLVE_BLOCK + ci] = -t_v
         cute.arch.sync_threads()
+
+
+@cute.jit
+def state_operand_tma_partitions(
+    atom_w: cute.CopyAtom,
+    tma_w: cute.Tensor,
+    sW: cute.Tensor,
+    atom_kd: cute.CopyAtom,
+    tma_kd: cute.Tensor,
+    sKD: cute.Tensor,
+    atom_u: cute.CopyAtom,
+    tma_u: cute.Tensor,
+    sU: cute.Tensor,
+    atom_ge: cute.CopyAtom,
+    tma_ge: cute.Tensor,
+    sGE: cute.Tensor,
+    D: cutlass.Constexpr[int],
+    VW: cutlass.Constexpr[int],
+    STAGES: cutlass.Constexpr[int],
+):
+    """The state pass's TMA views of its four per-chunk operands (narrow and fused state passes): -Wm / U as [slot x
+    head x token rows, channels] (U ``VW`` columns wide), kd as [slot x head x channel rows, tokens], exp(G_C) as
+    [slot x head, channels]; the shared tiles (``STAGES`` deep) grouped per TMA box. Returns ``(tWs, tWg, tKs, tKg, tUs,
+    tUg, tGs, tGg)``."""
+    sGE3 = cute.make_tensor(sGE.iterator, cute.make_layout((1, D, STAGES), stride=(D, 1, D)))
+    tWs, tWg = cpasync.tma_partition(
+        atom_w,
+        0,
+        cute.make_layout(1),
+        cute.group_modes(cute.flat_divide(sW, (CHUNK, BV)), 0, 2),
+        cute.group_modes(cute.flat_divide(tma_w, (CHUNK, BV)), 0, 2),
+    )
+    tKs, tKg = cpasync.tma_partition(
+        atom_kd, 0, cute.make_layout(1), cute.group_modes(sKD, 0, 2), cute.group_modes(cute.flat_divide(tma_kd, (CHUNK, CHUNK)), 0, 2)
+    )
+    tUs, tUg = cpasync.tma_partition(atom_u, 0, cute.make_layout(1), cute.group_modes(sU, 0, 2), cute.group_modes(cute.flat_divide(tma_u, (CHUNK, VW)), 0, 2))
+    tGs, tGg = cpasync.tma_partition(atom_ge, 0, cute.make_layout(1), cute.group_modes(sGE3, 0, 2), cute.group_modes(cute.flat_divide(tma_ge, (1, D)), 0, 2))
+    return tWs, tWg, tKs, tKg, tUs, tUg, tGs, tGg

@@ -1,6 +1,8 @@
 """Device blocks shared by the chunked gated-delta-rule kernels (gdn/ and kda/: the serial forwards, the chunk-parallel
 prep kernels and the backwards' passes): ``@cute.jit`` helpers only, traced inline into the calling kernel (the PTX of
-each kernel is the same as with the blocks written in place). Where Gated DeltaNet (one scalar decay per token) and
+each kernel is the same as with the blocks written in place), and the serial forwards' shared host launch
+(:class:`SerialForwardLaunch`, and :class:`DeltaRuleKernel` the base of every serial kernel class: host code, no
+device code). Where Gated DeltaNet (one scalar decay per token) and
 Kimi Delta Attention (one per key channel) differ, a block takes ``per_key`` (constexpr), e.g. :func:`chunk_gates`.
 
 Conventions of both kernels: one warpgroup (``THREADS`` = 128) per CTA; chunk ``CHUNK`` = 64 tokens; the CTA's
@@ -9,6 +11,7 @@ copy ``sS`` [64, K] in shared memory; ``c64`` maps an accumulator element to its
 threads per token row (``row = tidx // 2``, ``half = tidx % 2``).
 """
 
+import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 import cutlass.utils.hopper_helpers as sm90_utils
@@ -185,6 +188,18 @@ def sequence_bounds(mCu: cute.Tensor | None, seq: Int32, seq_len: Int32, varlen:
         bos = mCu[seq]
         eos = mCu[seq + 1]
     return bos, eos
+
+
+@cute.jit
+def row_guard(t0: Int32, row: Int32, n_valid: Int32, eos: Int32):
+    """``(t_row, keep)`` of the loader's token row ``row`` of the chunk at token ``t0``: a valid token to read
+    (``min(t0 + row, eos - 1)``) and 1.0 for a row inside the chunk's ``n_valid`` tokens, else 0.0 (rows past ``eos``
+    are zeroed by ``keep``)."""
+    t_row = min(t0 + row, eos - 1)
+    keep = Float32(0.0)
+    if row < n_valid:
+        keep = Float32(1.0)
+    return t_row, keep
 
 
 @cute.jit
@@ -418,3 +433,71 @@ def chunk_gates(
                 cum = cum + gj
             sGc[tidx] = cum
         cute.arch.sync_threads()
+
+
+class DeltaRuleKernel:
+    """Base of the serial forward and backward kernel classes (host side): ``__init__`` holds the plan, its compile key
+    ``key`` (K = V = ``key.head_dim``, 64 or 128, as ``self.D``)."""
+
+    def __init__(self, key):
+        assert key.head_dim in (64, 128)
+        self.key = key
+        self.D = key.head_dim
+
+
+class SerialForwardLaunch(DeltaRuleKernel):
+    """Host side of the serial forward kernel classes (``gdn/chunk_fwd_kernel.py``, ``kda/chunk_fwd_kernel.py``):
+    ``__init__`` holds the plan (the compile key), ``__call__`` builds the global views and launches ``self.kernel``
+    on a grid [sequences, H, V / 64] of one warpgroup each. A family sets ``PER_KEY_GATE`` (``g`` [T, H, K], KDA, or
+    [T, H], GDN) and defines ``shared_storage(l_ck, l_kc, l_cc)`` (its ``cute.struct``) and the ``@cute.kernel``
+    ``kernel``."""
+
+    PER_KEY_GATE = False
+
+    @cute.jit
+    def __call__(
+        self,
+        q_ptr: cute.Pointer,
+        k_ptr: cute.Pointer,
+        v_ptr: cute.Pointer,
+        g_ptr: cute.Pointer,
+        beta_ptr: cute.Pointer,
+        o_ptr: cute.Pointer,
+        cu_ptr: cute.Pointer | None,
+        h0_ptr: cute.Pointer | None,
+        ht_ptr: cute.Pointer | None,
+        T: Int32,  # packed token total (dense: B * L)
+        n_seqs: Int32,
+        seq_len: Int32,  # dense: L (sequence n is tokens [n L, n L + L)); varlen: unused
+        heads: Int32,  # H (v, g, beta, o, states)
+        qk_heads: Int32,  # Hk (q, k); H % Hk == 0
+        scale: Float32,
+        q_strides: tuple[Int64, Int64],  # (token, head) in elements; channel stride 1
+        k_strides: tuple[Int64, Int64],
+        v_strides: tuple[Int64, Int64],
+        o_strides: tuple[Int64, Int64],
+        stream: cuda.CUstream,
+    ):
+        D = self.D
+        gQ, gK, gV, mO = make_qkvo_views(q_ptr, k_ptr, v_ptr, o_ptr, T, heads, qk_heads, q_strides, k_strides, v_strides, o_strides, D)
+        if const_expr(self.PER_KEY_GATE):
+            mG = cute.make_tensor(g_ptr, cute.make_layout((T, heads, D), stride=(Int64(heads) * D, D, 1)))
+        else:
+            mG = cute.make_tensor(g_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
+        mB = cute.make_tensor(beta_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
+        mCu, mH0, mHT = make_seq_state_views(cu_ptr, h0_ptr, ht_ptr, n_seqs, heads, D, self.key.varlen, self.key.has_initial, self.key.has_final)
+
+        # One tiled MMA for every product: 64 x 64 outputs, K-major A and B.
+        mma_n64 = make_mma_n64()
+        l_ck = k_major_smem_layout(CHUNK, D)  # [tokens or V-rows, K]
+        l_kc = k_major_smem_layout(CHUNK, CHUNK, D // BV)  # [64 K-channels, tokens] x K/64: (beta K exp G)^T, then (K exp(G_C - G))^T
+        l_cc = k_major_smem_layout(CHUNK, CHUNK)  # [64, 64]: Tm, P, (beta V)^T, Vn^T
+        SharedStorage = self.shared_storage(l_ck, l_kc, l_cc)
+
+        self.kernel(gQ, gK, gV, mO, mG, mB, mCu, mH0, mHT, n_seqs, seq_len, heads, qk_heads, scale, mma_n64, l_ck, l_kc, l_cc, SharedStorage).launch(
+            grid=[n_seqs, heads, D // BV],  # sequences on x: no 65535 limit on their count
+            block=[THREADS, 1, 1],
+            smem=SharedStorage.size_in_bytes(),
+            stream=stream,
+            min_blocks_per_mp=1,
+        )

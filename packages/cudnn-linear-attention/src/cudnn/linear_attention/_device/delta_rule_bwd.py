@@ -85,6 +85,35 @@ def gate_views(g_ptr, beta_ptr, T, heads, D, per_key: bool):
     return mG, mB
 
 
+def grads_views(dq_ptr, dk_ptr, dv_ptr, g_ptr, beta_ptr, dg_ptr, dbeta_ptr, cu_ptr, T, n_seqs, heads, D, dq_strides, dk_strides, dv_strides, per_key, varlen):
+    """Pass 3's global views (host side, both families): ``(mDq, mDk, mDv, mG, mB, mDg, mDb, mCu)``, dq / dk / dv
+    [T, H, D] with (token, head) strides, the gates (:func:`gate_views`) and their gradients (``dg`` shaped as ``g``),
+    ``cu_seqlens`` (None unless ``varlen``)."""
+    mDq = cute.make_tensor(dq_ptr, cute.make_layout((T, heads, D), stride=(dq_strides[0], dq_strides[1], 1)))
+    mDk = cute.make_tensor(dk_ptr, cute.make_layout((T, heads, D), stride=(dk_strides[0], dk_strides[1], 1)))
+    mDv = cute.make_tensor(dv_ptr, cute.make_layout((T, heads, D), stride=(dv_strides[0], dv_strides[1], 1)))
+    mG, mB = gate_views(g_ptr, beta_ptr, T, heads, D, per_key)
+    if per_key:
+        mDg = cute.make_tensor(dg_ptr, cute.make_layout((T, heads, D), stride=(Int64(heads) * D, D, 1)))
+    else:
+        mDg = cute.make_tensor(dg_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
+    mDb = cute.make_tensor(dbeta_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
+    mCu = None
+    if varlen:
+        mCu = cute.make_tensor(cu_ptr, cute.make_layout((n_seqs + 1,)))
+    return mDq, mDk, mDv, mG, mB, mDg, mDb, mCu
+
+
+def grads_layouts(D):
+    """Pass 3's tiled MMA and shared-memory layouts (host side, both families): ``(mma, l_ck, l_kc, l_kv, l_cc)``."""
+    mma = make_mma_n64()
+    l_ck = k_major_smem_layout(CHUNK, D)  # [tokens, D]
+    l_kc = k_major_smem_layout(CHUNK, CHUNK, D // BV)  # [64 channels, tokens] x D / 64
+    l_kv = k_major_smem_layout(CHUNK, D, D // BV)  # [64 K-channels, V] x K / 64: S0^T, dS1^T
+    l_cc = k_major_smem_layout(CHUNK, CHUNK)
+    return mma, l_ck, l_kc, l_kv, l_cc
+
+
 def state_views(ptr, slots, heads, D):
     """A workspace array [slots, H, D, D] (bf16, contiguous)."""
     return cute.make_tensor(ptr, cute.make_layout((slots, heads, D, D), stride=(Int64(heads) * (D * D), D * D, D, 1)))

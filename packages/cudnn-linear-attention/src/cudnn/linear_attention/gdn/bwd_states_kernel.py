@@ -45,6 +45,7 @@ from .._device.delta_rule import (  # noqa: F401  (L2NORM_EPS: re-exported, the 
     SOLVE_BLOCK,
     THREADS,
     VEC,
+    DeltaRuleKernel,
     chunk_gates,
     k_major_smem_layout,
     load_half_row,
@@ -53,6 +54,7 @@ from .._device.delta_rule import (  # noqa: F401  (L2NORM_EPS: re-exported, the 
     make_accumulators,
     make_mma_n64,
     make_seq_state_views,
+    row_guard,
     solve_unit_lower_blocked,
     store_beta_v_t,
     store_final_state,
@@ -60,6 +62,7 @@ from .._device.delta_rule import (  # noqa: F401  (L2NORM_EPS: re-exported, the 
 from .._device.delta_rule import row_scale as _row_scale
 from .._device.delta_rule import smem_ready as _smem_ready
 from .._device.delta_rule import wgmma as _wgmma
+from .chunk_fwd_kernel import a_and_p
 
 
 @dataclass(frozen=True)
@@ -138,10 +141,7 @@ def scaled_k_rows(
     ``sVT = (beta V)^T`` (loaded between the k load and its use: the serial pass's order). Published. Returns
     ``(t_row, keep, g_row, b_row)``."""
     HALF = D // 2
-    t_row = min(t0 + row, eos - 1)
-    keep = Float32(0.0)
-    if row < n_valid:
-        keep = Float32(1.0)
+    t_row, keep = row_guard(t0, row, n_valid, eos)
     g_row = sGc[row]
     b_row = sBeta[row]
     NV = HALF // VEC
@@ -206,13 +206,8 @@ def a_tm_to_workspace(
                 bwd.tm_to_workspace(mWsTm, sTm, slot0, ci, head, tidx)
 
 
-class GdnBwdStates:
+class GdnBwdStates(DeltaRuleKernel):
     """Pass 1: the chunk states ``S0`` -> ``ws_h`` and the new values ``Vn`` -> ``ws_vn`` (forward over chunks)."""
-
-    def __init__(self, key: GdnBwdKey):
-        assert key.head_dim in (64, 128)
-        self.key = key
-        self.D = key.head_dim
 
     @cute.jit
     def __call__(
@@ -311,13 +306,8 @@ class GdnBwdStates:
     kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
 
 
-class GdnBwdDStates:
+class GdnBwdDStates(DeltaRuleKernel):
     """Pass 2: the state gradients ``dS1`` -> ``ws_dh``, ``dVn`` -> ``ws_dvn`` and ``d initial_state`` (reverse over chunks)."""
-
-    def __init__(self, key: GdnBwdKey):
-        assert key.head_dim in (64, 128)
-        self.key = key
-        self.D = key.head_dim
 
     @cute.jit
     def __call__(
@@ -447,10 +437,7 @@ class GdnBwdDStates:
             chunk_gates(mG, mB, sG, sGc, sBeta, t0, n_valid, head, tidx, D, False)
 
             # ---- q, k, dO rows to shared (zero past eos) ---------------------------------------------------
-            t_row = min(t0 + row, eos - 1)
-            keep = Float32(0.0)
-            if row < n_valid:
-                keep = Float32(1.0)
+            t_row, keep = row_guard(t0, row, n_valid, eos)
             g_row = sGc[row]
             b_row = sBeta[row]
             g_last = sGc[CHUNK - 1]
@@ -499,20 +486,7 @@ class GdnBwdDStates:
                         sTm[row, half * (CHUNK // 2) + vj * VEC + e] = tbuf[0, 0, 0, e, vj]
                 _smem_ready()
             else:
-                _wgmma(mma, acc_a, kk_A, kk_B, True)
-                _wgmma(mma, acc_b, qk_A, kk_B, True)
-                for i in cutlass.range_constexpr(cute.size(acc_a)):
-                    rc = c64[i]
-                    a_val = Float32(0.0)
-                    p_val = Float32(0.0)
-                    if rc[0] >= rc[1]:
-                        decay = cute.math.exp(sGc[rc[0]] - sGc[rc[1]])
-                        p_val = acc_b[i] * decay * scale
-                        if rc[0] > rc[1]:
-                            a_val = acc_a[i] * decay * sBeta[rc[0]]
-                    sA[rc[0], rc[1]] = a_val
-                    sPT[rc[1], rc[0]] = p_val.to(BFloat16)
-                cute.arch.sync_threads()
+                a_and_p(mma, acc_a, acc_b, kk_A, qk_A, kk_B, sGc, sBeta, sA, sPT, c64, scale, True)
                 solve_unit_lower_blocked(sA, sT, sM, sTm, tidx)
                 _smem_ready()
 

@@ -29,23 +29,19 @@ from .._device import delta_rule_bwd as bwd
 from .._device.delta_rule import (
     BV,
     THREADS,
+    DeltaRuleKernel,
     chunk_gates,
     make_accumulators,
     make_seq_state_views,
 )
-from .bwd_states_kernel import GdnBwdKey, a_tm_to_workspace, scaled_k_rows, states_shared_storage, states_smem
+from .bwd_states_kernel import a_tm_to_workspace, scaled_k_rows, states_shared_storage, states_smem
 
 __all__ = ["GdnBwdStatesChunk"]
 
 
-class GdnBwdStatesChunk:
+class GdnBwdStatesChunk(DeltaRuleKernel):
     """Pass 1, chunk-parallel: ``S0`` (from the forward's ``h``) -> ``ws_h``, ``Vn`` -> ``ws_vn``, ``Tm`` -> ``ws_tm``
     (``store_tm``); one CTA per (forward chunk slot, head), looping the V slices."""
-
-    def __init__(self, key: GdnBwdKey):
-        assert key.head_dim in (64, 128)
-        self.key = key
-        self.D = key.head_dim
 
     @cute.jit
     def __call__(

@@ -43,11 +43,11 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import BFloat16, Float32, Int32, Int64, const_expr
 
-from .._device.delta_rule import BV, CHUNK, SOLVE_BLOCK, THREADS, VEC, chunk_gates, k_major_smem_layout, make_mma_n64, solve_unit_lower_blocked
+from .._device.delta_rule import BV, CHUNK, SOLVE_BLOCK, THREADS, VEC, DeltaRuleKernel, chunk_gates, solve_unit_lower_blocked
 from .._device.delta_rule import row_scale as _row_scale
 from .._device.delta_rule import smem_ready as _smem_ready
 from .._device.delta_rule import wgmma as _wgmma
-from .._device.delta_rule_bwd import bwd_cta, cc_views, dwm_and_dv, gate_views, rows_to_smem, vec_views
+from .._device.delta_rule_bwd import bwd_cta, cc_views, dwm_and_dv, grads_layouts, grads_views, rows_to_smem, vec_views
 from .bwd_states_kernel import GdnBwdKey
 
 
@@ -95,13 +95,11 @@ def _load_qk(
                 sXT[col % BV, row, col // BV] = x
 
 
-class GdnBwdGrads:
+class GdnBwdGrads(DeltaRuleKernel):
     """Pass 3: dq, dk, dv, dg, dbeta of every chunk (chunks in parallel)."""
 
     def __init__(self, key: GdnBwdKey):
-        assert key.head_dim in (64, 128)
-        self.key = key
-        self.D = key.head_dim
+        super().__init__(key)
         #: the L2-norm chain rule runs here unless GVA defers it to pass 4 (after the sum over the sharing value heads)
         self.chain = key.l2norm and not key.gva
         self.l2 = 1 if self.chain else 0  # index step of the per-half dq / dk accumulators (one reused without the chain)
@@ -156,20 +154,10 @@ class GdnBwdGrads:
         if const_expr(self.key.store_tm):
             mWsTm = cute.zipped_divide(cc_views(wstm_ptr, slots, heads), (1, 1, 1, VEC))  # 16-byte vectors
         # dq, dk: the bf16 outputs [T, H, K] (H = Hk), or with GVA the fp32 per-value-head partials [T, H, K] in the workspace
-        mDq = cute.make_tensor(dq_ptr, cute.make_layout((T, heads, D), stride=(dq_strides[0], dq_strides[1], 1)))
-        mDk = cute.make_tensor(dk_ptr, cute.make_layout((T, heads, D), stride=(dk_strides[0], dk_strides[1], 1)))
-        mDv = cute.make_tensor(dv_ptr, cute.make_layout((T, heads, D), stride=(dv_strides[0], dv_strides[1], 1)))
-        mG, mB = gate_views(g_ptr, beta_ptr, T, heads, D, False)
-        mDg = cute.make_tensor(dg_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
-        mDb = cute.make_tensor(dbeta_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
-        mCu = None
-        if const_expr(self.key.varlen):
-            mCu = cute.make_tensor(cu_ptr, cute.make_layout((n_seqs + 1,)))
-        mma = make_mma_n64()
-        l_ck = k_major_smem_layout(CHUNK, D)  # [tokens, D]
-        l_kc = k_major_smem_layout(CHUNK, CHUNK, D // BV)  # [64 channels, tokens] x D / 64
-        l_kv = k_major_smem_layout(CHUNK, D, D // BV)  # [64 K-channels, V] x K / 64: S0^T, dS1^T
-        l_cc = k_major_smem_layout(CHUNK, CHUNK)
+        mDq, mDk, mDv, mG, mB, mDg, mDb, mCu = grads_views(
+            dq_ptr, dk_ptr, dv_ptr, g_ptr, beta_ptr, dg_ptr, dbeta_ptr, cu_ptr, T, n_seqs, heads, D, dq_strides, dk_strides, dv_strides, False, self.key.varlen
+        )
+        mma, l_ck, l_kc, l_kv, l_cc = grads_layouts(D)
 
         @cute.struct
         class SharedStorage:

@@ -62,10 +62,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
-from cutlass import BFloat16, Float32, Int32, Int64, const_expr
+from cutlass import BFloat16, Float32, Int32, const_expr
 
 from .._device.delta_rule import (  # noqa: F401  (L2NORM_EPS: re-exported, the kernel's constant)
     BV,
@@ -74,6 +73,7 @@ from .._device.delta_rule import (  # noqa: F401  (L2NORM_EPS: re-exported, the 
     SOLVE_BLOCK,
     THREADS,
     VEC,
+    SerialForwardLaunch,
     chunk_gates,
     cta_coords,
     k_major_smem_layout,
@@ -84,6 +84,7 @@ from .._device.delta_rule import (  # noqa: F401  (L2NORM_EPS: re-exported, the 
     make_mma_n64,
     make_qkvo_views,
     make_seq_state_views,
+    row_guard,
     sequence_bounds,
     solve_unit_lower_blocked,
     state_to_smem,
@@ -96,6 +97,46 @@ from .._device.delta_rule import (  # noqa: F401  (L2NORM_EPS: re-exported, the 
 from .._device.delta_rule import row_scale as _row_scale
 from .._device.delta_rule import smem_ready as _smem_ready
 from .._device.delta_rule import wgmma as _wgmma
+from .._device.delta_rule_bwd import smem_struct
+
+
+@cute.jit
+def a_and_p(
+    mma: cute.TiledMma,
+    acc_a: cute.Tensor,
+    acc_b: cute.Tensor,
+    kk_A: cute.Tensor,
+    qk_A: cute.Tensor,
+    kk_B: cute.Tensor,
+    sGc: cute.Tensor,
+    sBeta: cute.Tensor,
+    sA: cute.Tensor,
+    sP: cute.Tensor,
+    c64: cute.Tensor,
+    scale: Float32,
+    transpose_p: cutlass.Constexpr[bool],
+):
+    """Gated DeltaNet's ``A = beta K K^T * exp(G_r - G_c)`` (strictly lower, fp32 -> ``sA``) and ``P = scale Q K^T *
+    exp(G_r - G_c)`` (lower with the diagonal, bf16 -> ``sP``, or ``sP[c, r]`` with ``transpose_p``: the backward's
+    ``P^T``) from ``acc_a = K K^T`` and ``acc_b = Q K^T`` (step 3 of the forward, pass 2 of the backward without a
+    stored Tm); CTA barrier after the writes."""
+    _wgmma(mma, acc_a, kk_A, kk_B, True)
+    _wgmma(mma, acc_b, qk_A, kk_B, True)
+    for i in cutlass.range_constexpr(cute.size(acc_a)):
+        rc = c64[i]
+        a_val = Float32(0.0)
+        p_val = Float32(0.0)
+        if rc[0] >= rc[1]:
+            decay = cute.math.exp(sGc[rc[0]] - sGc[rc[1]])
+            p_val = acc_b[i] * decay * scale
+            if rc[0] > rc[1]:
+                a_val = acc_a[i] * decay * sBeta[rc[0]]
+        sA[rc[0], rc[1]] = a_val
+        if const_expr(transpose_p):
+            sP[rc[1], rc[0]] = p_val.to(BFloat16)
+        else:
+            sP[rc[0], rc[1]] = p_val.to(BFloat16)
+    cute.arch.sync_threads()
 
 
 @dataclass(frozen=True)
@@ -113,76 +154,20 @@ class GdnFwdKey:
     blocked_solve: bool = True  # Tm by 16 x 16 diagonal blocks + block-row merges (False: one thread per column)
 
 
-class GatedDeltaNetChunkFwd:
-    """The kernel class: ``__init__`` holds the plan (the compile key), ``__call__`` launches."""
+class GatedDeltaNetChunkFwd(SerialForwardLaunch):
+    """The kernel class: ``__init__`` holds the plan (the compile key), ``__call__`` (``SerialForwardLaunch``) launches."""
 
     def __init__(self, key: GdnFwdKey):
-        assert key.head_dim in (64, 128)
-        self.key = key
-        self.D = key.head_dim
+        super().__init__(key)
         self.g_dtype = getattr(cutlass, key.g_dtype)
         self.beta_dtype = getattr(cutlass, key.beta_dtype)
 
-    @cute.jit
-    def __call__(
-        self,
-        q_ptr: cute.Pointer,
-        k_ptr: cute.Pointer,
-        v_ptr: cute.Pointer,
-        g_ptr: cute.Pointer,
-        beta_ptr: cute.Pointer,
-        o_ptr: cute.Pointer,
-        cu_ptr: cute.Pointer | None,
-        h0_ptr: cute.Pointer | None,
-        ht_ptr: cute.Pointer | None,
-        T: Int32,  # packed token total (dense: B * L)
-        n_seqs: Int32,
-        seq_len: Int32,  # dense: L (sequence n is tokens [n L, n L + L)); varlen: unused
-        heads: Int32,  # H (v, g, beta, o, states)
-        qk_heads: Int32,  # Hk (q, k); H % Hk == 0
-        scale: Float32,
-        q_strides: tuple[Int64, Int64],  # (token, head) in elements; channel stride 1
-        k_strides: tuple[Int64, Int64],
-        v_strides: tuple[Int64, Int64],
-        o_strides: tuple[Int64, Int64],
-        stream: cuda.CUstream,
-    ):
-        D = self.D
-        gQ, gK, gV, mO = make_qkvo_views(q_ptr, k_ptr, v_ptr, o_ptr, T, heads, qk_heads, q_strides, k_strides, v_strides, o_strides, D)
-        mG = cute.make_tensor(g_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
-        mB = cute.make_tensor(beta_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
-        mCu, mH0, mHT = make_seq_state_views(cu_ptr, h0_ptr, ht_ptr, n_seqs, heads, D, self.key.varlen, self.key.has_initial, self.key.has_final)
-
-        # One tiled MMA for every product: 64 x 64 outputs, K-major A and B.
-        mma_n64 = make_mma_n64()
-        l_ck = k_major_smem_layout(CHUNK, D)  # [tokens or V-rows, K]: Q, K, -Wm, S
-        l_kc = k_major_smem_layout(CHUNK, CHUNK, D // BV)  # [64 K-channels, tokens] x K/64: (beta K exp G)^T, then (K exp(G_C - G))^T
-        l_cc = k_major_smem_layout(CHUNK, CHUNK)  # [64, 64]: Tm, P, (beta V)^T, Vn^T
-
-        @cute.struct
-        class SharedStorage:
-            smem_q: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
-            smem_k: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
-            smem_w: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
-            smem_s: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
-            smem_kt: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_kc)], 1024]
-            smem_tm: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
-            smem_p: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
-            smem_vt: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
-            smem_vnt: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
-            smem_a: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK * (CHUNK + 1)], 16]
-            smem_t: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK * (CHUNK + 1)], 16]
-            smem_m: cute.struct.Align[cute.struct.MemRange[Float32, SOLVE_BLOCK * (CHUNK + 1)], 16]
-            smem_g: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]
-            smem_gc: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]
-            smem_beta: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]
-
-        self.kernel(gQ, gK, gV, mO, mG, mB, mCu, mH0, mHT, n_seqs, seq_len, heads, qk_heads, scale, mma_n64, l_ck, l_kc, l_cc, SharedStorage).launch(
-            grid=[n_seqs, heads, D // BV],  # sequences on x: no 65535 limit on their count
-            block=[THREADS, 1, 1],
-            smem=SharedStorage.size_in_bytes(),
-            stream=stream,
-            min_blocks_per_mp=1,
+    def shared_storage(self, l_ck, l_kc, l_cc):
+        """The kernel's shared-memory struct (host side, built in ``__call__``): the bf16 swizzled tiles, then the fp32
+        arrays."""
+        return smem_struct(
+            dict(smem_q=l_ck, smem_k=l_ck, smem_w=l_ck, smem_s=l_ck, smem_kt=l_kc, smem_tm=l_cc, smem_p=l_cc, smem_vt=l_cc, smem_vnt=l_cc),
+            dict(smem_a=CHUNK * (CHUNK + 1), smem_t=CHUNK * (CHUNK + 1), smem_m=SOLVE_BLOCK * (CHUNK + 1), smem_g=CHUNK, smem_gc=CHUNK, smem_beta=CHUNK),
         )
 
     @cute.kernel
@@ -255,10 +240,7 @@ class GatedDeltaNetChunkFwd:
             chunk_gates(mG, mB, sG, sGc, sBeta, t0, n_valid, head, tidx, D, False)
 
             # ---- 2. q, k, v rows to shared (zero past eos), optional L2 norm -------------------------------
-            t_row = min(t0 + row, eos - 1)  # a valid token to read; rows past eos are zeroed by `keep`
-            keep = Float32(0.0)
-            if row < n_valid:
-                keep = Float32(1.0)
+            t_row, keep = row_guard(t0, row, n_valid, eos)  # a valid token to read; rows past eos are zeroed by `keep`
             g_row = sGc[row]
             b_row = sBeta[row]
             # q, then k, through one bf16 register row: all 16-byte loads of a row are issued before any is used;
@@ -284,20 +266,7 @@ class GatedDeltaNetChunkFwd:
             _smem_ready()
 
             # ---- 3. K K^T and Q K^T; decay, beta and masks on the accumulators ------------------------------
-            _wgmma(mma_n64, acc_a, kk_A, kk_B, True)
-            _wgmma(mma_n64, acc_b, qk_A, kk_B, True)
-            for i in cutlass.range_constexpr(cute.size(acc_a)):
-                rc = c64[i]
-                a_val = Float32(0.0)
-                p_val = Float32(0.0)
-                if rc[0] >= rc[1]:
-                    decay = cute.math.exp(sGc[rc[0]] - sGc[rc[1]])
-                    p_val = acc_b[i] * decay * scale
-                    if rc[0] > rc[1]:
-                        a_val = acc_a[i] * decay * sBeta[rc[0]]
-                sA[rc[0], rc[1]] = a_val
-                sP[rc[0], rc[1]] = p_val.to(BFloat16)
-            cute.arch.sync_threads()
+            a_and_p(mma_n64, acc_a, acc_b, kk_A, qk_A, kk_B, sGc, sBeta, sA, sP, c64, scale, False)
 
             # ---- 4. Tm = (I + A)^-1 in fp32 ------------------------------------------------------------------
             if const_expr(self.key.blocked_solve):

@@ -46,12 +46,14 @@ from .._device.delta_rule import (
     SOLVE_BLOCK,
     THREADS,
     VEC,
+    DeltaRuleKernel,
     chunk_gates,
     load_half_row,
     load_state,
     load_v_half_row,
     make_accumulators,
     make_seq_state_views,
+    row_guard,
     solve_unit_lower_blocked,
     store_beta_v_t,
     store_final_state,
@@ -59,6 +61,7 @@ from .._device.delta_rule import (
 from .._device.delta_rule import row_scale as _row_scale
 from .._device.delta_rule import smem_ready as _smem_ready
 from .._device.delta_rule import wgmma as _wgmma
+from .chunk_fwd_kernel import a_block_decay_split
 
 REF_OFFSET = 8  # reference token of row block I: 16 I + 8 (the forward's)
 
@@ -160,10 +163,7 @@ def decayed_qk_rows(
     (beta K exp G)^T``. With ``gV``, the thread's value half row (V slice ``v0``) is loaded between the k load and its
     use (the serial pass's order). Returns ``(t_row, keep, b_row, vbuf)`` (``vbuf`` None without ``gV``). Not fenced."""
     HALF = D // 2
-    t_row = min(t0 + row, eos - 1)
-    keep = Float32(0.0)
-    if row < n_valid:
-        keep = Float32(1.0)
+    t_row, keep = row_guard(t0, row, n_valid, eos)
     b_row = sBeta[row]
     NV = HALF // VEC
     rbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NV)), BFloat16)
@@ -235,23 +235,7 @@ def a_p_tm_to_workspace(
     A)^-1`` (``sTm``, published) -> ``ws_tm``, both at slot ``slot0 + ci``. The workspace writes come from the CTA with
     ``vblk == 0`` (serial pass), or from every CTA (``vblk`` None: one CTA per chunk)."""
     for bi in cutlass.range(CHUNK // SOLVE_BLOCK, unroll=1):  # a runtime loop: a quarter of the code
-        r_blk = bi * SOLVE_BLOCK + REF_OFFSET
-        live = row < (bi + 1) * SOLVE_BLOCK
-        for j in cutlass.range_constexpr(HALF):
-            col = half * HALF + j
-            kr = Float32(0.0)
-            if live:
-                kr = sK[row, col].to(Float32) * cute.math.exp(sGc[r_blk, col] - sGc[row, col])
-            sKR[row, col] = kr.to(BFloat16)
-        _smem_ready()
-        _wgmma(mma, acc_a, kl_A, kr_B, True)
-        for i in cutlass.range_constexpr(cute.size(acc_a)):
-            rc = c64[i]
-            if rc[0] // SOLVE_BLOCK == bi:
-                a_val = Float32(0.0)
-                if rc[0] > rc[1]:
-                    a_val = acc_a[i] * sBeta[rc[0]]
-                sA[rc[0], rc[1]] = a_val
+        a_block_decay_split(mma, acc_a, kl_A, kr_B, sK, sKR, sGc, sBeta, sA, c64, bi, row, half, HALF)
         _wgmma(mma, acc_a, qr_A, kr_B, True)
         if const_expr(vblk is None):
             p_block_to_workspace(mWsP, acc_a, c64, bi, slot0, ci, head, scale)
@@ -268,13 +252,8 @@ def a_p_tm_to_workspace(
             bwd.tm_to_workspace(mWsTm, sTm, slot0, ci, head, tidx)
 
 
-class KdaBwdStates:
+class KdaBwdStates(DeltaRuleKernel):
     """Pass 1: ``S0`` -> ``ws_h``, ``Vn`` -> ``ws_vn``, ``Tm`` -> ``ws_tm``, ``P`` -> ``ws_p`` (forward over chunks)."""
-
-    def __init__(self, key: KdaBwdKey):
-        assert key.head_dim in (64, 128)
-        self.key = key
-        self.D = key.head_dim
 
     @cute.jit
     def __call__(
@@ -387,13 +366,8 @@ class KdaBwdStates:
     kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
 
 
-class KdaBwdDStates:
+class KdaBwdDStates(DeltaRuleKernel):
     """Pass 2: ``dS1`` -> ``ws_dh``, ``dVn`` -> ``ws_dvn`` and ``d initial_state`` (reverse over chunks)."""
-
-    def __init__(self, key: KdaBwdKey):
-        assert key.head_dim in (64, 128)
-        self.key = key
-        self.D = key.head_dim
 
     @cute.jit
     def __call__(
@@ -508,10 +482,7 @@ class KdaBwdDStates:
             chunk_gates(mG, mB, None, sGc, sBeta, t0, n_valid, head, tidx, D, True)
 
             # ---- q, k, dO rows; Tm and P^T from pass 1 ---------------------------------------------------------
-            t_row = min(t0 + row, eos - 1)
-            keep = Float32(0.0)
-            if row < n_valid:
-                keep = Float32(1.0)
+            t_row, keep = row_guard(t0, row, n_valid, eos)
             b_row = sBeta[row]
             NV = HALF // VEC
             rbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NV)), BFloat16)

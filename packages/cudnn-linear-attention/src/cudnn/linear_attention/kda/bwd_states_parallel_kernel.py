@@ -103,24 +103,20 @@ from .._device.delta_rule import (
     BV,
     SOLVE_BLOCK,
     THREADS,
+    DeltaRuleKernel,
     chunk_gates,
     make_accumulators,
     make_seq_state_views,
 )
 from .._device.delta_rule_bwd import forward_state_to_smem_and_workspace, state_views_aligned  # noqa: F401  (re-exported)
-from .bwd_states_kernel import REF_OFFSET, KdaBwdKey, a_p_tm_to_workspace, decayed_qk_rows, states_shared_storage, states_smem
+from .bwd_states_kernel import REF_OFFSET, a_p_tm_to_workspace, decayed_qk_rows, states_shared_storage, states_smem
 
 __all__ = ["KdaBwdStatesChunk", "forward_state_to_smem_and_workspace", "state_views_aligned"]  # the latter two: moved to _device.delta_rule_bwd
 
 
-class KdaBwdStatesChunk:
+class KdaBwdStatesChunk(DeltaRuleKernel):
     """Pass 1, chunk-parallel: ``S0`` (from the forward's ``h``) -> ``ws_h``, ``Vn`` -> ``ws_vn``, ``Tm`` -> ``ws_tm``,
     ``P`` -> ``ws_p``; one CTA per (forward chunk slot, head), looping the V slices."""
-
-    def __init__(self, key: KdaBwdKey):
-        assert key.head_dim in (64, 128)
-        self.key = key
-        self.D = key.head_dim
 
     @cute.jit
     def __call__(

@@ -44,10 +44,10 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import BFloat16, Float32, Int32, Int64, const_expr
 
-from .._device.delta_rule import BV, CHUNK, SOLVE_BLOCK, THREADS, VEC, chunk_gates, k_major_smem_layout, make_mma_n64
+from .._device.delta_rule import BV, CHUNK, SOLVE_BLOCK, THREADS, VEC, DeltaRuleKernel, chunk_gates, row_guard
 from .._device.delta_rule import smem_ready as _smem_ready
 from .._device.delta_rule import wgmma as _wgmma
-from .._device.delta_rule_bwd import bwd_cta, cc_views, dwm_and_dv, gate_views, rows_to_smem, state_views, vec_views
+from .._device.delta_rule_bwd import bwd_cta, cc_views, dwm_and_dv, grads_layouts, grads_views, rows_to_smem, state_views, vec_views
 from .bwd_states_kernel import REF_OFFSET, KdaBwdKey
 
 
@@ -74,14 +74,12 @@ def _split_operand(sX: cute.Tensor, sGc: cute.Tensor, sOut: cute.Tensor, h: cutl
         sOut[c0 + j, tok] = val.to(BFloat16)
 
 
-class KdaBwdGrads:
+class KdaBwdGrads(DeltaRuleKernel):
     """Pass 3: dq, dk, dv, dg, dbeta of every chunk (chunks in parallel)."""
 
     def __init__(self, key: KdaBwdKey):
-        assert key.head_dim in (64, 128)
+        super().__init__(key)
         assert not key.l2norm and not key.gva, "KDA backward v1: no in-kernel L2 norm, no GVA (declined by the adapter)"
-        self.key = key
-        self.D = key.head_dim
 
     @cute.jit
     def __call__(
@@ -129,20 +127,10 @@ class KdaBwdGrads:
         mWsH = state_views(wsh_ptr, slots, heads, D)
         mWsDh = state_views(wsdh_ptr, slots, heads, D)
         gWsTm = cute.zipped_divide(cc_views(wstm_ptr, slots, heads), (1, 1, 1, VEC))
-        mDq = cute.make_tensor(dq_ptr, cute.make_layout((T, heads, D), stride=(dq_strides[0], dq_strides[1], 1)))
-        mDk = cute.make_tensor(dk_ptr, cute.make_layout((T, heads, D), stride=(dk_strides[0], dk_strides[1], 1)))
-        mDv = cute.make_tensor(dv_ptr, cute.make_layout((T, heads, D), stride=(dv_strides[0], dv_strides[1], 1)))
-        mG, mB = gate_views(g_ptr, beta_ptr, T, heads, D, True)
-        mDg = cute.make_tensor(dg_ptr, cute.make_layout((T, heads, D), stride=(Int64(heads) * D, D, 1)))
-        mDb = cute.make_tensor(dbeta_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
-        mCu = None
-        if const_expr(self.key.varlen):
-            mCu = cute.make_tensor(cu_ptr, cute.make_layout((n_seqs + 1,)))
-        mma = make_mma_n64()
-        l_ck = k_major_smem_layout(CHUNK, D)  # [tokens, D]
-        l_kc = k_major_smem_layout(CHUNK, CHUNK, D // BV)  # [64 channels, tokens] x D / 64
-        l_kv = k_major_smem_layout(CHUNK, D, D // BV)  # [64 K-channels, V] x K / 64: S0^T, dS1^T
-        l_cc = k_major_smem_layout(CHUNK, CHUNK)
+        mDq, mDk, mDv, mG, mB, mDg, mDb, mCu = grads_views(
+            dq_ptr, dk_ptr, dv_ptr, g_ptr, beta_ptr, dg_ptr, dbeta_ptr, cu_ptr, T, n_seqs, heads, D, dq_strides, dk_strides, dv_strides, True, self.key.varlen
+        )
+        mma, l_ck, l_kc, l_kv, l_cc = grads_layouts(D)
 
         @cute.struct
         class SharedStorage:
@@ -314,10 +302,7 @@ class KdaBwdGrads:
             rows_to_smem(gV, sV, sV, t0, eos, head, tidx, D, 0)
             NV = D // 2 // VEC
             kbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NV)), BFloat16)
-            t_row = min(t0 + row, eos - 1)
-            keep = Float32(0.0)
-            if row < n_valid:
-                keep = Float32(1.0)
+            t_row, keep = row_guard(t0, row, n_valid, eos)
             for vj in cutlass.range_constexpr(NV):
                 cute.autovec_copy(gK[(None, None, None), (t_row, hk, half * NV + vj)], kbuf[None, None, None, vj])
             kb_row = keep * sBeta[row]

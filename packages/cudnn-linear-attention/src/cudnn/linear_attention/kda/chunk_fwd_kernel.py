@@ -64,27 +64,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
-from cutlass import BFloat16, Float32, Int32, Int64, const_expr
+from cutlass import BFloat16, Float32, Int32, const_expr
 
 from .._device.delta_rule import (  # SOLVE_BLOCK: also the row block of the decay split
     BV,
     CHUNK,
     SOLVE_BLOCK,
-    THREADS,
     VEC,
+    SerialForwardLaunch,
     chunk_gates,
     cta_coords,
-    k_major_smem_layout,
     load_half_row,
     load_state,
     load_v_half_row,
     make_accumulators,
-    make_mma_n64,
-    make_qkvo_views,
-    make_seq_state_views,
+    row_guard,
     sequence_bounds,
     solve_unit_lower_blocked,
     state_to_smem,
@@ -97,8 +93,50 @@ from .._device.delta_rule import (  # SOLVE_BLOCK: also the row block of the dec
 from .._device.delta_rule import row_scale as _row_scale
 from .._device.delta_rule import smem_ready as _smem_ready
 from .._device.delta_rule import wgmma as _wgmma
+from .._device.delta_rule_bwd import smem_struct
 
 REF_OFFSET = 8  # reference token of row block I: 16 I + 8 (its middle)
+
+
+@cute.jit
+def a_block_decay_split(
+    mma: cute.TiledMma,
+    acc_a: cute.Tensor,
+    kl_A: cute.Tensor,
+    kr_B: cute.Tensor,
+    sK: cute.Tensor,
+    sKR: cute.Tensor,
+    sGc: cute.Tensor,
+    sBeta: cute.Tensor,
+    sA: cute.Tensor,
+    c64: cute.Tensor,
+    bi,
+    row: Int32,
+    half: Int32,
+    HALF: cutlass.Constexpr[int],
+):
+    """Row block ``bi`` (16 rows) of ``A`` with the decay split around the block's reference token (step 3 of the
+    forward and of the backward's pass 1): ``sKR = K exp(G_ref - G)`` (rows past the block are zero operands),
+    ``acc_a = (K exp(G - G_ref)) sKR^T`` and the block's strictly lower rows ``beta_i acc_a`` -> ``sA``. ``acc_a`` is
+    left holding the product for the caller's next use of ``sKR`` (the ``P`` block); not fenced after the ``sA`` writes.
+    ``bi``: a compile-time block (the forward's unrolled loop) or a runtime one (the backward's)."""
+    r_blk = bi * SOLVE_BLOCK + REF_OFFSET
+    live = row < (bi + 1) * SOLVE_BLOCK  # tokens after the block are zero operands
+    for j in cutlass.range_constexpr(HALF):
+        col = half * HALF + j
+        kr = Float32(0.0)
+        if live:
+            kr = sK[row, col].to(Float32) * cute.math.exp(sGc[r_blk, col] - sGc[row, col])
+        sKR[row, col] = kr.to(BFloat16)
+    _smem_ready()
+    _wgmma(mma, acc_a, kl_A, kr_B, True)
+    for i in cutlass.range_constexpr(cute.size(acc_a)):
+        rc = c64[i]
+        if rc[0] // SOLVE_BLOCK == bi:
+            a_val = Float32(0.0)
+            if rc[0] > rc[1]:
+                a_val = acc_a[i] * sBeta[rc[0]]
+            sA[rc[0], rc[1]] = a_val
 
 
 @dataclass(frozen=True)
@@ -115,74 +153,30 @@ class KdaFwdKey:
     has_final: bool
 
 
-class KimiDeltaAttentionChunkFwd:
-    """The kernel class: ``__init__`` holds the plan (the compile key), ``__call__`` launches."""
+class KimiDeltaAttentionChunkFwd(SerialForwardLaunch):
+    """The kernel class: ``__init__`` holds the plan (the compile key), ``__call__`` (``SerialForwardLaunch``) launches."""
 
-    def __init__(self, key: KdaFwdKey):
-        assert key.head_dim in (64, 128)
-        self.key = key
-        self.D = key.head_dim
+    PER_KEY_GATE = True  # g [T, H, K]
 
-    @cute.jit
-    def __call__(
-        self,
-        q_ptr: cute.Pointer,
-        k_ptr: cute.Pointer,
-        v_ptr: cute.Pointer,
-        g_ptr: cute.Pointer,
-        beta_ptr: cute.Pointer,
-        o_ptr: cute.Pointer,
-        cu_ptr: cute.Pointer | None,
-        h0_ptr: cute.Pointer | None,
-        ht_ptr: cute.Pointer | None,
-        T: Int32,  # packed token total (dense: B * L)
-        n_seqs: Int32,
-        seq_len: Int32,  # dense: L (sequence n is tokens [n L, n L + L)); varlen: unused
-        heads: Int32,  # H (v, g, beta, o, states)
-        qk_heads: Int32,  # Hk (q, k); H % Hk == 0
-        scale: Float32,
-        q_strides: tuple[Int64, Int64],  # (token, head) in elements; channel stride 1
-        k_strides: tuple[Int64, Int64],
-        v_strides: tuple[Int64, Int64],
-        o_strides: tuple[Int64, Int64],
-        stream: cuda.CUstream,
-    ):
+    def shared_storage(self, l_ck, l_kc, l_cc):
+        """The kernel's shared-memory struct (host side, built in ``__call__``): the bf16 swizzled tiles, then the fp32
+        arrays."""
         D = self.D
-        gQ, gK, gV, mO = make_qkvo_views(q_ptr, k_ptr, v_ptr, o_ptr, T, heads, qk_heads, q_strides, k_strides, v_strides, o_strides, D)
-        mG = cute.make_tensor(g_ptr, cute.make_layout((T, heads, D), stride=(Int64(heads) * D, D, 1)))
-        mB = cute.make_tensor(beta_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
-        mCu, mH0, mHT = make_seq_state_views(cu_ptr, h0_ptr, ht_ptr, n_seqs, heads, D, self.key.varlen, self.key.has_initial, self.key.has_final)
-
-        mma_n64 = make_mma_n64()
-        l_ck = k_major_smem_layout(CHUNK, D)  # [tokens or V-rows, K]: Q', Qg, K, K' / -Wm, K'_I, S
-        l_kc = k_major_smem_layout(CHUNK, CHUNK, D // BV)  # [64 K-channels, tokens] x K/64: (beta K exp G)^T, then (K exp(G_C - G))^T
-        l_cc = k_major_smem_layout(CHUNK, CHUNK)  # [64, 64]: Tm, P, (beta V)^T, Vn^T
-
-        @cute.struct
-        class SharedStorage:
-            smem_qr: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
-            smem_qg: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
-            smem_k: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
-            smem_w: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
-            smem_kr: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
-            smem_s: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
-            smem_kt: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_kc)], 1024]
-            smem_tm: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
-            smem_p: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
-            smem_vt: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
-            smem_vnt: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
-            smem_a: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK * (CHUNK + 1)], 16]
-            smem_t: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK * (CHUNK + 1)], 16]
-            smem_m: cute.struct.Align[cute.struct.MemRange[Float32, SOLVE_BLOCK * (CHUNK + 1)], 16]
-            smem_gc: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK * (D + 1)], 16]
-            smem_beta: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]
-
-        self.kernel(gQ, gK, gV, mO, mG, mB, mCu, mH0, mHT, n_seqs, seq_len, heads, qk_heads, scale, mma_n64, l_ck, l_kc, l_cc, SharedStorage).launch(
-            grid=[n_seqs, heads, D // BV],  # sequences on x: no 65535 limit on their count
-            block=[THREADS, 1, 1],
-            smem=SharedStorage.size_in_bytes(),
-            stream=stream,
-            min_blocks_per_mp=1,
+        return smem_struct(
+            dict(
+                smem_qr=l_ck,
+                smem_qg=l_ck,
+                smem_k=l_ck,
+                smem_w=l_ck,
+                smem_kr=l_ck,
+                smem_s=l_ck,
+                smem_kt=l_kc,
+                smem_tm=l_cc,
+                smem_p=l_cc,
+                smem_vt=l_cc,
+                smem_vnt=l_cc,
+            ),
+            dict(smem_a=CHUNK * (CHUNK + 1), smem_t=CHUNK * (CHUNK + 1), smem_m=SOLVE_BLOCK * (CHUNK + 1), smem_gc=CHUNK * (D + 1), smem_beta=CHUNK),
         )
 
     @cute.kernel
@@ -257,10 +251,7 @@ class KimiDeltaAttentionChunkFwd:
             chunk_gates(mG, mB, None, sGc, sBeta, t0, n_valid, head, tidx, D, True)
 
             # ---- 2. q, k, v rows to shared (zero past eos), optional L2 norm, decayed copies --------------
-            t_row = min(t0 + row, eos - 1)
-            keep = Float32(0.0)
-            if row < n_valid:
-                keep = Float32(1.0)
+            t_row, keep = row_guard(t0, row, n_valid, eos)
             b_row = sBeta[row]
             NV = HALF // VEC
             rbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NV)), BFloat16)
@@ -289,24 +280,8 @@ class KimiDeltaAttentionChunkFwd:
 
             # ---- 3. A and P, one 16-row block at a time (decay split around the block's reference token) ---
             for bi in cutlass.range_constexpr(CHUNK // SOLVE_BLOCK):
-                r_blk = bi * SOLVE_BLOCK + REF_OFFSET
-                live = row < (bi + 1) * SOLVE_BLOCK  # tokens after the block are zero operands
-                for j in cutlass.range_constexpr(HALF):
-                    col = half * HALF + j
-                    kr = Float32(0.0)
-                    if live:
-                        kr = sK[row, col].to(Float32) * cute.math.exp(sGc[r_blk, col] - sGc[row, col])
-                    sKR[row, col] = kr.to(BFloat16)
-                _smem_ready()
                 # One accumulator for both products (A, then P), so only 64 + 32 fp32 accumulators are live here.
-                _wgmma(mma_n64, acc_a, kl_A, kr_B, True)
-                for i in cutlass.range_constexpr(cute.size(acc_a)):
-                    rc = c64[i]
-                    if rc[0] // SOLVE_BLOCK == bi:
-                        a_val = Float32(0.0)
-                        if rc[0] > rc[1]:
-                            a_val = acc_a[i] * sBeta[rc[0]]
-                        sA[rc[0], rc[1]] = a_val
+                a_block_decay_split(mma_n64, acc_a, kl_A, kr_B, sK, sKR, sGc, sBeta, sA, c64, bi, row, half, HALF)
                 _wgmma(mma_n64, acc_a, qr_A, kr_B, True)
                 for i in cutlass.range_constexpr(cute.size(acc_a)):
                     rc = c64[i]

@@ -81,6 +81,7 @@ from .._device.chunk_parallel import (
     make_ws_views,
     s2g_tile,
     slot_base,
+    state_operand_tma_partitions,
     state_t_to_smem,
     state_to_workspace,
     store_final_state_t,
@@ -390,22 +391,8 @@ class KimiDeltaAttentionParallelStateNarrow:
 
         # TMA views: -Wm / U as [slot x head x token rows, channels], kd as [slot x head x channel rows, tokens], exp(G_C)
         # as [slot x head, channels]; the shared tiles grouped per TMA box
-        sGE3 = cute.make_tensor(sGE.iterator, cute.make_layout((1, D, STAGES), stride=(D, 1, D)))
-        tWs, tWg = cpasync.tma_partition(
-            atom_w,
-            0,
-            cute.make_layout(1),
-            cute.group_modes(cute.flat_divide(sW, (CHUNK, BV)), 0, 2),
-            cute.group_modes(cute.flat_divide(tma_w, (CHUNK, BV)), 0, 2),
-        )
-        tKs, tKg = cpasync.tma_partition(
-            atom_kd, 0, cute.make_layout(1), cute.group_modes(sKD, 0, 2), cute.group_modes(cute.flat_divide(tma_kd, (CHUNK, CHUNK)), 0, 2)
-        )
-        tUs, tUg = cpasync.tma_partition(
-            atom_u, 0, cute.make_layout(1), cute.group_modes(sU, 0, 2), cute.group_modes(cute.flat_divide(tma_u, (CHUNK, VW)), 0, 2)
-        )
-        tGs, tGg = cpasync.tma_partition(
-            atom_ge, 0, cute.make_layout(1), cute.group_modes(sGE3, 0, 2), cute.group_modes(cute.flat_divide(tma_ge, (1, D)), 0, 2)
+        tWs, tWg, tKs, tKg, tUs, tUg, tGs, tGg = state_operand_tma_partitions(
+            atom_w, tma_w, sW, atom_kd, tma_kd, sKD, atom_u, tma_u, sU, atom_ge, tma_ge, sGE, D, VW, STAGES
         )
         tHs, tHg, tVs, tVg = None, None, None, None
         if const_expr(STORE):  # h / vnt as [slot x head x V rows, ...] in vw-row boxes: box row (slot heads + head) D / vw + vblk

@@ -87,6 +87,7 @@ from .._device.chunk_parallel import (
     make_mma_nv,
     scale_acc_rows,
     slot_base,
+    state_operand_tma_partitions,
     state_t_to_smem,
     store_final_state_t,
     u_to_acc,
@@ -316,22 +317,8 @@ class KimiDeltaAttentionParallelStateOut:
 
         # TMA views: -Wm / U / qg / p as [slot x head x token rows, columns], kd as [slot x head x channel rows, tokens],
         # exp(G_C) / rf as [slot x head, columns]; the shared tiles grouped per TMA box
-        sGE3 = cute.make_tensor(sGE.iterator, cute.make_layout((1, D, STAGES), stride=(D, 1, D)))
-        tWs, tWg = cpasync.tma_partition(
-            atom_w,
-            0,
-            cute.make_layout(1),
-            cute.group_modes(cute.flat_divide(sW, (CHUNK, BV)), 0, 2),
-            cute.group_modes(cute.flat_divide(tma_w, (CHUNK, BV)), 0, 2),
-        )
-        tKs, tKg = cpasync.tma_partition(
-            atom_kd, 0, cute.make_layout(1), cute.group_modes(sKD, 0, 2), cute.group_modes(cute.flat_divide(tma_kd, (CHUNK, CHUNK)), 0, 2)
-        )
-        tUs, tUg = cpasync.tma_partition(
-            atom_u, 0, cute.make_layout(1), cute.group_modes(sUall, 0, 2), cute.group_modes(cute.flat_divide(tma_u, (CHUNK, VW)), 0, 2)
-        )
-        tGs, tGg = cpasync.tma_partition(
-            atom_ge, 0, cute.make_layout(1), cute.group_modes(sGE3, 0, 2), cute.group_modes(cute.flat_divide(tma_ge, (1, D)), 0, 2)
+        tWs, tWg, tKs, tKg, tUs, tUg, tGs, tGg = state_operand_tma_partitions(
+            atom_w, tma_w, sW, atom_kd, tma_kd, sKD, atom_u, tma_u, sUall, atom_ge, tma_ge, sGE, D, VW, STAGES
         )
         tQs, tQg = cpasync.tma_partition(
             atom_qg,
