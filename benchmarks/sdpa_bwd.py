@@ -45,6 +45,7 @@ many heads in flight at d128; a launch argument, same kernels). A short A/B of t
     python benchmarks/sdpa_bwd.py --only="d128 s4k|d128 s8k|d64 s4k|d64 s8k" --providers=ours,ours-pd,ours-m128,ours-m128x,fa4 --out=sdpa_bwd_instr
 
     python benchmarks/sdpa_bwd.py [--quick]     # writes docs/benchmarks/sdpa_bwd.{md,csv,png}; --quick: d128 8k (causal and not) + d256 8k -> sdpa_bwd_quick.*; --providers=a,b
+    # --rounds=N: each case's providers timed in N interleaved rounds, the fastest kept (an A/B within run-to-run noise)
     # --providers=a,b also orders the columns (and the runs within a case); --only=d128 keeps the cases whose label
     # contains that text (--only="d128 s4k|d128 s8k": either); --out=NAME writes docs/benchmarks/NAME.* instead (an A/B that must not replace the tables)
 """
@@ -322,6 +323,7 @@ def main(argv=None):
         cases = [c for c in cases if any(part in c.label for part in sub.split("|"))]
     out = next((a.split("=", 1)[1] for a in argv if a.startswith("--out=")), None)
     out_dir = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "benchmarks")
+    rounds = int(next((a.split("=", 1)[1] for a in argv if a.startswith("--rounds=")), 1))  # interleaved rounds, fastest kept
     run_benchmark(
         out or ("sdpa_bwd_quick" if quick else "sdpa_bwd"),
         cases,
@@ -329,6 +331,7 @@ def main(argv=None):
         convention="backward = 2.5 x 4*B*H*S_q*S_kv*D FLOPs (halved for causal); bf16, BSHD storage; backward only",
         out_dir=out_dir,
         title="attention backward, H200",
+        rounds=rounds,
     )
 
 

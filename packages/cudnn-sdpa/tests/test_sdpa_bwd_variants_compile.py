@@ -573,7 +573,7 @@ def test_m128_is_a_d64_schedule_and_what_it_cannot_serve_is_refused(monkeypatch)
     """``m128`` sets tile_m128 (its own kernel-cache entry, tile_m = 128) at D = D_v = 64 with any dQ path (atomics,
     dq_tma, dq_bulk + dq_writer) and stats_tma; refused with a ValueError naming m128: other head dims, deterministic
     (its turn counters count 64-row blocks), no stats_tma or dq_bulk without the writer warp (each spills), m80 / dqt. A plan built without
-    ``_tuning`` keeps 64-row blocks unless D64_TUNING is set (the lead's switch after the A/B)."""
+    ``_tuning`` takes D64_TUNING (m128 and the instruction variants since the session-8 A/B; None: 64-row blocks)."""
     from cudnn.sdpa.bwd import api
     from cudnn.sdpa.bwd.api import SdpaBwdSm90
     from cudnn.sdpa.bwd.kernel_sm90 import SdpaBwdKernelSm90
@@ -598,7 +598,12 @@ def test_m128_is_a_d64_schedule_and_what_it_cannot_serve_is_refused(monkeypatch)
         SdpaBwdSm90(*_d64_descs(), _tuning=("dq_tma", "dqt", "stats_tma", "m128")).check_support()
     default = SdpaBwdSm90(*_d64_descs(), is_causal=True)
     default.check_support()
-    assert api.D64_TUNING is None and not default.key.tile_m128 and default._tuning == api.CAUSAL_TUNING
+    assert api.D64_TUNING is not None and "m128" in api.D64_TUNING
+    assert default.key.tile_m128 and default.key.pack_once and default.key.dq_rows and default._tuning == api.D64_TUNING
+    monkeypatch.setattr(api, "D64_TUNING", None)
+    unset = SdpaBwdSm90(*_d64_descs(), is_causal=True)
+    unset.check_support()
+    assert not unset.key.tile_m128 and unset._tuning == api.CAUSAL_TUNING
     monkeypatch.setattr(api, "D64_TUNING", M128W)
     flipped = SdpaBwdSm90(*_d64_descs())
     flipped.check_support()

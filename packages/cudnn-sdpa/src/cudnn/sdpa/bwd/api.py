@@ -64,11 +64,13 @@ _NONDETERMINISTIC_TUNING = ("dq_tma", "dq_bulk", "dq_writer")
 #: D = 256 stays declined.
 D256_TUNING: tuple[str, ...] | None = ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "sdpwg", "dkvrs", "dkvearly")
 #: Variants of a plan built without ``_tuning`` at D = D_v = 64 (non-deterministic; deterministic plans keep
-#: CAUSAL_TUNING / DEFAULT_TUNING without the dQ reduce-add variants); None: those defaults. Session 8 (issue #6) adds
-#: ``m128`` (128-row query blocks, FA3 / FA4's d64 tile, kernel_key.SdpaBwdKey.tile_m128) as an opt-in: a plan requests it
-#: with ``_tuning=(..., "m128")`` (benchmarks/sdpa_bwd.py "ours-m128" runs CAUSAL_TUNING + m128, causal and not); setting
-#: this to that tuple makes it the d64 default once the H200 A/B (docs/benchmarks/sdpa_bwd_m128.md) says so.
-D64_TUNING: tuple[str, ...] | None = None
+#: CAUSAL_TUNING / DEFAULT_TUNING without the dQ reduce-add variants); None: those defaults. Session 8 (issue #6):
+#: FA3 / FA4's d64 tile, 128-row query blocks (``m128``, kernel_key.SdpaBwdKey.tile_m128), with dS^T converted once
+#: (``pack1``), dS kept K-major (``dsk``), dQ's 128 rows split over the warpgroups (``dqrows``) and lse_log2 / dpsum read as
+#: 16-byte words (``stats4``), causal and not. H200 (docs/benchmarks/sdpa_bwd_instr.md, "ours-m128x", one run): d64 s4k
+#: 482.0 vs 438.2 TFLOP/s for the session-7 default, causal 456.5 vs 428.9; s8k 503.2 vs 450.6, causal 491.3 vs 416.2
+#: (FA4 502.4 / 466.6 / 519.2 / 488.2); m128 alone: docs/benchmarks/sdpa_bwd_m128.md. GPU tests: test_sdpa_bwd_variants.py.
+D64_TUNING: tuple[str, ...] | None = ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost", "m128", "pack1", "dsk", "dqrows", "stats4")
 
 
 class SdpaBwdSm90(APIBase):
