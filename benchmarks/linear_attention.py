@@ -32,13 +32,16 @@ at the end. ``--quick`` writes ``<name>_quick.{md,csv,png}`` so a smoke run neve
 GDN forward (issue 7's shapes: B = 1, T in {4k, 8k, 32k}, H in {16, 32, 64}, K = V = 128, plus a varlen mix of
 64 sequences): providers ours (``cudnn.linear_attention.gdn.api.gated_delta_net``, eager), ours+graph (the
 same call replayed from a CUDA graph), fla (fla-core's Triton ``chunk_gated_delta_rule``), fla+graph, and
-ours-parallel(+graph): the adapter with the opt-in ``schedule="parallel"`` (three chunk-parallel kernels through a
-caller workspace; KDA too: its prep kernel is the restructured one, ``kda/chunk_parallel_prep_kernel.py``),
-ours-par-op: the public op with ``schedule="parallel"`` (workspace allocated by the op), ours-parallel-s3 (three-stage
-state pass), GDN's ours-parallel-pf (its prep kernel's ``prefetch`` option), ours-parallel-2cta (its prep at two CTAs
-per SM) and ours-parallel-all (the three combined), and ours-par-v32 / ours-par-v16 (both families,
-``_host/chunk_parallel.py::PARALLEL_VARIANTS``: the state pass on 32- / 16-row value slices,
-``kda/chunk_parallel_state_narrow_kernel.py``). Same
+ours-parallel(+graph): the adapter with the opt-in ``schedule="parallel"`` (the chunk-parallel kernels through a
+caller workspace; KDA too: its prep kernel is the restructured one, ``kda/chunk_parallel_prep_kernel.py``; since
+session 8 the default plan is prep + the fused state pass and output, ``fso-w2``, where the plan-time rule of
+``_host/chunk_parallel.py::fused_schedule_wins`` picks it -- the H 64 cases on an H200 -- and the three kernels below
+it), ours-par-op: the public op with ``schedule="parallel"`` (workspace allocated by the op), ours-parallel-s3
+(three-stage state pass; the three-kernel schedule: the knob sets the rule aside), GDN's ours-parallel-pf (its prep
+kernel's ``prefetch`` option), ours-parallel-2cta (its prep at two CTAs per SM) and ours-parallel-all (the three
+combined), and ours-par-<name> for every named variant of ``_host/chunk_parallel.py::PARALLEL_VARIANTS`` whose prep
+fields the family's prep key has (e.g. ours-par-three: the three kernels whatever the rule says; ours-par-kp7 /
+ours-par-gdn-prep7: the prep without the session-8 staged stores; ours-par-fso: the one-warpgroup fused kernel). Same
 inputs for all: bf16 q/k/v, fp32 g = logsigmoid(N(0,1)) / 8 and beta ~ U(0,1), q/k L2-normalised in the kernel,
 no initial state, no final state. Byte convention (the minimum traffic: the roofline's numerator): q, k, v read
 and o written once in bf16, g and beta read once in fp32: T H (2 K + 2 V) bf16 elements and 2 T H fp32 ones, counted as
@@ -475,15 +478,16 @@ def _kda_cases(quick):
 
 
 def _parallel_providers(family, adapter, per_key_gate, public):
-    """``ours-parallel`` (and ``+graph``): the family's adapter with the opt-in ``schedule="parallel"`` (three
-    chunk-parallel kernels), o and the workspace allocated once at build (R2), then ``execute`` per call;
+    """``ours-parallel`` (and ``+graph``): the family's adapter with the opt-in ``schedule="parallel"`` (the default
+    plan: three chunk-parallel kernels, or prep + the fused state pass and output where the plan-time rule picks it),
+    o and the workspace allocated once at build (R2), then ``execute`` per call;
     ``ours-par-op``: the public op with ``schedule="parallel"`` (the op allocates o and the workspace per call
     through the caching allocator); the adapter's tuning knobs (compile-key options, default off):
     ``ours-parallel-s3`` (``parallel_state_stages = 3``: the state pass fetches two chunks ahead) and, GDN only (KDA's
     prep kernel has no knobs), ``ours-parallel-pf`` (``parallel_prefetch``: the prep kernel issues every global read of
     a chunk at once), ``ours-parallel-2cta`` (``parallel_prep_two_per_sm``: the prep kernel at two CTAs per SM) and
-    ``ours-parallel-all`` (prefetch, 3 stages, two CTAs per SM); ``ours-par-v32`` / ``ours-par-v16``: the named
-    state-pass variants (``_host/chunk_parallel.py::PARALLEL_VARIANTS``)."""
+    ``ours-parallel-all`` (prefetch, 3 stages, two CTAs per SM); ``ours-par-<name>``: the named variants
+    (``_host/chunk_parallel.py::PARALLEL_VARIANTS``) the family's prep key takes."""
     import importlib
 
     def make_adapter(knobs, variant=None):
@@ -522,7 +526,7 @@ def _parallel_providers(family, adapter, per_key_gate, public):
         providers.append(Provider("ours-parallel-2cta", make_adapter({"parallel_prep_two_per_sm": True})))
         providers.append(Provider("ours-parallel-all", make_adapter({"parallel_prefetch": True, "parallel_state_stages": 3, "parallel_prep_two_per_sm": True})))
     # every named variant whose prep fields the family's prep key has (``_host/chunk_parallel.py::PARALLEL_VARIANTS``;
-    # the KDA prep's session-6 winners are the default, so ``ours-parallel+graph`` is their graphed number)
+    # the prep's session-6 and session-8 winners are the default, so ``ours-parallel+graph`` is their graphed number)
     from linear_attention_kernels import prep_key_fields
 
     from cudnn.linear_attention._host.chunk_parallel import PARALLEL_VARIANTS

@@ -7,16 +7,21 @@ kernel, from torch.profiler: where the microseconds of ``ours-parallel`` go. Pri
 
 Same inputs as benchmarks/linear_attention.py (seed 0, K = V = 128, L2 norm in the kernel, no states). Variants:
 serial, parallel (the default parallel plan: since session 6 the TMA state pass at four stages, the V-wide output
-kernel and, for GDN, the restructured prep at three CTAs per SM), and every named variant of
+kernel and, for GDN, the restructured prep at three CTAs per SM; since session 8 the prep's staged stores and, where
+the plan-time rule picks it, the fused state pass + output), and every named variant of
 ``_host/chunk_parallel.py::PARALLEL_VARIANTS`` whose prep fields the family's prep key has, as par-<name>: the A/B
 baselines par-state-base / par-out-base / par-base (the session-5 state pass and output kernel), GDN's
-par-gdn-prep-base / par-gdn-base (its session-5 prep / whole plan), and KDA's prep baselines (par-kp5: its session-5
-prep, par-kn: narrow_ap alone, par-kp6: its session-6 first default, without tiled_solve / lean_gates) and the fused
-schedule par-fso / par-fso-w2 / par-fso-s2 (session 8: two kernels, prep and the fused state pass + output; fso-w2: two
-consumer warpgroups per CTA over one stage ring, half the CTAs; fso-s2: fso at two stages, the stage-count control; the
-fused kernel is the ``state+out`` column, there is no ``state`` or ``out`` entry in its row). The ``parallel`` row is
-the adapters' default plan: unfused while ``_host/chunk_parallel.py::FUSED_DEFAULT`` is off, else what its plan-time
-rule picks.
+par-gdn-prep-base / par-gdn-base (its session-5 prep / whole plan) and par-gdn-prep7 (its prep without the session-8
+staged -Wm stores), KDA's prep baselines (par-kp5: its session-5 prep, par-kn: narrow_ap alone, par-kp6: its session-6
+first default, without tiled_solve / lean_gates, par-kp7: without the session-8 staged kd / -Wm stores; all four
+without the staged stores), par-three (both families: the three-kernel schedule whatever the plan-time rule says) and
+the fused schedule par-fso / par-fso-w2 / par-fso-s2 (session 8: two kernels, prep and the fused state pass + output;
+fso-w2: two consumer warpgroups per CTA over one stage ring, half the CTAs; fso-s2: fso at two stages, the stage-count
+control; the fused kernel is the ``state+out`` column, there is no ``state`` or ``out`` entry in its row). The
+``parallel`` row is the adapters' default plan: ``_host/chunk_parallel.py::FUSED_DEFAULT`` is on since the session-8
+A/B, so it is ``fso-w2``'s two kernels where the plan-time rule (``fused_schedule_wins``: H * V / 32 >= the SM count,
+e.g. H = 64 on an H200) picks the fused schedule and the three kernels (as par-three) below it, e.g. the default
+T 8k, H 16.
 ``--variants parallel,par-base`` keeps a subset.
 Each variant is warmed (compile), then ``--iters`` calls are profiled; a kernel's time is its mean CUDA time per call.
 First line per family: each kernel's memory floor (``floors``: the workspace bytes it must move, at 4.8 TB/s), the

@@ -16,11 +16,14 @@ Compile tier (``compile_only``, CPU with ``CUTE_DSL_ARCH=sm_90a``): the kernel b
 memory and frame size 0 at 256 threads and two or three CTAs per SM, its WGMMAs, vector stores and barriers are the
 designed ones, it has well under the one-warpgroup kernel's instructions, and the key routes as designed.
 
-The opt-in ``staged_w`` (session 8, issue #7; ``GdnParallelPrepKey.staged_w``, default off; module docstring of the
-kernel, "Staged W"): -Wm staged in Qn's dead bytes and written by 16-byte stores. GPU: bitwise the kernel without it
-(every prep array, o, the final state) and the FlashAttention rule against the recurrence, at three CTAs per SM (K =
-128) and two (K = 64). Compile: no spill at both, one warpgroup named barrier, the W fragment stores replaced by D / 16
-16-byte stores per thread, ValueError without ``restructured``.
+``staged_w`` (session 8, issue #7; ``GdnParallelPrepKey.staged_w``, default ON since the session-8 A/B -- H200, T =
+32k, H = 64: prep 1891.3 vs 2065.5 us --; the kernel without it is the A/B baseline ``gdn-prep7``; module docstring of
+the kernel, "Staged W"): -Wm staged in Qn's dead bytes and written by 16-byte stores. So the restructured builds above
+(``GTC``, the default) stage W; the two-CTA structure check builds the kernel without it. GPU: bitwise the kernel
+without it (every prep array, o, the final state) and the FlashAttention rule against the recurrence, at three CTAs per
+SM (K = 128, against ``gdn-prep7``) and two (K = 64). Compile: no spill at both, one warpgroup named barrier, the W
+fragment stores replaced by D / 16 16-byte stores per thread, ValueError without ``restructured`` (so the one-warpgroup
+kernel's keys set ``staged_w=False``: ``gdn-prep-base``).
 
     ci/gpu_tests.sh packages/cudnn-linear-attention/tests/test_gdn_prep_tc_gpu.py -q
 """
@@ -39,8 +42,8 @@ from cudnn_testing.markers import skip_unless_cutedsl, skip_unless_sm90
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/_*_cases.py: --import-mode=importlib adds no test folder
 from _delta_rule_cases import GDN  # noqa: E402
 
-GTC = {"prep": {"restructured": True, "tc_ctas_per_sm": 2}}  # the two-CTA form
-GTC3 = {}  # the default: three CTAs per SM (T over Qn, the bf16 inverses over A)
+GTC = {"prep": {"restructured": True, "tc_ctas_per_sm": 2}}  # the two-CTA form (W staged: the default staged_w)
+GTC3 = {}  # the default: three CTAs per SM (T over Qn, the bf16 inverses over A), W staged
 BASE = "gdn-prep-base"  # the one-warpgroup prep kernel: the reference plan
 PREP_ARRAYS = ("w", "u", "kd", "qg", "p", "ge", "rf")  # what the prep kernel writes (vnt, h: the state pass)
 
@@ -100,8 +103,10 @@ def test_gtc_execute_never_syncs_or_allocates_and_replays_under_capture():
     cases.check_execute_never_syncs_or_allocates_and_replays_under_capture(GDN, GTC)
 
 
-STAGED_W = {"prep": {"staged_w": True}}  # session 8: -Wm through shared memory (default three CTAs per SM)
+STAGED_W = {"prep": {"staged_w": True}}  # session 8: -Wm through shared memory (default three CTAs per SM): the default
 STAGED_W2 = {"prep": {"tc_ctas_per_sm": 2, "staged_w": True}}  # the same at two CTAs per SM
+UNSTAGED = "gdn-prep7"  # the restructured kernel without staged_w (three CTAs per SM): the A/B baseline
+UNSTAGED2 = {"prep": {"tc_ctas_per_sm": 2, "staged_w": False}}  # the same at two CTAs per SM
 
 
 # Two ids (each compiles the staged kernel and the kernel without it): both head dims, both CTA counts, L2 norm on and
@@ -109,7 +114,7 @@ STAGED_W2 = {"prep": {"tc_ctas_per_sm": 2, "staged_w": True}}  # the same at two
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     "D, l2norm, regime, g_dtype, variant, reference",
-    [(128, True, "weak", "float32", STAGED_W, None), (64, False, "safe_gate", "bfloat16", STAGED_W2, GTC)],
+    [(128, True, "weak", "float32", STAGED_W, UNSTAGED), (64, False, "safe_gate", "bfloat16", STAGED_W2, UNSTAGED2)],
     ids=["3cta-d128-l2-weak", "2cta-d64-strong-bf16g"],
 )
 def test_staged_w_is_bitwise_the_kernel_without_it(D, l2norm, regime, g_dtype, variant, reference):
@@ -155,10 +160,11 @@ def _instructions(ptx: str) -> int:
 @pytest.mark.compile_only
 def test_gtc_routing_and_bad_combinations():
     """``restructured`` (default True since session 6) routes to the restructured module at three (default) or two CTAs
-    per SM, ``restructured = False`` (``gdn-prep-base``) to the one-warpgroup kernel; with ``prefetch`` or
-    ``two_per_sm``, and ``tc_ctas_per_sm`` other than 2 without it or other than 2 / 3 with it, it is a ValueError; the
-    plan takes ``gdn-prep-base`` through ``set_parallel_options``, and the adapter's prep knobs select the one-warpgroup
-    kernel (``_prep_options``)."""
+    per SM, ``restructured = False`` with ``staged_w = False`` (``gdn-prep-base``) to the one-warpgroup kernel; with
+    ``prefetch`` or ``two_per_sm``, ``tc_ctas_per_sm`` other than 2 without it or other than 2 / 3 with it, and without it
+    the default ``staged_w`` left on, it is a ValueError; the plan takes ``gdn-prep-base`` / ``gdn-prep7`` through
+    ``set_parallel_options``, and the adapter's prep knobs select the one-warpgroup kernel (``_prep_options``: with
+    ``staged_w`` off)."""
     skip_unless_cutedsl("4.8.0", "cudnn.linear_attention.gated_delta_net")
     pytest.importorskip("cutlass")
     from _delta_rule_cases import compile_varlen_plan
@@ -171,7 +177,10 @@ def test_gtc_routing_and_bad_combinations():
     key = GdnParallelPrepKey(**base)
     assert key.restructured and key.tc_ctas_per_sm == 3 and GatedDeltaNetParallelPrep.for_key(key) is GatedDeltaNetParallelPrepTc
     assert GatedDeltaNetParallelPrep.for_key(GdnParallelPrepKey(**base, tc_ctas_per_sm=2)) is GatedDeltaNetParallelPrepTc
-    assert GatedDeltaNetParallelPrep.for_key(GdnParallelPrepKey(**base, restructured=False, tc_ctas_per_sm=2)) is GatedDeltaNetParallelPrep
+    assert GatedDeltaNetParallelPrep.for_key(GdnParallelPrepKey(**base, restructured=False, tc_ctas_per_sm=2, staged_w=False)) is GatedDeltaNetParallelPrep
+    with pytest.raises(ValueError, match="staged_w=True needs restructured=True"):
+        GatedDeltaNetParallelPrep.for_key(GdnParallelPrepKey(**base, restructured=False, tc_ctas_per_sm=2))
+    assert GatedDeltaNetParallelPrep.for_key(GdnParallelPrepKey(**base, staged_w=False)) is GatedDeltaNetParallelPrepTc
     for bad in ({"prefetch": True}, {"two_per_sm": True}):
         with pytest.raises(ValueError, match="restructured takes neither"):
             GatedDeltaNetParallelPrep.for_key(GdnParallelPrepKey(**base, **bad))
@@ -181,29 +190,35 @@ def test_gtc_routing_and_bad_combinations():
     plan = compile_varlen_plan(GDN, 1000, 5)
     assert plan._prep_options() == {}
     set_parallel_options(plan, BASE)
-    assert plan._prep_options() == {"restructured": False, "tc_ctas_per_sm": 2}
+    assert plan._prep_options() == {"restructured": False, "tc_ctas_per_sm": 2, "staged_w": False}
+    plan = compile_varlen_plan(GDN, 1000, 5)
+    set_parallel_options(plan, UNSTAGED)
+    assert plan._prep_options() == {"restructured": True, "staged_w": False}
     for knob, field in (("parallel_prefetch", "prefetch"), ("parallel_prep_two_per_sm", "two_per_sm")):
         plan = compile_varlen_plan(GDN, 1000, 5)
         setattr(plan, knob, True)
-        assert plan._prep_options() == {field: True, "restructured": False, "tc_ctas_per_sm": 2}
+        assert plan._prep_options() == {field: True, "restructured": False, "tc_ctas_per_sm": 2, "staged_w": False}
         GatedDeltaNetParallelPrep.for_key(GdnParallelPrepKey(**base, **plan._prep_options()))  # a key the one-warpgroup kernel builds
 
 
 @pytest.mark.compile_only
 def test_gtc_prep_builds_without_spills_with_a_fraction_of_the_default_instructions(tmp_path):
-    """K = 128 (varlen, fp32 g / beta, L2 norm): one kernel with the cudnn prefix, 256 threads at two CTAs per SM
+    """The two-CTA form without ``staged_w`` (its W stores are the ones ``staged_w`` replaces:
+    ``test_staged_w_builds_without_spills_with_16_byte_w_stores``) at K = 128 (varlen, fp32 g / beta, L2 norm): one
+    kernel with the cudnn prefix, 256 threads at two CTAs per SM
     (``.minnctapersm 2``: registers capped at 128), no local memory, frame size 0; 2 x 8 K-major m64n64k16 WGMMAs (A,
     P: one warpgroup each) + 2 x (2 x 4) with the B operand MN-major (U = (T Diag(beta)) V, W = (T Diag(beta exp G)) Kn);
     every bf16 shared tile written 16 bytes at a time (no 16-bit shared stores), U by 8-byte and P / W by 4-byte pairs,
     qg by 16-byte vectors, V by four 16-byte cp.async per thread; 11 CTA barriers (2 gates / element pass, 1 after A / P,
     1 + 6 solve, 1 before U / W); the per-element decays of A and P by ``ex2.approx``; and under half the one-warpgroup prep
-    kernel's PTX instructions. K = 64 (dense, bf16 g / beta, no L2 norm) builds the same way."""
+    kernel's PTX instructions. The default two-CTA form (W staged) at K = 64 (dense, bf16 g / beta, no L2 norm) builds
+    the same way (WGMMAs, V loads, no 16-bit shared stores, no spill)."""
     skip_unless_cutedsl("4.8.0", "cudnn.linear_attention.gated_delta_net")
     pytest.importorskip("cutlass")
     from cudnn.linear_attention.gdn.chunk_parallel_prep_kernel import GdnParallelPrepKey
 
     base = dict(head_dim=128, g_dtype="Float32", beta_dtype="Float32", l2norm=True, varlen=True)
-    ptx = _compile_prep(GdnParallelPrepKey(**base, tc_ctas_per_sm=2), tmp_path / "gtc")
+    ptx = _compile_prep(GdnParallelPrepKey(**base, tc_ctas_per_sm=2, staged_w=False), tmp_path / "gtc")
     names = kernel_symbols(ptx)
     assert len(names) == 1 and names[0].startswith("cudnn_") and "chunk_parallel_prep_tc" in names[0] and "cutlass" not in names[0].lower(), names
     assert ".reqntid 256, 1, 1" in ptx and ".minnctapersm 2" in ptx
@@ -217,7 +232,7 @@ def test_gtc_prep_builds_without_spills_with_a_fraction_of_the_default_instructi
     assert ptx.count("ex2.approx") >= 48  # A and P: 32 decays each, less those ptxas-side analysis proves masked (sm_90a 4.8.1: 30 each)
     assert "ld.local" not in ptx and "st.local" not in ptx and all(f == 0 for f in frame_sizes(tmp_path / "gtc"))
 
-    default = _compile_prep(GdnParallelPrepKey(**base, restructured=False, tc_ctas_per_sm=2), tmp_path / "default")  # gdn-prep-base
+    default = _compile_prep(GdnParallelPrepKey(**base, restructured=False, tc_ctas_per_sm=2, staged_w=False), tmp_path / "default")  # gdn-prep-base
     n_gtc, n_default = _instructions(ptx), _instructions(default)
     assert 0 < n_gtc < n_default / 2, (n_gtc, n_default)
 
@@ -230,17 +245,20 @@ def test_gtc_prep_builds_without_spills_with_a_fraction_of_the_default_instructi
 @pytest.mark.compile_only
 @pytest.mark.parametrize("D", [128, 64])
 def test_gtc_three_ctas_per_sm_builds_without_spills_in_70_kb(D, tmp_path):
-    """``tc_ctas_per_sm = 3``: ``.minnctapersm 3`` (registers capped at 80) with no local memory and frame size 0, the
-    same WGMMAs and barriers as the two-CTA build, and shared memory small enough for three CTAs per SM (the highest
-    static offset, the last per-token table, under 76 KB - 256 B: 3 x (76 KB + 1 KB reserved) <= 228 KB)."""
+    """``tc_ctas_per_sm = 3`` (the default key, W staged since session 8): ``.minnctapersm 3`` (registers capped at 80)
+    with no local memory and frame size 0, the same WGMMAs and CTA barriers as the two-CTA build (plus ``staged_w``'s
+    one named barrier of warpgroup 1), and shared memory small enough for three CTAs per SM (the highest static offset,
+    the last per-token table, under 76 KB - 256 B: 3 x (76 KB + 1 KB reserved) <= 228 KB)."""
     skip_unless_cutedsl("4.8.0", "cudnn.linear_attention.gated_delta_net")
     pytest.importorskip("cutlass")
     from cudnn.linear_attention.gdn.chunk_parallel_prep_kernel import GdnParallelPrepKey
 
     key = GdnParallelPrepKey(head_dim=D, g_dtype="Float32", beta_dtype="Float32", l2norm=True, varlen=True)  # the default
+    assert key.tc_ctas_per_sm == 3 and key.staged_w
     ptx = _compile_prep(key, tmp_path)
     assert ".reqntid 256, 1, 1" in ptx and ".minnctapersm 3" in ptx
     assert ptx.count("wgmma.mma_async") == D // 4 and len(re.findall(r"bar\.sync\s+0;", ptx)) == 11
+    assert len(re.findall(r"bar\.sync\s+[1-9]", ptx)) == len(re.findall(r"bar\.sync\s+1,\s*128;", ptx)) == 1  # staged_w's named barrier
     offsets = [int(x) for x in re.findall(r"\[%r\d+\+(\d+)\]", ptx)]
     assert max(offsets) < 76 * 1024 - 256, max(offsets)
     assert "ld.local" not in ptx and "st.local" not in ptx and all(f == 0 for f in frame_sizes(tmp_path))
@@ -248,23 +266,25 @@ def test_gtc_three_ctas_per_sm_builds_without_spills_in_70_kb(D, tmp_path):
 
 @pytest.mark.compile_only
 def test_staged_w_builds_without_spills_with_16_byte_w_stores(tmp_path):
-    """``staged_w`` at K = 128 (three CTAs per SM, the default) and K = 64 (two): no local memory, frame size 0, the
-    default's WGMMAs and 11 CTA barriers plus one named barrier of warpgroup 1's 128 threads; against the default K =
-    128 build: the W fragment pairs (D / 4 ``st.global.b32`` per thread) gone, D / 16 more 16-byte global stores and D /
-    4 bf16-pair shared stores. Without ``restructured`` it is a ValueError."""
+    """``staged_w`` (default on since session 8) at K = 128 (three CTAs per SM: the default key) and K = 64 (two): no
+    local memory, frame size 0, the unstaged kernel's WGMMAs and 11 CTA barriers plus one named barrier of warpgroup 1's
+    128 threads; against the K = 128 build without it (``gdn-prep7``): the W fragment pairs (D / 4 ``st.global.b32``
+    per thread) gone, D / 16 more 16-byte global stores and D / 4 bf16-pair shared stores. Without ``restructured`` it
+    is a ValueError."""
     skip_unless_cutedsl("4.8.0", "cudnn.linear_attention.gated_delta_net")
     pytest.importorskip("cutlass")
+    from cudnn.linear_attention._host.chunk_parallel import PARALLEL_VARIANTS
     from cudnn.linear_attention.gdn.chunk_parallel_prep_kernel import GatedDeltaNetParallelPrep, GdnParallelPrepKey
 
     base = dict(g_dtype="Float32", beta_dtype="Float32", l2norm=True, varlen=True)
-    assert not GdnParallelPrepKey(head_dim=128, **base).staged_w
+    assert GdnParallelPrepKey(head_dim=128, **base) == GdnParallelPrepKey(head_dim=128, **base, tc_ctas_per_sm=3, staged_w=True)  # "d128" below
     with pytest.raises(ValueError, match="staged_w=True needs restructured=True"):
         GatedDeltaNetParallelPrep.for_key(GdnParallelPrepKey(head_dim=128, **base, restructured=False, tc_ctas_per_sm=2, staged_w=True))
 
     def count(ptx, pattern):
         return len(re.findall(pattern, ptx))
 
-    default = _compile_prep(GdnParallelPrepKey(head_dim=128, **base), tmp_path / "default")
+    unstaged = _compile_prep(GdnParallelPrepKey(head_dim=128, **base, **PARALLEL_VARIANTS[UNSTAGED]["prep"]), tmp_path / "unstaged")  # gdn-prep7
     for name, d, ctas in (("d128", 128, 3), ("d64", 64, 2)):
         ptx = _compile_prep(GdnParallelPrepKey(head_dim=d, **base, tc_ctas_per_sm=ctas, staged_w=True), tmp_path / name)
         assert f".minnctapersm {ctas}" in ptx and ptx.count("wgmma.mma_async") == d // 4
@@ -272,6 +292,6 @@ def test_staged_w_builds_without_spills_with_16_byte_w_stores(tmp_path):
         assert count(ptx, r"\bst\.shared\.v2\.b16\s") == d // 4
         assert "ld.local" not in ptx and "st.local" not in ptx and all(f == 0 for f in frame_sizes(tmp_path / name))
         if d == 128:
-            assert count(ptx, r"\bst\.global\.v4\.b32\s") == count(default, r"\bst\.global\.v4\.b32\s") + d // 16
-            assert count(ptx, r"\bst\.global\.b32\s") == count(default, r"\bst\.global\.b32\s") - d // 4
-            assert count(default, r"bar\.sync\s+1,") == 0 and "st.shared.v2.b16" not in default
+            assert count(ptx, r"\bst\.global\.v4\.b32\s") == count(unstaged, r"\bst\.global\.v4\.b32\s") + d // 16
+            assert count(ptx, r"\bst\.global\.b32\s") == count(unstaged, r"\bst\.global\.b32\s") - d // 4
+            assert count(unstaged, r"bar\.sync\s+1,") == 0 and "st.shared.v2.b16" not in unstaged

@@ -87,15 +87,16 @@ def test_parallel_kernels_issue_wgmma_never_spill_and_are_one_artifact_for_every
 
 def _check_kda_prep(prep: str, d: int) -> None:
     """The default KDA prep kernel's PTX at head dim ``d`` (``narrow_ap`` + ``ref_table`` + ``tiled_solve`` +
-    ``lean_gates`` since session 6): 256 threads
+    ``lean_gates`` since session 6, ``staged_kd`` + ``staged_w`` since session 8): 256 threads
     at two CTAs per SM (``.minnctapersm 2``: registers capped at 128); step 3 as 4 row blocks x 2 x D / 16 K-major
     m64n16k16 WGMMAs (A^T, P^T) and 2 x 4 x D / 64 m64n64k16 with the B operand MN-major (U = (T Diag(beta)) V, W: no
-    transposed stores); every bf16 tile written 16 bytes at a time (``st.shared.v4``: Q', K', K exp(G) and the four
-    K'_I blocks, one store per 8 channels; no 16-bit shared stores); the exps: three per element of the element pass
+    transposed stores); every bf16 operand tile written 16 bytes at a time (``st.shared.v4``: Q', K', K exp(G) and the
+    four K'_I blocks, one store per 8 channels); the only 16-bit shared stores are the staged stores' (D / 4 2-byte kd
+    elements, D / 4 bf16 pairs of -Wm: ``test_kda_prep_staged_gpu.py``); the exps: three per element of the element pass
     (3 x D / 4 per thread: log2 gates, no per-exp multiply) plus the 10 ratios of the reference-row table and exp(G_C),
     none for K'_I; V by D / 32 16-byte cp.async per thread; the solve's bands by 16-byte shared reads (``tiled_solve``:
     at most 32 scalar ``ld.shared``, 267 without it at K = 128); 18 CTA barriers (2 gates, 2 per row block, 1 + 6 solve,
-    1 before U / W) and none named; no local memory."""
+    1 before U / W) and one named barrier (warpgroup 1's 128 threads before its staged -Wm stores); no local memory."""
     import re
 
     n16 = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n16k16\.f32\.bf16\.bf16[^;]*p, 1,\s*1, 0, (\d);", prep)
@@ -103,9 +104,12 @@ def _check_kda_prep(prep: str, d: int) -> None:
     assert ".reqntid 256, 1, 1" in prep and ".minnctapersm 2" in prep
     assert len(n16) == d // 2 and set(n16) == {"0"} and len(n64) == d // 8 and set(n64) == {"1"}, (n16, n64)
     assert prep.count("wgmma.mma_async") == d // 2 + d // 8
-    assert prep.count("st.shared.v4.b32") >= 7 * d // 32 and "st.shared.b16" not in prep and "st.shared.u16" not in prep
+    assert prep.count("st.shared.v4.b32") >= 7 * d // 32 and "st.shared.u16" not in prep
+    assert len(re.findall(r"\bst\.shared\.b16\s", prep)) == d // 4 and len(re.findall(r"\bst\.shared\.v2\.b16\s", prep)) == d // 4
     assert 3 * d // 4 <= prep.count("ex2.approx.ftz.f32") <= 3 * d // 4 + 16 and prep.count("cp.async.cg.shared.global") == d // 32
-    assert len(re.findall(r"bar\.sync\s+0;", prep)) == 18 and not re.findall(r"bar\.sync\s+[1-9]", prep)
+    assert (
+        len(re.findall(r"bar\.sync\s+0;", prep)) == 18 and len(re.findall(r"bar\.sync\s+[1-9]", prep)) == len(re.findall(r"bar\.sync\s+1,\s*128;", prep)) == 1
+    )
     assert len(re.findall(r"ld\.shared\.(b32|f32|u32)\b", prep)) <= 32, len(re.findall(r"ld\.shared\.(b32|f32|u32)\b", prep))
     assert "ld.local" not in prep and "st.local" not in prep
 

@@ -119,7 +119,13 @@ def test_removed_prep_knobs_raise_on_kda(floor, knob):
         with pytest.raises(ValueError, match=f"gated_delta_net: {knob} is not available"):
             gdn._prep_options()
     else:
-        assert gdn._prep_options() == {knob.removeprefix("parallel_").removeprefix("prep_"): True, "restructured": False, "tc_ctas_per_sm": 2}
+        # the one-warpgroup kernel, which stages nothing (``staged_w`` is the restructured kernel's, default on)
+        assert gdn._prep_options() == {
+            knob.removeprefix("parallel_").removeprefix("prep_"): True,
+            "restructured": False,
+            "tc_ctas_per_sm": 2,
+            "staged_w": False,
+        }
 
 
 def test_kda_binds_an_fp32_g_4_byte_aligned(floor):

@@ -5,7 +5,8 @@ exps). Both are ON by default since session 6 (they passed this file's GPU tests
 H = 16: prep 180.6 us against 202.0); the A/B baselines are opt-ins now, reached through ``set_parallel_options(plan,
 {"prep": {...}})``: ``narrow_ap`` alone (``KN``, variant ``kn``: ``ref_table`` off, and the solve and gate options
 ``tiled_solve`` / ``lean_gates``, default on too since session 6, off) and the session-5 kernel (``S5``, variant
-``kp5``: all four off). GPU correctness and the compile-only build checks.
+``kp5``: all four off); both also turn off the session-8 staged stores (``staged_kd`` / ``staged_w``, default on since
+the session-8 A/B; ``staged_kd`` needs ``ref_table``). GPU correctness and the compile-only build checks.
 
 GPU tier (``gpu``): fresh random inputs, poisoned outputs and a poisoned workspace (all-ones bytes: NaN in bf16 and
 fp32); o and the final state of the opt-in by the FlashAttention rule against the fp32 token-by-token recurrence
@@ -18,9 +19,10 @@ one-past-a-chunk, empty and long (24-chunk) sequences, GVA (4 value heads over 2
 states; a dense batch and a 4096-token THD sequence (64 chunks) run on the default prep too.
 
 Compile tier (``compile_only``, CPU with ``CUTE_DSL_ARCH=sm_90a``): the fields default on (the default key is the
-``narrow_ap`` + ``ref_table`` kernel, with ``tiled_solve`` + ``lean_gates``), ``ref_table`` alone is a ValueError, GDN plans refuse the fields; the default and
-``KN`` build at K = 128 (and the default at K = 64) with the designed WGMMA shapes, 18 CTA barriers, no local memory and
-frame size 0, under 85 % of the session-5 kernel's PTX instructions, and the default under half its ``ex2.approx``.
+``narrow_ap`` + ``ref_table`` kernel, with ``tiled_solve`` + ``lean_gates`` and the staged stores), ``ref_table`` alone
+is a ValueError, GDN plans refuse the fields; the default and ``KN`` build at K = 128 (and the default at K = 64) with
+the designed WGMMA shapes, 18 CTA barriers (+ the default's staged -Wm named barrier), no local memory and frame size 0,
+under 85 % of the session-5 kernel's PTX instructions, and the default under half its ``ex2.approx``.
 Four prep compiles, about 25 s on one core.
 
     ci/gpu_tests.sh packages/cudnn-linear-attention/tests/test_kda_prep_opts_gpu.py -q
@@ -40,8 +42,9 @@ from cudnn_testing.markers import skip_unless_cutedsl, skip_unless_sm90
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/_*_cases.py: --import-mode=importlib adds no test folder
 from _delta_rule_cases import GDN, KDA  # noqa: E402
 
-KN = {"prep": {"ref_table": False, "tiled_solve": False, "lean_gates": False}}  # narrow_ap alone (variant kn)
-S5 = {"prep": {"narrow_ap": False, "ref_table": False, "tiled_solve": False, "lean_gates": False}}  # the session-5 kernel (kp5)
+UNSTAGED = {"staged_kd": False, "staged_w": False}  # the session-8 staged stores (default on; staged_kd needs ref_table)
+KN = {"prep": {"ref_table": False, "tiled_solve": False, "lean_gates": False, **UNSTAGED}}  # narrow_ap alone (variant kn)
+S5 = {"prep": {"narrow_ap": False, "ref_table": False, "tiled_solve": False, "lean_gates": False, **UNSTAGED}}  # the session-5 kernel (kp5)
 PREP_ARRAYS = ("w", "u", "kd", "qg", "p", "ge")  # what KDA's prep kernel writes (vnt, h: the state pass; rf: GDN only)
 FLOOR = "4.8.0"
 
@@ -124,10 +127,12 @@ def _instructions(ptx: str) -> int:
     return cases.ptx_instructions(ptx)
 
 
-def _check_option_ptx(ptx: str, tmp_path, d: int) -> None:
+def _check_option_ptx(ptx: str, tmp_path, d: int, staged: bool) -> None:
     """The narrow_ap kernels' shape at head dim ``d`` (the default, and narrow_ap alone): one cudnn-prefixed kernel, 256 threads at two CTAs per SM; step 3 as
     4 blocks x 2 x D / 16 m64n16k16 WGMMAs (K-major) and step 5's 2 x 4 x D / 64 m64n64k16 with B MN-major; the same
-    18 CTA barriers as the session-5 kernel; no 16-bit shared stores; V by D / 32 cp.async; no local memory, frame size 0."""
+    18 CTA barriers as the session-5 kernel; no 16-bit shared stores but, with the session-8 staged stores
+    (``staged``: the default), exactly theirs (D / 4 2-byte kd elements, D / 4 bf16 pairs of -Wm) and their one named
+    barrier (``test_kda_prep_staged_gpu.py``); V by D / 32 cp.async; no local memory, frame size 0."""
     names = kernel_symbols(ptx)
     assert len(names) == 1 and names[0].startswith("cudnn_") and "kdachunk_parallel_prep" in names[0] and "cutlass" not in names[0].lower(), names
     assert ".reqntid 256, 1, 1" in ptx and ".minnctapersm 2" in ptx
@@ -136,8 +141,10 @@ def _check_option_ptx(ptx: str, tmp_path, d: int) -> None:
     assert len(n16) == d // 2 and set(n16) == {"0"}, n16  # A^T, P^T: both operands K-major
     assert len(n64) == d // 8 and set(n64) == {"1"}, n64  # U, W: B MN-major
     assert ptx.count("wgmma.mma_async") == d // 2 + d // 8
-    assert len(re.findall(r"bar\.sync\s+0;", ptx)) == 18 and not re.findall(r"bar\.sync\s+[1-9]", ptx)
-    assert "st.shared.b16" not in ptx and "st.shared.u16" not in ptx and ptx.count("cp.async.cg.shared.global") == d // 32
+    assert len(re.findall(r"bar\.sync\s+0;", ptx)) == 18
+    assert len(re.findall(r"bar\.sync\s+[1-9]", ptx)) == len(re.findall(r"bar\.sync\s+1,\s*128;", ptx)) == (1 if staged else 0)
+    assert len(re.findall(r"\bst\.shared\.b16\s", ptx)) == len(re.findall(r"\bst\.shared\.v2\.b16\s", ptx)) == (d // 4 if staged else 0)
+    assert "st.shared.u16" not in ptx and ptx.count("cp.async.cg.shared.global") == d // 32
     assert "ld.local" not in ptx and "st.local" not in ptx
     frames = frame_sizes(tmp_path)
     assert frames and all(f == 0 for f in frames), frames
@@ -156,15 +163,17 @@ def test_prep_option_fields_default_on_and_reach_the_plan():
 
     from _delta_rule_cases import compile_varlen_plan
 
-    from cudnn.linear_attention._host.chunk_parallel import set_parallel_options
+    from cudnn.linear_attention._host.chunk_parallel import PARALLEL_VARIANTS, set_parallel_options
     from cudnn.linear_attention.kda.chunk_parallel_prep_kernel import KdaParallelPrepKey, KimiDeltaAttentionParallelPrep
 
+    assert PARALLEL_VARIANTS["kn"] == KN and PARALLEL_VARIANTS["kp5"] == S5  # this file's baselines are the named variants
     assert [f.name for f in fields(KdaParallelPrepKey)][: len(BASE) + 2] == [*BASE, "narrow_ap", "ref_table"]
     key = KdaParallelPrepKey(**BASE)
     assert key.narrow_ap and key.ref_table and key == KdaParallelPrepKey(**BASE, narrow_ap=True, ref_table=True)
     with pytest.raises(ValueError, match="ref_table=True needs narrow_ap=True"):
         KimiDeltaAttentionParallelPrep(KdaParallelPrepKey(**BASE, narrow_ap=False))
-    KimiDeltaAttentionParallelPrep(KdaParallelPrepKey(**BASE, narrow_ap=False, ref_table=False))  # accepted: the session-5 kernel
+    KimiDeltaAttentionParallelPrep(KdaParallelPrepKey(**BASE, narrow_ap=False, ref_table=False, **UNSTAGED))  # accepted: the session-5 kernel
+    KimiDeltaAttentionParallelPrep(KdaParallelPrepKey(**BASE, **KN["prep"]))  # accepted: narrow_ap alone
     plan = compile_varlen_plan(KDA, 1000, 5)
     set_parallel_options(plan, S5)
     assert plan._prep_options() == S5["prep"]
@@ -188,13 +197,13 @@ def test_prep_options_build_without_spills_with_fewer_instructions_and_exps(tmp_
 
     s5 = _compile_prep(KdaParallelPrepKey(**BASE, **S5["prep"]), tmp_path / "s5")
     kn = _compile_prep(KdaParallelPrepKey(**BASE, **KN["prep"]), tmp_path / "kn")
-    _check_option_ptx(kn, tmp_path / "kn", 128)
+    _check_option_ptx(kn, tmp_path / "kn", 128, staged=False)
     default = _compile_prep(KdaParallelPrepKey(**BASE), tmp_path / "default")
-    _check_option_ptx(default, tmp_path / "default", 128)
+    _check_option_ptx(default, tmp_path / "default", 128, staged=True)
     n_s5 = _instructions(s5)
     assert 0 < _instructions(kn) < 0.85 * n_s5 and 0 < _instructions(default) < 0.85 * n_s5, (_instructions(kn), _instructions(default), n_s5)
     ex2 = s5.count("ex2.approx")
     assert kn.count("ex2.approx") == ex2 and 0 < default.count("ex2.approx") < ex2 / 2, (kn.count("ex2.approx"), default.count("ex2.approx"), ex2)
 
     key64 = KdaParallelPrepKey(head_dim=64, g_dtype="BFloat16", beta_dtype="Float32", l2norm=False, varlen=False)
-    _check_option_ptx(_compile_prep(key64, tmp_path / "d64"), tmp_path / "d64", 64)
+    _check_option_ptx(_compile_prep(key64, tmp_path / "d64"), tmp_path / "d64", 64, staged=True)

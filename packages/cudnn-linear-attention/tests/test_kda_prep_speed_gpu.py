@@ -1,7 +1,8 @@
 """The KDA prep kernel's solve and gate options (``kda/chunk_parallel_prep_kernel.py``, module docstring "Solve and gate
 options"), ON by default since session 6 (H200, T = 8k, H = 16: prep 174.9 us against 182.8 without them); the kernel
 without them, the session-6 first default, is the A/B baseline ``kp6`` (``set_parallel_options(plan, "kp6")``:
-``{"prep": {"tiled_solve": False, "lean_gates": False}}``):
+``{"prep": {"tiled_solve": False, "lean_gates": False, "staged_kd": False, "staged_w": False}}``: without the session-8
+staged stores either, which are bitwise too -- ``test_kda_prep_staged_gpu.py``):
 
 - ``tiled_solve``: the solve's off-diagonal bands on a 1 x 4 register tile per thread (16-byte shared reads of A, T and
   Y: about a quarter of the band solve's shared-memory wavefronts);
@@ -26,7 +27,7 @@ capture (the default's own: ``test_kda_parallel_gpu.py``).
 Compile tier (``compile_only``, CPU, ``CUTE_DSL_ARCH=sm_90a``): the fields default on, ``lean_gates`` without
 ``tiled_solve`` is a ValueError, ``pack_round`` is no field; the default, ``tiled_solve`` alone and ``kp6`` at K = 128
 (varlen, fp32 g, L2 norm), the default and ``kp6`` at K = 64 (dense, bf16 g) build with the same WGMMAs, 256 threads at
-two CTAs per SM, 18 barriers, no local memory, frame size 0; the tiled solve reads shared memory by 16-byte vectors
+two CTAs per SM, 18 CTA barriers (+ the staged stores' named barrier, not in ``kp6``), no local memory, frame size 0; the tiled solve reads shared memory by 16-byte vectors
 (scalar ``ld.shared`` 267 -> 11 at K = 128) with every product still an FMA (``kp6``'s FMA count + 320 at both head dims:
 the unrolled 1 x 4 tile); ``lean_gates`` removes at least 2 PTX instructions per g load. Three prep compiles at K = 128
 and two at K = 64, about 20 s on one core.
@@ -48,7 +49,9 @@ from cudnn_testing.markers import skip_unless_cutedsl, skip_unless_sm90
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/_*_cases.py: --import-mode=importlib adds no test folder
 from _delta_rule_cases import KDA  # noqa: E402
 
-KP6 = {"prep": {"tiled_solve": False, "lean_gates": False}}  # the session-6 first default (variant kp6): the A/B baseline
+KP6 = {
+    "prep": {"tiled_solve": False, "lean_gates": False, "staged_kd": False, "staged_w": False}
+}  # the session-6 first default (variant kp6): the A/B baseline
 TS = {"prep": {"lean_gates": False}}  # tiled_solve alone
 PREP_ARRAYS = ("w", "u", "kd", "qg", "p", "ge")  # what KDA's prep kernel writes
 FLOOR = "4.8.0"
@@ -138,14 +141,16 @@ def _compile_prep(key, tmp_path):
     return cases.compile_prep_ptx(KimiDeltaAttentionParallelPrep, key, tmp_path, 4 if key.g_dtype == "Float32" else 2)
 
 
-def _shape(ptx: str, tmp_path, d: int) -> None:
+def _shape(ptx: str, tmp_path, d: int, staged: bool = True) -> None:
     """The prep kernel's shape, with the solve and gate options or without: one cudnn-prefixed kernel, 256 threads at two
-    CTAs per SM, D / 2 m64n16k16 and D / 8 m64n64k16 WGMMAs, 18 CTA barriers, no local memory, frame size 0."""
+    CTAs per SM, D / 2 m64n16k16 and D / 8 m64n64k16 WGMMAs, 18 CTA barriers (and, with the staged stores -- ``staged``,
+    the default key's --, warpgroup 1's one named barrier), no local memory, frame size 0."""
     names = kernel_symbols(ptx)
     assert len(names) == 1 and names[0].startswith("cudnn_") and "kdachunk_parallel_prep" in names[0], names
     assert ".reqntid 256, 1, 1" in ptx and ".minnctapersm 2" in ptx
     assert ptx.count("wgmma.mma_async.sync.aligned.m64n16k16") == d // 2 and ptx.count("wgmma.mma_async.sync.aligned.m64n64k16") == d // 8
-    assert len(re.findall(r"bar\.sync\s+0;", ptx)) == 18 and not re.findall(r"bar\.sync\s+[1-9]", ptx)
+    assert len(re.findall(r"bar\.sync\s+0;", ptx)) == 18
+    assert len(re.findall(r"bar\.sync\s+[1-9]", ptx)) == len(re.findall(r"bar\.sync\s+1,\s*128;", ptx)) == (1 if staged else 0)
     assert "ld.local" not in ptx and "st.local" not in ptx
     frames = frame_sizes(tmp_path)
     assert frames and all(f == 0 for f in frames), frames
@@ -162,8 +167,10 @@ def test_solve_and_gate_fields_default_on_and_their_prerequisite():
     accepted combinations; ``pack_round`` (removed after the A/B) is no field of the key."""
     skip_unless_cutedsl(FLOOR, "cudnn.linear_attention.kimi_delta_attention")
     pytest.importorskip("cutlass")
+    from cudnn.linear_attention._host.chunk_parallel import PARALLEL_VARIANTS
     from cudnn.linear_attention.kda.chunk_parallel_prep_kernel import KdaParallelPrepKey, KimiDeltaAttentionParallelPrep
 
+    assert PARALLEL_VARIANTS["kp6"] == KP6  # this file's baseline is the named variant
     key = KdaParallelPrepKey(**BASE)
     assert key.tiled_solve and key.lean_gates
     assert key == KdaParallelPrepKey(**BASE, tiled_solve=True, lean_gates=True) != KdaParallelPrepKey(**BASE, **KP6["prep"])
@@ -194,7 +201,7 @@ def test_default_builds_without_spills_vectorizes_the_solve_and_leans_the_gates(
     ts = _compile_prep(KdaParallelPrepKey(**BASE, **TS["prep"]), tmp_path / "ts")
     _shape(ts, tmp_path / "ts", 128)
     kp6 = _compile_prep(KdaParallelPrepKey(**BASE, **KP6["prep"]), tmp_path / "kp6")
-    _shape(kp6, tmp_path / "kp6", 128)
+    _shape(kp6, tmp_path / "kp6", 128, staged=False)
     assert _scalar_shared_loads(kp6) >= 256 and _scalar_shared_loads(ts) <= 32 and _scalar_shared_loads(default) <= 32, (
         _scalar_shared_loads(kp6),
         _scalar_shared_loads(ts),
@@ -208,5 +215,5 @@ def test_default_builds_without_spills_vectorizes_the_solve_and_leans_the_gates(
     d64 = _compile_prep(KdaParallelPrepKey(**key64), tmp_path / "d64")
     _shape(d64, tmp_path / "d64", 64)
     d64_kp6 = _compile_prep(KdaParallelPrepKey(**key64, **KP6["prep"]), tmp_path / "d64kp6")
-    _shape(d64_kp6, tmp_path / "d64kp6", 64)
+    _shape(d64_kp6, tmp_path / "d64kp6", 64, staged=False)
     assert d64.count("fma.rn.f32") == d64_kp6.count("fma.rn.f32") + 320 and _scalar_shared_loads(d64) <= 32 < _scalar_shared_loads(d64_kp6)

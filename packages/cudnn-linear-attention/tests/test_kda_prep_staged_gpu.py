@@ -1,5 +1,7 @@
 """The KDA prep kernel's staged-store options (``kda/chunk_parallel_prep_kernel.py``, module docstring "Staged kd and
-W", session 8, issue #7), opt-in (default off), reached through ``set_parallel_options(plan, {"prep": {...}})``:
+W", session 8, issue #7), ON by default since the session-8 A/B (H200, T = 32k, H = 64: prep 2270.5 vs 2587.8 us); the
+kernel without them is the A/B baseline ``kp7`` (``set_parallel_options(plan, "kp7")``, both off), ``staged_kd`` alone
+is reached through ``set_parallel_options(plan, {"prep": {...}})``:
 
 - ``staged_kd`` (needs ``ref_table``, the default): ``(K exp(G_C - G))^T`` staged in shared memory (G's dead tail,
   XOR-swizzled: conflict-free) and written by coalesced 16-byte stores -- whole 128-byte channel rows per warp --
@@ -7,24 +9,26 @@ W", session 8, issue #7), opt-in (default off), reached through ``set_parallel_o
 - ``staged_w``: ``-Wm`` staged from the accumulator in shared memory (the G / A region, dead in step 5) and written by
   warpgroup 1 by 16-byte stores instead of 4-byte fragment stores (half sectors), after one named barrier.
 
-Both compute every value by the same operations as the default kernel (kd: the same fp32 product, rounded once to bf16;
--Wm: the same accumulator, negated and rounded once), so the contract is BITWISE: every prep workspace array, o and the
-final state equal the default plan's bit for bit.
+Both compute every value by the same operations as the kernel without them (kd: the same fp32 product, rounded once to
+bf16; -Wm: the same accumulator, negated and rounded once), so the contract is BITWISE: every prep workspace array, o
+and the final state equal the ``kp7`` plan's bit for bit.
 
 GPU tier (``gpu``): fresh random inputs, poisoned outputs and an all-ones (NaN) workspace; the varlen batch of
 ``_parallel_cases.LENGTHS`` (1-token, one-chunk, one-past-a-chunk, empty and 24-chunk sequences; GVA 4 value heads over
-2 q/k heads; initial and final states): the options against the default (bitwise), o and the final state also by the
+2 q/k heads; initial and final states): the options against ``kp7`` (bitwise), o and the final state also by the
 FlashAttention rule against the fp32 recurrence; both options on a dense [2, 300] batch (K = 64) and one 4096-token THD
 sequence (K = 128) against the recurrence; a warm execute with both never syncs or allocates and replays under
 CUDA-graph capture.
 
-Compile tier (``compile_only``, CPU, ``CUTE_DSL_ARCH=sm_90a``): the fields default off, ``staged_kd`` without
-``ref_table`` and ``staged_w`` without ``staged_kd`` (alone, ptxas spills at K = 128) are ValueErrors; both options at K = 128
-(varlen, fp32 g, L2 norm) and K = 64 (dense, bf16 g), and ``staged_kd`` alone at K = 128, build with 256 threads at two CTAs per SM, the default's WGMMAs, 18 CTA barriers (+ one warpgroup
-named barrier with ``staged_w``), no local memory, frame size 0, and the designed stores: no 2-byte kd global store
-(only P's 32 remain), D / 4 2-byte shared stores, D / 32 more 16-byte global stores (kd), no 4-byte W fragment
-store and D / 16 more 16-byte global stores (W); the default K = 128 build is checked to fail those store counts.
-Four prep compiles, about 25 s on one core.
+Compile tier (``compile_only``, CPU, ``CUTE_DSL_ARCH=sm_90a``): the fields default on (the default key is both), a key
+with ``ref_table`` off and the staged stores left on and ``staged_w`` without ``staged_kd`` (alone, ptxas spills at K =
+128) are ValueErrors, every KDA prep baseline of ``PARALLEL_VARIANTS`` is an accepted key; both options (the default
+key) at K = 128 (varlen, fp32 g, L2 norm) and K = 64 (dense, bf16 g), and ``staged_kd`` alone at K = 128, build with
+256 threads at two CTAs per SM, the unstaged kernel's WGMMAs, 18 CTA barriers (+ one warpgroup named barrier with
+``staged_w``), no local memory, frame size 0, and the designed stores: no 2-byte kd global store (only P's 32 remain),
+D / 4 2-byte shared stores, D / 32 more 16-byte global stores (kd), no 4-byte W fragment store and D / 16 more 16-byte
+global stores (W); the ``kp7`` K = 128 build is checked to fail those store counts. Four prep compiles, about 25 s on
+one core.
 
     ci/gpu_tests.sh packages/cudnn-linear-attention/tests/test_kda_prep_staged_gpu.py -q
 """
@@ -43,8 +47,9 @@ from cudnn_testing.markers import skip_unless_cutedsl, skip_unless_sm90
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/_*_cases.py: --import-mode=importlib adds no test folder
 from _delta_rule_cases import KDA  # noqa: E402
 
-KW = {"prep": {"staged_kd": True, "staged_w": True}}  # both (the variant proposed as kp8)
-K_ONLY = {"prep": {"staged_kd": True}}  # staged_w needs staged_kd (alone it spills at K = 128)
+KW = {"prep": {"staged_kd": True, "staged_w": True}}  # both: the default key since session 8 (measured as kp8)
+K_ONLY = {"prep": {"staged_kd": True, "staged_w": False}}  # staged_w needs staged_kd (alone it spills at K = 128)
+KP7 = "kp7"  # neither: the A/B baseline, the reference of the bitwise checks
 PREP_ARRAYS = ("w", "u", "kd", "qg", "p", "ge")  # what KDA's prep kernel writes
 FLOOR = "4.8.0"
 
@@ -57,9 +62,9 @@ def _gpu():
 # ---- GPU tier --------------------------------------------------------------------------------------------------------
 
 
-# Pruned to four ids (each compiles the option's prep kernel for its configuration; the default's, the state pass and
-# the output kernel are shared per configuration / head dim): both head dims, L2 norm on and off, g fp32 and bf16, both
-# gate regimes, both options together and staged_kd alone (staged_w needs it).
+# Pruned to four ids (each compiles the option's prep kernel and kp7's for its configuration; the state pass and the
+# output kernel are shared per head dim): both head dims, L2 norm on and off, g fp32 and bf16, both gate regimes, both
+# options together (the default) and staged_kd alone (staged_w needs it).
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     "D, l2norm, regime, g_dtype, variant",
@@ -71,7 +76,7 @@ def _gpu():
     ],
     ids=["d128-l2-strong-kw", "d128-weak-bf16g-kd", "d128-l2-weak-kw", "d64-strong-bf16g-kw"],
 )
-def test_staged_stores_are_bitwise_the_default_and_match_the_recurrence(D, l2norm, regime, g_dtype, variant):
+def test_staged_stores_are_bitwise_kp7_and_match_the_recurrence(D, l2norm, regime, g_dtype, variant):
     _gpu()
     torch = pytest.importorskip("torch")
     import _parallel_cases as cases
@@ -81,12 +86,12 @@ def test_staged_stores_are_bitwise_the_default_and_match_the_recurrence(D, l2nor
     cu = cu_seqlens(cases.LENGTHS, "cuda")
     q, k, v, g, beta, h0 = cases.inputs(KDA, (sum(cases.LENGTHS),), 4, 2, D, l2norm, len(cases.LENGTHS), regime)
     g = g.to(getattr(torch, g_dtype))
-    o0, s0, ws0 = cases.execute_variant(KDA, None, q, k, v, g, beta, h0, cu, l2norm)
+    o0, s0, ws0 = cases.execute_variant(KDA, KP7, q, k, v, g, beta, h0, cu, l2norm)
     o1, s1, ws1 = cases.execute_variant(KDA, variant, q, k, v, g, beta, h0, cu, l2norm)
-    cases.assert_prep_arrays_close(ws0, ws1, cases.LENGTHS, 4, D, PREP_ARRAYS, PREP_ARRAYS, label=f"{variant['prep']}")
+    cases.assert_prep_arrays_close(ws0, ws1, cases.LENGTHS, 4, D, PREP_ARRAYS, PREP_ARRAYS, label=f"{variant['prep']} vs kp7")
     do = (o0.float() - o1.float()).abs().max().item()
     ds = (s0 - s1).abs().max().item()
-    assert torch.equal(o0, o1) and torch.equal(s0, s1), f"{variant} vs default: max |option - default|: o {do}, final_state {ds}"
+    assert torch.equal(o0, o1) and torch.equal(s0, s1), f"{variant} vs kp7: max |option - kp7|: o {do}, final_state {ds}"
     ref_o, ref_s, low_o, low_s = cases.refs(KDA, q, k, v, g.float(), beta, h0, l2norm, cu, False)
     cases.check(o1, ref_o, low_o, f"o {variant}")
     cases.check(s1, ref_s, low_s, f"final_state {variant}")
@@ -161,7 +166,7 @@ def _expected(d: int, kd: bool, w: bool) -> dict:
 
 
 def _shape(ptx: str, tmp_path, d: int) -> None:
-    """One cudnn-prefixed kernel, 256 threads at two CTAs per SM, the default's WGMMAs (D / 2 m64n16k16, D / 8
+    """One cudnn-prefixed kernel, 256 threads at two CTAs per SM, every build's WGMMAs (D / 2 m64n16k16, D / 8
     m64n64k16), 18 CTA barriers, no local memory, frame size 0."""
     names = kernel_symbols(ptx)
     assert len(names) == 1 and names[0].startswith("cudnn_") and "kdachunk_parallel_prep" in names[0], names
@@ -174,38 +179,48 @@ def _shape(ptx: str, tmp_path, d: int) -> None:
 
 
 @pytest.mark.compile_only
-def test_staged_fields_default_off_and_their_prerequisite():
-    """``staged_kd`` / ``staged_w`` default to False (the default key is the default kernel); ``staged_kd`` without
-    ``ref_table`` (kd is formed from the ref_table element pass) and ``staged_w`` without ``staged_kd`` (alone ptxas spills
-    at K = 128) are ValueErrors naming the accepted combinations."""
+def test_staged_fields_default_on_and_their_prerequisite():
+    """``staged_kd`` / ``staged_w`` default to True since session 8 (the default key is both; ``kp7`` turns both off);
+    ``ref_table`` off with the staged stores left on (kd is formed from the ref_table element pass) and ``staged_w``
+    without ``staged_kd`` (alone ptxas spills at K = 128) are ValueErrors naming the accepted combinations; every KDA
+    prep baseline of ``PARALLEL_VARIANTS`` (``kp5`` / ``kn`` turn ``ref_table`` off, so the staged stores too) is a key
+    the kernel accepts."""
     skip_unless_cutedsl(FLOOR, "cudnn.linear_attention.kimi_delta_attention")
     pytest.importorskip("cutlass")
+    from cudnn.linear_attention._host.chunk_parallel import PARALLEL_VARIANTS
     from cudnn.linear_attention.kda.chunk_parallel_prep_kernel import KdaParallelPrepKey, KimiDeltaAttentionParallelPrep
 
     key = KdaParallelPrepKey(**BASE)
-    assert not key.staged_kd and not key.staged_w
-    assert key == KdaParallelPrepKey(**BASE, staged_kd=False, staged_w=False) != KdaParallelPrepKey(**BASE, **KW["prep"])
+    assert key.staged_kd and key.staged_w
+    kp7 = PARALLEL_VARIANTS[KP7]["prep"]
+    assert kp7 == {"staged_kd": False, "staged_w": False}
+    assert key == KdaParallelPrepKey(**BASE, **KW["prep"]) != KdaParallelPrepKey(**BASE, **kp7)
     with pytest.raises(ValueError, match=r"staged_kd=True needs ref_table=True"):
-        KimiDeltaAttentionParallelPrep(KdaParallelPrepKey(**BASE, staged_kd=True, ref_table=False, tiled_solve=False, lean_gates=False))
-    with pytest.raises(ValueError, match=r"staged_w=True needs staged_kd=True.*'staged_kd': True, 'staged_w': True"):
-        KimiDeltaAttentionParallelPrep(KdaParallelPrepKey(**BASE, staged_w=True))
+        KimiDeltaAttentionParallelPrep(KdaParallelPrepKey(**BASE, ref_table=False, tiled_solve=False, lean_gates=False))
+    with pytest.raises(ValueError, match=r"staged_w=True needs staged_kd=True.*'staged_kd': False, 'staged_w': False"):
+        KimiDeltaAttentionParallelPrep(KdaParallelPrepKey(**BASE, staged_kd=False))
     KimiDeltaAttentionParallelPrep(KdaParallelPrepKey(**BASE, **KW["prep"]))  # accepted
     KimiDeltaAttentionParallelPrep(KdaParallelPrepKey(**BASE, **K_ONLY["prep"]))  # accepted
+    for name in ("kp5", "kn", "kp6", KP7):  # accepted: the baselines
+        KimiDeltaAttentionParallelPrep(KdaParallelPrepKey(**BASE, **PARALLEL_VARIANTS[name]["prep"]))
 
 
 @pytest.mark.compile_only
 def test_staged_builds_without_spills_with_the_designed_stores(tmp_path):
-    """Both options at K = 128 (varlen, fp32 g, L2 norm) and K = 64 (dense, bf16 g, no L2 norm), ``staged_kd`` alone at K = 128:
-    ``_shape`` and exactly the store counts of ``_expected``; the default K = 128 build has the default's counts (so
-    the staged counts are not what any build gives: the check fails on the default kernel)."""
+    """Both options (the default key) at K = 128 (varlen, fp32 g, L2 norm) and K = 64 (dense, bf16 g, no L2 norm),
+    ``staged_kd`` alone at K = 128: ``_shape`` and exactly the store counts of ``_expected``; the ``kp7`` K = 128 build
+    has the unstaged counts (so the staged counts are not what any build gives: the check fails on the kernel without
+    the options)."""
     skip_unless_cutedsl(FLOOR, "cudnn.linear_attention.kimi_delta_attention")
     pytest.importorskip("cutlass")
+    from cudnn.linear_attention._host.chunk_parallel import PARALLEL_VARIANTS
     from cudnn.linear_attention.kda.chunk_parallel_prep_kernel import KdaParallelPrepKey
 
+    assert KdaParallelPrepKey(**BASE) == KdaParallelPrepKey(**BASE, staged_kd=True, staged_w=True)  # "kw" is the default's build
     for name, base, kd, w in (("kw", BASE, True, True), ("k", BASE, True, False), ("kw64", BASE64, True, True)):
         ptx = _compile_prep(KdaParallelPrepKey(**base, staged_kd=kd, staged_w=w), tmp_path / name)
         _shape(ptx, tmp_path / name, base["head_dim"])
         assert _stores(ptx) == _expected(base["head_dim"], kd, w), (name, _stores(ptx), _expected(base["head_dim"], kd, w))
-    default = _compile_prep(KdaParallelPrepKey(**BASE), tmp_path / "default")
-    _shape(default, tmp_path / "default", 128)
-    assert _stores(default) == _expected(128, False, False) != _expected(128, True, True), _stores(default)
+    unstaged = _compile_prep(KdaParallelPrepKey(**BASE, **PARALLEL_VARIANTS[KP7]["prep"]), tmp_path / "kp7")
+    _shape(unstaged, tmp_path / "kp7", 128)
+    assert _stores(unstaged) == _expected(128, False, False) != _expected(128, True, True), _stores(unstaged)

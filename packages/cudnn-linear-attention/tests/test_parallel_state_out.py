@@ -1,12 +1,14 @@
-"""The fused state pass + output of the chunk-parallel delta-rule forward (issue #7, session 8; opt-in: the state-pass
-key's ``fuse_out``, the ``fso`` / ``fso-w2`` / ``fso-s2`` variants of ``_host/chunk_parallel.py::PARALLEL_VARIANTS``;
+"""The fused state pass + output of the chunk-parallel delta-rule forward (issue #7, session 8; the state-pass key's
+``fuse_out``, the ``fso`` / ``fso-w2`` / ``fso-s2`` variants of ``_host/chunk_parallel.py::PARALLEL_VARIANTS``;
 ``kda/chunk_parallel_state_out_kernel.py``; ``fso-w2``: two consumer warpgroups per CTA over one stage ring,
 ``consumer_wgs`` = 2): two kernels (prep, state pass + output), no h / vnt in the workspace, no output-kernel launch;
-and the plan-time fused default (``_host/chunk_parallel.py::default_fused_state_options``, off: ``FUSED_DEFAULT``).
+and the plan-time fused default (``_host/chunk_parallel.py::default_fused_state_options``: ``FUSED_DEFAULT`` on since
+the session-8 A/B, ``FUSED_VARIANT`` = ``fso-w2`` where the rule says the fused schedule wins; ``three``: the
+three-kernel schedule whatever the rule says).
 
 Compile-only tier (CPU, ``CUTE_DSL_ARCH=sm_90a``; ~15 s on 2 cores):
 
-- the variants and key fields (default off; the default state key unchanged), the routing and the ValueErrors (four
+- the variants and key fields (off on the state key: the unfused key is unchanged), the routing and the ValueErrors (four
   stages at K = 128 do not fit, nor three with two warpgroups; ``fuse_out`` without TMA, ``row_scaled`` /
   ``consumer_wgs`` = 2 without ``fuse_out``, output options with the fused state pass), the two-launch schedule on both launch routes (argument for argument against the fused kernel's
   ``__call__`` signature: o, T and o's strides reach it, no output launch);
@@ -17,19 +19,22 @@ Compile-only tier (CPU, ``CUTE_DSL_ARCH=sm_90a``; ~15 s on 2 cores):
   qg, p (, rf); two warpgroups: both U tiles), the out-of-order waits (``wgmma.wait_group 1``), the two-warpgroup
   synchronization (two 128-thread named barriers per chunk, one empty-mbarrier arrive per chunk, 256 threads);
 - a GDN plan with ``fso`` compiles on the tvm-ffi and the DSL route to (prep, fused, None);
-- the plan-time default (``FUSED_DEFAULT`` monkeypatched on; no GPU): H = 64 -> the fused options (and a plan that
+- the plan-time default (on; SM count monkeypatched, no GPU): H = 64 -> ``fso-w2``'s options (and a plan that
   compiles to two kernels), H = 16 -> the unfused ones on 132 SMs, fused on 64; the knobs (``parallel_fused``,
-  ``parallel_state_stages``, a named variant) override it; off by default.
+  ``parallel_state_stages``, a named variant, ``three``) override it; ``FUSED_DEFAULT`` monkeypatched off -> unfused
+  at every H.
 
 GPU tier (``@pytest.mark.gpu``; both families, K = 128; poisoned outputs, an all-ones workspace), each case for ``fso``
 and ``fso-w2``: the varlen batch of ``_parallel_cases.LENGTHS`` (1-token, one-chunk, 65-token, empty, 24-chunk
 sequences; GVA; initial and final states): o and the final state by the FlashAttention rule against the fp32 recurrence
-and within twice the unfused plan's error; a dense [2, 300] batch and one 4096-token sequence with states; o rows after
+and within twice the unfused (``three``) plan's error; a dense [2, 300] batch and one 4096-token sequence with states; o rows after
 the last sequence, the 64 rows past T and o's pad channels untouched on both store paths (16-byte vectors; 2-byte stores
 for an o whose head stride is not a multiple of 8, on the DSL launch route); no sync / allocation, capture replays; a
-batch whose sequences start at token 16 (the default plan on the same layout first); ``fso-w2`` and ``fso-s2`` bitwise
-``fso`` (o and final state: the same operations per column); the final state bitwise the unfused plan's (the same
-chain; last, so a rounding-only difference shows alone).
+batch whose sequences start at token 16 (the ``three`` plan on the same layout first); ``fso-w2`` and ``fso-s2`` bitwise
+``fso`` (o and final state: the same operations per column); the default plan at H = 64 (GVA over 32 q/k heads: 256
+chains on an H200's 132 SMs) is the ``fso-w2`` plan (two kernels, o and final state bit for bit) and matches the
+recurrence; the final state bitwise the unfused plan's (the same chain; last, so a rounding-only difference shows
+alone).
 
 Run: ``python -m pytest packages/cudnn-linear-attention/tests/test_parallel_state_out.py -m compile_only`` (CPU);
 GPU: ``source ci/gpu_env.sh; python -m pytest packages/cudnn-linear-attention/tests/test_parallel_state_out.py -x -q``."""
@@ -267,13 +272,14 @@ def test_fso_plan_compiles_two_kernels_on_both_routes():
 
 @pytest.mark.compile_only
 def test_plan_time_fused_default_rule(monkeypatch):
-    """The adapters' parallel plan and the fused default (``_host/chunk_parallel.py``): off (``FUSED_DEFAULT``) -> the
-    unfused state options at every H. Monkeypatched on: the rule ``H * V / v_slice >= SMs`` from plan-time values only
-    -- 132 SMs: H = 64 (V = 128: 256 chains) fused (``FUSED_VARIANT``'s options, ``fso-w2``'s when that is the
+    """The adapters' parallel plan and the fused default (``_host/chunk_parallel.py``): on (``FUSED_DEFAULT``, since the
+    session-8 A/B) with ``FUSED_VARIANT`` = ``fso-w2``; the rule ``H * V / v_slice >= SMs`` from plan-time values only
+    -- 132 SMs: H = 64 (V = 128: 256 chains) fused (``fso-w2``'s options; another ``FUSED_VARIANT``'s when that is the
     variant), H = 16 (64 chains) unfused; 64 SMs: H = 16 fused; the knobs override it (``parallel_fused`` False / True,
-    a non-default ``parallel_state_stages``, a named variant), ``parallel_fused=True`` with other stages and a
-    non-bool value are ValueErrors; an H = 64 GDN plan (the ``fso`` plan test's key: a cache hit) compiles to two
-    kernels."""
+    a non-default ``parallel_state_stages``, a named variant, ``three``: no option at all), ``parallel_fused=True`` with
+    other stages and a non-bool value are ValueErrors; ``FUSED_DEFAULT`` monkeypatched off: unfused at every H (what a
+    plan got before the flip); an H = 64 GDN plan (``FUSED_VARIANT`` set to ``fso``: the ``fso`` plan test's key, a cache
+    hit) compiles to two kernels."""
     _dsl()
     from cudnn.linear_attention._host import chunk_parallel as cp
     from cudnn.linear_attention._host.chunk_parallel import set_parallel_options
@@ -281,17 +287,14 @@ def test_plan_time_fused_default_rule(monkeypatch):
     def plan(fam=KDA, H=64):
         return compile_varlen_plan(fam, 1000, 5, 128, H, 2, schedule="parallel")
 
-    assert cp.FUSED_DEFAULT is False and cp.FUSED_VARIANT in cp.PARALLEL_VARIANTS
-    for H in (16, 64, 128):
-        assert plan(H=H)._state_options() == {}
+    assert cp.FUSED_DEFAULT is True and cp.FUSED_VARIANT == "fso-w2" and cp.PARALLEL_VARIANTS[cp.FUSED_VARIANT] == FSO_W2
     assert cp.fused_schedule_wins(64, 128, 132) and not cp.fused_schedule_wins(16, 128, 132) and cp.fused_schedule_wins(16, 128, 64)
     assert not cp.fused_schedule_wins(32, 128, 132) and cp.fused_schedule_wins(33, 128, 132) and not cp.fused_schedule_wins(64, 64, 132)
 
-    monkeypatch.setattr(cp, "FUSED_DEFAULT", True)
     monkeypatch.setattr(cp, "device_sm_count", lambda device: 132)
-    fso = cp.PARALLEL_VARIANTS[cp.FUSED_VARIANT]["state"]
+    fso = FSO_W2["state"]
     for fam in (KDA, GDN):
-        assert plan(fam, 64)._state_options() == fso and plan(fam, 16)._state_options() == {}
+        assert plan(fam, 64)._state_options() == fso and plan(fam, 16)._state_options() == {} and plan(fam, 128)._state_options() == fso
     p = plan(H=64)
     p.parallel_fused = False
     assert p._state_options() == {}
@@ -311,17 +314,28 @@ def test_plan_time_fused_default_rule(monkeypatch):
     p = plan(H=64)
     set_parallel_options(p, "state-base")
     assert p._state_options() == cp.PARALLEL_VARIANTS["state-base"]["state"]  # a variant is exactly what it names
+    for fam in (KDA, GDN):
+        p = plan(fam, 64)
+        set_parallel_options(p, "three")  # the three-kernel schedule where the rule picks the fused one
+        assert p.parallel_fused is False and (p._prep_options(), p._state_options(), p._out_options()) == ({}, {}, {})
     monkeypatch.setattr(cp, "device_sm_count", lambda device: 64)
     assert plan(H=16)._state_options() == fso
     monkeypatch.setattr(cp, "device_sm_count", lambda device: 132)
-    monkeypatch.setattr(cp, "FUSED_VARIANT", "fso-w2")
-    assert plan(H=64)._state_options() == FSO_W2["state"]
     monkeypatch.setattr(cp, "FUSED_VARIANT", "fso")
+    assert plan(H=64)._state_options() == FSO["state"]
     p = plan(GDN, 64)
     p.tvm_ffi = False
     p.compile()
     prep, state, out = p._compiled_parallel
     assert prep is not None and state is not None and out is None
+    monkeypatch.setattr(cp, "FUSED_DEFAULT", False)  # the unfused path: every H, every SM count
+    for H in (16, 64, 128):
+        assert plan(H=H)._state_options() == {} and plan(GDN, H)._state_options() == {}
+    monkeypatch.setattr(cp, "device_sm_count", lambda device: 64)
+    assert plan(H=16)._state_options() == {}
+    p = plan(H=16)
+    p.parallel_fused = True  # the knob still forces it
+    assert p._state_options() == FSO["state"]
 
 
 # ---- GPU tier ----------------------------------------------------------------------------------------------------
@@ -341,8 +355,8 @@ def _gpu(fam):
 def test_fso_varlen_matches_recurrence_and_the_unfused_plan(fam, variant):
     """Varlen batch (``_parallel_cases.LENGTHS``: 1-token, one-chunk, 65-token, empty, 24-chunk sequences), GVA (4 v
     heads over 2 q/k heads), K = 128, initial and final states, poisoned outputs and an all-ones workspace: o and the
-    final state by the FlashAttention rule against the fp32 recurrence and within twice the unfused plan's error; the
-    empty sequence passes its state through."""
+    final state by the FlashAttention rule against the fp32 recurrence and within twice the unfused (``three``) plan's
+    error; the empty sequence passes its state through."""
     _gpu(fam)
     import _parallel_cases as cases
     import torch
@@ -352,10 +366,10 @@ def test_fso_varlen_matches_recurrence_and_the_unfused_plan(fam, variant):
 
     cu = cu_seqlens(cases.LENGTHS, "cuda")
     q, k, v, g, beta, h0 = cases.inputs(fam, (sum(cases.LENGTHS),), 4, 2, 128, True, len(cases.LENGTHS), "weak")
-    o0, s0, _ = cases.execute_variant(fam, None, q, k, v, g, beta, h0, cu, True)
+    o0, s0, _ = cases.execute_variant(fam, "three", q, k, v, g, beta, h0, cu, True)
     o1, s1, _ = cases.execute_variant(fam, variant, q, k, v, g, beta, h0, cu, True)
     ref_o, ref_s, low_o, low_s = cases.refs(fam, q, k, v, g, beta, h0, True, cu, False)
-    cases.check(o0, ref_o, low_o, "o default")
+    cases.check(o0, ref_o, low_o, "o three")
     cases.check(o1, ref_o, low_o, f"o {variant}")
     cases.check(s1, ref_s, low_s, f"final_state {variant}")
     assert_close_fa(o1, ref_o, o0, name=f"o {variant} vs unfused", factor=2.0, noise=1e-3 * ref_o.abs().max().item())
@@ -382,7 +396,7 @@ def test_fso_dense_batch_and_long_sequence_match_recurrence(fam, variant):
 
 
 def _padded_run(fam, variant, lengths, head, tail, o_pad, tvm_ffi):
-    """One ``variant`` execute (``variant`` None: the default plan) on a varlen batch laid out with ``head`` tokens before
+    """One ``variant`` execute (``variant`` None: the default plan; ``three``: the three-kernel plan) on a varlen batch laid out with ``head`` tokens before
     the first sequence and ``tail`` after the last (cu_seqlens from ``head``), o inside a poisoned buffer with ``o_pad``
     extra channels per head (4: a head stride that is not a multiple of 8, the 2-byte store path) and 64 poisoned rows
     past T; ``tvm_ffi`` None: the plan's default launch route. Returns (o rows of the sequences, (the o rows before /
@@ -466,10 +480,10 @@ def test_fso_execute_never_syncs_or_allocates_and_replays_under_capture(variant)
 @pytest.mark.parametrize("fam", [KDA, GDN], ids=["kda", "gdn"])
 def test_fso_leaves_a_poisoned_head_gap_untouched(fam):
     """The sequences start at token 16 (cu_seqlens[0] = 16) and end 40 tokens before T: the fused plan's o rows before
-    and after them stay poisoned and its sequences' rows match the recurrence. The default (unfused) plan runs the same
-    layout first, so a failure names which schedule mishandles a batch that does not start at token 0."""
+    and after them stay poisoned and its sequences' rows match the recurrence. The three-kernel plan (``three``) runs the
+    same layout first, so a failure names which schedule mishandles a batch that does not start at token 0."""
     _gpu(fam)
-    _check_padded(fam, PADDED_LENGTHS, _padded_run(fam, None, PADDED_LENGTHS, 16, 40, 0, None), "default plan, head gap 16")
+    _check_padded(fam, PADDED_LENGTHS, _padded_run(fam, "three", PADDED_LENGTHS, 16, 40, 0, None), "three-kernel plan, head gap 16")
     for variant in FUSED:
         _check_padded(fam, PADDED_LENGTHS, _padded_run(fam, variant, PADDED_LENGTHS, 16, 40, 0, None), f"{variant}, head gap 16")
 
@@ -497,10 +511,44 @@ def test_fso_w2_and_s2_are_fso_bit_for_bit(fam):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("fam", [KDA, GDN], ids=["kda", "gdn"])
+def test_default_plan_at_h64_is_the_fused_schedule(fam):
+    """The plan-time default on the device: at H = 64 (GVA over 32 q/k heads, K = V = 128: 256 chains, at least the
+    SM count of an H200) the default plan takes ``FUSED_VARIANT``'s state options (``fso-w2``), compiles to two kernels,
+    and its o and final state equal the ``fso-w2`` plan's bit for bit and match the fp32 recurrence (varlen batch of
+    ``_parallel_cases.LENGTHS`` with initial and final states)."""
+    _gpu(fam)
+    import _parallel_cases as cases
+    import torch
+
+    from cudnn.linear_attention._host import chunk_parallel as cp
+    from cudnn_testing.data import cu_seqlens, poison
+
+    H = 64
+    if not cp.fused_schedule_wins(H, 128, cp.device_sm_count("cuda")):
+        pytest.skip(f"{cp.device_sm_count('cuda')} SMs: the rule keeps the three kernels at H = {H}")
+    cu = cu_seqlens(cases.LENGTHS, "cuda")
+    q, k, v, g, beta, h0 = cases.inputs(fam, (sum(cases.LENGTHS),), H, H // 2, 128, True, len(cases.LENGTHS), "weak")
+    o, ht = poison(torch.empty_like(v)), poison(torch.empty_like(h0))
+    plan = fam.adapter_class()(q, k, v, g, beta, o, use_qk_l2norm_in_kernel=True, initial_state=h0, final_state=ht, cu_seqlens=cu, schedule="parallel")
+    assert plan._state_options() == cp.PARALLEL_VARIANTS[cp.FUSED_VARIANT]["state"] == FSO_W2["state"]
+    plan.compile()
+    assert plan._compiled_parallel[2] is None  # no output kernel: the fused state pass writes o
+    ws = torch.full((plan.scratch_workspace_bytes(),), 0xFF, dtype=torch.uint8, device="cuda")
+    plan.execute(q, k, v, g, beta, o, h0, ht, cu, workspace=ws)
+    torch.cuda.synchronize()
+    o1, s1, _ = cases.execute_variant(fam, "fso-w2", q, k, v, g, beta, h0, cu, True)
+    assert torch.equal(o, o1) and torch.equal(ht, s1), "the default plan at H = 64 is not the fso-w2 plan"
+    ref_o, ref_s, low_o, low_s = cases.refs(fam, q, k, v, g, beta, h0, True, cu, False)
+    cases.check(o, ref_o, low_o, "o default H 64")
+    cases.check(ht, ref_s, low_s, "final_state default H 64")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fam", [KDA, GDN], ids=["kda", "gdn"])
 def test_fso_final_state_is_the_unfused_plans_bit_for_bit(fam):
     """The fused kernel runs the state pass's chain unchanged (the same WGMMAs on the same operands in the same order;
-    only the waits moved): the final state of ``fso`` and ``fso-w2`` equals the default plan's bit for bit on the varlen
-    batch. (Last in the file: a rounding-only difference shows as this test alone failing.)"""
+    only the waits moved): the final state of ``fso`` and ``fso-w2`` equals the three-kernel (``three``) plan's bit for
+    bit on the varlen batch. (Last in the file: a rounding-only difference shows as this test alone failing.)"""
     _gpu(fam)
     import _parallel_cases as cases
     import torch
@@ -509,7 +557,7 @@ def test_fso_final_state_is_the_unfused_plans_bit_for_bit(fam):
 
     cu = cu_seqlens(cases.LENGTHS, "cuda")
     q, k, v, g, beta, h0 = cases.inputs(fam, (sum(cases.LENGTHS),), 4, 2, 128, True, len(cases.LENGTHS), "weak")
-    _, s0, _ = cases.execute_variant(fam, None, q, k, v, g, beta, h0, cu, True)
+    _, s0, _ = cases.execute_variant(fam, "three", q, k, v, g, beta, h0, cu, True)
     for variant in FUSED:
         _, s1, _ = cases.execute_variant(fam, variant, q, k, v, g, beta, h0, cu, True)
         assert torch.equal(s0, s1), f"{variant}: max |fused - unfused| final state {(s0 - s1).abs().max().item()}"

@@ -1,8 +1,10 @@
 """Compile-only tier (CPU, CUTE_DSL_ARCH=sm_90a) of the chunk-parallel forward's named variants
 (``_host/chunk_parallel.py::PARALLEL_VARIANTS``, set by ``set_parallel_options``): the session-5 baselines
-``state-base`` / ``out-base`` / ``base`` (both families) and ``gdn-prep-base`` / ``gdn-base`` (GDN), KDA's prep options,
-and the key fields: the session-6 defaults (TMA state pass at four stages with TMA stores, the V-wide output kernel,
-GDN's restructured prep at three CTAs per SM), KDA's prep key (the session-4 kernels' fields are ValueErrors). Two
+``state-base`` / ``out-base`` / ``base`` (both families) and ``gdn-prep-base`` / ``gdn-base`` (GDN), KDA's prep
+baselines, the session-8 ones (``kp7`` / ``gdn-prep7``: the prep without the staged stores, default on since the
+session-8 A/B; ``three``: the three-kernel schedule), and the key fields: the session-6 defaults (TMA state pass at four
+stages with TMA stores, the V-wide output kernel, GDN's restructured prep at three CTAs per SM), the session-8 staged
+stores (``staged_kd`` / ``staged_w``), KDA's prep key (the session-4 kernels' fields are ValueErrors). Two
 direct state-pass compiles (the cp.async baseline at K = 128 varlen with states, and v_slice 16 at K = 64 dense); the
 rest is key and routing checks (no compile)."""
 
@@ -33,11 +35,14 @@ def _plan(T=1000, N=5, D=128, H=4, Hk=2, fam=KDA):
 
 
 def test_variant_table_and_key_fields():
-    """The variant table holds the session-5 baselines and KDA's prep options (the session-6 winners are the key
-    defaults, the losers are gone: an unknown name is a ValueError); the baselines are exactly the fields that differ
-    from the defaults. KDA's prep key is the plan-time base fields plus its four options (all on by default), so another
-    prep field on a KDA plan (``pack_round`` too: removed) is a ValueError at compile (before any build), as is an unknown
-    state-pass field; GDN's prep key keeps its options (``prefetch``), reachable by a dict."""
+    """The variant table holds the session-5 baselines, KDA's prep baselines and the session-8 ones (the session-6 and
+    session-8 winners are the key defaults, the losers are gone: an unknown name is a ValueError, ``kp8`` / ``kp8k`` /
+    ``gsw`` too); the baselines are exactly the fields that differ from the defaults, every prep baseline with the
+    session-8 staged stores off (``staged_kd`` needs ``ref_table``: ``kp5`` / ``kn`` could not build otherwise). KDA's
+    prep key is the plan-time base fields plus its four session-6 options and the two staged stores (all on by default),
+    so another prep field on a KDA plan (``pack_round`` too: removed) is a ValueError at compile (before any build), as
+    is an unknown state-pass field and a variant of the other family (``gdn-prep-base`` / ``gdn-prep7`` on KDA, ``kp7``
+    on GDN); GDN's prep key keeps its options (``prefetch``), reachable by a dict."""
     from dataclasses import fields
 
     from _delta_rule_cases import GDN
@@ -60,25 +65,26 @@ def test_variant_table_and_key_fields():
         "fso",
         "fso-w2",
         "fso-s2",
-        "kp8",
-        "kp8k",
-        "gsw",
+        "kp7",
+        "gdn-prep7",
+        "three",
     }
     sk = KdaParallelStateKey(head_dim=128, varlen=True, has_initial=True, has_final=True)
     ok = KdaParallelOutKey(head_dim=128, varlen=True)
     pk = GdnParallelPrepKey(head_dim=128, g_dtype="Float32", beta_dtype="Float32", l2norm=True, varlen=True)
-    assert (sk.v_slice, sk.stages, sk.tma, sk.tma_store, ok.v_wide, pk.restructured, pk.tc_ctas_per_sm) == (32, 4, True, True, True, True, 3)
+    assert (sk.v_slice, sk.stages, sk.tma, sk.tma_store, ok.v_wide, pk.restructured, pk.tc_ctas_per_sm, pk.staged_w) == (32, 4, True, True, True, True, 3, True)
     assert PARALLEL_VARIANTS["state-base"] == {"state": {"tma": False, "tma_store": False, "stages": 2}}
     assert PARALLEL_VARIANTS["out-base"] == {"out": {"v_wide": False}} and PARALLEL_VARIANTS["gdn-prep-base"] == {
-        "prep": {"restructured": False, "tc_ctas_per_sm": 2}
+        "prep": {"restructured": False, "tc_ctas_per_sm": 2, "staged_w": False}  # the one-warpgroup kernel stages nothing
     }
+    assert PARALLEL_VARIANTS["gdn-prep7"] == {"prep": {"restructured": True, "staged_w": False}} and PARALLEL_VARIANTS["three"] == {}
     assert PARALLEL_VARIANTS["base"] == {**PARALLEL_VARIANTS["state-base"], **PARALLEL_VARIANTS["out-base"]}
     assert PARALLEL_VARIANTS["gdn-base"] == {**PARALLEL_VARIANTS["base"], **PARALLEL_VARIANTS["gdn-prep-base"]}
-    # the base fields and the four session-6 options first; later fields are opt-in prep options (default off) that the
-    # prep kernel's own tests cover (session 8: ``staged_kd``); session 7's ``u_bf16`` is gone
+    # the base fields, the four session-6 options, then the session-8 staged stores (the prep kernel's own tests:
+    # ``test_kda_prep_staged_gpu.py``); session 7's ``u_bf16`` is gone
     names = [f.name for f in fields(KdaParallelPrepKey)]
     assert "u_bf16" not in names
-    assert names[:9] == [
+    assert names == [
         "head_dim",
         "g_dtype",
         "beta_dtype",
@@ -88,15 +94,20 @@ def test_variant_table_and_key_fields():
         "ref_table",
         "lean_gates",
         "tiled_solve",
+        "staged_kd",
+        "staged_w",
     ]
-    # KDA's prep options all default on (session 6); kp5 turns every one off (the session-5 kernel), kn all but narrow_ap,
-    # kp6 the solve and gate options (the session-6 first default)
-    opts = [f.name for f in fields(KdaParallelPrepKey)][5:9]
-    assert all(getattr(KdaParallelPrepKey(head_dim=128, g_dtype="Float32", beta_dtype="Float32", l2norm=True, varlen=True), o) for o in opts)
-    assert PARALLEL_VARIANTS["kp5"] == {"prep": dict.fromkeys(opts, False)}
-    assert PARALLEL_VARIANTS["kn"] == {"prep": {o: False for o in opts if o != "narrow_ap"}}
-    assert PARALLEL_VARIANTS["kp6"] == {"prep": {"tiled_solve": False, "lean_gates": False}}
-    for removed in ("tc", "v32", "s3", "tma-st-s4", "ow", "owp", "gtc3", "kts", "ktsl", "kpr", "kall"):
+    # KDA's prep options all default on (session 6; the staged stores since session 8); kp5 turns every one off (the
+    # session-5 kernel), kn all but narrow_ap, kp6 the solve and gate options and the staged stores (the session-6 first
+    # default), kp7 the staged stores only (the session-7 default)
+    opts, staged = names[5:9], names[9:]
+    assert all(getattr(KdaParallelPrepKey(head_dim=128, g_dtype="Float32", beta_dtype="Float32", l2norm=True, varlen=True), o) for o in opts + staged)
+    unstaged = dict.fromkeys(staged, False)
+    assert PARALLEL_VARIANTS["kp5"] == {"prep": {**dict.fromkeys(opts, False), **unstaged}}
+    assert PARALLEL_VARIANTS["kn"] == {"prep": {**{o: False for o in opts if o != "narrow_ap"}, **unstaged}}
+    assert PARALLEL_VARIANTS["kp6"] == {"prep": {"tiled_solve": False, "lean_gates": False, **unstaged}}
+    assert PARALLEL_VARIANTS["kp7"] == {"prep": unstaged}
+    for removed in ("tc", "v32", "s3", "tma-st-s4", "ow", "owp", "gtc3", "kts", "ktsl", "kpr", "kall", "kp8", "kp8k", "gsw"):
         with pytest.raises(ValueError, match=f"parallel variant '{removed}'"):
             set_parallel_options(_plan(), removed)
     for field in ("fast_exp", "warpgroups", "prefetch", "two_per_sm", "restructured", "pack_round"):
@@ -114,10 +125,15 @@ def test_variant_table_and_key_fields():
     p = _plan(fam=GDN)
     set_parallel_options(p, "gdn-base")
     assert (p._prep_options(), p._state_options(), p._out_options()) == tuple(PARALLEL_VARIANTS["gdn-base"][k] for k in ("prep", "state", "out"))
-    with pytest.raises(ValueError, match=r"\['restructured', 'tc_ctas_per_sm'\] are not available for this family \(KdaParallelPrepKey\)"):
-        p = _plan()
-        set_parallel_options(p, "gdn-prep-base")
-        p.compile()
+    for variant, unknown in (("gdn-prep-base", "'restructured', 'tc_ctas_per_sm'"), ("gdn-prep7", "'restructured'")):
+        with pytest.raises(ValueError, match=rf"\[{unknown}\] are not available for this family \(KdaParallelPrepKey\)"):
+            p = _plan()
+            set_parallel_options(p, variant)
+            p.compile()
+    p = _plan(fam=GDN)
+    set_parallel_options(p, "kp7")
+    with pytest.raises(ValueError, match=r"\['staged_kd'\] are not available for this family \(GdnParallelPrepKey\)"):
+        p._prep_options()  # what a parallel plan's compile() asks first (``_g_align``), before any build
     assert _plan(fam=GDN)._g_align() == 2 and _plan()._g_align() == 4  # KDA's prep reads an fp32 g by 32-bit loads
 
 

@@ -111,7 +111,9 @@ def fake_workspace_pointers() -> list:
 #: 47.0-47.4) and GDN's one-warpgroup prep kernel (369.0 us; the default restructured one at three CTAs per SM: 133.3).
 _STATE_BASE = {"tma": False, "tma_store": False, "stages": 2}
 _OUT_BASE = {"v_wide": False}
-_GDN_PREP_BASE = {"restructured": False, "tc_ctas_per_sm": 2}
+#: KDA's prep without the session-8 staged stores (``staged_kd`` / ``staged_w``, default on since the session-8 A/B).
+_KDA_UNSTAGED = {"staged_kd": False, "staged_w": False}
+_GDN_PREP_BASE = {"restructured": False, "tc_ctas_per_sm": 2, "staged_w": False}
 
 #: Named variants of the parallel schedule (``set_parallel_options``): extra fields of the state-pass / output compile
 #: keys (``KdaParallelStateKey`` / ``KdaParallelOutKey``: both kernels are family-agnostic, so KDA and GDN take them) and
@@ -131,14 +133,19 @@ _GDN_PREP_BASE = {"restructured": False, "tc_ctas_per_sm": 2}
 #:   :func:`compile_parallel`): two kernels, the state pass no longer writes h / vnt and the output kernel (which read
 #:   them back with qg and p) is not launched: ~96 KB less workspace traffic per chunk and head at K = 128. Rounding-level
 #:   change of o (the same products at WGMMA N = v_slice); the final state is the default's bit for bit (same chain).
-#:   ``fso-w2`` (session 8, not yet GPU-run): the same kernel with two consumer warpgroups per CTA (``consumer_wgs`` =
-#:   2: one stage ring of -Wm / kd / qg / p / exp(G_C) / rf shared by both, U / S0 / o per warpgroup; 2 x v_slice value
-#:   columns per CTA, so half the CTAs: 128 = one wave at H = 64 on 132 SMs) at two stages (three do not fit: ~73 KB
-#:   per stage + 32 KB); ``fso-s2``: the one-warpgroup ``fso`` at two stages, the control that separates the stage
-#:   count from the warpgroups in the A/B. Both bitwise ``fso`` (the same operations per column).
-#: - ``kp8`` / ``kp8k`` (KDA) and ``gsw`` (GDN; session 8, not yet GPU-run): the prep's workspace stores staged through
-#:   shared memory and written as 16-byte rows (``staged_kd``: kd; ``staged_w``: -Wm; ``kda/chunk_parallel_prep_staged.py``),
-#:   bitwise the default prep.
+#:   ``fso-w2`` (session 8; the plan-time default where :func:`fused_schedule_wins`): the same kernel with two consumer
+#:   warpgroups per CTA (``consumer_wgs`` = 2: one stage ring of -Wm / kd / qg / p / exp(G_C) / rf shared by both, U / S0
+#:   / o per warpgroup; 2 x v_slice value columns per CTA, so half the CTAs: 128 = one wave at H = 64 on 132 SMs) at two
+#:   stages (three do not fit: ~73 KB per stage + 32 KB). H200, T = 32k, H = 64: state+out 930.0 us (KDA) / 947.8 (GDN)
+#:   against fso's 1836.2 / 1860.8 and the unfused 1573.7 + 668.9 / 1589.1 + 671.2; at T = 8k, H = 16 it loses (229.0
+#:   vs 112.8 + 46.9: 32 CTAs), hence the rule (docs/benchmarks/linear_attention_kernels_s8_*.md). ``fso`` and
+#:   ``fso-s2`` (the one-warpgroup kernel at three / two stages) stay as the tests' bitwise references of ``fso-w2``.
+#: - ``three``: the three-kernel schedule whatever the plan-time rule says (the A/B baseline of the fused default).
+#: - ``kp7`` (KDA) / ``gdn-prep7`` (GDN): the prep without the session-8 staged stores (``staged_kd`` / ``staged_w``: kd
+#:   and -Wm through shared memory as 16-byte rows, ``kda/chunk_parallel_prep_staged.py``; default on since the session-8
+#:   A/B: KDA prep 2270.5 vs 2587.8 us at T = 32k, H = 64 and 153.8 vs 175.0 at T = 8k, H = 16; GDN 1891.3 vs 2065.5 and
+#:   120.2 vs 135.5, docs/benchmarks/linear_attention_kernels_s8_*.md, as ``kp8`` / ``gsw``); bitwise the default. The
+#:   older KDA baselines (``kp5``, ``kn``, ``kp6``) and ``gdn-prep-base`` turn them off too.
 #:
 #: Session 8 removed ``ub16`` / ``fso-ub16`` (U stored as bf16: prep +6-7%, the state pass unchanged, the fused kernel
 #: slower: docs/benchmarks/linear_attention_kernels_ub16_*.md).
@@ -155,25 +162,25 @@ PARALLEL_VARIANTS = {
     "base": {"state": dict(_STATE_BASE), "out": dict(_OUT_BASE)},
     "gdn-prep-base": {"prep": dict(_GDN_PREP_BASE)},
     "gdn-base": {"prep": dict(_GDN_PREP_BASE), "state": dict(_STATE_BASE), "out": dict(_OUT_BASE)},
-    "kp5": {"prep": {"narrow_ap": False, "ref_table": False, "tiled_solve": False, "lean_gates": False}},
-    "kn": {"prep": {"ref_table": False, "tiled_solve": False, "lean_gates": False}},
-    "kp6": {"prep": {"tiled_solve": False, "lean_gates": False}},
+    "kp5": {"prep": {"narrow_ap": False, "ref_table": False, "tiled_solve": False, "lean_gates": False, **_KDA_UNSTAGED}},
+    "kn": {"prep": {"ref_table": False, "tiled_solve": False, "lean_gates": False, **_KDA_UNSTAGED}},
+    "kp6": {"prep": {"tiled_solve": False, "lean_gates": False, **_KDA_UNSTAGED}},
+    "kp7": {"prep": dict(_KDA_UNSTAGED)},
+    "gdn-prep7": {"prep": {"restructured": True, "staged_w": False}},
     "fso": {"state": {"fuse_out": True, "stages": 3}},
     "fso-w2": {"state": {"fuse_out": True, "stages": 2, "consumer_wgs": 2}},
     "fso-s2": {"state": {"fuse_out": True, "stages": 2}},
-    "kp8": {"prep": {"staged_kd": True, "staged_w": True}},
-    "kp8k": {"prep": {"staged_kd": True}},
-    "gsw": {"prep": {"restructured": True, "staged_w": True}},
+    "three": {},
 }
 
 
 #: Plan-time default of the fused schedule (issue #7, session 8): the adapters' parallel plan takes
-#: ``PARALLEL_VARIANTS[FUSED_VARIANT]``'s state-pass options when :func:`fused_schedule_wins` -- OFF until the lead flips
-#: it after the fso2 A/B (docs/benchmarks/linear_attention_kernels_fso2_*.md). The rule and its constants live here only.
-FUSED_DEFAULT = False
-#: The fused configuration the default takes: ``fso`` (measured: -7/-8% total at H = 64, T = 32k; ties / loses at H =
-#: 16); the lead swaps in ``fso-w2`` if it wins the A/B.
-FUSED_VARIANT = "fso"
+#: ``PARALLEL_VARIANTS[FUSED_VARIANT]``'s state-pass options when :func:`fused_schedule_wins` -- ON since the session-8
+#: A/B (docs/benchmarks/linear_attention_kernels_s8_*.md). The rule and its constants live here only.
+FUSED_DEFAULT = True
+#: The fused configuration the default takes: ``fso-w2`` (H200, T = 32k, H = 64: KDA 3500.5 vs 4830.3 us per forward,
+#: GDN 3014.4 vs 4325.9; ``fso`` 4407.6 / 3926.2).
+FUSED_VARIANT = "fso-w2"
 #: SM count assumed where no CUDA device is known at plan time (a TensorDesc without a device, no torch / GPU): an H200.
 FALLBACK_SMS = 132
 
@@ -197,7 +204,8 @@ def fused_schedule_wins(heads: int, v: int, sm_count: int, v_slice: int = 32) ->
     """The rule, from plan-time values only (Rule 4: never N, T or a sequence length): the fused kernel's per-warpgroup
     chains of one sequence, ``heads * v / v_slice`` (each a latency-bound walk over the sequence's chunks; the
     unfused output kernel instead spreads the output work over every chunk slot), occupy every SM. H200 (132 SMs), V =
-    128, v_slice 32: H = 64 -> 256 chains, fused (measured -7/-8%); H = 16 -> 64, unfused (tie / +4%). Counted in
+    128, v_slice 32: H = 64 -> 256 chains, fused (measured with ``fso-w2``: -28% / -30% per KDA / GDN forward); H = 16 ->
+    64, unfused (``fso-w2`` +20% / +25%). Between them (H = 32, 33) unmeasured: the rule's guess. Counted in
     chains, not CTAs, so ``fso-w2`` (two chains per CTA) is judged the same."""
     return heads * v // v_slice >= sm_count
 

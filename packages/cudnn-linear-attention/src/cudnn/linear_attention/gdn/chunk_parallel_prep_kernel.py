@@ -84,11 +84,11 @@ class GdnParallelPrepKey:
     #: KB of shared memory at K = 128, registers capped at 128 (142.9 vs 133.3 us). Same values. Must be 2 without
     #: ``restructured``.
     tc_ctas_per_sm: int = 3
-    #: Opt-in (default False: the default kernel, PTX unchanged), ``restructured`` only (session 8, issue #7;
-    #: ``chunk_parallel_prep_tc_kernel.py``, "Staged W"): ``-Wm`` (bf16) staged from warpgroup 1's accumulators in the
+    #: Default on since session 8 (issue #7; H200 T = 32k, H = 64: prep 1891.3 vs 2065.5 us), ``restructured`` only
+    #: (``chunk_parallel_prep_tc_kernel.py``, "Staged W"): ``-Wm`` (bf16) staged from warpgroup 1's accumulators in the
     #: dead bytes of Qn (swizzled, conflict-free) and written by 16-byte stores instead of 4-byte fragment stores (half
-    #: sectors); bitwise the kernel without it
-    staged_w: bool = False
+    #: sectors); bitwise the kernel without it. ``restructured=False`` needs ``staged_w=False`` (variant ``gdn-prep-base``)
+    staged_w: bool = True
 
 
 def _aliased_storage(l_ck, l_kc, l_vc, l_cc):

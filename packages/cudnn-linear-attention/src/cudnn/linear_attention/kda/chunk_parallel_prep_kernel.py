@@ -114,8 +114,9 @@ kernel without them (``tests/test_kda_prep_speed_gpu.py -m compile_only``; GPU: 
 ``kp6``). Removed after the A/B: ``pack_round`` (q / k rounded to bf16 two at a time by ``cvt.rn.bf16x2.f32``: 183.2
 against 182.8 us, no gain).
 
-Staged kd and W, opt-in (session 8, issue #7; ``KdaParallelPrepKey.staged_kd`` / ``staged_w``, default off: the default
-PTX is unchanged; proposed variant ``kp8`` = both). Nsight Compute of the default at T = 8k, H = 16: global stores use
+Staged kd and W (session 8, issue #7; ``KdaParallelPrepKey.staged_kd`` / ``staged_w``, default ON since the session-8
+A/B: H200, T = 32k, H = 64: prep 2270.5 vs 2587.8 us; T = 8k, H = 16: 153.8 vs 175.0,
+docs/benchmarks/linear_attention_kernels_s8_*.md; variant ``kp7`` turns both off). Nsight Compute of the default at T = 8k, H = 16: global stores use
 19.6 of 32 bytes per sector, L1 LSU wavefronts 72 % busy. Two of the scattered store streams go through shared memory:
 
 - ``staged_kd`` (needs ``ref_table``): ``(K exp(G_C - G))^T`` was 8 2-byte global stores per 16-byte chunk, 32 per
@@ -199,15 +200,14 @@ class KdaParallelPrepKey:
     #: default on since session 6: the solve's off-diagonal bands on a 1 x 4 register tile per thread (16-byte shared
     #: reads); bitwise the kernel without it (``tiled_solve=False, lean_gates=False``: the session-6 first default, ``kp6``)
     tiled_solve: bool = True
-    #: Opt-in (default False: the default kernel, PTX unchanged), needs ``ref_table`` (module docstring, "Staged kd and W",
-    #: session 8): ``(K exp(G_C - G))^T`` staged in shared memory (swizzled, conflict-free) and written to the workspace by
-    #: coalesced 16-byte stores (whole 128-byte channel rows per warp) instead of 2-byte scattered stores from registers;
-    #: bitwise the kernel without it
-    staged_kd: bool = False
-    #: Opt-in (default False; module docstring, "Staged kd and W", session 8), needs ``staged_kd`` (alone ptxas spills):
-    #: ``-Wm`` (bf16) staged from the accumulator in shared memory (G / A region, swizzled, conflict-free) and written by
-    #: warpgroup 1 by coalesced 16-byte stores instead of 4-byte fragment stores (half sectors); bitwise without it
-    staged_w: bool = False
+    #: Default on since session 8 (module docstring, "Staged kd and W"), needs ``ref_table``: ``(K exp(G_C - G))^T``
+    #: staged in shared memory (swizzled, conflict-free) and written to the workspace by coalesced 16-byte stores (whole
+    #: 128-byte channel rows per warp) instead of 2-byte scattered stores from registers; bitwise the kernel without it
+    staged_kd: bool = True
+    #: Default on since session 8 (module docstring, "Staged kd and W"), needs ``staged_kd`` (alone ptxas spills): ``-Wm``
+    #: (bf16) staged from the accumulator in shared memory (G / A region, swizzled, conflict-free) and written by warpgroup
+    #: 1 by coalesced 16-byte stores instead of 4-byte fragment stores (half sectors); bitwise the kernel without it
+    staged_w: bool = True
 
 
 WARPGROUPS = 2
@@ -339,12 +339,12 @@ class KimiDeltaAttentionParallelPrep(ChunkParallelPrepLaunch):
         if key.staged_kd and not key.ref_table:
             raise ValueError(
                 "KdaParallelPrepKey: staged_kd=True needs ref_table=True (kd is formed from the ref_table element pass); accepted: "
-                "{'staged_kd': True} on the default key"
+                "ref_table=True (the default), or ref_table=False with {'staged_kd': False, 'staged_w': False} (variant 'kn' / 'kp5')"
             )
         if key.staged_w and not key.staged_kd:
             raise ValueError(
                 "KdaParallelPrepKey: staged_w=True needs staged_kd=True (alone, ptxas spills 24 bytes at the 128-register cap at K = 128); accepted: "
-                "{'staged_kd': True, 'staged_w': True} or {'staged_kd': True}"
+                "both (the default), {'staged_w': False} (staged kd alone) or {'staged_kd': False, 'staged_w': False} (variant 'kp7')"
             )
         self.key = key
         self.D = key.head_dim
