@@ -2,7 +2,8 @@
 varlen, initial state and final-state gradient): each of the three kernels builds from the plan alone, really issues
 WGMMA m64n64k16 bf16 -> fp32 (exact PTX counts), has no local-memory traffic (PTX, and a zero ptxas stack frame), carries
 the cudnn symbol prefix (Rule 6), and the compile key does not depend on the token total or the sequence count
-(Rule 4). About 20 s on 2 cores."""
+(Rule 4); and the opt-in ``dp_split_hilo`` switch (issue #7) is a pass-3-only compile-key field whose off state (the default) is the original
+pass 3 (WGMMA count). About 35 s on 2 cores."""
 
 from __future__ import annotations
 
@@ -40,8 +41,10 @@ def _plan(T, N, D=128, H=4):
 
 #: WGMMA m64n64k16 instructions in the PTX text at K = V = 128 (the 16-row-block loops are runtime loops: one copy each).
 #: states: A, P (8 + 8) + U 4 + Wm 8 + Vn 8 + state 8; dstates: Wm^T 8 + dVn 12 + dS0 16;
-#: grads: phase A 48 (dWm 16, dUb 8, dTm 16, X 4, dA 4), B1 32 (dP~ 8, per 64 channels dO S0 8 + block 4), B2 48 (per 64 channels 3 x 4 + dkd 8 + dKb 4).
+#: grads: phase A 48 (dWm 16, dUb 8, dTm 16, X 4, dA 4), B1 32 (dP~ 8, per 64 channels dO S0 8 + block 4), B2 48 (per 64 channels 3 x 4 + dkd 8 + dKb 4),
+#: and with the opt-in ``dp_split_hilo`` 16 more: the lo halves of the two dP~ block products, 4 per 64 channels in B1 and in B2.
 _WGMMA_128 = {"KdaBwdStates": 44, "KdaBwdDStates": 36, "KdaBwdGrads": 128}
+_WGMMA_128_GRADS_HILO = 144
 
 
 def test_three_kernels_issue_wgmma_with_no_local_memory(tmp_path):
@@ -64,3 +67,26 @@ def test_three_kernels_issue_wgmma_with_no_local_memory(tmp_path):
         assert "ld.global.v4" in text and "fence.proxy.async.shared::cta" in text
         assert "ld.local" not in text and "st.local" not in text
         assert all(f == 0 for f in frame_sizes(d)), (part, frame_sizes(d))  # ptxas spilled nothing
+
+
+def test_dp_split_hilo_is_a_pass3_key_field(tmp_path):
+    """``plan.dp_split_hilo = True`` (opt-in) changes the compile key, but only pass 3's cache key (passes 1 and 2 are
+    shared with the default plan); its pass 3 issues the 16 lo-half products more (144 WGMMAs at K = 128 against the
+    default's 128), still with no local memory."""
+    from cudnn.linear_attention.kda.bwd_api import _parts, build_kernel
+
+    on, off = _plan(1000, 5), _plan(1000, 5)
+    on.dp_split_hilo = True
+    for p in (on, off):
+        p.check_support()
+    kon, koff = on.compile_key(), off.compile_key()
+    assert kon.dp_split_hilo and not koff.dp_split_hilo and kon != koff
+    for part in _parts(kon):
+        assert (on._cache_key(part, kon) == off._cache_key(part, koff)) == (part != "grads"), part
+    d = tmp_path / "grads_hilo"
+    with keep_artifacts(d) as ptx:
+        build_kernel("grads", kon)()
+        text = ptx()
+    assert text.count("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16") == _WGMMA_128_GRADS_HILO
+    assert "ld.local" not in text and "st.local" not in text
+    assert all(f == 0 for f in frame_sizes(d)), frame_sizes(d)

@@ -276,6 +276,9 @@ def _backward(parallel, q, k, v, g, beta, do, h0, dht, cu):
     dh0 = poison(torch.empty_like(h0)) if h0 is not None else None
     plan = KimiDeltaAttentionBwdSm90(q, k, v, g, beta, do, dq, dk, dv, dg, dbeta, initial_state=h0, dinitial_state=dh0, dfinal_state=dht, cu_seqlens=cu)
     plan.parallel_pass1 = parallel
+    # pass 3's dP~ products with hi + lo split operands (opt-in, test_kda_bwd_gpu.py::test_hard_gate_*): without them dg
+    # misses the rule on the dense K = 64 case for the default pass 1 and the parallel one alike (session 8's probe)
+    plan.dp_split_hilo = True
     plan.compile()
     ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda")
     args = (q, k, v, g, beta, do, dq, dk, dv, dg, dbeta, h0, dh0, dht, cu)

@@ -21,7 +21,7 @@ initial_state=None, dinitial_state=None, dfinal_state=None, cu_seqlens=None)``:
   ``P`` [N + T // 64 + 1, H, 64, 64] of every chunk; ``scratch_workspace_bytes()`` is that for the plan's own T and N.
 
 Plan-time (compile key ``bwd_states_kernel.KdaBwdKey``, Rule 4): K, g / beta dtypes, varlen, initial-state and
-final-state-gradient flags. Runtime: T, N, B, L, H, Hk, strides, scale, the chunk-group count of pass 3 (from T, N, H on
+final-state-gradient flags, the ``parallel_pass1`` / ``dp_split_hilo`` switches. Runtime: T, N, B, L, H, Hk, strides, scale, the chunk-group count of pass 3 (from T, N, H on
 the host). ``execute`` validates metadata, carves the workspace and launches; it never converts, allocates,
 synchronizes or reads device memory (Rules 1-3, 8). Imports neither torch nor cutlass at import time.
 
@@ -36,6 +36,14 @@ which ``scratch_workspace_bytes()`` then includes), then ``bwd_states_parallel_k
 (Tm, P, Vn and the chunk states in the serial pass 1's arrays); passes 2 and 3 unchanged. Needs an fp32 ``g`` 4-byte
 aligned (the forward prep's 32-bit loads; execute raises ValueError otherwise). Default off: the default launches and
 PTX are unchanged.
+
+``plan.dp_split_hilo`` (opt-in, default False until it has run on the GPU; set before ``compile()``; compile-key field ``KdaBwdKey.dp_split_hilo``, read by
+pass 3 only): pass 3 multiplies the two dP~ products, rows(dP~, K) and cols(dP~, Q), with their decay-split B operand as
+a bf16 hi + lo pair (two WGMMAs into one accumulator). With one bf16 operand (False, the original kernel) the two
+products are rounded differently, so the chunk-sum cancellation of ``Q rows(dP~, K) - K cols(dP~, Q)`` inside dG leaves
+a rounding residue that the reverse cumsum accumulates: dg missed the FA rule 3-7x under fla's safe-gate range
+(g = -5 sigmoid(N(0, 1))), dq / dk ~2x (issue #7; CPU emulation: docs/linear-attention.md, "KDA dg accuracy under hard
+gates"). False (the default) is the original, GPU-verified kernel (byte-identical PTX).
 
 Contract (Rule 3, unchecked on device): the forward's (``cu_seqlens`` well formed; any 8 consecutive per-channel log
 decays sum to more than -80).
@@ -68,6 +76,9 @@ class KimiDeltaAttentionBwdSm90(DeltaRuleBwdSm90):
     _name = "KimiDeltaAttentionBwdSm90"
     _family = FAMILY
     _gate_per_key = True
+    #: Pass 3's dP~ products with hi + lo decay-split operands (module docstring; set before compile(), a compile-key field).
+    dp_split_hilo = False
+    _compiled_dp_split_hilo = None
 
     def _forward_class(self):
         from .api import KimiDeltaAttentionFwdSm90
@@ -87,17 +98,20 @@ class KimiDeltaAttentionBwdSm90(DeltaRuleBwdSm90):
     def compile_key(self):
         from .bwd_states_kernel import KdaBwdKey
 
-        return KdaBwdKey(parallel_pass1=bool(self.parallel_pass1), **self._key_fields())
+        return KdaBwdKey(parallel_pass1=bool(self.parallel_pass1), dp_split_hilo=bool(self.dp_split_hilo), **self._key_fields())
 
     def _parts(self, key) -> tuple[str, ...]:
         return _parts(key)
 
     def _cache_key(self, part: str, key):
-        """Passes 2 and 3 read no ``parallel_pass1``: the opt-in plan reuses the default plan's artifacts for them."""
-        if part == "states_par":
-            return key
+        """Passes 2 and 3 read no ``parallel_pass1``, passes 1 and 2 no ``dp_split_hilo``: an opt-in plan reuses the
+        default plan's artifacts for them."""
         from dataclasses import replace
 
+        if part != "grads":
+            key = replace(key, dp_split_hilo=False)
+        if part == "states_par":
+            return key
         return replace(key, parallel_pass1=False)
 
     def compile(self) -> None:
@@ -105,6 +119,7 @@ class KimiDeltaAttentionBwdSm90(DeltaRuleBwdSm90):
         pass (the forward's own compile keys and cache family: one artifact for both directions)."""
         super().compile()
         self._compile_forward_pass1()
+        self._compiled_dp_split_hilo = bool(self.dp_split_hilo)
 
     def _pass1_g_align(self) -> int:
         return _fwd_g_align(self.g.dtype)
@@ -116,6 +131,8 @@ class KimiDeltaAttentionBwdSm90(DeltaRuleBwdSm90):
         """Pass 1 (states, Tm, P), pass 2 (dstates), pass 3 (grads) in each kernel's declared argument order; the
         workspace past the shared arrays: Tm, P."""
         T, n_seqs, seq_len, H, Hk, slots = ext
+        if self._compiled_dp_split_hilo is not None and bool(self.dp_split_hilo) != self._compiled_dp_split_hilo:
+            raise ValueError(f"{self._name}.execute: dp_split_hilo was changed after compile(); call compile() again")
         q, k, v, do = (t[n] for n in ("q", "k", "v", "do"))
         ws_tm = ws.take(slots * H * CHUNK * CHUNK, "bfloat16")
         ws_p = ws.take(slots * H * CHUNK * CHUNK, "bfloat16")

@@ -81,6 +81,12 @@ class KdaBwdKey:
     # opt-in (kda/bwd_api.py ``plan.parallel_pass1``): pass 1 as the forward's chunk-parallel prep + state pass and
     # ``bwd_states_parallel_kernel.KdaBwdStatesChunk``; no kernel of this module reads it (their PTX is unchanged)
     parallel_pass1: bool = False
+    # pass 3 (``chunk_bwd_kernel.py``) only: the decay-split B operands of the two dP~ products (rows(dP~, K) and
+    # cols(dP~, Q)) as bf16 hi + lo pairs, two WGMMAs into one accumulator (issue #7: one bf16 rounding of the split
+    # operands breaks the chunk-sum cancellation of Q rows(dP~, K) - K cols(dP~, Q) in dG). Opt-in until it has run on
+    # the GPU (session 8 wrote it with no device time left; False: the original single bf16 operand, the verified
+    # kernel). No kernel of this module reads it (their PTX is unchanged).
+    dp_split_hilo: bool = False
 
 
 @cute.jit

@@ -43,6 +43,7 @@ import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 from cutlass import BFloat16, Float32, Int32, Int64, const_expr
+from cutlass.cute.nvgpu import warpgroup
 
 from .._device.delta_rule import BV, CHUNK, SOLVE_BLOCK, THREADS, VEC, DeltaRuleKernel, chunk_gates, row_guard
 from .._device.delta_rule import smem_ready as _smem_ready
@@ -52,10 +53,20 @@ from .bwd_states_kernel import REF_OFFSET, KdaBwdKey
 
 
 @cute.jit
-def _split_operand(sX: cute.Tensor, sGc: cute.Tensor, sOut: cute.Tensor, h: cutlass.Constexpr[int], bi: Int32, tidx: Int32, after: cutlass.Constexpr[bool]):
+def _split_operand(
+    sX: cute.Tensor,
+    sGc: cute.Tensor,
+    sOut: cute.Tensor,
+    h: cutlass.Constexpr[int],
+    bi: Int32,
+    tidx: Int32,
+    after: cutlass.Constexpr[bool],
+    sLo: cute.Tensor | None = None,
+):
     """One decay-split B operand [64 channels, 64 tokens] of channel block ``h`` and row block ``bi`` (reference token
     ``r = 16 bi + 8``) into ``sOut``: ``after=False``: ``X_j exp(G_r - G_j)`` for tokens ``j < 16 (bi + 1)``, else 0 (the
     "rows" products); ``after=True``: ``X_i exp(G_i - G_r)`` for tokens ``i >= 16 bi``, else 0 (the "cols" products).
+    With ``sLo``: the operand as a bf16 pair, ``sOut`` = bf16(x) and ``sLo`` = bf16(x - bf16(x)) (``_wgmma_hilo``).
     Thread ``tidx``: token ``tidx // 2``, 32 channels. Not fenced."""
     tok = tidx // 2
     c0 = (tidx % 2) * (BV // 2)
@@ -71,7 +82,26 @@ def _split_operand(sX: cute.Tensor, sGc: cute.Tensor, sOut: cute.Tensor, h: cutl
             if const_expr(after):
                 d = -d
             val = sX[tok, ch].to(Float32) * cute.math.exp(d)
-        sOut[c0 + j, tok] = val.to(BFloat16)
+        hi = val.to(BFloat16)
+        sOut[c0 + j, tok] = hi
+        if const_expr(sLo is not None):
+            sLo[c0 + j, tok] = (val - hi.to(Float32)).to(BFloat16)
+
+
+@cute.jit
+def _wgmma_hilo(tiled_mma: cute.TiledMma, acc: cute.Tensor, tCrA: cute.Tensor, tCrB: cute.Tensor, tCrBlo: cute.Tensor):
+    """``acc = A @ B_lo + A @ B`` (``B``, ``B_lo``: the bf16 hi / lo pair of one decay-split operand, ``_split_operand``
+    with ``sLo``) over every k-block: one committed WGMMA group, waited for (as ``_device.delta_rule.wgmma``)."""
+    warpgroup.fence()
+    atom = cute.make_mma_atom(tiled_mma.op)
+    atom.set(warpgroup.Field.ACCUMULATE, False)
+    for kb in cutlass.range_constexpr(cute.size(tCrA.shape[2])):
+        cute.gemm(atom, acc, tCrA[None, None, kb], tCrBlo[None, None, kb], acc)
+        atom.set(warpgroup.Field.ACCUMULATE, True)
+    for kb in cutlass.range_constexpr(cute.size(tCrA.shape[2])):
+        cute.gemm(atom, acc, tCrA[None, None, kb], tCrB[None, None, kb], acc)
+    warpgroup.commit_group()
+    warpgroup.wait_group(0)
 
 
 class KdaBwdGrads(DeltaRuleKernel):
@@ -249,6 +279,11 @@ class KdaBwdGrads(DeltaRuleKernel):
         sDA = st.c4.get_tensor(l_cc.outer, swizzle=l_cc.inner)
         sBT = st.c5.get_tensor(l_cc.outer, swizzle=l_cc.inner)
         sDPT = st.c6.get_tensor(l_cc.outer, swizzle=l_cc.inner)
+        # dp_split_hilo: x4 (dWm, free after phase A) holds the lo half of the dP~ products' split operand (B1: rows, B2: cols-Q)
+        sLo = None
+        lo_B = None
+        if const_expr(self.key.dp_split_hilo):
+            sLo = st.x4.get_tensor(l_cc.outer, swizzle=l_cc.inner)
         sGc = st.gc.get_tensor(cute.make_layout((CHUNK, D), stride=(D + 1, 1)))
         sBeta = st.beta.get_tensor(cute.make_layout((CHUNK,)))
         sDBr = st.dbr.get_tensor(cute.make_layout((CHUNK,)))
@@ -278,6 +313,8 @@ class KdaBwdGrads(DeltaRuleKernel):
         colq_B = wg.make_fragment_B(wg.partition_B(sColQ))
         colk_B = wg.make_fragment_B(wg.partition_B(sColK))
         dwmt_B = wg.make_fragment_B(wg.partition_B(sDwmT))
+        if const_expr(self.key.dp_split_hilo):
+            lo_B = wg.make_fragment_B(wg.partition_B(sLo))
         acc_a = cute.make_rmem_tensor(wg.partition_shape_C((CHUNK, CHUNK)), Float32)
         acc_b = cute.make_rmem_tensor(wg.partition_shape_C((CHUNK, CHUNK)), Float32)
         acc_c = cute.make_rmem_tensor(wg.partition_shape_C((CHUNK, CHUNK)), Float32)
@@ -377,9 +414,12 @@ class KdaBwdGrads(DeltaRuleKernel):
                     rc = c64[i]
                     acc_b[i] = acc_b[i] * (scale * cute.math.exp(sGc[rc[0], h * BV + rc[1]]))
                 for bi in cutlass.range(NBLK, unroll=1):  # a runtime loop: a quarter of the code  # + rows(dP~, K), block bi's rows
-                    _split_operand(sK, sGc, sRowB, h, bi, tidx, False)
+                    _split_operand(sK, sGc, sRowB, h, bi, tidx, False, sLo)
                     _smem_ready()
-                    _wgmma(mma, acc_a, dp_A, rowb_B, True)
+                    if const_expr(self.key.dp_split_hilo):
+                        _wgmma_hilo(mma, acc_a, dp_A, rowb_B, lo_B)
+                    else:
+                        _wgmma(mma, acc_a, dp_A, rowb_B, True)
                     r_blk = bi * SOLVE_BLOCK + REF_OFFSET
                     for i in cutlass.range_constexpr(cute.size(acc_a)):
                         rc = c64[i]
@@ -406,7 +446,7 @@ class KdaBwdGrads(DeltaRuleKernel):
                     acc_c[i] = Float32(0.0)
                 for bi in cutlass.range(NBLK, unroll=1):  # a runtime loop: a quarter of the code
                     _split_operand(sK, sGc, sRowB, h, bi, tidx, False)
-                    _split_operand(sQ, sGc, sColQ, h, bi, tidx, True)
+                    _split_operand(sQ, sGc, sColQ, h, bi, tidx, True, sLo)
                     _split_operand(sK, sGc, sColK, h, bi, tidx, True)
                     _smem_ready()
                     r_blk = bi * SOLVE_BLOCK + REF_OFFSET
@@ -418,7 +458,10 @@ class KdaBwdGrads(DeltaRuleKernel):
                             rv = acc_a[i] * cute.math.exp(sGc[rc[0], ch] - sGc[r_blk, ch])
                             acc_c[i] = acc_c[i] + rv
                             acc_b[i] = acc_b[i] + rv * sBeta[rc[0]]
-                    _wgmma(mma, acc_a, dpt_A, colq_B, True)  # cols(dP~, Q)
+                    if const_expr(self.key.dp_split_hilo):
+                        _wgmma_hilo(mma, acc_a, dpt_A, colq_B, lo_B)  # cols(dP~, Q)
+                    else:
+                        _wgmma(mma, acc_a, dpt_A, colq_B, True)  # cols(dP~, Q)
                     for i in cutlass.range_constexpr(cute.size(acc_a)):
                         rc = c64[i]
                         if rc[0] // SOLVE_BLOCK == bi:
