@@ -298,6 +298,28 @@ def check_prep_variant(fam, variant, D, l2norm, regime, g_dtype, beta_dtype, nam
     assert torch.equal(s1[3], h0[3])  # the empty sequence passes its state through
 
 
+def check_prep_bitwise(fam, baseline, variant, D, l2norm, regime, g_dtype, names, label):
+    """The plan of ``variant`` against the plan of ``baseline`` (``set_parallel_options`` variants; None = the default
+    plan) on the varlen batch (1-token, empty, long sequences; GVA; h0 / ht; g in ``g_dtype``): the prep arrays
+    ``names`` and o and the final state bit for bit; ``variant``'s o and final state by the FlashAttention rule against
+    the fp32 recurrence; the empty sequence passes its state through. ``label`` names the pair in the messages."""
+    from cudnn_testing.data import cu_seqlens
+
+    cu = cu_seqlens(LENGTHS, "cuda")
+    q, k, v, g, beta, h0 = inputs(fam, (sum(LENGTHS),), 4, 2, D, l2norm, len(LENGTHS), regime)
+    g = g.to(getattr(torch, g_dtype))
+    o0, s0, ws0 = execute_variant(fam, baseline, q, k, v, g, beta, h0, cu, l2norm)
+    o1, s1, ws1 = execute_variant(fam, variant, q, k, v, g, beta, h0, cu, l2norm)
+    assert_prep_arrays_close(ws0, ws1, LENGTHS, 4, D, names, names, label=label)
+    do = (o0.float() - o1.float()).abs().max().item()
+    ds = (s0 - s1).abs().max().item()
+    assert torch.equal(o0, o1) and torch.equal(s0, s1), f"{label}: max |difference|: o {do}, final_state {ds}"
+    ref_o, ref_s, low_o, low_s = refs(fam, q, k, v, g.float(), beta, h0, l2norm, cu, False)
+    check(o1, ref_o, low_o, f"o {label}")
+    check(s1, ref_s, low_s, f"final_state {label}")
+    assert torch.equal(s1[3], h0[3])  # the empty sequence passes its state through
+
+
 def check_variant_dense_and_long_thd(fam, dense_variant, dense_d, long_variant):
     """``dense_variant`` at K = ``dense_d`` on a dense [B, L] batch (B = 2, L = 300: the dense slot table; no L2 norm,
     bf16 g), and ``long_variant`` at K = 128 on one 4096-token THD sequence (64 chunks through the state pass, L2 norm),

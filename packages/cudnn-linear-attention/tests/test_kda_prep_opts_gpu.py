@@ -37,21 +37,15 @@ import sys
 import pytest
 
 from cudnn_testing.compile_only import frame_sizes, kernel_symbols
-from cudnn_testing.markers import skip_unless_cutedsl, skip_unless_sm90
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/_*_cases.py: --import-mode=importlib adds no test folder
 from _delta_rule_cases import GDN, KDA  # noqa: E402
+from _prep_cases import PREP_ARRAYS, skip_unless_kda_dsl  # noqa: E402
+from _prep_cases import require_kda_gpu as _gpu  # noqa: E402
 
 UNSTAGED = {"staged_kd": False, "staged_w": False}  # the session-8 staged stores (default on; staged_kd needs ref_table)
 KN = {"prep": {"ref_table": False, "tiled_solve": False, "lean_gates": False, **UNSTAGED}}  # narrow_ap alone (variant kn)
 S5 = {"prep": {"narrow_ap": False, "ref_table": False, "tiled_solve": False, "lean_gates": False, **UNSTAGED}}  # the session-5 kernel (kp5)
-PREP_ARRAYS = ("w", "u", "kd", "qg", "p", "ge")  # what KDA's prep kernel writes (vnt, h: the state pass; rf: GDN only)
-FLOOR = "4.8.0"
-
-
-def _gpu():
-    skip_unless_sm90()
-    skip_unless_cutedsl(FLOOR, "cudnn.linear_attention.kimi_delta_attention")
 
 
 # ---- GPU tier --------------------------------------------------------------------------------------------------------
@@ -157,7 +151,7 @@ def test_prep_option_fields_default_on_and_reach_the_plan():
     ValueError naming the accepted combinations; a KDA plan takes the opt-outs through ``set_parallel_options``
     (``_prep_options``), a GDN plan refuses the fields (its prep key has no such fields) when its compile first asks for
     its prep options, before building anything."""
-    skip_unless_cutedsl(FLOOR, "cudnn.linear_attention.kimi_delta_attention")
+    skip_unless_kda_dsl()
     pytest.importorskip("cutlass")
     from dataclasses import fields
 
@@ -191,7 +185,7 @@ def test_prep_options_build_without_spills_with_fewer_instructions_and_exps(tmp_
     the tiled solve is unrolled) and 4174 against 5133); ``narrow_ap`` alone keeps the session-5 exps (its element pass is
     that kernel's), and the default has under half of them (107 against 225 ``ex2.approx``: the K'_I decays come from the
     ratio table). The default at K = 64 (dense, bf16 g, no L2 norm) builds the same way."""
-    skip_unless_cutedsl(FLOOR, "cudnn.linear_attention.kimi_delta_attention")
+    skip_unless_kda_dsl()
     pytest.importorskip("cutlass")
     from cudnn.linear_attention.kda.chunk_parallel_prep_kernel import KdaParallelPrepKey
 

@@ -44,22 +44,16 @@ import sys
 import pytest
 
 from cudnn_testing.compile_only import frame_sizes, kernel_symbols
-from cudnn_testing.markers import skip_unless_cutedsl, skip_unless_sm90
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/_*_cases.py: --import-mode=importlib adds no test folder
 from _delta_rule_cases import KDA  # noqa: E402
+from _prep_cases import PREP_ARRAYS, skip_unless_kda_dsl  # noqa: E402
+from _prep_cases import require_kda_gpu as _gpu  # noqa: E402
 
 KP6 = {
     "prep": {"tiled_solve": False, "lean_gates": False, "staged_kd": False, "staged_w": False}
 }  # the session-6 first default (variant kp6): the A/B baseline
 TS = {"prep": {"lean_gates": False}}  # tiled_solve alone
-PREP_ARRAYS = ("w", "u", "kd", "qg", "p", "ge")  # what KDA's prep kernel writes
-FLOOR = "4.8.0"
-
-
-def _gpu():
-    skip_unless_sm90()
-    skip_unless_cutedsl(FLOOR, "cudnn.linear_attention.kimi_delta_attention")
 
 
 # ---- GPU tier --------------------------------------------------------------------------------------------------------
@@ -83,24 +77,10 @@ def _gpu():
 )
 def test_default_is_bitwise_the_baseline_and_matches_the_recurrence(D, l2norm, regime, g_dtype, variant):
     _gpu()
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     import _parallel_cases as cases
 
-    from cudnn_testing.data import cu_seqlens
-
-    cu = cu_seqlens(cases.LENGTHS, "cuda")
-    q, k, v, g, beta, h0 = cases.inputs(KDA, (sum(cases.LENGTHS),), 4, 2, D, l2norm, len(cases.LENGTHS), regime)
-    g = g.to(getattr(torch, g_dtype))
-    o0, s0, ws0 = cases.execute_variant(KDA, variant, q, k, v, g, beta, h0, cu, l2norm)
-    o1, s1, ws1 = cases.execute_variant(KDA, None, q, k, v, g, beta, h0, cu, l2norm)
-    cases.assert_prep_arrays_close(ws0, ws1, cases.LENGTHS, 4, D, PREP_ARRAYS, PREP_ARRAYS, label=f"default vs {variant['prep']}")
-    do = (o0.float() - o1.float()).abs().max().item()
-    ds = (s0 - s1).abs().max().item()
-    assert torch.equal(o0, o1) and torch.equal(s0, s1), f"default vs {variant}: max |default - baseline|: o {do}, final_state {ds}"
-    ref_o, ref_s, low_o, low_s = cases.refs(KDA, q, k, v, g.float(), beta, h0, l2norm, cu, False)
-    cases.check(o1, ref_o, low_o, "o default")
-    cases.check(s1, ref_s, low_s, "final_state default")
-    assert torch.equal(s1[3], h0[3])  # the empty sequence passes its state through
+    cases.check_prep_bitwise(KDA, variant, None, D, l2norm, regime, g_dtype, PREP_ARRAYS, f"default vs {variant['prep']}")
 
 
 @pytest.mark.gpu
@@ -165,7 +145,7 @@ def test_solve_and_gate_fields_default_on_and_their_prerequisite():
     """``tiled_solve`` / ``lean_gates`` default to True (the default key is the session-6 kernel with both; ``kp6`` turns
     both off); ``lean_gates`` without ``tiled_solve`` (it spills at the 128-register cap) is a ValueError naming the
     accepted combinations; ``pack_round`` (removed after the A/B) is no field of the key."""
-    skip_unless_cutedsl(FLOOR, "cudnn.linear_attention.kimi_delta_attention")
+    skip_unless_kda_dsl()
     pytest.importorskip("cutlass")
     from cudnn.linear_attention._host.chunk_parallel import PARALLEL_VARIANTS
     from cudnn.linear_attention.kda.chunk_parallel_prep_kernel import KdaParallelPrepKey, KimiDeltaAttentionParallelPrep
@@ -190,7 +170,7 @@ def test_default_builds_without_spills_vectorizes_the_solve_and_leans_the_gates(
     band FMAs unrolled on the 1 x 4 tile instead of 256, so no product became a separate multiply and add -- the bitwise
     premise); ``lean_gates`` has at least 64 fewer PTX instructions than ``tiled_solve`` alone (32 g loads without the
     clamp and select). The default and ``kp6`` at K = 64 (dense, bf16 g, no L2 norm) the same way."""
-    skip_unless_cutedsl(FLOOR, "cudnn.linear_attention.kimi_delta_attention")
+    skip_unless_kda_dsl()
     pytest.importorskip("cutlass")
     import _parallel_cases as cases
 

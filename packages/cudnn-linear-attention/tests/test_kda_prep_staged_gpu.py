@@ -42,21 +42,15 @@ import sys
 import pytest
 
 from cudnn_testing.compile_only import frame_sizes, kernel_symbols
-from cudnn_testing.markers import skip_unless_cutedsl, skip_unless_sm90
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/_*_cases.py: --import-mode=importlib adds no test folder
 from _delta_rule_cases import KDA  # noqa: E402
+from _prep_cases import PREP_ARRAYS, skip_unless_kda_dsl  # noqa: E402
+from _prep_cases import require_kda_gpu as _gpu  # noqa: E402
 
 KW = {"prep": {"staged_kd": True, "staged_w": True}}  # both: the default key since session 8 (measured as kp8)
 K_ONLY = {"prep": {"staged_kd": True, "staged_w": False}}  # staged_w needs staged_kd (alone it spills at K = 128)
 KP7 = "kp7"  # neither: the A/B baseline, the reference of the bitwise checks
-PREP_ARRAYS = ("w", "u", "kd", "qg", "p", "ge")  # what KDA's prep kernel writes
-FLOOR = "4.8.0"
-
-
-def _gpu():
-    skip_unless_sm90()
-    skip_unless_cutedsl(FLOOR, "cudnn.linear_attention.kimi_delta_attention")
 
 
 # ---- GPU tier --------------------------------------------------------------------------------------------------------
@@ -78,24 +72,10 @@ def _gpu():
 )
 def test_staged_stores_are_bitwise_kp7_and_match_the_recurrence(D, l2norm, regime, g_dtype, variant):
     _gpu()
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     import _parallel_cases as cases
 
-    from cudnn_testing.data import cu_seqlens
-
-    cu = cu_seqlens(cases.LENGTHS, "cuda")
-    q, k, v, g, beta, h0 = cases.inputs(KDA, (sum(cases.LENGTHS),), 4, 2, D, l2norm, len(cases.LENGTHS), regime)
-    g = g.to(getattr(torch, g_dtype))
-    o0, s0, ws0 = cases.execute_variant(KDA, KP7, q, k, v, g, beta, h0, cu, l2norm)
-    o1, s1, ws1 = cases.execute_variant(KDA, variant, q, k, v, g, beta, h0, cu, l2norm)
-    cases.assert_prep_arrays_close(ws0, ws1, cases.LENGTHS, 4, D, PREP_ARRAYS, PREP_ARRAYS, label=f"{variant['prep']} vs kp7")
-    do = (o0.float() - o1.float()).abs().max().item()
-    ds = (s0 - s1).abs().max().item()
-    assert torch.equal(o0, o1) and torch.equal(s0, s1), f"{variant} vs kp7: max |option - kp7|: o {do}, final_state {ds}"
-    ref_o, ref_s, low_o, low_s = cases.refs(KDA, q, k, v, g.float(), beta, h0, l2norm, cu, False)
-    cases.check(o1, ref_o, low_o, f"o {variant}")
-    cases.check(s1, ref_s, low_s, f"final_state {variant}")
-    assert torch.equal(s1[3], h0[3])  # the empty sequence passes its state through
+    cases.check_prep_bitwise(KDA, KP7, variant, D, l2norm, regime, g_dtype, PREP_ARRAYS, f"{variant['prep']} vs kp7")
 
 
 @pytest.mark.gpu
@@ -185,7 +165,7 @@ def test_staged_fields_default_on_and_their_prerequisite():
     without ``staged_kd`` (alone ptxas spills at K = 128) are ValueErrors naming the accepted combinations; every KDA
     prep baseline of ``PARALLEL_VARIANTS`` (``kp5`` / ``kn`` turn ``ref_table`` off, so the staged stores too) is a key
     the kernel accepts."""
-    skip_unless_cutedsl(FLOOR, "cudnn.linear_attention.kimi_delta_attention")
+    skip_unless_kda_dsl()
     pytest.importorskip("cutlass")
     from cudnn.linear_attention._host.chunk_parallel import PARALLEL_VARIANTS
     from cudnn.linear_attention.kda.chunk_parallel_prep_kernel import KdaParallelPrepKey, KimiDeltaAttentionParallelPrep
@@ -211,7 +191,7 @@ def test_staged_builds_without_spills_with_the_designed_stores(tmp_path):
     ``staged_kd`` alone at K = 128: ``_shape`` and exactly the store counts of ``_expected``; the ``kp7`` K = 128 build
     has the unstaged counts (so the staged counts are not what any build gives: the check fails on the kernel without
     the options)."""
-    skip_unless_cutedsl(FLOOR, "cudnn.linear_attention.kimi_delta_attention")
+    skip_unless_kda_dsl()
     pytest.importorskip("cutlass")
     from cudnn.linear_attention._host.chunk_parallel import PARALLEL_VARIANTS
     from cudnn.linear_attention.kda.chunk_parallel_prep_kernel import KdaParallelPrepKey

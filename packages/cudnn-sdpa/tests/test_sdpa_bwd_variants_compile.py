@@ -108,6 +108,23 @@ def _ptxas_c7512(tmp_path, kernel: str):
     return "C7512" in out.stdout + out.stderr
 
 
+def _assert_host_ptxas_clean(tmp_path):
+    """The one PTX dumped under ``tmp_path`` through the host ``ptxas -v`` (sm_90a): no note about WGMMA serialization
+    or warpgroup waits (C75xx) and no spill; skips (saying the check did not run) without a host ptxas that takes it."""
+    import shutil
+
+    exe = shutil.which("ptxas")
+    paths = [os.path.join(r, f) for r, _, fs in os.walk(str(tmp_path)) for f in fs if f.endswith(".ptx")]
+    if exe is None or len(paths) != 1:
+        pytest.skip("no host ptxas: the ptxas-notes check did not run")
+    out = subprocess.run([exe, "-arch=sm_90a", "-v", paths[0], "-o", os.path.join(str(tmp_path), "host_ptxas.out")], capture_output=True, text=True)
+    if out.returncode != 0:
+        pytest.skip("the host ptxas does not take the DSL's PTX: the ptxas-notes check did not run")
+    text = out.stdout + out.stderr
+    assert not re.search(r"C75\d\d", text), text[-2000:]
+    assert "0 bytes spill stores, 0 bytes spill loads" in text
+
+
 @pytest.mark.compile_only
 def test_all_variants_ptx_uses_tma_reduce_bulk_stats_and_fewer_barriers(tmp_path):
     skip_unless_cutedsl("4.8.0", "cudnn.sdpa backward")
@@ -631,7 +648,6 @@ def test_m128_ptx_runs_n128_s_dp_wgmmas_without_spills(tmp_path, key, bulk):
     the 128 queries (8 k-steps), dQ as two 64-row m64n32k16 atoms per warpgroup; dq_bulk's two reduce-adds per
     warpgroup; no local memory and a zero frame in the DSL's cubin; the Rule 6 symbol; and (where a host ptxas takes the
     PTX) no ptxas note about WGMMA serialization or warpgroup waits (C75xx)."""
-    import shutil
 
     from cudnn_testing.compile_only import frame_sizes
 
@@ -644,16 +660,7 @@ def test_m128_ptx_runs_n128_s_dp_wgmmas_without_spills(tmp_path, key, bulk):
         assert "cp.reduce.async.bulk.tensor" in ptx and "atom.global.add" not in ptx
     assert "st.local" not in ptx and "ld.local" not in ptx and frame_sizes(tmp_path) == [0]
     assert re.search(r"\.entry cudnn_", ptx)
-    exe = shutil.which("ptxas")
-    paths = [os.path.join(r, f) for r, _, fs in os.walk(str(tmp_path)) for f in fs if f.endswith(".ptx")]
-    if exe is None or len(paths) != 1:
-        pytest.skip("no host ptxas: the ptxas-notes check did not run")
-    out = subprocess.run([exe, "-arch=sm_90a", "-v", paths[0], "-o", os.path.join(str(tmp_path), "host_ptxas.out")], capture_output=True, text=True)
-    if out.returncode != 0:
-        pytest.skip("the host ptxas does not take the DSL's PTX: the ptxas-notes check did not run")
-    text = out.stdout + out.stderr
-    assert not re.search(r"C75\d\d", text), text[-2000:]
-    assert "0 bytes spill stores, 0 bytes spill loads" in text
+    _assert_host_ptxas_clean(tmp_path)
 
 
 @pytest.mark.compile_only
@@ -811,7 +818,6 @@ def test_instruction_variants_ptx_convert_once_store_ds_transposed_and_do_not_sp
     to shared memory only by transposed stmatrix (``sts`` per loop; the untransposed ones are the epilogue's dK / dV);
     the WGMMA shapes (dqrows: dQ as m64n64k16, no m64n32k16) and one bulk reduce-add per warpgroup at m128; no local
     memory, a zero frame in the DSL's cubin and (where a host ptxas takes the PTX) no C75xx note, no spill."""
-    import shutil
 
     from cudnn_testing.compile_only import frame_sizes
 
@@ -831,16 +837,7 @@ def test_instruction_variants_ptx_convert_once_store_ds_transposed_and_do_not_sp
         varlen = key.split(", ")[9] == "True"
         assert ptx.count("ld.shared.v4.b32") == 2 * 16 + (2 * 128 * 64 * 2 // 16 // 256 if varlen else 0) and "ld.shared.v2.b32" not in ptx
     assert "st.local" not in ptx and "ld.local" not in ptx and frame_sizes(tmp_path) == [0]
-    exe = shutil.which("ptxas")
-    paths = [os.path.join(r, f) for r, _, fs in os.walk(str(tmp_path)) for f in fs if f.endswith(".ptx")]
-    if exe is None or len(paths) != 1:
-        pytest.skip("no host ptxas: the ptxas-notes check did not run")
-    out = subprocess.run([exe, "-arch=sm_90a", "-v", paths[0], "-o", os.path.join(str(tmp_path), "host_ptxas.out")], capture_output=True, text=True)
-    if out.returncode != 0:
-        pytest.skip("the host ptxas does not take the DSL's PTX: the ptxas-notes check did not run")
-    text = out.stdout + out.stderr
-    assert not re.search(r"C75\d\d", text), text[-2000:]
-    assert "0 bytes spill stores, 0 bytes spill loads" in text
+    _assert_host_ptxas_clean(tmp_path)
 
 
 @pytest.mark.compile_only

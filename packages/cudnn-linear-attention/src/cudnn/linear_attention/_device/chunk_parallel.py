@@ -41,7 +41,9 @@ import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass import BFloat16, Float32, Int32, Int64, const_expr
 from cutlass.cute.nvgpu import cpasync, warpgroup
 
-from .delta_rule import BV, CHUNK, L2NORM_EPS, SOLVE_BLOCK, THREADS, VEC, make_qkvo_views, wgmma
+from cudnn import _compat
+
+from .delta_rule import BV, CHUNK, L2NORM_EPS, SOLVE_BLOCK, THREADS, VEC, k_major_smem_layout, make_qkvo_views, sequence_bounds, wgmma
 
 U_PAD = 4  # fp32 row padding of the staged U tile: rows 16 bytes apart in the banks (conflict-free accumulator reads)
 WS_ARRAYS = ("w", "u", "kd", "qg", "p", "ge", "vnt", "h", "rf")
@@ -441,18 +443,31 @@ def fetch_chunk_cp_async(
 
 @cute.jit
 def fetch_chunk_tma(
-    tma_parts: tuple, row: Int32, vblk: Int32, st: cutlass.Constexpr[int], mbar: cute.Pointer, tx_bytes: cutlass.Constexpr[int], nh: cutlass.Constexpr[int]
+    tma_parts: tuple,
+    row: Int32,
+    vblk: Int32,
+    st: cutlass.Constexpr[int],
+    mbar: cute.Pointer,
+    tx_bytes: cutlass.Constexpr[int],
+    nh: cutlass.Constexpr[int],
+    wgs: cutlass.Constexpr[int] = 1,
 ):
     """The same operands by TMA (warp 0 calls it): one elected lane arms stage ``st``'s transaction mbarrier for
     ``tx_bytes``, then the copies of workspace row ``row`` (slot x heads + head) into the stage. ``tma_parts``: the
-    (atom, global partition, shared partition) triples of -Wm, kd, U and exp(G_C)."""
+    (atom, global partition, shared partition) triples of -Wm, kd, U and exp(G_C). ``wgs`` > 1 (the two-warpgroup
+    fused kernel, ``consumer_wgs``): -Wm, kd and exp(G_C) once, the U columns of value blocks ``vblk * wgs + w`` into
+    warpgroup ``w``'s U tile of stage ``st`` (``tUs[.., st, w]``)."""
     atom_w, tWg, tWs, atom_kd, tKg, tKs, atom_u, tUg, tUs, atom_ge, tGg, tGs = tma_parts
     with cute.arch.elect_one():
         cute.arch.mbarrier_arrive_and_expect_tx(mbar + st, tx_bytes)
     for h in cutlass.range_constexpr(nh):
         cute.copy(atom_w, tWg[None, row, h], tWs[None, 0, h, st], tma_bar_ptr=mbar + st)
         cute.copy(atom_kd, tKg[None, row * nh + h, 0], tKs[None, st * nh + h], tma_bar_ptr=mbar + st)
-    cute.copy(atom_u, tUg[None, row, vblk], tUs[None, st], tma_bar_ptr=mbar + st)
+    if const_expr(wgs > 1):
+        for w in cutlass.range_constexpr(wgs):
+            cute.copy(atom_u, tUg[None, row, vblk * wgs + w], tUs[None, st, w], tma_bar_ptr=mbar + st)
+    else:
+        cute.copy(atom_u, tUg[None, row, vblk], tUs[None, st], tma_bar_ptr=mbar + st)
     cute.copy(atom_ge, tGg[None, row, 0], tGs[None, st], tma_bar_ptr=mbar + st)
 
 
@@ -570,30 +585,6 @@ def issue_state_update_t(mma: cute.TiledMma, acc_t: list, sGE: cute.Tensor, kd_A
         for kb in cutlass.range_constexpr(cute.size(vn_B.shape[2])):
             cute.gemm(atom, acc_t[h], kd_A[None, None, kb, st * nh + h], vn_B[None, None, kb], acc_t[h])
     warpgroup.commit_group()
-
-
-@cute.jit
-def fetch_chunk_tma_wgs(
-    tma_parts: tuple,
-    row: Int32,
-    vblk: Int32,
-    st: cutlass.Constexpr[int],
-    mbar: cute.Pointer,
-    tx_bytes: cutlass.Constexpr[int],
-    nh: cutlass.Constexpr[int],
-    wgs: cutlass.Constexpr[int],
-):
-    """:func:`fetch_chunk_tma` for the two-warpgroup fused kernel (``consumer_wgs``): -Wm, kd and exp(G_C) once, the U
-    columns of value blocks ``vblk * wgs + w`` into warpgroup ``w``'s U tile of stage ``st`` (``tUs[.., st, w]``)."""
-    atom_w, tWg, tWs, atom_kd, tKg, tKs, atom_u, tUg, tUs, atom_ge, tGg, tGs = tma_parts
-    with cute.arch.elect_one():
-        cute.arch.mbarrier_arrive_and_expect_tx(mbar + st, tx_bytes)
-    for h in cutlass.range_constexpr(nh):
-        cute.copy(atom_w, tWg[None, row, h], tWs[None, 0, h, st], tma_bar_ptr=mbar + st)
-        cute.copy(atom_kd, tKg[None, row * nh + h, 0], tKs[None, st * nh + h], tma_bar_ptr=mbar + st)
-    for w in cutlass.range_constexpr(wgs):
-        cute.copy(atom_u, tUg[None, row, vblk * wgs + w], tUs[None, st, w], tma_bar_ptr=mbar + st)
-    cute.copy(atom_ge, tGg[None, row, 0], tGs[None, st], tma_bar_ptr=mbar + st)
 
 
 @cute.jit
@@ -772,16 +763,112 @@ def state_operand_tma_partitions(
     [slot x head, channels]; the shared tiles (``STAGES`` deep) grouped per TMA box. Returns ``(tWs, tWg, tKs, tKg, tUs,
     tUg, tGs, tGg)``."""
     sGE3 = cute.make_tensor(sGE.iterator, cute.make_layout((1, D, STAGES), stride=(D, 1, D)))
-    tWs, tWg = cpasync.tma_partition(
-        atom_w,
-        0,
-        cute.make_layout(1),
-        cute.group_modes(cute.flat_divide(sW, (CHUNK, BV)), 0, 2),
-        cute.group_modes(cute.flat_divide(tma_w, (CHUNK, BV)), 0, 2),
-    )
-    tKs, tKg = cpasync.tma_partition(
-        atom_kd, 0, cute.make_layout(1), cute.group_modes(sKD, 0, 2), cute.group_modes(cute.flat_divide(tma_kd, (CHUNK, CHUNK)), 0, 2)
-    )
-    tUs, tUg = cpasync.tma_partition(atom_u, 0, cute.make_layout(1), cute.group_modes(sU, 0, 2), cute.group_modes(cute.flat_divide(tma_u, (CHUNK, VW)), 0, 2))
-    tGs, tGg = cpasync.tma_partition(atom_ge, 0, cute.make_layout(1), cute.group_modes(sGE3, 0, 2), cute.group_modes(cute.flat_divide(tma_ge, (1, D)), 0, 2))
+    tWs, tWg = tma_box_partition(atom_w, cute.flat_divide(sW, (CHUNK, BV)), tma_w, (CHUNK, BV))
+    tKs, tKg = tma_box_partition(atom_kd, sKD, tma_kd, (CHUNK, CHUNK))
+    tUs, tUg = tma_box_partition(atom_u, sU, tma_u, (CHUNK, VW))
+    tGs, tGg = tma_box_partition(atom_ge, sGE3, tma_ge, (1, D))
     return tWs, tWg, tKs, tKg, tUs, tUg, tGs, tGg
+
+
+@cute.jit
+def tma_box_partition(atom: cute.CopyAtom, s_boxes: cute.Tensor, g: cute.Tensor, box: cutlass.Constexpr):
+    """One TMA atom's (shared, global) partition, one CTA: ``s_boxes`` is the shared tile as [box rows, box cols, ...]
+    (``cute.flat_divide`` it first when a box is narrower than the tile), ``g`` the global view divided into ``box``
+    tiles. Returns ``(shared, global)`` as ``cpasync.tma_partition``."""
+    return cpasync.tma_partition(atom, 0, cute.make_layout(1), cute.group_modes(s_boxes, 0, 2), cute.group_modes(cute.flat_divide(g, box), 0, 2))
+
+
+@cute.jit
+def state_pass_layouts(D: cutlass.Constexpr[int], VW: cutlass.Constexpr[int], STAGES: cutlass.Constexpr[int]):
+    """Host side of both state passes (narrow, fused): the WGMMA (M = 64, N = ``VW``) and the shared layouts of S0
+    [VW V rows, K], -Wm [tokens, K] x stages, (K exp(G_C - G))^T [64 K-ch, tokens] x K/64 x stages and Vn^T [VW,
+    tokens]. Returns ``(mma, l_s, l_w, l_kc, l_vt)``."""
+    mma = make_mma_nv(VW)
+    l_s = k_major_smem_layout(VW, D)
+    l_w = k_major_smem_layout(CHUNK, D, STAGES)
+    l_kc = k_major_smem_layout(CHUNK, CHUNK, (D // BV) * STAGES)
+    l_vt = k_major_smem_layout(VW, CHUNK)
+    return mma, l_s, l_w, l_kc, l_vt
+
+
+@cute.jit
+def tma_u_atom(VW: cutlass.Constexpr[int]):
+    """Host side: the 128-byte-swizzled fp32 atom of the U tile [tokens, VW] that TMA fills (no padded rows; the
+    swizzle keeps the accumulator-pattern reads conflict-free); ``cute.tile_to_shape`` it over the stages."""
+    return warpgroup.make_smem_layout_atom(sm90_utils.get_smem_layout_atom(_compat.layout_enum().ROW_MAJOR, Float32, VW), Float32)
+
+
+@cute.jit
+def state_operand_tma_atoms(
+    w_ptr: cute.Pointer,
+    u_ptr: cute.Pointer,
+    kd_ptr: cute.Pointer,
+    ge_ptr: cute.Pointer,
+    rows: Int32,
+    D: cutlass.Constexpr[int],
+    VW: cutlass.Constexpr[int],
+    u_box: cute.ComposedLayout,
+):
+    """Host side of both state passes: the TMA load atoms of the four per-chunk operands over 2-D views of the workspace
+    arrays (``rows`` = slots x heads): -Wm / U [rows x tokens, K] (U in ``VW``-column boxes of the shared ``u_box``), kd
+    [rows x K, tokens], exp(G_C) [rows, K]. Returns ``(atom_w, tma_w, atom_kd, tma_kd, atom_u, tma_u, atom_ge,
+    tma_ge)``, the order :func:`state_operand_tma_partitions` takes them in."""
+    g2s_op = cpasync.CopyBulkTensorTileG2SOp()
+    mW2 = cute.make_tensor(w_ptr, cute.make_layout((rows * CHUNK, D), stride=(D, 1)))
+    mKD2 = cute.make_tensor(kd_ptr, cute.make_layout((rows * D, CHUNK), stride=(CHUNK, 1)))
+    mU2 = cute.make_tensor(u_ptr, cute.make_layout((rows * CHUNK, D), stride=(D, 1)))
+    mGE2 = cute.make_tensor(ge_ptr, cute.make_layout((rows, D), stride=(D, 1)))
+    atom_w, tma_w = cpasync.make_tiled_tma_atom(g2s_op, mW2, k_major_smem_layout(CHUNK, BV), (CHUNK, BV))
+    atom_kd, tma_kd = cpasync.make_tiled_tma_atom(g2s_op, mKD2, k_major_smem_layout(CHUNK, CHUNK), (CHUNK, CHUNK))
+    atom_u, tma_u = cpasync.make_tiled_tma_atom(g2s_op, mU2, u_box, (CHUNK, VW))
+    atom_ge, tma_ge = cpasync.make_tiled_tma_atom(g2s_op, mGE2, cute.make_layout((1, D), stride=(D, 1)), (1, D))
+    return atom_w, tma_w, atom_kd, tma_kd, atom_u, tma_u, atom_ge, tma_ge
+
+
+@cute.jit
+def chunk_walk(mCu: cute.Tensor | None, seq: Int32, seq_len: Int32, chunks_per_seq: Int32, varlen: cutlass.Constexpr[bool]):
+    """Sequence ``seq``'s token range, chunk count and first workspace slot: ``(bos, eos, n_chunks, base)``."""
+    bos, eos = sequence_bounds(mCu, seq, seq_len, varlen)
+    n_chunks = (eos - bos + (CHUNK - 1)) // CHUNK
+    base = slot_base(mCu, seq, seq_len, chunks_per_seq, varlen)
+    return bos, eos, n_chunks, base
+
+
+@cute.jit
+def state_pass_smem(storage, l_s: cute.ComposedLayout, l_w: cute.ComposedLayout, l_kc: cute.ComposedLayout, l_vt: cute.ComposedLayout):
+    """Both state passes: the shared tensors S0, -Wm, kd and Vn^T of ``storage`` (fields ``smem_s``, ``smem_w``,
+    ``smem_kd``, ``smem_vnt``) in the layouts of :func:`state_pass_layouts`. Returns ``(sS, sW, sKD, sVnT)``."""
+    sS = storage.smem_s.get_tensor(l_s.outer, swizzle=l_s.inner)
+    sW = storage.smem_w.get_tensor(l_w.outer, swizzle=l_w.inner)
+    sKD = storage.smem_kd.get_tensor(l_kc.outer, swizzle=l_kc.inner)
+    sVnT = storage.smem_vnt.get_tensor(l_vt.outer, swizzle=l_vt.inner)
+    return sS, sW, sKD, sVnT
+
+
+@cute.jit
+def state_pass_fragments(mma: cute.TiledMma, sW: cute.Tensor, sS: cute.Tensor, sKD: cute.Tensor, sVnT: cute.Tensor):
+    """Both state passes: the WGMMA operand fragments -Wm (A, per stage), S0 [VW, K] (B), the kd tiles (A, K/64 x
+    stages) and Vn^T [VW, tokens] (B). Returns ``(w_A, s0_B, kd_A, vn_B)``."""
+    wg = mma.get_slice(0)
+    w_A = wg.make_fragment_A(wg.partition_A(sW))
+    s0_B = wg.make_fragment_B(wg.partition_B(sS))
+    kd_A = wg.make_fragment_A(wg.partition_A(sKD))
+    vn_B = wg.make_fragment_B(wg.partition_B(sVnT))
+    return w_A, s0_B, kd_A, vn_B
+
+
+@cute.jit
+def init_stage_ring(atoms: tuple, mbar: cute.Pointer, warp: Int32, STAGES: cutlass.Constexpr[int], empty_arrivals: cutlass.Constexpr[int]):
+    """Both TMA state passes: warp 0 prefetches the TMA descriptors of ``atoms`` and one lane initializes the ``STAGES``
+    full (transaction) mbarriers, arrive count 1, and with ``empty_arrivals`` > 0 the ``STAGES`` empty mbarriers after
+    them (that arrive count); then the init fence. The caller publishes them (a CTA barrier) before any thread waits."""
+    if warp == 0:
+        for i in cutlass.range_constexpr(len(atoms)):
+            cpasync.prefetch_descriptor(atoms[i])
+        with cute.arch.elect_one():
+            for s in cutlass.range_constexpr(STAGES):
+                cute.arch.mbarrier_init(mbar + s, 1)
+            if const_expr(empty_arrivals > 0):
+                for s in cutlass.range_constexpr(STAGES):
+                    cute.arch.mbarrier_init(mbar + STAGES + s, empty_arrivals)
+    cute.arch.mbarrier_init_fence()

@@ -65,30 +65,33 @@ from __future__ import annotations
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
-import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass import BFloat16, Float32, Int32, Int64, const_expr
-from cutlass.cute.nvgpu import cpasync, warpgroup
-
-from cudnn import _compat
+from cutlass.cute.nvgpu import cpasync
 
 from .._device.chunk_parallel import (
     U_PAD,
+    chunk_walk,
     fetch_chunk_cp_async,
     fetch_chunk_tma,
+    init_stage_ring,
     load_state_t,
     make_g2s_copy,
-    make_mma_nv,
     make_ws_views,
     s2g_tile,
-    slot_base,
+    state_operand_tma_atoms,
     state_operand_tma_partitions,
+    state_pass_fragments,
+    state_pass_layouts,
+    state_pass_smem,
     state_t_to_smem,
     state_to_workspace,
     store_final_state_t,
+    tma_box_partition,
+    tma_u_atom,
     update_state_t,
     vn_to_smem,
 )
-from .._device.delta_rule import BV, CHUNK, THREADS, k_major_smem_layout, make_seq_state_views, sequence_bounds
+from .._device.delta_rule import BV, CHUNK, THREADS, k_major_smem_layout, make_seq_state_views
 from .._device.delta_rule import smem_ready as _smem_ready
 
 V_SLICES = (32, 16, 64)  # the value-slice widths this kernel builds (32: the default)
@@ -133,28 +136,14 @@ class KimiDeltaAttentionParallelStateNarrow:
         mCu, mH0, mHT = make_seq_state_views(cu_ptr, h0_ptr, ht_ptr, n_seqs, heads, D, self.key.varlen, self.key.has_initial, self.key.has_final)
         ws = make_ws_views(w_ptr, u_ptr, kd_ptr, qg_ptr, p_ptr, ge_ptr, vnt_ptr, h_ptr, rf_ptr, slots, heads, D)
 
-        mma = make_mma_nv(VW)
-        l_s = k_major_smem_layout(VW, D)  # S0 [vw V rows, K]
-        l_w = k_major_smem_layout(CHUNK, D, STAGES)  # -Wm [tokens, K] x stages
-        l_kc = k_major_smem_layout(CHUNK, CHUNK, (D // BV) * STAGES)  # (K exp(G_C - G))^T [64 K-ch, tokens] x K/64 x stages
-        l_vt = k_major_smem_layout(VW, CHUNK)  # Vn^T [vw, tokens]
+        mma, l_s, l_w, l_kc, l_vt = state_pass_layouts(D, VW, STAGES)  # S0 [vw, K], -Wm x stages, kd x K/64 x stages, Vn^T [vw, tokens]
         tma = None
         if const_expr(self.key.tma):
             # U [tokens, vw] fp32 in a swizzled tile (TMA writes no padded rows; the swizzle keeps the accumulator-pattern
             # reads conflict-free), and the four operands' TMA atoms over 2-D views of the workspace arrays
-            u_atom = warpgroup.make_smem_layout_atom(sm90_utils.get_smem_layout_atom(_compat.layout_enum().ROW_MAJOR, Float32, VW), Float32)
-            l_u = cute.tile_to_shape(u_atom, (CHUNK, VW, STAGES), order=(0, 1, 2))
+            l_u = cute.tile_to_shape(tma_u_atom(VW), (CHUNK, VW, STAGES), order=(0, 1, 2))
             rows = slots * heads
-            g2s_op = cpasync.CopyBulkTensorTileG2SOp()
-            mW2 = cute.make_tensor(w_ptr, cute.make_layout((rows * CHUNK, D), stride=(D, 1)))
-            mKD2 = cute.make_tensor(kd_ptr, cute.make_layout((rows * D, CHUNK), stride=(CHUNK, 1)))
-            mU2 = cute.make_tensor(u_ptr, cute.make_layout((rows * CHUNK, D), stride=(D, 1)))
-            mGE2 = cute.make_tensor(ge_ptr, cute.make_layout((rows, D), stride=(D, 1)))
-            atom_w, tma_w = cpasync.make_tiled_tma_atom(g2s_op, mW2, k_major_smem_layout(CHUNK, BV), (CHUNK, BV))
-            atom_kd, tma_kd = cpasync.make_tiled_tma_atom(g2s_op, mKD2, k_major_smem_layout(CHUNK, CHUNK), (CHUNK, CHUNK))
-            atom_u, tma_u = cpasync.make_tiled_tma_atom(g2s_op, mU2, cute.slice_(l_u, (None, None, 0)), (CHUNK, VW))
-            atom_ge, tma_ge = cpasync.make_tiled_tma_atom(g2s_op, mGE2, cute.make_layout((1, D), stride=(D, 1)), (1, D))
-            tma = (atom_w, tma_w, atom_kd, tma_kd, atom_u, tma_u, atom_ge, tma_ge)
+            tma = state_operand_tma_atoms(w_ptr, u_ptr, kd_ptr, ge_ptr, rows, D, VW, cute.slice_(l_u, (None, None, 0)))
             if const_expr(self.key.tma_store):  # h [slot x head x V rows, K] and vnt [slot x head x V rows, tokens] written by TMA
                 s2g_op = cpasync.CopyBulkTensorTileS2GOp()
                 mH2 = cute.make_tensor(h_ptr, cute.make_layout((rows * D, D), stride=(D, 1)))
@@ -221,27 +210,19 @@ class KimiDeltaAttentionParallelStateNarrow:
         tidx, _, _ = cute.arch.thread_idx()
         seq, head, vblk = cute.arch.block_idx()
         v0 = vblk * VW
-        bos, eos = sequence_bounds(mCu, seq, seq_len, self.key.varlen)
-        n_chunks = (eos - bos + (CHUNK - 1)) // CHUNK
-        base = slot_base(mCu, seq, seq_len, chunks_per_seq, self.key.varlen)
+        bos, eos, n_chunks, base = chunk_walk(mCu, seq, seq_len, chunks_per_seq, self.key.varlen)
 
         smem = cutlass.utils.SmemAllocator()
         storage = smem.allocate(SharedStorage)
-        sS = storage.smem_s.get_tensor(l_s.outer, swizzle=l_s.inner)
-        sW = storage.smem_w.get_tensor(l_w.outer, swizzle=l_w.inner)
-        sKD = storage.smem_kd.get_tensor(l_kc.outer, swizzle=l_kc.inner)
-        sVnT = storage.smem_vnt.get_tensor(l_vt.outer, swizzle=l_vt.inner)
+        sS, sW, sKD, sVnT = state_pass_smem(storage, l_s, l_w, l_kc, l_vt)
         if const_expr(self.key.tma):
             sU = storage.smem_u.get_tensor(l_u.outer, swizzle=l_u.inner)
         else:
             sU = storage.smem_u.get_tensor(l_u)
         sGE = storage.smem_ge.get_tensor(cute.make_layout((D, STAGES)))
 
+        w_A, s0_B, kd_A, vn_B = state_pass_fragments(mma, sW, sS, sKD, sVnT)  # -Wm (x stages), S0, kd (x K/64 x stages), Vn^T
         wg = mma.get_slice(0)
-        w_A = wg.make_fragment_A(wg.partition_A(sW))  # -Wm: (.., .., .., stages)
-        s0_B = wg.make_fragment_B(wg.partition_B(sS))  # S0 [vw, K]
-        kd_A = wg.make_fragment_A(wg.partition_A(sKD))  # kd tiles as A: (.., .., .., K/64 * stages)
-        vn_B = wg.make_fragment_B(wg.partition_B(sVnT))  # Vn^T [vw, tokens] as B
         acc_v = cute.make_rmem_tensor(wg.partition_shape_C((CHUNK, VW)), Float32)  # Vn [tokens, vw]
         acc_t = [cute.make_rmem_tensor(wg.partition_shape_C((BV, VW)), Float32) for _ in range(NH)]  # S^T [64 K-ch, vw] x K/64
         ct = mma.get_slice(tidx).partition_C(cute.make_identity_tensor((CHUNK, VW)))  # (row, col) of an accumulator element
@@ -379,15 +360,7 @@ class KimiDeltaAttentionParallelStateNarrow:
         tx_bytes = CHUNK * D * 2 + D * CHUNK * 2 + CHUNK * VW * 4 + D * 4  # -Wm, kd, U columns, exp(G_C)
         mbar = storage.mbar.data_ptr()
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
-        if warp == 0:
-            cpasync.prefetch_descriptor(atom_w)
-            cpasync.prefetch_descriptor(atom_kd)
-            cpasync.prefetch_descriptor(atom_u)
-            cpasync.prefetch_descriptor(atom_ge)
-            with cute.arch.elect_one():
-                for s in cutlass.range_constexpr(STAGES):
-                    cute.arch.mbarrier_init(mbar + s, 1)
-        cute.arch.mbarrier_init_fence()
+        init_stage_ring((atom_w, atom_kd, atom_u, atom_ge), mbar, warp, STAGES, 0)
 
         # TMA views: -Wm / U as [slot x head x token rows, channels], kd as [slot x head x channel rows, tokens], exp(G_C)
         # as [slot x head, channels]; the shared tiles grouped per TMA box
@@ -397,16 +370,8 @@ class KimiDeltaAttentionParallelStateNarrow:
         tHs, tHg, tVs, tVg = None, None, None, None
         if const_expr(STORE):  # h / vnt as [slot x head x V rows, ...] in vw-row boxes: box row (slot heads + head) D / vw + vblk
             atom_hs, tma_hs, atom_vs, tma_vs = tma[8:]
-            tHs, tHg = cpasync.tma_partition(
-                atom_hs,
-                0,
-                cute.make_layout(1),
-                cute.group_modes(cute.flat_divide(sS, (VW, BV)), 0, 2),
-                cute.group_modes(cute.flat_divide(tma_hs, (VW, BV)), 0, 2),
-            )
-            tVs, tVg = cpasync.tma_partition(
-                atom_vs, 0, cute.make_layout(1), cute.group_modes(sVnT, 0, 2), cute.group_modes(cute.flat_divide(tma_vs, (VW, CHUNK)), 0, 2)
-            )
+            tHs, tHg = tma_box_partition(atom_hs, cute.flat_divide(sS, (VW, BV)), tma_hs, (VW, BV))
+            tVs, tVg = tma_box_partition(atom_vs, sVnT, tma_vs, (VW, CHUNK))
 
         load_state_t(acc_t, sS, mH0, ct, seq, head, v0, NH, self.key.has_initial)
         _smem_ready()  # S0 (load_state_t) and the initialized mbarriers published before any thread uses them

@@ -70,31 +70,33 @@ from __future__ import annotations
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
-import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass import BFloat16, Float32, Int32, Int64, const_expr
 from cutlass.cute.nvgpu import cpasync, warpgroup
-
-from cudnn import _compat
 
 from .._device.chunk_parallel import (
     acc_to_smem,
     acc_to_smem_t,
+    chunk_walk,
     fetch_chunk_tma,
-    fetch_chunk_tma_wgs,
     fetch_out_operands_tma,
+    init_stage_ring,
     issue_state_update_t,
     load_state_t,
-    make_mma_nv,
     scale_acc_rows,
-    slot_base,
+    state_operand_tma_atoms,
     state_operand_tma_partitions,
+    state_pass_fragments,
+    state_pass_layouts,
+    state_pass_smem,
     state_t_to_smem,
     store_final_state_t,
+    tma_box_partition,
+    tma_u_atom,
     u_to_acc,
     wg_smem_ready,
     wgmma_issue,
 )
-from .._device.delta_rule import BV, CHUNK, THREADS, k_major_smem_layout, make_seq_state_views, sequence_bounds, store_output_rows
+from .._device.delta_rule import BV, CHUNK, THREADS, k_major_smem_layout, make_seq_state_views, store_output_rows
 from .._device.delta_rule import smem_ready as _smem_ready
 from .chunk_parallel_out_persistent_kernel import rows_to_gmem_v16
 from .chunk_parallel_state_narrow_kernel import V_SLICES
@@ -160,14 +162,10 @@ class KimiDeltaAttentionParallelStateOut:
         mCu, mH0, mHT = make_seq_state_views(cu_ptr, h0_ptr, ht_ptr, n_seqs, heads, D, self.key.varlen, self.key.has_initial, self.key.has_final)
         mO = cute.make_tensor(o_ptr, cute.make_layout((T, heads, D), stride=(o_strides[0], o_strides[1], 1)))
 
-        mma = make_mma_nv(VW)
-        l_s = k_major_smem_layout(VW, D)  # S0 [vw V rows, K]
-        l_w = k_major_smem_layout(CHUNK, D, STAGES)  # -Wm [tokens, K] x stages (qg: the same)
-        l_kc = k_major_smem_layout(CHUNK, CHUNK, (D // BV) * STAGES)  # (K exp(G_C - G))^T [64 K-ch, tokens] x K/64 x stages
-        l_vt = k_major_smem_layout(VW, CHUNK)  # Vn^T [vw, tokens]
+        mma, l_s, l_w, l_kc, l_vt = state_pass_layouts(D, VW, STAGES)  # S0 [vw, K], -Wm x stages (qg: the same), kd, Vn^T [vw, tokens]
         l_p = k_major_smem_layout(CHUNK, CHUNK, STAGES)  # P [tokens, tokens] x stages
         l_o = k_major_smem_layout(CHUNK, VW)  # the output tile [tokens, vw]
-        u_atom = warpgroup.make_smem_layout_atom(sm90_utils.get_smem_layout_atom(_compat.layout_enum().ROW_MAJOR, Float32, VW), Float32)
+        u_atom = tma_u_atom(VW)
         l_u = cute.tile_to_shape(u_atom, (CHUNK, VW, STAGES), order=(0, 1, 2))
         u_atom_box = cute.slice_(l_u, (None, None, 0))
         if const_expr(WGS > 1):  # per warpgroup: S0, Vn^T, the output tile and (per stage) the U columns
@@ -180,19 +178,11 @@ class KimiDeltaAttentionParallelStateOut:
         # [rows x tokens, K], p [rows x tokens, tokens] and (GDN) rf [rows, tokens]
         rows = slots * heads
         g2s_op = cpasync.CopyBulkTensorTileG2SOp()
-        mW2 = cute.make_tensor(w_ptr, cute.make_layout((rows * CHUNK, D), stride=(D, 1)))
-        mKD2 = cute.make_tensor(kd_ptr, cute.make_layout((rows * D, CHUNK), stride=(CHUNK, 1)))
-        mU2 = cute.make_tensor(u_ptr, cute.make_layout((rows * CHUNK, D), stride=(D, 1)))
-        mGE2 = cute.make_tensor(ge_ptr, cute.make_layout((rows, D), stride=(D, 1)))
         mQG2 = cute.make_tensor(qg_ptr, cute.make_layout((rows * CHUNK, D), stride=(D, 1)))
         mP2 = cute.make_tensor(p_ptr, cute.make_layout((rows * CHUNK, CHUNK), stride=(CHUNK, 1)))
-        atom_w, tma_w = cpasync.make_tiled_tma_atom(g2s_op, mW2, k_major_smem_layout(CHUNK, BV), (CHUNK, BV))
-        atom_kd, tma_kd = cpasync.make_tiled_tma_atom(g2s_op, mKD2, k_major_smem_layout(CHUNK, CHUNK), (CHUNK, CHUNK))
-        atom_u, tma_u = cpasync.make_tiled_tma_atom(g2s_op, mU2, u_atom_box, (CHUNK, VW))
-        atom_ge, tma_ge = cpasync.make_tiled_tma_atom(g2s_op, mGE2, cute.make_layout((1, D), stride=(D, 1)), (1, D))
         atom_qg, tma_qg = cpasync.make_tiled_tma_atom(g2s_op, mQG2, k_major_smem_layout(CHUNK, BV), (CHUNK, BV))
         atom_p, tma_p = cpasync.make_tiled_tma_atom(g2s_op, mP2, k_major_smem_layout(CHUNK, CHUNK), (CHUNK, CHUNK))
-        tma = (atom_w, tma_w, atom_kd, tma_kd, atom_u, tma_u, atom_ge, tma_ge, atom_qg, tma_qg, atom_p, tma_p)
+        tma = (*state_operand_tma_atoms(w_ptr, u_ptr, kd_ptr, ge_ptr, rows, D, VW, u_atom_box), atom_qg, tma_qg, atom_p, tma_p)
         if const_expr(RS):
             mRF2 = cute.make_tensor(rf_ptr, cute.make_layout((rows, CHUNK), stride=(CHUNK, 1)))
             atom_rf, tma_rf = cpasync.make_tiled_tma_atom(g2s_op, mRF2, cute.make_layout((1, CHUNK), stride=(CHUNK, 1)), (1, CHUNK))
@@ -258,18 +248,13 @@ class KimiDeltaAttentionParallelStateOut:
             wgi = cute.arch.make_warp_uniform(tidx // THREADS)
             ltid = tidx % THREADS
             v0 = (vblk * WGS + wgi) * VW
-        bos, eos = sequence_bounds(mCu, seq, seq_len, self.key.varlen)
-        n_chunks = (eos - bos + (CHUNK - 1)) // CHUNK
-        base = slot_base(mCu, seq, seq_len, chunks_per_seq, self.key.varlen)
+        bos, eos, n_chunks, base = chunk_walk(mCu, seq, seq_len, chunks_per_seq, self.key.varlen)
 
         smem = cutlass.utils.SmemAllocator()
         storage = smem.allocate(SharedStorage)
-        sS = storage.smem_s.get_tensor(l_s.outer, swizzle=l_s.inner)
-        sW = storage.smem_w.get_tensor(l_w.outer, swizzle=l_w.inner)
-        sKD = storage.smem_kd.get_tensor(l_kc.outer, swizzle=l_kc.inner)
+        sS, sW, sKD, sVnT = state_pass_smem(storage, l_s, l_w, l_kc, l_vt)
         sQG = storage.smem_qg.get_tensor(l_w.outer, swizzle=l_w.inner)
         sP = storage.smem_p.get_tensor(l_p.outer, swizzle=l_p.inner)
-        sVnT = storage.smem_vnt.get_tensor(l_vt.outer, swizzle=l_vt.inner)
         sO = storage.smem_o.get_tensor(l_o.outer, swizzle=l_o.inner)
         sU = storage.smem_u.get_tensor(l_u.outer, swizzle=l_u.inner)
         sGE = storage.smem_ge.get_tensor(cute.make_layout((D, STAGES)))
@@ -281,11 +266,8 @@ class KimiDeltaAttentionParallelStateOut:
             sO = sO[None, None, wgi]
             sU = sU[None, None, None, wgi]
 
+        w_A, s0_B, kd_A, vn_B = state_pass_fragments(mma, sW, sS, sKD, sVnT)  # -Wm (x stages), S0, kd (x K/64 x stages), Vn^T
         wg = mma.get_slice(0)
-        w_A = wg.make_fragment_A(wg.partition_A(sW))  # -Wm: (.., .., .., stages)
-        s0_B = wg.make_fragment_B(wg.partition_B(sS))  # S0 [vw, K]
-        kd_A = wg.make_fragment_A(wg.partition_A(sKD))  # kd tiles as A: (.., .., .., K/64 * stages)
-        vn_B = wg.make_fragment_B(wg.partition_B(sVnT))  # Vn^T [vw, tokens] as B
         qg_A = wg.make_fragment_A(wg.partition_A(sQG))  # Qg: (.., .., .., stages)
         p_A = wg.make_fragment_A(wg.partition_A(sP))  # P: (.., .., .., stages)
         acc_v = cute.make_rmem_tensor(wg.partition_shape_C((CHUNK, VW)), Float32)  # Vn [tokens, vw]
@@ -300,36 +282,16 @@ class KimiDeltaAttentionParallelStateOut:
             tx_bytes = tx_bytes + CHUNK * 4
         mbar = storage.mbar.data_ptr()  # [0, STAGES): full (TMA landed); [STAGES, 2 STAGES): empty (both warpgroups done)
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
-        if warp == 0:
-            cpasync.prefetch_descriptor(atom_w)
-            cpasync.prefetch_descriptor(atom_kd)
-            cpasync.prefetch_descriptor(atom_u)
-            cpasync.prefetch_descriptor(atom_ge)
-            cpasync.prefetch_descriptor(atom_qg)
-            cpasync.prefetch_descriptor(atom_p)
-            with cute.arch.elect_one():
-                for s in cutlass.range_constexpr(STAGES):
-                    cute.arch.mbarrier_init(mbar + s, 1)
-                if const_expr(WGS > 1):
-                    for s in cutlass.range_constexpr(STAGES):
-                        cute.arch.mbarrier_init(mbar + STAGES + s, WGS)  # one arrive per consumer warpgroup
-        cute.arch.mbarrier_init_fence()
+        # full mbarriers (, empty: one arrive per consumer warpgroup)
+        init_stage_ring((atom_w, atom_kd, atom_u, atom_ge, atom_qg, atom_p), mbar, warp, STAGES, WGS if WGS > 1 else 0)
 
         # TMA views: -Wm / U / qg / p as [slot x head x token rows, columns], kd as [slot x head x channel rows, tokens],
         # exp(G_C) / rf as [slot x head, columns]; the shared tiles grouped per TMA box
         tWs, tWg, tKs, tKg, tUs, tUg, tGs, tGg = state_operand_tma_partitions(
             atom_w, tma_w, sW, atom_kd, tma_kd, sKD, atom_u, tma_u, sUall, atom_ge, tma_ge, sGE, D, VW, STAGES
         )
-        tQs, tQg = cpasync.tma_partition(
-            atom_qg,
-            0,
-            cute.make_layout(1),
-            cute.group_modes(cute.flat_divide(sQG, (CHUNK, BV)), 0, 2),
-            cute.group_modes(cute.flat_divide(tma_qg, (CHUNK, BV)), 0, 2),
-        )
-        tPs, tPg = cpasync.tma_partition(
-            atom_p, 0, cute.make_layout(1), cute.group_modes(sP, 0, 2), cute.group_modes(cute.flat_divide(tma_p, (CHUNK, CHUNK)), 0, 2)
-        )
+        tQs, tQg = tma_box_partition(atom_qg, cute.flat_divide(sQG, (CHUNK, BV)), tma_qg, (CHUNK, BV))
+        tPs, tPg = tma_box_partition(atom_p, sP, tma_p, (CHUNK, CHUNK))
         parts = (atom_w, tWg, tWs, atom_kd, tKg, tKs, atom_u, tUg, tUs, atom_ge, tGg, tGs)
         oparts = (atom_qg, tQg, tQs, atom_p, tPg, tPs)
         if const_expr(RS):
@@ -337,9 +299,7 @@ class KimiDeltaAttentionParallelStateOut:
             if warp == 0:
                 cpasync.prefetch_descriptor(atom_rf)
             sRF3 = cute.make_tensor(sRF.iterator, cute.make_layout((1, CHUNK, STAGES), stride=(CHUNK, 1, CHUNK)))
-            tRs, tRg = cpasync.tma_partition(
-                atom_rf, 0, cute.make_layout(1), cute.group_modes(sRF3, 0, 2), cute.group_modes(cute.flat_divide(tma_rf, (1, CHUNK)), 0, 2)
-            )
+            tRs, tRg = tma_box_partition(atom_rf, sRF3, tma_rf, (1, CHUNK))
             oparts = (*oparts, atom_rf, tRg, tRs)
 
         o_base = mO.iterator.toint()
@@ -356,10 +316,7 @@ class KimiDeltaAttentionParallelStateOut:
         if warp == 0:
             for j in cutlass.range_constexpr(STAGES - 1):
                 if j < n_chunks:
-                    if const_expr(WGS > 1):
-                        fetch_chunk_tma_wgs(parts, (base + j) * heads + head, vblk, j, mbar, tx_bytes, NH, WGS)
-                    else:
-                        fetch_chunk_tma(parts, (base + j) * heads + head, vblk, j, mbar, tx_bytes, NH)
+                    fetch_chunk_tma(parts, (base + j) * heads + head, vblk, j, mbar, tx_bytes, NH, WGS)
                     fetch_out_operands_tma(oparts, (base + j) * heads + head, j, mbar, NH)
 
         for cp in range((n_chunks + (STAGES - 1)) // STAGES):
@@ -378,9 +335,7 @@ class KimiDeltaAttentionParallelStateOut:
                                         cute.arch.mbarrier_wait(mbar + STAGES + nxt, (cp + 1) % 2)
                                 else:
                                     cute.arch.mbarrier_wait(mbar + STAGES + nxt, cp % 2)
-                                fetch_chunk_tma_wgs(parts, (slot + ahead) * heads + head, vblk, nxt, mbar, tx_bytes, NH, WGS)
-                            else:
-                                fetch_chunk_tma(parts, (slot + ahead) * heads + head, vblk, nxt, mbar, tx_bytes, NH)
+                            fetch_chunk_tma(parts, (slot + ahead) * heads + head, vblk, nxt, mbar, tx_bytes, NH, WGS)
                             fetch_out_operands_tma(oparts, (slot + ahead) * heads + head, nxt, mbar, NH)
                     cute.arch.mbarrier_wait(mbar + st, cp % 2)  # chunk ci has landed in stage st (its cp-th fill)
 
