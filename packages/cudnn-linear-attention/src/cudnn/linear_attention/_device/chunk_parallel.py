@@ -43,7 +43,7 @@ from cutlass.cute.nvgpu import cpasync, warpgroup
 
 from cudnn import _compat
 
-from .delta_rule import BV, CHUNK, L2NORM_EPS, SOLVE_BLOCK, THREADS, VEC, k_major_smem_layout, make_qkvo_views, sequence_bounds, wgmma
+from .delta_rule import BV, CHUNK, L2NORM_EPS, SOLVE_BLOCK, THREADS, VEC, gate_views, k_major_smem_layout, make_qkvo_views, sequence_bounds, wgmma
 
 U_PAD = 4  # fp32 row padding of the staged U tile: rows 16 bytes apart in the banks (conflict-free accumulator reads)
 WS_ARRAYS = ("w", "u", "kd", "qg", "p", "ge", "vnt", "h", "rf")
@@ -172,11 +172,7 @@ class ChunkParallelPrepLaunch:
     ):
         D = self.D
         gQ, gK, gV, _ = make_qkvo_views(q_ptr, k_ptr, v_ptr, v_ptr, T, heads, qk_heads, q_strides, k_strides, v_strides, v_strides, D)
-        if const_expr(self.GATE_PER_KEY):
-            mG = cute.make_tensor(g_ptr, cute.make_layout((T, heads, D), stride=(Int64(heads) * D, D, 1)))
-        else:
-            mG = cute.make_tensor(g_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
-        mB = cute.make_tensor(beta_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
+        mG, mB = gate_views(g_ptr, beta_ptr, T, heads, D, self.GATE_PER_KEY)
         mCu = make_cu_view(cu_ptr, n_seqs, self.key.varlen)
         ws = make_ws_views(w_ptr, u_ptr, kd_ptr, qg_ptr, p_ptr, ge_ptr, vnt_ptr, h_ptr, rf_ptr, slots, heads, D)
         self.launch((gQ, gK, gV, mG, mB, mCu, ws), (n_seqs, seq_len, chunks_per_seq, slots, heads, qk_heads), scale, stream)

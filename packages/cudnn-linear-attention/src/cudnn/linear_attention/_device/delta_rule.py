@@ -142,6 +142,16 @@ def make_qkvo_views(
 
 
 @cute.jit
+def gate_views(g_ptr, beta_ptr, T, heads, D, per_key: bool):
+    """``(mG, mB)``: the log decays ``g`` [T, H, K] (``per_key``, KDA) or [T, H] (GDN) and ``beta`` [T, H], contiguous."""
+    if const_expr(per_key):
+        mG = cute.make_tensor(g_ptr, cute.make_layout((T, heads, D), stride=(Int64(heads) * D, D, 1)))
+    else:
+        mG = cute.make_tensor(g_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
+    mB = cute.make_tensor(beta_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
+    return mG, mB
+
+
 def make_seq_state_views(
     cu_ptr: cute.Pointer | None,
     h0_ptr: cute.Pointer | None,
@@ -480,11 +490,7 @@ class SerialForwardLaunch(DeltaRuleKernel):
     ):
         D = self.D
         gQ, gK, gV, mO = make_qkvo_views(q_ptr, k_ptr, v_ptr, o_ptr, T, heads, qk_heads, q_strides, k_strides, v_strides, o_strides, D)
-        if const_expr(self.PER_KEY_GATE):
-            mG = cute.make_tensor(g_ptr, cute.make_layout((T, heads, D), stride=(Int64(heads) * D, D, 1)))
-        else:
-            mG = cute.make_tensor(g_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
-        mB = cute.make_tensor(beta_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
+        mG, mB = gate_views(g_ptr, beta_ptr, T, heads, D, self.PER_KEY_GATE)
         mCu, mH0, mHT = make_seq_state_views(cu_ptr, h0_ptr, ht_ptr, n_seqs, heads, D, self.key.varlen, self.key.has_initial, self.key.has_final)
 
         # One tiled MMA for every product: 64 x 64 outputs, K-major A and B.

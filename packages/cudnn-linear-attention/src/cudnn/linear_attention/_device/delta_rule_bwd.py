@@ -45,6 +45,7 @@ from .delta_rule import (
     CHUNK,
     THREADS,
     VEC,
+    gate_views,
     k_major_smem_layout,
     load_v_half_row,
     make_mma_n64,
@@ -73,16 +74,6 @@ def smem_struct(bf16_tiles: dict, f32_sizes: dict):
     fields = {name: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(layout)], 1024] for name, layout in bf16_tiles.items()}
     fields.update({name: cute.struct.Align[cute.struct.MemRange[Float32, n], 16] for name, n in f32_sizes.items()})
     return cute.struct(type("SharedStorage", (), {"__annotations__": fields}))
-
-
-def gate_views(g_ptr, beta_ptr, T, heads, D, per_key: bool):
-    """``(mG, mB)``: the log decays ``g`` [T, H, K] (``per_key``, KDA) or [T, H] (GDN) and ``beta`` [T, H], contiguous."""
-    if per_key:
-        mG = cute.make_tensor(g_ptr, cute.make_layout((T, heads, D), stride=(Int64(heads) * D, D, 1)))
-    else:
-        mG = cute.make_tensor(g_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
-    mB = cute.make_tensor(beta_ptr, cute.make_layout((T, heads), stride=(heads, 1)))
-    return mG, mB
 
 
 def grads_views(dq_ptr, dk_ptr, dv_ptr, g_ptr, beta_ptr, dg_ptr, dbeta_ptr, cu_ptr, T, n_seqs, heads, D, dq_strides, dk_strides, dv_strides, per_key, varlen):
