@@ -19,6 +19,10 @@ issued by a dedicated writer warp, as FA3 / FA4 do); ``ours-m80`` (FA3 / FA4's d
 staged through a 128-byte swizzle and TMA reduce-adds, with dq_tma, stats_tma, ds2, prepost; d128 only), ``ours-m80w``
 (the same, the reduce-adds from the writer warp), ``ours-dqt`` (m80's dQ^T staging and 128-byte-row TMA boxes at 64
 rows: separates the tile's gain from the staging's) and ``ours-tmaw`` (dq_tma's 64-row schedule with the writer warp);
+``ours-m80b`` / ``ours-m80bw`` (session 9: m80 with dq_bulk's path instead of dq_tma's: each warpgroup's 64 x 80 dQ^T
+fragment staged in fragment order and added by one 20 KiB bulk reduce-add into 80-row fragment-ordered accumulator
+blocks, with stats_tma, ds2, prepost and pack1, which keeps ptxas from serializing the WGMMAs at 80 rows; the
+reduce-adds from the consumers or from the writer warp; d128 only);
 ``ours-m128`` (d64 only: FA3 / FA4's 128-row query blocks, with the causal default's dq_bulk + dq_writer, stats_tma,
 ds2, prepost, causal and not) and ``ours-m128t`` (the same tile with dq_tma's reduce-adds from the consumers);
 session 8's instruction-overhead variants: ``ours-pack`` / ``ours-dsk`` / ``ours-pd`` (the case's default schedule plus
@@ -43,6 +47,7 @@ many heads in flight at d128; a launch argument, same kernels). A short A/B of t
     python benchmarks/sdpa_bwd.py --only="d256 s8k" --providers=ours,fa4,torch-cudnn,ours-splitdr2 --out=sdpa_bwd_d256
     python benchmarks/sdpa_bwd.py --only=d64 --providers=ours,ours-m128,ours-m128t,fa4 --out=sdpa_bwd_m128
     python benchmarks/sdpa_bwd.py --only="d128 s4k|d128 s8k|d64 s4k|d64 s8k" --providers=ours,ours-pd,ours-m128,ours-m128x,fa4 --out=sdpa_bwd_instr
+    python benchmarks/sdpa_bwd.py --only="d128 s4k|d128 s8k" --providers=ours,ours-m80b,ours-m80bw,ours-pd,fa4 --rounds=3 --out=sdpa_bwd_m80b
 
     python benchmarks/sdpa_bwd.py [--quick]     # writes docs/benchmarks/sdpa_bwd.{md,csv,png}; --quick: d128 8k (causal and not) + d256 8k -> sdpa_bwd_quick.*; --providers=a,b
     # --rounds=N: each case's providers timed in N interleaved rounds, the fastest kept (an A/B within run-to-run noise)
@@ -143,6 +148,11 @@ VARIANTS = {
     "ours-m80w": ("dq_tma", "dq_writer", "stats_tma", "ds2", "prepost", "m80"),
     "ours-m80s": ("dq_tma", "stats_tma", "prepost", "m80"),  # one dS^T buffer: 20 KiB below m80's 227 KiB of shared memory
     "ours-dqt": ("dq_tma", "stats_tma", "ds2", "prepost", "dqt"),
+    # session 9 (issue #6): m80 with dq_bulk instead of dq_tma (each warpgroup's 64 x 80 dQ^T fragment staged in
+    # fragment order, one 20 KiB bulk reduce-add per warpgroup into 80-row fragment-ordered accumulator blocks) and
+    # pack1 (without it ptxas serializes every WGMMA at 80 rows: C7512); from the consumers or the writer warp
+    "ours-m80b": ("dq_bulk", "stats_tma", "ds2", "prepost", "m80", "pack1"),
+    "ours-m80bw": ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost", "m80", "pack1"),
     "ours-tmaw": ("dq_tma", "dq_writer", "stats_tma", "ds2", "prepost"),
     # d64 (issue #6, session 8): FA3 / FA4's 128-row query blocks; the causal default's schedule (CAUSAL_TUNING) + m128,
     # causal and not (dq_bulk at 128 rows takes the writer warp), and with dq_tma's reduce-adds from the consumers
@@ -280,6 +290,15 @@ def compile_check() -> list[str]:
     )
     compile_sdpa_bwd_main(key)
     names.append("sdpa_bwd_main_sm90a_bf16_d128_m80_writer")
+    # ours-m80bw's kernels (80-row query blocks, dQ^T in 80-row fragment-ordered blocks by bulk reduce-adds from the
+    # writer warp, pack1): the preprocess over every padded row and the 80-row-block postprocess
+    key = SdpaBwdKey(
+        "bf16", 128, 128, 1, True, False, False, False, False, False, False, dq_bulk=True, dq_writer=True, stats_tma=True, ds_double_buffer=True,
+        prepost_vec=True, tile_m80=True, pack_once=True,
+    )  # fmt: skip
+    for what, fn in (("pre", compile_sdpa_bwd_pre), ("main", compile_sdpa_bwd_main), ("post", compile_sdpa_bwd_post)):
+        fn(key)
+        names.append(f"sdpa_bwd_{what}_sm90a_bf16_d128_causal_m80_bulk_writer")
     # ours-m128's main kernel (d64, 128-row query blocks, dq_bulk's two reduce-adds per warpgroup from the writer warp)
     key = SdpaBwdKey(
         "bf16", 64, 64, 1, True, False, False, False, False, False, False, dq_bulk=True, dq_writer=True, stats_tma=True, ds_double_buffer=True,

@@ -24,6 +24,9 @@ a varlen mix (THD) and decode batches (S_q = 1): B = 64 dense KV, B = 2 with S_k
     python benchmarks/sdpa_fwd.py --quick --old-options         # + the decided session-3 columns (cvt, pers, n176, ...)
     python benchmarks/sdpa_fwd.py --only=d128 --rounds=3 --providers=ours,fa4 --out=sdpa_fwd_d128
                                                 # any run: N interleaved rounds per cell, the fastest kept
+    python benchmarks/sdpa_fwd.py --spin --rounds=3  # the wait-form A/B (~60-80 s): d128 s4k / s8k both masks, d64 s4k;
+                                                # ours, ours-plan (the same plan through the prepared execute), spin_wait,
+                                                # spin_wait_producer, both, FA4 -> sdpa_fwd_spin.*
     python benchmarks/sdpa_fwd.py --overhead                    # host us/call -> docs/benchmarks/sdpa_fwd_overhead.md
     python benchmarks/sdpa_fwd.py --only=s1k,s2k --persistent --providers=ours,ours-pers,fa4 --out=sdpa_fwd_pers
                                                 # the persistent grid (+ pairs when causal) on the rows the default
@@ -68,6 +71,18 @@ def _shapes(quick: bool):
         cases.append(dict(kind="decode", b=2, h=32, hk=8, s=32768, d=128, causal=False))  # 16 tiles on 132 SMs: split-KV
         cases.append(dict(kind="paged", b=64, h=32, hk=8, s=8192, d=128, causal=True, page=256))  # issue 4's decode target
         cases.append(dict(kind="paged", b=64, h=32, hk=8, s=8192, d=128, causal=True, page=16))  # vLLM's page size: one TMA per page
+    return _as_cases(cases)
+
+
+def _spin_shapes():
+    """The wait-form A/B set (--spin, issue 4's d128 rows): d128 s4k / s8k both masks, d64 s4k non-causal."""
+    cases = [dict(kind="dense", b=TOTAL // s, h=16, hk=16, s=s, d=128, causal=c) for s in (4096, 8192) for c in (False, True)]
+    cases.append(dict(kind="dense", b=TOTAL // 4096, h=32, hk=32, s=4096, d=64, causal=False))
+    return _as_cases(cases)
+
+
+def _as_cases(cases):
+    """Case objects (label, FLOPs or bytes) of the shape dicts ``cases``."""
     out = []
     for p in cases:
         if p["kind"] == "dense":
@@ -150,6 +165,29 @@ def make_ours(case):
     splits = 0 if p["kind"] == "decode" else None  # decode: the split-KV heuristic (1 split when the grid is full)
     sdpa_fwd(q, k, v, is_causal=causal, out=out, num_splits=splits)
     return lambda: sdpa_fwd(q, k, v, is_causal=causal, out=out, num_splits=splits)
+
+
+def make_ours_plan(case):
+    """Prefill rows: the default plan through the prepared ``SdpaFwdSm90`` execute (the path of every plan-option
+    column), so an A/B against it differs in the kernel only (``ours`` goes through ``sdpa_fwd``)."""
+    return _make_ours_prefill_plan(case)
+
+
+def make_ours_spin(case):
+    """Prefill rows: ``spin_wait=True`` (the consumers' Q / K / V full-barrier waits spin on ``mbarrier.try_wait`` with
+    no suspend-time hint: no NANOSLEEP.SYNCS, FA4's consumer form)."""
+    return _make_ours_prefill_plan(case, spin_wait=True)
+
+
+def make_ours_spinp(case):
+    """Prefill rows: ``spin_wait_producer=True`` (the producer warp's empty-barrier waits spin the same way; in the
+    session-8 d128 profile these are the waits that really sleep)."""
+    return _make_ours_prefill_plan(case, spin_wait_producer=True)
+
+
+def make_ours_spin_all(case):
+    """Prefill rows: ``spin_wait`` and ``spin_wait_producer`` (no NANOSLEEP on any pipeline wait)."""
+    return _make_ours_prefill_plan(case, spin_wait=True, spin_wait_producer=True)
 
 
 def make_ours_kv3(case):
@@ -623,6 +661,17 @@ def main():
             providers[1],
         ]
         name = "sdpa_fwd_causal"
+    if "--spin" in sys.argv:  # the wait-form A/B (issue 4): consumer / producer waits spinning without NANOSLEEP
+        cases = _spin_shapes()
+        providers = [
+            providers[0],
+            Provider("ours-plan", make_ours_plan),
+            Provider("ours-spin", make_ours_spin),
+            Provider("ours-spinp", make_ours_spinp),
+            Provider("ours-spin-all", make_ours_spin_all),
+            providers[1],
+        ]
+        name = "sdpa_fwd_spin"
     if quick:  # the prefill plan-option A/B (torch's flash backend left out for time)
         # Decided columns, back with --old-options: session 3's (cvt, pers, n176, n192, pers-n176, vlpt, vlpt-pers:
         # packed_cvt and tile_n 192 are defaults, the rest lost) and session 4's (vcompact, vc-tmao, m192, oearly: now

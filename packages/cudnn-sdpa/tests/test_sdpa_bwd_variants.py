@@ -35,7 +35,9 @@ path and THD varlen (empty / one-token sequences) with the writer warp. Session 
 (``-k "pack1 or dqrows"``: 7 tests, 7 keys, about 50 s): the non-causal default + pack1 + dsk at S = 1000 (partial
 last key and query blocks) and fp16 d64 with a two-sided window (cvt.rn.f16x2), the causal default + pack1 + dsk GQA at
 S = 1000 and on varlen; m128 + pack1 + dsk + dqrows + stats4 GQA causal at S = 1000, a single partial block of 77 rows
-and varlen.
+and varlen. Session 9's m80 + dq_bulk + pack1 (``-k "m80 and pack1"``: 4 tests, 4 keys, about 30 s): with the writer warp
+GQA causal at S = 1000 (13 blocks of 80 = 1040 rows, the scratch padded to 1152) and a single partial block of 77 rows;
+from the consumers non-causal at S = 1000 (partial last key and query blocks) and fp16 MQA causal bottom-right.
 """
 
 from __future__ import annotations
@@ -73,6 +75,11 @@ M128A = ("stats_tma", "ds2", "m128")
 PD = ("dq_bulk", "stats_tma", "ds2", "prepost", "pack1", "dsk")
 PDC = ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost", "pack1", "dsk")
 M128X = ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost", "m128", "pack1", "dsk", "dqrows", "stats4")
+# session 9 (issue #6): m80 with dq_bulk (80-row fragment-ordered dQ^T blocks, one bulk reduce-add per warpgroup; the
+# scratch padded to whole 80-row blocks) and pack1, from the consumers and from the writer warp (benchmarks' ours-m80b /
+# ours-m80bw)
+M80B = ("dq_bulk", "stats_tma", "ds2", "prepost", "m80", "pack1")
+M80BW = ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost", "m80", "pack1")
 
 
 @pytest.fixture(autouse=True)
@@ -144,6 +151,10 @@ CASES = [
     (PD, torch.float16, 64, 4, 4, 500, 700, False, False, (70, 33), BSHD),  # fp16 (cvt.rn.f16x2), two-sided window
     (M128X, torch.bfloat16, 64, 8, 2, 1000, 1000, True, False, (-1, -1), BSHD),  # GQA causal; last block past S_q
     (M128X, torch.bfloat16, 64, 4, 4, 77, 300, False, False, (-1, -1), BHSD),  # one partial query block of 77 rows
+    (M80BW, torch.bfloat16, 128, 8, 2, 1000, 1000, True, False, (-1, -1), BSHD),  # GQA causal; 13 blocks = 1040 rows, 1152 padded
+    (M80BW, torch.bfloat16, 128, 4, 4, 77, 300, False, False, (-1, -1), BHSD),  # one partial query block of 77 rows
+    (M80B, torch.bfloat16, 128, 4, 4, 1000, 1000, False, False, (-1, -1), BSHD),  # ragged: partial last key and query blocks
+    (M80B, torch.float16, 128, 8, 1, 257, 700, True, True, (-1, -1), BHSD),  # MQA bottom-right, fp16 (cvt.rn.f16x2)
 ]
 
 

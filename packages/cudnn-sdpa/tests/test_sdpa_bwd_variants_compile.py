@@ -302,9 +302,9 @@ def test_l2_group_dq_is_a_launch_argument_that_halves_the_d128_head_groups():
 
 
 def test_m80_is_a_dense_d128_dq_tma_schedule_and_dq_writer_also_serves_dq_tma():
-    """``m80`` (query blocks of 80 rows, dQ^T through a 128-byte-swizzled TMA reduce-add) needs dq_tma and dense
-    D = D_v = 128; anything else is refused (ValueError), never silently run at 64 rows. dq_writer now also schedules
-    dq_tma's reduce-adds."""
+    """``m80`` (query blocks of 80 rows, dQ^T through a 128-byte-swizzled TMA reduce-add) needs dq_tma (or, since
+    session 9, dq_bulk: test_m80_bulk_*) and dense D = D_v = 128; anything else is refused (ValueError), never silently
+    run at 64 rows. dq_writer now also schedules dq_tma's reduce-adds."""
     from cudnn.sdpa.bwd.api import SdpaBwdSm90
     from cudnn.sdpa.bwd.kernel_sm90 import SdpaBwdKernelSm90
 
@@ -315,7 +315,7 @@ def test_m80_is_a_dense_d128_dq_tma_schedule_and_dq_writer_also_serves_dq_tma():
     base = SdpaBwdSm90(*_descs(), _tuning=m80[:-1])
     base.check_support()
     assert SdpaBwdKernelSm90(base.key).tile_m == 64 and base.key != plan.key
-    for bad in (("m80",), ("dq_bulk", "m80"), ("dq_bulk", "dq_writer", "m80")):
+    for bad in (("m80",), ("stats_tma", "ds2", "m80")):  # m80 takes dq_tma or (session 9) dq_bulk: never the atomics
         with pytest.raises(ValueError, match="tile_m80"):
             SdpaBwdSm90(*_descs(), _tuning=bad).check_support()
     q = TensorDesc.contiguous((2, 4, 300, 64), "bfloat16", "q")
@@ -400,6 +400,143 @@ def test_m80_dq_transposed_staging_hits_every_swizzled_element_once(option):
     trace()
     assert not bad, bad[:4]
     assert seen == set(range(tm * D))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# session 9 (issue #6): m80 + dq_bulk (80-row fragment-ordered dQ^T blocks by bulk reduce-add) with pack1
+
+M80B = ("dq_bulk", "stats_tma", "ds2", "prepost", "m80", "pack1")
+M80BW = ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost", "m80", "pack1")
+
+
+def test_m80_bulk_is_a_dense_d128_schedule_with_whole_80_row_blocks_of_scratch():
+    """m80 + dq_bulk (with or without the writer warp) is accepted for dense D = D_v = 128, causal or not, GQA; its
+    scratch rows are S_q rounded up to whole 80-row blocks, then to the 128-row pre/postprocess tile (so a last block
+    lies inside its head's scratch), and only its workspace grows; varlen, deterministic, d64 and dsk are refused."""
+    from cudnn.sdpa.bwd.api import SdpaBwdSm90, workspace_bytes_for
+    from cudnn.sdpa.bwd.kernel_key import M80_BULK_ROWS, m80_bulk, padded_rows
+    from cudnn.sdpa.bwd.kernel_sm90 import SdpaBwdKernelSm90
+
+    assert M80_BULK_ROWS == 80 and padded_rows(1000) == 1024 and padded_rows(1000, 80) == 1152
+    assert padded_rows(4096, 80) == 4224 and padded_rows(8192, 80) == 8320 and padded_rows(77, 80) == 128 and padded_rows(0, 80) == 0
+    for causal in (False, True):
+        for tuning in (M80B, M80BW):
+            plan = SdpaBwdSm90(*_descs(), is_causal=causal, _tuning=tuning)
+            assert plan.check_support() and plan.key.tile_m80 and plan.key.dq_bulk and not plan.key.dq_tma and m80_bulk(plan.key)
+            assert SdpaBwdKernelSm90(plan.key).tile_m == 80 and plan.key.qhead_per_kvhead == 4
+    q = _descs()[0]
+    bulk = SdpaBwdSm90(*_descs(), _tuning=M80B)
+    bulk.check_support()
+    tma = SdpaBwdSm90(*_descs(), _tuning=("dq_tma", "stats_tma", "ds2", "prepost", "m80"))
+    tma.check_support()
+    assert not m80_bulk(tma.key)
+    # S_q = 300: 4 blocks of 80 = 320 rows, 384 padded rows either way; S_q = 1000: 1152 padded rows instead of 1024
+    q1k = TensorDesc.contiguous((2, 8, 1000, 128), "bfloat16", "q")
+    kv = TensorDesc.contiguous((2, 2, 257, 128), "bfloat16", "k")
+    lse1k = TensorDesc.contiguous((2, 8, 1000), "float32", "lse")
+    b1k = SdpaBwdSm90(q1k, kv, kv, q1k, q1k, lse1k, _tuning=M80B)
+    d1k = SdpaBwdSm90(q1k, kv, kv, q1k, q1k, lse1k, _tuning=("dq_bulk", "stats_tma", "ds2", "prepost"))
+    assert workspace_bytes_for(b1k, q1k) > workspace_bytes_for(d1k, q1k)
+    assert workspace_bytes_for(bulk, q) == workspace_bytes_for(tma, q)
+    q64 = TensorDesc.contiguous((2, 4, 300, 64), "bfloat16", "q")
+    lse64 = TensorDesc.contiguous((2, 4, 300), "float32", "lse")
+    with pytest.raises(ValueError, match="tile_m80"):
+        SdpaBwdSm90(q64, q64, q64, q64, q64, lse64, _tuning=M80B).check_support()
+    with pytest.raises(ValueError, match="dq_bulk excludes|tile_m80"):
+        SdpaBwdSm90(*_descs(), deterministic=True, _tuning=M80B).check_support()
+    with pytest.raises(ValueError, match="ds_kmajor"):
+        SdpaBwdSm90(*_descs(), _tuning=M80B + ("dsk",)).check_support()
+    tq = TensorDesc.contiguous((600, 8, 128), "bfloat16", "q")
+    tk = TensorDesc.contiguous((514, 2, 128), "bfloat16", "k")
+    cu = TensorDesc.contiguous((3,), "int32", "cu_seqlens_q")
+    thd = dict(cu_seqlens_q=cu, cu_seqlens_kv=cu, max_seqlen_q=300, max_seqlen_kv=257)
+    with pytest.raises(ValueError, match="tile_m80.*varlen"):
+        SdpaBwdSm90(tq, tk, tk, tq, tq, TensorDesc.contiguous((8, 600), "float32", "lse"), _tuning=M80BW, **thd).check_support()
+
+
+@pytest.mark.compile_only
+@pytest.mark.filterwarnings("ignore:This static loop has")  # the 256 traced threads: a trace-time loop on purpose
+def test_m80_bulk_fragment_order_is_one_bijection_shared_by_main_kernel_and_postprocess():
+    """m80 + dq_bulk's accumulator order (kernel_key.M80_BULK_ROWS), traced on the CPU (no compile) from the objects
+    both kernels use (the main kernel's dQ^T MMA and fragment copy): over the 256 consumer threads the fragment's
+    offsets cover the 80 x 128 block exactly once, each warpgroup's contiguous 80 x 64 half holds only its own threads'
+    values (its half of the head dim: one 20 KiB bulk reduce-add per warpgroup), ten 16-byte groups per thread, and the
+    register order the main kernel stores in is the one the postprocess loads into."""
+    import cutlass
+    import cutlass.cute as cute
+
+    from cudnn.sdpa.bwd.kernel_key import M80_BULK_ROWS, SdpaBwdKey
+    from cudnn.sdpa.bwd.kernel_sm90 import SdpaBwdKernelSm90
+
+    d = 128
+    plan = SdpaBwdKernelSm90(SdpaBwdKey("bf16", d, d, 1, True, False, False, False, False, False, False, dq_bulk=True, tile_m80=True, pack_once=True))
+    assert plan.tile_m == M80_BULK_ROWS and plan.dq_t
+    half = M80_BULK_ROWS * d // plan.num_consumer_wg
+    owner, coord, bad = {}, set(), []
+
+    @cute.jit
+    def trace():
+        tiled_mma_dQ = plan._dq_order_mma()  # dQ^T: (head dim, queries)
+        tiled_copy = plan._dq_bulk_copy()
+        cC = cute.make_identity_tensor((d, M80_BULK_ROWS))
+        cS = cute.make_identity_tensor((half, plan.num_consumer_wg))
+        for vt in cutlass.range_constexpr(plan.num_consumer_wg * plan.threads_per_wg):
+            tCc = tiled_mma_dQ.get_slice(vt).partition_C(cC)
+            tSs = tiled_copy.get_slice(vt).partition_D(cS)
+            stored = cute.make_layout(tSs.shape)
+            loaded = cute.make_rmem_tensor_like(tSs, cutlass.Float32)
+            if cutlass.const_expr(str(stored) != str(loaded.layout) or cute.size(tSs) != cute.size(tCc) or cute.size(tCc) != 40):
+                bad.append((vt, str(stored), str(loaded.layout)))
+            for p in cutlass.range_constexpr(cute.size(tCc)):
+                s = tSs[cute.idx2crd(p, tSs.shape)]
+                owner[s[0] + s[1] * half] = (vt, tCc[p][0])
+                coord.add((tCc[p][0], tCc[p][1]))
+
+    trace()
+    assert not bad, bad[:4]
+    assert sorted(owner) == list(range(M80_BULK_ROWS * d)) and len(coord) == M80_BULK_ROWS * d
+    # warpgroup w's half: its own threads, its half of the head dim
+    assert all(off // half == vt // plan.threads_per_wg == hd // (d // 2) for off, (vt, hd) in owner.items())
+
+
+#: (key, bulk reduce-adds in the PTX): causal GQA with the writer warp (its loop unrolled over the two warpgroups),
+#: non-causal from the consumers (one per warpgroup in each of the three query-block loops)
+M80B_KEYS = [
+    ("'bf16', 128, 128, 4, True, False, False, False, False, False, False, dq_bulk=True, dq_writer=True, stats_tma=True, ds_double_buffer=True, prepost_vec=True, tile_m80=True, pack_once=True", 2),
+    ("'bf16', 128, 128, 1, False, False, False, False, False, False, False, dq_bulk=True, stats_tma=True, ds_double_buffer=True, prepost_vec=True, tile_m80=True, pack_once=True", 3),
+]  # fmt: skip
+
+
+@pytest.mark.compile_only
+@pytest.mark.parametrize("key,bulk", M80B_KEYS, ids=["causal-gqa-writer", "noncausal"])
+def test_m80_bulk_ptx_runs_n80_wgmmas_one_bulk_reduce_per_warpgroup_unserialized_without_spills(tmp_path, key, bulk):
+    """One compile each: S^T / dP^T / dQ^T as m64n80k16 WGMMAs, dK / dV m64n128k16; each warpgroup's dQ^T fragment to
+    shared memory as ten 16-byte stores and added by one bulk reduce-add (no TMA reduce, no atomics); no local memory,
+    a zero frame in the DSL's cubin; the Rule 6 symbol; and (where a host ptxas takes the PTX) no C75xx note and no
+    spill: without pack1 ptxas serializes every WGMMA of this kernel (C7512, insufficient registers)."""
+    from cudnn_testing.compile_only import frame_sizes
+
+    skip_unless_cutedsl("4.8.0", "cudnn.sdpa backward")
+    ptx = _dump(tmp_path, key, "SdpaBwdKernelSm90", keep="ptx,cubin")
+    assert set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m64n\d+k16)", ptx)) == {"m64n80k16", "m64n128k16"}
+    assert ptx.count("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32") == bulk
+    assert "cp.reduce.async.bulk.tensor" not in ptx and "atom.global.add" not in ptx and "red.global.add" not in ptx
+    assert ptx.count("st.shared.v4.f32") + ptx.count("st.shared.v4.b32") >= 10
+    assert "st.local" not in ptx and "ld.local" not in ptx and frame_sizes(tmp_path) == [0]
+    assert re.search(r"\.entry cudnn_", ptx)
+    _assert_host_ptxas_clean(tmp_path)
+
+
+@pytest.mark.compile_only
+def test_m80_bulk_postprocess_compiles_walking_80_row_blocks(tmp_path):
+    """The postprocess of m80 + dq_bulk compiles (one 80-row block per CTA, scalar dQ stores from the dQ^T fragment,
+    16-byte coalesced accumulator loads) with the Rule 6 symbol and no local memory."""
+    skip_unless_cutedsl("4.8.0", "cudnn.sdpa backward")
+    key = M80B_KEYS[0][0]
+    ptx = _dump(tmp_path, key, "Postprocess", build="kernel_prepost_sm90 import compile_sdpa_bwd_post as f")
+    assert re.search(r"\.entry cudnn_", ptx) and "st.local" not in ptx
+    assert ptx.count("ld.global.v4.f32") + ptx.count("ld.global.v4.b32") >= 20  # ten 16-byte groups per warpgroup
+    assert "st.global.b16" in ptx or "st.global.u16" in ptx
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -283,3 +283,48 @@ def test_l2_group_mb_is_a_launch_scalar_not_a_key_field(api):
         with pytest.raises(ValueError, match="l2_group_mb"):
             api.SdpaFwdSm90(TensorDesc.contiguous((2, 8, 256, 256), "bfloat16", "q"), *[TensorDesc.contiguous((2, 8, 256, 256), "bfloat16", "k")] * 2,
                             is_causal=True, l2_group_mb=bad).check_support()  # fmt: skip
+
+
+#: The DSL wait's PTX (cute.arch.mbarrier_wait: a retry loop with a 10 ms suspend-time hint, which ptxas lowers to
+#: TRYWAIT + NANOSLEEP.SYNCS 0x989680 + PHASECHK) and the spin's (cute.arch.mbarrier_try_wait: no hint, TRYWAIT alone).
+_HINTED_WAIT = re.compile(r"mbarrier\.try_wait\.parity\.shared\.b64 \w+, \[[^\]]+\], [^,;]+, 10000000;")
+_SPIN_WAIT = re.compile(r"mbarrier\.try_wait\.parity\.acquire\.cta\.shared::cta\.b64 %p\d+, \[[^\]]+\], [^,;]+;")
+
+
+@pytest.mark.parametrize(
+    "d, causal, fields",
+    [(128, False, dict(spin_wait=True)), (128, True, dict(spin_wait=True, spin_wait_producer=True)), (64, False, dict(spin_wait=True))],
+    ids=["d128-spin", "d128c-spin-producer", "d64-spin"],
+)
+def test_spin_wait_ptx(tmp_path, d, causal, fields):
+    """``spin_wait`` / ``spin_wait_producer`` on the default plans (d = 128 non-causal: key tile 192, ragged_tail; d = 128
+    causal: persistent pairs; d = 64: tile_m 192): the waits they cover become hint-less ``mbarrier.try_wait`` spins
+    (consumers: Q, K, V full; producer: the empty slots), no stack frame. With both on, the one hinted wait left is the
+    ragged_tail first block's own wait, reached after the spin has seen that phase complete. The default plan (d = 128
+    non-causal) has only hinted waits: the option leaves it alone."""
+    import dataclasses
+
+    from cudnn.sdpa.fwd.api import SdpaFwdSm90
+    from cudnn.sdpa.fwd.kernel_sm90 import compile_sdpa_fwd
+    from cudnn_testing.compile_only import frame_sizes, keep_artifacts
+
+    q = TensorDesc.contiguous((2, 4096, 16, d), "bfloat16", "q")
+    plan = SdpaFwdSm90(q, q, q, is_causal=causal)
+    assert plan.check_support() and not plan.key.spin_wait and not plan.key.spin_wait_producer
+    key = dataclasses.replace(plan.key, **fields)
+    with keep_artifacts(tmp_path / "spin") as ptx_text:
+        compile_sdpa_fwd(key)
+        ptx = ptx_text()
+    hinted, spins = len(_HINTED_WAIT.findall(ptx)), len(_SPIN_WAIT.findall(ptx))
+    assert spins >= 2 * 3, (hinted, spins)  # Q, K, V waits at least, each a try_wait and its retry
+    if key.spin_wait_producer:
+        assert hinted <= 1, hinted
+    frames = frame_sizes(tmp_path / "spin")
+    assert frames and all(f == 0 for f in frames), frames
+    if d == 128 and not causal:
+        with keep_artifacts(tmp_path / "default") as ptx_text:
+            compile_sdpa_fwd(plan.key)
+            ptx_def = ptx_text()
+        hinted_def = len(_HINTED_WAIT.findall(ptx_def))
+        assert not _SPIN_WAIT.findall(ptx_def) and hinted_def > hinted, (hinted_def, hinted)
+        assert "mbarrier.try_wait" not in _HINTED_WAIT.sub("", ptx_def)  # every default wait is the DSL's hinted form

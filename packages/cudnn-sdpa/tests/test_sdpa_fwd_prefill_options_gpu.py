@@ -23,6 +23,9 @@
 - ``l2_group_mb`` (host only: how many (head, batch) pairs one L2 group of the causal longest-first tile order holds)
   moves tiles between CTAs: bitwise against the default plan at d = 256 causal (odd lengths, GQA, both alignments,
   LSE; the group differs from the default's on every case), on a persistent grid and THD varlen.
+- ``spin_wait`` / ``spin_wait_producer`` (the consumers' full-barrier / the producer's empty-barrier waits as a try_wait
+  spin without NANOSLEEP) change when a warp resumes, not what it computes: bitwise against the default plan (d = 64 /
+  128, causal and not, GQA, odd lengths, the persistent causal d = 128 grid, THD varlen), and against the reference.
 
 Shapes are chosen so a persistent CTA runs several tiles (a grid of at most the SM count over hundreds of tiles),
 with odd lengths (S not a multiple of either tile), GQA, both causal alignments and a sliding window.
@@ -461,3 +464,25 @@ def test_l2_group_and_ragged_tail_thd_varlen_d256():
     """THD varlen d = 256 causal (an empty and a one-token sequence, GQA 4, LSE) on the tile order ``l2_group_mb`` sizes
     (varlen_compact off: the compact grid has its own order) with ragged_tail and mask_r2p: bitwise the default plan."""
     _check_thd_option(dict(varlen_compact=False, l2_group_mb=32, ragged_tail=True, mask_r2p=True), True, 256)
+
+
+# d = 64 non-causal (three consumer warpgroups of 64 rows, key tile 128), odd S_q / S_kv, GQA 2.
+D64 = (torch.bfloat16, 64, 64, 2, 16, 8, 1000, 1337, False, False, (-1, -1))
+SPIN_CASES = [
+    (dict(spin_wait=True), D128),  # d = 128 non-causal (key tile 192), GQA 3, 1500 = 7.8 key blocks: a ragged last block
+    (dict(spin_wait=True), D128_CAUSAL),  # causal bottom-right d = 128: the default persistent pairs grid (states carried)
+    (dict(spin_wait=True, spin_wait_producer=True), D64_BR),  # d = 64 causal bottom-right, S_q < S_kv, GQA 8
+    (dict(spin_wait_producer=True), D64),
+]
+
+
+@pytest.mark.parametrize("option_case", SPIN_CASES, ids=_ids)
+def test_spin_wait_is_bitwise_the_default_and_matches_reference(option_case):
+    """The wait-form A/B (benchmarks/sdpa_fwd.py --spin): the same barriers and phases waited on in another instruction
+    form, so the outputs are bitwise the default plan's; and the fp32 reference by the FlashAttention rule."""
+    _check_bitwise_the_default(option_case)
+
+
+def test_spin_wait_thd_varlen():
+    """THD varlen d = 128 causal (an empty and a one-token sequence, GQA 4, LSE) with both spins: bitwise the default."""
+    _check_thd_option(dict(spin_wait=True, spin_wait_producer=True), True, 128)

@@ -63,4 +63,50 @@ def consumer_state(num_stages: cutlass.Constexpr[int]):
     return pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, num_stages)
 
 
-__all__ = ["NamedBarrier", "make_tma_pipeline", "prefetch_tma_descriptors", "producer_state", "consumer_state", "cute"]
+@cute.jit
+def mbarrier_spin_wait(mbar_ptr, phase):
+    """Wait until the mbarrier at ``mbar_ptr`` completes phase ``phase`` by spinning on ``mbarrier.try_wait.parity``
+    with no suspend-time hint. The DSL's ``cute.arch.mbarrier_wait`` (under ``PipelineTmaAsync.consumer_wait`` /
+    ``producer_acquire``) emits the hinted form ``mbarrier.try_wait.parity.shared.b64 P, [bar], phase, 10000000``, which
+    ptxas lowers to ``SYNCS.PHASECHK.TRANS64.TRYWAIT`` and, while the phase is incomplete, ``NANOSLEEP.SYNCS 0x989680``
+    + ``SYNCS.PHASECHK.TRANS64`` in a loop; this loop's try_wait carries no hint, and ptxas emits the TRYWAIT alone (its
+    own bounded hardware wait, then a retry), the inline form of FA4's ``consumer_try_wait`` token."""
+    done = cute.arch.mbarrier_try_wait(mbar_ptr, phase)
+    while not done:
+        done = cute.arch.mbarrier_try_wait(mbar_ptr, phase)
+
+
+@cute.jit
+def consumer_wait(pipe, state, spin: cutlass.Constexpr[bool]):
+    """``pipe.consumer_wait(state)`` (the full barrier of ``state``'s stage), or with ``spin`` the same wait as
+    :func:`mbarrier_spin_wait` (no NANOSLEEP: ``SdpaFwdKey.spin_wait``). Same barrier, same phase, same ordering: a
+    completed try_wait has the acquire semantics of the wait."""
+    if const_expr(spin):
+        mbarrier_spin_wait(pipe.sync_object_full.get_barrier(state.index), state.phase)
+    else:
+        pipe.consumer_wait(state)
+
+
+@cute.jit
+def producer_acquire(pipe, state, spin: cutlass.Constexpr[bool]):
+    """``pipe.producer_acquire(state)`` of a ``PipelineTmaAsync`` (wait for the slot's empty barrier, then the elected
+    thread arms the full barrier with the stage's transaction bytes), or with ``spin`` the empty wait as
+    :func:`mbarrier_spin_wait` followed by the same arm (``SdpaFwdKey.spin_wait_producer``)."""
+    if const_expr(spin):
+        mbarrier_spin_wait(pipe.sync_object_empty.get_barrier(state.index), state.phase)
+        pipe.sync_object_full.arrive(state.index, pipe.producer_mask)
+    else:
+        pipe.producer_acquire(state)
+
+
+__all__ = [
+    "NamedBarrier",
+    "make_tma_pipeline",
+    "prefetch_tma_descriptors",
+    "producer_state",
+    "consumer_state",
+    "mbarrier_spin_wait",
+    "consumer_wait",
+    "producer_acquire",
+    "cute",
+]

@@ -283,12 +283,14 @@ def workspace_bytes_for(plan: SdpaBwdSm90, q, cu_seqlens_q=None) -> int:
 # ---------------------------------------------------------------------------------------------- internals
 def _ws_layout(key, q_shape, n_seq):
     """Workspace layout for a plan's key and q's shape; THD varlen pads every sequence to PREPOST_ROWS in one row range."""
-    from .kernel_key import PREPOST_ROWS, workspace_layout
+    from .kernel_key import M80_BULK_ROWS, PREPOST_ROWS, m80_bulk, workspace_layout
 
     if key.varlen:
         t_q, h, d = q_shape
         return workspace_layout(1, h, t_q + n_seq * PREPOST_ROWS, d, key.has_sinks, key.deterministic)
     b, h, sq, d = q_shape
+    if m80_bulk(key):  # m80 + dq_bulk (dense): whole 80-row fragment-ordered dQ blocks per (batch, head)
+        return workspace_layout(b, h, sq, d, key.has_sinks, key.deterministic, block_rows=M80_BULK_ROWS)
     return workspace_layout(b, h, sq, d, key.has_sinks, key.deterministic)
 
 
@@ -403,7 +405,7 @@ def _launch(
     from cudnn._torch_stream import launch_stream_handle
     from cudnn.workspace import Workspace
 
-    from .kernel_key import PREPOST_ROWS, padded_rows
+    from .kernel_key import M80_BULK_ROWS, PREPOST_ROWS, m80_bulk, padded_rows
 
     t = _torch_bits()
     mk, gmem, f32, i32 = t["make_ptr"], t["gmem"], t["f32"], t["i32"]
@@ -432,7 +434,7 @@ def _launch(
         b, h, sq, _ = q.shape
         hk, sk = k.shape[1], k.shape[2]
         grid_q, grid_k = sq, sk
-        s_pad = padded_rows(sq)
+        s_pad = padded_rows(sq, M80_BULK_ROWS if m80_bulk(key) else None)
         qs, ks, vs, os_, dos, dqs, dks, dvs = (_tma_strides(tuple(x.shape[:3]), (x.stride(0), x.stride(1), x.stride(2))) for x in (q, k, v, o, do, dq, dk, dv))
         lse_s = (lse.stride(0), lse.stride(1), lse.stride(2))
         cu_q_p = cu_k_p = None

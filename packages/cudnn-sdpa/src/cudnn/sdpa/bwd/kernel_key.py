@@ -38,7 +38,11 @@ class SdpaBwdKey(AttentionKey):
     dq_writer: bool = False
     # with dq_tma: query blocks of 80 rows instead of 64 (FA3 / FA4's d128 tile): dQ computed transposed (dQ^T = K^T dS^T,
     # the head dim split over the consumer warpgroups) and staged for the TMA reduce-add through a 128-byte swizzle;
-    # dense D = D_v = 128 only (the 64-row scratch padding and the varlen row layout assume tile_m | PREPOST_ROWS)
+    # dense D = D_v = 128 only (the 64-row scratch padding and the varlen row layout assume tile_m | PREPOST_ROWS).
+    # With dq_bulk instead (m80 bulk, session 9): each warpgroup's 64 x 80 dQ^T fragment staged in fragment order (ten
+    # 16-byte stores a thread) and added by ONE 20 KiB bulk reduce-add into an 80-row fragment-ordered accumulator block
+    # (see m80_bulk_rows); the scratch rows are padded to whole 80-row blocks (padded_rows) and the postprocess reads
+    # that order; dense only
     tile_m80: bool = False
     # with dq_tma, 64-row blocks: m80's transposed dQ^T and 128-byte-swizzled staging (two 64 x 32 TMA boxes of 128-byte
     # rows per warpgroup instead of dq_tma's eight 64 x 8 boxes of 32-byte rows); D = D_v = 128 (dense or varlen)
@@ -117,10 +121,10 @@ class SdpaBwdKey(AttentionKey):
             raise ValueError("SdpaBwdKey: dq_bulk excludes deterministic and dq_tma (it replaces dq_tma's reduce-add)")
         if self.dq_writer and not (self.dq_bulk or self.dq_tma):
             raise ValueError("SdpaBwdKey: dq_writer is a schedule of dq_bulk's (or dq_tma's) reduce-adds (set dq_bulk or dq_tma too)")
-        if self.tile_m80 and (not self.dq_tma or self.varlen or self.split_d or self.head_dim != 128 or self.head_dim_v != 128):
+        if self.tile_m80 and (not (self.dq_tma or self.dq_bulk) or self.varlen or self.split_d or self.head_dim != 128 or self.head_dim_v != 128):
             raise ValueError(
-                "SdpaBwdKey: tile_m80 (m80) is a dq_tma schedule for dense D = D_v = 128 (set dq_tma; no varlen, split_d, "
-                f"dq_bulk, deterministic); got D = {self.head_dim}/{self.head_dim_v}, dq_tma={self.dq_tma}, varlen={self.varlen}"
+                "SdpaBwdKey: tile_m80 (m80) is a dq_tma or dq_bulk schedule for dense D = D_v = 128 (set dq_tma or dq_bulk; no varlen, "
+                f"split_d, deterministic); got D = {self.head_dim}/{self.head_dim_v}, dq_tma={self.dq_tma}, dq_bulk={self.dq_bulk}, varlen={self.varlen}"
             )
         if self.dq_t128 and (not self.dq_tma or self.tile_m80 or self.split_d or self.head_dim != 128 or self.head_dim_v != 128):
             raise ValueError(
@@ -197,10 +201,27 @@ def tile_config(head_dim: int, head_dim_v: int) -> tuple[int, int, int]:
     raise ValueError(f"head dim {head_dim}/{head_dim_v} has no backward tile yet")
 
 
-def padded_rows(seqlen_q: int) -> int:
+#: m80 + dq_bulk: query rows per fragment-ordered block of the dQ accumulator (the main kernel's tile_m). Block ``m``
+#: of a (batch, head) occupies the floats ``[80 D m, 80 D (m + 1))`` of its scratch; inside it, consumer warpgroup
+#: ``w`` owns the contiguous ``80 D / 2`` floats from ``w * 80 D / 2`` (its half of the head dim, dQ^T's M), and its
+#: thread ``t``'s dQ^T accumulator register ``p`` sits at ``(p // 4) * 512 + 4 t + p % 4`` (DQ_BULK_ROWS's order, ten
+#: 16-byte groups a thread instead of eight).
+M80_BULK_ROWS = 80
+
+
+def m80_bulk(key) -> bool:
+    """The key's dQ accumulator is in m80's 80-row fragment-ordered blocks (tile_m80 with dq_bulk)."""
+    return bool(getattr(key, "tile_m80", False) and getattr(key, "dq_bulk", False))
+
+
+def padded_rows(seqlen_q: int, block_rows: int | None = None) -> int:
     """Rows of the per-(batch, head) scratch: S_q rounded up to the pre/postprocess tile (a multiple of tile_m: 64, and
-    128 with tile_m128; m80's last block may end past it and is masked)."""
-    return (max(int(seqlen_q), 0) + PREPOST_ROWS - 1) // PREPOST_ROWS * PREPOST_ROWS
+    128 with tile_m128; m80's last block may end past it and is masked). ``block_rows`` (m80 + dq_bulk: 80): S_q first
+    rounded up to whole blocks of that many rows, so every fragment-ordered block lies inside its head's scratch."""
+    s = max(int(seqlen_q), 0)
+    if block_rows:
+        s = (s + block_rows - 1) // block_rows * block_rows
+    return (s + PREPOST_ROWS - 1) // PREPOST_ROWS * PREPOST_ROWS
 
 
 def _al(n: int) -> int:
@@ -208,14 +229,14 @@ def _al(n: int) -> int:
 
 
 def workspace_layout(
-    batch: int, heads: int, seqlen_q: int, head_dim: int, has_sinks: bool = False, deterministic: bool = False
+    batch: int, heads: int, seqlen_q: int, head_dim: int, has_sinks: bool = False, deterministic: bool = False, block_rows: int | None = None
 ) -> tuple[int, int, int, int, int, int]:
     """Byte offsets of (lse_log2, dpsum, dq_accum, dsink_partials, dq_semaphores) in the workspace and its total size.
 
     ``lse_log2`` and ``dpsum`` are fp32 (B, H, S_pad); ``dq_accum`` is fp32 (B, H, S_pad, D), row-major;
     ``dsink_partials`` (only with sinks) is fp32 (B, H, S_pad / 32): one partial sink gradient per warp of rows;
-    ``dq_semaphores`` (only when deterministic) is int32 (B, H, S_pad / SEM_ROWS): one turn counter per query block."""
-    s_pad = padded_rows(seqlen_q)
+    ``dq_semaphores`` (only when deterministic) is int32 (B, H, S_pad / SEM_ROWS): one turn counter per query block. ``block_rows``: see :func:`padded_rows`."""
+    s_pad = padded_rows(seqlen_q, block_rows)
     rows = int(batch) * int(heads) * s_pad
     off_lse = 0
     off_dpsum = off_lse + _al(4 * rows)

@@ -18,6 +18,13 @@ MMA-fragment order (kernel_key.DQ_BULK_ROWS): the postprocess then plays each co
 reads its 16-byte groups (coalesced) and writes its (row, column) pairs of dQ (the ``prepost_vec`` row split does not
 apply to dQ then; the preprocess is unchanged, its zeroing does not depend on the order).
 
+With ``tile_m80`` + ``dq_bulk`` (m80 bulk, dense only) the accumulator holds 80-row blocks in the order of the main
+kernel's transposed dQ^T fragment (kernel_key.M80_BULK_ROWS) and the scratch rows are padded to whole 80-row blocks
+(kernel_key.padded_rows): the preprocess then covers every padded row (grid S_pad / PREPOST_ROWS, so the rows of a last
+block past S_q are zeroed and their lse_log2 is +inf) and the postprocess walks 80-row blocks (grid ceil(S_q / 80)),
+each thread playing the consumer thread of the same index in each warpgroup (its dQ^T elements are single elements of
+dQ: scalar stores).
+
 Layouts: O / dO / dQ are rank-4 (B, H, S, D) with any 16-byte-multiple strides and a unit-stride head dim; LSE
 is fp32 (B, H, S) with any strides; the scratch (lse_log2, dpsum, dq_accum) is the compact workspace layout of
 :func:`cudnn.sdpa.bwd.kernel_key.workspace_layout`. Every extent is a runtime argument.
@@ -34,7 +41,7 @@ from cutlass import Float32, Int32, Int64, const_expr
 
 from .._device.kernel_plan import DTYPES
 from .._device.kernel_plan import fake_gmem_ptr as _ptr
-from .kernel_key import DQ_BULK_ROWS, PREPOST_ROWS, SEM_ROWS, SdpaBwdKey, stats_perm_row
+from .kernel_key import DQ_BULK_ROWS, M80_BULK_ROWS, PREPOST_ROWS, SEM_ROWS, SdpaBwdKey, m80_bulk, stats_perm_row
 from .kernel_sm90 import SdpaBwdKernelSm90
 
 LOG2_E = math.log2(math.e)
@@ -99,6 +106,9 @@ class SdpaBwdPreprocessSm90:
         if const_expr(self.key.varlen):
             mCuQ = cute.make_tensor(cu_q_ptr, cute.make_layout((batch + 1,)))
         grid = ((max_seqlen_q + PREPOST_ROWS - 1) // PREPOST_ROWS, heads, batch)
+        if const_expr(m80_bulk(self.key)):
+            # m80 bulk (dense): every padded row, so a last 80-row block past S_q's 128-row padding is initialized too
+            grid = (sp // PREPOST_ROWS, heads, batch)
         self.kernel(mO, mdO, mLSE, mLSE2, mDpsum, mdQacc, mSinks, mPart, mSem, mCuQ, seqlen_q).launch(grid=grid, block=[PREPOST_ROWS, 1, 1], stream=stream)
 
     @cute.kernel
@@ -305,6 +315,8 @@ class SdpaBwdPostprocessSm90:
         if const_expr(self.key.varlen):
             mCuQ = cute.make_tensor(cu_q_ptr, cute.make_layout((batch + 1,)))
         grid = ((max_seqlen_q + PREPOST_ROWS - 1) // PREPOST_ROWS, heads, batch)
+        if const_expr(m80_bulk(self.key)):
+            grid = ((max_seqlen_q + M80_BULK_ROWS - 1) // M80_BULK_ROWS, heads, batch)  # one 80-row block per CTA
         self.kernel(mdQacc, mdQ, mPart, mdSinks, mCuQ, batch, seqlen_q, scale).launch(grid=grid, block=[PREPOST_ROWS, 1, 1], stream=stream)
 
     @cute.kernel
@@ -366,7 +378,9 @@ class SdpaBwdPostprocessSm90:
         stores); with ``prepost_vec`` ``ROW_THREADS`` adjacent threads per row (16-byte fp32 loads, 8-byte stores of 4
         converted elements)."""
         tidx, _, _ = cute.arch.thread_idx()
-        if const_expr(self.key.dq_bulk):
+        if const_expr(m80_bulk(self.key)):
+            self.rows_fragment_m80(mdQacc, mdQ, m_block, head, batch, seqlen_q, scale, tidx)
+        elif const_expr(self.key.dq_bulk):
             self.rows_fragment(mdQacc, mdQ, m_block, head, batch, seqlen_q, offset, pad, scale, tidx)
         elif const_expr(not self.key.prepost_vec):
             local = m_block * PREPOST_ROWS + tidx
@@ -430,6 +444,38 @@ class SdpaBwdPostprocessSm90:
                         pair[1] = rFlat[2 * i + 1] * scale
                         dst = cute.make_tensor(tCg.iterator + tCg.layout(2 * i), cute.make_layout(2))
                         dst.store(pair.load().to(self.dtype))
+
+    @cute.jit
+    def rows_fragment_m80(self, mdQacc: cute.Tensor, mdQ: cute.Tensor, m_block: Int32, head: Int32, batch: Int32, seqlen_q: Int32, scale: Float32, tidx: Int32):
+        """m80 + dq_bulk (dense): 80-row block ``m_block``; thread ``tidx`` plays consumer thread ``tidx`` of each
+        consumer warpgroup: loads that thread's ten 16-byte groups of dQ^T (the main kernel's fragment copy, coalesced)
+        and stores each element scaled and converted at its (query, head dim) from the main kernel's dQ^T MMA partition
+        (nothing past ``seqlen_q``)."""
+        D, R = self.head_dim, M80_BULK_ROWS
+        plan = self.main_plan
+        nwg = plan.num_consumer_wg
+        tiled_mma_dQ = plan._dq_order_mma()  # dQ^T = K^T dS^T: (head dim, queries), the head dim split over the warpgroups
+        tiled_copy = plan._dq_bulk_copy()
+        gAccBlk = cute.local_tile(mdQacc[None, None, head, batch], (R, D), (m_block, 0))
+        chunk = cute.make_tensor(gAccBlk.iterator, cute.make_layout((R * D // nwg, nwg)))
+        gdQBlk = cute.local_tile(mdQ[None, None, head, batch], (R, D), (m_block, 0))
+        gdQBlk_t = cute.make_tensor(gdQBlk.iterator, cute.select(gdQBlk.layout, mode=[1, 0]))  # (head dim, queries)
+        cBlk_t = cute.make_identity_tensor((D, R))
+        for w in cutlass.range_constexpr(nwg):
+            vt = w * plan.threads_per_wg + tidx
+            tAg = tiled_copy.get_slice(vt).partition_S(chunk)
+            rAcc = cute.make_rmem_tensor_like(tAg, Float32)
+            cute.autovec_copy(tAg, rAcc)
+            rFlat = cute.make_tensor(rAcc.iterator, cute.make_layout(cute.size(rAcc)))
+            thr_mma = tiled_mma_dQ.get_slice(vt)
+            tCc = thr_mma.partition_C(cBlk_t)
+            tCg = thr_mma.partition_C(gdQBlk_t)
+            one = cute.make_rmem_tensor((1,), Float32)
+            for i in cutlass.range_constexpr(cute.size(rFlat)):
+                if m_block * R + tCc[i][1] < seqlen_q:
+                    one[0] = rFlat[i] * scale
+                    dst = cute.make_tensor(tCg.iterator + tCg.layout(i), cute.make_layout(1))
+                    dst.store(one.load().to(self.dtype))
 
     @cute.jit
     def scale_row(

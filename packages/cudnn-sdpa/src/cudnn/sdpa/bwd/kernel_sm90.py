@@ -63,6 +63,15 @@ transposed stmatrix at one base address plus immediates, read by dQ = dS K as a 
 block and one bulk reduce-add per warpgroup, the accumulator order unchanged) and ``stats_vec4`` (stats4, m128: lse_log2
 / dpsum rows stored permuted by the preprocess so a thread's four columns are one 16-byte load).
 
+m80 bulk (session 9, issue #6; ``tile_m80`` + ``dq_bulk``, D = D_v = 128, dense): FA3 / FA4's d128 query blocks of 80 rows
+with dq_bulk's dQ path instead of dq_tma's: each warpgroup's 64 x 80 dQ^T fragment (its half of the head dim, 40
+registers) staged in fragment order (ten 16-byte stores) and added by one 20 KiB bulk reduce-add (from the consumers or
+the dq_writer warp) into 80-row fragment-ordered accumulator blocks (kernel_key.M80_BULK_ROWS); the scratch rows are
+S_q rounded up to whole 80-row blocks and then to PREPOST_ROWS (kernel_key.padded_rows), the preprocess covers every
+padded row and the postprocess walks 80-row blocks. With pack_once ptxas keeps every WGMMA asynchronous (no C7512, no
+spill, causal and not, with or without the writer); without it the kernel's WGMMAs are serialized (insufficient
+registers), as m80 with dq_tma's staging is.
+
 Tests: packages/cudnn-sdpa/tests/test_sdpa_bwd_*.py. Benchmark: benchmarks/sdpa_bwd.py.
 """
 
@@ -87,7 +96,7 @@ from .._device.mma_sm90 import acc_view_as_a, acc_view_mn, transpose_view, wgmma
 from .._device.pipeline import consumer_state, make_tma_pipeline, prefetch_tma_descriptors, producer_state
 from .._device.seqlen import cu_seqlens_tensors, sequence_extents
 from .._device.tile_scheduler import SingleTileScheduler
-from .kernel_key import DQ_BULK_ROWS, PREPOST_ROWS, SdpaBwdKey, tile_config
+from .kernel_key import DQ_BULK_ROWS, M80_BULK_ROWS, PREPOST_ROWS, SdpaBwdKey, tile_config
 
 
 @dsl_user_op
@@ -194,6 +203,9 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         nwg = self.num_consumer_wg
         if self.tile_m == 2 * DQ_BULK_ROWS and self.key.tile_m128:
             return cute.make_layout((DQ_BULK_ROWS * self.head_dim // nwg, nwg, 2))
+        if self.tile_m == M80_BULK_ROWS and self.key.tile_m80:
+            # m80 + dq_bulk: each warpgroup's 64 x 80 dQ^T fragment (its half of the head dim), 40 registers a thread
+            return cute.make_layout((self.tile_m * self.head_dim // nwg, nwg))
         if self.tile_m != DQ_BULK_ROWS:
             raise NotImplementedError(f"dq_bulk: the fragment-ordered accumulator assumes tile_m = {DQ_BULK_ROWS}, got {self.tile_m}")
         return cute.make_layout((self.tile_m * self.head_dim // nwg, nwg))

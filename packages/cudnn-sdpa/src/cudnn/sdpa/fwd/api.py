@@ -114,6 +114,13 @@ L2_GROUP_MB_DEFAULT = 8
 #: L2_GROUP_MB_DEFAULT for head dims > 128: 32, FA4's section size, since the session-6 H200 A/B (sdpa_fwd_subset.md,
 #: ours-l2g32: d256 causal s8k b2 666.5 vs 637.3 TFLOP/s, s2k b8 545.5 vs 539.7; FA4 666.0 / 596.4).
 L2_GROUP_MB_WIDE_DEFAULT = 32
+#: ``spin_wait=None`` means SPIN_WAIT_DEFAULT (the consumers' full-barrier waits on Q / K / V as a spin on
+#: ``mbarrier.try_wait`` with no suspend-time hint: no NANOSLEEP.SYNCS in their SASS, FA4's consumer form; the default
+#: is the DSL's wait, whose 10 ms hint ptxas turns into TRYWAIT + NANOSLEEP.SYNCS + PHASECHK). Off until an H200 A/B
+#: (benchmarks/sdpa_fwd.py --spin). ``spin_wait_producer=None``: SPIN_WAIT_PRODUCER_DEFAULT, the same for the producer
+#: warp's empty-barrier waits (the waits that really sleep in the session-8 d128 profile: /work/notes/s8/fwd_ncu.md).
+SPIN_WAIT_DEFAULT = False
+SPIN_WAIT_PRODUCER_DEFAULT = False
 #: ``fast_guard=None`` means FAST_GUARD_DEFAULT (host only, not a compile-key field): a repeated execute() checks its
 #: tensors' metadata with one C++ call (torch's dynamo ``TensorGuards``: dtype, device, dispatch keys, sizes and strides
 #: of every tensor argument at once) against the layout that repeated last instead of building and comparing the
@@ -153,7 +160,9 @@ class SdpaFwdSm90(APIBase):
     back, so the static stride deals equal causal work to every CTA); ``exp2_emu`` (N > 0: one exponential in N per row of
     the unmasked key blocks computed on the FMA pipe instead of MUFU, 7.5e-5 relative error); ``ragged_tail`` (the first
     key block of each warpgroup, the partial last block or the causal diagonal, at the width its rows see: S GEMM N = 64
-    or 128 instead of the key tile, softmax on that slice, PV k-loop stopped there).
+    or 128 instead of the key tile, softmax on that slice, PV k-loop stopped there); ``spin_wait`` (the consumer warpgroups'
+    Q / K / V full-barrier waits spin on ``mbarrier.try_wait`` without the suspend-time hint, so no NANOSLEEP) and
+    ``spin_wait_producer`` (the same for the producer warp's empty-barrier waits).
 
     Host-side options (no compile-key field, the same kernel): ``fast_guard`` (execute() checks a repeated call's tensor
     metadata with one C++ TensorGuards call instead of building the metadata tuple in Python; see :meth:`execute`);
@@ -199,6 +208,8 @@ class SdpaFwdSm90(APIBase):
         fast_guard: bool | None = None,
         ragged_tail: bool | None = None,
         l2_group_mb: int | None = None,
+        spin_wait: bool | None = None,
+        spin_wait_producer: bool | None = None,
     ):
         super().__init__()
         self.fast_guard = fast_guard  # None: FAST_GUARD_DEFAULT (host-side execute option, see execute)
@@ -215,6 +226,8 @@ class SdpaFwdSm90(APIBase):
         self.persistent_pairs = persistent_pairs  # None: PERSISTENT_PAIRS_DEFAULT on persistent plans
         self.exp2_emu = exp2_emu  # None: EXP2_EMU_DEFAULT
         self.ragged_tail = ragged_tail  # None: RAGGED_TAIL_DEFAULT
+        self.spin_wait = spin_wait  # None: SPIN_WAIT_DEFAULT
+        self.spin_wait_producer = spin_wait_producer  # None: SPIN_WAIT_PRODUCER_DEFAULT
         self.kv_stages = kv_stages
         self.page_prefetch = page_prefetch  # None: PAGE_PREFETCH_DEFAULT for paged plans
         self.tile_m64 = tile_m64  # None: TILE_M64_DECODE_DEFAULT for pack-GQA decode tiles
@@ -427,6 +440,11 @@ class SdpaFwdSm90(APIBase):
             self.ragged_tail is not None and not isinstance(self.ragged_tail, bool),
             f"SdpaFwdSm90: ragged_tail={self.ragged_tail!r} must be a bool (or None)",
         )
+        for opt in ("spin_wait", "spin_wait_producer"):
+            self._value_error_if(
+                getattr(self, opt) is not None and not isinstance(getattr(self, opt), bool),
+                f"SdpaFwdSm90: {opt}={getattr(self, opt)!r} must be a bool (or None)",
+            )
         self._value_error_if(
             self.l2_group_mb is not None and (isinstance(self.l2_group_mb, bool) or not isinstance(self.l2_group_mb, int) or not 1 <= self.l2_group_mb <= 1024),
             f"SdpaFwdSm90: l2_group_mb={self.l2_group_mb!r} must be an int in [1, 1024] (MiB of K/V per L2 group of the tile order) or None",
@@ -477,6 +495,8 @@ class SdpaFwdSm90(APIBase):
             bool(pairs),
             int(exp2_emu),
             bool(self.ragged_tail if self.ragged_tail is not None else (RAGGED_TAIL_DEFAULT and not (self.paged or self.split_kv))),
+            bool(self.spin_wait if self.spin_wait is not None else SPIN_WAIT_DEFAULT),
+            bool(self.spin_wait_producer if self.spin_wait_producer is not None else SPIN_WAIT_PRODUCER_DEFAULT),
         )
         self._is_supported = True
         return True

@@ -57,6 +57,10 @@ class SdpaFwdKey(AttentionKey):
     ragged_tail: bool = False  # the first key block a warpgroup processes (the highest: the sequence's partial last block,
     # or the causal diagonal) at the width its rows can see, the narrowest of ragged_tail_widths(tile_n) covering it: a
     # narrower S GEMM (N = 64 / 128), its mask, softmax and P convert on that slice, and its PV GEMM's k-loop stopped there
+    spin_wait: bool = False  # the consumers' full-barrier waits (Q, K, V) spin on ``mbarrier.try_wait`` with no suspend-time
+    # hint (ptxas: TRYWAIT in a loop, no NANOSLEEP) instead of the DSL wait (hint 10 ms: TRYWAIT, then NANOSLEEP.SYNCS
+    # 0x989680 + PHASECHK while the phase is incomplete); see _device/pipeline.consumer_wait
+    spin_wait_producer: bool = False  # the same for the producer warp's empty-barrier waits (Q, K, V slots free)
 
     @property
     def paged(self) -> bool:

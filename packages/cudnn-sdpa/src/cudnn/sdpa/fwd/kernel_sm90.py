@@ -28,7 +28,9 @@ GEMM, see ``step``), ``mask_r2p`` (masks as per-row 32-bit keep masks, one selec
 ``persistent_pairs`` (persistent work unit = query blocks M - 1 - j and j of one head: ``tile_pair`` in
 ``_device/tile_scheduler.py``), ``exp2_emu`` (one exponential in N of the unmasked blocks on the FMA pipe:
 ``_device/softmax.exp2_fma``), ``ragged_tail`` (each warpgroup's first key block, the partial last block or the causal
-diagonal, at the width its rows see: S GEMM N = 64 / 128, softmax on that slice, PV k-loop cut: ``ragged_tail.py``).
+diagonal, at the width its rows see: S GEMM N = 64 / 128, softmax on that slice, PV k-loop cut: ``ragged_tail.py``),
+``spin_wait`` / ``spin_wait_producer`` (the consumers' full-barrier / the producer's empty-barrier waits as a try_wait
+spin without the 10 ms suspend-time hint, so no NANOSLEEP: ``_device/pipeline.consumer_wait`` / ``producer_acquire``).
 
 Split-KV (``key.split_kv``): each tile's key blocks are shared by ``num_splits`` CTAs writing fp32 partial O / LSE to
 the caller's workspace; the same launch then runs ``combine`` (one warp per output row) to merge them.
@@ -65,7 +67,15 @@ from cutlass.cute.nvgpu import cpasync, warp, warpgroup
 from .._device.kernel_plan import DTYPES, WarpSpecializedPlanSm90, fake_gmem_ptr
 from .._device.mask import MaskInfo
 from .._device.mma_sm90 import acc_view_as_a, acc_view_mn, transpose_view, wgmma
-from .._device.pipeline import NamedBarrier, consumer_state, make_tma_pipeline, prefetch_tma_descriptors, producer_state
+from .._device.pipeline import (
+    NamedBarrier,
+    consumer_state,
+    consumer_wait,
+    make_tma_pipeline,
+    prefetch_tma_descriptors,
+    producer_acquire,
+    producer_state,
+)
 from .._device.seqlen import cu_seqlens_tensors, sequence_extents
 from .._device.softmax import OnlineSoftmax
 from .._device.tile_scheduler import SingleTileScheduler, StaticPersistentTileScheduler
@@ -711,7 +721,7 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
             p_last = n_block // (self.key.page_size // self.tile_n)
             pt_base, pt_reg = self.page_window(mPageTable, batch_pt, p_last, p_last)
             blk, pt_base, pt_reg = self.kv_block_window(mPageTable, batch_pt, n_block, p_last, pt_base, pt_reg)
-        pipeline_k.producer_acquire(kv_state)
+        producer_acquire(pipeline_k, kv_state, self.key.spin_wait_producer)
         cute.copy(
             tma_atom_K,
             tKgK[None, self.kv_block(mPageTable, batch_pt, n_block) if const_expr(not self.key.page_prefetch) else blk],
@@ -724,7 +734,7 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
                 mQ_cur = cute.domain_offset((offset_q, 0), mQ_cur)
             gQ = cute.local_tile(mQ_cur, (self.tile_m, self.head_dim), (m_block, 0))
             tQsQ, tQgQ = cpasync.tma_partition(tma_atom_Q, 0, cute.make_layout(1), cute.group_modes(sQ, 0, 2), cute.group_modes(gQ, 0, 2))
-            pipeline_q.producer_acquire(q_state)
+            producer_acquire(pipeline_q, q_state, self.key.spin_wait_producer)
             cute.copy(tma_atom_Q, tQgQ, tQsQ, tma_bar_ptr=pipeline_q.producer_get_barrier(q_state))
         for i in cutlass.range(n_block_max - 1 - n_block_min, unroll=1):
             n_prev = n_block_max - 1 - i
@@ -733,14 +743,14 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
             if const_expr(self.key.page_prefetch):
                 blk_k, pt_base, pt_reg = self.kv_block_window(mPageTable, batch_pt, n_prev - 1, p_last, pt_base, pt_reg)
                 blk_v, pt_base, pt_reg = self.kv_block_window(mPageTable, batch_pt, n_prev, p_last, pt_base, pt_reg)
-            pipeline_k.producer_acquire(kv_state)
+            producer_acquire(pipeline_k, kv_state, self.key.spin_wait_producer)
             cute.copy(
                 tma_atom_K,
                 tKgK[None, self.kv_block(mPageTable, batch_pt, n_prev - 1) if const_expr(not self.key.page_prefetch) else blk_k],
                 tKsK[None, kv_state.index],
                 tma_bar_ptr=pipeline_k.producer_get_barrier(kv_state),
             )
-            pipeline_v.producer_acquire(prev_state)
+            producer_acquire(pipeline_v, prev_state, self.key.spin_wait_producer)
             cute.copy(
                 tma_atom_V,
                 tVgV[None, self.kv_block(mPageTable, batch_pt, n_prev) if const_expr(not self.key.page_prefetch) else blk_v],
@@ -749,7 +759,7 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
             )
         if const_expr(self.key.page_prefetch):
             blk, pt_base, pt_reg = self.kv_block_window(mPageTable, batch_pt, n_block_min, p_last, pt_base, pt_reg)
-        pipeline_v.producer_acquire(kv_state)
+        producer_acquire(pipeline_v, kv_state, self.key.spin_wait_producer)
         cute.copy(
             tma_atom_V,
             tVgV[None, self.kv_block(mPageTable, batch_pt, n_block_min) if const_expr(not self.key.page_prefetch) else blk],
@@ -818,29 +828,29 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
         kv_state = producer_state(self.num_stages)
         n_block = n_block_max - 1
         base, entry = self.page_window(mPageTable, batch_pt, n_block * P + 2 * P - 2, p_last)  # covers blocks n_max - 1, n_max
-        pipeline_k.producer_acquire(kv_state)
+        producer_acquire(pipeline_k, kv_state, self.key.spin_wait_producer)
         for j in cutlass.range_constexpr(P):
             page = cute.arch.shuffle_sync(entry, cutlass.min(n_block * P + j, p_last) - base)
             cute.copy(tma_atom_K, tKgK[None, page], tKsK[None, j, 0, kv_state.index], tma_bar_ptr=pipeline_k.producer_get_barrier(kv_state))
         if const_expr(not self.key.pack_gqa):  # pack-GQA: the consumers gather Q themselves
             gQ = cute.local_tile(mQ[None, None, head, batch], (self.tile_m, self.head_dim), (m_block, 0))
             tQsQ, tQgQ = cpasync.tma_partition(tma_atom_Q, 0, cute.make_layout(1), cute.group_modes(sQ, 0, 2), cute.group_modes(gQ, 0, 2))
-            pipeline_q.producer_acquire(q_state)
+            producer_acquire(pipeline_q, q_state, self.key.spin_wait_producer)
             cute.copy(tma_atom_Q, tQgQ, tQsQ, tma_bar_ptr=pipeline_q.producer_get_barrier(q_state))
         for i in cutlass.range(n_block_max - 1 - n_block_min, unroll=1):
             n_prev = n_block_max - 1 - i
             prev_state = kv_state.clone()
             kv_state.advance()
             base, entry = self.page_window_small(mPageTable, batch_pt, n_prev - 1, p_last, base, entry)
-            pipeline_k.producer_acquire(kv_state)
+            producer_acquire(pipeline_k, kv_state, self.key.spin_wait_producer)
             for j in cutlass.range_constexpr(P):
                 page = cute.arch.shuffle_sync(entry, cutlass.min((n_prev - 1) * P + j, p_last) - base)
                 cute.copy(tma_atom_K, tKgK[None, page], tKsK[None, j, 0, kv_state.index], tma_bar_ptr=pipeline_k.producer_get_barrier(kv_state))
-            pipeline_v.producer_acquire(prev_state)
+            producer_acquire(pipeline_v, prev_state, self.key.spin_wait_producer)
             for j in cutlass.range_constexpr(P):
                 page = cute.arch.shuffle_sync(entry, cutlass.min(n_prev * P + j, p_last) - base)
                 cute.copy(tma_atom_V, tVgV[None, page], tVsV[None, j, 0, prev_state.index], tma_bar_ptr=pipeline_v.producer_get_barrier(prev_state))
-        pipeline_v.producer_acquire(kv_state)
+        producer_acquire(pipeline_v, kv_state, self.key.spin_wait_producer)
         for j in cutlass.range_constexpr(P):
             page = cute.arch.shuffle_sync(entry, cutlass.min(n_block_min * P + j, p_last) - base)
             cute.copy(tma_atom_V, tVgV[None, page], tVsV[None, j, 0, kv_state.index], tma_bar_ptr=pipeline_v.producer_get_barrier(kv_state))
@@ -966,15 +976,17 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
             cute.arch.fence_view_async_shared()  # generic-proxy smem writes -> visible to WGMMA
             cute.arch.barrier(barrier_id=int(NamedBarrier.Q_GATHER), number_of_threads=self.num_mma_threads)
         else:
-            pipeline_q.consumer_wait(q_state)
+            consumer_wait(pipeline_q, q_state, self.key.spin_wait)
 
         # First key block (the highest): full masking (sequence length, causal, window).
         n_block = n_block_max - 1
         tail = None  # ragged_tail: (this warpgroup's width index, the P views of the narrower widths), see ragged_tail.tail_block
         if const_expr(self.key.ragged_tail):
+            if const_expr(self.key.spin_wait):  # spun here: tail_block's own (hinted) wait then finds the phase complete
+                consumer_wait(pipeline_k, kv_state, True)
             tail = ragged_tail.tail_block(self, tiled_mma_qk, tOrP, tSrQ, sK, pipeline_k, kv_state, softmax, mask, m_block, n_block, wg_idx, tidx)
         else:
-            pipeline_k.consumer_wait(kv_state)
+            consumer_wait(pipeline_k, kv_state, self.key.spin_wait)
             wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, kv_state.index], zero_init=True, wg_wait=0)
             pipeline_k.consumer_release(kv_state)
             if const_expr(self.key.mask_r2p):
@@ -1045,7 +1057,7 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
         # Last PV GEMM.
         if const_expr(self.key.o_rescale_early):
             softmax.rescale(acc_O, o_scale)
-        pipeline_v.consumer_wait(kv_state)
+        consumer_wait(pipeline_v, kv_state, self.key.spin_wait)
         if const_expr(self.key.ragged_tail):
             # A tile of one key block (no peeled step): this is the first block's PV GEMM, at its width.
             last = Int32(len(self.tail_widths) - 1)
@@ -1322,13 +1334,13 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
         masked range or not)."""
         v_state = kv_state.clone()
         kv_state.advance()
-        pipeline_k.consumer_wait(kv_state)
+        consumer_wait(pipeline_k, kv_state, self.key.spin_wait)
         if const_expr(self.pingpong):
             cute.arch.barrier(barrier_id=int(NamedBarrier.WG_SCHED_1) + wg_idx, number_of_threads=2 * self.threads_per_wg)
         wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, kv_state.index], zero_init=True, wg_wait=-1)
         if const_expr(o_scale is not None):
             softmax.rescale(acc_O, o_scale)
-        pipeline_v.consumer_wait(v_state)
+        consumer_wait(pipeline_v, v_state, self.key.spin_wait)
         wgmma(tiled_mma_pv, acc_O, tOrP if const_expr(tail is None) else tail, tOrVt[None, None, None, v_state.index], zero_init=False, wg_wait=-1)
         if const_expr(self.pingpong):
             if const_expr(self.num_consumer_wg == 3):  # round-robin: warpgroup w lets w + 1 (mod 3) issue next
