@@ -213,9 +213,18 @@ def test_default_tuning_constants_drive_plans_built_without_tuning(monkeypatch):
     plan.check_support()
     assert api.CAUSAL_TUNING == ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost")
     assert plan.key.dq_bulk and plan.key.dq_writer and not plan.key.dq_tma and plan.key.stats_tma and plan.key.ds_double_buffer and plan.key.prepost_vec
-    full = SdpaBwdSm90(*_descs())  # not causal: DEFAULT_TUNING
+    # d128 non-causal dense, no window / sinks: D128_NONCAUSAL_TUNING since the session-9 H200 A/B (sdpa_bwd_m80b.md)
+    assert api.D128_NONCAUSAL_TUNING == ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost", "m80", "pack1")
+    full = SdpaBwdSm90(*_descs())
     full.check_support()
-    assert full.key.dq_bulk and not full.key.dq_writer and full.key.stats_tma and full.key.ds_double_buffer and full.key.prepost_vec
+    assert full.key.tile_m80 and full.key.dq_bulk and full.key.dq_writer and full.key.pack_once and full.key.stats_tma and not full.key.dq_tma
+    windowed = SdpaBwdSm90(*_descs(), window_size=(64, 64))  # other non-causal masks: DEFAULT_TUNING
+    windowed.check_support()
+    assert windowed.key.dq_bulk and not windowed.key.dq_writer and not windowed.key.tile_m80 and windowed.key.stats_tma and windowed.key.ds_double_buffer
+    monkeypatch.setattr(api, "D128_NONCAUSAL_TUNING", None)  # None: DEFAULT_TUNING
+    full = SdpaBwdSm90(*_descs())
+    full.check_support()
+    assert full.key.dq_bulk and not full.key.dq_writer and not full.key.tile_m80 and full.key.stats_tma and full.key.ds_double_buffer and full.key.prepost_vec
     det = SdpaBwdSm90(*_descs(), is_causal=True, deterministic=True)
     det.check_support()
     assert not (det.key.dq_tma or det.key.dq_bulk or det.key.dq_writer) and det.key.stats_tma and det.key.deterministic

@@ -300,8 +300,9 @@ def test_spin_wait_ptx(tmp_path, d, causal, fields):
     """``spin_wait`` / ``spin_wait_producer`` on the default plans (d = 128 non-causal: key tile 192, ragged_tail; d = 128
     causal: persistent pairs; d = 64: tile_m 192): the waits they cover become hint-less ``mbarrier.try_wait`` spins
     (consumers: Q, K, V full; producer: the empty slots), no stack frame. With both on, the one hinted wait left is the
-    ragged_tail first block's own wait, reached after the spin has seen that phase complete. The default plan (d = 128
-    non-causal) has only hinted waits: the option leaves it alone."""
+    ragged_tail first block's own wait, reached after the spin has seen that phase complete. The default plan has
+    ``spin_wait`` on (SPIN_WAIT_DEFAULT) and the producer's waits hinted; with ``spin_wait=False`` (d = 128 non-causal)
+    every wait is the DSL's hinted form."""
     import dataclasses
 
     from cudnn.sdpa.fwd.api import SdpaFwdSm90
@@ -310,7 +311,7 @@ def test_spin_wait_ptx(tmp_path, d, causal, fields):
 
     q = TensorDesc.contiguous((2, 4096, 16, d), "bfloat16", "q")
     plan = SdpaFwdSm90(q, q, q, is_causal=causal)
-    assert plan.check_support() and not plan.key.spin_wait and not plan.key.spin_wait_producer
+    assert plan.check_support() and plan.key.spin_wait and not plan.key.spin_wait_producer
     key = dataclasses.replace(plan.key, **fields)
     with keep_artifacts(tmp_path / "spin") as ptx_text:
         compile_sdpa_fwd(key)
@@ -323,8 +324,8 @@ def test_spin_wait_ptx(tmp_path, d, causal, fields):
     assert frames and all(f == 0 for f in frames), frames
     if d == 128 and not causal:
         with keep_artifacts(tmp_path / "default") as ptx_text:
-            compile_sdpa_fwd(plan.key)
+            compile_sdpa_fwd(dataclasses.replace(plan.key, spin_wait=False))
             ptx_def = ptx_text()
         hinted_def = len(_HINTED_WAIT.findall(ptx_def))
         assert not _SPIN_WAIT.findall(ptx_def) and hinted_def > hinted, (hinted_def, hinted)
-        assert "mbarrier.try_wait" not in _HINTED_WAIT.sub("", ptx_def)  # every default wait is the DSL's hinted form
+        assert "mbarrier.try_wait" not in _HINTED_WAIT.sub("", ptx_def)  # with the option off every wait is the DSL's hinted form

@@ -71,6 +71,13 @@ D256_TUNING: tuple[str, ...] | None = ("split_d", "dq_bulk", "dq_writer", "ds2",
 #: 482.0 vs 438.2 TFLOP/s for the session-7 default, causal 456.5 vs 428.9; s8k 503.2 vs 450.6, causal 491.3 vs 416.2
 #: (FA4 502.4 / 466.6 / 519.2 / 488.2); m128 alone: docs/benchmarks/sdpa_bwd_m128.md. GPU tests: test_sdpa_bwd_variants.py.
 D64_TUNING: tuple[str, ...] | None = ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost", "m128", "pack1", "dsk", "dqrows", "stats4")
+#: Variants of a non-causal dense plan at D = D_v = 128 built without ``_tuning`` (non-deterministic, no window, no sinks;
+#: varlen and the other masks keep DEFAULT_TUNING); None: DEFAULT_TUNING. Session 9 (issue #6): FA3 / FA4's non-causal
+#: d128 tile, 80-row query blocks (``m80``) with dq_bulk's dQ path from the writer warp (``dq_writer``), dS^T converted
+#: once (``pack1``: without it ptxas serializes the 80-row kernel's WGMMAs). H200, 3 interleaved rounds
+#: (docs/benchmarks/sdpa_bwd_m80b.md, "ours-m80bw"): d128 s4k 550.4 vs 530.6 TFLOP/s, s8k 574.5 vs 564.0 (FA4 584.6 /
+#: 601.7); causal it loses (495.9 vs 518.4 at s4k), so causal plans keep CAUSAL_TUNING. GPU tests: test_sdpa_bwd_variants.py.
+D128_NONCAUSAL_TUNING: tuple[str, ...] | None = ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost", "m80", "pack1")
 
 
 class SdpaBwdSm90(APIBase):
@@ -165,7 +172,8 @@ class SdpaBwdSm90(APIBase):
             dv_ = v.shape[3]
             io_shape, lse_shape = (b, h, sq, dv_), (b, h, sq)
         self._value_error_if(dk_ != dq_, f"{_OWNER}: q and k head dims differ: {q.describe()}, {k.describe()}")
-        self._tuning = self._tuning_arg if self._tuning_arg is not None else _default_tuning(dq_, dv_, self.deterministic, self.is_causal)
+        plain = not varlen and tuple(self.window_size) == (-1, -1) and self.sinks is None  # D128_NONCAUSAL_TUNING's scope (dense, no window / sinks)
+        self._tuning = self._tuning_arg if self._tuning_arg is not None else _default_tuning(dq_, dv_, self.deterministic, self.is_causal, plain)
         served = _HEAD_DIMS + ((256,) if "split_d" in self._tuning else ())  # 256: the split-D kernel (a variant for now)
         self._decline_if(dq_ not in served, f"{_OWNER}: {q.describe()}: head dim {dq_} not served by the backward yet; accepted: {served}")
         self._decline_if(dv_ != dq_, f"{_OWNER}: {v.describe()}: value head dim {dv_} must equal q's {dq_} in the backward for now")
@@ -294,14 +302,17 @@ def _ws_layout(key, q_shape, n_seq):
     return workspace_layout(b, h, sq, d, key.has_sinks, key.deterministic)
 
 
-def _default_tuning(d: int, d_v: int, deterministic: bool, causal: bool = False) -> tuple[str, ...]:
+def _default_tuning(d: int, d_v: int, deterministic: bool, causal: bool = False, plain: bool = False) -> tuple[str, ...]:
     """The variants of a plan built without ``_tuning``: D256_TUNING for D = D_v = 256 (non-deterministic), D64_TUNING
-    (when set) for D = D_v = 64 (non-deterministic), else CAUSAL_TUNING (causal) or DEFAULT_TUNING, without the dQ
-    reduce-add variants when deterministic."""
+    (when set) for D = D_v = 64 (non-deterministic), D128_NONCAUSAL_TUNING (when set) for a non-causal ``plain`` (dense,
+    no window, no sinks) non-deterministic plan at D = D_v = 128, else CAUSAL_TUNING (causal) or DEFAULT_TUNING, without
+    the dQ reduce-add variants when deterministic."""
     if d == 256 and d_v == 256:
         return tuple(D256_TUNING) if D256_TUNING is not None and not deterministic else ()
     if d == 64 and d_v == 64 and D64_TUNING is not None and not deterministic:
         return tuple(D64_TUNING)
+    if d == 128 and d_v == 128 and plain and not causal and D128_NONCAUSAL_TUNING is not None and not deterministic:
+        return tuple(D128_NONCAUSAL_TUNING)
     return tuple(t for t in (CAUSAL_TUNING if causal else DEFAULT_TUNING) if not (deterministic and t in _NONDETERMINISTIC_TUNING))
 
 

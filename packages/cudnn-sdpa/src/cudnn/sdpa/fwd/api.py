@@ -116,10 +116,12 @@ L2_GROUP_MB_DEFAULT = 8
 L2_GROUP_MB_WIDE_DEFAULT = 32
 #: ``spin_wait=None`` means SPIN_WAIT_DEFAULT (the consumers' full-barrier waits on Q / K / V as a spin on
 #: ``mbarrier.try_wait`` with no suspend-time hint: no NANOSLEEP.SYNCS in their SASS, FA4's consumer form; the default
-#: is the DSL's wait, whose 10 ms hint ptxas turns into TRYWAIT + NANOSLEEP.SYNCS + PHASECHK). Off until an H200 A/B
-#: (benchmarks/sdpa_fwd.py --spin). ``spin_wait_producer=None``: SPIN_WAIT_PRODUCER_DEFAULT, the same for the producer
-#: warp's empty-barrier waits (the waits that really sleep in the session-8 d128 profile: /work/notes/s8/fwd_ncu.md).
-SPIN_WAIT_DEFAULT = False
+#: alternative is the DSL's wait, whose 10 ms hint ptxas turns into TRYWAIT + NANOSLEEP.SYNCS + PHASECHK). On since the
+#: session-9 H200 A/B (docs/benchmarks/sdpa_fwd_spin.md, 3 rounds, same prepared path): +1.4% / +1.6% d128 s4k / s8k,
+#: +3.1% / +3.2% causal, +1.6% d64 s4k; bitwise the same outputs. ``spin_wait_producer=None``: SPIN_WAIT_PRODUCER_DEFAULT, the same for the producer
+#: warp's empty-barrier waits (the waits that really sleep in the session-8 d128 profile: /work/notes/s8/fwd_ncu.md); off:
+#: it measured within noise of the default in the same A/B.
+SPIN_WAIT_DEFAULT = True
 SPIN_WAIT_PRODUCER_DEFAULT = False
 #: ``fast_guard=None`` means FAST_GUARD_DEFAULT (host only, not a compile-key field): a repeated execute() checks its
 #: tensors' metadata with one C++ call (torch's dynamo ``TensorGuards``: dtype, device, dispatch keys, sizes and strides
