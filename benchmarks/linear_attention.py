@@ -9,7 +9,15 @@ with session 5's host path: DSL launch entry, custom-op dispatch, full per-call 
 the direct eager call and the memoized validation since session 6), and the forward's grid: ``ours`` runs the default
 run grid (``grid_ctas`` None: 4 x SMs, 528 CTAs on an H200, each one contiguous token run), "ours-cta64" the public op
 with the 64-token CTAs (``api.FWD_GRID_CTAS_DEFAULT = 0``: the default until session 6) and "ours-cta64+graph" that
-kernel alone (the adapter with ``grid_ctas = 0``, replayed from a CUDA graph: compare with "ours+graph").
+kernel alone (the adapter with ``grid_ctas = 0``, replayed from a CUDA graph: compare with "ours+graph"); session 9's
+"ours-pf<P>+graph" (P = 1, 2, 4, 8): the run grid with ``l2_prefetch = P`` (the CTA asks L2 for the token group P groups
+ahead of its registers' next one, ``cp.async.bulk.prefetch.L2``), "ours-steady+graph" with ``steady = True`` (groups of
+4 tokens inside one sequence skip the per-token sequence walk and history branches), "ours-steady-pf<P>+graph" both,
+all kernel-only, and "ours-steady-pf2" the public op eager with both; "ours-upd-slowhost" the decode update with session
+8's host path (custom-op dispatch, DSL entry, full validation; ``ours`` has session 9's direct call, tvm-ffi route and
+memoized validation). ``--cases`` keeps named cases and ``--out``
+names the table (conv1d only), e.g. ``conv1d --cases "fwd T16k D4096,fwd T8k D8192,fwd T32k D4096" --out
+linear_attention_conv1d_s9``.
 "copy" is the forward's ceiling under the same protocol: torch's device-to-device copy of x into y (the same bytes).
 ``conv1d --quick`` runs those forward shapes in 3 interleaved rounds (``linear_attention_quick.{md,csv,png}``).
 
@@ -178,11 +186,12 @@ def _make_ours_adapter(tvm_ffi):
     return make
 
 
-def _make_ours_op_options(tvm_ffi=True, fast=True, grid_ctas=None):
+def _make_ours_op_options(tvm_ffi=True, fast=True, grid_ctas=None, steady=False, l2_prefetch=0):
     """The public ``causal_conv1d`` (eager) with the forward op's plan options set around each call
     (``torch_op.FWD_TVM_FFI``: launch route; ``fast``: the host fast paths ``torch_op.DIRECT_EAGER`` and
     ``api.FAST_HOST_DEFAULT``, both on by default since session 6; ``grid_ctas``: the forward's grid
-    ``api.FWD_GRID_CTAS_DEFAULT``, None = the default run grid, 0 = the 64-token CTAs). Forward only."""
+    ``api.FWD_GRID_CTAS_DEFAULT``, None = the default run grid, 0 = the 64-token CTAs; ``steady`` / ``l2_prefetch``: the
+    session-9 kernel options ``api.FWD_STEADY_DEFAULT`` / ``api.FWD_L2_PREFETCH_DEFAULT``). Forward only."""
 
     def make(case):
         if case.params["op"] != "fwd":
@@ -191,17 +200,50 @@ def _make_ours_op_options(tvm_ffi=True, fast=True, grid_ctas=None):
 
         fn = _make_ours(case)
 
+        names = ("FAST_HOST_DEFAULT", "FWD_GRID_CTAS_DEFAULT", "FWD_STEADY_DEFAULT", "FWD_L2_PREFETCH_DEFAULT")
+        values = (fast, grid_ctas, steady, l2_prefetch)
+
         def call():
-            saved = torch_op.FWD_TVM_FFI, torch_op.DIRECT_EAGER, api.FAST_HOST_DEFAULT, api.FWD_GRID_CTAS_DEFAULT
-            torch_op.FWD_TVM_FFI, torch_op.DIRECT_EAGER, api.FAST_HOST_DEFAULT, api.FWD_GRID_CTAS_DEFAULT = tvm_ffi, fast, fast, grid_ctas
+            saved = torch_op.FWD_TVM_FFI, torch_op.DIRECT_EAGER, [getattr(api, n) for n in names]
+            torch_op.FWD_TVM_FFI, torch_op.DIRECT_EAGER = tvm_ffi, fast
+            for n, v in zip(names, values, strict=True):
+                setattr(api, n, v)
             try:
                 return fn()
             finally:
-                torch_op.FWD_TVM_FFI, torch_op.DIRECT_EAGER, api.FAST_HOST_DEFAULT, api.FWD_GRID_CTAS_DEFAULT = saved
+                torch_op.FWD_TVM_FFI, torch_op.DIRECT_EAGER = saved[0], saved[1]
+                for n, v in zip(names, saved[2], strict=True):
+                    setattr(api, n, v)
 
         return call
 
     return make
+
+
+def _make_ours_update_slowhost(case):
+    """The public ``causal_conv1d_update`` with session 8's host path (custom-op dispatch, DSL launch entry, full
+    validation per call: ``torch_op.UPDATE_DIRECT_EAGER`` / ``UPDATE_TVM_FFI`` / ``api.UPDATE_FAST_HOST_DEFAULT`` off);
+    ``ours`` has session 9's (all three on). Update only."""
+    if case.params["op"] != "update":
+        raise Unsupported("update host-path A/B")
+    from cudnn.linear_attention.conv1d import api, torch_op
+
+    fn = _make_ours(case)
+    names = ("UPDATE_DIRECT_EAGER", "UPDATE_TVM_FFI")
+
+    def call():
+        saved = [getattr(torch_op, n) for n in names], api.UPDATE_FAST_HOST_DEFAULT
+        for n in names:
+            setattr(torch_op, n, False)
+        api.UPDATE_FAST_HOST_DEFAULT = False
+        try:
+            return fn()
+        finally:
+            for n, v in zip(names, saved[0], strict=True):
+                setattr(torch_op, n, v)
+            api.UPDATE_FAST_HOST_DEFAULT = saved[1]
+
+    return call
 
 
 def _make_ours_kernel_variant(**fields):
@@ -432,6 +474,8 @@ def _args(argv):
     ap.add_argument("which", nargs="?", default="all", choices=["all", "conv1d", "gdn", "kda"])
     ap.add_argument("--quick", action="store_true", help="one or two shapes per op (T 8k, H 16): a smoke run well under a minute")
     ap.add_argument("--providers", default="", help="comma-separated provider names to keep (default: all)")
+    ap.add_argument("--cases", default="", help="conv1d: comma-separated case labels to keep, e.g. 'fwd T16k D4096,fwd T8k D8192' (default: all)")
+    ap.add_argument("--out", default="", help="conv1d: output name under docs/benchmarks (default linear_attention[_quick]), e.g. linear_attention_conv1d_s9")
     return ap.parse_args(argv)
 
 
@@ -568,6 +612,19 @@ def main(args=None):
         # 64-token CTAs (grid_ctas = 0, the default until session 6), eager through the public op and kernel-only
         Provider("ours-cta64", _make_ours_op_options(grid_ctas=0)),
         Provider("ours-cta64+graph", _make_ours_kernel_variant(grid_ctas=0)),
+        # session 9: the run grid with L2 prefetch P groups ahead (``l2_prefetch``, opt-in), kernel-only: compare ours+graph
+        Provider("ours-pf1+graph", _make_ours_kernel_variant(l2_prefetch=1)),
+        Provider("ours-pf2+graph", _make_ours_kernel_variant(l2_prefetch=2)),
+        Provider("ours-pf4+graph", _make_ours_kernel_variant(l2_prefetch=4)),
+        Provider("ours-pf8+graph", _make_ours_kernel_variant(l2_prefetch=8)),
+        # session 9: the steady-group path (``steady``: no per-token sequence walk / history branches), alone and with
+        # the L2 prefetch, kernel-only; and the public op eager with both (what flipping the two defaults would give)
+        Provider("ours-steady+graph", _make_ours_kernel_variant(steady=True)),
+        Provider("ours-steady-pf2+graph", _make_ours_kernel_variant(steady=True, l2_prefetch=2)),
+        Provider("ours-steady-pf4+graph", _make_ours_kernel_variant(steady=True, l2_prefetch=4)),
+        Provider("ours-steady-pf2", _make_ours_op_options(steady=True, l2_prefetch=2)),
+        # session 9: the decode update with session 8's host path (ours: the direct call, tvm-ffi route and memo)
+        Provider("ours-upd-slowhost", _make_ours_update_slowhost),
         Provider("adapter", _make_ours_adapter(False)),
         Provider("adapter+tvmffi", _make_ours_adapter(True)),
         Provider("fla", _make_fla, _fla_available),
@@ -578,6 +635,27 @@ def main(args=None):
     if args.quick:  # issue 7's forward shapes: 16M, 67M (two), 134M elements dense, and 134M varlen
         keep = ("fwd T4k D4096", "fwd T16k D4096", "fwd T8k D8192", "fwd T32k D4096", "fwd varlen64 T32k D4096")
         cases = [c for c in cases if c.label in keep]
+    if args.cases:
+        keep = [c.strip() for c in args.cases.split(",") if c.strip()]
+        cases = _cases() if not set(keep) <= {c.label for c in cases} else cases  # --quick keeps forward shapes only
+        unknown = set(keep) - {c.label for c in cases}
+        if unknown:
+            raise SystemExit(f"--cases: unknown {sorted(unknown)}; known: {[c.label for c in cases]}")
+        cases = [c for c in cases if c.label in keep]
+    if args.out:  # the table under its own name (no _quick suffix added)
+        out_dir = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "benchmarks")
+        print(f"{args.out}: {len(cases)} cases", flush=True)
+        run_benchmark(
+            args.out,
+            cases,
+            _select(providers, args.providers),
+            out_dir=out_dir,
+            convention="effective bytes: fwd 2*T*D*2 (x read, y written), bwd 3*T*D*2 (x, dy read, dx written), update B*D*(2+2(W-1))*2; bf16, W=4, SiLU, bias",
+            metric="gbps",
+            title="causal_conv1d (bf16, W=4, SiLU)",
+            rounds=3 if args.quick else 1,
+        )
+        return
     _run(
         "linear_attention",
         cases,

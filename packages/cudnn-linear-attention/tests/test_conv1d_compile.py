@@ -183,3 +183,70 @@ def test_forward_default_run_grid_compiles_to_16_byte_accesses_without_a_frame(t
     other.compile()
     assert kernel_cache.stats.misses == misses
     assert other._compiled_kernel is plan._compiled_kernel
+
+
+def test_forward_l2_prefetch_variant_emits_bulk_prefetch_and_validates(tmp_path):
+    """``plan.l2_prefetch = 2`` (opt-in, session 9): the run-grid kernel asks L2 for token groups ahead with
+    ``cp.async.bulk.prefetch.L2.global`` (absent from the default, ``l2_prefetch`` 0) and keeps its 16-byte loads and
+    stores; dense bf16 without states (the benchmark's key) stays spill-free (frame 0). Malformed values raise ValueError
+    at compile(): negative, non-int, bool, more than 128 tokens ahead, or with the 64-token CTAs (``grid_ctas = 0``)."""
+    from cudnn.kernel_cache import kernel_cache
+    from cudnn.linear_attention.conv1d.api import CausalConv1d
+
+    x = TensorDesc.contiguous((2, 4096, 512), "bfloat16", "x")
+    plan = CausalConv1d(x, TensorDesc.contiguous((512, 4), "bfloat16", "weight"), x, TensorDesc.contiguous((512,), "bfloat16", "bias"), activation="silu")
+    assert plan.l2_prefetch == 0
+    plan.check_support()
+    assert plan.compile_key().l2_prefetch == 0
+    plan.l2_prefetch = 2
+    key = plan.compile_key()
+    assert key.l2_prefetch == 2 and key.grid_ctas > 0
+    kernel_cache._entries.pop(("linear_attention.conv1d", key), None)
+    with keep_artifacts(tmp_path) as ptx:
+        plan.compile()
+        text = ptx()
+    names = kernel_symbols(text)
+    assert len(names) == 1 and "kernel_runs" in names[0] and names[0].startswith("cudnn_"), names
+    assert text.count("cp.async.bulk.prefetch.L2.global") >= 2, "prologue and loop prefetches"
+    assert "ld.global.v4" in text and "st.global.v4" in text and ".local" not in text
+    assert frame_sizes(tmp_path) == [0]
+    for bad, grid in ((-1, None), (1.5, None), (True, None), (33, None), (2, 0)):
+        plan.l2_prefetch, plan.grid_ctas = bad, grid
+        with pytest.raises(ValueError, match="l2_prefetch"):
+            plan.compile()
+
+
+def test_forward_steady_variant_compiles_and_validates(tmp_path):
+    """``plan.steady = True`` (opt-in, session 9; with ``l2_prefetch = 2`` as the benchmark's combined column): the run
+    grid builds with the steady-group path, 16-byte loads and stores, no frame (dense bf16, the benchmark's key), and
+    its PTX differs from the default's; fp32 varlen with states builds too. Malformed values raise ValueError."""
+    from cudnn.kernel_cache import kernel_cache
+    from cudnn.linear_attention.conv1d.api import CausalConv1d
+
+    x = TensorDesc.contiguous((2, 4096, 512), "bfloat16", "x")
+    plan = CausalConv1d(x, TensorDesc.contiguous((512, 4), "bfloat16", "weight"), x, TensorDesc.contiguous((512,), "bfloat16", "bias"), activation="silu")
+    assert plan.steady is False
+    plan.check_support()
+    assert plan.compile_key().steady is False
+    plan.steady, plan.l2_prefetch = True, 2
+    key = plan.compile_key()
+    assert key.steady is True and key.l2_prefetch == 2
+    kernel_cache._entries.pop(("linear_attention.conv1d", key), None)
+    with keep_artifacts(tmp_path / "steady") as ptx:
+        plan.compile()
+        text = ptx()
+    names = kernel_symbols(text)
+    assert len(names) == 1 and "kernel_runs" in names[0] and names[0].startswith("cudnn_"), names
+    assert "ld.global.v4" in text and "st.global.v4" in text and ".local" not in text
+    assert text.count("cp.async.bulk.prefetch.L2.global") >= 2
+    assert frame_sizes(tmp_path / "steady") == [0]
+
+    xf = TensorDesc.contiguous((1000, 256), "float32", "x")
+    st = TensorDesc.contiguous((5, 256, 2), "float32", "states")
+    fp32 = CausalConv1d(xf, TensorDesc.contiguous((256, 3), "float32", "weight"), xf, None, TensorDesc.contiguous((6,), "int32", "cu"), st, st, "silu")
+    fp32.steady = True
+    fp32.compile()
+    for bad, grid in (("yes", None), (1, None), (True, 0)):
+        plan.steady, plan.l2_prefetch, plan.grid_ctas = bad, 0, grid
+        with pytest.raises(ValueError, match="steady"):
+            plan.compile()

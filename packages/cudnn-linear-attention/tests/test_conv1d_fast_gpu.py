@@ -171,3 +171,126 @@ def test_public_op_run_grid_gives_the_64_token_bits(monkeypatch, layout):
     grids = {p.compile_key().grid_ctas for p in torch_op._PLANS.values() if isinstance(p, api.CausalConv1d)}
     assert {0, _default_grid(x)} <= grids, grids
     assert torch.equal(res[0][0], res[1][0]) and torch.equal(res[0][1], res[1][1])
+
+
+#: (variant fields, grid_ctas, width, bias, activation, layout, dtype, D) of session 9's opt-in forward variants
+#: (``Conv1dFwdKey.l2_prefetch``: L2 prefetch P groups ahead; ``Conv1dFwdKey.steady``: the steady-group path): the
+#: benchmark's shape family (bf16, W 4, bias, SiLU) varlen with initial / final states, 1-token sequences and a partial
+#: channel CTA, both variants combined; dense fp16 W 3 with batch boundaries inside groups (L = 1573), each variant alone
+#: (the deepest prefetch, 4 groups); fp32 with one run per channel block (7 CTAs); 1-token sequences with states (no
+#: group is ever steady). Five compiles; their default twins are keys of CASES above (shared when the file runs whole) but
+#: the dense fp16 one.
+VARIANT_CASES = [
+    ({"steady": True, "l2_prefetch": 2}, None, 4, True, "silu", "varlen", "bfloat16", 392),
+    ({"steady": True}, 1056, 3, False, None, "dense", "float16", 384),
+    ({"l2_prefetch": 4}, 1056, 3, False, None, "dense", "float16", 384),
+    ({"steady": True, "l2_prefetch": 1}, 7, 4, True, "silu", "varlen", "float32", 4096),
+    ({"steady": True}, None, 2, True, None, "ones", "float16", 256),
+]
+
+
+@pytest.mark.parametrize(("fields", "grid_ctas", "width", "bias", "activation", "layout", "dtype", "D"), VARIANT_CASES)
+def test_forward_variants_are_bitwise_the_default(fields, grid_ctas, width, bias, activation, layout, dtype, D):
+    """``plan.l2_prefetch = P`` only asks L2 for data and ``plan.steady = True`` runs the same fp32 operations in the same
+    order without the per-token sequence walk and history branches: y and the final states equal the same grid without
+    them bit for bit (NaN-poisoned outputs), within the tolerance rule of the fp32 reference; both plans then re-bind the
+    tiny batch (a run shorter than a group); warm executes of the variant plan neither synchronize nor allocate."""
+    from cudnn.linear_attention.conv1d.api import CausalConv1d
+    from cudnn_testing import detectors
+
+    plans = {}
+    for lengths in (LENGTHS, TINY):
+        x, w, b, cu, init = _inputs(width, bias, layout, dtype, D, lengths)
+        with_final = layout in ("varlen", "ones")
+        outs = []
+        for variant in (False, True):
+            y = torch.full(x.shape, float("nan"), device="cuda", dtype=x.dtype)
+            fin = torch.full((_n_seqs(x, cu), D, width - 1), float("nan"), device="cuda", dtype=x.dtype) if with_final else None
+            key = (variant, tuple(x.shape) if cu is None else None)
+            if key not in plans:
+                plan = CausalConv1d(x, w, torch.empty_like(x), b, cu, init, fin, activation)
+                plan.grid_ctas = grid_ctas
+                if variant:
+                    for name, value in fields.items():
+                        setattr(plan, name, value)
+                plan.compile()
+                ck = plan.compile_key()
+                assert all(getattr(ck, name) == (value if variant else 0) for name, value in fields.items()), ck
+                plans[key] = plan
+            plans[key].execute(x, w, y, b, cu, init, fin)
+            outs.append((y, fin))
+        torch.cuda.synchronize()
+        (y0, f0), (y1, f1) = outs
+        y_ref, _ = causal_conv1d_ref(x, w, b, activation, cu, init)
+        _check(y1, y_ref, f"y ({fields}, T={x.shape[0] * (x.shape[1] if x.dim() == 3 else 1)})")
+        assert torch.equal(y0, y1), (y0.float() - y1.float()).abs().max()
+        if with_final:
+            assert torch.equal(f0, f1)
+    plan = plans[(True, tuple(x.shape) if cu is None else None)]
+    detectors.assert_no_sync_no_alloc(lambda: plan.execute(x, w, y1, b, cu, init, f1 if with_final else None), repeats=3)
+
+
+def test_public_update_host_path_is_bitwise_the_custom_op_and_captures(monkeypatch):
+    """The decode update's session-9 host path (``torch_op.UPDATE_DIRECT_EAGER``, ``UPDATE_TVM_FFI``,
+    ``api.UPDATE_FAST_HOST_DEFAULT``) against session 8's (custom op, DSL entry, full validation): three decode steps
+    with slot indices (a padding row included) give the same outputs and states bit for bit; a step of the new path
+    captured in a CUDA graph replays like eager; on a side stream the tvm-ffi + memo launch is ordered after the
+    stream's producer."""
+    from cudnn.linear_attention import causal_conv1d_update
+    from cudnn.linear_attention.conv1d import api, torch_op
+    from cudnn_testing import detectors
+
+    B, D, S, W = 9, 1024, 16, 4
+    xs = [torch.randn(B, D, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
+    w = torch.randn(D, W, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(D, device="cuda", dtype=torch.bfloat16)
+    idx = torch.tensor([3, 0, -1, 15, 7, 8, 4, 1, 2], device="cuda", dtype=torch.int32)
+    state0 = torch.randn(S, D, W - 1, device="cuda", dtype=torch.bfloat16)
+    runs = {}
+    for new in (False, True):
+        monkeypatch.setattr(torch_op, "UPDATE_DIRECT_EAGER", new)
+        monkeypatch.setattr(torch_op, "UPDATE_TVM_FFI", new)
+        monkeypatch.setattr(api, "UPDATE_FAST_HOST_DEFAULT", new)
+        state = state0.clone()
+        outs = [causal_conv1d_update(x, state, w, b, "silu", conv_state_indices=idx) for x in xs]
+        torch.cuda.synchronize()
+        runs[new] = (outs, state)
+    for a, c in zip(runs[False][0], runs[True][0], strict=True):
+        assert torch.equal(a, c)
+    assert torch.equal(runs[False][1], runs[True][1])
+
+    # capture: one step of the new path (its plan is warm) from state0, replayed, == the eager step from state0
+    state = state0.clone()
+    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        out_g = causal_conv1d_update(xs[0], state, w, b, "silu", conv_state_indices=idx)
+    state.copy_(state0)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out_g, runs[True][0][0])
+    eager_state = state0.clone()
+    causal_conv1d_update(xs[0], eager_state, w, b, "silu", conv_state_indices=idx)
+    torch.cuda.synchronize()
+    assert torch.equal(state, eager_state)
+
+    # stream order: the adapter (tvm-ffi when importable, memo) on a side stream after that stream's producer of x
+    out = torch.empty_like(xs[0])
+    plan = api.CausalConv1dUpdate(xs[0], state, w, out, b, idx, "silu")
+    plan.tvm_ffi = torch_op.tvm_ffi_available()
+    plan.compile()
+    src = torch.randn_like(xs[0])
+    x = xs[0].clone()
+    state.copy_(state0)
+    plan.execute(x, state, w, out, b, idx)  # warm: the memo holds this layout
+    state.copy_(state0)
+    torch.cuda.synchronize()
+
+    def produce():
+        x.copy_(src)
+
+    detectors.run_on_side_stream_with_sentinel(lambda s: plan.execute(x, state, w, out, b, idx, current_stream=s), produce)
+    ref_state, ref_out = state0.clone(), torch.empty_like(out)
+    plan.execute(src, ref_state, w, ref_out, b, idx)
+    torch.cuda.synchronize()
+    assert torch.equal(out, ref_out) and torch.equal(state, ref_state)

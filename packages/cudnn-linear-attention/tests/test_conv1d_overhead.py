@@ -577,3 +577,300 @@ def test_host_time_of_the_fast_paths(stub, monkeypatch):
     )
     assert best["memo"] < 0.6 * best["full"]
     assert best["direct"] < 0.8 * best["op"]
+
+
+# --- the decode update's host path (session 9): memoized validation, the direct eager call, the op's tvm-ffi route ---
+
+UB, UD = 8, 256  # batch rows and channels of the update cases
+
+
+def _update_sequence():
+    """(make_plan(fast_host, tvm_ffi, indices), calls) of an update plan with bias and SiLU: fresh tensors of one layout,
+    misaligned addresses, wrong dtypes / shapes / strides, declaration errors, a caller's stream, an in-place restride."""
+    x, y = _aligned((UB, UD)), torch.empty(UB, UD, dtype=torch.bfloat16)
+    x2, y2 = _aligned((UB, UD)), torch.empty(UB, UD, dtype=torch.bfloat16)
+    st, st2 = _aligned((16, UD, W - 1)), _aligned((16, UD, W - 1))
+    w, b = _aligned((UD, W)), _aligned((UD,))
+    idx = torch.tensor([3, -1, 0, 7, 15, 2, 9, 1], dtype=torch.int32)
+    idx2 = torch.tensor([0, 1, 2, 3, 4, 5, 6, 7], dtype=torch.int32)
+    idx_s = torch.zeros(2 * UB, dtype=torch.int32)[::2]
+    st_t = _aligned((16, W - 1, UD)).transpose(1, 2)  # another stride: the plan is built for the contiguous state
+    xs = _aligned((UB, 3 * UD))[:, UD : 2 * UD]  # row stride 3D: a slice of a fused projection
+    xm, ym = _misaligned((UB, UD)), _misaligned((UB, UD))
+    stm = _misaligned((16, UD, W - 1))
+    w_t = _aligned((W, UD)).t()
+    b_s = _aligned((2 * UD,))[::2]
+    obj = _aligned((UB, UD))
+    obj_data = obj.detach()
+    obj_strided = _aligned((UB, 3 * UD))[:, :UD]
+
+    def restride(p, i):  # same object, row stride 3D now: the memo must not serve the old stride
+        obj.set_(obj_strided.untyped_storage(), obj_strided.storage_offset(), obj_strided.shape, obj_strided.stride())
+        return p.execute(obj, st, w, y, b, i)
+
+    def reset(p, i):
+        obj.set_(obj_data.untyped_storage(), 0, obj_data.shape, obj_data.stride())
+        return p.execute(x, st, w, y, b, i)
+
+    calls = [
+        reset,
+        lambda p, i: p.execute(x, st, w, y, b, i),
+        lambda p, i: p.execute(x, st, w, y, b, i),
+        lambda p, i: p.execute(x2, st2, w, y2, b, i if i is None else idx2),
+        lambda p, i: p.execute(x2, st2, w, y2, b, i if i is None else idx2),
+        lambda p, i: p.execute(xs, st, w, y, b, i),
+        lambda p, i: p.execute(xs, st, w, y, b, i),
+        lambda p, i: p.execute(x, st, w, y, b, i, current_stream=0x5550),
+        lambda p, i: p.execute(xm, st, w, y, b, i),  # misaligned x with the metadata of a validated call
+        lambda p, i: p.execute(x, st, w, ym, b, i),
+        lambda p, i: p.execute(x, stm, w, y, b, i),
+        lambda p, i: p.execute(x, st, w, y, b, i),
+        lambda p, i: p.execute(x, st_t, w, y, b, i),
+        lambda p, i: p.execute(x, st, w_t, y, b, i),
+        lambda p, i: p.execute(x, st, w, y, b_s, i),
+        lambda p, i: p.execute(x, st, w, y, b, i if i is None else idx_s),
+        lambda p, i: p.execute(x, st, w, y, b, i if i is None else idx2.long()),
+        lambda p, i: p.execute(x, st, w, y, b, idx if i is None else None),  # undeclared / missing indices
+        lambda p, i: p.execute(x, st, w, y, None, i),  # declared bias missing
+        lambda p, i: p.execute(x.float(), st, w, y, b, i),
+        lambda p, i: p.execute(x, st.float(), w, y, b, i),
+        lambda p, i: p.execute(x[:4], st, w, y[:4], b, i if i is None else i[:4]),
+        lambda p, i: p.execute(x, st[:4], w, y, b, i),
+        lambda p, i: p.execute(x, st, w, y, b, i),
+        lambda p, i: p.execute(obj, st, w, y, b, i),
+        lambda p, i: p.execute(obj, st, w, y, b, i),
+        restride,
+        lambda p, i: p.execute(obj, st, w, y, b, i),
+        lambda p, i: p.execute("x", st, w, y, b, i),  # not a tensor: the full validation names the problem
+        lambda p, i: p.execute(x, st, w, y, b, i),
+    ]
+
+    def make(api, fast_host, tvm_ffi, indices):
+        plan = api.CausalConv1dUpdate(x, st, w, y, b, idx if indices else None, "silu")
+        plan.fast_host, plan.tvm_ffi = fast_host, tvm_ffi
+        plan.compile()
+        return plan, (idx if indices else None)
+
+    return make, calls
+
+
+@pytest.mark.parametrize("indices", [False, True], ids=["rows", "indices"])
+@pytest.mark.parametrize("tvm_ffi", [True, False], ids=["tvm-ffi", "dsl-entry"])
+def test_update_fast_host_launches_what_the_full_validation_launches(stub, monkeypatch, tvm_ffi, indices):
+    """``CausalConv1dUpdate.fast_host`` (default on since session 9): the same call sequence on a ``fast_host=False`` plan
+    and a ``fast_host=True`` plan hands the kernel identical arguments or raises identical errors, on both launch routes,
+    with and without ``conv_state_indices``; the memo really serves the repeated calls."""
+    api, _, rec = stub
+    make, calls = _update_sequence()
+    validations = []
+    real = api.CausalConv1dUpdate._validate
+    monkeypatch.setattr(api.CausalConv1dUpdate, "_validate", lambda self, *a: validations.append(1) or real(self, *a))
+    runs = {}
+    for fast_host in (False, True):
+        plan, idx = make(api, fast_host, tvm_ffi, indices)
+        validations.clear()
+        runs[fast_host] = [_outcome(rec, lambda c=c, plan=plan, idx=idx: c(plan, idx)) for c in calls]
+        runs[(fast_host, "validations")] = len(validations)
+    for i, (a, b) in enumerate(zip(runs[False], runs[True], strict=True)):
+        assert a == b, f"call {i}: the fast_host plan gave {b}, the full validation {a}"
+    raised = [o for o in runs[False] if o[0] == "raises"]
+    assert len(raised) >= (14 if indices else 12), raised
+    assert runs[(False, "validations")] == len(calls)
+    served = len(calls) - runs[(True, "validations")]
+    assert served >= 6, f"the memo served only {served} calls: the fast path was not exercised"
+
+
+def test_update_fast_host_detector_sees_a_planted_stride_blind_memo(stub, monkeypatch):
+    """Planted violation: an update memo key without strides. The comparison above must then fail (the strided x, the
+    transposed state, the strided weight / bias / indices, the restrided object would pass or launch with stale strides)."""
+    api, _, rec = stub
+    real = api._update_meta
+
+    def stride_blind(*args):
+        return tuple(m for i, m in enumerate(real(*args)[:16]) if i not in (1, 5, 9, 13))
+
+    monkeypatch.setattr(api, "_update_meta", stride_blind)
+    make, calls = _update_sequence()
+    runs = []
+    for fast_host in (False, True):
+        plan, idx = make(api, fast_host, True, True)
+        runs.append([_outcome(rec, lambda c=c, plan=plan, idx=idx: c(plan, idx)) for c in calls])
+    assert runs[0] != runs[1], "the planted stride-blind memo went unnoticed"
+
+
+def test_update_fast_host_option_values(stub):
+    api, _, rec = stub
+    x, st, w = _aligned((UB, UD)), _aligned((UB, UD, W - 1)), _aligned((UD, W))
+    plan = api.CausalConv1dUpdate(x, st, w, torch.empty_like(x))
+    assert plan.fast_host is api.UPDATE_FAST_HOST_DEFAULT is True
+    plan.compile()
+    assert plan._memo == {}
+    plan.fast_host = 1
+    with pytest.raises(ValueError, match="fast_host"):
+        plan.compile()
+    plan.fast_host = False
+    plan.compile()
+    assert plan._memo is None
+    plan.execute(x, st, w, torch.empty_like(x))
+    plan.execute(x, st, w, torch.empty_like(x))
+    assert rec.calls[-1][:3] == rec.calls[-2][:3]
+
+
+def _public_update_calls(api):
+    """Calls of the public ``causal_conv1d_update`` (arguments kept alive by the closures) with their conv_state."""
+    x, w, b = _aligned((UB, UD)), _aligned((UD, W)), _aligned((UD,))
+    st, st_big = _aligned((UB, UD, W - 1)), _aligned((16, UD, W - 1))
+    idx = torch.tensor([3, -1, 0, 7, 15, 2, 9, 1], dtype=torch.int32)
+    x4 = _aligned((4, UD))
+    xf, wt, idx64 = x.float(), w.t(), idx.long()
+    f = api.causal_conv1d_update
+    return [
+        (st, lambda: f(x, st, w, b, "silu")),
+        (st, lambda: f(x, st, w, b, "silu")),
+        (st_big, lambda: f(x, st_big, w, None, None, conv_state_indices=idx)),
+        (st_big, lambda: f(x, st_big, w, None, None, conv_state_indices=idx)),
+        (st, lambda: f(x4, st, w, b, "swish")),
+        (st, lambda: f(x, st, w, b, "relu")),  # malformed activation: our ValueError, both ways
+        (st, lambda: f(x, st, w, b, 7)),  # not a string: the op's schema check (the direct path declines it)
+        (st, lambda: f(xf, st, w, b, "silu")),  # fp32 x with bf16 state and weight: served (a plan of its own)
+        (st, lambda: f(x, st, wt, b, "silu")),
+        (st, lambda: f(x, st, w, b, "silu", conv_state_indices=idx64)),
+        (st, lambda: f(x, st[:4], w, b, "silu")),
+        (st, lambda: f(x, st, w, b, "silu")),
+    ]
+
+
+def test_update_direct_eager_path_matches_the_custom_op(stub, monkeypatch):
+    """``torch_op.UPDATE_DIRECT_EAGER``: the same public update calls with and without it hand the kernel identical
+    arguments (out's address masked), return outputs of identical metadata, raise identical errors and bump conv_state's
+    version counter alike (the mutating custom op's contract, which autograd relies on); the direct path is taken."""
+    api, torch_op, rec = stub
+    monkeypatch.setattr(torch_op, "UPDATE_TVM_FFI", True)
+    taken = []
+    real = torch_op._update_body
+    monkeypatch.setattr(torch_op, "_update_body", lambda *a: taken.append(1) or real(*a))
+    direct_calls = []
+    real_ok = torch_op._direct_ok
+    monkeypatch.setattr(torch_op, "_direct_ok", lambda *a: direct_calls.append(r := real_ok(*a)) or r)
+    calls = _public_update_calls(api)
+    runs = {}
+    for direct in (False, True):
+        monkeypatch.setattr(torch_op, "UPDATE_DIRECT_EAGER", direct)
+        monkeypatch.setattr(torch_op, "_PLANS", {})
+        direct_calls.clear()
+        out = []
+        for st, c in calls:
+            v0 = st._version
+            o = _public_outcome(rec, c)
+            if o[0] != "raises":
+                o = ([a[:5] + a[6:] for a in o[0]], o[1])  # out's address (argument 5) is a fresh allocation
+            out.append((o, st._version - v0))
+        runs[direct] = out
+        runs[(direct, "direct")] = sum(direct_calls)
+    for i, (a, b) in enumerate(zip(runs[False], runs[True], strict=True)):
+        assert a == b, f"call {i}: direct {b}, custom op {a}"
+    assert runs[(False, "direct")] == 0 and runs[(True, "direct")] >= 9, runs
+    assert sum(1 for o, _ in runs[True] if o[0] == "raises") >= 5
+    assert all(bump == 1 for o, bump in runs[True] if o[0] != "raises"), runs[True]
+
+
+def test_update_direct_eager_path_declines_whenever_dispatch_matters(stub, monkeypatch):
+    """A torch function mode, FakeTensorMode, a meta tensor, a conv_state requiring grad under grad mode, a non-string
+    activation and torch.compile go through the update custom op, never the direct call."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.overrides import TorchFunctionMode
+
+    api, torch_op, rec = stub
+    body = []
+    real = torch_op._update_body
+    ops = []
+    real_op = torch_op.causal_conv1d_update_op
+    monkeypatch.setattr(torch_op, "causal_conv1d_update_op", lambda *a: ops.append(1) or real_op(*a))
+    monkeypatch.setattr(torch_op, "_update_body", lambda *a: body.append(1) or real(*a))
+    x, st, w = _aligned((UB, UD)), _aligned((UB, UD, W - 1)), _aligned((UD, W))
+    api.causal_conv1d_update(x, st, w, None, "silu")
+    assert ops == [] and body == [1]  # the plain eager call: direct
+
+    class Passthrough(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    with Passthrough():
+        api.causal_conv1d_update(x, st, w, None, "silu")
+    assert ops == [1]
+    with FakeTensorMode() as mode:
+        api.causal_conv1d_update(mode.from_tensor(x), mode.from_tensor(st), mode.from_tensor(w), None, "silu")
+    assert ops == [1, 1]
+    api.causal_conv1d_update(x.to("meta"), st.to("meta"), w.to("meta"), None, "silu")
+    assert ops == [1, 1, 1]
+    try:
+        api.causal_conv1d_update(x, st.clone().requires_grad_(), w, None, "silu")
+    except Exception:  # noqa: BLE001 - whatever autograd makes of mutating a leaf that requires grad; only the route matters
+        pass
+    assert len(ops) == 4
+    with pytest.raises(Exception):  # noqa: B017 - the op's schema check
+        api.causal_conv1d_update(x, st, w, None, 3)
+    assert len(ops) == 5
+    compiled = torch.compile(lambda x, st, w: api.causal_conv1d_update(x, st, w, None, "silu"), backend="eager", fullgraph=True)
+    compiled(x, st, w)
+    assert len(ops) == 6
+
+
+def test_update_host_time_of_the_fast_paths(stub, monkeypatch):
+    """Python side of one decode step (the kernel is the recorder): the public ``causal_conv1d_update`` with session 9's
+    host path (direct eager call, tvm-ffi route, memoized validation) against session 8's (custom-op dispatch, DSL
+    entry, full validation), and the adapter's execute with and without the memo. Loose bounds (a shared 2-core CPU)."""
+    api, torch_op, rec = stub
+    rec.calls = _Sink()
+    x, st, w, b = _aligned((64, 4096)), _aligned((64, 4096, W - 1)), _aligned((4096, W)), _aligned((4096,))
+    y = torch.empty_like(x)
+    plans = {}
+    for fast_host in (False, True):
+        plans[fast_host] = api.CausalConv1dUpdate(x, st, w, y, b, activation="silu")
+        plans[fast_host].fast_host, plans[fast_host].tvm_ffi = fast_host, True
+        plans[fast_host].compile()
+    best = dict.fromkeys(("full", "memo", "old", "new"), float("inf"))
+    for _ in range(3):
+        best["full"] = min(best["full"], _per_call_us(lambda: plans[False].execute(x, st, w, y, b)))
+        best["memo"] = min(best["memo"], _per_call_us(lambda: plans[True].execute(x, st, w, y, b)))
+        for new in (False, True):
+            monkeypatch.setattr(torch_op, "UPDATE_DIRECT_EAGER", new)
+            monkeypatch.setattr(torch_op, "UPDATE_TVM_FFI", new)
+            monkeypatch.setattr(api, "UPDATE_FAST_HOST_DEFAULT", new)
+            t = _per_call_us(lambda: api.causal_conv1d_update(x, st, w, b, "silu"))
+            best["new" if new else "old"] = min(best["new" if new else "old"], t)
+    print(
+        f"\nupdate host (CPU, kernel stubbed): execute {best['full']:.2f} us full validation, {best['memo']:.2f} us memo (tvm-ffi route); "
+        f"public causal_conv1d_update {best['old']:.2f} us (custom op, DSL entry, full validation) -> {best['new']:.2f} us (direct, tvm-ffi, memo)"
+    )
+    assert best["memo"] < 0.7 * best["full"]
+    assert best["new"] < 0.5 * best["old"]
+
+
+def test_update_direct_eager_path_in_inference_mode_matches_the_custom_op(stub, monkeypatch):
+    """Serving stacks decode under ``torch.inference_mode()``: there the custom op still bumps a normal conv_state's
+    version counter once per call, and so does the direct call; a conv_state created in inference mode (no version
+    counter) is served by both without error."""
+    api, torch_op, rec = stub
+    x, w = _aligned((UB, UD)), _aligned((UD, W))
+    got = {}
+    bodies = []
+    real = torch_op._update_body
+    monkeypatch.setattr(torch_op, "_update_body", lambda *a: bodies.append(1) or real(*a))
+    for direct in (False, True):
+        monkeypatch.setattr(torch_op, "UPDATE_DIRECT_EAGER", direct)
+        bodies.clear()
+        st = _aligned((UB, UD, W - 1))
+        deltas = []
+        with torch.inference_mode():
+            inf_st = torch.randn(UB, UD, W - 1).to(torch.bfloat16)
+            v0 = st._version
+            api.causal_conv1d_update(x, st, w, None, "silu")
+            api.causal_conv1d_update(x, inf_st, w, None, "silu")
+            deltas.append(st._version - v0)
+        v0 = st._version
+        api.causal_conv1d_update(x, st, w, None, "silu")
+        deltas.append(st._version - v0)
+        got[direct] = (deltas, len(bodies))
+    assert got[False][0] == got[True][0] == [1, 1], got
+    assert got[True][1] == 3, got  # the direct path served all three calls

@@ -31,6 +31,13 @@ an int N > 0 = the run grid with about N CTAs, each walking one contiguous token
 until session 6; bitwise the same outputs). H200 eager: 3366 GB/s at T16k x D4096, 3589 on 64 varlen sequences of
 T32k x D4096 (3469 with the 64-token CTAs).
 
+Update host path (``plan.fast_host``, default on since session 9): as the forward's, execute() memoizes its validation
+per tensor metadata and re-checks only the addresses' alignment on a repeated layout (the public update op also takes the
+tvm-ffi route and the direct eager call: torch_op.py).
+
+Forward kernel options (set before ``compile()``; compile-key fields, opt-in): ``plan.steady`` and ``plan.l2_prefetch``
+(fwd_kernel.py, ``Conv1dFwdKey``), both bitwise the default's outputs.
+
 Contract the kernel cannot check without a device read (Rule 3): ``cu_seqlens`` is non-decreasing,
 starts at 0 and ends at T.
 
@@ -74,6 +81,19 @@ FAST_HOST_DEFAULT = True
 #: = about N CTAs. The run grid since session 6 (H200, the quick table's ``ours-k4`` column: 3366-3599 GB/s eager, bitwise
 #: the 64-token kernel's outputs, up to 3.4% faster on varlen).
 FWD_GRID_CTAS_DEFAULT = None
+#: Default of ``CausalConv1dUpdate.fast_host`` (execute memoizes its validation per tensor metadata, as the forward's
+#: ``fast_host``; session 9): the decode step's host path. The CPU tier proves it hands the kernel the full validation's
+#: arguments and raises its errors (tests/test_conv1d_overhead.py).
+UPDATE_FAST_HOST_DEFAULT = True
+#: Default of ``CausalConv1d.l2_prefetch`` (``Conv1dFwdKey.l2_prefetch``): 0 = off (the verified kernel, PTX unchanged); P > 0
+#: = the run grid's CTAs ask L2 for the token group P groups beyond the one their registers are loading
+#: (``cp.async.bulk.prefetch.L2``; bitwise the same outputs). Opt-in until the H200 A/B (session 9: ``ours-pf<P>+graph``).
+FWD_L2_PREFETCH_DEFAULT = 0
+#: Default of ``CausalConv1d.steady`` (``Conv1dFwdKey.steady``): False = off (the verified kernel, PTX unchanged); True = the
+#: run grid's groups of 4 tokens wholly inside one sequence, 3+ tokens past its start, skip the sequence walk and the
+#: history branches (the same fp32 operations: bitwise the same outputs; ~91 instead of ~150 SASS instructions per token
+#: in the dense bf16 SiLU kernel). Opt-in until the H200 A/B (session 9: ``ours-steady+graph``).
+FWD_STEADY_DEFAULT = False
 #: CTAs per SM of the default run grid: one wave at the forward kernel's ``Conv1dFwdKey.min_ctas_per_sm`` = 4.
 _RUN_GRID_CTAS_PER_SM = 4
 #: SM count assumed where no CUDA device is known (a descriptor-only plan compiled on a host without a GPU): an H200's.
@@ -197,6 +217,17 @@ def _fwd_meta(x, weight, out, bias, cu_seqlens, initial_states, final_states, va
         None if cu_seqlens is None else (cs, cu_seqlens.stride(), cu_seqlens.dtype, cu_seqlens.device),
         None if initial_states is None else (i_s, initial_states.stride(), initial_states.dtype, initial_states.device),
         None if final_states is None else (f_s, final_states.stride(), final_states.dtype, final_states.device),
+    )  # fmt: skip
+
+
+def _update_meta(x, conv_state, weight, out, bias, conv_state_indices) -> tuple:
+    """What the decode update's execute-time validation reads of its tensors (everything but their addresses): the key of
+    its validation memo. Shapes, strides, dtypes and devices of every tensor; None for an absent optional one."""
+    return (
+        x.shape, x.stride(), x.dtype, x.device, conv_state.shape, conv_state.stride(), conv_state.dtype, conv_state.device,
+        weight.shape, weight.stride(), weight.dtype, weight.device, out.shape, out.stride(), out.dtype, out.device,
+        None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.device),
+        None if conv_state_indices is None else (conv_state_indices.shape, conv_state_indices.stride(), conv_state_indices.dtype, conv_state_indices.device),
     )  # fmt: skip
 
 
@@ -346,6 +377,11 @@ class CausalConv1d(_Conv1dCommon):
         #: count of the plan's device (528 on an H200, one wave; resolved by compile_key()); N > 0 = the run grid with
         #: about N CTAs, each walking one contiguous token run; 0 = the 64-token CTAs. Outputs bitwise equal either way.
         self.grid_ctas = FWD_GRID_CTAS_DEFAULT
+        #: L2 prefetch distance of the run grid (set before compile(); ``Conv1dFwdKey.l2_prefetch``): 0 (default) = off,
+        #: P > 0 = the token group P groups beyond the registers' next one is asked into L2. Outputs bitwise equal either way.
+        self.l2_prefetch = FWD_L2_PREFETCH_DEFAULT
+        #: Steady-group fast path of the run grid (set before compile(); ``Conv1dFwdKey.steady``): False (default) / True.
+        self.steady = FWD_STEADY_DEFAULT
         self._entry = None
         self._memo = None  # metadata -> memo entry (see execute); set by compile() when fast_host
         self._last = [(None, None)]
@@ -383,6 +419,8 @@ class CausalConv1d(_Conv1dCommon):
             has_final=self.final_states is not None,
             state_dtype=_CNAME[st.dtype] if st is not None else "",
             grid_ctas=_default_grid_ctas(self.x.device) if self.grid_ctas is None else self.grid_ctas,
+            l2_prefetch=self.l2_prefetch,
+            steady=self.steady,
         )
 
     def compile(self) -> None:
@@ -392,6 +430,16 @@ class CausalConv1d(_Conv1dCommon):
             raise ValueError(
                 f"CausalConv1d: grid_ctas={key.grid_ctas!r} must be None (4 x the SMs of the device, 528 on an H200: one wave), "
                 "an int > 0 (about that many CTAs) or 0 (the 64-token CTAs)"
+            )
+        pf = key.l2_prefetch
+        if type(pf) is not int or pf < 0 or (pf and (key.grid_ctas == 0 or pf * key.group > _THREADS)):
+            raise ValueError(
+                f"CausalConv1d: l2_prefetch={pf!r} must be 0 (off) or an int P > 0 with P * {key.group} <= {_THREADS} tokens, and needs the run grid "
+                f"(grid_ctas None or > 0; got {key.grid_ctas})"
+            )
+        if type(key.steady) is not bool or (key.steady and key.grid_ctas == 0):
+            raise ValueError(
+                f"CausalConv1d: steady={key.steady!r} must be True or False, and True needs the run grid (grid_ctas None or > 0; got {key.grid_ctas})"
             )
         s = key.state_dtype
         ptrs = [
@@ -711,7 +759,10 @@ class CausalConv1dUpdate(APIBase):
         self.activation = activation
         #: Launch route (set before compile()), as :class:`CausalConv1d`'s.
         self.tvm_ffi = _use_tvm_ffi_default()
+        #: Host fast path (set before compile()): execute() memoizes its validation per tensor metadata (see execute).
+        self.fast_host = UPDATE_FAST_HOST_DEFAULT
         self._entry = None
+        self._memo = None  # metadata -> launch integers; set by compile() when fast_host
 
     def check_support(self) -> bool:
         what = "causal_conv1d_update"
@@ -782,11 +833,64 @@ class CausalConv1dUpdate(APIBase):
             (key.dtype, 16),
         ]
         self._entry = None
+        if type(self.fast_host) is not bool:
+            raise ValueError(f"CausalConv1dUpdate: fast_host={self.fast_host!r} must be True or False")
+        self._memo = None
         self._compiled_kernel = _compile_cached(key, ".update_kernel", "CausalConv1dUpdate", ptrs, 8, self.tvm_ffi)
         if self.tvm_ffi:
             self._entry = _tvm_ffi_entry(self._compiled_kernel)
+        self._memo = {} if self.fast_host else None
 
     def execute(self, x, conv_state, weight, out, bias=None, conv_state_indices=None, *, current_stream=None):
+        """Launch on ``current_stream``; ``conv_state`` rolls in place.
+
+        With ``fast_host`` (default) the full validation runs once per distinct tensor metadata (:func:`_update_meta`:
+        shapes, strides, dtypes and devices of every tensor, which optional ones are given) and its result, the kernel's
+        integer arguments, is memoized on the plan; a repeated layout checks only the addresses' alignment and launches.
+        A call whose metadata was never validated, or with a misaligned address, takes the full validation (and raises
+        exactly its error)."""
+        memo = self._memo
+        meta = None
+        if memo is not None:
+            try:
+                meta = _update_meta(x, conv_state, weight, out, bias, conv_state_indices)
+            except (AttributeError, TypeError):  # not tensors: the full validation names the problem
+                meta = None
+            if meta is not None:
+                got = memo.get(meta)
+                if got is not None:
+                    xp, sp, wp, yp = x.data_ptr(), conv_state.data_ptr(), weight.data_ptr(), out.data_ptr()
+                    bp = None if bias is None else bias.data_ptr()
+                    ip = None if conv_state_indices is None else conv_state_indices.data_ptr()
+                    if not ((xp | wp | yp | (0 if bp is None else bp)) & 15 or sp % got[1] or (ip is not None and ip & 3)):
+                        self._launch(got[0], x, conv_state, weight, out, bias, conv_state_indices, xp, wp, bp, sp, ip, yp, current_stream)
+                        return out
+        got = self._validate(x, conv_state, weight, out, bias, conv_state_indices)
+        if meta is not None:
+            if len(memo) >= _LAUNCH_MEMO_MAX:
+                memo.clear()
+            memo[meta] = got
+        self._launch(
+            got[0],
+            x,
+            conv_state,
+            weight,
+            out,
+            bias,
+            conv_state_indices,
+            x.data_ptr(),
+            weight.data_ptr(),
+            _data_ptr(bias),
+            conv_state.data_ptr(),
+            _data_ptr(conv_state_indices),
+            out.data_ptr(),
+            current_stream,
+        )
+        return out
+
+    def _validate(self, x, conv_state, weight, out, bias, conv_state_indices):
+        """The full execute-time checks (metadata and alignment; no conversion, no device read). Returns the memo entry
+        ``(launch integers after the pointers, conv_state alignment)``."""
         what = "CausalConv1dUpdate.execute"
         self._ensure_support_checked()
         check_declared(what, self, bias=bias, conv_state_indices=conv_state_indices)
@@ -808,23 +912,23 @@ class CausalConv1dUpdate(APIBase):
         if self._compiled_kernel is None:
             self.compile()
         B, D = int(x.shape[0]), int(x.shape[1])
+        tail = (
+            B,
+            D,
+            int(conv_state.shape[0]),
+            int(x.stride(0)) if B > 1 else D,
+            int(out.stride(0)) if B > 1 else D,
+            *(int(s) for s in conv_state.stride()),
+        )
+        return tail, state_align
+
+    def _launch(self, tail, x, conv_state, weight, out, bias, conv_state_indices, xp, wp, bp, sp, ip, yp, current_stream):
+        """One launch with the integer arguments ``tail`` and the call's addresses (tvm-ffi: integers; DSL entry: cute
+        pointers)."""
         if self._entry is not None:  # tvm-ffi: integer addresses, ints and a raw stream handle, no per-call conversion
-            self._entry(
-                x.data_ptr(),
-                weight.data_ptr(),
-                _data_ptr(bias),
-                conv_state.data_ptr(),
-                _data_ptr(conv_state_indices),
-                out.data_ptr(),
-                B,
-                D,
-                int(conv_state.shape[0]),
-                int(x.stride(0)) if B > 1 else D,
-                int(out.stride(0)) if B > 1 else D,
-                *(int(s) for s in conv_state.stride()),
-                _stream_handle(current_stream, x.device),
-            )
-            return out
+            self._entry(xp, wp, bp, sp, ip, yp, *tail, _stream_handle(current_stream, x.device))
+            return
+        state_align = 16 if self._state_contiguous() else self.conv_state.dtype.itemsize
         self._compiled_kernel(
             _ptr(x, self.x.dtype, 16),
             _ptr(weight, self.weight.dtype, 16),
@@ -832,15 +936,9 @@ class CausalConv1dUpdate(APIBase):
             _ptr(conv_state, self.conv_state.dtype, state_align),
             _ptr(conv_state_indices, data_type.INT32, 4),
             _ptr(out, self.x.dtype, 16),
-            B,
-            D,
-            int(conv_state.shape[0]),
-            int(x.stride(0)) if B > 1 else D,
-            int(out.stride(0)) if B > 1 else D,
-            *(int(s) for s in conv_state.stride()),
+            *tail,
             _stream(current_stream, x.device),
         )
-        return out
 
 
 def causal_conv1d(x, weight, bias=None, activation=None, cu_seqlens=None, initial_states=None, output_final_states: bool = False):

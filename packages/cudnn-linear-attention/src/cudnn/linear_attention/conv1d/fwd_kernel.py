@@ -38,6 +38,11 @@ W = 4, SiLU, GB/s eager (docs/benchmarks/linear_attention_quick.md): 3366 at T16
 64 varlen sequences of T32k x D4096 (3469 with the 64-token CTAs); evict-first y stores (``st.global.cs``) were measured
 no better and removed.
 
+Run-grid options (session 9, opt-in, both bitwise the default's outputs; the default's PTX is unchanged):
+``Conv1dFwdKey.steady`` (a group of ``group`` tokens inside one sequence and W - 1 past its start skips the per-token
+sequence walk and history branches: :func:`token_output_steady`, ~91 instead of ~150 SASS instructions per token for bf16
+W = 4 SiLU) and ``Conv1dFwdKey.l2_prefetch`` (``cp.async.bulk.prefetch.L2`` of the token group P groups ahead).
+
 Tests: packages/cudnn-linear-attention/tests/test_conv1d*.py; benchmark: benchmarks/linear_attention.py.
 """
 
@@ -49,12 +54,31 @@ import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32, const_expr
+from cutlass._mlir.dialects import llvm
+from cutlass.cutlass_dsl import dsl_user_op
 
 from .._device.activation import silu
 from .._device.channels import channel_vectors, load_history, load_taps
 from .._device.sequences import advance_sequence, locate_sequence, sequence_bounds
 
 THREADS = 128
+
+
+@dsl_user_op
+def prefetch_l2_bulk(gmem_ptr: cute.Pointer, num_bytes: Int32, *, loc=None, ip=None):
+    """``cp.async.bulk.prefetch.L2.global [ptr], bytes``: asks L2 for ``num_bytes`` (a multiple of 16, ``ptr`` 16-byte
+    aligned) of global memory from ``gmem_ptr`` on; no destination, no completion to wait for (a hint: the data is
+    unchanged, so the outputs are too). The DSL 4.8.0 floor has no non-experimental wrapper for it, hence one line of PTX
+    (the pattern of cudnn.sdpa.bwd.kernel_sm90.reduce_add_bulk_f32); one thread of the CTA per token issues it."""
+    llvm.inline_asm(
+        None,
+        [gmem_ptr.toint(loc=loc, ip=ip).ir_value(), Int32(num_bytes).ir_value(loc=loc, ip=ip)],
+        "cp.async.bulk.prefetch.L2.global [$0], $1;",
+        "l,r",
+        has_side_effects=True,
+        is_align_stack=False,
+        asm_dialect=llvm.AsmDialect.AD_ATT,
+    )
 
 
 @cute.jit
@@ -135,6 +159,36 @@ def token_output(
         yv[i] = acc[i].to(yv.element_type)
 
 
+@cute.jit
+def token_output_steady(
+    win: cute.Tensor,
+    xv: cute.Tensor,
+    yv: cute.Tensor,
+    acc: cute.Tensor,
+    rW: cute.Tensor,
+    rB: cute.Tensor,
+    W: cutlass.Constexpr[int],
+    VEC: cutlass.Constexpr[int],
+    act: cutlass.Constexpr[bool],
+):
+    """:func:`token_output` for a token at least W - 1 tokens past its sequence's first one (every tap reads x): the same
+    fp32 operations in the same order, without the history branches (``Conv1dFwdKey.steady``)."""
+    for k in cutlass.range_constexpr(W - 1):
+        for i in cutlass.range_constexpr(VEC):
+            win[k, i] = win[k + 1, i]
+    for i in cutlass.range_constexpr(VEC):
+        win[W - 1, i] = xv[i].to(Float32)
+        acc[i] = rB[i] + rW[W - 1, i] * win[W - 1, i]
+    for k in cutlass.range_constexpr(W - 1):
+        for i in cutlass.range_constexpr(VEC):
+            acc[i] = acc[i] + rW[k, i] * win[k, i]
+    if const_expr(act):
+        for i in cutlass.range_constexpr(VEC):
+            acc[i] = silu(acc[i])
+    for i in cutlass.range_constexpr(VEC):
+        yv[i] = acc[i].to(yv.element_type)
+
+
 @dataclass(frozen=True)
 class Conv1dFwdKey:
     """Plan-time choices of the forward kernel: exactly its compile key (Rule 4)."""
@@ -154,6 +208,16 @@ class Conv1dFwdKey:
     #: > 0: the run grid, about this many CTAs in all, each walking one contiguous token run (``kernel_runs``; 4 * SMs,
     #: 528 on an H200, is one wave at ``min_ctas_per_sm`` = 4: the adapter's default); 0: the 64-token CTAs (``kernel``).
     grid_ctas: int = 0
+    #: Run grid only (``grid_ctas`` > 0): 0 (default) = off; P > 0 (P * ``group`` <= 128) = the CTA asks L2 for the group
+    #: of tokens P groups beyond the one its registers are loading (``cp.async.bulk.prefetch.L2``: one thread per token,
+    #: the CTA's 2 KB of the token row; the prologue asks for groups 1..P), so about (2 + P) * ``group`` token rows per
+    #: thread are on their way from DRAM with the registers of two groups. A hint: bitwise the same outputs.
+    l2_prefetch: int = 0
+    #: Run grid only: False (default) = every token walks the sequence and checks its W - 1 history taps; True = a group of
+    #: ``group`` tokens wholly inside the run and inside one sequence, W - 1 or more tokens past its start, skips both
+    #: (:func:`token_output_steady`: the same fp32 operations in the same order, so bitwise the same outputs; fewer
+    #: branches and register moves per token). Other groups take the default path.
+    steady: bool = False
 
 
 def _ctype(name: str):
@@ -174,6 +238,8 @@ class CausalConv1dFwd:
         self.group = key.group
         assert self.bt % (2 * self.group) == 0  # groups run in double-buffered pairs
         assert key.grid_ctas >= 0, key
+        assert not key.steady or key.grid_ctas > 0, key
+        assert key.l2_prefetch == 0 or (key.grid_ctas > 0 and 0 < key.l2_prefetch * key.group <= THREADS), key  # one thread per token
 
     @cute.jit
     def __call__(
@@ -373,6 +439,15 @@ class CausalConv1dFwd:
             for k in cutlass.range_constexpr(W - 1):
                 if t0 - (W - 1) + k >= 0:
                     vector_copy(g2r, gX, halo, t0 - (W - 1) + k, dv, k, 0, VEC)
+            # L2 prefetch (``l2_prefetch`` = P > 0): thread u of the CTA asks L2 for the CTA's 2 KB (fewer in a partial
+            # channel block) of token t0 + U + u, u < P * U: groups 1..P of the run.
+            cdv = pf_bytes = None
+            if const_expr(self.key.l2_prefetch > 0):
+                cdv = bidx * THREADS  # the CTA's first channel vector
+                pf_bytes = cutlass.min(D // VEC - cdv, THREADS) * (VEC * self.dtype.width // 8)
+                if tidx < self.key.l2_prefetch * U:
+                    if U + tidx < run:
+                        prefetch_l2_bulk(gX[(None, None), (t0 + U + tidx, cdv)].iterator, pf_bytes)
 
             rW, rB = load_taps(w_ptr, b_ptr, D, d0, W, VEC)
             n, bos, nxt = locate_sequence(cu_ptr, t0, n_seqs, seq_arg, self.key.varlen)
@@ -393,33 +468,75 @@ class CausalConv1dFwd:
                     for u in cutlass.range_constexpr(U):  # the next group (none past the run)
                         if rg + U + u < run:
                             vector_copy(g2r, gX, xb, t0 + rg + U + u, dv, u, 1 - half, VEC)
-                    for u in cutlass.range_constexpr(U):
-                        t = t0 + rg + u
-                        if rg + u < run:
-                            n, bos, nxt = advance_sequence(cu_ptr, t, n, bos, nxt, n_seqs, seq_arg, self.key.varlen)
-                            token_output(
-                                win,
-                                xb[None, u, half],
-                                yg[None, u],
-                                acc,
-                                rW,
-                                rB,
-                                t,
-                                bos,
-                                n,
-                                d0,
-                                init_ptr,
-                                n_seqs,
-                                D,
-                                init_sn,
-                                init_sd,
-                                init_sj,
-                                W,
-                                VEC,
-                                self.key.has_init,
-                                self.key.silu,
-                            )
-                            vector_store(r2g, yg, gY, t, dv, u, VEC)
+                    if const_expr(self.key.l2_prefetch > 0):  # the group P beyond the next one, into L2
+                        if tidx < U:
+                            if rg + (1 + self.key.l2_prefetch) * U + tidx < run:
+                                prefetch_l2_bulk(gX[(None, None), (t0 + rg + (1 + self.key.l2_prefetch) * U + tidx, cdv)].iterator, pf_bytes)
+                    if const_expr(self.key.steady):
+                        # steady group: every token of the group is in the run and in the sequence (n, bos, nxt) holds,
+                        # at least W - 1 tokens past its start: the per-token math without the sequence walk and the
+                        # history branches (the same fp32 operations in the same order)
+                        tg = t0 + rg
+                        if rg + U <= run and tg + U <= nxt and tg - bos >= W - 1:
+                            for u in cutlass.range_constexpr(U):
+                                token_output_steady(win, xb[None, u, half], yg[None, u], acc, rW, rB, W, VEC, self.key.silu)
+                                vector_store(r2g, yg, gY, tg + u, dv, u, VEC)
+                        else:
+                            for u in cutlass.range_constexpr(U):
+                                t = t0 + rg + u
+                                if rg + u < run:
+                                    n, bos, nxt = advance_sequence(cu_ptr, t, n, bos, nxt, n_seqs, seq_arg, self.key.varlen)
+                                    token_output(
+                                        win,
+                                        xb[None, u, half],
+                                        yg[None, u],
+                                        acc,
+                                        rW,
+                                        rB,
+                                        t,
+                                        bos,
+                                        n,
+                                        d0,
+                                        init_ptr,
+                                        n_seqs,
+                                        D,
+                                        init_sn,
+                                        init_sd,
+                                        init_sj,
+                                        W,
+                                        VEC,
+                                        self.key.has_init,
+                                        self.key.silu,
+                                    )
+                                    vector_store(r2g, yg, gY, t, dv, u, VEC)
+                    else:
+                        for u in cutlass.range_constexpr(U):
+                            t = t0 + rg + u
+                            if rg + u < run:
+                                n, bos, nxt = advance_sequence(cu_ptr, t, n, bos, nxt, n_seqs, seq_arg, self.key.varlen)
+                                token_output(
+                                    win,
+                                    xb[None, u, half],
+                                    yg[None, u],
+                                    acc,
+                                    rW,
+                                    rB,
+                                    t,
+                                    bos,
+                                    n,
+                                    d0,
+                                    init_ptr,
+                                    n_seqs,
+                                    D,
+                                    init_sn,
+                                    init_sd,
+                                    init_sj,
+                                    W,
+                                    VEC,
+                                    self.key.has_init,
+                                    self.key.silu,
+                                )
+                                vector_store(r2g, yg, gY, t, dv, u, VEC)
 
     kernel_runs.set_name_prefix("cudnn", remove_cutlass_symbol=True)
 

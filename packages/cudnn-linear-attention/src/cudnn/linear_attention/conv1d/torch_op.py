@@ -15,11 +15,16 @@ Defaults since session 6 (the H200's ``ours-fast`` column: eager T16k x D4096 33
 kernel alone 3381): the direct eager call on (``DIRECT_EAGER``), the forward plans on the tvm-ffi launch route
 (``FWD_TVM_FFI``, where apache-tvm-ffi is importable) and the adapter's memoized validation (``api.FAST_HOST_DEFAULT``);
 the forward plans' grid is the adapter's default (``api.FWD_GRID_CTAS_DEFAULT``: the run grid, 4 x the SMs of x's device).
+
+The decode update since session 9, the same three: ``UPDATE_DIRECT_EAGER`` (the public update calls the op body directly
+under the same rule, bumping ``conv_state``'s version counter as the mutating op does), ``UPDATE_TVM_FFI`` and
+``api.UPDATE_FAST_HOST_DEFAULT`` (about 59 -> 11 us of Python per call on the CPU host, kernel stubbed).
 """
 
 from __future__ import annotations
 
 import torch
+from torch.autograd.graph import increment_version as _increment_version
 
 from .._host.eager import plain_tensors
 from .._host.launch import tvm_ffi_available
@@ -37,6 +42,12 @@ DIRECT_EAGER = True
 #: not importable: the same device code), the DSL's own (False), or None for the adapter's default (``CUDNN_LA_TVM_FFI``).
 #: Part of the op's plan key. True since session 6.
 FWD_TVM_FFI: bool | None = True
+#: The public decode update calls the update op's body directly where torch's dispatch can change nothing, as the forward
+#: (``DIRECT_EAGER``), bumping ``conv_state``'s version counter first as the mutating custom op does. Session 9.
+UPDATE_DIRECT_EAGER = True
+#: Launch route of the plans the decode update op builds, as ``FWD_TVM_FFI`` (session 9: the update kernel's tvm-ffi entry
+#: is bitwise its DSL entry on the H200, test_conv1d_gpu.py::test_tvm_ffi_launch_route_matches_the_dsl_entry_bit_for_bit).
+UPDATE_TVM_FFI: bool | None = True
 
 
 def _plan(key, make):
@@ -76,6 +87,8 @@ def _fwd_key(x, weight, bias, cu_seqlens, initial_states, activation, output_fin
         FWD_TVM_FFI,
         _api.FAST_HOST_DEFAULT,  # a plan's fast_host is fixed at construction
         _api.FWD_GRID_CTAS_DEFAULT,  # and so is its grid (None: 4 x the SMs of x.device, already in the key)
+        _api.FWD_L2_PREFETCH_DEFAULT,  # and its L2 prefetch distance
+        _api.FWD_STEADY_DEFAULT,  # and its steady-group path
     )
 
 
@@ -189,10 +202,31 @@ def causal_conv1d_update_op(
     activation: str | None,
     conv_state_indices: torch.Tensor | None,
 ) -> torch.Tensor:
+    return _update_body(x, conv_state, weight, bias, activation, conv_state_indices)
+
+
+def _update_key(x, conv_state, weight, bias, activation, conv_state_indices):
+    """The update op's plan key: everything its plan is built for (the plan validates the rest per call)."""
+    return (
+        "update", x.device, x.dtype, x.shape, weight.shape, weight.dtype, bias is not None, conv_state.dtype, conv_state.shape,
+        conv_state.stride(), activation, _sig(conv_state_indices), UPDATE_TVM_FFI, _api.UPDATE_FAST_HOST_DEFAULT,
+    )  # fmt: skip
+
+
+def _make_update_plan(x, conv_state, weight, out, bias, conv_state_indices, activation):
+    plan = CausalConv1dUpdate(x, conv_state, weight, out, bias, conv_state_indices, activation)
+    if UPDATE_TVM_FFI is not None:
+        plan.tvm_ffi = bool(UPDATE_TVM_FFI) and tvm_ffi_available()
+    return plan
+
+
+def _update_body(x, conv_state, weight, bias, activation, conv_state_indices):
+    """The update op's implementation (also what the eager fast path of :func:`causal_conv1d_update` calls)."""
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    key = ("update", x.device, x.dtype, tuple(x.shape), tuple(weight.shape), weight.dtype, bias is not None)
-    key += (conv_state.dtype, tuple(conv_state.shape), tuple(conv_state.stride()), activation, _sig(conv_state_indices))
-    plan = _plan(key, lambda: CausalConv1dUpdate(x, conv_state, weight, out, bias, conv_state_indices, activation))
+    key = _update_key(x, conv_state, weight, bias, activation, conv_state_indices)
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _plan(key, lambda: _make_update_plan(x, conv_state, weight, out, bias, conv_state_indices, activation))
     plan.execute(x, conv_state, weight, out, bias, conv_state_indices)
     return out
 
@@ -202,12 +236,13 @@ def _(x, conv_state, weight, bias, activation, conv_state_indices):
     return x.new_empty(x.shape)
 
 
-def _direct_ok(x, weight, bias, cu_seqlens, initial_states, activation) -> bool:
+def _direct_ok(enabled, activation, *tensors) -> bool:
     """Whether the eager fast path may call the op body directly (see the module docstring; the dispatch-state and
-    tensor checks are ``_host/eager.py``'s, shared with the delta-rule forwards)."""
-    if not DIRECT_EAGER or not (activation is None or type(activation) is str):
+    tensor checks are ``_host/eager.py``'s, shared with the delta-rule forwards). ``enabled``: ``DIRECT_EAGER`` (forward)
+    or ``UPDATE_DIRECT_EAGER`` (update)."""
+    if not enabled or not (activation is None or type(activation) is str):
         return False
-    return plain_tensors((x, weight, bias, cu_seqlens, initial_states), _served)
+    return plain_tensors(tensors, _served)
 
 
 def _served(t) -> bool:
@@ -216,7 +251,7 @@ def _served(t) -> bool:
 
 
 def causal_conv1d(x, weight, bias=None, activation=None, cu_seqlens=None, initial_states=None, output_final_states=False):
-    if not torch.compiler.is_compiling() and _direct_ok(x, weight, bias, cu_seqlens, initial_states, activation):
+    if not torch.compiler.is_compiling() and _direct_ok(DIRECT_EAGER, activation, x, weight, bias, cu_seqlens, initial_states):
         y, final = _fwd_body(x, weight, bias, cu_seqlens, initial_states, activation, bool(output_final_states), False)
     else:
         y, final = causal_conv1d_fwd(x, weight, bias, cu_seqlens, initial_states, activation, bool(output_final_states))
@@ -224,4 +259,7 @@ def causal_conv1d(x, weight, bias=None, activation=None, cu_seqlens=None, initia
 
 
 def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, conv_state_indices=None):
+    if not torch.compiler.is_compiling() and _direct_ok(UPDATE_DIRECT_EAGER, activation, x, conv_state, weight, bias, conv_state_indices):
+        _increment_version(conv_state)  # what the mutating custom op does, before its body (in inference mode too)
+        return _update_body(x, conv_state, weight, bias, activation, conv_state_indices)
     return causal_conv1d_update_op(x, conv_state, weight, bias, activation, conv_state_indices)
