@@ -219,9 +219,13 @@ def _make_ours(family):
     return make
 
 
-def _make_ours_p1(family):
-    """``ours-p1``: ``ours`` with the opt-in ``plan.parallel_pass1 = True`` (pass 1 as the forward's chunk-parallel
-    prep + state pass and ``{kda,gdn}/bwd_states_parallel_kernel.py``; its larger workspace allocated once at build)."""
+def _make_ours_p1(family, pass2: bool = False, pass1: bool = True, hilo: bool = True):
+    """``ours-p1``: ``ours`` with ``plan.parallel_pass1 = True`` (pass 1 as the forward's chunk-parallel prep + state
+    pass and ``{kda,gdn}/bwd_states_parallel_kernel.py``, the default since session 9; its larger workspace allocated
+    once at build). ``pass2`` (``ours-p2``): ``plan.parallel_pass2 = True`` as well (pass 2 as the per-chunk precompute
+    ``{kda,gdn}/bwd_dstates_parallel_kernel.py`` + the reverse state chain ``_device/dstates_parallel.py``). ``pass1``
+    False (``ours-serial``): the serial pass 1, the default before session 9. ``hilo`` False (KDA ``ours-nohilo``):
+    ``plan.dp_split_hilo = False`` (session 6's pass 3; the hi + lo dP~ operands are the default since session 9)."""
 
     def make(case):
         import torch
@@ -230,7 +234,10 @@ def _make_ours_p1(family):
         i.update(dq=torch.empty_like(i["q"]), dk=torch.empty_like(i["k"]), dv=torch.empty_like(i["v"]))
         i.update(dg=torch.empty_like(i["g"]), dbeta=torch.empty_like(i["beta"]))
         plan = bwd_plan(family, i)
-        plan.parallel_pass1 = True
+        plan.parallel_pass1 = pass1
+        plan.parallel_pass2 = pass2
+        if not hilo:
+            plan.dp_split_hilo = False
         plan.compile()
         ws = workspace(plan.scratch_workspace_bytes(), i["q"].device)
         args = [i[n] for n in ("q", "k", "v", "g", "beta", "do", "dq", "dk", "dv", "dg", "dbeta")]
@@ -396,8 +403,17 @@ QUICK_SKIP = ("fla-safe",)
 
 def opt_in_providers(family: str) -> list[Provider]:
     """A/B rows of opt-in plan options, selectable only by name (``--providers``; never in the default tables):
-    ``ours-p1`` / ``ours-p1+graph``: ``plan.parallel_pass1 = True``."""
-    return [Provider("ours-p1", _make_ours_p1(family)), Provider("ours-p1+graph", _graphed(_make_ours_p1(family)))]
+    ``ours-p1`` / ``ours-p1+graph``: ``plan.parallel_pass1 = True`` (the default since session 9: ``ours``); ``ours-p2`` /
+    ``ours-p2+graph``: both ``parallel_pass1`` and ``parallel_pass2``; ``ours-serial``: ``parallel_pass1 = False`` (the
+    serial pass 1, the default before session 9); KDA ``ours-nohilo``: ``dp_split_hilo = False``."""
+    extra = [Provider("ours-nohilo", _make_ours_p1(family, hilo=False))] if FAMILIES[family].per_key_gate else []
+    return extra + [
+        Provider("ours-serial", _make_ours_p1(family, pass1=False)),
+        Provider("ours-p1", _make_ours_p1(family)),
+        Provider("ours-p1+graph", _graphed(_make_ours_p1(family))),
+        Provider("ours-p2", _make_ours_p1(family, pass2=True)),
+        Provider("ours-p2+graph", _graphed(_make_ours_p1(family, pass2=True))),
+    ]
 
 
 def selected(family: str, names: str, quick: bool) -> list[Provider]:
@@ -497,6 +513,9 @@ def run_family(family: str, args) -> list[Result]:
 
 # -- per-kernel profile ----------------------------------------------------------------------------------------------
 KERNELS = (
+    ("dstates-prep", "BwdDStatesPrep_"),  # parallel_pass2: the precompute and the reverse chain
+    ("dstates-chain", "BwdDStatesChain_"),
+    ("states-par", "BwdStatesChunk_"),  # parallel_pass1's pass 1
     ("dstates", "BwdDStates_"),
     ("states", "BwdStates_"),
     ("grads", "BwdGrads_"),
@@ -516,8 +535,9 @@ def kernel_label(symbol: str) -> str:
     return symbol[:60]
 
 
-def profile(family: str, t: int, h: int, iters: int) -> tuple[str, list]:
-    """Profile ``ours``, ``ours-fwd`` and (KDA) ``fla`` at (t, h); print and return ``(floors line, rows)``, rows
+def profile(family: str, t: int, h: int, iters: int, names: str = "") -> tuple[str, list]:
+    """Profile ``ours``, ``ours-fwd`` and (KDA) ``fla`` at (t, h) -- or the eager providers named in ``names``
+    (``--providers``, opt-in rows included; ``+graph`` rows skipped); print and return ``(floors line, rows)``, rows
     ``(provider, [(label, us per call, launches per call)], total us)``."""
     import torch
 
@@ -530,8 +550,10 @@ def profile(family: str, t: int, h: int, iters: int) -> tuple[str, list]:
     )
     print(line, flush=True)
     wanted = ["ours", "ours-fwd"] + (["fla"] if family == "kda" else [])
+    named = [n for n in names.split(",") if n and not n.endswith("+graph")]
+    wanted = named or wanted
     rows = []
-    for p in providers(family):
+    for p in providers(family) + opt_in_providers(family):
         if p.name not in wanted:
             continue
         reason = p.available()
@@ -606,7 +628,7 @@ def main(argv=None):
         for fam in families_of(args.which):
             run_family(fam, args)
     if args.profile or args.profile_after:
-        out = [(fam, *profile(fam, args.t, args.h, args.iters)) for fam in families_of(args.which)]
+        out = [(fam, *profile(fam, args.t, args.h, args.iters, args.providers)) for fam in families_of(args.which)]
         path = os.path.join(args.out_dir, "linear_attention_bwd_kernels.md") if args.out is None else args.out
         if path:
             os.makedirs(os.path.dirname(path) or ".", exist_ok=True)

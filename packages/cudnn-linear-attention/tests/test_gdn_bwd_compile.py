@@ -32,7 +32,7 @@ def _plan(T, N, D=128, H=4, initial=True, l2norm=False):
     x = TensorDesc.contiguous((T, H, D), "bfloat16", "x")
     gate = TensorDesc.contiguous((T, H), "float32", "gate")
     st = TensorDesc.contiguous((N, H, D, D), "float32", "state") if initial else None
-    return GatedDeltaNetBwdSm90(
+    plan = GatedDeltaNetBwdSm90(
         x,
         x,
         x,
@@ -50,6 +50,8 @@ def _plan(T, N, D=128, H=4, initial=True, l2norm=False):
         dfinal_state=st,
         cu_seqlens=TensorDesc.contiguous((N + 1,), "int32", "cu_seqlens"),
     )
+    plan.parallel_pass1 = False  # the serial pass 1 (the chunk-parallel default's kernel: test_la_bwd_parallel_gpu.py)
+    return plan
 
 
 _FRAME_BUDGET = {"states": 0, "dstates": 64, "grads": 1024}
@@ -86,13 +88,15 @@ def test_three_kernels_issue_wgmma_and_are_one_artifact_for_every_batch(tmp_path
     other.compile()
     assert kernel_cache.stats.misses == misses
     assert all(a is b for a, b in zip(other._compiled_kernel, plan._compiled_kernel, strict=True))
-    assert all((FAMILY, (part, key)) in kernel_cache._entries for part in ("states", "dstates", "grads"))  # one entry per pass, keyed by plan only
+    assert all(
+        (FAMILY, (part, plan._cache_key(part, key))) in kernel_cache._entries for part in ("states", "dstates", "grads")
+    )  # one entry per pass, keyed by plan only
 
 
 def test_gva_plan_adds_the_qk_reduction_kernel(tmp_path):
     """GVA (q/k heads < v heads): a fourth launch sums the per-value-head dq / dk partials (and applies the L2-norm chain
     rule there); it compiles with the cudnn prefix, and the plan's workspace grows by the two fp32 partials."""
-    from cudnn.linear_attention.gdn.bwd_api import GatedDeltaNetBwdSm90, _parts, build_kernel, workspace_bytes
+    from cudnn.linear_attention.gdn.bwd_api import GatedDeltaNetBwdSm90, _parts, build_kernel, forward_workspace_bytes, workspace_bytes
 
     x = TensorDesc.contiguous((100, 4, 64), "bfloat16", "x")
     gate = TensorDesc.contiguous((100, 4), "float32", "gate")
@@ -101,7 +105,9 @@ def test_gva_plan_adds_the_qk_reduction_kernel(tmp_path):
     plan.check_support()
     key = plan.compile_key()
     assert key.gva and _parts(key)[-1] == "qk_reduce"
-    assert plan.scratch_workspace_bytes() == workspace_bytes(100, 1, 4, 64) + 2 * 100 * 4 * 64 * 4
+    assert plan.scratch_workspace_bytes() == workspace_bytes(100, 1, 4, 64) + 2 * 100 * 4 * 64 * 4 + forward_workspace_bytes(
+        100, 1, 4, 64
+    )  # + the chunk-parallel pass 1's tail
     with keep_artifacts(tmp_path) as ptx:
         build_kernel("qk_reduce", key)()
         text = ptx()

@@ -47,6 +47,7 @@ def test_execute_launches_every_pass_with_its_declared_arguments(monkeypatch, gv
     dq, dk, dv, dg, db = torch.empty_like(q), torch.empty_like(q), torch.empty_like(v), torch.empty_like(g), torch.empty_like(g)
     plan = bwd_api.GatedDeltaNetBwdSm90(q, q, v, g, g, v, dq, dk, dv, dg, db, initial_state=h0, dinitial_state=dh0, dfinal_state=dht, cu_seqlens=cu)
     plan.store_tm = store_tm
+    plan.parallel_pass1 = False  # the serial pass 1 (the default is chunk-parallel since session 9: test_la_bwd_parallel_gpu.py)
     plan.check_support()
     key = plan.compile_key()
     parts = bwd_api._parts(key)

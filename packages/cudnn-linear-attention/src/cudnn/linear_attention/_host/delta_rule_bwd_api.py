@@ -56,6 +56,45 @@ def workspace_bytes(T: int, N: int, H: int, D: int, tiles: int = 0, gva: bool = 
 FWD_H = 7
 
 
+#: ``parallel_pass2``'s precompute arrays (``_device/dstates_parallel.py``), in workspace order: (name, torch dtype,
+#: elements per (slot, head) in units of D -- 64 for the [64, D] / [D, 64] tiles, 1 for exp(G_C) [D]).
+P2_ARRAYS = (
+    ("kdn", "bfloat16", CHUNK),
+    ("dvl", "float32", CHUNK),
+    ("wmt", "bfloat16", CHUNK),
+    ("qst", "bfloat16", CHUNK),
+    ("dot", "bfloat16", CHUNK),
+    ("ge", "float32", 1),
+)
+_P2_BYTES = {"bfloat16": 2, "float32": 4}
+
+
+def dstates_workspace_bytes(T: int, N: int, H: int, D: int) -> int:
+    """The ``parallel_pass2`` workspace tail: the precompute's arrays (:data:`P2_ARRAYS`) for the backward's
+    ``N + T // 64 + 1`` slots."""
+    slots = N + T // CHUNK + 1
+    return sum(align(slots * H * per * D * _P2_BYTES[dt]) for _, dt, per in P2_ARRAYS)
+
+
+def build_dstates_chain(key):
+    """``parallel_pass2``'s reverse state chain (``_device/dstates_parallel.py``, both families): its ``cute.compile``
+    from fake pointers and runtime-extent placeholders (Rule 4; the key fields it reads: ``head_dim``, ``varlen``,
+    ``has_initial``, ``has_dfinal``). Called inside a family's ``build_kernel`` closure."""
+    import cuda.bindings.driver as cuda
+    import cutlass.cute as cute
+    from cutlass import Int32
+
+    from .._device.dstates_parallel import DeltaRuleBwdDStatesChain
+    from .launch import fake_gmem_ptr
+
+    b128, f128 = fake_gmem_ptr("BFloat16", 128), fake_gmem_ptr("Float32", 128)  # the precompute's arrays: workspace pieces
+    cu = fake_gmem_ptr("Int32", 4) if key.varlen else None
+    dht = fake_gmem_ptr("Float32", 4) if key.has_dfinal else None
+    dh0 = fake_gmem_ptr("Float32", 4) if key.has_initial else None
+    bf = fake_gmem_ptr("BFloat16", 16)
+    return cute.compile(DeltaRuleBwdDStatesChain(key), cu, dht, dh0, b128, f128, b128, b128, b128, f128, bf, bf, *[Int32(8)] * 5, cuda.CUstream(0))
+
+
 def forward_workspace_bytes(T: int, N: int, H: int, D: int) -> int:
     """The ``parallel_pass1`` workspace tail: the chunk-parallel forward's arrays for ``T // 64 + N`` slots (its varlen
     count, an upper bound of the dense ``N ceil(L / 64)``)."""
@@ -147,11 +186,19 @@ class DeltaRuleBwdSm90(APIBase):
         )
         self.scale = scale
         self.l2norm = bool(use_qk_l2norm_in_kernel)
-        #: Opt-in (set before compile(); a compile-key field, Rule 4): pass 1 chunk-parallel -- the forward's chunk-parallel
-        #: prep + state pass write every chunk's entering state, then one CTA per (chunk, head) writes Tm (KDA: P), Vn
-        #: (``kda/`` / ``gdn/bwd_states_parallel_kernel.py``); needs the larger workspace ``scratch_workspace_bytes()`` then
-        #: reports. Default off: the default launches and PTX are unchanged.
-        self.parallel_pass1 = False
+        #: Set before compile(); a compile-key field, Rule 4. True (the default since session 9: GPU tests passed, session
+        #: 9 call 1): pass 1 chunk-parallel -- the forward's chunk-parallel prep + state pass write every chunk's entering
+        #: state, then one CTA per (chunk, head) writes Tm (KDA: P), Vn (``kda/`` / ``gdn/bwd_states_parallel_kernel.py``);
+        #: the workspace includes the forward's arrays (``forward_workspace_bytes``). It serves every configuration the
+        #: serial pass 1 does (the same ``check_support``; its one extra condition, a 4-byte-aligned fp32 ``g``, holds for
+        #: every fp32 torch tensor), so no plan falls back. False: the serial pass 1 (``*BwdStates``), less workspace.
+        self.parallel_pass1 = True
+        #: Opt-in (set before compile(); a compile-key field; requires ``parallel_pass1``): pass 2 chunk-parallel -- a
+        #: per-(chunk, head) precompute of the reverse chain's operands (``{kda,gdn}/bwd_dstates_parallel_kernel.py``),
+        #: then the narrow reverse state chain (``_device/dstates_parallel.py``); needs ``dstates_workspace_bytes``
+        #: more workspace (``scratch_workspace_bytes()`` includes it). Default off: the default launches and PTX are unchanged.
+        self.parallel_pass2 = False
+        self._compiled_parallel_pass2 = None
 
     # -- family hooks -------------------------------------------------------------------------------
     def _forward_class(self):
@@ -164,7 +211,10 @@ class DeltaRuleBwdSm90(APIBase):
         raise NotImplementedError
 
     def _key_fields(self) -> dict:
-        """The compile-key fields both families' keys have (plan-time values only, Rule 4)."""
+        """The compile-key fields both families' keys have (plan-time values only, Rule 4). ValueError for
+        ``parallel_pass2`` without ``parallel_pass1`` (its precompute reads the chunk-parallel pass 1's arrays)."""
+        if self.parallel_pass2 and not self.parallel_pass1:
+            raise ValueError(f"{self._name}: parallel_pass2 requires parallel_pass1 (set plan.parallel_pass1 = True as well)")
         return dict(
             head_dim=self.q.shape[-1],
             g_dtype=_CNAME[self.g.dtype],
@@ -258,6 +308,23 @@ class DeltaRuleBwdSm90(APIBase):
         prep, fstate = self._compiled_forward
         launch_prep_state(prep, fstate, ptrs, fwd_ptrs, fext, T, H, Hk, float(self.scale), [strides["q"], strides["k"], strides["v"]], stream)
 
+    def _carve_dstates_pass2(self, ws, ext: tuple) -> list:
+        """``parallel_pass2``: the precompute's arrays (:data:`P2_ARRAYS`, after every other array) carved from ``ws``;
+        torch views in that order."""
+        T, _, _, H, _, slots = ext
+        D = int(self.q.shape[-1])
+        return [ws.take(slots * H * per * D, dt) for _, dt, per in P2_ARRAYS]
+
+    def _launch_dstates_chain(self, chain, p2, t: dict, ext: tuple, stream) -> None:
+        """``parallel_pass2``'s launch 2: the reverse state chain (``_device/dstates_parallel.py``), both families."""
+        T, n_seqs, seq_len, H, _, slots = ext
+        bf, f32, i32 = data_type.BFLOAT16, data_type.FLOAT, data_type.INT32
+        kdn, dvl, wmt, qst, dot, ge = (_gmem_ptr(a, f32 if a.dtype.itemsize == 4 else bf, 128) for a in p2)
+        chain(
+            _gmem_ptr(t["cu_seqlens"], i32, 4), _gmem_ptr(t["dfinal_state"], f32, 4), _gmem_ptr(t["dinitial_state"], f32, 4),
+            kdn, dvl, wmt, qst, dot, ge, _gmem_ptr(t["ws_dh"], bf, 16), _gmem_ptr(t["ws_dvn"], bf, 16), T, n_seqs, seq_len, H, slots, stream,
+        )  # fmt: skip
+
     def _launch(self, kernels, ws, t: dict, strides: dict, ext: tuple, stream_of) -> None:
         """Carve the family's workspace past the shared arrays from ``ws``, then ``stream_of()`` and the launches.
         ``t``: the execute tensors by name plus ``ws_h``, ``ws_dh``, ``ws_vn``, ``ws_dvn`` (torch views of the workspace);
@@ -348,6 +415,7 @@ class DeltaRuleBwdSm90(APIBase):
         self._compiled_kernel = tuple(
             kernel_cache.get_or_compile((part, self._cache_key(part, key)), self._build_kernel(part, key), family=self._family) for part in self._parts(key)
         )
+        self._compiled_parallel_pass2 = bool(self.parallel_pass2)
 
     # -- run ----------------------------------------------------------------------------------------
     def _check_runtime(self, t: Any, plan: TensorDesc, what: str, free: int) -> None:
@@ -420,6 +488,8 @@ class DeltaRuleBwdSm90(APIBase):
             self.compile()
         if bool(self.parallel_pass1) != (self._compiled_forward is not None):
             raise ValueError(f"{what}: parallel_pass1 was changed after compile(); call compile() again")
+        if bool(self.parallel_pass2) != bool(self._compiled_parallel_pass2):
+            raise ValueError(f"{what}: parallel_pass2 was changed after compile(); call compile() again")
         T = int(q.shape[0]) if rank == 3 else int(q.shape[0]) * int(q.shape[1])
         H, D, Hk = int(v.shape[-2]), int(q.shape[-1]), int(q.shape[-2])
         slots = n_seqs + T // CHUNK + 1

@@ -29,11 +29,19 @@ strides, scale, the chunk-group count of pass 3 (from T, N, H on the host, never
 converts, allocates, synchronizes or reads device memory (Rules 1-3, 8). Imports neither torch nor cutlass at
 import time.
 
-Opt-in ``plan.parallel_pass1 = True`` (before ``compile()``; ``GdnBwdKey.parallel_pass1``): pass 1 as three
-chunk-parallel launches -- the forward's chunk-parallel prep and state pass (its compile artifacts) into a workspace tail
+``plan.parallel_pass1`` (default True since session 9, GPU tests passed in session 9 call 1; set before ``compile()``;
+``GdnBwdKey.parallel_pass1``): pass 1 as three chunk-parallel launches -- the forward's chunk-parallel prep and state pass (its compile artifacts) into a workspace tail
 (``forward_workspace_bytes(T, N, H, D)`` more bytes, included by ``scratch_workspace_bytes()``), then
 ``bwd_states_parallel_kernel.GdnBwdStatesChunk`` (Vn, Tm and the chunk states in the serial pass 1's arrays); passes 2-4
-unchanged. Default off: the default launches and PTX are unchanged (design note: ``kda/bwd_states_parallel_kernel.py``).
+unchanged (design note: ``kda/bwd_states_parallel_kernel.py``). False: the serial pass 1 (``GdnBwdStates``) and the
+smaller workspace.
+
+Opt-in ``plan.parallel_pass2 = True`` (before ``compile()``; ``GdnBwdKey.parallel_pass2``; requires ``parallel_pass1``
+and ``store_tm``, ValueError otherwise): pass 2 as two launches -- ``bwd_dstates_parallel_kernel.GdnBwdDStatesPrep``
+(the reverse chain's operands, one CTA per chunk and head) and the narrow reverse state chain
+``_device/dstates_parallel.DeltaRuleBwdDStatesChain`` (grid [N, H, V / 32], TMA-fed), writing pass 2's ``ws_dh``,
+``ws_dvn`` and ``d initial_state``; ``dstates_workspace_bytes(T, N, H, D)`` more workspace (after the forward's tail).
+Default off: the default launches and PTX are unchanged.
 
 The host code shared with the KDA backward (constructor, ``check_support``, workspace size, compile, ``execute`` up to
 the launches) is ``_host/delta_rule_bwd_api.py::DeltaRuleBwdSm90``; this module holds what differs (compile key, declines,
@@ -44,14 +52,24 @@ from __future__ import annotations
 
 from cudnn.datatypes import data_type
 
-from .._host.delta_rule_bwd_api import CHUNK, FWD_H, DeltaRuleBwdSm90, chunk_groups, forward_workspace_bytes
+from .._host.delta_rule_bwd_api import CHUNK, FWD_H, DeltaRuleBwdSm90, build_dstates_chain, chunk_groups, dstates_workspace_bytes, forward_workspace_bytes
 from .._host.delta_rule_bwd_api import workspace_bytes as _workspace_bytes
 from .._host.launch import fake_gmem_ptr as _fake_ptr
 from .._host.launch import gmem_ptr as _ptr
 
 CUTEDSL_FLOOR = "4.8.0"
 FAMILY = "linear_attention.gdn_bwd"
-__all__ = ["CHUNK", "FAMILY", "FWD_H", "GatedDeltaNetBwdSm90", "build_kernel", "chunk_groups", "forward_workspace_bytes", "workspace_bytes"]
+__all__ = [
+    "CHUNK",
+    "FAMILY",
+    "FWD_H",
+    "GatedDeltaNetBwdSm90",
+    "build_kernel",
+    "chunk_groups",
+    "dstates_workspace_bytes",
+    "forward_workspace_bytes",
+    "workspace_bytes",
+]
 
 
 def workspace_bytes(T: int, N: int, H: int, D: int, store_tm: bool = True, gva: bool = False) -> int:
@@ -81,23 +99,32 @@ class GatedDeltaNetBwdSm90(DeltaRuleBwdSm90):
 
     def _workspace_bytes(self, T: int, N: int, H: int, D: int) -> int:
         base = workspace_bytes(T, N, H, D, bool(self.store_tm), self.q.shape[-2] != self.v.shape[-2])
-        return base + (forward_workspace_bytes(T, N, H, D) if self.parallel_pass1 else 0)
+        base += forward_workspace_bytes(T, N, H, D) if self.parallel_pass1 else 0
+        return base + (dstates_workspace_bytes(T, N, H, D) if self.parallel_pass2 else 0)
 
     def compile_key(self):
         from .bwd_states_kernel import GdnBwdKey
 
-        return GdnBwdKey(store_tm=bool(self.store_tm), parallel_pass1=bool(self.parallel_pass1), **self._key_fields())
+        fields = self._key_fields()  # ValueError: parallel_pass2 without parallel_pass1
+        if self.parallel_pass2 and not self.store_tm:
+            raise ValueError(f"{self._name}: parallel_pass2 requires store_tm (its precompute reads pass 1's Tm)")
+        return GdnBwdKey(store_tm=bool(self.store_tm), parallel_pass1=bool(self.parallel_pass1), parallel_pass2=bool(self.parallel_pass2), **fields)
 
     def _parts(self, key) -> tuple[str, ...]:
         return _parts(key)
 
     def _cache_key(self, part: str, key):
-        """Passes 2-4 read no ``parallel_pass1``: the opt-in plan reuses the default plan's artifacts for them."""
-        if part == "states_par":
+        """Passes 2-4 read no ``parallel_pass1``, passes 1, 3, 4 no ``parallel_pass2``: those fields are set to their
+        defaults in the part's cache key, so a plan that differs from the default in them reuses the default plan's
+        artifacts for the passes that do not read them."""
+        if part in ("dstates_prep", "dstates_chain"):
             return key
         from dataclasses import replace
 
-        return replace(key, parallel_pass1=False)
+        key = replace(key, parallel_pass2=False)
+        if part in ("states_par", "states"):
+            return key
+        return replace(key, parallel_pass1=True)
 
     def compile(self) -> None:
         """The backward's passes (``_parts``) and, with ``parallel_pass1``, the forward's chunk-parallel prep and state
@@ -126,12 +153,17 @@ class GatedDeltaNetBwdSm90(DeltaRuleBwdSm90):
         parallel = self._compiled_forward is not None
         if parallel:  # the forward's workspace arrays (after the family's own), carved and checked before any launch
             fext, fwd_ptrs, g_align = self._carve_forward_pass1(ws, t, ext)
+        p2 = self._carve_dstates_pass2(ws, ext) if self._compiled_parallel_pass2 else None  # parallel_pass2's arrays: last
         stream = stream_of()
         bf, f32, i32 = data_type.BFLOAT16, data_type.FLOAT, data_type.INT32
         cu = _ptr(t["cu_seqlens"], i32, 4)
         gp, bp = _ptr(g, self.g.dtype, 2), _ptr(beta, self.beta.dtype, 2)
         ws_h, ws_dh, ws_vn, ws_dvn = (_ptr(t[n], bf, 16) for n in ("ws_h", "ws_dh", "ws_vn", "ws_dvn"))
-        states, dstates, grads = kernels[:3]
+        if p2 is not None:  # (states_par, dstates_prep, dstates_chain, grads[, qk_reduce])
+            states, dstates, grads = kernels[0], kernels[1:3], kernels[3]
+            kernels = (*kernels[:1], None, *kernels[3:])  # the GVA reduction stays at index 3
+        else:
+            states, dstates, grads = kernels[:3]
         sc = float(self.scale)
         if parallel:
             self._launch_forward_pass1(fext, fwd_ptrs, g_align, t, strides, ext, stream)
@@ -144,10 +176,18 @@ class GatedDeltaNetBwdSm90(DeltaRuleBwdSm90):
                 _ptr(k, bf, 16), _ptr(v, bf, 16), gp, bp, cu, _ptr(t["initial_state"], f32, 4), ws_h, ws_vn, ws_tm,
                 T, n_seqs, seq_len, H, Hk, slots, strides["k"], strides["v"], stream,
             )  # fmt: skip
-        dstates(
-            _ptr(q, bf, 16), _ptr(k, bf, 16), _ptr(do, bf, 16), gp, bp, cu, _ptr(t["dfinal_state"], f32, 4), _ptr(t["dinitial_state"], f32, 4),
-            ws_dh, ws_dvn, ws_tm, T, n_seqs, seq_len, H, Hk, slots, sc, strides["q"], strides["k"], strides["do"], stream,
-        )  # fmt: skip
+        if p2 is not None:  # pass 2 chunk-parallel: the operands' precompute, then the reverse chain
+            prep, chain = dstates
+            prep(
+                _ptr(q, bf, 16), _ptr(k, bf, 16), _ptr(do, bf, 16), gp, bp, cu, ws_tm, *(_ptr(a, f32 if a.dtype.itemsize == 4 else bf, 128) for a in p2),
+                T, n_seqs, seq_len, fext.chunks_per_seq, fext.slots, H, Hk, slots, sc, strides["q"], strides["k"], strides["do"], stream,
+            )  # fmt: skip
+            self._launch_dstates_chain(chain, p2, t, ext, stream)
+        else:
+            dstates(
+                _ptr(q, bf, 16), _ptr(k, bf, 16), _ptr(do, bf, 16), gp, bp, cu, _ptr(t["dfinal_state"], f32, 4), _ptr(t["dinitial_state"], f32, 4),
+                ws_dh, ws_dvn, ws_tm, T, n_seqs, seq_len, H, Hk, slots, sc, strides["q"], strides["k"], strides["do"], stream,
+            )  # fmt: skip
         grads(
             _ptr(q, bf, 16), _ptr(k, bf, 16), _ptr(v, bf, 16), _ptr(do, bf, 16), gp, bp, cu, ws_h, ws_dh, ws_vn, ws_dvn, ws_tm,
             dq_out, dk_out, _ptr(t["dv"], bf, 2), _ptr(t["dg"], f32, 4), _ptr(t["dbeta"], f32, 4),
@@ -165,7 +205,8 @@ def _parts(key) -> tuple[str, ...]:
     """The backward's launches of a plan: three passes, and the GVA reduction (``parallel_pass1``: pass 1 is
     ``states_par``, after the forward's prep and state pass, which ``compile`` adds)."""
     first = "states_par" if key.parallel_pass1 else "states"
-    return (first, "dstates", "grads", "qk_reduce") if key.gva else (first, "dstates", "grads")
+    second = ("dstates_prep", "dstates_chain") if key.parallel_pass2 else ("dstates",)
+    return (first, *second, "grads", "qk_reduce") if key.gva else (first, *second, "grads")
 
 
 def build_kernel(part: str, key):
@@ -191,6 +232,16 @@ def build_kernel(part: str, key):
 
             fwd_h = _fake_ptr("BFloat16", 128)  # the forward's h array: 128-byte aligned (chunk_parallel.workspace_pointers)
             return cute.compile(GdnBwdStatesChunk(key), bf(), bf(), gp, bp, cu, fwd_h, bf(), bf(), tm, *[Int32(8)] * 8, st, st, cuda.CUstream(0))
+        if part == "dstates_prep":
+            from .bwd_dstates_parallel_kernel import GdnBwdDStatesPrep
+
+            b128, f128 = _fake_ptr("BFloat16", 128), _fake_ptr("Float32", 128)  # parallel_pass2's arrays: workspace pieces
+            return cute.compile(
+                GdnBwdDStatesPrep(key), bf(), bf(), bf(), gp, bp, cu, tm, b128, f128, b128, b128, b128, f128,
+                *[Int32(8)] * 8, Float32(1.0), st, st, st, cuda.CUstream(0),
+            )  # fmt: skip
+        if part == "dstates_chain":
+            return build_dstates_chain(key)
         if part == "dstates":
             from .bwd_states_kernel import GdnBwdDStates
 

@@ -29,21 +29,28 @@ The host code shared with the GDN backward (constructor, ``check_support``, work
 the launches) is ``_host/delta_rule_bwd_api.py::DeltaRuleBwdSm90``; this module holds what differs (compile key, declines,
 workspace tail, the kernels' argument order in ``_launch``, ``build_kernel``).
 
-Opt-in ``plan.parallel_pass1 = True`` (before ``compile()``; compile-key field ``KdaBwdKey.parallel_pass1``): pass 1 as
-three chunk-parallel launches -- the forward's prep and state pass (``_host/chunk_parallel.py``'s kernels,
+``plan.parallel_pass1`` (default True since session 9, GPU tests passed in session 9 call 1; set before ``compile()``;
+compile-key field ``KdaBwdKey.parallel_pass1``): pass 1 as three chunk-parallel launches -- the forward's prep and state pass (``_host/chunk_parallel.py``'s kernels,
 the forward's compile artifacts) into a tail of the workspace (``forward_workspace_bytes(T, N, H, D)`` more bytes,
 which ``scratch_workspace_bytes()`` then includes), then ``bwd_states_parallel_kernel.KdaBwdStatesChunk``
 (Tm, P, Vn and the chunk states in the serial pass 1's arrays); passes 2 and 3 unchanged. Needs an fp32 ``g`` 4-byte
-aligned (the forward prep's 32-bit loads; execute raises ValueError otherwise). Default off: the default launches and
-PTX are unchanged.
+aligned (the forward prep's 32-bit loads; execute raises ValueError otherwise; every fp32 torch tensor is). False: the
+serial pass 1 (``KdaBwdStates``) and the smaller workspace.
 
-``plan.dp_split_hilo`` (opt-in, default False until it has run on the GPU; set before ``compile()``; compile-key field ``KdaBwdKey.dp_split_hilo``, read by
-pass 3 only): pass 3 multiplies the two dP~ products, rows(dP~, K) and cols(dP~, Q), with their decay-split B operand as
+Opt-in ``plan.parallel_pass2 = True`` (before ``compile()``; ``KdaBwdKey.parallel_pass2``; requires ``parallel_pass1``,
+ValueError otherwise): pass 2 as two launches -- ``bwd_dstates_parallel_kernel.KdaBwdDStatesPrep`` (the reverse chain's
+operands, one CTA per chunk and head, from pass 1's ``Tm`` / ``P``) and the narrow reverse state chain
+``_device/dstates_parallel.DeltaRuleBwdDStatesChain`` (grid [N, H, V / 32], TMA-fed), writing pass 2's ``ws_dh``,
+``ws_dvn`` and ``d initial_state``; ``dstates_workspace_bytes(T, N, H, D)`` more workspace (after the forward's tail).
+Default off: the default launches and PTX are unchanged.
+
+``plan.dp_split_hilo`` (default True since session 9: GPU tests passed, session 9 call 1; set before ``compile()``;
+compile-key field ``KdaBwdKey.dp_split_hilo``, read by pass 3 only): pass 3 multiplies the two dP~ products, rows(dP~, K) and cols(dP~, Q), with their decay-split B operand as
 a bf16 hi + lo pair (two WGMMAs into one accumulator). With one bf16 operand (False, the original kernel) the two
 products are rounded differently, so the chunk-sum cancellation of ``Q rows(dP~, K) - K cols(dP~, Q)`` inside dG leaves
 a rounding residue that the reverse cumsum accumulates: dg missed the FA rule 3-7x under fla's safe-gate range
 (g = -5 sigmoid(N(0, 1))), dq / dk ~2x (issue #7; CPU emulation: docs/linear-attention.md, "KDA dg accuracy under hard
-gates"). False (the default) is the original, GPU-verified kernel (byte-identical PTX).
+gates"). False: session 6's pass 3 (one bf16 operand; byte-identical PTX to it).
 
 Contract (Rule 3, unchecked on device): the forward's (``cu_seqlens`` well formed; any 8 consecutive per-channel log
 decays sum to more than -80).
@@ -53,14 +60,24 @@ from __future__ import annotations
 
 from cudnn.datatypes import data_type
 
-from .._host.delta_rule_bwd_api import CHUNK, FWD_H, DeltaRuleBwdSm90, chunk_groups, forward_workspace_bytes
+from .._host.delta_rule_bwd_api import CHUNK, FWD_H, DeltaRuleBwdSm90, build_dstates_chain, chunk_groups, dstates_workspace_bytes, forward_workspace_bytes
 from .._host.delta_rule_bwd_api import workspace_bytes as _workspace_bytes
 from .._host.launch import fake_gmem_ptr as _fake_ptr
 from .._host.launch import gmem_ptr as _ptr
 
 CUTEDSL_FLOOR = "4.8.0"
 FAMILY = "linear_attention.kda_bwd"
-__all__ = ["CHUNK", "FAMILY", "FWD_H", "KimiDeltaAttentionBwdSm90", "build_kernel", "chunk_groups", "forward_workspace_bytes", "workspace_bytes"]
+__all__ = [
+    "CHUNK",
+    "FAMILY",
+    "FWD_H",
+    "KimiDeltaAttentionBwdSm90",
+    "build_kernel",
+    "chunk_groups",
+    "dstates_workspace_bytes",
+    "forward_workspace_bytes",
+    "workspace_bytes",
+]
 
 
 def workspace_bytes(T: int, N: int, H: int, D: int) -> int:
@@ -76,8 +93,9 @@ class KimiDeltaAttentionBwdSm90(DeltaRuleBwdSm90):
     _name = "KimiDeltaAttentionBwdSm90"
     _family = FAMILY
     _gate_per_key = True
-    #: Pass 3's dP~ products with hi + lo decay-split operands (module docstring; set before compile(), a compile-key field).
-    dp_split_hilo = False
+    #: Pass 3's dP~ products with hi + lo decay-split operands (module docstring; set before compile(), a compile-key field;
+    #: the default since session 9).
+    dp_split_hilo = True
     _compiled_dp_split_hilo = None
 
     def _forward_class(self):
@@ -91,28 +109,36 @@ class KimiDeltaAttentionBwdSm90(DeltaRuleBwdSm90):
         self._decline_if(q.shape[-2] != v.shape[-2], f"{what}: GVA (q/k heads {q.shape[-2]} != v heads {v.shape[-2]}) is not implemented in this version")
 
     def _workspace_bytes(self, T: int, N: int, H: int, D: int) -> int:
+        n = workspace_bytes(T, N, H, D)
         if self.parallel_pass1:
-            return workspace_bytes(T, N, H, D) + forward_workspace_bytes(T, N, H, D)
-        return workspace_bytes(T, N, H, D)
+            n += forward_workspace_bytes(T, N, H, D)
+        if self.parallel_pass2:
+            n += dstates_workspace_bytes(T, N, H, D)
+        return n
 
     def compile_key(self):
         from .bwd_states_kernel import KdaBwdKey
 
-        return KdaBwdKey(parallel_pass1=bool(self.parallel_pass1), dp_split_hilo=bool(self.dp_split_hilo), **self._key_fields())
+        fields = self._key_fields()  # ValueError: parallel_pass2 without parallel_pass1
+        return KdaBwdKey(parallel_pass1=bool(self.parallel_pass1), dp_split_hilo=bool(self.dp_split_hilo), parallel_pass2=bool(self.parallel_pass2), **fields)
 
     def _parts(self, key) -> tuple[str, ...]:
         return _parts(key)
 
     def _cache_key(self, part: str, key):
-        """Passes 2 and 3 read no ``parallel_pass1``, passes 1 and 2 no ``dp_split_hilo``: an opt-in plan reuses the
-        default plan's artifacts for them."""
+        """Passes 2 and 3 read no ``parallel_pass1``, passes 1 and 2 no ``dp_split_hilo``, passes 1 and 3 no
+        ``parallel_pass2``: those fields are set to their defaults in the part's cache key, so a plan that differs from the
+        default in them reuses the default plan's artifacts for the passes that do not read them."""
         from dataclasses import replace
 
         if part != "grads":
-            key = replace(key, dp_split_hilo=False)
-        if part == "states_par":
+            key = replace(key, dp_split_hilo=True)
+        if part in ("dstates_prep", "dstates_chain"):
             return key
-        return replace(key, parallel_pass1=False)
+        key = replace(key, parallel_pass2=False)
+        if part in ("states_par", "states"):
+            return key
+        return replace(key, parallel_pass1=True)
 
     def compile(self) -> None:
         """The backward's passes (``_parts``) and, with ``parallel_pass1``, the forward's chunk-parallel prep and state
@@ -139,13 +165,17 @@ class KimiDeltaAttentionBwdSm90(DeltaRuleBwdSm90):
         parallel = self._compiled_forward is not None
         if parallel:  # the forward's workspace arrays, carved and checked before any launch
             fext, fwd_ptrs, g_align = self._carve_forward_pass1(ws, t, ext)
+        p2 = self._carve_dstates_pass2(ws, ext) if self._compiled_parallel_pass2 else None  # parallel_pass2's arrays: last
         stream = stream_of()
         bf, f32, i32 = data_type.BFLOAT16, data_type.FLOAT, data_type.INT32
         cu = _ptr(t["cu_seqlens"], i32, 4)
         gp, bp = _ptr(t["g"], self.g.dtype, 2), _ptr(t["beta"], self.beta.dtype, 2)
         tm, p = _ptr(ws_tm, bf, 16), _ptr(ws_p, bf, 16)
         ws_h, ws_dh, ws_vn, ws_dvn = (_ptr(t[n], bf, 16) for n in ("ws_h", "ws_dh", "ws_vn", "ws_dvn"))
-        states, dstates, grads = kernels
+        if len(kernels) == 4:  # parallel_pass2: (states_par, dstates_prep, dstates_chain, grads)
+            states, grads, dstates = kernels[0], kernels[3], kernels[1:3]
+        else:
+            states, dstates, grads = kernels
         sc = float(self.scale)
         if parallel:
             self._launch_forward_pass1(fext, fwd_ptrs, g_align, t, strides, ext, stream)
@@ -158,10 +188,18 @@ class KimiDeltaAttentionBwdSm90(DeltaRuleBwdSm90):
                 _ptr(q, bf, 16), _ptr(k, bf, 16), _ptr(v, bf, 16), gp, bp, cu, _ptr(t["initial_state"], f32, 4), ws_h, ws_vn, tm, p,
                 T, n_seqs, seq_len, H, Hk, slots, sc, strides["q"], strides["k"], strides["v"], stream,
             )  # fmt: skip
-        dstates(
-            _ptr(q, bf, 16), _ptr(k, bf, 16), _ptr(do, bf, 16), gp, bp, cu, _ptr(t["dfinal_state"], f32, 4), _ptr(t["dinitial_state"], f32, 4),
-            ws_dh, ws_dvn, tm, p, T, n_seqs, seq_len, H, Hk, slots, sc, strides["q"], strides["k"], strides["do"], stream,
-        )  # fmt: skip
+        if p2 is not None:  # pass 2 chunk-parallel: the operands' precompute, then the reverse chain
+            prep, chain = dstates
+            prep(
+                _ptr(q, bf, 16), _ptr(k, bf, 16), _ptr(do, bf, 16), gp, bp, cu, tm, p, *(_ptr(a, f32 if a.dtype.itemsize == 4 else bf, 128) for a in p2),
+                T, n_seqs, seq_len, fext.chunks_per_seq, fext.slots, H, Hk, slots, sc, strides["q"], strides["k"], strides["do"], stream,
+            )  # fmt: skip
+            self._launch_dstates_chain(chain, p2, t, ext, stream)
+        else:
+            dstates(
+                _ptr(q, bf, 16), _ptr(k, bf, 16), _ptr(do, bf, 16), gp, bp, cu, _ptr(t["dfinal_state"], f32, 4), _ptr(t["dinitial_state"], f32, 4),
+                ws_dh, ws_dvn, tm, p, T, n_seqs, seq_len, H, Hk, slots, sc, strides["q"], strides["k"], strides["do"], stream,
+            )  # fmt: skip
         grads(
             _ptr(q, bf, 16), _ptr(k, bf, 16), _ptr(v, bf, 16), _ptr(do, bf, 16), gp, bp, cu, ws_h, ws_dh, ws_vn, ws_dvn, tm,
             _ptr(t["dq"], bf, 2), _ptr(t["dk"], bf, 2), _ptr(t["dv"], bf, 2), _ptr(t["dg"], f32, 4), _ptr(t["dbeta"], f32, 4),
@@ -172,8 +210,9 @@ class KimiDeltaAttentionBwdSm90(DeltaRuleBwdSm90):
 
 def _parts(key) -> tuple[str, ...]:
     """The backward's launches of a plan: three passes (``parallel_pass1``: pass 1 is ``states_par``, after the forward's
-    prep and state pass, which ``compile`` adds)."""
-    return ("states_par" if key.parallel_pass1 else "states", "dstates", "grads")
+    prep and state pass, which ``compile`` adds; ``parallel_pass2``: pass 2 is ``dstates_prep`` + ``dstates_chain``)."""
+    second = ("dstates_prep", "dstates_chain") if key.parallel_pass2 else ("dstates",)
+    return ("states_par" if key.parallel_pass1 else "states", *second, "grads")
 
 
 def _fwd_g_align(g_dtype) -> int:
@@ -208,6 +247,16 @@ def build_kernel(part: str, key):
             return cute.compile(
                 KdaBwdStatesChunk(key), bf(), bf(), bf(), gp, bp, cu, fwd_h, bf(), bf(), bf(), bf(), *[Int32(8)] * 8, Float32(1.0), st, st, st, cuda.CUstream(0)
             )
+        if part == "dstates_prep":
+            from .bwd_dstates_parallel_kernel import KdaBwdDStatesPrep
+
+            b128, f128 = _fake_ptr("BFloat16", 128), _fake_ptr("Float32", 128)  # parallel_pass2's arrays: workspace pieces
+            return cute.compile(
+                KdaBwdDStatesPrep(key), bf(), bf(), bf(), gp, bp, cu, bf(), bf(), b128, f128, b128, b128, b128, f128,
+                *[Int32(8)] * 8, Float32(1.0), st, st, st, cuda.CUstream(0),
+            )  # fmt: skip
+        if part == "dstates_chain":
+            return build_dstates_chain(key)
         if part == "dstates":
             from .bwd_states_kernel import KdaBwdDStates
 

@@ -1,5 +1,6 @@
-"""Kimi Delta Attention backward, pass 1 chunk-parallel (opt-in ``plan.parallel_pass1 = True``; sm_90a, CuTe DSL,
-WGMMA), and the design note for making passes 1 and 2 of both delta-rule backwards chunk-parallel.
+"""Kimi Delta Attention backward, pass 1 chunk-parallel (``plan.parallel_pass1``, the default since session 9; sm_90a,
+CuTe DSL, WGMMA), and the design note for making passes 1 and 2 of both delta-rule backwards chunk-parallel (pass 2:
+implemented in session 9 as the opt-in ``plan.parallel_pass2``, ``_device/dstates_parallel.py``).
 
 What this kernel does
 =====================
@@ -74,7 +75,10 @@ every step waited for):
   in parallel, ``Wm`` (= the forward's ``-w``), ``Kd`` (forward ``kd``), ``Qs`` (forward ``qg``), ``dVn_local = P^T dO``
   (a new small parallel kernel, ~50 us, or folded into P1b); the chain per chunk is then ``dVn = dVn_local + Kd dS1^T``,
   ``dS0 = dS1 decay + dO^T Qs - dVn^T Wm``: the forward state pass's shape (two 64 x 64 x K products + one) with one more
-  operand stream (dO): est. 1.3x its 113 us = ~0.15 ms, writing ``dS1`` (ws_dh) and ``dVn`` (ws_dvn).
+  operand stream (dO): est. 1.3x its 113 us = ~0.15 ms, writing ``dS1`` (ws_dh) and ``dVn`` (ws_dvn). Session 9 built
+  it (opt-in ``parallel_pass2``): the precompute is ``{kda,gdn}/bwd_dstates_parallel_kernel.py`` (its own arrays,
+  transposed where the chain's WGMMAs want them K-major, from the serial pass 2's expressions, rather than the forward's
+  ``w`` / ``kd`` / ``qg``, which are laid out for the forward's products), the chain ``_device/dstates_parallel.py``.
 - P3 (today, chunk-parallel, unchanged). Its time is not in the quick table; the serial passes are ~16 of the 17.25 ms.
 
 Estimated backward after both: 0.29 + 0.5-1.5 (~0.06 after the fold) + 0.15 + P3 -> ~0.5-2 ms + P3 (KDA), vs fla

@@ -1,0 +1,164 @@
+"""Kimi Delta Attention backward, pass 2 chunk-parallel, launch 1 of 2 (opt-in ``plan.parallel_pass2``; sm_90a, CuTe DSL,
+WGMMA): the precompute of the reverse state chain's operands, one CTA per (chunk, head).
+
+Design and the operand arrays: ``_device/dstates_parallel.py`` (launch 2, the chain, is its
+:class:`DeltaRuleBwdDStatesChain`). Per chunk this kernel does the serial pass 2's (``bwd_states_kernel.py::
+KdaBwdDStates``) state-independent work, with the same expressions and bf16 roundings:
+
+- gates: cumulative ``G`` [64, K] and ``beta`` (``chunk_gates``);
+- q, k rows (zero past the sequence's end, optional L2 norm): ``Qs^T = (scale exp(G) Q)^T`` -> ``qst``,
+  ``(beta exp(G) K)^T`` (shared), ``Kd = K exp(G_C - G)`` -> ``kdn``, ``exp(G_C)`` -> ``ge``;
+- ``Tm`` and ``P^T`` from pass 1's ``ws_tm`` / ``ws_p``; ``Wm^T = (Tm (beta exp(G) K))^T`` -> ``wmt``;
+- per 64-channel V slice: dO^T -> ``dot``, ``dVn_local = P^T dO`` -> ``dvl`` (fp32).
+
+Grid [forward chunk slots, H] (``T // 64 + N`` varlen, ``N ceil(L / 64)`` dense: the chunk-parallel pass 1's, an idle slot
+exits); it writes the backward's slot ``n + bos // 64 + ci``. Needs ``ws_tm``, ``ws_p`` of the chunk-parallel pass 1
+(``bwd_states_parallel_kernel.py``). Layouts as ``bwd_states_kernel.py``; runtime extents are kernel arguments (Rule 4).
+"""
+
+from __future__ import annotations
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+from cutlass import BFloat16, Float32, Int32, Int64
+
+from .._device import delta_rule_bwd as bwd
+from .._device.delta_rule import BV, CHUNK, THREADS, VEC, DeltaRuleKernel, chunk_gates, load_half_row, make_accumulators, make_seq_state_views, row_guard
+from .._device.delta_rule import row_scale as _row_scale
+from .._device.delta_rule import smem_ready as _smem_ready
+from .._device.dstates_parallel import decays_to_workspace, dstates_operand_views, value_slices_to_workspace, wmt_to_workspace
+from .bwd_states_kernel import cc_to_smem
+
+__all__ = ["KdaBwdDStatesPrep"]
+
+
+class KdaBwdDStatesPrep(DeltaRuleKernel):
+    """``parallel_pass2`` launch 1: the chain's operands ``kdn``, ``dvl``, ``wmt``, ``qst``, ``dot``, ``ge`` of every
+    chunk (module docstring); one CTA per (forward chunk slot, head)."""
+
+    @cute.jit
+    def __call__(
+        self,
+        q_ptr: cute.Pointer,
+        k_ptr: cute.Pointer,
+        do_ptr: cute.Pointer,
+        g_ptr: cute.Pointer,
+        beta_ptr: cute.Pointer,
+        cu_ptr: cute.Pointer | None,
+        wstm_ptr: cute.Pointer,
+        wsp_ptr: cute.Pointer,
+        kdn_ptr: cute.Pointer,
+        dvl_ptr: cute.Pointer,
+        wmt_ptr: cute.Pointer,
+        qst_ptr: cute.Pointer,
+        dot_ptr: cute.Pointer,
+        ge_ptr: cute.Pointer,
+        T: Int32,
+        n_seqs: Int32,
+        seq_len: Int32,
+        chunks_per_seq: Int32,
+        fslots: Int32,
+        heads: Int32,
+        qk_heads: Int32,
+        slots: Int32,
+        scale: Float32,
+        q_strides: tuple[Int64, Int64],
+        k_strides: tuple[Int64, Int64],
+        do_strides: tuple[Int64, Int64],
+        stream: cuda.CUstream,
+    ):
+        D = self.D
+        gQ, gK, gDo = bwd.vec_views(D, q_ptr, k_ptr, do_ptr, T, heads, qk_heads, q_strides, k_strides, do_strides)
+        mG, mB = bwd.gate_views(g_ptr, beta_ptr, T, heads, D, True)
+        mCu, _, _ = make_seq_state_views(cu_ptr, None, None, n_seqs, heads, D, self.key.varlen, False, False)
+        gWsTm = cute.zipped_divide(bwd.cc_views(wstm_ptr, slots, heads), (1, 1, 1, VEC))
+        gWsP = cute.zipped_divide(bwd.cc_views(wsp_ptr, slots, heads), (1, 1, 1, VEC))
+        ops = dstates_operand_views(kdn_ptr, dvl_ptr, wmt_ptr, qst_ptr, dot_ptr, ge_ptr, slots, heads, D)
+        mma, l_ck, l_kc, l_cc = bwd.states_layouts(D)
+        SharedStorage = bwd.smem_struct(dict(smem_kt=l_kc, smem_tm=l_cc, smem_pt=l_cc, smem_dot=l_cc), dict(smem_gc=CHUNK * (D + 1), smem_beta=CHUNK))
+
+        self.kernel(
+            gQ, gK, gDo, mG, mB, mCu, gWsTm, gWsP, ops, n_seqs, seq_len, chunks_per_seq, heads // qk_heads, scale, mma, l_kc, l_cc, SharedStorage
+        ).launch(grid=[fslots, heads, 1], block=[THREADS, 1, 1], smem=SharedStorage.size_in_bytes(), stream=stream, min_blocks_per_mp=1)
+
+    @cute.kernel
+    def kernel(
+        self,
+        gQ: cute.Tensor,
+        gK: cute.Tensor,
+        gDo: cute.Tensor,
+        mG: cute.Tensor,
+        mB: cute.Tensor,
+        mCu: cute.Tensor | None,
+        gWsTm: cute.Tensor,
+        gWsP: cute.Tensor,
+        ops: tuple,
+        n_seqs: Int32,
+        seq_len: Int32,
+        chunks_per_seq: Int32,
+        group: Int32,
+        scale: Float32,
+        mma: cute.TiledMma,
+        l_kc: cute.ComposedLayout,
+        l_cc: cute.ComposedLayout,
+        SharedStorage: cutlass.Constexpr,
+    ):
+        D = self.D
+        HALF = D // 2
+        NH = D // BV
+        mKdn, mDvl, mWmt, mQst, mDot, mGe = ops
+        tidx, fslot, head, hk, seq, t0, n_valid = bwd.chunk_cta(mCu, n_seqs, seq_len, chunks_per_seq, group, self.key.varlen)
+
+        smem = cutlass.utils.SmemAllocator()
+        storage = smem.allocate(SharedStorage)
+        sKT = storage.smem_kt.get_tensor(l_kc.outer, swizzle=l_kc.inner)  # (beta exp(G) K)^T
+        sTm = storage.smem_tm.get_tensor(l_cc.outer, swizzle=l_cc.inner)
+        sPT = storage.smem_pt.get_tensor(l_cc.outer, swizzle=l_cc.inner)  # P^T [j, i]
+        sDoT = storage.smem_dot.get_tensor(l_cc.outer, swizzle=l_cc.inner)  # dO^T [V-slice, C]
+        sGc = storage.smem_gc.get_tensor(cute.make_layout((CHUNK, D), stride=(D + 1, 1)))
+        sBeta = storage.smem_beta.get_tensor(cute.make_layout((CHUNK,)))
+
+        if n_valid > 0:  # an idle slot (past its sequence's last chunk) exits; uniform per CTA
+            eos, slot = bwd.chunk_slot(mCu, seq, seq_len, t0, n_valid, self.key.varlen)
+            wg = mma.get_slice(0)
+            tm_A = wg.make_fragment_A(wg.partition_A(sTm))
+            kt_B = wg.make_fragment_B(wg.partition_B(sKT))
+            pt_A = wg.make_fragment_A(wg.partition_A(sPT))
+            dot_B = wg.make_fragment_B(wg.partition_B(sDoT))
+            acc_a, acc_b, _, c64 = make_accumulators(mma, wg, tidx, 0)
+            chunk_gates(mG, mB, None, sGc, sBeta, t0, n_valid, head, tidx, D, True)
+
+            # ---- q, k rows (the serial pass 2's block): Qs^T -> qst, (beta exp(G) K)^T -> shared, Kd -> kdn ----------
+            row = tidx // 2
+            half = tidx % 2
+            t_row, keep = row_guard(t0, row, n_valid, eos)
+            b_row = sBeta[row]
+            NV = HALF // VEC
+            rbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC, NV)), BFloat16)
+            load_half_row(gQ, rbuf, t_row, hk, half, NV)
+            inv_q = _row_scale(rbuf, keep, self.key.l2norm, NV, VEC)
+            for vj in cutlass.range_constexpr(NV):
+                for e in cutlass.range_constexpr(VEC):
+                    col = half * HALF + vj * VEC + e
+                    qn = (rbuf[0, 0, e, vj].to(Float32) * inv_q).to(BFloat16).to(Float32)
+                    mQst[slot, head, col, row] = (qn * (scale * cute.math.exp(sGc[row, col]))).to(BFloat16)
+            load_half_row(gK, rbuf, t_row, hk, half, NV)
+            inv_k = _row_scale(rbuf, keep, self.key.l2norm, NV, VEC)
+            for vj in cutlass.range_constexpr(NV):
+                for e in cutlass.range_constexpr(VEC):
+                    col = half * HALF + vj * VEC + e
+                    kn = (rbuf[0, 0, e, vj].to(Float32) * inv_k).to(BFloat16).to(Float32)
+                    g_i = sGc[row, col]
+                    sKT[col % BV, row, col // BV] = (kn * (b_row * cute.math.exp(g_i))).to(BFloat16)
+                    mKdn[slot, head, row, col] = (kn * cute.math.exp(sGc[CHUNK - 1, col] - g_i)).to(BFloat16)
+            decays_to_workspace(mGe, sGc, slot, head, tidx, D, True)
+            cc_to_smem(gWsTm, sTm, slot, head, tidx, False)
+            cc_to_smem(gWsP, sPT, slot, head, tidx, True)
+            _smem_ready()
+
+            # ---- Wm^T -> wmt; per V slice dO^T -> dot, P^T dO -> dvl ---------------------------------------------------
+            wmt_to_workspace(mma, acc_b, tm_A, kt_B, mWmt, c64, slot, head, NH)
+            value_slices_to_workspace(mma, acc_a, pt_A, dot_B, gDo, sDoT, mDot, mDvl, c64, slot, head, t_row, row, half, keep, D)
+
+    kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)

@@ -1,0 +1,476 @@
+"""The delta-rule backwards' chunk-parallel pass 2 (opt-in ``plan.parallel_pass2 = True``, requires ``parallel_pass1``):
+the per-chunk precompute (``kda/`` / ``gdn/bwd_dstates_parallel_kernel.py``) and the narrow reverse state chain
+(``_device/dstates_parallel.py::DeltaRuleBwdDStatesChain``), in four tiers:
+
+- CPU math (torch only): the split of the reverse recurrence -- per-chunk operands on 64-row zero-padded chunks, then
+  the chain on the TRANSPOSED state gradient in 32-row V slices with the kernels' bf16 roundings -- against the serial
+  pass 2 of the chunked reference (``cudnn_testing.reference_linear_attention``), KDA and GDN decays, varlen with a
+  1-token sequence and a final-state gradient: in fp32 equal up to reassociation, with the bf16 roundings within a few
+  bf16 ulps.
+- CPU launches (torch + the DSL, no GPU): with every compiled kernel a recorder, ``execute`` launches the forward's prep
+  and state pass, pass 1, the precompute, the chain, pass 3 (and GDN's GVA reduction) in that order, each with exactly
+  the arguments its ``__call__`` declares; the precompute's arrays lie in a workspace tail past the forward's (R2) and
+  the precompute and the chain get the same ones; passes 1 and 3 of the opt-in plan are cached under the
+  ``parallel_pass1`` plan's keys; ``parallel_pass2`` without ``parallel_pass1`` (and GDN's without ``store_tm``) is a
+  ValueError naming both.
+- compile-only (``CUTE_DSL_ARCH=sm_90a``): both families' precompute and the shared chain build at K = 128 varlen with
+  their WGMMA counts, the chain with TMA, no local memory, a zero ptxas frame, the cudnn symbol prefix (Rule 6), and
+  the compile key is independent of the token total and sequence count (Rule 4).
+- GPU (``@pytest.mark.gpu``): the opt-in's dq, dk, dv, dg, dbeta and d initial state against the fp32 token-by-token
+  reference within the FlashAttention rule (bound: twice the bf16 chunked reference's error) and against the default
+  backward (twice the default's error; the default differs in pass 2 only: chunk-parallel pass 1, ``dp_split_hilo``): KDA varlen (1-token, empty, multi-chunk sequences, both states, K = 128) and
+  dense K = 64 without states; GDN varlen with GVA and the in-kernel L2 norm, both states, K = 128; plus R9 (no sync,
+  no allocation across warm executes).
+
+Run: ``python -m pytest packages/cudnn-linear-attention/tests/test_la_bwd_p2.py`` (GPU host: ``-k p2``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/_bwd_cases.py: --import-mode=importlib adds no test folder
+
+WHAT = "cudnn.linear_attention backward (parallel_pass2)"
+
+
+def _dsl():
+    from cudnn_testing.markers import skip_unless_cutedsl
+
+    skip_unless_cutedsl("4.8.0", WHAT)
+    pytest.importorskip("cutlass")
+
+
+# -- CPU: the math of the split -----------------------------------------------------------------------------------------
+def _chunk_operands(q, k, g, beta, do, c0, c1, sc, per_key, rnd):
+    """One chunk [c0, c1) of one sequence, zero-padded to 64 rows as the kernels see it: the serial pass 2's operands
+    (the chunked reference's formulas) ``(kd, p, wm, qs, do, ge)``; q, k, do [H, C, D] rows, g [H, C, K] or [H, C]."""
+    C, pad = c1 - c0, 64 - (c1 - c0)
+
+    def rows(x):  # [T, H, ...] -> [H, 64, ...] zero past the chunk's end
+        x = x[c0:c1].transpose(0, 1)
+        return torch.cat([x, torch.zeros(x.shape[0], pad, *x.shape[2:])], 1)
+
+    cq, ck, cdo, cb = rows(q), rows(k), rnd(rows(do)), rows(beta)[..., None]
+    cg = rows(g) if per_key else rows(g)[..., None].expand(-1, -1, q.shape[-1])
+    G = torch.cumsum(cg, 1)  # [H, 64, K]; rows past the end repeat G's last valid row
+    diff = G[:, :, None, :] - G[:, None, :, :]
+    lower_eq = torch.tril(torch.ones(64, 64, dtype=torch.bool))
+    dec = torch.where(lower_eq[None, :, :, None], diff, torch.full_like(diff, -float("inf"))).exp()
+    A = torch.tril(cb * torch.einsum("hic,hjc,hijc->hij", ck, ck, dec), diagonal=-1)
+    eye = torch.eye(64).expand_as(A)
+    Tm = rnd(torch.linalg.solve_triangular(eye + A, eye, upper=False, unitriangular=True))
+    eg = G.exp()
+    wm = rnd(Tm @ rnd(cb * ck * eg))
+    p = rnd(torch.einsum("hic,hjc,hijc->hij", cq, ck, dec) * sc)
+    gl = G[:, -1:, :]
+    return rnd(ck * (gl - G).exp()), p, wm, rnd(cq * eg * sc), cdo, gl[:, 0].exp(), C
+
+
+def _serial_pass2(ops, dht, rnd):
+    """The chunked reference's pass 2 (reverse over the chunks ``ops``): ``(dS1 per chunk, dVn per chunk, dS0)``."""
+    ds = dht.clone()
+    ds1s, dvns = [None] * len(ops), [None] * len(ops)
+    for idx in reversed(range(len(ops))):
+        kd, p, wm, qs, do, ge, _ = ops[idx]
+        ds_op = rnd(ds)
+        ds1s[idx] = ds_op
+        dvn = rnd(p.transpose(-1, -2) @ do + kd @ ds_op.transpose(-1, -2))
+        dvns[idx] = dvn
+        ds = ds * ge[:, None, :] + do.transpose(-1, -2) @ qs - dvn.transpose(-1, -2) @ wm
+    return ds1s, dvns, ds
+
+
+def _chain_pass2(ops, dht, rnd, vw=32):
+    """The split: per chunk the precompute (kdn, dvl = P^T dO in fp32, wmt, qst, dot, ge), then the chain on dS^T
+    [H, K, V] in ``vw``-row V slices, newest chunk first, with the kernels' roundings (bf16 dS1 and dVn operands, -dVn
+    rounded as bf16 then negated)."""
+    pre = [(kd, p.transpose(-1, -2) @ do, wm.transpose(-1, -2), qs.transpose(-1, -2), do.transpose(-1, -2), ge) for kd, p, wm, qs, do, ge, _ in ops]
+    dst = dht.transpose(-1, -2).clone()  # [H, K, V]
+    V = dst.shape[-1]
+    ds1s, dvns = [None] * len(ops), [None] * len(ops)
+    for idx in reversed(range(len(ops))):
+        kdn, dvl, wmt, qst, dot, ge = pre[idx]
+        ds1 = rnd(dst).transpose(-1, -2).clone()  # [H, V, K]: ws_dh
+        ds1s[idx] = ds1
+        dvn = torch.empty_like(dvl)
+        for v0 in range(0, V, vw):
+            vs = slice(v0, v0 + vw)
+            dvn[:, :, vs] = rnd(dvl[:, :, vs] + kdn @ ds1[:, vs, :].transpose(-1, -2))
+            dst[:, :, vs] = ge[:, :, None] * dst[:, :, vs] + qst @ dot[:, vs, :].transpose(-1, -2) + wmt @ (-dvn[:, :, vs])
+        dvns[idx] = dvn
+    return ds1s, dvns, dst.transpose(-1, -2)
+
+
+@pytest.mark.parametrize("per_key", [True, False], ids=["kda", "gdn"])
+@pytest.mark.parametrize("lowp", [False, True], ids=["fp32", "bf16"])
+def test_p2_split_matches_serial_pass2_cpu(per_key, lowp):
+    torch.manual_seed(3 + per_key)
+    H, D = 2, 64
+    lens = [1, 150, 64, 0, 70]
+    T = sum(lens)
+    q = torch.randn(T, H, D).bfloat16().float()
+    k = torch.nn.functional.normalize(torch.randn(T, H, D), dim=-1).bfloat16().float()
+    do = torch.randn(T, H, D)
+    g = -5.0 * torch.sigmoid(torch.randn(T, H, D)) if per_key else torch.nn.functional.logsigmoid(torch.randn(T, H)) / 8
+    beta = torch.rand(T, H)
+    sc = 1.0 / math.sqrt(D)
+    rnd = (lambda x: x.bfloat16().float()) if lowp else (lambda x: x)
+    dhts = torch.randn(len(lens), H, D, D)
+    if not lowp:  # d initial_state of the library's chunked reference itself (pass 2's output), fp32
+        from cudnn_testing.reference_linear_attention import gated_delta_net_chunked_bwd_ref, kimi_delta_attention_chunked_bwd_ref
+
+        refbwd = kimi_delta_attention_chunked_bwd_ref if per_key else gated_delta_net_chunked_bwd_ref
+        cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32)
+        v = torch.randn(T, H, D)
+        full = refbwd(*(t[None] for t in (q, k, v, g, beta, do)), scale=sc, initial_state=torch.zeros(len(lens), H, D, D), dfinal_state=dhts, cu_seqlens=cu)
+    bos = 0
+    for n, L in enumerate(lens):
+        ops = [
+            _chunk_operands(q[bos : bos + L], k[bos : bos + L], g[bos : bos + L], beta[bos : bos + L], do[bos : bos + L], c0, min(c0 + 64, L), sc, per_key, rnd)
+            for c0 in range(0, L, 64)
+        ]
+        dht = dhts[n]
+        ref = _serial_pass2(ops, dht, rnd)
+        got = _chain_pass2(ops, dht, rnd)
+        if not lowp:
+            torch.testing.assert_close(got[2], full["dh0"][n], atol=2e-5 * full["dh0"][n].abs().max().item(), rtol=0)
+        scale = ref[2].abs().max().item()
+        tol = (4e-3 if lowp else 2e-5) * scale
+        torch.testing.assert_close(got[2], ref[2], atol=tol, rtol=0, msg=lambda m, n=n: f"dS0 of sequence {n}: {m}")
+        for idx, (_, _, _, _, _, _, C) in enumerate(ops):
+            s1 = ref[0][idx].abs().max().item()
+            torch.testing.assert_close(got[0][idx], ref[0][idx], atol=(4e-3 if lowp else 2e-5) * s1, rtol=0)
+            s2 = ref[1][idx][:, :C].abs().max().item()  # rows past the sequence's end are never written
+            torch.testing.assert_close(got[1][idx][:, :C], ref[1][idx][:, :C], atol=(8e-3 if lowp else 2e-5) * s2, rtol=0)
+        bos += L
+
+
+# -- CPU: launches --------------------------------------------------------------------------------------------------
+class _Ordered:
+    log: list = []
+
+    def __init__(self, name):
+        self.name = name
+        self.calls = []
+
+    def __call__(self, *a):
+        _Ordered.log.append(self.name)
+        self.calls.append(a)
+
+
+def _plan(family, T, H, D, n, varlen, with_h0, with_dht, gva=False, store_tm=True):
+    lead = (T,) if varlen else (2, T // 2)
+    Hk = H // 2 if gva else H
+    q = torch.randn(*lead, Hk, D).to(torch.bfloat16)
+    v = torch.randn(*lead, H, D).to(torch.bfloat16)
+    g = torch.randn(*lead, H, D) if family == "kda" else torch.randn(*lead, H)
+    beta = torch.randn(*lead, H)
+    h0 = torch.randn(n, H, D, D) if with_h0 else None
+    dh0 = torch.empty_like(h0) if with_h0 else None
+    dht = torch.randn(n, H, D, D) if with_dht else None
+    cu = torch.tensor([0, 50, 51, 51, T], dtype=torch.int32) if varlen else None  # an empty and a 1-token sequence
+    dq, dk, dv, dg, db = torch.empty_like(q), torch.empty_like(q), torch.empty_like(v), torch.empty_like(g), torch.empty_like(beta)
+    args = (q, q, v, g, beta, v, dq, dk, dv, dg, db)
+    kw = dict(initial_state=h0, dinitial_state=dh0, dfinal_state=dht, cu_seqlens=cu)
+    import importlib
+
+    api = importlib.import_module(f"cudnn.linear_attention.{family}.bwd_api")
+    cls = api.KimiDeltaAttentionBwdSm90 if family == "kda" else api.GatedDeltaNetBwdSm90
+
+    def make(p1, p2):
+        plan = cls(*args, **kw)
+        if family == "gdn":
+            plan.store_tm = store_tm
+        plan.parallel_pass1, plan.parallel_pass2 = p1, p2
+        plan.check_support()
+        return plan
+
+    return make, (*args, h0, dh0, dht, cu)
+
+
+@pytest.mark.parametrize(
+    "family,varlen,with_h0,with_dht,gva",
+    [("kda", True, True, True, False), ("kda", False, False, False, False), ("gdn", True, True, True, True), ("gdn", False, False, True, False)],
+)
+def test_p2_launches_in_order_with_declared_arguments(monkeypatch, family, varlen, with_h0, with_dht, gva):
+    _dsl()
+    import importlib
+
+    import _bwd_cases
+
+    from cudnn.linear_attention._device.dstates_parallel import DeltaRuleBwdDStatesChain
+    from cudnn.linear_attention._host import delta_rule_bwd_api as host
+
+    api = importlib.import_module(f"cudnn.linear_attention.{family}.bwd_api")
+    prep_mod = importlib.import_module(f"cudnn.linear_attention.{family}.bwd_dstates_parallel_kernel")
+    prep_cls = prep_mod.KdaBwdDStatesPrep if family == "kda" else prep_mod.GdnBwdDStatesPrep
+    T, H, D = 200, 4, 64
+    n = 4 if varlen else 2
+    make, eargs = _plan(family, T, H, D, n, varlen, with_h0, with_dht, gva=gva)
+    p1, plan = make(True, False), make(True, True)
+    key = plan.compile_key()
+    assert key.parallel_pass2 and key.parallel_pass1 and not p1.compile_key().parallel_pass2
+    parts = api._parts(key)
+    tail = ("qk_reduce",) if gva else ()
+    assert parts == ("states_par", "dstates_prep", "dstates_chain", "grads", *tail)
+    assert api._parts(p1.compile_key()) == ("states_par", "dstates", "grads", *tail)  # the pass-1 opt-in is unchanged
+    for part in ("states_par", "grads", *tail):  # passes 1, 3 (4): the parallel_pass1 plan's artifacts
+        assert plan._cache_key(part, key) == p1._cache_key(part, p1.compile_key()), part
+    assert plan._cache_key("dstates_prep", key).parallel_pass2 and plan._cache_key("dstates_chain", key).parallel_pass2
+    base = p1.scratch_workspace_bytes()
+    assert plan.scratch_workspace_bytes() == base + host.dstates_workspace_bytes(T, n, H, D)
+
+    _Ordered.log = []
+    plan._compiled_forward = (_Ordered("prep"), _Ordered("fstate"))
+    monkeypatch.setattr(_bwd_cases, "Recorder", _Ordered)
+    plan._compiled_parallel_pass2 = True  # compile() is replaced by the recorders
+    out, ws = _bwd_cases.run_recorded(monkeypatch, plan, parts, *eargs)
+    assert out[0] is eargs[6] and out[5] is eargs[12]
+    assert _Ordered.log == ["prep", "fstate", *parts]
+    plan.parallel_pass2 = False  # flipped after compile: execute refuses rather than launching another plan's kernels
+    with pytest.raises(ValueError, match="parallel_pass2 was changed after compile"):
+        plan.execute(*eargs, workspace=ws)
+    plan.parallel_pass2 = True
+
+    recs = {r.name: r for r in plan._compiled_kernel}
+    seq_len = 0 if varlen else T // 2
+    Hk = H // 2 if gva else H
+    prep = _bwd_cases.check_launch(recs["dstates_prep"], prep_cls, ws, T=T, n=n, H=H, Hk=Hk, varlen=varlen, seq_len=seq_len, with_h0=with_h0, with_dht=with_dht)
+    names = _bwd_cases.declared(DeltaRuleBwdDStatesChain)
+    chain_args = recs["dstates_chain"].calls[0]
+    assert len(chain_args) == len(names) and chain_args[-1] == "stream"
+    chain = dict(zip(names, chain_args, strict=True))
+    assert (chain["cu_ptr"] is None) == (not varlen) and (chain["dht_ptr"] is None) == (not with_dht) and (chain["dh0_ptr"] is None) == (not with_h0)
+    assert chain["T"] == T and chain["n_seqs"] == n and chain["seq_len"] == seq_len and chain["heads"] == H and chain["slots"] == n + T // 64 + 1
+    lo, end = ws.data_ptr() + base, ws.data_ptr() + ws.numel()
+    addrs = []
+    for name, _, _ in host.P2_ARRAYS:  # the precompute's arrays: in the tail past everything else, shared by both launches
+        a = int(prep[name + "_ptr"]._pointer)
+        assert a == int(chain[name + "_ptr"]._pointer) and lo <= a < end and a % 128 == 0, name
+        addrs.append(a)
+    assert addrs == sorted(addrs) and len(set(addrs)) == len(addrs)
+    if chain["dh0_ptr"] is not None:
+        assert int(chain["dh0_ptr"]._pointer) == eargs[12].data_ptr()
+    grads = recs["grads"].calls[0]
+    gnames = _bwd_cases.declared(_grads_cls(family))
+    gby = dict(zip(gnames, grads, strict=True))
+    for name in ("wsdh_ptr", "wsdvn_ptr"):  # pass 3 reads what the chain writes
+        assert int(gby[name]._pointer) == int(chain[name]._pointer), name
+    assert int(prep["wstm_ptr"]._pointer) == int(gby["wstm_ptr"]._pointer)
+    if family == "kda":
+        from cudnn.linear_attention.kda.bwd_states_parallel_kernel import KdaBwdStatesChunk
+
+        states = dict(zip(_bwd_cases.declared(KdaBwdStatesChunk), recs["states_par"].calls[0], strict=True))
+        assert int(prep["wsp_ptr"]._pointer) == int(states["wsp_ptr"]._pointer)  # P from the chunk-parallel pass 1
+
+
+def _grads_cls(family):
+    if family == "kda":
+        from cudnn.linear_attention.kda.chunk_bwd_kernel import KdaBwdGrads
+
+        return KdaBwdGrads
+    from cudnn.linear_attention.gdn.chunk_bwd_kernel import GdnBwdGrads
+
+    return GdnBwdGrads
+
+
+@pytest.mark.parametrize("family", ["kda", "gdn"])
+def test_p2_requires_parallel_pass1(family):
+    _dsl()
+    make, _ = _plan(family, 200, 4, 64, 2, False, False, False)
+    plan = make(False, True)
+    with pytest.raises(ValueError, match="parallel_pass2 requires parallel_pass1"):
+        plan.compile_key()
+    if family == "gdn":
+        make, _ = _plan(family, 200, 4, 64, 2, False, False, False, store_tm=False)
+        with pytest.raises(ValueError, match="parallel_pass2 requires store_tm"):
+            make(True, True).compile_key()
+
+
+# -- compile-only -----------------------------------------------------------------------------------------------------
+#: WGMMA in the PTX at K = V = 128, varlen with both states: the precompute m64n64k16 (Wm^T 8, P^T dO 4 in the runtime V
+#: loop; GDN + Q K^T 8), the chain m64n32k16 (per chunk dVn 8, dS0 2 x (4 + 4); the 3-stage ring unrolled: x 3).
+_P2_WGMMA_128 = {("kda", "dstates_prep"): ("m64n64k16", 12), ("gdn", "dstates_prep"): ("m64n64k16", 20), ("kda", "dstates_chain"): ("m64n32k16", 72)}
+
+
+@pytest.mark.compile_only
+@pytest.mark.parametrize("family,part", [("kda", "dstates_prep"), ("gdn", "dstates_prep"), ("kda", "dstates_chain")])
+def test_p2_kernels_compile_with_wgmma_and_no_local_memory(tmp_path, family, part):
+    _dsl()
+    import importlib
+
+    from cudnn.api_base import TensorDesc
+    from cudnn_testing.compile_only import frame_sizes, keep_artifacts, kernel_symbols
+
+    api = importlib.import_module(f"cudnn.linear_attention.{family}.bwd_api")
+    cls = api.KimiDeltaAttentionBwdSm90 if family == "kda" else api.GatedDeltaNetBwdSm90
+
+    def plan(T, N, D=128, H=4):
+        x = TensorDesc.contiguous((T, H, D), "bfloat16", "x")
+        g = TensorDesc.contiguous((T, H, D) if family == "kda" else (T, H), "float32", "g")
+        beta = TensorDesc.contiguous((T, H), "float32", "beta")
+        st = TensorDesc.contiguous((N, H, D, D), "float32", "state")
+        cu = TensorDesc.contiguous((N + 1,), "int32", "cu_seqlens")
+        p = cls(x, x, x, g, beta, x, x, x, x, g, beta, initial_state=st, dinitial_state=st, dfinal_state=st, cu_seqlens=cu)
+        p.parallel_pass1 = p.parallel_pass2 = True
+        p.check_support()
+        return p
+
+    key = plan(1000, 5).compile_key()
+    assert key.parallel_pass2 and key.varlen and key.head_dim == 128
+    assert plan(123457, 77).compile_key() == key  # Rule 4
+    with keep_artifacts(tmp_path) as ptx:
+        api.build_kernel(part, key)()
+        text = ptx()
+    names = kernel_symbols(text)
+    kernel = {"dstates_chain": "DeltaRuleBwdDStatesChain", "dstates_prep": "KdaBwdDStatesPrep" if family == "kda" else "GdnBwdDStatesPrep"}[part]
+    assert len(names) == 1 and names[0].startswith("cudnn_") and kernel in names[0], names
+    shape, count = _P2_WGMMA_128[(family, part)]
+    assert text.count(f"wgmma.mma_async.sync.aligned.{shape}.f32.bf16.bf16") == count == text.count("wgmma.mma_async")
+    if part == "dstates_chain":  # six operands by TMA (kdn, wmt, qst: 2 boxes each at K = 128; dvl, dO^T, ge), 5 fetch sites
+        assert text.count("cp.async.bulk.tensor") == 45 and "mbarrier.try_wait" in text
+    assert "ld.local" not in text and "st.local" not in text
+    assert all(f == 0 for f in frame_sizes(tmp_path)), frame_sizes(tmp_path)
+
+
+# -- GPU ----------------------------------------------------------------------------------------------------------------
+def _kda_inputs(lead, H, D, n_seqs, with_h0, with_dht):
+    import torch.nn.functional as F
+
+    q = torch.randn(*lead, H, D, device="cuda").to(torch.bfloat16)
+    k = F.normalize(torch.randn(*lead, H, D, device="cuda"), dim=-1).to(torch.bfloat16)
+    v = torch.randn(*lead, H, D, device="cuda").to(torch.bfloat16)
+    g = -5.0 * torch.sigmoid(torch.randn(*lead, H, D, device="cuda"))  # fla's safe-gate range
+    beta = torch.rand(*lead, H, device="cuda")
+    do = torch.randn(*lead, H, D, device="cuda").to(torch.bfloat16)
+    h0 = torch.randn(n_seqs, H, D, D, device="cuda") * 0.5 if with_h0 else None
+    dht = torch.randn(n_seqs, H, D, D, device="cuda") if with_dht else None
+    return q, k, v, g, beta, do, h0, dht
+
+
+def _backward(cls, mode, q, k, v, g, beta, do, h0, dht, cu, **opts):
+    """(grads dict, plan, workspace, args) of one backward with poisoned outputs; ``mode`` 0 the default plan (its
+    chunk-parallel pass 1 and serial pass 2), 2 with ``parallel_pass2``: the two differ in pass 2 only."""
+    from cudnn_testing.data import poison
+
+    dq, dk, dv = (poison(torch.empty_like(t)) for t in (q, k, v))
+    dg, dbeta = poison(torch.empty_like(g)), poison(torch.empty_like(beta))
+    dh0 = poison(torch.empty_like(h0)) if h0 is not None else None
+    plan = cls(q, k, v, g, beta, do, dq, dk, dv, dg, dbeta, initial_state=h0, dinitial_state=dh0, dfinal_state=dht, cu_seqlens=cu, **opts)
+    plan.parallel_pass1 = True  # the default since session 9 (named: parallel_pass2 requires it)
+    plan.parallel_pass2 = mode == 2
+    plan.compile()
+    ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda")
+    args = (q, k, v, g, beta, do, dq, dk, dv, dg, dbeta, h0, dh0, dht, cu)
+    plan.execute(*args, workspace=ws)
+    return dict(dq=dq, dk=dk, dv=dv, dg=dg, dbeta=dbeta, dh0=dh0), plan, ws, args
+
+
+def _compare(tag, got, base, ref, low, batched):
+    from cudnn_testing.tolerance import assert_close_fa
+
+    for name in ("dq", "dk", "dv", "dg", "dbeta", "dh0"):
+        if got[name] is None:
+            continue
+        r = ref[name]
+        out = got[name] if batched or name == "dh0" else got[name][None]
+        dflt = base[name] if batched or name == "dh0" else base[name][None]
+        noise = 2e-3 * r.abs().max().item()
+        assert_close_fa(out, r, low[name], name=f"{tag} {name} (parallel_pass2 vs bf16 chunked ref)", factor=2.0, noise=noise)
+        assert_close_fa(out, r, dflt, name=f"{tag} {name} (parallel_pass2 vs default backward)", factor=2.0, noise=noise)
+
+
+_KDA_GPU_CASES = [("varlen", [1, 0, 700, 64, 130, 0], 128, True, True), ("dense", (2, 257), 64, False, False)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout,lens,D,with_h0,with_dht", _KDA_GPU_CASES)
+def test_kda_p2_matches_reference_and_default(layout, lens, D, with_h0, with_dht):
+    _dsl()
+    from cudnn.linear_attention.kda.bwd_api import KimiDeltaAttentionBwdSm90
+    from cudnn_testing.markers import skip_unless_sm90
+    from cudnn_testing.reference_linear_attention import kimi_delta_attention_chunked_bwd_ref, kimi_delta_attention_recurrent_bwd_ref
+
+    skip_unless_sm90()
+    torch.manual_seed(len(lens) * 1000 + D + 1)
+    H = 4
+    if layout == "varlen":
+        T = sum(lens)
+        cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+        lead, n = (T,), len(lens)
+    else:
+        cu, lead, n = None, tuple(lens), lens[0]
+    q, k, v, g, beta, do, h0, dht = _kda_inputs(lead, H, D, n, with_h0, with_dht)
+    got, _, _, _ = _backward(KimiDeltaAttentionBwdSm90, 2, q, k, v, g, beta, do, h0, dht, cu)
+    base, _, _, _ = _backward(KimiDeltaAttentionBwdSm90, 0, q, k, v, g, beta, do, h0, dht, cu)
+    torch.cuda.synchronize()
+    batched = layout == "dense"
+    add = (lambda t: t) if batched else (lambda t: t[None])
+    kw = dict(initial_state=h0, dfinal_state=dht, cu_seqlens=cu)
+    refargs = [add(t) for t in (q, k, v, g, beta, do)]
+    ref = kimi_delta_attention_recurrent_bwd_ref(*refargs, **kw)
+    low = kimi_delta_attention_chunked_bwd_ref(*refargs, dtype=torch.bfloat16, **kw)
+    _compare("kda", got, base, ref, low, batched)
+
+
+@pytest.mark.gpu
+def test_gdn_p2_matches_reference_and_default():
+    """Varlen with 1-token, empty and multi-chunk sequences, both states, K = 128, GVA (4 value heads over 2 q/k heads)
+    and the in-kernel L2 norm."""
+    _dsl()
+    import torch.nn.functional as F
+
+    from cudnn.linear_attention.gdn.bwd_api import GatedDeltaNetBwdSm90
+    from cudnn_testing.markers import skip_unless_sm90
+    from cudnn_testing.reference_linear_attention import gated_delta_net_chunked_bwd_ref, gated_delta_net_recurrent_bwd_ref
+
+    skip_unless_sm90()
+    torch.manual_seed(17)
+    lens, H, Hk, D = [1, 0, 700, 64, 130, 0], 4, 2, 128
+    T, n = sum(lens), len(lens)
+    cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+    q = torch.randn(T, Hk, D, device="cuda").to(torch.bfloat16)
+    k = torch.randn(T, Hk, D, device="cuda").to(torch.bfloat16)
+    v = torch.randn(T, H, D, device="cuda").to(torch.bfloat16)
+    g = F.logsigmoid(torch.randn(T, H, device="cuda")) / 8
+    beta = torch.rand(T, H, device="cuda")
+    do = torch.randn(T, H, D, device="cuda").to(torch.bfloat16)
+    h0 = torch.randn(n, H, D, D, device="cuda") * 0.5
+    dht = torch.randn(n, H, D, D, device="cuda")
+    opts = dict(use_qk_l2norm_in_kernel=True)
+    got, _, _, _ = _backward(GatedDeltaNetBwdSm90, 2, q, k, v, g, beta, do, h0, dht, cu, **opts)
+    base, _, _, _ = _backward(GatedDeltaNetBwdSm90, 0, q, k, v, g, beta, do, h0, dht, cu, **opts)
+    torch.cuda.synchronize()
+    kw = dict(initial_state=h0, dfinal_state=dht, cu_seqlens=cu, use_qk_l2norm=True)
+    args = [t[None] for t in (q, k, v, g, beta, do)]
+    ref = gated_delta_net_recurrent_bwd_ref(*args, **kw)
+    low = gated_delta_net_chunked_bwd_ref(*args, dtype=torch.bfloat16, **kw)
+    _compare("gdn", got, base, ref, low, False)
+
+
+@pytest.mark.gpu
+def test_p2_execute_allocates_nothing_and_never_synchronizes():
+    _dsl()
+    from cudnn.linear_attention.kda.bwd_api import KimiDeltaAttentionBwdSm90
+    from cudnn_testing.markers import skip_unless_sm90
+
+    skip_unless_sm90()
+    q, k, v, g, beta, do, h0, dht = _kda_inputs((2, 200), 2, 64, 2, False, False)  # the dense GPU case's plan: no new compile
+    _, plan, ws, args = _backward(KimiDeltaAttentionBwdSm90, 2, q, k, v, g, beta, do, h0, dht, None)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_stats()["allocation.all.allocated"]
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(3):
+            plan.execute(*args, workspace=ws)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert torch.cuda.memory_stats()["allocation.all.allocated"] == before
+    torch.cuda.synchronize()
