@@ -217,7 +217,7 @@ def test_forward_l2_prefetch_variant_emits_bulk_prefetch_and_validates(tmp_path)
 
 
 def test_forward_steady_variant_compiles_and_validates(tmp_path):
-    """``plan.steady = True`` (opt-in, session 9; with ``l2_prefetch = 2`` as the benchmark's combined column): the run
+    """``plan.steady = True`` (the default since session 9; with ``l2_prefetch = 2`` as the benchmark's combined column): the run
     grid builds with the steady-group path, 16-byte loads and stores, no frame (dense bf16, the benchmark's key), and
     its PTX differs from the default's; fp32 varlen with states builds too. Malformed values raise ValueError."""
     from cudnn.kernel_cache import kernel_cache
@@ -225,8 +225,12 @@ def test_forward_steady_variant_compiles_and_validates(tmp_path):
 
     x = TensorDesc.contiguous((2, 4096, 512), "bfloat16", "x")
     plan = CausalConv1d(x, TensorDesc.contiguous((512, 4), "bfloat16", "weight"), x, TensorDesc.contiguous((512,), "bfloat16", "bias"), activation="silu")
-    assert plan.steady is False
+    assert plan.steady is None  # FWD_STEADY_DEFAULT (True since the session-9 A/B) on the run grid
     plan.check_support()
+    assert plan.compile_key().steady is True
+    plan.grid_ctas = 0  # the 64-token grid has no steady path: the default leaves it off there
+    assert plan.compile_key().steady is False
+    plan.grid_ctas, plan.steady = None, False
     assert plan.compile_key().steady is False
     plan.steady, plan.l2_prefetch = True, 2
     key = plan.compile_key()

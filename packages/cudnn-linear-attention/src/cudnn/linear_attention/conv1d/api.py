@@ -89,11 +89,13 @@ UPDATE_FAST_HOST_DEFAULT = True
 #: = the run grid's CTAs ask L2 for the token group P groups beyond the one their registers are loading
 #: (``cp.async.bulk.prefetch.L2``; bitwise the same outputs). Opt-in until the H200 A/B (session 9: ``ours-pf<P>+graph``).
 FWD_L2_PREFETCH_DEFAULT = 0
-#: Default of ``CausalConv1d.steady`` (``Conv1dFwdKey.steady``): False = off (the verified kernel, PTX unchanged); True = the
+#: Default of ``CausalConv1d.steady = None`` on the run grid (``Conv1dFwdKey.steady``; the 64-token grid has none): False = off; True = the
 #: run grid's groups of 4 tokens wholly inside one sequence, 3+ tokens past its start, skip the sequence walk and the
 #: history branches (the same fp32 operations: bitwise the same outputs; ~91 instead of ~150 SASS instructions per token
-#: in the dense bf16 SiLU kernel). Opt-in until the H200 A/B (session 9: ``ours-steady+graph``).
-FWD_STEADY_DEFAULT = False
+#: in the dense bf16 SiLU kernel). On since the session-9 H200 A/B (docs/benchmarks/linear_attention_conv1d_s9.md,
+#: ``ours-steady+graph`` vs ``ours+graph``: 3423.9 vs 3364.9 GB/s at T16k x 4096, 3432.3 vs 3386.6 at T8k x 8192, 3623.6
+#: vs 3582.6 at T32k x 4096; its GPU test: bitwise the default on 5 cases).
+FWD_STEADY_DEFAULT = True
 #: CTAs per SM of the default run grid: one wave at the forward kernel's ``Conv1dFwdKey.min_ctas_per_sm`` = 4.
 _RUN_GRID_CTAS_PER_SM = 4
 #: SM count assumed where no CUDA device is known (a descriptor-only plan compiled on a host without a GPU): an H200's.
@@ -380,8 +382,9 @@ class CausalConv1d(_Conv1dCommon):
         #: L2 prefetch distance of the run grid (set before compile(); ``Conv1dFwdKey.l2_prefetch``): 0 (default) = off,
         #: P > 0 = the token group P groups beyond the registers' next one is asked into L2. Outputs bitwise equal either way.
         self.l2_prefetch = FWD_L2_PREFETCH_DEFAULT
-        #: Steady-group fast path of the run grid (set before compile(); ``Conv1dFwdKey.steady``): False (default) / True.
-        self.steady = FWD_STEADY_DEFAULT
+        #: Steady-group fast path of the run grid (set before compile(); ``Conv1dFwdKey.steady``): None (default) = FWD_STEADY_DEFAULT
+        #: on the run grid, off on the 64-token grid (which has no steady path); False / True explicitly.
+        self.steady = None
         self._entry = None
         self._memo = None  # metadata -> memo entry (see execute); set by compile() when fast_host
         self._last = [(None, None)]
@@ -408,6 +411,8 @@ class CausalConv1d(_Conv1dCommon):
         from .fwd_kernel import Conv1dFwdKey
 
         st = self.initial_states or self.final_states
+        grid = _default_grid_ctas(self.x.device) if self.grid_ctas is None else self.grid_ctas
+        steady = (FWD_STEADY_DEFAULT and grid != 0) if self.steady is None else self.steady
         return Conv1dFwdKey(
             dtype=_CNAME[self.x.dtype],
             w_dtype=_CNAME[self.weight.dtype],
@@ -418,9 +423,9 @@ class CausalConv1d(_Conv1dCommon):
             has_init=self.initial_states is not None,
             has_final=self.final_states is not None,
             state_dtype=_CNAME[st.dtype] if st is not None else "",
-            grid_ctas=_default_grid_ctas(self.x.device) if self.grid_ctas is None else self.grid_ctas,
+            grid_ctas=grid,
             l2_prefetch=self.l2_prefetch,
-            steady=self.steady,
+            steady=steady,
         )
 
     def compile(self) -> None:
