@@ -14,8 +14,7 @@ baselines par-state-base / par-out-base / par-base (the session-5 state pass and
 par-gdn-prep-base / par-gdn-base (its session-5 prep / whole plan) and par-gdn-prep7 (its prep without the session-8
 staged -Wm stores), KDA's prep baselines (par-kp5: its session-5 prep, par-kn: narrow_ap alone, par-kp6: its session-6
 first default, without tiled_solve / lean_gates, par-kp7: without the session-8 staged kd / -Wm stores; all four
-without the staged stores), par-prep-tma (both families, session 9: the default prep with tma_loads, q / k by TMA;
-opt-in), par-three (both families: the three-kernel schedule whatever the plan-time rule says) and
+without the staged stores), par-three (both families: the three-kernel schedule whatever the plan-time rule says) and
 the fused schedule par-fso / par-fso-w2 / par-fso-s2 (session 8: two kernels, prep and the fused state pass + output;
 fso-w2: two consumer warpgroups per CTA over one stage ring, half the CTAs; fso-s2: fso at two stages, the stage-count
 control; the fused kernel is the ``state+out`` column, there is no ``state`` or ``out`` entry in its row). The

@@ -67,7 +67,6 @@ def test_variant_table_and_key_fields():
         "fso-s2",
         "kp7",
         "gdn-prep7",
-        "prep-tma",
         "three",
     }
     sk = KdaParallelStateKey(head_dim=128, varlen=True, has_initial=True, has_final=True)
@@ -97,15 +96,11 @@ def test_variant_table_and_key_fields():
         "tiled_solve",
         "staged_kd",
         "staged_w",
-        "tma_loads",
     ]
     # KDA's prep options all default on (session 6; the staged stores since session 8); kp5 turns every one off (the
     # session-5 kernel), kn all but narrow_ap, kp6 the solve and gate options and the staged stores (the session-6 first
     # default), kp7 the staged stores only (the session-7 default)
-    opts, staged = names[5:9], names[9:11]
-    # session 9's opt-in TMA loads (both families' prep keys, default off; the variant prep-tma turns it on)
-    assert not KdaParallelPrepKey(head_dim=128, g_dtype="Float32", beta_dtype="Float32", l2norm=True, varlen=True).tma_loads and not pk.tma_loads
-    assert PARALLEL_VARIANTS["prep-tma"] == {"prep": {"tma_loads": True}}
+    opts, staged = names[5:9], names[9:]
     assert all(getattr(KdaParallelPrepKey(head_dim=128, g_dtype="Float32", beta_dtype="Float32", l2norm=True, varlen=True), o) for o in opts + staged)
     unstaged = dict.fromkeys(staged, False)
     assert PARALLEL_VARIANTS["kp5"] == {"prep": {**dict.fromkeys(opts, False), **unstaged}}

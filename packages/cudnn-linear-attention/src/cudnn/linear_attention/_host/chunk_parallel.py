@@ -146,9 +146,6 @@ _GDN_PREP_BASE = {"restructured": False, "tc_ctas_per_sm": 2, "staged_w": False}
 #:   A/B: KDA prep 2270.5 vs 2587.8 us at T = 32k, H = 64 and 153.8 vs 175.0 at T = 8k, H = 16; GDN 1891.3 vs 2065.5 and
 #:   120.2 vs 135.5, docs/benchmarks/linear_attention_kernels_s8_*.md, as ``kp8`` / ``gsw``); bitwise the default. The
 #:   older KDA baselines (``kp5``, ``kn``, ``kp6``) and ``gdn-prep-base`` turn them off too.
-#: - ``prep-tma`` (both families, session 9, opt-in until the H200 A/B): the default prep with ``tma_loads`` -- the
-#:   chunk's q and k tiles by TMA (``cp.async.bulk.tensor``, one transaction mbarrier) instead of per-thread 16-byte
-#:   loads (``_device/chunk_parallel_prep_tma.py``); bitwise the default.
 #:
 #: Session 8 removed ``ub16`` / ``fso-ub16`` (U stored as bf16: prep +6-7%, the state pass unchanged, the fused kernel
 #: slower: docs/benchmarks/linear_attention_kernels_ub16_*.md).
@@ -170,7 +167,6 @@ PARALLEL_VARIANTS = {
     "kp6": {"prep": {"tiled_solve": False, "lean_gates": False, **_KDA_UNSTAGED}},
     "kp7": {"prep": dict(_KDA_UNSTAGED)},
     "gdn-prep7": {"prep": {"restructured": True, "staged_w": False}},
-    "prep-tma": {"prep": {"tma_loads": True}},
     "fso": {"state": {"fuse_out": True, "stages": 3}},
     "fso-w2": {"state": {"fuse_out": True, "stages": 2, "consumer_wgs": 2}},
     "fso-s2": {"state": {"fuse_out": True, "stages": 2}},

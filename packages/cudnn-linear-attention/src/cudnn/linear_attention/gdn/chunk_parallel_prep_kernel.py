@@ -89,11 +89,6 @@ class GdnParallelPrepKey:
     #: dead bytes of Qn (swizzled, conflict-free) and written by 16-byte stores instead of 4-byte fragment stores (half
     #: sectors); bitwise the kernel without it. ``restructured=False`` needs ``staged_w=False`` (variant ``gdn-prep-base``)
     staged_w: bool = True
-    #: Opt-in (session 9, issue #7; ``chunk_parallel_prep_tc_kernel.py``, "TMA loads"), ``restructured`` with three CTAs
-    #: per SM and ``staged_w`` (the default key) only: the chunk's q and k tiles by TMA (``cp.async.bulk.tensor``, warp 0,
-    #: one transaction mbarrier) into the Qn / Kn tiles, read back by each thread as its row chunks (the default's rows,
-    #: clamped); bitwise the kernel without it
-    tma_loads: bool = False
 
 
 def _aliased_storage(l_ck, l_kc, l_vc, l_cc):
@@ -142,11 +137,6 @@ class GatedDeltaNetParallelPrep(ChunkParallelPrepLaunch):
             raise ValueError(f"GdnParallelPrepKey: tc_ctas_per_sm={key.tc_ctas_per_sm}; accepted 2, or 3 with restructured")
         if key.staged_w and not key.restructured:
             raise ValueError("GdnParallelPrepKey: staged_w=True needs restructured=True (only the restructured prep kernel stages -Wm)")
-        if key.tma_loads and not (key.restructured and key.tc_ctas_per_sm == 3 and key.staged_w):
-            raise ValueError(
-                "GdnParallelPrepKey: tma_loads=True needs the restructured prep at three CTAs per SM with staged_w (the default key); accepted: "
-                "{'tma_loads': True} on the default key"
-            )
         if key.restructured:
             if key.prefetch or key.two_per_sm:
                 raise ValueError("GdnParallelPrepKey: restructured takes neither prefetch (parallel_prefetch) nor two_per_sm (parallel_prep_two_per_sm)")

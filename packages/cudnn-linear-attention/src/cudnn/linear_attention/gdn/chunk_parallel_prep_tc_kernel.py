@@ -53,17 +53,6 @@ the kernel without it; no spill at two or three CTAs per SM, K = 64 and 128 (``t
 compile_only``). KDA's other staged store, ``kd`` (``staged_kd``), has no GDN form: here kd is written while the
 step-3 WGMMAs run, and no 16 KB of shared memory is dead then at three CTAs per SM.
 
-TMA loads (session 9, issue #7; ``GdnParallelPrepKey.tma_loads``, opt-in, default OFF until the H200 A/B: variant
-``prep-tma``; the default key only -- three CTAs per SM, ``staged_w``): warp 0 fetches the chunk's q and k tiles by
-``cp.async.bulk.tensor`` (2 D / 64 boxes of 64 tokens x 64 channels, from token ``t0``) into the Qn / Kn tiles,
-row-major and unswizzled, on one transaction mbarrier (``_device/chunk_parallel_prep_tma.py``), instead of each
-thread's 2 D / 32 16-byte loads. Every thread waits after its g / beta loads, before step 1's barrier, and reads its row
-chunks of row ``min(row, n_valid - 1)`` back (the default's clamped row: the box's rows past the chunk, another
-sequence's tokens or TMA's zeros past T, are never used), so every value is the default's, bitwise; step 1's barrier
-orders those reads before step 2's stores into the same tiles. The 8-byte mbarrier fits the struct's tail padding
-(71,680 bytes per CTA at K = 128, 64,512 at K = 64, with or without it: three CTAs per SM), no barrier added (11), no
-spill at K = 64 and 128 at the 80-register cap (``tests/test_prep_tma.py``).
-
 The launch entry (:class:`ChunkParallelPrepLaunch`) and the pieces shared with KDA's prep kernel (the row loads and
 chunk order of the element pass, the row L2 norm, the 256-thread solve :func:`solve_inverse_256`, ``transpose_view``)
 live in ``_device/chunk_parallel.py``.
@@ -91,7 +80,6 @@ from .._device.chunk_parallel import (
     solve_inverse_256,
     transpose_view,
 )
-from .._device.chunk_parallel_prep_tma import issue_qk_tma, qk_rows_from_smem, qk_tma_atoms
 from .._device.delta_rule import BV, CHUNK, SOLVE_BLOCK, THREADS, VEC, k_major_smem_layout, make_mma_n64
 from .._device.delta_rule import smem_ready as _smem_ready
 from .._device.delta_rule import wgmma as _wgmma
@@ -106,7 +94,7 @@ A_STRIDE = CHUNK + 4  # fp32 rows of A and T: 16-byte aligned (vector reads of T
 NB = CHUNK // SOLVE_BLOCK
 
 
-def _three_cta_storage(l_ck, l_cc, d, tma_loads=False):
+def _three_cta_storage(l_ck, l_cc, d):
     """The shared-memory struct of ``tc_ctas_per_sm = 3`` (host side, trace time): no ``T`` (K = 128) and no bf16
     inverses of their own -- ``T`` (fp32, rows of 64) lives in the bytes of Qn (dead after step 3's WGMMA; K = 64: Qn is
     too small, ``T`` keeps its field) and ``T Diag(beta)`` | ``T Diag(beta exp G)`` in those of A (dead after the solve).
@@ -130,8 +118,6 @@ def _three_cta_storage(l_ck, l_cc, d, tma_loads=False):
     fields["smem_y"] = f32((NB - 1) * SOLVE_BLOCK * SOLVE_BLOCK)
     for name in ("smem_g", "smem_gl", "smem_beta", "smem_ew", "smem_ekd"):
         fields[name] = f32(CHUNK)
-    if tma_loads:  # the q / k tiles' transaction mbarrier (8 bytes)
-        fields["smem_mbar"] = cute.struct.Align[cute.struct.MemRange[cutlass.Int64, 1], 8]
     return cute.struct(type("GdnPrepTc3Storage", (), {"__annotations__": fields}))
 
 
@@ -236,9 +222,7 @@ class GatedDeltaNetParallelPrepTc(ChunkParallelPrepLaunch):
 
         storage_class = SharedStorage
         if const_expr(self.key.tc_ctas_per_sm == 3):
-            storage_class = _three_cta_storage(l_ck, l_cc, D, self.key.tma_loads)
-        if const_expr(self.key.tma_loads):  # the q / k TMA atoms over [T, K, Hk] views, after the workspace arrays
-            ws = (*ws, qk_tma_atoms(gQ, gK, D))
+            storage_class = _three_cta_storage(l_ck, l_cc, D)
         self.kernel(gQ, gK, gV, mG, mB, mCu, ws, n_seqs, seq_len, chunks_per_seq, heads, qk_heads, scale, mma_n64, mma_mn, l_ck, l_cc, storage_class).launch(
             grid=[slots, heads, 1],
             block=[NTHREADS, 1, 1],
@@ -273,9 +257,7 @@ class GatedDeltaNetParallelPrepTc(ChunkParallelPrepLaunch):
         D = self.D
         NM = D // 32  # 16-byte chunks of a row per thread (four threads per row)
         NH = D // BV
-        mW, mU, mKD, mQG, mP, mGE, _, _, mRF = ws[:9]
-        if const_expr(self.key.tma_loads):  # ws carries the q / k TMA atoms (launch)
-            tma_qk = ws[9]
+        mW, mU, mKD, mQG, mP, mGE, _, _, mRF = ws
         tidx, _, _ = cute.arch.thread_idx()
         slot, head, _ = cute.arch.block_idx()
         hk = head // (heads // qk_heads)
@@ -336,14 +318,8 @@ class GatedDeltaNetParallelPrepTc(ChunkParallelPrepLaunch):
             t_row = min(t0 + row, last)
             # V -> shared by cp.async (rows past the end: the last row; beta = 0 there), in flight until step 5
             cp_async_v_row_chunks(gV, sVv, t_row, head, row, j4, NM)
-            if const_expr(self.key.tma_loads):  # the q / k tiles by TMA (warp 0) into Qn / Kn, read back before step 1's barrier
-                mbar_qk = storage.smem_mbar.data_ptr()
-                issue_qk_tma(
-                    tma_qk, storage.smem_q.data_ptr(), storage.smem_k.data_ptr(), t0, hk, mbar_qk, cute.arch.make_warp_uniform(cute.arch.warp_idx()), D
-                )
-            else:
-                # this thread's q / k chunks (rows past the end re-read the last row and are zeroed by keep)
-                qbuf, kbuf = load_qk_row_chunks(gQ, gK, t_row, hk, j4, NM)
+            # this thread's q / k chunks (rows past the end re-read the last row and are zeroed by keep)
+            qbuf, kbuf = load_qk_row_chunks(gQ, gK, t_row, hk, j4, NM)
 
             # ---- 1. g, beta -> shared (0 past the end); per-token tables and rf / exp(G_C) -> workspace ------------
             if tidx < CHUNK:
@@ -356,8 +332,6 @@ class GatedDeltaNetParallelPrepTc(ChunkParallelPrepLaunch):
                     bv = b_ld
                 sG[tidx] = gv
                 sBeta[tidx] = bv
-            if const_expr(self.key.tma_loads):  # before the barrier below: step 2 then overwrites the q / k tiles
-                qbuf, kbuf = qk_rows_from_smem(storage.smem_q.data_ptr(), storage.smem_k.data_ptr(), mbar_qk, row, n_valid, j4, NM)
             cute.arch.sync_threads()
             if tidx < CHUNK:
                 cum = Float32(0.0)  # G_i: the default's sequential sum, the same fp32 value

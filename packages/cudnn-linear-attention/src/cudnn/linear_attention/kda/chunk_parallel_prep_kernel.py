@@ -141,32 +141,9 @@ compile_only``). Not addressed here: P's 32 2-byte stores, qg's half-sector 16-b
 the swizzled shared stores conflict-free), the load side (TMA loads, a persistent CTA with a two-deep input ring) and
 the barrier stalls.
 
-TMA loads (session 9, issue #7; ``KdaParallelPrepKey.tma_loads``, opt-in, default OFF until the H200 A/B: variant
-``tma``, ``_host/chunk_parallel.py::PARALLEL_VARIANTS``). The load side of the default: each thread loads its D / 32
-16-byte chunks of q and k of its row (half of every sector a warp load touches) at the CTA start. With ``tma_loads``
-warp 0 issues, right after the chunk-slot search, 2 D / 64 ``cp.async.bulk.tensor`` boxes (64 tokens x 64 channels of
-q / k head ``hk``, from token ``t0``: a coordinate offset, any token) into the Q' and K exp(G) tiles (dead until step
-2), row-major and unswizzled (they are read once, by the CTA, not by WGMMA), on one transaction mbarrier
-(``_device/chunk_parallel_prep_tma.py``). Every thread waits on it after step 1's first barrier (the g loads and
-prefix sums hide the fetch) and reads its row chunks from shared memory (D / 32 16-byte loads per tensor; a quarter
-warp reads two 128-byte rows: two wavefronts), row ``min(row, n_valid - 1)``: the row the default's clamped global
-load reads, so the box's rows past the chunk (the next sequence's tokens, or TMA's zeros past T) are never used and
-every value is the default's, BITWISE (the same bits into the same arithmetic). Step 1's closing barrier orders those
-reads before step 2's stores into the same tiles: no barrier added (18). Shared memory: the 8-byte mbarrier (109,568
-bytes per CTA at K = 128 with or without it -- it fits the struct's tail padding --, 76,800 vs 75,776 at K = 64: two
-CTAs per SM as before, 2 x (109,568 + 1 KB reserved) of the SM's 228 KB); registers: q / k are no longer live across step 1's g loads and
-sums (frame size 0 at K = 64 and 128; reading them back at step 1's end instead of after its first barrier made ptxas
-spill 8 bytes at the 128-register cap). Not built: v by TMA (its cp.async already overlaps the solve, and a box
-would put the next sequence's rows where the default has copies of the last row: only zero products, but not the
-same bits), g by TMA (a [64, K] fp32 box needs 32 KB of shared memory free in step 1: Q' and K exp(G) hold q / k, the
-rest is live), and the persistent CTA with a two-deep input ring: the q / k tiles of chunk c + 1 need 32 KB beyond
-the 107 KB that chunk c uses, which leaves one CTA per SM (139 KB), half the warps of this latency-bound kernel; no
-tile of chunk c is dead early enough to take them (the Q' | K' | K'_I region holds T / Y / T Diag(beta) / V until step
-5, K exp(G) is step 5's B operand).
-
 Tests: ``tests/test_kda_parallel_gpu.py`` (GPU), compile-only ``tests/test_kda_parallel_compile.py -k kda``; the
 step-3 options: ``tests/test_kda_prep_opts_gpu.py``; the solve and gate options: ``tests/test_kda_prep_speed_gpu.py``;
-the staged stores: ``tests/test_kda_prep_staged_gpu.py``; the TMA loads: ``tests/test_prep_tma.py``; per-kernel time: ``benchmarks/linear_attention_kernels.py
+the staged stores: ``tests/test_kda_prep_staged_gpu.py``; per-kernel time: ``benchmarks/linear_attention_kernels.py
 --family kda --variants parallel``.
 """
 
@@ -194,7 +171,6 @@ from .._device.chunk_parallel import (
     solve_inverse_256,
     transpose_view,
 )
-from .._device.chunk_parallel_prep_tma import issue_qk_tma, qk_rows_from_smem, qk_tma_atoms
 from .._device.delta_rule import BV, CHUNK, SOLVE_BLOCK, THREADS, VEC, k_major_smem_layout, make_mma_n64
 from .._device.delta_rule import smem_ready as _smem_ready
 from .._device.delta_rule import wgmma as _wgmma
@@ -232,10 +208,6 @@ class KdaParallelPrepKey:
     #: (bf16) staged from the accumulator in shared memory (G / A region, swizzled, conflict-free) and written by warpgroup
     #: 1 by coalesced 16-byte stores instead of 4-byte fragment stores (half sectors); bitwise the kernel without it
     staged_w: bool = True
-    #: Opt-in (session 9, issue #7; module docstring "TMA loads"), needs ``staged_w`` (the tested build): the chunk's q
-    #: and k tiles by TMA (``cp.async.bulk.tensor``, warp 0, one transaction mbarrier) into the Q' / K exp(G) tiles,
-    #: read back by each thread as its row chunks (the default's rows, clamped); bitwise the kernel without it
-    tma_loads: bool = False
 
 
 WARPGROUPS = 2
@@ -318,7 +290,7 @@ def solve_inverse_256_tiled(sA: cute.Tensor, sT: cute.Tensor, sY: cute.Tensor, t
         cute.arch.sync_threads()
 
 
-def _table_storage(l_ck, d, pad, g_floats, tma_loads=False):
+def _table_storage(l_ck, d, pad, g_floats):
     """The shared-memory struct of ``ref_table`` (host side, trace time): the default's fields, then the ratio table
     ``exp2(ref_a - ref_b)`` [NFAC, d] fp32 (5 KB at K = 128: about 107 KB in all, still two CTAs per SM). The step-1
     partial sums at the reference rows live in the K'_I tile (dead until step 3 with ``narrow_ap``)."""
@@ -342,8 +314,6 @@ def _table_storage(l_ck, d, pad, g_floats, tma_loads=False):
         "smem_beta": f32(CHUNK),
         "smem_fac": f32(NFAC * d),
     }
-    if tma_loads:  # the q / k tiles' transaction mbarrier (8 bytes)
-        fields["smem_mbar"] = cute.struct.Align[cute.struct.MemRange[cutlass.Int64, 1], 8]
     return cute.struct(type("KdaPrepTableStorage", (), {"__annotations__": fields}))
 
 
@@ -375,11 +345,6 @@ class KimiDeltaAttentionParallelPrep(ChunkParallelPrepLaunch):
             raise ValueError(
                 "KdaParallelPrepKey: staged_w=True needs staged_kd=True (alone, ptxas spills 24 bytes at the 128-register cap at K = 128); accepted: "
                 "both (the default), {'staged_w': False} (staged kd alone) or {'staged_kd': False, 'staged_w': False} (variant 'kp7')"
-            )
-        if key.tma_loads and not key.staged_w:
-            raise ValueError(
-                "KdaParallelPrepKey: tma_loads=True needs staged_w=True (the default: the build its tests cover); accepted: {'tma_loads': True} on "
-                "the default key"
             )
         self.key = key
         self.D = key.head_dim
@@ -415,9 +380,7 @@ class KimiDeltaAttentionParallelPrep(ChunkParallelPrepLaunch):
 
         storage_class = SharedStorage
         if const_expr(self.key.ref_table):
-            storage_class = _table_storage(l_ck, D, pad, _g_floats(D, self.key.staged_kd), self.key.tma_loads)
-        if const_expr(self.key.tma_loads):  # the q / k TMA atoms over [T, K, Hk] views, after the workspace arrays
-            ws = (*ws, qk_tma_atoms(gQ, gK, D))
+            storage_class = _table_storage(l_ck, D, pad, _g_floats(D, self.key.staged_kd))
         self.kernel(
             gQ, gK, gV, mG, mB, mCu, ws, n_seqs, seq_len, chunks_per_seq, heads, qk_heads, scale, mma_n64, mma_mn, l_ck, l_cc, v_off, storage_class
         ).launch(
@@ -458,9 +421,7 @@ class KimiDeltaAttentionParallelPrep(ChunkParallelPrepLaunch):
         PARTS = NTHREADS // D  # step 1: token ranges per key channel
         SPAN = CHUNK // PARTS
         NB = CHUNK // SOLVE_BLOCK
-        mW, mU, mKD, mQG, mP, mGE = ws[:6]
-        if const_expr(self.key.tma_loads):  # ws carries the q / k TMA atoms (launch)
-            tma_qk = ws[9]
+        mW, mU, mKD, mQG, mP, mGE, _, _, _ = ws
         tidx, _, _ = cute.arch.thread_idx()
         slot, head, _ = cute.arch.block_idx()
         hk = head // (heads // qk_heads)
@@ -517,16 +478,9 @@ class KimiDeltaAttentionParallelPrep(ChunkParallelPrepLaunch):
         if n_valid > 0:  # idle slots (past their sequence's last chunk) do nothing
             last = t0 + n_valid - 1
             t_row = min(t0 + row, last)
-            if const_expr(self.key.tma_loads):
-                # the q / k tiles by TMA (warp 0), in flight during step 1; read back at its end (qk_rows_from_smem)
-                mbar_qk = storage.smem_mbar.data_ptr()
-                issue_qk_tma(
-                    tma_qk, storage.smem_qr.data_ptr(), storage.smem_ke.data_ptr(), t0, hk, mbar_qk, cute.arch.make_warp_uniform(cute.arch.warp_idx()), D
-                )
-            else:
-                # this thread's q / k chunks (rows past the end re-read the last row and are zeroed by keep): in flight
-                # during step 1
-                qbuf, kbuf = load_qk_row_chunks(gQ, gK, t_row, hk, j4, NM)
+            # this thread's q / k chunks (rows past the end re-read the last row and are zeroed by keep): in flight
+            # during step 1
+            qbuf, kbuf = load_qk_row_chunks(gQ, gK, t_row, hk, j4, NM)
 
             # ---- 1. g -> G log2(e) (per-range prefix sums in registers), reference rows, beta, exp(G_C) ---------------
             gcol = tidx % D
@@ -570,8 +524,6 @@ class KimiDeltaAttentionParallelPrep(ChunkParallelPrepLaunch):
                     bv = b_ld
                 sBeta[tidx] = bv
             cute.arch.sync_threads()
-            if const_expr(self.key.tma_loads):  # before step 1's closing barrier: step 2 then overwrites the q / k tiles
-                qbuf, kbuf = qk_rows_from_smem(storage.smem_qr.data_ptr(), storage.smem_ke.data_ptr(), mbar_qk, row, n_valid, j4, NM)
             base = Float32(0.0)
             for p in cutlass.range_constexpr(PARTS - 1):
                 if p < part:
