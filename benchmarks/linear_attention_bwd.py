@@ -221,10 +221,10 @@ def _make_ours(family):
 
 def _make_ours_p1(family, pass2: bool = False, pass1: bool = True, hilo: bool = True):
     """``ours-p1``: ``ours`` with ``plan.parallel_pass1 = True`` (pass 1 as the forward's chunk-parallel prep + state
-    pass and ``{kda,gdn}/bwd_states_parallel_kernel.py``, the default since session 9; its larger workspace allocated
+    pass and ``{kda,gdn}/bwd_states_parallel_kernel.py``, opt-in; its larger workspace allocated
     once at build). ``pass2`` (``ours-p2``): ``plan.parallel_pass2 = True`` as well (pass 2 as the per-chunk precompute
     ``{kda,gdn}/bwd_dstates_parallel_kernel.py`` + the reverse state chain ``_device/dstates_parallel.py``). ``pass1``
-    False (``ours-serial``): the serial pass 1, the default before session 9. ``hilo`` False (KDA ``ours-nohilo``):
+    False (``ours-serial``): the serial pass 1 (the default, = ``ours``). ``hilo`` False (KDA ``ours-nohilo``):
     ``plan.dp_split_hilo = False`` (session 6's pass 3; the hi + lo dP~ operands are the default since session 9)."""
 
     def make(case):
@@ -403,9 +403,9 @@ QUICK_SKIP = ("fla-safe",)
 
 def opt_in_providers(family: str) -> list[Provider]:
     """A/B rows of opt-in plan options, selectable only by name (``--providers``; never in the default tables):
-    ``ours-p1`` / ``ours-p1+graph``: ``plan.parallel_pass1 = True`` (the default since session 9: ``ours``); ``ours-p2`` /
+    ``ours-p1`` / ``ours-p1+graph``: ``plan.parallel_pass1 = True`` (opt-in); ``ours-p2`` /
     ``ours-p2+graph``: both ``parallel_pass1`` and ``parallel_pass2``; ``ours-serial``: ``parallel_pass1 = False`` (the
-    serial pass 1, the default before session 9); KDA ``ours-nohilo``: ``dp_split_hilo = False``."""
+    serial pass 1, the default: the same plan as ``ours``); KDA ``ours-nohilo``: ``dp_split_hilo = False``."""
     extra = [Provider("ours-nohilo", _make_ours_p1(family, hilo=False))] if FAMILIES[family].per_key_gate else []
     return extra + [
         Provider("ours-serial", _make_ours_p1(family, pass1=False)),

@@ -50,7 +50,7 @@ def _plan(T, N, D=128, H=4, initial=True, l2norm=False):
         dfinal_state=st,
         cu_seqlens=TensorDesc.contiguous((N + 1,), "int32", "cu_seqlens"),
     )
-    plan.parallel_pass1 = False  # the serial pass 1 (the chunk-parallel default's kernel: test_la_bwd_parallel_gpu.py)
+    plan.parallel_pass1 = False  # the serial pass 1 (the default; the chunk-parallel opt-in's kernel: test_la_bwd_parallel_gpu.py)
     return plan
 
 
@@ -105,9 +105,10 @@ def test_gva_plan_adds_the_qk_reduction_kernel(tmp_path):
     plan.check_support()
     key = plan.compile_key()
     assert key.gva and _parts(key)[-1] == "qk_reduce"
-    assert plan.scratch_workspace_bytes() == workspace_bytes(100, 1, 4, 64) + 2 * 100 * 4 * 64 * 4 + forward_workspace_bytes(
-        100, 1, 4, 64
-    )  # + the chunk-parallel pass 1's tail
+    assert plan.scratch_workspace_bytes() == workspace_bytes(100, 1, 4, 64) + 2 * 100 * 4 * 64 * 4
+    plan.parallel_pass1 = True  # the opt-in chunk-parallel pass 1 adds the forward's arrays as a tail
+    assert plan.scratch_workspace_bytes() == workspace_bytes(100, 1, 4, 64) + 2 * 100 * 4 * 64 * 4 + forward_workspace_bytes(100, 1, 4, 64)
+    plan.parallel_pass1 = False
     with keep_artifacts(tmp_path) as ptx:
         build_kernel("qk_reduce", key)()
         text = ptx()

@@ -3,8 +3,8 @@ varlen, initial state and final-state gradient): each of the three kernels build
 WGMMA m64n64k16 bf16 -> fp32 (exact PTX counts), has no local-memory traffic (PTX, and a zero ptxas stack frame), carries
 the cudnn symbol prefix (Rule 6), and the compile key does not depend on the token total or the sequence count
 (Rule 4); and the ``dp_split_hilo`` switch (issue #7; the default since session 9) is a pass-3-only compile-key field
-whose off state is session 6's pass 3 (WGMMA count). The plans here take the serial pass 1 (``parallel_pass1 = False``;
-the chunk-parallel default's kernel is compiled in ``test_la_bwd_parallel_gpu.py``). About 35 s on 2 cores."""
+whose off state is session 6's pass 3 (WGMMA count). The plans here take the serial pass 1 (``parallel_pass1 = False``, the
+default; the chunk-parallel opt-in's kernel is compiled in ``test_la_bwd_parallel_gpu.py``). About 35 s on 2 cores."""
 
 from __future__ import annotations
 

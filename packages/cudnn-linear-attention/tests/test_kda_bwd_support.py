@@ -53,9 +53,9 @@ def test_accepts_per_channel_gate_and_sizes_workspace():
     slots = 3 + 200 // 64 + 1
     expect = 2 * slots * 2 * 64 * 64 * 2 + 2 * 200 * 2 * 64 * 2 + 2 * slots * 2 * 64 * 64 * 2
     assert workspace_bytes(200, 3, 2, 64) == expect
-    assert plan.scratch_workspace_bytes() == expect + forward_workspace_bytes(200, 3, 2, 64)  # the default chunk-parallel pass 1's tail
-    plan.parallel_pass1 = False  # the serial pass 1: the backward's own arrays only
-    assert plan.scratch_workspace_bytes() == expect
+    assert plan.scratch_workspace_bytes() == expect  # the default serial pass 1: the backward's own arrays only
+    plan.parallel_pass1 = True  # the opt-in chunk-parallel pass 1 adds the forward's arrays as a tail
+    assert plan.scratch_workspace_bytes() == expect + forward_workspace_bytes(200, 3, 2, 64)
 
 
 def test_dg_must_be_per_channel():

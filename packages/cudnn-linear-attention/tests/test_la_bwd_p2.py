@@ -356,15 +356,15 @@ def _kda_inputs(lead, H, D, n_seqs, with_h0, with_dht):
 
 
 def _backward(cls, mode, q, k, v, g, beta, do, h0, dht, cu, **opts):
-    """(grads dict, plan, workspace, args) of one backward with poisoned outputs; ``mode`` 0 the default plan (its
-    chunk-parallel pass 1 and serial pass 2), 2 with ``parallel_pass2``: the two differ in pass 2 only."""
+    """(grads dict, plan, workspace, args) of one backward with poisoned outputs; ``mode`` 0 the ``parallel_pass1`` plan
+    (chunk-parallel pass 1, serial pass 2), 2 with ``parallel_pass2`` too: the two differ in pass 2 only."""
     from cudnn_testing.data import poison
 
     dq, dk, dv = (poison(torch.empty_like(t)) for t in (q, k, v))
     dg, dbeta = poison(torch.empty_like(g)), poison(torch.empty_like(beta))
     dh0 = poison(torch.empty_like(h0)) if h0 is not None else None
     plan = cls(q, k, v, g, beta, do, dq, dk, dv, dg, dbeta, initial_state=h0, dinitial_state=dh0, dfinal_state=dht, cu_seqlens=cu, **opts)
-    plan.parallel_pass1 = True  # the default since session 9 (named: parallel_pass2 requires it)
+    plan.parallel_pass1 = True  # opt-in; parallel_pass2 requires it
     plan.parallel_pass2 = mode == 2
     plan.compile()
     ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda")

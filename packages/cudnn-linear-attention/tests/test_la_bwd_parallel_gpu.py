@@ -1,6 +1,5 @@
-"""The Kimi Delta Attention backward's chunk-parallel pass 1 (``plan.parallel_pass1 = True``, the default since session
-9: the forward's chunk-parallel prep + state pass, then ``kda/bwd_states_parallel_kernel.py::KdaBwdStatesChunk``; here
-against the serial pass 1, ``parallel_pass1 = False``) in three tiers:
+"""The Kimi Delta Attention backward's chunk-parallel pass 1 (opt-in ``plan.parallel_pass1 = True``: the forward's
+chunk-parallel prep + state pass, then ``kda/bwd_states_parallel_kernel.py::KdaBwdStatesChunk``) in three tiers:
 
 - CPU (no marker; torch + the DSL, no GPU): with every compiled kernel replaced by a recorder, ``execute`` launches the
   forward prep, the forward state pass, the chunk-parallel pass 1, pass 2 and pass 3 in that order, each with exactly
@@ -102,17 +101,16 @@ def test_parallel_pass1_launches_forward_then_backward_with_declared_arguments(m
     args = (q, q, q, g, beta, q, dq, dk, dv, dg, db)
     kw = dict(initial_state=h0, dinitial_state=dh0, dfinal_state=dht, cu_seqlens=cu)
     default = bwd_api.KimiDeltaAttentionBwdSm90(*args, **kw)
-    default.parallel_pass1 = False  # the serial pass 1 (the default before session 9)
     default.check_support()
     plan = bwd_api.KimiDeltaAttentionBwdSm90(*args, **kw)
+    plan.parallel_pass1 = True
     plan.check_support()
     key = plan.compile_key()
-    assert key.parallel_pass1 and not default.compile_key().parallel_pass1  # chunk-parallel: the default since session 9
-    assert bwd_api._parts(default.compile_key()) == ("states", "dstates", "grads")
+    assert key.parallel_pass1 and not default.compile_key().parallel_pass1
+    assert bwd_api._parts(default.compile_key()) == ("states", "dstates", "grads")  # the default plan is unchanged
     parts = bwd_api._parts(key)
     assert parts == ("states_par", "dstates", "grads")
-    for part in ("dstates", "grads"):  # passes 2-3 read no parallel_pass1: one artifact for both plans
-        assert plan._cache_key(part, key) == default._cache_key(part, default.compile_key()) == key, part
+    assert plan._cache_key("dstates", key) == default.compile_key() == plan._cache_key("grads", key)
     base_bytes = bwd_api.workspace_bytes(T, n, H, D)
     assert default.scratch_workspace_bytes() == base_bytes
     assert plan.scratch_workspace_bytes() == base_bytes + bwd_api.forward_workspace_bytes(T, n, H, D)
@@ -174,17 +172,17 @@ def test_gdn_parallel_pass1_launches_forward_then_backward_with_declared_argumen
     kw = dict(initial_state=h0, dinitial_state=dh0, dfinal_state=dht, cu_seqlens=cu)
     default = bwd_api.GatedDeltaNetBwdSm90(*args, **kw)
     default.store_tm = store_tm
-    default.parallel_pass1 = False  # the serial pass 1 (the default before session 9)
     default.check_support()
     plan = bwd_api.GatedDeltaNetBwdSm90(*args, **kw)
     plan.store_tm = store_tm
+    plan.parallel_pass1 = True
     plan.check_support()
     key = plan.compile_key()
     tail = ("qk_reduce",) if gva else ()
     assert bwd_api._parts(default.compile_key()) == ("states", "dstates", "grads", *tail)
     parts = bwd_api._parts(key)
     assert parts == ("states_par", "dstates", "grads", *tail)
-    assert all(plan._cache_key(p, key) == default._cache_key(p, default.compile_key()) == key for p in parts[1:])
+    assert all(plan._cache_key(p, key) == default.compile_key() for p in parts[1:])
     base_bytes = default.scratch_workspace_bytes()
     assert plan.scratch_workspace_bytes() == base_bytes + bwd_api.forward_workspace_bytes(T, n, H, D)
 

@@ -109,9 +109,7 @@ def test_bwd_plan_accepts_the_benchmark_layouts(fam, varlen):
     assert plan.l2norm == bench.FAMILIES[fam].l2norm == (fam == "gdn")
     key = plan.compile_key()
     assert key.varlen == varlen and key.l2norm == (fam == "gdn") and not key.has_initial and not key.gva
-    api = importlib.import_module(f"cudnn.linear_attention.{fam}.bwd_api")
-    n = 64 if varlen else 1
-    ws = api.workspace_bytes(t, n, h, D) + api.forward_workspace_bytes(t, n, h, D)  # + the default chunk-parallel pass 1's tail
+    ws = importlib.import_module(f"cudnn.linear_attention.{fam}.bwd_api").workspace_bytes(t, 64 if varlen else 1, h, D)
     assert plan.scratch_workspace_bytes() == ws
 
 
@@ -267,13 +265,9 @@ def test_ours_provider_launches_every_pass_once_over_its_workspace(monkeypatch, 
         plan._ensure_support_checked()
         plan._compiled_kernel = tuple(Recorder() for _ in plan._parts(plan.compile_key()))
 
-    def fake_forward(plan):  # the default chunk-parallel pass 1's forward prep and state pass (compiled by the families' compile())
-        plan._compiled_forward = (Recorder(), Recorder()) if plan.parallel_pass1 else None
-
     monkeypatch.setattr(bench, "inputs", cpu_inputs)
     monkeypatch.setattr(bench, "workspace", aligned)
     monkeypatch.setattr(delta_rule_bwd_api.DeltaRuleBwdSm90, "compile", fake_compile)
-    monkeypatch.setattr(delta_rule_bwd_api.DeltaRuleBwdSm90, "_compile_forward_pass1", fake_forward)
     monkeypatch.setattr(delta_rule_bwd_api, "_stream", lambda s, d: "stream")
     case = bench.Case("smoke", {"t": t, "h": h, "varlen": varlen})
     fn = bench._make_ours(fam)(case)

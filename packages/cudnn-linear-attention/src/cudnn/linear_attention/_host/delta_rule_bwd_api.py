@@ -128,6 +128,10 @@ def walk(desc: TensorDesc) -> tuple[int, int]:
     return st, sh
 
 
+#: Default of ``plan.parallel_pass1`` (both families; see DeltaRuleBwdSm90.__init__).
+PARALLEL_PASS1_DEFAULT = False
+
+
 class DeltaRuleBwdSm90(APIBase):
     """Chunked gated-delta-rule backward on sm_90a (base of the GDN and KDA backward adapters). Tensors may be torch
     tensors or TensorDescs.
@@ -186,13 +190,14 @@ class DeltaRuleBwdSm90(APIBase):
         )
         self.scale = scale
         self.l2norm = bool(use_qk_l2norm_in_kernel)
-        #: Set before compile(); a compile-key field, Rule 4. True (the default since session 9: GPU tests passed, session
-        #: 9 call 1): pass 1 chunk-parallel -- the forward's chunk-parallel prep + state pass write every chunk's entering
-        #: state, then one CTA per (chunk, head) writes Tm (KDA: P), Vn (``kda/`` / ``gdn/bwd_states_parallel_kernel.py``);
-        #: the workspace includes the forward's arrays (``forward_workspace_bytes``). It serves every configuration the
-        #: serial pass 1 does (the same ``check_support``; its one extra condition, a 4-byte-aligned fp32 ``g``, holds for
-        #: every fp32 torch tensor), so no plan falls back. False: the serial pass 1 (``*BwdStates``), less workspace.
-        self.parallel_pass1 = True
+        #: Set before compile(); a compile-key field, Rule 4. Opt-in (PARALLEL_PASS1_DEFAULT, False): True runs pass 1
+        #: chunk-parallel -- the forward's chunk-parallel prep + state pass write every chunk's entering state, then one
+        #: CTA per (chunk, head) writes Tm (KDA: P), Vn (``kda/`` / ``gdn/bwd_states_parallel_kernel.py``); the workspace
+        #: includes the forward's arrays (``forward_workspace_bytes``). It serves every configuration the serial pass 1
+        #: does (its one extra condition, a 4-byte-aligned fp32 ``g``, holds for every fp32 torch tensor). Its GPU
+        #: correctness tests pass (session 9: test_la_bwd_parallel_gpu.py, the autograd tests with it on); it stays off
+        #: until the backward detectors have run with it (session 9 ran out of device time). False: the serial pass 1.
+        self.parallel_pass1 = PARALLEL_PASS1_DEFAULT
         #: Opt-in (set before compile(); a compile-key field; requires ``parallel_pass1``): pass 2 chunk-parallel -- a
         #: per-(chunk, head) precompute of the reverse chain's operands (``{kda,gdn}/bwd_dstates_parallel_kernel.py``),
         #: then the narrow reverse state chain (``_device/dstates_parallel.py``); needs ``dstates_workspace_bytes``

@@ -29,7 +29,7 @@ strides, scale, the chunk-group count of pass 3 (from T, N, H on the host, never
 converts, allocates, synchronizes or reads device memory (Rules 1-3, 8). Imports neither torch nor cutlass at
 import time.
 
-``plan.parallel_pass1`` (default True since session 9, GPU tests passed in session 9 call 1; set before ``compile()``;
+Opt-in ``plan.parallel_pass1 = True`` (GPU correctness tests passed in session 9, detectors pending; set before ``compile()``;
 ``GdnBwdKey.parallel_pass1``): pass 1 as three chunk-parallel launches -- the forward's chunk-parallel prep and state pass (its compile artifacts) into a workspace tail
 (``forward_workspace_bytes(T, N, H, D)`` more bytes, included by ``scratch_workspace_bytes()``), then
 ``bwd_states_parallel_kernel.GdnBwdStatesChunk`` (Vn, Tm and the chunk states in the serial pass 1's arrays); passes 2-4
@@ -124,7 +124,7 @@ class GatedDeltaNetBwdSm90(DeltaRuleBwdSm90):
         key = replace(key, parallel_pass2=False)
         if part in ("states_par", "states"):
             return key
-        return replace(key, parallel_pass1=True)
+        return replace(key, parallel_pass1=False)
 
     def compile(self) -> None:
         """The backward's passes (``_parts``) and, with ``parallel_pass1``, the forward's chunk-parallel prep and state

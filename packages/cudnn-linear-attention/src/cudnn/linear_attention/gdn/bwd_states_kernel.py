@@ -79,10 +79,10 @@ class GdnBwdKey:
     gva: bool = False  # q/k heads Hk < v heads H (value head h reads q/k head h // (H / Hk)): pass 3 writes per-value-head
     # dq / dk (fp32, workspace) and pass 4 (bwd_qk_reduce_kernel.py) sums them per q/k head
     store_tm: bool = True  # pass 1 writes Tm (bf16) to the workspace, passes 2 and 3 read it (False: each recomputes K K^T and the solve)
-    # the default since session 9 (gdn/bwd_api.py ``plan.parallel_pass1``; GPU tests passed, session 9 call 1): pass 1
+    # opt-in (gdn/bwd_api.py ``plan.parallel_pass1``; GPU correctness tests passed, session 9; detectors pending): pass 1
     # as the forward's chunk-parallel prep + state pass and ``bwd_states_parallel_kernel.GdnBwdStatesChunk``; False: the
     # serial :class:`GdnBwdStates`. No kernel of this module reads it (their PTX is unchanged)
-    parallel_pass1: bool = True
+    parallel_pass1: bool = False
     # opt-in (gdn/bwd_api.py ``plan.parallel_pass2``, requires ``parallel_pass1`` and ``store_tm``): pass 2 as a
     # chunk-parallel precompute (``bwd_dstates_parallel_kernel.GdnBwdDStatesPrep``) + the narrow reverse state chain
     # (``_device/dstates_parallel.DeltaRuleBwdDStatesChain``); no kernel of this module reads it (their PTX is unchanged)

@@ -29,7 +29,7 @@ The host code shared with the GDN backward (constructor, ``check_support``, work
 the launches) is ``_host/delta_rule_bwd_api.py::DeltaRuleBwdSm90``; this module holds what differs (compile key, declines,
 workspace tail, the kernels' argument order in ``_launch``, ``build_kernel``).
 
-``plan.parallel_pass1`` (default True since session 9, GPU tests passed in session 9 call 1; set before ``compile()``;
+Opt-in ``plan.parallel_pass1 = True`` (GPU correctness tests passed in session 9, detectors pending; set before ``compile()``;
 compile-key field ``KdaBwdKey.parallel_pass1``): pass 1 as three chunk-parallel launches -- the forward's prep and state pass (``_host/chunk_parallel.py``'s kernels,
 the forward's compile artifacts) into a tail of the workspace (``forward_workspace_bytes(T, N, H, D)`` more bytes,
 which ``scratch_workspace_bytes()`` then includes), then ``bwd_states_parallel_kernel.KdaBwdStatesChunk``
@@ -138,7 +138,7 @@ class KimiDeltaAttentionBwdSm90(DeltaRuleBwdSm90):
         key = replace(key, parallel_pass2=False)
         if part in ("states_par", "states"):
             return key
-        return replace(key, parallel_pass1=True)
+        return replace(key, parallel_pass1=False)
 
     def compile(self) -> None:
         """The backward's passes (``_parts``) and, with ``parallel_pass1``, the forward's chunk-parallel prep and state

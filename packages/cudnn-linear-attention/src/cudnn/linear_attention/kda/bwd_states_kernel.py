@@ -78,10 +78,10 @@ class KdaBwdKey:
     has_dfinal: bool  # a gradient of the final state enters pass 2
     l2norm: bool = False  # q, k L2-normalised in the kernels; pass 3 applies the chain rule
     gva: bool = False  # q/k heads Hk < v heads H: pass 3 writes fp32 per-value-head dq / dk, pass 4 sums them
-    # the default since session 9 (kda/bwd_api.py ``plan.parallel_pass1``; GPU tests passed, session 9 call 1): pass 1
+    # opt-in (kda/bwd_api.py ``plan.parallel_pass1``; GPU correctness tests passed, session 9; detectors pending): pass 1
     # as the forward's chunk-parallel prep + state pass and ``bwd_states_parallel_kernel.KdaBwdStatesChunk``; False: the
     # serial :class:`KdaBwdStates`. No kernel of this module reads it (their PTX is unchanged)
-    parallel_pass1: bool = True
+    parallel_pass1: bool = False
     # pass 3 (``chunk_bwd_kernel.py``) only: the decay-split B operands of the two dP~ products (rows(dP~, K) and
     # cols(dP~, Q)) as bf16 hi + lo pairs, two WGMMAs into one accumulator (issue #7: one bf16 rounding of the split
     # operands breaks the chunk-sum cancellation of Q rows(dP~, K) - K cols(dP~, Q) in dG). The default since session 9

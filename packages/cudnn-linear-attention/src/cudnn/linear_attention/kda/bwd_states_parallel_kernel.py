@@ -1,4 +1,4 @@
-"""Kimi Delta Attention backward, pass 1 chunk-parallel (``plan.parallel_pass1``, the default since session 9; sm_90a,
+"""Kimi Delta Attention backward, pass 1 chunk-parallel (opt-in ``plan.parallel_pass1 = True``; sm_90a,
 CuTe DSL, WGMMA), and the design note for making passes 1 and 2 of both delta-rule backwards chunk-parallel (pass 2:
 implemented in session 9 as the opt-in ``plan.parallel_pass2``, ``_device/dstates_parallel.py``).
 
