@@ -160,6 +160,52 @@ def token_output(
 
 
 @cute.jit
+def group_output(
+    win: cute.Tensor,
+    xb: cute.Tensor,
+    yg: cute.Tensor,
+    acc: cute.Tensor,
+    rW: cute.Tensor,
+    rB: cute.Tensor,
+    r2g: cute.CopyAtom,
+    gY: cute.Tensor,
+    cu_ptr: cute.Pointer | None,
+    init_ptr: cute.Pointer | None,
+    t0: Int32,
+    rg: Int32,
+    run: Int32,
+    n: Int32,
+    bos: Int32,
+    nxt: Int32,
+    n_seqs: Int32,
+    seq_arg: Int32,
+    d0: Int32,
+    dv: Int32,
+    D: Int32,
+    init_sn: Int32,
+    init_sd: Int32,
+    init_sj: Int32,
+    half: cutlass.Constexpr[int],
+    U: cutlass.Constexpr[int],
+    W: cutlass.Constexpr[int],
+    VEC: cutlass.Constexpr[int],
+    varlen: cutlass.Constexpr[bool],
+    has_init: cutlass.Constexpr[bool],
+    act: cutlass.Constexpr[bool],
+):
+    """The run grid's per-token path for one group of ``U`` tokens starting at run offset ``rg`` (register buffer
+    ``half`` of ``xb``): for each token inside the run, walk ``(n, bos, nxt)`` to its sequence, :func:`token_output`,
+    16-byte store. Returns the walked ``(n, bos, nxt)``."""
+    for u in cutlass.range_constexpr(U):
+        t = t0 + rg + u
+        if rg + u < run:
+            n, bos, nxt = advance_sequence(cu_ptr, t, n, bos, nxt, n_seqs, seq_arg, varlen)
+            token_output(win, xb[None, u, half], yg[None, u], acc, rW, rB, t, bos, n, d0, init_ptr, n_seqs, D, init_sn, init_sd, init_sj, W, VEC, has_init, act)
+            vector_store(r2g, yg, gY, t, dv, u, VEC)
+    return n, bos, nxt
+
+
+@cute.jit
 def token_output_steady(
     win: cute.Tensor,
     xv: cute.Tensor,
@@ -482,61 +528,15 @@ class CausalConv1dFwd:
                                 token_output_steady(win, xb[None, u, half], yg[None, u], acc, rW, rB, W, VEC, self.key.silu)
                                 vector_store(r2g, yg, gY, tg + u, dv, u, VEC)
                         else:
-                            for u in cutlass.range_constexpr(U):
-                                t = t0 + rg + u
-                                if rg + u < run:
-                                    n, bos, nxt = advance_sequence(cu_ptr, t, n, bos, nxt, n_seqs, seq_arg, self.key.varlen)
-                                    token_output(
-                                        win,
-                                        xb[None, u, half],
-                                        yg[None, u],
-                                        acc,
-                                        rW,
-                                        rB,
-                                        t,
-                                        bos,
-                                        n,
-                                        d0,
-                                        init_ptr,
-                                        n_seqs,
-                                        D,
-                                        init_sn,
-                                        init_sd,
-                                        init_sj,
-                                        W,
-                                        VEC,
-                                        self.key.has_init,
-                                        self.key.silu,
-                                    )
-                                    vector_store(r2g, yg, gY, t, dv, u, VEC)
+                            n, bos, nxt = group_output(
+                                win, xb, yg, acc, rW, rB, r2g, gY, cu_ptr, init_ptr, t0, rg, run, n, bos, nxt, n_seqs, seq_arg, d0, dv, D,
+                                init_sn, init_sd, init_sj, half, U, W, VEC, self.key.varlen, self.key.has_init, self.key.silu,
+                            )  # fmt: skip
                     else:
-                        for u in cutlass.range_constexpr(U):
-                            t = t0 + rg + u
-                            if rg + u < run:
-                                n, bos, nxt = advance_sequence(cu_ptr, t, n, bos, nxt, n_seqs, seq_arg, self.key.varlen)
-                                token_output(
-                                    win,
-                                    xb[None, u, half],
-                                    yg[None, u],
-                                    acc,
-                                    rW,
-                                    rB,
-                                    t,
-                                    bos,
-                                    n,
-                                    d0,
-                                    init_ptr,
-                                    n_seqs,
-                                    D,
-                                    init_sn,
-                                    init_sd,
-                                    init_sj,
-                                    W,
-                                    VEC,
-                                    self.key.has_init,
-                                    self.key.silu,
-                                )
-                                vector_store(r2g, yg, gY, t, dv, u, VEC)
+                        n, bos, nxt = group_output(
+                            win, xb, yg, acc, rW, rB, r2g, gY, cu_ptr, init_ptr, t0, rg, run, n, bos, nxt, n_seqs, seq_arg, d0, dv, D,
+                            init_sn, init_sd, init_sj, half, U, W, VEC, self.key.varlen, self.key.has_init, self.key.silu,
+                        )  # fmt: skip
 
     kernel_runs.set_name_prefix("cudnn", remove_cutlass_symbol=True)
 
