@@ -219,13 +219,15 @@ def _make_ours(family):
     return make
 
 
-def _make_ours_p1(family, pass2: bool = False, pass1: bool = True, hilo: bool = True):
+def _make_ours_p1(family, pass2: bool = False, pass1: bool = True, hilo: bool = True, fold: bool = False):
     """``ours-p1``: ``ours`` with ``plan.parallel_pass1 = True`` (pass 1 as the forward's chunk-parallel prep + state
     pass and ``{kda,gdn}/bwd_states_parallel_kernel.py``, opt-in; its larger workspace allocated
     once at build). ``pass2`` (``ours-p2``): ``plan.parallel_pass2 = True`` as well (pass 2 as the per-chunk precompute
     ``{kda,gdn}/bwd_dstates_parallel_kernel.py`` + the reverse state chain ``_device/dstates_parallel.py``). ``pass1``
     False (``ours-serial``): the serial pass 1 (the default, = ``ours``). ``hilo`` False (KDA ``ours-nohilo``):
-    ``plan.dp_split_hilo = False`` (session 6's pass 3; the hi + lo dP~ operands are the default since session 9)."""
+    ``plan.dp_split_hilo = False`` (session 6's pass 3; the hi + lo dP~ operands are the default since session 9).
+    ``fold`` (KDA ``ours-fold``): ``plan.fold_prep_tm = True`` (pass 1b as copies of the forward prep's / state pass's
+    arrays, the prep writing Tm too)."""
 
     def make(case):
         import torch
@@ -238,6 +240,8 @@ def _make_ours_p1(family, pass2: bool = False, pass1: bool = True, hilo: bool = 
         plan.parallel_pass2 = pass2
         if not hilo:
             plan.dp_split_hilo = False
+        if fold:
+            plan.fold_prep_tm = True
         plan.compile()
         ws = workspace(plan.scratch_workspace_bytes(), i["q"].device)
         args = [i[n] for n in ("q", "k", "v", "g", "beta", "do", "dq", "dk", "dv", "dg", "dbeta")]
@@ -405,8 +409,10 @@ def opt_in_providers(family: str) -> list[Provider]:
     """A/B rows of opt-in plan options, selectable only by name (``--providers``; never in the default tables):
     ``ours-p1`` / ``ours-p1+graph``: ``plan.parallel_pass1 = True`` (opt-in); ``ours-p2`` /
     ``ours-p2+graph``: both ``parallel_pass1`` and ``parallel_pass2``; ``ours-serial``: ``parallel_pass1 = False`` (the
-    serial pass 1, the default: the same plan as ``ours``); KDA ``ours-nohilo``: ``dp_split_hilo = False``."""
+    serial pass 1, the default: the same plan as ``ours``); KDA ``ours-nohilo``: ``dp_split_hilo = False``; KDA ``ours-fold``: ``ours-p2`` with ``fold_prep_tm = True``."""
     extra = [Provider("ours-nohilo", _make_ours_p1(family, hilo=False))] if FAMILIES[family].per_key_gate else []
+    if FAMILIES[family].per_key_gate:  # KDA ``ours-fold``: ``ours-p2`` with ``fold_prep_tm``
+        extra.append(Provider("ours-fold", _make_ours_p1(family, pass2=True, fold=True)))
     return extra + [
         Provider("ours-serial", _make_ours_p1(family, pass1=False)),
         Provider("ours-p1", _make_ours_p1(family)),
@@ -516,6 +522,7 @@ KERNELS = (
     ("dstates-prep", "BwdDStatesPrep_"),  # parallel_pass2: the precompute and the reverse chain
     ("dstates-chain", "BwdDStatesChain_"),
     ("states-par", "BwdStatesChunk_"),  # parallel_pass1's pass 1
+    ("states-fold", "BwdStatesFold_"),  # fold_prep_tm's pass 1b (copies)
     ("dstates", "BwdDStates_"),
     ("states", "BwdStates_"),
     ("grads", "BwdGrads_"),

@@ -233,6 +233,8 @@ def set_parallel_options(plan, variant) -> None:
             raise ValueError(f"parallel variant {variant!r}; accepted {tuple(PARALLEL_VARIANTS)}")
         variant = PARALLEL_VARIANTS[variant]
     prep_extra, state_extra, out_extra = (dict(variant.get(k, {})) for k in ("prep", "state", "out"))
+    if prep_extra.get("bwd_tm"):  # the backward's fold_prep_tm: Tm written over qg, which the forward's output kernel reads
+        raise ValueError("parallel variant: prep option bwd_tm is the KDA backward's (plan.fold_prep_tm), not a forward option")
     cls = type(plan)
     prep_base, state_base = cls._prep_options, cls._state_options
 

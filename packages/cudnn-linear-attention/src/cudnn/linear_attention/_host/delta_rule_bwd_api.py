@@ -245,6 +245,11 @@ class DeltaRuleBwdSm90(APIBase):
     def _workspace_bytes(self, T: int, N: int, H: int, D: int) -> int:
         raise NotImplementedError
 
+    def _pass1_prep_options(self) -> dict:
+        """Extra fields of the family forward prep's compile key for ``parallel_pass1`` (none by default; KDA's
+        ``fold_prep_tm``: ``{"bwd_tm": True}``)."""
+        return {}
+
     def _pass1_g_align(self) -> int:
         """Byte alignment the family's chunk-parallel forward prep assumes for ``g`` (``parallel_pass1``)."""
         return 2
@@ -270,7 +275,7 @@ class DeltaRuleBwdSm90(APIBase):
             f["has_initial"],
             False,
             row_scaled=not self._gate_per_key,
-            prep_options={},
+            prep_options=self._pass1_prep_options(),  # fold_prep_tm (KDA): the backward-only prep option
             g_align=self._pass1_g_align(),
             state_options={},
             out_options={},

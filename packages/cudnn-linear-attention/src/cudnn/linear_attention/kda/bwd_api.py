@@ -52,6 +52,14 @@ a rounding residue that the reverse cumsum accumulates: dg missed the FA rule 3-
 (g = -5 sigmoid(N(0, 1))), dq / dk ~2x (issue #7; CPU emulation: docs/linear-attention.md, "KDA dg accuracy under hard
 gates"). False: session 6's pass 3 (one bf16 operand; byte-identical PTX to it).
 
+Opt-in ``plan.fold_prep_tm = True`` (session 10; before ``compile()``; ``KdaBwdKey.fold_prep_tm``; requires
+``parallel_pass1``, ValueError otherwise): the forward prep of pass 1a is compiled with ``KdaParallelPrepKey.bwd_tm``
+(it also writes bf16 ``Tm`` into its ``qg`` tiles, which the backward never reads otherwise) and pass 1b is
+``bwd_states_parallel_kernel.KdaBwdStatesFold`` (layout copies of ``h``, ``Tm``, ``p``, ``vnt`` into ``ws_h``,
+``ws_tm``, ``ws_p``, ``ws_vn``) instead of ``KdaBwdStatesChunk`` (which recomputes A, P, the solve and Vn). Same
+launches and workspace; ``ws_h`` bitwise, ``Tm`` / ``P`` / ``Vn`` equal up to rounding (the forward prep's operation
+order). Default off: the default launches and PTX are unchanged.
+
 Contract (Rule 3, unchecked on device): the forward's (``cu_seqlens`` well formed; any 8 consecutive per-channel log
 decays sum to more than -80).
 """
@@ -64,6 +72,8 @@ from .._host.delta_rule_bwd_api import CHUNK, FWD_H, DeltaRuleBwdSm90, build_dst
 from .._host.delta_rule_bwd_api import workspace_bytes as _workspace_bytes
 from .._host.launch import fake_gmem_ptr as _fake_ptr
 from .._host.launch import gmem_ptr as _ptr
+
+FWD_QG, FWD_P, FWD_VNT = 3, 4, 6  # fold_prep_tm: indices of qg (Tm with bwd_tm), p, vnt among the forward's workspace arrays
 
 CUTEDSL_FLOOR = "4.8.0"
 FAMILY = "linear_attention.kda_bwd"
@@ -97,6 +107,9 @@ class KimiDeltaAttentionBwdSm90(DeltaRuleBwdSm90):
     #: the default since session 9).
     dp_split_hilo = True
     _compiled_dp_split_hilo = None
+    #: Opt-in (module docstring, "fold_prep_tm"; set before compile(), a compile-key field; requires parallel_pass1).
+    fold_prep_tm = False
+    _compiled_fold_prep_tm = None
 
     def _forward_class(self):
         from .api import KimiDeltaAttentionFwdSm90
@@ -120,7 +133,15 @@ class KimiDeltaAttentionBwdSm90(DeltaRuleBwdSm90):
         from .bwd_states_kernel import KdaBwdKey
 
         fields = self._key_fields()  # ValueError: parallel_pass2 without parallel_pass1
-        return KdaBwdKey(parallel_pass1=bool(self.parallel_pass1), dp_split_hilo=bool(self.dp_split_hilo), parallel_pass2=bool(self.parallel_pass2), **fields)
+        if self.fold_prep_tm and not self.parallel_pass1:  # fold_prep_tm: pass 1b copies the chunk-parallel pass 1a's arrays
+            raise ValueError(f"{self._name}: fold_prep_tm requires parallel_pass1 (set plan.parallel_pass1 = True as well)")
+        return KdaBwdKey(
+            parallel_pass1=bool(self.parallel_pass1),
+            dp_split_hilo=bool(self.dp_split_hilo),
+            parallel_pass2=bool(self.parallel_pass2),
+            fold_prep_tm=bool(self.fold_prep_tm),
+            **fields,
+        )
 
     def _parts(self, key) -> tuple[str, ...]:
         return _parts(key)
@@ -131,12 +152,14 @@ class KimiDeltaAttentionBwdSm90(DeltaRuleBwdSm90):
         default in them reuses the default plan's artifacts for the passes that do not read them."""
         from dataclasses import replace
 
+        if part != "states_fold":  # fold_prep_tm: read by pass 1b's fold kernel only
+            key = replace(key, fold_prep_tm=False)
         if part != "grads":
             key = replace(key, dp_split_hilo=True)
         if part in ("dstates_prep", "dstates_chain"):
             return key
         key = replace(key, parallel_pass2=False)
-        if part in ("states_par", "states"):
+        if part in ("states_par", "states", "states_fold"):
             return key
         return replace(key, parallel_pass1=False)
 
@@ -146,6 +169,10 @@ class KimiDeltaAttentionBwdSm90(DeltaRuleBwdSm90):
         super().compile()
         self._compile_forward_pass1()
         self._compiled_dp_split_hilo = bool(self.dp_split_hilo)
+        self._compiled_fold_prep_tm = bool(self.fold_prep_tm)
+
+    def _pass1_prep_options(self) -> dict:
+        return {"bwd_tm": True} if self.fold_prep_tm else {}  # fold_prep_tm: the prep also writes Tm (into qg)
 
     def _pass1_g_align(self) -> int:
         return _fwd_g_align(self.g.dtype)
@@ -159,6 +186,8 @@ class KimiDeltaAttentionBwdSm90(DeltaRuleBwdSm90):
         T, n_seqs, seq_len, H, Hk, slots = ext
         if self._compiled_dp_split_hilo is not None and bool(self.dp_split_hilo) != self._compiled_dp_split_hilo:
             raise ValueError(f"{self._name}.execute: dp_split_hilo was changed after compile(); call compile() again")
+        if self._compiled_fold_prep_tm is not None and bool(self.fold_prep_tm) != self._compiled_fold_prep_tm:
+            raise ValueError(f"{self._name}.execute: fold_prep_tm was changed after compile(); call compile() again")
         q, k, v, do = (t[n] for n in ("q", "k", "v", "do"))
         ws_tm = ws.take(slots * H * CHUNK * CHUNK, "bfloat16")
         ws_p = ws.take(slots * H * CHUNK * CHUNK, "bfloat16")
@@ -177,7 +206,13 @@ class KimiDeltaAttentionBwdSm90(DeltaRuleBwdSm90):
         else:
             states, dstates, grads = kernels
         sc = float(self.scale)
-        if parallel:
+        if parallel and self._compiled_fold_prep_tm:  # fold_prep_tm: pass 1b copies the forward's h, Tm (qg), p, vnt
+            self._launch_forward_pass1(fext, fwd_ptrs, g_align, t, strides, ext, stream)
+            states(
+                cu, fwd_ptrs[FWD_H], fwd_ptrs[FWD_QG], fwd_ptrs[FWD_P], fwd_ptrs[FWD_VNT], ws_h, ws_vn, tm, p,
+                T, n_seqs, seq_len, fext.chunks_per_seq, fext.slots, H, slots, stream,
+            )  # fmt: skip
+        elif parallel:
             self._launch_forward_pass1(fext, fwd_ptrs, g_align, t, strides, ext, stream)
             states(
                 _ptr(q, bf, 16), _ptr(k, bf, 16), _ptr(v, bf, 16), gp, bp, cu, fwd_ptrs[FWD_H], ws_h, ws_vn, tm, p,
@@ -212,7 +247,8 @@ def _parts(key) -> tuple[str, ...]:
     """The backward's launches of a plan: three passes (``parallel_pass1``: pass 1 is ``states_par``, after the forward's
     prep and state pass, which ``compile`` adds; ``parallel_pass2``: pass 2 is ``dstates_prep`` + ``dstates_chain``)."""
     second = ("dstates_prep", "dstates_chain") if key.parallel_pass2 else ("dstates",)
-    return ("states_par" if key.parallel_pass1 else "states", *second, "grads")
+    first = "states_fold" if key.fold_prep_tm else ("states_par" if key.parallel_pass1 else "states")  # fold_prep_tm: pass 1b by copies
+    return (first, *second, "grads")
 
 
 def _fwd_g_align(g_dtype) -> int:
@@ -247,6 +283,11 @@ def build_kernel(part: str, key):
             return cute.compile(
                 KdaBwdStatesChunk(key), bf(), bf(), bf(), gp, bp, cu, fwd_h, bf(), bf(), bf(), bf(), *[Int32(8)] * 8, Float32(1.0), st, st, st, cuda.CUstream(0)
             )
+        if part == "states_fold":  # fold_prep_tm: the forward's h, Tm (qg), p, vnt -> the backward's arrays
+            from .bwd_states_parallel_kernel import KdaBwdStatesFold
+
+            f128 = _fake_ptr("BFloat16", 128)  # the forward's arrays: 128-byte aligned (chunk_parallel.workspace_pointers)
+            return cute.compile(KdaBwdStatesFold(key), cu, f128, f128, f128, f128, bf(), bf(), bf(), bf(), *[Int32(8)] * 7, cuda.CUstream(0))
         if part == "dstates_prep":
             from .bwd_dstates_parallel_kernel import KdaBwdDStatesPrep
 

@@ -92,6 +92,10 @@ class KdaBwdKey:
     # (``bwd_dstates_parallel_kernel.KdaBwdDStatesPrep``) + the narrow reverse state chain
     # (``_device/dstates_parallel.DeltaRuleBwdDStatesChain``); no kernel of this module reads it (their PTX is unchanged)
     parallel_pass2: bool = False
+    # ---- fold_prep_tm (session 10, issue #7; opt-in, requires ``parallel_pass1``): pass 1b as layout copies
+    # (``bwd_states_parallel_kernel.KdaBwdStatesFold``) of what the forward prep (``KdaParallelPrepKey.bwd_tm``: Tm into
+    # its qg tile) and state pass (h, vnt) already wrote; no kernel of this module reads it (their PTX is unchanged)
+    fold_prep_tm: bool = False
 
 
 @cute.jit

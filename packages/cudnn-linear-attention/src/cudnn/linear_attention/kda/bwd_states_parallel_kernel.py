@@ -85,6 +85,24 @@ Estimated backward after both: 0.29 + 0.5-1.5 (~0.06 after the fold) + 0.15 + P3
 2.23 ms; GDN the same shape with its 133 us prep. With this opt-in alone (pass 2 still serial, ~8 ms):
 ~0.3 + 0.5-1.5 + 8 + P3: roughly half of today's 17.25 ms. Meeting issue #7's 0.74 ms needs P3 near 0.2 ms and the P1b fold.
 
+fold_prep_tm (session 10, opt-in ``plan.fold_prep_tm`` / ``KdaBwdKey.fold_prep_tm``, requires ``parallel_pass1``)
+===================================================================================================================
+
+The "Next" of P1b above, done as copies: everything P1b computes, P1a already computed (the forward prep: ``A``, ``P``,
+the solve; the state pass: ``Vn`` of every chunk, its ``vnt``), except that the prep folds ``beta`` into ``T`` before
+rounding and never stores it. With ``fold_prep_tm`` the backward compiles the forward prep with the backward-only key
+field ``KdaParallelPrepKey.bwd_tm`` (``chunk_parallel_prep_kernel.py``: it skips ``qg`` -- read by the forward's output
+kernel only, which the backward does not launch -- and writes ``bf16(T)`` there, row-major [64, 64]; default off,
+default PTX byte-identical) and runs :class:`KdaBwdStatesFold` as pass 1b: one 128-thread CTA per (forward chunk slot,
+head), no arithmetic -- ``h`` -> ``ws_h``, ``Tm`` -> ``ws_tm``, ``p`` -> ``ws_p`` (16-byte vector copies, slot remap
+only) and ``vnt`` [D, 64] -> shared -> ``ws_vn`` token rows (the transpose), the rows of live tokens only. Per CTA
+at K = 128: 64 KiB read, 64 KiB written; T 8k H 16: 2048 CTAs, ~270 MB, est. 0.08-0.12 ms against the recomputing
+kernel's 1.245 ms (H200, session 9). Same launches, same workspace (no new array: ``Tm`` rides in ``qg``).
+Numerics: ``ws_h`` is bitwise the non-fold path's (the same forward arrays), the copies are bitwise the forward's
+arrays; ``Tm``, ``P``, ``Vn`` are the forward prep's / state pass's roundings (ex2-based decays, its solve's fp32
+order, ``Vn`` from its fp32 ``U`` and bf16 ``-Wm``) instead of this kernel's recomputation: equal up to rounding, and
+``Vn`` is now exactly the ``Vn`` the forward's state chain (hence ``ws_h``) was built from. Passes 2-3 unchanged.
+
 Layouts (as ``bwd_states_kernel.py``): q, k [T, Hk, K], v [T, H, V] bf16, unit channel stride, token / head strides
 multiples of 8 elements; g [T, H, K] and beta [T, H] contiguous fp32 or bf16; ``cu_seqlens`` int32 [N + 1]. K = V in
 {64, 128}. Runtime extents are kernel arguments (Rule 4); the compile key is ``bwd_states_kernel.KdaBwdKey`` (its
@@ -100,13 +118,15 @@ from __future__ import annotations
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
-from cutlass import Float32, Int32, Int64
+from cutlass import BFloat16, Float32, Int32, Int64
 
 from .._device import delta_rule_bwd as bwd
 from .._device.delta_rule import (
     BV,
+    CHUNK,
     SOLVE_BLOCK,
     THREADS,
+    VEC,
     DeltaRuleKernel,
     chunk_gates,
     make_accumulators,
@@ -115,7 +135,12 @@ from .._device.delta_rule import (
 from .._device.delta_rule_bwd import forward_state_to_smem_and_workspace, state_views_aligned  # noqa: F401  (re-exported)
 from .bwd_states_kernel import REF_OFFSET, a_p_tm_to_workspace, decayed_qk_rows, states_shared_storage, states_smem
 
-__all__ = ["KdaBwdStatesChunk", "forward_state_to_smem_and_workspace", "state_views_aligned"]  # the latter two: moved to _device.delta_rule_bwd
+__all__ = [
+    "KdaBwdStatesChunk",
+    "KdaBwdStatesFold",
+    "forward_state_to_smem_and_workspace",
+    "state_views_aligned",
+]  # the latter two: moved to _device.delta_rule_bwd
 
 
 class KdaBwdStatesChunk(DeltaRuleKernel):
@@ -231,5 +256,141 @@ class KdaBwdStatesChunk(DeltaRuleKernel):
                 mma, acc_a, acc_b, u_A, u_B, kt_B, vn_A, s0_B, gFH, gWsH, gV, sS, sVT, sW, sVnT, mWsVn, c64, fslot, slot, t0, n_valid, t_row, row, half,
                 keep, b_row, head, tidx, D,
             )  # fmt: skip
+
+    kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
+
+
+# ---- fold_prep_tm: pass 1b as layout copies of the forward prep's / state pass's arrays --------------------------------
+VNT_PAD = VEC  # bf16 row padding of the staged Vn^T tile (rows 16-byte aligned)
+
+
+def fold_views(ftm_ptr, fp_ptr, fvnt_ptr, wstm_ptr, wsp_ptr, wsvn_ptr, T, fslots, slots, heads, D):
+    """``fold_prep_tm``'s arrays as 16-byte vectors (host side of :class:`KdaBwdStatesFold`): the forward's ``Tm`` (over
+    its ``qg`` tiles: [fslots, H, 64, 64] with the ``qg`` slot / head strides), ``p`` [fslots, H, 64, 64], ``vnt``
+    [fslots, H, D, 64]; the backward's ``ws_tm``, ``ws_p`` [slots, H, 64, 64], ``ws_vn`` [T, H, D]."""
+    cc = CHUNK * CHUNK
+    ftile = cute.assume(Int64(heads) * (CHUNK * D), divby=CHUNK * D)  # the forward's [64, D] tiles (qg, vnt)
+    ctile = cute.assume(Int64(heads) * cc, divby=cc)
+    f_cc = cute.make_layout((fslots, heads, CHUNK, CHUNK), stride=(ctile, cc, CHUNK, 1))
+    b_cc = cute.make_layout((slots, heads, CHUNK, CHUNK), stride=(ctile, cc, CHUNK, 1))
+    gFTm = cute.make_tensor(ftm_ptr, cute.make_layout((fslots, heads, CHUNK, CHUNK), stride=(ftile, CHUNK * D, CHUNK, 1)))
+    gFVnt = cute.make_tensor(fvnt_ptr, cute.make_layout((fslots, heads, D, CHUNK), stride=(ftile, CHUNK * D, CHUNK, 1)))
+    gWsVn = cute.make_tensor(wsvn_ptr, cute.make_layout((T, heads, D), stride=(cute.assume(Int64(heads) * D, divby=D), D, 1)))
+    v4 = (1, 1, 1, VEC)
+    return (
+        cute.zipped_divide(gFTm, v4),
+        cute.zipped_divide(cute.make_tensor(fp_ptr, f_cc), v4),
+        cute.zipped_divide(gFVnt, v4),
+        cute.zipped_divide(cute.make_tensor(wstm_ptr, b_cc), v4),
+        cute.zipped_divide(cute.make_tensor(wsp_ptr, b_cc), v4),
+        cute.zipped_divide(gWsVn, (1, 1, VEC)),
+    )
+
+
+@cute.jit
+def tiles_copy(
+    gSrc: cute.Tensor, gDst: cute.Tensor, fslot: Int32, slot: Int32, head: Int32, tidx: Int32, rows: cutlass.Constexpr[int], cols: cutlass.Constexpr[int]
+):
+    """One [rows, cols] bf16 tile ``gSrc[fslot, head]`` -> ``gDst[slot, head]`` by 16-byte vectors (both divided by (1, 1,
+    1, 8)), every load of the thread issued before its first store."""
+    nv = cols // VEC
+    n = rows * nv // THREADS
+    buf = cute.make_rmem_tensor(cute.make_layout((1, 1, 1, VEC, n)), BFloat16)
+    for s in cutlass.range_constexpr(n):
+        idx = tidx + THREADS * s
+        cute.autovec_copy(gSrc[(None, None, None, None), (fslot, head, idx // nv, idx % nv)], buf[None, None, None, None, s])
+    for s in cutlass.range_constexpr(n):
+        idx = tidx + THREADS * s
+        cute.autovec_copy(buf[None, None, None, None, s], gDst[(None, None, None, None), (slot, head, idx // nv, idx % nv)])
+
+
+class KdaBwdStatesFold(DeltaRuleKernel):
+    """Pass 1b under the opt-in ``fold_prep_tm`` (``KdaBwdKey.fold_prep_tm``, requires ``parallel_pass1``): no arithmetic,
+    one CTA per (forward chunk slot, head) copying what the forward's prep (``KdaParallelPrepKey.bwd_tm``) and state
+    pass already wrote into the backward's slots and layouts -- ``h`` -> ``ws_h`` (bitwise), ``Tm`` (over the prep's
+    ``qg`` tile) -> ``ws_tm``, ``p`` -> ``ws_p``, ``Vn^T`` (``vnt``, the Vn the forward's state chain used) -> ``ws_vn``
+    rows ``t0 .. t0 + n_valid - 1`` (through shared memory: a [D, 64] tile read by 16-byte vectors, rows gathered
+    per token). Module docstring, "fold_prep_tm"."""
+
+    @cute.jit
+    def __call__(
+        self,
+        cu_ptr: cute.Pointer | None,
+        fh_ptr: cute.Pointer,
+        ftm_ptr: cute.Pointer,
+        fp_ptr: cute.Pointer,
+        fvnt_ptr: cute.Pointer,
+        wsh_ptr: cute.Pointer,
+        wsvn_ptr: cute.Pointer,
+        wstm_ptr: cute.Pointer,
+        wsp_ptr: cute.Pointer,
+        T: Int32,
+        n_seqs: Int32,
+        seq_len: Int32,
+        chunks_per_seq: Int32,
+        fslots: Int32,
+        heads: Int32,
+        slots: Int32,
+        stream: cuda.CUstream,
+    ):
+        D = self.D
+        mCu, _, _ = make_seq_state_views(cu_ptr, None, None, n_seqs, heads, D, self.key.varlen, False, False)
+        gFH, gWsH = bwd.forward_state_views(fh_ptr, wsh_ptr, fslots, slots, heads, D)
+        views = fold_views(ftm_ptr, fp_ptr, fvnt_ptr, wstm_ptr, wsp_ptr, wsvn_ptr, T, fslots, slots, heads, D)
+
+        @cute.struct
+        class SharedStorage:
+            smem_vnt: cute.struct.Align[cute.struct.MemRange[BFloat16, D * (CHUNK + VNT_PAD)], 128]
+
+        self.kernel(mCu, gFH, gWsH, views, n_seqs, seq_len, chunks_per_seq, SharedStorage).launch(
+            grid=[fslots, heads, 1], block=[THREADS, 1, 1], smem=SharedStorage.size_in_bytes(), stream=stream
+        )
+
+    @cute.kernel
+    def kernel(
+        self,
+        mCu: cute.Tensor | None,
+        gFH: cute.Tensor,
+        gWsH: cute.Tensor,
+        views: tuple,
+        n_seqs: Int32,
+        seq_len: Int32,
+        chunks_per_seq: Int32,
+        SharedStorage: cutlass.Constexpr,
+    ):
+        D = self.D
+        gFTm, gFP, gFVnt, gWsTm, gWsP, gWsVn = views
+        tidx, fslot, head, _, seq, t0, n_valid = bwd.chunk_cta(mCu, n_seqs, seq_len, chunks_per_seq, 1, self.key.varlen)
+        smem = cutlass.utils.SmemAllocator()
+        storage = smem.allocate(SharedStorage)
+        sVnt = storage.smem_vnt.get_tensor(cute.make_layout((D, CHUNK), stride=(CHUNK + VNT_PAD, 1)))
+        sVntv = cute.zipped_divide(sVnt, (1, VEC))
+
+        if n_valid > 0:  # an idle slot (past its sequence's last chunk) exits; uniform per CTA
+            _, slot = bwd.chunk_slot(mCu, seq, seq_len, t0, n_valid, self.key.varlen)  # the backward's slot (passes 2-3)
+            # Vn^T [D, 64] -> shared (loads first), then the three tile copies while they land
+            nv = CHUNK // VEC
+            n = D * nv // THREADS
+            vbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, 1, VEC, n)), BFloat16)
+            for s in cutlass.range_constexpr(n):
+                idx = tidx + THREADS * s
+                cute.autovec_copy(gFVnt[(None, None, None, None), (fslot, head, idx // nv, idx % nv)], vbuf[None, None, None, None, s])
+            for s in cutlass.range_constexpr(n):
+                idx = tidx + THREADS * s
+                cute.autovec_copy(vbuf[None, None, None, None, s], sVntv[(None, None), (idx // nv, idx % nv)])
+            tiles_copy(gFH, gWsH, fslot, slot, head, tidx, D, D)
+            tiles_copy(gFTm, gWsTm, fslot, slot, head, tidx, CHUNK, CHUNK)
+            tiles_copy(gFP, gWsP, fslot, slot, head, tidx, CHUNK, CHUNK)
+            cute.arch.sync_threads()
+            # token row tidx // 2, channel half tidx % 2: Vn[t0 + row, head, :] (rows inside the sequence only)
+            row = tidx // 2
+            half = tidx % 2
+            if row < n_valid:
+                obuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC)), BFloat16)
+                for vj in cutlass.range_constexpr(D // 2 // VEC):
+                    c0 = half * (D // 2) + vj * VEC
+                    for e in cutlass.range_constexpr(VEC):
+                        obuf[0, 0, e] = sVnt[c0 + e, row]
+                    cute.autovec_copy(obuf, gWsVn[(None, None, None), (t0 + row, head, c0 // VEC)])
 
     kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)

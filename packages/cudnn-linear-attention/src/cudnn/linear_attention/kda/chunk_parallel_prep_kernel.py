@@ -141,6 +141,15 @@ compile_only``). Not addressed here: P's 32 2-byte stores, qg's half-sector 16-b
 the swizzled shared stores conflict-free), the load side (TMA loads, a persistent CTA with a two-deep input ring) and
 the barrier stalls.
 
+Backward-only ``bwd_tm`` (session 10, issue #7; ``KdaParallelPrepKey.bwd_tm``, default off: the default kernel's PTX
+is byte-identical). The KDA backward's opt-in ``fold_prep_tm`` (``kda/bwd_states_parallel_kernel.py``) runs this kernel
+and the state pass as its pass 1a and no output kernel, so ``qg`` is never read there. With ``bwd_tm`` step 2 does not
+write ``qg`` and step 4c writes ``bf16(T)`` -- the unit lower ``Tm = (I + A)^-1`` before the beta fold, zero above the
+diagonal blocks -- row-major [64, 64] into the first 64 * 64 elements of the slot's ``qg`` tile (16-byte stores from
+the same ``sT`` reads as ``T Diag(beta)``; 8 KB written per chunk and head instead of qg's 2 * 64 * K bytes). Every
+other output is bitwise the default kernel's (the same instructions). A forward plan must never set it (its output
+kernel reads ``qg``).
+
 Tests: ``tests/test_kda_parallel_gpu.py`` (GPU), compile-only ``tests/test_kda_parallel_compile.py -k kda``; the
 step-3 options: ``tests/test_kda_prep_opts_gpu.py``; the solve and gate options: ``tests/test_kda_prep_speed_gpu.py``;
 the staged stores: ``tests/test_kda_prep_staged_gpu.py``; per-kernel time: ``benchmarks/linear_attention_kernels.py
@@ -208,6 +217,9 @@ class KdaParallelPrepKey:
     #: (bf16) staged from the accumulator in shared memory (G / A region, swizzled, conflict-free) and written by warpgroup
     #: 1 by coalesced 16-byte stores instead of 4-byte fragment stores (half sectors); bitwise the kernel without it
     staged_w: bool = True
+    #: Backward-only, default off (module docstring, "Backward-only bwd_tm"): no ``qg``; bf16 ``Tm`` [64, 64] in the first
+    #: 64 * 64 elements of the slot's ``qg`` tile instead (the KDA backward's ``fold_prep_tm``). Never for a forward plan
+    bwd_tm: bool = False
 
 
 WARPGROUPS = 2
@@ -587,8 +599,9 @@ class KimiDeltaAttentionParallelPrep(ChunkParallelPrepLaunch):
                 sQrv[(None, None), (row, ch)].store((qn * e_ref).to(BFloat16))
                 sWv[(None, None), (row, ch)].store((kn * e_ref).to(BFloat16))
                 sKEv[(None, None), (row, ch)].store((kn * e_g).to(BFloat16))
-                obuf.store((qn * (e_g * scale)).to(BFloat16))
-                cute.autovec_copy(obuf, gQGv[(None, None), (row, ch)])
+                if const_expr(not self.key.bwd_tm):  # bwd_tm: the qg tile carries Tm (step 4c)
+                    obuf.store((qn * (e_g * scale)).to(BFloat16))
+                    cute.autovec_copy(obuf, gQGv[(None, None), (row, ch)])
                 if const_expr(self.key.ref_table):
                     ki = kn * e_inv
                     kikeep[None, None, m].store(ki)
@@ -698,12 +711,22 @@ class KimiDeltaAttentionParallelPrep(ChunkParallelPrepLaunch):
 
             # ---- 4c. T Diag(beta) -> bf16 (zero above the diagonal blocks) --------------------------------------------
             tmbuf = cute.make_rmem_tensor(cute.make_layout((1, VEC)), BFloat16)
+            if const_expr(self.key.bwd_tm):  # Tm [64, 64] row-major over the slot's qg tile (the backward's fold_prep_tm)
+                gTmv = cute.zipped_divide(cute.make_tensor(mQG[slot, head, None, None].iterator, cute.make_layout((CHUNK, CHUNK), stride=(CHUNK, 1))), (1, VEC))
             for s in cutlass.range_constexpr(CHUNK * CHUNK // (NTHREADS * VEC)):
                 ch = 2 * j4 + s
                 if ch // 2 > row // SOLVE_BLOCK:
                     cute.autovec_copy(zero8, sTmv[(None, None), (row, ch)])
+                    if const_expr(self.key.bwd_tm):
+                        cute.autovec_copy(zero8, gTmv[(None, None), (row, ch)])
                 else:
-                    tmbuf.store((sTv[(None, None), (row, ch)].load() * sBetav[None, ch].load().reshape((1, VEC))).to(BFloat16))
+                    if const_expr(self.key.bwd_tm):  # bf16(T) (the backward's Tm) -> the qg tile, from the same fp32 read
+                        t8 = sTv[(None, None), (row, ch)].load()
+                        tmbuf.store(t8.to(BFloat16))
+                        cute.autovec_copy(tmbuf, gTmv[(None, None), (row, ch)])
+                        tmbuf.store((t8 * sBetav[None, ch].load().reshape((1, VEC))).to(BFloat16))
+                    else:
+                        tmbuf.store((sTv[(None, None), (row, ch)].load() * sBetav[None, ch].load().reshape((1, VEC))).to(BFloat16))
                     cute.autovec_copy(tmbuf, sTmv[(None, None), (row, ch)])
             cute.arch.cp_async_wait_group(0)
             _smem_ready()
