@@ -72,7 +72,8 @@ def test_dense_bshd_gqa_lse_arguments(api):
         persistent=True,
         mask_r2p=True,
         persistent_pairs=True,
-    )  # dense causal d = 128: the persistent paired grid (PERSISTENT_PAIRS_CAUSAL_D128_DEFAULT)
+        spin_wait=True,
+    )  # dense causal d = 128: the persistent paired grid (PERSISTENT_PAIRS_CAUSAL_D128_DEFAULT); SPIN_WAIT_DEFAULT
     plan.execute(q, k, v, o, lse, current_stream=7)
     (args,) = api._test_recorder.calls
     assert args[:11] == (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(), None, None, None, None, None, None)
