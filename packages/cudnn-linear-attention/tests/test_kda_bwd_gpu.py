@@ -57,7 +57,11 @@ def run_backward(q, k, v, g, beta, do, h0, dht, cu, stream=None, dp_split_hilo=F
     rank = q.dim()
     T = q.shape[0] if rank == 3 else q.shape[0] * q.shape[1]
     n = cu.shape[0] - 1 if cu is not None else (q.shape[0] if rank == 4 else 1)
-    assert plan.scratch_workspace_bytes() == workspace_bytes(T, n, v.shape[-2], q.shape[-1])
+    from cudnn.linear_attention._host.delta_rule_bwd_api import dstates_workspace_bytes, forward_workspace_bytes
+
+    H, D = v.shape[-2], q.shape[-1]  # the opt-in chunk-parallel passes add their tails (whatever the defaults are)
+    tails = (forward_workspace_bytes(T, n, H, D) if plan.parallel_pass1 else 0) + (dstates_workspace_bytes(T, n, H, D) if plan.parallel_pass2 else 0)
+    assert plan.scratch_workspace_bytes() == workspace_bytes(T, n, v.shape[-2], q.shape[-1]) + tails
     ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda")
     plan.execute(q, k, v, g, beta, do, dq, dk, dv, dg, dbeta, h0, dh0, dht, cu, workspace=ws, current_stream=stream)
     return plan, dict(dq=dq, dk=dk, dv=dv, dg=dg, dbeta=dbeta, dh0=dh0), ws
