@@ -226,7 +226,7 @@ def _make_ours_p1(family, pass2: bool = False, pass1: bool = True, hilo: bool = 
     ``{kda,gdn}/bwd_dstates_parallel_kernel.py`` + the reverse state chain ``_device/dstates_parallel.py``). ``pass1``
     False (``ours-serial``): the serial pass 1 (the default, = ``ours``). ``hilo`` False (KDA ``ours-nohilo``):
     ``plan.dp_split_hilo = False`` (session 6's pass 3; the hi + lo dP~ operands are the default since session 9).
-    ``fold`` (KDA ``ours-fold``): ``plan.fold_prep_tm = True`` (pass 1b as copies of the forward prep's / state pass's
+    ``fold`` (``ours-fold``): ``plan.fold_prep_tm = True`` (pass 1b as copies of the forward prep's / state pass's
     arrays, the prep writing Tm too)."""
 
     def make(case):
@@ -409,10 +409,9 @@ def opt_in_providers(family: str) -> list[Provider]:
     """A/B rows of opt-in plan options, selectable only by name (``--providers``; never in the default tables):
     ``ours-p1`` / ``ours-p1+graph``: ``plan.parallel_pass1 = True`` (opt-in); ``ours-p2`` /
     ``ours-p2+graph``: both ``parallel_pass1`` and ``parallel_pass2``; ``ours-serial``: ``parallel_pass1 = False`` (the
-    serial pass 1, the default: the same plan as ``ours``); KDA ``ours-nohilo``: ``dp_split_hilo = False``; KDA ``ours-fold``: ``ours-p2`` with ``fold_prep_tm = True``."""
+    serial pass 1, the default: the same plan as ``ours``); KDA ``ours-nohilo``: ``dp_split_hilo = False``; ``ours-fold``: ``ours-p2`` with ``fold_prep_tm = True``."""
     extra = [Provider("ours-nohilo", _make_ours_p1(family, hilo=False))] if FAMILIES[family].per_key_gate else []
-    if FAMILIES[family].per_key_gate:  # KDA ``ours-fold``: ``ours-p2`` with ``fold_prep_tm``
-        extra.append(Provider("ours-fold", _make_ours_p1(family, pass2=True, fold=True)))
+    extra.append(Provider("ours-fold", _make_ours_p1(family, pass2=True, fold=True)))  # ``ours-p2`` with ``fold_prep_tm`` (KDA, GDN)
     return extra + [
         Provider("ours-serial", _make_ours_p1(family, pass1=False)),
         Provider("ours-p1", _make_ours_p1(family)),

@@ -15,12 +15,15 @@ the per-chunk precompute (``kda/`` / ``gdn/bwd_dstates_parallel_kernel.py``) and
   ValueError naming both.
 - compile-only (``CUTE_DSL_ARCH=sm_90a``): both families' precompute and the shared chain build at K = 128 varlen with
   their WGMMA counts, the chain with TMA, no local memory, a zero ptxas frame, the cudnn symbol prefix (Rule 6), and
-  the compile key is independent of the token total and sequence count (Rule 4).
+  the compile key is independent of the token total and sequence count (Rule 4); the precompute's ``kdn`` as 16-byte
+  vector stores (8 per thread at K = 128, session 10).
 - GPU (``@pytest.mark.gpu``): the opt-in's dq, dk, dv, dg, dbeta and d initial state against the fp32 token-by-token
   reference within the FlashAttention rule (bound: twice the bf16 chunked reference's error) and against the default
   backward (twice the default's error; the default differs in pass 2 only: chunk-parallel pass 1, ``dp_split_hilo``): KDA varlen (1-token, empty, multi-chunk sequences, both states, K = 128) and
   dense K = 64 without states; GDN varlen with GVA and the in-kernel L2 norm, both states, K = 128; plus R9 (no sync,
-  no allocation across warm executes).
+  no allocation across warm executes); the precompute's 16-byte ``kdn`` stores (``KDN_STORE_VEC``) bitwise the
+  session-9 2-byte element stores (the same plan's precompute re-run as the ``KDN_STORE_VEC = False`` kernel over the
+  re-poisoned ``kdn`` leaves the whole workspace bitwise unchanged; both families, varlen K = 128).
 
 Run: ``python -m pytest packages/cudnn-linear-attention/tests/test_la_bwd_p2.py`` (GPU host: ``-k p2``).
 """
@@ -334,6 +337,8 @@ def test_p2_kernels_compile_with_wgmma_and_no_local_memory(tmp_path, family, par
     assert len(names) == 1 and names[0].startswith("cudnn_") and kernel in names[0], names
     shape, count = _P2_WGMMA_128[(family, part)]
     assert text.count(f"wgmma.mma_async.sync.aligned.{shape}.f32.bf16.bf16") == count == text.count("wgmma.mma_async")
+    if part == "dstates_prep":  # kdn by 16-byte vectors (K = 128: 8 per thread; KDN_STORE_VEC), the only vector stores
+        assert text.count("st.global.v4.b32") == 8 == text.count("st.global.v4"), text.count("st.global.v4")
     if part == "dstates_chain":  # six operands by TMA (kdn, wmt, qst: 2 boxes each at K = 128; dvl, dO^T, ge), 5 fetch sites
         assert text.count("cp.async.bulk.tensor") == 45 and "mbarrier.try_wait" in text
     assert "ld.local" not in text and "st.local" not in text
@@ -474,3 +479,74 @@ def test_p2_execute_allocates_nothing_and_never_synchronizes():
         torch.cuda.set_sync_debug_mode("default")
     assert torch.cuda.memory_stats()["allocation.all.allocated"] == before
     torch.cuda.synchronize()
+
+
+class _Spy:
+    """Wraps a compiled kernel: records its arguments, then launches it."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.args = None
+
+    def __call__(self, *a):
+        self.args = a
+        return self.fn(*a)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("family", ["kda", "gdn"])
+def test_p2_kdn_vector_stores_bitwise_the_element_stores(monkeypatch, family):
+    """The precompute's ``kdn`` by 16-byte stores (``KDN_STORE_VEC``, session 10) against the session-9 2-byte element
+    stores (``KDN_STORE_VEC = False``: that kernel's PTX is byte-identical to the one before the change): after a
+    ``parallel_pass2`` backward, ``kdn`` is re-poisoned and the precompute re-run with the element-store kernel on the
+    same arguments; the whole workspace must come back bitwise (same addresses written, same bits). The plans are the
+    other GPU tests' (KDA varlen K = 128 with both states; GDN the same with GVA and the L2 norm)."""
+    _dsl()
+    import importlib
+
+    import _bwd_cases
+
+    from cudnn_testing.markers import skip_unless_sm90
+
+    skip_unless_sm90()
+    api = importlib.import_module(f"cudnn.linear_attention.{family}.bwd_api")
+    prep_mod = importlib.import_module(f"cudnn.linear_attention.{family}.bwd_dstates_parallel_kernel")
+    name = "KdaBwdDStatesPrep" if family == "kda" else "GdnBwdDStatesPrep"
+    prep_cls = getattr(prep_mod, name)
+    cls = api.KimiDeltaAttentionBwdSm90 if family == "kda" else api.GatedDeltaNetBwdSm90
+    torch.manual_seed(23)
+    lens, H, D = [1, 0, 700, 64, 130, 0], 4, 128
+    T, n = sum(lens), len(lens)
+    cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+    q, k, v, g, beta, do, h0, dht = _kda_inputs((T,), H, D, n, True, True)
+    opts = {}
+    if family == "gdn":  # the plan of test_gdn_p2_matches_reference_and_default (GVA, L2 norm): its compiles are reused
+        q, k, g, opts = q[:, :2].contiguous(), k[:, :2].contiguous(), g[..., 0].contiguous() / 8, dict(use_qk_l2norm_in_kernel=True)
+    dq, dk, dv, dg, dbeta, dh0 = (torch.empty_like(t) for t in (q, k, v, g, beta, h0))
+    plan = cls(q, k, v, g, beta, do, dq, dk, dv, dg, dbeta, initial_state=h0, dinitial_state=dh0, dfinal_state=dht, cu_seqlens=cu, **opts)
+    plan.parallel_pass1 = plan.parallel_pass2 = True
+    plan.compile()
+    parts = api._parts(plan.compile_key())
+    i = parts.index("dstates_prep")
+    spy = _Spy(plan._compiled_kernel[i])
+    plan._compiled_kernel = (*plan._compiled_kernel[:i], spy, *plan._compiled_kernel[i + 1 :])
+    ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda")
+    ws.fill_(0xFF)
+    plan.execute(q, k, v, g, beta, do, dq, dk, dv, dg, dbeta, h0, dh0, dht, cu, workspace=ws)
+
+    class ElementStores(prep_cls):
+        KDN_STORE_VEC = False
+
+    monkeypatch.setattr(prep_mod, name, ElementStores)  # build_kernel imports the class at call time
+    old = api.build_kernel("dstates_prep", plan._cache_key("dstates_prep", plan.compile_key()))()  # not through the cache
+    torch.cuda.synchronize()
+    args = dict(zip(_bwd_cases.declared(prep_cls), spy.args, strict=True))
+    slots = n + T // 64 + 1
+    off = int(args["kdn_ptr"]._pointer) - ws.data_ptr()
+    kdn = ws[off : off + slots * H * 64 * D * 2]
+    assert (kdn != 0xFF).any()  # the new kernel wrote kdn
+    snap = ws.clone()
+    kdn.fill_(0xFF)
+    old(*spy.args)
+    torch.cuda.synchronize()
+    assert torch.equal(ws, snap), int((ws != snap).sum())

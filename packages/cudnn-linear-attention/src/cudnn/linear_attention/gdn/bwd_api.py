@@ -43,6 +43,14 @@ and ``store_tm``, ValueError otherwise): pass 2 as two launches -- ``bwd_dstates
 ``ws_dvn`` and ``d initial_state``; ``dstates_workspace_bytes(T, N, H, D)`` more workspace (after the forward's tail).
 Default off: the default launches and PTX are unchanged.
 
+Opt-in ``plan.fold_prep_tm = True`` (session 10; before ``compile()``; ``GdnBwdKey.fold_prep_tm``; requires
+``parallel_pass1`` and ``store_tm``, ValueError otherwise): the forward prep of pass 1a is compiled with
+``GdnParallelPrepKey.bwd_tm`` (it also writes bf16 ``Tm`` into its ``qg`` tiles, which the backward never reads
+otherwise) and pass 1b is ``bwd_states_parallel_kernel.GdnBwdStatesFold`` (layout copies of ``h``, ``Tm``, ``vnt`` into
+``ws_h``, ``ws_tm``, ``ws_vn``) instead of ``GdnBwdStatesChunk`` (which recomputes A, the solve and Vn). Same launches
+and workspace; ``ws_h`` bitwise, ``Tm`` / ``Vn`` equal up to rounding (the forward prep's operation order). Default
+off: the default launches and PTX are unchanged.
+
 The host code shared with the KDA backward (constructor, ``check_support``, workspace size, compile, ``execute`` up to
 the launches) is ``_host/delta_rule_bwd_api.py::DeltaRuleBwdSm90``; this module holds what differs (compile key, declines,
 workspace tail, the kernels' argument order in ``_launch``, ``build_kernel``).
@@ -56,6 +64,8 @@ from .._host.delta_rule_bwd_api import CHUNK, FWD_H, DeltaRuleBwdSm90, build_dst
 from .._host.delta_rule_bwd_api import workspace_bytes as _workspace_bytes
 from .._host.launch import fake_gmem_ptr as _fake_ptr
 from .._host.launch import gmem_ptr as _ptr
+
+FWD_QG, FWD_VNT = 3, 6  # fold_prep_tm: indices of qg (Tm with bwd_tm) and vnt among the forward's workspace arrays
 
 CUTEDSL_FLOOR = "4.8.0"
 FAMILY = "linear_attention.gdn_bwd"
@@ -85,6 +95,9 @@ class GatedDeltaNetBwdSm90(DeltaRuleBwdSm90):
     _public = "gated_delta_net"
     _name = "GatedDeltaNetBwdSm90"
     _family = FAMILY
+    #: Opt-in (module docstring, "fold_prep_tm"; set before compile(), a compile-key field; requires parallel_pass1, store_tm).
+    fold_prep_tm = False
+    _compiled_fold_prep_tm = None
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -108,7 +121,17 @@ class GatedDeltaNetBwdSm90(DeltaRuleBwdSm90):
         fields = self._key_fields()  # ValueError: parallel_pass2 without parallel_pass1
         if self.parallel_pass2 and not self.store_tm:
             raise ValueError(f"{self._name}: parallel_pass2 requires store_tm (its precompute reads pass 1's Tm)")
-        return GdnBwdKey(store_tm=bool(self.store_tm), parallel_pass1=bool(self.parallel_pass1), parallel_pass2=bool(self.parallel_pass2), **fields)
+        if self.fold_prep_tm and not self.parallel_pass1:  # fold_prep_tm: pass 1b copies the chunk-parallel pass 1a's arrays
+            raise ValueError(f"{self._name}: fold_prep_tm requires parallel_pass1 (set plan.parallel_pass1 = True as well)")
+        if self.fold_prep_tm and not self.store_tm:  # fold_prep_tm: its point is the Tm copy into ws_tm
+            raise ValueError(f"{self._name}: fold_prep_tm requires store_tm (it copies the forward prep's Tm into ws_tm)")
+        return GdnBwdKey(
+            store_tm=bool(self.store_tm),
+            parallel_pass1=bool(self.parallel_pass1),
+            parallel_pass2=bool(self.parallel_pass2),
+            fold_prep_tm=bool(self.fold_prep_tm),
+            **fields,
+        )
 
     def _parts(self, key) -> tuple[str, ...]:
         return _parts(key)
@@ -117,12 +140,14 @@ class GatedDeltaNetBwdSm90(DeltaRuleBwdSm90):
         """Passes 2-4 read no ``parallel_pass1``, passes 1, 3, 4 no ``parallel_pass2``: those fields are set to their
         defaults in the part's cache key, so a plan that differs from the default in them reuses the default plan's
         artifacts for the passes that do not read them."""
-        if part in ("dstates_prep", "dstates_chain"):
-            return key
         from dataclasses import replace
 
+        if part != "states_fold":  # fold_prep_tm: read by pass 1b's fold kernel only
+            key = replace(key, fold_prep_tm=False)
+        if part in ("dstates_prep", "dstates_chain"):
+            return key
         key = replace(key, parallel_pass2=False)
-        if part in ("states_par", "states"):
+        if part in ("states_par", "states", "states_fold"):
             return key
         return replace(key, parallel_pass1=False)
 
@@ -131,6 +156,10 @@ class GatedDeltaNetBwdSm90(DeltaRuleBwdSm90):
         pass (the forward's own compile keys and cache family)."""
         super().compile()
         self._compile_forward_pass1()
+        self._compiled_fold_prep_tm = bool(self.fold_prep_tm)
+
+    def _pass1_prep_options(self) -> dict:
+        return {"bwd_tm": True} if self.fold_prep_tm else {}  # fold_prep_tm: the prep also writes Tm (into qg)
 
     def _build_kernel(self, part: str, key):
         return build_kernel(part, key)
@@ -139,6 +168,8 @@ class GatedDeltaNetBwdSm90(DeltaRuleBwdSm90):
         """Pass 1 (states), pass 2 (dstates), pass 3 (grads) and, with GVA, the dq / dk reduction, in each kernel's
         declared argument order; the workspace past the shared arrays: Tm (``store_tm``), the GVA fp32 partials."""
         T, n_seqs, seq_len, H, Hk, slots = ext
+        if self._compiled_fold_prep_tm is not None and bool(self.fold_prep_tm) != self._compiled_fold_prep_tm:
+            raise ValueError(f"{self._name}.execute: fold_prep_tm was changed after compile(); call compile() again")
         D = int(t["q"].shape[-1])
         q, k, v, g, beta, do, dq, dk = (t[n] for n in ("q", "k", "v", "g", "beta", "do", "dq", "dk"))
         store_tm, gva = bool(self.store_tm), Hk != H
@@ -165,7 +196,13 @@ class GatedDeltaNetBwdSm90(DeltaRuleBwdSm90):
         else:
             states, dstates, grads = kernels[:3]
         sc = float(self.scale)
-        if parallel:
+        if parallel and self._compiled_fold_prep_tm:  # fold_prep_tm: pass 1b copies the forward's h, Tm (qg), vnt
+            self._launch_forward_pass1(fext, fwd_ptrs, g_align, t, strides, ext, stream)
+            states(
+                cu, fwd_ptrs[FWD_H], fwd_ptrs[FWD_QG], fwd_ptrs[FWD_VNT], ws_h, ws_vn, ws_tm,
+                T, n_seqs, seq_len, fext.chunks_per_seq, fext.slots, H, slots, stream,
+            )  # fmt: skip
+        elif parallel:
             self._launch_forward_pass1(fext, fwd_ptrs, g_align, t, strides, ext, stream)
             states(
                 _ptr(k, bf, 16), _ptr(v, bf, 16), gp, bp, cu, fwd_ptrs[FWD_H], ws_h, ws_vn, ws_tm,
@@ -204,7 +241,7 @@ class GatedDeltaNetBwdSm90(DeltaRuleBwdSm90):
 def _parts(key) -> tuple[str, ...]:
     """The backward's launches of a plan: three passes, and the GVA reduction (``parallel_pass1``: pass 1 is
     ``states_par``, after the forward's prep and state pass, which ``compile`` adds)."""
-    first = "states_par" if key.parallel_pass1 else "states"
+    first = "states_fold" if key.fold_prep_tm else ("states_par" if key.parallel_pass1 else "states")  # fold_prep_tm: pass 1b by copies
     second = ("dstates_prep", "dstates_chain") if key.parallel_pass2 else ("dstates",)
     return (first, *second, "grads", "qk_reduce") if key.gva else (first, *second, "grads")
 
@@ -232,6 +269,11 @@ def build_kernel(part: str, key):
 
             fwd_h = _fake_ptr("BFloat16", 128)  # the forward's h array: 128-byte aligned (chunk_parallel.workspace_pointers)
             return cute.compile(GdnBwdStatesChunk(key), bf(), bf(), gp, bp, cu, fwd_h, bf(), bf(), tm, *[Int32(8)] * 8, st, st, cuda.CUstream(0))
+        if part == "states_fold":  # fold_prep_tm: the forward's h, Tm (qg), vnt -> the backward's arrays
+            from .bwd_states_parallel_kernel import GdnBwdStatesFold
+
+            f128 = _fake_ptr("BFloat16", 128)  # the forward's arrays: 128-byte aligned (chunk_parallel.workspace_pointers)
+            return cute.compile(GdnBwdStatesFold(key), cu, f128, f128, f128, bf(), bf(), bf(), *[Int32(8)] * 7, cuda.CUstream(0))
         if part == "dstates_prep":
             from .bwd_dstates_parallel_kernel import GdnBwdDStatesPrep
 

@@ -16,6 +16,12 @@ Design and the operand arrays: ``_device/dstates_parallel.py`` (launch 2, the ch
 
 Grid [forward chunk slots, H] (the chunk-parallel pass 1's; an idle slot exits); it writes the backward's slot
 ``n + bos // 64 + ci``. Needs ``store_tm`` (pass 1 writes ``ws_tm``). Runtime extents are kernel arguments (Rule 4).
+
+``kdn`` stores (session 10, issue #7): each thread's 8 consecutive key channels of a token row are formed in registers
+(the same expression, rounded once to bf16, as before) and written as one 16-byte vector store (``KDN_STORE_VEC``,
+True) instead of 8 2-byte stores (32 sectors per warp store; at K = 128, 64 2-byte stores per thread -> 8 16-byte
+ones). Same addresses, same bits: ``KDN_STORE_VEC = False`` (never set by a plan) is the session-9 element stores, kept
+as the bitwise baseline of ``tests/test_la_bwd_p2.py`` (its PTX is byte-identical to the kernel before the change).
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from __future__ import annotations
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
-from cutlass import BFloat16, Float32, Int32, Int64
+from cutlass import BFloat16, Float32, Int32, Int64, const_expr
 
 from .._device import delta_rule_bwd as bwd
 from .._device.delta_rule import BV, CHUNK, THREADS, VEC, DeltaRuleKernel, chunk_gates, load_half_row, make_accumulators, make_seq_state_views, row_guard
@@ -38,6 +44,10 @@ __all__ = ["GdnBwdDStatesPrep"]
 class GdnBwdDStatesPrep(DeltaRuleKernel):
     """``parallel_pass2`` launch 1 (GDN): the chain's operands of every chunk (module docstring); one CTA per (forward
     chunk slot, head)."""
+
+    #: ``kdn`` by 16-byte vector stores (module docstring, "kdn stores"); False: the session-9 2-byte element stores
+    #: (the tests' bitwise baseline; never set by a plan)
+    KDN_STORE_VEC = True
 
     @cute.jit
     def __call__(
@@ -158,13 +168,21 @@ class GdnBwdDStatesPrep(DeltaRuleKernel):
             inv_k = _row_scale(rbuf, keep, self.key.l2norm, NV, VEC)
             kscale = b_row * cute.math.exp(g_row)
             kdec = cute.math.exp(g_last - g_row)
+            if const_expr(self.KDN_STORE_VEC):  # this thread's 8 channels of row ``row`` -> one 16-byte store per vj
+                gKdnv = cute.zipped_divide(mKdn, (1, 1, 1, VEC))
+                kdbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, 1, VEC)), BFloat16)
             for vj in cutlass.range_constexpr(NV):
                 for e in cutlass.range_constexpr(VEC):
                     col = half * HALF + vj * VEC + e
                     kn = (rbuf[0, 0, e, vj].to(Float32) * inv_k).to(BFloat16)
                     sK[row, col] = kn
                     sKT[col % BV, row, col // BV] = (kn.to(Float32) * kscale).to(BFloat16)
-                    mKdn[slot, head, row, col] = (kn.to(Float32) * kdec).to(BFloat16)
+                    if const_expr(self.KDN_STORE_VEC):
+                        kdbuf[0, 0, 0, e] = (kn.to(Float32) * kdec).to(BFloat16)
+                    else:
+                        mKdn[slot, head, row, col] = (kn.to(Float32) * kdec).to(BFloat16)
+                if const_expr(self.KDN_STORE_VEC):
+                    cute.autovec_copy(kdbuf, gKdnv[(None, None, None, None), (slot, head, row, half * (HALF // VEC) + vj)])
             decays_to_workspace(mGe, sGc, slot, head, tidx, D, False)
             _smem_ready()
 

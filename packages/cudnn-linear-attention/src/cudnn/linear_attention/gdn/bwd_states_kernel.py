@@ -87,6 +87,10 @@ class GdnBwdKey:
     # chunk-parallel precompute (``bwd_dstates_parallel_kernel.GdnBwdDStatesPrep``) + the narrow reverse state chain
     # (``_device/dstates_parallel.DeltaRuleBwdDStatesChain``); no kernel of this module reads it (their PTX is unchanged)
     parallel_pass2: bool = False
+    # ---- fold_prep_tm (session 10, issue #7; opt-in, requires ``parallel_pass1`` and ``store_tm``): pass 1b as layout
+    # copies (``bwd_states_parallel_kernel.GdnBwdStatesFold``) of what the forward prep (``GdnParallelPrepKey.bwd_tm``: Tm
+    # into its qg tile) and state pass (h, vnt) already wrote; no kernel of this module reads it (their PTX is unchanged)
+    fold_prep_tm: bool = False
 
 
 def states_shared_storage(l_ck, l_kc, l_cc):

@@ -89,6 +89,10 @@ class GdnParallelPrepKey:
     #: dead bytes of Qn (swizzled, conflict-free) and written by 16-byte stores instead of 4-byte fragment stores (half
     #: sectors); bitwise the kernel without it. ``restructured=False`` needs ``staged_w=False`` (variant ``gdn-prep-base``)
     staged_w: bool = True
+    #: Backward-only, default off (``chunk_parallel_prep_tc_kernel.py``, "Backward-only bwd_tm"; ``restructured`` only):
+    #: no ``qg``; bf16 ``Tm = (I + A)^-1`` [64, 64] (before the beta fold) in the first 64 * 64 elements of the slot's
+    #: ``qg`` tile instead (the GDN backward's ``fold_prep_tm``). Never for a forward plan (its output kernel reads ``qg``)
+    bwd_tm: bool = False
 
 
 def _aliased_storage(l_ck, l_kc, l_vc, l_cc):
@@ -137,6 +141,8 @@ class GatedDeltaNetParallelPrep(ChunkParallelPrepLaunch):
             raise ValueError(f"GdnParallelPrepKey: tc_ctas_per_sm={key.tc_ctas_per_sm}; accepted 2, or 3 with restructured")
         if key.staged_w and not key.restructured:
             raise ValueError("GdnParallelPrepKey: staged_w=True needs restructured=True (only the restructured prep kernel stages -Wm)")
+        if key.bwd_tm and not key.restructured:  # the backward's fold_prep_tm: only the restructured kernel writes Tm
+            raise ValueError("GdnParallelPrepKey: bwd_tm=True needs restructured=True (only the restructured prep kernel writes Tm over qg)")
         if key.restructured:
             if key.prefetch or key.two_per_sm:
                 raise ValueError("GdnParallelPrepKey: restructured takes neither prefetch (parallel_prefetch) nor two_per_sm (parallel_prep_two_per_sm)")

@@ -53,6 +53,16 @@ the kernel without it; no spill at two or three CTAs per SM, K = 64 and 128 (``t
 compile_only``). KDA's other staged store, ``kd`` (``staged_kd``), has no GDN form: here kd is written while the
 step-3 WGMMAs run, and no 16 KB of shared memory is dead then at three CTAs per SM.
 
+Backward-only ``bwd_tm`` (session 10, issue #7; ``GdnParallelPrepKey.bwd_tm``, default off: the default kernel's PTX
+is byte-identical). The GDN backward's opt-in ``fold_prep_tm`` (``gdn/bwd_states_parallel_kernel.py``,
+``GdnBwdStatesFold``) runs this kernel and the state pass as its pass 1a and no output kernel, so ``qg`` is never read
+there. With ``bwd_tm`` step 2 does not write ``qg`` and step 4 writes ``bf16(T)`` -- the unit lower ``Tm = (I + A)^-1``
+before the beta fold, zero above the diagonal blocks: the backward's ``Tm`` -- row-major [64, 64] into the first
+64 * 64 elements of the slot's ``qg`` tile (16-byte stores from the same ``sT`` reads as ``T Diag(beta)``; 8 KB per chunk
+and head instead of qg's 2 * 64 * K bytes). Every other output is bitwise the default kernel's (the same instructions).
+A forward plan must never set it (its output kernel reads ``qg``; ``_host/chunk_parallel.set_parallel_options``
+refuses it).
+
 The launch entry (:class:`ChunkParallelPrepLaunch`) and the pieces shared with KDA's prep kernel (the row loads and
 chunk order of the element pass, the row L2 norm, the 256-thread solve :func:`solve_inverse_256`, ``transpose_view``)
 live in ``_device/chunk_parallel.py``.
@@ -362,8 +372,9 @@ class GatedDeltaNetParallelPrepTc(ChunkParallelPrepLaunch):
                 kb = (kbuf[None, None, None, m].load().reshape((1, VEC)).to(Float32) * inv_k).to(BFloat16)
                 sQv[(None, None), (row, ch)].store(qb)
                 sKv[(None, None), (row, ch)].store(kb)
-                obuf.store(qb)
-                cute.autovec_copy(obuf, gQGv[(None, None), (row, ch)])
+                if const_expr(not self.key.bwd_tm):  # bwd_tm: the qg tile carries Tm (step 4)
+                    obuf.store(qb)
+                    cute.autovec_copy(obuf, gQGv[(None, None), (row, ch)])
                 kkeep[None, None, m].store(kb)
             _smem_ready()
 
@@ -400,13 +411,20 @@ class GatedDeltaNetParallelPrepTc(ChunkParallelPrepLaunch):
             zero8 = cute.make_rmem_tensor(cute.make_layout((1, VEC)), BFloat16)
             zero8.fill(0.0)
             tbuf = cute.make_rmem_tensor(cute.make_layout((1, VEC)), BFloat16)
+            if const_expr(self.key.bwd_tm):  # Tm [64, 64] row-major over the slot's qg tile (the backward's fold_prep_tm)
+                gTmv = cute.zipped_divide(cute.make_tensor(mQG[slot, head, None, None].iterator, cute.make_layout((CHUNK, CHUNK), stride=(CHUNK, 1))), (1, VEC))
             for s in cutlass.range_constexpr(CHUNK * CHUNK // (NTHREADS * VEC)):
                 ch = 2 * j4 + s
                 if ch // 2 > row // SOLVE_BLOCK:
                     cute.autovec_copy(zero8, sTuv[(None, None), (row, ch)])
                     cute.autovec_copy(zero8, sTwv[(None, None), (row, ch)])
+                    if const_expr(self.key.bwd_tm):
+                        cute.autovec_copy(zero8, gTmv[(None, None), (row, ch)])
                 else:
                     t8 = sTv[(None, None), (row, ch)].load()
+                    if const_expr(self.key.bwd_tm):  # bf16(T) (the backward's Tm) -> the qg tile, from the same fp32 read
+                        tbuf.store(t8.to(BFloat16))
+                        cute.autovec_copy(tbuf, gTmv[(None, None), (row, ch)])
                     tbuf.store((t8 * sBetav[None, ch].load().reshape((1, VEC))).to(BFloat16))
                     cute.autovec_copy(tbuf, sTuv[(None, None), (row, ch)])
                     tbuf.store((t8 * sEwv[None, ch].load().reshape((1, VEC))).to(BFloat16))

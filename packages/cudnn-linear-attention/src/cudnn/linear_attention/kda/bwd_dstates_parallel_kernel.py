@@ -14,6 +14,12 @@ KdaBwdDStates``) state-independent work, with the same expressions and bf16 roun
 Grid [forward chunk slots, H] (``T // 64 + N`` varlen, ``N ceil(L / 64)`` dense: the chunk-parallel pass 1's, an idle slot
 exits); it writes the backward's slot ``n + bos // 64 + ci``. Needs ``ws_tm``, ``ws_p`` of the chunk-parallel pass 1
 (``bwd_states_parallel_kernel.py``). Layouts as ``bwd_states_kernel.py``; runtime extents are kernel arguments (Rule 4).
+
+``kdn`` stores (session 10, issue #7): each thread's 8 consecutive key channels of a token row are formed in registers
+(the same expression, rounded once to bf16, as before) and written as one 16-byte vector store (``KDN_STORE_VEC``,
+True) instead of 8 2-byte stores (32 sectors per warp store; at K = 128, 64 2-byte stores per thread -> 8 16-byte
+ones). Same addresses, same bits: ``KDN_STORE_VEC = False`` (never set by a plan) is the session-9 element stores, kept
+as the bitwise baseline of ``tests/test_la_bwd_p2.py`` (its PTX is byte-identical to the kernel before the change).
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from __future__ import annotations
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
-from cutlass import BFloat16, Float32, Int32, Int64
+from cutlass import BFloat16, Float32, Int32, Int64, const_expr
 
 from .._device import delta_rule_bwd as bwd
 from .._device.delta_rule import BV, CHUNK, THREADS, VEC, DeltaRuleKernel, chunk_gates, load_half_row, make_accumulators, make_seq_state_views, row_guard
@@ -36,6 +42,10 @@ __all__ = ["KdaBwdDStatesPrep"]
 class KdaBwdDStatesPrep(DeltaRuleKernel):
     """``parallel_pass2`` launch 1: the chain's operands ``kdn``, ``dvl``, ``wmt``, ``qst``, ``dot``, ``ge`` of every
     chunk (module docstring); one CTA per (forward chunk slot, head)."""
+
+    #: ``kdn`` by 16-byte vector stores (module docstring, "kdn stores"); False: the session-9 2-byte element stores
+    #: (the tests' bitwise baseline; never set by a plan)
+    KDN_STORE_VEC = True
 
     @cute.jit
     def __call__(
@@ -145,13 +155,21 @@ class KdaBwdDStatesPrep(DeltaRuleKernel):
                     mQst[slot, head, col, row] = (qn * (scale * cute.math.exp(sGc[row, col]))).to(BFloat16)
             load_half_row(gK, rbuf, t_row, hk, half, NV)
             inv_k = _row_scale(rbuf, keep, self.key.l2norm, NV, VEC)
+            if const_expr(self.KDN_STORE_VEC):  # this thread's 8 channels of row ``row`` -> one 16-byte store per vj
+                gKdnv = cute.zipped_divide(mKdn, (1, 1, 1, VEC))
+                kdbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, 1, VEC)), BFloat16)
             for vj in cutlass.range_constexpr(NV):
                 for e in cutlass.range_constexpr(VEC):
                     col = half * HALF + vj * VEC + e
                     kn = (rbuf[0, 0, e, vj].to(Float32) * inv_k).to(BFloat16).to(Float32)
                     g_i = sGc[row, col]
                     sKT[col % BV, row, col // BV] = (kn * (b_row * cute.math.exp(g_i))).to(BFloat16)
-                    mKdn[slot, head, row, col] = (kn * cute.math.exp(sGc[CHUNK - 1, col] - g_i)).to(BFloat16)
+                    if const_expr(self.KDN_STORE_VEC):
+                        kdbuf[0, 0, 0, e] = (kn * cute.math.exp(sGc[CHUNK - 1, col] - g_i)).to(BFloat16)
+                    else:
+                        mKdn[slot, head, row, col] = (kn * cute.math.exp(sGc[CHUNK - 1, col] - g_i)).to(BFloat16)
+                if const_expr(self.KDN_STORE_VEC):
+                    cute.autovec_copy(kdbuf, gKdnv[(None, None, None, None), (slot, head, row, half * (HALF // VEC) + vj)])
             decays_to_workspace(mGe, sGc, slot, head, tidx, D, True)
             cc_to_smem(gWsTm, sTm, slot, head, tidx, False)
             cc_to_smem(gWsP, sPT, slot, head, tidx, True)
