@@ -39,15 +39,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/_bwd_cases.py: --import-mode=importlib adds no test folder
+import _bwd_par_cases as _par  # noqa: E402
 
 WHAT = "cudnn.linear_attention backward (parallel_pass2)"
-
-
-def _dsl():
-    from cudnn_testing.markers import skip_unless_cutedsl
-
-    skip_unless_cutedsl("4.8.0", WHAT)
-    pytest.importorskip("cutlass")
 
 
 # -- CPU: the math of the split -----------------------------------------------------------------------------------------
@@ -156,46 +150,9 @@ def test_p2_split_matches_serial_pass2_cpu(per_key, lowp):
 
 
 # -- CPU: launches --------------------------------------------------------------------------------------------------
-class _Ordered:
-    log: list = []
-
-    def __init__(self, name):
-        self.name = name
-        self.calls = []
-
-    def __call__(self, *a):
-        _Ordered.log.append(self.name)
-        self.calls.append(a)
-
-
 def _plan(family, T, H, D, n, varlen, with_h0, with_dht, gva=False, store_tm=True):
-    lead = (T,) if varlen else (2, T // 2)
-    Hk = H // 2 if gva else H
-    q = torch.randn(*lead, Hk, D).to(torch.bfloat16)
-    v = torch.randn(*lead, H, D).to(torch.bfloat16)
-    g = torch.randn(*lead, H, D) if family == "kda" else torch.randn(*lead, H)
-    beta = torch.randn(*lead, H)
-    h0 = torch.randn(n, H, D, D) if with_h0 else None
-    dh0 = torch.empty_like(h0) if with_h0 else None
-    dht = torch.randn(n, H, D, D) if with_dht else None
-    cu = torch.tensor([0, 50, 51, 51, T], dtype=torch.int32) if varlen else None  # an empty and a 1-token sequence
-    dq, dk, dv, dg, db = torch.empty_like(q), torch.empty_like(q), torch.empty_like(v), torch.empty_like(g), torch.empty_like(beta)
-    args = (q, q, v, g, beta, v, dq, dk, dv, dg, db)
-    kw = dict(initial_state=h0, dinitial_state=dh0, dfinal_state=dht, cu_seqlens=cu)
-    import importlib
-
-    api = importlib.import_module(f"cudnn.linear_attention.{family}.bwd_api")
-    cls = api.KimiDeltaAttentionBwdSm90 if family == "kda" else api.GatedDeltaNetBwdSm90
-
-    def make(p1, p2):
-        plan = cls(*args, **kw)
-        if family == "gdn":
-            plan.store_tm = store_tm
-        plan.parallel_pass1, plan.parallel_pass2 = p1, p2
-        plan.check_support()
-        return plan
-
-    return make, (*args, h0, dh0, dht, cu)
+    make, eargs = _par.cpu_plan(family, T, H, D, n, varlen, with_h0, with_dht, gva=gva)
+    return (lambda p1, p2: make(store_tm, parallel_pass1=p1, parallel_pass2=p2)), eargs
 
 
 @pytest.mark.parametrize(
@@ -203,7 +160,7 @@ def _plan(family, T, H, D, n, varlen, with_h0, with_dht, gva=False, store_tm=Tru
     [("kda", True, True, True, False), ("kda", False, False, False, False), ("gdn", True, True, True, True), ("gdn", False, False, True, False)],
 )
 def test_p2_launches_in_order_with_declared_arguments(monkeypatch, family, varlen, with_h0, with_dht, gva):
-    _dsl()
+    _par.dsl(WHAT)
     import importlib
 
     import _bwd_cases
@@ -230,17 +187,9 @@ def test_p2_launches_in_order_with_declared_arguments(monkeypatch, family, varle
     base = p1.scratch_workspace_bytes()
     assert plan.scratch_workspace_bytes() == base + host.dstates_workspace_bytes(T, n, H, D)
 
-    _Ordered.log = []
-    plan._compiled_forward = (_Ordered("prep"), _Ordered("fstate"))
-    monkeypatch.setattr(_bwd_cases, "Recorder", _Ordered)
+    _par.record_forward_in_order(monkeypatch, plan)
     plan._compiled_parallel_pass2 = True  # compile() is replaced by the recorders
-    out, ws = _bwd_cases.run_recorded(monkeypatch, plan, parts, *eargs)
-    assert out[0] is eargs[6] and out[5] is eargs[12]
-    assert _Ordered.log == ["prep", "fstate", *parts]
-    plan.parallel_pass2 = False  # flipped after compile: execute refuses rather than launching another plan's kernels
-    with pytest.raises(ValueError, match="parallel_pass2 was changed after compile"):
-        plan.execute(*eargs, workspace=ws)
-    plan.parallel_pass2 = True
+    ws = _par.run_in_order_refusing_a_flip(monkeypatch, plan, parts, eargs, "parallel_pass2")
 
     recs = {r.name: r for r in plan._compiled_kernel}
     seq_len = 0 if varlen else T // 2
@@ -286,7 +235,7 @@ def _grads_cls(family):
 
 @pytest.mark.parametrize("family", ["kda", "gdn"])
 def test_p2_requires_parallel_pass1(family):
-    _dsl()
+    _par.dsl(WHAT)
     make, _ = _plan(family, 200, 4, 64, 2, False, False, False)
     plan = make(False, True)
     with pytest.raises(ValueError, match="parallel_pass2 requires parallel_pass1"):
@@ -306,90 +255,26 @@ _P2_WGMMA_128 = {("kda", "dstates_prep"): ("m64n64k16", 12), ("gdn", "dstates_pr
 @pytest.mark.compile_only
 @pytest.mark.parametrize("family,part", [("kda", "dstates_prep"), ("gdn", "dstates_prep"), ("kda", "dstates_chain")])
 def test_p2_kernels_compile_with_wgmma_and_no_local_memory(tmp_path, family, part):
-    _dsl()
-    import importlib
-
-    from cudnn.api_base import TensorDesc
-    from cudnn_testing.compile_only import frame_sizes, keep_artifacts, kernel_symbols
-
-    api = importlib.import_module(f"cudnn.linear_attention.{family}.bwd_api")
-    cls = api.KimiDeltaAttentionBwdSm90 if family == "kda" else api.GatedDeltaNetBwdSm90
-
-    def plan(T, N, D=128, H=4):
-        x = TensorDesc.contiguous((T, H, D), "bfloat16", "x")
-        g = TensorDesc.contiguous((T, H, D) if family == "kda" else (T, H), "float32", "g")
-        beta = TensorDesc.contiguous((T, H), "float32", "beta")
-        st = TensorDesc.contiguous((N, H, D, D), "float32", "state")
-        cu = TensorDesc.contiguous((N + 1,), "int32", "cu_seqlens")
-        p = cls(x, x, x, g, beta, x, x, x, x, g, beta, initial_state=st, dinitial_state=st, dfinal_state=st, cu_seqlens=cu)
-        p.parallel_pass1 = p.parallel_pass2 = True
-        p.check_support()
-        return p
-
-    key = plan(1000, 5).compile_key()
+    _par.dsl(WHAT)
+    key, text = _par.compile_part(tmp_path, family, part, parallel_pass1=True, parallel_pass2=True)
     assert key.parallel_pass2 and key.varlen and key.head_dim == 128
-    assert plan(123457, 77).compile_key() == key  # Rule 4
-    with keep_artifacts(tmp_path) as ptx:
-        api.build_kernel(part, key)()
-        text = ptx()
-    names = kernel_symbols(text)
     kernel = {"dstates_chain": "DeltaRuleBwdDStatesChain", "dstates_prep": "KdaBwdDStatesPrep" if family == "kda" else "GdnBwdDStatesPrep"}[part]
-    assert len(names) == 1 and names[0].startswith("cudnn_") and kernel in names[0], names
+    _par.assert_one_kernel(text, kernel)
     shape, count = _P2_WGMMA_128[(family, part)]
     assert text.count(f"wgmma.mma_async.sync.aligned.{shape}.f32.bf16.bf16") == count == text.count("wgmma.mma_async")
     if part == "dstates_prep":  # kdn by 16-byte vectors (K = 128: 8 per thread; KDN_STORE_VEC), the only vector stores
         assert text.count("st.global.v4.b32") == 8 == text.count("st.global.v4"), text.count("st.global.v4")
     if part == "dstates_chain":  # six operands by TMA (kdn, wmt, qst: 2 boxes each at K = 128; dvl, dO^T, ge), 5 fetch sites
         assert text.count("cp.async.bulk.tensor") == 45 and "mbarrier.try_wait" in text
-    assert "ld.local" not in text and "st.local" not in text
-    assert all(f == 0 for f in frame_sizes(tmp_path)), frame_sizes(tmp_path)
+    _par.assert_no_local_memory(text, tmp_path)
 
 
 # -- GPU ----------------------------------------------------------------------------------------------------------------
-def _kda_inputs(lead, H, D, n_seqs, with_h0, with_dht):
-    import torch.nn.functional as F
-
-    q = torch.randn(*lead, H, D, device="cuda").to(torch.bfloat16)
-    k = F.normalize(torch.randn(*lead, H, D, device="cuda"), dim=-1).to(torch.bfloat16)
-    v = torch.randn(*lead, H, D, device="cuda").to(torch.bfloat16)
-    g = -5.0 * torch.sigmoid(torch.randn(*lead, H, D, device="cuda"))  # fla's safe-gate range
-    beta = torch.rand(*lead, H, device="cuda")
-    do = torch.randn(*lead, H, D, device="cuda").to(torch.bfloat16)
-    h0 = torch.randn(n_seqs, H, D, D, device="cuda") * 0.5 if with_h0 else None
-    dht = torch.randn(n_seqs, H, D, D, device="cuda") if with_dht else None
-    return q, k, v, g, beta, do, h0, dht
-
-
 def _backward(cls, mode, q, k, v, g, beta, do, h0, dht, cu, **opts):
     """(grads dict, plan, workspace, args) of one backward with poisoned outputs; ``mode`` 0 the ``parallel_pass1`` plan
     (chunk-parallel pass 1, serial pass 2), 2 with ``parallel_pass2`` too: the two differ in pass 2 only."""
-    from cudnn_testing.data import poison
-
-    dq, dk, dv = (poison(torch.empty_like(t)) for t in (q, k, v))
-    dg, dbeta = poison(torch.empty_like(g)), poison(torch.empty_like(beta))
-    dh0 = poison(torch.empty_like(h0)) if h0 is not None else None
-    plan = cls(q, k, v, g, beta, do, dq, dk, dv, dg, dbeta, initial_state=h0, dinitial_state=dh0, dfinal_state=dht, cu_seqlens=cu, **opts)
-    plan.parallel_pass1 = True  # opt-in; parallel_pass2 requires it
-    plan.parallel_pass2 = mode == 2
-    plan.compile()
-    ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda")
-    args = (q, k, v, g, beta, do, dq, dk, dv, dg, dbeta, h0, dh0, dht, cu)
-    plan.execute(*args, workspace=ws)
-    return dict(dq=dq, dk=dk, dv=dv, dg=dg, dbeta=dbeta, dh0=dh0), plan, ws, args
-
-
-def _compare(tag, got, base, ref, low, batched):
-    from cudnn_testing.tolerance import assert_close_fa
-
-    for name in ("dq", "dk", "dv", "dg", "dbeta", "dh0"):
-        if got[name] is None:
-            continue
-        r = ref[name]
-        out = got[name] if batched or name == "dh0" else got[name][None]
-        dflt = base[name] if batched or name == "dh0" else base[name][None]
-        noise = 2e-3 * r.abs().max().item()
-        assert_close_fa(out, r, low[name], name=f"{tag} {name} (parallel_pass2 vs bf16 chunked ref)", factor=2.0, noise=noise)
-        assert_close_fa(out, r, dflt, name=f"{tag} {name} (parallel_pass2 vs default backward)", factor=2.0, noise=noise)
+    options = dict(parallel_pass1=True, parallel_pass2=mode == 2)  # opt-in; parallel_pass2 requires parallel_pass1
+    return _par.backward(cls, q, k, v, g, beta, do, h0, dht, cu, options=options, **opts)
 
 
 _KDA_GPU_CASES = [("varlen", [1, 0, 700, 64, 130, 0], 128, True, True), ("dense", (2, 257), 64, False, False)]
@@ -398,99 +283,45 @@ _KDA_GPU_CASES = [("varlen", [1, 0, 700, 64, 130, 0], 128, True, True), ("dense"
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout,lens,D,with_h0,with_dht", _KDA_GPU_CASES)
 def test_kda_p2_matches_reference_and_default(layout, lens, D, with_h0, with_dht):
-    _dsl()
+    _par.gpu_ready(WHAT)
     from cudnn.linear_attention.kda.bwd_api import KimiDeltaAttentionBwdSm90
-    from cudnn_testing.markers import skip_unless_sm90
-    from cudnn_testing.reference_linear_attention import kimi_delta_attention_chunked_bwd_ref, kimi_delta_attention_recurrent_bwd_ref
 
-    skip_unless_sm90()
     torch.manual_seed(len(lens) * 1000 + D + 1)
     H = 4
-    if layout == "varlen":
-        T = sum(lens)
-        cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
-        lead, n = (T,), len(lens)
-    else:
-        cu, lead, n = None, tuple(lens), lens[0]
-    q, k, v, g, beta, do, h0, dht = _kda_inputs(lead, H, D, n, with_h0, with_dht)
+    _, cu, lead, n = _par.case_extents(layout, lens)
+    q, k, v, g, beta, do, h0, dht = _par.kda_inputs(lead, H, D, n, with_h0, with_dht)
     got, _, _, _ = _backward(KimiDeltaAttentionBwdSm90, 2, q, k, v, g, beta, do, h0, dht, cu)
     base, _, _, _ = _backward(KimiDeltaAttentionBwdSm90, 0, q, k, v, g, beta, do, h0, dht, cu)
-    torch.cuda.synchronize()
-    batched = layout == "dense"
-    add = (lambda t: t) if batched else (lambda t: t[None])
-    kw = dict(initial_state=h0, dfinal_state=dht, cu_seqlens=cu)
-    refargs = [add(t) for t in (q, k, v, g, beta, do)]
-    ref = kimi_delta_attention_recurrent_bwd_ref(*refargs, **kw)
-    low = kimi_delta_attention_chunked_bwd_ref(*refargs, dtype=torch.bfloat16, **kw)
-    _compare("kda", got, base, ref, low, batched)
+    inputs = (q, k, v, g, beta, do, h0, dht)
+    _par.check_grads("kda", got, base, inputs, cu, layout == "dense", "kda ", "parallel_pass2", "default backward")
 
 
 @pytest.mark.gpu
 def test_gdn_p2_matches_reference_and_default():
     """Varlen with 1-token, empty and multi-chunk sequences, both states, K = 128, GVA (4 value heads over 2 q/k heads)
     and the in-kernel L2 norm."""
-    _dsl()
-    import torch.nn.functional as F
-
+    _par.gpu_ready(WHAT)
     from cudnn.linear_attention.gdn.bwd_api import GatedDeltaNetBwdSm90
-    from cudnn_testing.markers import skip_unless_sm90
-    from cudnn_testing.reference_linear_attention import gated_delta_net_chunked_bwd_ref, gated_delta_net_recurrent_bwd_ref
 
-    skip_unless_sm90()
     torch.manual_seed(17)
     lens, H, Hk, D = [1, 0, 700, 64, 130, 0], 4, 2, 128
-    T, n = sum(lens), len(lens)
-    cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
-    q = torch.randn(T, Hk, D, device="cuda").to(torch.bfloat16)
-    k = torch.randn(T, Hk, D, device="cuda").to(torch.bfloat16)
-    v = torch.randn(T, H, D, device="cuda").to(torch.bfloat16)
-    g = F.logsigmoid(torch.randn(T, H, device="cuda")) / 8
-    beta = torch.rand(T, H, device="cuda")
-    do = torch.randn(T, H, D, device="cuda").to(torch.bfloat16)
-    h0 = torch.randn(n, H, D, D, device="cuda") * 0.5
-    dht = torch.randn(n, H, D, D, device="cuda")
+    _, cu, lead, n = _par.case_extents("varlen", lens)
+    q, k, v, g, beta, do, h0, dht = _par.gdn_inputs(lead, H, Hk, D, n, True, True)
     opts = dict(use_qk_l2norm_in_kernel=True)
     got, _, _, _ = _backward(GatedDeltaNetBwdSm90, 2, q, k, v, g, beta, do, h0, dht, cu, **opts)
     base, _, _, _ = _backward(GatedDeltaNetBwdSm90, 0, q, k, v, g, beta, do, h0, dht, cu, **opts)
-    torch.cuda.synchronize()
-    kw = dict(initial_state=h0, dfinal_state=dht, cu_seqlens=cu, use_qk_l2norm=True)
-    args = [t[None] for t in (q, k, v, g, beta, do)]
-    ref = gated_delta_net_recurrent_bwd_ref(*args, **kw)
-    low = gated_delta_net_chunked_bwd_ref(*args, dtype=torch.bfloat16, **kw)
-    _compare("gdn", got, base, ref, low, False)
+    inputs = (q, k, v, g, beta, do, h0, dht)
+    _par.check_grads("gdn", got, base, inputs, cu, False, "gdn ", "parallel_pass2", "default backward", use_qk_l2norm=True)
 
 
 @pytest.mark.gpu
 def test_p2_execute_allocates_nothing_and_never_synchronizes():
-    _dsl()
+    _par.gpu_ready(WHAT)
     from cudnn.linear_attention.kda.bwd_api import KimiDeltaAttentionBwdSm90
-    from cudnn_testing.markers import skip_unless_sm90
 
-    skip_unless_sm90()
-    q, k, v, g, beta, do, h0, dht = _kda_inputs((2, 200), 2, 64, 2, False, False)  # the dense GPU case's plan: no new compile
+    q, k, v, g, beta, do, h0, dht = _par.kda_inputs((2, 200), 2, 64, 2, False, False)  # the dense GPU case's plan: no new compile
     _, plan, ws, args = _backward(KimiDeltaAttentionBwdSm90, 2, q, k, v, g, beta, do, h0, dht, None)
-    torch.cuda.synchronize()
-    before = torch.cuda.memory_stats()["allocation.all.allocated"]
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        for _ in range(3):
-            plan.execute(*args, workspace=ws)
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
-    assert torch.cuda.memory_stats()["allocation.all.allocated"] == before
-    torch.cuda.synchronize()
-
-
-class _Spy:
-    """Wraps a compiled kernel: records its arguments, then launches it."""
-
-    def __init__(self, fn):
-        self.fn = fn
-        self.args = None
-
-    def __call__(self, *a):
-        self.args = a
-        return self.fn(*a)
+    _par.assert_r9(plan, ws, args)
 
 
 @pytest.mark.gpu
@@ -501,14 +332,11 @@ def test_p2_kdn_vector_stores_bitwise_the_element_stores(monkeypatch, family):
     ``parallel_pass2`` backward, ``kdn`` is re-poisoned and the precompute re-run with the element-store kernel on the
     same arguments; the whole workspace must come back bitwise (same addresses written, same bits). The plans are the
     other GPU tests' (KDA varlen K = 128 with both states; GDN the same with GVA and the L2 norm)."""
-    _dsl()
+    _par.gpu_ready(WHAT)
     import importlib
 
     import _bwd_cases
 
-    from cudnn_testing.markers import skip_unless_sm90
-
-    skip_unless_sm90()
     api = importlib.import_module(f"cudnn.linear_attention.{family}.bwd_api")
     prep_mod = importlib.import_module(f"cudnn.linear_attention.{family}.bwd_dstates_parallel_kernel")
     name = "KdaBwdDStatesPrep" if family == "kda" else "GdnBwdDStatesPrep"
@@ -518,7 +346,7 @@ def test_p2_kdn_vector_stores_bitwise_the_element_stores(monkeypatch, family):
     lens, H, D = [1, 0, 700, 64, 130, 0], 4, 128
     T, n = sum(lens), len(lens)
     cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
-    q, k, v, g, beta, do, h0, dht = _kda_inputs((T,), H, D, n, True, True)
+    q, k, v, g, beta, do, h0, dht = _par.kda_inputs((T,), H, D, n, True, True)
     opts = {}
     if family == "gdn":  # the plan of test_gdn_p2_matches_reference_and_default (GVA, L2 norm): its compiles are reused
         q, k, g, opts = q[:, :2].contiguous(), k[:, :2].contiguous(), g[..., 0].contiguous() / 8, dict(use_qk_l2norm_in_kernel=True)
@@ -528,7 +356,7 @@ def test_p2_kdn_vector_stores_bitwise_the_element_stores(monkeypatch, family):
     plan.compile()
     parts = api._parts(plan.compile_key())
     i = parts.index("dstates_prep")
-    spy = _Spy(plan._compiled_kernel[i])
+    spy = _par.Spy(plan._compiled_kernel[i])
     plan._compiled_kernel = (*plan._compiled_kernel[:i], spy, *plan._compiled_kernel[i + 1 :])
     ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda")
     ws.fill_(0xFF)

@@ -32,7 +32,8 @@ from cudnn_testing.markers import skip_unless_cutedsl
 torch = pytest.importorskip("torch")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/_bwd_cases.py: --import-mode=importlib adds no test folder
-from _bwd_cases import Recorder, check_launch, declared, run_recorded  # noqa: E402
+import _bwd_par_cases as _par  # noqa: E402
+from _bwd_cases import check_launch, declared, run_recorded  # noqa: E402
 
 WHAT = "cudnn.linear_attention.kimi_delta_attention backward"
 
@@ -68,16 +69,6 @@ def _check_forward_launches(plan, ws, base_bytes, *, T, n, varlen, seq_len, D, w
     return fext, state_args
 
 
-class _Ordered(Recorder):
-    """A recorder that also logs its name into the shared ``log`` (launch order across the forward's and backward's)."""
-
-    log: list = []
-
-    def __call__(self, *a):
-        _Ordered.log.append(self.name)
-        super().__call__(*a)
-
-
 @pytest.mark.parametrize("varlen,with_h0,with_dht", [(True, True, True), (False, False, False)])
 def test_parallel_pass1_launches_forward_then_backward_with_declared_arguments(monkeypatch, varlen, with_h0, with_dht):
     from cudnn.linear_attention._device.chunk_parallel import WS_ARRAYS
@@ -88,23 +79,10 @@ def test_parallel_pass1_launches_forward_then_backward_with_declared_arguments(m
 
     assert WS_ARRAYS.index("h") == bwd_api.FWD_H
     T, H, D = 200, 4, 64
-    lead = (T,) if varlen else (2, T // 2)
     n = 4 if varlen else 2
-    q = torch.randn(*lead, H, D).to(torch.bfloat16)
-    g = torch.randn(*lead, H, D)
-    beta = torch.randn(*lead, H)
-    h0 = torch.randn(n, H, D, D) if with_h0 else None
-    dh0 = torch.empty_like(h0) if with_h0 else None
-    dht = torch.randn(n, H, D, D) if with_dht else None
-    cu = torch.tensor([0, 50, 51, 51, T], dtype=torch.int32) if varlen else None  # an empty and a 1-token sequence
-    dq, dk, dv, dg, db = torch.empty_like(q), torch.empty_like(q), torch.empty_like(q), torch.empty_like(g), torch.empty_like(beta)
-    args = (q, q, q, g, beta, q, dq, dk, dv, dg, db)
-    kw = dict(initial_state=h0, dinitial_state=dh0, dfinal_state=dht, cu_seqlens=cu)
-    default = bwd_api.KimiDeltaAttentionBwdSm90(*args, **kw)
-    default.check_support()
-    plan = bwd_api.KimiDeltaAttentionBwdSm90(*args, **kw)
-    plan.parallel_pass1 = True
-    plan.check_support()
+    make, eargs = _par.cpu_plan("kda", T, H, D, n, varlen, with_h0, with_dht)
+    g, dq, dg, dh0 = eargs[3], eargs[6], eargs[9], eargs[12]
+    default, plan = make(), make(parallel_pass1=True)
     key = plan.compile_key()
     assert key.parallel_pass1 and not default.compile_key().parallel_pass1
     assert bwd_api._parts(default.compile_key()) == ("states", "dstates", "grads")  # the default plan is unchanged
@@ -115,17 +93,13 @@ def test_parallel_pass1_launches_forward_then_backward_with_declared_arguments(m
     assert default.scratch_workspace_bytes() == base_bytes
     assert plan.scratch_workspace_bytes() == base_bytes + bwd_api.forward_workspace_bytes(T, n, H, D)
 
-    import _bwd_cases
-
-    _Ordered.log = []
-    plan._compiled_forward = (_Ordered("prep"), _Ordered("fstate"))
-    monkeypatch.setattr(_bwd_cases, "Recorder", _Ordered)  # run_recorded's backward recorders log too
-    out, ws = run_recorded(monkeypatch, plan, parts, q, q, q, g, beta, q, dq, dk, dv, dg, db, h0, dh0, dht, cu)
+    _par.record_forward_in_order(monkeypatch, plan)  # run_recorded's backward recorders log too
+    out, ws = run_recorded(monkeypatch, plan, parts, *eargs)
     assert out[0] is dq and out[3] is dg and out[5] is dh0
-    assert _Ordered.log == ["prep", "fstate", "states_par", "dstates", "grads"]
+    assert _par.Ordered.log == ["prep", "fstate", "states_par", "dstates", "grads"]
     plan.parallel_pass1 = False  # flipped after compile: execute refuses rather than launching another plan's kernels
     with pytest.raises(ValueError, match="parallel_pass1 was changed after compile"):
-        plan.execute(q, q, q, g, beta, q, dq, dk, dv, dg, db, h0, dh0, dht, cu, workspace=ws)
+        plan.execute(*eargs, workspace=ws)
     plan.parallel_pass1 = True
 
     seq_len = 0 if varlen else T // 2
@@ -148,7 +122,6 @@ def test_parallel_pass1_launches_forward_then_backward_with_declared_arguments(m
 
 @pytest.mark.parametrize("gva,varlen,with_h0,with_dht,store_tm", [(False, True, True, True, True), (True, False, False, False, False)])
 def test_gdn_parallel_pass1_launches_forward_then_backward_with_declared_arguments(monkeypatch, gva, varlen, with_h0, with_dht, store_tm):
-    import _bwd_cases
 
     from cudnn.linear_attention.gdn import bwd_api
     from cudnn.linear_attention.gdn.bwd_qk_reduce_kernel import GdnBwdQkReduce
@@ -158,25 +131,10 @@ def test_gdn_parallel_pass1_launches_forward_then_backward_with_declared_argumen
 
     T, H, D = 200, 4, 64
     Hk = 2 if gva else H
-    lead = (T,) if varlen else (2, T // 2)
     n = 4 if varlen else 2
-    q = torch.randn(*lead, Hk, D).to(torch.bfloat16)
-    v = torch.randn(*lead, H, D).to(torch.bfloat16)
-    g = torch.randn(*lead, H)
-    h0 = torch.randn(n, H, D, D) if with_h0 else None
-    dh0 = torch.empty_like(h0) if with_h0 else None
-    dht = torch.randn(n, H, D, D) if with_dht else None
-    cu = torch.tensor([0, 50, 51, 51, T], dtype=torch.int32) if varlen else None
-    dq, dk, dv, dg, db = torch.empty_like(q), torch.empty_like(q), torch.empty_like(v), torch.empty_like(g), torch.empty_like(g)
-    args = (q, q, v, g, g, v, dq, dk, dv, dg, db)
-    kw = dict(initial_state=h0, dinitial_state=dh0, dfinal_state=dht, cu_seqlens=cu)
-    default = bwd_api.GatedDeltaNetBwdSm90(*args, **kw)
-    default.store_tm = store_tm
-    default.check_support()
-    plan = bwd_api.GatedDeltaNetBwdSm90(*args, **kw)
-    plan.store_tm = store_tm
-    plan.parallel_pass1 = True
-    plan.check_support()
+    make, eargs = _par.cpu_plan("gdn", T, H, D, n, varlen, with_h0, with_dht, gva=gva)
+    g, dq, dh0 = eargs[3], eargs[6], eargs[12]
+    default, plan = make(store_tm), make(store_tm, parallel_pass1=True)
     key = plan.compile_key()
     tail = ("qk_reduce",) if gva else ()
     assert bwd_api._parts(default.compile_key()) == ("states", "dstates", "grads", *tail)
@@ -186,12 +144,10 @@ def test_gdn_parallel_pass1_launches_forward_then_backward_with_declared_argumen
     base_bytes = default.scratch_workspace_bytes()
     assert plan.scratch_workspace_bytes() == base_bytes + bwd_api.forward_workspace_bytes(T, n, H, D)
 
-    _Ordered.log = []
-    plan._compiled_forward = (_Ordered("prep"), _Ordered("fstate"))
-    monkeypatch.setattr(_bwd_cases, "Recorder", _Ordered)
-    out, ws = run_recorded(monkeypatch, plan, parts, q, q, v, g, g, v, dq, dk, dv, dg, db, h0, dh0, dht, cu)
+    _par.record_forward_in_order(monkeypatch, plan)
+    out, ws = run_recorded(monkeypatch, plan, parts, *eargs)
     assert out[0] is dq and out[5] is dh0
-    assert _Ordered.log == ["prep", "fstate", *parts]
+    assert _par.Ordered.log == ["prep", "fstate", *parts]
     seq_len = 0 if varlen else T // 2
     fext, state_args = _check_forward_launches(plan, ws, base_bytes, T=T, n=n, varlen=varlen, seq_len=seq_len, D=D, with_h0=with_h0, g=g)
     classes = {"states_par": GdnBwdStatesChunk, "dstates": GdnBwdDStates, "grads": GdnBwdGrads, "qk_reduce": GdnBwdQkReduce}
@@ -217,73 +173,23 @@ _WGMMA_128 = {"kda": 36, "gdn": 28}
 @pytest.mark.compile_only
 @pytest.mark.parametrize("family", ["kda", "gdn"])
 def test_parallel_pass1_kernel_compiles_with_wgmma_and_no_local_memory(tmp_path, family):
-    import importlib
-
-    from cudnn.api_base import TensorDesc
-    from cudnn_testing.compile_only import frame_sizes, keep_artifacts, kernel_symbols
-
-    api = importlib.import_module(f"cudnn.linear_attention.{family}.bwd_api")
-    cls = api.KimiDeltaAttentionBwdSm90 if family == "kda" else api.GatedDeltaNetBwdSm90
-
-    def plan(T, N, D=128, H=4):
-        x = TensorDesc.contiguous((T, H, D), "bfloat16", "x")
-        g = TensorDesc.contiguous((T, H, D) if family == "kda" else (T, H), "float32", "g")
-        beta = TensorDesc.contiguous((T, H), "float32", "beta")
-        st = TensorDesc.contiguous((N, H, D, D), "float32", "state")
-        cu = TensorDesc.contiguous((N + 1,), "int32", "cu_seqlens")
-        p = cls(x, x, x, g, beta, x, x, x, x, g, beta, initial_state=st, dinitial_state=st, dfinal_state=st, cu_seqlens=cu)
-        p.parallel_pass1 = True
-        p.check_support()
-        return p
-
-    key = plan(1000, 5).compile_key()
+    key, text = _par.compile_part(tmp_path, family, "states_par", parallel_pass1=True)
     assert key.parallel_pass1 and key.varlen and key.head_dim == 128
-    assert plan(123457, 77).compile_key() == key  # Rule 4
-    with keep_artifacts(tmp_path) as ptx:
-        api.build_kernel("states_par", key)()
-        text = ptx()
-    names = kernel_symbols(text)
-    kernel = "KdaBwdStatesChunk" if family == "kda" else "GdnBwdStatesChunk"
-    assert len(names) == 1 and names[0].startswith("cudnn_") and kernel in names[0], names
+    _par.assert_one_kernel(text, "KdaBwdStatesChunk" if family == "kda" else "GdnBwdStatesChunk")
     assert text.count("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16") == _WGMMA_128[family]
     assert "ld.global.v4" in text and "st.global.v4" in text  # the S0 copy by 16-byte vectors
-    assert "ld.local" not in text and "st.local" not in text
-    assert all(f == 0 for f in frame_sizes(tmp_path)), frame_sizes(tmp_path)
+    _par.assert_no_local_memory(text, tmp_path)
 
 
 # -- GPU ----------------------------------------------------------------------------------------------------------------
-def _inputs(lead, H, D, n_seqs, with_h0, with_dht):
-    import torch.nn.functional as F
-
-    q = torch.randn(*lead, H, D, device="cuda").to(torch.bfloat16)
-    k = F.normalize(torch.randn(*lead, H, D, device="cuda"), dim=-1).to(torch.bfloat16)
-    v = torch.randn(*lead, H, D, device="cuda").to(torch.bfloat16)
-    g = -5.0 * torch.sigmoid(torch.randn(*lead, H, D, device="cuda"))  # fla's safe-gate range: the decay split's hard regime
-    beta = torch.rand(*lead, H, device="cuda")
-    do = torch.randn(*lead, H, D, device="cuda").to(torch.bfloat16)
-    h0 = torch.randn(n_seqs, H, D, D, device="cuda") * 0.5 if with_h0 else None
-    dht = torch.randn(n_seqs, H, D, D, device="cuda") if with_dht else None
-    return q, k, v, g, beta, do, h0, dht
-
-
 def _backward(parallel, q, k, v, g, beta, do, h0, dht, cu):
-    """(grads dict, plan, workspace, tensors) of one backward with poisoned outputs."""
+    """(grads dict, plan, workspace, tensors) of one backward with poisoned outputs. ``dp_split_hilo``: pass 3's dP~
+    products with hi + lo split operands (opt-in, test_kda_bwd_gpu.py::test_hard_gate_*): without them dg misses the
+    rule on the dense K = 64 case for the default pass 1 and the parallel one alike (session 8's probe)."""
     from cudnn.linear_attention.kda.bwd_api import KimiDeltaAttentionBwdSm90
-    from cudnn_testing.data import poison
 
-    dq, dk, dv = (poison(torch.empty_like(t)) for t in (q, k, v))
-    dg, dbeta = poison(torch.empty_like(g)), poison(torch.empty_like(beta))
-    dh0 = poison(torch.empty_like(h0)) if h0 is not None else None
-    plan = KimiDeltaAttentionBwdSm90(q, k, v, g, beta, do, dq, dk, dv, dg, dbeta, initial_state=h0, dinitial_state=dh0, dfinal_state=dht, cu_seqlens=cu)
-    plan.parallel_pass1 = parallel
-    # pass 3's dP~ products with hi + lo split operands (opt-in, test_kda_bwd_gpu.py::test_hard_gate_*): without them dg
-    # misses the rule on the dense K = 64 case for the default pass 1 and the parallel one alike (session 8's probe)
-    plan.dp_split_hilo = True
-    plan.compile()
-    ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda")
-    args = (q, k, v, g, beta, do, dq, dk, dv, dg, dbeta, h0, dh0, dht, cu)
-    plan.execute(*args, workspace=ws)
-    return dict(dq=dq, dk=dk, dv=dv, dg=dg, dbeta=dbeta, dh0=dh0), plan, ws, args
+    options = dict(parallel_pass1=parallel, dp_split_hilo=True)
+    return _par.backward(KimiDeltaAttentionBwdSm90, q, k, v, g, beta, do, h0, dht, cu, options=options)
 
 
 _GPU_CASES = [
@@ -300,105 +206,40 @@ _GPU_CASES = [
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout,lens,D,with_h0,with_dht", _GPU_CASES)
 def test_parallel_pass1_matches_reference_and_default(layout, lens, D, with_h0, with_dht):
-    from cudnn_testing.markers import skip_unless_sm90
-    from cudnn_testing.reference_linear_attention import kimi_delta_attention_chunked_bwd_ref, kimi_delta_attention_recurrent_bwd_ref
-    from cudnn_testing.tolerance import assert_close_fa
-
-    skip_unless_sm90()
+    _par.gpu_ready()
     torch.manual_seed(len(lens) * 1000 + D)
     H = 4
-    if layout == "varlen":
-        T = sum(lens)
-        cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
-        lead, n = (T,), len(lens)
-    else:
-        cu, lead, n = None, tuple(lens), lens[0]
-    q, k, v, g, beta, do, h0, dht = _inputs(lead, H, D, n, with_h0, with_dht)
+    _, cu, lead, n = _par.case_extents(layout, lens)
+    q, k, v, g, beta, do, h0, dht = _par.kda_inputs(lead, H, D, n, with_h0, with_dht)
     got, _, _, _ = _backward(True, q, k, v, g, beta, do, h0, dht, cu)
     base, _, _, _ = _backward(False, q, k, v, g, beta, do, h0, dht, cu)
-    torch.cuda.synchronize()
-    batched = layout == "dense"
-    add = (lambda t: t) if batched else (lambda t: t[None])
-    kw = dict(initial_state=h0, dfinal_state=dht, cu_seqlens=cu)
-    refargs = [add(t) for t in (q, k, v, g, beta, do)]
-    ref = kimi_delta_attention_recurrent_bwd_ref(*refargs, **kw)
-    low = kimi_delta_attention_chunked_bwd_ref(*refargs, dtype=torch.bfloat16, **kw)
-    for name in ("dq", "dk", "dv", "dg", "dbeta", "dh0"):
-        if got[name] is None:
-            continue
-        r = ref[name]
-        out = got[name] if batched or name == "dh0" else got[name][None]
-        dflt = base[name] if batched or name == "dh0" else base[name][None]
-        noise = 2e-3 * r.abs().max().item()
-        assert_close_fa(out, r, low[name], name=f"{name} (parallel_pass1 vs bf16 chunked ref)", factor=2.0, noise=noise)
-        assert_close_fa(out, r, dflt, name=f"{name} (parallel_pass1 vs default backward)", factor=2.0, noise=noise)
+    inputs = (q, k, v, g, beta, do, h0, dht)
+    _par.check_grads("kda", got, base, inputs, cu, layout == "dense", "", "parallel_pass1", "default backward")
 
 
 @pytest.mark.gpu
 def test_gdn_parallel_pass1_matches_reference_and_default():
     """Gated DeltaNet: varlen with 1-token, empty and multi-chunk sequences, both states, K = 128, GVA (4 value heads
     over 2 q/k heads) and the in-kernel L2 norm: the forward prep's GVA / norm paths feed pass 1 here."""
-    import torch.nn.functional as F
-
+    _par.gpu_ready()
     from cudnn.linear_attention.gdn.bwd_api import GatedDeltaNetBwdSm90
-    from cudnn_testing.data import poison
-    from cudnn_testing.markers import skip_unless_sm90
-    from cudnn_testing.reference_linear_attention import gated_delta_net_chunked_bwd_ref, gated_delta_net_recurrent_bwd_ref
-    from cudnn_testing.tolerance import assert_close_fa
 
-    skip_unless_sm90()
     torch.manual_seed(7)
     lens, H, Hk, D = [1, 0, 700, 64, 130, 0], 4, 2, 128
-    T, n = sum(lens), len(lens)
-    cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
-    q = torch.randn(T, Hk, D, device="cuda").to(torch.bfloat16)
-    k = torch.randn(T, Hk, D, device="cuda").to(torch.bfloat16)
-    v = torch.randn(T, H, D, device="cuda").to(torch.bfloat16)
-    g = F.logsigmoid(torch.randn(T, H, device="cuda")) / 8
-    beta = torch.rand(T, H, device="cuda")
-    do = torch.randn(T, H, D, device="cuda").to(torch.bfloat16)
-    h0 = torch.randn(n, H, D, D, device="cuda") * 0.5
-    dht = torch.randn(n, H, D, D, device="cuda")
+    _, cu, lead, n = _par.case_extents("varlen", lens)
+    q, k, v, g, beta, do, h0, dht = _par.gdn_inputs(lead, H, Hk, D, n, True, True)
     got = {}
     for parallel in (True, False):
-        dq, dk, dv = (poison(torch.empty_like(t)) for t in (q, k, v))
-        dg, dbeta, dh0 = poison(torch.empty_like(g)), poison(torch.empty_like(beta)), poison(torch.empty_like(h0))
-        plan = GatedDeltaNetBwdSm90(
-            q, k, v, g, beta, do, dq, dk, dv, dg, dbeta, use_qk_l2norm_in_kernel=True, initial_state=h0, dinitial_state=dh0, dfinal_state=dht, cu_seqlens=cu
+        got[parallel], _, _, _ = _par.backward(
+            GatedDeltaNetBwdSm90, q, k, v, g, beta, do, h0, dht, cu, options=dict(parallel_pass1=parallel), use_qk_l2norm_in_kernel=True
         )
-        plan.parallel_pass1 = parallel
-        plan.compile()
-        ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda")
-        plan.execute(q, k, v, g, beta, do, dq, dk, dv, dg, dbeta, h0, dh0, dht, cu, workspace=ws)
-        got[parallel] = dict(dq=dq, dk=dk, dv=dv, dg=dg, dbeta=dbeta, dh0=dh0)
-    torch.cuda.synchronize()
-    kw = dict(initial_state=h0, dfinal_state=dht, cu_seqlens=cu, use_qk_l2norm=True)
-    args = [t[None] for t in (q, k, v, g, beta, do)]
-    ref = gated_delta_net_recurrent_bwd_ref(*args, **kw)
-    low = gated_delta_net_chunked_bwd_ref(*args, dtype=torch.bfloat16, **kw)
-    for name in ("dq", "dk", "dv", "dg", "dbeta", "dh0"):
-        r = ref[name]
-        out = got[True][name] if name == "dh0" else got[True][name][None]
-        dflt = got[False][name] if name == "dh0" else got[False][name][None]
-        noise = 2e-3 * r.abs().max().item()
-        assert_close_fa(out, r, low[name], name=f"gdn {name} (parallel_pass1 vs bf16 chunked ref)", factor=2.0, noise=noise)
-        assert_close_fa(out, r, dflt, name=f"gdn {name} (parallel_pass1 vs default backward)", factor=2.0, noise=noise)
+    inputs = (q, k, v, g, beta, do, h0, dht)
+    _par.check_grads("gdn", got[True], got[False], inputs, cu, False, "gdn ", "parallel_pass1", "default backward", use_qk_l2norm=True)
 
 
 @pytest.mark.gpu
 def test_parallel_pass1_execute_allocates_nothing_and_never_synchronizes():
-    from cudnn_testing.markers import skip_unless_sm90
-
-    skip_unless_sm90()
-    q, k, v, g, beta, do, h0, dht = _inputs((2, 200), 2, 64, 2, False, False)  # the second GPU case's plan: no new compile
+    _par.gpu_ready()
+    q, k, v, g, beta, do, h0, dht = _par.kda_inputs((2, 200), 2, 64, 2, False, False)  # the second GPU case's plan: no new compile
     _, plan, ws, args = _backward(True, q, k, v, g, beta, do, h0, dht, None)
-    torch.cuda.synchronize()
-    before = torch.cuda.memory_stats()["allocation.all.allocated"]
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        for _ in range(3):
-            plan.execute(*args, workspace=ws)
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
-    assert torch.cuda.memory_stats()["allocation.all.allocated"] == before
-    torch.cuda.synchronize()
+    _par.assert_r9(plan, ws, args)

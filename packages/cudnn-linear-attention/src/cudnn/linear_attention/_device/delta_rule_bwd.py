@@ -30,7 +30,11 @@ Device blocks:
 The chunk-parallel pass 1 (``{kda,gdn}/bwd_states_parallel_kernel.py``, opt-in ``parallel_pass1``): host side
 :func:`state_views_aligned`, :func:`forward_state_views`; device :func:`chunk_cta` (the CTA's chunk), :func:`chunk_slot` (its end and backward slot),
 :func:`forward_state_to_smem_and_workspace` (the forward's ``S0`` -> shared and ``ws_h``), :func:`vslices_to_workspace`
-(the V-slice loop: ``S0``, ``(beta V)^T``, ``U``, ``-Wm``, ``Vn`` -> ``ws_vn``).
+(the V-slice loop: ``S0``, ``(beta V)^T``, ``U``, ``-Wm``, ``Vn`` -> ``ws_vn``); host :func:`chunk_pass1_views`.
+Its ``fold_prep_tm`` pass 1b (both families): host :func:`fold_views`, :func:`fold_cc_vectors`,
+:func:`fold_shared_storage`; device :func:`tiles_copy`, :func:`fold_chunk` (the whole kernel body) and
+:class:`StatesFoldKernel` (the ``@cute.kernel`` ``{Kda,Gdn}BwdStatesFold`` share; their PTX, symbols included, is
+byte-identical to the per-family kernels they replace).
 """
 
 from __future__ import annotations
@@ -45,10 +49,12 @@ from .delta_rule import (
     CHUNK,
     THREADS,
     VEC,
+    DeltaRuleKernel,
     gate_views,
     k_major_smem_layout,
     load_v_half_row,
     make_mma_n64,
+    make_seq_state_views,
     sequence_bounds,
     smem_ready,
     state_to_smem,
@@ -448,6 +454,13 @@ def forward_state_views(fh_ptr, wsh_ptr, fslots, slots, heads, D):
     return gFH, gWsH
 
 
+def chunk_pass1_views(cu_ptr, fh_ptr, wsh_ptr, n_seqs, fslots, slots, heads, D, varlen):
+    """``(mCu, gFH, gWsH)``: ``cu_seqlens`` (None for dense batches) and :func:`forward_state_views` -- the views every
+    chunk-parallel pass-1 kernel's ``__call__`` builds (``{Kda,Gdn}BwdStatesChunk``, ``{Kda,Gdn}BwdStatesFold``)."""
+    mCu, _, _ = make_seq_state_views(cu_ptr, None, None, n_seqs, heads, D, varlen, False, False)
+    return (mCu, *forward_state_views(fh_ptr, wsh_ptr, fslots, slots, heads, D))
+
+
 @cute.jit
 def chunk_cta(mCu: cute.Tensor | None, n_seqs: Int32, seq_len: Int32, chunks_per_seq: Int32, group: Int32, varlen: cutlass.Constexpr[bool]):
     """``(tidx, fslot, head, hk, seq, t0, n_valid)`` of this thread and CTA of a chunk-parallel pass 1 (grid
@@ -535,3 +548,137 @@ def vslices_to_workspace(
         store_beta_v_t(sVT, vbuf, row, half, keep, b_row)
         smem_ready()
         wy_values_to_workspace(mma, acc_a, acc_b, u_A, u_B, kt_B, vn_A, s0_B, sW, sVnT, mWsVn, c64, t0, n_valid, head, vb * BV, nh)
+
+
+# ---- fold_prep_tm (opt-in): pass 1b as layout copies of the forward prep's / state pass's arrays ---------------------
+VNT_PAD = VEC  # bf16 row padding of the staged Vn^T tile (rows 16-byte aligned)
+
+
+def fold_views(ftm_ptr, fvnt_ptr, wstm_ptr, wsvn_ptr, T, fslots, slots, heads, D):
+    """``fold_prep_tm``'s arrays both families copy, as 16-byte vectors (host side of ``{Kda,Gdn}BwdStatesFold``): the
+    forward's ``Tm`` (over its ``qg`` tiles: [fslots, H, 64, 64] with the ``qg`` slot / head strides) and ``vnt``
+    [fslots, H, D, 64]; the backward's ``ws_tm`` [slots, H, 64, 64] and ``ws_vn`` [T, H, D]. Returns (gFTm, gFVnt,
+    gWsTm, gWsVn)."""
+    ftile = cute.assume(Int64(heads) * (CHUNK * D), divby=CHUNK * D)  # the forward's [64, D] tiles (qg, vnt)
+    gFTm = cute.make_tensor(ftm_ptr, cute.make_layout((fslots, heads, CHUNK, CHUNK), stride=(ftile, CHUNK * D, CHUNK, 1)))
+    gFVnt = cute.make_tensor(fvnt_ptr, cute.make_layout((fslots, heads, D, CHUNK), stride=(ftile, CHUNK * D, CHUNK, 1)))
+    gWsVn = cute.make_tensor(wsvn_ptr, cute.make_layout((T, heads, D), stride=(cute.assume(Int64(heads) * D, divby=D), D, 1)))
+    v4 = (1, 1, 1, VEC)
+    return cute.zipped_divide(gFTm, v4), cute.zipped_divide(gFVnt, v4), fold_cc_vectors(wstm_ptr, slots, heads), cute.zipped_divide(gWsVn, (1, 1, VEC))
+
+
+def fold_cc_vectors(ptr, slots, heads):
+    """A [slots, H, 64, 64] bf16 array (``ws_tm``, the forward's ``p`` / the backward's ``ws_p``) as 16-byte vectors, its
+    slot stride known a multiple of 64 x 64 (the fold's vector copies)."""
+    cc = CHUNK * CHUNK
+    ctile = cute.assume(Int64(heads) * cc, divby=cc)
+    return cute.zipped_divide(cute.make_tensor(ptr, cute.make_layout((slots, heads, CHUNK, CHUNK), stride=(ctile, cc, CHUNK, 1))), (1, 1, 1, VEC))
+
+
+def fold_shared_storage(D):
+    """The fold's shared memory: the staged ``Vn^T`` [D, 64] tile (rows padded by :data:`VNT_PAD`)."""
+    fields = {"smem_vnt": cute.struct.Align[cute.struct.MemRange[BFloat16, D * (CHUNK + VNT_PAD)], 128]}
+    return cute.struct(type("SharedStorage", (), {"__annotations__": fields}))
+
+
+@cute.jit
+def tiles_copy(
+    gSrc: cute.Tensor, gDst: cute.Tensor, fslot: Int32, slot: Int32, head: Int32, tidx: Int32, rows: cutlass.Constexpr[int], cols: cutlass.Constexpr[int]
+):
+    """One [rows, cols] bf16 tile ``gSrc[fslot, head]`` -> ``gDst[slot, head]`` by 16-byte vectors (both divided by (1, 1,
+    1, 8)), every load of the thread issued before its first store."""
+    nv = cols // VEC
+    n = rows * nv // THREADS
+    buf = cute.make_rmem_tensor(cute.make_layout((1, 1, 1, VEC, n)), BFloat16)
+    for s in cutlass.range_constexpr(n):
+        idx = tidx + THREADS * s
+        cute.autovec_copy(gSrc[(None, None, None, None), (fslot, head, idx // nv, idx % nv)], buf[None, None, None, None, s])
+    for s in cutlass.range_constexpr(n):
+        idx = tidx + THREADS * s
+        cute.autovec_copy(buf[None, None, None, None, s], gDst[(None, None, None, None), (slot, head, idx // nv, idx % nv)])
+
+
+@cute.jit
+def fold_chunk(
+    mCu: cute.Tensor | None,
+    gFH: cute.Tensor,
+    gWsH: cute.Tensor,
+    gFTm: cute.Tensor,
+    gWsTm: cute.Tensor,
+    gFP: cute.Tensor | None,
+    gWsP: cute.Tensor | None,
+    gFVnt: cute.Tensor,
+    gWsVn: cute.Tensor,
+    n_seqs: Int32,
+    seq_len: Int32,
+    chunks_per_seq: Int32,
+    varlen: cutlass.Constexpr[bool],
+    D: cutlass.Constexpr[int],
+    SharedStorage: cutlass.Constexpr,
+):
+    """The whole fold kernel body (both families): one CTA per (forward chunk slot, head), no arithmetic -- ``h`` ->
+    ``ws_h``, ``Tm`` -> ``ws_tm``, ``p`` -> ``ws_p`` (KDA; ``gFP`` None for GDN, which has no ``P``) by 16-byte
+    vectors (slot remap only), ``Vn^T`` [D, 64] -> shared -> ``ws_vn`` rows ``t0 .. t0 + n_valid - 1``. An idle slot
+    exits."""
+    tidx, fslot, head, _, seq, t0, n_valid = chunk_cta(mCu, n_seqs, seq_len, chunks_per_seq, 1, varlen)
+    smem = cutlass.utils.SmemAllocator()
+    storage = smem.allocate(SharedStorage)
+    sVnt = storage.smem_vnt.get_tensor(cute.make_layout((D, CHUNK), stride=(CHUNK + VNT_PAD, 1)))
+    sVntv = cute.zipped_divide(sVnt, (1, VEC))
+
+    if n_valid > 0:  # an idle slot (past its sequence's last chunk) exits; uniform per CTA
+        _, slot = chunk_slot(mCu, seq, seq_len, t0, n_valid, varlen)  # the backward's slot (passes 2-3)
+        # Vn^T [D, 64] -> shared (loads first), then the tile copies while they land
+        nv = CHUNK // VEC
+        n = D * nv // THREADS
+        vbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, 1, VEC, n)), BFloat16)
+        for s in cutlass.range_constexpr(n):
+            idx = tidx + THREADS * s
+            cute.autovec_copy(gFVnt[(None, None, None, None), (fslot, head, idx // nv, idx % nv)], vbuf[None, None, None, None, s])
+        for s in cutlass.range_constexpr(n):
+            idx = tidx + THREADS * s
+            cute.autovec_copy(vbuf[None, None, None, None, s], sVntv[(None, None), (idx // nv, idx % nv)])
+        tiles_copy(gFH, gWsH, fslot, slot, head, tidx, D, D)
+        tiles_copy(gFTm, gWsTm, fslot, slot, head, tidx, CHUNK, CHUNK)
+        if const_expr(gFP is not None):
+            tiles_copy(gFP, gWsP, fslot, slot, head, tidx, CHUNK, CHUNK)
+        cute.arch.sync_threads()
+        # token row tidx // 2, channel half tidx % 2: Vn[t0 + row, head, :] (rows inside the sequence only)
+        row = tidx // 2
+        half = tidx % 2
+        if row < n_valid:
+            obuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC)), BFloat16)
+            for vj in cutlass.range_constexpr(D // 2 // VEC):
+                c0 = half * (D // 2) + vj * VEC
+                for e in cutlass.range_constexpr(VEC):
+                    obuf[0, 0, e] = sVnt[c0 + e, row]
+                cute.autovec_copy(obuf, gWsVn[(None, None, None), (t0 + row, head, c0 // VEC)])
+
+
+class StatesFoldKernel(DeltaRuleKernel):
+    """Device side of both families' ``fold_prep_tm`` pass 1b (``{Kda,Gdn}BwdStatesFold``, each with its own ``__call__``
+    building :func:`fold_views` and launching ``self.kernel``): the ``@cute.kernel`` both share. ``views`` is the fold's
+    vector views, ``(gFTm, gFP, gFVnt, gWsTm, gWsP, gWsVn)`` (KDA) or ``(gFTm, gFVnt, gWsTm, gWsVn)`` (GDN: no ``P``);
+    the body is :func:`fold_chunk`."""
+
+    @cute.kernel
+    def kernel(
+        self,
+        mCu: cute.Tensor | None,
+        gFH: cute.Tensor,
+        gWsH: cute.Tensor,
+        views: tuple,
+        n_seqs: Int32,
+        seq_len: Int32,
+        chunks_per_seq: Int32,
+        SharedStorage: cutlass.Constexpr,
+    ):
+        gFP = None
+        gWsP = None
+        if const_expr(len(views) == 6):  # KDA: with the P pair
+            gFTm, gFP, gFVnt, gWsTm, gWsP, gWsVn = views
+        else:
+            gFTm, gFVnt, gWsTm, gWsVn = views
+        fold_chunk(mCu, gFH, gWsH, gFTm, gWsTm, gFP, gWsP, gFVnt, gWsVn, n_seqs, seq_len, chunks_per_seq, self.key.varlen, self.D, SharedStorage)
+
+    kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)

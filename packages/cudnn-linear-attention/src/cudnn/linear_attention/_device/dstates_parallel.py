@@ -66,7 +66,7 @@ from .chunk_parallel import (
     wgmma_each_a_into_each,
 )
 from .delta_rule import BV, CHUNK, THREADS, VEC, k_major_smem_layout, load_v_half_row, make_seq_state_views, sequence_bounds, smem_ready, wgmma
-from .delta_rule_bwd import token_views
+from .delta_rule_bwd import cc_views, gate_views, states_layouts, token_views, vec_views
 
 CHAIN_VW = 32  # value rows of the state per chain CTA
 CHAIN_STAGES = 3  # TMA stage ring depth (K = 128: ~190 KB of shared memory)
@@ -87,6 +87,22 @@ def dstates_operand_views(kdn_ptr, dvl_ptr, wmt_ptr, qst_ptr, dot_ptr, ge_ptr, s
     mDot = cute.make_tensor(dot_ptr, cols_t)
     mGe = cute.make_tensor(ge_ptr, cute.make_layout((slots, heads, D), stride=(cute.assume(Int64(heads) * D, divby=D), D, 1)))
     return mKdn, mDvl, mWmt, mQst, mDot, mGe
+
+
+def prep_views(
+    D, q_ptr, k_ptr, do_ptr, g_ptr, beta_ptr, cu_ptr, wstm_ptr, kdn_ptr, dvl_ptr, wmt_ptr, qst_ptr, dot_ptr, ge_ptr,
+    T, n_seqs, heads, qk_heads, slots, q_strides, k_strides, do_strides, per_key, varlen,
+):  # fmt: skip
+    """Host side of both precompute kernels' ``__call__`` (``{kda,gdn}/bwd_dstates_parallel_kernel.py``): q, k, dO as
+    16-byte vectors, the gates (``per_key``: KDA's [T, H, K]), ``cu_seqlens``, pass 1's ``ws_tm`` as 16-byte vectors,
+    the precompute's arrays (:func:`dstates_operand_views`) and passes 1-2's tiled MMA and shared layouts. Returns
+    ``(gQ, gK, gDo, mG, mB, mCu, gWsTm, ops, mma, l_ck, l_kc, l_cc)``."""
+    gQ, gK, gDo = vec_views(D, q_ptr, k_ptr, do_ptr, T, heads, qk_heads, q_strides, k_strides, do_strides)
+    mG, mB = gate_views(g_ptr, beta_ptr, T, heads, D, per_key)
+    mCu, _, _ = make_seq_state_views(cu_ptr, None, None, n_seqs, heads, D, varlen, False, False)
+    gWsTm = cute.zipped_divide(cc_views(wstm_ptr, slots, heads), (1, 1, 1, VEC))
+    ops = dstates_operand_views(kdn_ptr, dvl_ptr, wmt_ptr, qst_ptr, dot_ptr, ge_ptr, slots, heads, D)
+    return (gQ, gK, gDo, mG, mB, mCu, gWsTm, ops, *states_layouts(D))
 
 
 # ---- precompute blocks (both families' ``bwd_dstates_parallel_kernel.py``) ---------------------------------------------

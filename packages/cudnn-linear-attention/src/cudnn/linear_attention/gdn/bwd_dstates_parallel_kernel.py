@@ -32,11 +32,11 @@ import cutlass.cute as cute
 from cutlass import BFloat16, Float32, Int32, Int64, const_expr
 
 from .._device import delta_rule_bwd as bwd
-from .._device.delta_rule import BV, CHUNK, THREADS, VEC, DeltaRuleKernel, chunk_gates, load_half_row, make_accumulators, make_seq_state_views, row_guard
+from .._device.delta_rule import BV, CHUNK, THREADS, VEC, DeltaRuleKernel, chunk_gates, load_half_row, make_accumulators, row_guard
 from .._device.delta_rule import row_scale as _row_scale
 from .._device.delta_rule import smem_ready as _smem_ready
 from .._device.delta_rule import wgmma as _wgmma
-from .._device.dstates_parallel import decays_to_workspace, dstates_operand_views, value_slices_to_workspace, wmt_to_workspace
+from .._device.dstates_parallel import decays_to_workspace, prep_views, value_slices_to_workspace, wmt_to_workspace
 
 __all__ = ["GdnBwdDStatesPrep"]
 
@@ -80,12 +80,10 @@ class GdnBwdDStatesPrep(DeltaRuleKernel):
         stream: cuda.CUstream,
     ):
         D = self.D
-        gQ, gK, gDo = bwd.vec_views(D, q_ptr, k_ptr, do_ptr, T, heads, qk_heads, q_strides, k_strides, do_strides)
-        mG, mB = bwd.gate_views(g_ptr, beta_ptr, T, heads, D, False)
-        mCu, _, _ = make_seq_state_views(cu_ptr, None, None, n_seqs, heads, D, self.key.varlen, False, False)
-        gWsTm = cute.zipped_divide(bwd.cc_views(wstm_ptr, slots, heads), (1, 1, 1, VEC))
-        ops = dstates_operand_views(kdn_ptr, dvl_ptr, wmt_ptr, qst_ptr, dot_ptr, ge_ptr, slots, heads, D)
-        mma, l_ck, l_kc, l_cc = bwd.states_layouts(D)
+        gQ, gK, gDo, mG, mB, mCu, gWsTm, ops, mma, l_ck, l_kc, l_cc = prep_views(
+            D, q_ptr, k_ptr, do_ptr, g_ptr, beta_ptr, cu_ptr, wstm_ptr, kdn_ptr, dvl_ptr, wmt_ptr, qst_ptr, dot_ptr, ge_ptr,
+            T, n_seqs, heads, qk_heads, slots, q_strides, k_strides, do_strides, False, self.key.varlen,
+        )  # fmt: skip
         SharedStorage = bwd.smem_struct(
             dict(smem_q=l_ck, smem_k=l_ck, smem_kt=l_kc, smem_tm=l_cc, smem_pt=l_cc, smem_dot=l_cc), dict(smem_g=CHUNK, smem_gc=CHUNK, smem_beta=CHUNK)
         )

@@ -39,20 +39,16 @@ from __future__ import annotations
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
-from cutlass import BFloat16, Int32, Int64, const_expr
+from cutlass import Int32, Int64, const_expr
 
 from .._device import delta_rule_bwd as bwd
 from .._device.delta_rule import (
     BV,
-    CHUNK,
     THREADS,
-    VEC,
     DeltaRuleKernel,
     chunk_gates,
     make_accumulators,
-    make_seq_state_views,
 )
-from ..kda.bwd_states_parallel_kernel import VNT_PAD, tiles_copy
 from .bwd_states_kernel import a_tm_to_workspace, scaled_k_rows, states_shared_storage, states_smem
 
 __all__ = ["GdnBwdStatesChunk", "GdnBwdStatesFold"]
@@ -89,8 +85,7 @@ class GdnBwdStatesChunk(DeltaRuleKernel):
         D = self.D
         _, gK, gV = bwd.vec_views(D, k_ptr, k_ptr, v_ptr, T, heads, qk_heads, k_strides, k_strides, v_strides)
         mG, mB = bwd.gate_views(g_ptr, beta_ptr, T, heads, D, False)
-        mCu, _, _ = make_seq_state_views(cu_ptr, None, None, n_seqs, heads, D, self.key.varlen, False, False)
-        gFH, gWsH = bwd.forward_state_views(fh_ptr, wsh_ptr, fslots, slots, heads, D)
+        mCu, gFH, gWsH = bwd.chunk_pass1_views(cu_ptr, fh_ptr, wsh_ptr, n_seqs, fslots, slots, heads, D, self.key.varlen)
         mWsVn = bwd.token_views(wsvn_ptr, T, heads, D)
         mWsTm = None
         if const_expr(self.key.store_tm):
@@ -159,28 +154,13 @@ class GdnBwdStatesChunk(DeltaRuleKernel):
 
 
 # ---- fold_prep_tm: pass 1b as layout copies of the forward prep's / state pass's arrays --------------------------------
-def fold_views(ftm_ptr, fvnt_ptr, wstm_ptr, wsvn_ptr, T, fslots, slots, heads, D):
-    """``fold_prep_tm``'s arrays as 16-byte vectors (host side of :class:`GdnBwdStatesFold`): the forward's ``Tm`` (over
-    its ``qg`` tiles: [fslots, H, 64, 64] with the ``qg`` slot / head strides) and ``vnt`` [fslots, H, D, 64]; the
-    backward's ``ws_tm`` [slots, H, 64, 64] and ``ws_vn`` [T, H, D]."""
-    cc = CHUNK * CHUNK
-    ftile = cute.assume(Int64(heads) * (CHUNK * D), divby=CHUNK * D)  # the forward's [64, D] tiles (qg, vnt)
-    ctile = cute.assume(Int64(heads) * cc, divby=cc)
-    gFTm = cute.make_tensor(ftm_ptr, cute.make_layout((fslots, heads, CHUNK, CHUNK), stride=(ftile, CHUNK * D, CHUNK, 1)))
-    gFVnt = cute.make_tensor(fvnt_ptr, cute.make_layout((fslots, heads, D, CHUNK), stride=(ftile, CHUNK * D, CHUNK, 1)))
-    gWsTm = cute.make_tensor(wstm_ptr, cute.make_layout((slots, heads, CHUNK, CHUNK), stride=(ctile, cc, CHUNK, 1)))
-    gWsVn = cute.make_tensor(wsvn_ptr, cute.make_layout((T, heads, D), stride=(cute.assume(Int64(heads) * D, divby=D), D, 1)))
-    v4 = (1, 1, 1, VEC)
-    return cute.zipped_divide(gFTm, v4), cute.zipped_divide(gFVnt, v4), cute.zipped_divide(gWsTm, v4), cute.zipped_divide(gWsVn, (1, 1, VEC))
-
-
-class GdnBwdStatesFold(DeltaRuleKernel):
+class GdnBwdStatesFold(bwd.StatesFoldKernel):
     """Pass 1b under the opt-in ``fold_prep_tm`` (``GdnBwdKey.fold_prep_tm``, requires ``parallel_pass1`` and
     ``store_tm``): no arithmetic, one CTA per (forward chunk slot, head) copying what the forward's prep
     (``GdnParallelPrepKey.bwd_tm``) and state pass already wrote into the backward's slots and layouts -- ``h`` ->
     ``ws_h`` (bitwise), ``Tm`` (over the prep's ``qg`` tile) -> ``ws_tm``, ``Vn^T`` (``vnt``, the Vn the forward's state
     chain used) -> ``ws_vn`` rows ``t0 .. t0 + n_valid - 1`` (through shared memory: a [D, 64] tile read by 16-byte
-    vectors, rows gathered per token). Module docstring, "fold_prep_tm"."""
+    vectors, rows gathered per token; the body is ``_device.delta_rule_bwd.fold_chunk``, shared with KDA's fold). Module docstring, "fold_prep_tm"."""
 
     @cute.jit
     def __call__(
@@ -202,62 +182,10 @@ class GdnBwdStatesFold(DeltaRuleKernel):
         stream: cuda.CUstream,
     ):
         D = self.D
-        mCu, _, _ = make_seq_state_views(cu_ptr, None, None, n_seqs, heads, D, self.key.varlen, False, False)
-        gFH, gWsH = bwd.forward_state_views(fh_ptr, wsh_ptr, fslots, slots, heads, D)
-        views = fold_views(ftm_ptr, fvnt_ptr, wstm_ptr, wsvn_ptr, T, fslots, slots, heads, D)
-
-        @cute.struct
-        class SharedStorage:
-            smem_vnt: cute.struct.Align[cute.struct.MemRange[BFloat16, D * (CHUNK + VNT_PAD)], 128]
+        mCu, gFH, gWsH = bwd.chunk_pass1_views(cu_ptr, fh_ptr, wsh_ptr, n_seqs, fslots, slots, heads, D, self.key.varlen)
+        views = bwd.fold_views(ftm_ptr, fvnt_ptr, wstm_ptr, wsvn_ptr, T, fslots, slots, heads, D)
+        SharedStorage = bwd.fold_shared_storage(D)
 
         self.kernel(mCu, gFH, gWsH, views, n_seqs, seq_len, chunks_per_seq, SharedStorage).launch(
             grid=[fslots, heads, 1], block=[THREADS, 1, 1], smem=SharedStorage.size_in_bytes(), stream=stream
         )
-
-    @cute.kernel
-    def kernel(
-        self,
-        mCu: cute.Tensor | None,
-        gFH: cute.Tensor,
-        gWsH: cute.Tensor,
-        views: tuple,
-        n_seqs: Int32,
-        seq_len: Int32,
-        chunks_per_seq: Int32,
-        SharedStorage: cutlass.Constexpr,
-    ):
-        D = self.D
-        gFTm, gFVnt, gWsTm, gWsVn = views
-        tidx, fslot, head, _, seq, t0, n_valid = bwd.chunk_cta(mCu, n_seqs, seq_len, chunks_per_seq, 1, self.key.varlen)
-        smem = cutlass.utils.SmemAllocator()
-        storage = smem.allocate(SharedStorage)
-        sVnt = storage.smem_vnt.get_tensor(cute.make_layout((D, CHUNK), stride=(CHUNK + VNT_PAD, 1)))
-        sVntv = cute.zipped_divide(sVnt, (1, VEC))
-
-        if n_valid > 0:  # an idle slot (past its sequence's last chunk) exits; uniform per CTA
-            _, slot = bwd.chunk_slot(mCu, seq, seq_len, t0, n_valid, self.key.varlen)  # the backward's slot (passes 2-3)
-            # Vn^T [D, 64] -> shared (loads first), then the two tile copies while they land
-            nv = CHUNK // VEC
-            n = D * nv // THREADS
-            vbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, 1, VEC, n)), BFloat16)
-            for s in cutlass.range_constexpr(n):
-                idx = tidx + THREADS * s
-                cute.autovec_copy(gFVnt[(None, None, None, None), (fslot, head, idx // nv, idx % nv)], vbuf[None, None, None, None, s])
-            for s in cutlass.range_constexpr(n):
-                idx = tidx + THREADS * s
-                cute.autovec_copy(vbuf[None, None, None, None, s], sVntv[(None, None), (idx // nv, idx % nv)])
-            tiles_copy(gFH, gWsH, fslot, slot, head, tidx, D, D)
-            tiles_copy(gFTm, gWsTm, fslot, slot, head, tidx, CHUNK, CHUNK)
-            cute.arch.sync_threads()
-            # token row tidx // 2, channel half tidx % 2: Vn[t0 + row, head, :] (rows inside the sequence only)
-            row = tidx // 2
-            half = tidx % 2
-            if row < n_valid:
-                obuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC)), BFloat16)
-                for vj in cutlass.range_constexpr(D // 2 // VEC):
-                    c0 = half * (D // 2) + vj * VEC
-                    for e in cutlass.range_constexpr(VEC):
-                        obuf[0, 0, e] = sVnt[c0 + e, row]
-                    cute.autovec_copy(obuf, gWsVn[(None, None, None), (t0 + row, head, c0 // VEC)])
-
-    kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)

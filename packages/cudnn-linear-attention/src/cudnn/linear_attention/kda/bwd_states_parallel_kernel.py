@@ -118,19 +118,16 @@ from __future__ import annotations
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
-from cutlass import BFloat16, Float32, Int32, Int64
+from cutlass import Float32, Int32, Int64
 
 from .._device import delta_rule_bwd as bwd
 from .._device.delta_rule import (
     BV,
-    CHUNK,
     SOLVE_BLOCK,
     THREADS,
-    VEC,
     DeltaRuleKernel,
     chunk_gates,
     make_accumulators,
-    make_seq_state_views,
 )
 from .._device.delta_rule_bwd import forward_state_to_smem_and_workspace, state_views_aligned  # noqa: F401  (re-exported)
 from .bwd_states_kernel import REF_OFFSET, a_p_tm_to_workspace, decayed_qk_rows, states_shared_storage, states_smem
@@ -178,8 +175,7 @@ class KdaBwdStatesChunk(DeltaRuleKernel):
         D = self.D
         gQ, gK, gV = bwd.vec_views(D, q_ptr, k_ptr, v_ptr, T, heads, qk_heads, q_strides, k_strides, v_strides)
         mG, mB = bwd.gate_views(g_ptr, beta_ptr, T, heads, D, True)
-        mCu, _, _ = make_seq_state_views(cu_ptr, None, None, n_seqs, heads, D, self.key.varlen, False, False)
-        gFH, gWsH = bwd.forward_state_views(fh_ptr, wsh_ptr, fslots, slots, heads, D)
+        mCu, gFH, gWsH = bwd.chunk_pass1_views(cu_ptr, fh_ptr, wsh_ptr, n_seqs, fslots, slots, heads, D, self.key.varlen)
         mWsVn = bwd.token_views(wsvn_ptr, T, heads, D)
         mWsTm = bwd.cc_views(wstm_ptr, slots, heads)
         mWsP = bwd.cc_views(wsp_ptr, slots, heads)
@@ -261,56 +257,23 @@ class KdaBwdStatesChunk(DeltaRuleKernel):
 
 
 # ---- fold_prep_tm: pass 1b as layout copies of the forward prep's / state pass's arrays --------------------------------
-VNT_PAD = VEC  # bf16 row padding of the staged Vn^T tile (rows 16-byte aligned)
-
-
 def fold_views(ftm_ptr, fp_ptr, fvnt_ptr, wstm_ptr, wsp_ptr, wsvn_ptr, T, fslots, slots, heads, D):
     """``fold_prep_tm``'s arrays as 16-byte vectors (host side of :class:`KdaBwdStatesFold`): the forward's ``Tm`` (over
     its ``qg`` tiles: [fslots, H, 64, 64] with the ``qg`` slot / head strides), ``p`` [fslots, H, 64, 64], ``vnt``
-    [fslots, H, D, 64]; the backward's ``ws_tm``, ``ws_p`` [slots, H, 64, 64], ``ws_vn`` [T, H, D]."""
-    cc = CHUNK * CHUNK
-    ftile = cute.assume(Int64(heads) * (CHUNK * D), divby=CHUNK * D)  # the forward's [64, D] tiles (qg, vnt)
-    ctile = cute.assume(Int64(heads) * cc, divby=cc)
-    f_cc = cute.make_layout((fslots, heads, CHUNK, CHUNK), stride=(ctile, cc, CHUNK, 1))
-    b_cc = cute.make_layout((slots, heads, CHUNK, CHUNK), stride=(ctile, cc, CHUNK, 1))
-    gFTm = cute.make_tensor(ftm_ptr, cute.make_layout((fslots, heads, CHUNK, CHUNK), stride=(ftile, CHUNK * D, CHUNK, 1)))
-    gFVnt = cute.make_tensor(fvnt_ptr, cute.make_layout((fslots, heads, D, CHUNK), stride=(ftile, CHUNK * D, CHUNK, 1)))
-    gWsVn = cute.make_tensor(wsvn_ptr, cute.make_layout((T, heads, D), stride=(cute.assume(Int64(heads) * D, divby=D), D, 1)))
-    v4 = (1, 1, 1, VEC)
-    return (
-        cute.zipped_divide(gFTm, v4),
-        cute.zipped_divide(cute.make_tensor(fp_ptr, f_cc), v4),
-        cute.zipped_divide(gFVnt, v4),
-        cute.zipped_divide(cute.make_tensor(wstm_ptr, b_cc), v4),
-        cute.zipped_divide(cute.make_tensor(wsp_ptr, b_cc), v4),
-        cute.zipped_divide(gWsVn, (1, 1, VEC)),
-    )
+    [fslots, H, D, 64]; the backward's ``ws_tm``, ``ws_p`` [slots, H, 64, 64], ``ws_vn`` [T, H, D]
+    (``_device.delta_rule_bwd.fold_views`` plus the ``p`` pair)."""
+    gFTm, gFVnt, gWsTm, gWsVn = bwd.fold_views(ftm_ptr, fvnt_ptr, wstm_ptr, wsvn_ptr, T, fslots, slots, heads, D)
+    return gFTm, bwd.fold_cc_vectors(fp_ptr, fslots, heads), gFVnt, gWsTm, bwd.fold_cc_vectors(wsp_ptr, slots, heads), gWsVn
 
 
-@cute.jit
-def tiles_copy(
-    gSrc: cute.Tensor, gDst: cute.Tensor, fslot: Int32, slot: Int32, head: Int32, tidx: Int32, rows: cutlass.Constexpr[int], cols: cutlass.Constexpr[int]
-):
-    """One [rows, cols] bf16 tile ``gSrc[fslot, head]`` -> ``gDst[slot, head]`` by 16-byte vectors (both divided by (1, 1,
-    1, 8)), every load of the thread issued before its first store."""
-    nv = cols // VEC
-    n = rows * nv // THREADS
-    buf = cute.make_rmem_tensor(cute.make_layout((1, 1, 1, VEC, n)), BFloat16)
-    for s in cutlass.range_constexpr(n):
-        idx = tidx + THREADS * s
-        cute.autovec_copy(gSrc[(None, None, None, None), (fslot, head, idx // nv, idx % nv)], buf[None, None, None, None, s])
-    for s in cutlass.range_constexpr(n):
-        idx = tidx + THREADS * s
-        cute.autovec_copy(buf[None, None, None, None, s], gDst[(None, None, None, None), (slot, head, idx // nv, idx % nv)])
-
-
-class KdaBwdStatesFold(DeltaRuleKernel):
+class KdaBwdStatesFold(bwd.StatesFoldKernel):
     """Pass 1b under the opt-in ``fold_prep_tm`` (``KdaBwdKey.fold_prep_tm``, requires ``parallel_pass1``): no arithmetic,
     one CTA per (forward chunk slot, head) copying what the forward's prep (``KdaParallelPrepKey.bwd_tm``) and state
     pass already wrote into the backward's slots and layouts -- ``h`` -> ``ws_h`` (bitwise), ``Tm`` (over the prep's
     ``qg`` tile) -> ``ws_tm``, ``p`` -> ``ws_p``, ``Vn^T`` (``vnt``, the Vn the forward's state chain used) -> ``ws_vn``
     rows ``t0 .. t0 + n_valid - 1`` (through shared memory: a [D, 64] tile read by 16-byte vectors, rows gathered
-    per token). Module docstring, "fold_prep_tm"."""
+    per token; the body is ``_device.delta_rule_bwd.fold_chunk``, shared with GDN's fold). Module docstring,
+    "fold_prep_tm"."""
 
     @cute.jit
     def __call__(
@@ -334,63 +297,10 @@ class KdaBwdStatesFold(DeltaRuleKernel):
         stream: cuda.CUstream,
     ):
         D = self.D
-        mCu, _, _ = make_seq_state_views(cu_ptr, None, None, n_seqs, heads, D, self.key.varlen, False, False)
-        gFH, gWsH = bwd.forward_state_views(fh_ptr, wsh_ptr, fslots, slots, heads, D)
+        mCu, gFH, gWsH = bwd.chunk_pass1_views(cu_ptr, fh_ptr, wsh_ptr, n_seqs, fslots, slots, heads, D, self.key.varlen)
         views = fold_views(ftm_ptr, fp_ptr, fvnt_ptr, wstm_ptr, wsp_ptr, wsvn_ptr, T, fslots, slots, heads, D)
-
-        @cute.struct
-        class SharedStorage:
-            smem_vnt: cute.struct.Align[cute.struct.MemRange[BFloat16, D * (CHUNK + VNT_PAD)], 128]
+        SharedStorage = bwd.fold_shared_storage(D)
 
         self.kernel(mCu, gFH, gWsH, views, n_seqs, seq_len, chunks_per_seq, SharedStorage).launch(
             grid=[fslots, heads, 1], block=[THREADS, 1, 1], smem=SharedStorage.size_in_bytes(), stream=stream
         )
-
-    @cute.kernel
-    def kernel(
-        self,
-        mCu: cute.Tensor | None,
-        gFH: cute.Tensor,
-        gWsH: cute.Tensor,
-        views: tuple,
-        n_seqs: Int32,
-        seq_len: Int32,
-        chunks_per_seq: Int32,
-        SharedStorage: cutlass.Constexpr,
-    ):
-        D = self.D
-        gFTm, gFP, gFVnt, gWsTm, gWsP, gWsVn = views
-        tidx, fslot, head, _, seq, t0, n_valid = bwd.chunk_cta(mCu, n_seqs, seq_len, chunks_per_seq, 1, self.key.varlen)
-        smem = cutlass.utils.SmemAllocator()
-        storage = smem.allocate(SharedStorage)
-        sVnt = storage.smem_vnt.get_tensor(cute.make_layout((D, CHUNK), stride=(CHUNK + VNT_PAD, 1)))
-        sVntv = cute.zipped_divide(sVnt, (1, VEC))
-
-        if n_valid > 0:  # an idle slot (past its sequence's last chunk) exits; uniform per CTA
-            _, slot = bwd.chunk_slot(mCu, seq, seq_len, t0, n_valid, self.key.varlen)  # the backward's slot (passes 2-3)
-            # Vn^T [D, 64] -> shared (loads first), then the three tile copies while they land
-            nv = CHUNK // VEC
-            n = D * nv // THREADS
-            vbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, 1, VEC, n)), BFloat16)
-            for s in cutlass.range_constexpr(n):
-                idx = tidx + THREADS * s
-                cute.autovec_copy(gFVnt[(None, None, None, None), (fslot, head, idx // nv, idx % nv)], vbuf[None, None, None, None, s])
-            for s in cutlass.range_constexpr(n):
-                idx = tidx + THREADS * s
-                cute.autovec_copy(vbuf[None, None, None, None, s], sVntv[(None, None), (idx // nv, idx % nv)])
-            tiles_copy(gFH, gWsH, fslot, slot, head, tidx, D, D)
-            tiles_copy(gFTm, gWsTm, fslot, slot, head, tidx, CHUNK, CHUNK)
-            tiles_copy(gFP, gWsP, fslot, slot, head, tidx, CHUNK, CHUNK)
-            cute.arch.sync_threads()
-            # token row tidx // 2, channel half tidx % 2: Vn[t0 + row, head, :] (rows inside the sequence only)
-            row = tidx // 2
-            half = tidx % 2
-            if row < n_valid:
-                obuf = cute.make_rmem_tensor(cute.make_layout((1, 1, VEC)), BFloat16)
-                for vj in cutlass.range_constexpr(D // 2 // VEC):
-                    c0 = half * (D // 2) + vj * VEC
-                    for e in cutlass.range_constexpr(VEC):
-                        obuf[0, 0, e] = sVnt[c0 + e, row]
-                    cute.autovec_copy(obuf, gWsVn[(None, None, None), (t0 + row, head, c0 // VEC)])
-
-    kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
