@@ -81,7 +81,7 @@ def test_variant_table_and_key_fields():
     assert PARALLEL_VARIANTS["base"] == {**PARALLEL_VARIANTS["state-base"], **PARALLEL_VARIANTS["out-base"]}
     assert PARALLEL_VARIANTS["gdn-base"] == {**PARALLEL_VARIANTS["base"], **PARALLEL_VARIANTS["gdn-prep-base"]}
     # the base fields, the four session-6 options, then the session-8 staged stores (the prep kernel's own tests:
-    # ``test_kda_prep_staged_gpu.py``); session 7's ``u_bf16`` is gone
+    # ``test_kda_prep_staged_gpu.py``), then the backward-only ``bwd_tm``; session 7's ``u_bf16`` is gone
     names = [f.name for f in fields(KdaParallelPrepKey)]
     assert "u_bf16" not in names
     assert names == [
@@ -96,11 +96,12 @@ def test_variant_table_and_key_fields():
         "tiled_solve",
         "staged_kd",
         "staged_w",
+        "bwd_tm",  # session 9: the KDA backward's fold_prep_tm (Tm over qg; refused by set_parallel_options)
     ]
     # KDA's prep options all default on (session 6; the staged stores since session 8); kp5 turns every one off (the
     # session-5 kernel), kn all but narrow_ap, kp6 the solve and gate options and the staged stores (the session-6 first
     # default), kp7 the staged stores only (the session-7 default)
-    opts, staged = names[5:9], names[9:]
+    opts, staged = names[5:9], names[9:11]
     assert all(getattr(KdaParallelPrepKey(head_dim=128, g_dtype="Float32", beta_dtype="Float32", l2norm=True, varlen=True), o) for o in opts + staged)
     unstaged = dict.fromkeys(staged, False)
     assert PARALLEL_VARIANTS["kp5"] == {"prep": {**dict.fromkeys(opts, False), **unstaged}}
