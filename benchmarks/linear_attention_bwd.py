@@ -219,7 +219,7 @@ def _make_ours(family):
     return make
 
 
-def _make_ours_p1(family, pass2: bool = False, pass1: bool = True, hilo: bool = True, fold: bool = False):
+def _make_ours_p1(family, pass2: bool = False, pass1: bool = True, hilo: bool = True, fold: bool = False, grads_v2: bool = False):
     """``ours-p1``: ``ours`` with ``plan.parallel_pass1 = True`` (pass 1 as the forward's chunk-parallel prep + state
     pass and ``{kda,gdn}/bwd_states_parallel_kernel.py``, opt-in; its larger workspace allocated
     once at build). ``pass2`` (``ours-p2``): ``plan.parallel_pass2 = True`` as well (pass 2 as the per-chunk precompute
@@ -227,7 +227,8 @@ def _make_ours_p1(family, pass2: bool = False, pass1: bool = True, hilo: bool = 
     False (``ours-serial``): the serial pass 1 (the default, = ``ours``). ``hilo`` False (KDA ``ours-nohilo``):
     ``plan.dp_split_hilo = False`` (session 6's pass 3; the hi + lo dP~ operands are the default since session 9).
     ``fold`` (``ours-fold``): ``plan.fold_prep_tm = True`` (pass 1b as copies of the forward prep's / state pass's
-    arrays, the prep writing Tm too)."""
+    arrays, the prep writing Tm too). ``grads_v2`` (KDA ``ours-p3``): ``plan.grads_v2 = True`` (pass 3 as
+    ``kda/chunk_bwd_v2_kernel.py``)."""
 
     def make(case):
         import torch
@@ -242,6 +243,8 @@ def _make_ours_p1(family, pass2: bool = False, pass1: bool = True, hilo: bool = 
             plan.dp_split_hilo = False
         if fold:
             plan.fold_prep_tm = True
+        if grads_v2:
+            plan.grads_v2 = True
         plan.compile()
         ws = workspace(plan.scratch_workspace_bytes(), i["q"].device)
         args = [i[n] for n in ("q", "k", "v", "g", "beta", "do", "dq", "dk", "dv", "dg", "dbeta")]
@@ -409,8 +412,11 @@ def opt_in_providers(family: str) -> list[Provider]:
     """A/B rows of opt-in plan options, selectable only by name (``--providers``; never in the default tables):
     ``ours-p1`` / ``ours-p1+graph``: ``plan.parallel_pass1 = True`` (opt-in); ``ours-p2`` /
     ``ours-p2+graph``: both ``parallel_pass1`` and ``parallel_pass2``; ``ours-serial``: ``parallel_pass1 = False`` (the
-    serial pass 1, the default: the same plan as ``ours``); KDA ``ours-nohilo``: ``dp_split_hilo = False``; ``ours-fold``: ``ours-p2`` with ``fold_prep_tm = True``."""
+    serial pass 1, the default: the same plan as ``ours``); KDA ``ours-nohilo``: ``dp_split_hilo = False``; ``ours-fold``: ``ours-p2`` with ``fold_prep_tm = True``; KDA
+    ``ours-p3``: ``ours-p2`` with ``grads_v2 = True`` (pass 3 version 2)."""
     extra = [Provider("ours-nohilo", _make_ours_p1(family, hilo=False))] if FAMILIES[family].per_key_gate else []
+    if FAMILIES[family].per_key_gate:  # KDA pass 3 version 2 on the chunk-parallel passes 1 and 2
+        extra.append(Provider("ours-p3", _make_ours_p1(family, pass2=True, grads_v2=True)))
     extra.append(Provider("ours-fold", _make_ours_p1(family, pass2=True, fold=True)))  # ``ours-p2`` with ``fold_prep_tm`` (KDA, GDN)
     return extra + [
         Provider("ours-serial", _make_ours_p1(family, pass1=False)),
@@ -524,6 +530,7 @@ KERNELS = (
     ("states-fold", "BwdStatesFold_"),  # fold_prep_tm's pass 1b (copies)
     ("dstates", "BwdDStates_"),
     ("states", "BwdStates_"),
+    ("grads-v2", "BwdGradsV2_"),  # KDA grads_v2's pass 3
     ("grads", "BwdGrads_"),
     ("qk_reduce", "BwdQkReduce_"),
     ("fwd-prep", "chunk_parallel_prep"),

@@ -60,6 +60,11 @@ Opt-in ``plan.fold_prep_tm = True`` (session 10; before ``compile()``; ``KdaBwdK
 launches and workspace; ``ws_h`` bitwise, ``Tm`` / ``P`` / ``Vn`` equal up to rounding (the forward prep's operation
 order). Default off: the default launches and PTX are unchanged.
 
+Opt-in ``plan.grads_v2 = True`` (session 9, issue #7; before ``compile()``; ``KdaBwdKey.grads_v2``, read by pass 3
+only; not yet run on the GPU): pass 3 as ``chunk_bwd_v2_kernel.KdaBwdGradsV2`` -- two warpgroups per CTA, one copy of
+the per-channel-block code, grouped WGMMA waits -- with v1's arguments, workspace arrays, outputs and roundings (passes
+1-2 and the workspace unchanged). Default off: the default launches and PTX are unchanged.
+
 Contract (Rule 3, unchecked on device): the forward's (``cu_seqlens`` well formed; any 8 consecutive per-channel log
 decays sum to more than -80).
 """
@@ -110,6 +115,9 @@ class KimiDeltaAttentionBwdSm90(DeltaRuleBwdSm90):
     #: Opt-in (module docstring, "fold_prep_tm"; set before compile(), a compile-key field; requires parallel_pass1).
     fold_prep_tm = False
     _compiled_fold_prep_tm = None
+    #: Opt-in pass 3 version 2 (module docstring, "grads_v2"; set before compile(), a compile-key field read by pass 3 only).
+    grads_v2 = False
+    _compiled_grads_v2 = None
 
     def _forward_class(self):
         from .api import KimiDeltaAttentionFwdSm90
@@ -140,6 +148,7 @@ class KimiDeltaAttentionBwdSm90(DeltaRuleBwdSm90):
             dp_split_hilo=bool(self.dp_split_hilo),
             parallel_pass2=bool(self.parallel_pass2),
             fold_prep_tm=bool(self.fold_prep_tm),
+            grads_v2=bool(self.grads_v2),
             **fields,
         )
 
@@ -154,8 +163,8 @@ class KimiDeltaAttentionBwdSm90(DeltaRuleBwdSm90):
 
         if part != "states_fold":  # fold_prep_tm: read by pass 1b's fold kernel only
             key = replace(key, fold_prep_tm=False)
-        if part != "grads":
-            key = replace(key, dp_split_hilo=True)
+        if part != "grads":  # grads_v2: read by pass 3 only
+            key = replace(key, dp_split_hilo=True, grads_v2=False)
         if part in ("dstates_prep", "dstates_chain"):
             return key
         key = replace(key, parallel_pass2=False)
@@ -170,6 +179,7 @@ class KimiDeltaAttentionBwdSm90(DeltaRuleBwdSm90):
         self._compile_forward_pass1()
         self._compiled_dp_split_hilo = bool(self.dp_split_hilo)
         self._compiled_fold_prep_tm = bool(self.fold_prep_tm)
+        self._compiled_grads_v2 = bool(self.grads_v2)
 
     def _pass1_prep_options(self) -> dict:
         return {"bwd_tm": True} if self.fold_prep_tm else {}  # fold_prep_tm: the prep also writes Tm (into qg)
@@ -188,6 +198,8 @@ class KimiDeltaAttentionBwdSm90(DeltaRuleBwdSm90):
             raise ValueError(f"{self._name}.execute: dp_split_hilo was changed after compile(); call compile() again")
         if self._compiled_fold_prep_tm is not None and bool(self.fold_prep_tm) != self._compiled_fold_prep_tm:
             raise ValueError(f"{self._name}.execute: fold_prep_tm was changed after compile(); call compile() again")
+        if self._compiled_grads_v2 is not None and bool(self.grads_v2) != self._compiled_grads_v2:
+            raise ValueError(f"{self._name}.execute: grads_v2 was changed after compile(); call compile() again")
         q, k, v, do = (t[n] for n in ("q", "k", "v", "do"))
         ws_tm = ws.take(slots * H * CHUNK * CHUNK, "bfloat16")
         ws_p = ws.take(slots * H * CHUNK * CHUNK, "bfloat16")
@@ -306,6 +318,10 @@ def build_kernel(part: str, key):
             return cute.compile(
                 KdaBwdDStates(key), bf(), bf(), bf(), gp, bp, cu, dht, dh0, bf(), bf(), bf(), bf(), *[Int32(8)] * 6, Float32(1.0), st, st, st, cuda.CUstream(0)
             )
+        if key.grads_v2:  # opt-in pass 3 version 2: v1's argument list
+            from .chunk_bwd_v2_kernel import build_grads_v2
+
+            return build_grads_v2(key)
         from .chunk_bwd_kernel import KdaBwdGrads
 
         outs = [_fake_ptr("BFloat16", 2)] * 3 + [_fake_ptr("Float32", 4)] * 2

@@ -96,6 +96,10 @@ class KdaBwdKey:
     # (``bwd_states_parallel_kernel.KdaBwdStatesFold``) of what the forward prep (``KdaParallelPrepKey.bwd_tm``: Tm into
     # its qg tile) and state pass (h, vnt) already wrote; no kernel of this module reads it (their PTX is unchanged)
     fold_prep_tm: bool = False
+    # ---- grads_v2 (session 9, issue #7; opt-in, kda/bwd_api.py ``plan.grads_v2``): pass 3 as
+    # ``chunk_bwd_v2_kernel.KdaBwdGradsV2`` (two warpgroups per CTA; the arguments, workspace arrays, outputs and roundings
+    # of ``chunk_bwd_kernel.KdaBwdGrads``); no kernel of this module reads it (their PTX is unchanged)
+    grads_v2: bool = False
 
 
 @cute.jit
