@@ -25,8 +25,8 @@ a varlen mix (THD) and decode batches (S_q = 1): B = 64 dense KV, B = 2 with S_k
     python benchmarks/sdpa_fwd.py --only=d128 --rounds=3 --providers=ours,fa4 --out=sdpa_fwd_d128
                                                 # any run: N interleaved rounds per cell, the fastest kept
     python benchmarks/sdpa_fwd.py --spin --rounds=3  # the wait-form A/B (~60-80 s): d128 s4k / s8k both masks, d64 s4k;
-                                                # ours, ours-plan (the same plan through the prepared execute), spin_wait,
-                                                # spin_wait_producer, both, FA4 -> sdpa_fwd_spin.*
+                                                # ours, ours-nospin (spin_wait=False), ours-plan (the default plan through
+                                                # the prepared execute: spin_wait), ours-spin-all (+ spin_wait_producer), FA4
     python benchmarks/sdpa_fwd.py --overhead                    # host us/call -> docs/benchmarks/sdpa_fwd_overhead.md
     python benchmarks/sdpa_fwd.py --only=s1k,s2k --persistent --providers=ours,ours-pers,fa4 --out=sdpa_fwd_pers
                                                 # the persistent grid (+ pairs when causal) on the rows the default
@@ -173,20 +173,14 @@ def make_ours_plan(case):
     return _make_ours_prefill_plan(case)
 
 
-def make_ours_spin(case):
-    """Prefill rows: ``spin_wait=True`` (the consumers' Q / K / V full-barrier waits spin on ``mbarrier.try_wait`` with
-    no suspend-time hint: no NANOSLEEP.SYNCS, FA4's consumer form)."""
-    return _make_ours_prefill_plan(case, spin_wait=True)
-
-
-def make_ours_spinp(case):
-    """Prefill rows: ``spin_wait_producer=True`` (the producer warp's empty-barrier waits spin the same way; in the
-    session-8 d128 profile these are the waits that really sleep)."""
-    return _make_ours_prefill_plan(case, spin_wait_producer=True)
+def make_ours_nospin(case):
+    """Prefill rows: ``spin_wait=False`` (the DSL's hinted wait on the consumers' Q / K / V full barriers: TRYWAIT, then
+    NANOSLEEP.SYNCS while the phase is incomplete): the default before session 9, the baseline of the wait-form A/B."""
+    return _make_ours_prefill_plan(case, spin_wait=False)
 
 
 def make_ours_spin_all(case):
-    """Prefill rows: ``spin_wait`` and ``spin_wait_producer`` (no NANOSLEEP on any pipeline wait)."""
+    """Prefill rows: ``spin_wait`` (the default) and ``spin_wait_producer`` (no NANOSLEEP on any pipeline wait)."""
     return _make_ours_prefill_plan(case, spin_wait=True, spin_wait_producer=True)
 
 
@@ -665,9 +659,8 @@ def main():
         cases = _spin_shapes()
         providers = [
             providers[0],
+            Provider("ours-nospin", make_ours_nospin),
             Provider("ours-plan", make_ours_plan),
-            Provider("ours-spin", make_ours_spin),
-            Provider("ours-spinp", make_ours_spinp),
             Provider("ours-spin-all", make_ours_spin_all),
             providers[1],
         ]
