@@ -220,15 +220,13 @@ def _make_ours(family):
 
 
 def _make_ours_p1(family, pass2: bool = False, pass1: bool = True, hilo: bool = True, fold: bool = False, grads_v2: bool = False):
-    """``ours-p1``: ``ours`` with ``plan.parallel_pass1 = True`` (pass 1 as the forward's chunk-parallel prep + state
-    pass and ``{kda,gdn}/bwd_states_parallel_kernel.py``, opt-in; its larger workspace allocated
-    once at build). ``pass2`` (``ours-p2``): ``plan.parallel_pass2 = True`` as well (pass 2 as the per-chunk precompute
-    ``{kda,gdn}/bwd_dstates_parallel_kernel.py`` + the reverse state chain ``_device/dstates_parallel.py``). ``pass1``
-    False (``ours-serial``): the serial pass 1 (the default, = ``ours``). ``hilo`` False (KDA ``ours-nohilo``):
-    ``plan.dp_split_hilo = False`` (session 6's pass 3; the hi + lo dP~ operands are the default since session 9).
-    ``fold`` (``ours-fold``): ``plan.fold_prep_tm = True`` (pass 1b as copies of the forward prep's / state pass's
-    arrays, the prep writing Tm too). ``grads_v2`` (KDA ``ours-p3``): ``plan.grads_v2 = True`` (pass 3 as
-    ``kda/chunk_bwd_v2_kernel.py``)."""
+    """An A/B plan with every schedule knob set explicitly (``ours`` is the defaults: ``parallel_pass1``,
+    ``parallel_pass2``, ``fold_prep_tm`` and, KDA, ``grads_v2`` on since session 10). ``pass1`` False
+    (``ours-serial``): the serial pass 1 (and so no pass 2 / fold). ``pass2``: ``plan.parallel_pass2`` (pass 2 as the
+    per-chunk precompute ``{kda,gdn}/bwd_dstates_parallel_kernel.py`` + the reverse state chain
+    ``_device/dstates_parallel.py``). ``fold``: ``plan.fold_prep_tm`` (pass 1b as copies of the forward prep's / state
+    pass's arrays, the prep writing Tm too). KDA: ``grads_v2`` (pass 3 as ``kda/chunk_bwd_v2_kernel.py``) and ``hilo``
+    (``plan.dp_split_hilo``; False is session 6's pass 3 operands)."""
 
     def make(case):
         import torch
@@ -238,13 +236,11 @@ def _make_ours_p1(family, pass2: bool = False, pass1: bool = True, hilo: bool = 
         i.update(dg=torch.empty_like(i["g"]), dbeta=torch.empty_like(i["beta"]))
         plan = bwd_plan(family, i)
         plan.parallel_pass1 = pass1
-        plan.parallel_pass2 = pass2
-        if not hilo:
-            plan.dp_split_hilo = False
-        if fold:
-            plan.fold_prep_tm = True
-        if grads_v2:
-            plan.grads_v2 = True
+        plan.parallel_pass2 = pass2 and pass1
+        plan.fold_prep_tm = fold and pass1
+        if FAMILIES[family].per_key_gate:
+            plan.dp_split_hilo = hilo
+            plan.grads_v2 = grads_v2
         plan.compile()
         ws = workspace(plan.scratch_workspace_bytes(), i["q"].device)
         args = [i[n] for n in ("q", "k", "v", "g", "beta", "do", "dq", "dk", "dv", "dg", "dbeta")]
@@ -409,16 +405,22 @@ QUICK_SKIP = ("fla-safe",)
 
 
 def opt_in_providers(family: str) -> list[Provider]:
-    """A/B rows of opt-in plan options, selectable only by name (``--providers``; never in the default tables):
-    ``ours-p1`` / ``ours-p1+graph``: ``plan.parallel_pass1 = True`` (opt-in); ``ours-p2`` /
-    ``ours-p2+graph``: both ``parallel_pass1`` and ``parallel_pass2``; ``ours-serial``: ``parallel_pass1 = False`` (the
-    serial pass 1, the default: the same plan as ``ours``); KDA ``ours-nohilo``: ``dp_split_hilo = False``; ``ours-fold``: ``ours-p2`` with ``fold_prep_tm = True``; KDA
-    ``ours-p3``: ``ours-p2`` with ``grads_v2 = True`` (pass 3 version 2)."""
-    extra = [Provider("ours-nohilo", _make_ours_p1(family, hilo=False))] if FAMILIES[family].per_key_gate else []
-    if FAMILIES[family].per_key_gate:  # KDA pass 3 version 2 on the chunk-parallel passes 1 and 2
-        extra.append(Provider("ours-p3", _make_ours_p1(family, pass2=True, grads_v2=True)))
-    extra.append(Provider("ours-fold", _make_ours_p1(family, pass2=True, fold=True)))  # ``ours-p2`` with ``fold_prep_tm`` (KDA, GDN)
+    """A/B rows of the schedule knobs, selectable only by name (``--providers``; never in the default tables), each the
+    default (``ours``) with parts turned off: ``ours-serial`` the serial passes 1-2 (session 8's default);
+    ``ours-p1`` / ``ours-p1+graph`` the chunk-parallel pass 1 only; ``ours-p2`` / ``ours-p2+graph`` passes 1 and 2
+    chunk-parallel; ``ours-fold`` ``ours-p2`` with ``fold_prep_tm`` (GDN: the default); KDA: ``ours-p3`` ``ours-p2``
+    with ``grads_v2``, ``ours-v1`` the default with pass 3 version 1, ``ours-nohilo`` ``ours-v1`` with
+    ``dp_split_hilo = False``."""
+    kda = FAMILIES[family].per_key_gate
+    extra = []
+    if kda:
+        extra += [
+            Provider("ours-nohilo", _make_ours_p1(family, pass2=True, fold=True, hilo=False)),
+            Provider("ours-p3", _make_ours_p1(family, pass2=True, grads_v2=True)),
+            Provider("ours-v1", _make_ours_p1(family, pass2=True, fold=True)),
+        ]
     return extra + [
+        Provider("ours-fold", _make_ours_p1(family, pass2=True, fold=True)),
         Provider("ours-serial", _make_ours_p1(family, pass1=False)),
         Provider("ours-p1", _make_ours_p1(family)),
         Provider("ours-p1+graph", _graphed(_make_ours_p1(family))),

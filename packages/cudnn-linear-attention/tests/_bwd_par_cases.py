@@ -80,9 +80,15 @@ def run_in_order_refusing_a_flip(monkeypatch, plan, parts, eargs, flag):
     return ws
 
 
+#: The schedule knobs ``cpu_plan`` plans start from (all off: the serial passes 1-2, pass 1b by recomputation; KDA also
+#: pass 3 version 1); the defaults turn them all on (``_host/delta_rule_bwd_api.py``, ``kda/bwd_api.py``).
+SCHEDULE_BASE = {"parallel_pass1": False, "parallel_pass2": False, "fold_prep_tm": False}
+
+
 def cpu_plan(family, T, H, D, n, varlen, with_h0, with_dht, gva=False):
     """CPU launch-test inputs: ``(make, execute args)``; ``make(store_tm=True, **options)`` builds a checked plan of
-    ``family`` (``"kda"`` / ``"gdn"``; GDN: ``store_tm`` set) with the plan attributes ``options`` set in order.
+    ``family`` (``"kda"`` / ``"gdn"``; GDN: ``store_tm`` set) with the plan attributes ``options`` set in order over
+    :data:`SCHEDULE_BASE` (the serial schedule: each test names the schedule knobs it turns on, whatever the defaults).
     Varlen batches: 4 sequences with an empty and a 1-token one; dense: 2 x T / 2; GVA: H / 2 q/k heads."""
     lead = (T,) if varlen else (2, T // 2)
     Hk = H // 2 if gva else H
@@ -104,7 +110,8 @@ def cpu_plan(family, T, H, D, n, varlen, with_h0, with_dht, gva=False):
         plan = cls(*args, **kw)
         if family == "gdn":
             plan.store_tm = store_tm
-        for name, value in options.items():
+        base = SCHEDULE_BASE if family == "gdn" else {**SCHEDULE_BASE, "grads_v2": False}
+        for name, value in {**base, **options}.items():
             setattr(plan, name, value)
         plan.check_support()
         return plan

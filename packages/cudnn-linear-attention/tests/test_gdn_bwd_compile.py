@@ -96,7 +96,7 @@ def test_three_kernels_issue_wgmma_and_are_one_artifact_for_every_batch(tmp_path
 def test_gva_plan_adds_the_qk_reduction_kernel(tmp_path):
     """GVA (q/k heads < v heads): a fourth launch sums the per-value-head dq / dk partials (and applies the L2-norm chain
     rule there); it compiles with the cudnn prefix, and the plan's workspace grows by the two fp32 partials."""
-    from cudnn.linear_attention.gdn.bwd_api import GatedDeltaNetBwdSm90, _parts, build_kernel, forward_workspace_bytes, workspace_bytes
+    from cudnn.linear_attention.gdn.bwd_api import GatedDeltaNetBwdSm90, _parts, build_kernel, dstates_workspace_bytes, forward_workspace_bytes, workspace_bytes
 
     x = TensorDesc.contiguous((100, 4, 64), "bfloat16", "x")
     gate = TensorDesc.contiguous((100, 4), "float32", "gate")
@@ -105,10 +105,11 @@ def test_gva_plan_adds_the_qk_reduction_kernel(tmp_path):
     plan.check_support()
     key = plan.compile_key()
     assert key.gva and _parts(key)[-1] == "qk_reduce"
-    assert plan.scratch_workspace_bytes() == workspace_bytes(100, 1, 4, 64) + 2 * 100 * 4 * 64 * 4
-    plan.parallel_pass1 = True  # the opt-in chunk-parallel pass 1 adds the forward's arrays as a tail
-    assert plan.scratch_workspace_bytes() == workspace_bytes(100, 1, 4, 64) + 2 * 100 * 4 * 64 * 4 + forward_workspace_bytes(100, 1, 4, 64)
-    plan.parallel_pass1 = False
+    base = workspace_bytes(100, 1, 4, 64) + 2 * 100 * 4 * 64 * 4
+    tails = forward_workspace_bytes(100, 1, 4, 64) + dstates_workspace_bytes(100, 1, 4, 64)  # the default chunk-parallel passes 1-2
+    assert plan.scratch_workspace_bytes() == base + tails
+    plan.parallel_pass1 = False  # the serial passes 1-2: no tails (and the serial kernels compiled below)
+    assert plan.scratch_workspace_bytes() == base
     with keep_artifacts(tmp_path) as ptx:
         build_kernel("qk_reduce", key)()
         text = ptx()

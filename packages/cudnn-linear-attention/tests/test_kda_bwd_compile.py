@@ -38,7 +38,8 @@ def _plan(T, N, D=128, H=4):
     st = TensorDesc.contiguous((N, H, D, D), "float32", "state")
     cu = TensorDesc.contiguous((N + 1,), "int32", "cu_seqlens")
     plan = KimiDeltaAttentionBwdSm90(x, x, x, g, beta, x, x, x, x, g, beta, initial_state=st, dinitial_state=st, dfinal_state=st, cu_seqlens=cu)
-    plan.parallel_pass1 = False  # the serial pass 1 (KdaBwdStates)
+    plan.parallel_pass1 = False  # the serial passes 1-2 (KdaBwdStates, KdaBwdDStates; no fold)
+    plan.grads_v2 = False  # pass 3 version 1 (KdaBwdGrads; version 2: test_la_bwd_p3.py)
     return plan
 
 

@@ -43,8 +43,9 @@ def make_inputs(lead, H, D, n_seqs, with_h0, with_dht, regime="weak"):
     return q, k, v, g, beta, do, h0, dht
 
 
-def run_backward(q, k, v, g, beta, do, h0, dht, cu, stream=None, dp_split_hilo=False):
-    """(plan, grads dict, workspace) of one backward through KimiDeltaAttentionBwdSm90 with poisoned outputs."""
+def run_backward(q, k, v, g, beta, do, h0, dht, cu, stream=None, dp_split_hilo=None):
+    """(plan, grads dict, workspace) of one backward through KimiDeltaAttentionBwdSm90 with poisoned outputs (the plan's
+    defaults unless ``dp_split_hilo`` is given)."""
     from cudnn.linear_attention.kda.bwd_api import KimiDeltaAttentionBwdSm90, workspace_bytes
     from cudnn_testing.data import poison
 
@@ -52,7 +53,8 @@ def run_backward(q, k, v, g, beta, do, h0, dht, cu, stream=None, dp_split_hilo=F
     dg, dbeta = poison(torch.empty_like(g)), poison(torch.empty_like(beta))
     dh0 = poison(torch.empty_like(h0)) if h0 is not None else None
     plan = KimiDeltaAttentionBwdSm90(q, k, v, g, beta, do, dq, dk, dv, dg, dbeta, initial_state=h0, dinitial_state=dh0, dfinal_state=dht, cu_seqlens=cu)
-    plan.dp_split_hilo = dp_split_hilo
+    if dp_split_hilo is not None:
+        plan.dp_split_hilo = dp_split_hilo
     plan.compile()
     rank = q.dim()
     T = q.shape[0] if rank == 3 else q.shape[0] * q.shape[1]

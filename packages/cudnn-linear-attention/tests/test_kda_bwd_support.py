@@ -46,16 +46,18 @@ def _plan(T=200, N=3, D=64, H=2, Hk=None, g_shape=None, dg_shape=None, l2norm=Fa
 
 
 def test_accepts_per_channel_gate_and_sizes_workspace():
-    from cudnn.linear_attention.kda.bwd_api import forward_workspace_bytes, workspace_bytes
+    from cudnn.linear_attention.kda.bwd_api import dstates_workspace_bytes, forward_workspace_bytes, workspace_bytes
 
     plan = _plan()
     assert plan.check_support()
     slots = 3 + 200 // 64 + 1
     expect = 2 * slots * 2 * 64 * 64 * 2 + 2 * 200 * 2 * 64 * 2 + 2 * slots * 2 * 64 * 64 * 2
     assert workspace_bytes(200, 3, 2, 64) == expect
-    assert plan.scratch_workspace_bytes() == expect  # the default serial pass 1: the backward's own arrays only
-    plan.parallel_pass1 = True  # the opt-in chunk-parallel pass 1 adds the forward's arrays as a tail
+    assert plan.scratch_workspace_bytes() == expect + forward_workspace_bytes(200, 3, 2, 64) + dstates_workspace_bytes(200, 3, 2, 64)  # the default tails
+    plan.parallel_pass2 = False  # without the chunk-parallel pass 2: the forward's arrays only
     assert plan.scratch_workspace_bytes() == expect + forward_workspace_bytes(200, 3, 2, 64)
+    plan.parallel_pass1 = False  # the serial pass 1: the backward's own arrays only
+    assert plan.scratch_workspace_bytes() == expect
 
 
 def test_dg_must_be_per_channel():

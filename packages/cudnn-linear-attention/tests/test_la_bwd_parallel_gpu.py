@@ -1,5 +1,5 @@
-"""The Kimi Delta Attention backward's chunk-parallel pass 1 (opt-in ``plan.parallel_pass1 = True``: the forward's
-chunk-parallel prep + state pass, then ``kda/bwd_states_parallel_kernel.py::KdaBwdStatesChunk``) in three tiers:
+"""The Kimi Delta Attention backward's chunk-parallel pass 1 (``plan.parallel_pass1 = True``, on by default since
+session 10 and here set over ``_bwd_par_cases.SCHEDULE_BASE``, the serial schedule: the forward's chunk-parallel prep + state pass, then ``kda/bwd_states_parallel_kernel.py::KdaBwdStatesChunk``) in three tiers:
 
 - CPU (no marker; torch + the DSL, no GPU): with every compiled kernel replaced by a recorder, ``execute`` launches the
   forward prep, the forward state pass, the chunk-parallel pass 1, pass 2 and pass 3 in that order, each with exactly
@@ -82,10 +82,10 @@ def test_parallel_pass1_launches_forward_then_backward_with_declared_arguments(m
     n = 4 if varlen else 2
     make, eargs = _par.cpu_plan("kda", T, H, D, n, varlen, with_h0, with_dht)
     g, dq, dg, dh0 = eargs[3], eargs[6], eargs[9], eargs[12]
-    default, plan = make(), make(parallel_pass1=True)
+    default, plan = make(), make(parallel_pass1=True)  # ``default``: the serial schedule (SCHEDULE_BASE)
     key = plan.compile_key()
     assert key.parallel_pass1 and not default.compile_key().parallel_pass1
-    assert bwd_api._parts(default.compile_key()) == ("states", "dstates", "grads")  # the default plan is unchanged
+    assert bwd_api._parts(default.compile_key()) == ("states", "dstates", "grads")  # the serial plan is unchanged
     parts = bwd_api._parts(key)
     assert parts == ("states_par", "dstates", "grads")
     assert plan._cache_key("dstates", key) == default.compile_key() == plan._cache_key("grads", key)

@@ -109,7 +109,9 @@ def test_bwd_plan_accepts_the_benchmark_layouts(fam, varlen):
     assert plan.l2norm == bench.FAMILIES[fam].l2norm == (fam == "gdn")
     key = plan.compile_key()
     assert key.varlen == varlen and key.l2norm == (fam == "gdn") and not key.has_initial and not key.gva
-    ws = importlib.import_module(f"cudnn.linear_attention.{fam}.bwd_api").workspace_bytes(t, 64 if varlen else 1, h, D)
+    api = importlib.import_module(f"cudnn.linear_attention.{fam}.bwd_api")
+    n = 64 if varlen else 1
+    ws = api.workspace_bytes(t, n, h, D) + api.forward_workspace_bytes(t, n, h, D) + api.dstates_workspace_bytes(t, n, h, D)  # + the default tails
     assert plan.scratch_workspace_bytes() == ws
 
 
@@ -261,13 +263,18 @@ def test_ours_provider_launches_every_pass_once_over_its_workspace(monkeypatch, 
         def __call__(self, *args):
             self.calls.append(args)
 
-    def fake_compile(plan):
+    def fake_compile(plan):  # the shared compile(): recorders for the backward's passes
         plan._ensure_support_checked()
         plan._compiled_kernel = tuple(Recorder() for _ in plan._parts(plan.compile_key()))
+        plan._compiled_parallel_pass2 = bool(plan.parallel_pass2)
+
+    def fake_forward(plan):  # the default chunk-parallel pass 1a: recorders for the forward's prep and state pass
+        plan._compiled_forward = (Recorder(), Recorder()) if plan.parallel_pass1 else None
 
     monkeypatch.setattr(bench, "inputs", cpu_inputs)
     monkeypatch.setattr(bench, "workspace", aligned)
     monkeypatch.setattr(delta_rule_bwd_api.DeltaRuleBwdSm90, "compile", fake_compile)
+    monkeypatch.setattr(delta_rule_bwd_api.DeltaRuleBwdSm90, "_compile_forward_pass1", fake_forward)
     monkeypatch.setattr(delta_rule_bwd_api, "_stream", lambda s, d: "stream")
     case = bench.Case("smoke", {"t": t, "h": h, "varlen": varlen})
     fn = bench._make_ours(fam)(case)
@@ -278,7 +285,7 @@ def test_ours_provider_launches_every_pass_once_over_its_workspace(monkeypatch, 
     dq, dk, dv, dg, dbeta, dh0 = out
     assert dh0 is None and dq.shape == (1, t, h, D) and dg.dtype == torch.float32 and dbeta.shape == (1, t, h)
     plan_kernels = [c for c in fn.__closure__ if hasattr(c.cell_contents, "_compiled_kernel")][0].cell_contents._compiled_kernel
-    assert len(plan_kernels) == 3
+    assert len(plan_kernels) == 4  # the default schedule: pass 1b (fold), pass 2 (prep, chain), pass 3
     ws_lo, ws_hi = ws.data_ptr(), ws.data_ptr() + ws.numel()
     bound = {dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), dg.data_ptr(), dbeta.data_ptr()}
     pointers = set()

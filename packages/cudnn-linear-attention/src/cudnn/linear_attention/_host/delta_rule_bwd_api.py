@@ -129,7 +129,11 @@ def walk(desc: TensorDesc) -> tuple[int, int]:
 
 
 #: Default of ``plan.parallel_pass1`` (both families; see DeltaRuleBwdSm90.__init__).
-PARALLEL_PASS1_DEFAULT = False
+PARALLEL_PASS1_DEFAULT = True
+#: Default of ``plan.parallel_pass2`` where its requirements hold (``parallel_pass1``; GDN: ``store_tm``).
+PARALLEL_PASS2_DEFAULT = True
+#: Default of ``plan.fold_prep_tm`` where its requirements hold (``parallel_pass1``; GDN: ``store_tm``).
+FOLD_PREP_TM_DEFAULT = True
 
 
 class DeltaRuleBwdSm90(APIBase):
@@ -190,20 +194,57 @@ class DeltaRuleBwdSm90(APIBase):
         )
         self.scale = scale
         self.l2norm = bool(use_qk_l2norm_in_kernel)
-        #: Set before compile(); a compile-key field, Rule 4. Opt-in (PARALLEL_PASS1_DEFAULT, False): True runs pass 1
-        #: chunk-parallel -- the forward's chunk-parallel prep + state pass write every chunk's entering state, then one
-        #: CTA per (chunk, head) writes Tm (KDA: P), Vn (``kda/`` / ``gdn/bwd_states_parallel_kernel.py``); the workspace
-        #: includes the forward's arrays (``forward_workspace_bytes``). It serves every configuration the serial pass 1
-        #: does (its one extra condition, a 4-byte-aligned fp32 ``g``, holds for every fp32 torch tensor). Its GPU
-        #: correctness tests pass (session 9: test_la_bwd_parallel_gpu.py, the autograd tests with it on); it stays off
-        #: until the backward detectors have run with it (session 9 ran out of device time). False: the serial pass 1.
+        #: Set before compile(); a compile-key field, Rule 4. True (PARALLEL_PASS1_DEFAULT, the default since session 10:
+        #: GPU suites and detectors green with it): pass 1 chunk-parallel -- the forward's chunk-parallel prep + state
+        #: pass write every chunk's entering state, then one CTA per (chunk, head) writes Tm (KDA: P), Vn
+        #: (``kda/`` / ``gdn/bwd_states_parallel_kernel.py``; with ``fold_prep_tm``: copies of the prep's arrays); the
+        #: workspace includes the forward's arrays (``forward_workspace_bytes``). It serves every configuration the
+        #: serial pass 1 does (its one extra condition, a 4-byte-aligned fp32 ``g``, holds for every fp32 torch tensor).
+        #: False: the serial pass 1 (and, unless set explicitly, no ``parallel_pass2`` / ``fold_prep_tm``).
         self.parallel_pass1 = PARALLEL_PASS1_DEFAULT
-        #: Opt-in (set before compile(); a compile-key field; requires ``parallel_pass1``): pass 2 chunk-parallel -- a
-        #: per-(chunk, head) precompute of the reverse chain's operands (``{kda,gdn}/bwd_dstates_parallel_kernel.py``),
-        #: then the narrow reverse state chain (``_device/dstates_parallel.py``); needs ``dstates_workspace_bytes``
-        #: more workspace (``scratch_workspace_bytes()`` includes it). Default off: the default launches and PTX are unchanged.
-        self.parallel_pass2 = False
         self._compiled_parallel_pass2 = None
+
+    _parallel_pass2 = None  # None: PARALLEL_PASS2_DEFAULT where _parallel_pass2_ready()
+    _fold_prep_tm = None  # None: FOLD_PREP_TM_DEFAULT where _fold_prep_tm_ready()
+
+    @property
+    def parallel_pass2(self) -> bool:
+        """Pass 2 chunk-parallel (set before compile(); a compile-key field; requires ``parallel_pass1``, GDN also
+        ``store_tm``): a per-(chunk, head) precompute of the reverse chain's operands
+        (``{kda,gdn}/bwd_dstates_parallel_kernel.py``), then the narrow reverse state chain (``_device/dstates_parallel.py``);
+        ``dstates_workspace_bytes`` more workspace (``scratch_workspace_bytes()`` includes it). Unset: PARALLEL_PASS2_DEFAULT
+        (True since session 10) where its requirements hold, else False; set explicitly, a missing requirement is a
+        ValueError at compile_key()."""
+        if self._parallel_pass2 is None:
+            return bool(PARALLEL_PASS2_DEFAULT) and self._parallel_pass2_ready()
+        return bool(self._parallel_pass2)
+
+    @parallel_pass2.setter
+    def parallel_pass2(self, value) -> None:
+        self._parallel_pass2 = value
+
+    @property
+    def fold_prep_tm(self) -> bool:
+        """Pass 1b as copies (set before compile(); a compile-key field; requires ``parallel_pass1``, GDN also
+        ``store_tm``): the forward prep of pass 1a is compiled with its key's ``bwd_tm`` (it also writes bf16 Tm into
+        its ``qg`` tiles) and pass 1b copies ``h``, Tm (KDA: and ``p``, ``vnt``) into the backward's arrays instead of
+        recomputing them (the family module docstrings). Unset: FOLD_PREP_TM_DEFAULT (True since session 10) where its
+        requirements hold, else False; set explicitly, a missing requirement is a ValueError at compile_key()."""
+        if self._fold_prep_tm is None:
+            return bool(FOLD_PREP_TM_DEFAULT) and self._fold_prep_tm_ready()
+        return bool(self._fold_prep_tm)
+
+    @fold_prep_tm.setter
+    def fold_prep_tm(self, value) -> None:
+        self._fold_prep_tm = value
+
+    def _parallel_pass2_ready(self) -> bool:
+        """Whether ``parallel_pass2``'s requirements hold (``parallel_pass1``; GDN adds ``store_tm``)."""
+        return bool(self.parallel_pass1)
+
+    def _fold_prep_tm_ready(self) -> bool:
+        """Whether ``fold_prep_tm``'s requirements hold (``parallel_pass1``; GDN adds ``store_tm``)."""
+        return bool(self.parallel_pass1)
 
     # -- family hooks -------------------------------------------------------------------------------
     def _forward_class(self):

@@ -29,27 +29,31 @@ strides, scale, the chunk-group count of pass 3 (from T, N, H on the host, never
 converts, allocates, synchronizes or reads device memory (Rules 1-3, 8). Imports neither torch nor cutlass at
 import time.
 
-Opt-in ``plan.parallel_pass1 = True`` (GPU correctness tests passed in session 9, detectors pending; set before ``compile()``;
+The default schedule (session 10: GPU suites and detectors green with it): ``parallel_pass1``, ``parallel_pass2``,
+``fold_prep_tm`` on; ``parallel_pass2`` / ``fold_prep_tm`` left unset follow their
+requirements (``_host/delta_rule_bwd_api.py``), so ``parallel_pass1 = False`` alone gives the serial schedule.
+
+``plan.parallel_pass1`` (default True; set before ``compile()``;
 ``GdnBwdKey.parallel_pass1``): pass 1 as three chunk-parallel launches -- the forward's chunk-parallel prep and state pass (its compile artifacts) into a workspace tail
 (``forward_workspace_bytes(T, N, H, D)`` more bytes, included by ``scratch_workspace_bytes()``), then
 ``bwd_states_parallel_kernel.GdnBwdStatesChunk`` (Vn, Tm and the chunk states in the serial pass 1's arrays); passes 2-4
 unchanged (design note: ``kda/bwd_states_parallel_kernel.py``). False: the serial pass 1 (``GdnBwdStates``) and the
 smaller workspace.
 
-Opt-in ``plan.parallel_pass2 = True`` (before ``compile()``; ``GdnBwdKey.parallel_pass2``; requires ``parallel_pass1``
+``plan.parallel_pass2`` (default True where its requirements hold; before ``compile()``; ``GdnBwdKey.parallel_pass2``; requires ``parallel_pass1``
 and ``store_tm``, ValueError otherwise): pass 2 as two launches -- ``bwd_dstates_parallel_kernel.GdnBwdDStatesPrep``
 (the reverse chain's operands, one CTA per chunk and head) and the narrow reverse state chain
 ``_device/dstates_parallel.DeltaRuleBwdDStatesChain`` (grid [N, H, V / 32], TMA-fed), writing pass 2's ``ws_dh``,
 ``ws_dvn`` and ``d initial_state``; ``dstates_workspace_bytes(T, N, H, D)`` more workspace (after the forward's tail).
-Default off: the default launches and PTX are unchanged.
+False: the serial form.
 
-Opt-in ``plan.fold_prep_tm = True`` (session 10; before ``compile()``; ``GdnBwdKey.fold_prep_tm``; requires
+``plan.fold_prep_tm`` (default True where its requirements hold; before ``compile()``; ``GdnBwdKey.fold_prep_tm``; requires
 ``parallel_pass1`` and ``store_tm``, ValueError otherwise): the forward prep of pass 1a is compiled with
 ``GdnParallelPrepKey.bwd_tm`` (it also writes bf16 ``Tm`` into its ``qg`` tiles, which the backward never reads
 otherwise) and pass 1b is ``bwd_states_parallel_kernel.GdnBwdStatesFold`` (layout copies of ``h``, ``Tm``, ``vnt`` into
 ``ws_h``, ``ws_tm``, ``ws_vn``) instead of ``GdnBwdStatesChunk`` (which recomputes A, the solve and Vn). Same launches
-and workspace; ``ws_h`` bitwise, ``Tm`` / ``Vn`` equal up to rounding (the forward prep's operation order). Default
-off: the default launches and PTX are unchanged.
+and workspace; ``ws_h`` bitwise, ``Tm`` / ``Vn`` equal up to rounding (the forward prep's operation order). False:
+pass 1b recomputes.
 
 The host code shared with the KDA backward (constructor, ``check_support``, workspace size, compile, ``execute`` up to
 the launches) is ``_host/delta_rule_bwd_api.py::DeltaRuleBwdSm90``; this module holds what differs (compile key, declines,
@@ -95,8 +99,6 @@ class GatedDeltaNetBwdSm90(DeltaRuleBwdSm90):
     _public = "gated_delta_net"
     _name = "GatedDeltaNetBwdSm90"
     _family = FAMILY
-    #: Opt-in (module docstring, "fold_prep_tm"; set before compile(), a compile-key field; requires parallel_pass1, store_tm).
-    fold_prep_tm = False
     _compiled_fold_prep_tm = None
 
     def __init__(self, *args, **kwargs):
@@ -104,6 +106,12 @@ class GatedDeltaNetBwdSm90(DeltaRuleBwdSm90):
         #: Tuning / A-B knob (part of the compile key): pass 1 stores Tm in the workspace for passes 2 and 3 (True), or
         #: each pass recomputes K K^T and the triangular solve (False: less workspace, two more solves). Set before compile().
         self.store_tm = True
+
+    def _parallel_pass2_ready(self) -> bool:
+        return bool(self.parallel_pass1) and bool(self.store_tm)
+
+    def _fold_prep_tm_ready(self) -> bool:
+        return bool(self.parallel_pass1) and bool(self.store_tm)
 
     def _forward_class(self):
         from .api import GatedDeltaNetFwdSm90

@@ -29,7 +29,11 @@ The host code shared with the GDN backward (constructor, ``check_support``, work
 the launches) is ``_host/delta_rule_bwd_api.py::DeltaRuleBwdSm90``; this module holds what differs (compile key, declines,
 workspace tail, the kernels' argument order in ``_launch``, ``build_kernel``).
 
-Opt-in ``plan.parallel_pass1 = True`` (GPU correctness tests passed in session 9, detectors pending; set before ``compile()``;
+The default schedule (session 10: GPU suites and detectors green with it): ``parallel_pass1``, ``parallel_pass2``,
+``fold_prep_tm`` and ``grads_v2`` on; ``parallel_pass2`` / ``fold_prep_tm`` left unset follow their
+requirements (``_host/delta_rule_bwd_api.py``), so ``parallel_pass1 = False`` alone gives the serial schedule.
+
+``plan.parallel_pass1`` (default True; set before ``compile()``;
 compile-key field ``KdaBwdKey.parallel_pass1``): pass 1 as three chunk-parallel launches -- the forward's prep and state pass (``_host/chunk_parallel.py``'s kernels,
 the forward's compile artifacts) into a tail of the workspace (``forward_workspace_bytes(T, N, H, D)`` more bytes,
 which ``scratch_workspace_bytes()`` then includes), then ``bwd_states_parallel_kernel.KdaBwdStatesChunk``
@@ -37,12 +41,12 @@ which ``scratch_workspace_bytes()`` then includes), then ``bwd_states_parallel_k
 aligned (the forward prep's 32-bit loads; execute raises ValueError otherwise; every fp32 torch tensor is). False: the
 serial pass 1 (``KdaBwdStates``) and the smaller workspace.
 
-Opt-in ``plan.parallel_pass2 = True`` (before ``compile()``; ``KdaBwdKey.parallel_pass2``; requires ``parallel_pass1``,
+``plan.parallel_pass2`` (default True where its requirements hold; before ``compile()``; ``KdaBwdKey.parallel_pass2``; requires ``parallel_pass1``,
 ValueError otherwise): pass 2 as two launches -- ``bwd_dstates_parallel_kernel.KdaBwdDStatesPrep`` (the reverse chain's
 operands, one CTA per chunk and head, from pass 1's ``Tm`` / ``P``) and the narrow reverse state chain
 ``_device/dstates_parallel.DeltaRuleBwdDStatesChain`` (grid [N, H, V / 32], TMA-fed), writing pass 2's ``ws_dh``,
 ``ws_dvn`` and ``d initial_state``; ``dstates_workspace_bytes(T, N, H, D)`` more workspace (after the forward's tail).
-Default off: the default launches and PTX are unchanged.
+False: the serial form.
 
 ``plan.dp_split_hilo`` (default True since session 9: GPU tests passed, session 9 call 1; set before ``compile()``;
 compile-key field ``KdaBwdKey.dp_split_hilo``, read by pass 3 only): pass 3 multiplies the two dP~ products, rows(dP~, K) and cols(dP~, Q), with their decay-split B operand as
@@ -52,18 +56,18 @@ a rounding residue that the reverse cumsum accumulates: dg missed the FA rule 3-
 (g = -5 sigmoid(N(0, 1))), dq / dk ~2x (issue #7; CPU emulation: docs/linear-attention.md, "KDA dg accuracy under hard
 gates"). False: session 6's pass 3 (one bf16 operand; byte-identical PTX to it).
 
-Opt-in ``plan.fold_prep_tm = True`` (session 10; before ``compile()``; ``KdaBwdKey.fold_prep_tm``; requires
+``plan.fold_prep_tm`` (default True where its requirements hold; before ``compile()``; ``KdaBwdKey.fold_prep_tm``; requires
 ``parallel_pass1``, ValueError otherwise): the forward prep of pass 1a is compiled with ``KdaParallelPrepKey.bwd_tm``
 (it also writes bf16 ``Tm`` into its ``qg`` tiles, which the backward never reads otherwise) and pass 1b is
 ``bwd_states_parallel_kernel.KdaBwdStatesFold`` (layout copies of ``h``, ``Tm``, ``p``, ``vnt`` into ``ws_h``,
 ``ws_tm``, ``ws_p``, ``ws_vn``) instead of ``KdaBwdStatesChunk`` (which recomputes A, P, the solve and Vn). Same
 launches and workspace; ``ws_h`` bitwise, ``Tm`` / ``P`` / ``Vn`` equal up to rounding (the forward prep's operation
-order). Default off: the default launches and PTX are unchanged.
+order). False: pass 1b recomputes (``KdaBwdStatesChunk``).
 
-Opt-in ``plan.grads_v2 = True`` (session 9, issue #7; before ``compile()``; ``KdaBwdKey.grads_v2``, read by pass 3
-only; not yet run on the GPU): pass 3 as ``chunk_bwd_v2_kernel.KdaBwdGradsV2`` -- two warpgroups per CTA, one copy of
+``plan.grads_v2`` (default True since session 10, ``GRADS_V2_DEFAULT``: pass 3 1827 vs 5064 us at T 8k H 16; session
+9, issue #7; before ``compile()``; ``KdaBwdKey.grads_v2``, read by pass 3 only): pass 3 as ``chunk_bwd_v2_kernel.KdaBwdGradsV2`` -- two warpgroups per CTA, one copy of
 the per-channel-block code, grouped WGMMA waits -- with v1's arguments, workspace arrays, outputs and roundings (passes
-1-2 and the workspace unchanged). Default off: the default launches and PTX are unchanged.
+1-2 and the workspace unchanged). False: pass 3 version 1 (``chunk_bwd_kernel.KdaBwdGrads``).
 
 Contract (Rule 3, unchecked on device): the forward's (``cu_seqlens`` well formed; any 8 consecutive per-channel log
 decays sum to more than -80).
@@ -79,6 +83,9 @@ from .._host.launch import fake_gmem_ptr as _fake_ptr
 from .._host.launch import gmem_ptr as _ptr
 
 FWD_QG, FWD_P, FWD_VNT = 3, 4, 6  # fold_prep_tm: indices of qg (Tm with bwd_tm), p, vnt among the forward's workspace arrays
+
+#: Default of ``plan.grads_v2`` (module docstring).
+GRADS_V2_DEFAULT = True
 
 CUTEDSL_FLOOR = "4.8.0"
 FAMILY = "linear_attention.kda_bwd"
@@ -112,11 +119,10 @@ class KimiDeltaAttentionBwdSm90(DeltaRuleBwdSm90):
     #: the default since session 9).
     dp_split_hilo = True
     _compiled_dp_split_hilo = None
-    #: Opt-in (module docstring, "fold_prep_tm"; set before compile(), a compile-key field; requires parallel_pass1).
-    fold_prep_tm = False
     _compiled_fold_prep_tm = None
-    #: Opt-in pass 3 version 2 (module docstring, "grads_v2"; set before compile(), a compile-key field read by pass 3 only).
-    grads_v2 = False
+    #: Pass 3 version 2 (module docstring, "grads_v2"; set before compile(), a compile-key field read by pass 3 only;
+    #: the default since session 10).
+    grads_v2 = GRADS_V2_DEFAULT
     _compiled_grads_v2 = None
 
     def _forward_class(self):
@@ -318,7 +324,7 @@ def build_kernel(part: str, key):
             return cute.compile(
                 KdaBwdDStates(key), bf(), bf(), bf(), gp, bp, cu, dht, dh0, bf(), bf(), bf(), bf(), *[Int32(8)] * 6, Float32(1.0), st, st, st, cuda.CUstream(0)
             )
-        if key.grads_v2:  # opt-in pass 3 version 2: v1's argument list
+        if key.grads_v2:  # pass 3 version 2 (the default): v1's argument list
             from .chunk_bwd_v2_kernel import build_grads_v2
 
             return build_grads_v2(key)
