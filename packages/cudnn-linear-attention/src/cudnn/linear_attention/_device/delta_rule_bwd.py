@@ -27,7 +27,7 @@ Device blocks:
 - :func:`rows_to_smem`: pass 3's row loader (rows past the sequence's end as zero, row-major and / or transposed);
 - :func:`dwm_and_dv`: pass 3's ``dWm = -dVn S0`` and ``dV = beta Tm^T dVn`` with the ``dbeta`` row sums.
 
-The chunk-parallel pass 1 (``{kda,gdn}/bwd_states_parallel_kernel.py``, opt-in ``parallel_pass1``): host side
+The chunk-parallel pass 1 (``{kda,gdn}/bwd_states_parallel_kernel.py``, ``parallel_pass1``, the default since session 10): host side
 :func:`state_views_aligned`, :func:`forward_state_views`; device :func:`chunk_cta` (the CTA's chunk), :func:`chunk_slot` (its end and backward slot),
 :func:`forward_state_to_smem_and_workspace` (the forward's ``S0`` -> shared and ``ws_h``), :func:`vslices_to_workspace`
 (the V-slice loop: ``S0``, ``(beta V)^T``, ``U``, ``-Wm``, ``Vn`` -> ``ws_vn``); host :func:`chunk_pass1_views`.
@@ -550,7 +550,7 @@ def vslices_to_workspace(
         wy_values_to_workspace(mma, acc_a, acc_b, u_A, u_B, kt_B, vn_A, s0_B, sW, sVnT, mWsVn, c64, t0, n_valid, head, vb * BV, nh)
 
 
-# ---- fold_prep_tm (opt-in): pass 1b as layout copies of the forward prep's / state pass's arrays ---------------------
+# ---- fold_prep_tm (the default since session 10): pass 1b as layout copies of the forward prep's / state pass's arrays ----
 VNT_PAD = VEC  # bf16 row padding of the staged Vn^T tile (rows 16-byte aligned)
 
 

@@ -1,4 +1,4 @@
-"""The chunk-parallel reverse state pass of both delta-rule backwards (opt-in ``plan.parallel_pass2``; sm_90a, CuTe DSL,
+"""The chunk-parallel reverse state pass of both delta-rule backwards (``plan.parallel_pass2``, the default since session 10; sm_90a, CuTe DSL,
 WGMMA, TMA): the operand arrays its two kernels exchange, the precompute's shared ``@cute.jit`` blocks, and the
 narrow reverse state kernel :class:`DeltaRuleBwdDStatesChain` (one class for Gated DeltaNet and Kimi Delta Attention:
 its per-chunk chain reads the decay as per-key-channel ``exp(G_C)`` [K], which the GDN precompute broadcasts).

@@ -1,4 +1,4 @@
-"""Gated DeltaNet backward, pass 2 chunk-parallel, launch 1 of 2 (opt-in ``plan.parallel_pass2``; sm_90a, CuTe DSL,
+"""Gated DeltaNet backward, pass 2 chunk-parallel, launch 1 of 2 (``plan.parallel_pass2``, the default since session 10; sm_90a, CuTe DSL,
 WGMMA): the precompute of the reverse state chain's operands, one CTA per (chunk, head) -- the twin of
 ``kda/bwd_dstates_parallel_kernel.py`` with the scalar decay.
 

@@ -1,4 +1,4 @@
-"""Gated DeltaNet backward, pass 1 chunk-parallel (opt-in ``plan.parallel_pass1 = True``; sm_90a, CuTe DSL, WGMMA).
+"""Gated DeltaNet backward, pass 1 chunk-parallel (``plan.parallel_pass1``, the default since session 10; sm_90a, CuTe DSL, WGMMA).
 
 :class:`GdnBwdStatesChunk` is pass 1 of the GDN backward (``bwd_states_kernel.py::GdnBwdStates``) with the serial state
 chain taken out, as ``kda/bwd_states_parallel_kernel.py`` (the design note and the analysis of both backwards) does for
@@ -17,7 +17,7 @@ Grid [T // 64 + N (varlen) or N ceil(L / 64) (dense), H]; an idle slot exits. Th
 compile key is ``bwd_states_kernel.GdnBwdKey`` (``parallel_pass1`` selects this kernel in ``gdn/bwd_api.py``).
 Tests: ``tests/test_la_bwd_parallel_gpu.py``.
 
-fold_prep_tm (session 10, opt-in ``plan.fold_prep_tm`` / ``GdnBwdKey.fold_prep_tm``; requires ``parallel_pass1`` and
+fold_prep_tm (the default since session 10, ``plan.fold_prep_tm`` / ``GdnBwdKey.fold_prep_tm``; requires ``parallel_pass1`` and
 ``store_tm``): KDA's fold (``kda/bwd_states_parallel_kernel.py``, "fold_prep_tm") for GDN. Everything
 :class:`GdnBwdStatesChunk` computes, pass 1a already computed (the forward prep: ``A``, the solve; the state pass: ``Vn``
 of every chunk, its ``vnt``), except that the prep folds ``beta`` (and ``beta exp(G)``) into ``T`` before rounding and
@@ -155,7 +155,7 @@ class GdnBwdStatesChunk(DeltaRuleKernel):
 
 # ---- fold_prep_tm: pass 1b as layout copies of the forward prep's / state pass's arrays --------------------------------
 class GdnBwdStatesFold(bwd.StatesFoldKernel):
-    """Pass 1b under the opt-in ``fold_prep_tm`` (``GdnBwdKey.fold_prep_tm``, requires ``parallel_pass1`` and
+    """Pass 1b under ``fold_prep_tm`` (the default since session 10) (``GdnBwdKey.fold_prep_tm``, requires ``parallel_pass1`` and
     ``store_tm``): no arithmetic, one CTA per (forward chunk slot, head) copying what the forward's prep
     (``GdnParallelPrepKey.bwd_tm``) and state pass already wrote into the backward's slots and layouts -- ``h`` ->
     ``ws_h`` (bitwise), ``Tm`` (over the prep's ``qg`` tile) -> ``ws_tm``, ``Vn^T`` (``vnt``, the Vn the forward's state

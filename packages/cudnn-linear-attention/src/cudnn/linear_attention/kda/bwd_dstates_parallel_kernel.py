@@ -1,4 +1,4 @@
-"""Kimi Delta Attention backward, pass 2 chunk-parallel, launch 1 of 2 (opt-in ``plan.parallel_pass2``; sm_90a, CuTe DSL,
+"""Kimi Delta Attention backward, pass 2 chunk-parallel, launch 1 of 2 (``plan.parallel_pass2``, the default since session 10; sm_90a, CuTe DSL,
 WGMMA): the precompute of the reverse state chain's operands, one CTA per (chunk, head).
 
 Design and the operand arrays: ``_device/dstates_parallel.py`` (launch 2, the chain, is its

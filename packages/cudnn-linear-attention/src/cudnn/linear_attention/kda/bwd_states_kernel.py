@@ -78,7 +78,7 @@ class KdaBwdKey:
     has_dfinal: bool  # a gradient of the final state enters pass 2
     l2norm: bool = False  # q, k L2-normalised in the kernels; pass 3 applies the chain rule
     gva: bool = False  # q/k heads Hk < v heads H: pass 3 writes fp32 per-value-head dq / dk, pass 4 sums them
-    # opt-in (kda/bwd_api.py ``plan.parallel_pass1``; GPU correctness tests passed, session 9; detectors pending): pass 1
+    # the default since session 10 (kda/bwd_api.py ``plan.parallel_pass1``): pass 1
     # as the forward's chunk-parallel prep + state pass and ``bwd_states_parallel_kernel.KdaBwdStatesChunk``; False: the
     # serial :class:`KdaBwdStates`. No kernel of this module reads it (their PTX is unchanged)
     parallel_pass1: bool = False
@@ -88,15 +88,15 @@ class KdaBwdKey:
     # (GPU tests passed, session 9 call 1); False: the original single bf16 operand (session 6's kernel). No kernel of
     # this module reads it (their PTX is unchanged).
     dp_split_hilo: bool = True
-    # opt-in (kda/bwd_api.py ``plan.parallel_pass2``, requires ``parallel_pass1``): pass 2 as a chunk-parallel precompute
+    # the default since session 10 (kda/bwd_api.py ``plan.parallel_pass2``, requires ``parallel_pass1``): pass 2 as a chunk-parallel precompute
     # (``bwd_dstates_parallel_kernel.KdaBwdDStatesPrep``) + the narrow reverse state chain
     # (``_device/dstates_parallel.DeltaRuleBwdDStatesChain``); no kernel of this module reads it (their PTX is unchanged)
     parallel_pass2: bool = False
-    # ---- fold_prep_tm (session 10, issue #7; opt-in, requires ``parallel_pass1``): pass 1b as layout copies
+    # ---- fold_prep_tm (issue #7; the default since session 10, requires ``parallel_pass1``): pass 1b as layout copies
     # (``bwd_states_parallel_kernel.KdaBwdStatesFold``) of what the forward prep (``KdaParallelPrepKey.bwd_tm``: Tm into
     # its qg tile) and state pass (h, vnt) already wrote; no kernel of this module reads it (their PTX is unchanged)
     fold_prep_tm: bool = False
-    # ---- grads_v2 (session 9, issue #7; opt-in, kda/bwd_api.py ``plan.grads_v2``): pass 3 as
+    # ---- grads_v2 (session 9, issue #7; the default since session 10, kda/bwd_api.py ``plan.grads_v2``): pass 3 as
     # ``chunk_bwd_v2_kernel.KdaBwdGradsV2`` (two warpgroups per CTA; the arguments, workspace arrays, outputs and roundings
     # of ``chunk_bwd_kernel.KdaBwdGrads``); no kernel of this module reads it (their PTX is unchanged)
     grads_v2: bool = False

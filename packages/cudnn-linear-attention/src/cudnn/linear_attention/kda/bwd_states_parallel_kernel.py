@@ -1,6 +1,6 @@
-"""Kimi Delta Attention backward, pass 1 chunk-parallel (opt-in ``plan.parallel_pass1 = True``; sm_90a,
+"""Kimi Delta Attention backward, pass 1 chunk-parallel (``plan.parallel_pass1``, the default since session 10; sm_90a,
 CuTe DSL, WGMMA), and the design note for making passes 1 and 2 of both delta-rule backwards chunk-parallel (pass 2:
-implemented in session 9 as the opt-in ``plan.parallel_pass2``, ``_device/dstates_parallel.py``).
+implemented in session 9 as ``plan.parallel_pass2`` (the default since session 10), ``_device/dstates_parallel.py``).
 
 What this kernel does
 =====================
@@ -76,7 +76,7 @@ every step waited for):
   (a new small parallel kernel, ~50 us, or folded into P1b); the chain per chunk is then ``dVn = dVn_local + Kd dS1^T``,
   ``dS0 = dS1 decay + dO^T Qs - dVn^T Wm``: the forward state pass's shape (two 64 x 64 x K products + one) with one more
   operand stream (dO): est. 1.3x its 113 us = ~0.15 ms, writing ``dS1`` (ws_dh) and ``dVn`` (ws_dvn). Session 9 built
-  it (opt-in ``parallel_pass2``): the precompute is ``{kda,gdn}/bwd_dstates_parallel_kernel.py`` (its own arrays,
+  it (``parallel_pass2``, the default since session 10): the precompute is ``{kda,gdn}/bwd_dstates_parallel_kernel.py`` (its own arrays,
   transposed where the chain's WGMMAs want them K-major, from the serial pass 2's expressions, rather than the forward's
   ``w`` / ``kd`` / ``qg``, which are laid out for the forward's products), the chain ``_device/dstates_parallel.py``.
 - P3 (today, chunk-parallel, unchanged). Its time is not in the quick table; the serial passes are ~16 of the 17.25 ms.
@@ -85,7 +85,7 @@ Estimated backward after both: 0.29 + 0.5-1.5 (~0.06 after the fold) + 0.15 + P3
 2.23 ms; GDN the same shape with its 133 us prep. With this opt-in alone (pass 2 still serial, ~8 ms):
 ~0.3 + 0.5-1.5 + 8 + P3: roughly half of today's 17.25 ms. Meeting issue #7's 0.74 ms needs P3 near 0.2 ms and the P1b fold.
 
-fold_prep_tm (session 10, opt-in ``plan.fold_prep_tm`` / ``KdaBwdKey.fold_prep_tm``, requires ``parallel_pass1``)
+fold_prep_tm (the default since session 10, ``plan.fold_prep_tm`` / ``KdaBwdKey.fold_prep_tm``, requires ``parallel_pass1``)
 ===================================================================================================================
 
 The "Next" of P1b above, done as copies: everything P1b computes, P1a already computed (the forward prep: ``A``, ``P``,
@@ -267,7 +267,7 @@ def fold_views(ftm_ptr, fp_ptr, fvnt_ptr, wstm_ptr, wsp_ptr, wsvn_ptr, T, fslots
 
 
 class KdaBwdStatesFold(bwd.StatesFoldKernel):
-    """Pass 1b under the opt-in ``fold_prep_tm`` (``KdaBwdKey.fold_prep_tm``, requires ``parallel_pass1``): no arithmetic,
+    """Pass 1b under ``fold_prep_tm`` (the default since session 10) (``KdaBwdKey.fold_prep_tm``, requires ``parallel_pass1``): no arithmetic,
     one CTA per (forward chunk slot, head) copying what the forward's prep (``KdaParallelPrepKey.bwd_tm``) and state
     pass already wrote into the backward's slots and layouts -- ``h`` -> ``ws_h`` (bitwise), ``Tm`` (over the prep's
     ``qg`` tile) -> ``ws_tm``, ``p`` -> ``ws_p``, ``Vn^T`` (``vnt``, the Vn the forward's state chain used) -> ``ws_vn``
