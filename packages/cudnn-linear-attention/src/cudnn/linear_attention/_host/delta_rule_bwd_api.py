@@ -136,6 +136,27 @@ PARALLEL_PASS2_DEFAULT = True
 FOLD_PREP_TM_DEFAULT = True
 
 
+class _ScheduleKnob:
+    """A backward schedule knob that follows its requirements: unset (or set to None), ``default()`` where the plan's
+    ``_schedule_ready()`` holds, else False; set, the value given (a missing requirement is then a ValueError at
+    ``compile_key()``). Read at access time, so the module default can be changed after import."""
+
+    def __init__(self, default):
+        self.default = default
+
+    def __set_name__(self, owner, name):
+        self.slot = "_" + name
+
+    def __get__(self, plan, owner=None):
+        if plan is None:
+            return self
+        value = getattr(plan, self.slot, None)
+        return bool(self.default()) and plan._schedule_ready() if value is None else bool(value)
+
+    def __set__(self, plan, value):
+        setattr(plan, self.slot, value)
+
+
 class DeltaRuleBwdSm90(APIBase):
     """Chunked gated-delta-rule backward on sm_90a (base of the GDN and KDA backward adapters). Tensors may be torch
     tensors or TensorDescs.
@@ -204,46 +225,19 @@ class DeltaRuleBwdSm90(APIBase):
         self.parallel_pass1 = PARALLEL_PASS1_DEFAULT
         self._compiled_parallel_pass2 = None
 
-    _parallel_pass2 = None  # None: PARALLEL_PASS2_DEFAULT where _parallel_pass2_ready()
-    _fold_prep_tm = None  # None: FOLD_PREP_TM_DEFAULT where _fold_prep_tm_ready()
+    #: Pass 2 chunk-parallel (set before compile(); a compile-key field; requires ``parallel_pass1``, GDN also
+    #: ``store_tm``): a per-(chunk, head) precompute of the reverse chain's operands
+    #: (``{kda,gdn}/bwd_dstates_parallel_kernel.py``), then the narrow reverse state chain (``_device/dstates_parallel.py``);
+    #: ``dstates_workspace_bytes`` more workspace (``scratch_workspace_bytes()`` includes it).
+    parallel_pass2 = _ScheduleKnob(lambda: PARALLEL_PASS2_DEFAULT)
+    #: Pass 1b as copies (set before compile(); a compile-key field; requires ``parallel_pass1``, GDN also ``store_tm``):
+    #: the forward prep of pass 1a is compiled with its key's ``bwd_tm`` (it also writes bf16 Tm into its ``qg`` tiles)
+    #: and pass 1b copies ``h``, Tm (KDA: and ``p``, ``vnt``) into the backward's arrays instead of recomputing them.
+    fold_prep_tm = _ScheduleKnob(lambda: FOLD_PREP_TM_DEFAULT)
 
-    @property
-    def parallel_pass2(self) -> bool:
-        """Pass 2 chunk-parallel (set before compile(); a compile-key field; requires ``parallel_pass1``, GDN also
-        ``store_tm``): a per-(chunk, head) precompute of the reverse chain's operands
-        (``{kda,gdn}/bwd_dstates_parallel_kernel.py``), then the narrow reverse state chain (``_device/dstates_parallel.py``);
-        ``dstates_workspace_bytes`` more workspace (``scratch_workspace_bytes()`` includes it). Unset: PARALLEL_PASS2_DEFAULT
-        (True since session 10) where its requirements hold, else False; set explicitly, a missing requirement is a
-        ValueError at compile_key()."""
-        if self._parallel_pass2 is None:
-            return bool(PARALLEL_PASS2_DEFAULT) and self._parallel_pass2_ready()
-        return bool(self._parallel_pass2)
-
-    @parallel_pass2.setter
-    def parallel_pass2(self, value) -> None:
-        self._parallel_pass2 = value
-
-    @property
-    def fold_prep_tm(self) -> bool:
-        """Pass 1b as copies (set before compile(); a compile-key field; requires ``parallel_pass1``, GDN also
-        ``store_tm``): the forward prep of pass 1a is compiled with its key's ``bwd_tm`` (it also writes bf16 Tm into
-        its ``qg`` tiles) and pass 1b copies ``h``, Tm (KDA: and ``p``, ``vnt``) into the backward's arrays instead of
-        recomputing them (the family module docstrings). Unset: FOLD_PREP_TM_DEFAULT (True since session 10) where its
-        requirements hold, else False; set explicitly, a missing requirement is a ValueError at compile_key()."""
-        if self._fold_prep_tm is None:
-            return bool(FOLD_PREP_TM_DEFAULT) and self._fold_prep_tm_ready()
-        return bool(self._fold_prep_tm)
-
-    @fold_prep_tm.setter
-    def fold_prep_tm(self, value) -> None:
-        self._fold_prep_tm = value
-
-    def _parallel_pass2_ready(self) -> bool:
-        """Whether ``parallel_pass2``'s requirements hold (``parallel_pass1``; GDN adds ``store_tm``)."""
-        return bool(self.parallel_pass1)
-
-    def _fold_prep_tm_ready(self) -> bool:
-        """Whether ``fold_prep_tm``'s requirements hold (``parallel_pass1``; GDN adds ``store_tm``)."""
+    def _schedule_ready(self) -> bool:
+        """Whether the requirements of ``parallel_pass2`` and ``fold_prep_tm`` hold (``parallel_pass1``; GDN adds
+        ``store_tm``): unset, those knobs are their defaults only then."""
         return bool(self.parallel_pass1)
 
     # -- family hooks -------------------------------------------------------------------------------

@@ -107,10 +107,7 @@ class GatedDeltaNetBwdSm90(DeltaRuleBwdSm90):
         #: each pass recomputes K K^T and the triangular solve (False: less workspace, two more solves). Set before compile().
         self.store_tm = True
 
-    def _parallel_pass2_ready(self) -> bool:
-        return bool(self.parallel_pass1) and bool(self.store_tm)
-
-    def _fold_prep_tm_ready(self) -> bool:
+    def _schedule_ready(self) -> bool:
         return bool(self.parallel_pass1) and bool(self.store_tm)
 
     def _forward_class(self):
