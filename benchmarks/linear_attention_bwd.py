@@ -225,8 +225,8 @@ def _make_ours_p1(family, pass2: bool = False, pass1: bool = True, hilo: bool = 
     (``ours-serial``): the serial pass 1 (and so no pass 2 / fold). ``pass2``: ``plan.parallel_pass2`` (pass 2 as the
     per-chunk precompute ``{kda,gdn}/bwd_dstates_parallel_kernel.py`` + the reverse state chain
     ``_device/dstates_parallel.py``). ``fold``: ``plan.fold_prep_tm`` (pass 1b as copies of the forward prep's / state
-    pass's arrays, the prep writing Tm too). KDA: ``grads_v2`` (pass 3 as ``kda/chunk_bwd_v2_kernel.py``) and ``hilo``
-    (``plan.dp_split_hilo``; False is session 6's pass 3 operands)."""
+    pass's arrays, the prep writing Tm too). ``grads_v2``: pass 3 version 2 (``{kda,gdn}/chunk_bwd_v2_kernel.py``; KDA's
+    default, GDN's opt-in). KDA: ``hilo`` (``plan.dp_split_hilo``; False is session 6's pass 3 operands)."""
 
     def make(case):
         import torch
@@ -238,9 +238,9 @@ def _make_ours_p1(family, pass2: bool = False, pass1: bool = True, hilo: bool = 
         plan.parallel_pass1 = pass1
         plan.parallel_pass2 = pass2 and pass1
         plan.fold_prep_tm = fold and pass1
+        plan.grads_v2 = grads_v2
         if FAMILIES[family].per_key_gate:
             plan.dp_split_hilo = hilo
-            plan.grads_v2 = grads_v2
         plan.compile()
         ws = workspace(plan.scratch_workspace_bytes(), i["q"].device)
         args = [i[n] for n in ("q", "k", "v", "g", "beta", "do", "dq", "dk", "dv", "dg", "dbeta")]
@@ -410,7 +410,7 @@ def opt_in_providers(family: str) -> list[Provider]:
     ``ours-p1`` / ``ours-p1+graph`` the chunk-parallel pass 1 only; ``ours-p2`` / ``ours-p2+graph`` passes 1 and 2
     chunk-parallel; ``ours-fold`` ``ours-p2`` with ``fold_prep_tm`` (GDN: the default); KDA: ``ours-p3`` ``ours-p2``
     with ``grads_v2``, ``ours-v1`` the default with pass 3 version 1, ``ours-nohilo`` ``ours-v1`` with
-    ``dp_split_hilo = False``."""
+    ``dp_split_hilo = False``; GDN: ``ours-v2`` the default with ``grads_v2`` (pass 3 version 2, opt-in)."""
     kda = FAMILIES[family].per_key_gate
     extra = []
     if kda:
@@ -419,6 +419,8 @@ def opt_in_providers(family: str) -> list[Provider]:
             Provider("ours-p3", _make_ours_p1(family, pass2=True, grads_v2=True)),
             Provider("ours-v1", _make_ours_p1(family, pass2=True, fold=True)),
         ]
+    else:
+        extra += [Provider("ours-v2", _make_ours_p1(family, pass2=True, fold=True, grads_v2=True))]
     return extra + [
         Provider("ours-fold", _make_ours_p1(family, pass2=True, fold=True)),
         Provider("ours-serial", _make_ours_p1(family, pass1=False)),
@@ -532,7 +534,7 @@ KERNELS = (
     ("states-fold", "BwdStatesFold_"),  # fold_prep_tm's pass 1b (copies)
     ("dstates", "BwdDStates_"),
     ("states", "BwdStates_"),
-    ("grads-v2", "BwdGradsV2_"),  # KDA grads_v2's pass 3
+    ("grads-v2", "BwdGradsV2_"),  # grads_v2's pass 3 (KDA, GDN)
     ("grads", "BwdGrads_"),
     ("qk_reduce", "BwdQkReduce_"),
     ("fwd-prep", "chunk_parallel_prep"),

@@ -55,6 +55,11 @@ otherwise) and pass 1b is ``bwd_states_parallel_kernel.GdnBwdStatesFold`` (layou
 and workspace; ``ws_h`` bitwise, ``Tm`` / ``Vn`` equal up to rounding (the forward prep's operation order). False:
 pass 1b recomputes.
 
+``plan.grads_v2`` (default False, opt-in; session 10, issue #7; before ``compile()``; ``GdnBwdKey.grads_v2``, read by
+pass 3 only; requires ``store_tm``: ``compile_key`` raises ValueError otherwise, never a silent v1): pass 3 as ``chunk_bwd_v2_kernel.GdnBwdGradsV2`` -- two warpgroups per CTA, one copy of the per-channel-block
+code, grouped WGMMA waits -- with v1's arguments, workspace arrays, outputs and roundings (passes 1-2 and the workspace
+unchanged). False: pass 3 version 1 (``chunk_bwd_kernel.GdnBwdGrads``).
+
 The host code shared with the KDA backward (constructor, ``check_support``, workspace size, compile, ``execute`` up to
 the launches) is ``_host/delta_rule_bwd_api.py::DeltaRuleBwdSm90``; this module holds what differs (compile key, declines,
 workspace tail, the kernels' argument order in ``_launch``, ``build_kernel``).
@@ -100,6 +105,9 @@ class GatedDeltaNetBwdSm90(DeltaRuleBwdSm90):
     _name = "GatedDeltaNetBwdSm90"
     _family = FAMILY
     _compiled_fold_prep_tm = None
+    #: Pass 3 version 2 (module docstring, "grads_v2"; set before compile(), a compile-key field read by pass 3 only).
+    grads_v2 = False
+    _compiled_grads_v2 = None
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -130,11 +138,14 @@ class GatedDeltaNetBwdSm90(DeltaRuleBwdSm90):
             raise ValueError(f"{self._name}: fold_prep_tm requires parallel_pass1 (set plan.parallel_pass1 = True as well)")
         if self.fold_prep_tm and not self.store_tm:  # fold_prep_tm: its point is the Tm copy into ws_tm
             raise ValueError(f"{self._name}: fold_prep_tm requires store_tm (it copies the forward prep's Tm into ws_tm)")
+        if self.grads_v2 and not self.store_tm:  # grads_v2: pass 3 v2 reads pass 1's Tm (no in-kernel solve)
+            raise ValueError(f"{self._name}: grads_v2 requires store_tm (pass 3 v2 reads pass 1's Tm); set plan.grads_v2 = False for store_tm=False")
         return GdnBwdKey(
             store_tm=bool(self.store_tm),
             parallel_pass1=bool(self.parallel_pass1),
             parallel_pass2=bool(self.parallel_pass2),
             fold_prep_tm=bool(self.fold_prep_tm),
+            grads_v2=bool(self.grads_v2),
             **fields,
         )
 
@@ -149,6 +160,8 @@ class GatedDeltaNetBwdSm90(DeltaRuleBwdSm90):
 
         if part != "states_fold":  # fold_prep_tm: read by pass 1b's fold kernel only
             key = replace(key, fold_prep_tm=False)
+        if part != "grads":  # grads_v2: read by pass 3 only
+            key = replace(key, grads_v2=False)
         if part in ("dstates_prep", "dstates_chain"):
             return key
         key = replace(key, parallel_pass2=False)
@@ -162,6 +175,7 @@ class GatedDeltaNetBwdSm90(DeltaRuleBwdSm90):
         super().compile()
         self._compile_forward_pass1()
         self._compiled_fold_prep_tm = bool(self.fold_prep_tm)
+        self._compiled_grads_v2 = bool(self.grads_v2)
 
     def _pass1_prep_options(self) -> dict:
         return {"bwd_tm": True} if self.fold_prep_tm else {}  # fold_prep_tm: the prep also writes Tm (into qg)
@@ -175,6 +189,8 @@ class GatedDeltaNetBwdSm90(DeltaRuleBwdSm90):
         T, n_seqs, seq_len, H, Hk, slots = ext
         if self._compiled_fold_prep_tm is not None and bool(self.fold_prep_tm) != self._compiled_fold_prep_tm:
             raise ValueError(f"{self._name}.execute: fold_prep_tm was changed after compile(); call compile() again")
+        if self._compiled_grads_v2 is not None and bool(self.grads_v2) != self._compiled_grads_v2:
+            raise ValueError(f"{self._name}.execute: grads_v2 was changed after compile(); call compile() again")
         D = int(t["q"].shape[-1])
         q, k, v, g, beta, do, dq, dk = (t[n] for n in ("q", "k", "v", "g", "beta", "do", "dq", "dk"))
         store_tm, gva = bool(self.store_tm), Hk != H
@@ -302,6 +318,10 @@ def build_kernel(part: str, key):
 
             b2, f16 = _fake_ptr("BFloat16", 2), _fake_ptr("Float32", 16)
             return cute.compile(GdnBwdQkReduce(key), b2, b2, f16, f16, b2, b2, *[Int32(8)] * 3, *[st] * 4, cuda.CUstream(0))
+        if key.grads_v2:  # pass 3 version 2 (opt-in): v1's argument list
+            from .chunk_bwd_v2_kernel import build_grads_v2
+
+            return build_grads_v2(key)
         from .chunk_bwd_kernel import GdnBwdGrads
 
         dqk = _fake_ptr("Float32", 16) if key.gva else _fake_ptr("BFloat16", 2)  # GVA: fp32 partials in the workspace

@@ -79,18 +79,22 @@ class GdnBwdKey:
     gva: bool = False  # q/k heads Hk < v heads H (value head h reads q/k head h // (H / Hk)): pass 3 writes per-value-head
     # dq / dk (fp32, workspace) and pass 4 (bwd_qk_reduce_kernel.py) sums them per q/k head
     store_tm: bool = True  # pass 1 writes Tm (bf16) to the workspace, passes 2 and 3 read it (False: each recomputes K K^T and the solve)
-    # opt-in (gdn/bwd_api.py ``plan.parallel_pass1``; GPU correctness tests passed, session 9; detectors pending): pass 1
+    # the default since session 10 (gdn/bwd_api.py ``plan.parallel_pass1``): pass 1
     # as the forward's chunk-parallel prep + state pass and ``bwd_states_parallel_kernel.GdnBwdStatesChunk``; False: the
     # serial :class:`GdnBwdStates`. No kernel of this module reads it (their PTX is unchanged)
     parallel_pass1: bool = False
-    # opt-in (gdn/bwd_api.py ``plan.parallel_pass2``, requires ``parallel_pass1`` and ``store_tm``): pass 2 as a
+    # the default since session 10 (gdn/bwd_api.py ``plan.parallel_pass2``, requires ``parallel_pass1``, ``store_tm``): pass 2 as a
     # chunk-parallel precompute (``bwd_dstates_parallel_kernel.GdnBwdDStatesPrep``) + the narrow reverse state chain
     # (``_device/dstates_parallel.DeltaRuleBwdDStatesChain``); no kernel of this module reads it (their PTX is unchanged)
     parallel_pass2: bool = False
-    # ---- fold_prep_tm (session 10, issue #7; opt-in, requires ``parallel_pass1`` and ``store_tm``): pass 1b as layout
+    # ---- fold_prep_tm (issue #7; the default since session 10, requires ``parallel_pass1``, ``store_tm``): pass 1b as layout
     # copies (``bwd_states_parallel_kernel.GdnBwdStatesFold``) of what the forward prep (``GdnParallelPrepKey.bwd_tm``: Tm
     # into its qg tile) and state pass (h, vnt) already wrote; no kernel of this module reads it (their PTX is unchanged)
     fold_prep_tm: bool = False
+    # ---- grads_v2 (session 10, issue #7; opt-in, gdn/bwd_api.py ``plan.grads_v2``; requires ``store_tm``): pass 3 as
+    # ``chunk_bwd_v2_kernel.GdnBwdGradsV2`` (two warpgroups per CTA; the arguments, workspace arrays, outputs and roundings
+    # of ``chunk_bwd_kernel.GdnBwdGrads``); no kernel of this module reads it (their PTX is unchanged)
+    grads_v2: bool = False
 
 
 def states_shared_storage(l_ck, l_kc, l_cc):

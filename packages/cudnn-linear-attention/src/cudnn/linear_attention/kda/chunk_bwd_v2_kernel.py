@@ -47,52 +47,25 @@ import cutlass.cute as cute
 from cutlass import BFloat16, Float32, Int32, Int64, const_expr
 from cutlass.cute.nvgpu import warpgroup
 
-from .._device.delta_rule import BV, CHUNK, SOLVE_BLOCK, THREADS, VEC, DeltaRuleKernel, row_guard
+from .._device.delta_rule import BV, CHUNK, SOLVE_BLOCK, THREADS, VEC, row_guard
 from .._device.delta_rule import smem_ready as _smem_ready
 from .._device.delta_rule import wgmma as _wgmma
-from .._device.delta_rule_bwd import bwd_cta, cc_views, grads_layouts, grads_views, state_views_aligned, vec_views
+from .._device.delta_rule_bwd import bwd_cta, smem_struct
+from .._device.delta_rule_bwd_v2 import THREADS2, TILE, GradsV2Launch
+from .._device.delta_rule_bwd_v2 import col_sums_add as _col_sums_add
+from .._device.delta_rule_bwd_v2 import commit_wait as _commit_wait
+from .._device.delta_rule_bwd_v2 import dwm_dv_block as _dwm_dv_block
+from .._device.delta_rule_bwd_v2 import issue as _issue
+from .._device.delta_rule_bwd_v2 import row_sums_add as _row_sums_add
+from .._device.delta_rule_bwd_v2 import rows_load as _rows_load
+from .._device.delta_rule_bwd_v2 import rows_store as _rows_store
+from .._device.delta_rule_bwd_v2 import state_t_to_smem as _state_t_to_smem
+from .._device.delta_rule_bwd_v2 import tile_at as _tile_at
+from .._device.delta_rule_bwd_v2 import wg_ready as _wg_ready
+from .._device.delta_rule_bwd_v2 import wg_sync as _wg_sync
 from .bwd_states_kernel import REF_OFFSET, KdaBwdKey
 
-THREADS2 = 2 * THREADS  # two warpgroups
-TILE = CHUNK * BV  # elements of one [64, 64] bf16 tile (8 KiB)
 BAR_OPERANDS_FREE = 3  # named barrier: warpgroup 0 arrives after the dTm products, warpgroup 1 waits (ids 1, 2: per warpgroup)
-
-
-@cute.jit
-def _wg_sync(wgi: Int32):
-    """Named barrier of warpgroup ``wgi`` alone (ids 1, 2; id 0 is the CTA barrier)."""
-    cute.arch.barrier(barrier_id=1 + wgi, number_of_threads=THREADS)
-
-
-@cute.jit
-def _wg_ready(wgi: Int32):
-    """This warpgroup's generic-proxy shared writes become visible to its next WGMMA."""
-    cute.arch.fence_view_async_shared()
-    _wg_sync(wgi)
-
-
-@cute.jit
-def _issue(tiled_mma: cute.TiledMma, acc: cute.Tensor, tCrA: cute.Tensor, tCrB: cute.Tensor, zero_init: cutlass.Constexpr[bool]):
-    """``acc (+)= A @ B`` over every k-block, issued only: the caller fences before (``warpgroup.fence``), commits and
-    waits after, so several products run as one WGMMA group."""
-    atom = cute.make_mma_atom(tiled_mma.op)
-    atom.set(warpgroup.Field.ACCUMULATE, not zero_init)
-    for kb in cutlass.range_constexpr(cute.size(tCrA.shape[2])):
-        cute.gemm(atom, acc, tCrA[None, None, kb], tCrB[None, None, kb], acc)
-        atom.set(warpgroup.Field.ACCUMULATE, True)
-
-
-@cute.jit
-def _commit_wait():
-    warpgroup.commit_group()
-    warpgroup.wait_group(0)
-
-
-@cute.jit
-def _tile_at(base: cute.Pointer, offset: Int32, layout: cute.ComposedLayout):
-    """A swizzled bf16 tile ``layout`` at ``offset`` elements past ``base`` (a 1024-byte aligned field; ``offset`` a
-    multiple of 4096 elements, 8 KiB: the swizzle pattern is the field's)."""
-    return cute.make_tensor(cute.recast_ptr(base + cute.assume(offset, divby=TILE), layout.inner, dtype=BFloat16), layout.outer)
 
 
 @cute.jit
@@ -209,46 +182,6 @@ def _split3(
 
 
 @cute.jit
-def _rows_load(gX: cute.Tensor, t0: Int32, eos: Int32, head: Int32, tidx: Int32, D: cutlass.Constexpr[int]):
-    """This thread's half row of rows ``t0 .. t0 + 63`` of ``gX`` (16-byte loads; row ``tidx // 2``, half ``tidx % 2``;
-    a row past ``eos`` reads the last row, :func:`_rows_store` zeroes it) as a bf16 register tile [8, D / 16]."""
-    NV = D // 2 // VEC
-    row = tidx // 2
-    half = tidx % 2
-    t_row = min(t0 + row, eos - 1)
-    rbuf = cute.make_rmem_tensor(cute.make_layout((VEC, NV)), BFloat16)
-    for vj in cutlass.range_constexpr(NV):
-        cute.autovec_copy(gX[(None, None, None), (t_row, head, half * NV + vj)], rbuf[None, vj])
-    return rbuf
-
-
-@cute.jit
-def _rows_store(rbuf: cute.Tensor, pX: cute.Pointer, pXT: cute.Pointer | None, t0: Int32, eos: Int32, tidx: Int32, D: cutlass.Constexpr[int]):
-    """:func:`_rows_load`'s half row into the ``k_major_smem_layout(64, D)`` tile at ``pX`` by 16-byte stores at
-    hand-swizzled addresses (8-channel chunk ``c`` of row ``t`` at ``(c // 64) 4096 + 64 t + ((c % 64) ^ ((t % 8) << 3))``)
-    and, with ``pXT``, transposed into the [d % 64, token, d // 64] tiles there (``k_major_smem_layout(64, 64, D / 64)``:
-    (c, t, b) at ``b 4096 + 64 c + (t ^ ((c % 8) << 3))``; element stores). Together ``_device.delta_rule_bwd.
-    rows_to_smem`` (modes 0 and 2). Not fenced."""
-    HALF = D // 2
-    NV = HALF // VEC
-    row = tidx // 2
-    half = tidx % 2
-    if t0 + row >= eos:  # rows past the sequence's end are zero
-        rbuf.fill(0.0)
-    sw = (row % 8) * VEC
-    for vj in cutlass.range_constexpr(NV):
-        c = half * HALF + vj * VEC
-        off = (c // BV) * TILE + row * BV + ((c % BV) ^ sw)
-        cute.autovec_copy(rbuf[None, vj], cute.make_tensor(pX + cute.assume(off, divby=VEC), cute.make_layout((VEC,))))
-    if const_expr(pXT is not None):
-        mXT = cute.make_tensor(pXT, cute.make_layout((CHUNK * D,)))
-        for vj in cutlass.range_constexpr(NV):
-            for e in cutlass.range_constexpr(VEC):
-                col = half * HALF + vj * VEC + e
-                mXT[(col // BV) * TILE + (col % BV) * CHUNK + (row ^ (e * VEC))] = rbuf[e, vj]
-
-
-@cute.jit
 def _gates(
     mG: cute.Tensor, mB: cute.Tensor, sGc: cute.Tensor, sBeta: cute.Tensor, t0: Int32, n_valid: Int32, head: Int32, ltid: Int32, d: cutlass.Constexpr[int]
 ):
@@ -294,111 +227,11 @@ def _load_a0(gDvn, gV, gWsTm, pDvn, pDvnT, pV, sTm, sTmT, t0: Int32, eos: Int32,
 
 
 @cute.jit
-def _state_t_to_smem(
-    gWs: cute.Tensor, gWs2: cute.Tensor | None, pT: cute.Pointer, sExtra: cute.Tensor | None, slot: Int32, head: Int32, tid: Int32,
-    nt: cutlass.Constexpr[int], D: cutlass.Constexpr[int],
-):  # fmt: skip
-    """A bf16 workspace state ``ws[slot, head]`` [V, K] (``gWs``: 16-byte vectors along K) transposed into the tile at
-    ``pT`` [K % 64, V, K // 64] (``k_major_smem_layout(64, D, D / 64)``, swizzle by hand) by ``nt`` threads (``tid`` 0..nt-1): every 16-byte load of a batch issued before its stores (v1
-    walked the state one 2-byte element at a time, 8 loads in flight). A warp's vectors are 4 consecutive K-vectors x 8
-    consecutive rows (64-byte row segments; 4-way store conflicts). With ``gWs2`` (dS1): ``<dS1, S0>`` per key channel
-    added to ``sExtra`` (fp32 partial sums over this thread's rows, then one shared atomic per channel and thread;
-    ``nt`` = 128 keeps a thread's K-vector fixed). Not fenced."""
-    assert gWs2 is None or nt == THREADS, "the <dS1, S0> partial sums need a fixed K-vector per thread"
-    nkv = D // VEC
-    npt = D * nkv // nt
-    mT = cute.make_tensor(pT, cute.make_layout((CHUNK * D,)))
-    batch = min(npt, 8)
-    kq = nkv // 4
-    kv = Int32(0)
-    dotp = cute.make_rmem_tensor(cute.make_layout((VEC,)), Float32)
-    if const_expr(gWs2 is not None):
-        for e in cutlass.range_constexpr(VEC):
-            dotp[e] = Float32(0.0)
-    for bb in cutlass.range_constexpr(npt // batch):
-        buf = cute.make_rmem_tensor(cute.make_layout((1, 1, 1, VEC, batch)), BFloat16)
-        buf2 = cute.make_rmem_tensor(cute.make_layout((1, 1, 1, VEC, batch)), BFloat16)
-        for b in cutlass.range_constexpr(batch):
-            n = tid + nt * (bb * batch + b)
-            rest = n // 32
-            kv = (rest % kq) * 4 + n % 4
-            v = (rest // kq) * 8 + (n // 4) % 8
-            cute.autovec_copy(gWs[(None, None, None, None), (slot, head, v, kv)], buf[None, None, None, None, b])
-            if const_expr(gWs2 is not None):
-                cute.autovec_copy(gWs2[(None, None, None, None), (slot, head, v, kv)], buf2[None, None, None, None, b])
-        for b in cutlass.range_constexpr(batch):
-            n = tid + nt * (bb * batch + b)
-            rest = n // 32
-            kv = (rest % kq) * 4 + n % 4
-            v = (rest // kq) * 8 + (n // 4) % 8
-            for e in cutlass.range_constexpr(VEC):
-                kc = kv * VEC + e  # (k, v) of the state at (k // 64) 64 D + (v // 64) 4096 + 64 (k % 64) + ((v % 64) ^ (k % 8) 8)
-                s_val = buf[0, 0, 0, e, b]
-                mT[(kc // BV) * (CHUNK * D) + (v // BV) * TILE + (kc % BV) * CHUNK + ((v % BV) ^ (e * VEC))] = s_val
-                if const_expr(gWs2 is not None):
-                    dotp[e] = dotp[e] + s_val.to(Float32) * buf2[0, 0, 0, e, b].to(Float32)
-    if const_expr(gWs2 is not None):
-        for e in cutlass.range_constexpr(VEC):
-            cute.arch.atomic_add(sExtra.iterator + (kv * VEC + e), dotp[e])
-
-
-@cute.jit
 def _load_a1(mG, mB, gWsH, gWsDh, sGc, sBeta, pS0T, sExtra, t0: Int32, n_valid: Int32, head: Int32, slot: Int32, ltid: Int32, D: cutlass.Constexpr[int]):
     """Warpgroup 1's phase-A loads: the gates (``_gates``), S0^T and ``<dS1, S0>`` per key channel into ``sExtra``
     (zeroed at the previous iteration's end). Not fenced."""
     _gates(mG, mB, sGc, sBeta, t0, n_valid, head, ltid, D)
     _state_t_to_smem(gWsH, gWsDh, pS0T, sExtra, slot, head, ltid, THREADS, D)
-
-
-@cute.jit
-def _row_sums_add(sDst: cute.Tensor, rs: cute.Tensor, c64: cute.Tensor):
-    """``sDst[row] += rs[k]`` summed over the 4 lanes sharing the row (the m64 accumulator: element ``i`` of a thread lies
-    in row ``c64[i][0]``, the thread's two rows for ``(i // 2) % 2`` = 0, 1, shared by lanes ``4 q .. 4 q + 3``): two
-    butterfly shuffles, then one shared atomic per row from the lane holding column 0 (v1: one atomic per element)."""
-    for k in cutlass.range_constexpr(2):
-        v = rs[k]
-        v = v + cute.arch.shuffle_sync_bfly(v, offset=1)
-        v = v + cute.arch.shuffle_sync_bfly(v, offset=2)
-        if c64[0][1] == 0:
-            cute.arch.atomic_add(sDst.iterator + c64[2 * k][0], v)
-
-
-@cute.jit
-def _col_sums_add(sDst: cute.Tensor, cs: cute.Tensor, c64: cute.Tensor, c_off: Int32):
-    """``sDst[c_off + col] += cs[m]`` summed over the warp's 16 rows (the thread's 16 columns ``m = i % 2 + 2 (i // 4)``,
-    shared by lanes of equal ``lane % 4``): three butterfly shuffles, then one shared atomic per column from the lanes of
-    row ``16 w`` (v1: one atomic per element)."""
-    for m in cutlass.range_constexpr(16):
-        v = cs[m]
-        v = v + cute.arch.shuffle_sync_bfly(v, offset=4)
-        v = v + cute.arch.shuffle_sync_bfly(v, offset=8)
-        v = v + cute.arch.shuffle_sync_bfly(v, offset=16)
-        if c64[0][0] % SOLVE_BLOCK == 0:
-            cute.arch.atomic_add(sDst.iterator + (c_off + c64[(m % 2) + 4 * (m // 2)][1]), v)
-
-
-@cute.jit
-def _dwm_dv_block(mma, acc_a, acc_d, dvn_A, s0t_Bh, tmt_A, dvnt_Bh, sDwm, sDwmT, sDBr, sV, sBeta, mDv, c64, t0: Int32, n_valid: Int32, head: Int32, h: Int32):
-    """Channel block ``h`` of ``dWm = -dVn S0`` (-> ``sDwm``, ``sDwmT``) and ``dUb = Tm^T dVn`` (``dV = beta dUb`` ->
-    ``mDv``, ``rowsum(dUb V)`` -> ``sDBr``), one WGMMA group. Not fenced."""
-    warpgroup.fence()
-    _issue(mma, acc_a, dvn_A, s0t_Bh, True)
-    _issue(mma, acc_d, tmt_A, dvnt_Bh, True)
-    _commit_wait()
-    for i in cutlass.range_constexpr(cute.size(acc_a)):
-        rc = c64[i]
-        w = (-acc_a[i]).to(BFloat16)
-        sDwm[rc[0], h * BV + rc[1]] = w
-        sDwmT[rc[1], rc[0], h] = w
-    rs = cute.make_rmem_tensor(cute.make_layout((2,)), Float32)
-    rs.fill(0.0)
-    mDv0 = cute.domain_offset((t0, head, 0), mDv)  # the chunk's first token and this head
-    for i in cutlass.range_constexpr(cute.size(acc_d)):
-        rc = c64[i]
-        rs[(i // 2) % 2] = rs[(i // 2) % 2] + acc_d[i] * sV[rc[0], h * BV + rc[1]].to(Float32)
-        if rc[0] < n_valid:
-            mDv0[rc[0], 0, h * BV + rc[1]] = (acc_d[i] * sBeta[rc[0]]).to(mDv.element_type)
-    _row_sums_add(sDBr, rs, c64)
 
 
 @cute.jit
@@ -605,111 +438,22 @@ def _dg_cumsum(mDg, sGc, sExtra, sKdSum, t0: Int32, n_valid: Int32, head: Int32,
     sExtra[ch] = Float32(0.0)
 
 
-class KdaBwdGradsV2(DeltaRuleKernel):
+class KdaBwdGradsV2(GradsV2Launch):
     """Pass 3 v2: dq, dk, dv, dg, dbeta of every chunk on two warpgroups per CTA (same launch arguments as v1)."""
+
+    PER_KEY_GATE = True
 
     def __init__(self, key: KdaBwdKey):
         super().__init__(key)
         assert not key.l2norm and not key.gva, "KDA backward: no in-kernel L2 norm, no GVA (declined by the adapter)"
 
-    @cute.jit
-    def __call__(
-        self,
-        q_ptr: cute.Pointer,
-        k_ptr: cute.Pointer,
-        v_ptr: cute.Pointer,
-        do_ptr: cute.Pointer,
-        g_ptr: cute.Pointer,
-        beta_ptr: cute.Pointer,
-        cu_ptr: cute.Pointer | None,
-        wsh_ptr: cute.Pointer,
-        wsdh_ptr: cute.Pointer,
-        wsvn_ptr: cute.Pointer,
-        wsdvn_ptr: cute.Pointer,
-        wstm_ptr: cute.Pointer,
-        dq_ptr: cute.Pointer,
-        dk_ptr: cute.Pointer,
-        dv_ptr: cute.Pointer,
-        dg_ptr: cute.Pointer,
-        dbeta_ptr: cute.Pointer,
-        T: Int32,
-        n_seqs: Int32,
-        seq_len: Int32,
-        heads: Int32,
-        qk_heads: Int32,
-        slots: Int32,
-        z_split: Int32,
-        scale: Float32,
-        q_strides: tuple[Int64, Int64],
-        k_strides: tuple[Int64, Int64],
-        v_strides: tuple[Int64, Int64],
-        do_strides: tuple[Int64, Int64],
-        dq_strides: tuple[Int64, Int64],
-        dk_strides: tuple[Int64, Int64],
-        dv_strides: tuple[Int64, Int64],
-        stream: cuda.CUstream,
-    ):
+    def shared_storage(self, l_ck, l_kc, l_kv, l_cc):
+        """The shared-memory struct (host side, built in ``GradsV2Launch.__call__``; see the kernel for the tiles' use):
+        x0, x1, x3 [C, D], x5 [D % 64, C, D // 64], y0 [K, V], c1, c4, c5, c6 [C, C], r (eight [64, 64] tiles), then the
+        fp32 arrays."""
         D = self.D
-        gQ, gK, gV = vec_views(D, q_ptr, k_ptr, v_ptr, T, heads, qk_heads, q_strides, k_strides, v_strides)
-        _, _, gDo = vec_views(D, q_ptr, k_ptr, do_ptr, T, heads, qk_heads, q_strides, k_strides, do_strides)
-        ws_tok = cute.make_layout((T, heads, D), stride=(Int64(heads) * D, D, 1))
-        gVn = cute.zipped_divide(cute.make_tensor(wsvn_ptr, ws_tok), (1, 1, VEC))
-        gDvn = cute.zipped_divide(cute.make_tensor(wsdvn_ptr, ws_tok), (1, 1, VEC))
-        gWsH = cute.zipped_divide(state_views_aligned(wsh_ptr, slots, heads, D), (1, 1, 1, VEC))  # 16-byte vectors along K
-        gWsDh = cute.zipped_divide(state_views_aligned(wsdh_ptr, slots, heads, D), (1, 1, 1, VEC))
-        gWsTm = cute.zipped_divide(cc_views(wstm_ptr, slots, heads), (1, 1, 1, VEC))
-        mDq, mDk, mDv, mG, mB, mDg, mDb, mCu = grads_views(
-            dq_ptr, dk_ptr, dv_ptr, g_ptr, beta_ptr, dg_ptr, dbeta_ptr, cu_ptr, T, n_seqs, heads, D, dq_strides, dk_strides, dv_strides, True, self.key.varlen
-        )
-        mma, l_ck, l_kc, l_kv, l_cc = grads_layouts(D)
-
-        @cute.struct
-        class SharedStorage:
-            x0: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
-            x1: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
-            x3: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
-            x5: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_kc)], 1024]
-            y0: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_kv)], 1024]
-            c1: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
-            c4: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
-            c5: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
-            c6: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
-            r: cute.struct.Align[cute.struct.MemRange[BFloat16, 8 * TILE], 1024]  # eight [64, 64] tiles: see the kernel
-            gc: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK * (D + 1)], 16]
-            beta: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]
-            dbr: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]
-            extra: cute.struct.Align[cute.struct.MemRange[Float32, D], 16]
-            kdsum: cute.struct.Align[cute.struct.MemRange[Float32, D], 16]
-
-        self.kernel(
-            gQ,
-            gK,
-            gV,
-            gDo,
-            gVn,
-            gDvn,
-            gWsH,
-            gWsDh,
-            gWsTm,
-            mDq,
-            mDk,
-            mDv,
-            mG,
-            mB,
-            mDg,
-            mDb,
-            mCu,
-            seq_len,
-            heads // qk_heads,
-            z_split,
-            scale,
-            mma,
-            l_ck,
-            l_kc,
-            l_kv,
-            l_cc,
-            SharedStorage,
-        ).launch(grid=[n_seqs, heads, z_split], block=[THREADS2, 1, 1], smem=SharedStorage.size_in_bytes(), stream=stream, min_blocks_per_mp=1)
+        tiles = dict(x0=l_ck, x1=l_ck, x3=l_ck, x5=l_kc, y0=l_kv, c1=l_cc, c4=l_cc, c5=l_cc, c6=l_cc, r=cute.make_layout((8 * TILE,)))
+        return smem_struct(tiles, dict(gc=CHUNK * (D + 1), beta=CHUNK, dbr=CHUNK, extra=D, kdsum=D))
 
     @cute.kernel
     def kernel(
