@@ -24,15 +24,14 @@ grouped WGMMA waits; opt-in ``plan.grads_v2``), in four tiers (the KDA counterpa
   128 with both states (the A/B case's compile key) with v1 and with v2 as pass 3 (the benchmark's configuration, dense
   with the in-kernel L2 norm: ``benchmarks/linear_attention_bwd.py gdn --profile --providers ours,ours-v2``).
 
+Shared machinery (PTX checks, the A/B stand-in, comparisons, timing): ``_p3_cases.py``.
+
 Run: ``python -m pytest packages/cudnn-linear-attention/tests/test_la_bwd_p3_gdn.py -s``.
 """
 
 from __future__ import annotations
 
 import os
-import re
-import shutil
-import subprocess
 import sys
 
 import pytest
@@ -40,16 +39,13 @@ import pytest
 torch = pytest.importorskip("torch")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_la_bwd_p3 import _AB  # noqa: E402  (the A/B stand-in of pass 3: v1 and v2 declare the same argument list)
+import _p3_cases  # noqa: E402  (the shared pass-3 v2 test machinery, imported by folder)
 
 WHAT = "cudnn.linear_attention.gated_delta_net backward (pass 3 v2)"
 
 
 def _dsl():
-    from cudnn_testing.markers import skip_unless_cutedsl
-
-    skip_unless_cutedsl("4.8.0", WHAT)
-    pytest.importorskip("cutlass")
+    _p3_cases.dsl(WHAT)
 
 
 def _desc_plan(D=128, T=1000, H=4, N=5, l2norm=False, states=True, varlen=True, qk_heads=None):
@@ -75,7 +71,6 @@ def test_p3_v2_compiles_with_wgmma_two_warpgroups_and_no_local_memory(tmp_path):
     from dataclasses import replace
 
     from cudnn.linear_attention.gdn import bwd_api
-    from cudnn_testing.compile_only import frame_sizes, keep_artifacts, kernel_symbols
 
     plan = _desc_plan(l2norm=True)
     plan.grads_v2 = True
@@ -83,40 +78,18 @@ def test_p3_v2_compiles_with_wgmma_two_warpgroups_and_no_local_memory(tmp_path):
     key = plan.compile_key()
     assert key.grads_v2 and key.l2norm and key.store_tm and key.varlen and key.has_initial
     v2dir = tmp_path / "v2"
-    with keep_artifacts(v2dir) as ptx:
-        bwd_api.build_kernel("grads", key)()
-        text = ptx()
-    names = kernel_symbols(text)
-    assert len(names) == 1 and names[0].startswith("cudnn_") and "GdnBwdGradsV2" in names[0], names
+    text, names = _p3_cases.build_ptx(bwd_api.build_kernel("grads", key), v2dir)
     # one copy of the per-block code for both warpgroups (block index a runtime value): phase A dWm 8 + dUb 4, dTm 8 + 8,
     # X 4, X Tm^T 4 + K K^T 8; B1 dO S0 8 + dO Vn^T 8 + Q K^T 8, dP~ K 4; B2 dP~^T Q 4 + (B + B^T) K 4 + Vn dS1 8 +
     # Tm^T dWm 4 = 92 (v1: 136, its two 64-channel blocks unrolled)
-    assert text.count("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16") == 92 == text.count("wgmma.mma_async")
     # grouped waits: dWm + dUb, dTm's two, X, X Tm^T + K K^T, B1's three, dP~ K, B2's four = 7 (v1: 23)
-    waits = len(re.findall(r"wgmma\.wait_group\.sync\.aligned\s+0;", text))
-    assert waits == 7, waits
-    assert ".reqntid 256, 1, 1" in text
-    assert re.search(r"bar\.sync\s+(%r\d+|1), 128;", text), "warpgroup-local named barrier (id 1 + warpgroup)"
-    assert re.search(r"barrier\.arrive\s+3, 256;", text) and re.search(r"bar\.sync\s+3, 256;", text), "B1's loads under the dA chain"
+    _p3_cases.check_v2_ptx(text, names, v2dir, "GdnBwdGradsV2", n_wgmma=92, n_waits=7, wg_barrier=r"(%r\d+|1)")
     assert "shfl.sync.bfly" in text  # shuffle row / column sums and the L2 row norm
-    assert "ld.local" not in text and "st.local" not in text
-    assert all(f == 0 for f in frame_sizes(v2dir)), frame_sizes(v2dir)
-    ptxas = shutil.which("ptxas")
-    if ptxas:  # where a ptxas is installed: no C7520 WGMMA serialization, no spill
-        src = tmp_path / "v2.ptx"
-        src.write_text(text)
-        info = subprocess.run([ptxas, "-arch=sm_90a", "-v", str(src), "-o", str(tmp_path / "v2.cubin")], capture_output=True, text=True)
-        log = info.stdout + info.stderr
-        if info.returncode == 0:  # (a ptxas too old for this PTX says nothing about the kernel)
-            assert "C7520" not in log and "0 bytes spill stores" in log, log[-2000:]
 
     # the same plan with grads_v2 off (the default) builds pass 3 version 1, one warpgroup, its products unrolled
     default = replace(key, grads_v2=False)
     assert _desc_plan(l2norm=True).compile_key() == default
-    with keep_artifacts(tmp_path / "v1") as ptx:
-        bwd_api.build_kernel("grads", default)()
-        text1 = ptx()
-    names1 = kernel_symbols(text1)
+    text1, names1 = _p3_cases.build_ptx(bwd_api.build_kernel("grads", default), tmp_path / "v1")
     assert len(names1) == 1 and "GdnBwdGrads_" in names1[0] and "V2" not in names1[0], names1
     assert ".reqntid 128, 1, 1" in text1
     assert text1.count("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16") == 136
@@ -127,8 +100,6 @@ def test_p3_grads_v2_is_a_pass3_key_field(monkeypatch):
     """CPU: ``plan.grads_v2 = True`` changes the compile key, but only pass 3's cache key (passes 1-2 share the default
     plan's artifacts), and ``build_kernel("grads", key)`` dispatches to ``chunk_bwd_v2_kernel.build_grads_v2``."""
     _dsl()
-    from dataclasses import replace
-
     from cudnn.linear_attention.gdn import bwd_api, chunk_bwd_v2_kernel
 
     def plan(v2):
@@ -138,17 +109,7 @@ def test_p3_grads_v2_is_a_pass3_key_field(monkeypatch):
         p.check_support()
         return p
 
-    base, opt = plan(False), plan(True)
-    kb, ko = base.compile_key(), opt.compile_key()
-    assert not kb.grads_v2 and ko.grads_v2 and replace(ko, grads_v2=False) == kb
-    parts = base._parts(kb)
-    assert parts == opt._parts(ko) and parts[-1] == "grads"
-    for part in parts[:-1]:
-        assert opt._cache_key(part, ko) == base._cache_key(part, kb), part
-    assert opt._cache_key("grads", ko) != base._cache_key("grads", kb) and opt._cache_key("grads", ko).grads_v2
-    seen = []
-    monkeypatch.setattr(chunk_bwd_v2_kernel, "build_grads_v2", lambda key: seen.append(key) or "v2")
-    assert bwd_api.build_kernel("grads", ko)() == "v2" and seen == [ko]
+    _p3_cases.check_grads_v2_is_a_pass3_key_field(monkeypatch, bwd_api, chunk_bwd_v2_kernel, plan(False), plan(True))
 
 
 def test_p3_grads_v2_refusals():
@@ -184,36 +145,11 @@ def test_p3_ab_wrapper_swaps_only_the_outputs(monkeypatch):
     """CPU (recorders, no GPU): the A/B stand-in of the GPU test calls v1 with the plan's arguments and v2 with the same
     arguments except dq, dk, dv, dg, dbeta, which point at its own buffers; v1 and v2 declare the same ``__call__``."""
     _dsl()
-    import inspect
-
-    import _bwd_cases
-
     from cudnn.linear_attention.gdn.chunk_bwd_kernel import GdnBwdGrads
     from cudnn.linear_attention.gdn.chunk_bwd_v2_kernel import GdnBwdGradsV2
 
-    names = list(inspect.signature(GdnBwdGrads.__call__).parameters)[1:]
-    assert names == list(inspect.signature(GdnBwdGradsV2.__call__).parameters)[1:]
-    assert names[12:17] == ["dq_ptr", "dk_ptr", "dv_ptr", "dg_ptr", "dbeta_ptr"]
     plan, q, g, beta, outs = _cpu_plan()
-    mine = dict(zip(("dq", "dk", "dv", "dg", "dbeta"), (torch.empty_like(t) for t in (q, q, q, g, beta)), strict=True))
-    v1, v2 = _bwd_cases.Recorder("v1"), _bwd_cases.Recorder("v2")
-    ab = _AB(v1, v2, mine)
-    plan._compiled_kernel = (*[_bwd_cases.Recorder(p) for p in plan._parts(plan.compile_key())[:-1]], ab)
-    from cudnn.linear_attention._host import delta_rule_bwd_api
-
-    monkeypatch.setattr(delta_rule_bwd_api, "_stream", lambda s, d: "stream")
-    raw = torch.empty(plan.scratch_workspace_bytes() + 128, dtype=torch.uint8)
-    ws = raw[(-raw.data_ptr()) % 128 :][: plan.scratch_workspace_bytes()]
-    plan.execute(q, q, q, g, beta, q, *outs, workspace=ws)
-    assert ab.calls == 1 and len(v1.calls) == 1 and len(v2.calls) == 1
-    a1, a2 = v1.calls[0], v2.calls[0]
-    assert len(a1) == len(a2) == len(names)
-    for i, name in enumerate(names):
-        if 12 <= i < 17:
-            assert int(a1[i]._pointer) == outs[i - 12].data_ptr(), name
-            assert int(a2[i]._pointer) == list(mine.values())[i - 12].data_ptr(), name
-        else:
-            assert a1[i] is a2[i], name
+    _p3_cases.check_ab_swaps_only_the_outputs(monkeypatch, plan, q, g, beta, outs, GdnBwdGrads, GdnBwdGradsV2)
 
 
 def test_p3_grads_v2_flip_after_compile_is_refused(monkeypatch):
@@ -240,15 +176,9 @@ def _inputs(lead, H, D, n_seqs, with_states, l2norm, qk_heads=None):
 
 
 def _v2(plan, key):
-    """v2 for the plan's pass-3 key with ``grads_v2`` set, through the kernel cache under the key a ``grads_v2`` plan
-    compiles (so the end-to-end test below reuses the artifact)."""
-    from dataclasses import replace
-
-    from cudnn.kernel_cache import kernel_cache
     from cudnn.linear_attention.gdn import bwd_api
 
-    k2 = replace(key, grads_v2=True)
-    return kernel_cache.get_or_compile(("grads", plan._cache_key("grads", k2)), bwd_api.build_kernel("grads", k2), family=bwd_api.FAMILY)
+    return _p3_cases.v2_kernel(bwd_api, plan, key)
 
 
 def _plan(q, k, v, g, beta, do, outs, h0, dh0, dht, cu, l2norm):
@@ -260,28 +190,14 @@ def _plan(q, k, v, g, beta, do, outs, h0, dh0, dht, cu, l2norm):
 
 
 def _ab_backward(q, k, v, g, beta, do, h0, dht, cu, l2norm):
-    """``(v1 grads, v2 grads)`` of one default-plan backward whose pass 3 is :class:`_AB`."""
-    from cudnn_testing.data import poison
+    """``(v1 grads, v2 grads)`` of one default-plan backward whose pass 3 is ``_p3_cases.AB``."""
+    from cudnn.linear_attention.gdn import bwd_api
 
-    def outs():
-        return dict(
-            dq=poison(torch.empty_like(q)), dk=poison(torch.empty_like(k)), dv=poison(torch.empty_like(v)), dg=poison(torch.empty_like(g)),
-            dbeta=poison(torch.empty_like(beta)),
-        )  # fmt: skip
+    def make_plan(outs, dh0):
+        return _plan(q, k, v, g, beta, do, outs, h0, dh0, dht, cu, l2norm)
 
-    o1, o2 = outs(), outs()
-    dh0 = poison(torch.empty_like(h0)) if h0 is not None else None
-    plan = _plan(q, k, v, g, beta, do, o1, h0, dh0, dht, cu, l2norm)
-    plan.compile()
-    key = plan.compile_key()
+    key, o1, o2 = _p3_cases.ab_backward(bwd_api, make_plan, (q, k, v, g, beta, do), h0, dht, cu)
     assert not key.grads_v2 and key.store_tm and not key.gva  # the default plan (pass 3 v1)
-    v2 = _v2(plan, key)
-    ab = _AB(plan._compiled_kernel[-1], v2, o2)
-    plan._compiled_kernel = (*plan._compiled_kernel[:-1], ab)
-    ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda")
-    plan.execute(q, k, v, g, beta, do, *o1.values(), h0, dh0, dht, cu, workspace=ws)
-    torch.cuda.synchronize()
-    assert ab.calls == 1
     return o1, o2
 
 
@@ -294,43 +210,22 @@ def test_p3_v2_matches_v1_and_reference(layout, lens, D, with_states, l2norm):
     _dsl()
     from cudnn_testing.markers import skip_unless_sm90
     from cudnn_testing.reference_linear_attention import gated_delta_net_chunked_bwd_ref, gated_delta_net_recurrent_bwd_ref
-    from cudnn_testing.tolerance import assert_close_fa
 
     skip_unless_sm90()
     torch.manual_seed(17 + D + len(lens))
     H = 4
-    if layout == "varlen":
-        T = sum(lens)
-        cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
-        lead, n = (T,), len(lens)
-    else:
-        cu, lead, n = None, tuple(lens), lens[0]
+    cu, lead, n = _p3_cases.case_extents(layout, lens)
     q, k, v, g, beta, do, h0, dht = _inputs(lead, H, D, n, with_states, l2norm)
     v1, v2 = _ab_backward(q, k, v, g, beta, do, h0, dht, cu, l2norm)
     batched = layout == "dense"
-    add = (lambda t: t) if batched else (lambda t: t[None])
     kw = dict(initial_state=h0, dfinal_state=dht, cu_seqlens=cu, use_qk_l2norm=l2norm)
-    refargs = [add(t) for t in (q, k, v, g, beta, do)]
+    refargs = _p3_cases.ref_args((q, k, v, g, beta, do), batched)
     ref = gated_delta_net_recurrent_bwd_ref(*refargs, **kw)
     low = gated_delta_net_chunked_bwd_ref(*refargs, dtype=torch.bfloat16, **kw)
-    report = []
-    for name in ("dq", "dk", "dv", "dg", "dbeta"):
-        a, b = v1[name].float(), v2[name].float()
-        assert torch.isfinite(b).all(), f"{name}: v2 left non-finite values (poison not overwritten?)"
-        diff = (a - b).abs().max().item()
-        scale = a.abs().max().item()
-        report.append(f"{name} max|v2-v1| {diff:.3e} (max|v1| {scale:.3e}, bitwise {torch.equal(v1[name], v2[name])})")
-        if name == "dv" or (name in ("dq", "dk") and not l2norm):  # same products, operands, roundings: bitwise (but -0 / +0)
-            assert diff == 0.0, f"{layout} {name}: v2 differs from v1 by {diff:.3e} (max|v1| {scale:.3e})"
-        else:  # fp32 reassociation of the row / column sums (dg, dbeta) and of the chain rule's row dots (dq, dk)
-            assert diff <= 8e-3 * scale + 1e-6, f"{layout} {name}: v2 differs from v1 by {diff:.3e} (max|v1| {scale:.3e})"
-        r = ref[name]
-        out = v2[name] if batched else v2[name][None]
-        base = v1[name] if batched else v1[name][None]
-        noise = 2e-3 * r.abs().max().item()
-        assert_close_fa(out, r, low[name], name=f"{layout} {name} (v2 vs bf16 chunked ref)", factor=2.0, noise=noise)
-        assert_close_fa(out, r, base, name=f"{layout} {name} (v2 vs v1)", factor=2.0, noise=noise)
-    print(f"\n[gdn p3 v2 {layout} K={D} l2norm={l2norm}] " + "; ".join(report))
+    # dv (and dq, dk without the L2 norm): same products, operands, roundings: bitwise (but -0 / +0); the rest up to fp32
+    # reassociation of the row / column sums (dg, dbeta) and of the chain rule's row dots (dq, dk)
+    report = _p3_cases.compare_v1_v2(v1, v2, ref, low, batched, layout, bitwise=lambda name: name == "dv" or (name in ("dq", "dk") and not l2norm))
+    print(f"\n[gdn p3 v2 {layout} K={D} l2norm={l2norm}] " + report)
 
 
 _E2E = [(128, True, False, None), (128, False, True, None), (128, False, True, 2)]
@@ -347,7 +242,6 @@ def test_p3_grads_v2_plan_matches_reference(D, with_states, l2norm, qk_heads):
     from cudnn_testing.data import poison
     from cudnn_testing.markers import skip_unless_sm90
     from cudnn_testing.reference_linear_attention import gated_delta_net_chunked_bwd_ref, gated_delta_net_recurrent_bwd_ref
-    from cudnn_testing.tolerance import assert_close_fa
 
     skip_unless_sm90()
     torch.manual_seed(29 + (qk_heads or 0))
@@ -355,7 +249,7 @@ def test_p3_grads_v2_plan_matches_reference(D, with_states, l2norm, qk_heads):
     T = sum(lens)
     cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
     q, k, v, g, beta, do, h0, dht = _inputs((T,), H, D, len(lens), with_states, l2norm, qk_heads)
-    got = {n: poison(torch.empty_like(t)) for n, t in (("dq", q), ("dk", k), ("dv", v), ("dg", g), ("dbeta", beta))}
+    got = _p3_cases.poisoned_outs(q, k, v, g, beta)
     dh0 = poison(torch.empty_like(h0)) if h0 is not None else None
     plan = _plan(q, k, v, g, beta, do, got, h0, dh0, dht, cu, l2norm)
     plan.grads_v2 = True
@@ -371,9 +265,7 @@ def test_p3_grads_v2_plan_matches_reference(D, with_states, l2norm, qk_heads):
     refargs = [t[None] for t in (q, k, v, g, beta, do)]
     ref = gated_delta_net_recurrent_bwd_ref(*refargs, **kw)
     low = gated_delta_net_chunked_bwd_ref(*refargs, dtype=torch.bfloat16, **kw)
-    for name, out in got.items():
-        r = ref[name]
-        assert_close_fa(out if name == "dh0" else out[None], r, low[name], name=f"grads_v2 plan {name}", factor=2.0, noise=2e-3 * r.abs().max().item())
+    _p3_cases.check_plan_against_reference(got, ref, low)
 
 
 @pytest.mark.gpu
@@ -383,7 +275,6 @@ def test_p3_v2_timing_t8k_h16():
     schedule, with v1 and with v2 as pass 3. Prints; asserts only that both ran. (The benchmark's configuration -- dense,
     in-kernel L2 norm, no states -- is ``benchmarks/linear_attention_bwd.py gdn --profile --providers ours,ours-v2``.)"""
     _dsl()
-    from torch.profiler import ProfilerActivity, profile
 
     from cudnn_testing.markers import skip_unless_sm90
 
@@ -396,28 +287,11 @@ def test_p3_v2_timing_t8k_h16():
     outs = {n: torch.empty_like(t) for n, t in (("dq", q), ("dk", k), ("dv", v), ("dg", g), ("dbeta", beta))}
     plan = _plan(q, k, v, g, beta, do, outs, h0, dh0, dht, cu, False)
     plan.compile()
-    key = plan.compile_key()
-    v1 = plan._compiled_kernel
-    v2 = _v2(plan, key)
+    v2 = _v2(plan, plan.compile_key())
     ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda")
-    res = {}
-    for tag, kernels in (("v1", v1), ("v2", (*v1[:-1], v2))):
-        plan._compiled_kernel = kernels
 
-        def fn():
-            plan.execute(q, k, v, g, beta, do, *outs.values(), h0, dh0, dht, cu, workspace=ws)
+    def run():
+        plan.execute(q, k, v, g, beta, do, *outs.values(), h0, dh0, dht, cu, workspace=ws)
 
-        for _ in range(3):
-            fn()
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as pr:
-            for _ in range(10):
-                fn()
-            torch.cuda.synchronize()
-        rows = sorted(((e.device_time_total / 10, e.key) for e in pr.key_averages() if e.device_time_total > 0), reverse=True)
-        res[tag] = sum(r[0] for r in rows)
-        print(f"\n== GDN backward T{T} H{H} K{D} (varlen N=1, states), pass 3 {tag}: {res[tag]:.1f} us per call")
-        for t, name in rows[:8]:
-            print(f"   {t:9.1f} us  {name[:120]}")
-    plan._compiled_kernel = v1
+    res = _p3_cases.time_v1_v2(plan, v2, run, f"GDN backward T{T} H{H} K{D} (varlen N=1, states)")
     assert res["v1"] > 0 and res["v2"] > 0

@@ -25,7 +25,10 @@ Device blocks:
 - :func:`dstate_update`: pass 2's ``dS0 = dS1 decay(G_C) + dO^T (scale exp(G) Q) - dVn^T Wm`` and its bf16 copy;
 - :func:`states_fragments`, :func:`dstates_fragments`: the WGMMA operands passes 1 and 2 share;
 - :func:`rows_to_smem`: pass 3's row loader (rows past the sequence's end as zero, row-major and / or transposed);
-- :func:`dwm_and_dv`: pass 3's ``dWm = -dVn S0`` and ``dV = beta Tm^T dVn`` with the ``dbeta`` row sums.
+- :func:`dwm_and_dv`: pass 3's ``dWm = -dVn S0`` and ``dV = beta Tm^T dVn`` with the ``dbeta`` row sums;
+- :func:`grads_chunk`: pass 3's chunk bounds and workspace slot;
+- :func:`tm_row_load`, :func:`tm_row_store`: pass 3's Tm row (workspace -> registers -> shared, with the transpose);
+- :func:`scalar_dg_dbeta`: pass 3's (GDN) reverse cumsum of dg over the chunk and the dbeta store.
 
 The chunk-parallel pass 1 (``{kda,gdn}/bwd_states_parallel_kernel.py``, ``parallel_pass1``, the default since session 10): host side
 :func:`state_views_aligned`, :func:`forward_state_views`; device :func:`chunk_cta` (the CTA's chunk), :func:`chunk_slot` (its end and backward slot),
@@ -35,10 +38,15 @@ Its ``fold_prep_tm`` pass 1b (both families): host :func:`fold_views`, :func:`fo
 :func:`fold_shared_storage`; device :func:`tiles_copy`, :func:`fold_chunk` (the whole kernel body) and
 :class:`StatesFoldKernel` (the ``@cute.kernel`` ``{Kda,Gdn}BwdStatesFold`` share; their PTX, symbols included, is
 byte-identical to the per-family kernels they replace).
+
+Pass 3's host launch: :class:`GradsLaunch` (``__call__``: the argument list all four pass-3 kernel classes declare, v1 and v2
+of both families; the global views and the launch; the per-class CTA size, state / Tm views and shared struct as hooks;
+the v1 and v2 PTX byte-identical to the per-class ``__call__`` it replaces, session 10).
 """
 
 from __future__ import annotations
 
+import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 from cutlass import BFloat16, Float32, Int32, Int64, const_expr
@@ -440,6 +448,53 @@ def dwm_and_dv(
     smem_ready()
 
 
+@cute.jit
+def grads_chunk(bos: Int32, eos: Int32, slot0: Int32, ci: Int32):
+    """Pass 3's chunk ``ci`` of the sequence [bos, eos): ``(t0, n_valid, slot)``, its first token, its valid rows (at
+    most C) and its workspace slot."""
+    t0 = bos + ci * CHUNK
+    n_valid = min(eos - t0, CHUNK)
+    slot = slot0 + ci
+    return t0, n_valid, slot
+
+
+@cute.jit
+def tm_row_load(gWsTm: cute.Tensor, slot: Int32, head: Int32, row: Int32, half: Int32):
+    """Half ``half`` of row ``row`` of the chunk's ``Tm`` [64, 64] (pass 1's, bf16 workspace as 16-byte vectors) ->
+    registers (returned; pass 3, both versions: two threads a row)."""
+    tbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, 1, VEC, CHUNK // 2 // VEC)), BFloat16)
+    for vj in cutlass.range_constexpr(CHUNK // 2 // VEC):
+        cute.autovec_copy(gWsTm[(None, None, None, None), (slot, head, row, half * (CHUNK // 2 // VEC) + vj)], tbuf[None, None, None, None, vj])
+    return tbuf
+
+
+@cute.jit
+def tm_row_store(tbuf: cute.Tensor, sTm: cute.Tensor, sTmT: cute.Tensor, row: Int32, half: Int32):
+    """:func:`tm_row_load`'s registers -> ``sTm`` and its transpose ``sTmT`` (shared). Not fenced."""
+    for vj in cutlass.range_constexpr(CHUNK // 2 // VEC):
+        for e in cutlass.range_constexpr(VEC):
+            c = half * (CHUNK // 2) + vj * VEC + e
+            t_val = tbuf[0, 0, 0, e, vj]
+            sTm[row, c] = t_val
+            sTmT[c, row] = t_val
+
+
+@cute.jit
+def scalar_dg_dbeta(mDg: cute.Tensor, mDb: cute.Tensor, sG: cute.Tensor, sDBr: cute.Tensor, t0: Int32, n_valid: Int32, head: Int32, tidx: Int32):
+    """Pass 3's last step with a per-token decay (GDN v1 and v2): thread ``tidx < C`` writes ``dg = reverse cumsum``
+    of the chunk's per-row ``sG`` and ``dbeta = sDBr`` at its token (``t0 + tidx``, inside the sequence). Not fenced."""
+    if tidx < CHUNK:
+        acc_g = Float32(0.0)
+        for j in cutlass.range_constexpr(CHUNK):
+            x = sG[j]
+            if j < tidx:
+                x = Float32(0.0)
+            acc_g = acc_g + x
+        if tidx < n_valid:
+            mDg[t0 + tidx, head] = acc_g
+            mDb[t0 + tidx, head] = sDBr[tidx]
+
+
 def state_views_aligned(ptr, slots, heads, D):
     """A [slots, H, D, D] bf16 state array (:func:`state_views`) with its slot stride declared a multiple of
     D * D, so that the (1, 1, 1, 8) vectors of :func:`forward_state_to_smem_and_workspace` are 16-byte accesses."""
@@ -682,3 +737,123 @@ class StatesFoldKernel(DeltaRuleKernel):
         fold_chunk(mCu, gFH, gWsH, gFTm, gWsTm, gFP, gWsP, gFVnt, gWsVn, n_seqs, seq_len, chunks_per_seq, self.key.varlen, self.D, SharedStorage)
 
     kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
+
+
+class GradsLaunch(DeltaRuleKernel):
+    """Host side of every pass-3 kernel class (v1: ``kda/chunk_bwd_kernel.KdaBwdGrads``,
+    ``gdn/chunk_bwd_kernel.GdnBwdGrads``; v2 through ``delta_rule_bwd_v2.GradsV2Launch``): ``__call__`` takes the
+    argument list of ``{kda,gdn}/bwd_api.py``'s ``_launch``, builds the global views and launches ``self.kernel`` on a
+    grid [N, H, chunk groups] of ``CTA_THREADS`` threads with the family's shared-memory struct. A class sets
+    ``CTA_THREADS``, ``PER_KEY_GATE`` (g [T, H, K], KDA, or [T, H], GDN), overrides :meth:`ws_state` / :meth:`ws_tm`
+    where its kernel reads the workspace states / Tm differently, and defines ``shared_storage(l_ck, l_kc, l_kv, l_cc)``
+    (its ``cute.struct``) and the ``@cute.kernel`` ``kernel`` (whose arguments are the views below, in this order)."""
+
+    CTA_THREADS = THREADS
+    PER_KEY_GATE = False
+
+    def ws_state(self, ptr, slots, heads):
+        """The kernel's view of a bf16 workspace state array [slots, H, D, D] (S0, dS1; host side): 16-byte vectors
+        along the last mode, the slot stride declared a multiple of D * D (v2's loads); v1 classes override."""
+        return cute.zipped_divide(state_views_aligned(ptr, slots, heads, self.D), (1, 1, 1, VEC))
+
+    def ws_tm(self, ptr, slots, heads):
+        """The kernel's view of the workspace Tm [slots, H, 64, 64] (bf16; host side): 16-byte vectors."""
+        return cute.zipped_divide(cc_views(ptr, slots, heads), (1, 1, 1, VEC))
+
+    @cute.jit
+    def __call__(
+        self,
+        q_ptr: cute.Pointer,
+        k_ptr: cute.Pointer,
+        v_ptr: cute.Pointer,
+        do_ptr: cute.Pointer,
+        g_ptr: cute.Pointer,
+        beta_ptr: cute.Pointer,
+        cu_ptr: cute.Pointer | None,
+        wsh_ptr: cute.Pointer,
+        wsdh_ptr: cute.Pointer,
+        wsvn_ptr: cute.Pointer,
+        wsdvn_ptr: cute.Pointer,
+        wstm_ptr: cute.Pointer | None,
+        dq_ptr: cute.Pointer,
+        dk_ptr: cute.Pointer,
+        dv_ptr: cute.Pointer,
+        dg_ptr: cute.Pointer,
+        dbeta_ptr: cute.Pointer,
+        T: Int32,
+        n_seqs: Int32,
+        seq_len: Int32,
+        heads: Int32,
+        qk_heads: Int32,
+        slots: Int32,
+        z_split: Int32,
+        scale: Float32,
+        q_strides: tuple[Int64, Int64],
+        k_strides: tuple[Int64, Int64],
+        v_strides: tuple[Int64, Int64],
+        do_strides: tuple[Int64, Int64],
+        dq_strides: tuple[Int64, Int64],
+        dk_strides: tuple[Int64, Int64],
+        dv_strides: tuple[Int64, Int64],
+        stream: cuda.CUstream,
+    ):
+        D = self.D
+        gQ, gK, gV = vec_views(D, q_ptr, k_ptr, v_ptr, T, heads, qk_heads, q_strides, k_strides, v_strides)
+        _, _, gDo = vec_views(D, q_ptr, k_ptr, do_ptr, T, heads, qk_heads, q_strides, k_strides, do_strides)
+        ws_tok = cute.make_layout((T, heads, D), stride=(Int64(heads) * D, D, 1))
+        gVn = cute.zipped_divide(cute.make_tensor(wsvn_ptr, ws_tok), (1, 1, VEC))
+        gDvn = cute.zipped_divide(cute.make_tensor(wsdvn_ptr, ws_tok), (1, 1, VEC))
+        mWsH = self.ws_state(wsh_ptr, slots, heads)
+        mWsDh = self.ws_state(wsdh_ptr, slots, heads)
+        mWsTm = self.ws_tm(wstm_ptr, slots, heads)
+        # dq, dk: the bf16 outputs [T, H, K] (H = Hk), or with GVA (GDN) the fp32 per-value-head partials in the workspace
+        mDq, mDk, mDv, mG, mB, mDg, mDb, mCu = grads_views(
+            dq_ptr,
+            dk_ptr,
+            dv_ptr,
+            g_ptr,
+            beta_ptr,
+            dg_ptr,
+            dbeta_ptr,
+            cu_ptr,
+            T,
+            n_seqs,
+            heads,
+            D,
+            dq_strides,
+            dk_strides,
+            dv_strides,
+            self.PER_KEY_GATE,
+            self.key.varlen,
+        )
+        mma, l_ck, l_kc, l_kv, l_cc = grads_layouts(D)
+        SharedStorage = self.shared_storage(l_ck, l_kc, l_kv, l_cc)
+        self.kernel(
+            gQ,
+            gK,
+            gV,
+            gDo,
+            gVn,
+            gDvn,
+            mWsH,
+            mWsDh,
+            mWsTm,
+            mDq,
+            mDk,
+            mDv,
+            mG,
+            mB,
+            mDg,
+            mDb,
+            mCu,
+            seq_len,
+            heads // qk_heads,
+            z_split,
+            scale,
+            mma,
+            l_ck,
+            l_kc,
+            l_kv,
+            l_cc,
+            SharedStorage,
+        ).launch(grid=[n_seqs, heads, z_split], block=[self.CTA_THREADS, 1, 1], smem=SharedStorage.size_in_bytes(), stream=stream, min_blocks_per_mp=1)

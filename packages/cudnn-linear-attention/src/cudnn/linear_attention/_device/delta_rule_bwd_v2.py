@@ -14,10 +14,11 @@ session 10 with its PTX byte-identical).
   the optional per-key-channel ``<dS1, S0>``;
 - :func:`row_sums_add`, :func:`col_sums_add`: row / column sums of an m64n64 accumulator into shared memory by warp
   butterfly shuffles and one shared atomic per row / column and warp;
+- :func:`load_a0`: warpgroup 0's phase-A loads (dVn, dVn^T, V, Tm, Tm^T);
 - :func:`dwm_dv_block`: channel block ``h`` of ``dWm = -dVn S0`` and ``dV = beta Tm^T dVn`` (+ dbeta's row sums), one
   WGMMA group (both families: the decay does not enter these products);
-- :class:`GradsV2Launch`: the host side of both v2 kernel classes (``__call__``: v1's argument list, the global views,
-  the launch on 256 threads).
+- :class:`GradsV2Launch`: the host side of both v2 kernel classes (``delta_rule_bwd.GradsLaunch``, the launch every
+  pass-3 class shares, on 256 threads with v2's state views; ``compile_fake``: the compile from fake pointers).
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ import cutlass.cute as cute
 from cutlass import BFloat16, Float32, Int32, Int64, const_expr
 from cutlass.cute.nvgpu import warpgroup
 
-from .delta_rule import BV, CHUNK, SOLVE_BLOCK, THREADS, VEC, DeltaRuleKernel
-from .delta_rule_bwd import cc_views, grads_layouts, grads_views, state_views_aligned, vec_views
+from .delta_rule import BV, CHUNK, SOLVE_BLOCK, THREADS, VEC
+from .delta_rule_bwd import GradsLaunch, tm_row_load, tm_row_store
 
 THREADS2 = 2 * THREADS  # two warpgroups
 TILE = CHUNK * BV  # elements of one [64, 64] bf16 tile (8 KiB)
@@ -189,6 +190,20 @@ def col_sums_add(sDst: cute.Tensor, cs: cute.Tensor, c64: cute.Tensor, c_off: In
 
 
 @cute.jit
+def load_a0(gDvn, gV, gWsTm, pDvn, pDvnT, pV, sTm, sTmT, t0: Int32, eos: Int32, head: Int32, slot: Int32, ltid: Int32, D: cutlass.Constexpr[int]):
+    """Warpgroup 0's phase-A loads: dVn (row-major and transposed), V, Tm and Tm^T; every global load issued before the
+    first store (both families' phase A). Not fenced."""
+    dvn = rows_load(gDvn, t0, eos, head, ltid, D)
+    vv = rows_load(gV, t0, eos, head, ltid, D)
+    row = ltid // 2
+    half = ltid % 2
+    tbuf = tm_row_load(gWsTm, slot, head, row, half)
+    rows_store(dvn, pDvn, pDvnT, t0, eos, ltid, D)
+    rows_store(vv, pV, None, t0, eos, ltid, D)
+    tm_row_store(tbuf, sTm, sTmT, row, half)
+
+
+@cute.jit
 def dwm_dv_block(mma, acc_a, acc_d, dvn_A, s0t_Bh, tmt_A, dvnt_Bh, sDwm, sDwmT, sDBr, sV, sBeta, mDv, c64, t0: Int32, n_valid: Int32, head: Int32, h: Int32):
     """Channel block ``h`` of ``dWm = -dVn S0`` (-> ``sDwm``, ``sDwmT``) and ``dUb = Tm^T dVn`` (``dV = beta dUb`` ->
     ``mDv``, ``rowsum(dUb V)`` -> ``sDBr``), one WGMMA group. Not fenced."""
@@ -212,111 +227,27 @@ def dwm_dv_block(mma, acc_a, acc_d, dvn_A, s0t_Bh, tmt_A, dvnt_Bh, sDwm, sDwmT, 
     row_sums_add(sDBr, rs, c64)
 
 
-class GradsV2Launch(DeltaRuleKernel):
+class GradsV2Launch(GradsLaunch):
     """Host side of the pass-3 v2 kernel classes (``kda/chunk_bwd_v2_kernel.KdaBwdGradsV2``,
-    ``gdn/chunk_bwd_v2_kernel.GdnBwdGradsV2``): ``__call__`` takes v1's argument list (``{kda,gdn}/bwd_api.py``'s
-    ``_launch``), builds the global views (states, Tm and dVn / Vn as 16-byte vectors) and launches ``self.kernel`` on a
-    grid [N, H, chunk groups] of two warpgroups. A family sets ``PER_KEY_GATE`` (g [T, H, K], KDA, or [T, H], GDN) and
-    defines ``shared_storage(l_ck, l_kc, l_kv, l_cc)`` (its ``cute.struct``) and the ``@cute.kernel`` ``kernel`` (whose
-    arguments are the views below, in this order)."""
+    ``gdn/chunk_bwd_v2_kernel.GdnBwdGradsV2``): :class:`~.delta_rule_bwd.GradsLaunch` (v1's argument list and views;
+    states as 16-byte vectors of a slot stride declared a multiple of D * D, Tm as 16-byte vectors) on two warpgroups.
+    A family sets ``PER_KEY_GATE`` and defines ``shared_storage`` and the ``@cute.kernel`` ``kernel``."""
 
-    PER_KEY_GATE = False
+    CTA_THREADS = THREADS2
 
-    @cute.jit
-    def __call__(
-        self,
-        q_ptr: cute.Pointer,
-        k_ptr: cute.Pointer,
-        v_ptr: cute.Pointer,
-        do_ptr: cute.Pointer,
-        g_ptr: cute.Pointer,
-        beta_ptr: cute.Pointer,
-        cu_ptr: cute.Pointer | None,
-        wsh_ptr: cute.Pointer,
-        wsdh_ptr: cute.Pointer,
-        wsvn_ptr: cute.Pointer,
-        wsdvn_ptr: cute.Pointer,
-        wstm_ptr: cute.Pointer,
-        dq_ptr: cute.Pointer,
-        dk_ptr: cute.Pointer,
-        dv_ptr: cute.Pointer,
-        dg_ptr: cute.Pointer,
-        dbeta_ptr: cute.Pointer,
-        T: Int32,
-        n_seqs: Int32,
-        seq_len: Int32,
-        heads: Int32,
-        qk_heads: Int32,
-        slots: Int32,
-        z_split: Int32,
-        scale: Float32,
-        q_strides: tuple[Int64, Int64],
-        k_strides: tuple[Int64, Int64],
-        v_strides: tuple[Int64, Int64],
-        do_strides: tuple[Int64, Int64],
-        dq_strides: tuple[Int64, Int64],
-        dk_strides: tuple[Int64, Int64],
-        dv_strides: tuple[Int64, Int64],
-        stream: cuda.CUstream,
-    ):
-        D = self.D
-        gQ, gK, gV = vec_views(D, q_ptr, k_ptr, v_ptr, T, heads, qk_heads, q_strides, k_strides, v_strides)
-        _, _, gDo = vec_views(D, q_ptr, k_ptr, do_ptr, T, heads, qk_heads, q_strides, k_strides, do_strides)
-        ws_tok = cute.make_layout((T, heads, D), stride=(Int64(heads) * D, D, 1))
-        gVn = cute.zipped_divide(cute.make_tensor(wsvn_ptr, ws_tok), (1, 1, VEC))
-        gDvn = cute.zipped_divide(cute.make_tensor(wsdvn_ptr, ws_tok), (1, 1, VEC))
-        gWsH = cute.zipped_divide(state_views_aligned(wsh_ptr, slots, heads, D), (1, 1, 1, VEC))  # 16-byte vectors along K
-        gWsDh = cute.zipped_divide(state_views_aligned(wsdh_ptr, slots, heads, D), (1, 1, 1, VEC))
-        gWsTm = cute.zipped_divide(cc_views(wstm_ptr, slots, heads), (1, 1, 1, VEC))
-        mDq, mDk, mDv, mG, mB, mDg, mDb, mCu = grads_views(
-            dq_ptr,
-            dk_ptr,
-            dv_ptr,
-            g_ptr,
-            beta_ptr,
-            dg_ptr,
-            dbeta_ptr,
-            cu_ptr,
-            T,
-            n_seqs,
-            heads,
-            D,
-            dq_strides,
-            dk_strides,
-            dv_strides,
-            self.PER_KEY_GATE,
-            self.key.varlen,
+    def compile_fake(self, gva_partials: bool = False):
+        """The ``cute.compile`` of this kernel from fake pointers (the argument list of ``{kda,gdn}/bwd_api.py``'s
+        ``build_kernel("grads", key)``; Rule 4: runtime extents are call arguments). ``gva_partials``: dq, dk are fp32
+        [T, H, K] workspace partials (GDN's GVA), else bf16 outputs."""
+        from .._host.launch import fake_gmem_ptr
+
+        key = self.key
+        bf = lambda: fake_gmem_ptr("BFloat16", 16)  # noqa: E731
+        cu = fake_gmem_ptr("Int32", 4) if key.varlen else None
+        gp, bp = fake_gmem_ptr(key.g_dtype, 2), fake_gmem_ptr(key.beta_dtype, 2)
+        st = (Int64(8), Int64(8))
+        dqk = fake_gmem_ptr("Float32", 16) if gva_partials else fake_gmem_ptr("BFloat16", 2)
+        outs = [dqk, dqk, fake_gmem_ptr("BFloat16", 2)] + [fake_gmem_ptr("Float32", 4)] * 2
+        return cute.compile(
+            self, bf(), bf(), bf(), bf(), gp, bp, cu, bf(), bf(), bf(), bf(), bf(), *outs, *[Int32(8)] * 7, Float32(1.0), *[st] * 7, cuda.CUstream(0)
         )
-        mma, l_ck, l_kc, l_kv, l_cc = grads_layouts(D)
-
-        SharedStorage = self.shared_storage(l_ck, l_kc, l_kv, l_cc)
-
-        self.kernel(
-            gQ,
-            gK,
-            gV,
-            gDo,
-            gVn,
-            gDvn,
-            gWsH,
-            gWsDh,
-            gWsTm,
-            mDq,
-            mDk,
-            mDv,
-            mG,
-            mB,
-            mDg,
-            mDb,
-            mCu,
-            seq_len,
-            heads // qk_heads,
-            z_split,
-            scale,
-            mma,
-            l_ck,
-            l_kc,
-            l_kv,
-            l_cc,
-            SharedStorage,
-        ).launch(grid=[n_seqs, heads, z_split], block=[THREADS2, 1, 1], smem=SharedStorage.size_in_bytes(), stream=stream, min_blocks_per_mp=1)

@@ -38,16 +38,26 @@ partials of every q/k head (and applies the L2-norm chain rule there).
 
 from __future__ import annotations
 
-import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
-from cutlass import BFloat16, Float32, Int32, Int64, const_expr
+from cutlass import BFloat16, Float32, Int32, const_expr
 
-from .._device.delta_rule import BV, CHUNK, SOLVE_BLOCK, THREADS, VEC, DeltaRuleKernel, chunk_gates, solve_unit_lower_blocked
+from .._device.delta_rule import BV, CHUNK, SOLVE_BLOCK, THREADS, VEC, chunk_gates, solve_unit_lower_blocked
 from .._device.delta_rule import row_scale as _row_scale
 from .._device.delta_rule import smem_ready as _smem_ready
 from .._device.delta_rule import wgmma as _wgmma
-from .._device.delta_rule_bwd import bwd_cta, cc_views, dwm_and_dv, grads_layouts, grads_views, rows_to_smem, vec_views
+from .._device.delta_rule_bwd import (
+    GradsLaunch,
+    bwd_cta,
+    dwm_and_dv,
+    grads_chunk,
+    rows_to_smem,
+    scalar_dg_dbeta,
+    smem_struct,
+    state_views,
+    tm_row_load,
+    tm_row_store,
+)
 from .bwd_states_kernel import GdnBwdKey
 
 
@@ -95,7 +105,7 @@ def _load_qk(
                 sXT[col % BV, row, col // BV] = x
 
 
-class GdnBwdGrads(DeltaRuleKernel):
+class GdnBwdGrads(GradsLaunch):
     """Pass 3: dq, dk, dv, dg, dbeta of every chunk (chunks in parallel)."""
 
     def __init__(self, key: GdnBwdKey):
@@ -104,121 +114,21 @@ class GdnBwdGrads(DeltaRuleKernel):
         self.chain = key.l2norm and not key.gva
         self.l2 = 1 if self.chain else 0  # index step of the per-half dq / dk accumulators (one reused without the chain)
 
-    @cute.jit
-    def __call__(
-        self,
-        q_ptr: cute.Pointer,
-        k_ptr: cute.Pointer,
-        v_ptr: cute.Pointer,
-        do_ptr: cute.Pointer,
-        g_ptr: cute.Pointer,
-        beta_ptr: cute.Pointer,
-        cu_ptr: cute.Pointer | None,
-        wsh_ptr: cute.Pointer,
-        wsdh_ptr: cute.Pointer,
-        wsvn_ptr: cute.Pointer,
-        wsdvn_ptr: cute.Pointer,
-        wstm_ptr: cute.Pointer | None,
-        dq_ptr: cute.Pointer,
-        dk_ptr: cute.Pointer,
-        dv_ptr: cute.Pointer,
-        dg_ptr: cute.Pointer,
-        dbeta_ptr: cute.Pointer,
-        T: Int32,
-        n_seqs: Int32,
-        seq_len: Int32,
-        heads: Int32,
-        qk_heads: Int32,
-        slots: Int32,
-        z_split: Int32,
-        scale: Float32,
-        q_strides: tuple[Int64, Int64],
-        k_strides: tuple[Int64, Int64],
-        v_strides: tuple[Int64, Int64],
-        do_strides: tuple[Int64, Int64],
-        dq_strides: tuple[Int64, Int64],
-        dk_strides: tuple[Int64, Int64],
-        dv_strides: tuple[Int64, Int64],
-        stream: cuda.CUstream,
-    ):
-        D = self.D
-        gQ, gK, gV = vec_views(D, q_ptr, k_ptr, v_ptr, T, heads, qk_heads, q_strides, k_strides, v_strides)
-        _, _, gDo = vec_views(D, q_ptr, k_ptr, do_ptr, T, heads, qk_heads, q_strides, k_strides, do_strides)
-        ws_tok = cute.make_layout((T, heads, D), stride=(Int64(heads) * D, D, 1))
-        gVn = cute.zipped_divide(cute.make_tensor(wsvn_ptr, ws_tok), (1, 1, VEC))
-        gDvn = cute.zipped_divide(cute.make_tensor(wsdvn_ptr, ws_tok), (1, 1, VEC))
-        ws_state = cute.make_layout((slots, heads, D, D), stride=(Int64(heads) * (D * D), D * D, D, 1))
-        gWsH = cute.zipped_divide(cute.make_tensor(wsh_ptr, ws_state), (1, 1, 1, VEC))
-        gWsDh = cute.zipped_divide(cute.make_tensor(wsdh_ptr, ws_state), (1, 1, 1, VEC))
-        mWsTm = None
-        if const_expr(self.key.store_tm):
-            mWsTm = cute.zipped_divide(cc_views(wstm_ptr, slots, heads), (1, 1, 1, VEC))  # 16-byte vectors
-        # dq, dk: the bf16 outputs [T, H, K] (H = Hk), or with GVA the fp32 per-value-head partials [T, H, K] in the workspace
-        mDq, mDk, mDv, mG, mB, mDg, mDb, mCu = grads_views(
-            dq_ptr, dk_ptr, dv_ptr, g_ptr, beta_ptr, dg_ptr, dbeta_ptr, cu_ptr, T, n_seqs, heads, D, dq_strides, dk_strides, dv_strides, False, self.key.varlen
-        )
-        mma, l_ck, l_kc, l_kv, l_cc = grads_layouts(D)
+    def ws_state(self, ptr, slots, heads):
+        """S0 / dS1 as 16-byte vectors of a plain [slots, H, D, D] view (host side)."""
+        return cute.zipped_divide(state_views(ptr, slots, heads, self.D), (1, 1, 1, VEC))
 
-        @cute.struct
-        class SharedStorage:
-            # six [C, D] slots, reused across the phases (see the kernel), and one [D, D]
-            x0: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
-            x1: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
-            x2: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
-            x3: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
-            x4: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
-            x5: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
-            y0: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_kv)], 1024]
-            tm: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
-            tmt: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
-            dpt: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
-            dptt: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
-            bs: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
-            dtmt: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
-            xx: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
-            a: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK * (CHUNK + 1)], 16]
-            tz: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK * (CHUNK + 1)], 16]
-            m: cute.struct.Align[cute.struct.MemRange[Float32, SOLVE_BLOCK * (CHUNK + 1)], 16]
-            g: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]
-            gc: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]
-            beta: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]
-            dgr: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]
-            dbr: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]
-            scal: cute.struct.Align[cute.struct.MemRange[Float32, 4], 16]
-            rq: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]
-            rk: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]
-            dotq: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]
-            dotk: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]
+    def ws_tm(self, ptr, slots, heads):
+        """Tm as 16-byte vectors, or None without ``store_tm`` (the kernel recomputes it; host side)."""
+        return super().ws_tm(ptr, slots, heads) if self.key.store_tm else None
 
-        self.kernel(
-            gQ,
-            gK,
-            gV,
-            gDo,
-            gVn,
-            gDvn,
-            gWsH,
-            gWsDh,
-            mWsTm,
-            mDq,
-            mDk,
-            mDv,
-            mG,
-            mB,
-            mDg,
-            mDb,
-            mCu,
-            seq_len,
-            heads // qk_heads,
-            z_split,
-            scale,
-            mma,
-            l_ck,
-            l_kc,
-            l_kv,
-            l_cc,
-            SharedStorage,
-        ).launch(grid=[n_seqs, heads, z_split], block=[THREADS, 1, 1], smem=SharedStorage.size_in_bytes(), stream=stream, min_blocks_per_mp=1)
+    def shared_storage(self, l_ck, l_kc, l_kv, l_cc):
+        """The shared-memory struct (host side, built in ``GradsLaunch.__call__``; see the kernel for the tiles' use):
+        six [C, D] slots, reused across the phases, one [K, V], seven [C, C], then the fp32 arrays."""
+        tiles = dict(x0=l_ck, x1=l_ck, x2=l_ck, x3=l_ck, x4=l_ck, x5=l_ck, y0=l_kv, tm=l_cc, tmt=l_cc, dpt=l_cc, dptt=l_cc, bs=l_cc, dtmt=l_cc, xx=l_cc)
+        f32 = dict(a=CHUNK * (CHUNK + 1), tz=CHUNK * (CHUNK + 1), m=SOLVE_BLOCK * (CHUNK + 1), g=CHUNK, gc=CHUNK, beta=CHUNK, dgr=CHUNK, dbr=CHUNK, scal=4)
+        f32.update(rq=CHUNK, rk=CHUNK, dotq=CHUNK, dotk=CHUNK)
+        return smem_struct(tiles, f32)
 
     @cute.kernel
     def kernel(
@@ -332,9 +242,7 @@ class GdnBwdGrads(DeltaRuleKernel):
         c64 = mma.get_slice(tidx).partition_C(cute.make_identity_tensor((CHUNK, CHUNK)))
 
         for ci in range(zc, n_chunks, z_split):
-            t0 = bos + ci * CHUNK
-            n_valid = min(eos - t0, CHUNK)
-            slot = slot0 + ci
+            t0, n_valid, slot = grads_chunk(bos, eos, slot0, ci)
             if tidx < CHUNK:
                 sDGr[tidx] = Float32(0.0)
                 sDBr[tidx] = Float32(0.0)
@@ -370,15 +278,7 @@ class GdnBwdGrads(DeltaRuleKernel):
             if const_expr(self.key.store_tm):  # pass 1's Tm (bf16) and its transpose
                 trow = tidx // 2
                 thalf = tidx % 2
-                tbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, 1, VEC, CHUNK // 2 // VEC)), BFloat16)
-                for vj in cutlass.range_constexpr(CHUNK // 2 // VEC):  # row tidx // 2, half tidx % 2 of Tm: 16-byte loads
-                    cute.autovec_copy(mWsTm[(None, None, None, None), (slot, head, trow, thalf * (CHUNK // 2 // VEC) + vj)], tbuf[None, None, None, None, vj])
-                for vj in cutlass.range_constexpr(CHUNK // 2 // VEC):
-                    for e in cutlass.range_constexpr(VEC):
-                        c = thalf * (CHUNK // 2) + vj * VEC + e
-                        t_val = tbuf[0, 0, 0, e, vj]
-                        sTm[trow, c] = t_val
-                        sTmT[c, trow] = t_val
+                tm_row_store(tm_row_load(mWsTm, slot, head, trow, thalf), sTm, sTmT, trow, thalf)  # row tidx // 2, half tidx % 2
             else:  # A, Tm = (I + A)^-1 recomputed
                 _wgmma(mma, acc_a, k_A, k_B, True)
                 for i in cutlass.range_constexpr(cute.size(acc_a)):
@@ -547,16 +447,7 @@ class GdnBwdGrads(DeltaRuleKernel):
                     dgv = dgv + cute.math.exp(g_last) * sScal[0] + sScal[1]
                 sG[tidx] = dgv
             cute.arch.sync_threads()
-            if tidx < CHUNK:
-                acc_g = Float32(0.0)
-                for j in cutlass.range_constexpr(CHUNK):
-                    x = sG[j]
-                    if j < tidx:
-                        x = Float32(0.0)
-                    acc_g = acc_g + x
-                if tidx < n_valid:
-                    mDg[t0 + tidx, head] = acc_g
-                    mDb[t0 + tidx, head] = sDBr[tidx]
+            scalar_dg_dbeta(mDg, mDb, sG, sDBr, t0, n_valid, head, tidx)
             cute.arch.sync_threads()
 
     kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)

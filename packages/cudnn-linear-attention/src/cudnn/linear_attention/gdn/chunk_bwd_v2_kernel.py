@@ -46,16 +46,15 @@ gradient, the L2 norm, GVA (fp32 dq / dk partials per value head).
 
 from __future__ import annotations
 
-import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
-from cutlass import BFloat16, Float32, Int32, Int64, const_expr
+from cutlass import BFloat16, Float32, Int32, const_expr
 from cutlass.cute.nvgpu import warpgroup
 
 from .._device.delta_rule import BV, CHUNK, L2NORM_EPS, THREADS, VEC
 from .._device.delta_rule import smem_ready as _smem_ready
 from .._device.delta_rule import wgmma as _wgmma
-from .._device.delta_rule_bwd import bwd_cta, smem_struct
+from .._device.delta_rule_bwd import bwd_cta, grads_chunk, scalar_dg_dbeta, smem_struct
 from .._device.delta_rule_bwd_v2 import (
     THREADS2,
     TILE,
@@ -64,6 +63,7 @@ from .._device.delta_rule_bwd_v2 import (
     commit_wait,
     dwm_dv_block,
     issue,
+    load_a0,
     row_sums_add,
     rows_load,
     rows_store,
@@ -149,27 +149,6 @@ def _chain_store(
         if r < n_valid:
             dx = sR[r] * (acc[i] - sX[r, h * BV + rc[1]].to(Float32) * sDot[r])
             mDx0[r, 0, h * BV + rc[1]] = dx.to(mDx.element_type)
-
-
-@cute.jit
-def _load_a0(gDvn, gV, gWsTm, pDvn, pDvnT, pV, sTm, sTmT, t0: Int32, eos: Int32, head: Int32, slot: Int32, ltid: Int32, D: cutlass.Constexpr[int]):
-    """Warpgroup 0's phase-A loads: dVn (row-major and transposed), V, Tm and Tm^T; every global load issued before the
-    first store. Not fenced."""
-    dvn = rows_load(gDvn, t0, eos, head, ltid, D)
-    vv = rows_load(gV, t0, eos, head, ltid, D)
-    row = ltid // 2
-    half = ltid % 2
-    tbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, 1, VEC, CHUNK // 2 // VEC)), BFloat16)
-    for vj in cutlass.range_constexpr(CHUNK // 2 // VEC):
-        cute.autovec_copy(gWsTm[(None, None, None, None), (slot, head, row, half * (CHUNK // 2 // VEC) + vj)], tbuf[None, None, None, None, vj])
-    rows_store(dvn, pDvn, pDvnT, t0, eos, ltid, D)
-    rows_store(vv, pV, None, t0, eos, ltid, D)
-    for vj in cutlass.range_constexpr(CHUNK // 2 // VEC):
-        for e in cutlass.range_constexpr(VEC):
-            c = half * (CHUNK // 2) + vj * VEC + e
-            t_val = tbuf[0, 0, 0, e, vj]
-            sTm[row, c] = t_val
-            sTmT[c, row] = t_val
 
 
 @cute.jit
@@ -346,7 +325,7 @@ class GdnBwdGradsV2(GradsV2Launch):
         self.chain = key.l2norm and not key.gva
 
     def shared_storage(self, l_ck, l_kc, l_kv, l_cc):
-        """The shared-memory struct (host side, built in ``GradsV2Launch.__call__``; see the kernel for the tiles' use per
+        """The shared-memory struct (host side, built in ``GradsLaunch.__call__``; see the kernel for the tiles' use per
         phase): seven [C, D] tiles (x1, x5 as [D % 64, C, D // 64]), S0^T / dS1^T [K, V], six [C, C], then the fp32
         arrays (with the L2 norm: the rows' factors and the chain rule's row dots)."""
         tiles = dict(x0=l_ck, x1=l_kc, x2=l_ck, x3=l_ck, x4=l_ck, x5=l_kc, x6=l_ck, y0=l_kv, tm=l_cc, tmt=l_cc, dtmt=l_cc, xx=l_cc, bs=l_cc, dpt=l_cc)
@@ -469,9 +448,7 @@ class GdnBwdGradsV2(GradsV2Launch):
             sExtra[tidx] = Float32(0.0)  # later chunks: zeroed after the dg step reads it
         cute.arch.sync_threads()
         for ci in range(zc, n_chunks, z_split):
-            t0 = bos + ci * CHUNK
-            n_valid = min(eos - t0, CHUNK)
-            slot = slot0 + ci
+            t0, n_valid, slot = grads_chunk(bos, eos, slot0, ci)
             if tidx < CHUNK:
                 sDGr[tidx] = Float32(0.0)
                 sDBr[tidx] = Float32(0.0)
@@ -483,7 +460,7 @@ class GdnBwdGradsV2(GradsV2Launch):
 
             # ================= phase A: loads; dWm, dV; dTm, X, dA ===========================================
             if wgi == 0:
-                _load_a0(gDvn, gV, gWsTm, pX2, pX3, pX4, sTm, sTmT, t0, eos, head, slot, ltid, D)
+                load_a0(gDvn, gV, gWsTm, pX2, pX3, pX4, sTm, sTmT, t0, eos, head, slot, ltid, D)
             else:
                 _gates(mG, mB, sGc, sBeta, t0, n_valid, head, ltid)
                 state_t_to_smem(gWsH, gWsDh, pY0, sExtra, slot, head, ltid, THREADS, D)  # S0^T, <dS1, S0> per key channel
@@ -542,32 +519,13 @@ class GdnBwdGradsV2(GradsV2Launch):
             cute.arch.sync_threads()
             if tidx < D:
                 sExtra[tidx] = Float32(0.0)  # for the next chunk (ordered before its atomics by the barrier below)
-            if tidx < CHUNK:
-                acc_g = Float32(0.0)
-                for j in cutlass.range_constexpr(CHUNK):
-                    x = sG[j]
-                    if j < tidx:
-                        x = Float32(0.0)
-                    acc_g = acc_g + x
-                if tidx < n_valid:
-                    mDg[t0 + tidx, head] = acc_g
-                    mDb[t0 + tidx, head] = sDBr[tidx]
+            scalar_dg_dbeta(mDg, mDb, sG, sDBr, t0, n_valid, head, tidx)
             cute.arch.sync_threads()
 
     kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
 
 
 def build_grads_v2(key: GdnBwdKey):
-    """The ``cute.compile`` of :class:`GdnBwdGradsV2` from fake pointers (the argument list of ``gdn/bwd_api.py``'s
-    ``build_kernel("grads", key)``; Rule 4: runtime extents are call arguments)."""
-    from .._host.launch import fake_gmem_ptr
-
-    bf = lambda: fake_gmem_ptr("BFloat16", 16)  # noqa: E731
-    cu = fake_gmem_ptr("Int32", 4) if key.varlen else None
-    gp, bp = fake_gmem_ptr(key.g_dtype, 2), fake_gmem_ptr(key.beta_dtype, 2)
-    st = (Int64(8), Int64(8))
-    dqk = fake_gmem_ptr("Float32", 16) if key.gva else fake_gmem_ptr("BFloat16", 2)  # GVA: fp32 partials in the workspace
-    outs = [dqk, dqk, fake_gmem_ptr("BFloat16", 2)] + [fake_gmem_ptr("Float32", 4)] * 2
-    return cute.compile(
-        GdnBwdGradsV2(key), bf(), bf(), bf(), bf(), gp, bp, cu, bf(), bf(), bf(), bf(), bf(), *outs, *[Int32(8)] * 7, Float32(1.0), *[st] * 7, cuda.CUstream(0)
-    )
+    """The ``cute.compile`` of :class:`GdnBwdGradsV2` from fake pointers (``GradsV2Launch.compile_fake``; with GVA dq
+    and dk are the fp32 per-value-head partials in the workspace)."""
+    return GdnBwdGradsV2(key).compile_fake(gva_partials=key.gva)

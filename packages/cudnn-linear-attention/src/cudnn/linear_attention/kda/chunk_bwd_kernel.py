@@ -39,16 +39,15 @@ contiguous.
 
 from __future__ import annotations
 
-import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
-from cutlass import BFloat16, Float32, Int32, Int64, const_expr
+from cutlass import BFloat16, Float32, Int32, const_expr
 from cutlass.cute.nvgpu import warpgroup
 
-from .._device.delta_rule import BV, CHUNK, SOLVE_BLOCK, THREADS, VEC, DeltaRuleKernel, chunk_gates, row_guard
+from .._device.delta_rule import BV, CHUNK, SOLVE_BLOCK, THREADS, VEC, chunk_gates, row_guard
 from .._device.delta_rule import smem_ready as _smem_ready
 from .._device.delta_rule import wgmma as _wgmma
-from .._device.delta_rule_bwd import bwd_cta, cc_views, dwm_and_dv, grads_layouts, grads_views, rows_to_smem, state_views, vec_views
+from .._device.delta_rule_bwd import GradsLaunch, bwd_cta, dwm_and_dv, grads_chunk, rows_to_smem, smem_struct, state_views, tm_row_load, tm_row_store
 from .bwd_states_kernel import REF_OFFSET, KdaBwdKey
 
 
@@ -104,115 +103,25 @@ def _wgmma_hilo(tiled_mma: cute.TiledMma, acc: cute.Tensor, tCrA: cute.Tensor, t
     warpgroup.wait_group(0)
 
 
-class KdaBwdGrads(DeltaRuleKernel):
+class KdaBwdGrads(GradsLaunch):
     """Pass 3: dq, dk, dv, dg, dbeta of every chunk (chunks in parallel)."""
 
     def __init__(self, key: KdaBwdKey):
         super().__init__(key)
         assert not key.l2norm and not key.gva, "KDA backward v1: no in-kernel L2 norm, no GVA (declined by the adapter)"
 
-    @cute.jit
-    def __call__(
-        self,
-        q_ptr: cute.Pointer,
-        k_ptr: cute.Pointer,
-        v_ptr: cute.Pointer,
-        do_ptr: cute.Pointer,
-        g_ptr: cute.Pointer,
-        beta_ptr: cute.Pointer,
-        cu_ptr: cute.Pointer | None,
-        wsh_ptr: cute.Pointer,
-        wsdh_ptr: cute.Pointer,
-        wsvn_ptr: cute.Pointer,
-        wsdvn_ptr: cute.Pointer,
-        wstm_ptr: cute.Pointer,
-        dq_ptr: cute.Pointer,
-        dk_ptr: cute.Pointer,
-        dv_ptr: cute.Pointer,
-        dg_ptr: cute.Pointer,
-        dbeta_ptr: cute.Pointer,
-        T: Int32,
-        n_seqs: Int32,
-        seq_len: Int32,
-        heads: Int32,
-        qk_heads: Int32,
-        slots: Int32,
-        z_split: Int32,
-        scale: Float32,
-        q_strides: tuple[Int64, Int64],
-        k_strides: tuple[Int64, Int64],
-        v_strides: tuple[Int64, Int64],
-        do_strides: tuple[Int64, Int64],
-        dq_strides: tuple[Int64, Int64],
-        dk_strides: tuple[Int64, Int64],
-        dv_strides: tuple[Int64, Int64],
-        stream: cuda.CUstream,
-    ):
+    PER_KEY_GATE = True
+
+    def ws_state(self, ptr, slots, heads):
+        """S0 / dS1 as plain [slots, H, D, D] views (this kernel's scalar loads; host side)."""
+        return state_views(ptr, slots, heads, self.D)
+
+    def shared_storage(self, l_ck, l_kc, l_kv, l_cc):
+        """The shared-memory struct (host side, built in ``GradsLaunch.__call__``; see the kernel for the tiles' use):
+        x0-x4 [C, D], x5 [D % 64, C, D // 64], y0 [K, V], c0-c6 [C, C], then the fp32 arrays."""
         D = self.D
-        gQ, gK, gV = vec_views(D, q_ptr, k_ptr, v_ptr, T, heads, qk_heads, q_strides, k_strides, v_strides)
-        _, _, gDo = vec_views(D, q_ptr, k_ptr, do_ptr, T, heads, qk_heads, q_strides, k_strides, do_strides)
-        ws_tok = cute.make_layout((T, heads, D), stride=(Int64(heads) * D, D, 1))
-        gVn = cute.zipped_divide(cute.make_tensor(wsvn_ptr, ws_tok), (1, 1, VEC))
-        gDvn = cute.zipped_divide(cute.make_tensor(wsdvn_ptr, ws_tok), (1, 1, VEC))
-        mWsH = state_views(wsh_ptr, slots, heads, D)
-        mWsDh = state_views(wsdh_ptr, slots, heads, D)
-        gWsTm = cute.zipped_divide(cc_views(wstm_ptr, slots, heads), (1, 1, 1, VEC))
-        mDq, mDk, mDv, mG, mB, mDg, mDb, mCu = grads_views(
-            dq_ptr, dk_ptr, dv_ptr, g_ptr, beta_ptr, dg_ptr, dbeta_ptr, cu_ptr, T, n_seqs, heads, D, dq_strides, dk_strides, dv_strides, True, self.key.varlen
-        )
-        mma, l_ck, l_kc, l_kv, l_cc = grads_layouts(D)
-
-        @cute.struct
-        class SharedStorage:
-            x0: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
-            x1: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
-            x2: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
-            x3: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
-            x4: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_ck)], 1024]
-            x5: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_kc)], 1024]
-            y0: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_kv)], 1024]
-            c0: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
-            c1: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
-            c2: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
-            c3: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
-            c4: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
-            c5: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
-            c6: cute.struct.Align[cute.struct.MemRange[BFloat16, cute.cosize(l_cc)], 1024]
-            gc: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK * (D + 1)], 16]
-            beta: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]
-            dbr: cute.struct.Align[cute.struct.MemRange[Float32, CHUNK], 16]
-            extra: cute.struct.Align[cute.struct.MemRange[Float32, D], 16]
-            kdsum: cute.struct.Align[cute.struct.MemRange[Float32, D], 16]
-
-        self.kernel(
-            gQ,
-            gK,
-            gV,
-            gDo,
-            gVn,
-            gDvn,
-            mWsH,
-            mWsDh,
-            gWsTm,
-            mDq,
-            mDk,
-            mDv,
-            mG,
-            mB,
-            mDg,
-            mDb,
-            mCu,
-            seq_len,
-            heads // qk_heads,
-            z_split,
-            scale,
-            mma,
-            l_ck,
-            l_kc,
-            l_kv,
-            l_cc,
-            SharedStorage,
-        ).launch(grid=[n_seqs, heads, z_split], block=[THREADS, 1, 1], smem=SharedStorage.size_in_bytes(), stream=stream, min_blocks_per_mp=1)
+        tiles = dict(x0=l_ck, x1=l_ck, x2=l_ck, x3=l_ck, x4=l_ck, x5=l_kc, y0=l_kv, c0=l_cc, c1=l_cc, c2=l_cc, c3=l_cc, c4=l_cc, c5=l_cc, c6=l_cc)
+        return smem_struct(tiles, dict(gc=CHUNK * (D + 1), beta=CHUNK, dbr=CHUNK, extra=D, kdsum=D))
 
     @cute.kernel
     def kernel(
@@ -324,9 +233,7 @@ class KdaBwdGrads(DeltaRuleKernel):
         half = tidx % 2
         cpt = THREADS // D  # threads per channel in the state loaders (1 at K = 128, 2 at K = 64)
         for ci in range(zc, n_chunks, z_split):
-            t0 = bos + ci * CHUNK
-            n_valid = min(eos - t0, CHUNK)
-            slot = slot0 + ci
+            t0, n_valid, slot = grads_chunk(bos, eos, slot0, ci)
             if tidx < CHUNK:
                 sDBr[tidx] = Float32(0.0)
             if tidx < D:
@@ -349,15 +256,7 @@ class KdaBwdGrads(DeltaRuleKernel):
                     kn = kbuf[0, 0, e, vj].to(Float32)
                     sKbg[row, col] = (kn * (kb_row * cute.math.exp(sGc[row, col]))).to(BFloat16)
             # Tm and Tm^T (pass 1's, bf16)
-            tbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, 1, VEC, CHUNK // 2 // VEC)), BFloat16)
-            for vj in cutlass.range_constexpr(CHUNK // 2 // VEC):
-                cute.autovec_copy(gWsTm[(None, None, None, None), (slot, head, row, half * (CHUNK // 2 // VEC) + vj)], tbuf[None, None, None, None, vj])
-            for vj in cutlass.range_constexpr(CHUNK // 2 // VEC):
-                for e in cutlass.range_constexpr(VEC):
-                    c = half * (CHUNK // 2) + vj * VEC + e
-                    t_val = tbuf[0, 0, 0, e, vj]
-                    sTm[row, c] = t_val
-                    sTmT[c, row] = t_val
+            tm_row_store(tm_row_load(gWsTm, slot, head, row, half), sTm, sTmT, row, half)
             # S0^T; <dS1, S0> per key channel (thread: channel tidx % D, rows v = tidx // D, + cpt, ...)
             kc = tidx % D
             dot = Float32(0.0)

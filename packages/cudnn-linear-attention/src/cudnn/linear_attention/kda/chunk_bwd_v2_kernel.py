@@ -41,21 +41,21 @@ and waits in B1 / B2: correct, gains only from the rest.
 
 from __future__ import annotations
 
-import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
-from cutlass import BFloat16, Float32, Int32, Int64, const_expr
+from cutlass import BFloat16, Float32, Int32, const_expr
 from cutlass.cute.nvgpu import warpgroup
 
 from .._device.delta_rule import BV, CHUNK, SOLVE_BLOCK, THREADS, VEC, row_guard
 from .._device.delta_rule import smem_ready as _smem_ready
 from .._device.delta_rule import wgmma as _wgmma
-from .._device.delta_rule_bwd import bwd_cta, smem_struct
+from .._device.delta_rule_bwd import bwd_cta, grads_chunk, smem_struct
 from .._device.delta_rule_bwd_v2 import THREADS2, TILE, GradsV2Launch
 from .._device.delta_rule_bwd_v2 import col_sums_add as _col_sums_add
 from .._device.delta_rule_bwd_v2 import commit_wait as _commit_wait
 from .._device.delta_rule_bwd_v2 import dwm_dv_block as _dwm_dv_block
 from .._device.delta_rule_bwd_v2 import issue as _issue
+from .._device.delta_rule_bwd_v2 import load_a0 as _load_a0
 from .._device.delta_rule_bwd_v2 import row_sums_add as _row_sums_add
 from .._device.delta_rule_bwd_v2 import rows_load as _rows_load
 from .._device.delta_rule_bwd_v2 import rows_store as _rows_store
@@ -203,27 +203,6 @@ def _gates(
         if ltid < n_valid:
             bv = mB[t0 + ltid, head].to(Float32)
         sBeta[ltid] = bv
-
-
-@cute.jit
-def _load_a0(gDvn, gV, gWsTm, pDvn, pDvnT, pV, sTm, sTmT, t0: Int32, eos: Int32, head: Int32, slot: Int32, ltid: Int32, D: cutlass.Constexpr[int]):
-    """Warpgroup 0's phase-A loads: dVn (row-major and transposed), V, Tm and Tm^T, every global load issued before the
-    first store. Not fenced."""
-    dvn = _rows_load(gDvn, t0, eos, head, ltid, D)
-    vv = _rows_load(gV, t0, eos, head, ltid, D)
-    row = ltid // 2
-    half = ltid % 2
-    tbuf = cute.make_rmem_tensor(cute.make_layout((1, 1, 1, VEC, CHUNK // 2 // VEC)), BFloat16)
-    for vj in cutlass.range_constexpr(CHUNK // 2 // VEC):
-        cute.autovec_copy(gWsTm[(None, None, None, None), (slot, head, row, half * (CHUNK // 2 // VEC) + vj)], tbuf[None, None, None, None, vj])
-    _rows_store(dvn, pDvn, pDvnT, t0, eos, ltid, D)
-    _rows_store(vv, pV, None, t0, eos, ltid, D)
-    for vj in cutlass.range_constexpr(CHUNK // 2 // VEC):
-        for e in cutlass.range_constexpr(VEC):
-            c = half * (CHUNK // 2) + vj * VEC + e
-            t_val = tbuf[0, 0, 0, e, vj]
-            sTm[row, c] = t_val
-            sTmT[c, row] = t_val
 
 
 @cute.jit
@@ -448,7 +427,7 @@ class KdaBwdGradsV2(GradsV2Launch):
         assert not key.l2norm and not key.gva, "KDA backward: no in-kernel L2 norm, no GVA (declined by the adapter)"
 
     def shared_storage(self, l_ck, l_kc, l_kv, l_cc):
-        """The shared-memory struct (host side, built in ``GradsV2Launch.__call__``; see the kernel for the tiles' use):
+        """The shared-memory struct (host side, built in ``GradsLaunch.__call__``; see the kernel for the tiles' use):
         x0, x1, x3 [C, D], x5 [D % 64, C, D // 64], y0 [K, V], c1, c4, c5, c6 [C, C], r (eight [64, 64] tiles), then the
         fp32 arrays."""
         D = self.D
@@ -585,9 +564,7 @@ class KdaBwdGradsV2(GradsV2Launch):
             sExtra[tidx] = Float32(0.0)  # later chunks: zeroed by _dg_cumsum
         cute.arch.sync_threads()
         for ci in range(zc, n_chunks, z_split):
-            t0 = bos + ci * CHUNK
-            n_valid = min(eos - t0, CHUNK)
-            slot = slot0 + ci
+            t0, n_valid, slot = grads_chunk(bos, eos, slot0, ci)
             if tidx < CHUNK:
                 sDBr[tidx] = Float32(0.0)
             if tidx < D:
@@ -660,15 +637,5 @@ class KdaBwdGradsV2(GradsV2Launch):
 
 
 def build_grads_v2(key: KdaBwdKey):
-    """The ``cute.compile`` of :class:`KdaBwdGradsV2` from fake pointers (the argument list of ``kda/bwd_api.py``'s
-    ``build_kernel("grads", key)``; Rule 4: runtime extents are call arguments)."""
-    from .._host.launch import fake_gmem_ptr
-
-    bf = lambda: fake_gmem_ptr("BFloat16", 16)  # noqa: E731
-    cu = fake_gmem_ptr("Int32", 4) if key.varlen else None
-    gp, bp = fake_gmem_ptr(key.g_dtype, 2), fake_gmem_ptr(key.beta_dtype, 2)
-    st = (Int64(8), Int64(8))
-    outs = [fake_gmem_ptr("BFloat16", 2)] * 3 + [fake_gmem_ptr("Float32", 4)] * 2
-    return cute.compile(
-        KdaBwdGradsV2(key), bf(), bf(), bf(), bf(), gp, bp, cu, bf(), bf(), bf(), bf(), bf(), *outs, *[Int32(8)] * 7, Float32(1.0), *[st] * 7, cuda.CUstream(0)
-    )
+    """The ``cute.compile`` of :class:`KdaBwdGradsV2` from fake pointers (``GradsV2Launch.compile_fake``)."""
+    return KdaBwdGradsV2(key).compile_fake()
