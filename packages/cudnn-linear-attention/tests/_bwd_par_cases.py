@@ -80,9 +80,9 @@ def run_in_order_refusing_a_flip(monkeypatch, plan, parts, eargs, flag):
     return ws
 
 
-#: The schedule knobs ``cpu_plan`` plans start from (all off: the serial passes 1-2, pass 1b by recomputation; KDA also
-#: pass 3 version 1); the defaults turn them all on (``_host/delta_rule_bwd_api.py``, ``kda/bwd_api.py``).
-SCHEDULE_BASE = {"parallel_pass1": False, "parallel_pass2": False, "fold_prep_tm": False}
+#: The schedule knobs ``cpu_plan`` plans start from (all off: the serial passes 1-2, pass 1b by recomputation, pass 3
+#: version 1); the defaults turn them all on (``_host/delta_rule_bwd_api.py``, ``kda/bwd_api.py``, ``gdn/bwd_api.py``).
+SCHEDULE_BASE = {"parallel_pass1": False, "parallel_pass2": False, "fold_prep_tm": False, "grads_v2": False}
 
 
 def cpu_plan(family, T, H, D, n, varlen, with_h0, with_dht, gva=False):
@@ -110,8 +110,7 @@ def cpu_plan(family, T, H, D, n, varlen, with_h0, with_dht, gva=False):
         plan = cls(*args, **kw)
         if family == "gdn":
             plan.store_tm = store_tm
-        base = SCHEDULE_BASE if family == "gdn" else {**SCHEDULE_BASE, "grads_v2": False}
-        for name, value in {**base, **options}.items():
+        for name, value in {**SCHEDULE_BASE, **options}.items():
             setattr(plan, name, value)
         plan.check_support()
         return plan

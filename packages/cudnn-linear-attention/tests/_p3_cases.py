@@ -172,14 +172,17 @@ def poisoned_outs(q, k, v, g, beta) -> dict:
 def ab_backward(bwd_api, make_plan, inputs, h0, dht, cu):
     """``(v1 grads, v2 grads)`` of one backward (``make_plan(outs, dh0)``: the plan on the inputs ``q, k, v, g, beta,
     dO``; after ``compile()`` the caller's plan-key checks come back through ``ab_backward.key``) whose pass 3 is
-    :class:`AB`: v1 writes the plan's outputs, v2 the second poisoned set from the same arguments."""
+    :class:`AB`: v1 (the plan's ``grads_v2`` set False here) writes the plan's outputs, v2 the second poisoned set
+    from the same arguments."""
     from cudnn_testing.data import poison
 
     o1, o2 = poisoned_outs(*inputs[:5]), poisoned_outs(*inputs[:5])
     dh0 = poison(torch.empty_like(h0)) if h0 is not None else None
     plan = make_plan(o1, dh0)
+    plan.grads_v2 = False  # the plan's own pass 3 is version 1 (v2 is the default since sessions 10 / 11)
     plan.compile()
     key = plan.compile_key()
+    assert not key.grads_v2
     v2 = v2_kernel(bwd_api, plan, key)
     ab = AB(plan._compiled_kernel[-1], v2, o2)
     plan._compiled_kernel = (*plan._compiled_kernel[:-1], ab)
@@ -230,9 +233,10 @@ def check_plan_against_reference(got: dict, ref: dict, low: dict) -> None:
 def time_v1_v2(plan, v2, run, title: str) -> dict:
     """Per-kernel device times (torch profiler, 10 calls after 3 warm-ups) of ``run()`` (one backward of the compiled
     ``plan``) with v1 and with ``v2`` as pass 3; prints them and returns ``{"v1": us, "v2": us}`` per call (the plan's
-    v1 restored)."""
+    v1 restored; the plan compiled with ``grads_v2 = False``, its own pass 3 version 1)."""
     from torch.profiler import ProfilerActivity, profile
 
+    assert not plan.compile_key().grads_v2, "time_v1_v2: compile the plan with grads_v2 = False (v2 is the default)"
     v1 = plan._compiled_kernel
     res = {}
     for tag, kernels in (("v1", v1), ("v2", (*v1[:-1], v2))):

@@ -50,7 +50,8 @@ def _plan(T, N, D=128, H=4, initial=True, l2norm=False):
         dfinal_state=st,
         cu_seqlens=TensorDesc.contiguous((N + 1,), "int32", "cu_seqlens"),
     )
-    plan.parallel_pass1 = False  # the serial pass 1 (the default; the chunk-parallel opt-in's kernel: test_la_bwd_parallel_gpu.py)
+    plan.parallel_pass1 = False  # the serial pass 1 (the chunk-parallel default's kernels: test_la_bwd_parallel_gpu.py)
+    plan.grads_v2 = False  # pass 3 version 1 (GdnBwdGrads; version 2, the default: test_la_bwd_p3_gdn.py)
     return plan
 
 

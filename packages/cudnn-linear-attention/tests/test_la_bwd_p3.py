@@ -214,6 +214,7 @@ def test_p3_v2_timing_t8k_h16():
     plan = KimiDeltaAttentionBwdSm90(q, k, v, g, beta, do, *outs, initial_state=h0, dinitial_state=dh0, dfinal_state=dht, cu_seqlens=cu)
     plan.parallel_pass1 = True  # the fastest backward of the tree otherwise: chunk-parallel passes 1 and 2 (both opt-in)
     plan.parallel_pass2 = True
+    plan.grads_v2 = False  # pass 3 version 1 in the plan (v2 is the default): the A/B's baseline
     plan.compile()
     v2 = _v2(plan, plan.compile_key())
     ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda")

@@ -1,16 +1,15 @@
 """The GDN backward's pass 3 version 2 (``gdn/chunk_bwd_v2_kernel.py``, ``GdnBwdGradsV2``: two warpgroups per CTA,
-grouped WGMMA waits; opt-in ``plan.grads_v2``), in four tiers (the KDA counterpart: ``test_la_bwd_p3.py``):
+grouped WGMMA waits; ``plan.grads_v2``, the default where ``store_tm`` holds since session 11), in four tiers (the KDA counterpart: ``test_la_bwd_p3.py``):
 
 - compile-only (``CUTE_DSL_ARCH=sm_90a``, one K = 128 build of each version, ~20 s on 2 cores): v2 at K = 128 varlen
   with both states and the L2 norm (the chain-rule code included): 92 WGMMA m64n64k16 (one copy of the per-block code
   for both warpgroups; v1: 136) behind 7 wait points (v1: 23), 256 threads, warpgroup-local and cross-warpgroup named
-  barriers, no local memory, a zero ptxas frame, the cudnn symbol prefix (Rule 6); the same plan with ``grads_v2`` off
-  (the default) builds v1 (``GdnBwdGrads``: 128 threads, 136 WGMMA), whose PTX this change leaves byte-identical
-  (checked by hand with CUTE_DSL_KEEP=ptx, session 10: the default plan's six kernels);
-- CPU: ``grads_v2`` is a pass-3-only compile-key field, ``build_kernel("grads")`` dispatches on it, ``store_tm=False``
-  is refused (ValueError at ``compile_key``, never a silent v1), a flip after ``compile()`` is refused at ``execute``;
+  barriers, no local memory, a zero ptxas frame, the cudnn symbol prefix (Rule 6); it is the default plan's pass 3, and
+  the same plan with ``grads_v2`` off builds v1 (``GdnBwdGrads``: 128 threads, 136 WGMMA);
+- CPU: ``grads_v2`` is a pass-3-only compile-key field, ``build_kernel("grads")`` dispatches on it, left unset it
+  follows ``store_tm``, set with ``store_tm=False`` it is refused (ValueError at ``compile_key``, never a silent v1), a flip after ``compile()`` is refused at ``execute``;
   the GPU A/B's stand-in hands v2 the plan's arguments with only the five output pointers replaced;
-- GPU A/B on one workspace: the default plan runs with its pass 3 wrapped so that, after v1 writes the plan's outputs,
+- GPU A/B on one workspace: the default plan with ``grads_v2 = False`` runs with its pass 3 (v1) wrapped so that, after v1 writes the plan's outputs,
   v2 runs on the SAME arguments (passes 1-2's workspace, same inputs) into poisoned buffers of its own. v2's dq, dk, dv
   must match v1's (same products, operands and roundings: bitwise expected without the L2-norm chain rule; the report
   line says) and dg, dbeta up to fp32 reassociation, and meet the FlashAttention rule against the fp32 token-by-token
@@ -22,7 +21,7 @@ grouped WGMMA waits; opt-in ``plan.grads_v2``), in four tiers (the KDA counterpa
   FlashAttention rule;
 - GPU timing (prints only): per-kernel device times of the whole GDN backward at one sequence of T 8k, H 16, K = V =
   128 with both states (the A/B case's compile key) with v1 and with v2 as pass 3 (the benchmark's configuration, dense
-  with the in-kernel L2 norm: ``benchmarks/linear_attention_bwd.py gdn --profile --providers ours,ours-v2``).
+  with the in-kernel L2 norm: ``benchmarks/linear_attention_bwd.py gdn --profile --providers ours,ours-v1``).
 
 Shared machinery (PTX checks, the A/B stand-in, comparisons, timing): ``_p3_cases.py``.
 
@@ -86,10 +85,11 @@ def test_p3_v2_compiles_with_wgmma_two_warpgroups_and_no_local_memory(tmp_path):
     _p3_cases.check_v2_ptx(text, names, v2dir, "GdnBwdGradsV2", n_wgmma=92, n_waits=7, wg_barrier=r"(%r\d+|1)")
     assert "shfl.sync.bfly" in text  # shuffle row / column sums and the L2 row norm
 
-    # the same plan with grads_v2 off (the default) builds pass 3 version 1, one warpgroup, its products unrolled
-    default = replace(key, grads_v2=False)
-    assert _desc_plan(l2norm=True).compile_key() == default
-    text1, names1 = _p3_cases.build_ptx(bwd_api.build_kernel("grads", default), tmp_path / "v1")
+    # v2 is the default (store_tm holds); the same plan with grads_v2 off builds pass 3 version 1, one warpgroup, its
+    # products unrolled
+    assert _desc_plan(l2norm=True).compile_key() == key
+    v1_key = replace(key, grads_v2=False)
+    text1, names1 = _p3_cases.build_ptx(bwd_api.build_kernel("grads", v1_key), tmp_path / "v1")
     assert len(names1) == 1 and "GdnBwdGrads_" in names1[0] and "V2" not in names1[0], names1
     assert ".reqntid 128, 1, 1" in text1
     assert text1.count("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16") == 136
@@ -104,7 +104,7 @@ def test_p3_grads_v2_is_a_pass3_key_field(monkeypatch):
 
     def plan(v2):
         p = _desc_plan(l2norm=True, states=False, varlen=False, N=1)
-        assert p.grads_v2 is False  # the default: opt-in
+        assert p.grads_v2 is True  # the default where store_tm holds
         p.grads_v2 = v2
         p.check_support()
         return p
@@ -113,13 +113,15 @@ def test_p3_grads_v2_is_a_pass3_key_field(monkeypatch):
 
 
 def test_p3_grads_v2_refusals():
-    """CPU: ``grads_v2`` with ``store_tm=False`` is refused at ``compile_key`` (ValueError naming both), never a silent
-    v1; GVA and the L2 norm are accepted (v2 implements them)."""
+    """CPU: ``grads_v2`` set with ``store_tm=False`` is refused at ``compile_key`` (ValueError naming both), never a
+    silent v1; left unset it follows ``store_tm`` (version 1 there); GVA and the L2 norm are accepted (v2 implements
+    them)."""
     _dsl()
     p = _desc_plan()
-    p.grads_v2 = True
     p.store_tm = False
     p.check_support()
+    assert p.grads_v2 is False and not p.compile_key().grads_v2  # unset: follows store_tm
+    p.grads_v2 = True
     with pytest.raises(ValueError, match=r"grads_v2 requires store_tm"):
         p.compile_key()
     for kw in (dict(l2norm=True), dict(qk_heads=2), dict(qk_heads=2, l2norm=True), dict(D=64)):
@@ -197,7 +199,7 @@ def _ab_backward(q, k, v, g, beta, do, h0, dht, cu, l2norm):
         return _plan(q, k, v, g, beta, do, outs, h0, dh0, dht, cu, l2norm)
 
     key, o1, o2 = _p3_cases.ab_backward(bwd_api, make_plan, (q, k, v, g, beta, do), h0, dht, cu)
-    assert not key.grads_v2 and key.store_tm and not key.gva  # the default plan (pass 3 v1)
+    assert not key.grads_v2 and key.store_tm and not key.gva  # the default plan with pass 3 v1 (ab_backward sets it)
     return o1, o2
 
 
@@ -273,7 +275,7 @@ def test_p3_v2_timing_t8k_h16():
     """Per-kernel device times (torch profiler, 10 calls) of the whole GDN backward at one sequence of T 8k, H 16,
     K = V = 128 (varlen with both states: the K = 128 A/B case's compile key, so its artifacts are reused), the default
     schedule, with v1 and with v2 as pass 3. Prints; asserts only that both ran. (The benchmark's configuration -- dense,
-    in-kernel L2 norm, no states -- is ``benchmarks/linear_attention_bwd.py gdn --profile --providers ours,ours-v2``.)"""
+    in-kernel L2 norm, no states -- is ``benchmarks/linear_attention_bwd.py gdn --profile --providers ours,ours-v1``.)"""
     _dsl()
 
     from cudnn_testing.markers import skip_unless_sm90
@@ -286,6 +288,7 @@ def test_p3_v2_timing_t8k_h16():
     dh0 = torch.empty_like(h0)
     outs = {n: torch.empty_like(t) for n, t in (("dq", q), ("dk", k), ("dv", v), ("dg", g), ("dbeta", beta))}
     plan = _plan(q, k, v, g, beta, do, outs, h0, dh0, dht, cu, False)
+    plan.grads_v2 = False  # pass 3 version 1 in the plan (v2 is the default): the A/B's baseline
     plan.compile()
     v2 = _v2(plan, plan.compile_key())
     ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda")

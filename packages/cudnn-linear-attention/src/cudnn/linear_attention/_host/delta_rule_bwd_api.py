@@ -136,13 +136,15 @@ PARALLEL_PASS2_DEFAULT = True
 FOLD_PREP_TM_DEFAULT = True
 
 
-class _ScheduleKnob:
+class ScheduleKnob:
     """A backward schedule knob that follows its requirements: unset (or set to None), ``default()`` where the plan's
-    ``_schedule_ready()`` holds, else False; set, the value given (a missing requirement is then a ValueError at
-    ``compile_key()``). Read at access time, so the module default can be changed after import."""
+    readiness method ``ready`` (default ``_schedule_ready``) returns True, else False; set, the value given (a missing
+    requirement is then a ValueError at ``compile_key()``). Read at access time, so the module default can be changed
+    after import."""
 
-    def __init__(self, default):
+    def __init__(self, default, ready: str = "_schedule_ready"):
         self.default = default
+        self.ready = ready
 
     def __set_name__(self, owner, name):
         self.slot = "_" + name
@@ -151,7 +153,7 @@ class _ScheduleKnob:
         if plan is None:
             return self
         value = getattr(plan, self.slot, None)
-        return bool(self.default()) and plan._schedule_ready() if value is None else bool(value)
+        return bool(self.default()) and getattr(plan, self.ready)() if value is None else bool(value)
 
     def __set__(self, plan, value):
         setattr(plan, self.slot, value)
@@ -229,11 +231,11 @@ class DeltaRuleBwdSm90(APIBase):
     #: ``store_tm``): a per-(chunk, head) precompute of the reverse chain's operands
     #: (``{kda,gdn}/bwd_dstates_parallel_kernel.py``), then the narrow reverse state chain (``_device/dstates_parallel.py``);
     #: ``dstates_workspace_bytes`` more workspace (``scratch_workspace_bytes()`` includes it).
-    parallel_pass2 = _ScheduleKnob(lambda: PARALLEL_PASS2_DEFAULT)
+    parallel_pass2 = ScheduleKnob(lambda: PARALLEL_PASS2_DEFAULT)
     #: Pass 1b as copies (set before compile(); a compile-key field; requires ``parallel_pass1``, GDN also ``store_tm``):
     #: the forward prep of pass 1a is compiled with its key's ``bwd_tm`` (it also writes bf16 Tm into its ``qg`` tiles)
     #: and pass 1b copies ``h``, Tm (KDA: and ``p``, ``vnt``) into the backward's arrays instead of recomputing them.
-    fold_prep_tm = _ScheduleKnob(lambda: FOLD_PREP_TM_DEFAULT)
+    fold_prep_tm = ScheduleKnob(lambda: FOLD_PREP_TM_DEFAULT)
 
     def _schedule_ready(self) -> bool:
         """Whether the requirements of ``parallel_pass2`` and ``fold_prep_tm`` hold (``parallel_pass1``; GDN adds

@@ -55,10 +55,12 @@ otherwise) and pass 1b is ``bwd_states_parallel_kernel.GdnBwdStatesFold`` (layou
 and workspace; ``ws_h`` bitwise, ``Tm`` / ``Vn`` equal up to rounding (the forward prep's operation order). False:
 pass 1b recomputes.
 
-``plan.grads_v2`` (default False, opt-in; session 10, issue #7; before ``compile()``; ``GdnBwdKey.grads_v2``, read by
-pass 3 only; requires ``store_tm``: ``compile_key`` raises ValueError otherwise, never a silent v1): pass 3 as ``chunk_bwd_v2_kernel.GdnBwdGradsV2`` -- two warpgroups per CTA, one copy of the per-channel-block
-code, grouped WGMMA waits -- with v1's arguments, workspace arrays, outputs and roundings (passes 1-2 and the workspace
-unchanged). False: pass 3 version 1 (``chunk_bwd_kernel.GdnBwdGrads``).
+``plan.grads_v2`` (default True where ``store_tm`` holds since session 11, ``GRADS_V2_DEFAULT``: pass 3 940 vs 4118 us
+at T 8k H 16, the backward 1669 vs 4847 us; left unset with ``store_tm=False`` it follows to version 1; before
+``compile()``; ``GdnBwdKey.grads_v2``, read by pass 3 only; set True with ``store_tm=False``: ``compile_key`` raises
+ValueError, never a silent v1): pass 3 as ``chunk_bwd_v2_kernel.GdnBwdGradsV2`` -- two warpgroups per CTA, one copy of
+the per-channel-block code, grouped WGMMA waits -- with v1's arguments, workspace arrays, outputs and roundings (passes
+1-2 and the workspace unchanged). False: pass 3 version 1 (``chunk_bwd_kernel.GdnBwdGrads``).
 
 The host code shared with the KDA backward (constructor, ``check_support``, workspace size, compile, ``execute`` up to
 the launches) is ``_host/delta_rule_bwd_api.py::DeltaRuleBwdSm90``; this module holds what differs (compile key, declines,
@@ -69,12 +71,24 @@ from __future__ import annotations
 
 from cudnn.datatypes import data_type
 
-from .._host.delta_rule_bwd_api import CHUNK, FWD_H, DeltaRuleBwdSm90, build_dstates_chain, chunk_groups, dstates_workspace_bytes, forward_workspace_bytes
+from .._host.delta_rule_bwd_api import (
+    CHUNK,
+    FWD_H,
+    DeltaRuleBwdSm90,
+    ScheduleKnob,
+    build_dstates_chain,
+    chunk_groups,
+    dstates_workspace_bytes,
+    forward_workspace_bytes,
+)
 from .._host.delta_rule_bwd_api import workspace_bytes as _workspace_bytes
 from .._host.launch import fake_gmem_ptr as _fake_ptr
 from .._host.launch import gmem_ptr as _ptr
 
 FWD_QG, FWD_VNT = 3, 6  # fold_prep_tm: indices of qg (Tm with bwd_tm) and vnt among the forward's workspace arrays
+
+#: Default of ``plan.grads_v2`` where ``store_tm`` holds (module docstring).
+GRADS_V2_DEFAULT = True
 
 CUTEDSL_FLOOR = "4.8.0"
 FAMILY = "linear_attention.gdn_bwd"
@@ -105,8 +119,9 @@ class GatedDeltaNetBwdSm90(DeltaRuleBwdSm90):
     _name = "GatedDeltaNetBwdSm90"
     _family = FAMILY
     _compiled_fold_prep_tm = None
-    #: Pass 3 version 2 (module docstring, "grads_v2"; set before compile(), a compile-key field read by pass 3 only).
-    grads_v2 = False
+    #: Pass 3 version 2 (module docstring, "grads_v2"; set before compile(), a compile-key field read by pass 3 only;
+    #: unset: ``GRADS_V2_DEFAULT`` where ``store_tm`` holds, else version 1).
+    grads_v2 = ScheduleKnob(lambda: GRADS_V2_DEFAULT, ready="_grads_v2_ready")
     _compiled_grads_v2 = None
 
     def __init__(self, *args, **kwargs):
@@ -117,6 +132,9 @@ class GatedDeltaNetBwdSm90(DeltaRuleBwdSm90):
 
     def _schedule_ready(self) -> bool:
         return bool(self.parallel_pass1) and bool(self.store_tm)
+
+    def _grads_v2_ready(self) -> bool:
+        return bool(self.store_tm)  # pass 3 v2 reads pass 1's Tm (no in-kernel solve)
 
     def _forward_class(self):
         from .api import GatedDeltaNetFwdSm90
@@ -318,7 +336,7 @@ def build_kernel(part: str, key):
 
             b2, f16 = _fake_ptr("BFloat16", 2), _fake_ptr("Float32", 16)
             return cute.compile(GdnBwdQkReduce(key), b2, b2, f16, f16, b2, b2, *[Int32(8)] * 3, *[st] * 4, cuda.CUstream(0))
-        if key.grads_v2:  # pass 3 version 2 (opt-in): v1's argument list
+        if key.grads_v2:  # pass 3 version 2 (the default with store_tm): v1's argument list
             from .chunk_bwd_v2_kernel import build_grads_v2
 
             return build_grads_v2(key)

@@ -91,7 +91,7 @@ class GdnBwdKey:
     # copies (``bwd_states_parallel_kernel.GdnBwdStatesFold``) of what the forward prep (``GdnParallelPrepKey.bwd_tm``: Tm
     # into its qg tile) and state pass (h, vnt) already wrote; no kernel of this module reads it (their PTX is unchanged)
     fold_prep_tm: bool = False
-    # ---- grads_v2 (session 10, issue #7; opt-in, gdn/bwd_api.py ``plan.grads_v2``; requires ``store_tm``): pass 3 as
+    # ---- grads_v2 (session 10, issue #7; gdn/bwd_api.py ``plan.grads_v2``, the default with ``store_tm``): pass 3 as
     # ``chunk_bwd_v2_kernel.GdnBwdGradsV2`` (two warpgroups per CTA; the arguments, workspace arrays, outputs and roundings
     # of ``chunk_bwd_kernel.GdnBwdGrads``); no kernel of this module reads it (their PTX is unchanged)
     grads_v2: bool = False

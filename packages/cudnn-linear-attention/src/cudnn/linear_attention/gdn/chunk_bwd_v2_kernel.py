@@ -1,5 +1,5 @@
-"""Gated DeltaNet backward, pass 3, version 2 (opt-in ``GdnBwdKey.grads_v2``): the contract of
-``chunk_bwd_kernel.GdnBwdGrads`` -- the same launch arguments, workspace arrays (S0, dS1, Vn, dVn, Tm of passes 1-2),
+"""Gated DeltaNet backward, pass 3, version 2 (``GdnBwdKey.grads_v2``; the default where ``store_tm`` holds): the
+contract of ``chunk_bwd_kernel.GdnBwdGrads`` -- the same launch arguments, workspace arrays (S0, dS1, Vn, dVn, Tm of passes 1-2),
 outputs, products, bf16 operand roundings and per-element formulas (see that module's docstring for the math) -- on TWO
 warpgroups per CTA (256 threads), the design of ``kda/chunk_bwd_v2_kernel.py`` (its docstring has the Nsight
 diagnosis of the v1 structure: one warpgroup per CTA and ~1 CTA per SM, straight-line code streamed through the
