@@ -53,6 +53,31 @@ class Measured:
         return None
 
 
+class GraphReplay:
+    """A CUDA graph's replay that holds what the captured kernels read and write: ``keep`` (the eager callable whose
+    closure owns the inputs, outputs and workspace, and anything else the capture used). A bare ``graph.replay``
+    would let those tensors die when ``make`` returns; the caching allocator then hands their memory to the next
+    provider's buffers, and every replay writes over them (or, after ``empty_cache``, over unmapped memory)."""
+
+    def __init__(self, graph, keep: tuple):
+        self.graph = graph
+        self.keep = keep
+
+    def __call__(self) -> None:
+        self.graph.replay()
+
+
+def capture(fn: Callable[[], Any], *keep, stream=None) -> GraphReplay:
+    """``fn`` (already warmed up, e.g. run once on a side stream) captured in a CUDA graph on ``stream`` (None: the
+    capture's own side stream); the replay keeps ``fn`` and ``keep`` alive (:class:`GraphReplay`)."""
+    import torch
+
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        fn()
+    return GraphReplay(graph, (fn, *keep))
+
+
 def _time(fn) -> float:
     """``fn``'s median milliseconds: a ``Measured`` is taken as is, anything else timed here by ``time_ms``."""
     return fn.ms if isinstance(fn, Measured) else time_ms(fn)

@@ -64,7 +64,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from harness import Case, Provider, Unsupported, run_benchmark  # noqa: E402
+from harness import Case, Provider, Unsupported, capture, run_benchmark  # noqa: E402
 
 WIDTH = 4
 
@@ -142,20 +142,11 @@ def _make_ours(case):
 
 
 def _make_ours_graph(case):
-    import torch
 
     fn = _make_ours(case)
     if case.params["op"] == "bwd":
         raise Unsupported("autograd.grad is not graph-captured here")
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return graph.replay
+    return _warm_and_capture(fn)
 
 
 def _make_ours_adapter(tvm_ffi):
@@ -425,20 +416,21 @@ def _delta_rule_providers(family, public, per_key_gate, fla_module, fla_fn):
     ]
 
 
+def _warm_and_capture(fn):
+    """``fn`` run once on a side stream, then captured (``harness.capture``: the replay keeps ``fn``'s tensors alive)."""
+    import torch
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    return capture(fn)
+
+
 def _graphed(make):
     def make_graph(case):
-        import torch
-
-        fn = make(case)
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            fn()
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            fn()
-        return graph.replay
+        return _warm_and_capture(make(case))
 
     return make_graph
 

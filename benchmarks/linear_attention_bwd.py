@@ -65,7 +65,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from harness import Case, Provider, Result, run_benchmark  # noqa: E402
+from harness import Case, Provider, Result, capture, run_benchmark  # noqa: E402
 from linear_attention import GDN_D, _delta_rule_inputs, _graphed, _select  # noqa: E402
 from linear_attention_kernels import device_times  # noqa: E402
 
@@ -335,10 +335,7 @@ def _autograd_graphed(forward):
             step()
             step()
         torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=stream):
-            step()
-        return graph.replay
+        return capture(step, stream=stream)  # the replay holds step and so o (its autograd graph), the leaves and do
 
     return make
 

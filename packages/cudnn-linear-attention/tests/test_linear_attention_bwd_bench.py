@@ -308,3 +308,68 @@ def test_profile_markdown_and_mode_flags():
     assert a.profile_after and not a.profile and (a.t, a.h) == bench.QUICK
     floors = bench.pass_bytes("kda", 8192, 16)
     assert min(floors.values()) > 0 and floors["grads"] == max(floors.values())
+
+
+class _FakeGraph:
+    """Stands in for ``torch.cuda.CUDAGraph`` on the CPU: records the capture and counts replays."""
+
+    def __init__(self):
+        self.replays = 0
+
+    def replay(self):
+        self.replays += 1
+
+
+def test_graphed_providers_keep_their_tensors_alive(monkeypatch):
+    """The ``+graph`` providers' replay holds the eager callable (whose closure owns the inputs, outputs and workspace
+    the captured kernels use) and, for the autograd rows, ``o`` / the leaves / ``do``: with a bare ``graph.replay``
+    (sessions <= 10) those died when ``make`` returned, and each replay wrote over memory the caching allocator had
+    handed to the next provider (a candidate cause of the GDN benchmark's illegal address)."""
+    import contextlib
+    import gc
+    import weakref
+
+    import harness
+    import linear_attention
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", _FakeGraph)
+    monkeypatch.setattr(torch.cuda, "graph", lambda g, stream=None: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "Stream", lambda: types.SimpleNamespace(wait_stream=lambda s: None))
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: types.SimpleNamespace(wait_stream=lambda s: None))
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+
+    class Buffer:  # a tensor the eager callable's closure owns
+        pass
+
+    refs, calls = [], []
+
+    def make(case):
+        buf = Buffer()
+        refs.append(weakref.ref(buf))
+        return lambda: calls.append(type(buf))  # the closure holds buf; calls does not
+
+    replay = linear_attention._graphed(make)(None)
+    gc.collect()
+    assert refs[0]() is not None, "the replay let the captured callable's tensors die"
+    assert isinstance(replay, harness.GraphReplay) and len(calls) == 2  # the side-stream warm-up and the capture
+    replay()
+    assert replay.graph.replays == 1
+    del replay, calls[:]
+    gc.collect()
+    assert refs[0]() is None  # held by the replay only
+
+    held = []
+
+    def forward(case):  # (run forward -> o, leaves, do), each object known to the test by a weak reference only
+        o, do, leaves = Buffer(), Buffer(), (Buffer(), Buffer())
+        held.extend(weakref.ref(x) for x in (o, do, *leaves))
+        return (lambda: o), leaves, do
+
+    monkeypatch.setattr(torch.autograd, "grad", lambda *a, **k: None)
+    replay = bench._autograd_graphed(forward)(None)
+    gc.collect()
+    assert all(r() is not None for r in held), "the autograd replay let o / do / the leaves die"
+    del replay
+    gc.collect()
+    assert all(r() is None for r in held)
