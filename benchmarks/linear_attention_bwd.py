@@ -219,14 +219,15 @@ def _make_ours(family):
     return make
 
 
-def _make_ours_p1(family, pass2: bool = False, pass1: bool = True, hilo: bool = True, fold: bool = False, grads_v2: bool = False):
+def _make_ours_p1(family, pass2: bool = False, pass1: bool = True, hilo: bool = True, fold: bool = False, grads_v2: bool = False, mn: bool = False):
     """An A/B plan with every schedule knob set explicitly (``ours`` is the defaults: ``parallel_pass1``,
     ``parallel_pass2``, ``fold_prep_tm`` and ``grads_v2`` on: KDA since session 10, GDN's ``grads_v2`` since 11). ``pass1`` False
     (``ours-serial``): the serial pass 1 (and so no pass 2 / fold). ``pass2``: ``plan.parallel_pass2`` (pass 2 as the
     per-chunk precompute ``{kda,gdn}/bwd_dstates_parallel_kernel.py`` + the reverse state chain
     ``_device/dstates_parallel.py``). ``fold``: ``plan.fold_prep_tm`` (pass 1b as copies of the forward prep's / state
     pass's arrays, the prep writing Tm too). ``grads_v2``: pass 3 version 2 (``{kda,gdn}/chunk_bwd_v2_kernel.py``, the
-    default of both). KDA: ``hilo`` (``plan.dp_split_hilo``; False is session 6's pass 3 operands)."""
+    default of both). ``mn`` (GDN): ``plan.mn_operands`` (pass 3 v2 with MN-major operands in place of transposed
+    copies). KDA: ``hilo`` (``plan.dp_split_hilo``; False is session 6's pass 3 operands)."""
 
     def make(case):
         import torch
@@ -239,6 +240,8 @@ def _make_ours_p1(family, pass2: bool = False, pass1: bool = True, hilo: bool = 
         plan.parallel_pass2 = pass2 and pass1
         plan.fold_prep_tm = fold and pass1
         plan.grads_v2 = grads_v2
+        if mn:
+            plan.mn_operands = True
         if FAMILIES[family].per_key_gate:
             plan.dp_split_hilo = hilo
         plan.compile()
@@ -407,13 +410,16 @@ def opt_in_providers(family: str) -> list[Provider]:
     ``ours-p1`` / ``ours-p1+graph`` the chunk-parallel pass 1 only; ``ours-p2`` / ``ours-p2+graph`` passes 1 and 2
     chunk-parallel; ``ours-fold`` ``ours-p2`` with ``fold_prep_tm``; ``ours-v1`` the default with pass 3 version 1
     (``ours-fold`` by another name: the row the ``grads_v2`` default is measured against); KDA: ``ours-p3``
-    ``ours-p2`` with ``grads_v2``, ``ours-nohilo`` ``ours-v1`` with ``dp_split_hilo = False``."""
+    ``ours-p2`` with ``grads_v2``, ``ours-nohilo`` ``ours-v1`` with ``dp_split_hilo = False``; GDN: ``ours-mn`` the default
+    with ``mn_operands``."""
     extra = [Provider("ours-v1", _make_ours_p1(family, pass2=True, fold=True))]
     if FAMILIES[family].per_key_gate:
         extra += [
             Provider("ours-nohilo", _make_ours_p1(family, pass2=True, fold=True, hilo=False)),
             Provider("ours-p3", _make_ours_p1(family, pass2=True, grads_v2=True)),
         ]
+    else:
+        extra += [Provider("ours-mn", _make_ours_p1(family, pass2=True, fold=True, grads_v2=True, mn=True))]
     return extra + [
         Provider("ours-fold", _make_ours_p1(family, pass2=True, fold=True)),
         Provider("ours-serial", _make_ours_p1(family, pass1=False)),

@@ -169,11 +169,11 @@ def poisoned_outs(q, k, v, g, beta) -> dict:
     return {n: poison(torch.empty_like(t)) for n, t in zip(OUT_NAMES, (q, k, v, g, beta), strict=True)}
 
 
-def ab_backward(bwd_api, make_plan, inputs, h0, dht, cu):
+def ab_backward(bwd_api, make_plan, inputs, h0, dht, cu, **v2_options):
     """``(v1 grads, v2 grads)`` of one backward (``make_plan(outs, dh0)``: the plan on the inputs ``q, k, v, g, beta,
     dO``; after ``compile()`` the caller's plan-key checks come back through ``ab_backward.key``) whose pass 3 is
-    :class:`AB`: v1 (the plan's ``grads_v2`` set False here) writes the plan's outputs, v2 the second poisoned set
-    from the same arguments."""
+    :class:`AB`: v1 (the plan's ``grads_v2`` set False here) writes the plan's outputs, v2 (its key with
+    ``v2_options``, e.g. GDN's ``mn_operands=True``) the second poisoned set from the same arguments."""
     from cudnn_testing.data import poison
 
     o1, o2 = poisoned_outs(*inputs[:5]), poisoned_outs(*inputs[:5])
@@ -183,7 +183,7 @@ def ab_backward(bwd_api, make_plan, inputs, h0, dht, cu):
     plan.compile()
     key = plan.compile_key()
     assert not key.grads_v2
-    v2 = v2_kernel(bwd_api, plan, key)
+    v2 = v2_kernel(bwd_api, plan, replace(key, **v2_options))
     ab = AB(plan._compiled_kernel[-1], v2, o2)
     plan._compiled_kernel = (*plan._compiled_kernel[:-1], ab)
     ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda")

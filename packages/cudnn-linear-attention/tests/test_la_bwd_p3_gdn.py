@@ -16,6 +16,9 @@ grouped WGMMA waits; ``plan.grads_v2``, the default where ``store_tm`` holds sin
   reference; cases: varlen with 1-token, empty, ragged multi-chunk sequences at K = 128 with both states, and dense K = 64
   with the in-kernel L2 norm (the chain rule on one warpgroup; K = 128's cross-warpgroup row dots: the end-to-end
   L2-norm case);
+- ``mn_operands`` (opt-in, session 11): compile-only -- the same WGMMA count and waits, 20 of them with B read
+  MN-major, 224 fewer 2-byte shared stores per thread than v2; CPU -- key field, refusal without ``grads_v2``, flip
+  after compile; GPU -- the A/B and an end-to-end case with it (written in session 11, not yet run on a GPU);
 - GPU end to end: ``plan.grads_v2 = True`` through ``execute`` (varlen K = 128: with states; with the L2 norm, its
   chain rule across the two warpgroups; GVA with the L2 norm), every gradient against the fp32 reference by the
   FlashAttention rule;
@@ -31,6 +34,7 @@ Run: ``python -m pytest packages/cudnn-linear-attention/tests/test_la_bwd_p3_gdn
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 import pytest
@@ -85,6 +89,21 @@ def test_p3_v2_compiles_with_wgmma_two_warpgroups_and_no_local_memory(tmp_path):
     _p3_cases.check_v2_ptx(text, names, v2dir, "GdnBwdGradsV2", n_wgmma=92, n_waits=7, wg_barrier=r"(%r\d+|1)")
     assert "shfl.sync.bfly" in text  # shuffle row / column sums and the L2 row norm
 
+    assert _wgmma_trans(text) == (0, 0)  # every operand K-major (the transposed copies)
+
+    # mn_operands: K^T, Q^T, dVn^T, dWm^T, S0^T, dS1^T, Tm^T, dP~^T read in place as MN-major operands and dTm stored
+    # as it is -- the same 92 WGMMA behind 7 waits; B MN-major in 48 of them (-dVn S0 8, dUb 4, dP~ K 4, dO S0 8, X 4,
+    # dP~^T Q 4, (B + B^T) K 4, Vn dS1 8, Tm^T dWm 4 k-steps), A as well in 16 (dUb, X, dP~^T Q, Tm^T dWm); the
+    # transposed copies' 2-byte shared stores gone
+    mn = replace(key, mn_operands=True)
+    mndir = tmp_path / "mn"
+    text_mn, names_mn = _p3_cases.build_ptx(bwd_api.build_kernel("grads", mn), mndir)
+    _p3_cases.check_v2_ptx(text_mn, names_mn, mndir, "GdnBwdGradsV2", n_wgmma=92, n_waits=7, wg_barrier=r"(%r\d+|1)")
+    assert _wgmma_trans(text_mn) == (16, 48)
+    b16 = (text.count("st.shared.b16"), text_mn.count("st.shared.b16"))
+    print(f"\nst.shared.b16: v2 {b16[0]}, mn_operands {b16[1]}")
+    assert b16[0] - b16[1] >= 400, b16
+
     # v2 is the default (store_tm holds); the same plan with grads_v2 off builds pass 3 version 1, one warpgroup, its
     # products unrolled
     assert _desc_plan(l2norm=True).compile_key() == key
@@ -93,6 +112,12 @@ def test_p3_v2_compiles_with_wgmma_two_warpgroups_and_no_local_memory(tmp_path):
     assert len(names1) == 1 and "GdnBwdGrads_" in names1[0] and "V2" not in names1[0], names1
     assert ".reqntid 128, 1, 1" in text1
     assert text1.count("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16") == 136
+
+
+def _wgmma_trans(text: str) -> tuple[int, int]:
+    """WGMMA instructions of ``text`` with A / B read MN-major (their imm-trans-a / imm-trans-b operands, the last two, 1)."""
+    tails = re.findall(r"wgmma\.mma_async[^;]*,\s*([01]),\s*([01]);", text)
+    return sum(a == "1" for a, _ in tails), sum(b == "1" for _, b in tails)
 
 
 # -- CPU --------------------------------------------------------------------------------------------------------------
@@ -131,6 +156,28 @@ def test_p3_grads_v2_refusals():
         assert ok.compile_key().grads_v2, kw
 
 
+def test_p3_mn_operands_key_and_refusal():
+    """CPU: ``plan.mn_operands`` (opt-in) is a pass-3-only compile-key field (passes 1-2 and 4 share the default plan's
+    artifacts) and is refused without ``grads_v2`` (ValueError at ``compile_key``); its flip after ``compile()``:
+    ``test_p3_flip_after_compile_is_refused``."""
+    _dsl()
+    base, opt = _desc_plan(), _desc_plan()
+    assert opt.mn_operands is False  # opt-in
+    opt.mn_operands = True
+    for p in (base, opt):
+        p.check_support()
+    kb, ko = base.compile_key(), opt.compile_key()
+    assert ko.mn_operands and ko.grads_v2 and not kb.mn_operands
+    for part in opt._parts(ko):
+        same = opt._cache_key(part, ko) == base._cache_key(part, kb)
+        assert same == (part != "grads"), part
+    off = _desc_plan()
+    off.grads_v2, off.mn_operands = False, True
+    off.check_support()
+    with pytest.raises(ValueError, match=r"mn_operands requires grads_v2"):
+        off.compile_key()
+
+
 def _cpu_plan(T=130, H=2, D=64):
     from cudnn.linear_attention.gdn.bwd_api import GatedDeltaNetBwdSm90
 
@@ -154,17 +201,18 @@ def test_p3_ab_wrapper_swaps_only_the_outputs(monkeypatch):
     _p3_cases.check_ab_swaps_only_the_outputs(monkeypatch, plan, q, g, beta, outs, GdnBwdGrads, GdnBwdGradsV2)
 
 
-def test_p3_grads_v2_flip_after_compile_is_refused(monkeypatch):
-    """CPU: ``grads_v2`` changed after ``compile()`` (the compiled pass 3 is the other version) -> ValueError at
-    ``execute``, before any launch."""
+@pytest.mark.parametrize("knob", ["grads_v2", "mn_operands"])
+def test_p3_flip_after_compile_is_refused(monkeypatch, knob):
+    """CPU: ``grads_v2`` / ``mn_operands`` changed after ``compile()`` (the compiled pass 3 is another kernel) ->
+    ValueError at ``execute``, before any launch."""
     _dsl()
     import _bwd_cases
 
     plan, q, g, beta, outs = _cpu_plan()
     parts = plan._parts(plan.compile_key())
-    plan._compiled_grads_v2 = False  # as compile() records it
-    plan.grads_v2 = True
-    with pytest.raises(ValueError, match=r"grads_v2 was changed after compile"):
+    setattr(plan, f"_compiled_{knob}", False)  # as compile() records it
+    setattr(plan, knob, True)
+    with pytest.raises(ValueError, match=rf"{knob} was changed after compile"):
         _bwd_cases.run_recorded(monkeypatch, plan, parts, q, q, q, g, beta, q, *outs)
     assert all(not r.calls for r in plan._compiled_kernel)
 
@@ -191,14 +239,15 @@ def _plan(q, k, v, g, beta, do, outs, h0, dh0, dht, cu, l2norm):
     )
 
 
-def _ab_backward(q, k, v, g, beta, do, h0, dht, cu, l2norm):
-    """``(v1 grads, v2 grads)`` of one default-plan backward whose pass 3 is ``_p3_cases.AB``."""
+def _ab_backward(q, k, v, g, beta, do, h0, dht, cu, l2norm, mn=False):
+    """``(v1 grads, v2 grads)`` of one default-plan backward whose pass 3 is ``_p3_cases.AB`` (``mn``: v2 with
+    ``mn_operands``)."""
     from cudnn.linear_attention.gdn import bwd_api
 
     def make_plan(outs, dh0):
         return _plan(q, k, v, g, beta, do, outs, h0, dh0, dht, cu, l2norm)
 
-    key, o1, o2 = _p3_cases.ab_backward(bwd_api, make_plan, (q, k, v, g, beta, do), h0, dht, cu)
+    key, o1, o2 = _p3_cases.ab_backward(bwd_api, make_plan, (q, k, v, g, beta, do), h0, dht, cu, mn_operands=mn)
     assert not key.grads_v2 and key.store_tm and not key.gva  # the default plan with pass 3 v1 (ab_backward sets it)
     return o1, o2
 
@@ -207,8 +256,9 @@ _CASES = [("varlen", [1, 0, 700, 64, 130, 0], 128, True, False), ("dense", (2, 2
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("mn", [False, True], ids=["v2", "v2-mn"])
 @pytest.mark.parametrize("layout,lens,D,with_states,l2norm", _CASES, ids=["varlen-k128-states", "dense-k64-l2norm"])
-def test_p3_v2_matches_v1_and_reference(layout, lens, D, with_states, l2norm):
+def test_p3_v2_matches_v1_and_reference(layout, lens, D, with_states, l2norm, mn):
     _dsl()
     from cudnn_testing.markers import skip_unless_sm90
     from cudnn_testing.reference_linear_attention import gated_delta_net_chunked_bwd_ref, gated_delta_net_recurrent_bwd_ref
@@ -218,7 +268,7 @@ def test_p3_v2_matches_v1_and_reference(layout, lens, D, with_states, l2norm):
     H = 4
     cu, lead, n = _p3_cases.case_extents(layout, lens)
     q, k, v, g, beta, do, h0, dht = _inputs(lead, H, D, n, with_states, l2norm)
-    v1, v2 = _ab_backward(q, k, v, g, beta, do, h0, dht, cu, l2norm)
+    v1, v2 = _ab_backward(q, k, v, g, beta, do, h0, dht, cu, l2norm, mn)
     batched = layout == "dense"
     kw = dict(initial_state=h0, dfinal_state=dht, cu_seqlens=cu, use_qk_l2norm=l2norm)
     refargs = _p3_cases.ref_args((q, k, v, g, beta, do), batched)
@@ -227,19 +277,22 @@ def test_p3_v2_matches_v1_and_reference(layout, lens, D, with_states, l2norm):
     # dv (and dq, dk without the L2 norm): same products, operands, roundings: bitwise (but -0 / +0); the rest up to fp32
     # reassociation of the row / column sums (dg, dbeta) and of the chain rule's row dots (dq, dk)
     report = _p3_cases.compare_v1_v2(v1, v2, ref, low, batched, layout, bitwise=lambda name: name == "dv" or (name in ("dq", "dk") and not l2norm))
-    print(f"\n[gdn p3 v2 {layout} K={D} l2norm={l2norm}] " + report)
+    print(f"\n[gdn p3 v2 {layout} K={D} l2norm={l2norm} mn_operands={mn}] " + report)
 
 
-_E2E = [(128, True, False, None), (128, False, True, None), (128, False, True, 2)]
+_E2E = [(128, True, False, None, False), (128, False, True, None, False), (128, False, True, 2, False), (128, True, True, 2, True)]
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("D,with_states,l2norm,qk_heads", _E2E, ids=["varlen-k128-states", "varlen-k128-l2norm", "varlen-k128-gva-l2norm"])
-def test_p3_grads_v2_plan_matches_reference(D, with_states, l2norm, qk_heads):
+@pytest.mark.parametrize(
+    "D,with_states,l2norm,qk_heads,mn", _E2E, ids=["varlen-k128-states", "varlen-k128-l2norm", "varlen-k128-gva-l2norm", "varlen-k128-states-gva-l2norm-mn"]
+)
+def test_p3_grads_v2_plan_matches_reference(D, with_states, l2norm, qk_heads, mn):
     """``plan.grads_v2 = True`` end to end (the adapter's launch switch): varlen with 1-token, empty and ragged sequences,
     every gradient (d initial_state included) against the fp32 reference by the FlashAttention rule; the L2-norm case
     runs the chain rule in v2 (the two warpgroups' row dots meeting in shared memory), the GVA case pass 4 (the fp32
-    per-value-head partials' sum and the L2-norm chain rule there)."""
+    per-value-head partials' sum and the L2-norm chain rule there); the last case with ``mn_operands`` (states, GVA and
+    the L2 norm at once)."""
     _dsl()
     from cudnn_testing.data import poison
     from cudnn_testing.markers import skip_unless_sm90
@@ -255,9 +308,10 @@ def test_p3_grads_v2_plan_matches_reference(D, with_states, l2norm, qk_heads):
     dh0 = poison(torch.empty_like(h0)) if h0 is not None else None
     plan = _plan(q, k, v, g, beta, do, got, h0, dh0, dht, cu, l2norm)
     plan.grads_v2 = True
+    plan.mn_operands = mn
     plan.compile()
     key = plan.compile_key()
-    assert key.grads_v2 and key.gva == (qk_heads is not None)
+    assert key.grads_v2 and key.gva == (qk_heads is not None) and key.mn_operands == mn
     ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda")
     plan.execute(q, k, v, g, beta, do, *got.values(), h0, dh0, dht, cu, workspace=ws)
     torch.cuda.synchronize()

@@ -29,11 +29,12 @@ SOLVE_BLOCK = 16  # diagonal block of the blocked triangular solve
 
 
 @cute.jit
-def make_mma_n64():
-    """The one tiled MMA of every product: 64 x 64 outputs, bf16 K-major A and B, fp32 accumulators (one warpgroup)."""
-    return sm90_utils.make_trivial_tiled_mma(
-        BFloat16, BFloat16, warpgroup.OperandMajorMode.K, warpgroup.OperandMajorMode.K, Float32, atom_layout_mnk=(1, 1, 1), tiler_mn=(64, 64)
-    )
+def make_mma_n64(a_mn: bool = False, b_mn: bool = False):
+    """The one tiled MMA of every product: 64 x 64 outputs, bf16 K-major A and B, fp32 accumulators (one warpgroup);
+    ``a_mn`` / ``b_mn``: A / B read MN-major (a row-major tile as the transposed operand: the contraction runs over its
+    rows). Every variant has the same accumulator layout."""
+    major = (warpgroup.OperandMajorMode.MN if a_mn else warpgroup.OperandMajorMode.K, warpgroup.OperandMajorMode.MN if b_mn else warpgroup.OperandMajorMode.K)
+    return sm90_utils.make_trivial_tiled_mma(BFloat16, BFloat16, *major, Float32, atom_layout_mnk=(1, 1, 1), tiler_mn=(64, 64))
 
 
 @cute.jit

@@ -469,14 +469,15 @@ def tm_row_load(gWsTm: cute.Tensor, slot: Int32, head: Int32, row: Int32, half: 
 
 
 @cute.jit
-def tm_row_store(tbuf: cute.Tensor, sTm: cute.Tensor, sTmT: cute.Tensor, row: Int32, half: Int32):
-    """:func:`tm_row_load`'s registers -> ``sTm`` and its transpose ``sTmT`` (shared). Not fenced."""
+def tm_row_store(tbuf: cute.Tensor, sTm: cute.Tensor, sTmT: cute.Tensor | None, row: Int32, half: Int32):
+    """:func:`tm_row_load`'s registers -> ``sTm`` and (unless None) its transpose ``sTmT`` (shared). Not fenced."""
     for vj in cutlass.range_constexpr(CHUNK // 2 // VEC):
         for e in cutlass.range_constexpr(VEC):
             c = half * (CHUNK // 2) + vj * VEC + e
             t_val = tbuf[0, 0, 0, e, vj]
             sTm[row, c] = t_val
-            sTmT[c, row] = t_val
+            if const_expr(sTmT is not None):
+                sTmT[c, row] = t_val
 
 
 @cute.jit

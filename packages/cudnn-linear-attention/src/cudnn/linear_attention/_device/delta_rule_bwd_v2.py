@@ -116,12 +116,14 @@ def rows_store(rbuf: cute.Tensor, pX: cute.Pointer, pXT: cute.Pointer | None, t0
 @cute.jit
 def state_t_to_smem(
     gWs: cute.Tensor, gWs2: cute.Tensor | None, pT: cute.Pointer, sExtra: cute.Tensor | None, slot: Int32, head: Int32, tid: Int32,
-    nt: cutlass.Constexpr[int], D: cutlass.Constexpr[int],
+    nt: cutlass.Constexpr[int], D: cutlass.Constexpr[int], mn: cutlass.Constexpr[bool] = False,
 ):  # fmt: skip
     """A bf16 workspace state ``ws[slot, head]`` [V, K] (``gWs``: 16-byte vectors along K) transposed into the tile at
     ``pT`` [K % 64, V, K // 64] (``k_major_smem_layout(64, D, D / 64)``, swizzle by hand) by ``nt`` threads (``tid`` 0..nt-1): every 16-byte load of a batch issued before its stores (v1
     walked the state one 2-byte element at a time, 8 loads in flight). A warp's vectors are 4 consecutive K-vectors x 8
-    consecutive rows (64-byte row segments; 4-way store conflicts). With ``gWs2`` (dS1): ``<dS1, S0>`` per key channel
+    consecutive rows (64-byte row segments; 4-way store conflicts). With ``mn`` (GDN's ``mn_operands``) the state is
+    stored as it is, [V, K] (``k_major_smem_layout(D, D)``: 64-channel column blocks of D rows), one 16-byte store per
+    vector: read through MN-major views it is the same B operand. With ``gWs2`` (dS1): ``<dS1, S0>`` per key channel
     added to ``sExtra`` (fp32 partial sums over this thread's rows, then one shared atomic per channel and thread;
     ``nt`` = 128 keeps a thread's K-vector fixed). Not fenced."""
     assert gWs2 is None or nt == THREADS, "the <dS1, S0> partial sums need a fixed K-vector per thread"
@@ -151,10 +153,14 @@ def state_t_to_smem(
             rest = n // 32
             kv = (rest % kq) * 4 + n % 4
             v = (rest // kq) * 8 + (n // 4) % 8
+            if const_expr(mn):  # (v, k) at (k // 64) 64 D + 64 v + ((k % 64) ^ (v % 8) 8): the vector's 8 channels at once
+                off = (kv // VEC) * (BV * D) + v * BV + ((kv % VEC) ^ (v % VEC)) * VEC
+                cute.autovec_copy(buf[0, 0, 0, None, b], cute.make_tensor(pT + cute.assume(off, divby=VEC), cute.make_layout((VEC,))))
             for e in cutlass.range_constexpr(VEC):
                 kc = kv * VEC + e  # (k, v) of the state at (k // 64) 64 D + (v // 64) 4096 + 64 (k % 64) + ((v % 64) ^ (k % 8) 8)
                 s_val = buf[0, 0, 0, e, b]
-                mT[(kc // BV) * (CHUNK * D) + (v // BV) * TILE + (kc % BV) * CHUNK + ((v % BV) ^ (e * VEC))] = s_val
+                if const_expr(not mn):
+                    mT[(kc // BV) * (CHUNK * D) + (v // BV) * TILE + (kc % BV) * CHUNK + ((v % BV) ^ (e * VEC))] = s_val
                 if const_expr(gWs2 is not None):
                     dotp[e] = dotp[e] + s_val.to(Float32) * buf2[0, 0, 0, e, b].to(Float32)
     if const_expr(gWs2 is not None):
@@ -191,8 +197,8 @@ def col_sums_add(sDst: cute.Tensor, cs: cute.Tensor, c64: cute.Tensor, c_off: In
 
 @cute.jit
 def load_a0(gDvn, gV, gWsTm, pDvn, pDvnT, pV, sTm, sTmT, t0: Int32, eos: Int32, head: Int32, slot: Int32, ltid: Int32, D: cutlass.Constexpr[int]):
-    """Warpgroup 0's phase-A loads: dVn (row-major and transposed), V, Tm and Tm^T; every global load issued before the
-    first store (both families' phase A). Not fenced."""
+    """Warpgroup 0's phase-A loads: dVn (row-major and, unless ``pDvnT`` is None, transposed), V, Tm and Tm^T; every
+    global load issued before the first store (both families' phase A). Not fenced."""
     dvn = rows_load(gDvn, t0, eos, head, ltid, D)
     vv = rows_load(gV, t0, eos, head, ltid, D)
     row = ltid // 2
@@ -204,18 +210,29 @@ def load_a0(gDvn, gV, gWsTm, pDvn, pDvnT, pV, sTm, sTmT, t0: Int32, eos: Int32, 
 
 
 @cute.jit
-def dwm_dv_block(mma, acc_a, acc_d, dvn_A, s0t_Bh, tmt_A, dvnt_Bh, sDwm, sDwmT, sDBr, sV, sBeta, mDv, c64, t0: Int32, n_valid: Int32, head: Int32, h: Int32):
-    """Channel block ``h`` of ``dWm = -dVn S0`` (-> ``sDwm``, ``sDwmT``) and ``dUb = Tm^T dVn`` (``dV = beta dUb`` ->
-    ``mDv``, ``rowsum(dUb V)`` -> ``sDBr``), one WGMMA group. Not fenced."""
+def dwm_dv_block(
+    mma, acc_a, acc_d, dvn_A, s0t_Bh, tmt_A, dvnt_Bh, sDwm, sDwmT, sDBr, sV, sBeta, mDv, c64, t0: Int32, n_valid: Int32, head: Int32, h: Int32,
+    mma_dwm=None, mma_dub=None,
+):  # fmt: skip
+    """Channel block ``h`` of ``dWm = -dVn S0`` (-> ``sDwm`` and, unless None, ``sDwmT``) and ``dUb = Tm^T dVn``
+    (``dV = beta dUb`` -> ``mDv``, ``rowsum(dUb V)`` -> ``sDBr``), one WGMMA group; ``mma_dwm`` / ``mma_dub`` (None:
+    ``mma``) the tiled MMAs of the two products (GDN's ``mn_operands``: ``s0t_Bh``, ``tmt_A``, ``dvnt_Bh`` MN-major
+    views of S0, Tm, dVn). Not fenced."""
+    mma_w, mma_u = mma, mma
+    if const_expr(mma_dwm is not None):
+        mma_w = mma_dwm
+    if const_expr(mma_dub is not None):
+        mma_u = mma_dub
     warpgroup.fence()
-    issue(mma, acc_a, dvn_A, s0t_Bh, True)
-    issue(mma, acc_d, tmt_A, dvnt_Bh, True)
+    issue(mma_w, acc_a, dvn_A, s0t_Bh, True)
+    issue(mma_u, acc_d, tmt_A, dvnt_Bh, True)
     commit_wait()
     for i in cutlass.range_constexpr(cute.size(acc_a)):
         rc = c64[i]
         w = (-acc_a[i]).to(BFloat16)
         sDwm[rc[0], h * BV + rc[1]] = w
-        sDwmT[rc[1], rc[0], h] = w
+        if const_expr(sDwmT is not None):
+            sDwmT[rc[1], rc[0], h] = w
     rs = cute.make_rmem_tensor(cute.make_layout((2,)), Float32)
     rs.fill(0.0)
     mDv0 = cute.domain_offset((t0, head, 0), mDv)  # the chunk's first token and this head

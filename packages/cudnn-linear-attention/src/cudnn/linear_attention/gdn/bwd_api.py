@@ -62,6 +62,14 @@ ValueError, never a silent v1): pass 3 as ``chunk_bwd_v2_kernel.GdnBwdGradsV2`` 
 the per-channel-block code, grouped WGMMA waits -- with v1's arguments, workspace arrays, outputs and roundings (passes
 1-2 and the workspace unchanged). False: pass 3 version 1 (``chunk_bwd_kernel.GdnBwdGrads``).
 
+``plan.mn_operands`` (default False, opt-in; session 11, issue #7; requires ``grads_v2``: ValueError at ``compile_key``;
+before ``compile()``; ``GdnBwdKey.mn_operands``, read by pass 3 only): pass 3 version 2 reads K^T, Q^T, dVn^T, dWm^T,
+S0^T, dS1^T, Tm^T and dP~^T as MN-major WGMMA operands of the row-major tiles (the 128-byte-swizzled [rows, 64] tile is
+the canonical MN-major layout when the contraction runs over its rows) instead of writing transposed copies
+(``chunk_bwd_v2_kernel.py``: 2-byte shared stores 716 -> 236 in the PTX at K = 128, 40 KiB less shared memory, 224
+registers instead of 241). Same products, operands and roundings. Compile-verified; its GPU tests are written
+(``tests/test_la_bwd_p3_gdn.py``), not yet run.
+
 The host code shared with the KDA backward (constructor, ``check_support``, workspace size, compile, ``execute`` up to
 the launches) is ``_host/delta_rule_bwd_api.py::DeltaRuleBwdSm90``; this module holds what differs (compile key, declines,
 workspace tail, the kernels' argument order in ``_launch``, ``build_kernel``).
@@ -123,6 +131,10 @@ class GatedDeltaNetBwdSm90(DeltaRuleBwdSm90):
     #: unset: ``GRADS_V2_DEFAULT`` where ``store_tm`` holds, else version 1).
     grads_v2 = ScheduleKnob(lambda: GRADS_V2_DEFAULT, ready="_grads_v2_ready")
     _compiled_grads_v2 = None
+    #: Pass 3 v2 with MN-major operands in place of transposed copies (module docstring, "mn_operands"; opt-in, requires
+    #: grads_v2; set before compile(), a compile-key field read by pass 3 only).
+    mn_operands = False
+    _compiled_mn_operands = None
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -158,12 +170,15 @@ class GatedDeltaNetBwdSm90(DeltaRuleBwdSm90):
             raise ValueError(f"{self._name}: fold_prep_tm requires store_tm (it copies the forward prep's Tm into ws_tm)")
         if self.grads_v2 and not self.store_tm:  # grads_v2: pass 3 v2 reads pass 1's Tm (no in-kernel solve)
             raise ValueError(f"{self._name}: grads_v2 requires store_tm (pass 3 v2 reads pass 1's Tm); set plan.grads_v2 = False for store_tm=False")
+        if self.mn_operands and not self.grads_v2:  # mn_operands: an option of pass 3 version 2
+            raise ValueError(f"{self._name}: mn_operands requires grads_v2 (it is an option of pass 3 version 2)")
         return GdnBwdKey(
             store_tm=bool(self.store_tm),
             parallel_pass1=bool(self.parallel_pass1),
             parallel_pass2=bool(self.parallel_pass2),
             fold_prep_tm=bool(self.fold_prep_tm),
             grads_v2=bool(self.grads_v2),
+            mn_operands=bool(self.mn_operands),
             **fields,
         )
 
@@ -178,8 +193,8 @@ class GatedDeltaNetBwdSm90(DeltaRuleBwdSm90):
 
         if part != "states_fold":  # fold_prep_tm: read by pass 1b's fold kernel only
             key = replace(key, fold_prep_tm=False)
-        if part != "grads":  # grads_v2: read by pass 3 only
-            key = replace(key, grads_v2=False)
+        if part != "grads":  # grads_v2, mn_operands: read by pass 3 only
+            key = replace(key, grads_v2=False, mn_operands=False)
         if part in ("dstates_prep", "dstates_chain"):
             return key
         key = replace(key, parallel_pass2=False)
@@ -194,6 +209,7 @@ class GatedDeltaNetBwdSm90(DeltaRuleBwdSm90):
         self._compile_forward_pass1()
         self._compiled_fold_prep_tm = bool(self.fold_prep_tm)
         self._compiled_grads_v2 = bool(self.grads_v2)
+        self._compiled_mn_operands = bool(self.mn_operands)
 
     def _pass1_prep_options(self) -> dict:
         return {"bwd_tm": True} if self.fold_prep_tm else {}  # fold_prep_tm: the prep also writes Tm (into qg)
@@ -209,6 +225,8 @@ class GatedDeltaNetBwdSm90(DeltaRuleBwdSm90):
             raise ValueError(f"{self._name}.execute: fold_prep_tm was changed after compile(); call compile() again")
         if self._compiled_grads_v2 is not None and bool(self.grads_v2) != self._compiled_grads_v2:
             raise ValueError(f"{self._name}.execute: grads_v2 was changed after compile(); call compile() again")
+        if self._compiled_mn_operands is not None and bool(self.mn_operands) != self._compiled_mn_operands:
+            raise ValueError(f"{self._name}.execute: mn_operands was changed after compile(); call compile() again")
         D = int(t["q"].shape[-1])
         q, k, v, g, beta, do, dq, dk = (t[n] for n in ("q", "k", "v", "g", "beta", "do", "dq", "dk"))
         store_tm, gva = bool(self.store_tm), Hk != H

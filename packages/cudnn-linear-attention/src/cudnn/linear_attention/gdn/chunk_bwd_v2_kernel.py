@@ -39,6 +39,16 @@ the sign of an exact zero; with the L2-norm chain rule dq, dk up to the reassoci
 orders differ (``<dS1, S0>``, the dg / dbeta row and column sums), so dg, dbeta equal v1's up to fp32 reassociation (``tests/test_la_bwd_p3_gdn.py`` checks both against v1 on the same
 workspace and against the fp32 reference). At K = 64 (one channel block) warpgroup 1 only loads.
 
+``mn_operands`` (opt-in key field, session 11; compile-verified, not yet run on a GPU): every transposed operand is
+read in place. WGMMA reads bf16 operands MN-major from shared memory, and a 128-byte-swizzled row-major [rows, 64]
+tile is the canonical MN-major layout of a contraction over its rows, so K^T, Q^T, dVn^T, dWm^T, Tm^T and dP~^T are
+``_device.chunk_parallel.transpose_view`` s of K, Q, dVn, dWm, Tm, dP~ (two more tiled MMAs: B MN-major, and A and B
+MN-major), S0 / dS1 are stored as they are ([V, K], one 16-byte store per loaded vector instead of eight 2-byte ones:
+``state_t_to_smem``'s ``mn`` form) and dTm row-major. Same products, operand values and accumulation order. At K = 128
+(no L2 norm): 2-byte shared stores 716 -> 236 in the PTX, 12,125 -> 10,475 instructions, ptxas 224 registers (v2:
+241), no spill; shared memory 40 KiB less (no K^T, dWm^T, Tm^T tiles; dP~ moves to the dP~^T tile so Tm lives
+through B2).
+
 Declined (``gdn/bwd_api.py`` raises ValueError at ``compile_key`` for a ``grads_v2`` plan): ``store_tm=False`` (v1
 recomputes A and the solve there). Supported as v1: K = 64 and 128, varlen and dense, initial state / final-state
 gradient, the L2 norm, GVA (fp32 dq / dk partials per value head).
@@ -51,7 +61,8 @@ import cutlass.cute as cute
 from cutlass import BFloat16, Float32, Int32, const_expr
 from cutlass.cute.nvgpu import warpgroup
 
-from .._device.delta_rule import BV, CHUNK, L2NORM_EPS, THREADS, VEC
+from .._device.chunk_parallel import transpose_view
+from .._device.delta_rule import BV, CHUNK, L2NORM_EPS, THREADS, VEC, k_major_smem_layout, make_mma_n64
 from .._device.delta_rule import smem_ready as _smem_ready
 from .._device.delta_rule import wgmma as _wgmma
 from .._device.delta_rule_bwd import bwd_cta, grads_chunk, scalar_dg_dbeta, smem_struct
@@ -152,12 +163,16 @@ def _chain_store(
 
 
 @cute.jit
-def _da_chain(mma, acc_a, acc_b, dvn_A, v_B, dwm_A, k_A, k_B, tmt_A, dtmt_B, x_A, tm_B, sDTmT, sX, sBs, sGc, sBeta, sDGr, sDBr, c64, wgi: Int32):
+def _da_chain(
+    mma, mma_tt, acc_a, acc_b, dvn_A, v_B, dwm_A, k_A, k_B, tmt_A, dtmt_B, x_A, tm_B, sDTmT, sX, sBs, sGc, sBeta, sDGr, sDBr, c64, wgi: Int32,
+    mn: cutlass.Constexpr[bool],
+):  # fmt: skip
     """Warpgroup 0: ``dTm = (dVn V^T) beta_j + (dWm K^T) beta_j exp(G_j)`` (one WGMMA group; v1's expression) ->
     ``sDTmT``; ``X = Tm^T dTm`` -> ``sX``; ``dA = -strictly_lower(X Tm^T)`` with ``K K^T`` (one group): ``B + B^T`` ->
     ``sBs`` (``B = dA beta_i Gamma``), dbeta's ``rowsum(dA K K^T Gamma)`` -> ``sDBr`` and dG's ``rowsum(Z) - colsum(Z)``
     (``Z = dA A``) -> ``sDGr``. Arrives on ``BAR_OPERANDS_FREE`` once the dTm products have read their operands. Not
-    fenced at the end."""
+    fenced at the end. With ``mn`` (``mn_operands``) dTm is stored as it is (``sDTmT`` then holds dTm) and ``X`` is
+    ``mma_tt``'s (``tmt_A``, ``dtmt_B``: MN-major views of Tm and dTm)."""
     warpgroup.fence()
     issue(mma, acc_a, dvn_A, v_B, True)
     issue(mma, acc_b, dwm_A, k_B, True)
@@ -168,9 +183,12 @@ def _da_chain(mma, acc_a, acc_b, dvn_A, v_B, dwm_A, k_A, k_B, tmt_A, dtmt_B, x_A
         rc = c64[i]
         bj = sBeta[rc[1]]
         dtm = acc_a[i] * bj + acc_b[i] * (bj * cute.math.exp(sGc[rc[1]]))
-        sDTmT[rc[1], rc[0]] = dtm.to(BFloat16)
+        if const_expr(mn):
+            sDTmT[rc[0], rc[1]] = dtm.to(BFloat16)
+        else:
+            sDTmT[rc[1], rc[0]] = dtm.to(BFloat16)
     wg_ready(wgi)
-    _wgmma(mma, acc_a, tmt_A, dtmt_B, True)  # X = Tm^T dTm
+    _wgmma(mma_tt, acc_a, tmt_A, dtmt_B, True)  # X = Tm^T dTm
     for i in cutlass.range_constexpr(cute.size(acc_a)):
         rc = c64[i]
         sX[rc[0], rc[1]] = acc_a[i].to(BFloat16)
@@ -207,13 +225,15 @@ def _da_chain(mma, acc_a, acc_b, dvn_A, v_B, dwm_A, k_A, k_B, tmt_A, dtmt_B, x_A
 
 
 @cute.jit
-def _b1(mma, acc_a, acc_b, acc_c, do_A, s0t_Bh, vn_B, q_A, k_B, sDP, sDPT, sQ, sGc, sDGr, c64, scale: Float32, wgi: Int32, h: Int32):
+def _b1(mma, mma_t, acc_a, acc_b, acc_c, do_A, s0t_Bh, vn_B, q_A, k_B, sDP, sDPT, sQ, sGc, sDGr, c64, scale: Float32, wgi: Int32, h: Int32):
     """Channel block ``h`` of ``dQ = scale exp(G) (dO S0) + dP~ K`` (-> ``mDq``) with dG's ``rowsum(Q scale exp(G)
     (dO S0))``; ``dO S0``, ``dO Vn^T`` and ``Q K^T`` are one WGMMA group on both warpgroups (no branch between
     WGMMAs), warpgroup 0 storing ``dP~ = scale lower_eq(Gamma dO Vn^T)`` (bf16 ``sDP``, ``sDPT``) and Z1's dG row /
-    column sums. The caller's barrier separates the dP~ stores from the ``dP~ K`` product: this block ends there."""
+    column sums. The caller's barrier separates the dP~ stores from the ``dP~ K`` product: this block ends there.
+    ``mma_t``: the tiled MMA of the ``dO S0`` product (``s0t_Bh`` an S0^T tile, or with ``mn_operands`` an MN-major view
+    of S0)."""
     warpgroup.fence()
-    issue(mma, acc_c, do_A, s0t_Bh, True)
+    issue(mma_t, acc_c, do_A, s0t_Bh, True)
     issue(mma, acc_a, do_A, vn_B, True)
     issue(mma, acc_b, q_A, k_B, True)
     commit_wait()
@@ -233,7 +253,8 @@ def _b1(mma, acc_a, acc_b, acc_c, do_A, s0t_Bh, vn_B, q_A, k_B, sDP, sDPT, sQ, s
                 cs[m] = cs[m] - z
             dpt_b = dpt.to(BFloat16)
             sDP[rc[0], rc[1]] = dpt_b
-            sDPT[rc[1], rc[0]] = dpt_b
+            if const_expr(sDPT is not None):  # mn_operands: dP~^T read in place (an MN-major view of sDP)
+                sDPT[rc[1], rc[0]] = dpt_b
         row_sums_add(sDGr, rs, c64)
         col_sums_add(sDGr, cs, c64, Int32(0))
     rq = cute.make_rmem_tensor(cute.make_layout((2,)), Float32)
@@ -248,8 +269,9 @@ def _b1(mma, acc_a, acc_b, acc_c, do_A, s0t_Bh, vn_B, q_A, k_B, sDP, sDPT, sQ, s
 
 @cute.jit
 def _dq_store(mma, acc_c, dp_A, kt_Bh, sQ, sDotQ, mDq, c64, t0: Int32, n_valid: Int32, head: Int32, h: Int32, chain: cutlass.Constexpr[bool]):
-    """``dQ += dP~ K`` (channel block ``h``) -> ``mDq`` (rows inside the sequence), or with ``chain`` (the L2-norm chain
-    rule here) its row dots -> ``sDotQ``, ``acc_c`` kept for :func:`_chain_store`."""
+    """``dQ += dP~ K`` (channel block ``h``; ``mma`` the tiled MMA of ``kt_Bh``, a K^T tile or with ``mn_operands`` an
+    MN-major view of K) -> ``mDq`` (rows inside the sequence), or with ``chain`` (the L2-norm chain rule here) its row
+    dots -> ``sDotQ``, ``acc_c`` kept for :func:`_chain_store`."""
     _wgmma(mma, acc_c, dp_A, kt_Bh, False)
     if const_expr(chain):
         _chain_rows(acc_c, sQ, sDotQ, c64, h)
@@ -271,17 +293,19 @@ def _warp_sum_add(dst: cute.Pointer, v: Float32):
 
 
 @cute.jit
-def _b2(mma, acc_a, acc_b, acc_c, dpt_A, qt_Bh, bs_A, kt_Bh, vn_A, ds1t_Bh, tmt_A, dwmt_Bh, sK, sGc, sBeta, sDGr, sDBr, sDotK, pKdSum, mDk, c64,
+def _b2(mma, mma_tt, acc_a, acc_b, acc_c, dpt_A, qt_Bh, bs_A, kt_Bh, vn_A, ds1t_Bh, tmt_A, dwmt_Bh, sK, sGc, sBeta, sDGr, sDBr, sDotK, pKdSum, mDk, c64,
         t0: Int32, n_valid: Int32, head: Int32, h: Int32, chain: cutlass.Constexpr[bool]):  # fmt: skip
     """Channel block ``h`` of ``dK = dP~^T Q + (B + B^T) K + exp(G_C - G) (Vn dS1) + beta exp(G) (Tm^T dWm)`` (-> ``mDk``;
     one WGMMA group, v1's epilogue) with dG's ``rowsum(dKb beta exp(G) K) - rowsum((Vn dS1) exp(G_C - G) K)``, dbeta's
     ``rowsum(dKb exp(G) K)`` and the chunk total of ``(Vn dS1) exp(G_C - G) K`` (-> ``pKdSum``). With ``chain`` dK stays
-    in ``acc_a`` and its L2-norm row dots go to ``sDotK`` (:func:`_chain_store` after the caller's barrier)."""
+    in ``acc_a`` and its L2-norm row dots go to ``sDotK`` (:func:`_chain_store` after the caller's barrier). ``mma``: the
+    tiled MMA of B operands Q^T, K^T, dS1^T, dWm^T (with ``mn_operands`` MN-major views of Q, K, dS1, dWm); ``mma_tt``:
+    of the products whose A is dP~^T or Tm^T as well (with ``mn_operands`` MN-major views of dP~, Tm)."""
     warpgroup.fence()
-    issue(mma, acc_a, dpt_A, qt_Bh, True)  # dP~^T Q
+    issue(mma_tt, acc_a, dpt_A, qt_Bh, True)  # dP~^T Q
     issue(mma, acc_a, bs_A, kt_Bh, False)  # + (B + B^T) K
     issue(mma, acc_b, vn_A, ds1t_Bh, True)  # dKd = Vn dS1
-    issue(mma, acc_c, tmt_A, dwmt_Bh, True)  # dKb = Tm^T dWm
+    issue(mma_tt, acc_c, tmt_A, dwmt_Bh, True)  # dKb = Tm^T dWm
     commit_wait()
     g_last = sGc[CHUNK - 1]
     rs_g = cute.make_rmem_tensor(cute.make_layout((2,)), Float32)
@@ -329,6 +353,8 @@ class GdnBwdGradsV2(GradsV2Launch):
         phase): seven [C, D] tiles (x1, x5 as [D % 64, C, D // 64]), S0^T / dS1^T [K, V], six [C, C], then the fp32
         arrays (with the L2 norm: the rows' factors and the chain rule's row dots)."""
         tiles = dict(x0=l_ck, x1=l_kc, x2=l_ck, x3=l_ck, x4=l_ck, x5=l_kc, x6=l_ck, y0=l_kv, tm=l_cc, tmt=l_cc, dtmt=l_cc, xx=l_cc, bs=l_cc, dpt=l_cc)
+        if self.key.mn_operands:  # K^T, dWm^T, Tm^T, dP~^T are read in place (MN-major views of K, dWm, Tm, dP~; dP~ in dpt)
+            del tiles["x1"], tiles["x5"], tiles["tmt"]
         f32 = dict(gc=CHUNK, g=CHUNK, beta=CHUNK, dgr=CHUNK, dbr=CHUNK, extra=self.D, scal=4, rq=CHUNK, rk=CHUNK, dotq=CHUNK, dotk=CHUNK)
         return smem_struct(tiles, f32)
 
@@ -365,6 +391,7 @@ class GdnBwdGradsV2(GradsV2Launch):
     ):
         D = self.D
         NH = D // BV
+        MN = self.key.mn_operands  # K^T, Q^T, dVn^T, dWm^T as MN-major views of the row-major tiles (no transposed copies)
         tidx, seq, head, zc, hk, _, bos, eos, n_chunks, slot0 = bwd_cta(mCu, seq_len, group, self.key.varlen)  # zc: this CTA's chunk group
         # this thread's warpgroup, marked warp-uniform (the `if wgi ...` branches are warpgroup-uniform; WGMMA groups stay
         # branch-free inside, see kda/chunk_bwd_v2_kernel.py on ptxas C7520)
@@ -379,26 +406,24 @@ class GdnBwdGradsV2(GradsV2Launch):
         # x0: K (all)   x1: K^T (all)   x2: dVn (A) | Q (B1)   x3: dVn^T (A) | dO (B1)   x4: V (A) | Vn (B1, B2)
         # x5: dWm^T (A -> B2)   x6: dWm (A) | Q^T (B2)   y0: S0^T (A, B1) | dS1^T (B2)
         # tm: Tm (A) | dP~ (B1)   tmt: Tm^T (all)   dtmt: dTm^T (A)   xx: X (A)   bs: B + B^T (A -> B2)   dpt: dP~^T (B1 -> B2)
+        # MN (mn_operands): no x1, x5, tmt; x3 dO only; x6 dWm (A -> B2); y0 S0 | dS1 as stored; tm Tm (all); dtmt dTm;
+        # dpt dP~ (B1 -> B2); the transposed operands are MN-major views of these
         sK = st.x0.get_tensor(l_ck.outer, swizzle=l_ck.inner)
         sDvn = st.x2.get_tensor(l_ck.outer, swizzle=l_ck.inner)
         sQ = st.x2.get_tensor(l_ck.outer, swizzle=l_ck.inner)
         sDo = st.x3.get_tensor(l_ck.outer, swizzle=l_ck.inner)
         sV = st.x4.get_tensor(l_ck.outer, swizzle=l_ck.inner)
         sVn = st.x4.get_tensor(l_ck.outer, swizzle=l_ck.inner)
-        sDwmT = st.x5.get_tensor(l_kc.outer, swizzle=l_kc.inner)
+        sDwmT = None if const_expr(MN) else st.x5.get_tensor(l_kc.outer, swizzle=l_kc.inner)
         sDwm = st.x6.get_tensor(l_ck.outer, swizzle=l_ck.inner)
         sTm = st.tm.get_tensor(l_cc.outer, swizzle=l_cc.inner)
-        sDP = st.tm.get_tensor(l_cc.outer, swizzle=l_cc.inner)
-        sTmT = st.tmt.get_tensor(l_cc.outer, swizzle=l_cc.inner)
+        # dP~ over Tm; with MN in the dpt tile (Tm, read in place as Tm^T, lives through B2)
+        sDP = st.dpt.get_tensor(l_cc.outer, swizzle=l_cc.inner) if const_expr(MN) else st.tm.get_tensor(l_cc.outer, swizzle=l_cc.inner)
+        sTmT = None if const_expr(MN) else st.tmt.get_tensor(l_cc.outer, swizzle=l_cc.inner)
         sDTmT = st.dtmt.get_tensor(l_cc.outer, swizzle=l_cc.inner)
         sX = st.xx.get_tensor(l_cc.outer, swizzle=l_cc.inner)
         sBs = st.bs.get_tensor(l_cc.outer, swizzle=l_cc.inner)
-        sDPT = st.dpt.get_tensor(l_cc.outer, swizzle=l_cc.inner)
-        sS0TW = tile_at(st.y0.data_ptr(), hw * (CHUNK * D), l_ck)  # S0^T / dS1^T of this warpgroup's key channels
-        sDvnTW = tile_at(st.x3.data_ptr(), hw * TILE, l_cc)  # dVn^T of this warpgroup's value channels
-        sKTW = tile_at(st.x1.data_ptr(), hw * TILE, l_cc)  # K^T, Q^T, dWm^T of this warpgroup's key channels
-        sQTW = tile_at(st.x6.data_ptr(), hw * TILE, l_cc)
-        sDwmTW = tile_at(st.x5.data_ptr(), hw * TILE, l_cc)
+        sDPT = None if const_expr(MN) else st.dpt.get_tensor(l_cc.outer, swizzle=l_cc.inner)
         sGc = st.gc.get_tensor(cute.make_layout((CHUNK,)))
         sG = st.g.get_tensor(cute.make_layout((CHUNK,)))  # dg's per-row values before the reverse cumsum
         sBeta = st.beta.get_tensor(cute.make_layout((CHUNK,)))
@@ -425,19 +450,38 @@ class GdnBwdGradsV2(GradsV2Launch):
         dwm_A = wg.make_fragment_A(wg.partition_A(sDwm))
         tm_B = wg.make_fragment_B(wg.partition_B(sTm))
         dp_A = wg.make_fragment_A(wg.partition_A(sDP))
-        tmt_A = wg.make_fragment_A(wg.partition_A(sTmT))
-        dtmt_B = wg.make_fragment_B(wg.partition_B(sDTmT))
         x_A = wg.make_fragment_A(wg.partition_A(sX))
         bs_A = wg.make_fragment_A(wg.partition_A(sBs))
-        dpt_A = wg.make_fragment_A(wg.partition_A(sDPT))
-        s0tw_B = wg.make_fragment_B(wg.partition_B(sS0TW))
-        dvntw_B = wg.make_fragment_B(wg.partition_B(sDvnTW))
-        ktw_B = wg.make_fragment_B(wg.partition_B(sKTW))
-        qtw_B = wg.make_fragment_B(wg.partition_B(sQTW))
-        dwmtw_B = wg.make_fragment_B(wg.partition_B(sDwmTW))
-        pK, pKT = st.x0.data_ptr(), st.x1.data_ptr()  # raw (unswizzled) tile addresses for the hand-swizzled loaders
+        pK = st.x0.data_ptr()  # raw (unswizzled) tile addresses for the hand-swizzled loaders
         pX2, pX3, pX4, pX6 = st.x2.data_ptr(), st.x3.data_ptr(), st.x4.data_ptr(), st.x6.data_ptr()
         pY0 = st.y0.data_ptr()
+        pKT, pDvnT, pQT = None, None, None  # the transposed copies' tiles (none with MN)
+        mma_t = mma  # the tiled MMA of the products whose B is K^T, Q^T, dVn^T, dWm^T, S0^T or dS1^T
+        mma_tt = mma  # ... and whose A is Tm^T or dP~^T as well
+        if const_expr(MN):  # those B operands: this warpgroup's channel block of K, Q / dVn (x2), dWm, S0 / dS1, read MN-major
+            mma_t = make_mma_n64(b_mn=True)
+            mma_tt = make_mma_n64(a_mn=True, b_mn=True)
+            wgt = mma_t.get_slice(0)
+            wgtt = mma_tt.get_slice(0)
+            tmt_A = wgtt.make_fragment_A(wgtt.partition_A(transpose_view(sTm)))  # Tm^T, dP~^T: MN-major views of Tm, dP~
+            dpt_A = wgtt.make_fragment_A(wgtt.partition_A(transpose_view(sDP)))
+            dtmt_B = wgtt.make_fragment_B(wgtt.partition_B(transpose_view(sDTmT)))  # the dtmt tile holds dTm (row-major)
+            ktw_B = wgt.make_fragment_B(wgt.partition_B(transpose_view(tile_at(pK, hw * TILE, l_cc))))
+            qtw_B = wgt.make_fragment_B(wgt.partition_B(transpose_view(tile_at(pX2, hw * TILE, l_cc))))
+            dvntw_B = qtw_B  # x2: dVn in phase A, Q in B1 / B2
+            dwmtw_B = wgt.make_fragment_B(wgt.partition_B(transpose_view(tile_at(pX6, hw * TILE, l_cc))))
+            # S0 / dS1 stored [V, K] (state_t_to_smem's mn form): this warpgroup's 64 key channels, all V rows
+            s0tw_B = wgt.make_fragment_B(wgt.partition_B(transpose_view(tile_at(pY0, hw * (BV * D), k_major_smem_layout(D, BV)))))
+        else:
+            tmt_A = wg.make_fragment_A(wg.partition_A(sTmT))
+            dpt_A = wg.make_fragment_A(wg.partition_A(sDPT))
+            dtmt_B = wg.make_fragment_B(wg.partition_B(sDTmT))
+            s0tw_B = wg.make_fragment_B(wg.partition_B(tile_at(pY0, hw * (CHUNK * D), l_ck)))  # S0^T / dS1^T of its key channels
+            pKT, pDvnT, pQT = st.x1.data_ptr(), pX3, pX6
+            dvntw_B = wg.make_fragment_B(wg.partition_B(tile_at(pX3, hw * TILE, l_cc)))  # dVn^T of this warpgroup's value channels
+            ktw_B = wg.make_fragment_B(wg.partition_B(tile_at(pKT, hw * TILE, l_cc)))  # K^T, Q^T, dWm^T of its key channels
+            qtw_B = wg.make_fragment_B(wg.partition_B(tile_at(pX6, hw * TILE, l_cc)))
+            dwmtw_B = wg.make_fragment_B(wg.partition_B(tile_at(st.x5.data_ptr(), hw * TILE, l_cc)))
         acc_a = cute.make_rmem_tensor(wg.partition_shape_C((CHUNK, CHUNK)), Float32)
         acc_b = cute.make_rmem_tensor(wg.partition_shape_C((CHUNK, CHUNK)), Float32)
         acc_c = cute.make_rmem_tensor(wg.partition_shape_C((CHUNK, CHUNK)), Float32)
@@ -460,45 +504,47 @@ class GdnBwdGradsV2(GradsV2Launch):
 
             # ================= phase A: loads; dWm, dV; dTm, X, dA ===========================================
             if wgi == 0:
-                load_a0(gDvn, gV, gWsTm, pX2, pX3, pX4, sTm, sTmT, t0, eos, head, slot, ltid, D)
+                load_a0(gDvn, gV, gWsTm, pX2, pDvnT, pX4, sTm, sTmT, t0, eos, head, slot, ltid, D)
             else:
                 _gates(mG, mB, sGc, sBeta, t0, n_valid, head, ltid)
-                state_t_to_smem(gWsH, gWsDh, pY0, sExtra, slot, head, ltid, THREADS, D)  # S0^T, <dS1, S0> per key channel
+                state_t_to_smem(gWsH, gWsDh, pY0, sExtra, slot, head, ltid, THREADS, D, MN)  # S0^T (MN: S0), <dS1, S0> per key channel
                 kk = rows_load(gK, t0, eos, hk, ltid, D)
                 _rows_l2norm(kk, sRk, t0, eos, ltid, D, L2)
                 rows_store(kk, pK, pKT, t0, eos, ltid, D)  # K and K^T
             _smem_ready()
             if wgi < NH:  # dWm, dV: channel block hw on warpgroup hw
-                dwm_dv_block(mma, acc_a, acc_d, dvn_A, s0tw_B, tmt_A, dvntw_B, sDwm, sDwmT, sDBr, sV, sBeta, mDv, c64, t0, n_valid, head, hw)
+                dwm_dv_block(mma, acc_a, acc_d, dvn_A, s0tw_B, tmt_A, dvntw_B, sDwm, sDwmT, sDBr, sV, sBeta, mDv, c64, t0, n_valid, head, hw, mma_t, mma_tt)
             _smem_ready()  # sDwm, sDwmT of every block; every reader of dVn^T has completed
             if wgi == 0:
-                _da_chain(mma, acc_a, acc_b, dvn_A, v_B, dwm_A, k_A, k_B, tmt_A, dtmt_B, x_A, tm_B, sDTmT, sX, sBs, sGc, sBeta, sDGr, sDBr, c64, wgi)
+                _da_chain(
+                    mma, mma_tt, acc_a, acc_b, dvn_A, v_B, dwm_A, k_A, k_B, tmt_A, dtmt_B, x_A, tm_B, sDTmT, sX, sBs, sGc, sBeta, sDGr, sDBr, c64, wgi, MN
+                )
             else:  # B1 / B2's loads under warpgroup 0's chain
                 rows_store(rows_load(gDo, t0, eos, head, ltid, D), pX3, None, t0, eos, ltid, D)  # x3: dVn^T's readers finished above
                 qq = rows_load(gQ, t0, eos, hk, ltid, D)
                 vn = rows_load(gVn, t0, eos, head, ltid, D)
                 _rows_l2norm(qq, sRq, t0, eos, ltid, D, L2)
                 cute.arch.barrier(barrier_id=BAR_OPERANDS_FREE, number_of_threads=THREADS2)  # the dTm products' operands are read
-                rows_store(qq, pX2, pX6, t0, eos, ltid, D)  # Q over dVn, Q^T over dWm
+                rows_store(qq, pX2, pQT, t0, eos, ltid, D)  # Q over dVn (and without MN Q^T over dWm)
                 rows_store(vn, pX4, None, t0, eos, ltid, D)  # Vn over V
             _smem_ready()  # B + B^T and B1's Q, Q^T, dO, Vn published
 
             # ================= phase B1: dP~, dQ ===============================================================
             if wgi < NH:
-                _b1(mma, acc_a, acc_b, acc_c, do_A, s0tw_B, vn_B, q_A, k_B, sDP, sDPT, sQ, sGc, sDGr, c64, scale, wgi, hw)
+                _b1(mma, mma_t, acc_a, acc_b, acc_c, do_A, s0tw_B, vn_B, q_A, k_B, sDP, sDPT, sQ, sGc, sDGr, c64, scale, wgi, hw)
             _smem_ready()  # sDP, sDPT
             if wgi < NH:
-                _dq_store(mma, acc_c, dp_A, ktw_B, sQ, sDotQ, mDq, c64, t0, n_valid, head, hw, CHAIN)
+                _dq_store(mma_t, acc_c, dp_A, ktw_B, sQ, sDotQ, mDq, c64, t0, n_valid, head, hw, CHAIN)
             cute.arch.sync_threads()  # every reader of S0^T has completed (and the chain rule's row dots are complete)
             if const_expr(CHAIN):  # dq = r (dqn - qn (qn . dqn))
                 if wgi < NH:
                     _chain_store(acc_c, sQ, sRq, sDotQ, mDq, c64, t0, n_valid, head, hw)
 
             # ================= phase B2: dK ====================================================================
-            state_t_to_smem(gWsDh, None, pY0, None, slot, head, tidx, THREADS2, D)  # dS1^T over S0^T
+            state_t_to_smem(gWsDh, None, pY0, None, slot, head, tidx, THREADS2, D, MN)  # dS1^T over S0^T (MN: dS1 over S0)
             _smem_ready()
             if wgi < NH:
-                _b2(mma, acc_a, acc_b, acc_c, dpt_A, qtw_B, bs_A, ktw_B, vn_A, s0tw_B, tmt_A, dwmtw_B, sK, sGc, sBeta, sDGr, sDBr, sDotK, sScal.iterator + 1, mDk, c64,
+                _b2(mma_t, mma_tt, acc_a, acc_b, acc_c, dpt_A, qtw_B, bs_A, ktw_B, vn_A, s0tw_B, tmt_A, dwmtw_B, sK, sGc, sBeta, sDGr, sDBr, sDotK, sScal.iterator + 1, mDk, c64,
                     t0, n_valid, head, hw, CHAIN)  # fmt: skip
             cute.arch.sync_threads()
             if const_expr(CHAIN):  # dk = r (dkn - kn (kn . dkn))
