@@ -54,12 +54,12 @@ class Measured:
 
 
 class GraphReplay:
-    """A CUDA graph's replay that holds what the captured kernels read and write: ``keep`` (the eager callable whose
-    closure owns the inputs, outputs and workspace, and anything else the capture used). A bare ``graph.replay``
-    would let those tensors die when ``make`` returns; the caching allocator then hands their memory to the next
-    provider's buffers, and every replay writes over them (or, after ``empty_cache``, over unmapped memory)."""
+    """A CUDA graph's replay that holds what the captured kernels read and write: ``keep``, the captured callable, whose
+    closure owns the inputs, outputs and workspace. A bare ``graph.replay`` would let those tensors die when ``make``
+    returns; the caching allocator then hands their memory to the next provider's buffers, and every replay writes over
+    them (or, after ``empty_cache``, over unmapped memory)."""
 
-    def __init__(self, graph, keep: tuple):
+    def __init__(self, graph, keep: Callable[[], Any]):
         self.graph = graph
         self.keep = keep
 
@@ -67,15 +67,15 @@ class GraphReplay:
         self.graph.replay()
 
 
-def capture(fn: Callable[[], Any], *keep, stream=None) -> GraphReplay:
+def capture(fn: Callable[[], Any], stream=None) -> GraphReplay:
     """``fn`` (already warmed up, e.g. run once on a side stream) captured in a CUDA graph on ``stream`` (None: the
-    capture's own side stream); the replay keeps ``fn`` and ``keep`` alive (:class:`GraphReplay`)."""
+    capture's own side stream); the replay keeps ``fn`` alive (:class:`GraphReplay`)."""
     import torch
 
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, stream=stream):
         fn()
-    return GraphReplay(graph, (fn, *keep))
+    return GraphReplay(graph, fn)
 
 
 def _time(fn) -> float:

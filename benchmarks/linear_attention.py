@@ -142,7 +142,6 @@ def _make_ours(case):
 
 
 def _make_ours_graph(case):
-
     fn = _make_ours(case)
     if case.params["op"] == "bwd":
         raise Unsupported("autograd.grad is not graph-captured here")
