@@ -125,6 +125,28 @@ def time_ms(fn: Callable[[], Any], warmup_ms: float = 25, rep_ms: float = 100) -
         return times[len(times) // 2]
 
 
+def device_times(fn, iters: int) -> list:
+    """Warm ``fn`` up (3 calls), then profile ``iters`` calls: ``[(event key, us per call, launches per call)]`` of every
+    event with device time (torch.profiler, CUDA activity)."""
+    import torch
+
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            fn()
+        torch.cuda.synchronize()
+    out = []
+    for ev in prof.key_averages():
+        dev = getattr(ev, "device_time_total", None)
+        if dev is None:
+            dev = ev.cuda_time_total
+        if dev > 0:
+            out.append((ev.key, dev / iters, ev.count / iters))
+    return out
+
+
 def _device_line() -> str:
     try:
         import torch

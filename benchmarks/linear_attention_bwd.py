@@ -65,9 +65,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from harness import Case, Provider, Result, capture, run_benchmark  # noqa: E402
+from harness import Case, Provider, Result, capture, device_times, run_benchmark  # noqa: E402
 from linear_attention import GDN_D, _delta_rule_inputs, _graphed, _select  # noqa: E402
-from linear_attention_kernels import device_times  # noqa: E402
 
 HBM_GBPS = 4800.0  # H200 HBM3e, about 4.8 TB/s
 CHUNK = 64
@@ -226,8 +225,8 @@ def _make_ours_p1(family, pass2: bool = False, pass1: bool = True, hilo: bool = 
     per-chunk precompute ``{kda,gdn}/bwd_dstates_parallel_kernel.py`` + the reverse state chain
     ``_device/dstates_parallel.py``). ``fold``: ``plan.fold_prep_tm`` (pass 1b as copies of the forward prep's / state
     pass's arrays, the prep writing Tm too). ``grads_v2``: pass 3 version 2 (``{kda,gdn}/chunk_bwd_v2_kernel.py``, the
-    default of both). ``mn`` (GDN): ``plan.mn_operands`` (pass 3 v2 with MN-major operands in place of transposed
-    copies). KDA: ``hilo`` (``plan.dp_split_hilo``; False is session 6's pass 3 operands)."""
+    default of both). ``mn`` (GDN, with ``grads_v2``): ``plan.mn_operands`` (pass 3 v2 with MN-major operands in place
+    of transposed copies; GDN's default since session 12). KDA: ``hilo`` (``plan.dp_split_hilo``; False is session 6's pass 3 operands)."""
 
     def make(case):
         import torch
@@ -240,10 +239,10 @@ def _make_ours_p1(family, pass2: bool = False, pass1: bool = True, hilo: bool = 
         plan.parallel_pass2 = pass2 and pass1
         plan.fold_prep_tm = fold and pass1
         plan.grads_v2 = grads_v2
-        if mn:
-            plan.mn_operands = True
         if FAMILIES[family].per_key_gate:
             plan.dp_split_hilo = hilo
+        else:
+            plan.mn_operands = mn and grads_v2
         plan.compile()
         ws = workspace(plan.scratch_workspace_bytes(), i["q"].device)
         args = [i[n] for n in ("q", "k", "v", "g", "beta", "do", "dq", "dk", "dv", "dg", "dbeta")]
@@ -410,8 +409,8 @@ def opt_in_providers(family: str) -> list[Provider]:
     ``ours-p1`` / ``ours-p1+graph`` the chunk-parallel pass 1 only; ``ours-p2`` / ``ours-p2+graph`` passes 1 and 2
     chunk-parallel; ``ours-fold`` ``ours-p2`` with ``fold_prep_tm``; ``ours-v1`` the default with pass 3 version 1
     (``ours-fold`` by another name: the row the ``grads_v2`` default is measured against); KDA: ``ours-p3``
-    ``ours-p2`` with ``grads_v2``, ``ours-nohilo`` ``ours-v1`` with ``dp_split_hilo = False``; GDN: ``ours-mn`` the default
-    with ``mn_operands``."""
+    ``ours-p2`` with ``grads_v2``, ``ours-nohilo`` ``ours-v1`` with ``dp_split_hilo = False``; GDN: ``ours-nomn`` the
+    default without ``mn_operands`` (pass 3 v2 with transposed copies)."""
     extra = [Provider("ours-v1", _make_ours_p1(family, pass2=True, fold=True))]
     if FAMILIES[family].per_key_gate:
         extra += [
@@ -419,7 +418,7 @@ def opt_in_providers(family: str) -> list[Provider]:
             Provider("ours-p3", _make_ours_p1(family, pass2=True, grads_v2=True)),
         ]
     else:
-        extra += [Provider("ours-mn", _make_ours_p1(family, pass2=True, fold=True, grads_v2=True, mn=True))]
+        extra += [Provider("ours-nomn", _make_ours_p1(family, pass2=True, fold=True, grads_v2=True))]
     return extra + [
         Provider("ours-fold", _make_ours_p1(family, pass2=True, fold=True)),
         Provider("ours-serial", _make_ours_p1(family, pass1=False)),

@@ -36,6 +36,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from harness import device_times  # noqa: E402
+
 
 def _plan(family, i, schedule, knobs, variant=None):
     import importlib
@@ -121,28 +123,6 @@ def variants_of(family):
         if set(fields.get("prep", {})) <= prep_key_fields(family):
             variants.append((f"par-{name}", "parallel", {}, name))
     return variants
-
-
-def device_times(fn, iters: int) -> list:
-    """Warm ``fn`` up (3 calls), then profile ``iters`` calls: ``[(event key, us per call, launches per call)]`` of every
-    event with device time (torch.profiler, CUDA activity)."""
-    import torch
-
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for _ in range(iters):
-            fn()
-        torch.cuda.synchronize()
-    out = []
-    for ev in prof.key_averages():
-        dev = getattr(ev, "device_time_total", None)
-        if dev is None:
-            dev = ev.cuda_time_total
-        if dev > 0:
-            out.append((ev.key, dev / iters, ev.count / iters))
-    return out
 
 
 def profile(family, t, h, iters, only=()):

@@ -76,10 +76,10 @@ def test_p3_v2_compiles_with_wgmma_two_warpgroups_and_no_local_memory(tmp_path):
     from cudnn.linear_attention.gdn import bwd_api
 
     plan = _desc_plan(l2norm=True)
-    plan.grads_v2 = True
+    plan.grads_v2, plan.mn_operands = True, False  # v2 with the transposed copies (mn_operands below)
     plan.check_support()
     key = plan.compile_key()
-    assert key.grads_v2 and key.l2norm and key.store_tm and key.varlen and key.has_initial
+    assert key.grads_v2 and not key.mn_operands and key.l2norm and key.store_tm and key.varlen and key.has_initial
     v2dir = tmp_path / "v2"
     text, names = _p3_cases.build_ptx(bwd_api.build_kernel("grads", key), v2dir)
     # one copy of the per-block code for both warpgroups (block index a runtime value): phase A dWm 8 + dUb 4, dTm 8 + 8,
@@ -104,9 +104,9 @@ def test_p3_v2_compiles_with_wgmma_two_warpgroups_and_no_local_memory(tmp_path):
     print(f"\nst.shared.b16: v2 {b16[0]}, mn_operands {b16[1]}")
     assert b16[0] - b16[1] >= 400, b16
 
-    # v2 is the default (store_tm holds); the same plan with grads_v2 off builds pass 3 version 1, one warpgroup, its
-    # products unrolled
-    assert _desc_plan(l2norm=True).compile_key() == key
+    # v2 with mn_operands is the default (store_tm holds); the same plan with grads_v2 off builds pass 3 version 1, one
+    # warpgroup, its products unrolled
+    assert _desc_plan(l2norm=True).compile_key() == mn
     v1_key = replace(key, grads_v2=False)
     text1, names1 = _p3_cases.build_ptx(bwd_api.build_kernel("grads", v1_key), tmp_path / "v1")
     assert len(names1) == 1 and "GdnBwdGrads_" in names1[0] and "V2" not in names1[0], names1
@@ -130,7 +130,7 @@ def test_p3_grads_v2_is_a_pass3_key_field(monkeypatch):
     def plan(v2):
         p = _desc_plan(l2norm=True, states=False, varlen=False, N=1)
         assert p.grads_v2 is True  # the default where store_tm holds
-        p.grads_v2 = v2
+        p.grads_v2, p.mn_operands = v2, False  # the two keys differ in grads_v2 only
         p.check_support()
         return p
 
@@ -157,23 +157,26 @@ def test_p3_grads_v2_refusals():
 
 
 def test_p3_mn_operands_key_and_refusal():
-    """CPU: ``plan.mn_operands`` (opt-in) is a pass-3-only compile-key field (passes 1-2 and 4 share the default plan's
-    artifacts) and is refused without ``grads_v2`` (ValueError at ``compile_key``); its flip after ``compile()``:
-    ``test_p3_flip_after_compile_is_refused``."""
+    """CPU: ``plan.mn_operands`` (default where ``grads_v2`` holds, session 12) is a pass-3-only compile-key field
+    (passes 1-2 and 4 share the artifacts of the plan without it), follows ``grads_v2`` when unset and is refused without it
+    when set (ValueError at ``compile_key``); its flip after ``compile()``: ``test_p3_flip_after_compile_is_refused``."""
     _dsl()
     base, opt = _desc_plan(), _desc_plan()
-    assert opt.mn_operands is False  # opt-in
-    opt.mn_operands = True
+    assert opt.mn_operands is True  # the default with grads_v2
+    base.mn_operands = False
     for p in (base, opt):
         p.check_support()
     kb, ko = base.compile_key(), opt.compile_key()
-    assert ko.mn_operands and ko.grads_v2 and not kb.mn_operands
+    assert ko.mn_operands and ko.grads_v2 and not kb.mn_operands and kb.grads_v2
     for part in opt._parts(ko):
         same = opt._cache_key(part, ko) == base._cache_key(part, kb)
         assert same == (part != "grads"), part
     off = _desc_plan()
-    off.grads_v2, off.mn_operands = False, True
+    off.grads_v2 = False
+    assert off.mn_operands is False  # unset: follows grads_v2
     off.check_support()
+    assert not off.compile_key().mn_operands
+    off.mn_operands = True
     with pytest.raises(ValueError, match=r"mn_operands requires grads_v2"):
         off.compile_key()
 

@@ -62,13 +62,15 @@ ValueError, never a silent v1): pass 3 as ``chunk_bwd_v2_kernel.GdnBwdGradsV2`` 
 the per-channel-block code, grouped WGMMA waits -- with v1's arguments, workspace arrays, outputs and roundings (passes
 1-2 and the workspace unchanged). False: pass 3 version 1 (``chunk_bwd_kernel.GdnBwdGrads``).
 
-``plan.mn_operands`` (default False, opt-in; session 11, issue #7; requires ``grads_v2``: ValueError at ``compile_key``;
-before ``compile()``; ``GdnBwdKey.mn_operands``, read by pass 3 only): pass 3 version 2 reads K^T, Q^T, dVn^T, dWm^T,
-S0^T, dS1^T, Tm^T and dP~^T as MN-major WGMMA operands of the row-major tiles (the 128-byte-swizzled [rows, 64] tile is
-the canonical MN-major layout when the contraction runs over its rows) instead of writing transposed copies
-(``chunk_bwd_v2_kernel.py``: 2-byte shared stores 716 -> 236 in the PTX at K = 128, 40 KiB less shared memory, 224
-registers instead of 241). Same products, operands and roundings. Compile-verified; its GPU tests are written
-(``tests/test_la_bwd_p3_gdn.py``), not yet run.
+``plan.mn_operands`` (default True where ``grads_v2`` holds since session 12, ``MN_OPERANDS_DEFAULT``; before
+``compile()``; ``GdnBwdKey.mn_operands``, read by pass 3 only; set True without ``grads_v2``: ValueError at
+``compile_key``): pass 3 version 2 reads K^T, Q^T, dVn^T, dWm^T, S0^T, dS1^T, Tm^T and dP~^T as MN-major WGMMA
+operands of the row-major tiles (the 128-byte-swizzled [rows, 64] tile is the canonical MN-major layout when the
+contraction runs over its rows) instead of writing transposed copies (``chunk_bwd_v2_kernel.py``: 2-byte shared stores
+716 -> 236 in the PTX at K = 128, 40 KiB less shared memory, 224 registers instead of 241). Same products, operands
+and roundings: dq / dk / dv bitwise equal to v1's on the H200 (``tests/test_la_bwd_p3_gdn.py``); pass 3 890 vs 940 us
+at T 8k H 16, the backward 1621 vs 1685 us (session 12, ``docs/benchmarks/la_bwd_s12/``). False: v2 with transposed
+copies.
 
 The host code shared with the KDA backward (constructor, ``check_support``, workspace size, compile, ``execute`` up to
 the launches) is ``_host/delta_rule_bwd_api.py::DeltaRuleBwdSm90``; this module holds what differs (compile key, declines,
@@ -97,6 +99,8 @@ FWD_QG, FWD_VNT = 3, 6  # fold_prep_tm: indices of qg (Tm with bwd_tm) and vnt a
 
 #: Default of ``plan.grads_v2`` where ``store_tm`` holds (module docstring).
 GRADS_V2_DEFAULT = True
+#: Default of ``plan.mn_operands`` where ``grads_v2`` holds (module docstring).
+MN_OPERANDS_DEFAULT = True
 
 CUTEDSL_FLOOR = "4.8.0"
 FAMILY = "linear_attention.gdn_bwd"
@@ -131,9 +135,9 @@ class GatedDeltaNetBwdSm90(DeltaRuleBwdSm90):
     #: unset: ``GRADS_V2_DEFAULT`` where ``store_tm`` holds, else version 1).
     grads_v2 = ScheduleKnob(lambda: GRADS_V2_DEFAULT, ready="_grads_v2_ready")
     _compiled_grads_v2 = None
-    #: Pass 3 v2 with MN-major operands in place of transposed copies (module docstring, "mn_operands"; opt-in, requires
-    #: grads_v2; set before compile(), a compile-key field read by pass 3 only).
-    mn_operands = False
+    #: Pass 3 v2 with MN-major operands in place of transposed copies (module docstring, "mn_operands"; set before
+    #: compile(), a compile-key field read by pass 3 only; unset: ``MN_OPERANDS_DEFAULT`` where ``grads_v2`` holds).
+    mn_operands = ScheduleKnob(lambda: MN_OPERANDS_DEFAULT, ready="_mn_operands_ready")
     _compiled_mn_operands = None
 
     def __init__(self, *args, **kwargs):
@@ -147,6 +151,9 @@ class GatedDeltaNetBwdSm90(DeltaRuleBwdSm90):
 
     def _grads_v2_ready(self) -> bool:
         return bool(self.store_tm)  # pass 3 v2 reads pass 1's Tm (no in-kernel solve)
+
+    def _mn_operands_ready(self) -> bool:
+        return bool(self.grads_v2)  # an option of pass 3 version 2
 
     def _forward_class(self):
         from .api import GatedDeltaNetFwdSm90

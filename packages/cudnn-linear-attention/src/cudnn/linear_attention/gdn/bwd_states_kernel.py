@@ -95,7 +95,7 @@ class GdnBwdKey:
     # ``chunk_bwd_v2_kernel.GdnBwdGradsV2`` (two warpgroups per CTA; the arguments, workspace arrays, outputs and roundings
     # of ``chunk_bwd_kernel.GdnBwdGrads``); no kernel of this module reads it (their PTX is unchanged)
     grads_v2: bool = False
-    # ---- mn_operands (session 11, issue #7; opt-in, gdn/bwd_api.py ``plan.mn_operands``; requires ``grads_v2``): pass 3 v2
+    # ---- mn_operands (session 11, issue #7; plan default since 12, gdn/bwd_api.py ``plan.mn_operands``; requires ``grads_v2``): pass 3 v2
     # reads its transposed operands (K^T, Q^T, dVn^T, dWm^T, S0^T, dS1^T, Tm^T, dP~^T) as MN-major WGMMA operands of
     # the row-major tiles instead of writing transposed copies; read by pass 3 v2 only
     mn_operands: bool = False
