@@ -53,16 +53,20 @@ many heads in flight at d128; a launch argument, same kernels). A short A/B of t
     # --rounds=N: each case's providers timed in N interleaved rounds, the fastest kept (an A/B within run-to-run noise)
     # --providers=a,b also orders the columns (and the runs within a case); --only=d128 keeps the cases whose label
     # contains that text (--only="d128 s4k|d128 s8k": either); --out=NAME writes docs/benchmarks/NAME.* instead (an A/B that must not replace the tables)
+    python benchmarks/sdpa_bwd.py --profile --only="d128 s1k b16 causal" --providers=ours,fa4 --out=sdpa_bwd_s1k
+    # --profile: no timing table; each selected case and provider warmed, then --iters=N (default 10) calls under
+    # torch.profiler: every kernel's mean device time per call -> docs/benchmarks/NAME_kernels.md (default sdpa_bwd_kernels.md)
 """
 
 from __future__ import annotations
 
+import datetime
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from harness import Case, Provider, Unsupported, run_benchmark  # noqa: E402
+from harness import Case, Provider, Unsupported, device_times, run_benchmark  # noqa: E402
 
 TOTAL = 16384
 
@@ -317,6 +321,58 @@ def compile_check() -> list[str]:
     return names
 
 
+def profile(cases: list[Case], providers: list[Provider], iters: int) -> list:
+    """Per-kernel device time of each provider on each case (``device_times``: warmed, then ``iters`` calls under
+    torch.profiler); prints and returns ``[(case label, provider, [(kernel, us per call, launches per call)], total us,
+    TFLOP/s at that total)]``. A provider that declines or fails gets no row; the others still run."""
+    import torch
+
+    rows = []
+    for case in cases:
+        for p in providers:
+            reason = p.available()
+            if reason:
+                print(f"{case.label} / {p.name}: not run ({reason})", flush=True)
+                continue
+            try:
+                fn = p.make(case)
+                times = sorted(device_times(fn, iters), key=lambda r: -r[1])
+            except Exception as exc:  # Unsupported included: the cell is empty in the tables too
+                print(f"{case.label} / {p.name}: no row ({type(exc).__name__}: {str(exc)[:200]})", flush=True)
+                continue
+            total = sum(us for _, us, _ in times)
+            tflops = case.flops / (total * 1e-6) / 1e12 if case.flops and total else None
+            print(f"{case.label} / {p.name}: {total:8.1f} us per call" + (f" ({tflops:.1f} TFLOP/s)" if tflops else ""), flush=True)
+            for key, us, n in times:
+                print(f"      {us:8.1f} us  x{n:g}  {key[:110]}", flush=True)
+            rows.append((case.label, p.name, times, total, tflops))
+            del fn
+            torch.cuda.empty_cache()
+    return rows
+
+
+def profile_markdown(rows: list, iters: int) -> str:
+    """The md of ``profile``'s rows, with the device and versions."""
+    from harness import _device_line, _versions
+
+    lines = [
+        "## attention backward: per-kernel device time (us per call)",
+        "",
+        f"- device: {_device_line()}",
+        f"- versions: {_versions(None)}",
+        f"- torch.profiler mean over {iters} calls after 3 warm-up calls (no L2 clearing: back-to-back calls, unlike the",
+        "  timing tables); TFLOP/s = the case's FLOPs (backward convention) over the kernels' summed device time",
+        f"- written by benchmarks/sdpa_bwd.py --profile on {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
+        "",
+        "| case | provider | kernel | us per call | launches per call |",
+        "|---|---|---|---:|---:|",
+    ]
+    for label, name, times, total, tflops in rows:
+        lines.append(f"| {label} | {name} | **total**" + (f" ({tflops:.1f} TFLOP/s)" if tflops else "") + f" | {total:.1f} | |")
+        lines += [f"| | | `{key[:110]}` | {us:.1f} | {n:g} |" for key, us, n in times]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     providers = [
@@ -343,6 +399,12 @@ def main(argv=None):
     out = next((a.split("=", 1)[1] for a in argv if a.startswith("--out=")), None)
     out_dir = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "benchmarks")
     rounds = int(next((a.split("=", 1)[1] for a in argv if a.startswith("--rounds=")), 1))  # interleaved rounds, fastest kept
+    if "--profile" in argv:
+        iters = int(next((a.split("=", 1)[1] for a in argv if a.startswith("--iters=")), 10))
+        md = profile_markdown(profile(cases, providers, iters), iters)
+        with open(os.path.join(out_dir, f"{out or 'sdpa_bwd'}_kernels.md"), "w") as f:
+            f.write(md)
+        return
     run_benchmark(
         out or ("sdpa_bwd_quick" if quick else "sdpa_bwd"),
         cases,

@@ -105,3 +105,49 @@ def test_thd_token_totals_are_a_cache_hit():
     second = plan(17, 123457, 9)
     assert kernel_cache.stats.misses == misses, "a new token total recompiled the THD backward (Rule 4)"
     assert second._compiled_kernel is first._compiled_kernel
+
+
+@pytest.mark.parametrize("cfg", ["causal", "noncausal", "d64", "sinks-det"])
+def test_tvm_ffi_entries_parse_the_launch_arguments(cfg):
+    """With apache-tvm-ffi (the default launch entry since session 12) each of the three tvm-ffi entries accepts the
+    arguments ``_launch`` builds (int addresses, None, ints, stride tuples, floats, a raw stream handle): on this
+    GPU-less machine every call gets past the argument check and fails only at the launch (the CUDA driver), never
+    with a TypeError. CPU tensors stand in for the operands, so it never runs where a GPU exists."""
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("launches on CPU addresses: the GPU host runs execute() itself (test_sdpa_bwd_gpu.py)")
+    from cudnn._compat import tvm_ffi_available
+    from cudnn.sdpa.bwd.api import SdpaBwdSm90, _launch
+
+    if not tvm_ffi_available():
+        pytest.skip("apache-tvm-ffi is not installed: the DSL's generic entry is used")
+    d = 64 if cfg == "d64" else 128
+    B, H, S = 2, 4, 300
+    q = torch.empty(B, S, H, d, dtype=torch.bfloat16).transpose(1, 2)
+    k = torch.empty(B, S, H, d, dtype=torch.bfloat16).transpose(1, 2)
+    lse = torch.empty(B, H, S)
+    sinks = torch.empty(H) if cfg == "sinks-det" else None
+    plan = SdpaBwdSm90(q, k, k, q, q, lse, q, k, k, is_causal=cfg != "noncausal", sinks=sinks, deterministic=cfg == "sinks-det")
+    plan.compile()
+    assert plan._tvm_ffi and all(type(e).__name__ == "Function" for e in plan._entries)
+    n = plan.scratch_workspace_bytes()
+    big = torch.empty(n + 256, dtype=torch.uint8)
+    off = (-big.data_ptr()) % 256
+    errors = []
+
+    def recorder(i):
+        def call(*args):
+            try:
+                plan._entries[i](*args)
+            except Exception as exc:  # the launch itself must be what fails
+                errors.append((i, type(exc).__name__, str(exc)))
+
+        return call
+
+    _launch(
+        tuple(recorder(i) for i in range(3)), plan.key, q, k, k, q, q, lse, q, k, k, sinks, None if sinks is None else torch.empty(H),
+        None, None, None, None, big[off : off + n], plan._mask_window, None, 0, False, True,
+    )  # fmt: skip
+    assert [e[0] for e in errors] == [0, 1, 2], errors
+    for i, kind, msg in errors:
+        assert kind == "RuntimeError" and "driver" in msg.lower(), (i, kind, msg[:300])

@@ -162,7 +162,12 @@ def test_dq_bulk_ptx_adds_each_warpgroup_partial_with_one_bulk_reduce(tmp_path):
     assert ptx.count("cp.async.bulk.wait_group.read") == 4
     assert "wgmma.mma_async" in ptx and "st.local" not in ptx and "ld.local" not in ptx
     post = _ptx(tmp_path / "post", ", dq_bulk=True", "SdpaBwdPostprocessSm90", "kernel_prepost_sm90 import compile_sdpa_bwd_post as f")
-    assert "ld.global.v4" in post and "st.global" in post
+    # the postprocess: 16-byte accumulator loads; the fragment's pairs go to the shared-memory staging tile (64 4-byte
+    # stores: 128 rows x 128 columns / 128 threads / 2), dQ leaves as 16-byte row chunks (16 per thread), no 4-byte
+    # pair stores to global memory (half a sector per row and warp instruction: session 12's profile)
+    assert "ld.global.v4" in post
+    assert post.count("st.shared.b32") == 64 and post.count("ld.shared.v4.b32") == 16 and post.count("bar.sync") == 1
+    assert post.count("st.global.v4.b32") == 16 and not re.search(r"st\.global\.(b16|u16|b32)", post)
 
 
 @pytest.mark.compile_only
@@ -538,14 +543,16 @@ def test_m80_bulk_ptx_runs_n80_wgmmas_one_bulk_reduce_per_warpgroup_unserialized
 
 @pytest.mark.compile_only
 def test_m80_bulk_postprocess_compiles_walking_80_row_blocks(tmp_path):
-    """The postprocess of m80 + dq_bulk compiles (one 80-row block per CTA, scalar dQ stores from the dQ^T fragment,
-    16-byte coalesced accumulator loads) with the Rule 6 symbol and no local memory."""
+    """The postprocess of m80 + dq_bulk compiles (one 80-row block per CTA, 16-byte coalesced accumulator loads, the
+    dQ^T fragment's elements stored one by one into the shared-memory staging tile, then 16-byte row chunks to dQ: 80
+    rows x 16 chunks / 128 threads = 10 per thread) with the Rule 6 symbol and no local memory."""
     skip_unless_cutedsl("4.8.0", "cudnn.sdpa backward")
     key = M80B_KEYS[0][0]
     ptx = _dump(tmp_path, key, "Postprocess", build="kernel_prepost_sm90 import compile_sdpa_bwd_post as f")
     assert re.search(r"\.entry cudnn_", ptx) and "st.local" not in ptx
     assert ptx.count("ld.global.v4.f32") + ptx.count("ld.global.v4.b32") >= 20  # ten 16-byte groups per warpgroup
-    assert "st.global.b16" in ptx or "st.global.u16" in ptx
+    assert ptx.count("st.shared.b16") == 80 and ptx.count("ld.shared.v4.b32") == 10
+    assert ptx.count("st.global.v4.b32") == 10 and not re.search(r"st\.global\.(b16|u16|b32)", ptx)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

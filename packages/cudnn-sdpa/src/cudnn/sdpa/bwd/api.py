@@ -14,7 +14,8 @@ Contract (conventions of the forward, cudnn.sdpa.fwd.api):
 - ``sinks`` (H,) fp32 as in the forward; their gradient ``dsinks`` (H,) fp32 is written by execute (a fixed-order sum);
 - scratch: ``scratch_workspace_bytes()`` bytes of caller workspace (fp32 LSE in log2 units, dO.O row sums and the
   fp32 dQ accumulator), carved by ``execute`` (recipe R2), never allocated there;
-- three launches per execute: preprocess, main kernel, postprocess (all on ``current_stream``).
+- three launches per execute: preprocess, main kernel, postprocess (all on ``current_stream``), through their tvm-ffi
+  entries when apache-tvm-ffi is importable (the forward's switch, ``CUDNN_SDPA_TVM_FFI=0``: the DSL's generic entry).
 - THD varlen (``cu_seqlens_q`` and ``cu_seqlens_kv`` given): q (T_q, H, D), k / v (T_kv, H_kv, D), o / do (T_q, H, D_v),
   lse (H, T_q) (the forward's), int32 cumulative lengths (B + 1); ``max_seqlen_q`` / ``max_seqlen_kv`` (host ints) size
   the grids; token totals are runtime extents (one compile serves every batch, Rule 4);
@@ -227,9 +228,15 @@ class SdpaBwdSm90(APIBase):
             )
 
     def compile(self) -> None:
+        from ..fwd.api import _raw_tvm_ffi_entry, _use_tvm_ffi
+
         self._ensure_support_checked()
         if self._compiled_kernel is None:
-            self._compiled_kernel = _compiled(self.key)
+            tvm_ffi = _use_tvm_ffi()  # the forward's switch (CUDNN_SDPA_TVM_FFI=0: the DSL's generic entry)
+            compiled = _compiled(self.key, tvm_ffi)
+            # what execute() calls: the three launches' positional tvm_ffi.Functions, or the DSL's compiled functions
+            self._entries = tuple(_raw_tvm_ffi_entry(f) for f in compiled) if tvm_ffi else compiled
+            self._tvm_ffi, self._compiled_kernel = tvm_ffi, compiled
 
     def scratch_workspace_bytes(self) -> int:
         """Workspace bytes ``execute`` carves for the declared shapes (see :func:`workspace_bytes_for`)."""
@@ -276,8 +283,8 @@ class SdpaBwdSm90(APIBase):
                 if x.dtype != _torch_bits()["torch"].float32 or tuple(x.shape) != (h,) or x.device != q.device or (h > 1 and x.stride(0) != 1):
                     raise ValueError(f"{_OWNER}.execute: {name} must be a contiguous float32 ({h},) tensor on {q.device}")
         return _launch(
-            self._compiled_kernel, self.key, q, k, v, o, do, lse, dq, dk, dv, sinks, dsinks, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q,
-            max_seqlen_kv, workspace, self._mask_window, self.scale if scale is None else scale, current_stream, self._l2_group_dq,
+            self._entries, self.key, q, k, v, o, do, lse, dq, dk, dv, sinks, dsinks, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q,
+            max_seqlen_kv, workspace, self._mask_window, self.scale if scale is None else scale, current_stream, self._l2_group_dq, self._tvm_ffi,
         )  # fmt: skip
 
 
@@ -326,16 +333,17 @@ def _make_key(*args):
     return SdpaBwdKey(*fields, **{TUNING_FIELDS[t]: True for t in tuning})
 
 
-def _compiled(key):
+def _compiled(key, tvm_ffi: bool = False):
+    """(preprocess, main, postprocess) compiled for ``key``; ``tvm_ffi``: their tvm-ffi entries (another cache entry)."""
     from cudnn.kernel_cache import kernel_cache
 
     def build():
         from .kernel_prepost_sm90 import compile_sdpa_bwd_post, compile_sdpa_bwd_pre
         from .kernel_sm90 import compile_sdpa_bwd_main
 
-        return (compile_sdpa_bwd_pre(key), compile_sdpa_bwd_main(key), compile_sdpa_bwd_post(key))
+        return tuple(f(key, tvm_ffi) for f in (compile_sdpa_bwd_pre, compile_sdpa_bwd_main, compile_sdpa_bwd_post))
 
-    return kernel_cache.get_or_compile(key, build, family="sdpa_bwd")
+    return kernel_cache.get_or_compile((key, "tvm-ffi") if tvm_ffi else key, build, family="sdpa_bwd")
 
 
 _TORCH = {}
@@ -394,6 +402,11 @@ def _check_io(key, q, k, v, o, do, lse, dq, dk, dv) -> None:
         raise ValueError(f"{_OWNER}.execute: lse ({got}) must be a float32 {want_lse} tensor on {q.device} (the forward's LSE)")
 
 
+def _int_ptr(dtype, address: int, space, assumed_align: int = 1) -> int:
+    """The tvm-ffi entry's pointer argument: the address itself (its DataPointer parameter takes an int)."""
+    return address
+
+
 _GROUP_CACHE: dict = {}
 
 
@@ -411,15 +424,19 @@ def _group_heads(key, seqlen_q: int, with_dq: bool = False) -> int:
 
 
 def _launch(
-    compiled, key, q, k, v, o, do, lse, dq, dk, dv, sinks, dsinks, cu_q, cu_k, max_seqlen_q, max_seqlen_kv, workspace, window, scale, stream, l2_group_dq=False
-):
+    compiled, key, q, k, v, o, do, lse, dq, dk, dv, sinks, dsinks, cu_q, cu_k, max_seqlen_q, max_seqlen_kv, workspace, window, scale, stream, l2_group_dq=False,
+    tvm_ffi=False,
+):  # fmt: skip
+    """The three launches on ``compiled`` = (pre, main, post): tvm-ffi entries (``tvm_ffi``: pointers as int addresses,
+    the stream as its raw handle) or the DSL's compiled functions (cute pointers, a CUstream)."""
     from cudnn._torch_stream import launch_stream_handle
     from cudnn.workspace import Workspace
 
     from .kernel_key import M80_BULK_ROWS, PREPOST_ROWS, m80_bulk, padded_rows
 
     t = _torch_bits()
-    mk, gmem, f32, i32 = t["make_ptr"], t["gmem"], t["f32"], t["i32"]
+    gmem, f32, i32 = t["gmem"], t["f32"], t["i32"]
+    mk = _int_ptr if tvm_ffi else t["make_ptr"]
     dt = t["dt"][q.dtype]
     d = key.head_dim
     if key.varlen:
@@ -463,7 +480,9 @@ def _launch(
     sem_p = mk(i32, base + off_sem, gmem, assumed_align=16) if key.deterministic else None
     sinks_p = mk(f32, sinks.data_ptr(), gmem, assumed_align=4) if key.has_sinks else None
     dsinks_p = mk(f32, dsinks.data_ptr(), gmem, assumed_align=4) if key.has_sinks else None
-    handle = t["cuda"].CUstream(launch_stream_handle(stream, q.device))
+    handle = launch_stream_handle(stream, q.device)
+    if not tvm_ffi:
+        handle = t["cuda"].CUstream(handle)
     pre, main, post = compiled
 
     def p(x):

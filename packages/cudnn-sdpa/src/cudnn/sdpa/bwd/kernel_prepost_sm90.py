@@ -5,7 +5,7 @@ Preprocess, one thread per query row (``PREPOST_ROWS`` rows per CTA, grid (S_pad
     dpsum[b, h, i]    = sum_d dO[b, h, i, d] * O[b, h, i, d]              (fp32; 0 for padded rows)
     lse_log2[b, h, i] = LSE[b, h, i] * log2(e)   (or LSE when the forward saved it in base 2)
                         +inf where LSE = -inf (a fully masked row) and for padded rows, so P = exp2(.. - lse) = 0
-    dq_accum[b, h, i, :] = 0
+    dq_accum[b, h, i, :] = 0                                             (every row of the block, coalesced)
 
 Postprocess, one thread per query row: ``dQ[b, h, i, :] = scale * dq_accum[b, h, i, :]`` in the output dtype.
 
@@ -15,15 +15,20 @@ sum finished by lane shuffles; the results are the same, only the access pattern
 
 With the ``dq_bulk`` compile-key variant the accumulator holds every 64-row query block in the main kernel's
 MMA-fragment order (kernel_key.DQ_BULK_ROWS): the postprocess then plays each consumer thread of the main kernel,
-reads its 16-byte groups (coalesced) and writes its (row, column) pairs of dQ (the ``prepost_vec`` row split does not
-apply to dQ then; the preprocess is unchanged, its zeroing does not depend on the order).
+reads its 16-byte groups (coalesced) and writes its (row, column) pairs, scaled and converted, into a shared-memory
+staging tile of the block's rows (``stage_layout``: rows padded by 16 bytes, so the fragment's pair stores and the row
+reads are free of bank conflicts); after a CTA barrier every thread copies 16-byte row chunks of the tile to dQ, a warp
+covering whole 256-byte rows (session 12, issue #6: the pairs stored straight from the fragment wrote 16 bytes per row
+per warp instruction, half a sector; H200 profile at 16k tokens, d 128: 77 -> 51-55 us, FA4's 49; d 64 83 -> 51). The
+``prepost_vec`` row split does not apply to dQ then; the preprocess is unchanged, its zeroing does not depend on the
+order.
 
 With ``tile_m80`` + ``dq_bulk`` (m80 bulk, dense only) the accumulator holds 80-row blocks in the order of the main
 kernel's transposed dQ^T fragment (kernel_key.M80_BULK_ROWS) and the scratch rows are padded to whole 80-row blocks
 (kernel_key.padded_rows): the preprocess then covers every padded row (grid S_pad / PREPOST_ROWS, so the rows of a last
 block past S_q are zeroed and their lse_log2 is +inf) and the postprocess walks 80-row blocks (grid ceil(S_q / 80)),
 each thread playing the consumer thread of the same index in each warpgroup (its dQ^T elements are single elements of
-dQ: scalar stores).
+dQ: scalar stores into the staging tile, then the same coalesced row copy).
 
 Layouts: O / dO / dQ are rank-4 (B, H, S, D) with any 16-byte-multiple strides and a unit-stride head dim; LSE
 is fp32 (B, H, S) with any strides; the scratch (lse_log2, dpsum, dq_accum) is the compact workspace layout of
@@ -42,11 +47,21 @@ from cutlass import Float32, Int32, Int64, const_expr
 from .._device.kernel_plan import DTYPES
 from .._device.kernel_plan import fake_gmem_ptr as _ptr
 from .kernel_key import DQ_BULK_ROWS, M80_BULK_ROWS, PREPOST_ROWS, SEM_ROWS, SdpaBwdKey, m80_bulk, stats_perm_row
-from .kernel_sm90 import SdpaBwdKernelSm90
+from .kernel_sm90 import SdpaBwdKernelSm90, compile_entry
 
 LOG2_E = math.log2(math.e)
 #: prepost_vec: adjacent threads per query row (each head dim served, 64 / 96 / 128, splits into 16-byte chunks by 4).
 ROW_THREADS = 4
+#: dq_bulk postprocess: elements of padding per staging-tile row (16 bytes at 16-bit dtypes; ``stage_layout``).
+STAGE_PAD = 8
+
+
+def stage_layout(rows: int, head_dim: int) -> cute.Layout:
+    """The dq_bulk postprocess's shared-memory staging tile, (rows, head dim) row-major with rows ``head_dim +
+    STAGE_PAD`` elements apart: a row starts 16 bytes (4 banks) after the previous one's bank, so the 8 rows x 4
+    threads of a fragment pair store (and the 8 rows x 4 pairs of m80's transposed element stores) fall in distinct
+    banks, and 8 adjacent threads reading one row's 16-byte chunks cover 128 contiguous bytes."""
+    return cute.make_layout((rows, head_dim), stride=(head_dim + STAGE_PAD, 1))
 
 
 class SdpaBwdPreprocessSm90:
@@ -179,17 +194,11 @@ class SdpaBwdPreprocessSm90:
                 wsum = cute.arch.warp_reduction_sum(contrib)
                 if tidx % 32 == 0:
                     mPart[(pad + m_block * PREPOST_ROWS) // 32 + tidx // 32, head, batch] = wsum
-            gdQ = mdQacc[srow, None, head, batch]
-            zeros = cute.make_rmem_tensor((4,), Float32)
-            zeros.fill(0.0)
-            for c in cutlass.range_constexpr(self.head_dim // 4):
-                cute.autovec_copy(zeros, cute.local_tile(gdQ, (4,), (c,)))
+            self.zero_accumulator(mdQacc, m_block, head, batch, pad, tidx)
         else:
             warp_i, lane = tidx // 32, tidx % 32
             sub = lane % ROW_THREADS
             self.zero_semaphores(mSem, m_block, head, batch, pad, tidx)
-            zeros = cute.make_rmem_tensor((4,), Float32)
-            zeros.fill(0.0)
             contrib = Float32(0.0)
             for p in cutlass.range_constexpr(32 * ROW_THREADS // 32):
                 local = m_block * PREPOST_ROWS + warp_i * 32 + p * (32 // ROW_THREADS) + lane // ROW_THREADS
@@ -207,13 +216,28 @@ class SdpaBwdPreprocessSm90:
                     if const_expr(mSinks is not None):
                         if local < seqlen_q:
                             contrib = contrib - cute.math.exp2(Float32(mSinks[head]) * LOG2_E - lse2, fastmath=True) * dot
-                gdQ = mdQacc[srow, None, head, batch]
-                for i in cutlass.range_constexpr(self.head_dim // 4 // ROW_THREADS):
-                    cute.autovec_copy(zeros, cute.local_tile(gdQ, (4,), (i * ROW_THREADS + sub,)))
             if const_expr(mSinks is not None):
                 wsum = cute.arch.warp_reduction_sum(contrib)
                 if lane == 0:
                     mPart[(pad + m_block * PREPOST_ROWS) // 32 + warp_i, head, batch] = wsum
+            self.zero_accumulator(mdQacc, m_block, head, batch, pad, tidx)
+
+    @cute.jit
+    def zero_accumulator(self, mdQacc: cute.Tensor, m_block: Int32, head: Int32, batch: Int32, pad: Int32, tidx: Int32):
+        """dq_accum rows ``pad + m_block * PREPOST_ROWS ..`` + PREPOST_ROWS = 0 (every row of the block, past the
+        sequence's end too: the main kernel adds into them), as one contiguous range of 16-byte chunks: chunk ``j`` of
+        the block is row ``j // (D / 4)``, columns ``4 (j % (D / 4))``; thread ``tidx`` writes the chunks ``tidx, tidx +
+        PREPOST_ROWS, ...``, so a warp instruction covers 512 contiguous bytes (session 12: the rows were zeroed by the
+        row's own threads, 64 bytes of 8 rows or 16 bytes of 32 rows per warp instruction; the H200 profile measured
+        the preprocess the same either way, 76-81 us at 16k tokens, d 128: one place for both row splits)."""
+        cpr = self.head_dim // 4  # 16-byte fp32 chunks per row
+        zeros = cute.make_rmem_tensor((4,), Float32)
+        zeros.fill(0.0)
+        for k in cutlass.range_constexpr(cpr):  # PREPOST_ROWS * cpr chunks, PREPOST_ROWS threads
+            j = k * PREPOST_ROWS + tidx
+            r = j // cpr
+            srow = pad + m_block * PREPOST_ROWS + r
+            cute.autovec_copy(zeros, cute.local_tile(mdQacc[srow, None, head, batch], (4,), (j - r * cpr,)))
 
     @cute.jit
     def zero_semaphores(self, mSem: cute.Tensor | None, m_block: Int32, head: Int32, batch: Int32, pad: Int32, tidx: Int32):
@@ -317,7 +341,14 @@ class SdpaBwdPostprocessSm90:
         grid = ((max_seqlen_q + PREPOST_ROWS - 1) // PREPOST_ROWS, heads, batch)
         if const_expr(m80_bulk(self.key)):
             grid = ((max_seqlen_q + M80_BULK_ROWS - 1) // M80_BULK_ROWS, heads, batch)  # one 80-row block per CTA
-        self.kernel(mdQacc, mdQ, mPart, mdSinks, mCuQ, batch, seqlen_q, scale).launch(grid=grid, block=[PREPOST_ROWS, 1, 1], stream=stream)
+        smem_bytes = 0
+        if const_expr(self.main_plan is not None):  # dq_bulk: the staging tile (stage_layout)
+            smem_bytes = cute.cosize(stage_layout(self.stage_rows(), D)) * self.dtype.width // 8 + 16
+        self.kernel(mdQacc, mdQ, mPart, mdSinks, mCuQ, batch, seqlen_q, scale).launch(grid=grid, block=[PREPOST_ROWS, 1, 1], smem=smem_bytes, stream=stream)
+
+    def stage_rows(self) -> int:
+        """Rows of one CTA's block (dq_bulk: the staging tile's height): 80 with m80 bulk, else PREPOST_ROWS."""
+        return M80_BULK_ROWS if m80_bulk(self.key) else PREPOST_ROWS
 
     @cute.kernel
     def kernel(
@@ -378,10 +409,14 @@ class SdpaBwdPostprocessSm90:
         stores); with ``prepost_vec`` ``ROW_THREADS`` adjacent threads per row (16-byte fp32 loads, 8-byte stores of 4
         converted elements)."""
         tidx, _, _ = cute.arch.thread_idx()
+        sStage = None
+        if const_expr(self.main_plan is not None):  # dq_bulk: fragment -> staging tile -> coalesced rows
+            smem = cutlass.utils.SmemAllocator()
+            sStage = smem.allocate_tensor(self.dtype, stage_layout(self.stage_rows(), self.head_dim), byte_alignment=16)
         if const_expr(m80_bulk(self.key)):
-            self.rows_fragment_m80(mdQacc, mdQ, m_block, head, batch, seqlen_q, scale, tidx)
+            self.rows_fragment_m80(mdQacc, mdQ, sStage, m_block, head, batch, seqlen_q, scale, tidx)
         elif const_expr(self.key.dq_bulk):
-            self.rows_fragment(mdQacc, mdQ, m_block, head, batch, seqlen_q, offset, pad, scale, tidx)
+            self.rows_fragment(mdQacc, mdQ, sStage, m_block, head, batch, seqlen_q, offset, pad, scale, tidx)
         elif const_expr(not self.key.prepost_vec):
             local = m_block * PREPOST_ROWS + tidx
             self.scale_row(mdQacc, mdQ, local, head, batch, seqlen_q, offset, pad, scale, 128 // self.dtype.width, 0, 1)
@@ -397,6 +432,7 @@ class SdpaBwdPostprocessSm90:
         self,
         mdQacc: cute.Tensor,
         mdQ: cute.Tensor,
+        sStage: cute.Tensor,
         m_block: Int32,
         head: Int32,
         batch: Int32,
@@ -409,8 +445,8 @@ class SdpaBwdPostprocessSm90:
         """dq_bulk: the block's PREPOST_ROWS rows are PREPOST_ROWS / 64 fragment-ordered blocks; thread ``tidx`` plays
         consumer thread ``tidx`` of each consumer warpgroup of the main kernel: it loads that thread's 16-byte groups
         (the main kernel's fragment copy, coalesced) and stores its accumulator pairs (adjacent columns of one row)
-        scaled and converted at their (row, column) from the main kernel's dQ MMA partition (nothing past
-        ``seqlen_q``)."""
+        scaled and converted at their (row, column) from the main kernel's dQ MMA partition into the staging tile
+        ``sStage``; then ``store_rows`` (nothing past ``seqlen_q``)."""
         D = self.head_dim
         plan = self.main_plan
         nwg = plan.num_consumer_wg
@@ -421,36 +457,44 @@ class SdpaBwdPostprocessSm90:
         if const_expr(self.key.varlen):
             gAcc_head = cute.domain_offset((pad, 0), gAcc_head)
             gdQ_head = cute.domain_offset((offset, 0), gdQ_head)
-        cBlk = cute.make_identity_tensor((DQ_BULK_ROWS, D))
         for c in cutlass.range_constexpr(PREPOST_ROWS // DQ_BULK_ROWS):
             blk = m_block * (PREPOST_ROWS // DQ_BULK_ROWS) + c
             gAccBlk = cute.local_tile(gAcc_head, (DQ_BULK_ROWS, D), (blk, 0))
             chunk = cute.make_tensor(gAccBlk.iterator, cute.make_layout((DQ_BULK_ROWS * D // nwg, nwg)))
-            gdQBlk = cute.local_tile(gdQ_head, (DQ_BULK_ROWS, D), (blk, 0))
+            sBlk = cute.local_tile(sStage, (DQ_BULK_ROWS, D), (c, 0))
             for w in cutlass.range_constexpr(nwg):
                 vt = w * plan.threads_per_wg + tidx
                 tAg = tiled_copy.get_slice(vt).partition_S(chunk)
                 rAcc = cute.make_rmem_tensor_like(tAg, Float32)
                 cute.autovec_copy(tAg, rAcc)
                 rFlat = cute.make_tensor(rAcc.iterator, cute.make_layout(cute.size(rAcc)))
-                thr_mma = tiled_mma_dQ.get_slice(vt)
-                tCc = thr_mma.partition_C(cBlk)
-                tCg = thr_mma.partition_C(gdQBlk)
+                tCs = tiled_mma_dQ.get_slice(vt).partition_C(sBlk)
                 pair = cute.make_rmem_tensor((2,), Float32)
                 for i in cutlass.range_constexpr(cute.size(rFlat) // 2):
                     # elements 2i and 2i + 1 are adjacent columns of one row (the accumulator's layout)
-                    if blk * DQ_BULK_ROWS + tCc[2 * i][0] < seqlen_q:
-                        pair[0] = rFlat[2 * i] * scale
-                        pair[1] = rFlat[2 * i + 1] * scale
-                        dst = cute.make_tensor(tCg.iterator + tCg.layout(2 * i), cute.make_layout(2))
-                        dst.store(pair.load().to(self.dtype))
+                    pair[0] = rFlat[2 * i] * scale
+                    pair[1] = rFlat[2 * i + 1] * scale
+                    dst = cute.make_tensor(tCs.iterator + tCs.layout(2 * i), cute.make_layout(2))
+                    dst.store(pair.load().to(self.dtype))
+        self.store_rows(sStage, gdQ_head, m_block * PREPOST_ROWS, seqlen_q, tidx)
 
     @cute.jit
-    def rows_fragment_m80(self, mdQacc: cute.Tensor, mdQ: cute.Tensor, m_block: Int32, head: Int32, batch: Int32, seqlen_q: Int32, scale: Float32, tidx: Int32):
+    def rows_fragment_m80(
+        self,
+        mdQacc: cute.Tensor,
+        mdQ: cute.Tensor,
+        sStage: cute.Tensor,
+        m_block: Int32,
+        head: Int32,
+        batch: Int32,
+        seqlen_q: Int32,
+        scale: Float32,
+        tidx: Int32,
+    ):
         """m80 + dq_bulk (dense): 80-row block ``m_block``; thread ``tidx`` plays consumer thread ``tidx`` of each
         consumer warpgroup: loads that thread's ten 16-byte groups of dQ^T (the main kernel's fragment copy, coalesced)
         and stores each element scaled and converted at its (query, head dim) from the main kernel's dQ^T MMA partition
-        (nothing past ``seqlen_q``)."""
+        into the staging tile ``sStage``; then ``store_rows`` (nothing past ``seqlen_q``)."""
         D, R = self.head_dim, M80_BULK_ROWS
         plan = self.main_plan
         nwg = plan.num_consumer_wg
@@ -458,24 +502,38 @@ class SdpaBwdPostprocessSm90:
         tiled_copy = plan._dq_bulk_copy()
         gAccBlk = cute.local_tile(mdQacc[None, None, head, batch], (R, D), (m_block, 0))
         chunk = cute.make_tensor(gAccBlk.iterator, cute.make_layout((R * D // nwg, nwg)))
-        gdQBlk = cute.local_tile(mdQ[None, None, head, batch], (R, D), (m_block, 0))
-        gdQBlk_t = cute.make_tensor(gdQBlk.iterator, cute.select(gdQBlk.layout, mode=[1, 0]))  # (head dim, queries)
-        cBlk_t = cute.make_identity_tensor((D, R))
+        sStage_t = cute.make_tensor(sStage.iterator, cute.select(sStage.layout, mode=[1, 0]))  # (head dim, queries)
         for w in cutlass.range_constexpr(nwg):
             vt = w * plan.threads_per_wg + tidx
             tAg = tiled_copy.get_slice(vt).partition_S(chunk)
             rAcc = cute.make_rmem_tensor_like(tAg, Float32)
             cute.autovec_copy(tAg, rAcc)
             rFlat = cute.make_tensor(rAcc.iterator, cute.make_layout(cute.size(rAcc)))
-            thr_mma = tiled_mma_dQ.get_slice(vt)
-            tCc = thr_mma.partition_C(cBlk_t)
-            tCg = thr_mma.partition_C(gdQBlk_t)
+            tCs = tiled_mma_dQ.get_slice(vt).partition_C(sStage_t)
             one = cute.make_rmem_tensor((1,), Float32)
             for i in cutlass.range_constexpr(cute.size(rFlat)):
-                if m_block * R + tCc[i][1] < seqlen_q:
-                    one[0] = rFlat[i] * scale
-                    dst = cute.make_tensor(tCg.iterator + tCg.layout(i), cute.make_layout(1))
-                    dst.store(one.load().to(self.dtype))
+                one[0] = rFlat[i] * scale
+                dst = cute.make_tensor(tCs.iterator + tCs.layout(i), cute.make_layout(1))
+                dst.store(one.load().to(self.dtype))
+        self.store_rows(sStage, mdQ[None, None, head, batch], m_block * R, seqlen_q, tidx)
+
+    @cute.jit
+    def store_rows(self, sStage: cute.Tensor, gdQ: cute.Tensor, row0: Int32, seqlen_q: Int32, tidx: Int32):
+        """dq_bulk: after a CTA barrier (every thread's fragment is in ``sStage``), rows ``row0 + r`` of ``gdQ`` (a head's
+        (queries, head dim)) = staging row ``r``, for ``row0 + r < seqlen_q``: thread ``tidx`` copies the 16-byte chunks
+        ``tidx, tidx + PREPOST_ROWS, ...`` of the tile in row-major chunk order (8 adjacent threads: 128 contiguous
+        bytes of one row)."""
+        rows, D = cute.size(sStage, mode=[0]), self.head_dim
+        vec = 128 // self.dtype.width
+        chunks = D // vec
+        assert rows * chunks % PREPOST_ROWS == 0, (rows, D)
+        cute.arch.barrier()
+        for it in cutlass.range_constexpr(rows * chunks // PREPOST_ROWS):
+            idx = it * PREPOST_ROWS + tidx
+            r = idx // chunks
+            c = idx - r * chunks
+            if row0 + r < seqlen_q:
+                cute.autovec_copy(cute.local_tile(sStage[r, None], (vec,), (c,)), cute.local_tile(gdQ[row0 + r, None], (vec,), (c,)))
 
     @cute.jit
     def scale_row(
@@ -516,12 +574,14 @@ def varlen_rows(mCuQ: cute.Tensor, batch: Int32):
     return offset, seqlen, pad
 
 
-def compile_sdpa_bwd_pre(key: SdpaBwdKey):
-    """cute.compile the preprocess for ``key`` (no GPU needed)."""
+def compile_sdpa_bwd_pre(key: SdpaBwdKey, tvm_ffi: bool = False):
+    """cute.compile the preprocess for ``key`` (no GPU needed); ``tvm_ffi``: the tvm-ffi entry (see
+    :func:`cudnn.sdpa.bwd.kernel_sm90.compile_sdpa_bwd_main`)."""
     dtype = DTYPES[key.dtype]
     zero = Int32(0)
     strides = (Int64(0), Int64(0), Int64(0))
-    return cute.compile(
+    return compile_entry(
+        tvm_ffi,
         SdpaBwdPreprocessSm90(key),
         _ptr(dtype), _ptr(dtype), _ptr(Float32, 4), _ptr(Float32), _ptr(Float32), _ptr(Float32),
         _ptr(Float32, 4) if key.has_sinks else None, _ptr(Float32) if key.has_sinks else None,
@@ -530,13 +590,13 @@ def compile_sdpa_bwd_pre(key: SdpaBwdKey):
     )  # fmt: skip
 
 
-def compile_sdpa_bwd_post(key: SdpaBwdKey):
-    """cute.compile the postprocess for ``key`` (no GPU needed)."""
+def compile_sdpa_bwd_post(key: SdpaBwdKey, tvm_ffi: bool = False):
+    """cute.compile the postprocess for ``key`` (no GPU needed); ``tvm_ffi``: the tvm-ffi entry."""
     dtype = DTYPES[key.dtype]
     zero = Int32(0)
     strides = (Int64(0), Int64(0), Int64(0))
-    return cute.compile(
-        SdpaBwdPostprocessSm90(key), _ptr(Float32), _ptr(dtype),
+    return compile_entry(
+        tvm_ffi, SdpaBwdPostprocessSm90(key), _ptr(Float32), _ptr(dtype),
         _ptr(Float32) if key.has_sinks else None, _ptr(Float32, 4) if key.has_sinks else None, _ptr(Int32, 4) if key.varlen else None,
         zero, zero, zero, zero, Int32(PREPOST_ROWS), strides, Float32(1.0), cuda.CUstream(0),
     )  # fmt: skip

@@ -1373,8 +1373,19 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
                 cute.arch.atomic_add(sem_ptr, Int32(1), scope="gpu")
 
 
-def compile_sdpa_bwd_main(key: SdpaBwdKey):
-    """cute.compile the main kernel for ``key`` from placeholder pointers and runtime extents (no GPU needed)."""
+def compile_entry(tvm_ffi: bool, *args):
+    """``cute.compile(*args)``, with ``tvm_ffi`` the tvm-ffi entry (``--enable-tvm-ffi``): its launch takes pointers as
+    Python ints (``tensor.data_ptr()``) or None, extents and strides as ints (strides as tuples), scales as floats and
+    the stream as a raw handle, a few microseconds per launch where the DSL's generic entry converts every argument in
+    Python (session 12, H200: ~400 us of host time per backward call of three launches). Same device code."""
+    if tvm_ffi:
+        return cute.compile(*args, options="--enable-tvm-ffi")
+    return cute.compile(*args)
+
+
+def compile_sdpa_bwd_main(key: SdpaBwdKey, tvm_ffi: bool = False):
+    """cute.compile the main kernel for ``key`` from placeholder pointers and runtime extents (no GPU needed);
+    ``tvm_ffi``: the tvm-ffi entry (:func:`compile_entry`)."""
     dtype = DTYPES[key.dtype]
     ptr = fake_gmem_ptr
     zero = Int32(0)
@@ -1384,7 +1395,8 @@ def compile_sdpa_bwd_main(key: SdpaBwdKey):
         from .kernel_splitd_sm90 import split_d_kernel_class
 
         kernel_cls = split_d_kernel_class(key)
-    return cute.compile(
+    return compile_entry(
+        tvm_ffi,
         kernel_cls(key),
         ptr(dtype), ptr(dtype), ptr(dtype), ptr(dtype), ptr(dtype), ptr(dtype),
         ptr(Float32), ptr(Float32), ptr(Float32), ptr(Int32) if key.deterministic else None,
