@@ -1,5 +1,7 @@
 """Small backward calls for compute-sanitizer (racecheck / memcheck): the staged postprocess of each dq_bulk path."""
+
 import torch
+
 from cudnn.sdpa import sdpa_bwd, sdpa_fwd
 
 torch.manual_seed(0)
