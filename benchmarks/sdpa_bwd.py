@@ -72,18 +72,20 @@ TOTAL = 16384
 
 
 def _shapes(quick: bool):
-    seqs = {128: [1024, 2048, 4096, 8192, 16384], 64: [1024, 2048, 4096, 8192, 16384], 256: [4096, 8192]}
+    seqs = {128: [1024, 2048, 4096, 8192, 16384], 64: [1024, 2048, 4096, 8192, 16384], 256: [4096, 8192], 192: [4096, 8192]}
     if quick:
         # d128 8k, causal and not (ours, its variants and the peers); d256 8k non-causal (ours-splitd*, peers)
-        seqs = {128: [8192], 64: [], 256: [8192]}
+        seqs = {128: [8192], 64: [], 256: [8192], 192: []}
     out = []
-    for d in (128, 64, 256):
+    for d in (128, 64, 256, 192):
+        dv = 128 if d == 192 else d  # 192: DeepSeek-style heads, D_v = 128
         for s in seqs[d]:
             for causal in (False,) if quick and d == 256 else (False, True):
-                b, h = max(1, TOTAL // s), 2048 // d
-                p = dict(b=b, h=h, hk=h, s=s, d=d, causal=causal)
-                flops = 2.5 * 4 * b * h * s * s * d / (2 if causal else 1)
-                out.append(Case(f"d{d} s{s // 1024}k b{b}{' causal' if causal else ''}", p, flops=flops))
+                b, h = max(1, TOTAL // s), 2048 // dv
+                p = dict(b=b, h=h, hk=h, s=s, d=d, dv=dv, causal=causal)
+                flops = 2.5 * 2 * b * h * s * s * (d + dv) / (2 if causal else 1)
+                dims = f"d{d}" if dv == d else f"d{d}-{dv}"
+                out.append(Case(f"{dims} s{s // 1024}k b{b}{' causal' if causal else ''}", p, flops=flops))
     return out
 
 
@@ -101,8 +103,8 @@ def _inputs(p):
     dt = torch.bfloat16
     q = torch.randn(p["b"], p["s"], p["h"], p["d"], device="cuda", dtype=dt)
     k = torch.randn(p["b"], p["s"], p["hk"], p["d"], device="cuda", dtype=dt)
-    v = torch.randn(p["b"], p["s"], p["hk"], p["d"], device="cuda", dtype=dt)
-    do = torch.randn(p["b"], p["s"], p["h"], p["d"], device="cuda", dtype=dt)
+    v = torch.randn(p["b"], p["s"], p["hk"], p["dv"], device="cuda", dtype=dt)
+    do = torch.randn(p["b"], p["s"], p["h"], p["dv"], device="cuda", dtype=dt)
     _CACHE[key] = dict(q=q, k=k, v=v, do=do)  # BSHD storage
     return _CACHE[key]
 
@@ -116,13 +118,15 @@ def make_ours(case, tuning=None, l2_group_dq=False):
     from cudnn.sdpa.bwd import api as bwd_api
 
     p = case.params
-    if tuning is not None and "split_d" in tuning and p["d"] != 256:
-        raise Unsupported("benchmarked at d256 only (the split-D kernel's reason to exist)")
+    if tuning is not None and "split_d" in tuning and p["d"] < 192:
+        raise Unsupported("benchmarked at d192 / d256 only (the split-D kernel's reason to exist)")
     if tuning is not None and ("m80" in tuning or "dqt" in tuning) and p["d"] != 128:
         raise Unsupported("m80 / dqt (dQ^T, the head dim split over the warpgroups) serve D = 128 only")
     if tuning is not None and "m128" in tuning and p["d"] != 64:
         raise Unsupported("m128 (128-row query blocks) serves D = 64 only")
-    if p["d"] not in (64, 96, 128) and (tuning is not None and "split_d" not in tuning or tuning is None and bwd_api.D256_TUNING is None):
+    if p["d"] not in (64, 96, 128) and (
+        tuning is not None and "split_d" not in tuning or tuning is None and bwd_api._default_tuning(p["d"], p["dv"], False) == ()
+    ):
         raise Unsupported(f"head dim {p['d']} is served by the split_d variant only (ours-splitd)")
     x = _inputs(p)
     q, k, v, do = (t.transpose(1, 2) for t in (x["q"], x["k"], x["v"], x["do"]))
@@ -146,6 +150,10 @@ VARIANTS = {
     "ours-all": ("dq_tma", "stats_tma", "ds2", "prepost"),
     "ours-splitd": ("split_d", "prepost"),
     "ours-splitd2": ("split_d", "ds2", "prepost"),
+    # d192 / d128 (session 13): split_d with dq_bulk's dQ path from the writer warp (the default, D192_TUNING), with
+    # sdpwg (no dkvrs: D != D_v), and the atomic dQ path (split_d, ds2, prepost: ours-splitd2)
+    "ours-d192b": ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost"),
+    "ours-d192bs": ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "sdpwg"),
     "ours-bulk": ("dq_bulk", "stats_tma", "ds2", "prepost"),
     "ours-bulkw": ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost"),
     "ours-m80": ("dq_tma", "stats_tma", "ds2", "prepost", "m80"),
@@ -409,7 +417,7 @@ def main(argv=None):
         out or ("sdpa_bwd_quick" if quick else "sdpa_bwd"),
         cases,
         providers,
-        convention="backward = 2.5 x 4*B*H*S_q*S_kv*D FLOPs (halved for causal); bf16, BSHD storage; backward only",
+        convention="backward = 2.5 x 2*B*H*S_q*S_kv*(D+D_v) FLOPs (halved for causal); bf16, BSHD storage; backward only",
         out_dir=out_dir,
         title="attention backward, H200",
         rounds=rounds,

@@ -64,13 +64,18 @@ def test_stream_handle_forms():
     assert stream_handle(7) == 7
     assert stream_handle(_FakeStream(9)) == 9
 
-    class _CU:
-        def getPtr(self):
-            return 11
-
-    assert stream_handle(_CU()) == 11
     with pytest.raises(TypeError, match="cannot read a CUDA stream handle"):
         stream_handle(object())
+
+
+def test_stream_handle_of_a_cuda_bindings_custream_is_its_value():
+    """A ``cuda.bindings.driver.CUstream`` is read by value (``int(s)``); its ``getPtr()`` is the address of the Python
+    object's storage, not the stream (the helper read that before session 13)."""
+    driver = pytest.importorskip("cuda.bindings.driver")
+    s = driver.CUstream(0x1234)
+    assert s.getPtr() != 0x1234  # what a getPtr() reader would have launched on
+    assert stream_handle(s) == 0x1234
+    assert stream_handle(driver.CUstream(0)) == 0
 
 
 def test_stream_context_none_is_noop():

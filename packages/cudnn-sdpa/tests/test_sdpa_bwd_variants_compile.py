@@ -191,6 +191,53 @@ def test_head_dim_256_is_served_only_by_the_split_d_variant():
     assert plan.check_support() and plan.key.split_d and plan.key.head_dim == 256
 
 
+def test_d192_dv128_is_served_by_the_split_d_kernel_deterministic_too_and_other_pairs_are_declined(monkeypatch):
+    from cudnn.sdpa.bwd import api
+    from cudnn.sdpa.bwd.api import SdpaBwdSm90
+
+    def descs(d, dv):
+        q, k = TensorDesc.contiguous((2, 8, 300, d), "bfloat16", "q"), TensorDesc.contiguous((2, 2, 257, d), "bfloat16", "k")
+        v, o = TensorDesc.contiguous((2, 2, 257, dv), "bfloat16", "v"), TensorDesc.contiguous((2, 8, 300, dv), "bfloat16", "o")
+        return q, k, v, o, o, TensorDesc.contiguous((2, 8, 300), "float32", "lse")
+
+    plan = SdpaBwdSm90(*descs(192, 128), is_causal=True)
+    assert plan.check_support() and plan.key.split_d and (plan.key.head_dim, plan.key.head_dim_v) == (192, 128)
+    assert plan.key.ds_double_buffer and plan.key.dq_bulk and plan.key.dq_writer and not plan.key.dkv_rs  # D192_TUNING (dkvrs needs D = D_v)
+    det = SdpaBwdSm90(*descs(192, 128), deterministic=True)  # the atomic dQ path in the turn counters' order
+    assert det.check_support() and det.key.split_d and det.key.deterministic and det.key.ds_double_buffer and not det.key.dq_bulk
+    with pytest.raises(ValueError, match="dkv_rs"):
+        SdpaBwdSm90(*descs(192, 128), _tuning=("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "sdpwg", "dkvrs")).check_support()
+    for bad in ((128, 64), (192, 192), (256, 128)):
+        with pytest.raises(NotImplementedError, match=f"head dim {bad[0]} with value head dim {bad[1]}"):
+            SdpaBwdSm90(*descs(*bad)).check_support()
+    monkeypatch.setattr(api, "D192_TUNING", None)
+    with pytest.raises(NotImplementedError, match="head dim 192 with value head dim 128"):
+        SdpaBwdSm90(*descs(192, 128)).check_support()
+
+
+@pytest.mark.compile_only
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_split_d_d192_dv128_ptx_splits_both_head_dims(tmp_path, deterministic):
+    skip_unless_cutedsl("4.8.0", "cudnn.sdpa backward")
+    head = f"'bf16', 192, 128, 2, True, False, False, False, False, False, {deterministic}"
+    ptx = _dump(tmp_path, f"{head}, split_d=True, ds_double_buffer=True", "SdpaBwdSplitDKernelSm90")
+    shapes = set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m64n\d+k16)", ptx))
+    # S^T / dP^T: 32 queries per warpgroup; dK: 96 of D = 192 per warpgroup; dV: 64 of D_v = 128; dQ: 48 per GEMM
+    assert shapes == {"m64n32k16", "m64n96k16", "m64n64k16", "m64n48k16"}, shapes
+    assert "atom.global.add.v2.f32" in ptx and "cp.async.bulk.tensor" in ptx
+    assert "st.local" not in ptx and "ld.local" not in ptx
+    assert re.search(r"\.entry cudnn_", ptx)
+    assert ("fence.acq_rel.gpu" in ptx) == deterministic  # the turn counters' fences
+
+
+@pytest.mark.compile_only
+def test_split_d_d256_deterministic_compiles_without_spills(tmp_path):
+    skip_unless_cutedsl("4.8.0", "cudnn.sdpa backward")
+    ptx = _dump(tmp_path, "'bf16', 256, 256, 2, True, False, False, False, False, False, True, split_d=True, ds_double_buffer=True", "SdpaBwdSplitDKernelSm90")
+    assert "fence.acq_rel.gpu" in ptx and "atom.global.add.v2.f32" in ptx
+    assert "st.local" not in ptx and "ld.local" not in ptx
+
+
 @pytest.mark.compile_only
 def test_split_d_d256_ptx_splits_the_head_dim_over_the_warpgroups(tmp_path):
     skip_unless_cutedsl("4.8.0", "cudnn.sdpa backward")
@@ -242,6 +289,9 @@ def test_default_tuning_constants_drive_plans_built_without_tuning(monkeypatch):
     wide.check_support()
     assert wide.key.split_d and wide.key.ds_double_buffer and wide.key.dq_bulk and wide.key.dq_writer and wide.key.sdp_wg and wide.key.dkv_rs
     assert not (wide.key.dq_tma or wide.key.stats_tma)
+    wide_det = SdpaBwdSm90(q, q, q, q, q, lse, deterministic=True)  # SPLIT_D_DETERMINISTIC_TUNING
+    wide_det.check_support()
+    assert wide_det.key.split_d and wide_det.key.deterministic and not (wide_det.key.dq_bulk or wide_det.key.sdp_wg)
     monkeypatch.setattr(api, "D256_TUNING", None)
     with pytest.raises(NotImplementedError, match="head dim 256"):
         SdpaBwdSm90(q, q, q, q, q, lse).check_support()

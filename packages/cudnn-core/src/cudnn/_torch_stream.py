@@ -23,11 +23,8 @@ def stream_handle(stream: Any) -> int | None:
     handle = getattr(stream, "cuda_stream", None)  # torch.cuda.Stream / ExternalStream
     if handle is not None:
         return int(handle)
-    getter = getattr(stream, "getPtr", None)  # cuda.bindings.driver.CUstream
-    if getter is not None:
-        return int(getter())
     try:
-        return int(stream)
+        return int(stream)  # cuda.bindings.driver.CUstream: its value (its getPtr() is the object's storage address)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"cannot read a CUDA stream handle from {type(stream).__name__}; pass a torch.cuda.Stream, a CUstream or an int") from exc
 

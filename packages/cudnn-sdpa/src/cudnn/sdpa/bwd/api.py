@@ -9,7 +9,8 @@ Contract (conventions of the forward, cudnn.sdpa.fwd.api):
 - dense: q (B, H, S_q, D), k (B, H_kv, S_kv, D), v (B, H_kv, S_kv, D_v), o and do (B, H, S_q, D_v), lse (B, H, S_q)
   fp32 as the forward saved it (natural log, or base 2 with ``lse_log2``); dq / dk / dv shaped like q / k / v.
   Any strides with a unit-stride head dim and 16-byte multiples elsewhere (BSHD and BHSD both native, no copy);
-- bf16 / fp16; D = D_v in {64, 96, 128}, and 256 (not deterministic: the split-D kernel, D256_TUNING); H a multiple of H_kv (GQA / MQA: dk, dv reduced over the group);
+- bf16 / fp16; D = D_v in {64, 96, 128}, D = D_v = 256 and D = 192 with D_v = 128 (the split-D kernel: D256_TUNING /
+  D192_TUNING, SPLIT_D_DETERMINISTIC_TUNING when deterministic); H a multiple of H_kv (GQA / MQA: dk, dv reduced over the group);
 - masks: ``is_causal`` (top-left, or bottom-right with ``causal_bottom_right``), ``window_size=(left, right)``;
 - ``sinks`` (H,) fp32 as in the forward; their gradient ``dsinks`` (H,) fp32 is written by execute (a fixed-order sum);
 - scratch: ``scratch_workspace_bytes()`` bytes of caller workspace (fp32 LSE in log2 units, dO.O row sums and the
@@ -19,7 +20,7 @@ Contract (conventions of the forward, cudnn.sdpa.fwd.api):
 - THD varlen (``cu_seqlens_q`` and ``cu_seqlens_kv`` given): q (T_q, H, D), k / v (T_kv, H_kv, D), o / do (T_q, H, D_v),
   lse (H, T_q) (the forward's), int32 cumulative lengths (B + 1); ``max_seqlen_q`` / ``max_seqlen_kv`` (host ints) size
   the grids; token totals are runtime extents (one compile serves every batch, Rule 4);
-- not served yet (declined with NotImplementedError): head dim 192, D != D_v, deterministic D = 256, paged KV.
+- not served yet (declined with NotImplementedError): other D != D_v, paged KV.
 - ``deterministic=True``: the key blocks that see a query block add into its fp32 dQ accumulator in ascending
   order (int32 turn counters in the workspace), so dq is bitwise reproducible; dk / dv always are (reduced
   inside one CTA, GQA included).
@@ -33,6 +34,7 @@ from typing import Any
 from cudnn.api_base import APIBase, TensorDesc, TupleDict, as_desc
 from cudnn.datatypes import data_type
 
+from .._host.fast_guard import cached_guard, guard_over, guard_passes
 from .._host.plan_args import DT_NAME as _DT_NAME
 from .._host.plan_args import IO_DTYPES as _IO_DTYPES
 from .._host.plan_args import check_thd_varlen, init_attention_options
@@ -40,6 +42,8 @@ from .._host.plan_args import norm_window as _norm_window
 from .._host.plan_args import tma_strides as _tma_strides
 
 _HEAD_DIMS = (64, 96, 128)
+#: (D, D_v) pairs only the split-D main kernel serves (a plan's tuning must include "split_d").
+_SPLIT_D_PAIRS = ((192, 128), (256, 256))
 _DSL_FLOOR = "4.8.0"  # mirrors cudnn.sdpa.CUTEDSL_MIN_VERSION (api.py imports no package module)
 _OWNER = "SdpaBwdSm90"
 #: Schedule variants (kernel_key.TUNING_FIELDS names) a plan built without ``_tuning`` gets, for D <= 128; the dQ
@@ -62,7 +66,7 @@ _NONDETERMINISTIC_TUNING = ("dq_tma", "dq_bulk", "dq_writer")
 #: GPU tests passed there (test_sdpa_bwd_variants.py). Then "dkvearly" (both RS GEMMs from one call site: ptxas no longer
 #: serializes the kernel's WGMMAs, C7512): 484.5 / causal 478.5 vs 415.0 / 419.3 for dkvrs in the same run, FA4 380.1 /
 #: 363.3, torch-cudnn 356.8 / 384.5 (sdpa_bwd_d256.md, session 5 call 3: 1.27x / 1.24x the better peer). Deterministic
-#: D = 256 stays declined.
+#: plans take SPLIT_D_DETERMINISTIC_TUNING.
 D256_TUNING: tuple[str, ...] | None = ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "sdpwg", "dkvrs", "dkvearly")
 #: Variants of a plan built without ``_tuning`` at D = D_v = 64 (non-deterministic; deterministic plans keep
 #: CAUSAL_TUNING / DEFAULT_TUNING without the dQ reduce-add variants); None: those defaults. Session 8 (issue #6):
@@ -79,6 +83,15 @@ D64_TUNING: tuple[str, ...] | None = ("dq_bulk", "dq_writer", "stats_tma", "ds2"
 #: (docs/benchmarks/sdpa_bwd_m80b.md, "ours-m80bw"): d128 s4k 550.4 vs 530.6 TFLOP/s, s8k 574.5 vs 564.0 (FA4 584.6 /
 #: 601.7); causal it loses (495.9 vs 518.4 at s4k), so causal plans keep CAUSAL_TUNING. GPU tests: test_sdpa_bwd_variants.py.
 D128_NONCAUSAL_TUNING: tuple[str, ...] | None = ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost", "m80", "pack1")
+#: Variants of a plan built without ``_tuning`` at D = 192, D_v = 128 (DeepSeek-style heads; non-deterministic): the
+#: split-D kernel with dq_bulk's dQ path from the writer warp (one 64 x 96 dQ GEMM per warpgroup, a bulk reduce-add),
+#: two P^T / dS^T buffers, two Q / dO stages and the vectorized pre/postprocess (dkvrs / dkvearly need D = D_v). H200,
+#: session 13 (docs/benchmarks/sdpa_bwd_s13_d192.md, 2 rounds): 381.7-396.4 TFLOP/s against 238.7-257.2 for the atomic
+#: dQ path (split_d, ds2, prepost), 372.5-391.5 with sdpwg; FA4 416.9-483.7. None: declined.
+D192_TUNING: tuple[str, ...] | None = ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost")
+#: Variants of a deterministic plan at the split-D pairs (D256_TUNING / D192_TUNING set): the split-D kernel's atomic
+#: dQ path in the turn counters' fixed order (its bulk / writer schedules have no deterministic mode).
+SPLIT_D_DETERMINISTIC_TUNING: tuple[str, ...] = ("split_d", "ds2", "prepost")
 
 
 class SdpaBwdSm90(APIBase):
@@ -175,9 +188,12 @@ class SdpaBwdSm90(APIBase):
         self._value_error_if(dk_ != dq_, f"{_OWNER}: q and k head dims differ: {q.describe()}, {k.describe()}")
         plain = not varlen and tuple(self.window_size) == (-1, -1) and self.sinks is None  # D128_NONCAUSAL_TUNING's scope (dense, no window / sinks)
         self._tuning = self._tuning_arg if self._tuning_arg is not None else _default_tuning(dq_, dv_, self.deterministic, self.is_causal, plain)
-        served = _HEAD_DIMS + ((256,) if "split_d" in self._tuning else ())  # 256: the split-D kernel (a variant for now)
-        self._decline_if(dq_ not in served, f"{_OWNER}: {q.describe()}: head dim {dq_} not served by the backward yet; accepted: {served}")
-        self._decline_if(dv_ != dq_, f"{_OWNER}: {v.describe()}: value head dim {dv_} must equal q's {dq_} in the backward for now")
+        served = tuple((d, d) for d in _HEAD_DIMS) + (_SPLIT_D_PAIRS if "split_d" in self._tuning else ())  # the split-D kernel's: a variant
+        self._decline_if(
+            (dq_, dv_) not in served,
+            f"{_OWNER}: {q.describe()}, {v.describe()}: head dim {dq_} with value head dim {dv_} not served by the backward "
+            f"(deterministic={self.deterministic}, tuning={self._tuning}); accepted (D, D_v): {served}",
+        )
         self._value_error_if(hk == 0 or h % hk != 0, f"{_OWNER}: query heads {h} must be a multiple of key/value heads {hk} (GQA/MQA)")
         for d in (o, do):
             self._value_error_if(tuple(d.shape) != io_shape, f"{_OWNER}: {d.describe()} must have shape {io_shape}")
@@ -235,8 +251,9 @@ class SdpaBwdSm90(APIBase):
             tvm_ffi = _use_tvm_ffi()  # the forward's switch (CUDNN_SDPA_TVM_FFI=0: the DSL's generic entry)
             compiled = _compiled(self.key, tvm_ffi)
             # what execute() calls: the three launches' positional tvm_ffi.Functions, or the DSL's compiled functions
-            self._entries = tuple(_raw_tvm_ffi_entry(f) for f in compiled) if tvm_ffi else compiled
-            self._tvm_ffi, self._compiled_kernel = tvm_ffi, compiled
+            entries = tuple(_raw_tvm_ffi_entry(f) for f in compiled) if tvm_ffi else compiled
+            self._fast = _FastLaunch(self, entries, tvm_ffi)  # what execute() reads (the memo, fast_guard)
+            self._entries, self._tvm_ffi, self._compiled_kernel = entries, tvm_ffi, compiled
 
     def scratch_workspace_bytes(self) -> int:
         """Workspace bytes ``execute`` carves for the declared shapes (see :func:`workspace_bytes_for`)."""
@@ -266,25 +283,39 @@ class SdpaBwdSm90(APIBase):
         current_stream=None,
         scale: float | None = None,
     ):
-        """Launch on ``current_stream`` (None: torch's current stream). Validates; never converts, allocates or syncs."""
-        if self._compiled_kernel is None:
+        """Launch on ``current_stream`` (None: torch's current stream). Validates; never converts, allocates or syncs.
+
+        The full validation (:func:`_validate`) runs once per distinct call metadata: shapes, strides, dtypes and devices
+        of every tensor, which optional operands are given, ``max_seqlen_q`` / ``max_seqlen_kv``. Its result, the three
+        launches' scalar arguments (never an address), is memoized on the plan, so a repeated call reads the metadata,
+        checks the alignment of every address it passes (:func:`_fire`) and launches; ``scale`` and the stream are read
+        per call. With ``fast_guard`` (``plan.fast_guard`` before compile(); None: FAST_GUARD_DEFAULT) a call repeating
+        the layout that repeated last is matched by one C++ TensorGuards check of all its tensors instead of the metadata
+        tuple (cudnn.sdpa._host.fast_guard); it reuses the memo entry the full validation produced for that metadata.
+        """
+        fast = getattr(self, "_fast", None)
+        if fast is None:
             raise RuntimeError(f"{_OWNER}.execute: call compile() first (or use the adapter as a callable)")
-        if self.key.has_sinks != (sinks is not None) or self.key.has_sinks != (dsinks is not None):
-            raise ValueError(
-                f"{_OWNER}.execute: the plan was built {'with' if self.key.has_sinks else 'without'} sinks; sinks and dsinks must both be "
-                f"{'given' if self.key.has_sinks else 'None'}"
-            )
-        if self.key.varlen != (cu_seqlens_q is not None) or self.key.varlen != (cu_seqlens_kv is not None):
-            raise ValueError(f"{_OWNER}.execute: the plan was built {'for' if self.key.varlen else 'without'} THD varlen; cu_seqlens_q/kv must match")
-        _check_io(self.key, q, k, v, o, do, lse, dq, dk, dv)
-        if sinks is not None:
-            h = q.shape[1]
-            for name, x in (("sinks", sinks), ("dsinks", dsinks)):
-                if x.dtype != _torch_bits()["torch"].float32 or tuple(x.shape) != (h,) or x.device != q.device or (h > 1 and x.stride(0) != 1):
-                    raise ValueError(f"{_OWNER}.execute: {name} must be a contiguous float32 ({h},) tensor on {q.device}")
-        return _launch(
-            self._entries, self.key, q, k, v, o, do, lse, dq, dk, dv, sinks, dsinks, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q,
-            max_seqlen_kv, workspace, self._mask_window, self.scale if scale is None else scale, current_stream, self._l2_group_dq, self._tvm_ffi,
+        if self.scale is not fast.scale:  # the plan's scale was reassigned: entries carry the default scale
+            fast.restart(self.scale)
+        got = None
+        gs = fast.guard  # fast_guard: (check, aliases, positions, non-tensor signature, memo entry) of the last repeated layout
+        if gs is not None:
+            try:
+                hit = gs[3] == (max_seqlen_q, max_seqlen_kv, sinks is None, dsinks is None, cu_seqlens_q is None, cu_seqlens_kv is None) and guard_passes(
+                    gs[0], gs[1], gs[2], _call_tensors(q, k, v, o, do, lse, dq, dk, dv, workspace, sinks, dsinks, cu_seqlens_q, cu_seqlens_kv)
+                )
+            except Exception:  # not tensors: the memo path (and the full validation) names the problem
+                hit = False
+            if hit:
+                got = gs[4]
+            else:
+                fast.guard = None  # another layout: the memo path until a layout repeats (no stale check per call)
+        if got is None:
+            got = fast.entry(self, q, k, v, o, do, lse, dq, dk, dv, workspace, sinks, dsinks, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv)
+        return _fire(
+            fast.entries, fast.tvm, got, q, k, v, o, do, lse, dq, dk, dv, workspace, sinks, dsinks, cu_seqlens_q, cu_seqlens_kv, scale, current_stream,
+            fast.stream_fn,
         )  # fmt: skip
 
 
@@ -310,12 +341,16 @@ def _ws_layout(key, q_shape, n_seq):
 
 
 def _default_tuning(d: int, d_v: int, deterministic: bool, causal: bool = False, plain: bool = False) -> tuple[str, ...]:
-    """The variants of a plan built without ``_tuning``: D256_TUNING for D = D_v = 256 (non-deterministic), D64_TUNING
+    """The variants of a plan built without ``_tuning``: D256_TUNING for D = D_v = 256 and D192_TUNING for D = 192,
+    D_v = 128 (SPLIT_D_DETERMINISTIC_TUNING when deterministic), D64_TUNING
     (when set) for D = D_v = 64 (non-deterministic), D128_NONCAUSAL_TUNING (when set) for a non-causal ``plain`` (dense,
     no window, no sinks) non-deterministic plan at D = D_v = 128, else CAUSAL_TUNING (causal) or DEFAULT_TUNING, without
     the dQ reduce-add variants when deterministic."""
-    if d == 256 and d_v == 256:
-        return tuple(D256_TUNING) if D256_TUNING is not None and not deterministic else ()
+    if (d, d_v) in _SPLIT_D_PAIRS:
+        tuning = D256_TUNING if d == 256 else D192_TUNING
+        if tuning is None:
+            return ()
+        return SPLIT_D_DETERMINISTIC_TUNING if deterministic else tuple(tuning)
     if d == 64 and d_v == 64 and D64_TUNING is not None and not deterministic:
         return tuple(D64_TUNING)
     if d == 128 and d_v == 128 and plain and not causal and D128_NONCAUSAL_TUNING is not None and not deterministic:
@@ -377,7 +412,7 @@ def _check_io(key, q, k, v, o, do, lse, dq, dk, dv) -> None:
     named = (("q", q, key.head_dim), ("k", k, key.head_dim), ("v", v, key.head_dim_v), ("o", o, key.head_dim_v), ("do", do, key.head_dim_v))
     named += (("dq", dq, key.head_dim), ("dk", dk, key.head_dim), ("dv", dv, key.head_dim_v))
     for name, x, d in named:
-        if x is None or x.dtype != want or x.dim() != rank or x.shape[-1] != d or x.stride(-1) != 1 or not x.is_cuda or x.device != q.device:
+        if x is None or x.dtype != want or x.dim() != rank or x.shape[-1] != d or x.stride(-1) != 1 or not _cuda_on(x, q.device):
             got = "None" if x is None else f"shape={tuple(x.shape)} stride={tuple(x.stride())} dtype={x.dtype} device={x.device}"
             raise ValueError(
                 f"{_OWNER}.execute: {name} ({got}) does not match the plan: a CUDA {want} rank-{rank} tensor on q's device with head dim {d} "
@@ -402,11 +437,6 @@ def _check_io(key, q, k, v, o, do, lse, dq, dk, dv) -> None:
         raise ValueError(f"{_OWNER}.execute: lse ({got}) must be a float32 {want_lse} tensor on {q.device} (the forward's LSE)")
 
 
-def _int_ptr(dtype, address: int, space, assumed_align: int = 1) -> int:
-    """The tvm-ffi entry's pointer argument: the address itself (its DataPointer parameter takes an int)."""
-    return address
-
-
 _GROUP_CACHE: dict = {}
 
 
@@ -427,21 +457,53 @@ def _launch(
     compiled, key, q, k, v, o, do, lse, dq, dk, dv, sinks, dsinks, cu_q, cu_k, max_seqlen_q, max_seqlen_kv, workspace, window, scale, stream, l2_group_dq=False,
     tvm_ffi=False,
 ):  # fmt: skip
-    """The three launches on ``compiled`` = (pre, main, post): tvm-ffi entries (``tvm_ffi``: pointers as int addresses,
-    the stream as its raw handle) or the DSL's compiled functions (cute pointers, a CUstream)."""
-    from cudnn._torch_stream import launch_stream_handle
+    """The three launches on ``compiled`` = (pre, main, post) without a plan's memo: :func:`_derive` (the THD and workspace
+    checks, the launch scalars) then :func:`_fire`; tvm-ffi entries (``tvm_ffi``: pointers as int addresses, the stream
+    as its raw handle) or the DSL's compiled functions (cute pointers, a CUstream)."""
+    from ..fwd.api import _stream_accessor
+
+    entry = _derive(key, q, k, v, o, do, lse, dq, dk, dv, cu_q, cu_k, max_seqlen_q, max_seqlen_kv, workspace, window, scale, l2_group_dq)
+    return _fire(compiled, tvm_ffi, entry, q, k, v, o, do, lse, dq, dk, dv, workspace, sinks, dsinks, cu_q, cu_k, None, stream, _stream_accessor())
+
+
+def _cuda_on(x, device) -> bool:
+    """``x`` is a CUDA tensor on ``device`` (an address handed to the kernels is a contract, Rule 5)."""
+    return x.is_cuda and x.device == device
+
+
+def _validate(plan, scale, q, k, v, o, do, lse, dq, dk, dv, workspace, sinks, dsinks, cu_q, cu_k, max_seqlen_q, max_seqlen_kv):
+    """The full execute-time check of a call against ``plan`` and its launch entry (:func:`_derive`, the default scale
+    ``scale``): raises what execute() raised before the memo. Reads metadata and this call's addresses, nothing else."""
+    key = plan.key
+    if key.has_sinks != (sinks is not None) or key.has_sinks != (dsinks is not None):
+        raise ValueError(
+            f"{_OWNER}.execute: the plan was built {'with' if key.has_sinks else 'without'} sinks; sinks and dsinks must both be "
+            f"{'given' if key.has_sinks else 'None'}"
+        )
+    if key.varlen != (cu_q is not None) or key.varlen != (cu_k is not None):
+        raise ValueError(f"{_OWNER}.execute: the plan was built {'for' if key.varlen else 'without'} THD varlen; cu_seqlens_q/kv must match")
+    _check_io(key, q, k, v, o, do, lse, dq, dk, dv)
+    if sinks is not None:
+        h = q.shape[1]
+        for name, x in (("sinks", sinks), ("dsinks", dsinks)):
+            if x.dtype != _torch_bits()["torch"].float32 or tuple(x.shape) != (h,) or x.device != q.device or (h > 1 and x.stride(0) != 1):
+                raise ValueError(f"{_OWNER}.execute: {name} must be a contiguous float32 ({h},) tensor on {q.device}")
+    return _derive(key, q, k, v, o, do, lse, dq, dk, dv, cu_q, cu_k, max_seqlen_q, max_seqlen_kv, workspace, plan._mask_window, scale, plan._l2_group_dq)
+
+
+def _derive(key, q, k, v, o, do, lse, dq, dk, dv, cu_q, cu_k, max_seqlen_q, max_seqlen_kv, workspace, window, scale, l2_group_dq):
+    """The THD operand and workspace checks of a call and its launch entry, from metadata only:
+    ``(offsets, total, pre, main, post, device)``: the workspace byte offsets of (lse_log2, dpsum, dq_accum, the sink
+    partials or None, the dQ semaphores or None), the workspace bytes, each launch's arguments after its pointers and
+    before the stream (None: that launch has no work; all None: nothing to launch), with ``scale`` (None: 1 / sqrt(D))
+    as the default scale, and q's device index."""
     from cudnn.workspace import Workspace
 
     from .kernel_key import M80_BULK_ROWS, PREPOST_ROWS, m80_bulk, padded_rows
 
-    t = _torch_bits()
-    gmem, f32, i32 = t["gmem"], t["f32"], t["i32"]
-    mk = _int_ptr if tvm_ffi else t["make_ptr"]
-    dt = t["dt"][q.dtype]
-    d = key.head_dim
     if key.varlen:
         for name, cu in (("cu_seqlens_q", cu_q), ("cu_seqlens_kv", cu_k)):
-            if cu.dtype != t["torch"].int32 or cu.dim() != 1 or not cu.is_cuda or cu.device != q.device or (cu.shape[0] > 1 and cu.stride(0) != 1):
+            if cu.dtype != _torch_bits()["torch"].int32 or cu.dim() != 1 or not _cuda_on(cu, q.device) or (cu.shape[0] > 1 and cu.stride(0) != 1):
                 raise ValueError(f"{_OWNER}.execute: {name} must be a contiguous 1-D int32 CUDA tensor on {q.device}; got {cu.dtype} on {cu.device}")
         if cu_k.shape != cu_q.shape:
             raise ValueError(f"{_OWNER}.execute: cu_seqlens_q and cu_seqlens_kv must have the same length")
@@ -453,8 +515,6 @@ def _launch(
         s_pad = padded_rows(sq + b * PREPOST_ROWS)
         qs, ks, vs, os_, dos, dqs, dks, dvs = (_tma_strides((1, x.shape[1], x.shape[0]), (0, x.stride(1), x.stride(0))) for x in (q, k, v, o, do, dq, dk, dv))
         lse_s = (0, lse.stride(0), lse.stride(1))
-        cu_q_p = mk(i32, cu_q.data_ptr(), gmem, assumed_align=4)
-        cu_k_p = mk(i32, cu_k.data_ptr(), gmem, assumed_align=4)
         n_seq = b
     else:
         if cu_q is not None or cu_k is not None or max_seqlen_q is not None or max_seqlen_kv is not None:
@@ -465,44 +525,204 @@ def _launch(
         s_pad = padded_rows(sq, M80_BULK_ROWS if m80_bulk(key) else None)
         qs, ks, vs, os_, dos, dqs, dks, dvs = (_tma_strides(tuple(x.shape[:3]), (x.stride(0), x.stride(1), x.stride(2))) for x in (q, k, v, o, do, dq, dk, dv))
         lse_s = (lse.stride(0), lse.stride(1), lse.stride(2))
-        cu_q_p = cu_k_p = None
         n_seq = None
     off_lse, off_dpsum, off_dq, off_sink, off_sem, total = _ws_layout(key, tuple(q.shape), n_seq)
-    ws = Workspace.over(workspace, total, _OWNER, device=q.device)
+    Workspace.over(workspace, total, _OWNER, device=q.device)
+    offsets = (off_lse, off_dpsum, off_dq, off_sink if key.has_sinks else None, off_sem if key.deterministic else None)
     if b == 0 or h == 0 or (grid_q == 0 and grid_k == 0):
-        return dq, dk, dv
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    base = ws.data_ptr
-    lse2_p = mk(f32, base + off_lse, gmem, assumed_align=16)
-    dpsum_p = mk(f32, base + off_dpsum, gmem, assumed_align=16)
-    dqacc_p = mk(f32, base + off_dq, gmem, assumed_align=16)
-    part_p = mk(f32, base + off_sink, gmem, assumed_align=16) if key.has_sinks else None
-    sem_p = mk(i32, base + off_sem, gmem, assumed_align=16) if key.deterministic else None
-    sinks_p = mk(f32, sinks.data_ptr(), gmem, assumed_align=4) if key.has_sinks else None
-    dsinks_p = mk(f32, dsinks.data_ptr(), gmem, assumed_align=4) if key.has_sinks else None
-    handle = launch_stream_handle(stream, q.device)
-    if not tvm_ffi:
-        handle = t["cuda"].CUstream(handle)
-    pre, main, post = compiled
-
-    def p(x):
-        return mk(dt, x.data_ptr(), gmem, assumed_align=16)
-
-    if grid_q > 0:
-        pre(
-            p(o), p(do), mk(f32, lse.data_ptr(), gmem, assumed_align=4), lse2_p, dpsum_p, dqacc_p, sinks_p, part_p, sem_p, cu_q_p,
-            b, h, sq, grid_q, s_pad, os_, dos, lse_s, handle,
-        )  # fmt: skip
+        return offsets, total, None, None, None, q.get_device()
+    scale = 1.0 / math.sqrt(key.head_dim) if scale is None else float(scale)
+    left, right = window
+    pre = (b, h, sq, grid_q, s_pad, os_, dos, lse_s) if grid_q > 0 else None
+    main = None
     if grid_k > 0:
-        left, right = window
-        main(
-            p(q), p(k), p(v), p(do), p(dk), p(dv), lse2_p, dpsum_p, dqacc_p, sem_p, cu_q_p, cu_k_p,
-            b, h, hk, sq, sk, grid_k, s_pad, _group_heads(key, grid_q, l2_group_dq), qs, ks, vs, dos, dks, dvs,
-            scale * math.log2(math.e), scale, left, right, handle,
-        )  # fmt: skip
-    if grid_q > 0:
-        post(dqacc_p, p(dq), part_p, dsinks_p, cu_q_p, b, h, sq, grid_q, s_pad, dqs, scale, handle)
+        main = (b, h, hk, sq, sk, grid_k, s_pad, _group_heads(key, grid_q, l2_group_dq), qs, ks, vs, dos, dks, dvs, scale * _LOG2E, scale, left, right)
+    post = (b, h, sq, grid_q, s_pad, dqs, scale) if grid_q > 0 else None
+    return offsets, total, pre, main, post, q.get_device()
+
+
+_LOG2E = math.log2(math.e)
+#: Pointer arguments of the (pre, main, post) launches for the DSL's generic entry: (element type, assumed alignment),
+#: "io" standing for the plan's 16-bit type (the tvm-ffi entries take the int addresses as they are).
+_PTR_SPECS = (
+    (("io", 16), ("io", 16), ("f32", 4), ("f32", 16), ("f32", 16), ("f32", 16), ("f32", 4), ("f32", 16), ("i32", 16), ("i32", 4)),
+    (("io", 16),) * 6 + (("f32", 16),) * 3 + (("i32", 16), ("i32", 4), ("i32", 4)),
+    (("f32", 16), ("io", 16), ("f32", 16), ("f32", 4), ("i32", 4)),
+)
+
+
+def _fire(entries, tvm, entry, q, k, v, o, do, lse, dq, dk, dv, workspace, sinks, dsinks, cu_q, cu_k, scale, stream, stream_fn):
+    """The per-call part of a launch on a validated ``entry`` (:func:`_derive`): the addresses of this call's tensors
+    (each checked for the alignment the kernels assume: 16 bytes for the TMA operands, 128 for the workspace, 4 for the
+    fp32 / int32 operands), ``scale`` (None: the entry's), the stream (None: torch's current one through
+    ``stream_fn``), then the three launches on ``entries`` (tvm-ffi entries when ``tvm``). Returns (dq, dk, dv)."""
+    qp, kp, vp, op, dop = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), do.data_ptr()
+    dqp, dkp, dvp, lp, base = dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), lse.data_ptr(), workspace.data_ptr()
+    sp = dsp = cqp = ckp = None
+    if sinks is not None:
+        sp, dsp = sinks.data_ptr(), dsinks.data_ptr()
+    if cu_q is not None:
+        cqp, ckp = cu_q.data_ptr(), cu_k.data_ptr()
+    offsets, total, pre_t, main_t, post_t, dev = entry
+    if (qp | kp | vp | op | dop | dqp | dkp | dvp) & 15 or (base & 127 and total) or (lp | (sp or 0) | (dsp or 0) | (cqp or 0) | (ckp or 0)) & 3:
+        _raise_misaligned(q, k, v, o, do, lse, dq, dk, dv, workspace, total, sinks, dsinks, cu_q, cu_k)
+    if pre_t is None and main_t is None:
+        return dq, dk, dv
+    if scale is not None:  # a per-call scale: the entry's default one replaced
+        s = float(scale)
+        if main_t is not None:
+            main_t = (*main_t[:-4], s * _LOG2E, s, *main_t[-2:])
+        if post_t is not None:
+            post_t = (*post_t[:-1], s)
+    if stream is None:
+        handle = stream_fn(dev)
+    elif type(stream) is int:  # a raw handle: what launch_stream_handle returns for it
+        handle = stream
+    else:
+        from ..fwd.api import _launch_stream_handle
+
+        handle = _launch_stream_handle(stream)
+    lse2, dpsum, dqacc = base + offsets[0], base + offsets[1], base + offsets[2]
+    part = None if offsets[3] is None else base + offsets[3]
+    sem = None if offsets[4] is None else base + offsets[4]
+    pre, main, post = entries if tvm else (_typed_entry(f, spec, q.dtype) for f, spec in zip(entries, _PTR_SPECS, strict=True))
+    if pre_t is not None:
+        pre(op, dop, lp, lse2, dpsum, dqacc, sp, part, sem, cqp, *pre_t, handle)
+    if main_t is not None:
+        main(qp, kp, vp, dop, dkp, dvp, lse2, dpsum, dqacc, sem, cqp, ckp, *main_t, handle)
+    if post_t is not None:
+        post(dqacc, dqp, part, dsp, cqp, *post_t, handle)
     return dq, dk, dv
+
+
+def _typed_entry(fn, spec, io_dtype):
+    """``fn`` (a DSL compiled function) taking the tvm-ffi entries' arguments: the int addresses become cute pointers
+    per ``spec`` (None stays None), the raw stream handle a CUstream."""
+    t = _torch_bits()
+    types = {"io": t["dt"][io_dtype], "f32": t["f32"], "i32": t["i32"]}
+
+    def call(*args):
+        n = len(spec)
+        ptrs = (None if a is None else t["make_ptr"](types[ty], a, t["gmem"], assumed_align=al) for a, (ty, al) in zip(args[:n], spec, strict=True))
+        fn(*ptrs, *args[n:-1], t["cuda"].CUstream(args[-1]))
+
+    return call
+
+
+def _raise_misaligned(q, k, v, o, do, lse, dq, dk, dv, workspace, total, sinks, dsinks, cu_q, cu_k):
+    """The error of the first operand whose address breaks the alignment the kernels assume (:func:`_check_io`'s
+    message for the TMA operands, Workspace.over's for the workspace)."""
+    for name, x in (("q", q), ("k", k), ("v", v), ("o", o), ("do", do), ("dq", dq), ("dk", dk), ("dv", dv)):
+        if x.data_ptr() % 16:
+            raise ValueError(f"{_OWNER}.execute: {name} address 0x{x.data_ptr():x} is not 16-byte aligned (TMA)")
+    if total:
+        from cudnn.workspace import Workspace
+
+        Workspace.over(workspace, total, _OWNER, device=q.device)
+    for name, x in (("lse", lse), ("sinks", sinks), ("dsinks", dsinks), ("cu_seqlens_q", cu_q), ("cu_seqlens_kv", cu_k)):
+        if x is not None and x.data_ptr() % 4:
+            raise ValueError(f"{_OWNER}.execute: {name} address 0x{x.data_ptr():x} is not 4-byte aligned")
+
+
+#: ``plan.fast_guard`` (an attribute set before compile()) None means FAST_GUARD_DEFAULT: a repeated execute() matches its
+#: tensors' metadata with one C++ TensorGuards call instead of the metadata tuple (the forward's option, see execute).
+FAST_GUARD_DEFAULT = True
+
+
+class _FastLaunch:
+    """A compiled plan's per-call state, what execute() reads with one attribute load: the launch entries, the current
+    stream accessor, the memo (call metadata -> launch entry of :func:`_derive`), the last (metadata, entry) pair (a
+    repeated call compares one tuple instead of hashing) and the fast_guard state (guards kept per layout).
+    ``memo_on`` False makes every call run the full validation (the reference path of tests and benchmarks)."""
+
+    __slots__ = ("entries", "tvm", "stream_fn", "guard_on", "memo_on", "scale", "memo", "last", "guard", "guards", "ws_bytes")
+
+    def __init__(self, plan, entries, tvm: bool):
+        from ..fwd.api import _stream_accessor, _tensor_guards
+
+        fast_guard = getattr(plan, "fast_guard", None)
+        fast_guard = FAST_GUARD_DEFAULT if fast_guard is None else fast_guard
+        if fast_guard not in (True, False):
+            raise ValueError(f"{_OWNER}: fast_guard={fast_guard!r} must be True, False or None")
+        self.entries, self.tvm, self.stream_fn = entries, tvm, _stream_accessor()
+        self.guard_on = bool(fast_guard) and _tensor_guards() is not None  # inactive where this torch has no TensorGuards
+        self.memo_on = True
+        self.ws_bytes: dict = {}  # sdpa_bwd: (q's shape, len(cu_seqlens_q)) -> workspace bytes
+        self.restart(plan.scale)
+
+    def restart(self, scale) -> None:
+        """Empty memo and guards for a plan whose default scale is ``scale`` (every entry carries it)."""
+        self.scale = scale
+        self.memo, self.last, self.guard, self.guards = {}, (None, None), None, {}
+
+    def entry(self, plan, q, k, v, o, do, lse, dq, dk, dv, workspace, sinks, dsinks, cu_q, cu_k, max_seqlen_q, max_seqlen_kv):
+        """The launch entry of a call the guard did not serve: the last call's when the metadata repeats, else the
+        memo's, else the full validation's (memoized). A layout seen twice in a row installs its guard (fast_guard)."""
+        from ..fwd.api import _LAUNCH_MEMO_MAX
+
+        got, meta, repeat = None, None, False
+        if self.memo_on:
+            try:
+                meta = _call_meta(q, k, v, o, do, lse, dq, dk, dv, workspace, sinks, dsinks, cu_q, cu_k, max_seqlen_q, max_seqlen_kv)
+                pair = self.last  # replaced as one object (thread-safe)
+                if meta == pair[0]:
+                    got, repeat = pair[1], True
+                else:
+                    got = self.memo.get(meta)
+                    if got is not None:
+                        self.last = (meta, got)
+            except (AttributeError, TypeError):  # not tensors (or unhashable metadata): the full validation names the problem
+                meta = None
+        if got is None:
+            got = _validate(plan, self.scale, q, k, v, o, do, lse, dq, dk, dv, workspace, sinks, dsinks, cu_q, cu_k, max_seqlen_q, max_seqlen_kv)
+            if meta is not None:
+                if len(self.memo) >= _LAUNCH_MEMO_MAX:
+                    self.memo.clear()
+                self.memo[meta] = got
+                self.last = (meta, got)
+        if repeat and self.guard_on:  # this layout repeated: the next call checks its guard first
+            sig = (max_seqlen_q, max_seqlen_kv, sinks is None, dsinks is None, cu_q is None, cu_k is None)  # as execute() compares it
+            self.guard = self._install_guard(meta, _call_tensors(q, k, v, o, do, lse, dq, dk, dv, workspace, sinks, dsinks, cu_q, cu_k), sig, got)
+        return got
+
+    def _install_guard(self, meta, tensors, sig, got):
+        """The guard ``(check, aliases, positions, sig, got)`` of the layout ``meta`` (built once per layout, see
+        cached_guard), or None; a torch whose TensorGuards makes none turns fast_guard off for the plan."""
+        from ..fwd.api import _GUARD_BUILDS_MAX, _LAUNCH_MEMO_MAX, _tensor_guards
+
+        def build():
+            parts = guard_over(_tensor_guards(), tensors)
+            return None if parts is None else (*parts, sig, got)
+
+        guard = cached_guard(self.guards, meta, lambda gs: guard_passes(gs[0], gs[1], gs[2], tensors), build, _GUARD_BUILDS_MAX, _LAUNCH_MEMO_MAX)
+        if guard is False:
+            self.guard_on = False
+            return None
+        return guard
+
+
+def _call_tensors(q, k, v, o, do, lse, dq, dk, dv, workspace, sinks, dsinks, cu_q, cu_k) -> tuple:
+    """A call's tensor arguments in execute's order, the optional ones given only."""
+    given = (q, k, v, o, do, lse, dq, dk, dv, workspace)
+    if sinks is None and dsinks is None and cu_q is None and cu_k is None:
+        return given
+    return given + tuple(x for x in (sinks, dsinks, cu_q, cu_k) if x is not None)
+
+
+def _call_meta(q, k, v, o, do, lse, dq, dk, dv, workspace, sinks, dsinks, cu_q, cu_k, max_seqlen_q, max_seqlen_kv) -> tuple:
+    """What a memo entry is keyed on: shape, strides, dtype and device index of every tensor argument, then (when any is
+    given) the optional tensors' and ``max_seqlen_q`` / ``max_seqlen_kv``. Never an address."""
+    meta = (
+        q.shape, q.stride(), q.dtype, q.get_device(), k.shape, k.stride(), k.dtype, k.get_device(),
+        v.shape, v.stride(), v.dtype, v.get_device(), o.shape, o.stride(), o.dtype, o.get_device(),
+        do.shape, do.stride(), do.dtype, do.get_device(), lse.shape, lse.stride(), lse.dtype, lse.get_device(),
+        dq.shape, dq.stride(), dq.dtype, dq.get_device(), dk.shape, dk.stride(), dk.dtype, dk.get_device(),
+        dv.shape, dv.stride(), dv.dtype, dv.get_device(), workspace.shape, workspace.stride(), workspace.dtype, workspace.get_device(),
+    )  # fmt: skip
+    if sinks is None and dsinks is None and cu_q is None and cu_k is None and max_seqlen_q is None and max_seqlen_kv is None:
+        return meta
+    opt = tuple(None if x is None else (x.shape, x.stride(), x.dtype, x.get_device()) for x in (sinks, dsinks, cu_q, cu_k))
+    return meta + opt + (max_seqlen_q, max_seqlen_kv)
 
 
 # ---------------------------------------------------------------------------------------------- wrapper
@@ -537,20 +757,16 @@ def sdpa_bwd(
     """Attention backward. Returns ``TupleDict(dq=..., dk=..., dv=...)`` (plus ``dsinks`` when ``sinks`` is given).
 
     ``o`` and ``lse`` are the forward's outputs (``sdpa_fwd(..., return_lse=True)``), with the same options passed
-    here. Picks the adapter for the device's architecture (sm_90 only), caches one plan per compile key, and
-    allocates dq / dk / dv (in q's / k's / v's memory order) and the scratch workspace on the launch stream.
+    here. Picks the adapter for the device's architecture (sm_90 only, checked once per device), caches one plan per
+    compile key, and allocates dq / dk / dv (in q's / k's / v's memory order, strides computed once per layout) and the
+    scratch workspace on the launch stream.
     """
-    from cudnn._torch_stream import stream_context
+    from ..fwd.api import _NULL_CTX, _empty_like_layout
 
-    from ..fwd.api import _alloc_like_layout
-
-    t = _torch_bits()
-    torch = t["torch"]
-    if q.is_cuda and torch.cuda.get_device_capability(q.device) != (9, 0):
-        raise NotImplementedError(
-            f"sdpa_bwd: {torch.cuda.get_device_name(q.device)} (sm_{''.join(map(str, torch.cuda.get_device_capability(q.device)))}) is not served; sm_90 only"
-        )
-    window = _norm_window(window_size)
+    torch = _torch_bits()["torch"]
+    if q.is_cuda:
+        _require_sm90(torch, q)
+    window = (-1, -1) if window_size is None else _norm_window(window_size)
     varlen = cu_seqlens_q is not None or cu_seqlens_kv is not None
     pkey = (
         q.dtype,
@@ -565,7 +781,7 @@ def sdpa_bwd(
         varlen,
         page_table is not None,
         bool(deterministic),
-        q.device,
+        q.get_device(),
     )
     plan = _PLANS.get(pkey)
     if plan is None:
@@ -591,14 +807,20 @@ def sdpa_bwd(
         plan.check_support()
         plan.compile()
         _PLANS[pkey] = plan
-    with stream_context(stream, q.device):
+    if stream is None:
+        ctx = _NULL_CTX
+    else:
+        from cudnn._torch_stream import stream_context
+
+        ctx = stream_context(stream, q.device)
+    with ctx:
         if dq is None:
-            dq = _alloc_like_layout(torch, q, q.shape[-1], q.dtype, q.device)
+            dq = _empty_like_layout(torch, q, q.shape[-1], q.dtype)
         if dk is None:
-            dk = _alloc_like_layout(torch, k, k.shape[-1], k.dtype, k.device)
+            dk = _empty_like_layout(torch, k, k.shape[-1], k.dtype)
         if dv is None:
-            dv = _alloc_like_layout(torch, v, v.shape[-1], v.dtype, v.device)
-        workspace = torch.empty(workspace_bytes_for(plan, q, cu_seqlens_q), dtype=torch.uint8, device=q.device)
+            dv = _empty_like_layout(torch, v, v.shape[-1], v.dtype)
+        workspace = torch.empty(_workspace_bytes(plan, q, cu_seqlens_q), dtype=torch.uint8, device=q.device)
         dsinks = torch.empty(sinks.shape, dtype=torch.float32, device=q.device) if sinks is not None else None
     plan.execute(
         q, k, v, o, do, lse, dq, dk, dv, workspace, sinks, dsinks, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q if varlen else None,
@@ -607,3 +829,29 @@ def sdpa_bwd(
     if sinks is not None:
         return TupleDict(dq=dq, dk=dk, dv=dv, dsinks=dsinks)
     return TupleDict(dq=dq, dk=dk, dv=dv)
+
+
+_SM90_DEVICES: dict = {}
+
+
+def _require_sm90(torch, q) -> None:
+    """NotImplementedError unless q's CUDA device is sm_90 (the capability read once per device index)."""
+    dev = q.get_device()
+    ok = _SM90_DEVICES.get(dev)
+    if ok is None:
+        ok = _SM90_DEVICES[dev] = torch.cuda.get_device_capability(dev) == (9, 0)
+    if not ok:
+        cc = "".join(map(str, torch.cuda.get_device_capability(dev)))
+        raise NotImplementedError(f"sdpa_bwd: {torch.cuda.get_device_name(dev)} (sm_{cc}) is not served; sm_90 only")
+
+
+def _workspace_bytes(plan: SdpaBwdSm90, q, cu_seqlens_q) -> int:
+    """:func:`workspace_bytes_for` remembered on the compiled plan per (q's shape, number of sequences)."""
+    cache = plan._fast.ws_bytes
+    wk = (q.shape, None if cu_seqlens_q is None else cu_seqlens_q.shape[0])
+    got = cache.get(wk)
+    if got is None:
+        if len(cache) >= 64:  # THD token totals change per batch: keep the cache small
+            cache.clear()
+        got = cache[wk] = workspace_bytes_for(plan, q, cu_seqlens_q)
+    return got

@@ -131,6 +131,8 @@ class SdpaBwdKey(AttentionKey):
                 "SdpaBwdKey: dq_t128 is a dq_tma staging for D = D_v = 128 at 64 rows (set dq_tma; m80 implies it); "
                 f"got D = {self.head_dim}/{self.head_dim_v}, dq_tma={self.dq_tma}, tile_m80={self.tile_m80}"
             )
+        if self.dkv_rs and self.head_dim != self.head_dim_v:
+            raise ValueError(f"SdpaBwdKey: dkv_rs (dkvrs) keeps dV and dK in one accumulator shape (D = D_v); got {self.head_dim}/{self.head_dim_v}")
         if self.dkv_rs and not self.sdp_wg:
             raise ValueError("SdpaBwdKey: dkv_rs (dkvrs) is a schedule of sdp_wg (set sdpwg: the warpgroup holding P^T runs dV, the one holding dS^T dK)")
         if self.dkv_early and not self.dkv_rs:
@@ -142,19 +144,19 @@ class SdpaBwdKey(AttentionKey):
                 "SdpaBwdKey: sdp_wg (sdpwg) is a schedule of split_d + dq_bulk with ds_double_buffer (set all three); "
                 f"got split_d={self.split_d}, dq_bulk={self.dq_bulk}, ds_double_buffer={self.ds_double_buffer}"
             )
-        if self.split_d and (self.deterministic or self.dq_tma or self.stats_tma):
+        if self.split_d and (self.dq_tma or self.stats_tma):
             raise ValueError(
-                "SdpaBwdKey: split_d combines with ds_double_buffer, prepost_vec and (at D = 256) dq_bulk, dq_writer, sdp_wg, dkv_rs, dkv_early only "
-                "(no deterministic, dq_tma, stats_tma)"
+                "SdpaBwdKey: split_d combines with deterministic, ds_double_buffer, prepost_vec and (at D = 256) dq_bulk, dq_writer, sdp_wg, dkv_rs, "
+                "dkv_early only (no dq_tma, stats_tma)"
             )
-        if self.split_d and self.dq_bulk and self.head_dim != 256:
-            raise ValueError(f"SdpaBwdKey: split_d + dq_bulk (FA4's d256 schedule) serves D = D_v = 256; got {self.head_dim}/{self.head_dim_v}")
-        if self.split_d and (self.head_dim != self.head_dim_v or self.head_dim not in SPLIT_D_HEAD_DIMS):
-            raise ValueError(f"SdpaBwdKey: split_d serves D = D_v in {SPLIT_D_HEAD_DIMS}; got {self.head_dim}/{self.head_dim_v}")
+        if self.split_d and self.dq_bulk and self.head_dim not in (192, 256):
+            raise ValueError(f"SdpaBwdKey: split_d + dq_bulk (FA4's d256 schedule) serves D = 256 and D = 192; got {self.head_dim}/{self.head_dim_v}")
+        if self.split_d and (self.head_dim, self.head_dim_v) not in SPLIT_D_HEAD_DIMS:
+            raise ValueError(f"SdpaBwdKey: split_d serves (D, D_v) in {SPLIT_D_HEAD_DIMS}; got {self.head_dim}/{self.head_dim_v}")
 
 
-#: Head dims of the split-D main kernel (D = D_v).
-SPLIT_D_HEAD_DIMS = (128, 256)
+#: (D, D_v) of the split-D main kernel.
+SPLIT_D_HEAD_DIMS = ((128, 128), (192, 128), (256, 256))
 
 #: Names of the schedule variants accepted by ``SdpaBwdSm90(..., _tuning=...)`` and the key field each one sets.
 TUNING_FIELDS = {

@@ -284,6 +284,10 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
             return self.head_dim
         return self.head_dim // self.num_consumer_wg
 
+    def _q_do_atom_cols(self) -> tuple[int | None, int | None]:
+        """Columns of the swizzle atoms of sQ and sdO (None: the whole head dim): the dK / dV GEMMs read them whole here."""
+        return None, None
+
     def _shared_storage(self, sQ_layout, sdO_layout, sK_layout, sV_layout, sdS_layout, sdQ_layout):
         """The CTA's shared memory (host-side construction of a ``cute.struct``): the verified layout, then the
         variants' extra buffers at the end (dQ partial, lse_log2 / dpsum stages)."""
@@ -369,8 +373,9 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         mCuQ, mCuK = cu_seqlens_tensors(cu_q_ptr, cu_k_ptr, batch, self.key.varlen)
 
         tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ = self._tiled_mmas()
-        sQ_layout = self._smem_layout(self.tile_m, D, self.num_stages)
-        sdO_layout = self._smem_layout(self.tile_m, Dv, self.num_stages)
+        q_cols, do_cols = self._q_do_atom_cols()
+        sQ_layout = self._smem_layout(self.tile_m, D, self.num_stages, atom_cols=q_cols)
+        sdO_layout = self._smem_layout(self.tile_m, Dv, self.num_stages, atom_cols=do_cols)
         sK_layout = self._smem_layout(self.tile_n, D, atom_cols=self._k_atom_cols())
         sV_layout = self._smem_layout(self.tile_n, Dv)
         sdS_layout = self._ds_layout()  # dS^T: (keys, queries), queries contiguous
@@ -1350,16 +1355,9 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         check); deterministic: in ascending key-block order through the block's turn counter."""
         gdQacc = cute.local_tile(mdQacc_cur, (self.tile_m, self.head_dim), (m_block, 0))
         tdQgdQ = thr_mma_dQ.partition_C(gdQacc)
+        sem_ptr = None
         if const_expr(self.key.deterministic):
-            # Fixed reduction order: the key blocks that see this query block add into it in ascending order.
-            turn = n_block - mask.n_block_min_for(m_block)
-            sem_ptr = mSem_cur.iterator + m_block
-            if tidx == 0:
-                cur = cute.arch.atomic_add(sem_ptr, Int32(0), scope="gpu")
-                while cur != turn:
-                    cur = cute.arch.atomic_add(sem_ptr, Int32(0), scope="gpu")
-                cute.arch.fence_acq_rel_gpu()
-            cute.arch.barrier(barrier_id=int(NamedBarrierBwd.DQ_TURN), number_of_threads=self.num_mma_threads)
+            sem_ptr = self.dq_turn_wait(mSem_cur, mask, tidx, m_block, n_block)
         pair = cute.make_rmem_tensor((2,), Float32)
         for i in cutlass.range_constexpr(cute.size(acc_dQ) // 2):
             # elements 2i and 2i + 1 are adjacent columns of one row: one 8-byte vector reduction
@@ -1367,10 +1365,29 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
             pair[1] = acc_dQ[2 * i + 1]
             cute.arch.atomic_add(tdQgdQ.iterator + tdQgdQ.layout(2 * i), pair.load())
         if const_expr(self.key.deterministic):
-            cute.arch.fence_acq_rel_gpu()  # this thread's adds are visible GPU-wide before the next key block's turn
-            cute.arch.barrier(barrier_id=int(NamedBarrierBwd.DQ_TURN), number_of_threads=self.num_mma_threads)
-            if tidx == 0:
-                cute.arch.atomic_add(sem_ptr, Int32(1), scope="gpu")
+            self.dq_turn_done(sem_ptr, tidx)
+
+    @cute.jit
+    def dq_turn_wait(self, mSem_cur: cute.Tensor, mask: MaskInfoBwd, tidx: Int32, m_block: Int32, n_block: Int32):
+        """deterministic: wait until the query block's turn counter reaches this key block (the key blocks that see a
+        query block add into its dQ in ascending order); returns the counter's pointer for :meth:`dq_turn_done`."""
+        turn = n_block - mask.n_block_min_for(m_block)
+        sem_ptr = mSem_cur.iterator + m_block
+        if tidx == 0:
+            cur = cute.arch.atomic_add(sem_ptr, Int32(0), scope="gpu")
+            while cur != turn:
+                cur = cute.arch.atomic_add(sem_ptr, Int32(0), scope="gpu")
+            cute.arch.fence_acq_rel_gpu()
+        cute.arch.barrier(barrier_id=int(NamedBarrierBwd.DQ_TURN), number_of_threads=self.num_mma_threads)
+        return sem_ptr
+
+    @cute.jit
+    def dq_turn_done(self, sem_ptr: cute.Pointer, tidx: Int32):
+        """deterministic: every consumer thread's dQ adds are visible GPU-wide, then the next key block's turn."""
+        cute.arch.fence_acq_rel_gpu()
+        cute.arch.barrier(barrier_id=int(NamedBarrierBwd.DQ_TURN), number_of_threads=self.num_mma_threads)
+        if tidx == 0:
+            cute.arch.atomic_add(sem_ptr, Int32(1), scope="gpu")
 
 
 def compile_entry(tvm_ffi: bool, *args):

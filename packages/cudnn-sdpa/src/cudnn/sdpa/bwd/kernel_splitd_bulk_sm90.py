@@ -71,7 +71,9 @@ class SdpaBwdSplitDBulkKernelSm90(SdpaBwdSplitDKernelSm90):
         super().__init__(key)
         if not key.dq_bulk:
             raise ValueError("SdpaBwdSplitDBulkKernelSm90 is the split_d + dq_bulk schedule (set dq_bulk)")
-        self.num_stages = 1  # FA4's d256 stage count: the 64 KiB fp32 dQ staging takes the second Q / dO stage's room
+        # FA4's d256 stage count: the 64 KiB fp32 dQ staging takes the second Q / dO stage's room; D = 192 / 128 keeps
+        # two (about 200 KiB with ds2: Q 2 x 24, dO 2 x 16, K 24, V 16, P^T / dS^T 32, dQ staging 48)
+        self.num_stages = 1 if key.head_dim == 256 else 2
 
     def _tiled_mmas(self):
         """Split-D's S^T / dP^T, dK, dV MMAs and the full-width dQ MMA: dQ = dS K with M = the 64 queries and N = the

@@ -12,7 +12,10 @@ query blocks of ``tile_m = 64`` rows; the two consumer warpgroups share the keys
   fp32 vector atomics into the workspace accumulator.
 
 Per thread: dK + dV 2 x 64 x D/2 / 128 fp32, dQ 64 x D/4 / 128, S^T and dP^T 64 x 32 / 128 each: 224 registers at
-D = 256 at the peak of the S phase, under the 240 of a consumer. Not with ``deterministic`` (refused in the key).
+D = 256 at the peak of the S phase, under the 240 of a consumer. ``deterministic``: both dQ halves of a query block are
+added inside this key block's turn (the parent's turn counters, ``dq_turn_wait`` / ``dq_turn_done``). D = 192 with
+D_v = 128: dK 96 and dV 64 columns a warpgroup, dQ 48 (sQ's swizzle atom divides 96, sK's 48: ``_q_do_atom_cols``,
+``_k_atom_cols``).
 With ``ds_double_buffer`` the P^T / dS^T buffers are doubled (indexed by the Q stage; 230,400 bytes of shared memory
 at D = 256) and the "buffers free" barrier of every query block goes, as in the parent.
 
@@ -39,8 +42,7 @@ from .kernel_sm90 import NamedBarrierBwd, SdpaBwdKernelSm90
 class SdpaBwdSplitDKernelSm90(SdpaBwdKernelSm90):
     """The ``split_d`` main kernel: ``_tiled_mmas`` / ``_k_atom_cols`` / ``_ds_layout`` are its plan,
     ``consumer_operands`` / ``step`` its consumers' schedule. Everything else is the parent's: the launch (``__call__``
-    builds the plan through those hooks and compiles the variants' buffers out: split_d has no dq_tma, stats_tma or
-    deterministic mode), the kernel body, the producer warp, the consumers' walk over query blocks (``mma``) and the
+    builds the plan through those hooks and compiles the variants' buffers out: split_d has no dq_tma or stats_tma), the kernel body, the producer warp, the consumers' walk over query blocks (``mma``) and the
     dK / dV epilogue."""
 
     def __init__(self, key: SdpaBwdKey):
@@ -78,6 +80,11 @@ class SdpaBwdSplitDKernelSm90(SdpaBwdKernelSm90):
     def _k_atom_cols(self) -> int:
         """dQ reads K^T in D / 4 column slices per warpgroup: the swizzle atom of sK must divide D / 4."""
         return self.head_dim // (2 * self.num_consumer_wg)
+
+    def _q_do_atom_cols(self) -> tuple[int, int]:
+        """dK / dV read Q^T / dO^T split over the warpgroups along the head dim: the swizzle atoms must divide D / 2 and
+        D_v / 2 (D = 192: 96 columns, the 64-byte swizzle)."""
+        return self.head_dim // self.num_consumer_wg, self.head_dim_v // self.num_consumer_wg
 
     @cute.jit
     def consumer_operands(
@@ -196,6 +203,10 @@ class SdpaBwdSplitDKernelSm90(SdpaBwdKernelSm90):
         wgmma(tiled_mma_dK, acc_dK, tdKrdSt[None, None, None, bdS], tdKrQt[None, None, None, idx], zero_init=False, wg_wait=2)
         # dQ_accum[query block, first half] += dS K[:, first half] while dV and dK run (the scratch rows are padded)
         gdQacc0 = cute.local_tile(mdQacc_cur, (self.tile_m, self.head_dim // 2), (m_block, 0))
+        sem_ptr = None
+        if const_expr(self.key.deterministic):
+            # fixed order: this key block adds both halves in its turn (the second dQ GEMM runs inside it)
+            sem_ptr = self.dq_turn_wait(mSem_cur, mask, tidx, m_block, n_block)
         self.add_dq(thr_mma_dQ.partition_C(gdQacc0), acc_dQ)
         warpgroup.wait_group(0)
         pipeline_do.consumer_release(state)
@@ -203,6 +214,8 @@ class SdpaBwdSplitDKernelSm90(SdpaBwdKernelSm90):
         wgmma(tiled_mma_dQ, acc_dQ, tdQrdS[None, None, None, bdS], tdQrKt1, zero_init=True, wg_wait=0)
         gdQacc1 = cute.local_tile(mdQacc_cur, (self.tile_m, self.head_dim // 2), (m_block, 1))
         self.add_dq(thr_mma_dQ.partition_C(gdQacc1), acc_dQ)
+        if const_expr(self.key.deterministic):
+            self.dq_turn_done(sem_ptr, tidx)
         state.advance()
         return state
 

@@ -31,6 +31,7 @@ from typing import Any
 from cudnn.api_base import APIBase, TensorDesc, TupleDict, as_desc
 from cudnn.datatypes import data_type
 
+from .._host.fast_guard import cached_guard, guard_over, guard_passes
 from .._host.plan_args import DT_NAME as _DT_NAME
 from .._host.plan_args import IO_DTYPES as _IO_DTYPES
 from .._host.plan_args import check_thd_varlen, init_attention_options
@@ -541,9 +542,7 @@ class SdpaFwdSm90(APIBase):
         self._sm_count = _sm_count(self.q.device)
         self._l2_group_bytes = (self.l2_group_mb if self.l2_group_mb is not None else _default_l2_group_mb(key)) << 20
         self._launch_args: dict = {}  # tensor metadata -> validated scalar launch arguments (see execute)
-        stream_fn = _current_stream_handle
-        if stream_fn is _CURRENT_STREAM_HANDLE:  # (tests may stand a stub in for it) bind core's accessor itself
-            from cudnn._torch_stream import current_stream_handle as stream_fn
+        stream_fn = _stream_accessor()
         fast_guard = self.fast_guard if self.fast_guard is not None else FAST_GUARD_DEFAULT
         if fast_guard not in (True, False):
             raise ValueError(f"SdpaFwdSm90: fast_guard={self.fast_guard!r} must be True, False or None")
@@ -563,21 +562,19 @@ class SdpaFwdSm90(APIBase):
         after checking it passes on this call's tensors (a guard built under another dispatch state, e.g. inference
         mode, does not): a layout whose guard fails here is rebuilt at most ``_GUARD_BUILDS_MAX`` times, then served by
         the memo path alone. A TensorGuards that cannot be built turns fast_guard off for the plan."""
-        cache = self._guards
-        guard, builds = cache.get(meta, (None, 0))
-        if guard is not None and _guard_hit(guard, q, k, v, o, lse, sinks, cu_q, cu_k, max_seqlen_q, workspace, num_splits, page_table):
-            return guard
-        if builds >= _GUARD_BUILDS_MAX:
-            return None
         memo, stream_fn, tvm, last, _ = self._fast
-        guard = _make_guard(q, k, v, o, lse, sinks, cu_q, cu_k, max_seqlen_q, workspace, num_splits, page_table, got, dev, tvm, stream_fn)
-        if guard is None:  # this torch's TensorGuards does not serve: the memo path from now on (no retry per call)
+        guard = cached_guard(
+            self._guards,
+            meta,
+            lambda gs: _guard_hit(gs, q, k, v, o, lse, sinks, cu_q, cu_k, max_seqlen_q, workspace, num_splits, page_table),
+            lambda: _make_guard(q, k, v, o, lse, sinks, cu_q, cu_k, max_seqlen_q, workspace, num_splits, page_table, got, dev, tvm, stream_fn),
+            _GUARD_BUILDS_MAX,
+            _LAUNCH_MEMO_MAX,
+        )
+        if guard is False:  # this torch's TensorGuards does not serve: the memo path from now on (no retry per call)
             self._fast = (memo, stream_fn, tvm, last, False)
             self._fast_guard_active = False
             return None
-        if len(cache) >= _LAUNCH_MEMO_MAX:
-            cache.clear()
-        cache[meta] = (guard, builds + 1)
         return guard
 
     def scratch_workspace_bytes(self) -> int:
@@ -795,27 +792,16 @@ def _make_guard(q, k, v, o, lse, sinks, cu_q, cu_k, max_seqlen_q, workspace, num
     arguments for a plain call on the tvm-ffi entry (``got[2]``), else None. Returns None when TensorGuards cannot be
     built or does not pass on the tensors it was built from (then the memo path serves every call, as without the option)."""
     opt = (lse, sinks, cu_q, cu_k, workspace, page_table)
-    tensors = [x for x in (q, k, v, o, *opt) if x is not None]
-    positions, aliases = [], []
-    for i, t in enumerate(tensors):
-        first = next((p for p in positions if tensors[p] is t), None)
-        if first is None:
-            positions.append(i)
-        else:
-            aliases.append((first, i))
+    parts = guard_over(_tensor_guards(), [x for x in (q, k, v, o, *opt) if x is not None])
+    if parts is None:  # no TensorGuards, or one that takes other arguments: no guard, the memo path
+        return None
+    check, aliases, positions = parts
     plain = all(x is None for x in opt) and max_seqlen_q is None and num_splits is None
     if plain and not aliases:
         sig = None
     else:
         sig = (lse is None, sinks is None, cu_q is None, cu_k is None, workspace is None, page_table is None, max_seqlen_q, num_splits)
-    distinct = [tensors[i] for i in positions]
-    try:
-        guards = _tensor_guards()(*distinct, dynamic_dims_sizes=[list(t.shape) for t in distinct], dynamic_dims_strides=[list(t.stride()) for t in distinct])
-        if guards.check(*distinct) is not True:
-            return None
-    except Exception:  # a torch whose TensorGuards takes other arguments: no guard, the memo path
-        return None
-    return (guards.check, sig, got, dev, got[2] if plain and tvm else None, stream_fn, tuple(aliases), tuple(positions))
+    return (check, sig, got, dev, got[2] if plain and tvm else None, stream_fn, aliases, positions)
 
 
 def _guard_hit(gs, q, k, v, o, lse, sinks, cu_q, cu_k, max_seqlen_q, workspace, num_splits, page_table) -> bool:
@@ -827,11 +813,7 @@ def _guard_hit(gs, q, k, v, o, lse, sinks, cu_q, cu_k, max_seqlen_q, workspace, 
         return plain and num_splits is None and page_table is None and gs[0](q, k, v, o)
     if sig != (lse is None, sinks is None, cu_q is None, cu_k is None, workspace is None, page_table is None, max_seqlen_q, num_splits):
         return False
-    tensors = [x for x in (q, k, v, o, lse, sinks, cu_q, cu_k, workspace, page_table) if x is not None]
-    for first, later in gs[6]:
-        if tensors[later] is not tensors[first]:
-            return False
-    return gs[0](*[tensors[i] for i in gs[7]])
+    return guard_passes(gs[0], gs[6], gs[7], [x for x in (q, k, v, o, lse, sinks, cu_q, cu_k, workspace, page_table) if x is not None])
 
 
 def _use_tvm_ffi() -> bool:
@@ -895,6 +877,15 @@ def _current_stream_handle(device_index: int) -> int:
 
 
 _CURRENT_STREAM_HANDLE = _current_stream_handle
+
+
+def _stream_accessor():
+    """The current-stream accessor a prepared execute() calls: core's ``current_stream_handle`` itself (no wrapper
+    call per launch), or the stub a test stood in for ``_current_stream_handle``."""
+    fn = _current_stream_handle
+    if fn is _CURRENT_STREAM_HANDLE:
+        from cudnn._torch_stream import current_stream_handle as fn
+    return fn
 
 
 _STREAM_HANDLE: list = []
@@ -1330,17 +1321,23 @@ def _alloc_outputs(q, v, out, lse, want_lse, varlen, stream):
     torch = _torch_bits()["torch"]
     with stream_context(stream, q.device) if stream is not None else _NULL_CTX:
         if out is None:
-            lk = (q.shape, q.stride(), v.shape[-1])
-            layout = _OUT_LAYOUT.get(lk)
-            if layout is None:
-                if len(_OUT_LAYOUT) >= _PLANS_MAX:
-                    _OUT_LAYOUT.clear()
-                probe = _alloc_like_layout(torch, q, v.shape[-1], q.dtype, "meta")
-                layout = _OUT_LAYOUT[lk] = (tuple(probe.shape), probe.stride())
-            out = torch.empty_strided(layout[0], layout[1], dtype=q.dtype, device=q.device)
+            out = _empty_like_layout(torch, q, v.shape[-1], q.dtype)
         if want_lse and lse is None:
             lse = torch.empty((q.shape[1], q.shape[0]) if varlen else tuple(q.shape[:3]), dtype=torch.float32, device=q.device)
     return out, lse
+
+
+def _empty_like_layout(torch, x, shape_last: int, dtype):
+    """:func:`_alloc_like_layout` on ``x``'s device with its strides computed once per (x's shape, strides, ``shape_last``)
+    (one ``torch.empty_strided`` per call)."""
+    lk = (x.shape, x.stride(), shape_last)
+    layout = _OUT_LAYOUT.get(lk)
+    if layout is None:
+        if len(_OUT_LAYOUT) >= _PLANS_MAX:
+            _OUT_LAYOUT.clear()
+        probe = _alloc_like_layout(torch, x, shape_last, dtype, "meta")
+        layout = _OUT_LAYOUT[lk] = (tuple(probe.shape), probe.stride())
+    return torch.empty_strided(layout[0], layout[1], dtype=dtype, device=x.device)
 
 
 class _NullCtx:
