@@ -262,30 +262,6 @@ def _make_ours_kernel_variant(**fields):
     return make
 
 
-def _make_ours_bulk(stages, group):
-    """Issue 7's bulk-copy A/B: the forward adapter (tvm-ffi entry) with ``plan.bulk_stages = stages`` and
-    ``plan.bulk_group = group`` (fwd_bulk_kernel.py: x staged through ``stages`` shared-memory stages of ``group`` 2 KB token
-    rows by ``cp.async.bulk`` on mbarriers; the plan's default one-wave grid at the CTAs per SM the ring allows), replayed
-    from a CUDA graph: kernel time, compare with ``ours+graph``."""
-
-    def make(case):
-        from cudnn.linear_attention.conv1d.api import CausalConv1d
-
-        if case.params["op"] != "fwd":
-            raise Unsupported("forward-only kernel variant")
-        inp = _inputs(case)
-        cu = inp["cu"]
-        x = inp["x"][0] if cu is not None else inp["x"]
-        y = x.new_empty(x.shape)
-        plan = CausalConv1d(x, inp["w"], y, inp["b"], cu, activation="silu")
-        plan.tvm_ffi = True
-        plan.bulk_stages, plan.bulk_group = stages, group
-        plan.compile()
-        return _graphed(lambda case: lambda: plan.execute(x, inp["w"], y, inp["b"], cu))(case)
-
-    return make
-
-
 def _fla_available():
     try:
         import fla.modules.causal_conv1d  # noqa: F401
@@ -638,14 +614,6 @@ def main(args=None):
         Provider("ours-steady-pf2+graph", _make_ours_kernel_variant(steady=True, l2_prefetch=2)),
         Provider("ours-steady-pf4+graph", _make_ours_kernel_variant(steady=True, l2_prefetch=4)),
         Provider("ours-steady-pf2", _make_ours_op_options(steady=True, l2_prefetch=2)),
-        # issue 7: the bulk-copy variant (``bulk_stages`` x ``bulk_group`` token rows of 2 KB staged in shared memory by
-        # cp.async.bulk; CTAs per SM from the ring: 64 KB -> 3, 32 KB -> 4, 96 KB -> 2), kernel-only: compare ours+graph
-        # (session 10, H200: 8x4 3387-3609 GB/s = ours+graph; 4x8 ~2300, 2x8 ~1030: few stages starve)
-        Provider("ours-bulk+graph", _make_ours_bulk(8, 4)),  # 8 stages x 4 rows, 64 KB, 3 CTAs/SM: the best in session 10
-        Provider("ours-bulk4x8+graph", _make_ours_bulk(4, 8)),
-        Provider("ours-bulk8x2+graph", _make_ours_bulk(8, 2)),
-        Provider("ours-bulk12x4+graph", _make_ours_bulk(12, 4)),
-        Provider("ours-bulk16x2+graph", _make_ours_bulk(16, 2)),
         # session 9: the decode update with session 8's host path (ours: the direct call, tvm-ffi route and memo)
         Provider("ours-upd-slowhost", _make_ours_update_slowhost),
         Provider("adapter", _make_ours_adapter(False)),

@@ -96,17 +96,6 @@ FWD_L2_PREFETCH_DEFAULT = 0
 #: ``ours-steady+graph`` vs ``ours+graph``: 3423.9 vs 3364.9 GB/s at T16k x 4096, 3432.3 vs 3386.6 at T8k x 8192, 3623.6
 #: vs 3582.6 at T32k x 4096; its GPU test: bitwise the default on 5 cases).
 FWD_STEADY_DEFAULT = True
-#: Default of ``CausalConv1d.bulk_stages`` (``Conv1dFwdKey.bulk_stages``): 0 = off (the register kernel, PTX unchanged); S >= 2
-#: = the bulk-copy variant (fwd_bulk_kernel.py: x staged through S shared-memory stages of ``bulk_group`` token rows by
-#: ``cp.async.bulk`` with mbarriers; bitwise the same outputs). Opt-in until the H200 A/B (issue 7: ``ours-bulk*+graph``).
-FWD_BULK_STAGES_DEFAULT = 0
-#: Default of ``CausalConv1d.bulk_group``: token rows per stage of the bulk variant (its ``Conv1dFwdKey.group``). Session 10,
-#: H200 (kernel-only, T16k x D4096 / T8k x D8192 / T32k x D4096): 8 stages x 4 rows 3387 / 3420 / 3609 GB/s, equal to the
-#: register kernel (3383 / 3413 / 3628); stages matter more than bytes (4 x 8: ~2300, 2 x 8: ~1030, 16 x 2: ~3330).
-FWD_BULK_GROUP_DEFAULT = 4
-#: Shared memory one SM gives its CTAs (H200: 228 KB, 1 KB of it reserved per CTA) and the most one CTA may take.
-_SM_SMEM_BYTES = 233472
-_CTA_SMEM_MAX = 232448
 #: CTAs per SM of the default run grid: one wave at the forward kernel's ``Conv1dFwdKey.min_ctas_per_sm`` = 4.
 _RUN_GRID_CTAS_PER_SM = 4
 #: SM count assumed where no CUDA device is known (a descriptor-only plan compiled on a host without a GPU): an H200's.
@@ -270,41 +259,6 @@ def _token_stride(t) -> int:
     return int(t.stride(-2))
 
 
-def _bulk_ctas_per_sm(stages: int, group: int) -> int:
-    """CTAs per SM of the bulk variant: as many as its ring fits in shared memory, at most ``_RUN_GRID_CTAS_PER_SM``."""
-    from .fwd_bulk_kernel import bulk_smem_bytes
-
-    return max(1, min(_RUN_GRID_CTAS_PER_SM, _SM_SMEM_BYTES // (bulk_smem_bytes(stages, group) + 1024)))
-
-
-#: Token rows per stage the bulk variant takes (``CausalConv1d.bulk_group``): powers of two dividing the 64-token unit.
-_BULK_GROUPS = (2, 4, 8, 16, 32)
-
-
-def _check_bulk(key) -> None:
-    """ValueError unless the bulk-copy options of ``key`` are served: ``bulk_stages`` 0 or an int >= 2, ``group`` one of
-    ``_BULK_GROUPS``, the ring within one CTA's shared memory, the run grid, and no ``l2_prefetch`` (the variant has none;
-    it is never dropped silently)."""
-    st = key.bulk_stages
-    if type(st) is not int or st < 0 or st == 1:
-        raise ValueError(f"CausalConv1d: bulk_stages={st!r} must be 0 (off) or an int >= 2 (shared-memory stages of the bulk-copy variant)")
-    if not st:
-        return
-    from .fwd_bulk_kernel import bulk_smem_bytes
-
-    if key.group not in _BULK_GROUPS:
-        raise ValueError(f"CausalConv1d: bulk_group={key.group!r} must be one of {_BULK_GROUPS} token rows per stage")
-    if bulk_smem_bytes(st, key.group) > _CTA_SMEM_MAX:
-        raise ValueError(
-            f"CausalConv1d: bulk_stages={st} x bulk_group={key.group} x 2 KB rows = {st * key.group * 2} KB of ring exceeds one CTA's "
-            f"{_CTA_SMEM_MAX // 1024} KB of shared memory"
-        )
-    if key.grid_ctas == 0:
-        raise ValueError("CausalConv1d: bulk_stages needs the run grid (grid_ctas None or > 0); the 64-token CTAs (grid_ctas = 0) have no bulk variant")
-    if key.l2_prefetch:
-        raise ValueError(f"CausalConv1d: bulk_stages does not serve l2_prefetch={key.l2_prefetch} (the bulk variant has no L2 prefetch); set l2_prefetch = 0")
-
-
 def _state_strides(t) -> tuple[int, int, int]:
     return (0, 0, 0) if t is None else tuple(int(s) for s in t.stride())
 
@@ -431,12 +385,6 @@ class CausalConv1d(_Conv1dCommon):
         #: Steady-group fast path of the run grid (set before compile(); ``Conv1dFwdKey.steady``): None (default) = FWD_STEADY_DEFAULT
         #: on the run grid, off on the 64-token grid (which has no steady path); False / True explicitly.
         self.steady = None
-        #: Bulk-copy variant (set before compile(); ``Conv1dFwdKey.bulk_stages``): 0 (default) = off; S >= 2 = x staged
-        #: through S shared-memory stages of ``bulk_group`` token rows (fwd_bulk_kernel.py). Needs the run grid; its
-        #: default grid (``grid_ctas`` None) is one wave at the CTAs per SM its shared memory allows. Outputs bitwise equal.
-        self.bulk_stages = FWD_BULK_STAGES_DEFAULT
-        #: Token rows (2 KB each) per stage of the bulk variant (its ``Conv1dFwdKey.group``; 2, 4, 8, 16 or 32).
-        self.bulk_group = FWD_BULK_GROUP_DEFAULT
         self._entry = None
         self._memo = None  # metadata -> memo entry (see execute); set by compile() when fast_host
         self._last = [(None, None)]
@@ -465,16 +413,7 @@ class CausalConv1d(_Conv1dCommon):
         st = self.initial_states or self.final_states
         grid = _default_grid_ctas(self.x.device) if self.grid_ctas is None else self.grid_ctas
         steady = (FWD_STEADY_DEFAULT and grid != 0) if self.steady is None else self.steady
-        bulk = {}
-        if self.bulk_stages:  # validated by compile(); the key carries what was asked for
-            bulk = {"bulk_stages": self.bulk_stages, "group": self.bulk_group}
-            if type(self.bulk_stages) is int and self.bulk_group in _BULK_GROUPS and self.bulk_stages >= 2:
-                per_sm = _bulk_ctas_per_sm(self.bulk_stages, self.bulk_group)
-                bulk["min_ctas_per_sm"] = per_sm
-                if self.grid_ctas is None:
-                    grid = per_sm * (_default_grid_ctas(self.x.device) // _RUN_GRID_CTAS_PER_SM)
         return Conv1dFwdKey(
-            **bulk,
             dtype=_CNAME[self.x.dtype],
             w_dtype=_CNAME[self.weight.dtype],
             width=self.weight.shape[1],
@@ -507,7 +446,6 @@ class CausalConv1d(_Conv1dCommon):
             raise ValueError(
                 f"CausalConv1d: steady={key.steady!r} must be True or False, and True needs the run grid (grid_ctas None or > 0; got {key.grid_ctas})"
             )
-        _check_bulk(key)
         s = key.state_dtype
         ptrs = [
             (key.dtype, 16),
@@ -522,8 +460,7 @@ class CausalConv1d(_Conv1dCommon):
         if self.fast_host not in (True, False):
             raise ValueError(f"CausalConv1d: fast_host={self.fast_host!r} must be True or False")
         self._memo = None
-        module, cls = (".fwd_bulk_kernel", "CausalConv1dFwdBulk") if key.bulk_stages else (".fwd_kernel", "CausalConv1dFwd")
-        self._compiled_kernel = _compile_cached(key, module, cls, ptrs, 12, self.tvm_ffi)
+        self._compiled_kernel = _compile_cached(key, ".fwd_kernel", "CausalConv1dFwd", ptrs, 12, self.tvm_ffi)
         if self.tvm_ffi:
             self._entry = _tvm_ffi_entry(self._compiled_kernel)
         self._memo = {} if self.fast_host else None

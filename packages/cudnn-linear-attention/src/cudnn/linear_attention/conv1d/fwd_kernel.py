@@ -264,11 +264,6 @@ class Conv1dFwdKey:
     #: (:func:`token_output_steady`: the same fp32 operations in the same order, so bitwise the same outputs; fewer
     #: branches and register moves per token). Other groups take the default path.
     steady: bool = False
-    #: Run grid only: 0 (default) = x reaches the registers by 16-byte loads (``kernel_runs``); S >= 2 = the bulk-copy
-    #: variant (fwd_bulk_kernel.py, ``CausalConv1dFwdBulk.kernel_bulk``): a producer warp streams x through a ring of S
-    #: shared-memory stages of ``group`` token rows (``cp.async.bulk`` + mbarriers); the same per-token math (bitwise the
-    #: same outputs). Opt-in (issue 7).
-    bulk_stages: int = 0
 
 
 def _ctype(name: str):
