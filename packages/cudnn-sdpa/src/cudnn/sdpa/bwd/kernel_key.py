@@ -146,8 +146,8 @@ class SdpaBwdKey(AttentionKey):
             )
         if self.split_d and (self.dq_tma or self.stats_tma):
             raise ValueError(
-                "SdpaBwdKey: split_d combines with deterministic, ds_double_buffer, prepost_vec and (at D = 256) dq_bulk, dq_writer, sdp_wg, dkv_rs, "
-                "dkv_early only (no dq_tma, stats_tma)"
+                "SdpaBwdKey: split_d combines with deterministic, ds_double_buffer, prepost_vec, (at D = 256 and 192) dq_bulk, dq_writer, sdp_wg and "
+                "(at D = D_v = 256) dkv_rs, dkv_early only (no dq_tma, stats_tma)"
             )
         if self.split_d and self.dq_bulk and self.head_dim not in (192, 256):
             raise ValueError(f"SdpaBwdKey: split_d + dq_bulk (FA4's d256 schedule) serves D = 256 and D = 192; got {self.head_dim}/{self.head_dim_v}")

@@ -1,6 +1,7 @@
-"""Flash attention backward for Hopper (sm_90a) at head dim 256: the split-D kernel with FA3 / FA4's dQ path (compile-key
-variant ``split_d`` + ``dq_bulk``, optionally ``dq_writer``, ``sdp_wg``, ``dkv_rs`` (with those: the d256 default,
-api.D256_TUNING) and ``dkv_early``).
+"""Flash attention backward for Hopper (sm_90a) at head dim 256 (and D = 192 with D_v = 128): the split-D kernel with FA3 /
+FA4's dQ path (compile-key variant ``split_d`` + ``dq_bulk``, optionally ``dq_writer``, ``sdp_wg``, ``dkv_rs`` (with those:
+the d256 default, api.D256_TUNING) and ``dkv_early``; dkv_rs / dkv_early need D = D_v. D = 192 / 128: api.D192_TUNING,
+split_d + dq_bulk + dq_writer, two Q / dO stages).
 
 Same math, operands, scratch, producer, masks and dK / dV epilogue as kernel_splitd_sm90.py (this class inherits them);
 what changes is how dQ leaves the CTA. A CTA owns ``tile_n = 64`` keys and walks query blocks of ``tile_m = 64`` rows:

@@ -42,8 +42,8 @@ from .kernel_sm90 import NamedBarrierBwd, SdpaBwdKernelSm90
 class SdpaBwdSplitDKernelSm90(SdpaBwdKernelSm90):
     """The ``split_d`` main kernel: ``_tiled_mmas`` / ``_k_atom_cols`` / ``_ds_layout`` are its plan,
     ``consumer_operands`` / ``step`` its consumers' schedule. Everything else is the parent's: the launch (``__call__``
-    builds the plan through those hooks and compiles the variants' buffers out: split_d has no dq_tma or stats_tma), the kernel body, the producer warp, the consumers' walk over query blocks (``mma``) and the
-    dK / dV epilogue."""
+    builds the plan through those hooks and compiles the variants' buffers out: split_d has no dq_tma or stats_tma),
+    the kernel body, the producer warp, the consumers' walk over query blocks (``mma``) and the dK / dV epilogue."""
 
     def __init__(self, key: SdpaBwdKey):
         super(SdpaBwdKernelSm90, self).__init__(key)  # the plan half only: the parent's tile table has no split-D row
