@@ -38,7 +38,8 @@ P^T / dS^T registers: the d256 default since session 5, so ``ours`` at d256) and
 the dS^T barrier, Q / dO released per warpgroup, dO loaded first); session 4's cluster variants (``ours-splitdc``,
 ``-splitdcp``, ``-splitdrcp``, ...) lost on the H200 and were removed in session 5, session 5's ``mrot`` / ``msel``
 providers (``ours-mrot``, ``-mrotw``, ``-mrotw2``, ``-msel``, ``-bulkw2``) in session 6 (docs/benchmarks/sdpa_bwd_writer.md);
-``ours-l2dq`` / ``ours-bulkw-l2dq``: ours / ours-bulkw with the
+``ours-n96`` (D = 192 / D_v = 128: FA4's 64 x 96 tile, bwd/kernel_n96_sm90.py; the A/B is
+``--providers=ours,ours-n96,fa4 --only=d192``); ``ours-l2dq`` / ``ours-bulkw-l2dq``: ours / ours-bulkw with the
 plan's private ``_l2_group_dq`` (the main kernel's L2 groups of heads sized counting the fp32 dQ accumulator: half as
 many heads in flight at d128; a launch argument, same kernels). A short A/B of these against the peers:
 
@@ -124,10 +125,12 @@ def make_ours(case, tuning=None, l2_group_dq=False):
         raise Unsupported("m80 / dqt (dQ^T, the head dim split over the warpgroups) serve D = 128 only")
     if tuning is not None and "m128" in tuning and p["d"] != 64:
         raise Unsupported("m128 (128-row query blocks) serves D = 64 only")
+    if tuning is not None and "n96" in tuning and (p["d"], p["dv"]) != (192, 128):
+        raise Unsupported("n96 (the 64 x 96 tile) serves D = 192 / D_v = 128 only")
     if p["d"] not in (64, 96, 128) and (
-        tuning is not None and "split_d" not in tuning or tuning is None and bwd_api._default_tuning(p["d"], p["dv"], False) == ()
+        tuning is not None and not {"split_d", "n96"} & set(tuning) or tuning is None and bwd_api._default_tuning(p["d"], p["dv"], False) == ()
     ):
-        raise Unsupported(f"head dim {p['d']} is served by the split_d variant only (ours-splitd)")
+        raise Unsupported(f"head dim {p['d']} is served by the split_d (ours-splitd) and, at 192 / 128, n96 (ours-n96) variants only")
     x = _inputs(p)
     q, k, v, do = (t.transpose(1, 2) for t in (x["q"], x["k"], x["v"], x["do"]))
     causal = p["causal"]
@@ -154,6 +157,9 @@ VARIANTS = {
     # sdpwg (no dkvrs: D != D_v), and the atomic dQ path (split_d, ds2, prepost: ours-splitd2)
     "ours-d192b": ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost"),
     "ours-d192bs": ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "sdpwg"),
+    # d192 / 128: FA4's 64 x 96 tile (kernel_n96_sm90.py: 48 keys per warpgroup, dK^T / dV^T with M = the head dim, all
+    # SS, dQ through the writer warp); the candidate for D192_TUNING
+    "ours-n96": ("dq_bulk", "dq_writer", "prepost", "n96"),
     "ours-bulk": ("dq_bulk", "stats_tma", "ds2", "prepost"),
     "ours-bulkw": ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost"),
     "ours-m80": ("dq_tma", "stats_tma", "ds2", "prepost", "m80"),

@@ -1,8 +1,9 @@
 """GPU correctness of the attention backward at D = 192, D_v = 128 (DeepSeek-style heads: the split-D kernel,
-``D192_TUNING``) against fp32 autograd by the FlashAttention rule: dense (both layouts, GQA / MQA, causal both
-alignments, sliding window, odd lengths, fp16), sinks with their gradient, THD varlen with empty and one-token
-sequences, the deterministic mode (bitwise reruns; D = 256's too: the same split-D path) and the autograd path through
-our forward (eager and ``torch.compile(fullgraph=True)``)."""
+``D192_TUNING``, and the 96-key kernel, tuning "n96") against fp32 autograd by the FlashAttention rule: dense (both
+layouts, GQA / MQA, causal both alignments, sliding window, odd lengths, fp16), sinks with their gradient, THD varlen
+with empty and one-token sequences, the deterministic mode (bitwise reruns; D = 256's too: the same split-D path), the
+autograd path through our forward (eager and ``torch.compile(fullgraph=True)``) and n96's tile edges (key lengths no
+multiple of 96, S_q != S_kv, a two-sided window)."""
 
 from __future__ import annotations
 
@@ -28,20 +29,27 @@ def _gpu():
 
 #: D192_TUNING (the default: split_d with dq_bulk's dQ path from the writer warp) and the split-D kernel's atomic dQ path
 #: (the deterministic mode's schedule without the turn counters), each checked on the same grid.
+#: "n96": the 64 x 96 tile (kernel_n96_sm90.py, opt-in until the H200 A/B).
 SCHEDULES = {
     "default": None,
     "atomic": ("split_d", "ds2", "prepost"),
+    "n96": ("dq_bulk", "dq_writer", "prepost", "n96"),
 }
+
+
+def _use_tuning(monkeypatch, tuning):
+    """Plans built by ``sdpa_bwd`` with ``tuning`` as D192_TUNING (None: the default; the wrapper's plan cache emptied
+    around it)."""
+    from cudnn.sdpa.bwd import api
+
+    if tuning is not None:
+        monkeypatch.setattr(api, "D192_TUNING", tuning)
+    monkeypatch.setattr(api, "_PLANS", {})
 
 
 @pytest.fixture(params=list(SCHEDULES))
 def schedule(request, monkeypatch):
-    """Plans built by ``sdpa_bwd`` with the schedule as D192_TUNING (the wrapper's plan cache emptied around it)."""
-    from cudnn.sdpa.bwd import api
-
-    if SCHEDULES[request.param] is not None:
-        monkeypatch.setattr(api, "D192_TUNING", SCHEDULES[request.param])
-    monkeypatch.setattr(api, "_PLANS", {})
+    _use_tuning(monkeypatch, SCHEDULES[request.param])
     return request.param
 
 
@@ -70,10 +78,35 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(
-    "case", CASES, ids=lambda c: f"{str(c[0])[6:]}-h{c[1]}:{c[2]}-s{c[3]}x{c[4]}-c{int(c[5])}br{int(c[6])}-w{c[7][0]}-{'bshd' if c[8] == BSHD else 'bhsd'}"
-)
+def _case_id(c):
+    return f"{str(c[0])[6:]}-h{c[1]}:{c[2]}-s{c[3]}x{c[4]}-c{int(c[5])}br{int(c[6])}-w{c[7][0]}-{'bshd' if c[8] == BSHD else 'bhsd'}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
 def test_d192_dv128_grads_match_reference(case, schedule):
+    _check_case(case)
+
+
+#: n96's tile edges (96-key blocks, 64-row query blocks): key lengths no multiple of 96 (1000: a 40-key last block;
+#: 4096: 43 blocks), S_q != S_kv both ways and alignments, a two-sided window (70, 33) crossing several key blocks, GQA 4
+N96_CASES = [
+    (torch.bfloat16, 8, 2, 1000, 1000, True, False, (-1, -1), BSHD),
+    (torch.bfloat16, 8, 2, 1000, 1000, False, False, (70, 33), BHSD),
+    (torch.float16, 8, 2, 333, 1000, False, True, (70, 33), BSHD),
+    (torch.float16, 8, 2, 512, 1000, True, True, (-1, -1), BHSD),
+    (torch.bfloat16, 4, 4, 1000, 300, True, False, (-1, -1), BSHD),
+    (torch.bfloat16, 4, 1, 4096, 4096, False, False, (-1, -1), BHSD),
+]
+
+
+@pytest.mark.parametrize("stats", [False, True], ids=["n96", "n96-stats"])  # n96 + stats_tma: lse / dpsum rows with Q / dO
+@pytest.mark.parametrize("case", N96_CASES, ids=_case_id)
+def test_d192_dv128_n96_tile_edges(case, stats, monkeypatch):
+    _use_tuning(monkeypatch, SCHEDULES["n96"] + (("stats_tma",) if stats else ()))
+    _check_case(case)
+
+
+def _check_case(case):
     from cudnn.sdpa import sdpa_bwd
 
     dtype, h, hk, sq, sk, causal, br, window, layout = case

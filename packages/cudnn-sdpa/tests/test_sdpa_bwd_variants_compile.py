@@ -1082,3 +1082,128 @@ def test_stats4_permutation_puts_each_threads_four_columns_in_one_16_byte_word()
     trace()
     assert not bad, bad[:4]
     assert seen and set(seen) == {32}
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# n96 (D = 192 / D_v = 128): FA4's 64 x 96 tile (kernel_n96_sm90.py), opt-in until the H200 A/B
+
+N96 = ("dq_bulk", "dq_writer", "prepost", "n96")
+
+
+def _d192_descs():
+    q, k = TensorDesc.contiguous((2, 8, 300, 192), "bfloat16", "q"), TensorDesc.contiguous((2, 2, 257, 192), "bfloat16", "k")
+    v, o = TensorDesc.contiguous((2, 2, 257, 128), "bfloat16", "v"), TensorDesc.contiguous((2, 8, 300, 128), "bfloat16", "o")
+    return q, k, v, o, o, TensorDesc.contiguous((2, 8, 300), "float32", "lse")
+
+
+def test_n96_is_a_d192_dv128_schedule_and_bad_combinations_are_refused():
+    """``n96`` sets tile_n96 (its own kernel-cache entry) at D = 192 / D_v = 128 with dq_bulk + dq_writer (stats_tma and
+    prepost optional), is admitted by check_support only through the tuning (D192_TUNING unchanged until the A/B), picks
+    SdpaBwdN96KernelSm90 for the compile and the postprocess's plan, and refuses with a ValueError naming n96: other head
+    dims, no writer warp, deterministic, split_d and the 64-wide kernels' variants, ds2 (does not fit)."""
+    from cudnn.sdpa.bwd import api
+    from cudnn.sdpa.bwd.api import SdpaBwdSm90
+    from cudnn.sdpa.bwd.kernel_n96_sm90 import SdpaBwdN96KernelSm90
+    from cudnn.sdpa.bwd.kernel_prepost_sm90 import SdpaBwdPostprocessSm90
+    from cudnn.sdpa.bwd.kernel_sm90 import main_kernel_class
+
+    plan = SdpaBwdSm90(*_d192_descs(), is_causal=True, _tuning=N96)
+    assert plan.check_support() and plan.key.tile_n96 and plan.key.dq_bulk and plan.key.dq_writer and not plan.key.split_d
+    default = SdpaBwdSm90(*_d192_descs(), is_causal=True)
+    assert default.check_support() and not default.key.tile_n96 and plan.key != default.key
+    assert api.D192_TUNING == ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost")  # the GPU A/B decides
+    assert main_kernel_class(plan.key) is SdpaBwdN96KernelSm90
+    assert type(SdpaBwdPostprocessSm90(plan.key).main_plan) is SdpaBwdN96KernelSm90
+    kernel = SdpaBwdN96KernelSm90(plan.key)
+    assert (kernel.tile_m, kernel.tile_n, kernel.num_stages) == (64, 96, 2)
+    stats = SdpaBwdSm90(*_d192_descs(), window_size=(70, 33), _tuning=(*N96, "stats_tma"))
+    assert stats.check_support() and stats.key.tile_n96 and stats.key.stats_tma
+    for extra in (("split_d",), ("ds2",), ("sdpwg",), ("m80",), ("dsk",), ("pack1",), ("dq_tma",)):
+        with pytest.raises(ValueError, match="n96"):
+            SdpaBwdSm90(*_d192_descs(), _tuning=(*N96, *extra)).check_support()
+    with pytest.raises(ValueError, match="n96.*dq_bulk \\+ dq_writer"):
+        SdpaBwdSm90(*_d192_descs(), _tuning=("dq_bulk", "n96")).check_support()
+    with pytest.raises(ValueError, match="deterministic"):
+        SdpaBwdSm90(*_d192_descs(), deterministic=True, _tuning=N96).check_support()
+    with pytest.raises(ValueError, match="n96.*serves"):
+        SdpaBwdSm90(*_descs(), _tuning=N96).check_support()
+    q = TensorDesc.contiguous((1, 4, 256, 256), "bfloat16", "q")
+    with pytest.raises(NotImplementedError, match="head dim 256"):  # not served: the tuning admits 192 / 128 only
+        SdpaBwdSm90(q, q, q, q, q, TensorDesc.contiguous((1, 4, 256), "float32", "lse"), _tuning=N96).check_support()
+
+
+@pytest.mark.compile_only
+@pytest.mark.filterwarnings("ignore:This static loop has")  # the 256 traced threads: a trace-time loop on purpose
+def test_n96_fragments_match_the_mask_stats_p_ownership_and_dq_order_they_assume():
+    """Traced on the CPU (no compile), for every consumer thread of the n96 plan: its S / dP element (r, c) is query
+    ``row + t0[r, 0]``, key ``col + t0[0, c]`` (MaskInfo.apply's static offsets), one query per fragment row (the row's
+    lse_log2 / dpsum), keys inside its warpgroup's 48 (P's buffer is warpgroup-private: one warpgroup barrier), every
+    element of the 64 x 96 tile once; and the dQ MMA's C layout is split-D bulk's (dq_bulk's accumulator order, so the
+    postprocess is unchanged)."""
+    import cutlass
+    import cutlass.cute as cute
+
+    from cudnn.sdpa._device.mma_sm90 import acc_view_mn
+    from cudnn.sdpa.bwd.kernel_key import SdpaBwdKey
+    from cudnn.sdpa.bwd.kernel_n96_sm90 import SdpaBwdN96KernelSm90
+    from cudnn.sdpa.bwd.kernel_splitd_bulk_sm90 import SdpaBwdSplitDBulkKernelSm90
+
+    head = ("bf16", 192, 128, 2, True, False, False, True, False, False, False)
+    plan = SdpaBwdN96KernelSm90(SdpaBwdKey(*head, dq_bulk=True, dq_writer=True, tile_n96=True))
+    splitd = SdpaBwdSplitDBulkKernelSm90(SdpaBwdKey(*head, split_d=True, dq_bulk=True, dq_writer=True, ds_double_buffer=True))
+    bad, seen, layouts = [], set(), []
+
+    @cute.jit
+    def trace():
+        mma = plan._tiled_mmas()[0]
+        cS = cute.make_identity_tensor((plan.tile_m, plan.tile_n))
+        t0 = acc_view_mn(mma.get_slice(0).partition_C(cS))
+        for t in cutlass.range_constexpr(plan.num_consumer_wg * plan.threads_per_wg):
+            tScS_mn = acc_view_mn(mma.get_slice(t).partition_C(cS))
+            row, col, w = tScS_mn[0, 0][0], tScS_mn[0, 0][1], t // plan.threads_per_wg
+            for r in cutlass.range_constexpr(cute.size(tScS_mn, mode=[0])):
+                for c in cutlass.range_constexpr(cute.size(tScS_mn, mode=[1])):
+                    q, k = tScS_mn[r, c]
+                    seen.add((q, k))
+                    if cutlass.const_expr(q != row + t0[r, 0][0] or k != col + t0[0, c][1] or q != tScS_mn[r, 0][0]):
+                        bad.append((t, r, c))
+                    if cutlass.const_expr(k // plan.keys_per_wg != w):
+                        bad.append((t, "key", k))
+        layouts.append((str(plan._dq_order_mma().tv_layout_C), str(splitd._dq_order_mma().tv_layout_C)))
+
+    trace()
+    assert not bad, bad[:4]
+    assert len(seen) == plan.tile_m * plan.tile_n
+    assert layouts and layouts[0][0] == layouts[0][1], layouts
+
+
+#: (key, query-block loops): non-causal, causal (GQA 4), causal bottom-right fp16 with sinks, window (mask_left: a
+#: third loop) varlen with stats_tma
+N96_KEYS = [
+    ("'bf16', 192, 128, 1, False, False, False, True, False, False, False", 2),
+    ("'bf16', 192, 128, 4, True, False, False, True, False, False, False", 2),
+    ("'fp16', 192, 128, 2, True, False, True, True, True, False, False, prepost_vec=True", 2),
+    ("'bf16', 192, 128, 2, True, True, False, True, False, True, False, stats_tma=True", 3),
+]  # fmt: skip
+
+
+@pytest.mark.compile_only
+@pytest.mark.parametrize("key,loops", N96_KEYS, ids=["noncausal", "causal-gqa4", "causal-br-fp16-sinks", "window-varlen-stats"])
+def test_n96_ptx_runs_48_key_and_96_column_wgmmas_unserialized_without_spills(tmp_path, key, loops):
+    """One compile each: per query-block loop and warpgroup 40 m64n48k16 WGMMAs (S 12, dP 8, dV^T 8, dK^T 12) and 6
+    m64n96k16 (dQ); P and dS by stmatrix (3 + 3 a loop), dK^T / dV^T by the transposed one (9 + 6); the writer warp's two
+    bulk reduce-adds; no local memory, a zero frame in the DSL's cubin; the Rule 6 symbol; and (where a host ptxas
+    takes the PTX) no C75xx note (WGMMA serialization) and no spill."""
+    from cudnn_testing.compile_only import frame_sizes
+
+    skip_unless_cutedsl("4.8.0", "cudnn.sdpa backward")
+    ptx = _dump(tmp_path, f"{key}, dq_bulk=True, dq_writer=True, tile_n96=True", "SdpaBwdN96KernelSm90", keep="ptx,cubin")
+    shapes = re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m64n\d+k16)", ptx)
+    assert {n: shapes.count(n) for n in set(shapes)} == {"m64n48k16": 40 * loops, "m64n96k16": 6 * loops}
+    assert ptx.count("stmatrix.sync.aligned.m8n8.x4.shared.b16") == 6 * loops
+    assert ptx.count("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16") == 15
+    assert ptx.count("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32") == 2
+    assert "atom.global.add" not in ptx and "red.global.add" not in ptx and "cp.reduce.async.bulk.tensor" not in ptx
+    assert "st.local" not in ptx and "ld.local" not in ptx and frame_sizes(tmp_path) == [0]
+    assert re.search(r"\.entry cudnn_", ptx)
+    _assert_host_ptxas_clean(tmp_path)

@@ -10,7 +10,7 @@ Contract (conventions of the forward, cudnn.sdpa.fwd.api):
   fp32 as the forward saved it (natural log, or base 2 with ``lse_log2``); dq / dk / dv shaped like q / k / v.
   Any strides with a unit-stride head dim and 16-byte multiples elsewhere (BSHD and BHSD both native, no copy);
 - bf16 / fp16; D = D_v in {64, 96, 128}, D = D_v = 256 and D = 192 with D_v = 128 (the split-D kernel: D256_TUNING /
-  D192_TUNING, SPLIT_D_DETERMINISTIC_TUNING when deterministic); H a multiple of H_kv (GQA / MQA: dk, dv reduced over the group);
+  D192_TUNING, SPLIT_D_DETERMINISTIC_TUNING when deterministic; at 192 / 128 also the 96-key kernel, tuning "n96"); H a multiple of H_kv (GQA / MQA: dk, dv reduced over the group);
 - masks: ``is_causal`` (top-left, or bottom-right with ``causal_bottom_right``), ``window_size=(left, right)``;
 - ``sinks`` (H,) fp32 as in the forward; their gradient ``dsinks`` (H,) fp32 is written by execute (a fixed-order sum);
 - scratch: ``scratch_workspace_bytes()`` bytes of caller workspace (fp32 LSE in log2 units, dO.O row sums and the
@@ -44,6 +44,8 @@ from .._host.plan_args import tma_strides as _tma_strides
 _HEAD_DIMS = (64, 96, 128)
 #: (D, D_v) pairs only the split-D main kernel serves (a plan's tuning must include "split_d").
 _SPLIT_D_PAIRS = ((192, 128), (256, 256))
+#: (D, D_v) pairs the 96-key main kernel serves (a plan's tuning must include "n96": kernel_n96_sm90.py).
+_N96_PAIRS = ((192, 128),)
 _DSL_FLOOR = "4.8.0"  # mirrors cudnn.sdpa.CUTEDSL_MIN_VERSION (api.py imports no package module)
 _OWNER = "SdpaBwdSm90"
 #: Schedule variants (kernel_key.TUNING_FIELDS names) a plan built without ``_tuning`` gets, for D <= 128; the dQ
@@ -189,6 +191,7 @@ class SdpaBwdSm90(APIBase):
         plain = not varlen and tuple(self.window_size) == (-1, -1) and self.sinks is None  # D128_NONCAUSAL_TUNING's scope (dense, no window / sinks)
         self._tuning = self._tuning_arg if self._tuning_arg is not None else _default_tuning(dq_, dv_, self.deterministic, self.is_causal, plain)
         served = tuple((d, d) for d in _HEAD_DIMS) + (_SPLIT_D_PAIRS if "split_d" in self._tuning else ())  # the split-D kernel's: a variant
+        served += _N96_PAIRS if "n96" in self._tuning else ()  # the 96-key kernel's: a variant too
         self._decline_if(
             (dq_, dv_) not in served,
             f"{_OWNER}: {q.describe()}, {v.describe()}: head dim {dq_} with value head dim {dv_} not served by the backward "

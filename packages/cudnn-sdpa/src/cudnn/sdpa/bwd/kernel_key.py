@@ -85,8 +85,15 @@ class SdpaBwdKey(AttentionKey):
     # columns 8 j + 2 l + b (j = 2 i, 2 i + 1) of a consumer thread are one 16-byte word: 16 LDS.128 per block and
     # thread instead of 32 LDS.64 (each value is already read once; this halves the loads)
     stats_vec4: bool = False
+    # D = 192 / D_v = 128: FA4's 64 x 96 tile (kernel_n96_sm90.py): a CTA owns 96 keys, each consumer warpgroup 48 of
+    # them for S / dP (M = the 64 queries), dK^T = Q^T dS and dV^T = dO^T P with M = the head dim, every GEMM SS (P and
+    # dS through shared memory), dQ = dS K staged in dq_bulk's fragment order for the writer warp. Takes dq_bulk +
+    # dq_writer (and optionally stats_tma, prepost_vec); nothing else of the main kernel's variants
+    tile_n96: bool = False
 
     def __post_init__(self):
+        if self.tile_n96:
+            self._check_n96()
         if self.tile_m128 and (self.head_dim != 64 or self.head_dim_v != 64 or self.deterministic or self.tile_m80 or self.dq_t128 or self.split_d):
             raise ValueError(
                 "SdpaBwdKey: tile_m128 (m128) serves D = D_v = 64 only, without deterministic (its turn counters count "
@@ -154,9 +161,29 @@ class SdpaBwdKey(AttentionKey):
         if self.split_d and (self.head_dim, self.head_dim_v) not in SPLIT_D_HEAD_DIMS:
             raise ValueError(f"SdpaBwdKey: split_d serves (D, D_v) in {SPLIT_D_HEAD_DIMS}; got {self.head_dim}/{self.head_dim_v}")
 
+    def _check_n96(self):
+        """tile_n96 (n96): D = 192 / D_v = 128 with dq_bulk + dq_writer (its dQ path), optionally stats_tma and prepost_vec."""
+        if (self.head_dim, self.head_dim_v) not in N96_HEAD_DIMS:
+            raise ValueError(f"SdpaBwdKey: tile_n96 (n96) serves (D, D_v) in {N96_HEAD_DIMS}; got {self.head_dim}/{self.head_dim_v}")
+        if not (self.dq_bulk and self.dq_writer):
+            raise ValueError(
+                "SdpaBwdKey: tile_n96 (n96) takes dq_bulk + dq_writer (its dQ leaves through the writer warp's bulk reduce-adds; "
+                f"no deterministic mode: deterministic plans keep the split-D atomic path); got dq_bulk={self.dq_bulk}, dq_writer={self.dq_writer}"
+            )
+        others = ("split_d", "ds_double_buffer", "sdp_wg", "dkv_rs", "dkv_early", "tile_m80", "tile_m128", "dq_t128", "dq_tma", "ds_kmajor")
+        others += ("pack_once", "dq_rows", "stats_vec4")
+        bad = [f for f in others if getattr(self, f)]
+        if bad:
+            raise ValueError(
+                f"SdpaBwdKey: tile_n96 (n96) combines with dq_bulk, dq_writer, stats_tma and prepost_vec only; got {bad} "
+                "(ds_double_buffer: a second P / dS pair does not fit next to the 212 KiB of the 64 x 96 tile)"
+            )
+
 
 #: (D, D_v) of the split-D main kernel.
 SPLIT_D_HEAD_DIMS = ((128, 128), (192, 128), (256, 256))
+#: (D, D_v) of the 96-key main kernel (tile_n96).
+N96_HEAD_DIMS = ((192, 128),)
 
 #: Names of the schedule variants accepted by ``SdpaBwdSm90(..., _tuning=...)`` and the key field each one sets.
 TUNING_FIELDS = {
@@ -177,6 +204,7 @@ TUNING_FIELDS = {
     "dqrows": "dq_rows",
     "dsk": "ds_kmajor",
     "stats4": "stats_vec4",
+    "n96": "tile_n96",
 }
 
 #: dq_bulk: query rows per fragment-ordered block of the dQ accumulator (the main kernel's tile_m). Block ``m`` of a

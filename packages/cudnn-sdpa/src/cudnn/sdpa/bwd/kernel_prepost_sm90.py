@@ -47,7 +47,7 @@ from cutlass import Float32, Int32, Int64, const_expr
 from .._device.kernel_plan import DTYPES
 from .._device.kernel_plan import fake_gmem_ptr as _ptr
 from .kernel_key import DQ_BULK_ROWS, M80_BULK_ROWS, PREPOST_ROWS, SEM_ROWS, SdpaBwdKey, m80_bulk, stats_perm_row
-from .kernel_sm90 import SdpaBwdKernelSm90, compile_entry
+from .kernel_sm90 import compile_entry, main_kernel_class
 
 LOG2_E = math.log2(math.e)
 #: prepost_vec: adjacent threads per query row (each head dim served, 64 / 96 / 128, splits into 16-byte chunks by 4).
@@ -295,13 +295,8 @@ class SdpaBwdPostprocessSm90:
         self.head_dim = key.head_dim
         # dq_bulk: the main kernel's plan, whose dQ MMA and fragment copy define the accumulator's order
         self.main_plan = None
-        if key.dq_bulk:
-            if key.split_d:  # split_d + dq_bulk: the split-D kernel's full-width dQ MMA (the same fragment order)
-                from .kernel_splitd_sm90 import split_d_kernel_class
-
-                self.main_plan = split_d_kernel_class(key)(key)
-            else:
-                self.main_plan = SdpaBwdKernelSm90(key)
+        if key.dq_bulk:  # split_d / tile_n96: their dQ MMA's fragment order, the same as the parent's
+            self.main_plan = main_kernel_class(key)(key)
         if self.main_plan is not None and (self.main_plan.threads_per_wg != PREPOST_ROWS or PREPOST_ROWS % DQ_BULK_ROWS):
             # rows_fragment: thread t of a postprocess CTA plays thread t of each consumer warpgroup
             raise NotImplementedError(f"dq_bulk: the postprocess needs {PREPOST_ROWS} = warpgroup threads, a multiple of {DQ_BULK_ROWS} rows")

@@ -288,6 +288,11 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         """Columns of the swizzle atoms of sQ and sdO (None: the whole head dim): the dK / dV GEMMs read them whole here."""
         return None, None
 
+    def _dkv_smem_view(self, s):
+        """The view of sK / sV (keys, head dim) in the dK / dV accumulators' (M, N) coordinates, which the epilogue's
+        stmatrix writes through: the buffer itself here (M = keys)."""
+        return s
+
     def _shared_storage(self, sQ_layout, sdO_layout, sK_layout, sV_layout, sdS_layout, sdQ_layout):
         """The CTA's shared memory (host-side construction of a ``cute.struct``): the verified layout, then the
         variants' extra buffers at the end (dQ partial, lse_log2 / dpsum stages)."""
@@ -1067,8 +1072,8 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         cute.arch.barrier(barrier_id=int(NamedBarrierBwd.EPILOGUE), number_of_threads=self.num_mma_threads)
         thr_copy_dK = cute.make_tiled_copy_C(smem_copy_atom, tiled_mma_dK).get_slice(tidx)
         thr_copy_dV = cute.make_tiled_copy_C(smem_copy_atom, tiled_mma_dV).get_slice(tidx)
-        cute.copy(smem_copy_atom, thr_copy_dK.retile(rdK), thr_copy_dK.partition_D(sK))
-        cute.copy(smem_copy_atom, thr_copy_dV.retile(rdV), thr_copy_dV.partition_D(sV))
+        cute.copy(smem_copy_atom, thr_copy_dK.retile(rdK), thr_copy_dK.partition_D(self._dkv_smem_view(sK)))
+        cute.copy(smem_copy_atom, thr_copy_dV.retile(rdV), thr_copy_dV.partition_D(self._dkv_smem_view(sV)))
         if const_expr(not self.key.varlen):
             cute.arch.fence_view_async_shared()
             cute.arch.barrier(barrier_id=int(NamedBarrierBwd.EPILOGUE), number_of_threads=self.num_mma_threads)
@@ -1313,6 +1318,16 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         return state
 
     @cute.jit
+    def dq_stage_for_writer(self, acc_flat: cute.Tensor, tdQsdQ: cute.Tensor, wg_idx: Int32):
+        """dq_bulk + dq_writer: once the writer warp (dq_writer_loop) freed this warpgroup's staging buffer, store the
+        fragment (16-byte groups) and signal the writer, which issues the buffer's bulk reduce-add."""
+        nthr = self.threads_per_wg + 32
+        cute.arch.barrier(barrier_id=int(NamedBarrierBwd.DQ_EMPTY_WG1) + wg_idx, number_of_threads=nthr)
+        cute.autovec_copy(acc_flat, tdQsdQ)
+        cute.arch.fence_view_async_shared()
+        cute.arch.barrier_arrive(barrier_id=int(NamedBarrierBwd.DQ_FULL_WG1) + wg_idx, number_of_threads=nthr)
+
+    @cute.jit
     def pack_pairs(self, src: cute.Tensor, dst: cute.Tensor):
         """pack_once: ``dst`` (16-bit, the layout of the fp32 accumulator ``src``) = ``src`` rounded, one inline
         ``cvt.rn`` per pair of adjacent elements (both accumulator layouts hold elements 2i, 2i + 1 in one 32-bit
@@ -1400,6 +1415,20 @@ def compile_entry(tvm_ffi: bool, *args):
     return cute.compile(*args)
 
 
+def main_kernel_class(key: SdpaBwdKey) -> type:
+    """The main kernel's class for ``key``: the 96-key kernel (tile_n96), a split-D one (split_d) or this module's.
+    Used by both construction sites (compile_sdpa_bwd_main and the postprocess's plan of the dQ accumulator order)."""
+    if key.tile_n96:
+        from .kernel_n96_sm90 import SdpaBwdN96KernelSm90
+
+        return SdpaBwdN96KernelSm90
+    if key.split_d:
+        from .kernel_splitd_sm90 import split_d_kernel_class
+
+        return split_d_kernel_class(key)
+    return SdpaBwdKernelSm90
+
+
 def compile_sdpa_bwd_main(key: SdpaBwdKey, tvm_ffi: bool = False):
     """cute.compile the main kernel for ``key`` from placeholder pointers and runtime extents (no GPU needed);
     ``tvm_ffi``: the tvm-ffi entry (:func:`compile_entry`)."""
@@ -1407,14 +1436,9 @@ def compile_sdpa_bwd_main(key: SdpaBwdKey, tvm_ffi: bool = False):
     ptr = fake_gmem_ptr
     zero = Int32(0)
     strides = (Int64(0), Int64(0), Int64(0))
-    kernel_cls = SdpaBwdKernelSm90
-    if key.split_d:
-        from .kernel_splitd_sm90 import split_d_kernel_class
-
-        kernel_cls = split_d_kernel_class(key)
     return compile_entry(
         tvm_ffi,
-        kernel_cls(key),
+        main_kernel_class(key)(key),
         ptr(dtype), ptr(dtype), ptr(dtype), ptr(dtype), ptr(dtype), ptr(dtype),
         ptr(Float32), ptr(Float32), ptr(Float32), ptr(Int32) if key.deterministic else None,
         ptr(Int32, 4) if key.varlen else None, ptr(Int32, 4) if key.varlen else None,

@@ -387,16 +387,6 @@ class SdpaBwdSplitDBulkKernelSm90(SdpaBwdSplitDKernelSm90):
         cute.copy(o.smem_copy_atom, o.smem_thr_copy_PdS.retile(rdS), o.tPsP[None, None, None, bdS])
 
     @cute.jit
-    def dq_stage_for_writer(self, acc_flat: cute.Tensor, tdQsdQ: cute.Tensor, wg_idx: Int32):
-        """dq_writer: once the writer warp (dq_writer_loop) freed this warpgroup's staging buffer, store the fragment
-        (16-byte groups) and signal the writer, which issues the buffer's bulk reduce-add."""
-        nthr = self.threads_per_wg + 32
-        cute.arch.barrier(barrier_id=int(NamedBarrierBwd.DQ_EMPTY_WG1) + wg_idx, number_of_threads=nthr)
-        cute.autovec_copy(acc_flat, tdQsdQ)
-        cute.arch.fence_view_async_shared()
-        cute.arch.barrier_arrive(barrier_id=int(NamedBarrierBwd.DQ_FULL_WG1) + wg_idx, number_of_threads=nthr)
-
-    @cute.jit
     def dkv_rs_gemm(self, tiled_mma: cute.TiledMma, acc: cute.Tensor, rA: cute.Tensor, tCrB: cute.Tensor):
         """dkv_rs: acc += A B with A from this warpgroup's registers (P^T for dV, dS^T for dK, in the S^T / dP^T
         accumulator layout viewed as the A operand) and B from shared memory; commits one group, no wait."""
