@@ -1,5 +1,5 @@
-"""GPU correctness of the attention backward at D = 192, D_v = 128 (DeepSeek-style heads: the split-D kernel,
-``D192_TUNING``, and the 96-key kernel, tuning "n96") against fp32 autograd by the FlashAttention rule: dense (both
+"""GPU correctness of the attention backward at D = 192, D_v = 128 (DeepSeek-style heads: the 96-key kernel,
+``D192_TUNING``, and the split-D kernel, tuning "split_d") against fp32 autograd by the FlashAttention rule: dense (both
 layouts, GQA / MQA, causal both alignments, sliding window, odd lengths, fp16), sinks with their gradient, THD varlen
 with empty and one-token sequences, the deterministic mode (bitwise reruns; D = 256's too: the same split-D path), the
 autograd path through our forward (eager and ``torch.compile(fullgraph=True)``) and n96's tile edges (key lengths no
@@ -27,13 +27,14 @@ def _gpu():
     skip_unless_cutedsl("4.8.0", "cudnn.sdpa backward")
 
 
-#: D192_TUNING (the default: split_d with dq_bulk's dQ path from the writer warp) and the split-D kernel's atomic dQ path
-#: (the deterministic mode's schedule without the turn counters), each checked on the same grid.
-#: "n96": the 64 x 96 tile (kernel_n96_sm90.py, opt-in until the H200 A/B).
+#: D192_TUNING (the default since session 14: the 64 x 96 tile, kernel_n96_sm90.py, with stats_tma), the same without
+#: stats_tma ("n96"), the split-D kernel with dq_bulk's dQ path from the writer warp (session 13's default) and its atomic
+#: dQ path (the deterministic mode's schedule without the turn counters), each checked on the same grid.
 SCHEDULES = {
     "default": None,
-    "atomic": ("split_d", "ds2", "prepost"),
     "n96": ("dq_bulk", "dq_writer", "prepost", "n96"),
+    "splitd-bulk": ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost"),
+    "atomic": ("split_d", "ds2", "prepost"),
 }
 
 

@@ -200,9 +200,11 @@ def test_d192_dv128_is_served_by_the_split_d_kernel_deterministic_too_and_other_
         v, o = TensorDesc.contiguous((2, 2, 257, dv), "bfloat16", "v"), TensorDesc.contiguous((2, 8, 300, dv), "bfloat16", "o")
         return q, k, v, o, o, TensorDesc.contiguous((2, 8, 300), "float32", "lse")
 
-    plan = SdpaBwdSm90(*descs(192, 128), is_causal=True)
-    assert plan.check_support() and plan.key.split_d and (plan.key.head_dim, plan.key.head_dim_v) == (192, 128)
-    assert plan.key.ds_double_buffer and plan.key.dq_bulk and plan.key.dq_writer and not plan.key.dkv_rs  # D192_TUNING (dkvrs needs D = D_v)
+    plan = SdpaBwdSm90(*descs(192, 128), is_causal=True)  # D192_TUNING: the 96-key kernel
+    assert plan.check_support() and plan.key.tile_n96 and not plan.key.split_d and (plan.key.head_dim, plan.key.head_dim_v) == (192, 128)
+    assert plan.key.dq_bulk and plan.key.dq_writer and plan.key.stats_tma and plan.key.prepost_vec and not plan.key.ds_double_buffer
+    splitd = SdpaBwdSm90(*descs(192, 128), is_causal=True, _tuning=("split_d", "dq_bulk", "dq_writer", "ds2", "prepost"))
+    assert splitd.check_support() and splitd.key.split_d and splitd.key.ds_double_buffer and not splitd.key.tile_n96  # still served
     det = SdpaBwdSm90(*descs(192, 128), deterministic=True)  # the atomic dQ path in the turn counters' order
     assert det.check_support() and det.key.split_d and det.key.deterministic and det.key.ds_double_buffer and not det.key.dq_bulk
     with pytest.raises(ValueError, match="dkv_rs"):
@@ -1098,7 +1100,7 @@ def _d192_descs():
 
 def test_n96_is_a_d192_dv128_schedule_and_bad_combinations_are_refused():
     """``n96`` sets tile_n96 (its own kernel-cache entry) at D = 192 / D_v = 128 with dq_bulk + dq_writer (stats_tma and
-    prepost optional), is admitted by check_support only through the tuning (D192_TUNING unchanged until the A/B), picks
+    prepost optional), is D192_TUNING's kernel (with stats_tma, since the session-14 A/B), picks
     SdpaBwdN96KernelSm90 for the compile and the postprocess's plan, and refuses with a ValueError naming n96: other head
     dims, no writer warp, deterministic, split_d and the 64-wide kernels' variants, ds2 (does not fit)."""
     from cudnn.sdpa.bwd import api
@@ -1110,8 +1112,8 @@ def test_n96_is_a_d192_dv128_schedule_and_bad_combinations_are_refused():
     plan = SdpaBwdSm90(*_d192_descs(), is_causal=True, _tuning=N96)
     assert plan.check_support() and plan.key.tile_n96 and plan.key.dq_bulk and plan.key.dq_writer and not plan.key.split_d
     default = SdpaBwdSm90(*_d192_descs(), is_causal=True)
-    assert default.check_support() and not default.key.tile_n96 and plan.key != default.key
-    assert api.D192_TUNING == ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost")  # the GPU A/B decides
+    assert default.check_support() and default.key.tile_n96 and default.key.stats_tma and not plan.key.stats_tma and plan.key != default.key
+    assert api.D192_TUNING == ("dq_bulk", "dq_writer", "stats_tma", "prepost", "n96")  # the session-14 H200 A/B's pick
     assert main_kernel_class(plan.key) is SdpaBwdN96KernelSm90
     assert type(SdpaBwdPostprocessSm90(plan.key).main_plan) is SdpaBwdN96KernelSm90
     kernel = SdpaBwdN96KernelSm90(plan.key)

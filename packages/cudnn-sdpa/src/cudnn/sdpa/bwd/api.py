@@ -9,8 +9,9 @@ Contract (conventions of the forward, cudnn.sdpa.fwd.api):
 - dense: q (B, H, S_q, D), k (B, H_kv, S_kv, D), v (B, H_kv, S_kv, D_v), o and do (B, H, S_q, D_v), lse (B, H, S_q)
   fp32 as the forward saved it (natural log, or base 2 with ``lse_log2``); dq / dk / dv shaped like q / k / v.
   Any strides with a unit-stride head dim and 16-byte multiples elsewhere (BSHD and BHSD both native, no copy);
-- bf16 / fp16; D = D_v in {64, 96, 128}, D = D_v = 256 and D = 192 with D_v = 128 (the split-D kernel: D256_TUNING /
-  D192_TUNING, SPLIT_D_DETERMINISTIC_TUNING when deterministic; at 192 / 128 also the 96-key kernel, tuning "n96"); H a multiple of H_kv (GQA / MQA: dk, dv reduced over the group);
+- bf16 / fp16; D = D_v in {64, 96, 128}, D = D_v = 256 (the split-D kernel, D256_TUNING) and D = 192 with D_v = 128
+  (the 96-key kernel, D192_TUNING; the split-D kernel through tuning "split_d"); deterministic plans at both pairs take
+  SPLIT_D_DETERMINISTIC_TUNING; H a multiple of H_kv (GQA / MQA: dk, dv reduced over the group);
 - masks: ``is_causal`` (top-left, or bottom-right with ``causal_bottom_right``), ``window_size=(left, right)``;
 - ``sinks`` (H,) fp32 as in the forward; their gradient ``dsinks`` (H,) fp32 is written by execute (a fixed-order sum);
 - scratch: ``scratch_workspace_bytes()`` bytes of caller workspace (fp32 LSE in log2 units, dO.O row sums and the
@@ -85,12 +86,13 @@ D64_TUNING: tuple[str, ...] | None = ("dq_bulk", "dq_writer", "stats_tma", "ds2"
 #: (docs/benchmarks/sdpa_bwd_m80b.md, "ours-m80bw"): d128 s4k 550.4 vs 530.6 TFLOP/s, s8k 574.5 vs 564.0 (FA4 584.6 /
 #: 601.7); causal it loses (495.9 vs 518.4 at s4k), so causal plans keep CAUSAL_TUNING. GPU tests: test_sdpa_bwd_variants.py.
 D128_NONCAUSAL_TUNING: tuple[str, ...] | None = ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost", "m80", "pack1")
-#: Variants of a plan built without ``_tuning`` at D = 192, D_v = 128 (DeepSeek-style heads; non-deterministic): the
-#: split-D kernel with dq_bulk's dQ path from the writer warp (one 64 x 96 dQ GEMM per warpgroup, a bulk reduce-add),
-#: two P^T / dS^T buffers, two Q / dO stages and the vectorized pre/postprocess (dkvrs / dkvearly need D = D_v). H200,
-#: session 13 (docs/benchmarks/sdpa_bwd_s13_d192.md, 2 rounds): 381.7-396.4 TFLOP/s against 238.7-257.2 for the atomic
-#: dQ path (split_d, ds2, prepost), 372.5-391.5 with sdpwg; FA4 416.9-483.7. None: declined.
-D192_TUNING: tuple[str, ...] | None = ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost")
+#: Variants of a plan built without ``_tuning`` at D = 192, D_v = 128 (DeepSeek-style heads; non-deterministic). Session
+#: 14 (issue #6): FA4's 64 x 96 tile (``n96``, kernel_n96_sm90.py: 48 keys per warpgroup, dK^T / dV^T with the head dim
+#: as M, all-SS GEMMs) with dq_bulk's dQ path from the writer warp, lse_log2 / dpsum with the Q / dO loads and the
+#: vectorized pre/postprocess. H200 (docs/benchmarks/sdpa_bwd_s14_n96.md, 2 rounds, "ours-n96s"): s4k 466.8 / causal
+#: 427.9, s8k 484.6 / 457.8 TFLOP/s against 385.4 / 371.0 / 394.8 / 393.7 for session 13's default (the split-D kernel:
+#: split_d, dq_bulk, dq_writer, ds2, prepost), FA4 466.4 / 416.7 / 485.5 / 445.9. None: declined.
+D192_TUNING: tuple[str, ...] | None = ("dq_bulk", "dq_writer", "stats_tma", "prepost", "n96")
 #: Variants of a deterministic plan at the split-D pairs (D256_TUNING / D192_TUNING set): the split-D kernel's atomic
 #: dQ path in the turn counters' fixed order (its bulk / writer schedules have no deterministic mode).
 SPLIT_D_DETERMINISTIC_TUNING: tuple[str, ...] = ("split_d", "ds2", "prepost")
@@ -350,7 +352,7 @@ def _default_tuning(d: int, d_v: int, deterministic: bool, causal: bool = False,
     no window, no sinks) non-deterministic plan at D = D_v = 128, else CAUSAL_TUNING (causal) or DEFAULT_TUNING, without
     the dQ reduce-add variants when deterministic."""
     if (d, d_v) in _SPLIT_D_PAIRS:
-        tuning = D256_TUNING if d == 256 else D192_TUNING
+        tuning = D256_TUNING if d == 256 else D192_TUNING  # deterministic: the split-D kernel's turn order at both pairs
         if tuning is None:
             return ()
         return SPLIT_D_DETERMINISTIC_TUNING if deterministic else tuple(tuning)
