@@ -38,7 +38,8 @@ P^T / dS^T registers: the d256 default since session 5, so ``ours`` at d256) and
 the dS^T barrier, Q / dO released per warpgroup, dO loaded first); session 4's cluster variants (``ours-splitdc``,
 ``-splitdcp``, ``-splitdrcp``, ...) lost on the H200 and were removed in session 5, session 5's ``mrot`` / ``msel``
 providers (``ours-mrot``, ``-mrotw``, ``-mrotw2``, ``-msel``, ``-bulkw2``) in session 6 (docs/benchmarks/sdpa_bwd_writer.md);
-``ours-n96`` (D = 192 / D_v = 128: FA4's 64 x 96 tile, bwd/kernel_n96_sm90.py; ``ours-n96s`` with stats_tma; the A/B is
+``ours-n96`` (D = 192 / D_v = 128: FA4's 64 x 96 tile, bwd/kernel_n96_sm90.py; ``ours-n96s`` with stats_tma; ``ours-n96s2`` / ``-n96sp`` / ``-n96s2p``
+that with ds2 / pack1 / both; the A/B is
 ``--providers=ours,ours-n96,fa4 --only=d192``); ``ours-l2dq`` / ``ours-bulkw-l2dq``: ours / ours-bulkw with the
 plan's private ``_l2_group_dq`` (the main kernel's L2 groups of heads sized counting the fp32 dQ accumulator: half as
 many heads in flight at d128; a launch argument, same kernels). A short A/B of these against the peers:
@@ -158,9 +159,14 @@ VARIANTS = {
     "ours-d192b": ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost"),
     "ours-d192bs": ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "sdpwg"),
     # d192 / 128: FA4's 64 x 96 tile (kernel_n96_sm90.py: 48 keys per warpgroup, dK^T / dV^T with M = the head dim, all
-    # SS, dQ through the writer warp); the candidate for D192_TUNING
+    # SS, dQ through the writer warp); ours-n96s is D192_TUNING since session 14
     "ours-n96": ("dq_bulk", "dq_writer", "prepost", "n96"),
     "ours-n96s": ("dq_bulk", "dq_writer", "stats_tma", "prepost", "n96"),
+    # n96's opt-in follow-ups on top of ours-n96s: ds2 (a second dS buffer, no "dS free" CTA barrier: 226 KiB of
+    # shared memory), pack1 (P / dS converted by inline cvt.rn pairs) and both
+    "ours-n96s2": ("dq_bulk", "dq_writer", "stats_tma", "prepost", "n96", "ds2"),
+    "ours-n96sp": ("dq_bulk", "dq_writer", "stats_tma", "prepost", "n96", "pack1"),
+    "ours-n96s2p": ("dq_bulk", "dq_writer", "stats_tma", "prepost", "n96", "ds2", "pack1"),
     "ours-bulk": ("dq_bulk", "stats_tma", "ds2", "prepost"),
     "ours-bulkw": ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost"),
     "ours-m80": ("dq_tma", "stats_tma", "ds2", "prepost", "m80"),

@@ -3,7 +3,7 @@
 layouts, GQA / MQA, causal both alignments, sliding window, odd lengths, fp16), sinks with their gradient, THD varlen
 with empty and one-token sequences, the deterministic mode (bitwise reruns; D = 256's too: the same split-D path), the
 autograd path through our forward (eager and ``torch.compile(fullgraph=True)``) and n96's tile edges (key lengths no
-multiple of 96, S_q != S_kv, a two-sided window)."""
+multiple of 96, S_q != S_kv, a two-sided window; plain, with stats_tma, and with its opt-in ds2 / ds2 + pack1)."""
 
 from __future__ import annotations
 
@@ -100,10 +100,16 @@ N96_CASES = [
 ]
 
 
-@pytest.mark.parametrize("stats", [False, True], ids=["n96", "n96-stats"])  # n96 + stats_tma: lse / dpsum rows with Q / dO
+#: n96's tunings on the tile-edge grid, added to SCHEDULES["n96"]: stats_tma (lse / dpsum rows with Q / dO), and with it
+#: the opt-in follow-ups ds2 (a second dS buffer, no "dS free" barrier: a dS buffer rewritten two blocks after its
+#: readers) and ds2 + pack1 (inline conversions of P and dS)
+N96_VARIANTS = {"n96": (), "n96-stats": ("stats_tma",), "n96-s2": ("stats_tma", "ds2"), "n96-s2p": ("stats_tma", "ds2", "pack1")}
+
+
+@pytest.mark.parametrize("variant", list(N96_VARIANTS))
 @pytest.mark.parametrize("case", N96_CASES, ids=_case_id)
-def test_d192_dv128_n96_tile_edges(case, stats, monkeypatch):
-    _use_tuning(monkeypatch, SCHEDULES["n96"] + (("stats_tma",) if stats else ()))
+def test_d192_dv128_n96_tile_edges(case, variant, monkeypatch):
+    _use_tuning(monkeypatch, SCHEDULES["n96"] + N96_VARIANTS[variant])
     _check_case(case)
 
 

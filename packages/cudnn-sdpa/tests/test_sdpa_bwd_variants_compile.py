@@ -1102,7 +1102,8 @@ def test_n96_is_a_d192_dv128_schedule_and_bad_combinations_are_refused():
     """``n96`` sets tile_n96 (its own kernel-cache entry) at D = 192 / D_v = 128 with dq_bulk + dq_writer (stats_tma and
     prepost optional), is D192_TUNING's kernel (with stats_tma, since the session-14 A/B), picks
     SdpaBwdN96KernelSm90 for the compile and the postprocess's plan, and refuses with a ValueError naming n96: other head
-    dims, no writer warp, deterministic, split_d and the 64-wide kernels' variants, ds2 (does not fit)."""
+    dims, no writer warp, deterministic, split_d and the 64-wide kernels' variants (ds2 and pack1: see
+    test_n96_takes_ds2_and_pack1_each_on_its_own_and_together)."""
     from cudnn.sdpa.bwd import api
     from cudnn.sdpa.bwd.api import SdpaBwdSm90
     from cudnn.sdpa.bwd.kernel_n96_sm90 import SdpaBwdN96KernelSm90
@@ -1120,7 +1121,7 @@ def test_n96_is_a_d192_dv128_schedule_and_bad_combinations_are_refused():
     assert (kernel.tile_m, kernel.tile_n, kernel.num_stages) == (64, 96, 2)
     stats = SdpaBwdSm90(*_d192_descs(), window_size=(70, 33), _tuning=(*N96, "stats_tma"))
     assert stats.check_support() and stats.key.tile_n96 and stats.key.stats_tma
-    for extra in (("split_d",), ("ds2",), ("sdpwg",), ("m80",), ("dsk",), ("pack1",), ("dq_tma",)):
+    for extra in (("split_d",), ("sdpwg",), ("m80",), ("dsk",), ("dq_tma",), ("m128",), ("dqrows",)):
         with pytest.raises(ValueError, match="n96"):
             SdpaBwdSm90(*_d192_descs(), _tuning=(*N96, *extra)).check_support()
     with pytest.raises(ValueError, match="n96.*dq_bulk \\+ dq_writer"):
@@ -1208,4 +1209,93 @@ def test_n96_ptx_runs_48_key_and_96_column_wgmmas_unserialized_without_spills(tm
     assert "atom.global.add" not in ptx and "red.global.add" not in ptx and "cp.reduce.async.bulk.tensor" not in ptx
     assert "st.local" not in ptx and "ld.local" not in ptx and frame_sizes(tmp_path) == [0]
     assert re.search(r"\.entry cudnn_", ptx)
+    _assert_host_ptxas_clean(tmp_path)
+
+
+def test_n96_takes_ds2_and_pack1_each_on_its_own_and_together():
+    """n96's opt-in follow-ups: ds2 (ds_double_buffer: a second dS buffer) and pack1 (pack_once) each set their field
+    (their own kernel-cache entries), alone, together and with stats_tma; the rest of the 64-wide kernels' variants
+    stay refused next to them."""
+    from cudnn.sdpa.bwd.api import SdpaBwdSm90
+
+    keys = set()
+    for extra in ((), ("ds2",), ("pack1",), ("ds2", "pack1")):
+        for stats in ((), ("stats_tma",)):
+            plan = SdpaBwdSm90(*_d192_descs(), is_causal=True, _tuning=(*N96, *stats, *extra))
+            assert plan.check_support() and plan.key.tile_n96 and plan.key.stats_tma == bool(stats)
+            assert plan.key.ds_double_buffer == ("ds2" in extra) and plan.key.pack_once == ("pack1" in extra)
+            keys.add(plan.key)
+    assert len(keys) == 8
+    for extra in (("ds2", "dsk"), ("pack1", "sdpwg"), ("ds2", "pack1", "split_d")):
+        with pytest.raises(ValueError, match="n96"):
+            SdpaBwdSm90(*_d192_descs(), _tuning=(*N96, "stats_tma", *extra)).check_support()
+
+
+#: n96's shared memory in bytes (mbarriers padded to 1 KiB, then Q 2 x 24, dO 2 x 16, K 36, V 24, P + dS 24 KiB (ds2:
+#: + 12), fp32 dQ staging 48 KiB, stats_tma's rows 1 KiB), by (stats_tma, ds2); an sm90 CTA has 232,448
+N96_SMEM = {(False, False): 218112, (True, False): 219136, (False, True): 230400, (True, True): 231424}
+
+
+@pytest.mark.compile_only
+@pytest.mark.parametrize("stats,ds2", list(N96_SMEM), ids=["n96", "n96-stats", "n96-ds2", "n96-stats-ds2"])
+def test_n96_shared_memory_fits_an_sm90_cta_with_ds2(stats, ds2):
+    """The SharedStorage the kernel launches with (the layouts of the parent's __call__, built on the CPU): ds2 adds one
+    64 x 96 dS buffer (12 KiB) and leaves 1 KiB with stats_tma; printed for the record (pytest -s)."""
+    import cutlass.cute as cute
+
+    from cudnn.sdpa.bwd.kernel_key import SdpaBwdKey
+    from cudnn.sdpa.bwd.kernel_n96_sm90 import SMEM_LIMIT, SdpaBwdN96KernelSm90
+
+    skip_unless_cutedsl("4.8.0", "cudnn.sdpa backward")
+    head = ("bf16", 192, 128, 4, True, False, False, True, False, False, False)
+    plan = SdpaBwdN96KernelSm90(SdpaBwdKey(*head, dq_bulk=True, dq_writer=True, tile_n96=True, stats_tma=stats, ds_double_buffer=ds2))
+    got = []
+
+    @cute.jit
+    def trace():
+        q_cols, do_cols = plan._q_do_atom_cols()
+        sQ = plan._smem_layout(plan.tile_m, plan.head_dim, plan.num_stages, atom_cols=q_cols)
+        sdO = plan._smem_layout(plan.tile_m, plan.head_dim_v, plan.num_stages, atom_cols=do_cols)
+        sK = plan._smem_layout(plan.tile_n, plan.head_dim, atom_cols=plan._k_atom_cols())
+        sV = plan._smem_layout(plan.tile_n, plan.head_dim_v)
+        sPdS = plan._ds_layout()
+        got.append((cute.cosize(sPdS), plan._shared_storage(sQ, sdO, sK, sV, sPdS, plan._dq_bulk_layout()).size_in_bytes()))
+
+    trace()
+    print(f"n96 stats_tma={stats} ds2={ds2}: P / dS {got[0][0] * 2} B, SharedStorage {got[0][1]} B of {SMEM_LIMIT}")
+    assert got == [(64 * 96 * (3 if ds2 else 2), N96_SMEM[(stats, ds2)])]
+    assert got[0][1] <= SMEM_LIMIT == 232448
+
+
+#: (key, query-block loops, ds2, pack1): n96's follow-ups compiled causal GQA 4 (ds2), non-causal (pack1), windowed
+#: varlen fp16 (both; mask_left: a third loop), all with stats_tma
+N96_FOLLOWUP_KEYS = [
+    ("'bf16', 192, 128, 4, True, False, False, True, False, False, False, stats_tma=True, prepost_vec=True, ds_double_buffer=True", 2, True, False),
+    ("'bf16', 192, 128, 1, False, False, False, True, False, False, False, stats_tma=True, prepost_vec=True, pack_once=True", 2, False, True),
+    ("'fp16', 192, 128, 2, True, True, False, True, False, True, False, stats_tma=True, ds_double_buffer=True, pack_once=True", 3, True, True),
+]  # fmt: skip
+
+
+@pytest.mark.compile_only
+@pytest.mark.parametrize("key,loops,ds2,pack1", N96_FOLLOWUP_KEYS, ids=["ds2-causal-gqa4", "pack1-noncausal", "ds2-pack1-window-varlen-fp16"])
+def test_n96_ds2_drops_the_cta_ds_free_barrier_and_pack1_converts_inline(tmp_path, key, loops, ds2, pack1):
+    """One compile each: the n96 WGMMAs (per loop and warpgroup 40 m64n48k16, 6 m64n96k16) and stmatrix counts unchanged;
+    ds2: per loop ONE CTA-wide barrier of the consumers (``bar.sync 2, 256``: "dS written") instead of two, and two
+    warpgroup barriers (128 threads: "P free", "P written") instead of one; pack1: 24 inline ``cvt.rn`` pairs per loop
+    (12 for P, 12 for dS) and none without it; no local memory, a zero frame; no C75xx note, no spill (host ptxas)."""
+    from cudnn_testing.compile_only import frame_sizes
+
+    skip_unless_cutedsl("4.8.0", "cudnn.sdpa backward")
+    ptx = _dump(tmp_path, f"{key}, dq_bulk=True, dq_writer=True, tile_n96=True", "SdpaBwdN96KernelSm90", keep="ptx,cubin")
+    shapes = re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m64n\d+k16)", ptx)
+    assert {n: shapes.count(n) for n in set(shapes)} == {"m64n48k16": 40 * loops, "m64n96k16": 6 * loops}
+    assert ptx.count("stmatrix.sync.aligned.m8n8.x4.shared.b16") == 6 * loops
+    assert ptx.count("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16") == 15
+    assert ptx.count("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32") == 2
+    assert len(re.findall(r"\bbar\.sync\s+2, 256;", ptx)) == (1 if ds2 else 2) * loops
+    assert len(re.findall(r"\bbar\.sync\s+%r\d+, 128;", ptx)) == (2 if ds2 else 1) * loops
+    kind = "f16x2" if "'fp16'" in key else "bf16x2"
+    inline_cvt = len(re.findall(rf"// begin inline asm\s+cvt\.rn\.{kind}\.f32", ptx))
+    assert inline_cvt == (24 * loops if pack1 else 0), inline_cvt
+    assert "st.local" not in ptx and "ld.local" not in ptx and frame_sizes(tmp_path) == [0]
     _assert_host_ptxas_clean(tmp_path)

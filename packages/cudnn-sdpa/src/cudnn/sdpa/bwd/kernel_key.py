@@ -88,7 +88,8 @@ class SdpaBwdKey(AttentionKey):
     # D = 192 / D_v = 128: FA4's 64 x 96 tile (kernel_n96_sm90.py): a CTA owns 96 keys, each consumer warpgroup 48 of
     # them for S / dP (M = the 64 queries), dK^T = Q^T dS and dV^T = dO^T P with M = the head dim, every GEMM SS (P and
     # dS through shared memory), dQ = dS K staged in dq_bulk's fragment order for the writer warp. Takes dq_bulk +
-    # dq_writer (and optionally stats_tma, prepost_vec); nothing else of the main kernel's variants
+    # dq_writer (and optionally stats_tma, prepost_vec, ds_double_buffer: a second dS buffer, pack_once); nothing else
+    # of the main kernel's variants
     tile_n96: bool = False
 
     def __post_init__(self):
@@ -162,7 +163,8 @@ class SdpaBwdKey(AttentionKey):
             raise ValueError(f"SdpaBwdKey: split_d serves (D, D_v) in {SPLIT_D_HEAD_DIMS}; got {self.head_dim}/{self.head_dim_v}")
 
     def _check_n96(self):
-        """tile_n96 (n96): D = 192 / D_v = 128 with dq_bulk + dq_writer (its dQ path), optionally stats_tma and prepost_vec."""
+        """tile_n96 (n96): D = 192 / D_v = 128 with dq_bulk + dq_writer (its dQ path), optionally stats_tma, prepost_vec,
+        ds_double_buffer (a second dS buffer only) and pack_once."""
         if (self.head_dim, self.head_dim_v) not in N96_HEAD_DIMS:
             raise ValueError(f"SdpaBwdKey: tile_n96 (n96) serves (D, D_v) in {N96_HEAD_DIMS}; got {self.head_dim}/{self.head_dim_v}")
         if not (self.dq_bulk and self.dq_writer):
@@ -170,13 +172,13 @@ class SdpaBwdKey(AttentionKey):
                 "SdpaBwdKey: tile_n96 (n96) takes dq_bulk + dq_writer (its dQ leaves through the writer warp's bulk reduce-adds; "
                 f"no deterministic mode: deterministic plans keep the split-D atomic path); got dq_bulk={self.dq_bulk}, dq_writer={self.dq_writer}"
             )
-        others = ("split_d", "ds_double_buffer", "sdp_wg", "dkv_rs", "dkv_early", "tile_m80", "tile_m128", "dq_t128", "dq_tma", "ds_kmajor")
-        others += ("pack_once", "dq_rows", "stats_vec4")
+        others = ("split_d", "sdp_wg", "dkv_rs", "dkv_early", "tile_m80", "tile_m128", "dq_t128", "dq_tma", "ds_kmajor")
+        others += ("dq_rows", "stats_vec4")
         bad = [f for f in others if getattr(self, f)]
         if bad:
             raise ValueError(
-                f"SdpaBwdKey: tile_n96 (n96) combines with dq_bulk, dq_writer, stats_tma and prepost_vec only; got {bad} "
-                "(ds_double_buffer: a second P / dS pair does not fit next to the 212 KiB of the 64 x 96 tile)"
+                f"SdpaBwdKey: tile_n96 (n96) combines with dq_bulk, dq_writer, stats_tma, prepost_vec, ds_double_buffer (a "
+                f"second dS buffer; a second P does not fit next to the 224 KiB) and pack_once only; got {bad}"
             )
 
 

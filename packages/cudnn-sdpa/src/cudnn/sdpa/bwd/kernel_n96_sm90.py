@@ -17,8 +17,19 @@ and walks query blocks of ``tile_m = 64`` rows; consumer warpgroup w owns keys `
 
 Per query block and warpgroup 46 HGMMAs (S 12, dP 8, dV^T 8, dK^T 12, dQ 6) and three barriers: the warpgroup's "P
 free", the CTA's "dS free" and "dS written". Shared memory (bf16): Q 2 x 24, dO 2 x 16, K 36, V 24, P + dS 24, fp32 dQ
-staging 48 KiB: 212 KiB. Not served: deterministic (no bulk-path turn counters), ds2 (does not fit), the other
-variants of the 64-wide kernels.
+staging 48 KiB: 212 KiB (217,088 B of buffers).
+
+Opt-in follow-ups (key fields, each on its own; the default's PTX is unchanged):
+
+- ``ds_double_buffer`` (ds2): a second dS buffer (+12 KiB: 229,376 B of buffers, 230,400 with stats_tma, under the
+  232,448 of an sm90 CTA; ``_shared_storage`` checks it), indexed by the Q stage, so the CTA's "dS free" barrier goes;
+  P stays single (a second P does not fit: 237 KiB), and the warpgroup's P is published for its dV^T by a warpgroup
+  barrier instead (see :meth:`step` for why the overwrite of a dS buffer is ordered after its last reader);
+- ``pack_once`` (pack1): P and dS converted by one inline ``cvt.rn.{bf16,f16}x2.f32`` per register pair (the parent's
+  ``pack_pairs``; here both feed only the stmatrix, so it pins where the conversions are, nothing more).
+
+Not served: deterministic (no bulk-path turn counters), a second P buffer (does not fit), the other variants of the
+64-wide kernels.
 
 Tests: packages/cudnn-sdpa/tests/test_sdpa_bwd_variants_compile.py (CPU), test_sdpa_bwd_d192_gpu.py (``n96``).
 Benchmark: benchmarks/sdpa_bwd.py ``ours-n96``.
@@ -42,6 +53,8 @@ from .kernel_sm90 import NamedBarrierBwd, SdpaBwdKernelSm90
 #: named barrier "this warpgroup's P buffer is free" (warpgroup 1; warpgroup 2: + 1), after kernel_sm90's ids (1 .. 7)
 #: and split-D bulk's 8
 P_FREE_WG1 = 9
+#: the CTA's shared memory on sm90 (227 KiB): what ``_shared_storage`` checks the n96 layouts against
+SMEM_LIMIT = 232448
 
 
 class SdpaBwdN96KernelSm90(SdpaBwdKernelSm90):
@@ -61,9 +74,18 @@ class SdpaBwdN96KernelSm90(SdpaBwdKernelSm90):
         return self.tile_n // self.num_consumer_wg
 
     def _ds_layout(self):
-        """P (buffer 0) and dS (buffer 1), (queries, keys), keys contiguous; the swizzle atom divides a warpgroup's
-        48 keys (dV^T / dK^T read P^T / dS^T MN-major per warpgroup): the 32-byte swizzle."""
-        return self._smem_layout(self.tile_m, self.tile_n, 2, atom_cols=self.keys_per_wg)
+        """P (buffer 0) and dS (buffer 1; ds_double_buffer: buffers 1 and 2, indexed by the Q stage), (queries, keys),
+        keys contiguous; the swizzle atom divides a warpgroup's 48 keys (dV^T / dK^T read P^T / dS^T MN-major per
+        warpgroup): the 32-byte swizzle."""
+        buffers = 1 + (self.num_stages if self.key.ds_double_buffer else 1)
+        return self._smem_layout(self.tile_m, self.tile_n, buffers, atom_cols=self.keys_per_wg)
+
+    def _shared_storage(self, sQ_layout, sdO_layout, sK_layout, sV_layout, sdS_layout, sdQ_layout):
+        """The parent's struct, checked against the CTA's shared memory (ds2 leaves about 2 KiB)."""
+        storage = super()._shared_storage(sQ_layout, sdO_layout, sK_layout, sV_layout, sdS_layout, sdQ_layout)
+        if storage.size_in_bytes() > SMEM_LIMIT:
+            raise ValueError(f"SdpaBwdN96KernelSm90: {storage.size_in_bytes()} bytes of shared memory, over the {SMEM_LIMIT} of an sm90 CTA")
+        return storage
 
     def _tiled_mmas(self):
         """(S / dP, dK^T, dV^T, dQ) tiled MMAs (host-side construction), all SS."""
@@ -183,13 +205,27 @@ class SdpaBwdN96KernelSm90(SdpaBwdKernelSm90):
         masked: cutlass.Constexpr[bool],
     ):
         """One query block (FA4's order): S, dP (SS); P to shared memory; dS; dS to shared memory; dV^T, dQ, dK^T (SS),
-        dO released when dV^T is done, dQ staged for the writer warp while dK^T runs, Q released last."""
+        dO released when dV^T is done, dQ staged for the writer warp while dK^T runs, Q released last.
+
+        ds_double_buffer (ds2): dS goes to buffer ``1 + idx`` (``idx``: the Q stage, which alternates per query block)
+        with no "dS free" barrier before it. Why that is safe: the buffer's previous contents are block k - 2's dS,
+        read by block k - 2's dQ GEMM of BOTH warpgroups (every key) and dK^T GEMM of each warpgroup (its keys); block
+        k - 1 used the other buffer. Warpgroup w stores its keys' dS of block k only after passing block k - 1's
+        CTA-wide "dS written" barrier (NamedBarrierBwd.PDS, all 256 consumer threads), and the other warpgroup arrives
+        there only after the end of its block k - 2 step, whose ``warpgroup.wait_group(0)`` completed its dQ and dK^T
+        WGMMAs (their shared-memory reads); w's own block k - 2 GEMMs completed at w's own wait_group(0), earlier in
+        program order. Both warpgroups walk the same query blocks (the CTA's), so the barrier phases pair up, across
+        key blocks too (the stage keeps alternating). The "dS free" barrier also published P for dV^T; P is
+        warpgroup-private (its keys only), so a warpgroup barrier does that instead, after one proxy fence that covers
+        the P and dS stores (dQ / dK^T read dS after the later "dS written" barrier, which the same fence orders)."""
         o = ops
         acc_S, acc_dP, acc_dK, acc_dV, acc_dQ, rP, rdS, rLSE, rDpsum = o.acc_S, o.acc_dP, o.acc_dK, o.acc_dV, o.acc_dQ, o.rP, o.rdS, o.rLSE, o.rDpsum
         tScS_mn, wg_idx = o.tScS_mn, o.wg_idx
         idx = state.index
         row0 = m_block * self.tile_m
-        bP, bdS = 0, 1
+        ds2 = self.key.ds_double_buffer
+        bP = 0
+        bdS = 1 + idx if ds2 else 1  # plain Python: ds2 is the key's
         pipeline_q.consumer_wait(state)
         wgmma(tiled_mma_SdP, acc_S, o.tSrQ[None, None, None, idx], o.tSrK, zero_init=True, wg_wait=-1)
         self.row_stats(rLSE, mLSE2_cur, sLSE, tScS_mn, row0, idx)
@@ -202,7 +238,10 @@ class SdpaBwdN96KernelSm90(SdpaBwdKernelSm90):
             for c in cutlass.range_constexpr(cute.size(acc_S_mn, mode=[1])):
                 acc_S_mn[r, c] = cute.math.exp2(acc_S_mn[r, c] * scale_log2 - rLSE[r], fastmath=True)
         self.row_stats(rDpsum, mDpsum_cur, sDpsum, tScS_mn, row0, idx)
-        rP.store(acc_S.load().to(self.dtype))
+        if const_expr(self.key.pack_once):
+            self.pack_pairs(acc_S, rP)
+        else:
+            rP.store(acc_S.load().to(self.dtype))
         # P to shared memory once this warpgroup's dV^T of the previous block (the only reader of its keys' P) is done
         cute.arch.barrier(barrier_id=P_FREE_WG1 + wg_idx, number_of_threads=self.threads_per_wg)
         cute.copy(o.pds_copy_atom, o.smem_thr_copy_PdS.retile(rP), o.tPsP[None, None, None, bP])
@@ -211,14 +250,25 @@ class SdpaBwdN96KernelSm90(SdpaBwdKernelSm90):
         for r in cutlass.range_constexpr(cute.size(acc_dP_mn, mode=[0])):
             for c in cutlass.range_constexpr(cute.size(acc_dP_mn, mode=[1])):
                 acc_dP_mn[r, c] = acc_S_mn[r, c] * (acc_dP_mn[r, c] - rDpsum[r])
-        rdS.store(acc_dP.load().to(self.dtype))
-        # dS to shared memory once both warpgroups' dQ of the previous block (reading every key's dS) is done; the
-        # barrier also publishes this warpgroup's P for its dV^T
-        cute.arch.fence_view_async_shared()
-        cute.arch.barrier(barrier_id=int(NamedBarrierBwd.PDS), number_of_threads=self.num_mma_threads)
-        cute.copy(o.pds_copy_atom, o.smem_thr_copy_PdS.retile(rdS), o.tPsP[None, None, None, bdS])
+        if const_expr(self.key.pack_once):
+            self.pack_pairs(acc_dP, rdS)
+        else:
+            rdS.store(acc_dP.load().to(self.dtype))
+        if const_expr(not ds2):
+            # dS to shared memory once both warpgroups' dQ of the previous block (reading every key's dS) is done; the
+            # barrier also publishes this warpgroup's P for its dV^T
+            cute.arch.fence_view_async_shared()
+            cute.arch.barrier(barrier_id=int(NamedBarrierBwd.PDS), number_of_threads=self.num_mma_threads)
+            cute.copy(o.pds_copy_atom, o.smem_thr_copy_PdS.retile(rdS), o.tPsP[None, None, None, bdS])
+        else:
+            # ds2: buffer 1 + idx is free (see the docstring); this warpgroup's P published for its dV^T by the
+            # warpgroup's barrier
+            cute.copy(o.pds_copy_atom, o.smem_thr_copy_PdS.retile(rdS), o.tPsP[None, None, None, bdS])
+            cute.arch.fence_view_async_shared()
+            cute.arch.barrier(barrier_id=P_FREE_WG1 + wg_idx, number_of_threads=self.threads_per_wg)
         wgmma(tiled_mma_dV, acc_dV, o.tdVrdOt[None, None, None, idx], o.tdVrPt[None, None, None, bP], zero_init=False, wg_wait=-1)
-        cute.arch.fence_view_async_shared()
+        if const_expr(not ds2):
+            cute.arch.fence_view_async_shared()
         cute.arch.barrier(barrier_id=int(NamedBarrierBwd.PDS), number_of_threads=self.num_mma_threads)
         wgmma(tiled_mma_dQ, acc_dQ, o.tdQrdS[None, None, None, bdS], o.tdQrKt, zero_init=True, wg_wait=1)
         pipeline_do.consumer_release(state)  # dP and dV^T have read dO
