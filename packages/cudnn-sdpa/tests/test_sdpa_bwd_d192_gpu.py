@@ -27,8 +27,8 @@ def _gpu():
     skip_unless_cutedsl("4.8.0", "cudnn.sdpa backward")
 
 
-#: D192_TUNING (the default since session 14: the 64 x 96 tile, kernel_n96_sm90.py, with stats_tma), the same without
-#: stats_tma ("n96"), the split-D kernel with dq_bulk's dQ path from the writer warp (session 13's default) and its atomic
+#: D192_TUNING (the default since session 14: the 64 x 96 tile, kernel_n96_sm90.py, with stats_tma and ds2), the same
+#: without either ("n96"), the split-D kernel with dq_bulk's dQ path from the writer warp (session 13's default) and its atomic
 #: dQ path (the deterministic mode's schedule without the turn counters), each checked on the same grid.
 SCHEDULES = {
     "default": None,

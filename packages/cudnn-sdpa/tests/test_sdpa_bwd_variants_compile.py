@@ -202,7 +202,7 @@ def test_d192_dv128_is_served_by_the_split_d_kernel_deterministic_too_and_other_
 
     plan = SdpaBwdSm90(*descs(192, 128), is_causal=True)  # D192_TUNING: the 96-key kernel
     assert plan.check_support() and plan.key.tile_n96 and not plan.key.split_d and (plan.key.head_dim, plan.key.head_dim_v) == (192, 128)
-    assert plan.key.dq_bulk and plan.key.dq_writer and plan.key.stats_tma and plan.key.prepost_vec and not plan.key.ds_double_buffer
+    assert plan.key.dq_bulk and plan.key.dq_writer and plan.key.stats_tma and plan.key.prepost_vec and plan.key.ds_double_buffer
     splitd = SdpaBwdSm90(*descs(192, 128), is_causal=True, _tuning=("split_d", "dq_bulk", "dq_writer", "ds2", "prepost"))
     assert splitd.check_support() and splitd.key.split_d and splitd.key.ds_double_buffer and not splitd.key.tile_n96  # still served
     det = SdpaBwdSm90(*descs(192, 128), deterministic=True)  # the atomic dQ path in the turn counters' order
@@ -1100,7 +1100,7 @@ def _d192_descs():
 
 def test_n96_is_a_d192_dv128_schedule_and_bad_combinations_are_refused():
     """``n96`` sets tile_n96 (its own kernel-cache entry) at D = 192 / D_v = 128 with dq_bulk + dq_writer (stats_tma and
-    prepost optional), is D192_TUNING's kernel (with stats_tma, since the session-14 A/B), picks
+    prepost optional), is D192_TUNING's kernel (with stats_tma and ds2, since the session-14 A/Bs), picks
     SdpaBwdN96KernelSm90 for the compile and the postprocess's plan, and refuses with a ValueError naming n96: other head
     dims, no writer warp, deterministic, split_d and the 64-wide kernels' variants (ds2 and pack1: see
     test_n96_takes_ds2_and_pack1_each_on_its_own_and_together)."""
@@ -1114,7 +1114,7 @@ def test_n96_is_a_d192_dv128_schedule_and_bad_combinations_are_refused():
     assert plan.check_support() and plan.key.tile_n96 and plan.key.dq_bulk and plan.key.dq_writer and not plan.key.split_d
     default = SdpaBwdSm90(*_d192_descs(), is_causal=True)
     assert default.check_support() and default.key.tile_n96 and default.key.stats_tma and not plan.key.stats_tma and plan.key != default.key
-    assert api.D192_TUNING == ("dq_bulk", "dq_writer", "stats_tma", "prepost", "n96")  # the session-14 H200 A/B's pick
+    assert api.D192_TUNING == ("dq_bulk", "dq_writer", "stats_tma", "prepost", "n96", "ds2")  # the session-14 H200 A/Bs' pick
     assert main_kernel_class(plan.key) is SdpaBwdN96KernelSm90
     assert type(SdpaBwdPostprocessSm90(plan.key).main_plan) is SdpaBwdN96KernelSm90
     kernel = SdpaBwdN96KernelSm90(plan.key)

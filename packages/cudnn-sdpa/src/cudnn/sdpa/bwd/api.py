@@ -88,11 +88,13 @@ D64_TUNING: tuple[str, ...] | None = ("dq_bulk", "dq_writer", "stats_tma", "ds2"
 D128_NONCAUSAL_TUNING: tuple[str, ...] | None = ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost", "m80", "pack1")
 #: Variants of a plan built without ``_tuning`` at D = 192, D_v = 128 (DeepSeek-style heads; non-deterministic). Session
 #: 14 (issue #6): FA4's 64 x 96 tile (``n96``, kernel_n96_sm90.py: 48 keys per warpgroup, dK^T / dV^T with the head dim
-#: as M, all-SS GEMMs) with dq_bulk's dQ path from the writer warp, lse_log2 / dpsum with the Q / dO loads and the
-#: vectorized pre/postprocess. H200 (docs/benchmarks/sdpa_bwd_s14_n96.md, 2 rounds, "ours-n96s"): s4k 466.8 / causal
-#: 427.9, s8k 484.6 / 457.8 TFLOP/s against 385.4 / 371.0 / 394.8 / 393.7 for session 13's default (the split-D kernel:
-#: split_d, dq_bulk, dq_writer, ds2, prepost), FA4 466.4 / 416.7 / 485.5 / 445.9. None: declined.
-D192_TUNING: tuple[str, ...] | None = ("dq_bulk", "dq_writer", "stats_tma", "prepost", "n96")
+#: as M, all-SS GEMMs) with dq_bulk's dQ path from the writer warp, lse_log2 / dpsum with the Q / dO loads, the
+#: vectorized pre/postprocess and a second dS buffer. H200 (docs/benchmarks/sdpa_bwd_s14_n96.md, 2 rounds, "ours-n96s",
+#: without ds2): s4k 466.8 / causal 427.9, s8k 484.6 / 457.8 TFLOP/s against 385.4 / 371.0 / 394.8 / 393.7 for session
+#: 13's default (the split-D kernel: split_d, dq_bulk, dq_writer, ds2, prepost), FA4 466.4 / 416.7 / 485.5 / 445.9; ds2
+#: on top ("ours-n96s2", sdpa_bwd_s14_n96b.md and sdpa_bwd_s14_n96c.md): 0.98x-1.03x of n96s per cell, 1.012x on the
+#: mean of the 8 cells. None: declined.
+D192_TUNING: tuple[str, ...] | None = ("dq_bulk", "dq_writer", "stats_tma", "prepost", "n96", "ds2")
 #: Variants of a deterministic plan at the split-D pairs (D256_TUNING / D192_TUNING set): the split-D kernel's atomic
 #: dQ path in the turn counters' fixed order (its bulk / writer schedules have no deterministic mode).
 SPLIT_D_DETERMINISTIC_TUNING: tuple[str, ...] = ("split_d", "ds2", "prepost")
