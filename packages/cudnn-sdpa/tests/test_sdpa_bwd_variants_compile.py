@@ -1190,6 +1190,20 @@ N96_KEYS = [
 ]  # fmt: skip
 
 
+def _n96_ptx(tmp_path, key, loops):
+    """Compile the n96 kernel of ``key`` and check what every n96 schedule shares: per query-block loop and warpgroup 40
+    m64n48k16 WGMMAs (S 12, dP 8, dV^T 8, dK^T 12) and 6 m64n96k16 (dQ), P and dS by stmatrix (3 + 3 a loop), dK^T / dV^T
+    by the transposed one (9 + 6), the writer warp's two bulk reduce-adds; returns the PTX."""
+    skip_unless_cutedsl("4.8.0", "cudnn.sdpa backward")
+    ptx = _dump(tmp_path, f"{key}, dq_bulk=True, dq_writer=True, tile_n96=True", "SdpaBwdN96KernelSm90", keep="ptx,cubin")
+    shapes = re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m64n\d+k16)", ptx)
+    assert {n: shapes.count(n) for n in set(shapes)} == {"m64n48k16": 40 * loops, "m64n96k16": 6 * loops}
+    assert ptx.count("stmatrix.sync.aligned.m8n8.x4.shared.b16") == 6 * loops
+    assert ptx.count("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16") == 15
+    assert ptx.count("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32") == 2
+    return ptx
+
+
 @pytest.mark.compile_only
 @pytest.mark.parametrize("key,loops", N96_KEYS, ids=["noncausal", "causal-gqa4", "causal-br-fp16-sinks", "window-varlen-stats"])
 def test_n96_ptx_runs_48_key_and_96_column_wgmmas_unserialized_without_spills(tmp_path, key, loops):
@@ -1199,13 +1213,7 @@ def test_n96_ptx_runs_48_key_and_96_column_wgmmas_unserialized_without_spills(tm
     takes the PTX) no C75xx note (WGMMA serialization) and no spill."""
     from cudnn_testing.compile_only import frame_sizes
 
-    skip_unless_cutedsl("4.8.0", "cudnn.sdpa backward")
-    ptx = _dump(tmp_path, f"{key}, dq_bulk=True, dq_writer=True, tile_n96=True", "SdpaBwdN96KernelSm90", keep="ptx,cubin")
-    shapes = re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m64n\d+k16)", ptx)
-    assert {n: shapes.count(n) for n in set(shapes)} == {"m64n48k16": 40 * loops, "m64n96k16": 6 * loops}
-    assert ptx.count("stmatrix.sync.aligned.m8n8.x4.shared.b16") == 6 * loops
-    assert ptx.count("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16") == 15
-    assert ptx.count("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32") == 2
+    ptx = _n96_ptx(tmp_path, key, loops)
     assert "atom.global.add" not in ptx and "red.global.add" not in ptx and "cp.reduce.async.bulk.tensor" not in ptx
     assert "st.local" not in ptx and "ld.local" not in ptx and frame_sizes(tmp_path) == [0]
     assert re.search(r"\.entry cudnn_", ptx)
@@ -1285,13 +1293,7 @@ def test_n96_ds2_drops_the_cta_ds_free_barrier_and_pack1_converts_inline(tmp_pat
     (12 for P, 12 for dS) and none without it; no local memory, a zero frame; no C75xx note, no spill (host ptxas)."""
     from cudnn_testing.compile_only import frame_sizes
 
-    skip_unless_cutedsl("4.8.0", "cudnn.sdpa backward")
-    ptx = _dump(tmp_path, f"{key}, dq_bulk=True, dq_writer=True, tile_n96=True", "SdpaBwdN96KernelSm90", keep="ptx,cubin")
-    shapes = re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m64n\d+k16)", ptx)
-    assert {n: shapes.count(n) for n in set(shapes)} == {"m64n48k16": 40 * loops, "m64n96k16": 6 * loops}
-    assert ptx.count("stmatrix.sync.aligned.m8n8.x4.shared.b16") == 6 * loops
-    assert ptx.count("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16") == 15
-    assert ptx.count("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32") == 2
+    ptx = _n96_ptx(tmp_path, key, loops)
     assert len(re.findall(r"\bbar\.sync\s+2, 256;", ptx)) == (1 if ds2 else 2) * loops
     assert len(re.findall(r"\bbar\.sync\s+%r\d+, 128;", ptx)) == (2 if ds2 else 1) * loops
     kind = "f16x2" if "'fp16'" in key else "bf16x2"

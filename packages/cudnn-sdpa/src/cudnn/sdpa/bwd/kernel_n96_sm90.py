@@ -47,14 +47,13 @@ from cutlass.cute.nvgpu import warp, warpgroup
 
 from .._device.mask_bwd import MaskInfoBwd
 from .._device.mma_sm90 import acc_view_mn, transpose_view, wgmma
+from ..fwd.kernel_key import SMEM_BYTES as SMEM_LIMIT  # the CTA's shared memory on sm90 (227 KiB)
 from .kernel_key import SdpaBwdKey
 from .kernel_sm90 import NamedBarrierBwd, SdpaBwdKernelSm90
 
 #: named barrier "this warpgroup's P buffer is free" (warpgroup 1; warpgroup 2: + 1), after kernel_sm90's ids (1 .. 7)
 #: and split-D bulk's 8
 P_FREE_WG1 = 9
-#: the CTA's shared memory on sm90 (227 KiB): what ``_shared_storage`` checks the n96 layouts against
-SMEM_LIMIT = 232448
 
 
 class SdpaBwdN96KernelSm90(SdpaBwdKernelSm90):
