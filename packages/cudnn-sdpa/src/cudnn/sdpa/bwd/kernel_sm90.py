@@ -1291,12 +1291,7 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
             # contiguous bulk reduce-add per warpgroup into the fragment-ordered block (kernel_key.DQ_BULK_ROWS),
             # issued by one thread of the warpgroup's first warp (dq_writer: of the writer warp); the scratch rows are padded.
             if const_expr(self.key.dq_writer):
-                # the writer warp (dq_writer_loop) frees the buffer and issues the reduce-add: wait, store, signal
-                nthr = self.threads_per_wg + 32
-                cute.arch.barrier(barrier_id=int(NamedBarrierBwd.DQ_EMPTY_WG1) + wg_idx, number_of_threads=nthr)
-                cute.autovec_copy(cute.make_tensor(acc_dQ.iterator, cute.make_layout(tdQsdQ.shape)), tdQsdQ)
-                cute.arch.fence_view_async_shared()
-                cute.arch.barrier_arrive(barrier_id=int(NamedBarrierBwd.DQ_FULL_WG1) + wg_idx, number_of_threads=nthr)
+                self.dq_stage_for_writer(cute.make_tensor(acc_dQ.iterator, cute.make_layout(tdQsdQ.shape)), tdQsdQ, wg_idx)
             else:
                 cute.autovec_copy(cute.make_tensor(acc_dQ.iterator, cute.make_layout(tdQsdQ.shape)), tdQsdQ)
                 cute.arch.fence_view_async_shared()
