@@ -91,8 +91,23 @@ class SdpaBwdKey(AttentionKey):
     # dq_writer (and optionally stats_tma, prepost_vec, ds_double_buffer: a second dS buffer, pack_once); nothing else
     # of the main kernel's variants
     tile_n96: bool = False
+    # Fixed-cost variants (notes/bwd_fixed_cost.md A / B; opt-in, default PTX unchanged):
+    # the consumers' full-barrier waits (K / V at the start of the key block, Q / dO of every query block) spin on
+    # ``mbarrier.try_wait`` with no suspend-time hint, so no NANOSLEEP (``_device/pipeline.consumer_wait``, the forward's
+    # ``SdpaFwdKey.spin_wait``); every main kernel (64-wide, split_d, split_d bulk, n96)
+    spin_wait: bool = False
+    # FA4's prologue order: K rides on the first Q stage's full barrier and V on the first dO stage's (their
+    # transaction bytes added by an ``mbarrier.expect_tx``), issued K, Q0, V, dO0; the consumers' separate K / V wait is
+    # dropped (the first S^T waits for K + Q0 only, the first dP^T for V + dO0). A key block that sees no query block
+    # loads neither and waits for nothing (its epilogue overwrites sK / sV with no TMA in flight). Not split_d
+    kv_with_q: bool = False
 
     def __post_init__(self):
+        if self.kv_with_q and self.split_d:
+            raise ValueError(
+                "SdpaBwdKey: kv_with_q (kvq) is a prologue of the 64-wide and n96 main kernels (not split_d: its dkv_early "
+                "dO-first order and per-warpgroup waits are not covered)"
+            )
         if self.tile_n96:
             self._check_n96()
         if self.tile_m128 and (self.head_dim != 64 or self.head_dim_v != 64 or self.deterministic or self.tile_m80 or self.dq_t128 or self.split_d):
@@ -178,7 +193,7 @@ class SdpaBwdKey(AttentionKey):
         if bad:
             raise ValueError(
                 f"SdpaBwdKey: tile_n96 (n96) combines with dq_bulk, dq_writer, stats_tma, prepost_vec, ds_double_buffer (a "
-                f"second dS buffer; a second P does not fit next to the 224 KiB) and pack_once only; got {bad}"
+                f"second dS buffer; a second P does not fit next to the 224 KiB), pack_once, spin_wait and kv_with_q only; got {bad}"
             )
 
 
@@ -207,6 +222,8 @@ TUNING_FIELDS = {
     "dsk": "ds_kmajor",
     "stats4": "stats_vec4",
     "n96": "tile_n96",
+    "spin": "spin_wait",
+    "kvq": "kv_with_q",
 }
 
 #: dq_bulk: query rows per fragment-ordered block of the dQ accumulator (the main kernel's tile_m). Block ``m`` of a

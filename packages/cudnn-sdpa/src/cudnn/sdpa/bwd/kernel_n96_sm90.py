@@ -47,6 +47,7 @@ from cutlass.cute.nvgpu import warp, warpgroup
 
 from .._device.mask_bwd import MaskInfoBwd
 from .._device.mma_sm90 import acc_view_mn, transpose_view, wgmma
+from .._device.pipeline import consumer_wait
 from ..fwd.kernel_key import SMEM_BYTES as SMEM_LIMIT  # the CTA's shared memory on sm90 (227 KiB)
 from .kernel_key import SdpaBwdKey
 from .kernel_sm90 import NamedBarrierBwd, SdpaBwdKernelSm90
@@ -225,10 +226,10 @@ class SdpaBwdN96KernelSm90(SdpaBwdKernelSm90):
         ds2 = self.key.ds_double_buffer
         bP = 0
         bdS = 1 + idx if ds2 else 1  # plain Python: ds2 is the key's
-        pipeline_q.consumer_wait(state)
+        consumer_wait(pipeline_q, state, self.key.spin_wait)
         wgmma(tiled_mma_SdP, acc_S, o.tSrQ[None, None, None, idx], o.tSrK, zero_init=True, wg_wait=-1)
         self.row_stats(rLSE, mLSE2_cur, sLSE, tScS_mn, row0, idx)
-        pipeline_do.consumer_wait(state)
+        consumer_wait(pipeline_do, state, self.key.spin_wait)
         wgmma(tiled_mma_SdP, acc_dP, o.tdPrdO[None, None, None, idx], o.tdPrV, zero_init=True, wg_wait=1)
         if const_expr(masked):
             mask.apply(acc_S, tScS_mn, o.t0ScS_mn, m_block, n_block, mask_seqlen=True, mask_causal_window=True)

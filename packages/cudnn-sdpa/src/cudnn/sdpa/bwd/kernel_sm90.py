@@ -72,6 +72,13 @@ padded row and the postprocess walks 80-row blocks. With pack_once ptxas keeps e
 spill, causal and not, with or without the writer); without it the kernel's WGMMAs are serialized (insufficient
 registers), as m80 with dq_tma's staging is.
 
+Fixed-cost variants (notes/bwd_fixed_cost.md A / B; opt-in key fields, default PTX byte-identical): ``spin_wait``
+(spin: the consumers' full-barrier waits, K / V in ``begin_key_block`` and Q / dO in every ``step``, including split_d's,
+split_d bulk's and n96's, spin on a hint-less ``mbarrier.try_wait`` instead of sleeping: ``_device/pipeline.consumer_wait``,
+the forward's mechanism) and ``kv_with_q`` (kvq: FA4's prologue, K issued on the CTA's first Q stage's barrier and V on its
+first dO stage's, each with an ``mbarrier.expect_tx`` of its bytes before the stage's producer arrival; the consumers'
+K / V wait is dropped, the first S^T waits for K + Q0 only and the first dP^T for V + dO0; not split_d).
+
 Tests: packages/cudnn-sdpa/tests/test_sdpa_bwd_*.py. Benchmark: benchmarks/sdpa_bwd.py.
 """
 
@@ -93,7 +100,7 @@ from cutlass.cutlass_dsl import dsl_user_op
 from .._device.kernel_plan import DTYPES, WarpSpecializedPlanSm90, fake_gmem_ptr
 from .._device.mask_bwd import MaskInfoBwd
 from .._device.mma_sm90 import acc_view_as_a, acc_view_mn, transpose_view, wgmma
-from .._device.pipeline import consumer_state, make_tma_pipeline, prefetch_tma_descriptors, producer_state
+from .._device.pipeline import consumer_state, consumer_wait, make_tma_pipeline, prefetch_tma_descriptors, producer_state
 from .._device.seqlen import cu_seqlens_tensors, sequence_extents
 from .._device.tile_scheduler import SingleTileScheduler
 from .kernel_key import DQ_BULK_ROWS, M80_BULK_ROWS, PREPOST_ROWS, SdpaBwdKey, tile_config
@@ -642,7 +649,9 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         m_block_max: Int32,
     ):
         """Producer warp: K and V once, then (Q, dO) of every query block of every query head of the group (with
-        stats_tma also the block's lse_log2 / dpsum rows, on Q's / dO's barrier of the same stage)."""
+        stats_tma also the block's lse_log2 / dpsum rows, on Q's / dO's barrier of the same stage). kv_with_q: K on the
+        first Q stage's barrier and V on the first dO stage's (the CTA's first query block of its first head only), not
+        on pipeline_kv; a key block without query blocks loads neither."""
         D, Dv = self.head_dim, self.head_dim_v
         mK_cur = mK[None, None, head_kv, batch]
         mV_cur = mV[None, None, head_kv, batch]
@@ -653,10 +662,15 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         gV = cute.local_tile(mV_cur, (self.tile_n, Dv), (n_block, 0))
         tKsK, tKgK = cpasync.tma_partition(tma_atom_K, 0, cute.make_layout(1), cute.group_modes(sK, 0, 2), cute.group_modes(gK, 0, 2))
         tVsV, tVgV = cpasync.tma_partition(tma_atom_V, 0, cute.make_layout(1), cute.group_modes(sV, 0, 2), cute.group_modes(gV, 0, 2))
-        kv_state = producer_state(1)
-        pipeline_kv.producer_acquire(kv_state)
-        cute.copy(tma_atom_K, tKgK, tKsK, tma_bar_ptr=pipeline_kv.producer_get_barrier(kv_state))
-        cute.copy(tma_atom_V, tVgV, tVsV, tma_bar_ptr=pipeline_kv.producer_get_barrier(kv_state))
+        kvq = self.key.kv_with_q
+        if const_expr(not kvq):
+            kv_state = producer_state(1)
+            pipeline_kv.producer_acquire(kv_state)
+            cute.copy(tma_atom_K, tKgK, tKsK, tma_bar_ptr=pipeline_kv.producer_get_barrier(kv_state))
+            cute.copy(tma_atom_V, tVgV, tVsV, tma_bar_ptr=pipeline_kv.producer_get_barrier(kv_state))
+        # kv_with_q: K's / V's transaction bytes (the whole TMA box, as the hardware counts it, zero fill included)
+        tx_k = self.tile_n * D * self.dtype.width // 8
+        tx_v = self.tile_n * Dv * self.dtype.width // 8
 
         state = producer_state(self.num_stages)
         stats_atom = None
@@ -691,6 +705,14 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
                     # dV read it; Q waits for warpgroup 2's dK), so its load goes first
                     pipeline_do.producer_acquire(state)
                     cute.copy(tma_atom_dO, tdOgdO[None, m_block], tdOsdO[None, state.index], tma_bar_ptr=pipeline_do.producer_get_barrier(state))
+                if const_expr(kvq):
+                    if g + i == 0:
+                        # kv_with_q: K rides on the CTA's first Q stage (FA4's order K, Q0, V, dO0). The stage is in its
+                        # first phase (free) and its one producer arrival is still pending (producer_acquire below), so
+                        # the phase cannot complete on K's bytes alone, whenever K lands
+                        with cute.arch.elect_one():
+                            cute.arch.mbarrier_expect_tx(pipeline_q.producer_get_barrier(state), tx_k)
+                        cute.copy(tma_atom_K, tKgK, tKsK, tma_bar_ptr=pipeline_q.producer_get_barrier(state))
                 pipeline_q.producer_acquire(state)
                 cute.copy(tma_atom_Q, tQgQ[None, m_block], tQsQ[None, state.index], tma_bar_ptr=pipeline_q.producer_get_barrier(state))
                 if const_expr(self.key.stats_tma):
@@ -698,6 +720,12 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
                     with cute.arch.elect_one():
                         cute.copy(stats_atom, gLSE[None, m_block], sLSE[None, state.index], mbar_ptr=pipeline_q.producer_get_barrier(state))
                 if const_expr(not self.key.dkv_early):
+                    if const_expr(kvq):
+                        if g + i == 0:
+                            # kv_with_q: V rides on the CTA's first dO stage (the same argument)
+                            with cute.arch.elect_one():
+                                cute.arch.mbarrier_expect_tx(pipeline_do.producer_get_barrier(state), tx_v)
+                            cute.copy(tma_atom_V, tVgV, tVsV, tma_bar_ptr=pipeline_do.producer_get_barrier(state))
                     pipeline_do.producer_acquire(state)
                     cute.copy(tma_atom_dO, tdOgdO[None, m_block], tdOsdO[None, state.index], tma_bar_ptr=pipeline_do.producer_get_barrier(state))
                 if const_expr(self.key.stats_tma):
@@ -1009,8 +1037,10 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         boundary, those from m_mid2 the left one, those between are unmasked."""
         acc_dK.fill(0.0)
         acc_dV.fill(0.0)
-        kv_state = consumer_state(1)
-        pipeline_kv.consumer_wait(kv_state)
+        if const_expr(not self.key.kv_with_q):
+            # (kv_with_q: the first query block's Q / dO waits cover K / V; a key block with none loads neither)
+            kv_state = consumer_state(1)
+            consumer_wait(pipeline_kv, kv_state, self.key.spin_wait)
 
         state = consumer_state(self.num_stages)
         m_mid1 = cutlass.min(mask.m_block_min_unmasked(n_block, m_block_min), m_block_max)
@@ -1151,7 +1181,7 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         thr_mma_dQ, wg_idx = o.thr_mma_dQ, o.wg_idx
         idx = state.index
         row0 = m_block * self.tile_m
-        pipeline_q.consumer_wait(state)
+        consumer_wait(pipeline_q, state, self.key.spin_wait)
         wgmma(tiled_mma_SdP, acc_S, tSrK, tSrQ[None, None, None, idx], zero_init=True, wg_wait=-1)
         if const_expr(self.stats_at_use):
             pass  # m80 / m128 read each column's lse_log2 / dpsum where it is used (20 / 32 columns a thread)
@@ -1161,7 +1191,7 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         else:
             for c in cutlass.range_constexpr(cute.size(rLSE)):
                 rLSE[c] = mLSE2_cur[row0 + tScS_mn[0, c][1]]
-        pipeline_do.consumer_wait(state)
+        consumer_wait(pipeline_do, state, self.key.spin_wait)
         wgmma(tiled_mma_SdP, acc_dP, tdPrV, tdPrdO[None, None, None, idx], zero_init=True, wg_wait=1)
         if const_expr(masked):
             # m80: a last query block of 80 rows may end past the scratch's padded rows (a multiple of 128, not of 80),

@@ -54,6 +54,7 @@ from cutlass.cute.nvgpu import cpasync, warp, warpgroup
 
 from .._device.mask_bwd import MaskInfoBwd
 from .._device.mma_sm90 import acc_view_as_a, acc_view_mn, transpose_view, wgmma
+from .._device.pipeline import consumer_wait
 from .kernel_key import SdpaBwdKey
 from .kernel_sm90 import NamedBarrierBwd, reduce_add_bulk_f32
 from .kernel_splitd_sm90 import SdpaBwdSplitDKernelSm90
@@ -226,33 +227,33 @@ class SdpaBwdSplitDBulkKernelSm90(SdpaBwdSplitDKernelSm90):
                 # rdS, which warpgroup 1 fills with its P^T; B: o.tdKVrB, dO^T or Q^T by warpgroup): ptxas serializes
                 # every WGMMA of the kernel (C7512) when the two are issued from the two sides of a branch, as dkv_rs does.
                 if wg_idx == 0:
-                    pipeline_q.consumer_wait(state)
+                    consumer_wait(pipeline_q, state, self.key.spin_wait)
                     self.sdp_wg_p(o, mLSE2_cur, tiled_mma_SdP, idx, bP, row0, scale_log2, mask, m_block, n_block, masked)
                     pipeline_q.consumer_release(state)  # S^T (waited for in sdp_wg_p) was this warpgroup's read of Q
-                    pipeline_do.consumer_wait(state)
+                    consumer_wait(pipeline_do, state, self.key.spin_wait)
                     rdS.store(rP.load())  # dV's A operand, in the registers of warpgroup 2's dS^T (the compiler renames them)
                 else:
-                    pipeline_do.consumer_wait(state)
+                    consumer_wait(pipeline_do, state, self.key.spin_wait)
                     self.sdp_wg_ds(o, mDpsum_cur, tiled_mma_SdP, idx, bP, bdS, row0)
                     pipeline_do.consumer_release(state)  # dP^T (waited for in sdp_wg_ds) was this warpgroup's read of dO
-                    pipeline_q.consumer_wait(state)
+                    consumer_wait(pipeline_q, state, self.key.spin_wait)
                 self.dkv_rs_gemm(tiled_mma_dK, acc_dK, rdS, o.tdKVrB[None, None, None, idx])  # dV (warpgroup 1) or dK (2)
             else:
                 if wg_idx == 0:
-                    pipeline_q.consumer_wait(state)
+                    consumer_wait(pipeline_q, state, self.key.spin_wait)
                     self.sdp_wg_p(o, mLSE2_cur, tiled_mma_SdP, idx, bP, row0, scale_log2, mask, m_block, n_block, masked)
                 else:
-                    pipeline_do.consumer_wait(state)
+                    consumer_wait(pipeline_do, state, self.key.spin_wait)
                     self.sdp_wg_ds(o, mDpsum_cur, tiled_mma_SdP, idx, bP, bdS, row0)
                 # phase 2 reads both (dK: Q, dV: dO): the wait each warpgroup skipped above (a completed phase passes at once)
-                pipeline_q.consumer_wait(state)
-                pipeline_do.consumer_wait(state)
+                consumer_wait(pipeline_q, state, self.key.spin_wait)
+                consumer_wait(pipeline_do, state, self.key.spin_wait)
         else:
-            pipeline_q.consumer_wait(state)
+            consumer_wait(pipeline_q, state, self.key.spin_wait)
             wgmma(tiled_mma_SdP, acc_S, tSrK, tSrQ[None, None, None, idx], zero_init=True, wg_wait=-1)
             for c in cutlass.range_constexpr(cute.size(rLSE)):
                 rLSE[c] = mLSE2_cur[row0 + tScS_mn[0, c][1]]
-            pipeline_do.consumer_wait(state)
+            consumer_wait(pipeline_do, state, self.key.spin_wait)
             wgmma(tiled_mma_SdP, acc_dP, tdPrV, tdPrdO[None, None, None, idx], zero_init=True, wg_wait=1)
             if const_expr(masked):
                 mask.apply_transposed(acc_S, tScS_mn, m_block, n_block, mask_seqlen=True)

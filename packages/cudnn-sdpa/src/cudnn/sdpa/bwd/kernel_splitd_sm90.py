@@ -35,6 +35,7 @@ from cutlass.cute.nvgpu import warpgroup
 
 from .._device.mask_bwd import MaskInfoBwd
 from .._device.mma_sm90 import acc_view_mn, transpose_view, wgmma
+from .._device.pipeline import consumer_wait
 from .kernel_key import SdpaBwdKey
 from .kernel_sm90 import NamedBarrierBwd, SdpaBwdKernelSm90
 
@@ -164,11 +165,11 @@ class SdpaBwdSplitDKernelSm90(SdpaBwdKernelSm90):
         smem_copy_atom, smem_thr_copy_PdS, tPsP, tdSsdS = o.smem_copy_atom, o.smem_thr_copy_PdS, o.tPsP, o.tdSsdS
         idx = state.index
         row0 = m_block * self.tile_m
-        pipeline_q.consumer_wait(state)
+        consumer_wait(pipeline_q, state, self.key.spin_wait)
         wgmma(tiled_mma_SdP, acc_S, tSrK, tSrQ[None, None, None, idx], zero_init=True, wg_wait=-1)
         for c in cutlass.range_constexpr(cute.size(rLSE)):
             rLSE[c] = mLSE2_cur[row0 + tScS_mn[0, c][1]]
-        pipeline_do.consumer_wait(state)
+        consumer_wait(pipeline_do, state, self.key.spin_wait)
         wgmma(tiled_mma_SdP, acc_dP, tdPrV, tdPrdO[None, None, None, idx], zero_init=True, wg_wait=1)
         if const_expr(masked):
             mask.apply_transposed(acc_S, tScS_mn, m_block, n_block, mask_seqlen=True)
