@@ -26,7 +26,9 @@ reduce-adds from the consumers or from the writer warp; d128 only);
 ``ours-m128`` (d64 only: FA3 / FA4's 128-row query blocks, with the causal default's dq_bulk + dq_writer, stats_tma,
 ds2, prepost, causal and not) and ``ours-m128t`` (the same tile with dq_tma's reduce-adds from the consumers);
 session 8's instruction-overhead variants: ``ours-pack`` / ``ours-dsk`` / ``ours-pd`` (the case's default schedule plus
-``pack1``: P^T / dS^T converted once, ``dsk``: dS stored K-major by transposed stmatrix, or both), ``ours-m128r``
+``pack1``: P^T / dS^T converted once, ``dsk``: dS stored K-major by transposed stmatrix, or both; ``ours-spin`` /
+``ours-kvq`` / ``ours-spinkvq``: the case's own default (``_default_tuning``) plus the fixed-cost variants ``spin``, the
+consumers' barrier waits without NANOSLEEP, ``kvq``, K / V on the first Q / dO stage's barrier, or both), ``ours-m128r``
 (ours-m128 with ``dqrows``: dQ's 128 rows split over the warpgroups) and ``ours-m128x`` (ours-m128 with those three
 and ``stats4``: lse_log2 / dpsum read as 16-byte words);
 ``ours-splitdb`` (d256: split_d with FA4's dQ path: one 64 x 128 dQ GEMM per warpgroup, staged in fragment order and
@@ -209,13 +211,27 @@ DEFAULT_PLUS = {
     "ours-pack": ("pack1",),
     "ours-dsk": ("dsk",),
     "ours-pd": ("pack1", "dsk"),
+    "ours-spin": ("spin",),
+    "ours-kvq": ("kvq",),
+    "ours-spinkvq": ("spin", "kvq"),
 }
+#: The fixed-cost variants (notes/bwd_fixed_cost.md A / B: ``spin`` consumer waits without NANOSLEEP, ``kvq`` K / V on
+#: the first Q / dO stage's barrier): they combine with every default schedule, so their providers run on the case's
+#: own default (``_default_tuning``: m80 at d128 non-causal, m128 at d64, n96 at d192, split_d at d256), not on
+#: DEFAULT_TUNING / CAUSAL_TUNING as pack1 / dsk do.
+CASE_DEFAULT_EXTRAS = frozenset({"spin", "kvq"})
 
 
 def _make_default_plus(extra):
     def make(case):
         from cudnn.sdpa.bwd import api as bwd_api
 
+        p = case.params
+        if set(extra) <= CASE_DEFAULT_EXTRAS:
+            base = bwd_api._default_tuning(p["d"], p["dv"], False, p["causal"], True)
+            if "kvq" in extra and "split_d" in base:
+                raise Unsupported("kvq is a prologue of the 64-wide and n96 main kernels (not split_d)")
+            return make_ours(case, tuple(base) + tuple(extra))
         if case.params["d"] > 128:
             raise Unsupported("pack1 / dsk are schedules of the 64-wide main kernel (D <= 128)")
         base = bwd_api.CAUSAL_TUNING if case.params["causal"] else bwd_api.DEFAULT_TUNING
