@@ -1301,3 +1301,108 @@ def test_n96_ds2_drops_the_cta_ds_free_barrier_and_pack1_converts_inline(tmp_pat
     assert inline_cvt == (24 * loops if pack1 else 0), inline_cvt
     assert "st.local" not in ptx and "ld.local" not in ptx and frame_sizes(tmp_path) == [0]
     _assert_host_ptxas_clean(tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Fixed-cost variants (notes/bwd_fixed_cost.md A / B): spin (spin_wait) and kvq (kv_with_q)
+# ---------------------------------------------------------------------------------------------------------------
+def test_spin_and_kvq_set_their_key_fields_and_kvq_refuses_split_d():
+    """``spin`` / ``kvq`` set spin_wait / kv_with_q (default off: their own kernel-cache entries) on top of any default
+    schedule (the d128 causal and d192 n96 ones here); kvq with split_d is refused with a ValueError naming kvq, spin is
+    taken there."""
+    from cudnn.sdpa.bwd import api
+    from cudnn.sdpa.bwd.api import SdpaBwdSm90
+    from cudnn.sdpa.bwd.kernel_key import TUNING_FIELDS, SdpaBwdKey
+
+    assert (TUNING_FIELDS["spin"], TUNING_FIELDS["kvq"]) == ("spin_wait", "kv_with_q")
+    base = SdpaBwdSm90(*_descs(), is_causal=True, _tuning=api.CAUSAL_TUNING)
+    base.check_support()
+    assert (base.key.spin_wait, base.key.kv_with_q) == (False, False)
+    for extra, fields in ((("spin",), (True, False)), (("kvq",), (False, True)), (("spin", "kvq"), (True, True))):
+        plan = SdpaBwdSm90(*_descs(), is_causal=True, _tuning=api.CAUSAL_TUNING + extra)
+        assert plan.check_support() and (plan.key.spin_wait, plan.key.kv_with_q) == fields
+        assert plan.key != base.key and plan.key.dq_writer
+    n96 = SdpaBwdSm90(*_d192_descs(), is_causal=True, _tuning=api.D192_TUNING + ("spin", "kvq"))
+    assert n96.check_support() and n96.key.tile_n96 and n96.key.spin_wait and n96.key.kv_with_q
+    split = ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "sdpwg", "dkvrs", "dkvearly")
+    assert SdpaBwdSm90(*_d256_descs(), _tuning=split + ("spin",)).check_support()
+    with pytest.raises(ValueError, match="kv_with_q \\(kvq\\)"):
+        SdpaBwdSm90(*_d256_descs(), _tuning=split + ("kvq",)).check_support()
+    with pytest.raises(ValueError, match="kv_with_q \\(kvq\\)"):
+        SdpaBwdKey("bf16", 128, 128, 1, False, False, False, False, False, False, False, split_d=True, kv_with_q=True)
+
+
+#: hint-less (spinning) / hinted (sleeping: NANOSLEEP in SASS) full- or empty-barrier waits in the PTX
+_SPIN_WAIT = "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64"
+_HINTED_WAIT = re.compile(r"mbarrier\.try_wait\.parity\.shared\.b64 P1, \[[^\]]+\], [^,]+, 10000000;")
+
+
+def _tx_bytes(ptx: str, op: str) -> list[int]:
+    """The byte counts (in PTX order) of the ``op`` mbarrier instructions (``mbarrier.arrive.expect_tx.shared.b64`` or
+    ``mbarrier.expect_tx.relaxed.cta.shared.b64``): each takes a register set by one ``mov.b32`` of an immediate."""
+    out = []
+    for reg in re.findall(re.escape(op) + r"\s+(?:%rd\d+, )?\[[^\]]+\], (%r\d+);", ptx):
+        movs = re.findall(r"mov\.b32\s+" + re.escape(reg) + r", (\d+);", ptx)
+        assert len(movs) == 1, (reg, movs)
+        out.append(int(movs[0]))
+    return out
+
+
+_ARRIVE_TX = "mbarrier.arrive.expect_tx.shared.b64"
+_EXPECT_TX = "mbarrier.expect_tx.relaxed.cta.shared.b64"
+#: d128 causal, the case's default schedule (CAUSAL_TUNING): two query-block loops, 5 consumer waits (K / V, then Q and
+#: dO per loop), 3 producer ones (the K / V slot, Q's and dO's)
+_D128_CAUSAL_DEFAULT = (
+    "'bf16', 128, 128, 1, True, False, False, False, False, False, False, dq_bulk=True, dq_writer=True, stats_tma=True, ds_double_buffer=True, prepost_vec=True"
+)
+
+
+@pytest.mark.compile_only
+def test_spin_ptx_spins_on_every_consumer_wait_and_keeps_the_producers_hinted(tmp_path):
+    """One compile (d128 causal default + spin): the 5 consumer full-barrier waits (K / V, Q and dO in each of the two
+    query-block loops) are hint-less try_wait loops (2 try_waits each: first try, then the loop; ptxas emits no
+    NANOSLEEP for them), the producer's 3 empty-barrier waits keep the hinted form; the loads are unchanged (one K / V
+    arrive of 64 KiB, Q / dO + their stats rows); no local memory, a zero frame."""
+    from cudnn_testing.compile_only import frame_sizes
+
+    skip_unless_cutedsl("4.8.0", "cudnn.sdpa backward")
+    ptx = _dump(tmp_path, _D128_CAUSAL_DEFAULT + ", spin_wait=True", "SdpaBwdKernelSm90", keep="ptx,cubin")
+    assert ptx.count(_SPIN_WAIT) == 2 * 5
+    assert len(_HINTED_WAIT.findall(ptx)) == 3  # the default: 8 (every wait hinted)
+    assert _tx_bytes(ptx, _ARRIVE_TX) == [2 * 128 * 128 * 2, 64 * 128 * 2 + 64 * 4, 64 * 128 * 2 + 64 * 4]
+    assert _EXPECT_TX not in ptx
+    assert "st.local" not in ptx and "ld.local" not in ptx and frame_sizes(tmp_path) == [0]
+
+
+#: (key, kernel class, K bytes, V bytes, Q stage bytes, dO stage bytes, consumer waits): kvq on the d128 causal default,
+#: spin + kvq on the d64 default (m128, 128-row query blocks) and on the d192 n96 default (96 keys, GQA, varlen, window)
+KVQ_KEYS = [
+    (_D128_CAUSAL_DEFAULT + ", kv_with_q=True", "SdpaBwdKernelSm90", 128 * 128 * 2, 128 * 128 * 2, 64 * 128 * 2 + 256, 64 * 128 * 2 + 256, 4),
+    ("'bf16', 64, 64, 1, False, False, False, False, False, False, False, dq_bulk=True, dq_writer=True, stats_tma=True, ds_double_buffer=True, "
+     "prepost_vec=True, tile_m128=True, pack_once=True, ds_kmajor=True, dq_rows=True, stats_vec4=True, spin_wait=True, kv_with_q=True",
+     "SdpaBwdKernelSm90", 128 * 64 * 2, 128 * 64 * 2, 128 * 64 * 2 + 512, 128 * 64 * 2 + 512, 4),
+    ("'bf16', 192, 128, 2, True, True, False, True, False, True, False, dq_bulk=True, dq_writer=True, stats_tma=True, prepost_vec=True, "
+     "tile_n96=True, ds_double_buffer=True, spin_wait=True, kv_with_q=True",
+     "SdpaBwdN96KernelSm90", 96 * 192 * 2, 96 * 128 * 2, 64 * 192 * 2 + 256, 64 * 128 * 2 + 256, 6),
+]  # fmt: skip
+
+
+@pytest.mark.compile_only
+@pytest.mark.parametrize("key,kernel,tx_k,tx_v,tx_q,tx_do,waits", KVQ_KEYS, ids=["d128-causal-kvq", "d64-m128-spinkvq", "d192-n96-window-varlen-spinkvq"])
+def test_kvq_ptx_puts_k_and_v_on_the_first_q_and_do_stage_barriers(tmp_path, key, kernel, tx_k, tx_v, tx_q, tx_do, waits):
+    """One compile each: the K / V barrier is gone (no arrive of K + V's bytes, no wait on it: 2 producer waits instead
+    of 3, one consumer wait less); K's and V's bytes are added by two ``mbarrier.expect_tx`` (no arrive), each before
+    the producer arrival of the Q / dO stage it rides on (K, Q0, V, dO0 in issue order), whose own arrivals keep Q's /
+    dO's bytes plus the stats rows; with spin every consumer wait spins; no local memory, a zero frame."""
+    from cudnn_testing.compile_only import frame_sizes
+
+    skip_unless_cutedsl("4.8.0", "cudnn.sdpa backward")
+    ptx = _dump(tmp_path, key, kernel, keep="ptx,cubin")
+    assert _tx_bytes(ptx, _EXPECT_TX) == [tx_k, tx_v]
+    assert _tx_bytes(ptx, _ARRIVE_TX) == [tx_q, tx_do]  # the default's first arrive, K + V's bytes, is gone
+    order = [m.group(0) for m in re.finditer(re.escape(_EXPECT_TX) + "|" + re.escape(_ARRIVE_TX), ptx)]
+    assert order == [_EXPECT_TX, _ARRIVE_TX, _EXPECT_TX, _ARRIVE_TX]
+    spin = "spin_wait=True" in key
+    assert len(_HINTED_WAIT.findall(ptx)) == 2 + (0 if spin else waits)
+    assert ptx.count(_SPIN_WAIT) == (2 * waits if spin else 0)
+    assert "st.local" not in ptx and "ld.local" not in ptx and frame_sizes(tmp_path) == [0]
