@@ -1406,3 +1406,27 @@ def test_kvq_ptx_puts_k_and_v_on_the_first_q_and_do_stage_barriers(tmp_path, key
     assert len(_HINTED_WAIT.findall(ptx)) == 2 + (0 if spin else waits)
     assert ptx.count(_SPIN_WAIT) == (2 * waits if spin else 0)
     assert "st.local" not in ptx and "ld.local" not in ptx and frame_sizes(tmp_path) == [0]
+
+
+#: (key, kernel class, consumer waits): spin on the split-D kernels, whose ``step`` overrides the 64-wide one's: the d256
+#: default (split_d bulk with sdpwg + dkvrs + dkvearly: each warpgroup waits for Q and dO on its own, 4 a loop) and
+#: the plain split_d kernel at d128; begin_key_block's K / V wait is the shared one
+SPIN_SPLIT_D_KEYS = [
+    ("'bf16', 256, 256, 1, True, False, False, False, False, False, False, split_d=True, dq_bulk=True, dq_writer=True, "
+     "ds_double_buffer=True, prepost_vec=True, sdp_wg=True, dkv_rs=True, dkv_early=True, spin_wait=True", "SdpaBwdSplitDBulkKernelSm90", 9),
+    ("'bf16', 128, 128, 1, True, False, False, False, False, False, False, split_d=True, prepost_vec=True, spin_wait=True", "SdpaBwdSplitDKernelSm90", 5),
+]  # fmt: skip
+
+
+@pytest.mark.compile_only
+@pytest.mark.parametrize("key,kernel,waits", SPIN_SPLIT_D_KEYS, ids=["d256-default-spin", "splitd-d128-spin"])
+def test_spin_ptx_reaches_the_split_d_kernels_steps(tmp_path, key, kernel, waits):
+    """One compile each: every consumer full-barrier wait spins (2 hint-less try_waits a wait), only the producer's 3
+    empty-barrier waits keep the hinted form; no local memory, a zero frame."""
+    from cudnn_testing.compile_only import frame_sizes
+
+    skip_unless_cutedsl("4.8.0", "cudnn.sdpa backward")
+    ptx = _dump(tmp_path, key, kernel, keep="ptx,cubin")
+    assert ptx.count(_SPIN_WAIT) == 2 * waits
+    assert len(_HINTED_WAIT.findall(ptx)) == 3
+    assert "st.local" not in ptx and "ld.local" not in ptx and frame_sizes(tmp_path) == [0]
