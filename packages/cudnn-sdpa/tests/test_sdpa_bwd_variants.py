@@ -184,6 +184,7 @@ def test_variant_grads_match_reference(case):
     assert plan.key.pack_once == ("pack1" in tuning) and plan.key.ds_kmajor == ("dsk" in tuning) and plan.key.dq_rows == ("dqrows" in tuning)
     assert plan.key.stats_vec4 == ("stats4" in tuning)
     assert plan.key.sdp_wg == ("sdpwg" in tuning) and plan.key.dkv_rs == ("dkvrs" in tuning) and plan.key.dkv_early == ("dkvearly" in tuning)
+    assert plan.key.spin_wait == ("spin" in tuning) and plan.key.kv_with_q == ("kvq" in tuning)
     ref = attention_grads_ref(q, k, v, do, **kw)
     lowp = attention_grads_ref(q, k, v, do, upcast=False, **kw)
     for name, g, r, lp in zip(("dq", "dk", "dv"), (dq, dk, dv), ref, lowp, strict=False):
@@ -230,7 +231,8 @@ def test_variant_thd_varlen_grads_match_reference(case):
     runs = []
     for _ in range(2 if deterministic else 1):
         grads = tuple(poison(torch.empty_like(x)) for x in (q, k, v))
-        _run(tuning, q, k, v, o, do, lse, *grads, **opts)
+        plan, _ = _run(tuning, q, k, v, o, do, lse, *grads, **opts)
+        assert plan.key.spin_wait == ("spin" in tuning) and plan.key.kv_with_q == ("kvq" in tuning)
         runs.append(grads)
     for other in runs[1:]:
         for name, a, c in zip(("dq", "dk", "dv"), runs[0], other, strict=False):
@@ -359,3 +361,42 @@ def test_d256_with_sinks_and_their_gradient(tuning):
     for name, g, r, lp in zip(("dq", "dk", "dv"), (dq, dk, dv), ref, lowp, strict=False):
         assert_close_fa(g, r, lp, name)
     assert_dsinks_close(dsinks, o, do, lse, sinks, ref, lowp)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Fixed-cost variants (notes/bwd_fixed_cost.md A / B): ``spin`` (the consumers' K / V, Q and dO waits spin on a
+# hint-less try_wait, no NANOSLEEP; results bitwise those of the schedule without it) and ``kvq`` (K on the CTA's first Q
+# stage's barrier, V on its first dO stage's; no K / V barrier), each and together, on top of the case's own default
+# (bwd/api.py: CAUSAL_TUNING at d128 causal, D128_NONCAUSAL_TUNING (m80) at d128 non-causal, D64_TUNING (m128) at d64,
+# DEFAULT_TUNING for a varlen window plan). The d64 two-sided window and the varlen window (GQA; empty and one-token
+# sequences) have key blocks that no query block sees: kvq loads no K / V there and the epilogue writes sK / sV with no
+# TMA in flight. 12 tests, 12 main-kernel compiles.
+FIXED_COST = [("spin",), ("kvq",), ("spin", "kvq")]
+# (default tuning's name in bwd/api.py, dtype, d, h, h_kv, s_q, s_kv, causal, bottom_right, window, layout)
+FIXED_COST_DENSE = [
+    ("CAUSAL_TUNING", torch.bfloat16, 128, 8, 2, 1000, 1000, True, False, (-1, -1), BSHD),  # GQA causal, ragged
+    ("D128_NONCAUSAL_TUNING", torch.bfloat16, 128, 4, 4, 1000, 1000, False, False, (-1, -1), BSHD),  # m80, last block past the padding
+    ("D64_TUNING", torch.float16, 64, 4, 4, 500, 700, False, False, (70, 33), BSHD),  # m128, key blocks no query sees
+]
+
+
+@pytest.mark.parametrize("extra", FIXED_COST, ids=["+".join(e) for e in FIXED_COST])
+@pytest.mark.parametrize("case", FIXED_COST_DENSE, ids=["d128-causal-gqa", "d128-noncausal-m80", "d64-m128-window"])
+def test_fixed_cost_variant_grads_match_reference(case, extra):
+    from cudnn.sdpa.bwd import api
+
+    base = getattr(api, case[0])
+    assert base == api._default_tuning(case[2], case[2], False, case[7], case[9] == (-1, -1))  # the case's own default
+    test_variant_grads_match_reference((tuple(base) + extra,) + case[1:])
+
+
+@pytest.mark.parametrize("extra", FIXED_COST, ids=["+".join(e) for e in FIXED_COST])
+def test_fixed_cost_variant_varlen_gqa_window_grads_match_reference(extra):
+    """THD varlen, GQA 4, two-sided window (70, 33) on DEFAULT_TUNING (a window plan's default) + ``extra``; the plan's
+    key carries spin_wait / kv_with_q."""
+    from cudnn.sdpa.bwd import api
+
+    assert api._default_tuning(128, 128, False, False, False) == api.DEFAULT_TUNING
+    tuning = tuple(api.DEFAULT_TUNING) + extra
+    case = (tuning, False, torch.bfloat16, 128, 8, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], False, False, (70, 33))
+    test_variant_thd_varlen_grads_match_reference(case)
