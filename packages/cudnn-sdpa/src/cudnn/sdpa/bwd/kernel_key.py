@@ -91,7 +91,8 @@ class SdpaBwdKey(AttentionKey):
     # dq_writer (and optionally stats_tma, prepost_vec, ds_double_buffer: a second dS buffer, pack_once); nothing else
     # of the main kernel's variants
     tile_n96: bool = False
-    # Fixed-cost variants (notes/bwd_fixed_cost.md A / B; opt-in, default PTX unchanged):
+    # Fixed-cost variants (notes/bwd_fixed_cost.md A / B; opt-in, default PTX unchanged; the session-15 H200 A/B found
+    # neither faster than the default, docs/benchmarks/sdpa_bwd_s15_fixed_d128.md / _d64.md):
     # the consumers' full-barrier waits (K / V at the start of the key block, Q / dO of every query block) spin on
     # ``mbarrier.try_wait`` with no suspend-time hint, so no NANOSLEEP (``_device/pipeline.consumer_wait``, the forward's
     # ``SdpaFwdKey.spin_wait``); every main kernel (64-wide, split_d, split_d bulk, n96)
