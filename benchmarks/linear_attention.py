@@ -13,7 +13,9 @@ kernel alone (the adapter with ``grid_ctas = 0``, replayed from a CUDA graph: co
 "ours-pf<P>+graph" (P = 1, 2, 4, 8): the run grid with ``l2_prefetch = P`` (the CTA asks L2 for the token group P groups
 ahead of its registers' next one, ``cp.async.bulk.prefetch.L2``), "ours-steady+graph" with ``steady = True`` (groups of
 4 tokens inside one sequence skip the per-token sequence walk and history branches), "ours-steady-pf<P>+graph" both,
-all kernel-only, and "ours-steady-pf2" the public op eager with both; "ours-upd-slowhost" the decode update with session
+all kernel-only, and "ours-steady-pf2" the public op eager with both; "ours-chunk<C>+graph" (C = 8, 16,
+32; dense cases only): the run grid with ``chunk = C`` (CTA row j walks the C-token chunks j, j + n_runs, j + 2 n_runs,
+... instead of one contiguous run; the default steady path), kernel-only; "ours-upd-slowhost" the decode update with session
 8's host path (custom-op dispatch, DSL entry, full validation; ``ours`` has session 9's direct call, tvm-ffi route and
 memoized validation). ``--cases`` keeps named cases and ``--out``
 names the table (conv1d only), e.g. ``conv1d --cases "fwd T16k D4096,fwd T8k D8192,fwd T32k D4096" --out
@@ -247,6 +249,8 @@ def _make_ours_kernel_variant(**fields):
 
         if case.params["op"] != "fwd":
             raise Unsupported("forward-only kernel variant")
+        if fields.get("chunk") and case.params["varlen"]:
+            raise Unsupported("chunk-interleaved runs: dense plans only")
         inp = _inputs(case)
         cu = inp["cu"]
         x = inp["x"][0] if cu is not None else inp["x"]
@@ -614,6 +618,11 @@ def main(args=None):
         Provider("ours-steady-pf2+graph", _make_ours_kernel_variant(steady=True, l2_prefetch=2)),
         Provider("ours-steady-pf4+graph", _make_ours_kernel_variant(steady=True, l2_prefetch=4)),
         Provider("ours-steady-pf2", _make_ours_op_options(steady=True, l2_prefetch=2)),
+        # chunk-interleaved runs (``chunk`` = C: CTA row j walks the C-token chunks j, j + n_runs, ...; dense
+        # only, with the default steady path), kernel-only: compare ours+graph
+        Provider("ours-chunk8+graph", _make_ours_kernel_variant(chunk=8)),
+        Provider("ours-chunk16+graph", _make_ours_kernel_variant(chunk=16)),
+        Provider("ours-chunk32+graph", _make_ours_kernel_variant(chunk=32)),
         # session 9: the decode update with session 8's host path (ours: the direct call, tvm-ffi route and memo)
         Provider("ours-upd-slowhost", _make_ours_update_slowhost),
         Provider("adapter", _make_ours_adapter(False)),

@@ -2,7 +2,8 @@
 carry the cudnn symbol prefix (Rule 6), really use 16-byte vector loads and stores, and a second plan
 with another token total is a kernel-cache hit (Rule 4). The forward's default grid is the run grid (``grid_ctas``
 None: 4 x the SMs, 528 without a GPU) and builds ``kernel_runs`` with 16-byte loads and stores and no stack frame;
-``grid_ctas = 0`` builds the 64-token kernel. Kept small: five compiles, about 15 s."""
+``grid_ctas = 0`` builds the 64-token kernel; the opt-in variants (``l2_prefetch``, ``steady``, ``chunk``) build and
+validate. Kept small: the ``-k chunk`` tests are eight compiles, about 20 s."""
 
 from __future__ import annotations
 
@@ -254,3 +255,59 @@ def test_forward_steady_variant_compiles_and_validates(tmp_path):
         plan.steady, plan.l2_prefetch, plan.grid_ctas = bad, 0, grid
         with pytest.raises(ValueError, match="steady"):
             plan.compile()
+
+
+@pytest.mark.parametrize("chunk", [8, 16])
+def test_forward_chunk_variant_compiles_without_a_frame(tmp_path, chunk):
+    """``plan.chunk = C`` (opt-in: chunk-interleaved runs, ``Conv1dFwdKey.chunk``): the dense run grid builds
+    ``kernel_runs`` with the chunk walk, 16-byte loads and stores and no frame (the next chunk's halo is fetched into the
+    registers its last group frees, so nothing spills at 128 registers): bf16 W = 4 SiLU with bias (the benchmark's key)
+    and fp32 W = 2 without bias; its PTX differs from the default's (``chunk`` 0)."""
+    from cudnn.kernel_cache import kernel_cache
+    from cudnn.linear_attention.conv1d import api
+    from cudnn.linear_attention.conv1d.api import CausalConv1d
+
+    assert api.FWD_CHUNK_DEFAULT == 0
+    for dt, D, W, bias, act in (("bfloat16", 512, 4, True, "silu"), ("float32", 256, 2, False, None)):
+        x = TensorDesc.contiguous((3, 1000, D), dt, "x")
+        b = TensorDesc.contiguous((D,), dt, "bias") if bias else None
+        plan = CausalConv1d(x, TensorDesc.contiguous((D, W), dt, "weight"), x, b, activation=act)
+        assert plan.chunk is None
+        plan.check_support()
+        assert plan.compile_key().chunk == 0
+        plan.chunk = chunk
+        key = plan.compile_key()
+        assert key.chunk == chunk and key.grid_ctas > 0 and key.steady is True
+        kernel_cache._entries.pop(("linear_attention.conv1d", key), None)
+        out = tmp_path / f"{dt}-{chunk}"
+        with keep_artifacts(out) as ptx:
+            plan.compile()
+            text = ptx()
+        names = kernel_symbols(text)
+        assert len(names) == 1 and "kernel_runs" in names[0] and names[0].startswith("cudnn_"), names
+        assert "ld.global.v4" in text and "st.global.v4" in text and ".local" not in text
+        assert frame_sizes(out) == [0]
+        plan.chunk = 0
+        kernel_cache._entries.pop(("linear_attention.conv1d", plan.compile_key()), None)
+        with keep_artifacts(tmp_path / f"{dt}-default") as ptx0:
+            plan.compile()
+            assert ptx0() != text
+
+
+def test_forward_chunk_validation():
+    """``plan.chunk`` must be None / 0 or an int C > 0, a multiple of 2 * ``group`` (8) tokens, on the run grid of a dense
+    plan without ``l2_prefetch``: anything else raises ValueError naming the option at compile(), before any build."""
+    from cudnn.linear_attention.conv1d.api import CausalConv1d
+
+    x = TensorDesc.contiguous((2, 4096, 512), "bfloat16", "x")
+    dense = CausalConv1d(x, TensorDesc.contiguous((512, 4), "bfloat16", "weight"), x, TensorDesc.contiguous((512,), "bfloat16", "bias"), activation="silu")
+    dense.check_support()
+    for bad, grid, pf in ((4, None, 0), (12, None, 0), (-8, None, 0), (8.0, None, 0), (True, None, 0), (8, 0, 0), (16, None, 2)):
+        dense.chunk, dense.grid_ctas, dense.l2_prefetch = bad, grid, pf
+        with pytest.raises(ValueError, match="chunk"):
+            dense.compile()
+    varlen = _fwd_plan(1000, 5)
+    varlen.check_support()
+    varlen.chunk = 8
+    with pytest.raises(ValueError, match="chunk"):
+        varlen.compile()

@@ -13,6 +13,9 @@ the fp32 reference.
   crossing every sequence), 7 with fp32 D = 4096 (fewer CTAs than the 8 channel blocks: one run per block) and 1056. A
   second, tiny batch (T = 3: one run shorter than a group of 4) re-binds each varlen plan. Pruned to 7 run-grid compiles
   (plus their 64-token twins), about 25 s of compiles.
+- Chunk-interleaved runs (``plan.chunk`` = 8 / 16 / 32, dense only): bitwise the default plan's y and final states over
+  dense T 1 / 7 / 1000 / 16384 and batches of L 1001 / 13 / 4099, D 4096 and 2560 (a partial channel block), W 2-4,
+  bf16 / fp32, initial / final states on and off, steady on and off (``test_forward_chunk_is_bitwise_the_default``).
 - Detectors on the default plan: warm executes neither synchronize nor allocate; the first execute inside a CUDA-graph
   capture replays like eager; the public op (the run grid) gives the bits of the op with ``api.FWD_GRID_CTAS_DEFAULT = 0``.
 
@@ -294,3 +297,62 @@ def test_public_update_host_path_is_bitwise_the_custom_op_and_captures(monkeypat
     plan.execute(src, ref_state, w, ref_out, b, idx)
     torch.cuda.synchronize()
     assert torch.equal(out, ref_out) and torch.equal(state, ref_state)
+
+
+#: (chunk, dtype, width, bias, activation, states) of the chunk-interleaved runs (``Conv1dFwdKey.chunk``;
+#: dense only); states: None, "init" (initial and final states) or "final"; steady: the plan's ``steady`` (both plans; False:
+#: every group takes the per-token path, so its halo fetches are the ones exercised). Nine chunk compiles plus their
+#: default twins.
+CHUNK_CASES = [
+    (8, "bfloat16", 4, True, "silu", None, True),
+    (16, "bfloat16", 4, True, "silu", None, True),
+    (32, "bfloat16", 4, True, "silu", None, True),
+    (8, "bfloat16", 2, True, "silu", "init", True),
+    (16, "float32", 3, False, None, "init", True),
+    (32, "bfloat16", 3, False, "silu", "final", True),
+    (8, "float32", 2, False, None, None, True),
+    (32, "float32", 4, True, "silu", "init", True),
+    (16, "bfloat16", 4, True, "silu", "init", False),
+]
+#: dense [B, L]: one sequence of 1, 7, 1000 and 16384 tokens (fewer tokens than a chunk, a partial last chunk, T16k), and
+#: batches whose length is no multiple of any chunk (sequence starts inside chunks and groups)
+CHUNK_SHAPES = [(1, 1), (1, 7), (1, 1000), (1, 16384), (3, 1001), (5, 13), (4, 4099)]
+
+
+@pytest.mark.parametrize(("chunk", "dtype", "width", "bias", "activation", "states", "steady"), CHUNK_CASES)
+def test_forward_chunk_is_bitwise_the_default(chunk, dtype, width, bias, activation, states, steady):
+    """``plan.chunk = C`` walks CTA row j's chunks j, j + n_runs, ... of C tokens with the run's per-token fp32 math in the
+    same order (per chunk: the sequence located arithmetically, the window from the W - 1 halo tokens, zero or the initial
+    state before a sequence start; the steady path as the default): y and the final states equal the default plan's
+    (``chunk`` 0, same ``steady``) bit for bit (NaN-poisoned outputs), and y is within the tolerance rule of the fp32 reference, for every
+    dense shape of CHUNK_SHAPES at D = 4096 and D = 2560 (a partial channel block); warm executes neither synchronize
+    nor allocate."""
+    from cudnn.linear_attention.conv1d.api import CausalConv1d
+    from cudnn_testing import detectors
+
+    dt = getattr(torch, dtype)
+    for D in (4096, 2560):
+        w = torch.randn(D, width, device="cuda", dtype=torch.float32 if dtype == "float32" else dt) * 0.5
+        b = torch.randn(D, device="cuda", dtype=w.dtype) if bias else None
+        for B, L in CHUNK_SHAPES:
+            x = torch.randn(B, L, D, device="cuda", dtype=dt)
+            init = torch.randn(B, D, width - 1, device="cuda", dtype=dt) if states == "init" else None
+            outs = []
+            for c in (0, chunk):
+                y = torch.full(x.shape, float("nan"), device="cuda", dtype=dt)
+                fin = torch.full((B, D, width - 1), float("nan"), device="cuda", dtype=dt) if states else None
+                plan = CausalConv1d(x, w, y, b, None, init, fin, activation)
+                plan.chunk, plan.steady = c, steady
+                plan.compile()
+                key = plan.compile_key()
+                assert key.chunk == c and key.grid_ctas == _default_grid(x) and key.steady is steady, key
+                plan.execute(x, w, y, b, None, init, fin)
+                outs.append((y, fin, plan))
+            torch.cuda.synchronize()
+            (y0, f0, _), (y1, f1, plan) = outs
+            y_ref, _ = causal_conv1d_ref(x, w, b, activation, None, init)
+            _check(y1, y_ref, f"y (chunk={chunk}, B={B}, L={L}, D={D})")
+            assert torch.equal(y0, y1), (B, L, D, (y0.float() - y1.float()).abs().max())
+            if states:
+                assert torch.equal(f0, f1), (B, L, D)
+    detectors.assert_no_sync_no_alloc(lambda: plan.execute(x, w, y1, b, None, init, f1), repeats=3)

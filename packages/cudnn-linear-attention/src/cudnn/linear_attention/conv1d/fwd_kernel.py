@@ -43,6 +43,17 @@ Run-grid options (session 9, opt-in, both bitwise the default's outputs; the def
 sequence walk and history branches: :func:`token_output_steady`, ~91 instead of ~150 SASS instructions per token for bf16
 W = 4 SiLU) and ``Conv1dFwdKey.l2_prefetch`` (``cp.async.bulk.prefetch.L2`` of the token group P groups ahead).
 
+Chunk-interleaved runs (``Conv1dFwdKey.chunk`` = C > 0, opt-in, dense plans on the run grid without ``l2_prefetch``;
+bitwise the default's outputs, the default's PTX unchanged): the same ``n_runs`` CTA rows, but row ``j`` walks the chunks
+of C tokens ``j, j + n_runs, j + 2 n_runs, ...`` (:meth:`CausalConv1dFwd.chunks`), so the CTAs of a wave sweep T together
+instead of each streaming its own far-away run (a pure-copy probe on the H200: 74.5 us with the run order, 71.4-72 with
+8-16-token chunks, at T16k x D4096). Per chunk: the sequence located arithmetically, the window reset from its W - 1 halo
+tokens (zero / the initial state before a sequence start, as in a run), the run's group math (steady groups included).
+The double buffer crosses chunk boundaries: a chunk's last group loads the next chunk's first group at its start and its
+halo token by token into the registers its computed tokens free (ahead of them the 128-register cap spills), and the next
+chunk's first group reads the halo into the window before it issues its own next loads. Each chunk re-reads W - 1 halo
+rows (mostly L2 hits): 3/8 more load instructions at C = 8, 3/32 at C = 32. With ``steady`` False it spills 16-48 bytes.
+
 Tests: packages/cudnn-linear-attention/tests/test_conv1d*.py; benchmark: benchmarks/linear_attention.py.
 """
 
@@ -264,6 +275,11 @@ class Conv1dFwdKey:
     #: (:func:`token_output_steady`: the same fp32 operations in the same order, so bitwise the same outputs; fewer
     #: branches and register moves per token). Other groups take the default path.
     steady: bool = False
+    #: Run grid only, dense only: 0 (default) = each CTA row walks one contiguous token run; C > 0 (a multiple of
+    #: 2 * ``group``) = CTA row ``j`` walks the chunks of C tokens ``j, j + n_runs, j + 2 n_runs, ...`` (:meth:`chunks`; the
+    #: same ``n_runs``; per chunk its sequence search and W - 1 halo tokens; loads stay in flight across chunks). The same
+    #: fp32 operations per token in the same order: bitwise the same outputs.
+    chunk: int = 0
 
 
 def _ctype(name: str):
@@ -286,6 +302,9 @@ class CausalConv1dFwd:
         assert key.grid_ctas >= 0, key
         assert not key.steady or key.grid_ctas > 0, key
         assert key.l2_prefetch == 0 or (key.grid_ctas > 0 and 0 < key.l2_prefetch * key.group <= THREADS), key  # one thread per token
+        assert key.chunk == 0 or (
+            key.grid_ctas > 0 and not key.varlen and key.l2_prefetch == 0 and key.chunk % (2 * key.group) == 0 and key.group >= key.width - 1
+        ), key  # halo: W - 1 <= group <= C
 
     @cute.jit
     def __call__(
@@ -454,91 +473,219 @@ class CausalConv1dFwd:
         window, double buffer and per-token math, in the same order (bitwise the 64-token kernel's outputs). The
         prologue issues the first group's loads, the W - 1 halo loads (raw, converted later) and the taps before the
         sequence search and before any of them is consumed, so a run starts after about one memory latency."""
+        if const_expr(self.key.chunk > 0):
+            self.chunks(x_ptr, w_ptr, b_ptr, y_ptr, cu_ptr, init_ptr, T, D, sx, sy, seq_arg, n_seqs, init_sn, init_sd, init_sj, n_runs)
+        else:
+            W = self.W
+            VEC = self.vec
+            U = self.group
+            tidx, _, _ = cute.arch.thread_idx()
+            bidx, bidy, _ = cute.arch.block_idx()
+            dv = bidx * THREADS + tidx
+            base = T // n_runs
+            rem = T - base * n_runs
+            t0 = bidy * base + cutlass.min(bidy, rem)
+            run = base
+            if bidy < rem:
+                run = run + 1
+            if dv < D // VEC and run > 0:
+                d0 = dv * VEC
+                gX = channel_vectors(x_ptr, T, D, sx, VEC)
+                gY = channel_vectors(y_ptr, T, D, sy, VEC)
+                g2r = cute.make_copy_atom(cute.nvgpu.CopyG2ROp(), self.dtype, num_bits_per_copy=128)  # ld.global.v4
+                r2g = cute.make_copy_atom(cute.nvgpu.CopyR2GOp(), self.dtype, num_bits_per_copy=128)  # st.global.v4
+
+                # Loads first: group 0 of the run and the W - 1 halo tokens before it (raw; zero before token 0).
+                xb = cute.make_rmem_tensor(cute.make_layout((VEC, U, 2)), self.dtype)
+                for u in cutlass.range_constexpr(U):
+                    if u < run:
+                        vector_copy(g2r, gX, xb, t0 + u, dv, u, 0, VEC)
+                halo = cute.make_rmem_tensor(cute.make_layout((VEC, W - 1, 1)), self.dtype)
+                for k in cutlass.range_constexpr(W - 1):
+                    for i in cutlass.range_constexpr(VEC):
+                        halo[i, k, 0] = self.dtype(0.0)
+                for k in cutlass.range_constexpr(W - 1):
+                    if t0 - (W - 1) + k >= 0:
+                        vector_copy(g2r, gX, halo, t0 - (W - 1) + k, dv, k, 0, VEC)
+                # L2 prefetch (``l2_prefetch`` = P > 0): thread u of the CTA asks L2 for the CTA's 2 KB (fewer in a partial
+                # channel block) of token t0 + U + u, u < P * U: groups 1..P of the run.
+                cdv = pf_bytes = None
+                if const_expr(self.key.l2_prefetch > 0):
+                    cdv = bidx * THREADS  # the CTA's first channel vector
+                    pf_bytes = cutlass.min(D // VEC - cdv, THREADS) * (VEC * self.dtype.width // 8)
+                    if tidx < self.key.l2_prefetch * U:
+                        if U + tidx < run:
+                            prefetch_l2_bulk(gX[(None, None), (t0 + U + tidx, cdv)].iterator, pf_bytes)
+
+                rW, rB = load_taps(w_ptr, b_ptr, D, d0, W, VEC)
+                n, bos, nxt = locate_sequence(cu_ptr, t0, n_seqs, seq_arg, self.key.varlen)
+
+                # win[k] holds x[t - (W - 1) + k] while token t is processed; the prologue fills x[t0 - W + k], k >= 1.
+                win = cute.make_rmem_tensor((W, VEC), Float32)
+                for i in cutlass.range_constexpr(VEC):
+                    win[0, i] = Float32(0.0)
+                for k in cutlass.range_constexpr(W - 1):
+                    for i in cutlass.range_constexpr(VEC):
+                        win[k + 1, i] = halo[i, k, 0].to(Float32)
+
+                yg = cute.make_rmem_tensor(cute.make_layout((VEC, U)), self.dtype)
+                acc = cute.make_rmem_tensor((VEC,), Float32)
+                for gp in cutlass.range((run + 2 * U - 1) // (2 * U), unroll=1):
+                    for half in cutlass.range_constexpr(2):
+                        rg = (gp * 2 + half) * U  # the group's first token, relative to t0
+                        for u in cutlass.range_constexpr(U):  # the next group (none past the run)
+                            if rg + U + u < run:
+                                vector_copy(g2r, gX, xb, t0 + rg + U + u, dv, u, 1 - half, VEC)
+                        if const_expr(self.key.l2_prefetch > 0):  # the group P beyond the next one, into L2
+                            if tidx < U:
+                                if rg + (1 + self.key.l2_prefetch) * U + tidx < run:
+                                    prefetch_l2_bulk(gX[(None, None), (t0 + rg + (1 + self.key.l2_prefetch) * U + tidx, cdv)].iterator, pf_bytes)
+                        if const_expr(self.key.steady):
+                            # steady group: every token of the group is in the run and in the sequence (n, bos, nxt) holds,
+                            # at least W - 1 tokens past its start: the per-token math without the sequence walk and the
+                            # history branches (the same fp32 operations in the same order)
+                            tg = t0 + rg
+                            if rg + U <= run and tg + U <= nxt and tg - bos >= W - 1:
+                                for u in cutlass.range_constexpr(U):
+                                    token_output_steady(win, xb[None, u, half], yg[None, u], acc, rW, rB, W, VEC, self.key.silu)
+                                    vector_store(r2g, yg, gY, tg + u, dv, u, VEC)
+                            else:
+                                n, bos, nxt = group_output(
+                                    win, xb, yg, acc, rW, rB, r2g, gY, cu_ptr, init_ptr, t0, rg, run, n, bos, nxt, n_seqs, seq_arg, d0, dv, D,
+                                    init_sn, init_sd, init_sj, half, U, W, VEC, self.key.varlen, self.key.has_init, self.key.silu,
+                                )  # fmt: skip
+                        else:
+                            n, bos, nxt = group_output(
+                                win, xb, yg, acc, rW, rB, r2g, gY, cu_ptr, init_ptr, t0, rg, run, n, bos, nxt, n_seqs, seq_arg, d0, dv, D,
+                                init_sn, init_sd, init_sj, half, U, W, VEC, self.key.varlen, self.key.has_init, self.key.silu,
+                            )  # fmt: skip
+
+    kernel_runs.set_name_prefix("cudnn", remove_cutlass_symbol=True)
+
+    @cute.jit
+    def chunks(
+        self,
+        x_ptr: cute.Pointer,
+        w_ptr: cute.Pointer,
+        b_ptr: cute.Pointer | None,
+        y_ptr: cute.Pointer,
+        cu_ptr: cute.Pointer | None,
+        init_ptr: cute.Pointer | None,
+        T: Int32,
+        D: Int32,
+        sx: Int32,
+        sy: Int32,
+        seq_arg: Int32,
+        n_seqs: Int32,
+        init_sn: Int32,
+        init_sd: Int32,
+        init_sj: Int32,
+        n_runs: Int32,
+    ):
+        """:meth:`kernel_runs` with ``Conv1dFwdKey.chunk`` = C > 0 (dense only): CTA row ``j`` walks the chunks of C tokens
+        ``j, j + n_runs, j + 2 n_runs, ...`` (chunk ``c`` = tokens ``c * C ..``, the last one possibly shorter) instead of
+        one contiguous run. Per chunk: the sequence search (arithmetic when dense), the window reset from the chunk's W - 1
+        halo tokens, then its groups of ``group`` tokens with the same per-token math as the run (the steady path too),
+        so the outputs are bitwise the run grid's. The double buffer runs across chunk boundaries: while a chunk's last
+        group is computed, the registers already receive the next chunk's first group and its halo (C is a multiple of
+        2 * ``group``, so a chunk's first group is always buffer 0 and one halo buffer suffices)."""
         W = self.W
         VEC = self.vec
         U = self.group
+        C = self.key.chunk
+        HP = C // (2 * U)  # group pairs per chunk
         tidx, _, _ = cute.arch.thread_idx()
         bidx, bidy, _ = cute.arch.block_idx()
         dv = bidx * THREADS + tidx
-        base = T // n_runs
-        rem = T - base * n_runs
-        t0 = bidy * base + cutlass.min(bidy, rem)
-        run = base
-        if bidy < rem:
-            run = run + 1
-        if dv < D // VEC and run > 0:
+        stride = n_runs * C  # tokens from one of this CTA's chunks to its next
+        n_chunks = (T + C - 1) // C
+        nc = Int32(0)  # chunks of this CTA row
+        if bidy < n_chunks:
+            nc = (n_chunks - 1 - bidy) // n_runs + 1
+        if dv < D // VEC and nc > 0:
             d0 = dv * VEC
             gX = channel_vectors(x_ptr, T, D, sx, VEC)
             gY = channel_vectors(y_ptr, T, D, sy, VEC)
             g2r = cute.make_copy_atom(cute.nvgpu.CopyG2ROp(), self.dtype, num_bits_per_copy=128)  # ld.global.v4
             r2g = cute.make_copy_atom(cute.nvgpu.CopyR2GOp(), self.dtype, num_bits_per_copy=128)  # st.global.v4
 
-            # Loads first: group 0 of the run and the W - 1 halo tokens before it (raw; zero before token 0).
+            # Loads first: group 0 of the first chunk and its W - 1 halo tokens (raw; zero before token 0).
+            c0 = bidy * C
             xb = cute.make_rmem_tensor(cute.make_layout((VEC, U, 2)), self.dtype)
             for u in cutlass.range_constexpr(U):
-                if u < run:
-                    vector_copy(g2r, gX, xb, t0 + u, dv, u, 0, VEC)
+                if c0 + u < T:
+                    vector_copy(g2r, gX, xb, c0 + u, dv, u, 0, VEC)
             halo = cute.make_rmem_tensor(cute.make_layout((VEC, W - 1, 1)), self.dtype)
             for k in cutlass.range_constexpr(W - 1):
                 for i in cutlass.range_constexpr(VEC):
                     halo[i, k, 0] = self.dtype(0.0)
             for k in cutlass.range_constexpr(W - 1):
-                if t0 - (W - 1) + k >= 0:
-                    vector_copy(g2r, gX, halo, t0 - (W - 1) + k, dv, k, 0, VEC)
-            # L2 prefetch (``l2_prefetch`` = P > 0): thread u of the CTA asks L2 for the CTA's 2 KB (fewer in a partial
-            # channel block) of token t0 + U + u, u < P * U: groups 1..P of the run.
-            cdv = pf_bytes = None
-            if const_expr(self.key.l2_prefetch > 0):
-                cdv = bidx * THREADS  # the CTA's first channel vector
-                pf_bytes = cutlass.min(D // VEC - cdv, THREADS) * (VEC * self.dtype.width // 8)
-                if tidx < self.key.l2_prefetch * U:
-                    if U + tidx < run:
-                        prefetch_l2_bulk(gX[(None, None), (t0 + U + tidx, cdv)].iterator, pf_bytes)
+                if c0 - (W - 1) + k >= 0:
+                    vector_copy(g2r, gX, halo, c0 - (W - 1) + k, dv, k, 0, VEC)
 
             rW, rB = load_taps(w_ptr, b_ptr, D, d0, W, VEC)
-            n, bos, nxt = locate_sequence(cu_ptr, t0, n_seqs, seq_arg, self.key.varlen)
-
-            # win[k] holds x[t - (W - 1) + k] while token t is processed; the prologue fills x[t0 - W + k], k >= 1.
             win = cute.make_rmem_tensor((W, VEC), Float32)
-            for i in cutlass.range_constexpr(VEC):
-                win[0, i] = Float32(0.0)
-            for k in cutlass.range_constexpr(W - 1):
-                for i in cutlass.range_constexpr(VEC):
-                    win[k + 1, i] = halo[i, k, 0].to(Float32)
-
             yg = cute.make_rmem_tensor(cute.make_layout((VEC, U)), self.dtype)
             acc = cute.make_rmem_tensor((VEC,), Float32)
-            for gp in cutlass.range((run + 2 * U - 1) // (2 * U), unroll=1):
+            n = Int32(0)
+            bos = Int32(0)
+            nxt = Int32(0)
+            for p in cutlass.range(nc * HP, unroll=1):  # group pairs of all this CTA's chunks, in order
+                ci = p // HP  # the chunk, of this CTA's
+                q = p - ci * HP  # the pair, of the chunk's
+                t0 = c0 + ci * stride
+                run = cutlass.min(T - t0, C)
+                # the next chunk's first token when this pair is the chunk's last (its halo is fetched during group 1), else T
+                hn = t0 + stride
+                if const_expr(HP > 1):
+                    if q + 1 < HP:
+                        hn = T
                 for half in cutlass.range_constexpr(2):
-                    rg = (gp * 2 + half) * U  # the group's first token, relative to t0
-                    for u in cutlass.range_constexpr(U):  # the next group (none past the run)
-                        if rg + U + u < run:
-                            vector_copy(g2r, gX, xb, t0 + rg + U + u, dv, u, 1 - half, VEC)
-                    if const_expr(self.key.l2_prefetch > 0):  # the group P beyond the next one, into L2
-                        if tidx < U:
-                            if rg + (1 + self.key.l2_prefetch) * U + tidx < run:
-                                prefetch_l2_bulk(gX[(None, None), (t0 + rg + (1 + self.key.l2_prefetch) * U + tidx, cdv)].iterator, pf_bytes)
-                    if const_expr(self.key.steady):
-                        # steady group: every token of the group is in the run and in the sequence (n, bos, nxt) holds,
-                        # at least W - 1 tokens past its start: the per-token math without the sequence walk and the
-                        # history branches (the same fp32 operations in the same order)
-                        tg = t0 + rg
-                        if rg + U <= run and tg + U <= nxt and tg - bos >= W - 1:
-                            for u in cutlass.range_constexpr(U):
-                                token_output_steady(win, xb[None, u, half], yg[None, u], acc, rW, rB, W, VEC, self.key.silu)
-                                vector_store(r2g, yg, gY, tg + u, dv, u, VEC)
-                        else:
-                            n, bos, nxt = group_output(
-                                win, xb, yg, acc, rW, rB, r2g, gY, cu_ptr, init_ptr, t0, rg, run, n, bos, nxt, n_seqs, seq_arg, d0, dv, D,
-                                init_sn, init_sd, init_sj, half, U, W, VEC, self.key.varlen, self.key.has_init, self.key.silu,
-                            )  # fmt: skip
+                    rg = (q * 2 + half) * U  # the group's first token, relative to t0
+                    if const_expr(half == 0):
+                        if q == 0:  # the chunk's first group: its sequence and the window of its W - 1 halo tokens
+                            n, bos, nxt = locate_sequence(cu_ptr, t0, n_seqs, seq_arg, self.key.varlen)
+                            for i in cutlass.range_constexpr(VEC):
+                                win[0, i] = Float32(0.0)
+                            for k in cutlass.range_constexpr(W - 1):
+                                for i in cutlass.range_constexpr(VEC):
+                                    win[k + 1, i] = halo[i, k, 0].to(Float32)
+                        for u in cutlass.range_constexpr(U):  # the chunk's next group (none past the chunk)
+                            if rg + U + u < run:
+                                vector_copy(g2r, gX, xb, t0 + rg + U + u, dv, u, 1, VEC)
                     else:
-                        n, bos, nxt = group_output(
-                            win, xb, yg, acc, rW, rB, r2g, gY, cu_ptr, init_ptr, t0, rg, run, n, bos, nxt, n_seqs, seq_arg, d0, dv, D,
-                            init_sn, init_sd, init_sj, half, U, W, VEC, self.key.varlen, self.key.has_init, self.key.silu,
-                        )  # fmt: skip
-
-    kernel_runs.set_name_prefix("cudnn", remove_cutlass_symbol=True)
+                        if hn < T:  # the next chunk's first group (its halo follows token by token below)
+                            for u in cutlass.range_constexpr(U):
+                                if hn + u < T:
+                                    vector_copy(g2r, gX, xb, hn + u, dv, u, 0, VEC)
+                        else:  # the chunk's next pair, if any (none past the chunk)
+                            for u in cutlass.range_constexpr(U):
+                                if rg + U + u < run:
+                                    vector_copy(g2r, gX, xb, t0 + rg + U + u, dv, u, 0, VEC)
+                    steady = False
+                    tg = t0 + rg
+                    if const_expr(self.key.steady):
+                        steady = rg + U <= run and tg + U <= nxt and tg - bos >= W - 1
+                    if steady:
+                        for u in cutlass.range_constexpr(U):
+                            token_output_steady(win, xb[None, u, half], yg[None, u], acc, rW, rB, W, VEC, self.key.silu)
+                            vector_store(r2g, yg, gY, tg + u, dv, u, VEC)
+                            if const_expr(half == 1 and u < W - 1):
+                                if hn < T:
+                                    vector_copy(g2r, gX, halo, hn - (W - 1) + u, dv, u, 0, VEC)  # hn >= C >= W - 1
+                    else:
+                        for u in cutlass.range_constexpr(U):
+                            t = tg + u
+                            if rg + u < run:
+                                n, bos, nxt = advance_sequence(cu_ptr, t, n, bos, nxt, n_seqs, seq_arg, self.key.varlen)
+                                token_output(
+                                    win, xb[None, u, half], yg[None, u], acc, rW, rB, t, bos, n, d0, init_ptr, n_seqs, D, init_sn, init_sd, init_sj,
+                                    W, VEC, self.key.has_init, self.key.silu,
+                                )  # fmt: skip
+                                vector_store(r2g, yg, gY, t, dv, u, VEC)
+                            if const_expr(half == 1 and u < W - 1):
+                                if hn < T:
+                                    vector_copy(g2r, gX, halo, hn - (W - 1) + u, dv, u, 0, VEC)
 
     @cute.kernel
     def final_kernel(
