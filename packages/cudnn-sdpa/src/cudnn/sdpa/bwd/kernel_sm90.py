@@ -77,7 +77,10 @@ Fixed-cost variants (notes/bwd_fixed_cost.md A / B; opt-in key fields, default P
 split_d bulk's and n96's, spin on a hint-less ``mbarrier.try_wait`` instead of sleeping: ``_device/pipeline.consumer_wait``,
 the forward's mechanism) and ``kv_with_q`` (kvq: FA4's prologue, K issued on the CTA's first Q stage's barrier and V on its
 first dO stage's, each with an ``mbarrier.expect_tx`` of its bytes before the stage's producer arrival; the consumers'
-K / V wait is dropped, the first S^T waits for K + Q0 only and the first dP^T for V + dO0; not split_d).
+K / V wait is dropped, the first S^T waits for K + Q0 only and the first dP^T for V + dO0; not split_d) and ``pdl``
+(Programmatic Dependent Launch, every main kernel: launched with ``use_pdl``, the producer issues K / V, then
+``griddepcontrol.wait``s for the preprocess before Q / dO and the stats rows; every other warp waits before its first
+read of the preprocess's scratch; the consumers trigger the postprocess's launch after the epilogue).
 
 Tests: packages/cudnn-sdpa/tests/test_sdpa_bwd_*.py. Benchmark: benchmarks/sdpa_bwd.py.
 """
@@ -425,7 +428,7 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
             sQ_layout, sdO_layout, sK_layout, sV_layout, sdS_layout, sdQ_layout,
             tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ,
             tx_q, tx_do, tx_kv, SharedStorage,
-        ).launch(grid=grid, block=[self.num_threads, 1, 1], smem=SharedStorage.size_in_bytes(), stream=stream, min_blocks_per_mp=1)  # fmt: skip
+        ).launch(grid=grid, block=[self.num_threads, 1, 1], smem=SharedStorage.size_in_bytes(), stream=stream, min_blocks_per_mp=1, use_pdl=self.key.pdl)  # fmt: skip
 
     # ------------------------------------------------------------------------------------------------
     # device side
@@ -541,6 +544,9 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
                     tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ, scale_log2, scale, mask, n_block, head_kv, batch_t,
                     offset_q, offset_k, pad_q, m_block_min, m_block_max,
                 )  # fmt: skip
+            if const_expr(self.key.pdl):
+                if n_block * self.tile_n >= seqlen_k:
+                    cute.arch.griddepcontrol_wait()  # pdl: no CTA completes before the preprocess did (the postprocess waits on this grid only)
 
     kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
 
@@ -605,15 +611,22 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
                 )  # fmt: skip
             if const_expr(self.key.dq_writer):
                 if warp_idx == 1:
+                    if const_expr(self.key.pdl):
+                        cute.arch.griddepcontrol_wait()  # pdl: the preprocess zeroed the dQ accumulator
                     self.dq_writer_loop(mLSE2, mDpsum, mdQacc, mdQacc_tma, sdQ, tma_atom_dQ, head_kv, batch, pad_q, m_block_min, m_block_max)
         else:
             cute.arch.setmaxregister_increase(self.num_mma_regs)
+            if const_expr(self.key.pdl):
+                # pdl: lse_log2 / dpsum, the dQ accumulator and the turn counters are the preprocess's
+                cute.arch.griddepcontrol_wait()
             tidx = cute.arch.thread_idx()[0] - self.threads_per_wg
             self.mma(
                 tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ, mdK, mdV, mLSE2, mDpsum, mdQacc, mdQacc_tma, mSem,
                 sQ, sK, sV, sdO, sdSt, sdQ, sdQ_lin, sLSE, sDpsum, tma_atom_dK, tma_atom_dV, tma_atom_dQ, pipeline_q, pipeline_do, pipeline_kv,
                 tidx, scale_log2, scale, mask, n_block, head_kv, batch, offset_k, pad_q, m_block_min, m_block_max,
             )  # fmt: skip
+            if const_expr(self.key.pdl):
+                cute.arch.griddepcontrol_launch_dependents()  # pdl: the postprocess may launch (it waits for this grid)
 
     kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
 
@@ -651,7 +664,8 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         """Producer warp: K and V once, then (Q, dO) of every query block of every query head of the group (with
         stats_tma also the block's lse_log2 / dpsum rows, on Q's / dO's barrier of the same stage). kv_with_q: K on the
         first Q stage's barrier and V on the first dO stage's (the CTA's first query block of its first head only), not
-        on pipeline_kv; a key block without query blocks loads neither."""
+        on pipeline_kv; a key block without query blocks loads neither. pdl: ``griddepcontrol.wait`` (for the
+        preprocess's lse_log2 / dpsum) right after K / V are issued (kv_with_q: after K)."""
         D, Dv = self.head_dim, self.head_dim_v
         mK_cur = mK[None, None, head_kv, batch]
         mV_cur = mV[None, None, head_kv, batch]
@@ -668,6 +682,8 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
             pipeline_kv.producer_acquire(kv_state)
             cute.copy(tma_atom_K, tKgK, tKsK, tma_bar_ptr=pipeline_kv.producer_get_barrier(kv_state))
             cute.copy(tma_atom_V, tVgV, tVsV, tma_bar_ptr=pipeline_kv.producer_get_barrier(kv_state))
+            if const_expr(self.key.pdl):
+                cute.arch.griddepcontrol_wait()  # pdl: K / V (inputs) in flight before the wait for the preprocess
         # kv_with_q: K's / V's transaction bytes (the whole TMA box, as the hardware counts it, zero fill included)
         tx_k = self.tile_n * D * self.dtype.width // 8
         tx_v = self.tile_n * Dv * self.dtype.width // 8
@@ -713,6 +729,8 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
                         with cute.arch.elect_one():
                             cute.arch.mbarrier_expect_tx(pipeline_q.producer_get_barrier(state), tx_k)
                         cute.copy(tma_atom_K, tKgK, tKsK, tma_bar_ptr=pipeline_q.producer_get_barrier(state))
+                        if const_expr(self.key.pdl):
+                            cute.arch.griddepcontrol_wait()  # pdl: K in flight before the wait for the preprocess
                 pipeline_q.producer_acquire(state)
                 cute.copy(tma_atom_Q, tQgQ[None, m_block], tQsQ[None, state.index], tma_bar_ptr=pipeline_q.producer_get_barrier(state))
                 if const_expr(self.key.stats_tma):
