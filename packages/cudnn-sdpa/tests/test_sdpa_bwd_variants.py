@@ -185,7 +185,7 @@ def test_variant_grads_match_reference(case):
     assert plan.key.stats_vec4 == ("stats4" in tuning)
     assert plan.key.sdp_wg == ("sdpwg" in tuning) and plan.key.dkv_rs == ("dkvrs" in tuning) and plan.key.dkv_early == ("dkvearly" in tuning)
     assert plan.key.spin_wait == ("spin" in tuning) and plan.key.kv_with_q == ("kvq" in tuning)
-    assert plan.key.pdl == ("pdl" in tuning)
+    assert plan.key.pdl == ("pdl" in tuning) and plan.key.kv_prefetch == ("kvpf" in tuning)
     ref = attention_grads_ref(q, k, v, do, **kw)
     lowp = attention_grads_ref(q, k, v, do, upcast=False, **kw)
     for name, g, r, lp in zip(("dq", "dk", "dv"), (dq, dk, dv), ref, lowp, strict=False):
@@ -490,4 +490,44 @@ def test_pdl_execute_inside_graph_capture_replays_like_eager():
     ref = attention_grads_ref(q, k, v, do, is_causal=True)
     lowp = attention_grads_ref(q, k, v, do, upcast=False, is_causal=True)
     for name, g, r, lp in zip(("dq", "dk", "dv"), (dq, dk, dv), ref, lowp, strict=True):
+        assert_close_fa(g, r, lp, name)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# kvpf (kv_prefetch, notes/bwd_fixed_cost.md C): with its CTA's last Q / dO load the producer L2-prefetches the K / V of
+# the tile ``blockIdx.x + SM count`` (dense only). The fixed-cost grid (fewer CTAs than SMs: no prefetch issued, the
+# bound check) plus multi-wave cases (512 and 768 CTAs: prefetches issued, the last wave's past the grid skipped), alone
+# and with kvq + pdl. Results must be unaffected (a prefetch moves data into L2 only).
+KVPF = [("kvpf",), ("kvq", "pdl", "kvpf")]
+KVPF_WAVES = [
+    ("CAUSAL_TUNING", torch.bfloat16, 128, 8, 8, 4096, 4096, True, False, (-1, -1), BSHD),  # 32 key blocks x 8 heads x 2
+    ("D128_NONCAUSAL_TUNING", torch.bfloat16, 128, 8, 4, 3000, 3000, False, False, (-1, -1), BHSD),  # m80, GQA, ragged
+    ("D64_TUNING", torch.float16, 64, 16, 8, 3000, 6000, False, False, (-1, -1), BSHD),  # m128: 47 key blocks x 8 x 2
+]
+
+
+@pytest.mark.parametrize("extra", KVPF, ids=["+".join(e) for e in KVPF])
+@pytest.mark.parametrize(
+    "case",
+    FIXED_COST_DENSE + KVPF_WAVES,
+    ids=["d128-causal-gqa", "d128-noncausal-m80", "d64-m128-window", "d128-causal-waves", "d128-m80-waves", "d64-m128-waves"],
+)
+def test_kvpf_grads_match_reference(case, extra):
+    test_fixed_cost_variant_grads_match_reference(case, extra)
+
+
+def test_kvpf_d192_default_grads_match_reference():
+    from cudnn.sdpa.bwd import api
+
+    b, h, hk, s, d, dv = 2, 8, 2, 4096, 192, 128  # 43 key blocks of 96 x 2 kv heads x 2: several waves
+    q, k = _make((b, h, s, d), torch.bfloat16, BSHD), _make((b, hk, s, d), torch.bfloat16, BSHD)
+    v, do = _make((b, hk, s, dv), torch.bfloat16, BSHD), _make((b, h, s, dv), torch.bfloat16, BSHD)
+    o, lse = attention_ref(q, k, v, is_causal=True)
+    o, lse = o.to(q.dtype), lse.float()
+    dq, dk, dv_ = (poison(torch.empty_like(x)) for x in (q, k, v))
+    plan, _ = _run(tuple(api.D192_TUNING) + ("pdl", "kvpf"), q, k, v, o, do, lse, dq, dk, dv_, is_causal=True)
+    assert plan.key.tile_n96 and plan.key.kv_prefetch
+    ref = attention_grads_ref(q, k, v, do, is_causal=True)
+    lowp = attention_grads_ref(q, k, v, do, upcast=False, is_causal=True)
+    for name, g, r, lp in zip(("dq", "dk", "dv"), (dq, dk, dv_), ref, lowp, strict=True):
         assert_close_fa(g, r, lp, name)

@@ -1527,3 +1527,54 @@ def test_pdl_prepost_ptx_waits_first_and_the_preprocess_triggers_the_main_kernel
         assert _GDC_LAUNCH not in ptx
     base = _dump(tmp_path / "base", _D128_CAUSAL_DEFAULT, kernel, build)
     assert "griddepcontrol" not in base
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# kv_prefetch (kvpf): TMA L2 prefetch of the next wave's K / V (notes/bwd_fixed_cost.md C)
+# ---------------------------------------------------------------------------------------------------------------
+def test_kvpf_sets_its_key_field_and_refuses_varlen_and_split_d():
+    """``kvpf`` sets kv_prefetch on the dense defaults (d128 causal, d64, d192 n96, with pdl too); varlen and split_d
+    keys are refused with a ValueError naming kvpf (the d256 default plan too)."""
+    from cudnn.sdpa.bwd import api
+    from cudnn.sdpa.bwd.api import SdpaBwdSm90
+    from cudnn.sdpa.bwd.kernel_key import TUNING_FIELDS, SdpaBwdKey
+
+    assert TUNING_FIELDS["kvpf"] == "kv_prefetch"
+    for plan in (
+        SdpaBwdSm90(*_descs(), is_causal=True, _tuning=api.CAUSAL_TUNING + ("kvpf",)),
+        SdpaBwdSm90(*_descs(), is_causal=True, _tuning=api.CAUSAL_TUNING + ("pdl", "kvpf")),
+        SdpaBwdSm90(*_d64_descs(), is_causal=True, _tuning=api.D64_TUNING + ("kvpf",)),
+        SdpaBwdSm90(*_d192_descs(), is_causal=True, _tuning=api.D192_TUNING + ("kvpf",)),
+    ):
+        assert plan.check_support() and plan.key.kv_prefetch
+    with pytest.raises(ValueError, match="kv_prefetch \\(kvpf\\)"):
+        SdpaBwdSm90(*_d256_descs(), _tuning=api.D256_TUNING + ("kvpf",)).check_support()
+    with pytest.raises(ValueError, match="kv_prefetch \\(kvpf\\)"):
+        SdpaBwdKey("bf16", 128, 128, 1, False, False, False, False, False, True, False, stats_tma=True, kv_prefetch=True)
+
+
+_L2_PREFETCH = re.compile(r"cp\.async\.bulk\.prefetch\.tensor\.\dd\.L2\.global")
+#: (key, kernel class, K + V TMA boxes): kvpf on the d128 causal default (with pdl), the d64 m128 default and the d192 n96
+#: default (dense, GQA, window)
+KVPF_KEYS = [
+    (_D128_CAUSAL_DEFAULT + ", pdl=True, kv_prefetch=True", "SdpaBwdKernelSm90", 4),
+    ("'bf16', 64, 64, 1, False, False, False, False, False, False, False, dq_bulk=True, dq_writer=True, stats_tma=True, ds_double_buffer=True, "
+     "prepost_vec=True, tile_m128=True, pack_once=True, ds_kmajor=True, dq_rows=True, stats_vec4=True, kv_prefetch=True", "SdpaBwdKernelSm90", 2),
+    ("'bf16', 192, 128, 2, True, True, False, True, False, False, False, dq_bulk=True, dq_writer=True, stats_tma=True, prepost_vec=True, "
+     "tile_n96=True, ds_double_buffer=True, kv_prefetch=True", "SdpaBwdN96KernelSm90", None),
+]  # fmt: skip
+
+
+@pytest.mark.compile_only
+@pytest.mark.parametrize("key,kernel,boxes", KVPF_KEYS, ids=["d128-causal-pdl", "d64-m128", "d192-n96"])
+def test_kvpf_ptx_prefetches_the_next_waves_k_and_v_from_one_lane_after_the_last_load(tmp_path, key, kernel, boxes):
+    """One compile each: one TMA L2 prefetch per K / V box (as many as the K / V loads' boxes), each under an
+    ``elect.sync`` and after the producer's last Q / dO load in the PTX (its loop's tail); no local memory."""
+    ptx = _dump(tmp_path, key, kernel)
+    found = [m.start() for m in _L2_PREFETCH.finditer(ptx)]
+    consumers = ptx.index("setmaxnreg.inc")  # the producer branch's text ends where the consumers' begins
+    loads = [m.start() for m in _G2S_TENSOR.finditer(ptx) if m.start() < consumers]
+    assert found and (boxes is None or len(found) == boxes)
+    assert max(loads) < min(found) and max(found) < consumers  # the producer's last TMA instructions
+    assert ptx.rfind("elect.sync", 0, min(found)) > max(loads)  # one lane issues them
+    assert "st.local" not in ptx and "ld.local" not in ptx
