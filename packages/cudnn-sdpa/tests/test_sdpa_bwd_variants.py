@@ -185,6 +185,7 @@ def test_variant_grads_match_reference(case):
     assert plan.key.stats_vec4 == ("stats4" in tuning)
     assert plan.key.sdp_wg == ("sdpwg" in tuning) and plan.key.dkv_rs == ("dkvrs" in tuning) and plan.key.dkv_early == ("dkvearly" in tuning)
     assert plan.key.spin_wait == ("spin" in tuning) and plan.key.kv_with_q == ("kvq" in tuning)
+    assert plan.key.pdl == ("pdl" in tuning) and plan.key.kv_prefetch == ("kvpf" in tuning)
     ref = attention_grads_ref(q, k, v, do, **kw)
     lowp = attention_grads_ref(q, k, v, do, upcast=False, **kw)
     for name, g, r, lp in zip(("dq", "dk", "dv"), (dq, dk, dv), ref, lowp, strict=False):
@@ -233,6 +234,7 @@ def test_variant_thd_varlen_grads_match_reference(case):
         grads = tuple(poison(torch.empty_like(x)) for x in (q, k, v))
         plan, _ = _run(tuning, q, k, v, o, do, lse, *grads, **opts)
         assert plan.key.spin_wait == ("spin" in tuning) and plan.key.kv_with_q == ("kvq" in tuning)
+        assert plan.key.pdl == ("pdl" in tuning)
         runs.append(grads)
     for other in runs[1:]:
         for name, a, c in zip(("dq", "dk", "dv"), runs[0], other, strict=False):
@@ -370,8 +372,9 @@ def test_d256_with_sinks_and_their_gradient(tuning):
 # (bwd/api.py: CAUSAL_TUNING at d128 causal, D128_NONCAUSAL_TUNING (m80) at d128 non-causal, D64_TUNING (m128) at d64,
 # DEFAULT_TUNING for a varlen window plan). The d64 two-sided window and the varlen window (GQA; empty and one-token
 # sequences) have key blocks that no query block sees: kvq loads no K / V there and the epilogue writes sK / sV with no
-# TMA in flight. 12 tests, 12 main-kernel compiles.
-FIXED_COST = [("spin",), ("kvq",), ("spin", "kvq")]
+# TMA in flight. ``pdl`` (Programmatic Dependent Launch of the three kernels; K / V issued before the main kernel's
+# griddepcontrol.wait) alone and with kvq (K only before the wait) on the same grid. 20 tests, 20 main-kernel compiles.
+FIXED_COST = [("spin",), ("kvq",), ("spin", "kvq"), ("pdl",), ("kvq", "pdl")]
 # (default tuning's name in bwd/api.py, dtype, d, h, h_kv, s_q, s_kv, causal, bottom_right, window, layout)
 FIXED_COST_DENSE = [
     ("CAUSAL_TUNING", torch.bfloat16, 128, 8, 2, 1000, 1000, True, False, (-1, -1), BSHD),  # GQA causal, ragged
@@ -400,3 +403,131 @@ def test_fixed_cost_variant_varlen_gqa_window_grads_match_reference(extra):
     tuning = tuple(api.DEFAULT_TUNING) + extra
     case = (tuning, False, torch.bfloat16, 128, 8, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], False, False, (70, 33))
     test_variant_thd_varlen_grads_match_reference(case)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# pdl on the other main kernels and launch paths: the d256 default (split-D bulk), the d192 default (n96), a
+# deterministic varlen plan (bitwise reproducible; the turn counters are zeroed by the preprocess the main kernel's
+# consumers wait for), back-to-back executes on one workspace without a sync (the next preprocess rewrites the scratch
+# the previous postprocess reads: it waits first), and a first execute inside CUDA-graph capture (programmatic edges)
+# replayed against eager.
+def test_pdl_d256_default_grads_match_reference():
+    from cudnn.sdpa.bwd import api
+
+    test_variant_grads_match_reference((tuple(api.D256_TUNING) + ("pdl",), torch.bfloat16, 256, 8, 2, 300, 257, True, False, (-1, -1), BSHD))
+
+
+@pytest.mark.parametrize("window", [(-1, -1), (70, 33)], ids=["causal", "window"])
+def test_pdl_d192_default_grads_match_reference(window):
+    from cudnn.sdpa.bwd import api
+
+    b, h, hk, s, d, dv = 2, 8, 2, 1000, 192, 128
+    causal = window == (-1, -1)
+    q, k = _make((b, h, s, d), torch.bfloat16, BSHD), _make((b, hk, s, d), torch.bfloat16, BSHD)
+    v, do = _make((b, hk, s, dv), torch.bfloat16, BSHD), _make((b, h, s, dv), torch.bfloat16, BSHD)
+    kw = dict(is_causal=causal, window=window)
+    o, lse = attention_ref(q, k, v, **kw)
+    o, lse = o.to(q.dtype), lse.float()
+    dq, dk, dv_ = (poison(torch.empty_like(x)) for x in (q, k, v))
+    plan, _ = _run(tuple(api.D192_TUNING) + ("pdl",), q, k, v, o, do, lse, dq, dk, dv_, is_causal=causal, window_size=window)
+    assert plan.key.tile_n96 and plan.key.pdl
+    ref = attention_grads_ref(q, k, v, do, **kw)
+    lowp = attention_grads_ref(q, k, v, do, upcast=False, **kw)
+    for name, g, r, lp in zip(("dq", "dk", "dv"), (dq, dk, dv_), ref, lowp, strict=True):
+        assert_close_fa(g, r, lp, name)
+
+
+def test_pdl_deterministic_varlen_is_bitwise_reproducible_and_correct():
+    case = (("stats_tma", "ds2", "prepost", "pdl"), True, torch.bfloat16, 128, 8, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], True, True, (-1, -1))
+    test_variant_thd_varlen_grads_match_reference(case)
+
+
+def _pdl_plan(deterministic=False):
+    """A compiled d128 causal plan with pdl on the case's default (``deterministic``: its deterministic schedule), its
+    inputs and a workspace (GQA 4, ragged length)."""
+    from cudnn.sdpa.bwd import api
+    from cudnn.sdpa.bwd.api import SdpaBwdSm90, workspace_bytes_for
+
+    b, h, hk, s, d = 2, 8, 2, 1000, 128
+    q, do = (_make((b, h, s, d), torch.bfloat16, BSHD) for _ in range(2))
+    k, v = (_make((b, hk, s, d), torch.bfloat16, BSHD) for _ in range(2))
+    o, lse = attention_ref(q, k, v, is_causal=True)
+    o, lse = o.to(q.dtype), lse.float()
+    tuning = api._default_tuning(d, d, deterministic, True) + ("pdl",)
+    plan = SdpaBwdSm90(q, k, v, o, do, lse, is_causal=True, deterministic=deterministic, _tuning=tuning)
+    plan.check_support()
+    plan.compile()
+    assert plan.key.pdl
+    ws = torch.empty(workspace_bytes_for(plan, q), dtype=torch.uint8, device="cuda")
+    return plan, (q, k, v, o, do, lse), ws
+
+
+def test_pdl_back_to_back_executes_on_one_workspace():
+    """Eight executes in a row on one workspace, no sync between them, each into its own poisoned outputs: all match
+    the reference (a preprocess overwriting the scratch before the previous postprocess read it would show here)."""
+    plan, (q, k, v, o, do, lse), ws = _pdl_plan()
+    poison(ws.view(torch.float32))
+    outs = [tuple(poison(torch.empty_like(x)) for x in (q, k, v)) for _ in range(8)]
+    for dq, dk, dv in outs:
+        plan.execute(q, k, v, o, do, lse, dq, dk, dv, ws)
+    torch.cuda.synchronize()
+    ref = attention_grads_ref(q, k, v, do, is_causal=True)
+    lowp = attention_grads_ref(q, k, v, do, upcast=False, is_causal=True)
+    for grads in outs:
+        for name, g, r, lp in zip(("dq", "dk", "dv"), grads, ref, lowp, strict=True):
+            assert_close_fa(g, r, lp, name)
+
+
+def test_pdl_execute_inside_graph_capture_replays_like_eager():
+    """The first execute of a compiled pdl plan inside CUDA-graph capture (the launches become programmatic edges),
+    replayed, matches an eager execute bit for bit (the deterministic schedule: dQ in a fixed order) and the reference."""
+    from cudnn_testing import detectors
+
+    plan, (q, k, v, o, do, lse), ws = _pdl_plan(deterministic=True)
+    assert plan.key.deterministic
+    dq, dk, dv = (poison(torch.empty_like(x)) for x in (q, k, v))
+    detectors.assert_capture_matches_eager(lambda: plan.execute(q, k, v, o, do, lse, dq, dk, dv, ws), [dq, dk, dv])
+    ref = attention_grads_ref(q, k, v, do, is_causal=True)
+    lowp = attention_grads_ref(q, k, v, do, upcast=False, is_causal=True)
+    for name, g, r, lp in zip(("dq", "dk", "dv"), (dq, dk, dv), ref, lowp, strict=True):
+        assert_close_fa(g, r, lp, name)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# kvpf (kv_prefetch, notes/bwd_fixed_cost.md C): with its CTA's last Q / dO load the producer L2-prefetches the K / V of
+# the tile ``blockIdx.x + SM count`` (dense only). The fixed-cost grid (fewer CTAs than SMs: no prefetch issued, the
+# bound check) plus multi-wave cases (512 and 768 CTAs: prefetches issued, the last wave's past the grid skipped), alone
+# and with kvq + pdl. Results must be unaffected (a prefetch moves data into L2 only).
+KVPF = [("kvpf",), ("kvq", "pdl", "kvpf")]
+KVPF_WAVES = [
+    ("CAUSAL_TUNING", torch.bfloat16, 128, 8, 8, 4096, 4096, True, False, (-1, -1), BSHD),  # 32 key blocks x 8 heads x 2
+    ("D128_NONCAUSAL_TUNING", torch.bfloat16, 128, 8, 4, 3000, 3000, False, False, (-1, -1), BHSD),  # m80, GQA, ragged
+    ("D64_TUNING", torch.float16, 64, 16, 8, 3000, 6000, False, False, (-1, -1), BSHD),  # m128: 47 key blocks x 8 x 2
+]
+
+
+@pytest.mark.parametrize("extra", KVPF, ids=["+".join(e) for e in KVPF])
+@pytest.mark.parametrize(
+    "case",
+    FIXED_COST_DENSE + KVPF_WAVES,
+    ids=["d128-causal-gqa", "d128-noncausal-m80", "d64-m128-window", "d128-causal-waves", "d128-m80-waves", "d64-m128-waves"],
+)
+def test_kvpf_grads_match_reference(case, extra):
+    test_fixed_cost_variant_grads_match_reference(case, extra)
+
+
+def test_kvpf_d192_default_grads_match_reference():
+    from cudnn.sdpa.bwd import api
+
+    b, h, hk, s, d, dv = 2, 8, 2, 4096, 192, 128  # 43 key blocks of 96 x 2 kv heads x 2: several waves
+    q, k = _make((b, h, s, d), torch.bfloat16, BSHD), _make((b, hk, s, d), torch.bfloat16, BSHD)
+    v, do = _make((b, hk, s, dv), torch.bfloat16, BSHD), _make((b, h, s, dv), torch.bfloat16, BSHD)
+    o, lse = attention_ref(q, k, v, is_causal=True)
+    o, lse = o.to(q.dtype), lse.float()
+    dq, dk, dv_ = (poison(torch.empty_like(x)) for x in (q, k, v))
+    plan, _ = _run(tuple(api.D192_TUNING) + ("pdl", "kvpf"), q, k, v, o, do, lse, dq, dk, dv_, is_causal=True)
+    assert plan.key.tile_n96 and plan.key.kv_prefetch
+    ref = attention_grads_ref(q, k, v, do, is_causal=True)
+    lowp = attention_grads_ref(q, k, v, do, upcast=False, is_causal=True)
+    for name, g, r, lp in zip(("dq", "dk", "dv"), (dq, dk, dv_), ref, lowp, strict=True):
+        assert_close_fa(g, r, lp, name)

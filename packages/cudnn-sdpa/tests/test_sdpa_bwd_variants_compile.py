@@ -1371,6 +1371,7 @@ def test_spin_ptx_spins_on_every_consumer_wait_and_keeps_the_producers_hinted(tm
     assert len(_HINTED_WAIT.findall(ptx)) == 3  # the default: 8 (every wait hinted)
     assert _tx_bytes(ptx, _ARRIVE_TX) == [2 * 128 * 128 * 2, 64 * 128 * 2 + 64 * 4, 64 * 128 * 2 + 64 * 4]
     assert _EXPECT_TX not in ptx
+    assert "griddepcontrol" not in ptx  # pdl off
     assert "st.local" not in ptx and "ld.local" not in ptx and frame_sizes(tmp_path) == [0]
 
 
@@ -1430,3 +1431,150 @@ def test_spin_ptx_reaches_the_split_d_kernels_steps(tmp_path, key, kernel, waits
     assert ptx.count(_SPIN_WAIT) == 2 * waits
     assert len(_HINTED_WAIT.findall(ptx)) == 3
     assert "st.local" not in ptx and "ld.local" not in ptx and frame_sizes(tmp_path) == [0]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Programmatic Dependent Launch (pdl): preprocess -> main -> postprocess overlap their launches
+# ---------------------------------------------------------------------------------------------------------------
+def test_pdl_sets_its_key_field_on_every_default_schedule():
+    """``pdl`` sets SdpaBwdKey.pdl (default off: its own kernel-cache entry) on top of each default schedule (d128 causal
+    and non-causal, d64, d192 n96, d256 split-D bulk), deterministic and varlen plans included, and with spin / kvq."""
+    from cudnn.sdpa.bwd import api
+    from cudnn.sdpa.bwd.api import SdpaBwdSm90
+    from cudnn.sdpa.bwd.kernel_key import TUNING_FIELDS
+
+    assert TUNING_FIELDS["pdl"] == "pdl"
+    base = SdpaBwdSm90(*_descs(), is_causal=True)
+    base.check_support()
+    assert not base.key.pdl
+    plans = [
+        SdpaBwdSm90(*_descs(), is_causal=True, _tuning=api.CAUSAL_TUNING + ("pdl",)),
+        SdpaBwdSm90(*_descs(), _tuning=api.D128_NONCAUSAL_TUNING + ("pdl",)),
+        SdpaBwdSm90(*_descs(), is_causal=True, _tuning=api.CAUSAL_TUNING + ("spin", "kvq", "pdl")),
+        SdpaBwdSm90(*_descs(), deterministic=True, _tuning=("stats_tma", "ds2", "prepost", "pdl")),
+        SdpaBwdSm90(*_d64_descs(), is_causal=True, _tuning=api.D64_TUNING + ("pdl",)),
+        SdpaBwdSm90(*_d192_descs(), is_causal=True, _tuning=api.D192_TUNING + ("pdl",)),
+        SdpaBwdSm90(*_d256_descs(), _tuning=api.D256_TUNING + ("pdl",)),
+        SdpaBwdSm90(*_d256_descs(), deterministic=True, _tuning=api.SPLIT_D_DETERMINISTIC_TUNING + ("pdl",)),
+    ]
+    for plan in plans:
+        assert plan.check_support() and plan.key.pdl and plan.key != base.key
+
+
+_GDC_WAIT = "griddepcontrol.wait;"
+_GDC_LAUNCH = "griddepcontrol.launch_dependents;"
+_G2S_TENSOR = re.compile(r"cp\.async\.bulk\.tensor\.\dd\.shared::cta\.global")
+_STATS_BULK = "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
+#: (key, kernel class, griddepcontrol.wait count, K + V bytes): the defaults + pdl (d128 causal, d128 non-causal m80, d64
+#: m128, d192 n96 with GQA, window and varlen, d256 split-D bulk), d128 causal + kvq + pdl (K's bytes only before the
+#: wait) and a deterministic varlen plan (64-wide kernel, atomic dQ). Waits: the producer's, the writer warp's
+#: (dq_writer), the consumers', a varlen CTA past its sequence's keys.
+PDL_KEYS = [
+    (_D128_CAUSAL_DEFAULT + ", pdl=True", "SdpaBwdKernelSm90", 3, 2 * 128 * 128 * 2),
+    ("'bf16', 128, 128, 1, False, False, False, False, False, False, False, dq_bulk=True, dq_writer=True, stats_tma=True, ds_double_buffer=True, "
+     "prepost_vec=True, tile_m80=True, pack_once=True, pdl=True", "SdpaBwdKernelSm90", 3, 2 * 128 * 128 * 2),
+    ("'bf16', 64, 64, 1, False, False, False, False, False, False, False, dq_bulk=True, dq_writer=True, stats_tma=True, ds_double_buffer=True, "
+     "prepost_vec=True, tile_m128=True, pack_once=True, ds_kmajor=True, dq_rows=True, stats_vec4=True, pdl=True", "SdpaBwdKernelSm90", 3, 2 * 128 * 64 * 2),
+    ("'bf16', 192, 128, 2, True, True, False, True, False, True, False, dq_bulk=True, dq_writer=True, stats_tma=True, prepost_vec=True, "
+     "tile_n96=True, ds_double_buffer=True, pdl=True", "SdpaBwdN96KernelSm90", 4, 96 * (192 + 128) * 2),
+    ("'bf16', 256, 256, 1, False, False, False, False, False, False, False, split_d=True, dq_bulk=True, dq_writer=True, "
+     "ds_double_buffer=True, prepost_vec=True, sdp_wg=True, dkv_rs=True, dkv_early=True, pdl=True", "SdpaBwdSplitDBulkKernelSm90", 3, 2 * 64 * 256 * 2),
+    (_D128_CAUSAL_DEFAULT + ", kv_with_q=True, pdl=True", "SdpaBwdKernelSm90", 3, 128 * 128 * 2),
+    ("'bf16', 128, 128, 2, True, False, True, False, False, True, True, stats_tma=True, ds_double_buffer=True, prepost_vec=True, pdl=True",
+     "SdpaBwdKernelSm90", 3, 2 * 128 * 128 * 2),
+]  # fmt: skip
+
+
+@pytest.mark.compile_only
+@pytest.mark.parametrize(
+    "key,kernel,waits,tx_kv", PDL_KEYS, ids=["d128-causal", "d128-noncausal-m80", "d64-m128", "d192-n96-varlen", "d256", "d128-causal-kvq", "d128-det-varlen"]
+)
+def test_pdl_ptx_waits_for_the_preprocess_after_k_and_v_are_issued(tmp_path, key, kernel, waits, tx_kv):
+    """One compile each: ``griddepcontrol.wait`` once per waiting role; the producer's (the PTX's first) comes after
+    K / V's TMA loads and their barrier's arrival (kvq: K's expect_tx and load only) and before any Q / dO / stats
+    load; one ``griddepcontrol.launch_dependents`` (the consumers, after the epilogue: after the dK / dV TMA stores of
+    dense plans); no local memory."""
+    ptx = _dump(tmp_path, key, kernel)
+    assert ptx.count(_GDC_WAIT) == waits
+    assert ptx.count(_GDC_LAUNCH) == 1
+    head, tail = ptx[: ptx.index(_GDC_WAIT)], ptx[ptx.index(_GDC_WAIT) :]
+    assert _G2S_TENSOR.search(head) and _G2S_TENSOR.search(tail)  # K / V before the wait, Q / dO after it
+    if "kv_with_q" in key:
+        assert _tx_bytes(head, _EXPECT_TX) == [tx_kv] and _ARRIVE_TX not in head  # K only: Q0's arrival and V after the wait
+    else:
+        assert _tx_bytes(head, _ARRIVE_TX) == [tx_kv]  # the K / V barrier's arrival only
+    assert _STATS_BULK not in head
+    stores = [m.start() for m in re.finditer(r"cp\.async\.bulk\.tensor\.\dd\.global\.shared::cta", ptx)]
+    if stores:  # dense: the dK / dV TMA stores precede the trigger
+        assert max(stores) < ptx.index(_GDC_LAUNCH)
+    assert "st.local" not in ptx and "ld.local" not in ptx
+
+
+@pytest.mark.compile_only
+@pytest.mark.parametrize("kernel", ["Preprocess", "Postprocess"])
+def test_pdl_prepost_ptx_waits_first_and_the_preprocess_triggers_the_main_kernel(tmp_path, kernel):
+    """d128 causal default + pdl: each small kernel waits once before its first global load; the preprocess triggers
+    its dependents once (after its loads, before the dQ accumulator's zeroing stores); the postprocess does not. The
+    default's kernels have neither instruction."""
+    build = "kernel_prepost_sm90 import " + ("compile_sdpa_bwd_pre" if kernel == "Preprocess" else "compile_sdpa_bwd_post") + " as f"
+    ptx = _dump(tmp_path / "pdl", _D128_CAUSAL_DEFAULT + ", pdl=True", kernel, build)
+    assert ptx.count(_GDC_WAIT) == 1
+    assert ptx.index(_GDC_WAIT) < ptx.index("ld.global")
+    if kernel == "Preprocess":
+        assert ptx.count(_GDC_LAUNCH) == 1
+        assert ptx.rindex("ld.global") < ptx.index(_GDC_LAUNCH) < ptx.rindex("st.global")
+    else:
+        assert _GDC_LAUNCH not in ptx
+    base = _dump(tmp_path / "base", _D128_CAUSAL_DEFAULT, kernel, build)
+    assert "griddepcontrol" not in base
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# kv_prefetch (kvpf): TMA L2 prefetch of the next wave's K / V (notes/bwd_fixed_cost.md C)
+# ---------------------------------------------------------------------------------------------------------------
+def test_kvpf_sets_its_key_field_and_refuses_varlen_and_split_d():
+    """``kvpf`` sets kv_prefetch on the dense defaults (d128 causal, d64, d192 n96, with pdl too); varlen and split_d
+    keys are refused with a ValueError naming kvpf (the d256 default plan too)."""
+    from cudnn.sdpa.bwd import api
+    from cudnn.sdpa.bwd.api import SdpaBwdSm90
+    from cudnn.sdpa.bwd.kernel_key import TUNING_FIELDS, SdpaBwdKey
+
+    assert TUNING_FIELDS["kvpf"] == "kv_prefetch"
+    for plan in (
+        SdpaBwdSm90(*_descs(), is_causal=True, _tuning=api.CAUSAL_TUNING + ("kvpf",)),
+        SdpaBwdSm90(*_descs(), is_causal=True, _tuning=api.CAUSAL_TUNING + ("pdl", "kvpf")),
+        SdpaBwdSm90(*_d64_descs(), is_causal=True, _tuning=api.D64_TUNING + ("kvpf",)),
+        SdpaBwdSm90(*_d192_descs(), is_causal=True, _tuning=api.D192_TUNING + ("kvpf",)),
+    ):
+        assert plan.check_support() and plan.key.kv_prefetch
+    with pytest.raises(ValueError, match="kv_prefetch \\(kvpf\\)"):
+        SdpaBwdSm90(*_d256_descs(), _tuning=api.D256_TUNING + ("kvpf",)).check_support()
+    with pytest.raises(ValueError, match="kv_prefetch \\(kvpf\\)"):
+        SdpaBwdKey("bf16", 128, 128, 1, False, False, False, False, False, True, False, stats_tma=True, kv_prefetch=True)
+
+
+_L2_PREFETCH = re.compile(r"cp\.async\.bulk\.prefetch\.tensor\.\dd\.L2\.global")
+#: (key, kernel class, K + V TMA boxes): kvpf on the d128 causal default (with pdl), the d64 m128 default and the d192 n96
+#: default (dense, GQA, window)
+KVPF_KEYS = [
+    (_D128_CAUSAL_DEFAULT + ", pdl=True, kv_prefetch=True", "SdpaBwdKernelSm90", 4),
+    ("'bf16', 64, 64, 1, False, False, False, False, False, False, False, dq_bulk=True, dq_writer=True, stats_tma=True, ds_double_buffer=True, "
+     "prepost_vec=True, tile_m128=True, pack_once=True, ds_kmajor=True, dq_rows=True, stats_vec4=True, kv_prefetch=True", "SdpaBwdKernelSm90", 2),
+    ("'bf16', 192, 128, 2, True, True, False, True, False, False, False, dq_bulk=True, dq_writer=True, stats_tma=True, prepost_vec=True, "
+     "tile_n96=True, ds_double_buffer=True, kv_prefetch=True", "SdpaBwdN96KernelSm90", None),
+]  # fmt: skip
+
+
+@pytest.mark.compile_only
+@pytest.mark.parametrize("key,kernel,boxes", KVPF_KEYS, ids=["d128-causal-pdl", "d64-m128", "d192-n96"])
+def test_kvpf_ptx_prefetches_the_next_waves_k_and_v_from_one_lane_after_the_last_load(tmp_path, key, kernel, boxes):
+    """One compile each: one TMA L2 prefetch per K / V box (as many as the K / V loads' boxes), each under an
+    ``elect.sync`` and after the producer's last Q / dO load in the PTX (its loop's tail); no local memory."""
+    ptx = _dump(tmp_path, key, kernel)
+    found = [m.start() for m in _L2_PREFETCH.finditer(ptx)]
+    consumers = ptx.index("setmaxnreg.inc")  # the producer branch's text ends where the consumers' begins
+    loads = [m.start() for m in _G2S_TENSOR.finditer(ptx) if m.start() < consumers]
+    assert found and (boxes is None or len(found) == boxes)
+    assert max(loads) < min(found) and max(found) < consumers  # the producer's last TMA instructions
+    assert ptx.rfind("elect.sync", 0, min(found)) > max(loads)  # one lane issues them
+    assert "st.local" not in ptx and "ld.local" not in ptx

@@ -62,6 +62,28 @@ class SingleTileScheduler:
             head = hb - batch * self.num_heads
         return m_block, head, batch
 
+    @cute.jit
+    def tile_at(self, lin: Int32):
+        """``(m_block, head, batch)`` of linear block id ``lin`` (:meth:`tile`'s decoding, for another CTA's tile)."""
+        num_hb = self.num_heads * self.num_batch
+        per_group = self.group_heads * self.num_m_blocks
+        group = lin // per_group
+        rem = lin - group * per_group
+        first_hb = group * self.group_heads
+        heads_here = cutlass.min(self.group_heads, num_hb - first_hb)
+        m_block = rem // heads_here
+        hb = first_hb + rem - m_block * heads_here
+        if const_expr(self.longest_first):
+            m_block = self.num_m_blocks - 1 - m_block
+        batch, head = None, None
+        if const_expr(self.batch_fastest):
+            head = hb // self.num_batch
+            batch = hb - head * self.num_batch
+        else:
+            batch = hb // self.num_heads
+            head = hb - batch * self.num_heads
+        return m_block, head, batch
+
 
 class StaticPersistentTileScheduler:
     """Device side of a persistent launch: a grid of at most one CTA per SM, CTA ``c`` taking the linear tiles

@@ -543,12 +543,24 @@ def _derive(key, q, k, v, o, do, lse, dq, dk, dv, cu_q, cu_k, max_seqlen_q, max_
     pre = (b, h, sq, grid_q, s_pad, os_, dos, lse_s) if grid_q > 0 else None
     main = None
     if grid_k > 0:
-        main = (b, h, hk, sq, sk, grid_k, s_pad, _group_heads(key, grid_q, l2_group_dq), qs, ks, vs, dos, dks, dvs, scale * _LOG2E, scale, left, right)
+        resident = _resident_ctas(q.device) if key.kv_prefetch else 0  # kv_prefetch: one main-kernel CTA per SM
+        main = (b, h, hk, sq, sk, grid_k, s_pad, _group_heads(key, grid_q, l2_group_dq), resident)
+        main += (qs, ks, vs, dos, dks, dvs, scale * _LOG2E, scale, left, right)
     post = (b, h, sq, grid_q, s_pad, dqs, scale) if grid_q > 0 else None
     return offsets, total, pre, main, post, q.get_device()
 
 
 _LOG2E = math.log2(math.e)
+
+
+def _resident_ctas(device) -> int:
+    """kv_prefetch's launch argument: main-kernel CTAs resident at once on ``device`` (its SM count: one CTA per SM,
+    the kernel's shared memory allows no second)."""
+    from ..fwd.api import _sm_count
+
+    return _sm_count(str(device))
+
+
 #: Pointer arguments of the (pre, main, post) launches for the DSL's generic entry: (element type, assumed alignment),
 #: "io" standing for the plan's 16-bit type (the tvm-ffi entries take the int addresses as they are).
 _PTR_SPECS = (

@@ -102,8 +102,23 @@ class SdpaBwdKey(AttentionKey):
     # dropped (the first S^T waits for K + Q0 only, the first dP^T for V + dO0). A key block that sees no query block
     # loads neither and waits for nothing (its epilogue overwrites sK / sV with no TMA in flight). Not split_d
     kv_with_q: bool = False
+    # Programmatic Dependent Launch (FA4's): the three kernels launched with ``use_pdl``; the main kernel's producer
+    # issues K / V before its ``griddepcontrol.wait`` (the preprocess writes neither), every other warp waits first;
+    # the preprocess triggers its dependents once its loads are issued, the main kernel after its epilogue, and the
+    # postprocess waits before reading the dQ accumulator. Every main kernel (64-wide, split_d, split_d bulk, n96)
+    pdl: bool = False
+    # L2 prefetch of the next wave's K / V: when the producer issues its CTA's last Q / dO load it decodes tile
+    # ``blockIdx.x + resident_ctas`` (a runtime launch argument: SM count x CTAs per SM) with the tile scheduler's
+    # arithmetic and, inside the grid, issues TMA L2 prefetches (``cute.prefetch``) of that tile's K and V. Dense, not
+    # split_d
+    kv_prefetch: bool = False
 
     def __post_init__(self):
+        if self.kv_prefetch and (self.varlen or self.split_d):
+            raise ValueError(
+                "SdpaBwdKey: kv_prefetch (kvpf) serves dense plans of the 64-wide and n96 main kernels (not varlen: a tile's "
+                f"K / V rows come from cu_seqlens; not split_d); got varlen={self.varlen}, split_d={self.split_d}"
+            )
         if self.kv_with_q and self.split_d:
             raise ValueError(
                 "SdpaBwdKey: kv_with_q (kvq) is a prologue of the 64-wide and n96 main kernels (not split_d: its dkv_early "
@@ -194,7 +209,7 @@ class SdpaBwdKey(AttentionKey):
         if bad:
             raise ValueError(
                 f"SdpaBwdKey: tile_n96 (n96) combines with dq_bulk, dq_writer, stats_tma, prepost_vec, ds_double_buffer (a "
-                f"second dS buffer; a second P does not fit next to the 224 KiB), pack_once, spin_wait and kv_with_q only; got {bad}"
+                f"second dS buffer; a second P does not fit next to the 224 KiB), pack_once, spin_wait, kv_with_q, pdl and kv_prefetch only; got {bad}"
             )
 
 
@@ -225,6 +240,8 @@ TUNING_FIELDS = {
     "n96": "tile_n96",
     "spin": "spin_wait",
     "kvq": "kv_with_q",
+    "pdl": "pdl",
+    "kvpf": "kv_prefetch",
 }
 
 #: dq_bulk: query rows per fragment-ordered block of the dQ accumulator (the main kernel's tile_m). Block ``m`` of a

@@ -30,6 +30,11 @@ block past S_q are zeroed and their lse_log2 is +inf) and the postprocess walks 
 each thread playing the consumer thread of the same index in each warpgroup (its dQ^T elements are single elements of
 dQ: scalar stores into the staging tile, then the same coalesced row copy).
 
+With the ``pdl`` compile-key variant (Programmatic Dependent Launch) both are launched with ``use_pdl``: the
+preprocess waits (``griddepcontrol.wait``) before its first load and lets the main kernel launch once its loads are
+issued (``griddepcontrol.launch_dependents``, before the dQ accumulator's zeroing); the postprocess waits before its
+first read.
+
 Layouts: O / dO / dQ are rank-4 (B, H, S, D) with any 16-byte-multiple strides and a unit-stride head dim; LSE
 is fp32 (B, H, S) with any strides; the scratch (lse_log2, dpsum, dq_accum) is the compact workspace layout of
 :func:`cudnn.sdpa.bwd.kernel_key.workspace_layout`. Every extent is a runtime argument.
@@ -124,7 +129,9 @@ class SdpaBwdPreprocessSm90:
         if const_expr(m80_bulk(self.key)):
             # m80 bulk (dense): every padded row, so a last 80-row block past S_q's 128-row padding is initialized too
             grid = (sp // PREPOST_ROWS, heads, batch)
-        self.kernel(mO, mdO, mLSE, mLSE2, mDpsum, mdQacc, mSinks, mPart, mSem, mCuQ, seqlen_q).launch(grid=grid, block=[PREPOST_ROWS, 1, 1], stream=stream)
+        self.kernel(mO, mdO, mLSE, mLSE2, mDpsum, mdQacc, mSinks, mPart, mSem, mCuQ, seqlen_q).launch(
+            grid=grid, block=[PREPOST_ROWS, 1, 1], stream=stream, use_pdl=self.key.pdl
+        )
 
     @cute.kernel
     def kernel(
@@ -142,6 +149,8 @@ class SdpaBwdPreprocessSm90:
         seqlen_q: Int32,
     ):
         m_block, head, batch = cute.arch.block_idx()
+        if const_expr(self.key.pdl):
+            cute.arch.griddepcontrol_wait()  # pdl: O / dO / LSE are the previous kernels' (launched early under use_pdl)
         if const_expr(mCuQ is None):
             self.rows(mO, mdO, mLSE, mLSE2, mDpsum, mdQacc, mSinks, mPart, mSem, m_block, head, batch, seqlen_q, Int32(0), Int32(0))
         else:
@@ -194,6 +203,8 @@ class SdpaBwdPreprocessSm90:
                 wsum = cute.arch.warp_reduction_sum(contrib)
                 if tidx % 32 == 0:
                     mPart[(pad + m_block * PREPOST_ROWS) // 32 + tidx // 32, head, batch] = wsum
+            if const_expr(self.key.pdl):
+                cute.arch.griddepcontrol_launch_dependents()  # pdl: loads issued; the main kernel may launch (it waits for this grid)
             self.zero_accumulator(mdQacc, m_block, head, batch, pad, tidx)
         else:
             warp_i, lane = tidx // 32, tidx % 32
@@ -220,6 +231,8 @@ class SdpaBwdPreprocessSm90:
                 wsum = cute.arch.warp_reduction_sum(contrib)
                 if lane == 0:
                     mPart[(pad + m_block * PREPOST_ROWS) // 32 + warp_i, head, batch] = wsum
+            if const_expr(self.key.pdl):
+                cute.arch.griddepcontrol_launch_dependents()  # pdl: loads issued; the main kernel may launch (it waits for this grid)
             self.zero_accumulator(mdQacc, m_block, head, batch, pad, tidx)
 
     @cute.jit
@@ -339,7 +352,9 @@ class SdpaBwdPostprocessSm90:
         smem_bytes = 0
         if const_expr(self.main_plan is not None):  # dq_bulk: the staging tile (stage_layout)
             smem_bytes = cute.cosize(stage_layout(self.stage_rows(), D)) * self.dtype.width // 8 + 16
-        self.kernel(mdQacc, mdQ, mPart, mdSinks, mCuQ, batch, seqlen_q, scale).launch(grid=grid, block=[PREPOST_ROWS, 1, 1], smem=smem_bytes, stream=stream)
+        self.kernel(mdQacc, mdQ, mPart, mdSinks, mCuQ, batch, seqlen_q, scale).launch(
+            grid=grid, block=[PREPOST_ROWS, 1, 1], smem=smem_bytes, stream=stream, use_pdl=self.key.pdl
+        )
 
     def stage_rows(self) -> int:
         """Rows of one CTA's block (dq_bulk: the staging tile's height): 80 with m80 bulk, else PREPOST_ROWS."""
@@ -359,6 +374,8 @@ class SdpaBwdPostprocessSm90:
     ):
         tidx, _, _ = cute.arch.thread_idx()
         m_block, head, batch = cute.arch.block_idx()
+        if const_expr(self.key.pdl):
+            cute.arch.griddepcontrol_wait()  # pdl: the dQ accumulator and the sink partials (launched before the main kernel ends)
         if const_expr(mPart is not None):
             # dsinks[h]: warp 0 of the CTA (m_block 0, batch 0) of each head sums the preprocess's partials (fixed order).
             if m_block == 0 and batch == 0 and tidx < 32:

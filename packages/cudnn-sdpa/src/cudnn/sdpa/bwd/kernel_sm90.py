@@ -77,7 +77,12 @@ Fixed-cost variants (notes/bwd_fixed_cost.md A / B; opt-in key fields, default P
 split_d bulk's and n96's, spin on a hint-less ``mbarrier.try_wait`` instead of sleeping: ``_device/pipeline.consumer_wait``,
 the forward's mechanism) and ``kv_with_q`` (kvq: FA4's prologue, K issued on the CTA's first Q stage's barrier and V on its
 first dO stage's, each with an ``mbarrier.expect_tx`` of its bytes before the stage's producer arrival; the consumers'
-K / V wait is dropped, the first S^T waits for K + Q0 only and the first dP^T for V + dO0; not split_d).
+K / V wait is dropped, the first S^T waits for K + Q0 only and the first dP^T for V + dO0; not split_d) and ``pdl``
+(Programmatic Dependent Launch, every main kernel: launched with ``use_pdl``, the producer issues K / V, then
+``griddepcontrol.wait``s for the preprocess before Q / dO and the stats rows; every other warp waits before its first
+read of the preprocess's scratch; the consumers trigger the postprocess's launch after the epilogue) and ``kv_prefetch``
+(kvpf, dense, not split_d: with its CTA's last Q / dO load the producer TMA-prefetches into L2 the K / V of the tile
+``blockIdx.x + resident_ctas``, the launch argument the host sets to the SM count).
 
 Tests: packages/cudnn-sdpa/tests/test_sdpa_bwd_*.py. Benchmark: benchmarks/sdpa_bwd.py.
 """
@@ -346,6 +351,7 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         max_seqlen_k: Int32,  # grid extent along keys (= S_kv for dense)
         seqlen_pad: Int32,  # rows of the per-(batch, head) scratch (a multiple of PREPOST_ROWS; varlen: of all sequences)
         group_heads: Int32,  # (kv head, batch) pairs per L2 group of the tile order
+        resident_ctas: Int32,  # kv_prefetch: CTAs resident at once (SM count x 1); unused otherwise
         q_strides: tuple[Int64, Int64, Int64],  # (batch, head, seq) in elements
         k_strides: tuple[Int64, Int64, Int64],
         v_strides: tuple[Int64, Int64, Int64],
@@ -421,11 +427,11 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         self.kernel(
             tma_Q, tma_K, tma_V, tma_dO, tma_dK, tma_dV, mdK, mdV, mLSE2, mDpsum, mdQacc, tma_dQacc, mSem, mCuQ, mCuK,
             tma_atom_Q, tma_atom_K, tma_atom_V, tma_atom_dO, tma_atom_dK, tma_atom_dV, tma_atom_dQ,
-            seqlen_q, seqlen_k, num_n_blocks, heads_kv, batch, group_heads, scale_log2, scale, window_left, window_right,
-            sQ_layout, sdO_layout, sK_layout, sV_layout, sdS_layout, sdQ_layout,
+            seqlen_q, seqlen_k, num_n_blocks, heads_kv, batch, group_heads, resident_ctas if const_expr(self.key.kv_prefetch) else None,
+            scale_log2, scale, window_left, window_right, sQ_layout, sdO_layout, sK_layout, sV_layout, sdS_layout, sdQ_layout,
             tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ,
             tx_q, tx_do, tx_kv, SharedStorage,
-        ).launch(grid=grid, block=[self.num_threads, 1, 1], smem=SharedStorage.size_in_bytes(), stream=stream, min_blocks_per_mp=1)  # fmt: skip
+        ).launch(grid=grid, block=[self.num_threads, 1, 1], smem=SharedStorage.size_in_bytes(), stream=stream, min_blocks_per_mp=1, use_pdl=self.key.pdl)  # fmt: skip
 
     # ------------------------------------------------------------------------------------------------
     # device side
@@ -461,6 +467,7 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         num_heads_kv: Int32,
         num_batch: Int32,
         group_heads: Int32,
+        resident_ctas: Int32 | None,
         scale_log2: Float32,
         scale: Float32,
         window_left: Int32,
@@ -510,6 +517,9 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
 
         # Longest first is the natural order for causal top-left: key block 0 sees every query block.
         n_block, head_kv, batch = SingleTileScheduler(num_n_blocks, num_heads_kv, num_batch, group_heads, False).tile()
+        kv_next = None
+        if const_expr(self.key.kv_prefetch):
+            kv_next = (num_n_blocks, num_heads_kv, num_batch, group_heads, resident_ctas)
         # Per-sequence extents and offsets (varlen reads them from cu_seqlens on the device). ``pad_q`` is the
         # sequence's first row in the scratch: its padded rows never overlap the next sequence's.
         seqlen_q, seqlen_k, offset_q, offset_k = sequence_extents(mCuQ, mCuK, batch, seqlen_q_static, seqlen_k_static, self.key.varlen)
@@ -531,7 +541,7 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
                 mQ, mK, mV, mdO, mdK_tma, mdV_tma, mLSE2, mDpsum, mdQacc, mdQacc_tma, mSem, sQ, sK, sV, sdO, sdSt, sdQ, sdQ_lin, sLSE, sDpsum,
                 tma_atom_Q, tma_atom_K, tma_atom_V, tma_atom_dO, tma_atom_dK, tma_atom_dV, tma_atom_dQ, pipeline_q, pipeline_do, pipeline_kv,
                 tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ, scale_log2, scale, mask, n_block, head_kv, batch_t,
-                offset_q, offset_k, pad_q, m_block_min, m_block_max,
+                offset_q, offset_k, pad_q, m_block_min, m_block_max, kv_next,
             )  # fmt: skip
         else:
             if n_block * self.tile_n < seqlen_k:  # key blocks past this sequence's end do nothing
@@ -541,6 +551,9 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
                     tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ, scale_log2, scale, mask, n_block, head_kv, batch_t,
                     offset_q, offset_k, pad_q, m_block_min, m_block_max,
                 )  # fmt: skip
+            if const_expr(self.key.pdl):
+                if n_block * self.tile_n >= seqlen_k:
+                    cute.arch.griddepcontrol_wait()  # pdl: no CTA completes before the preprocess did (the postprocess waits on this grid only)
 
     kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
 
@@ -592,6 +605,7 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         pad_q: Int32,
         m_block_min: Int32,
         m_block_max: Int32,
+        kv_next=None,
     ):
         """Warp roles: the producer warp and the two consumer warpgroups (``mdK`` / ``mdV`` are the TMA tensors for
         dense plans, the plain global tensors for varlen ones)."""
@@ -601,19 +615,26 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
             if warp_idx == 0:
                 self.load(
                     mQ, mK, mV, mdO, mLSE2, mDpsum, sQ, sK, sV, sdO, sLSE, sDpsum, tma_atom_Q, tma_atom_K, tma_atom_V, tma_atom_dO,
-                    pipeline_q, pipeline_do, pipeline_kv, n_block, head_kv, batch, offset_q, offset_k, pad_q, m_block_min, m_block_max,
+                    pipeline_q, pipeline_do, pipeline_kv, n_block, head_kv, batch, offset_q, offset_k, pad_q, m_block_min, m_block_max, kv_next,
                 )  # fmt: skip
             if const_expr(self.key.dq_writer):
                 if warp_idx == 1:
+                    if const_expr(self.key.pdl):
+                        cute.arch.griddepcontrol_wait()  # pdl: the preprocess zeroed the dQ accumulator
                     self.dq_writer_loop(mLSE2, mDpsum, mdQacc, mdQacc_tma, sdQ, tma_atom_dQ, head_kv, batch, pad_q, m_block_min, m_block_max)
         else:
             cute.arch.setmaxregister_increase(self.num_mma_regs)
+            if const_expr(self.key.pdl):
+                # pdl: lse_log2 / dpsum, the dQ accumulator and the turn counters are the preprocess's
+                cute.arch.griddepcontrol_wait()
             tidx = cute.arch.thread_idx()[0] - self.threads_per_wg
             self.mma(
                 tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ, mdK, mdV, mLSE2, mDpsum, mdQacc, mdQacc_tma, mSem,
                 sQ, sK, sV, sdO, sdSt, sdQ, sdQ_lin, sLSE, sDpsum, tma_atom_dK, tma_atom_dV, tma_atom_dQ, pipeline_q, pipeline_do, pipeline_kv,
                 tidx, scale_log2, scale, mask, n_block, head_kv, batch, offset_k, pad_q, m_block_min, m_block_max,
             )  # fmt: skip
+            if const_expr(self.key.pdl):
+                cute.arch.griddepcontrol_launch_dependents()  # pdl: the postprocess may launch (it waits for this grid)
 
     kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
 
@@ -647,11 +668,15 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         pad_q: Int32,
         m_block_min: Int32,
         m_block_max: Int32,
+        kv_next=None,
     ):
         """Producer warp: K and V once, then (Q, dO) of every query block of every query head of the group (with
         stats_tma also the block's lse_log2 / dpsum rows, on Q's / dO's barrier of the same stage). kv_with_q: K on the
         first Q stage's barrier and V on the first dO stage's (the CTA's first query block of its first head only), not
-        on pipeline_kv; a key block without query blocks loads neither."""
+        on pipeline_kv; a key block without query blocks loads neither. pdl: ``griddepcontrol.wait`` (for the
+        preprocess's lse_log2 / dpsum) right after K / V are issued (kv_with_q: after K). kv_prefetch (``kv_next`` =
+        (the tile scheduler's arguments, resident CTAs)): with the CTA's last Q / dO load, L2 prefetches of the K / V of the
+        tile ``resident CTAs`` ahead (:meth:`prefetch_next_kv`)."""
         D, Dv = self.head_dim, self.head_dim_v
         mK_cur = mK[None, None, head_kv, batch]
         mV_cur = mV[None, None, head_kv, batch]
@@ -668,6 +693,8 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
             pipeline_kv.producer_acquire(kv_state)
             cute.copy(tma_atom_K, tKgK, tKsK, tma_bar_ptr=pipeline_kv.producer_get_barrier(kv_state))
             cute.copy(tma_atom_V, tVgV, tVsV, tma_bar_ptr=pipeline_kv.producer_get_barrier(kv_state))
+            if const_expr(self.key.pdl):
+                cute.arch.griddepcontrol_wait()  # pdl: K / V (inputs) in flight before the wait for the preprocess
         # kv_with_q: K's / V's transaction bytes (the whole TMA box, as the hardware counts it, zero fill included)
         tx_k = self.tile_n * D * self.dtype.width // 8
         tx_v = self.tile_n * Dv * self.dtype.width // 8
@@ -713,6 +740,8 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
                         with cute.arch.elect_one():
                             cute.arch.mbarrier_expect_tx(pipeline_q.producer_get_barrier(state), tx_k)
                         cute.copy(tma_atom_K, tKgK, tKsK, tma_bar_ptr=pipeline_q.producer_get_barrier(state))
+                        if const_expr(self.key.pdl):
+                            cute.arch.griddepcontrol_wait()  # pdl: K in flight before the wait for the preprocess
                 pipeline_q.producer_acquire(state)
                 cute.copy(tma_atom_Q, tQgQ[None, m_block], tQsQ[None, state.index], tma_bar_ptr=pipeline_q.producer_get_barrier(state))
                 if const_expr(self.key.stats_tma):
@@ -731,7 +760,28 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
                 if const_expr(self.key.stats_tma):
                     with cute.arch.elect_one():
                         cute.copy(stats_atom, gDpsum[None, m_block], sDpsum[None, state.index], mbar_ptr=pipeline_do.producer_get_barrier(state))
+                if const_expr(kv_next is not None):
+                    if g == G - 1 and i == num_m - 1:  # the CTA's last load
+                        self.prefetch_next_kv(mK, mV, sK, sV, tma_atom_K, tma_atom_V, kv_next)
                 state.advance()
+
+    @cute.jit
+    def prefetch_next_kv(self, mK: cute.Tensor, mV: cute.Tensor, sK: cute.Tensor, sV: cute.Tensor, tma_atom_K, tma_atom_V, kv_next):
+        """kv_prefetch: TMA L2 prefetches of the K / V tile of linear block ``blockIdx.x + resident`` (the CTA that
+        takes this SM's slot in the next wave, CTAs being dispatched in linear order), decoded as the kernel decodes its
+        own (``kv_next`` = (key blocks, kv heads, batch, group_heads, resident)); nothing past the grid (dense only)."""
+        num_n_blocks, num_heads_kv, num_batch, group_heads, resident = kv_next
+        bidx, _, _ = cute.arch.block_idx()
+        lin = Int32(bidx) + resident
+        if lin < num_n_blocks * num_heads_kv * num_batch:
+            n_next, head_next, batch_next = SingleTileScheduler(num_n_blocks, num_heads_kv, num_batch, group_heads, False).tile_at(lin)
+            gK = cute.local_tile(mK[None, None, head_next, batch_next], (self.tile_n, self.head_dim), (n_next, 0))
+            gV = cute.local_tile(mV[None, None, head_next, batch_next], (self.tile_n, self.head_dim_v), (n_next, 0))
+            _, tKgK = cpasync.tma_partition(tma_atom_K, 0, cute.make_layout(1), cute.group_modes(sK, 0, 2), cute.group_modes(gK, 0, 2))
+            _, tVgV = cpasync.tma_partition(tma_atom_V, 0, cute.make_layout(1), cute.group_modes(sV, 0, 2), cute.group_modes(gV, 0, 2))
+            with cute.arch.elect_one():  # one issue per warp (cute.prefetch elects no lane itself)
+                cute.prefetch(tma_atom_K, tKgK)
+                cute.prefetch(tma_atom_V, tVgV)
 
     @cute.jit
     def dq_writer_loop(
@@ -1467,7 +1517,7 @@ def compile_sdpa_bwd_main(key: SdpaBwdKey, tvm_ffi: bool = False):
         ptr(dtype), ptr(dtype), ptr(dtype), ptr(dtype), ptr(dtype), ptr(dtype),
         ptr(Float32), ptr(Float32), ptr(Float32), ptr(Int32) if key.deterministic else None,
         ptr(Int32, 4) if key.varlen else None, ptr(Int32, 4) if key.varlen else None,
-        zero, zero, zero, zero, zero, zero, Int32(PREPOST_ROWS), Int32(1),
+        zero, zero, zero, zero, zero, zero, Int32(PREPOST_ROWS), Int32(1), Int32(1),
         strides, strides, strides, strides, strides, strides,
         Float32(1.0), Float32(1.0), zero, zero, cuda.CUstream(0),
     )  # fmt: skip
