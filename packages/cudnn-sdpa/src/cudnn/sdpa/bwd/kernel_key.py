@@ -110,7 +110,7 @@ class SdpaBwdKey(AttentionKey):
     # L2 prefetch of the next wave's K / V: when the producer issues its CTA's last Q / dO load it decodes tile
     # ``blockIdx.x + resident_ctas`` (a runtime launch argument: SM count x CTAs per SM) with the tile scheduler's
     # arithmetic and, inside the grid, issues TMA L2 prefetches (``cute.prefetch``) of that tile's K and V. Dense, not
-    # split_d
+    # split_d. (pdl and kv_prefetch: no gain in the session-15 H200 A/B, docs/benchmarks/sdpa_bwd_s15_pdl_*.md; off)
     kv_prefetch: bool = False
 
     def __post_init__(self):
