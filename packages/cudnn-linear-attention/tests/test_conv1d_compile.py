@@ -348,8 +348,8 @@ def test_forward_varlen_chunk_compiles_without_a_frame(tmp_path, states):
     """``plan.chunk = 8`` on a varlen plan (per chunk a binary search over ``cu_seqlens`` from the previous chunk's
     sequence, then the per-token walk): ``kernel_runs`` with 16-byte loads and stores and no local memory in the PTX,
     bf16 W = 4 SiLU with bias, with and without initial / final states; its PTX differs from ``chunk`` 0's. ptxas at the
-    128-register cap: an 8-byte frame without states (the two registers the sequence walk over ``cu_seqlens`` adds to the
-    dense chunk kernel's 128), up to 56 bytes with them (as the dense chunk kernel with states); asserted as bounds."""
+    128-register cap (sm_90a): an 8-byte frame without states (the SASS spills only the CTA row's chunk count, the loop
+    bound: one 4-byte local load per chunk), up to 56 bytes with them (as the dense chunk kernel with states); bounds."""
     from cudnn.kernel_cache import kernel_cache
     from cudnn.linear_attention.conv1d.api import CausalConv1d
 

@@ -54,7 +54,8 @@ math (steady groups and the per-token sequence walk included). The double buffer
 group loads the next chunk's first group at its start and its halo token by token into the registers its computed tokens
 free, and the next chunk's first group reads the halo into the window before it issues its own next loads. Each chunk
 re-reads W - 1 halo rows (mostly L2 hits): 3/8 more load instructions at C = 8. ptxas frames at the 128-register cap
-(sm_90a, bf16 W = 4): 0 dense without states, 8 bytes varlen without states, 56 with initial + final states.
+(sm_90a, bf16 W = 4): 0 dense without states, 8 bytes varlen without states (the loop's chunk count: one local load per chunk), 56 with
+initial + final states (dense and varlen).
 
 Tests: packages/cudnn-linear-attention/tests/test_conv1d*.py; benchmark: benchmarks/linear_attention.py.
 """
