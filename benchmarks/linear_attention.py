@@ -14,8 +14,9 @@ kernel alone (the adapter with ``grid_ctas = 0``, replayed from a CUDA graph: co
 ahead of its registers' next one, ``cp.async.bulk.prefetch.L2``), "ours-steady+graph" with ``steady = True`` (groups of
 4 tokens inside one sequence skip the per-token sequence walk and history branches), "ours-steady-pf<P>+graph" both,
 all kernel-only, and "ours-steady-pf2" the public op eager with both; "ours-chunk<C>+graph" (C = 8, 16,
-32; dense cases only): the run grid with ``chunk = C`` (CTA row j walks the C-token chunks j, j + n_runs, j + 2 n_runs,
-... instead of one contiguous run; the default steady path), kernel-only; "ours-upd-slowhost" the decode update with session
+32; dense and varlen cases): the run grid with ``chunk = C`` (CTA row j walks the C-token chunks j, j + n_runs, j + 2 n_runs,
+... instead of one contiguous run; the default steady path), kernel-only, and "ours-runs+graph" with ``chunk = 0`` (one
+contiguous run per CTA row: the dense default until session 15, when ``ours+graph`` became chunk 8 on dense cases); "ours-upd-slowhost" the decode update with session
 8's host path (custom-op dispatch, DSL entry, full validation; ``ours`` has session 9's direct call, tvm-ffi route and
 memoized validation). ``--cases`` keeps named cases and ``--out``
 names the table (conv1d only), e.g. ``conv1d --cases "fwd T16k D4096,fwd T8k D8192,fwd T32k D4096" --out
@@ -239,27 +240,24 @@ def _make_ours_update_slowhost(case):
 
 
 def _make_ours_kernel_variant(**fields):
-    """Kernel A/B: the forward adapter (tvm-ffi entry) with compile-key fields replaced (``grid_ctas = 0``: the 64-token
-    CTAs), replayed from a CUDA graph, so the column is kernel time (compare with ``ours+graph``)."""
+    """Kernel A/B: the forward adapter (tvm-ffi entry) with plan options set (``grid_ctas = 0``: the 64-token CTAs;
+    ``steady``, ``l2_prefetch``, ``chunk``; options left out keep their defaults, resolved by ``compile_key()``: the
+    default chunk only where valid), replayed from a CUDA graph, so the column is kernel time (compare with ``ours+graph``)."""
 
     def make(case):
-        import dataclasses
-
         from cudnn.linear_attention.conv1d.api import CausalConv1d
 
         if case.params["op"] != "fwd":
             raise Unsupported("forward-only kernel variant")
-        if fields.get("chunk") and case.params["varlen"]:
-            raise Unsupported("chunk-interleaved runs: dense plans only")
         inp = _inputs(case)
         cu = inp["cu"]
         x = inp["x"][0] if cu is not None else inp["x"]
         y = x.new_empty(x.shape)
         plan = CausalConv1d(x, inp["w"], y, inp["b"], cu, activation="silu")
         plan.tvm_ffi = True
+        for name, value in fields.items():
+            setattr(plan, name, value)
         plan.check_support()
-        key = dataclasses.replace(plan.compile_key(), **fields)
-        plan.compile_key = lambda: key
         plan.compile()
         return _graphed(lambda case: lambda: plan.execute(x, inp["w"], y, inp["b"], cu))(case)
 
@@ -618,8 +616,10 @@ def main(args=None):
         Provider("ours-steady-pf2+graph", _make_ours_kernel_variant(steady=True, l2_prefetch=2)),
         Provider("ours-steady-pf4+graph", _make_ours_kernel_variant(steady=True, l2_prefetch=4)),
         Provider("ours-steady-pf2", _make_ours_op_options(steady=True, l2_prefetch=2)),
-        # chunk-interleaved runs (``chunk`` = C: CTA row j walks the C-token chunks j, j + n_runs, ...; dense
-        # only, with the default steady path), kernel-only: compare ours+graph
+        # chunk-interleaved runs (``chunk`` = C: CTA row j walks the C-token chunks j, j + n_runs, ...; dense and varlen,
+        # with the default steady path), kernel-only; ours-runs+graph = contiguous runs (chunk 0, the dense default until
+        # session 15; ours+graph has chunk 8 on dense cases since then, contiguous runs on varlen ones)
+        Provider("ours-runs+graph", _make_ours_kernel_variant(chunk=0)),
         Provider("ours-chunk8+graph", _make_ours_kernel_variant(chunk=8)),
         Provider("ours-chunk16+graph", _make_ours_kernel_variant(chunk=16)),
         Provider("ours-chunk32+graph", _make_ours_kernel_variant(chunk=32)),

@@ -259,7 +259,7 @@ def test_forward_steady_variant_compiles_and_validates(tmp_path):
 
 @pytest.mark.parametrize("chunk", [8, 16])
 def test_forward_chunk_variant_compiles_without_a_frame(tmp_path, chunk):
-    """``plan.chunk = C`` (opt-in: chunk-interleaved runs, ``Conv1dFwdKey.chunk``): the dense run grid builds
+    """``plan.chunk = C`` (chunk-interleaved runs, ``Conv1dFwdKey.chunk``; 8 the dense default): the dense run grid builds
     ``kernel_runs`` with the chunk walk, 16-byte loads and stores and no frame (the next chunk's halo is fetched into the
     registers its last group frees, so nothing spills at 128 registers): bf16 W = 4 SiLU with bias (the benchmark's key)
     and fp32 W = 2 without bias; its PTX differs from the default's (``chunk`` 0)."""
@@ -267,14 +267,14 @@ def test_forward_chunk_variant_compiles_without_a_frame(tmp_path, chunk):
     from cudnn.linear_attention.conv1d import api
     from cudnn.linear_attention.conv1d.api import CausalConv1d
 
-    assert api.FWD_CHUNK_DEFAULT == 0
+    assert api.FWD_CHUNK_DEFAULT == 8
     for dt, D, W, bias, act in (("bfloat16", 512, 4, True, "silu"), ("float32", 256, 2, False, None)):
         x = TensorDesc.contiguous((3, 1000, D), dt, "x")
         b = TensorDesc.contiguous((D,), dt, "bias") if bias else None
         plan = CausalConv1d(x, TensorDesc.contiguous((D, W), dt, "weight"), x, b, activation=act)
         assert plan.chunk is None
         plan.check_support()
-        assert plan.compile_key().chunk == 0
+        assert plan.compile_key().chunk == 8  # the dense run grid's default
         plan.chunk = chunk
         key = plan.compile_key()
         assert key.chunk == chunk and key.grid_ctas > 0 and key.steady is True
@@ -308,6 +308,78 @@ def test_forward_chunk_validation():
             dense.compile()
     varlen = _fwd_plan(1000, 5)
     varlen.check_support()
-    varlen.chunk = 8
+    varlen.chunk = 12
     with pytest.raises(ValueError, match="chunk"):
         varlen.compile()
+    varlen.chunk, varlen.grid_ctas = 8, 0
+    with pytest.raises(ValueError, match="chunk"):
+        varlen.compile()
+
+
+def test_forward_chunk_default_resolution():
+    """``plan.chunk = None`` resolves to ``FWD_CHUNK_DEFAULT`` (8) on a dense plan's run grid, to ``FWD_CHUNK_VARLEN_DEFAULT``
+    on a varlen one's, and to 0 where chunks are invalid (the 64-token grid, ``l2_prefetch``); an explicit value is kept."""
+    from cudnn.linear_attention.conv1d import api
+    from cudnn.linear_attention.conv1d.api import CausalConv1d
+
+    x = TensorDesc.contiguous((2, 4096, 512), "bfloat16", "x")
+    dense = CausalConv1d(x, TensorDesc.contiguous((512, 4), "bfloat16", "weight"), x, activation="silu")
+    dense.check_support()
+    assert dense.compile_key().chunk == api.FWD_CHUNK_DEFAULT == 8
+    for grid, pf in ((0, 0), (None, 2), (64, 1)):
+        dense.grid_ctas, dense.l2_prefetch = grid, pf
+        assert dense.compile_key().chunk == 0, (grid, pf)
+    dense.grid_ctas, dense.l2_prefetch, dense.chunk = 64, 0, 16
+    assert dense.compile_key().chunk == 16
+    dense.chunk = 0
+    assert dense.compile_key().chunk == 0
+    varlen = _fwd_plan(1000, 5)
+    varlen.check_support()
+    assert varlen.compile_key().chunk == api.FWD_CHUNK_VARLEN_DEFAULT
+    varlen.chunk = 8
+    assert varlen.compile_key().chunk == 8
+    varlen.grid_ctas = 0
+    varlen.chunk = None
+    assert varlen.compile_key().chunk == 0
+
+
+@pytest.mark.parametrize("states", [True, False])
+def test_forward_varlen_chunk_compiles_without_a_frame(tmp_path, states):
+    """``plan.chunk = 8`` on a varlen plan (per chunk a binary search over ``cu_seqlens`` from the previous chunk's
+    sequence, then the per-token walk): ``kernel_runs`` with 16-byte loads and stores and no local memory in the PTX,
+    bf16 W = 4 SiLU with bias, with and without initial / final states; its PTX differs from ``chunk`` 0's. ptxas at the
+    128-register cap (sm_90a): an 8-byte frame without states (the SASS spills only the CTA row's chunk count, the loop
+    bound: one 4-byte local load per chunk), up to 56 bytes with them (as the dense chunk kernel with states); bounds."""
+    from cudnn.kernel_cache import kernel_cache
+    from cudnn.linear_attention.conv1d.api import CausalConv1d
+
+    if states:
+        plan = _fwd_plan(1000, 5)
+    else:
+        x = TensorDesc.contiguous((1000, 512), "bfloat16", "x")
+        plan = CausalConv1d(
+            x,
+            TensorDesc.contiguous((512, 4), "bfloat16", "weight"),
+            x,
+            TensorDesc.contiguous((512,), "bfloat16", "bias"),
+            TensorDesc.contiguous((6,), "int32", "cu"),
+            activation="silu",
+        )
+    plan.check_support()
+    plan.chunk = 8
+    key = plan.compile_key()
+    assert key.chunk == 8 and key.varlen and key.grid_ctas > 0 and key.steady is True
+    kernel_cache._entries.pop(("linear_attention.conv1d", key), None)
+    out = tmp_path / "varlen-8"
+    with keep_artifacts(out) as ptx:
+        plan.compile()
+        text = ptx()
+    names = kernel_symbols(text)
+    assert any("kernel_runs" in n for n in names), names
+    assert "ld.global.v4" in text and "st.global.v4" in text and ".local" not in text
+    assert max(frame_sizes(out)) <= (56 if states else 8), frame_sizes(out)
+    plan.chunk = 0
+    kernel_cache._entries.pop(("linear_attention.conv1d", plan.compile_key()), None)
+    with keep_artifacts(tmp_path / "varlen-0") as ptx0:
+        plan.compile()
+        assert ptx0() != text

@@ -13,9 +13,11 @@ the fp32 reference.
   crossing every sequence), 7 with fp32 D = 4096 (fewer CTAs than the 8 channel blocks: one run per block) and 1056. A
   second, tiny batch (T = 3: one run shorter than a group of 4) re-binds each varlen plan. Pruned to 7 run-grid compiles
   (plus their 64-token twins), about 25 s of compiles.
-- Chunk-interleaved runs (``plan.chunk`` = 8 / 16 / 32, dense only): bitwise the default plan's y and final states over
-  dense T 1 / 7 / 1000 / 16384 and batches of L 1001 / 13 / 4099, D 4096 and 2560 (a partial channel block), W 2-4,
-  bf16 / fp32, initial / final states on and off, steady on and off (``test_forward_chunk_is_bitwise_the_default``).
+- Chunk-interleaved runs (``plan.chunk`` = 8 / 16 / 32; 8 the dense default since session 15): bitwise the contiguous-runs
+  plan's (``chunk`` 0) y and final states over dense T 1 / 7 / 1000 / 16384 and batches of L 1001 / 13 / 4099, D 4096 and
+  2560 (a partial channel block), W 2-4, bf16 / fp32, initial / final states on and off, steady on and off
+  (``test_forward_chunk_is_bitwise_the_default``); varlen (chunk 8 / 16): 1-token, empty and long sequences, 64 random
+  lengths over 32k tokens, every token its own sequence (T = 4099) (``test_forward_varlen_chunk_is_bitwise_the_default``).
 - Detectors on the default plan: warm executes neither synchronize nor allocate; the first execute inside a CUDA-graph
   capture replays like eager; the public op (the run grid) gives the bits of the op with ``api.FWD_GRID_CTAS_DEFAULT = 0``.
 
@@ -300,7 +302,7 @@ def test_public_update_host_path_is_bitwise_the_custom_op_and_captures(monkeypat
 
 
 #: (chunk, dtype, width, bias, activation, states) of the chunk-interleaved runs (``Conv1dFwdKey.chunk``;
-#: dense only); states: None, "init" (initial and final states) or "final"; steady: the plan's ``steady`` (both plans; False:
+#: dense); states: None, "init" (initial and final states) or "final"; steady: the plan's ``steady`` (both plans; False:
 #: every group takes the per-token path, so its halo fetches are the ones exercised). Nine chunk compiles plus their
 #: default twins.
 CHUNK_CASES = [
@@ -356,3 +358,74 @@ def test_forward_chunk_is_bitwise_the_default(chunk, dtype, width, bias, activat
             if states:
                 assert torch.equal(f0, f1), (B, L, D)
     detectors.assert_no_sync_no_alloc(lambda: plan.execute(x, w, y1, b, None, init, f1), repeats=3)
+
+
+def _random_lengths(n, total, seed):
+    """``n`` random sequence lengths (some empty) summing to ``total``."""
+    g = torch.Generator().manual_seed(seed)
+    cuts = torch.sort(torch.randint(0, total + 1, (n - 1,), generator=g)).values.tolist()
+    return [b - a for a, b in zip([0, *cuts], [*cuts, total], strict=True)]
+
+
+#: varlen batches of the chunk-interleaved runs: 1-token, empty (repeated offsets: leading, inner, trailing) and long
+#: sequences; 64 random lengths over 32k tokens; every token its own sequence (T = 4099); one sequence
+CHUNK_VARLEN_LENGTHS = [
+    [0, 0, 1, 1, 0, 5, 1, 0, 0, 3000, 1, 2, 0, 517, 1, 3, 0],
+    [20000],
+    _random_lengths(64, 32768, 15),
+    [1] * 4099,
+    [9, 0, 7, 0, 0, 1],
+]
+#: (chunk, dtype, width, bias, activation, states, steady): states None, "init" (initial and final) or "final"
+CHUNK_VARLEN_CASES = [
+    (8, "bfloat16", 4, True, "silu", None, True),
+    (8, "bfloat16", 4, True, "silu", "init", True),
+    (16, "bfloat16", 4, True, "silu", "init", True),
+    (16, "float32", 3, False, None, "final", True),
+    (8, "bfloat16", 2, True, "silu", "init", False),
+]
+
+
+@pytest.mark.parametrize(("chunk", "dtype", "width", "bias", "activation", "states", "steady"), CHUNK_VARLEN_CASES)
+def test_forward_varlen_chunk_is_bitwise_the_default(chunk, dtype, width, bias, activation, states, steady):
+    """``plan.chunk = C`` on varlen plans (per chunk: a binary search over ``cu_seqlens`` from the previous chunk's
+    sequence, then the per-token walk past empty sequences): y and the final states equal the contiguous-runs plan's
+    (``chunk`` 0, same ``steady``) bit for bit (NaN-poisoned outputs), y within the tolerance rule of the fp32 reference,
+    for every batch of CHUNK_VARLEN_LENGTHS at D = 4096 and 2560; one plan pair re-binds every batch (T and N are runtime);
+    warm executes neither synchronize nor allocate."""
+    from cudnn.linear_attention.conv1d.api import CausalConv1d
+    from cudnn_testing import detectors
+
+    dt = getattr(torch, dtype)
+    for D in (4096, 2560):
+        w = torch.randn(D, width, device="cuda", dtype=torch.float32 if dtype == "float32" else dt) * 0.5
+        b = torch.randn(D, device="cuda", dtype=w.dtype) if bias else None
+        plans = {}
+        for lengths in CHUNK_VARLEN_LENGTHS:
+            T, N = sum(lengths), len(lengths)
+            x = torch.randn(T, D, device="cuda", dtype=dt)
+            cu = _cu(lengths)
+            init = torch.randn(N, D, width - 1, device="cuda", dtype=dt) if states == "init" else None
+            outs = []
+            for c in (0, chunk):
+                y = torch.full(x.shape, float("nan"), device="cuda", dtype=dt)
+                fin = torch.full((N, D, width - 1), float("nan"), device="cuda", dtype=dt) if states else None
+                plan = plans.get(c)
+                if plan is None:
+                    plan = plans[c] = CausalConv1d(x, w, y, b, cu, init, fin, activation)
+                    plan.chunk, plan.steady = c, steady
+                    plan.compile()
+                    key = plan.compile_key()
+                    assert key.chunk == c and key.varlen and key.grid_ctas == _default_grid(x) and key.steady is steady, key
+                plan.execute(x, w, y, b, cu, init, fin)
+                outs.append((y, fin))
+            torch.cuda.synchronize()
+            (y0, f0), (y1, f1) = outs
+            name = f"y (varlen chunk={chunk}, N={N}, T={T}, D={D})"
+            y_ref, _ = causal_conv1d_ref(x, w, b, activation, cu, init)
+            _check(y1, y_ref, name)
+            assert torch.equal(y0, y1), (name, (y0.float() - y1.float()).abs().max())
+            if states:
+                assert torch.equal(f0, f1), name
+    plan = plans[chunk]
+    detectors.assert_no_sync_no_alloc(lambda: plan.execute(x, w, y1, b, cu, init, f1), repeats=3)

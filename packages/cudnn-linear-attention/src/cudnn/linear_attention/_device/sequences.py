@@ -37,6 +37,32 @@ def locate_sequence(cu_ptr: cute.Pointer | None, t0: Int32, n_seqs: Int32, seq_l
 
 
 @cute.jit
+def locate_sequence_from(cu_ptr: cute.Pointer | None, t0: Int32, lo: Int32, n_seqs: Int32, seq_len: Int32, varlen: cutlass.Constexpr[bool]):
+    """:func:`locate_sequence` given a sequence ``lo`` that starts at or before ``t0`` (``cu_seqlens[lo] <= t0``; sequence
+    indices never decrease along T): varlen searches ``[lo, N]`` only (no upper bound: empty sequences); dense as it."""
+    n = Int32(0)
+    bos = Int32(0)
+    nxt = Int32(0)
+    if const_expr(varlen):
+        mCu = cute.make_tensor(cu_ptr, cute.make_layout((n_seqs + 1,)))
+        hi = n_seqs
+        while lo < hi:
+            mid = (lo + hi + 1) >> 1
+            if mCu[mid] <= t0:
+                lo = mid
+            else:
+                hi = mid - 1
+        n = lo
+        bos = mCu[n]
+        nxt = mCu[n + 1]
+    else:
+        n = t0 // seq_len
+        bos = n * seq_len
+        nxt = bos + seq_len
+    return n, bos, nxt
+
+
+@cute.jit
 def advance_sequence(cu_ptr: cute.Pointer | None, t: Int32, n: Int32, bos: Int32, nxt: Int32, n_seqs: Int32, seq_len: Int32, varlen: cutlass.Constexpr[bool]):
     """Walk ``(n, bos, nxt)`` forward until it holds token ``t >= bos`` (varlen: past empty sequences too); returns it."""
     if const_expr(varlen):

@@ -35,8 +35,10 @@ Update host path (``plan.fast_host``, default on since session 9): as the forwar
 per tensor metadata and re-checks only the addresses' alignment on a repeated layout (the public update op also takes the
 tvm-ffi route and the direct eager call: torch_op.py).
 
-Forward kernel options (set before ``compile()``; compile-key fields, opt-in): ``plan.steady``, ``plan.l2_prefetch`` and
-``plan.chunk`` (dense only: chunk-interleaved runs) (fwd_kernel.py, ``Conv1dFwdKey``), all bitwise the default's outputs.
+Forward kernel options (set before ``compile()``; compile-key fields; fwd_kernel.py, ``Conv1dFwdKey``), all bitwise the
+default's outputs: ``plan.steady`` (on by default on the run grid), ``plan.l2_prefetch`` (opt-in) and ``plan.chunk``
+(chunk-interleaved runs: None = ``FWD_CHUNK_DEFAULT`` = 8 for dense plans on the run grid without l2_prefetch since the
+session-15 H200 A/B, ``FWD_CHUNK_VARLEN_DEFAULT`` = 0 (opt-in) for varlen ones, 0 elsewhere).
 
 Contract the kernel cannot check without a device read (Rule 3): ``cu_seqlens`` is non-decreasing,
 starts at 0 and ends at T.
@@ -96,12 +98,18 @@ FWD_L2_PREFETCH_DEFAULT = 0
 #: ``ours-steady+graph`` vs ``ours+graph``: 3423.9 vs 3364.9 GB/s at T16k x 4096, 3432.3 vs 3386.6 at T8k x 8192, 3623.6
 #: vs 3582.6 at T32k x 4096; its GPU test: bitwise the default on 5 cases).
 FWD_STEADY_DEFAULT = True
-#: Default of ``CausalConv1d.chunk = None`` (``Conv1dFwdKey.chunk``): 0 = off, each run-grid CTA row walks one contiguous
-#: token run (the verified kernel, PTX unchanged); C > 0 (a multiple of 8, the double-buffered pair of token groups; dense
-#: plans on the run grid, without ``l2_prefetch``) = CTA row ``j`` walks the chunks of C tokens ``j, j + n_runs, ...``
-#: (chunk-interleaved: the CTAs of a wave sweep T together; bitwise the same outputs). Opt-in until the H200 A/B
-#: (``ours-chunk<C>+graph``; a pure-copy probe moved 74.5 -> 71.4-72 us with that order at T16k x D4096).
-FWD_CHUNK_DEFAULT = 0
+#: Default of ``CausalConv1d.chunk = None`` (``Conv1dFwdKey.chunk``) for dense plans on the run grid without ``l2_prefetch``
+#: (elsewhere None resolves to 0): 0 = each run-grid CTA row walks one contiguous token run; C > 0 (a multiple of 8, the
+#: double-buffered pair of token groups) = CTA row ``j`` walks the chunks of C tokens ``j, j + n_runs, ...``
+#: (chunk-interleaved: the CTAs of a wave sweep T together; bitwise the same outputs). 8 since the session-15 H200 A/B
+#: (docs/benchmarks/linear_attention_conv1d_s15_chunk.md, kernel-only GB/s at T16k x D4096 / T32k x D4096 / T8k x D8192:
+#: ``ours-chunk8+graph`` 3629.9 / 3809.5 / 3617.3 vs ``ours+graph`` (contiguous runs) 3384.6 / 3628.3 / 3378.4, chunk 16
+#: 3506.9 / 3777.0 / 3489.4, chunk 32 3358.1 / 3582.6 / 3363.5; copy 3839 / 4113 / 3871).
+FWD_CHUNK_DEFAULT = 8
+#: Default of ``CausalConv1d.chunk = None`` for varlen plans on the run grid without ``l2_prefetch`` (per chunk a binary
+#: search over ``cu_seqlens`` from the previous chunk's sequence): 0 = contiguous runs, opt-in until its H200 A/B
+#: (``ours-chunk<C>+graph`` vs ``ours-runs+graph`` on the varlen cases).
+FWD_CHUNK_VARLEN_DEFAULT = 0
 #: CTAs per SM of the default run grid: one wave at the forward kernel's ``Conv1dFwdKey.min_ctas_per_sm`` = 4.
 _RUN_GRID_CTAS_PER_SM = 4
 #: SM count assumed where no CUDA device is known (a descriptor-only plan compiled on a host without a GPU): an H200's.
@@ -391,9 +399,10 @@ class CausalConv1d(_Conv1dCommon):
         #: Steady-group fast path of the run grid (set before compile(); ``Conv1dFwdKey.steady``): None (default) = FWD_STEADY_DEFAULT
         #: on the run grid, off on the 64-token grid (which has no steady path); False / True explicitly.
         self.steady = None
-        #: Chunk-interleaved run grid (set before compile(); ``Conv1dFwdKey.chunk``): None (default) = FWD_CHUNK_DEFAULT; 0 =
-        #: contiguous runs; C > 0 = CTA row j walks the chunks of C tokens j, j + n_runs, ... (dense plans on the run grid
-        #: only, C a multiple of 8, without l2_prefetch). Outputs bitwise equal either way.
+        #: Chunk-interleaved run grid (set before compile(); ``Conv1dFwdKey.chunk``): None (default) = FWD_CHUNK_DEFAULT (8)
+        #: dense / FWD_CHUNK_VARLEN_DEFAULT (0) varlen on the run grid without l2_prefetch, else 0; 0 = contiguous runs;
+        #: C > 0 = CTA row j walks the chunks of C tokens j, j + n_runs, ... (the run grid only, C a multiple of 8, without
+        #: l2_prefetch). Outputs bitwise equal either way.
         self.chunk = None
         self._entry = None
         self._memo = None  # metadata -> memo entry (see execute); set by compile() when fast_host
@@ -423,6 +432,9 @@ class CausalConv1d(_Conv1dCommon):
         st = self.initial_states or self.final_states
         grid = _default_grid_ctas(self.x.device) if self.grid_ctas is None else self.grid_ctas
         steady = (FWD_STEADY_DEFAULT and grid != 0) if self.steady is None else self.steady
+        chunk = self.chunk
+        if chunk is None:  # the default only where it is valid: the run grid without l2_prefetch
+            chunk = (FWD_CHUNK_VARLEN_DEFAULT if self.cu_seqlens is not None else FWD_CHUNK_DEFAULT) if grid != 0 and self.l2_prefetch == 0 else 0
         return Conv1dFwdKey(
             dtype=_CNAME[self.x.dtype],
             w_dtype=_CNAME[self.weight.dtype],
@@ -436,7 +448,7 @@ class CausalConv1d(_Conv1dCommon):
             grid_ctas=grid,
             l2_prefetch=self.l2_prefetch,
             steady=steady,
-            chunk=FWD_CHUNK_DEFAULT if self.chunk is None else self.chunk,
+            chunk=chunk,
         )
 
     def compile(self) -> None:
@@ -458,11 +470,11 @@ class CausalConv1d(_Conv1dCommon):
                 f"CausalConv1d: steady={key.steady!r} must be True or False, and True needs the run grid (grid_ctas None or > 0; got {key.grid_ctas})"
             )
         c = key.chunk
-        if type(c) is not int or c < 0 or (c and (key.grid_ctas == 0 or key.varlen or key.l2_prefetch or c % (2 * key.group))):
+        if type(c) is not int or c < 0 or (c and (key.grid_ctas == 0 or key.l2_prefetch or c % (2 * key.group))):
             raise ValueError(
-                f"CausalConv1d: chunk={c!r} must be None / 0 (contiguous runs) or an int C > 0, a multiple of {2 * key.group} tokens, and "
-                f"C > 0 needs the run grid (grid_ctas None or > 0; got {key.grid_ctas}), a dense plan (no cu_seqlens; varlen={key.varlen}) "
-                f"and l2_prefetch 0 (got {key.l2_prefetch})"
+                f"CausalConv1d: chunk={c!r} must be None (the default: {FWD_CHUNK_DEFAULT} dense, {FWD_CHUNK_VARLEN_DEFAULT} varlen, 0 where "
+                f"invalid), 0 (contiguous runs) or an int C > 0, a multiple of {2 * key.group} tokens, and C > 0 needs the run grid "
+                f"(grid_ctas None or > 0; got {key.grid_ctas}) and l2_prefetch 0 (got {key.l2_prefetch})"
             )
         s = key.state_dtype
         ptrs = [

@@ -43,16 +43,19 @@ Run-grid options (session 9, opt-in, both bitwise the default's outputs; the def
 sequence walk and history branches: :func:`token_output_steady`, ~91 instead of ~150 SASS instructions per token for bf16
 W = 4 SiLU) and ``Conv1dFwdKey.l2_prefetch`` (``cp.async.bulk.prefetch.L2`` of the token group P groups ahead).
 
-Chunk-interleaved runs (``Conv1dFwdKey.chunk`` = C > 0, opt-in, dense plans on the run grid without ``l2_prefetch``;
-bitwise the default's outputs, the default's PTX unchanged): the same ``n_runs`` CTA rows, but row ``j`` walks the chunks
-of C tokens ``j, j + n_runs, j + 2 n_runs, ...`` (:meth:`CausalConv1dFwd.chunks`), so the CTAs of a wave sweep T together
-instead of each streaming its own far-away run (a pure-copy probe on the H200: 74.5 us with the run order, 71.4-72 with
-8-16-token chunks, at T16k x D4096). Per chunk: the sequence located arithmetically, the window reset from its W - 1 halo
-tokens (zero / the initial state before a sequence start, as in a run), the run's group math (steady groups included).
-The double buffer crosses chunk boundaries: a chunk's last group loads the next chunk's first group at its start and its
-halo token by token into the registers its computed tokens free (ahead of them the 128-register cap spills), and the next
-chunk's first group reads the halo into the window before it issues its own next loads. Each chunk re-reads W - 1 halo
-rows (mostly L2 hits): 3/8 more load instructions at C = 8, 3/32 at C = 32. With ``steady`` False it spills 16-48 bytes.
+Chunk-interleaved runs (``Conv1dFwdKey.chunk`` = C > 0, on the run grid without ``l2_prefetch``; the adapter's default C =
+8 for dense plans since the session-15 H200 A/B, +5-7% kernel-only (docs/benchmarks/linear_attention_conv1d_s15_chunk.md),
+opt-in for varlen; bitwise the contiguous runs' outputs): the same ``n_runs`` CTA rows, but row ``j`` walks the chunks of
+C tokens ``j, j + n_runs, j + 2 n_runs, ...`` (:meth:`CausalConv1dFwd.chunks`), so the CTAs of a wave sweep T together
+instead of each streaming its own far-away run. Per chunk: the sequence located (dense: arithmetically; varlen: a binary
+search over ``cu_seqlens`` from the previous chunk's sequence, with the chunk's second group's loads in flight), the
+window reset from its W - 1 halo tokens (zero / the initial state before a sequence start, as in a run), the run's group
+math (steady groups and the per-token sequence walk included). The double buffer crosses chunk boundaries: a chunk's last
+group loads the next chunk's first group at its start and its halo token by token into the registers its computed tokens
+free, and the next chunk's first group reads the halo into the window before it issues its own next loads. Each chunk
+re-reads W - 1 halo rows (mostly L2 hits): 3/8 more load instructions at C = 8. ptxas frames at the 128-register cap
+(sm_90a, bf16 W = 4): 0 dense without states, 8 bytes varlen without states (the loop's chunk count: one local load per chunk), 56 with
+initial + final states (dense and varlen).
 
 Tests: packages/cudnn-linear-attention/tests/test_conv1d*.py; benchmark: benchmarks/linear_attention.py.
 """
@@ -70,7 +73,7 @@ from cutlass.cutlass_dsl import dsl_user_op
 
 from .._device.activation import silu
 from .._device.channels import channel_vectors, load_history, load_taps
-from .._device.sequences import advance_sequence, locate_sequence, sequence_bounds
+from .._device.sequences import advance_sequence, locate_sequence, locate_sequence_from, sequence_bounds
 
 THREADS = 128
 
@@ -275,10 +278,10 @@ class Conv1dFwdKey:
     #: (:func:`token_output_steady`: the same fp32 operations in the same order, so bitwise the same outputs; fewer
     #: branches and register moves per token). Other groups take the default path.
     steady: bool = False
-    #: Run grid only, dense only: 0 (default) = each CTA row walks one contiguous token run; C > 0 (a multiple of
-    #: 2 * ``group``) = CTA row ``j`` walks the chunks of C tokens ``j, j + n_runs, j + 2 n_runs, ...`` (:meth:`chunks`; the
-    #: same ``n_runs``; per chunk its sequence search and W - 1 halo tokens; loads stay in flight across chunks). The same
-    #: fp32 operations per token in the same order: bitwise the same outputs.
+    #: Run grid only (dense or varlen): 0 (the key's default) = each CTA row walks one contiguous token run; C > 0 (a
+    #: multiple of 2 * ``group``; the adapter's dense default 8) = CTA row ``j`` walks the chunks of C tokens ``j, j + n_runs,
+    #: j + 2 n_runs, ...`` (:meth:`chunks`; the same ``n_runs``; per chunk its sequence search and W - 1 halo tokens; loads
+    #: stay in flight across chunks). The same fp32 operations per token in the same order: bitwise the same outputs.
     chunk: int = 0
 
 
@@ -302,9 +305,8 @@ class CausalConv1dFwd:
         assert key.grid_ctas >= 0, key
         assert not key.steady or key.grid_ctas > 0, key
         assert key.l2_prefetch == 0 or (key.grid_ctas > 0 and 0 < key.l2_prefetch * key.group <= THREADS), key  # one thread per token
-        assert key.chunk == 0 or (
-            key.grid_ctas > 0 and not key.varlen and key.l2_prefetch == 0 and key.chunk % (2 * key.group) == 0 and key.group >= key.width - 1
-        ), key  # halo: W - 1 <= group <= C
+        chunk_ok = key.grid_ctas > 0 and key.l2_prefetch == 0 and key.chunk % (2 * key.group) == 0 and key.group >= key.width - 1
+        assert key.chunk == 0 or chunk_ok, key  # halo: W - 1 <= group <= C
 
     @cute.jit
     def __call__(
@@ -582,9 +584,11 @@ class CausalConv1dFwd:
         init_sj: Int32,
         n_runs: Int32,
     ):
-        """:meth:`kernel_runs` with ``Conv1dFwdKey.chunk`` = C > 0 (dense only): CTA row ``j`` walks the chunks of C tokens
+        """:meth:`kernel_runs` with ``Conv1dFwdKey.chunk`` = C > 0: CTA row ``j`` walks the chunks of C tokens
         ``j, j + n_runs, j + 2 n_runs, ...`` (chunk ``c`` = tokens ``c * C ..``, the last one possibly shorter) instead of
-        one contiguous run. Per chunk: the sequence search (arithmetic when dense), the window reset from the chunk's W - 1
+        one contiguous run. Per chunk: the sequence search (arithmetic when dense; varlen: binary search over
+        ``cu_seqlens`` from the previous chunk's sequence, which starts at or before this chunk's first token, after the
+        chunk's second group's loads are issued), the window reset from the chunk's W - 1
         halo tokens, then its groups of ``group`` tokens with the same per-token math as the run (the steady path too),
         so the outputs are bitwise the run grid's. The double buffer runs across chunk boundaries: while a chunk's last
         group is computed, the registers already receive the next chunk's first group and its halo (C is a multiple of
@@ -643,8 +647,9 @@ class CausalConv1dFwd:
                 for half in cutlass.range_constexpr(2):
                     rg = (q * 2 + half) * U  # the group's first token, relative to t0
                     if const_expr(half == 0):
-                        if q == 0:  # the chunk's first group: its sequence and the window of its W - 1 halo tokens
-                            n, bos, nxt = locate_sequence(cu_ptr, t0, n_seqs, seq_arg, self.key.varlen)
+                        if q == 0:  # the chunk's first group: its sequence (dense) and the window of its W - 1 halo tokens
+                            if const_expr(not self.key.varlen):
+                                n, bos, nxt = locate_sequence(cu_ptr, t0, n_seqs, seq_arg, False)
                             for i in cutlass.range_constexpr(VEC):
                                 win[0, i] = Float32(0.0)
                             for k in cutlass.range_constexpr(W - 1):
@@ -653,6 +658,9 @@ class CausalConv1dFwd:
                         for u in cutlass.range_constexpr(U):  # the chunk's next group (none past the chunk)
                             if rg + U + u < run:
                                 vector_copy(g2r, gX, xb, t0 + rg + U + u, dv, u, 1, VEC)
+                        if const_expr(self.key.varlen):
+                            if q == 0:  # varlen: the binary search from the previous chunk's sequence, with group 1's loads in flight
+                                n, bos, nxt = locate_sequence_from(cu_ptr, t0, n, n_seqs, seq_arg, True)
                     else:
                         if hn < T:  # the next chunk's first group (its halo follows token by token below)
                             for u in cutlass.range_constexpr(U):

@@ -89,6 +89,8 @@ def _fwd_key(x, weight, bias, cu_seqlens, initial_states, activation, output_fin
         _api.FWD_GRID_CTAS_DEFAULT,  # and so is its grid (None: 4 x the SMs of x.device, already in the key)
         _api.FWD_L2_PREFETCH_DEFAULT,  # and its L2 prefetch distance
         _api.FWD_STEADY_DEFAULT,  # and its steady-group path
+        _api.FWD_CHUNK_DEFAULT,  # and its chunk (dense / varlen defaults)
+        _api.FWD_CHUNK_VARLEN_DEFAULT,
     )
 
 
