@@ -78,6 +78,8 @@ def _cases():
         cases.append(Case(f"fwd T{t // 1024}k D{d}", {"op": "fwd", "t": t, "d": d, "varlen": False}, bytes=2 * t * d * 2))
     cases.append(Case("fwd varlen64 T32k D4096", {"op": "fwd", "t": 32768, "d": 4096, "varlen": True}, bytes=2 * 32768 * 4096 * 2))
     cases.append(Case("fwd varlen1tok T16k D4096", {"op": "fwd", "t": 16384, "d": 4096, "varlen": "ones"}, bytes=2 * 16384 * 4096 * 2))
+    # dense [16, 1024, 4096] with initial states in and final states out ([16, 4096, 3] bf16; their bytes left out)
+    cases.append(Case("fwd states B16 T16k D4096", {"op": "fwd", "t": 16384, "d": 4096, "varlen": False, "batch": 16}, bytes=2 * 16384 * 4096 * 2))
     for t, d in ((16384, 4096),):
         cases.append(Case(f"bwd T{t // 1024}k D{d}", {"op": "bwd", "t": t, "d": d, "varlen": False}, bytes=3 * t * d * 2))
     cases.append(Case("bwd varlen64 T32k D4096", {"op": "bwd", "t": 32768, "d": 4096, "varlen": True}, bytes=3 * 32768 * 4096 * 2))
@@ -109,11 +111,16 @@ def _inputs(case):
         w = torch.randn(p["d"], WIDTH, device="cuda", dtype=torch.bfloat16)
         return dict(x=x, state=state, w=w, b=torch.randn(p["d"], device="cuda", dtype=torch.bfloat16))
     t, d = p["t"], p["d"]
-    x = torch.randn(1, t, d, device="cuda", dtype=torch.bfloat16)
+    nb = p.get("batch", 1)
+    x = torch.randn(nb, t // nb, d, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(d, WIDTH, device="cuda", dtype=torch.bfloat16) * 0.5
     b = torch.randn(d, device="cuda", dtype=torch.bfloat16)
     cu = cu_seqlens(_lengths(t, p["varlen"]), "cuda") if p["varlen"] else None
-    return dict(x=x, w=w, b=b, cu=cu, dy=torch.randn_like(x))
+    out = dict(x=x, w=w, b=b, cu=cu, dy=torch.randn_like(x), init=None, final=None)
+    if "batch" in p:  # the states case: initial states in, final states out
+        out["init"] = torch.randn(nb, d, WIDTH - 1, device="cuda", dtype=torch.bfloat16)
+        out["final"] = torch.empty(nb, d, WIDTH - 1, device="cuda", dtype=torch.bfloat16)
+    return out
 
 
 def _grad_fn(fwd, inp):
@@ -136,6 +143,8 @@ def _make_ours(case):
     cu = inp["cu"]
 
     def fwd(x, w, b):
+        if inp["init"] is not None:
+            return causal_conv1d(x, w, b, "silu", initial_states=inp["init"], output_final_states=True)[0]
         return causal_conv1d(x[0] if cu is not None else x, w, b, "silu", cu_seqlens=cu)
 
     if op == "fwd":
@@ -171,10 +180,10 @@ def _make_ours_adapter(tvm_ffi):
         cu = inp["cu"]
         x = inp["x"][0] if cu is not None else inp["x"]
         y = x.new_empty(x.shape)
-        plan = CausalConv1d(x, inp["w"], y, inp["b"], cu, activation="silu")
+        plan = CausalConv1d(x, inp["w"], y, inp["b"], cu, inp["init"], inp["final"], activation="silu")
         plan.tvm_ffi = tvm_ffi
         plan.compile()
-        return lambda: plan.execute(x, inp["w"], y, inp["b"], cu)
+        return lambda: plan.execute(x, inp["w"], y, inp["b"], cu, inp["init"], inp["final"])
 
     return make
 
@@ -253,13 +262,13 @@ def _make_ours_kernel_variant(**fields):
         cu = inp["cu"]
         x = inp["x"][0] if cu is not None else inp["x"]
         y = x.new_empty(x.shape)
-        plan = CausalConv1d(x, inp["w"], y, inp["b"], cu, activation="silu")
+        plan = CausalConv1d(x, inp["w"], y, inp["b"], cu, inp["init"], inp["final"], activation="silu")
         plan.tvm_ffi = True
         for name, value in fields.items():
             setattr(plan, name, value)
         plan.check_support()
         plan.compile()
-        return _graphed(lambda case: lambda: plan.execute(x, inp["w"], y, inp["b"], cu))(case)
+        return _graphed(lambda case: lambda: plan.execute(x, inp["w"], y, inp["b"], cu, inp["init"], inp["final"]))(case)
 
     return make
 
@@ -283,6 +292,8 @@ def _make_fla(case):
 
         cache = torch.randn(inp["x"].shape[0], inp["x"].shape[1], WIDTH, device="cuda", dtype=torch.bfloat16)
         return lambda: causal_conv1d_update(inp["x"], cache, weight=inp["w"], bias=inp["b"], activation="silu")
+    if "batch" in case.params:
+        raise Unsupported("states case: ours only (the conv1d chunk A/B)")
     cu = inp["cu"]
     cu64 = cu.long() if cu is not None else None
 
@@ -308,7 +319,7 @@ def _make_copy(case):
 def _make_torch(case):
     import torch.nn.functional as F
 
-    if case.params["op"] == "update" or case.params.get("varlen"):
+    if case.params["op"] == "update" or case.params.get("varlen") or "batch" in case.params:
         raise Unsupported("F.conv1d has no varlen or rolling-state form")
     inp = _inputs(case)
     t = case.params["t"]
