@@ -115,9 +115,9 @@ def _inputs(p):
     return _CACHE[key]
 
 
-def make_ours(case, tuning=None, l2_group_dq=False):
+def make_ours(case, tuning=None, l2_group_dq=False, group_heads=None):
     """Our backward; ``tuning``: the plan's ``_tuning`` (None: the library's defaults, DEFAULT_TUNING / D256_TUNING);
-    ``l2_group_dq``: the plan's ``_l2_group_dq`` launch-order switch."""
+    ``l2_group_dq`` / ``group_heads``: the plan's ``_l2_group_dq`` / ``_group_heads`` launch-order switches."""
     import torch
 
     from cudnn.sdpa import SdpaBwdSm90, sdpa_fwd
@@ -142,7 +142,7 @@ def make_ours(case, tuning=None, l2_group_dq=False):
     o, lse = sdpa_fwd(q, k, v, is_causal=causal, return_lse=True)
     dq, dk, dv = (torch.empty_like(t) for t in (x["q"], x["k"], x["v"]))
     dq, dk, dv = (t.transpose(1, 2) for t in (dq, dk, dv))
-    plan = SdpaBwdSm90(q, k, v, o, do, lse, dq, dk, dv, is_causal=causal, _tuning=tuning, _l2_group_dq=l2_group_dq)
+    plan = SdpaBwdSm90(q, k, v, o, do, lse, dq, dk, dv, is_causal=causal, _tuning=tuning, _l2_group_dq=l2_group_dq, _group_heads=group_heads)
     plan.compile()
     ws = torch.empty(plan.scratch_workspace_bytes(), dtype=torch.uint8, device="cuda")
     plan.execute(q, k, v, o, do, lse, dq, dk, dv, ws)
@@ -258,6 +258,12 @@ L2DQ_VARIANTS = {
 
 def _make_variant(tuning, l2_group_dq=False):
     return lambda case: make_ours(case, tuning, l2_group_dq)
+
+
+#: Launch-order A/B (the plan's ``_group_heads``: (kv head, batch) pairs per L2 group, fixed), by provider name; the
+#: defaults' tuning. ``ours-g1``: each head's key blocks consecutive (FA4's order: a wave holds every key block of ~16
+#: heads at s1k, so each head's Q / dO and dQ accumulator are read / added by CTAs running together).
+GROUP_VARIANTS = {"ours-g1": 1, "ours-g2": 2, "ours-g4": 4, "ours-g8": 8}
 
 
 def fa4_available():
@@ -426,6 +432,7 @@ def main(argv=None):
         *(Provider(name, _make_variant(tuning)) for name, tuning in VARIANTS.items()),
         *(Provider(name, _make_default_plus(extra)) for name, extra in DEFAULT_PLUS.items()),
         *(Provider(name, _make_variant(tuning, True)) for name, tuning in L2DQ_VARIANTS.items()),
+        *(Provider(name, lambda case, g=g: make_ours(case, group_heads=g)) for name, g in GROUP_VARIANTS.items()),
         Provider("fa4", make_fa4, fa4_available),
         Provider("torch-cudnn", _make_torch("CUDNN_ATTENTION")),
         Provider("torch-flash", _make_torch("FLASH_ATTENTION")),

@@ -136,6 +136,7 @@ class SdpaBwdSm90(APIBase):
         deterministic: bool = False,
         _tuning: tuple[str, ...] | None = None,
         _l2_group_dq: bool = False,
+        _group_heads: int | None = None,
     ):
         super().__init__()
         self.q, self.k, self.v = as_desc(q, "q"), as_desc(k, "k"), as_desc(v, "v")
@@ -153,6 +154,11 @@ class SdpaBwdSm90(APIBase):
         # Private A/B switch of the main kernel's launch order (a runtime argument, not in the compile key): size the L2
         # groups of (kv head, batch) pairs counting the fp32 dQ accumulator next to Q and dO (fewer heads per group).
         self._l2_group_dq = bool(_l2_group_dq)
+        # Private A/B switch, the same launch order fixed: (kv head, batch) pairs per L2 group (1: every key block of one
+        # head before the next head, FA4's order); None sizes the groups from the 16 MiB budget (_group_heads).
+        if _group_heads is not None and (type(_group_heads) is not int or _group_heads < 1):
+            raise ValueError(f"{_OWNER}: _group_heads must be None or an int >= 1; got {_group_heads!r}")
+        self._group_heads_arg = _group_heads
         self.key = None
 
     # ------------------------------------------------------------------------------------------ plan
@@ -495,15 +501,18 @@ def _validate(plan, scale, q, k, v, o, do, lse, dq, dk, dv, workspace, sinks, ds
         for name, x in (("sinks", sinks), ("dsinks", dsinks)):
             if x.dtype != _torch_bits()["torch"].float32 or tuple(x.shape) != (h,) or x.device != q.device or (h > 1 and x.stride(0) != 1):
                 raise ValueError(f"{_OWNER}.execute: {name} must be a contiguous float32 ({h},) tensor on {q.device}")
-    return _derive(key, q, k, v, o, do, lse, dq, dk, dv, cu_q, cu_k, max_seqlen_q, max_seqlen_kv, workspace, plan._mask_window, scale, plan._l2_group_dq)
+    return _derive(
+        key, q, k, v, o, do, lse, dq, dk, dv, cu_q, cu_k, max_seqlen_q, max_seqlen_kv, workspace, plan._mask_window, scale, plan._l2_group_dq,
+        plan._group_heads_arg,
+    )  # fmt: skip
 
 
-def _derive(key, q, k, v, o, do, lse, dq, dk, dv, cu_q, cu_k, max_seqlen_q, max_seqlen_kv, workspace, window, scale, l2_group_dq):
+def _derive(key, q, k, v, o, do, lse, dq, dk, dv, cu_q, cu_k, max_seqlen_q, max_seqlen_kv, workspace, window, scale, l2_group_dq, group_heads=None):
     """The THD operand and workspace checks of a call and its launch entry, from metadata only:
     ``(offsets, total, pre, main, post, device)``: the workspace byte offsets of (lse_log2, dpsum, dq_accum, the sink
     partials or None, the dQ semaphores or None), the workspace bytes, each launch's arguments after its pointers and
     before the stream (None: that launch has no work; all None: nothing to launch), with ``scale`` (None: 1 / sqrt(D))
-    as the default scale, and q's device index."""
+    as the default scale, and q's device index; ``group_heads`` (None: from the L2 budget) fixes the main kernel's L2 groups."""
     from cudnn.workspace import Workspace
 
     from .kernel_key import M80_BULK_ROWS, PREPOST_ROWS, m80_bulk, padded_rows
@@ -544,7 +553,8 @@ def _derive(key, q, k, v, o, do, lse, dq, dk, dv, cu_q, cu_k, max_seqlen_q, max_
     main = None
     if grid_k > 0:
         resident = _resident_ctas(q.device) if key.kv_prefetch else 0  # kv_prefetch: one main-kernel CTA per SM
-        main = (b, h, hk, sq, sk, grid_k, s_pad, _group_heads(key, grid_q, l2_group_dq), resident)
+        groups = _group_heads(key, grid_q, l2_group_dq) if group_heads is None else group_heads
+        main = (b, h, hk, sq, sk, grid_k, s_pad, groups, resident)
         main += (qs, ks, vs, dos, dks, dvs, scale * _LOG2E, scale, left, right)
     post = (b, h, sq, grid_q, s_pad, dqs, scale) if grid_q > 0 else None
     return offsets, total, pre, main, post, q.get_device()
