@@ -262,8 +262,9 @@ def _make_variant(tuning, l2_group_dq=False):
 
 #: Launch-order A/B (the plan's ``_group_heads``: (kv head, batch) pairs per L2 group, fixed), by provider name; the
 #: defaults' tuning. ``ours-g1``: each head's key blocks consecutive (FA4's order: a wave holds every key block of ~16
-#: heads at s1k, so each head's Q / dO and dQ accumulator are read / added by CTAs running together).
-GROUP_VARIANTS = {"ours-g1": 1, "ours-g2": 2, "ours-g4": 4, "ours-g8": 8}
+#: heads at s1k, so each head's Q / dO and dQ accumulator are read / added by CTAs running together); ``ours-gbudget``:
+#: the groups sized from the L2 budget for every plan (the order before ``api.FULL_GROUP_HEADS``).
+GROUP_VARIANTS = {"ours-g1": 1, "ours-g2": 2, "ours-g4": 4, "ours-g8": 8, "ours-gbudget": 0}
 
 
 def fa4_available():

@@ -367,6 +367,39 @@ def test_l2_group_dq_is_a_launch_argument_that_halves_the_d128_head_groups():
     assert _group_heads(d128.key, 8192) == 4 and _group_heads(d128.key, 8192, True) == 2
 
 
+def test_full_group_heads_orders_only_unmasked_dense_plans(monkeypatch):
+    """``api.FULL_GROUP_HEADS`` (the main kernel's (kv head, batch) pairs per L2 group for unmasked dense plans) reaches
+    the ``group_heads`` launch argument of a non-causal plan only; a causal plan keeps the budget-sized groups (its
+    long key blocks first), and the private ``_group_heads`` overrides either way (0: the budget). Host-side: the
+    launch arguments from :func:`_derive` (as execute's validation calls it) on CPU tensors, no kernel."""
+    import torch
+
+    from cudnn.sdpa.bwd import api
+
+    b, h, s, d = 2, 16, 4096, 128
+    q = torch.empty(b, h, s, d, dtype=torch.bfloat16)
+    lse = torch.empty(b, h, s, dtype=torch.float32)
+
+    def group_heads(causal, **kw):
+        plan = api.SdpaBwdSm90(q, q, q, q, q, lse, q, q, q, is_causal=causal, **kw)
+        plan.check_support()
+        n = plan.scratch_workspace_bytes()
+        raw = torch.empty(n + 256, dtype=torch.uint8)
+        off = (-raw.data_ptr()) % 128  # Workspace.over wants 128-byte alignment
+        ws = raw[off : off + n]
+        entry = api._derive(plan.key, q, q, q, q, q, lse, q, q, q, None, None, None, None, ws, plan._mask_window, None, False, plan._group_heads_arg)
+        return entry[3][7]  # main's launch scalars: b, h, hk, sq, sk, grid_k, s_pad, group_heads, ...
+
+    budget = 8  # Q and dO: 4096 rows x (128 + 128) x 2 bytes = 2 MiB a head; 16 MiB / 2 MiB
+    monkeypatch.setattr(api, "FULL_GROUP_HEADS", None)
+    assert group_heads(False) == budget and group_heads(True) == budget
+    monkeypatch.setattr(api, "FULL_GROUP_HEADS", 1)
+    assert group_heads(False) == 1 and group_heads(True) == budget
+    assert group_heads(False, _group_heads=0) == budget and group_heads(True, _group_heads=2) == 2
+    with pytest.raises(ValueError, match="_group_heads"):
+        api.SdpaBwdSm90(q, q, q, q, q, lse, q, q, q, _group_heads=-1)
+
+
 def test_m80_is_a_dense_d128_dq_tma_schedule_and_dq_writer_also_serves_dq_tma():
     """``m80`` (query blocks of 80 rows, dQ^T through a 128-byte-swizzled TMA reduce-add) needs dq_tma (or, since
     session 9, dq_bulk: test_m80_bulk_*) and dense D = D_v = 128; anything else is refused (ValueError), never silently

@@ -155,9 +155,10 @@ class SdpaBwdSm90(APIBase):
         # groups of (kv head, batch) pairs counting the fp32 dQ accumulator next to Q and dO (fewer heads per group).
         self._l2_group_dq = bool(_l2_group_dq)
         # Private A/B switch, the same launch order fixed: (kv head, batch) pairs per L2 group (1: every key block of one
-        # head before the next head, FA4's order); None sizes the groups from the 16 MiB budget (_group_heads).
-        if _group_heads is not None and (type(_group_heads) is not int or _group_heads < 1):
-            raise ValueError(f"{_OWNER}: _group_heads must be None or an int >= 1; got {_group_heads!r}")
+        # head before the next head, FA4's order; 0: groups sized from the 16 MiB budget, _group_heads, for every plan);
+        # None: the library's rule (FULL_GROUP_HEADS for unmasked dense plans, else the budget).
+        if _group_heads is not None and (type(_group_heads) is not int or _group_heads < 0):
+            raise ValueError(f"{_OWNER}: _group_heads must be None or an int >= 0; got {_group_heads!r}")
         self._group_heads_arg = _group_heads
         self.key = None
 
@@ -451,6 +452,10 @@ def _check_io(key, q, k, v, o, do, lse, dq, dk, dv) -> None:
 
 
 _GROUP_CACHE: dict = {}
+#: (kv head, batch) pairs per L2 group of the main kernel's launch order for unmasked dense plans (no causal, no window,
+#: not varlen); None / 0: groups sized from the L2 budget (:func:`_group_heads`), as for masked plans, whose budget
+#: groups keep the long (low) key blocks of many heads together at the front (longest first).
+FULL_GROUP_HEADS: int | None = None
 
 
 def _group_heads(key, seqlen_q: int, with_dq: bool = False) -> int:
@@ -553,7 +558,10 @@ def _derive(key, q, k, v, o, do, lse, dq, dk, dv, cu_q, cu_k, max_seqlen_q, max_
     main = None
     if grid_k > 0:
         resident = _resident_ctas(q.device) if key.kv_prefetch else 0  # kv_prefetch: one main-kernel CTA per SM
-        groups = _group_heads(key, grid_q, l2_group_dq) if group_heads is None else group_heads
+        groups = group_heads
+        if groups is None:  # the library's rule: FULL_GROUP_HEADS for unmasked dense plans
+            groups = FULL_GROUP_HEADS if FULL_GROUP_HEADS and not (key.mask_left or key.mask_right or key.varlen) else 0
+        groups = groups or _group_heads(key, grid_q, l2_group_dq)
         main = (b, h, hk, sq, sk, grid_k, s_pad, groups, resident)
         main += (qs, ks, vs, dos, dks, dvs, scale * _LOG2E, scale, left, right)
     post = (b, h, sq, grid_q, s_pad, dqs, scale) if grid_q > 0 else None
