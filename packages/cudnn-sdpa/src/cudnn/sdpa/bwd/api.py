@@ -454,8 +454,13 @@ def _check_io(key, q, k, v, o, do, lse, dq, dk, dv) -> None:
 _GROUP_CACHE: dict = {}
 #: (kv head, batch) pairs per L2 group of the main kernel's launch order for unmasked dense plans (no causal, no window,
 #: not varlen); None / 0: groups sized from the L2 budget (:func:`_group_heads`), as for masked plans, whose budget
-#: groups keep the long (low) key blocks of many heads together at the front (longest first).
-FULL_GROUP_HEADS: int | None = None
+#: groups keep the long (low) key blocks of many heads together at the front (longest first). 1 since session 15: each
+#: head's key blocks launch consecutively (FA4's order), so a wave holds every key block of its heads and each head's
+#: Q / dO reads and dQ reduce-adds come from CTAs running together (ncu, d128 s1k: budget order 41% DRAM throughput at
+#: 67% L2 hits vs FA4's 24% at 80%). H200, two runs (docs/benchmarks/sdpa_bwd_s15_order_*.md, _g1_*.md): non-causal
+#: +1-5% on d64 s1k-s16k and d128 s2k-s16k, within noise at d256 / 192 and d128 s1k (-1.4%, -2.2%); causal with this
+#: order lost 2-5%, hence masked plans keep the budget groups.
+FULL_GROUP_HEADS: int | None = 1
 
 
 def _group_heads(key, seqlen_q: int, with_dq: bool = False) -> int:
