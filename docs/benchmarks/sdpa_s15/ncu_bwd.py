@@ -1,19 +1,28 @@
-"""Session-15 diagnostic: one call of ours / FA4 at the short backward rows under ncu (cudaProfilerStart/Stop brackets)."""
-import sys
-sys.path.insert(0, "benchmarks")
-import torch
-import sdpa_bwd as sb
+"""Session-15 diagnostic (not a benchmark table): one call of ours / FA4 at short backward rows under ncu, bracketed by
+cudaProfilerStart / Stop (run with ``ncu --profile-from-start off``) from the repository root, benchmarks/ on sys.path:
+``ncu --clock-control none --profile-from-start off --section ... --csv --page details python3 ncu_bwd.py "d128 s1k b16"``."""
 
-want = sys.argv[1:] or ["d128 s1k b16", "d64 s1k b16 causal"]
-cases = [c for c in sb._shapes(False) if c.label in want]
-for c in cases:
-    for name, mk in (("ours", sb.make_ours), ("fa4", sb.make_fa4)):
-        fn = mk(c)
-        for _ in range(3):
+import sys
+
+
+def main():
+    sys.path.insert(0, "benchmarks")
+    import sdpa_bwd as sb
+    import torch
+
+    want = sys.argv[1:] or ["d128 s1k b16", "d64 s1k b16 causal"]
+    for case in (c for c in sb._shapes(False) if c.label in want):
+        for name, make in (("ours", sb.make_ours), ("fa4", sb.make_fa4)):
+            fn = make(case)
+            for _ in range(3):
+                fn()
+            torch.cuda.synchronize()
+            print(f"== {case.label} {name}", flush=True)
+            torch.cuda.profiler.start()
             fn()
-        torch.cuda.synchronize()
-        print(f"== {c.label} {name}", flush=True)
-        torch.cuda.profiler.start()
-        fn()
-        torch.cuda.synchronize()
-        torch.cuda.profiler.stop()
+            torch.cuda.synchronize()
+            torch.cuda.profiler.stop()
+
+
+if __name__ == "__main__":
+    main()

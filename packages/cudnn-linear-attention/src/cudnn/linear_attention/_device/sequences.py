@@ -13,27 +13,7 @@ from cutlass import Int32, const_expr
 @cute.jit
 def locate_sequence(cu_ptr: cute.Pointer | None, t0: Int32, n_seqs: Int32, seq_len: Int32, varlen: cutlass.Constexpr[bool]):
     """``(n, bos, nxt)`` of the sequence holding token ``t0`` (varlen: binary search over ``cu_seqlens``)."""
-    n = Int32(0)
-    bos = Int32(0)
-    nxt = Int32(0)
-    if const_expr(varlen):
-        mCu = cute.make_tensor(cu_ptr, cute.make_layout((n_seqs + 1,)))
-        lo = Int32(0)
-        hi = n_seqs
-        while lo < hi:
-            mid = (lo + hi + 1) >> 1
-            if mCu[mid] <= t0:
-                lo = mid
-            else:
-                hi = mid - 1
-        n = lo
-        bos = mCu[n]
-        nxt = mCu[n + 1]
-    else:
-        n = t0 // seq_len
-        bos = n * seq_len
-        nxt = bos + seq_len
-    return n, bos, nxt
+    return locate_sequence_from(cu_ptr, t0, Int32(0), n_seqs, seq_len, varlen)
 
 
 @cute.jit

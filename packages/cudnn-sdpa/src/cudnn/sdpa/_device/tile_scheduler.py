@@ -42,29 +42,12 @@ class SingleTileScheduler:
     @cute.jit
     def tile(self):
         bidx, _, _ = cute.arch.block_idx()
-        lin = Int32(bidx)
-        num_hb = self.num_heads * self.num_batch
-        per_group = self.group_heads * self.num_m_blocks
-        group = lin // per_group
-        rem = lin - group * per_group
-        first_hb = group * self.group_heads
-        heads_here = cutlass.min(self.group_heads, num_hb - first_hb)
-        m_block = rem // heads_here
-        hb = first_hb + rem - m_block * heads_here
-        if const_expr(self.longest_first):
-            m_block = self.num_m_blocks - 1 - m_block
-        batch, head = None, None
-        if const_expr(self.batch_fastest):
-            head = hb // self.num_batch
-            batch = hb - head * self.num_batch
-        else:
-            batch = hb // self.num_heads
-            head = hb - batch * self.num_heads
-        return m_block, head, batch
+        return self.tile_at(Int32(bidx))
 
     @cute.jit
     def tile_at(self, lin: Int32):
-        """``(m_block, head, batch)`` of linear block id ``lin`` (:meth:`tile`'s decoding, for another CTA's tile)."""
+        """``(m_block, head, batch)`` of linear block id ``lin`` (:meth:`tile` decodes its own block id with it; the
+        backward's ``kv_prefetch`` another CTA's)."""
         num_hb = self.num_heads * self.num_batch
         per_group = self.group_heads * self.num_m_blocks
         group = lin // per_group
