@@ -107,8 +107,10 @@ FWD_STEADY_DEFAULT = True
 #: 3506.9 / 3777.0 / 3489.4, chunk 32 3358.1 / 3582.6 / 3363.5; copy 3839 / 4113 / 3871).
 FWD_CHUNK_DEFAULT = 8
 #: Default of ``CausalConv1d.chunk = None`` for varlen plans on the run grid without ``l2_prefetch`` (per chunk a binary
-#: search over ``cu_seqlens`` from the previous chunk's sequence): 0 = contiguous runs, opt-in until its H200 A/B
-#: (``ours-chunk<C>+graph`` vs ``ours-runs+graph`` on the varlen cases).
+#: search over ``cu_seqlens`` from the previous chunk's sequence): 0 = contiguous runs. The session-15 H200 A/B
+#: (docs/benchmarks/linear_attention_conv1d_s15_chunk_varlen.md, kernel-only GB/s, runs / chunk 8 / chunk 16): 64
+#: sequences over T32k x D4096 3601.0 / 3692.2 / 3697.9, every token its own sequence (T16k x D4096) 3249.5 / 2234.0 /
+#: 2476.0: the per-chunk search over 16k offsets loses, so chunks stay opt-in for varlen.
 FWD_CHUNK_VARLEN_DEFAULT = 0
 #: CTAs per SM of the default run grid: one wave at the forward kernel's ``Conv1dFwdKey.min_ctas_per_sm`` = 4.
 _RUN_GRID_CTAS_PER_SM = 4
