@@ -522,7 +522,8 @@ def _derive(key, q, k, v, o, do, lse, dq, dk, dv, cu_q, cu_k, max_seqlen_q, max_
     ``(offsets, total, pre, main, post, device)``: the workspace byte offsets of (lse_log2, dpsum, dq_accum, the sink
     partials or None, the dQ semaphores or None), the workspace bytes, each launch's arguments after its pointers and
     before the stream (None: that launch has no work; all None: nothing to launch), with ``scale`` (None: 1 / sqrt(D))
-    as the default scale, and q's device index; ``group_heads`` (None: from the L2 budget) fixes the main kernel's L2 groups."""
+    as the default scale, and q's device index; ``group_heads`` fixes the main kernel's L2 groups (None: the library's rule, FULL_GROUP_HEADS for unmasked dense
+    plans; 0: from the L2 budget)."""
     from cudnn.workspace import Workspace
 
     from .kernel_key import M80_BULK_ROWS, PREPOST_ROWS, m80_bulk, padded_rows
