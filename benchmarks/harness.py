@@ -24,6 +24,7 @@ import datetime
 import os
 import platform
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -81,6 +82,32 @@ def capture(fn: Callable[[], Any], stream=None) -> GraphReplay:
 def _time(fn) -> float:
     """``fn``'s median milliseconds: a ``Measured`` is taken as is, anything else timed here by ``time_ms``."""
     return fn.ms if isinstance(fn, Measured) else time_ms(fn)
+
+
+#: Milliseconds of GPU load (``settle``) before a case's timed runs (``BENCH_SETTLE_MS`` overrides). An idle H200 runs
+#: at 1980 MHz; within ~0.1 s of a heavy load its 700 W power cap pulls the SM clock to ~1710-1785 MHz (nvidia-smi,
+#: session-16 probe: docs/benchmarks/sdpa_s16/). Without this, the first provider timed after the builds (compiles and
+#: autotuning leave the GPU idle) ran part of its runs at the idle boost clock: d128 s4k forward 705 TFLOP/s in that
+#: round against 630-642 in the next ones, the outliers of earlier tables.
+SETTLE_MS = float(os.environ.get("BENCH_SETTLE_MS", "500"))
+
+
+def settle(ms: float = SETTLE_MS) -> None:
+    """Load the GPU with bf16 matmuls for ``ms`` milliseconds so the timed runs that follow start at the power-capped
+    clock every provider then sees; a no-op without CUDA or with ``ms`` <= 0."""
+    try:
+        import torch
+    except ImportError:
+        return
+    if ms <= 0 or not torch.cuda.is_available():
+        return
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    end = time.perf_counter() + ms / 1e3
+    while time.perf_counter() < end:
+        for _ in range(4):
+            torch.mm(a, a)
+        torch.cuda.synchronize()
+    del a
 
 
 @dataclasses.dataclass
@@ -180,12 +207,15 @@ def run_benchmark(
     out_dir: str = "docs/benchmarks",
     title: str | None = None,
     rounds: int = 1,
+    settle_ms: float = SETTLE_MS,
 ) -> list[Result]:
     """Run every case on every available provider; print a table; write ``<name>.csv``, ``<name>.md`` and ``<name>.png``.
 
     ``rounds`` > 1: each case builds all its providers first, then times them in ``rounds`` interleaved rounds (p1, p2,
     ..., p1, p2, ...) and keeps each provider's fastest round, so a clock or thermal drift during the case reaches
-    every provider alike (for tables whose verdict is a ratio of two providers of ours)."""
+    every provider alike (for tables whose verdict is a ratio of two providers of ours). Before a case's timed runs
+    (each provider's with one round, the rounds' with several) the GPU is loaded for ``settle_ms`` (:func:`settle`), so
+    no provider is timed at the idle boost clock its build left behind."""
     results: list[Result] = []
     unavailable = {}
     for p in providers:
@@ -214,6 +244,8 @@ def run_benchmark(
                 for p in live:
                     try:
                         fn = p.make(case)
+                        if not isinstance(fn, Measured):
+                            settle(settle_ms)
                         keep(result(case, p, _time(fn), fn))
                     except Exception as exc:
                         keep(failed(case, p, exc))
@@ -226,6 +258,8 @@ def run_benchmark(
                     fns[p.name] = p.make(case)
                 except Exception as exc:
                     done[p.name] = failed(case, p, exc)
+            if any(not isinstance(fn, Measured) for fn in fns.values()):
+                settle(settle_ms)
             for _ in range(rounds):
                 for p in live:
                     if p.name in fns and p.name not in done:
@@ -243,7 +277,7 @@ def run_benchmark(
         convention = (convention + "; " if convention else "") + f"PARTIAL: stopped by SIGTERM after {len(cases)} case(s)"
     finally:
         stopped()
-    table = _format_table(name, cases, live, results, metric, convention, unavailable, title, rounds)
+    table = _format_table(name, cases, live, results, metric, convention, unavailable, title, rounds, settle_ms)
     print(table)
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, f"{name}.md"), "w") as f:
@@ -292,7 +326,7 @@ def _value(r: Result, metric: str):
     return {"tflops": r.tflops, "gbps": r.gbps, "ms": r.ms}[metric]
 
 
-def _format_table(name, cases, providers, results, metric, convention, unavailable, title, rounds=1) -> str:
+def _format_table(name, cases, providers, results, metric, convention, unavailable, title, rounds=1, settle_ms=0.0) -> str:
     unit = {"tflops": "TFLOP/s", "gbps": "GB/s", "ms": "ms"}[metric]
     by = {(r.case, r.provider): r for r in results}
     head = ["case"] + [p.name for p in providers]
@@ -304,7 +338,8 @@ def _format_table(name, cases, providers, results, metric, convention, unavailab
         f"- device: {_device_line()}",
         f"- versions: {_versions(providers)}; python {platform.python_version()}",
         f"- convention: {convention}; median of timed runs after warm-up (triton do_bench, L2 cleared per run)"
-        + (f"; the fastest of {rounds} interleaved rounds per cell" if rounds > 1 else ""),
+        + (f"; the fastest of {rounds} interleaved rounds per cell" if rounds > 1 else "")
+        + (f"; timed after {settle_ms:.0f} ms of GPU load (power-capped clocks, not the idle boost)" if settle_ms > 0 else ""),
         f"- written by benchmarks/{os.path.basename(sys.argv[0]) or name} on {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}",
         "",
         "| " + " | ".join(head) + " |",

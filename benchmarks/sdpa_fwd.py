@@ -287,6 +287,13 @@ def make_ours_n192(case):
     return _make_ours_prefill_plan(case, only_d=128, dense_only=True, non_causal_only=True, tile_n=192)
 
 
+def make_ours_n128(case):
+    """d = 128 non-causal prefill: the 128-row key tile (tile_config's, FA4 4.0's sm90 choice) instead of
+    TILE_N_NONCAUSAL_D128_DEFAULT's 192. The A/B of that default (session 16: under ncu the 192-row tile's per-block cost
+    equals the 128-row tile's per key row, its per-tile cost is larger: the unoverlapped last PV GEMM and first block)."""
+    return _make_ours_prefill_plan(case, only_d=128, dense_only=True, non_causal_only=True, tile_n=128)
+
+
 def make_ours_vlpt(case):
     """THD varlen rows: ``varlen_lpt=True`` (L2 groups of whole heads over every sequence, longest-first over all of
     them; the default order runs the groups of the last sequences last)."""
@@ -665,6 +672,10 @@ def main():
             providers[1],
         ]
         name = "sdpa_fwd_spin"
+    if "--tile-n" in sys.argv:  # the key-tile A/B of d = 128 non-causal prefill (TILE_N_NONCAUSAL_D128_DEFAULT)
+        cases = [c for c in _shapes(False) if c.params["kind"] == "dense" and c.params["d"] == 128 and not c.params["causal"]]
+        providers = [providers[0], Provider("ours-n128", make_ours_n128), providers[1]]
+        name = "sdpa_fwd_tile_n"
     if quick:  # the prefill plan-option A/B (torch's flash backend left out for time)
         # Decided columns, back with --old-options: session 3's (cvt, pers, n176, n192, pers-n176, vlpt, vlpt-pers:
         # packed_cvt and tile_n 192 are defaults, the rest lost) and session 4's (vcompact, vc-tmao, m192, oearly: now

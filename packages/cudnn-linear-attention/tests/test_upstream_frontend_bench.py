@@ -5,6 +5,8 @@ linear-attention tables, timed in its own process) and of the harness's ``Measur
   provider maps cells back by them, so a drift would empty the column);
 - the JSON round trip: what the runner writes is what the provider's ``lookup`` turns into ``Measured`` / ``Unsupported``;
 - ``run_benchmark`` records a ``Measured`` as is (never re-timed; note kept), with one and with several rounds;
+- ``run_benchmark`` loads the GPU (``settle``) before a case's timed runs: once per case with several rounds, before
+  each timed provider with one round, never for a case of ``Measured`` cells only; the table's convention says so;
 - the provider: ``Unsupported`` with the reason when the bundle is missing (the table still prints), one runner per
   table, and the runner's process isolation (a stub upstream site, ``--dry-run``): the child imports the stub's
   ``cudnn``, never this project's, and refuses to run when this project's ``cudnn`` comes first on its path.
@@ -103,6 +105,27 @@ def test_run_benchmark_records_measured_as_is(tmp_path, monkeypatch):
         md = (tmp_path / f"m{rounds}.md").read_text()
         assert "| c1 | 1.0000 | 3.0000 | 3.00x |" in md and "c2 / upstream: note c2" in md
     assert harness.Measured(2.0)() is None  # a warm-up call on it (linear_attention.py::_progress) is harmless
+
+
+def test_run_benchmark_settles_before_timing(tmp_path, monkeypatch):
+    events = []
+    monkeypatch.setattr(harness, "time_ms", lambda fn, *a, **k: events.append("time") or 1.0)
+    monkeypatch.setattr(harness, "settle", lambda ms=0: events.append(f"settle {ms:g}"))
+    cases = [harness.Case("c1", {}, bytes=4e6), harness.Case("c2", {}, bytes=4e6)]
+    ours = harness.Provider("ours", lambda case: lambda: None)
+    fa = harness.Provider("peer", lambda case: lambda: None)
+    up_only = harness.Provider("upstream", lambda case: harness.Measured(3.0))
+    harness.run_benchmark("s1", cases, [ours, fa, up_only], convention="x", metric="ms", out_dir=str(tmp_path), settle_ms=250)
+    assert events == ["settle 250", "time", "settle 250", "time"] * 2  # one round: before each timed provider
+    events.clear()
+    harness.run_benchmark("s3", cases, [ours, fa, up_only], convention="x", metric="ms", out_dir=str(tmp_path), rounds=3, settle_ms=250)
+    assert events == (["settle 250"] + ["time"] * 6) * 2  # several rounds: once per case, before its first round
+    assert "timed after 250 ms of GPU load" in (tmp_path / "s3.md").read_text()
+    events.clear()
+    harness.run_benchmark("m", cases, [up_only], convention="x", metric="ms", out_dir=str(tmp_path), rounds=2, settle_ms=250)
+    assert events == []  # nothing timed here: nothing to settle
+    harness.run_benchmark("z", cases, [ours], convention="x", metric="ms", out_dir=str(tmp_path), settle_ms=0)
+    assert "GPU load" not in (tmp_path / "z.md").read_text()
 
 
 def test_provider_unsupported_when_bundle_missing(tmp_path, monkeypatch):

@@ -423,7 +423,7 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
             tx_do += self.tile_m * 4  # + dpsum rows
 
         num_n_blocks = (max_seqlen_k + self.tile_n - 1) // self.tile_n
-        grid = SingleTileScheduler.grid(num_n_blocks, heads_kv, batch)
+        grid = SingleTileScheduler.grid(num_n_blocks, heads_kv, batch, group_heads)  # 3-D when group_heads = 1
         self.kernel(
             tma_Q, tma_K, tma_V, tma_dO, tma_dK, tma_dV, mdK, mdV, mLSE2, mDpsum, mdQacc, tma_dQacc, mSem, mCuQ, mCuK,
             tma_atom_Q, tma_atom_K, tma_atom_V, tma_atom_dO, tma_atom_dK, tma_atom_dV, tma_atom_dQ,
@@ -771,8 +771,7 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         takes this SM's slot in the next wave, CTAs being dispatched in linear order), decoded as the kernel decodes its
         own (``kv_next`` = (key blocks, kv heads, batch, group_heads, resident)); nothing past the grid (dense only)."""
         num_n_blocks, num_heads_kv, num_batch, group_heads, resident = kv_next
-        bidx, _, _ = cute.arch.block_idx()
-        lin = Int32(bidx) + resident
+        lin = SingleTileScheduler.linear_id() + resident
         if lin < num_n_blocks * num_heads_kv * num_batch:
             n_next, head_next, batch_next = SingleTileScheduler(num_n_blocks, num_heads_kv, num_batch, group_heads, False).tile_at(lin)
             gK = cute.local_tile(mK[None, None, head_next, batch_next], (self.tile_n, self.head_dim), (n_next, 0))

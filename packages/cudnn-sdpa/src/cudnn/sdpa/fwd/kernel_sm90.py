@@ -310,6 +310,8 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
         if const_expr(self.key.split_kv):
             num_m_blocks = num_m_blocks * num_splits  # (split, m_block) pairs, decoded in the kernel
         grid = SingleTileScheduler.grid(num_m_blocks, grid_heads, batch)
+        if const_expr(not (self.key.mask_right or self.key.mask_left or self.key.varlen_lpt)):  # 3-D when group_heads = 1
+            grid = SingleTileScheduler.grid(num_m_blocks, grid_heads, batch, group_heads)
         if const_expr(self.key.varlen_compact):  # one CTA per real tile (plus < B per head at the end)
             grid = (grid_blocks(seqlen_q, batch, self.tile_m) * grid_heads, 1, 1)
         if const_expr(self.key.persistent):

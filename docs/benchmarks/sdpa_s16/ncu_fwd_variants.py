@@ -1,0 +1,42 @@
+"""Session-16 diagnostic (not a benchmark table): the forward's per-tile fixed cost. One call per (case, variant) under
+ncu (``--profile-from-start off``), the prepared plan with one plan option changed, and FA4, at d128 non-causal s1k /
+s2k / s4k (the same 2048 query tiles, 5.3 / 10.7 / 21.3 key blocks of 192 each): elapsed cycles against key blocks per
+tile separate a per-tile cost from a per-block one. From the repository root, benchmarks/ on sys.path."""
+
+import os
+import sys
+
+
+def main():
+    sys.path.insert(0, "benchmarks")
+    import sdpa_fwd as sf
+    import torch
+
+    variants = {
+        "ours": {},
+        "notail": dict(ragged_tail=False),
+        "n128": dict(tile_n=128),
+        "pers": dict(persistent=True),
+        "nospin": dict(spin_wait=False),
+    }
+    pick = [v for v in os.environ.get("NCU_VARIANTS", "").split(",") if v]  # a subset, e.g. NCU_VARIANTS=n128,fa4
+    if pick:
+        variants = {k: v for k, v in variants.items() if k in pick}
+    want = sys.argv[1:] or ["d128 s1k b16", "d128 s2k b8", "d128 s4k b4"]
+    for case in (c for c in sf._shapes(False) if c.label in want):
+        makers = [(name, lambda c, kw=kw: sf._make_ours_prefill_plan(c, **kw)) for name, kw in variants.items()]
+        makers += [("fa4", sf.make_fa4)] if not pick or "fa4" in pick else []
+        for name, make in makers:
+            fn = make(case)
+            for _ in range(3):
+                fn()
+            torch.cuda.synchronize()
+            print(f"== {case.label} {name}", flush=True)
+            torch.cuda.profiler.start()
+            fn()
+            torch.cuda.synchronize()
+            torch.cuda.profiler.stop()
+
+
+if __name__ == "__main__":
+    main()
