@@ -16,7 +16,9 @@ ahead of its registers' next one, ``cp.async.bulk.prefetch.L2``), "ours-steady+g
 all kernel-only, and "ours-steady-pf2" the public op eager with both; "ours-chunk<C>+graph" (C = 8, 16,
 32; dense and varlen cases): the run grid with ``chunk = C`` (CTA row j walks the C-token chunks j, j + n_runs, j + 2 n_runs,
 ... instead of one contiguous run; the default steady path), kernel-only, and "ours-runs+graph" with ``chunk = 0`` (one
-contiguous run per CTA row: the dense default until session 15, when ``ours+graph`` became chunk 8 on dense cases); "ours-upd-slowhost" the decode update with session
+contiguous run per CTA row: the dense default until session 15, when ``ours+graph`` became chunk 8 on dense cases);
+"ours-final-fused+graph" / "ours-final-sep+graph" (the states case only): the forward kernel writes the final states
+(``final_fused = True``, the default since session 16) / the separate final-states kernel after it, kernel-only; "ours-upd-slowhost" the decode update with session
 8's host path (custom-op dispatch, DSL entry, full validation; ``ours`` has session 9's direct call, tvm-ffi route and
 memoized validation). ``--cases`` keeps named cases and ``--out``
 names the table (conv1d only), e.g. ``conv1d --cases "fwd T16k D4096,fwd T8k D8192,fwd T32k D4096" --out
@@ -269,6 +271,19 @@ def _make_ours_kernel_variant(**fields):
         plan.check_support()
         plan.compile()
         return _graphed(lambda case: lambda: plan.execute(x, inp["w"], y, inp["b"], cu, inp["init"], inp["final"]))(case)
+
+    return make
+
+
+def _make_ours_final_variant(fused):
+    """Final-states A/B (``final_fused``): :func:`_make_ours_kernel_variant` with ``final_fused = fused`` on the states case
+    only (initial states in, final states out; the other cases declare no final states)."""
+    variant = _make_ours_kernel_variant(final_fused=fused)
+
+    def make(case):
+        if "batch" not in case.params:
+            raise Unsupported("final-states A/B: the states case only")
+        return variant(case)
 
     return make
 
@@ -634,6 +649,10 @@ def main(args=None):
         Provider("ours-chunk8+graph", _make_ours_kernel_variant(chunk=8)),
         Provider("ours-chunk16+graph", _make_ours_kernel_variant(chunk=16)),
         Provider("ours-chunk32+graph", _make_ours_kernel_variant(chunk=32)),
+        # session 16, the states case: the forward kernel writes the final states (``final_fused``, the default) or the
+        # separate final-states kernel runs after it (the default until session 16), kernel-only
+        Provider("ours-final-fused+graph", _make_ours_final_variant(True)),
+        Provider("ours-final-sep+graph", _make_ours_final_variant(False)),
         # session 9: the decode update with session 8's host path (ours: the direct call, tvm-ffi route and memo)
         Provider("ours-upd-slowhost", _make_ours_update_slowhost),
         Provider("adapter", _make_ours_adapter(False)),

@@ -1,9 +1,9 @@
 """Compile-only tier (CPU, CUTE_DSL_ARCH=sm_90a): the three causal_conv1d kernels build from the plan alone,
 carry the cudnn symbol prefix (Rule 6), really use 16-byte vector loads and stores, and a second plan
 with another token total is a kernel-cache hit (Rule 4). The forward's default grid is the run grid (``grid_ctas``
-None: 4 x the SMs, 528 without a GPU) and builds ``kernel_runs`` with 16-byte loads and stores and no stack frame;
+None: 4 x the SMs, 528 without a GPU) and builds ``kernel_runs`` with 16-byte loads and stores;
 ``grid_ctas = 0`` builds the 64-token kernel; the opt-in variants (``l2_prefetch``, ``steady``, ``chunk``) build and
-validate. Kept small: the ``-k chunk`` tests are eight compiles, about 20 s."""
+validate; the fused final states (``final_fused``, the default with final states) build as one kernel per grid. Kept small: the ``-k chunk`` tests are eight compiles, about 20 s."""
 
 from __future__ import annotations
 
@@ -142,11 +142,15 @@ def test_tvm_ffi_launch_route_builds_a_separate_positional_entry():
     assert fwd._entry is not None and fwd._entry is not fwd._compiled_kernel
 
 
-def test_forward_default_run_grid_compiles_to_16_byte_accesses_without_a_frame(tmp_path):
+def test_forward_default_run_grid_compiles_to_16_byte_accesses(tmp_path):
     """The default plan (varlen with initial and final states, bf16, W = 4; ``grid_ctas`` None): the run grid with 4 x the
-    SM count (528 where no GPU is visible), its own ``cudnn_`` symbol next to the final-states kernel; x and the halo come
-    in by ``ld.global.v4``, y leaves by plain ``st.global.v4`` (no cache hint), no cp.async, and ptxas keeps it in
-    registers: frame 0. Another token total and sequence count is a kernel-cache hit (Rule 4)."""
+    SM count (528 where no GPU is visible) writing the final states itself (``final_fused``, the default), one ``cudnn_``
+    symbol; x and the halo come in by ``ld.global.v4``, y leaves by plain ``st.global.v4`` (no cache hint), no cp.async, no
+    local memory in the PTX; ptxas at the 128-register cap: a 16-byte frame (loop counters, one local load per group pair;
+    frame 0 before the fused final states and the 2-byte state pointers). The separate pair (``final_fused = False``,
+    which the fused plan also prepares for overlapping state buffers): the run kernel next to the final-states kernel, an
+    8-byte frame and 0. Another token total and sequence count is a kernel-cache hit (Rule 4)."""
+    import dataclasses
     import re
 
     from cudnn.kernel_cache import kernel_cache
@@ -156,6 +160,18 @@ def test_forward_default_run_grid_compiles_to_16_byte_accesses_without_a_frame(t
     assert plan.grid_ctas is None and api.FWD_GRID_CTAS_DEFAULT is None
     plan.check_support()
     key = plan.compile_key()
+    assert key.final_fused and key.has_init and key.has_final
+    sep = _fwd_plan(1000, 5)
+    sep.final_fused = False
+    sep.check_support()
+    assert sep.compile_key() == dataclasses.replace(key, final_fused=False)
+    kernel_cache._entries.pop(("linear_attention.conv1d", sep.compile_key()), None)
+    with keep_artifacts(tmp_path / "sep") as ptx:
+        sep.compile()
+        names = kernel_symbols(ptx())
+    assert len(names) == 2 and all(n.startswith("cudnn_") for n in names) and any("final_kernel" in n for n in names), names
+    assert sorted(frame_sizes(tmp_path / "sep")) == [0, 8], frame_sizes(tmp_path / "sep")
+    assert sep._sep is None
     assert key.grid_ctas == api._default_grid_ctas(None) > 0
     try:
         import torch
@@ -166,18 +182,18 @@ def test_forward_default_run_grid_compiles_to_16_byte_accesses_without_a_frame(t
     if not gpu:
         assert key.grid_ctas == 528  # 4 x an H200's 132 SMs, the fallback where no CUDA device is known
     kernel_cache._entries.pop(("linear_attention.conv1d", key), None)
-    with keep_artifacts(tmp_path) as ptx:
-        plan.compile()
+    with keep_artifacts(tmp_path / "fused") as ptx:
+        plan.compile()  # the separate pair comes from the cache: only the fused kernel is built here
         text = ptx()
+    assert plan._sep[0] is sep._compiled_kernel
     names = kernel_symbols(text)
-    assert len(names) == 2 and all(n.startswith("cudnn_") for n in names), names
+    assert len(names) == 1 and all(n.startswith("cudnn_") for n in names), names
     assert any("kernel_runs" in n for n in names) and not any(re.search(r"cudnn_kernel_kernel_[^r]", n) for n in names), names
     wide = set(re.findall(r"\b(ld|st)\.global((?:\.\w+)*)", _kernel_body(text, names, "kernel_runs")))
     assert ("ld", ".v4.b32") in wide and ("st", ".v4.b32") in wide, wide
     assert not [a for a in wide if a[0] == "st" and ".cs" in a[1]], wide  # no evict-first stores (removed in session 6)
     assert "cp.async" not in text and ".local" not in text
-    sizes = frame_sizes(tmp_path)
-    assert len(sizes) == 2 and all(s == 0 for s in sizes), sizes
+    assert frame_sizes(tmp_path / "fused") == [16]
 
     misses = kernel_cache.stats.misses
     other = _fwd_plan(123457, 77)  # another token total and sequence count: same artifact
@@ -383,3 +399,89 @@ def test_forward_varlen_chunk_compiles_without_a_frame(tmp_path, states):
     with keep_artifacts(tmp_path / "varlen-0") as ptx0:
         plan.compile()
         assert ptx0() != text
+
+
+#: (varlen, initial states, states dtype, grid_ctas, chunk, frame) of the fused final-states builds (``final_fused``, the default
+#: with final states): dense final only and dense initial + final (the states benchmark's key) on the chunk-8 default,
+#: varlen initial + final on its contiguous-runs default, varlen final only with fp32 states (x bf16) on chunk 8, and the
+#: 64-token CTAs with fp32 states. ``frame``: ptxas's frame at the 128-register cap (sm_90a), measured in session 16: loop
+#: counters, not the per-token math (the separate pair's forward kernel in the first three: 0, 24, 8).
+FUSED_CASES = [
+    (False, False, "bfloat16", None, None, 8),
+    (False, True, "bfloat16", None, None, 32),
+    (True, True, "bfloat16", None, None, 16),
+    (True, False, "float32", None, 8, 8),
+    (False, True, "float32", 0, None, 8),
+]
+
+
+@pytest.mark.parametrize(("varlen", "init", "sdt", "grid", "chunk", "frame"), FUSED_CASES)
+def test_forward_fused_final_states_compile(tmp_path, varlen, init, sdt, grid, chunk, frame):
+    """``final_fused`` (the default where final states are declared): one ``cudnn_`` forward kernel and no final-states
+    kernel, the final states stored element by element in their dtype (2-byte ``st.global.b16`` for bf16, never byte
+    pairs: the state pointers are compiled for their dtype's alignment, which execute checks), within the frame above.
+    With initial states the plan also holds the separate pair (``_sep``: the ``final_fused = False`` key) for calls whose
+    final states overlap the initial states; without, none."""
+    import dataclasses
+
+    from cudnn.kernel_cache import kernel_cache
+    from cudnn.linear_attention.conv1d.api import CausalConv1d
+
+    D, N = 512, 5
+    if varlen:
+        x, cu = TensorDesc.contiguous((1000, D), "bfloat16", "x"), TensorDesc.contiguous((N + 1,), "int32", "cu")
+    else:
+        x, cu = TensorDesc.contiguous((N, 200, D), "bfloat16", "x"), None
+    st = TensorDesc.contiguous((N, D, 3), sdt, "states")
+    fin = TensorDesc.contiguous((N, D, 3), sdt, "final")
+
+    def make(fused):
+        p = CausalConv1d(
+            x, TensorDesc.contiguous((D, 4), "bfloat16", "weight"), x, TensorDesc.contiguous((D,), "bfloat16", "bias"), cu, st if init else None, fin, "silu"
+        )
+        p.grid_ctas, p.chunk, p.final_fused = grid, chunk, fused
+        p.check_support()
+        return p
+
+    plan = make(None)
+    key = plan.compile_key()
+    assert key.final_fused is True and key.has_final and key.has_init == init
+    twin = make(False)
+    assert twin.compile_key() == dataclasses.replace(key, final_fused=False)
+    twin.compile()
+    kernel_cache._entries.pop(("linear_attention.conv1d", key), None)
+    with keep_artifacts(tmp_path) as ptx:
+        plan.compile()
+        text = ptx()
+    names = kernel_symbols(text)
+    assert len(names) == 1 and names[0].startswith("cudnn_") and "final_kernel" not in names[0], names
+    store = "st.global.b16" if sdt == "bfloat16" else "st.global.b32"
+    assert store in text and "st.global.b8" not in text and "ld.global.v4" in text and ".local" not in text
+    assert frame_sizes(tmp_path) == [frame]
+    if init:
+        assert plan._sep is not None and plan._sep[0] is twin._compiled_kernel
+    else:
+        assert plan._sep is None
+
+
+def test_forward_final_fused_option_values():
+    """``plan.final_fused``: None resolves to ``FWD_FINAL_FUSED_DEFAULT`` (True) where final states are declared and to
+    False elsewhere; explicit True / False are kept; True without final states, or a non-bool, raises ValueError naming
+    the option at compile(), before any build."""
+    from cudnn.linear_attention.conv1d import api
+    from cudnn.linear_attention.conv1d.api import CausalConv1d
+
+    assert api.FWD_FINAL_FUSED_DEFAULT is True
+    plan = _fwd_plan(1000, 5)
+    plan.check_support()
+    assert plan.final_fused is None and plan.compile_key().final_fused is True
+    plan.final_fused = False
+    assert plan.compile_key().final_fused is False
+    x = TensorDesc.contiguous((2, 64, 512), "bfloat16", "x")
+    bare = CausalConv1d(x, TensorDesc.contiguous((512, 4), "bfloat16", "weight"), x, activation="silu")
+    bare.check_support()
+    assert bare.compile_key().final_fused is False
+    for target, bad in ((bare, True), (plan, 1), (plan, "yes")):
+        target.final_fused = bad
+        with pytest.raises(ValueError, match="final_fused"):
+            target.compile()

@@ -18,6 +18,12 @@ the fp32 reference.
   2560 (a partial channel block), W 2-4, bf16 / fp32, initial / final states on and off, steady on and off
   (``test_forward_chunk_is_bitwise_the_default``); varlen (chunk 8 / 16): 1-token, empty and long sequences, 64 random
   lengths over 32k tokens, every token its own sequence (T = 4099) (``test_forward_varlen_chunk_is_bitwise_the_default``).
+- Fused final states (``plan.final_fused``, the default with final states since session 16): bitwise the separate
+  ``final_kernel``'s (``final_fused = False``) and the reference's over dense batches (L 1, 2, 1001, 1024) and varlen ones
+  (1-token, empty, shorter-than-W - 1, long sequences; 64 random lengths; every token its own sequence; T = 0), the three
+  grids, with and without initial states, bf16 / fp32 states (``test_fused_final_states_are_bitwise_the_separate_kernel``);
+  final states in place of the initial states take the separate pair and equal a run on copies, eager and graph-replayed
+  (``test_fused_plan_with_final_states_in_place_of_initial_states``).
 - Detectors on the default plan: warm executes neither synchronize nor allocate; the first execute inside a CUDA-graph
   capture replays like eager; the public op (the run grid) gives the bits of the op with ``api.FWD_GRID_CTAS_DEFAULT = 0``.
 
@@ -429,3 +435,122 @@ def test_forward_varlen_chunk_is_bitwise_the_default(chunk, dtype, width, bias, 
                 assert torch.equal(f0, f1), name
     plan = plans[chunk]
     detectors.assert_no_sync_no_alloc(lambda: plan.execute(x, w, y1, b, cu, init, f1), repeats=3)
+
+
+#: varlen batches of the fused final states: 1-token, empty (leading, inner, trailing) and shorter-than-W - 1 sequences
+#: next to long ones; 64 random lengths (some empty) over 32k tokens; every token its own sequence; no token at all
+FUSED_VARLEN_LENGTHS = [
+    [0, 0, 1, 1, 0, 2, 1, 0, 0, 3000, 1, 2, 0, 517, 1, 3, 0],
+    _random_lengths(64, 32768, 16),
+    [1] * 4099,
+    [0, 0, 0],
+    [5000],
+]
+#: (layout, dtype, states dtype, width, init, grid_ctas, chunk): the forward's grids (run grid with the dense chunk-8
+#: default and chunk 0, the varlen default of contiguous runs and chunk 8, the 64-token CTAs), with and without initial
+#: states, bf16 / fp32 x, states of x's dtype or fp32, W 2-4
+FUSED_CASES = [
+    ("dense", "bfloat16", "bfloat16", 4, True, None, None),
+    ("dense", "bfloat16", "bfloat16", 4, False, None, 0),
+    ("dense", "float32", "float32", 3, True, 0, None),
+    ("varlen", "bfloat16", "bfloat16", 4, True, None, None),
+    ("varlen", "bfloat16", "float32", 4, False, None, 8),
+    ("varlen", "bfloat16", "bfloat16", 2, True, None, 16),
+    ("varlen", "float32", "float32", 3, True, 0, None),
+]
+#: dense [B, L]: shorter than W - 1, one token, a batch boundary inside every chunk, the benchmark's states batch
+FUSED_DENSE_SHAPES = [(3, 2), (5, 1), (4, 1001), (16, 1024)]
+
+
+@pytest.mark.parametrize(("layout", "dtype", "sdt", "width", "init", "grid_ctas", "chunk"), FUSED_CASES)
+def test_fused_final_states_are_bitwise_the_separate_kernel(layout, dtype, sdt, width, init, grid_ctas, chunk):
+    """``final_fused`` (the default with final states: the forward kernel writes them, no second launch) against
+    ``final_fused = False`` (``final_kernel`` after the forward kernel): y and the final states equal bit for bit
+    (NaN-poisoned outputs, so an unwritten row shows), the final states equal the fp32 reference's (copies of x or of
+    the initial states, exact), over FUSED_DENSE_SHAPES / FUSED_VARLEN_LENGTHS at D 4096 and 2560 (a partial channel
+    block); one varlen plan pair re-binds every batch; warm executes of the fused plan neither synchronize nor
+    allocate."""
+    from cudnn.linear_attention.conv1d.api import CausalConv1d
+    from cudnn_testing import detectors
+
+    dt, st_dt = getattr(torch, dtype), getattr(torch, sdt)
+    batches = FUSED_VARLEN_LENGTHS if layout == "varlen" else FUSED_DENSE_SHAPES
+    for D in (4096, 2560):
+        w = torch.randn(D, width, device="cuda", dtype=dt) * 0.5
+        b = torch.randn(D, device="cuda", dtype=dt)
+        plans = {}
+        for batch in batches:
+            if layout == "varlen":
+                T, N = sum(batch), len(batch)
+                x, cu = torch.randn(T, D, device="cuda", dtype=dt), _cu(batch)
+            else:
+                N, L = batch
+                x, cu = torch.randn(N, L, D, device="cuda", dtype=dt), None
+            i_s = torch.randn(N, D, width - 1, device="cuda", dtype=st_dt) if init else None
+            outs = {}
+            for fused in (False, True):
+                y = torch.full(x.shape, float("nan"), device="cuda", dtype=dt)
+                fin = torch.full((N, D, width - 1), float("nan"), device="cuda", dtype=st_dt)
+                key = (fused, None if cu is not None else tuple(x.shape))
+                plan = plans.get(key)
+                if plan is None:
+                    plan = plans[key] = CausalConv1d(x, w, y, b, cu, i_s, fin, "silu")
+                    plan.grid_ctas, plan.chunk, plan.final_fused = grid_ctas, chunk, fused
+                    plan.compile()
+                    assert plan.compile_key().final_fused is fused
+                plan.execute(x, w, y, b, cu, i_s, fin)
+                outs[fused] = (y, fin)
+            torch.cuda.synchronize()
+            name = f"{layout} {batch if layout == 'dense' else (N, sum(batch))} D={D}"
+            assert torch.equal(outs[False][0], outs[True][0]), name
+            assert torch.equal(outs[False][1], outs[True][1]), name
+            _, f_ref = causal_conv1d_ref(x, w, b, "silu", cu, i_s)
+            assert torch.equal(outs[True][1], f_ref.to(st_dt)), name
+    plan = plans[key]
+    detectors.assert_no_sync_no_alloc(lambda: plan.execute(x, w, y, b, cu, i_s, fin), repeats=3)
+
+
+@pytest.mark.parametrize("layout", ["dense", "varlen"])
+def test_fused_plan_with_final_states_in_place_of_initial_states(layout):
+    """The rolling-state update through a fused plan: ``final_states`` is ``initial_states`` (one buffer, updated in
+    place). The fused kernel would race (a CTA could overwrite a sequence's initial state before another read it), so
+    execute launches the plan's separate pair: y and the updated states equal a run on copies (separate initial and
+    final buffers, the fused kernel) bit for bit and the fp32 reference's states; a CUDA-graph-captured in-place call
+    replays the same; the overlap check reads metadata only (no sync, no allocation)."""
+    from cudnn.linear_attention.conv1d.api import CausalConv1d
+    from cudnn_testing import detectors
+
+    D, width = 4096, 4
+    w = torch.randn(D, width, device="cuda", dtype=torch.bfloat16) * 0.5
+    b = torch.randn(D, device="cuda", dtype=torch.bfloat16)
+    if layout == "varlen":
+        lengths = [0, 1, 2, 3000, 1, 0, 517, 2]
+        x, cu, N = torch.randn(sum(lengths), D, device="cuda", dtype=torch.bfloat16), _cu(lengths), len(lengths)
+    else:
+        N = 16
+        x, cu = torch.randn(N, 1024, D, device="cuda", dtype=torch.bfloat16), None
+    state0 = torch.randn(N, D, width - 1, device="cuda", dtype=torch.bfloat16)
+    y = torch.empty_like(x)
+    state = state0.clone()
+    plan = CausalConv1d(x, w, y, b, cu, state, state, "silu")
+    plan.compile()
+    assert plan.compile_key().final_fused and plan._sep is not None
+
+    ref_y, ref_f = torch.full_like(x, float("nan")), torch.full_like(state0, float("nan"))
+    plan.execute(x, w, ref_y, b, cu, state0.clone(), ref_f)  # disjoint buffers: the fused kernel
+    plan.execute(x, w, y, b, cu, state, state)  # in place: the separate pair
+    torch.cuda.synchronize()
+    assert torch.equal(y, ref_y) and torch.equal(state, ref_f)
+    _, f_ref = causal_conv1d_ref(x, w, b, "silu", cu, state0)
+    assert torch.equal(state, f_ref.to(state.dtype))
+
+    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        plan.execute(x, w, y, b, cu, state, state)
+    y.fill_(float("nan"))
+    state.copy_(state0)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(y, ref_y) and torch.equal(state, ref_f)
+    detectors.assert_no_sync_no_alloc(lambda: plan.execute(x, w, y, b, cu, state, state), repeats=3)

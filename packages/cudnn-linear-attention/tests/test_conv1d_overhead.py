@@ -874,3 +874,54 @@ def test_update_direct_eager_path_in_inference_mode_matches_the_custom_op(stub, 
         got[direct] = (deltas, len(bodies))
     assert got[False][0] == got[True][0] == [1, 1], got
     assert got[True][1] == 3, got  # the direct path served all three calls
+
+
+@pytest.mark.parametrize("tvm_ffi", [True, False], ids=["tvm-ffi", "dsl-entry"])
+@pytest.mark.parametrize("fast_host", [True, False], ids=["memo", "full"])
+def test_overlapping_states_take_the_separate_final_states_kernels(stub, monkeypatch, fast_host, tvm_ffi):
+    """``final_fused`` (the default with final states): a plan with initial and final states compiles the fused kernel and
+    the separate pair (the ``final_fused = False`` key); execute launches the pair for a call whose final states overlap
+    its initial states (the same tensor: the rolling-state update; a view sharing bytes) and the fused kernel otherwise
+    (disjoint buffers, also adjacent ones), on both launch routes and both host paths, with the same arguments either
+    way. A plan without initial states, or with ``final_fused = False``, compiles one kernel. Host metadata only."""
+    api, _, _ = stub
+    recs = {}
+    monkeypatch.setattr(api, "_compile_cached", lambda key, *a, **k: recs.setdefault(key.final_fused, _Recorder()))
+    cu = torch.tensor([0, 1, 40, 100], dtype=torch.int32)
+    x, y = _aligned((100, D)), torch.empty(100, D, dtype=torch.bfloat16)
+    w, b = _aligned((D, W)), _aligned((D,))
+    init, fin = _aligned((3, D, W - 1)), _aligned((3, D, W - 1))
+    both = _aligned((6, D, W - 1))  # adjacent halves: disjoint
+    wide = _aligned((3, D, W))  # two [3, D, W - 1] views sharing bytes
+    plan = api.CausalConv1d(x, w, y, b, cu, init, fin, "silu")
+    plan.fast_host, plan.tvm_ffi = fast_host, tvm_ffi
+    plan.compile()
+    assert plan.compile_key().final_fused and set(recs) == {True, False} and plan._sep[0] is recs[False]
+    cases = [
+        (init, fin, True),
+        (init, init, False),  # final is init: the in-place rolling update
+        (both[:3], both[3:], True),
+        (wide[:, :, : W - 1], wide[:, :, 1:], False),
+        (init, fin, True),
+    ]
+    for i_s, f_s, fused in cases * 2:  # twice: the memo serves the second round
+        n = {k: len(r.calls) for k, r in recs.items()}
+        plan.execute(x, w, y, b, cu, i_s, f_s)
+        assert {k: len(r.calls) - n[k] for k, r in recs.items()} == {fused: 1, not fused: 0}
+    sep_call = recs[False].calls[0]  # (init, init): both state pointers are init's address
+    if tvm_ffi:
+        assert sep_call[5] == sep_call[6] == init.data_ptr()
+    else:  # cute pointers compiled and passed at the states' dtype alignment (2 bytes for bf16)
+        assert sep_call[5] == sep_call[6] == ("ptr", "BFloat16", init.data_ptr(), 2)
+    assert recs[True].calls[0][7:] == sep_call[7:]  # the same integers after the pointers
+
+    recs.clear()
+    alone = api.CausalConv1d(x, w, y, b, cu, None, fin, "silu")
+    alone.compile()
+    assert set(recs) == {True} and alone._sep is None
+    recs.clear()
+    plan.final_fused = False
+    plan.compile()
+    assert set(recs) == {False} and plan._sep is None
+    plan.execute(x, w, y, b, cu, init, init)
+    assert len(recs[False].calls) == 1

@@ -38,7 +38,10 @@ tvm-ffi route and the direct eager call: torch_op.py).
 Forward kernel options (set before ``compile()``; compile-key fields; fwd_kernel.py, ``Conv1dFwdKey``), all bitwise the
 default's outputs: ``plan.steady`` (on by default on the run grid), ``plan.l2_prefetch`` (opt-in) and ``plan.chunk``
 (chunk-interleaved runs: None = ``FWD_CHUNK_DEFAULT`` = 8 for dense plans on the run grid without l2_prefetch since the
-session-15 H200 A/B, ``FWD_CHUNK_VARLEN_DEFAULT`` = 0 (opt-in) for varlen ones, 0 elsewhere).
+session-15 H200 A/B, ``FWD_CHUNK_VARLEN_DEFAULT`` = 0 (opt-in) for varlen ones, 0 elsewhere) and ``plan.final_fused``
+(the forward kernel writes the final states, no second launch: None = ``FWD_FINAL_FUSED_DEFAULT`` = True with final
+states, pending the H200 A/B; a plan with both state tensors also compiles the separate pair, which execute() launches
+for a call whose final states overlap its initial states, the in-place rolling update).
 
 Contract the kernel cannot check without a device read (Rule 3): ``cu_seqlens`` is non-decreasing,
 starts at 0 and ends at T.
@@ -50,6 +53,7 @@ implementations and autograd through :class:`CausalConv1dBackward`.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from cudnn._torch_stream import current_stream_handle as _current_stream_handle
@@ -112,6 +116,14 @@ FWD_CHUNK_DEFAULT = 8
 #: sequences over T32k x D4096 3601.0 / 3692.2 / 3697.9, every token its own sequence (T16k x D4096) 3249.5 / 2234.0 /
 #: 2476.0: the per-chunk search over 16k offsets loses, so chunks stay opt-in for varlen.
 FWD_CHUNK_VARLEN_DEFAULT = 0
+#: Default of ``CausalConv1d.final_fused = None`` for plans with final states (``Conv1dFwdKey.final_fused``): True = the
+#: forward kernel writes them (the thread that computed the group pair holding a sequence's last token, after the pair;
+#: empty sequences too), one launch; False = the separate ``final_kernel`` after the forward kernel, a second launch (the
+#: session-15 probe, docs/benchmarks/conv1d_s15/conv_states_probe.log, H200 dense 16 x 1024 x 4096 bf16 W 4 SiLU chunk 8,
+#: graph replay: 79.5 us with final states vs 73.2 without). The same values bitwise. True pending the H200 A/B
+#: (benchmarks/linear_attention.py, the "fwd states B16 T16k D4096" case: ``ours+graph`` vs ``ours-final-sep+graph``). A
+#: call whose final states overlap its initial states launches the separate kernel whatever this says (``final_fused``).
+FWD_FINAL_FUSED_DEFAULT = True
 #: CTAs per SM of the default run grid: one wave at the forward kernel's ``Conv1dFwdKey.min_ctas_per_sm`` = 4.
 _RUN_GRID_CTAS_PER_SM = 4
 #: SM count assumed where no CUDA device is known (a descriptor-only plan compiled on a host without a GPU): an H200's.
@@ -309,6 +321,23 @@ def _data_ptr(t):
     return None if t is None else t.data_ptr()
 
 
+def _span_bytes(t) -> int:
+    """Bytes from ``t``'s first element to one past its last (0 when it has none): torch metadata only."""
+    n = 1
+    for size, st in zip(t.shape, t.stride(), strict=True):
+        if size == 0:
+            return 0
+        n += (size - 1) * st
+    return n * t.element_size()
+
+
+def _overlap(a, ap: int, b, bp: int) -> bool:
+    """Whether tensors ``a`` and ``b`` (addresses ``ap``, ``bp``) share any byte of their address ranges (a conservative
+    test: interleaved views count as overlapping). Metadata only, no device read."""
+    sa, sb = _span_bytes(a), _span_bytes(b)
+    return sa > 0 and sb > 0 and ap < bp + sb and bp < ap + sa
+
+
 def _stream_handle(current_stream, device) -> int:
     """The raw handle to launch on: core's ``launch_stream_handle(current_stream, device)``; for None on a CUDA tensor's
     device, torch's current stream read directly by index (what it returns, without rebuilding the device)."""
@@ -406,7 +435,15 @@ class CausalConv1d(_Conv1dCommon):
         #: C > 0 = CTA row j walks the chunks of C tokens j, j + n_runs, ... (the run grid only, C a multiple of 8, without
         #: l2_prefetch). Outputs bitwise equal either way.
         self.chunk = None
+        #: Final states written by the forward kernel (set before compile(); ``Conv1dFwdKey.final_fused``): None (default) =
+        #: FWD_FINAL_FUSED_DEFAULT where final states are declared, else False; True = fused (one launch); False = the
+        #: separate final-states kernel after the forward kernel. Fused is wrong when final_states overlaps initial_states
+        #: (a CTA could overwrite a sequence's initial state before another has read it), so a fused plan declaring both
+        #: also compiles the separate pair at compile(), and execute() launches that pair for a call whose two state
+        #: buffers overlap (a host check of their address ranges: metadata only). Outputs bitwise equal either way.
+        self.final_fused = None
         self._entry = None
+        self._sep = None  # (compiled kernel, tvm-ffi entry or None) of the separate final-states kernels; see final_fused
         self._memo = None  # metadata -> memo entry (see execute); set by compile() when fast_host
         self._last = [(None, None)]
         self._varlen = self.cu_seqlens is not None
@@ -437,6 +474,9 @@ class CausalConv1d(_Conv1dCommon):
         chunk = self.chunk
         if chunk is None:  # the default only where it is valid: the run grid without l2_prefetch
             chunk = (FWD_CHUNK_VARLEN_DEFAULT if self.cu_seqlens is not None else FWD_CHUNK_DEFAULT) if grid != 0 and self.l2_prefetch == 0 else 0
+        fused = self.final_fused
+        if fused is None:  # the default only where there are final states
+            fused = FWD_FINAL_FUSED_DEFAULT and self.final_states is not None
         return Conv1dFwdKey(
             dtype=_CNAME[self.x.dtype],
             w_dtype=_CNAME[self.weight.dtype],
@@ -451,6 +491,7 @@ class CausalConv1d(_Conv1dCommon):
             l2_prefetch=self.l2_prefetch,
             steady=steady,
             chunk=chunk,
+            final_fused=fused,
         )
 
     def compile(self) -> None:
@@ -478,23 +519,33 @@ class CausalConv1d(_Conv1dCommon):
                 f"invalid), 0 (contiguous runs) or an int C > 0, a multiple of {2 * key.group} tokens, and C > 0 needs the run grid "
                 f"(grid_ctas None or > 0; got {key.grid_ctas}) and l2_prefetch 0 (got {key.l2_prefetch})"
             )
+        if type(key.final_fused) is not bool or (key.final_fused and not key.has_final):
+            raise ValueError(
+                f"CausalConv1d: final_fused={self.final_fused!r} must be None (the default: {FWD_FINAL_FUSED_DEFAULT} with final states), True or "
+                f"False, and True needs final_states (declared: {key.has_final})"
+            )
         s = key.state_dtype
+        sa = self._state_align()  # execute checks it; 1 made the kernels move each bf16 state element as two bytes
         ptrs = [
             (key.dtype, 16),
             (key.w_dtype, 16),
             (key.w_dtype, 16) if key.has_bias else None,
             (key.dtype, 16),
             ("Int32", 4) if key.varlen else None,
-            (s, 1) if key.has_init else None,
-            (s, 1) if key.has_final else None,
+            (s, sa) if key.has_init else None,
+            (s, sa) if key.has_final else None,
         ]
         self._entry = None
+        self._sep = None
         if self.fast_host not in (True, False):
             raise ValueError(f"CausalConv1d: fast_host={self.fast_host!r} must be True or False")
         self._memo = None
         self._compiled_kernel = _compile_cached(key, ".fwd_kernel", "CausalConv1dFwd", ptrs, 12, self.tvm_ffi)
         if self.tvm_ffi:
             self._entry = _tvm_ffi_entry(self._compiled_kernel)
+        if key.final_fused and key.has_init:  # for calls whose final states overlap the initial states (see final_fused)
+            sep = _compile_cached(dataclasses.replace(key, final_fused=False), ".fwd_kernel", "CausalConv1dFwd", ptrs, 12, self.tvm_ffi)
+            self._sep = (sep, _tvm_ffi_entry(sep) if self.tvm_ffi else None)
         self._memo = {} if self.fast_host else None
         self._last = [(None, None)]
         self._varlen = self.cu_seqlens is not None
@@ -606,22 +657,31 @@ class CausalConv1d(_Conv1dCommon):
         tail = (T, D, sx, sy, max(seq_arg, 1), n_seqs, *_state_strides(initial_states), *_state_strides(final_states))
         st = self.initial_states or self.final_states
         sdt = st.dtype if (initial_states is not None or final_states is not None) else None
-        return tail, sdt, (st.dtype.itemsize if st is not None else 1)
+        return tail, sdt, self._state_align()
+
+    def _state_align(self) -> int:
+        """Alignment in bytes the state pointers are compiled for and checked against: the state dtype's size (1 without)."""
+        st = self.initial_states or self.final_states
+        return st.dtype.itemsize if st is not None else 1
 
     def _launch(self, got, x, weight, out, bias, cu_seqlens, initial_states, final_states, xp, wp, bp, yp, cp, ip, fp, current_stream):
-        """One launch with the memo entry ``got`` and the call's addresses (tvm-ffi: integers; DSL entry: cute pointers)."""
-        tail, sdt, _ = got
-        if self._entry is not None:  # tvm-ffi: integer addresses, ints and a raw stream handle, no per-call conversion
-            self._entry(xp, wp, bp, yp, cp, ip, fp, *tail, _stream_handle(current_stream, x.device))
+        """One launch with the memo entry ``got`` and the call's addresses (tvm-ffi: integers; DSL entry: cute pointers).
+        A fused plan with both state tensors launches its separate final-states kernels when they overlap (``final_fused``)."""
+        tail, sdt, sa = got
+        entry, kernel = self._entry, self._compiled_kernel
+        if self._sep is not None and _overlap(initial_states, ip, final_states, fp):
+            kernel, entry = self._sep
+        if entry is not None:  # tvm-ffi: integer addresses, ints and a raw stream handle, no per-call conversion
+            entry(xp, wp, bp, yp, cp, ip, fp, *tail, _stream_handle(current_stream, x.device))
             return
-        self._compiled_kernel(
+        kernel(
             _ptr(x, self.x.dtype, 16),
             _ptr(weight, self.weight.dtype, 16),
             _ptr(bias, self.weight.dtype, 16),
             _ptr(out, self.x.dtype, 16),
             _ptr(cu_seqlens, data_type.INT32, 4),
-            _ptr(initial_states, sdt, 1),
-            _ptr(final_states, sdt, 1),
+            _ptr(initial_states, sdt, sa),
+            _ptr(final_states, sdt, sa),
             *tail,
             _stream(current_stream, x.device),
         )

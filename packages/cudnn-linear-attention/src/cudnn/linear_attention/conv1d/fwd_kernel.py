@@ -54,8 +54,17 @@ math (steady groups and the per-token sequence walk included). The double buffer
 group loads the next chunk's first group at its start and its halo token by token into the registers its computed tokens
 free, and the next chunk's first group reads the halo into the window before it issues its own next loads. Each chunk
 re-reads W - 1 halo rows (mostly L2 hits): 3/8 more load instructions at C = 8. ptxas frames at the 128-register cap
-(sm_90a, bf16 W = 4): 0 dense without states, 8 bytes varlen without states (the loop's chunk count: one local load per chunk), 56 with
-initial + final states (dense and varlen).
+(sm_90a, bf16 W = 4): 0 dense without states, 8 bytes varlen without states (the loop's chunk count: one local load per chunk);
+with initial + final states 32 dense / 40 varlen fused, 24 / 40 with ``final_kernel`` (56 before session 16, when the
+state pointers were compiled 1-byte aligned and every bf16 state element moved as two bytes).
+
+Final states (``Conv1dFwdKey.final_fused``, the adapter's default since session 16; the H200 A/B is pending): the forward
+kernel writes them, no ``final_kernel`` launch. On every grid, after each group pair a thread writes the final states of
+the sequences that ended in it (:func:`final_states_ending`: varlen empty sequences included; with T = 0 CTA row 0 writes
+every row) with ``final_kernel``'s own body (:func:`final_state_of`: the last W - 1 x tokens, just loaded, or the initial
+state / zero before a sequence start), so the values are the same bits. Not valid when the final states overlap the
+initial states (another CTA may still read a sequence's initial state): the adapter launches the ``final_fused = False``
+pair for such a call.
 
 Tests: packages/cudnn-linear-attention/tests/test_conv1d*.py; benchmark: benchmarks/linear_attention.py.
 """
@@ -249,6 +258,92 @@ def token_output_steady(
         yv[i] = acc[i].to(yv.element_type)
 
 
+@cute.jit
+def final_state_of(
+    x_ptr: cute.Pointer,
+    init_ptr: cute.Pointer | None,
+    final_ptr: cute.Pointer,
+    m: Int32,
+    bos: Int32,
+    eos: Int32,
+    d0: Int32,
+    T: Int32,
+    D: Int32,
+    sx: Int32,
+    n_seqs: Int32,
+    init_sn: Int32,
+    init_sd: Int32,
+    init_sj: Int32,
+    fin_sn: Int32,
+    fin_sd: Int32,
+    fin_sj: Int32,
+    W: cutlass.Constexpr[int],
+    VEC: cutlass.Constexpr[int],
+    has_init: cutlass.Constexpr[bool],
+):
+    """``final_states[m, d0 .. d0 + VEC, j]`` of sequence ``m`` (tokens ``bos .. eos``): ``x[eos - (W - 1) + j]`` in the
+    states' dtype where that token is in the sequence, else the initial state's entry ``j + eos - bos``, or zero. The one
+    body of both final-states paths (``final_kernel`` and the fused :func:`final_states_ending`): the same bits."""
+    mX = cute.make_tensor(x_ptr, cute.make_layout((T, D), stride=(sx, 1)))
+    mF = cute.make_tensor(final_ptr, cute.make_layout((n_seqs, D, W - 1), stride=(fin_sn, fin_sd, fin_sj)))
+    for j in cutlass.range_constexpr(W - 1):
+        p = eos - (W - 1) + j
+        if p >= bos:
+            for i in cutlass.range_constexpr(VEC):
+                mF[m, d0 + i, j] = mX[p, d0 + i].to(mF.element_type)
+        else:
+            if const_expr(has_init):
+                mInit = cute.make_tensor(init_ptr, cute.make_layout((n_seqs, D, W - 1), stride=(init_sn, init_sd, init_sj)))
+                for i in cutlass.range_constexpr(VEC):
+                    mF[m, d0 + i, j] = mInit[m, d0 + i, j + eos - bos]
+            else:
+                for i in cutlass.range_constexpr(VEC):
+                    mF[m, d0 + i, j] = Float32(0.0).to(mF.element_type)
+
+
+@cute.jit
+def final_states_ending(
+    x_ptr: cute.Pointer,
+    cu_ptr: cute.Pointer | None,
+    init_ptr: cute.Pointer | None,
+    final_ptr: cute.Pointer,
+    m: Int32,
+    a: Int32,
+    b: Int32,
+    d0: Int32,
+    T: Int32,
+    D: Int32,
+    sx: Int32,
+    seq_len: Int32,
+    n_seqs: Int32,
+    init_sn: Int32,
+    init_sd: Int32,
+    init_sj: Int32,
+    fin_sn: Int32,
+    fin_sd: Int32,
+    fin_sj: Int32,
+    W: cutlass.Constexpr[int],
+    VEC: cutlass.Constexpr[int],
+    varlen: cutlass.Constexpr[bool],
+    has_init: cutlass.Constexpr[bool],
+):
+    """The fused final states (``Conv1dFwdKey.final_fused``) of the group pair of tokens ``a .. b`` a thread just computed:
+    :func:`final_state_of` for every sequence that ends in ``(a, b]`` (varlen: empty ones too; with ``a`` = 0 also those
+    ending at 0, the leading empty ones). ``m`` is at most the first of them (the sequence of token ``a - 1`` or ``a``);
+    each sequence ends in exactly one thread's pair per channel vector, so each final row is written once. Its x tokens
+    were just loaded by this thread (cache hits)."""
+    lo = a
+    if a == 0:
+        lo = -1
+        m = 0
+    bos, eos = sequence_bounds(cu_ptr, m, n_seqs, seq_len, varlen)
+    while m < n_seqs and eos <= b:
+        if eos > lo:
+            final_state_of(x_ptr, init_ptr, final_ptr, m, bos, eos, d0, T, D, sx, n_seqs, init_sn, init_sd, init_sj, fin_sn, fin_sd, fin_sj, W, VEC, has_init)
+        m = m + 1
+        bos, eos = sequence_bounds(cu_ptr, cutlass.min(m, n_seqs - 1), n_seqs, seq_len, varlen)  # clamped: both sides of `and` run
+
+
 @dataclass(frozen=True)
 class Conv1dFwdKey:
     """Plan-time choices of the forward kernel: exactly its compile key (Rule 4)."""
@@ -283,6 +378,12 @@ class Conv1dFwdKey:
     #: j + 2 n_runs, ...`` (:meth:`chunks`; the same ``n_runs``; per chunk its sequence search and W - 1 halo tokens; loads
     #: stay in flight across chunks). The same fp32 operations per token in the same order: bitwise the same outputs.
     chunk: int = 0
+    #: ``has_final`` only: False (the key's default) = ``final_kernel`` writes the final states after the forward kernel (a
+    #: second launch); True = the forward kernel writes them (:func:`final_states_ending`: after each group pair, for the
+    #: sequences that ended in it, empty ones included; :func:`final_state_of`, ``final_kernel``'s body: the same bits).
+    #: Wrong when the final states overlap the initial states (a CTA may overwrite ``initial_states[n]`` before another
+    #: has read it): the adapter then launches the ``False`` key's kernels (``CausalConv1d.final_fused``).
+    final_fused: bool = False
 
 
 def _ctype(name: str):
@@ -307,6 +408,9 @@ class CausalConv1dFwd:
         assert key.l2_prefetch == 0 or (key.grid_ctas > 0 and 0 < key.l2_prefetch * key.group <= THREADS), key  # one thread per token
         chunk_ok = key.grid_ctas > 0 and key.l2_prefetch == 0 and key.chunk % (2 * key.group) == 0 and key.group >= key.width - 1
         assert key.chunk == 0 or chunk_ok, key  # halo: W - 1 <= group <= C
+        assert key.has_final or not key.final_fused, key
+        #: the forward kernel writes the final states (no final_kernel launch)
+        self.fuse = key.has_final and key.final_fused
 
     @cute.jit
     def __call__(
@@ -334,10 +438,16 @@ class CausalConv1dFwd:
     ):
         dv_total = D // self.vec
         grid_x = (dv_total + THREADS - 1) // THREADS
+        fused_ptr = None  # the forward kernel's final-states pointer: compiled out unless final_fused
+        if const_expr(self.fuse):
+            fused_ptr = final_ptr
         if const_expr(self.key.grid_ctas):
             # runs along T: grid_ctas // grid_x, at most one per tokens_per_cta tokens, at least one (also for T == 0)
             n_runs = cutlass.max(cutlass.min(self.key.grid_ctas // grid_x, (T + self.bt - 1) // self.bt), 1)
-            self.kernel_runs(x_ptr, w_ptr, b_ptr, y_ptr, cu_ptr, init_ptr, T, D, sx, sy, seq_arg, n_seqs, init_sn, init_sd, init_sj, n_runs).launch(
+            runs = self.kernel_runs(
+                x_ptr, w_ptr, b_ptr, y_ptr, cu_ptr, init_ptr, fused_ptr, T, D, sx, sy, seq_arg, n_seqs, init_sn, init_sd, init_sj, fin_sn, fin_sd, fin_sj, n_runs
+            )  # fmt: skip
+            runs.launch(
                 grid=[grid_x, n_runs, 1],
                 block=[THREADS, 1, 1],
                 stream=stream,
@@ -346,14 +456,17 @@ class CausalConv1dFwd:
             )
         else:
             grid_y = (T + self.bt) // self.bt  # >= 1 even for T == 0 (the kernel guards t < T)
-            self.kernel(x_ptr, w_ptr, b_ptr, y_ptr, cu_ptr, init_ptr, T, D, sx, sy, seq_arg, n_seqs, init_sn, init_sd, init_sj).launch(
+            ctas = self.kernel(
+                x_ptr, w_ptr, b_ptr, y_ptr, cu_ptr, init_ptr, fused_ptr, T, D, sx, sy, seq_arg, n_seqs, init_sn, init_sd, init_sj, fin_sn, fin_sd, fin_sj
+            )  # fmt: skip
+            ctas.launch(
                 grid=[grid_x, grid_y, 1],
                 block=[THREADS, 1, 1],
                 stream=stream,
                 min_blocks_per_mp=self.key.min_ctas_per_sm,
                 preferred_smem_carveout=0,
             )
-        if const_expr(self.key.has_final):
+        if const_expr(self.key.has_final and not self.fuse):
             self.final_kernel(x_ptr, cu_ptr, init_ptr, final_ptr, T, D, sx, seq_arg, n_seqs, init_sn, init_sd, init_sj, fin_sn, fin_sd, fin_sj).launch(
                 grid=[grid_x, n_seqs + 1, 1], block=[THREADS, 1, 1], stream=stream
             )  # +1: valid for N == 0, guarded
@@ -367,6 +480,7 @@ class CausalConv1dFwd:
         y_ptr: cute.Pointer,
         cu_ptr: cute.Pointer | None,
         init_ptr: cute.Pointer | None,
+        final_ptr: cute.Pointer | None,
         T: Int32,
         D: Int32,
         sx: Int32,
@@ -376,6 +490,9 @@ class CausalConv1dFwd:
         init_sn: Int32,
         init_sd: Int32,
         init_sj: Int32,
+        fin_sn: Int32,
+        fin_sd: Int32,
+        fin_sj: Int32,
     ):
         W = self.W
         VEC = self.vec
@@ -413,6 +530,7 @@ class CausalConv1dFwd:
                 if t0 + u < T:
                     cute.autovec_copy(gX[(None, None), (t0 + u, dv)], xb[None, None, u, 0])
             for gp in cutlass.range(n_groups // 2, unroll=1):
+                n_pair = n  # the sequence of the pair's first token (or of the token before it)
                 for half in cutlass.range_constexpr(2):
                     g = gp * 2 + half
                     tg = t0 + g * U
@@ -447,6 +565,21 @@ class CausalConv1dFwd:
                                 self.key.silu,
                             )
                             cute.autovec_copy(yg[None, None, u], gY[(None, None), (t, dv)])
+                if const_expr(self.fuse):  # the final states of the sequences that ended in this pair
+                    a = t0 + gp * 2 * U
+                    b = cutlass.min(a + 2 * U, T)
+                    if a < b and (n != n_pair or nxt == b or a == 0):  # tokens, and a sequence ends here (or a == 0)
+                        final_states_ending(
+                            x_ptr, cu_ptr, init_ptr, final_ptr, n_pair, a, b, d0, T, D, sx, seq_arg, n_seqs, init_sn, init_sd, init_sj,
+                            fin_sn, fin_sd, fin_sj, W, VEC, self.key.varlen, self.key.has_init,
+                        )  # fmt: skip
+        if const_expr(self.fuse):
+            if T == 0 and bidy == 0 and dv < D // VEC:  # no token: every sequence is empty
+                for m in cutlass.range(n_seqs, unroll=1):
+                    final_state_of(
+                        x_ptr, init_ptr, final_ptr, m, T, T, dv * VEC, T, D, sx, n_seqs, init_sn, init_sd, init_sj, fin_sn, fin_sd, fin_sj, W, VEC,
+                        self.key.has_init,
+                    )  # fmt: skip
 
     kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
 
@@ -459,6 +592,7 @@ class CausalConv1dFwd:
         y_ptr: cute.Pointer,
         cu_ptr: cute.Pointer | None,
         init_ptr: cute.Pointer | None,
+        final_ptr: cute.Pointer | None,
         T: Int32,
         D: Int32,
         sx: Int32,
@@ -468,6 +602,9 @@ class CausalConv1dFwd:
         init_sn: Int32,
         init_sd: Int32,
         init_sj: Int32,
+        fin_sn: Int32,
+        fin_sd: Int32,
+        fin_sj: Int32,
         n_runs: Int32,
     ):
         """:meth:`kernel` over the run grid (``grid_ctas`` > 0, the default): CTA row ``j`` of ``n_runs`` walks the ``j``-th of ``n_runs``
@@ -475,8 +612,20 @@ class CausalConv1dFwd:
         window, double buffer and per-token math, in the same order (bitwise the 64-token kernel's outputs). The
         prologue issues the first group's loads, the W - 1 halo loads (raw, converted later) and the taps before the
         sequence search and before any of them is consumed, so a run starts after about one memory latency."""
+        if const_expr(self.fuse):
+            tidx, _, _ = cute.arch.thread_idx()
+            bidx, bidy, _ = cute.arch.block_idx()
+            dv = bidx * THREADS + tidx
+            if T == 0 and bidy == 0 and dv < D // self.vec:  # no token: every sequence is empty
+                for m in cutlass.range(n_seqs, unroll=1):
+                    final_state_of(
+                        x_ptr, init_ptr, final_ptr, m, T, T, dv * self.vec, T, D, sx, n_seqs, init_sn, init_sd, init_sj, fin_sn, fin_sd, fin_sj,
+                        self.W, self.vec, self.key.has_init,
+                    )  # fmt: skip
         if const_expr(self.key.chunk > 0):
-            self.chunks(x_ptr, w_ptr, b_ptr, y_ptr, cu_ptr, init_ptr, T, D, sx, sy, seq_arg, n_seqs, init_sn, init_sd, init_sj, n_runs)
+            self.chunks(
+                x_ptr, w_ptr, b_ptr, y_ptr, cu_ptr, init_ptr, final_ptr, T, D, sx, sy, seq_arg, n_seqs, init_sn, init_sd, init_sj, fin_sn, fin_sd, fin_sj, n_runs
+            )  # fmt: skip
         else:
             W = self.W
             VEC = self.vec
@@ -533,6 +682,7 @@ class CausalConv1dFwd:
                 yg = cute.make_rmem_tensor(cute.make_layout((VEC, U)), self.dtype)
                 acc = cute.make_rmem_tensor((VEC,), Float32)
                 for gp in cutlass.range((run + 2 * U - 1) // (2 * U), unroll=1):
+                    n_pair = n  # the sequence of the pair's first token (or of the token before it)
                     for half in cutlass.range_constexpr(2):
                         rg = (gp * 2 + half) * U  # the group's first token, relative to t0
                         for u in cutlass.range_constexpr(U):  # the next group (none past the run)
@@ -561,6 +711,14 @@ class CausalConv1dFwd:
                                 win, xb, yg, acc, rW, rB, r2g, gY, cu_ptr, init_ptr, t0, rg, run, n, bos, nxt, n_seqs, seq_arg, d0, dv, D,
                                 init_sn, init_sd, init_sj, half, U, W, VEC, self.key.varlen, self.key.has_init, self.key.silu,
                             )  # fmt: skip
+                    if const_expr(self.fuse):  # the final states of the sequences that ended in this pair
+                        a = t0 + gp * 2 * U
+                        b = t0 + cutlass.min(gp * 2 * U + 2 * U, run)
+                        if a < b and (n != n_pair or nxt == b or a == 0):  # tokens, and a sequence ends here (or a == 0)
+                            final_states_ending(
+                                x_ptr, cu_ptr, init_ptr, final_ptr, n_pair, a, b, d0, T, D, sx, seq_arg, n_seqs, init_sn, init_sd, init_sj,
+                                fin_sn, fin_sd, fin_sj, W, VEC, self.key.varlen, self.key.has_init,
+                            )  # fmt: skip
 
     kernel_runs.set_name_prefix("cudnn", remove_cutlass_symbol=True)
 
@@ -573,6 +731,7 @@ class CausalConv1dFwd:
         y_ptr: cute.Pointer,
         cu_ptr: cute.Pointer | None,
         init_ptr: cute.Pointer | None,
+        final_ptr: cute.Pointer | None,
         T: Int32,
         D: Int32,
         sx: Int32,
@@ -582,6 +741,9 @@ class CausalConv1dFwd:
         init_sn: Int32,
         init_sd: Int32,
         init_sj: Int32,
+        fin_sn: Int32,
+        fin_sd: Int32,
+        fin_sj: Int32,
         n_runs: Int32,
     ):
         """:meth:`kernel_runs` with ``Conv1dFwdKey.chunk`` = C > 0: CTA row ``j`` walks the chunks of C tokens
@@ -661,6 +823,7 @@ class CausalConv1dFwd:
                         if const_expr(self.key.varlen):
                             if q == 0:  # varlen: the binary search from the previous chunk's sequence, with group 1's loads in flight
                                 n, bos, nxt = locate_sequence_from(cu_ptr, t0, n, n_seqs, seq_arg, True)
+                        n_pair = n  # the sequence of the pair's first token (or of the token before it)
                     else:
                         if hn < T:  # the next chunk's first group (its halo follows token by token below)
                             for u in cutlass.range_constexpr(U):
@@ -694,6 +857,14 @@ class CausalConv1dFwd:
                             if const_expr(half == 1 and u < W - 1):
                                 if hn < T:
                                     vector_copy(g2r, gX, halo, hn - (W - 1) + u, dv, u, 0, VEC)
+                if const_expr(self.fuse):  # the final states of the sequences that ended in this pair
+                    a = t0 + q * 2 * U
+                    b = t0 + cutlass.min(q * 2 * U + 2 * U, run)
+                    if a < b and (n != n_pair or nxt == b or a == 0):  # tokens, and a sequence ends here (or a == 0)
+                        final_states_ending(
+                            x_ptr, cu_ptr, init_ptr, final_ptr, n_pair, a, b, d0, T, D, sx, seq_arg, n_seqs, init_sn, init_sd, init_sj,
+                            fin_sn, fin_sd, fin_sj, W, VEC, self.key.varlen, self.key.has_init,
+                        )  # fmt: skip
 
     @cute.kernel
     def final_kernel(
@@ -720,22 +891,9 @@ class CausalConv1dFwd:
         bidx, n, _ = cute.arch.block_idx()
         dv = bidx * THREADS + tidx
         if dv < D // VEC and n < n_seqs:
-            d0 = dv * VEC
-            mX = cute.make_tensor(x_ptr, cute.make_layout((T, D), stride=(sx, 1)))
-            mF = cute.make_tensor(final_ptr, cute.make_layout((n_seqs, D, W - 1), stride=(fin_sn, fin_sd, fin_sj)))
             bos, eos = sequence_bounds(cu_ptr, n, n_seqs, seq_arg, self.key.varlen)
-            for j in cutlass.range_constexpr(W - 1):
-                p = eos - (W - 1) + j
-                if p >= bos:
-                    for i in cutlass.range_constexpr(VEC):
-                        mF[n, d0 + i, j] = mX[p, d0 + i].to(self.state_dtype)
-                else:
-                    if const_expr(self.key.has_init):
-                        mInit = cute.make_tensor(init_ptr, cute.make_layout((n_seqs, D, W - 1), stride=(init_sn, init_sd, init_sj)))
-                        for i in cutlass.range_constexpr(VEC):
-                            mF[n, d0 + i, j] = mInit[n, d0 + i, j + eos - bos]
-                    else:
-                        for i in cutlass.range_constexpr(VEC):
-                            mF[n, d0 + i, j] = Float32(0.0).to(self.state_dtype)
+            final_state_of(
+                x_ptr, init_ptr, final_ptr, n, bos, eos, dv * VEC, T, D, sx, n_seqs, init_sn, init_sd, init_sj, fin_sn, fin_sd, fin_sj, W, VEC, self.key.has_init
+            )  # fmt: skip
 
     final_kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
