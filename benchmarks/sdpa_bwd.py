@@ -220,13 +220,15 @@ DEFAULT_PLUS = {
     "ours-kvqpdl": ("kvq", "pdl"),
     "ours-kvpf": ("kvpf",),
     "ours-pdlkvpf": ("pdl", "kvpf"),
+    "ours-stearly": ("stearly",),
 }
 #: The fixed-cost variants (notes/bwd_fixed_cost.md A / B: ``spin`` consumer waits without NANOSLEEP, ``kvq`` K / V on
 #: the first Q / dO stage's barrier; ``pdl``: Programmatic Dependent Launch of the three kernels; ``kvpf``: L2 prefetch
-#: of the next wave's K / V): they combine with every default schedule, so their providers run on the case's
+#: of the next wave's K / V; ``stearly``: m128's lse_log2 / dpsum words loaded before the WGMMA waits, d64 only): they
+#: combine with the case's default schedule, so their providers run on the case's
 #: own default (``_default_tuning``: m80 at d128 non-causal, m128 at d64, n96 at d192, split_d at d256), not on
 #: DEFAULT_TUNING / CAUSAL_TUNING as pack1 / dsk do.
-CASE_DEFAULT_EXTRAS = frozenset({"spin", "kvq", "pdl", "kvpf"})
+CASE_DEFAULT_EXTRAS = frozenset({"spin", "kvq", "pdl", "kvpf", "stearly"})
 
 
 def _make_default_plus(extra):
@@ -240,6 +242,8 @@ def _make_default_plus(extra):
                 raise Unsupported("kvq is a prologue of the 64-wide and n96 main kernels (not split_d)")
             if "kvpf" in extra and "split_d" in base:
                 raise Unsupported("kvpf serves the 64-wide and n96 main kernels (not split_d)")
+            if "stearly" in extra and "stats4" not in base:
+                raise Unsupported("stearly schedules stats4's words (the d64 m128 default)")
             return make_ours(case, tuple(base) + tuple(extra))
         if case.params["d"] > 128:
             raise Unsupported("pack1 / dsk are schedules of the 64-wide main kernel (D <= 128)")

@@ -1078,6 +1078,47 @@ def test_instruction_variants_ptx_convert_once_store_ds_transposed_and_do_not_sp
     _assert_host_ptxas_clean(tmp_path)
 
 
+#: the d64 m128 key (the session-8 instruction variants), causal, no GQA, with and without stats_early (causal GQA with it
+#: spills 48 bytes: the library's default rule leaves it off there)
+STEARLY_HEAD = "'bf16', 64, 64, 1, True, False, False, False, False, False, False"
+STEARLY_TAIL = (
+    "dq_bulk=True, dq_writer=True, stats_tma=True, ds_double_buffer=True, tile_m128=True, pack_once=True, ds_kmajor=True, dq_rows=True, stats_vec4=True"
+)
+
+
+def test_stats_early_is_a_schedule_of_stats4():
+    """``stearly`` maps onto stats_early (its own kernel-cache entry) and needs stats4 (a ValueError naming it)."""
+    from cudnn.sdpa.bwd.api import D64_TUNING, SdpaBwdSm90
+
+    plan = SdpaBwdSm90(*_d64_descs(), is_causal=True, _tuning=D64_TUNING + ("stearly",))
+    assert plan.check_support() and plan.key.stats_early and plan.key.stats_vec4
+    base = SdpaBwdSm90(*_d64_descs(), is_causal=True, _tuning=D64_TUNING)
+    assert base.check_support() and not base.key.stats_early and base.key != plan.key
+    with pytest.raises(ValueError, match="stats_early"):
+        SdpaBwdSm90(*_d64_descs(), is_causal=True, _tuning=tuple(t for t in D64_TUNING if t != "stats4") + ("stearly",)).check_support()
+
+
+@pytest.mark.compile_only
+@pytest.mark.parametrize("early", [False, True], ids=["default", "stearly"])
+def test_stats_early_ptx_loads_the_words_before_each_wgmma_wait(tmp_path, early):
+    """One compile each: with stats_early the first query-block step's eight lse_log2 words (16-byte loads) come before
+    the wait for its S^T GEMM and its eight dpsum words before the wait for dP^T (the default, the planted contrast:
+    none / only the lse words); 32 16-byte loads either way, no local memory, a zero frame."""
+    from cudnn_testing.compile_only import frame_sizes
+
+    skip_unless_cutedsl("4.8.0", "cudnn.sdpa backward")
+    ptx = _dump(tmp_path, f"{STEARLY_HEAD}, {STEARLY_TAIL}{', stats_early=True' if early else ''}", "SdpaBwdKernelSm90", keep="ptx,cubin")
+    lines = ptx.splitlines()
+    loads = [i for i, ln in enumerate(lines) if "ld.shared.v4.b32" in ln or "ld.shared.v4.f32" in ln]
+    waits = [(i, ln.split()[-1].rstrip(";")) for i, ln in enumerate(lines) if "wgmma.wait_group.sync.aligned" in ln]
+    first_s = next(i for i, n in waits if n == "1")  # the first step: S^T issued, dP^T issued, wait for S^T
+    first_dp = next(i for i, n in waits if n == "0" and i > first_s)
+    before = (sum(i < first_s for i in loads), sum(i < first_dp for i in loads))
+    assert before == ((8, 16) if early else (0, 8)), before
+    assert len(loads) == 32
+    assert "st.local" not in ptx and "ld.local" not in ptx and frame_sizes(tmp_path) == [0]
+
+
 @pytest.mark.compile_only
 @pytest.mark.filterwarnings("ignore:This static loop has")  # the 256 traced threads: a trace-time loop on purpose
 def test_stats4_permutation_puts_each_threads_four_columns_in_one_16_byte_word():

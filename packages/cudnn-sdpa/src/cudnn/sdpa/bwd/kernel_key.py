@@ -85,6 +85,11 @@ class SdpaBwdKey(AttentionKey):
     # columns 8 j + 2 l + b (j = 2 i, 2 i + 1) of a consumer thread are one 16-byte word: 16 LDS.128 per block and
     # thread instead of 32 LDS.64 (each value is already read once; this halves the loads)
     stats_vec4: bool = False
+    # with stats_vec4: each query block's lse_log2 words loaded into registers right after the S^T GEMM is issued and its
+    # dpsum words before the wait for dP^T, instead of at their first use after those waits (ptxas does not hoist the
+    # shared-memory loads above a wgmma wait: session-16 ncu source view, d64 s1k causal, the first FFMA after each
+    # LDS.128 waiting on it, ~5% of the kernel's warp samples); 32 more registers live across each wait
+    stats_early: bool = False
     # D = 192 / D_v = 128: FA4's 64 x 96 tile (kernel_n96_sm90.py): a CTA owns 96 keys, each consumer warpgroup 48 of
     # them for S / dP (M = the 64 queries), dK^T = Q^T dS and dV^T = dO^T P with M = the head dim, every GEMM SS (P and
     # dS through shared memory), dQ = dS K staged in dq_bulk's fragment order for the writer warp. Takes dq_bulk +
@@ -150,6 +155,8 @@ class SdpaBwdKey(AttentionKey):
             )
         if self.stats_vec4 and not self.tile_m128:
             raise ValueError("SdpaBwdKey: stats_vec4 (stats4) is a layout of m128's lse_log2 / dpsum reads (set m128)")
+        if self.stats_early and not self.stats_vec4:
+            raise ValueError("SdpaBwdKey: stats_early (stearly) schedules stats_vec4's lse_log2 / dpsum words (set stats4)")
         if self.ds_kmajor and (self.tile_m80 or self.dq_t128 or self.split_d):
             raise ValueError("SdpaBwdKey: ds_kmajor (dsk) is a dS layout of the 64-wide main kernel's dQ = dS K (not m80, dqt or split_d)")
         if self.pack_once and self.split_d:
@@ -204,7 +211,7 @@ class SdpaBwdKey(AttentionKey):
                 f"no deterministic mode: deterministic plans keep the split-D atomic path); got dq_bulk={self.dq_bulk}, dq_writer={self.dq_writer}"
             )
         others = ("split_d", "sdp_wg", "dkv_rs", "dkv_early", "tile_m80", "tile_m128", "dq_t128", "dq_tma", "ds_kmajor")
-        others += ("dq_rows", "stats_vec4")
+        others += ("dq_rows", "stats_vec4", "stats_early")
         bad = [f for f in others if getattr(self, f)]
         if bad:
             raise ValueError(
@@ -237,6 +244,7 @@ TUNING_FIELDS = {
     "dqrows": "dq_rows",
     "dsk": "ds_kmajor",
     "stats4": "stats_vec4",
+    "stearly": "stats_early",
     "n96": "tile_n96",
     "spin": "spin_wait",
     "kvq": "kv_with_q",
