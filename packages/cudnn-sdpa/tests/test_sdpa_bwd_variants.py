@@ -75,6 +75,7 @@ M128A = ("stats_tma", "ds2", "m128")
 PD = ("dq_bulk", "stats_tma", "ds2", "prepost", "pack1", "dsk")
 PDC = ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost", "pack1", "dsk")
 M128X = ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost", "m128", "pack1", "dsk", "dqrows", "stats4")
+M128E = M128X + ("stearly",)  # session 16: stats4's words loaded before the WGMMA waits
 # session 9 (issue #6): m80 with dq_bulk (80-row fragment-ordered dQ^T blocks, one bulk reduce-add per warpgroup; the
 # scratch padded to whole 80-row blocks) and pack1, from the consumers and from the writer warp (benchmarks' ours-m80b /
 # ours-m80bw)
@@ -151,6 +152,9 @@ CASES = [
     (PD, torch.float16, 64, 4, 4, 500, 700, False, False, (70, 33), BSHD),  # fp16 (cvt.rn.f16x2), two-sided window
     (M128X, torch.bfloat16, 64, 8, 2, 1000, 1000, True, False, (-1, -1), BSHD),  # GQA causal; last block past S_q
     (M128X, torch.bfloat16, 64, 4, 4, 77, 300, False, False, (-1, -1), BHSD),  # one partial query block of 77 rows
+    (M128E, torch.bfloat16, 64, 8, 2, 1000, 1000, True, False, (-1, -1), BSHD),  # GQA causal (spills 48 B); last block past S_q
+    (M128E, torch.bfloat16, 64, 4, 4, 77, 300, False, False, (-1, -1), BHSD),  # one partial query block of 77 rows
+    (M128E, torch.float16, 64, 8, 8, 1024, 1024, True, False, (-1, -1), BSHD),  # causal, no GQA (the benchmark's form)
     (M80BW, torch.bfloat16, 128, 8, 2, 1000, 1000, True, False, (-1, -1), BSHD),  # GQA causal; 13 blocks = 1040 rows, 1152 padded
     (M80BW, torch.bfloat16, 128, 4, 4, 77, 300, False, False, (-1, -1), BHSD),  # one partial query block of 77 rows
     (M80B, torch.bfloat16, 128, 4, 4, 1000, 1000, False, False, (-1, -1), BSHD),  # ragged: partial last key and query blocks
@@ -208,6 +212,7 @@ VARLEN = [
     # padding: the permuted stats rows stay inside each sequence's 16-row groups)
     (PDC, False, torch.bfloat16, 128, 8, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], True, True, (-1, -1)),
     (M128X, False, torch.bfloat16, 64, 8, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], True, True, (-1, -1)),
+    (M128E, False, torch.bfloat16, 64, 8, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], True, True, (-1, -1)),
 ]
 
 
