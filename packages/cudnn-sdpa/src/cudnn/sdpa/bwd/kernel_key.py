@@ -88,7 +88,8 @@ class SdpaBwdKey(AttentionKey):
     # with stats_vec4: each query block's lse_log2 words loaded into registers right after the S^T GEMM is issued and its
     # dpsum words before the wait for dP^T, instead of at their first use after those waits (ptxas does not hoist the
     # shared-memory loads above a wgmma wait: session-16 ncu source view, d64 s1k causal, the first FFMA after each
-    # LDS.128 waiting on it, ~5% of the kernel's warp samples); 32 more registers live across each wait
+    # LDS.128 waiting on it, ~5% of the kernel's warp samples); 32 more registers live across each wait (no frame without
+    # GQA, 48 bytes with causal GQA). Opt-in: the session-16 H200 A/B found no gain (docs/benchmarks/sdpa_bwd_s16_stearly.md)
     stats_early: bool = False
     # D = 192 / D_v = 128: FA4's 64 x 96 tile (kernel_n96_sm90.py): a CTA owns 96 keys, each consumer warpgroup 48 of
     # them for S / dP (M = the 64 queries), dK^T = Q^T dS and dV^T = dO^T P with M = the head dim, every GEMM SS (P and
