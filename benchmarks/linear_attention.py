@@ -18,7 +18,9 @@ all kernel-only, and "ours-steady-pf2" the public op eager with both; "ours-chun
 ... instead of one contiguous run; the default steady path), kernel-only, and "ours-runs+graph" with ``chunk = 0`` (one
 contiguous run per CTA row: the dense default until session 15, when ``ours+graph`` became chunk 8 on dense cases);
 "ours-final-fused+graph" / "ours-final-sep+graph" (the states case only): the forward kernel writes the final states
-(``final_fused = True``, the default since session 16) / the separate final-states kernel after it, kernel-only; "ours-upd-slowhost" the decode update with session
+(``final_fused = True``, the default since session 16) / the separate final-states kernel after it, kernel-only;
+"ours-warpwalk+graph" / "ours-chunk8-warpwalk+graph" (the varlen cases only): ``warp_walk = True`` (the warp walks
+``cu_seqlens`` together: a window of entries in its lanes) on the contiguous runs / on chunk 8, kernel-only; "ours-upd-slowhost" the decode update with session
 8's host path (custom-op dispatch, DSL entry, full validation; ``ours`` has session 9's direct call, tvm-ffi route and
 memoized validation). ``--cases`` keeps named cases and ``--out``
 names the table (conv1d only), e.g. ``conv1d --cases "fwd T16k D4096,fwd T8k D8192,fwd T32k D4096" --out
@@ -271,6 +273,19 @@ def _make_ours_kernel_variant(**fields):
         plan.check_support()
         plan.compile()
         return _graphed(lambda case: lambda: plan.execute(x, inp["w"], y, inp["b"], cu, inp["init"], inp["final"]))(case)
+
+    return make
+
+
+def _make_ours_warp_walk_variant(**fields):
+    """Warp-walk A/B (``warp_walk``): :func:`_make_ours_kernel_variant` with ``warp_walk = True`` and ``fields`` (e.g.
+    ``chunk = 8``) on the varlen cases only (dense plans have no ``cu_seqlens`` walk)."""
+    variant = _make_ours_kernel_variant(warp_walk=True, **fields)
+
+    def make(case):
+        if not case.params.get("varlen"):
+            raise Unsupported("warp-walk A/B: the varlen cases only")
+        return variant(case)
 
     return make
 
@@ -653,6 +668,11 @@ def main(args=None):
         # separate final-states kernel runs after it (the default until session 16), kernel-only
         Provider("ours-final-fused+graph", _make_ours_final_variant(True)),
         Provider("ours-final-sep+graph", _make_ours_final_variant(False)),
+        # session 16, varlen cases: the warp walks cu_seqlens together (``warp_walk``: a window of entries in its lanes, a
+        # ballot and two shuffles per token, a density guess then a 33-ary search per chunk), on the varlen default's
+        # contiguous runs and on chunk 8 (compare ours+graph and ours-chunk8+graph), kernel-only
+        Provider("ours-warpwalk+graph", _make_ours_warp_walk_variant()),
+        Provider("ours-chunk8-warpwalk+graph", _make_ours_warp_walk_variant(chunk=8)),
         # session 9: the decode update with session 8's host path (ours: the direct call, tvm-ffi route and memo)
         Provider("ours-upd-slowhost", _make_ours_update_slowhost),
         Provider("adapter", _make_ours_adapter(False)),

@@ -3,7 +3,8 @@ carry the cudnn symbol prefix (Rule 6), really use 16-byte vector loads and stor
 with another token total is a kernel-cache hit (Rule 4). The forward's default grid is the run grid (``grid_ctas``
 None: 4 x the SMs, 528 without a GPU) and builds ``kernel_runs`` with 16-byte loads and stores;
 ``grid_ctas = 0`` builds the 64-token kernel; the opt-in variants (``l2_prefetch``, ``steady``, ``chunk``) build and
-validate; the fused final states (``final_fused``, the default with final states) build as one kernel per grid. Kept small: the ``-k chunk`` tests are eight compiles, about 20 s."""
+validate; the fused final states (``final_fused``, the default with final states) build as one kernel per grid; the warp
+walk (``warp_walk``) emits ballots and shuffles within its measured frames. Kept small: the ``-k chunk`` tests are eight compiles, about 20 s."""
 
 from __future__ import annotations
 
@@ -484,4 +485,85 @@ def test_forward_final_fused_option_values():
     for target, bad in ((bare, True), (plan, 1), (plan, "yes")):
         target.final_fused = bad
         with pytest.raises(ValueError, match="final_fused"):
+            target.compile()
+
+
+#: (chunk, states, frame, default frame) of the warp-walk builds (``warp_walk = True``; varlen bf16 W = 4 SiLU with bias):
+#: contiguous runs and chunk 8, without states, initial only, final only and both (fused final states). ``frame``:
+#: ptxas's frame at the 128-register cap (sm_90a), measured in session 16 next to ``warp_walk = False``'s (the last
+#: field): the window's registers (base, cu[base], the lane's entry, the lane mask) push a few loop values to local memory.
+WARP_WALK_CASES = [
+    (0, None, 0, 0),
+    (0, "init", 16, 8),
+    (0, "final", 8, 0),
+    (0, "both", 0, 16),
+    (8, None, 16, 8),
+    (8, "init", 40, 40),
+    (8, "final", 8, 8),
+    (8, "both", 40, 40),
+]
+
+
+@pytest.mark.parametrize(("chunk", "states", "frame", "default_frame"), WARP_WALK_CASES)
+def test_forward_warp_walk_compiles_with_ballots_and_shuffles(tmp_path, chunk, states, frame, default_frame):
+    """``plan.warp_walk = True`` (varlen run grid: the warp walks ``cu_seqlens`` with a window of entries in its lanes):
+    one ``cudnn_`` ``kernel_runs`` with ``vote.sync.ballot`` and ``shfl.sync.idx`` (absent from ``warp_walk = False``'s
+    PTX), 16-byte loads and stores, no local memory in the PTX, ptxas's frame as measured (WARP_WALK_CASES), with and
+    without initial / final states, on contiguous runs and chunk 8."""
+    from cudnn.kernel_cache import kernel_cache
+    from cudnn.linear_attention.conv1d.api import CausalConv1d
+
+    D, N = 512, 5
+    x, cu = TensorDesc.contiguous((1000, D), "bfloat16", "x"), TensorDesc.contiguous((N + 1,), "int32", "cu")
+    init = TensorDesc.contiguous((N, D, 3), "bfloat16", "init") if states in ("init", "both") else None
+    fin = TensorDesc.contiguous((N, D, 3), "bfloat16", "final") if states in ("final", "both") else None
+    texts = {}
+    for walk in (False, True):
+        plan = CausalConv1d(x, TensorDesc.contiguous((D, 4), "bfloat16", "weight"), x, TensorDesc.contiguous((D,), "bfloat16", "bias"), cu, init, fin, "silu")
+        plan.check_support()
+        plan.chunk, plan.warp_walk = chunk, walk
+        key = plan.compile_key()
+        assert key.warp_walk is walk and key.chunk == chunk and key.varlen and key.grid_ctas > 0, key
+        if init is not None and fin is not None:  # the separate pair a fused plan also holds: built first, outside the dump
+            twin = CausalConv1d(
+                x, TensorDesc.contiguous((D, 4), "bfloat16", "weight"), x, TensorDesc.contiguous((D,), "bfloat16", "bias"), cu, init, fin, "silu"
+            )
+            twin.chunk, twin.warp_walk, twin.final_fused = chunk, walk, False
+            twin.compile()
+        kernel_cache._entries.pop(("linear_attention.conv1d", key), None)
+        out = tmp_path / f"walk-{walk}"
+        with keep_artifacts(out) as ptx:
+            plan.compile()
+            texts[walk] = ptx()
+        names = kernel_symbols(texts[walk])
+        runs = [n for n in names if "kernel_runs" in n]
+        assert len(runs) == 1 and all(n.startswith("cudnn_") for n in names), names
+        body = _kernel_body(texts[walk], names, "kernel_runs")
+        assert "ld.global.v4" in body and "st.global.v4" in body and ".local" not in texts[walk]
+        assert ("vote.sync.ballot" in body and "shfl.sync.idx" in body) is walk, walk
+        assert max(frame_sizes(out)) == (frame if walk else default_frame), (walk, frame_sizes(out))
+
+
+def test_forward_warp_walk_option_values():
+    """``plan.warp_walk``: None resolves to ``FWD_WARP_WALK_DEFAULT`` on a varlen plan's run grid and to False on dense
+    plans and the 64-token grid; explicit True / False are kept; True on a dense plan or the 64-token grid, or a non-bool,
+    raises ValueError naming the option at compile(), before any build."""
+    from cudnn.linear_attention.conv1d import api
+    from cudnn.linear_attention.conv1d.api import CausalConv1d
+
+    assert api.FWD_WARP_WALK_DEFAULT is False  # pending the H200 A/B
+    varlen = _fwd_plan(1000, 5)
+    varlen.check_support()
+    assert varlen.warp_walk is None and varlen.compile_key().warp_walk is api.FWD_WARP_WALK_DEFAULT
+    varlen.warp_walk = True
+    assert varlen.compile_key().warp_walk is True
+    varlen.warp_walk, varlen.grid_ctas = None, 0
+    assert varlen.compile_key().warp_walk is False
+    x = TensorDesc.contiguous((2, 64, 512), "bfloat16", "x")
+    dense = CausalConv1d(x, TensorDesc.contiguous((512, 4), "bfloat16", "weight"), x, activation="silu")
+    dense.check_support()
+    assert dense.compile_key().warp_walk is False
+    for target, bad, grid in ((dense, True, None), (varlen, True, 0), (varlen, 1, None), (varlen, "yes", None)):
+        target.warp_walk, target.grid_ctas = bad, grid
+        with pytest.raises(ValueError, match="warp_walk"):
             target.compile()

@@ -24,6 +24,11 @@ the fp32 reference.
   grids, with and without initial states, bf16 / fp32 states (``test_fused_final_states_are_bitwise_the_separate_kernel``);
   final states in place of the initial states take the separate pair and equal a run on copies, eager and graph-replayed
   (``test_fused_plan_with_final_states_in_place_of_initial_states``).
+- Warp walk (``plan.warp_walk = True``: the warp walks ``cu_seqlens`` with a window of entries in its lanes): bitwise the
+  per-token walk's y and final states over varlen batches with 1-token, empty, shorter-than-W - 1 and long sequences,
+  64 random lengths, every token its own sequence (T 4099 and 16384), a density-guess miss and no token; D 4096, 2600
+  (a 5-lane warp) and 8 (one lane); contiguous runs and chunk 8, with and without states
+  (``test_forward_warp_walk_is_bitwise_the_default``).
 - Detectors on the default plan: warm executes neither synchronize nor allocate; the first execute inside a CUDA-graph
   capture replays like eager; the public op (the run grid) gives the bits of the op with ``api.FWD_GRID_CTAS_DEFAULT = 0``.
 
@@ -554,3 +559,80 @@ def test_fused_plan_with_final_states_in_place_of_initial_states(layout):
     torch.cuda.synchronize()
     assert torch.equal(y, ref_y) and torch.equal(state, ref_f)
     detectors.assert_no_sync_no_alloc(lambda: plan.execute(x, w, y, b, cu, state, state), repeats=3)
+
+
+#: varlen batches of the warp walk: 1-token, empty (leading, inner, trailing), shorter-than-W - 1 and long sequences; 64
+#: random lengths (some empty) over 32k tokens; every token its own sequence (T = 4099, and the benchmark's T = 16384);
+#: 1-token runs around one long sequence and 100 empty ones (the density guess misses: the search takes over; the
+#: window slides past the empties); no token at all; one sequence
+WARP_WALK_LENGTHS = [
+    [0, 0, 1, 1, 0, 2, 1, 0, 0, 3000, 1, 2, 0, 517, 1, 3, 0],
+    _random_lengths(64, 32768, 17),
+    [1] * 4099,
+    [1] * 16384,
+    [1] * 700 + [20000] + [0] * 100 + [1] * 700 + [2, 1, 2],
+    [0, 0, 0],
+    [5000],
+]
+#: (chunk, dtype, width, bias, activation, states, steady): the varlen default (contiguous runs, chunk None) and chunk 8,
+#: with and without initial / final states ("init": both, "final": final only), steady on and off, bf16 / fp32, W 2-4
+WARP_WALK_CASES = [
+    (None, "bfloat16", 4, True, "silu", None, True),
+    (None, "bfloat16", 4, True, "silu", "init", True),
+    (8, "bfloat16", 4, True, "silu", None, True),
+    (8, "bfloat16", 4, True, "silu", "init", True),
+    (8, "float32", 3, False, None, "final", True),
+    (0, "bfloat16", 2, True, "silu", "final", False),
+]
+
+
+@pytest.mark.parametrize(("chunk", "dtype", "width", "bias", "activation", "states", "steady"), WARP_WALK_CASES)
+def test_forward_warp_walk_is_bitwise_the_default(chunk, dtype, width, bias, activation, states, steady):
+    """``plan.warp_walk = True`` (the warp's lanes hold a window of ``cu_seqlens`` entries: a token's sequence is a ballot
+    and two shuffles, a chunk's a density guess then a 33-ary search) finds the sequences the per-token walk finds: y and
+    the final states equal the ``warp_walk = False`` plan's (same chunk and steady) bit for bit (NaN-poisoned outputs),
+    y within the tolerance rule of the fp32 reference and the final states equal to its (batches of up to 5000
+    sequences), for every batch of
+    WARP_WALK_LENGTHS at D = 4096, 2600 (bf16: a warp of 5 working lanes, a window of 5 entries) and 8 (bf16: one lane, a
+    window of one entry); one plan pair re-binds every batch (T and N are runtime); warm executes neither synchronize
+    nor allocate."""
+    from cudnn.linear_attention.conv1d.api import CausalConv1d
+    from cudnn_testing import detectors
+
+    dt = getattr(torch, dtype)
+    for D in (4096, 2600, 8) if dtype == "bfloat16" else (4096, 2600):
+        w = torch.randn(D, width, device="cuda", dtype=torch.float32 if dtype == "float32" else dt) * 0.5
+        b = torch.randn(D, device="cuda", dtype=w.dtype) if bias else None
+        plans = {}
+        for lengths in WARP_WALK_LENGTHS:
+            T, N = sum(lengths), len(lengths)
+            x = torch.randn(T, D, device="cuda", dtype=dt)
+            cu = _cu(lengths)
+            init = torch.randn(N, D, width - 1, device="cuda", dtype=dt) if states == "init" else None
+            outs = []
+            for walk in (False, True):
+                y = torch.full(x.shape, float("nan"), device="cuda", dtype=dt)
+                fin = torch.full((N, D, width - 1), float("nan"), device="cuda", dtype=dt) if states else None
+                plan = plans.get(walk)
+                if plan is None:
+                    plan = plans[walk] = CausalConv1d(x, w, y, b, cu, init, fin, activation)
+                    plan.chunk, plan.steady, plan.warp_walk = chunk, steady, walk
+                    plan.compile()
+                    key = plan.compile_key()
+                    assert key.warp_walk is walk and key.varlen and key.grid_ctas == _default_grid(x) and key.steady is steady, key
+                plan.execute(x, w, y, b, cu, init, fin)
+                outs.append((y, fin))
+            torch.cuda.synchronize()
+            (y0, f0), (y1, f1) = outs
+            name = f"y (warp_walk, chunk={chunk}, N={N}, T={T}, D={D})"
+            assert torch.equal(y0, y1), (name, (y0.float() - y1.float()).abs().max())
+            if states:
+                assert torch.equal(f0, f1), name
+            if N <= 5000:  # the reference loops over the sequences in Python: the 16k-sequence batch is checked bitwise only
+                y_ref, f_ref = causal_conv1d_ref(x, w, b, activation, cu, init)
+                if T:
+                    _check(y1, y_ref, name)
+                if states:
+                    assert torch.equal(f1, f_ref.to(dt)), name
+    plan = plans[True]
+    detectors.assert_no_sync_no_alloc(lambda: plan.execute(x, w, y1, b, cu, init, f1), repeats=3)

@@ -41,7 +41,9 @@ default's outputs: ``plan.steady`` (on by default on the run grid), ``plan.l2_pr
 session-15 H200 A/B, ``FWD_CHUNK_VARLEN_DEFAULT`` = 0 (opt-in) for varlen ones, 0 elsewhere) and ``plan.final_fused``
 (the forward kernel writes the final states, no second launch: None = ``FWD_FINAL_FUSED_DEFAULT`` = True with final
 states since the session-16 H200 A/B; a plan with both state tensors also compiles the separate pair, which execute() launches
-for a call whose final states overlap its initial states, the in-place rolling update).
+for a call whose final states overlap its initial states, the in-place rolling update) and ``plan.warp_walk`` (varlen run
+grid: the warp walks ``cu_seqlens`` together, a window of entries in its lanes, instead of one dependent load per sequence
+crossed per token; None = ``FWD_WARP_WALK_DEFAULT`` = False pending the H200 A/B).
 
 Contract the kernel cannot check without a device read (Rule 3): ``cu_seqlens`` is non-decreasing,
 starts at 0 and ends at T.
@@ -125,6 +127,14 @@ FWD_CHUNK_VARLEN_DEFAULT = 0
 #: fused vs 3090.9 separate; its GPU tests passed in the same call). A call whose final states overlap its initial states
 #: launches the separate kernel whatever this says (``final_fused``).
 FWD_FINAL_FUSED_DEFAULT = True
+#: Default of ``CausalConv1d.warp_walk = None`` for varlen plans on the run grid (``Conv1dFwdKey.warp_walk``; dense plans and
+#: the 64-token grid have no walk to change: None resolves to False there): False = each token walks ``cu_seqlens`` one
+#: entry at a time (a dependent load per sequence crossed) and a chunk binary-searches it; True = the warp walks it
+#: together (its lanes hold a window of entries: a token's sequence is a ballot and two shuffles, a chunk's a 33-ary
+#: search; bitwise the same outputs). False pending the H200 A/B (benchmarks/linear_attention.py, the varlen cases:
+#: ``ours+graph`` vs ``ours-warpwalk+graph`` (contiguous runs) and ``ours-chunk8-warpwalk+graph`` vs ``ours-chunk8+graph``),
+#: which decides this default and, with it, ``FWD_CHUNK_VARLEN_DEFAULT``.
+FWD_WARP_WALK_DEFAULT = False
 #: CTAs per SM of the default run grid: one wave at the forward kernel's ``Conv1dFwdKey.min_ctas_per_sm`` = 4.
 _RUN_GRID_CTAS_PER_SM = 4
 #: SM count assumed where no CUDA device is known (a descriptor-only plan compiled on a host without a GPU): an H200's.
@@ -443,6 +453,11 @@ class CausalConv1d(_Conv1dCommon):
         #: also compiles the separate pair at compile(), and execute() launches that pair for a call whose two state
         #: buffers overlap (a host check of their address ranges: metadata only). Outputs bitwise equal either way.
         self.final_fused = None
+        #: Warp-cooperative ``cu_seqlens`` walk of a varlen plan's run grid (set before compile(); ``Conv1dFwdKey.warp_walk``):
+        #: None (default) = FWD_WARP_WALK_DEFAULT on a varlen plan's run grid, else False; True = the warp's lanes hold a
+        #: window of ``cu_seqlens`` entries (per token a ballot and two shuffles, per chunk a 33-ary search), varlen run grid
+        #: only; False = the per-token walk. Outputs bitwise equal either way.
+        self.warp_walk = None
         self._entry = None
         self._sep = None  # (compiled kernel, tvm-ffi entry or None) of the separate final-states kernels; see final_fused
         self._memo = None  # metadata -> memo entry (see execute); set by compile() when fast_host
@@ -478,6 +493,9 @@ class CausalConv1d(_Conv1dCommon):
         fused = self.final_fused
         if fused is None:  # the default only where there are final states
             fused = FWD_FINAL_FUSED_DEFAULT and self.final_states is not None
+        warp = self.warp_walk
+        if warp is None:  # the default only where there is a walk: varlen on the run grid
+            warp = FWD_WARP_WALK_DEFAULT and self.cu_seqlens is not None and grid != 0
         return Conv1dFwdKey(
             dtype=_CNAME[self.x.dtype],
             w_dtype=_CNAME[self.weight.dtype],
@@ -493,6 +511,7 @@ class CausalConv1d(_Conv1dCommon):
             steady=steady,
             chunk=chunk,
             final_fused=fused,
+            warp_walk=warp,
         )
 
     def compile(self) -> None:
@@ -524,6 +543,11 @@ class CausalConv1d(_Conv1dCommon):
             raise ValueError(
                 f"CausalConv1d: final_fused={self.final_fused!r} must be None (the default: {FWD_FINAL_FUSED_DEFAULT} with final states), True or "
                 f"False, and True needs final_states (declared: {key.has_final})"
+            )
+        if type(key.warp_walk) is not bool or (key.warp_walk and (not key.varlen or key.grid_ctas == 0)):
+            raise ValueError(
+                f"CausalConv1d: warp_walk={self.warp_walk!r} must be None (the default: {FWD_WARP_WALK_DEFAULT} on a varlen plan's run grid), True or "
+                f"False, and True needs cu_seqlens (declared: {key.varlen}) and the run grid (grid_ctas None or > 0; got {key.grid_ctas})"
             )
         s = key.state_dtype
         sa = self._state_align()  # execute checks it; 1 made the kernels move each bf16 state element as two bytes

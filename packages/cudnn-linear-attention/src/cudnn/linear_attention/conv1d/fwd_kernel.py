@@ -66,6 +66,12 @@ state / zero before a sequence start), so the values are the same bits. Not vali
 initial states (another CTA may still read a sequence's initial state): the adapter launches the ``final_fused = False``
 pair for such a call.
 
+Warp walk (``Conv1dFwdKey.warp_walk``, varlen run grid, opt-in pending the H200 A/B; bitwise the per-token walk's
+outputs): every thread of a warp handles the same tokens, so the warp walks ``cu_seqlens`` together: its lanes hold a
+window of entries (a token's sequence is a ballot and two shuffles, :func:`warp_advance`, no dependent load per sequence
+crossed) and a chunk (or a run's first token) locates its sequence by a window at the density-predicted sequence, then if
+needed a (K + 1)-ary search (:func:`warp_locate`), instead of a binary search of ~14 dependent loads over 16k offsets.
+
 Tests: packages/cudnn-linear-attention/tests/test_conv1d*.py; benchmark: benchmarks/linear_attention.py.
 """
 
@@ -82,7 +88,7 @@ from cutlass.cutlass_dsl import dsl_user_op
 
 from .._device.activation import silu
 from .._device.channels import channel_vectors, load_history, load_taps
-from .._device.sequences import advance_sequence, locate_sequence, locate_sequence_from, sequence_bounds
+from .._device.sequences import advance_sequence, locate_sequence, locate_sequence_from, sequence_bounds, warp_advance, warp_locate
 
 THREADS = 128
 
@@ -200,6 +206,12 @@ def group_output(
     n: Int32,
     bos: Int32,
     nxt: Int32,
+    base: Int32,
+    cb: Int32,
+    cw: Int32,
+    lane: Int32,
+    nl: Int32,
+    lanes: Int32,
     n_seqs: Int32,
     seq_arg: Int32,
     d0: Int32,
@@ -213,19 +225,24 @@ def group_output(
     W: cutlass.Constexpr[int],
     VEC: cutlass.Constexpr[int],
     varlen: cutlass.Constexpr[bool],
+    warp: cutlass.Constexpr[bool],
     has_init: cutlass.Constexpr[bool],
     act: cutlass.Constexpr[bool],
 ):
     """The run grid's per-token path for one group of ``U`` tokens starting at run offset ``rg`` (register buffer
-    ``half`` of ``xb``): for each token inside the run, walk ``(n, bos, nxt)`` to its sequence, :func:`token_output`,
-    16-byte store. Returns the walked ``(n, bos, nxt)``."""
+    ``half`` of ``xb``): for each token inside the run, walk ``(n, bos, nxt)`` to its sequence (``warp``: by the warp's
+    window ``(base, cb, cw)`` of ``cu_seqlens``, :func:`warp_advance`), :func:`token_output`, 16-byte store. Returns the
+    walked ``(n, bos, nxt, base, cb, cw)`` (the window unchanged without ``warp``)."""
     for u in cutlass.range_constexpr(U):
         t = t0 + rg + u
         if rg + u < run:
-            n, bos, nxt = advance_sequence(cu_ptr, t, n, bos, nxt, n_seqs, seq_arg, varlen)
+            if const_expr(warp):
+                n, bos, nxt, base, cb, cw = warp_advance(cu_ptr, t, base, cb, cw, n_seqs, lane, nl, lanes)
+            else:
+                n, bos, nxt = advance_sequence(cu_ptr, t, n, bos, nxt, n_seqs, seq_arg, varlen)
             token_output(win, xb[None, u, half], yg[None, u], acc, rW, rB, t, bos, n, d0, init_ptr, n_seqs, D, init_sn, init_sd, init_sj, W, VEC, has_init, act)
             vector_store(r2g, yg, gY, t, dv, u, VEC)
-    return n, bos, nxt
+    return n, bos, nxt, base, cb, cw
 
 
 @cute.jit
@@ -384,6 +401,12 @@ class Conv1dFwdKey:
     #: Wrong when the final states overlap the initial states (a CTA may overwrite ``initial_states[n]`` before another
     #: has read it): the adapter then launches the ``False`` key's kernels (``CausalConv1d.final_fused``).
     final_fused: bool = False
+    #: Varlen run grid only (contiguous runs or chunks): False (the key's default) = each token walks ``cu_seqlens`` one
+    #: entry at a time (:func:`advance_sequence`: a dependent load per sequence crossed) and a chunk binary-searches it;
+    #: True = the warp walks it together (:func:`warp_locate`, :func:`warp_advance`: its lanes hold a window of
+    #: ``cu_seqlens`` entries, a token's sequence is a ballot and two shuffles, a chunk's a (K + 1)-ary search of about 3
+    #: loads for 16k sequences instead of 14). The same ``(n, bos, nxt)`` per token: bitwise the same outputs.
+    warp_walk: bool = False
 
 
 def _ctype(name: str):
@@ -409,6 +432,7 @@ class CausalConv1dFwd:
         chunk_ok = key.grid_ctas > 0 and key.l2_prefetch == 0 and key.chunk % (2 * key.group) == 0 and key.group >= key.width - 1
         assert key.chunk == 0 or chunk_ok, key  # halo: W - 1 <= group <= C
         assert key.has_final or not key.final_fused, key
+        assert not key.warp_walk or (key.varlen and key.grid_ctas > 0), key
         #: the forward kernel writes the final states (no final_kernel launch)
         self.fuse = key.has_final and key.final_fused
 
@@ -639,6 +663,9 @@ class CausalConv1dFwd:
             run = base
             if bidy < rem:
                 run = run + 1
+            lanes = Int32(0)  # warp_walk: the warp's working lanes (a prefix), voted before the guard drops the others
+            if const_expr(self.key.warp_walk):
+                lanes = cute.arch.vote_ballot_sync(dv < D // VEC)
             if dv < D // VEC and run > 0:
                 d0 = dv * VEC
                 gX = channel_vectors(x_ptr, T, D, sx, VEC)
@@ -669,7 +696,19 @@ class CausalConv1dFwd:
                             prefetch_l2_bulk(gX[(None, None), (t0 + U + tidx, cdv)].iterator, pf_bytes)
 
                 rW, rB = load_taps(w_ptr, b_ptr, D, d0, W, VEC)
-                n, bos, nxt = locate_sequence(cu_ptr, t0, n_seqs, seq_arg, self.key.varlen)
+                # the sequence of t0; warp_walk: the warp's window of cu_seqlens (base, cb, cw) too, else unused zeros
+                lane = Int32(0)
+                nl = Int32(0)
+                cw = Int32(0)
+                cb = Int32(0)
+                wbase = Int32(0)
+                if const_expr(self.key.warp_walk):
+                    lane = cute.arch.lane_idx()
+                    nl = cute.arch.popc(lanes)
+                    cu0 = cute.make_tensor(cu_ptr, cute.make_layout((n_seqs + 1,)))[0]
+                    n, bos, nxt, wbase, cb, cw = warp_locate(cu_ptr, t0, Int32(0), cu0, n_seqs, T, lane, nl, lanes)
+                else:
+                    n, bos, nxt = locate_sequence(cu_ptr, t0, n_seqs, seq_arg, self.key.varlen)
 
                 # win[k] holds x[t - (W - 1) + k] while token t is processed; the prologue fills x[t0 - W + k], k >= 1.
                 win = cute.make_rmem_tensor((W, VEC), Float32)
@@ -702,14 +741,16 @@ class CausalConv1dFwd:
                                     token_output_steady(win, xb[None, u, half], yg[None, u], acc, rW, rB, W, VEC, self.key.silu)
                                     vector_store(r2g, yg, gY, tg + u, dv, u, VEC)
                             else:
-                                n, bos, nxt = group_output(
-                                    win, xb, yg, acc, rW, rB, r2g, gY, cu_ptr, init_ptr, t0, rg, run, n, bos, nxt, n_seqs, seq_arg, d0, dv, D,
-                                    init_sn, init_sd, init_sj, half, U, W, VEC, self.key.varlen, self.key.has_init, self.key.silu,
+                                n, bos, nxt, wbase, cb, cw = group_output(
+                                    win, xb, yg, acc, rW, rB, r2g, gY, cu_ptr, init_ptr, t0, rg, run, n, bos, nxt, wbase, cb, cw, lane, nl, lanes,
+                                    n_seqs, seq_arg, d0, dv, D, init_sn, init_sd, init_sj, half, U, W, VEC, self.key.varlen, self.key.warp_walk,
+                                    self.key.has_init, self.key.silu,
                                 )  # fmt: skip
                         else:
-                            n, bos, nxt = group_output(
-                                win, xb, yg, acc, rW, rB, r2g, gY, cu_ptr, init_ptr, t0, rg, run, n, bos, nxt, n_seqs, seq_arg, d0, dv, D,
-                                init_sn, init_sd, init_sj, half, U, W, VEC, self.key.varlen, self.key.has_init, self.key.silu,
+                            n, bos, nxt, wbase, cb, cw = group_output(
+                                win, xb, yg, acc, rW, rB, r2g, gY, cu_ptr, init_ptr, t0, rg, run, n, bos, nxt, wbase, cb, cw, lane, nl, lanes,
+                                n_seqs, seq_arg, d0, dv, D, init_sn, init_sd, init_sj, half, U, W, VEC, self.key.varlen, self.key.warp_walk,
+                                self.key.has_init, self.key.silu,
                             )  # fmt: skip
                     if const_expr(self.fuse):  # the final states of the sequences that ended in this pair
                         a = t0 + gp * 2 * U
@@ -768,6 +809,9 @@ class CausalConv1dFwd:
         nc = Int32(0)  # chunks of this CTA row
         if bidy < n_chunks:
             nc = (n_chunks - 1 - bidy) // n_runs + 1
+        lanes = Int32(0)  # warp_walk: the warp's working lanes (a prefix), voted before the guard drops the others
+        if const_expr(self.key.warp_walk):
+            lanes = cute.arch.vote_ballot_sync(dv < D // VEC)
         if dv < D // VEC and nc > 0:
             d0 = dv * VEC
             gX = channel_vectors(x_ptr, T, D, sx, VEC)
@@ -796,6 +840,15 @@ class CausalConv1dFwd:
             n = Int32(0)
             bos = Int32(0)
             nxt = Int32(0)
+            lane = Int32(0)  # warp_walk: the warp's window of cu_seqlens (wbase, cb, cw), else unused zeros
+            nl = Int32(0)
+            cw = Int32(0)
+            cb = Int32(0)
+            wbase = Int32(0)
+            if const_expr(self.key.warp_walk):
+                lane = cute.arch.lane_idx()
+                nl = cute.arch.popc(lanes)
+                bos = cute.make_tensor(cu_ptr, cute.make_layout((n_seqs + 1,)))[0]  # cu[n] for the first chunk's search
             for p in cutlass.range(nc * HP, unroll=1):  # group pairs of all this CTA's chunks, in order
                 ci = p // HP  # the chunk, of this CTA's
                 q = p - ci * HP  # the pair, of the chunk's
@@ -822,7 +875,10 @@ class CausalConv1dFwd:
                                 vector_copy(g2r, gX, xb, t0 + rg + U + u, dv, u, 1, VEC)
                         if const_expr(self.key.varlen):
                             if q == 0:  # varlen: the binary search from the previous chunk's sequence, with group 1's loads in flight
-                                n, bos, nxt = locate_sequence_from(cu_ptr, t0, n, n_seqs, seq_arg, True)
+                                if const_expr(self.key.warp_walk):
+                                    n, bos, nxt, wbase, cb, cw = warp_locate(cu_ptr, t0, n, bos, n_seqs, T, lane, nl, lanes)
+                                else:
+                                    n, bos, nxt = locate_sequence_from(cu_ptr, t0, n, n_seqs, seq_arg, True)
                         n_pair = n  # the sequence of the pair's first token (or of the token before it)
                     else:
                         if hn < T:  # the next chunk's first group (its halo follows token by token below)
@@ -848,7 +904,10 @@ class CausalConv1dFwd:
                         for u in cutlass.range_constexpr(U):
                             t = tg + u
                             if rg + u < run:
-                                n, bos, nxt = advance_sequence(cu_ptr, t, n, bos, nxt, n_seqs, seq_arg, self.key.varlen)
+                                if const_expr(self.key.warp_walk):
+                                    n, bos, nxt, wbase, cb, cw = warp_advance(cu_ptr, t, wbase, cb, cw, n_seqs, lane, nl, lanes)
+                                else:
+                                    n, bos, nxt = advance_sequence(cu_ptr, t, n, bos, nxt, n_seqs, seq_arg, self.key.varlen)
                                 token_output(
                                     win, xb[None, u, half], yg[None, u], acc, rW, rB, t, bos, n, d0, init_ptr, n_seqs, D, init_sn, init_sd, init_sj,
                                     W, VEC, self.key.has_init, self.key.silu,
