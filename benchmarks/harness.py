@@ -174,6 +174,21 @@ def device_times(fn, iters: int) -> list:
     return out
 
 
+def profiled_call(label: str, fn) -> None:
+    """One call of ``fn`` inside cudaProfilerStart / Stop, after 3 warm-up calls, announced as ``== label`` (for ncu
+    ``--profile-from-start off`` diagnostics: the bracketed launches are the ones profiled)."""
+    import torch
+
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    print(f"== {label}", flush=True)
+    torch.cuda.profiler.start()
+    fn()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
+
+
 def _device_line() -> str:
     try:
         import torch

@@ -8,20 +8,12 @@ import sys
 def main():
     sys.path.insert(0, "benchmarks")
     import sdpa_bwd as sb
-    import torch
+    from harness import profiled_call
 
     want = sys.argv[1:] or ["d128 s1k b16", "d64 s1k b16 causal"]
     for case in (c for c in sb._shapes(False) if c.label in want):
         for name, make in (("ours", sb.make_ours), ("fa4", sb.make_fa4)):
-            fn = make(case)
-            for _ in range(3):
-                fn()
-            torch.cuda.synchronize()
-            print(f"== {case.label} {name}", flush=True)
-            torch.cuda.profiler.start()
-            fn()
-            torch.cuda.synchronize()
-            torch.cuda.profiler.stop()
+            profiled_call(f"{case.label} {name}", make(case))
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import sys
 def main():
     sys.path.insert(0, "benchmarks")
     import sdpa_fwd as sf
-    import torch
+    from harness import profiled_call
 
     variants = {
         "ours": {},
@@ -27,15 +27,7 @@ def main():
         makers = [(name, lambda c, kw=kw: sf._make_ours_prefill_plan(c, **kw)) for name, kw in variants.items()]
         makers += [("fa4", sf.make_fa4)] if not pick or "fa4" in pick else []
         for name, make in makers:
-            fn = make(case)
-            for _ in range(3):
-                fn()
-            torch.cuda.synchronize()
-            print(f"== {case.label} {name}", flush=True)
-            torch.cuda.profiler.start()
-            fn()
-            torch.cuda.synchronize()
-            torch.cuda.profiler.stop()
+            profiled_call(f"{case.label} {name}", make(case))
 
 
 if __name__ == "__main__":

@@ -1195,6 +1195,25 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
                     cute.copy(tiled_copy, tR[None, rm, None], tG[None, rm, None])
 
     @cute.jit
+    def stats_word(self, sStat: cute.Tensor, idx: Int32, tScS_mn: cute.Tensor, i: cutlass.Constexpr[int], preloaded: cute.Tensor | None):
+        """stats_vec4: the 16-byte word of lse_log2 / dpsum (``sStat`` at stage ``idx``) for this thread's S^T columns
+        4 i .. 4 i + 3: a slice of ``preloaded`` (stats_early: :meth:`stats_words`), else loaded now."""
+        if const_expr(preloaded is not None):
+            return cute.local_tile(preloaded, (4,), (i,))
+        word = cute.make_rmem_tensor((4,), Float32)
+        cute.autovec_copy(cute.local_tile(sStat[None, idx], (4,), (4 * i + tScS_mn[0, 0][1] // 2,)), word)
+        return word
+
+    @cute.jit
+    def stats_words(self, sStat: cute.Tensor, idx: Int32, tScS_mn: cute.Tensor) -> cute.Tensor:
+        """stats_early: every stats_vec4 word of this thread's S^T columns, loaded into registers now."""
+        n_words = cute.size(tScS_mn, mode=[1]) // 4
+        words = cute.make_rmem_tensor((4 * n_words,), Float32)
+        for i in cutlass.range_constexpr(n_words):
+            cute.autovec_copy(cute.local_tile(sStat[None, idx], (4,), (4 * i + tScS_mn[0, 0][1] // 2,)), cute.local_tile(words, (4,), (i,)))
+        return words
+
+    @cute.jit
     def step(
         self,
         tiled_mma_SdP: cute.TiledMma,
@@ -1232,12 +1251,9 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         row0 = m_block * self.tile_m
         consumer_wait(pipeline_q, state, self.key.spin_wait)
         wgmma(tiled_mma_SdP, acc_S, tSrK, tSrQ[None, None, None, idx], zero_init=True, wg_wait=-1)
-        n_words = cute.size(tScS_mn, mode=[1]) // 4  # stats_vec4: 16-byte lse_log2 / dpsum words of this thread
         rL_all = None
         if const_expr(self.key.stats_early):  # this block's lse_log2 words while the S^T GEMM runs
-            rL_all = cute.make_rmem_tensor((4 * n_words,), Float32)
-            for i in cutlass.range_constexpr(n_words):
-                cute.autovec_copy(cute.local_tile(sLSE[None, idx], (4,), (4 * i + tScS_mn[0, 0][1] // 2,)), cute.local_tile(rL_all, (4,), (i,)))
+            rL_all = self.stats_words(sLSE, idx, tScS_mn)
         if const_expr(self.stats_at_use):
             pass  # m80 / m128 read each column's lse_log2 / dpsum where it is used (20 / 32 columns a thread)
         elif const_expr(self.key.stats_tma):
@@ -1257,12 +1273,7 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
             # stats_vec4 (m128): the rows were stored permuted (kernel_key.stats_perm_row), so columns 4 i .. 4 i + 3
             # of this thread (queries 16 i + 2 l + {0, 1} and 16 i + 8 + 2 l + {0, 1}, l = lane % 4) are one 16-byte word
             for i in cutlass.range_constexpr(cute.size(acc_S_mn, mode=[1]) // 4):
-                rL = None
-                if const_expr(self.key.stats_early):
-                    rL = cute.local_tile(rL_all, (4,), (i,))
-                else:
-                    rL = cute.make_rmem_tensor((4,), Float32)
-                    cute.autovec_copy(cute.local_tile(sLSE[None, idx], (4,), (4 * i + tScS_mn[0, 0][1] // 2,)), rL)
+                rL = self.stats_word(sLSE, idx, tScS_mn, i, rL_all)
                 for cc in cutlass.range_constexpr(4):
                     for r in cutlass.range_constexpr(cute.size(acc_S_mn, mode=[0])):
                         acc_S_mn[r, 4 * i + cc] = cute.math.exp2(acc_S_mn[r, 4 * i + cc] * scale_log2 - rL[cc], fastmath=True)
@@ -1290,19 +1301,12 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
                 rP.store(acc_S.load().to(self.dtype))
         rD_all = None
         if const_expr(self.key.stats_early):  # this block's dpsum words before the wait for dP^T
-            rD_all = cute.make_rmem_tensor((4 * n_words,), Float32)
-            for i in cutlass.range_constexpr(n_words):
-                cute.autovec_copy(cute.local_tile(sDpsum[None, idx], (4,), (4 * i + tScS_mn[0, 0][1] // 2,)), cute.local_tile(rD_all, (4,), (i,)))
+            rD_all = self.stats_words(sDpsum, idx, tScS_mn)
         warpgroup.wait_group(0)
         acc_dP_mn = acc_view_mn(acc_dP)
         if const_expr(self.key.stats_vec4):
             for i in cutlass.range_constexpr(cute.size(acc_dP_mn, mode=[1]) // 4):
-                rD = None
-                if const_expr(self.key.stats_early):
-                    rD = cute.local_tile(rD_all, (4,), (i,))
-                else:
-                    rD = cute.make_rmem_tensor((4,), Float32)
-                    cute.autovec_copy(cute.local_tile(sDpsum[None, idx], (4,), (4 * i + tScS_mn[0, 0][1] // 2,)), rD)
+                rD = self.stats_word(sDpsum, idx, tScS_mn, i, rD_all)
                 for cc in cutlass.range_constexpr(4):
                     for r in cutlass.range_constexpr(cute.size(acc_dP_mn, mode=[0])):
                         acc_dP_mn[r, 4 * i + cc] = acc_S_mn[r, 4 * i + cc] * (acc_dP_mn[r, 4 * i + cc] - rD[cc])
