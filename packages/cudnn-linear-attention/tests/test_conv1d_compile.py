@@ -551,7 +551,7 @@ def test_forward_warp_walk_option_values():
     from cudnn.linear_attention.conv1d import api
     from cudnn.linear_attention.conv1d.api import CausalConv1d
 
-    assert api.FWD_WARP_WALK_DEFAULT is False  # pending the H200 A/B
+    assert api.FWD_WARP_WALK_DEFAULT is False  # off after the session-16 H200 A/B
     varlen = _fwd_plan(1000, 5)
     varlen.check_support()
     assert varlen.warp_walk is None and varlen.compile_key().warp_walk is api.FWD_WARP_WALK_DEFAULT

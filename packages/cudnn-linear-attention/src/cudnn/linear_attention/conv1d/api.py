@@ -43,7 +43,7 @@ session-15 H200 A/B, ``FWD_CHUNK_VARLEN_DEFAULT`` = 0 (opt-in) for varlen ones, 
 states since the session-16 H200 A/B; a plan with both state tensors also compiles the separate pair, which execute() launches
 for a call whose final states overlap its initial states, the in-place rolling update) and ``plan.warp_walk`` (varlen run
 grid: the warp walks ``cu_seqlens`` together, a window of entries in its lanes, instead of one dependent load per sequence
-crossed per token; None = ``FWD_WARP_WALK_DEFAULT`` = False pending the H200 A/B).
+crossed per token; None = ``FWD_WARP_WALK_DEFAULT`` = False after the session-16 H200 A/B).
 
 Contract the kernel cannot check without a device read (Rule 3): ``cu_seqlens`` is non-decreasing,
 starts at 0 and ends at T.
@@ -131,9 +131,10 @@ FWD_FINAL_FUSED_DEFAULT = True
 #: the 64-token grid have no walk to change: None resolves to False there): False = each token walks ``cu_seqlens`` one
 #: entry at a time (a dependent load per sequence crossed) and a chunk binary-searches it; True = the warp walks it
 #: together (its lanes hold a window of entries: a token's sequence is a ballot and two shuffles, a chunk's a 33-ary
-#: search; bitwise the same outputs). False pending the H200 A/B (benchmarks/linear_attention.py, the varlen cases:
-#: ``ours+graph`` vs ``ours-warpwalk+graph`` (contiguous runs) and ``ours-chunk8-warpwalk+graph`` vs ``ours-chunk8+graph``),
-#: which decides this default and, with it, ``FWD_CHUNK_VARLEN_DEFAULT``.
+#: search; bitwise the same outputs). False after the session-16 H200 A/B
+#: (docs/benchmarks/linear_attention_conv1d_s16_warpwalk.md, kernel-only, 3 rounds: 1-token sequences 3237.6 -> 3315.7 GB/s
+#: on contiguous runs, 2202.3 -> 2801.8 on chunk 8; 64 sequences 3604.1 -> 3591.8 on runs, 3661.5 -> 3699.9 on chunk 8):
+#: no clear win, and chunk 8 stays opt-in for varlen (``FWD_CHUNK_VARLEN_DEFAULT``) since it loses the 1-token row.
 FWD_WARP_WALK_DEFAULT = False
 #: CTAs per SM of the default run grid: one wave at the forward kernel's ``Conv1dFwdKey.min_ctas_per_sm`` = 4.
 _RUN_GRID_CTAS_PER_SM = 4

@@ -92,6 +92,7 @@ def _fwd_key(x, weight, bias, cu_seqlens, initial_states, activation, output_fin
         _api.FWD_CHUNK_DEFAULT,  # and its chunk (dense / varlen defaults)
         _api.FWD_CHUNK_VARLEN_DEFAULT,
         _api.FWD_FINAL_FUSED_DEFAULT,  # and whether its forward kernel writes the final states
+        _api.FWD_WARP_WALK_DEFAULT,  # and its varlen cu_seqlens walk
     )
 
 
