@@ -27,6 +27,8 @@ from cudnn_testing.lanes import CPU_TORCH, DOWNSTREAM_PINS, LANES  # noqa: E402
 PACKAGES = ["cudnn-core", "cudnn-sdpa", "cudnn-gemm", "cudnn-frost", "cudnn-linear-attention"]
 DIST = os.path.join(ROOT, ".nox", "_dist")
 LOCAL_TORCH_WHEELS = "/opt/wheels"  # where CPU machines keep torch's CPU build
+PYTEST_WORKERS_MAX = 4  # compile-heavy workers take ~2-3 GB each
+NO_TESTS_COLLECTED = 5  # pytest's exit code when a lane admits no wheel with host-timing tests
 TVM_FFI = next(p for p in DOWNSTREAM_PINS if p.startswith("apache-tvm-ffi"))  # enables the on-disk kernel cache
 
 nox.options.sessions = [f"tests(dsl='{lane}')" for lane in LANES] + ["lint", "build", "downstream"]
@@ -78,7 +80,7 @@ def _install_cpu_torch(session) -> None:
 def tests(session, dsl):
     """Fresh venv with DSL ``dsl`` and the wheels whose floor admits it; run every test (GPU tests skip here)."""
     _install_cpu_torch(session)
-    session.install(f"nvidia-cutlass-dsl=={dsl}", TVM_FFI, "pytest", "numpy", "filelock", "packaging")
+    session.install(f"nvidia-cutlass-dsl=={dsl}", TVM_FFI, "pytest", "pytest-xdist", "numpy", "filelock", "packaging")
     dist = _build_wheels(session)
     admitted, left_out = [], []
     for package in PACKAGES:
@@ -99,7 +101,12 @@ def tests(session, dsl):
     test_dirs = [os.path.join(ROOT, "packages", p, "tests") for p in admitted if os.path.isdir(os.path.join(ROOT, "packages", p, "tests"))]
     env = {"CUTE_DSL_ARCH": "sm_90a", "PYTHONPATH": "", "CUDNN_KERNEL_CACHE_DIR": os.path.join(session.create_tmp(), "kcache")}
     session.chdir(session.create_tmp())  # no source tree on sys.path: tests import the installed wheels
-    session.run("python", "-m", "pytest", "-c", os.path.join(ROOT, "pyproject.toml"), "--rootdir", ROOT, "-q", *test_dirs, *session.posargs, env=env)
+    pytest = ["python", "-m", "pytest", "-c", os.path.join(ROOT, "pyproject.toml"), "--rootdir", ROOT, "-q", *test_dirs, *session.posargs]
+    # Compiles dominate and are single-threaded: one worker per core (a test file stays on one worker, with its
+    # module-level plans). Tests that time host code against a bound run alone afterwards, on an otherwise idle host.
+    workers = min(os.cpu_count() or 1, PYTEST_WORKERS_MAX)
+    session.run(*pytest, "-n", str(workers), "--dist", "loadfile", "-m", "not host_timing", env=env)
+    session.run(*pytest, "-m", "host_timing", env=env, success_codes=[0, NO_TESTS_COLLECTED])
     for line in left_out:
         session.log(f"left out {line}")
 

@@ -549,6 +549,7 @@ class _Sink(list):
         pass
 
 
+@pytest.mark.host_timing
 def test_host_time_of_the_fast_paths(stub, monkeypatch):
     """Python side only (the kernel is the recorder; on the GPU host add the launch itself). Best of interleaved rounds.
     The bounds are loose (a shared 2-core CPU): they catch a fast path that stopped skipping its work."""
@@ -816,6 +817,7 @@ def test_update_direct_eager_path_declines_whenever_dispatch_matters(stub, monke
     assert len(ops) == 6
 
 
+@pytest.mark.host_timing
 def test_update_host_time_of_the_fast_paths(stub, monkeypatch):
     """Python side of one decode step (the kernel is the recorder): the public ``causal_conv1d_update`` with session 9's
     host path (direct eager call, tvm-ffi route, memoized validation) against session 8's (custom-op dispatch, DSL

@@ -472,6 +472,7 @@ def _per_call_us(fn, n, reps=5):
     return min(timeit.repeat(fn, number=n, repeat=reps + 1)[1:]) / n * 1e6
 
 
+@pytest.mark.host_timing
 @pytest.mark.parametrize("case", ["dense", "varlen"])
 def test_host_time_per_call(bwd, case):
     """Python side only (the three launches are recorders). Full validation on every call (as before the memo) vs the

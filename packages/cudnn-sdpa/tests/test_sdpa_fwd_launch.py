@@ -176,6 +176,7 @@ def _per_call_us(fn, n=3000, reps=5):
     return best
 
 
+@pytest.mark.host_timing
 def test_host_time_of_the_python_side(api):
     """Python side only (the kernel call is the recorder). Printed for the record; the bound is loose (shared CI cores)
     and catches a return to per-call validation or generic argument conversion (~100+ us), not a few microseconds."""
