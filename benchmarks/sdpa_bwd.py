@@ -30,7 +30,8 @@ session 8's instruction-overhead variants: ``ours-pack`` / ``ours-dsk`` / ``ours
 ``ours-kvq`` / ``ours-spinkvq``: the case's own default (``_default_tuning``) plus the fixed-cost variants ``spin``, the
 consumers' barrier waits without NANOSLEEP, ``kvq``, K / V on the first Q / dO stage's barrier, or both; ``ours-pdl`` /
 ``ours-kvqpdl``: the same with ``pdl``, Programmatic Dependent Launch of the three kernels, alone or with kvq; ``ours-kvpf``
-/ ``ours-pdlkvpf``: ``kvpf``, L2 prefetch of the next wave's K / V, alone or with pdl), ``ours-m128r``
+/ ``ours-pdlkvpf``: ``kvpf``, L2 prefetch of the next wave's K / V, alone or with pdl; ``ours-g3d``: ``g3d``, the
+grouped 3-D launch grid of masked plans, the same tile order: masked rows only, elsewhere the same launch as ours), ``ours-m128r``
 (ours-m128 with ``dqrows``: dQ's 128 rows split over the warpgroups) and ``ours-m128x`` (ours-m128 with those three
 and ``stats4``: lse_log2 / dpsum read as 16-byte words);
 ``ours-splitdb`` (d256: split_d with FA4's dQ path: one 64 x 128 dQ GEMM per warpgroup, staged in fragment order and
@@ -221,14 +222,16 @@ DEFAULT_PLUS = {
     "ours-kvpf": ("kvpf",),
     "ours-pdlkvpf": ("pdl", "kvpf"),
     "ours-stearly": ("stearly",),
+    "ours-g3d": ("g3d",),
 }
 #: The fixed-cost variants (notes/bwd_fixed_cost.md A / B: ``spin`` consumer waits without NANOSLEEP, ``kvq`` K / V on
 #: the first Q / dO stage's barrier; ``pdl``: Programmatic Dependent Launch of the three kernels; ``kvpf``: L2 prefetch
-#: of the next wave's K / V; ``stearly``: m128's lse_log2 / dpsum words loaded before the WGMMA waits, d64 only): they
+#: of the next wave's K / V; ``stearly``: m128's lse_log2 / dpsum words loaded before the WGMMA waits, d64 only;
+#: ``g3d``: the grouped 3-D grid of masked plans, one division per CTA's tile instead of three): they
 #: combine with the case's default schedule, so their providers run on the case's
 #: own default (``_default_tuning``: m80 at d128 non-causal, m128 at d64, n96 at d192, split_d at d256), not on
 #: DEFAULT_TUNING / CAUSAL_TUNING as pack1 / dsk do.
-CASE_DEFAULT_EXTRAS = frozenset({"spin", "kvq", "pdl", "kvpf", "stearly"})
+CASE_DEFAULT_EXTRAS = frozenset({"spin", "kvq", "pdl", "kvpf", "stearly", "g3d"})
 
 
 def _make_default_plus(extra):
@@ -244,6 +247,8 @@ def _make_default_plus(extra):
                 raise Unsupported("kvpf serves the 64-wide and n96 main kernels (not split_d)")
             if "stearly" in extra and "stats4" not in base:
                 raise Unsupported("stearly schedules stats4's words (the d64 m128 default)")
+            if "g3d" in extra and not p["causal"]:
+                raise Unsupported("g3d changes the launch of masked plans only (unmasked dense plans launch 3-D already)")
             return make_ours(case, tuple(base) + tuple(extra))
         if case.params["d"] > 128:
             raise Unsupported("pack1 / dsk are schedules of the 64-wide main kernel (D <= 128)")

@@ -536,3 +536,79 @@ def test_kvpf_d192_default_grads_match_reference():
     lowp = attention_grads_ref(q, k, v, do, upcast=False, is_causal=True)
     for name, g, r, lp in zip(("dq", "dk", "dv"), (dq, dk, dv_), ref, lowp, strict=True):
         assert_close_fa(g, r, lp, name)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# g3d (grouped_grid, session 17): masked / varlen plans launch (group_heads, key blocks, pairs / group_heads) when the
+# L2 group size divides the (kv head, batch) pairs, the same tile order with one division per CTA. Each case runs the
+# plan's own default and default + g3d on the same inputs: dK / dV bitwise equal (a key block's CTA computes them alone,
+# in a fixed query order), dQ (reduce-adds in arrival order) and all three against the reference.
+# (default tuning's name, dtype, D, D_v, B, H, H_kv, S, causal, window, extra variants): the launched group size
+GROUPED = [
+    ("CAUSAL_TUNING", torch.bfloat16, 128, 128, 3, 8, 8, 2048, True, (-1, -1), ()),  # 24 pairs, budget 16 -> 12: 2 groups
+    ("D64_TUNING", torch.float16, 64, 64, 2, 16, 4, 1000, True, (-1, -1), ()),  # GQA 4: 8 pairs within the budget: 1 group
+    ("CAUSAL_TUNING", torch.bfloat16, 128, 128, 1, 13, 13, 4096, True, (-1, -1), ()),  # 13 pairs, budget 8: the 1-D decode
+    ("CAUSAL_TUNING", torch.bfloat16, 128, 128, 2, 8, 8, 4096, True, (-1, -1), ("kvpf",)),  # 8 of 16 pairs, 512 CTAs: waves
+    ("D192_TUNING", torch.bfloat16, 192, 128, 2, 8, 2, 1000, True, (-1, -1), ()),  # n96, GQA 4
+    ("D256_TUNING", torch.bfloat16, 256, 256, 2, 6, 6, 1000, True, (-1, -1), ()),  # split-D bulk, 12 pairs
+    ("D64_TUNING", torch.float16, 64, 64, 2, 4, 4, 700, False, (70, 33), ()),  # two-sided window: key blocks no query sees
+]
+
+
+def _grouped_pair(tuning, q, k, v, o, do, lse, **kw):
+    out = []
+    for t in (tuning, tuning + ("g3d",)):
+        grads = tuple(poison(torch.empty_like(x)) for x in (q, k, v))
+        plan, _ = _run(t, q, k, v, o, do, lse, *grads, **kw)
+        assert plan.key.grouped_grid == ("g3d" in t)
+        out.append(grads)
+    return out
+
+
+@pytest.mark.parametrize(
+    "case", GROUPED, ids=["d128-causal-2groups", "d64-gqa-1group", "d128-causal-13pairs-1d", "d128-causal-kvpf", "d192-n96", "d256-splitd", "d64-window"]
+)
+def test_grouped_grid_grads_equal_the_default_plans(case):
+    from cudnn.sdpa.bwd import api
+
+    name, dtype, d, dv, b, h, hk, s, causal, window, extra = case
+    tuning = tuple(getattr(api, name)) + extra
+    q, k = _make((b, h, s, d), dtype, BSHD), _make((b, hk, s, d), dtype, BSHD)
+    v, do = _make((b, hk, s, dv), dtype, BSHD), _make((b, h, s, dv), dtype, BSHD)
+    kw = dict(is_causal=causal, window=window)
+    o, lse = attention_ref(q, k, v, **kw)
+    o, lse = o.to(dtype), lse.float()
+    base, grouped = _grouped_pair(tuning, q, k, v, o, do, lse, is_causal=causal, window_size=window)
+    assert torch.equal(base[1], grouped[1]) and torch.equal(base[2], grouped[2]), "dK / dV differ from the default plan's"
+    ref = attention_grads_ref(q, k, v, do, **kw)
+    lowp = attention_grads_ref(q, k, v, do, upcast=False, **kw)
+    for grads in (base, grouped):
+        for n, g, r, lp in zip(("dq", "dk", "dv"), grads, ref, lowp, strict=True):
+            assert_close_fa(g, r, lp, n)
+
+
+def test_grouped_grid_thd_varlen_grads_equal_the_default_plans():
+    """THD varlen, GQA 4, causal bottom-right, empty and one-token sequences: 5 sequences x 2 kv heads = 10 pairs, one
+    group (the budget's 15 at max_seqlen_q 517)."""
+    from cudnn.sdpa.bwd import api
+
+    h, hk, d, lens_q, lens_k = 8, 2, 128, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64]
+    cu_q, cu_k = [0], [0]
+    for a, c in zip(lens_q, lens_k, strict=True):
+        cu_q.append(cu_q[-1] + a)
+        cu_k.append(cu_k[-1] + c)
+    q = torch.randn(cu_q[-1], h, d, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(cu_k[-1], hk, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    do = torch.randn_like(q)
+    kw = dict(is_causal=True, bottom_right=True)
+    o, lse = attention_ref_varlen(q, k, v, cu_q, cu_k, **kw)
+    o, lse = o.to(q.dtype), lse.float().contiguous()
+    tq, tk = torch.tensor(cu_q, dtype=torch.int32, device="cuda"), torch.tensor(cu_k, dtype=torch.int32, device="cuda")
+    opts = dict(is_causal=True, causal_bottom_right=True, cu_seqlens_q=tq, cu_seqlens_kv=tk, max_seqlen_q=max(lens_q), max_seqlen_kv=max(lens_k))
+    tuning = api._default_tuning(d, d, False, True, False)
+    base, grouped = _grouped_pair(tuning, q, k, v, o, do, lse, **opts)
+    assert torch.equal(base[1], grouped[1]) and torch.equal(base[2], grouped[2]), "dK / dV differ from the default plan's"
+    ref = attention_grads_ref_varlen(q, k, v, do, cu_q, cu_k, **kw)
+    lowp = attention_grads_ref_varlen(q, k, v, do, cu_q, cu_k, upcast=False, **kw)
+    for n, g, r, lp in zip(("dq", "dk", "dv"), grouped, ref, lowp, strict=True):
+        assert_close_fa(g, r, lp, n)

@@ -400,6 +400,45 @@ def test_full_group_heads_orders_only_unmasked_dense_plans(monkeypatch):
         api.SdpaBwdSm90(q, q, q, q, q, lse, q, q, q, _group_heads=-1)
 
 
+def test_grouped_heads_divides_the_pairs_within_half_the_budget():
+    """``g3d`` (grouped_grid)'s host rule: the budget's group size where it divides the (kv head, batch) pairs, else the
+    largest divisor at least half of it, else the budget's size (the kernel then decodes its 1-D block id)."""
+    from cudnn.sdpa._device.tile_scheduler import SingleTileScheduler
+
+    grouped = SingleTileScheduler.grouped_heads
+    assert [grouped(g, 256) for g in (1, 8, 64, 256)] == [1, 8, 64, 256]  # powers of two: unchanged
+    assert grouped(8, 36) == 6 and grouped(64, 96) == 48 and grouped(10, 36) == 9  # the largest divisor >= g / 2
+    assert grouped(8, 7) == 7 and grouped(64, 13) == 13  # no more pairs than the budget: one group of them all
+    assert grouped(8, 13) == 8 and grouped(16, 34) == 16  # no divisor in [g / 2, g]: unchanged (the 1-D decode)
+
+
+def test_grouped_grid_tuning_launches_a_dividing_group():
+    """``g3d`` sets grouped_grid (its own kernel-cache entry) and the causal plan's launch scalar ``group_heads`` becomes
+    a divisor of the (kv head, batch) pairs: 2 x 6 pairs at a budget of 8 -> 6. Host-side, as in the test above."""
+    import torch
+
+    from cudnn.sdpa.bwd import api
+
+    b, h, s, d = 2, 6, 4096, 128
+    q = torch.empty(b, h, s, d, dtype=torch.bfloat16)
+    lse = torch.empty(b, h, s, dtype=torch.float32)
+
+    def group_heads(tuning):
+        plan = api.SdpaBwdSm90(q, q, q, q, q, lse, q, q, q, is_causal=True, _tuning=tuning)
+        assert plan.check_support()
+        n = plan.scratch_workspace_bytes()
+        raw = torch.empty(n + 256, dtype=torch.uint8)
+        ws = raw[(-raw.data_ptr()) % 128 :][:n]
+        entry = api._derive(plan.key, q, q, q, q, q, lse, q, q, q, None, None, None, None, ws, plan._mask_window, None, False, plan._group_heads_arg)
+        return plan.key, entry[3][7]
+
+    base = api._default_tuning(d, d, False, True, True)
+    key, g = group_heads(base)
+    key3, g3 = group_heads(base + ("g3d",))
+    assert not key.grouped_grid and key3.grouped_grid and key3 != key
+    assert g == 8 and g3 == 6
+
+
 def test_m80_is_a_dense_d128_dq_tma_schedule_and_dq_writer_also_serves_dq_tma():
     """``m80`` (query blocks of 80 rows, dQ^T through a 128-byte-swizzled TMA reduce-add) needs dq_tma (or, since
     session 9, dq_bulk: test_m80_bulk_*) and dense D = D_v = 128; anything else is refused (ValueError), never silently
@@ -1116,6 +1155,20 @@ def test_stats_early_ptx_loads_the_words_before_each_wgmma_wait(tmp_path, early)
     before = (sum(i < first_s for i in loads), sum(i < first_dp for i in loads))
     assert before == ((8, 16) if early else (0, 8)), before
     assert len(loads) == 32
+    assert "st.local" not in ptx and "ld.local" not in ptx and frame_sizes(tmp_path) == [0]
+
+
+@pytest.mark.compile_only
+def test_grouped_grid_ptx_adds_the_one_division_of_its_3d_branch(tmp_path):
+    """One compile (the d64 m128 causal key with grouped_grid): the tile decode keeps the 1-D path's three signed
+    divisions (the default key's PTX has exactly these three: seen, session 17) and adds the grouped 3-D grid's one
+    (pair -> kv head, batch); both grid shapes are read at runtime (%nctaid.y / .z); no local memory, a zero frame."""
+    from cudnn_testing.compile_only import frame_sizes
+
+    skip_unless_cutedsl("4.8.0", "cudnn.sdpa backward")
+    ptx = _dump(tmp_path, f"{STEARLY_HEAD}, {STEARLY_TAIL}, grouped_grid=True", "SdpaBwdKernelSm90", keep="ptx,cubin")
+    assert len(re.findall(r"\bdiv\.s32\b", ptx)) == 4 and not re.findall(r"\b(div|rem)\.u32\b", ptx)
+    assert "%nctaid.y" in ptx and "%nctaid.z" in ptx and "%ctaid.z" in ptx
     assert "st.local" not in ptx and "ld.local" not in ptx and frame_sizes(tmp_path) == [0]
 
 

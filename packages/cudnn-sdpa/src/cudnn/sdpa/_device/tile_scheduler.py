@@ -14,6 +14,12 @@ its block index, skipping the decode's three runtime integer divisions (~100 ins
 start, ahead of the producer's first TMA: session-16 ncu source view, 2.5% of the d = 128 s1k forward's warp samples
 against FA4's 3-D grid). Otherwise the grid is 1-D and the decode runs (:meth:`SingleTileScheduler.tile` checks the
 launched grid's y / z extents, so one compiled kernel serves both).
+With ``grouped`` (the backward key's opt-in ``grouped_grid``: masked and varlen plans, whose L2 groups hold several
+pairs) a group size that divides ``heads * batch`` launches the grouped 3-D grid ``(group_heads, num_m_blocks,
+heads * batch / group_heads)``: block ``(p, m, g)`` is pair ``g * group_heads + p`` at m-block ``m``, the decode's order
+exactly (x fastest, so :meth:`SingleTileScheduler.linear_id` is the decode's linear id), leaving one division
+(pair -> head, batch) of the three; a group size of 1 launches the plain 3-D grid; any other size keeps the 1-D decode.
+Not with ``longest_first`` (the forward's masked plans keep the 1-D decode).
 With ``batch_fastest`` (THD varlen, the forward's ``varlen_lpt``) the pairs are numbered head-major, so a group holds
 whole heads across every sequence: the m-blocks of all sequences then run longest-first together, instead of the
 groups of the last sequences (often the longest) running last.
@@ -29,31 +35,64 @@ from cutlass import Int32, const_expr
 class SingleTileScheduler:
     """Device side: ``tile()`` returns ``(m_block, head, batch)`` of this CTA."""
 
-    def __init__(self, num_m_blocks: Int32, num_heads: Int32, num_batch: Int32, group_heads: Int32, longest_first: bool, batch_fastest: bool = False):
+    def __init__(
+        self,
+        num_m_blocks: Int32,
+        num_heads: Int32,
+        num_batch: Int32,
+        group_heads: Int32,
+        longest_first: bool,
+        batch_fastest: bool = False,
+        grouped_grid: bool = False,
+    ):
         self.num_m_blocks = num_m_blocks
         self.num_heads = num_heads
         self.num_batch = num_batch
         self.group_heads = group_heads
         self.longest_first = longest_first
         self.batch_fastest = batch_fastest  # (head, batch) pairs numbered batch-fastest (THD varlen: a group = one head's sequences)
+        self.grouped_grid = grouped_grid  # launched by grid(..., grouped=True): reads the grouped or plain 3-D grid
 
     #: The CUDA grid's y / z extent limit.
     GRID_YZ_MAX = 65535
 
     @staticmethod
-    def grid(num_m_blocks, num_heads, num_batch, group_heads=None):
+    def grid(num_m_blocks, num_heads, num_batch, group_heads=None, grouped=False):
         """The launch grid: 1-D (``num_m_blocks * num_heads * num_batch``), or with ``group_heads`` given (a plan whose
-        kernel decodes with ``longest_first`` and ``batch_fastest`` off) 3-D ``(num_m_blocks, num_heads, num_batch)``
-        when ``group_heads`` = 1 and both fit :attr:`GRID_YZ_MAX` (runtime values: selected at launch)."""
+        kernel decodes with ``longest_first`` and ``batch_fastest`` off) 3-D
+        ``(num_m_blocks, num_heads, num_batch)`` when ``group_heads`` = 1 and both fit :attr:`GRID_YZ_MAX`; with
+        ``grouped`` also ``(group_heads, num_m_blocks, heads * batch / group_heads)`` when ``group_heads`` > 1 divides
+        ``heads * batch`` and both fit (runtime values: selected at launch)."""
         if group_heads is None:
             return (num_m_blocks * num_heads * num_batch, 1, 1)
         lim = SingleTileScheduler.GRID_YZ_MAX
+        flat = num_m_blocks * num_heads * num_batch
         tiled = (group_heads == 1) & (num_heads <= lim) & (num_batch <= lim)
-        return (
-            Int32(cutlass.select_(tiled, num_m_blocks, num_m_blocks * num_heads * num_batch)),
-            Int32(cutlass.select_(tiled, num_heads, Int32(1))),
-            Int32(cutlass.select_(tiled, num_batch, Int32(1))),
-        )
+        x = cutlass.select_(tiled, num_m_blocks, flat)
+        y = cutlass.select_(tiled, num_heads, Int32(1))
+        z = cutlass.select_(tiled, num_batch, Int32(1))
+        if grouped:
+            num_hb = num_heads * num_batch
+            num_groups = num_hb // group_heads
+            fits = (group_heads > 1) & (num_groups * group_heads == num_hb) & (num_m_blocks <= lim) & (num_groups <= lim)
+            x = cutlass.select_(fits, group_heads, x)
+            y = cutlass.select_(fits, num_m_blocks, y)
+            z = cutlass.select_(fits, num_groups, z)
+        return (Int32(x), Int32(y), Int32(z))
+
+    @staticmethod
+    def grouped_heads(group_heads: int, num_hb: int) -> int:
+        """Host side, ``grouped`` plans: ``num_hb`` when the (head, batch) pairs fit one group (the same order), else the
+        largest divisor of ``num_hb`` at most ``group_heads`` when it is at least half of it (the grouped 3-D grid's group
+        size: the same L2 budget, a few pairs fewer per group), else ``group_heads`` (the 1-D decode)."""
+        if 0 < num_hb <= group_heads:
+            return num_hb
+        if group_heads <= 1 or num_hb % group_heads == 0:
+            return group_heads
+        for d in range(group_heads, max(1, group_heads // 2) - 1, -1):
+            if num_hb % d == 0 and 2 * d >= group_heads:
+                return d
+        return group_heads
 
     @staticmethod
     @cute.jit
@@ -71,15 +110,23 @@ class SingleTileScheduler:
 
     @cute.jit
     def tile(self):
-        """This CTA's ``(m_block, head, batch)``: its block index on a 3-D grid (see :meth:`grid`), else the decode of
-        its 1-D block id."""
+        """This CTA's ``(m_block, head, batch)``: its block index on a 3-D grid (see :meth:`grid`; the grouped grid's
+        one division), else the decode of its 1-D block id."""
         bidx, bidy, bidz = cute.arch.block_idx()
+        assert not (self.grouped_grid and (self.longest_first or self.batch_fastest)), "grouped_grid: not with longest_first / batch_fastest"
         if const_expr(self.longest_first or self.batch_fastest):  # never launched 3-D
             return self.tile_at(Int32(bidx))
         _, gdy, gdz = cute.arch.grid_dim()
         m_block, head, batch = Int32(bidx), Int32(bidy), Int32(bidz)
-        if Int32(gdy) * Int32(gdz) == 1:  # a 1-D grid (or heads = batch = 1, where both agree)
+        if Int32(gdy) * Int32(gdz) == 1:  # a 1-D grid (or one block per y / z, where the 3-D grids and the decode agree)
             m_block, head, batch = self.tile_at(Int32(bidx))
+        else:
+            if const_expr(self.grouped_grid):
+                if self.group_heads != 1:  # (pair in group, m-block, group)
+                    hb = Int32(bidz) * self.group_heads + Int32(bidx)
+                    m_block = Int32(bidy)
+                    batch = hb // self.num_heads
+                    head = hb - batch * self.num_heads
         return m_block, head, batch
 
     @cute.jit

@@ -568,6 +568,10 @@ def _derive(key, q, k, v, o, do, lse, dq, dk, dv, cu_q, cu_k, max_seqlen_q, max_
         if groups is None:  # the library's rule: FULL_GROUP_HEADS for unmasked dense plans
             groups = FULL_GROUP_HEADS if FULL_GROUP_HEADS and not (key.mask_left or key.mask_right or key.varlen) else 0
         groups = groups or _group_heads(key, grid_q, l2_group_dq)
+        if key.grouped_grid:  # a group size dividing the pairs: the grouped 3-D grid
+            from .._device.tile_scheduler import SingleTileScheduler
+
+            groups = SingleTileScheduler.grouped_heads(groups, hk * b)
         main = (b, h, hk, sq, sk, grid_k, s_pad, groups, resident)
         main += (qs, ks, vs, dos, dks, dvs, scale * _LOG2E, scale, left, right)
     post = (b, h, sq, grid_q, s_pad, dqs, scale) if grid_q > 0 else None

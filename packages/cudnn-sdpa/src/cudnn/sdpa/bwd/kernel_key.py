@@ -118,6 +118,12 @@ class SdpaBwdKey(AttentionKey):
     # arithmetic and, inside the grid, issues TMA L2 prefetches (``cute.prefetch``) of that tile's K and V. Dense, not
     # split_d. (pdl and kv_prefetch: no gain in the session-15 H200 A/B, docs/benchmarks/sdpa_bwd_s15_pdl_*.md; off)
     kv_prefetch: bool = False
+    # the grouped 3-D grid (``_device/tile_scheduler.py``): a plan whose L2 groups hold several (kv head, batch) pairs
+    # (masked and varlen plans: budget groups) launches ``(group_heads, key blocks, pairs / group_heads)`` when the group
+    # size divides the pairs (the host picks the largest divisor within half of the budget's size), so each CTA's tile
+    # costs one integer division instead of the 1-D decode's three (session-16 ncu, d64 s1k causal: the prologue's
+    # 2174 warp samples vs FA4's 632). The same tile order. Every main kernel. Opt-in until an H200 A/B
+    grouped_grid: bool = False
 
     def __post_init__(self):
         if self.kv_prefetch and (self.varlen or self.split_d):
@@ -251,6 +257,7 @@ TUNING_FIELDS = {
     "kvq": "kv_with_q",
     "pdl": "pdl",
     "kvpf": "kv_prefetch",
+    "g3d": "grouped_grid",
 }
 
 #: dq_bulk: query rows per fragment-ordered block of the dQ accumulator (the main kernel's tile_m). Block ``m`` of a

@@ -423,7 +423,9 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
             tx_do += self.tile_m * 4  # + dpsum rows
 
         num_n_blocks = (max_seqlen_k + self.tile_n - 1) // self.tile_n
-        grid = SingleTileScheduler.grid(num_n_blocks, heads_kv, batch, group_heads)  # 3-D when group_heads = 1
+        grid = SingleTileScheduler.grid(
+            num_n_blocks, heads_kv, batch, group_heads, self.key.grouped_grid
+        )  # 3-D when group_heads = 1 (grouped_grid: or divides)
         self.kernel(
             tma_Q, tma_K, tma_V, tma_dO, tma_dK, tma_dV, mdK, mdV, mLSE2, mDpsum, mdQacc, tma_dQacc, mSem, mCuQ, mCuK,
             tma_atom_Q, tma_atom_K, tma_atom_V, tma_atom_dO, tma_atom_dK, tma_atom_dV, tma_atom_dQ,
@@ -516,7 +518,7 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
             sDpsum = storage.smem_dpsum.get_tensor(cute.make_layout((self.tile_m, self.num_stages)))
 
         # Longest first is the natural order for causal top-left: key block 0 sees every query block.
-        n_block, head_kv, batch = SingleTileScheduler(num_n_blocks, num_heads_kv, num_batch, group_heads, False).tile()
+        n_block, head_kv, batch = SingleTileScheduler(num_n_blocks, num_heads_kv, num_batch, group_heads, False, grouped_grid=self.key.grouped_grid).tile()
         kv_next = None
         if const_expr(self.key.kv_prefetch):
             kv_next = (num_n_blocks, num_heads_kv, num_batch, group_heads, resident_ctas)
