@@ -23,12 +23,11 @@ constants, so every test runs on CPU tensors and compares what the kernel would 
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 torch = pytest.importorskip("torch")
 
+from cudnn_testing.host_timing import Rounds, Sink  # noqa: E402
 from cudnn_testing.markers import skip_unless_cutedsl  # noqa: E402
 
 D, W = 256, 4
@@ -532,29 +531,12 @@ def test_varlen_states_rebind_another_sequence_count(stub):
         api.causal_conv1d(x, w, None, "silu", cu_seqlens=cu, initial_states=_aligned((n + 1, D, W - 1)), output_final_states=True)
 
 
-def _per_call_us(fn, n=2000, reps=5):
-    for _ in range(200):
-        fn()
-    best = float("inf")
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        best = min(best, (time.perf_counter() - t0) / n * 1e6)
-    return best
-
-
-class _Sink(list):
-    def append(self, x):  # keep nothing while timing
-        pass
-
-
 @pytest.mark.host_timing
 def test_host_time_of_the_fast_paths(stub, monkeypatch):
     """Python side only (the kernel is the recorder; on the GPU host add the launch itself). Best of interleaved rounds.
     The bounds are loose (a shared 2-core CPU): they catch a fast path that stopped skipping its work."""
     api, torch_op, rec = stub
-    rec.calls = _Sink()
+    rec.calls = Sink()
     cu = torch.tensor([0, 30, 64], dtype=torch.int32)
     x, w, b = _aligned((64, 4096)), _aligned((4096, W)), _aligned((4096,))
     y = torch.empty_like(x)
@@ -563,21 +545,19 @@ def test_host_time_of_the_fast_paths(stub, monkeypatch):
         plans[fast_host] = api.CausalConv1d(x, w, y, b, cu, activation="silu")
         plans[fast_host].fast_host, plans[fast_host].tvm_ffi = fast_host, True
         plans[fast_host].compile()
-    best = dict.fromkeys(("full", "memo", "op", "direct"), float("inf"))
     monkeypatch.setattr(torch_op, "FWD_TVM_FFI", True)
-    for _ in range(3):
-        best["full"] = min(best["full"], _per_call_us(lambda: plans[False].execute(x, w, y, b, cu)))
-        best["memo"] = min(best["memo"], _per_call_us(lambda: plans[True].execute(x, w, y, b, cu)))
-        for direct in (False, True):
-            monkeypatch.setattr(torch_op, "DIRECT_EAGER", direct)
-            t = _per_call_us(lambda: api.causal_conv1d(x, w, b, "silu", cu_seqlens=cu))
-            best["direct" if direct else "op"] = min(best["direct" if direct else "op"], t)
+    public = lambda: api.causal_conv1d(x, w, b, "silu", cu_seqlens=cu)  # noqa: E731
+    timed = Rounds(
+        {"full": lambda: plans[False].execute(x, w, y, b, cu), "memo": lambda: plans[True].execute(x, w, y, b, cu), "op": public, "direct": public},
+        setup={"op": lambda: monkeypatch.setattr(torch_op, "DIRECT_EAGER", False), "direct": lambda: monkeypatch.setattr(torch_op, "DIRECT_EAGER", True)},
+    )
+    best = timed.best
     print(
         f"\nhost (CPU, kernel stubbed, tvm-ffi route): execute {best['full']:.2f} us full validation, {best['memo']:.2f} us memo; "
         f"public causal_conv1d {best['op']:.2f} us through the custom op, {best['direct']:.2f} us direct"
     )
-    assert best["memo"] < 0.6 * best["full"]
-    assert best["direct"] < 0.8 * best["op"]
+    assert timed.ratio("memo", "full") < 0.6
+    assert timed.ratio("direct", "op") < 0.8
 
 
 # --- the decode update's host path (session 9): memoized validation, the direct eager call, the op's tvm-ffi route ---
@@ -823,7 +803,7 @@ def test_update_host_time_of_the_fast_paths(stub, monkeypatch):
     host path (direct eager call, tvm-ffi route, memoized validation) against session 8's (custom-op dispatch, DSL
     entry, full validation), and the adapter's execute with and without the memo. Loose bounds (a shared 2-core CPU)."""
     api, torch_op, rec = stub
-    rec.calls = _Sink()
+    rec.calls = Sink()
     x, st, w, b = _aligned((64, 4096)), _aligned((64, 4096, W - 1)), _aligned((4096, W)), _aligned((4096,))
     y = torch.empty_like(x)
     plans = {}
@@ -831,22 +811,24 @@ def test_update_host_time_of_the_fast_paths(stub, monkeypatch):
         plans[fast_host] = api.CausalConv1dUpdate(x, st, w, y, b, activation="silu")
         plans[fast_host].fast_host, plans[fast_host].tvm_ffi = fast_host, True
         plans[fast_host].compile()
-    best = dict.fromkeys(("full", "memo", "old", "new"), float("inf"))
-    for _ in range(3):
-        best["full"] = min(best["full"], _per_call_us(lambda: plans[False].execute(x, st, w, y, b)))
-        best["memo"] = min(best["memo"], _per_call_us(lambda: plans[True].execute(x, st, w, y, b)))
-        for new in (False, True):
-            monkeypatch.setattr(torch_op, "UPDATE_DIRECT_EAGER", new)
-            monkeypatch.setattr(torch_op, "UPDATE_TVM_FFI", new)
-            monkeypatch.setattr(api, "UPDATE_FAST_HOST_DEFAULT", new)
-            t = _per_call_us(lambda: api.causal_conv1d_update(x, st, w, b, "silu"))
-            best["new" if new else "old"] = min(best["new" if new else "old"], t)
+
+    def path(new):
+        monkeypatch.setattr(torch_op, "UPDATE_DIRECT_EAGER", new)
+        monkeypatch.setattr(torch_op, "UPDATE_TVM_FFI", new)
+        monkeypatch.setattr(api, "UPDATE_FAST_HOST_DEFAULT", new)
+
+    public = lambda: api.causal_conv1d_update(x, st, w, b, "silu")  # noqa: E731
+    timed = Rounds(
+        {"full": lambda: plans[False].execute(x, st, w, y, b), "memo": lambda: plans[True].execute(x, st, w, y, b), "old": public, "new": public},
+        setup={"old": lambda: path(False), "new": lambda: path(True)},
+    )
+    best = timed.best
     print(
         f"\nupdate host (CPU, kernel stubbed): execute {best['full']:.2f} us full validation, {best['memo']:.2f} us memo (tvm-ffi route); "
         f"public causal_conv1d_update {best['old']:.2f} us (custom op, DSL entry, full validation) -> {best['new']:.2f} us (direct, tvm-ffi, memo)"
     )
-    assert best["memo"] < 0.7 * best["full"]
-    assert best["new"] < 0.5 * best["old"]
+    assert timed.ratio("memo", "full") < 0.7
+    assert timed.ratio("new", "old") < 0.5
 
 
 def test_update_direct_eager_path_in_inference_mode_matches_the_custom_op(stub, monkeypatch):

@@ -22,13 +22,13 @@ switch and current-stream accessor, which the backward shares; ``_cuda_on`` comp
 
 from __future__ import annotations
 
-import timeit
 import types
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
+from cudnn_testing.host_timing import Rounds  # noqa: E402
 from cudnn_testing.markers import skip_unless_cutedsl  # noqa: E402
 
 
@@ -467,27 +467,20 @@ def test_reassigned_plan_scale_is_honoured(bwd):
 
 
 # ---------------------------------------------------------------------------------------------- host time
-def _per_call_us(fn, n, reps=5):
-    """Best of ``reps`` rounds of ``n`` calls (after a warm-up round), in microseconds per call."""
-    return min(timeit.repeat(fn, number=n, repeat=reps + 1)[1:]) / n * 1e6
-
-
 @pytest.mark.host_timing
 @pytest.mark.parametrize("case", ["dense", "varlen"])
 def test_host_time_per_call(bwd, case):
     """Python side only (the three launches are recorders). Full validation on every call (as before the memo) vs the
-    memo path vs fast_guard; the bound (fast_guard < 0.25 x full validation, best of interleaved rounds) catches a fast
+    memo path vs fast_guard; the bound (fast_guard < 0.25 x full validation, the smallest same-round ratio) catches a fast
     path that stopped skipping the validation."""
     make, calls = CASES[case]()
     call = calls[1]
     plans = {mode: _prepared(make, mode) for mode in MODES}
     bwd._test_launches.calls = types.SimpleNamespace(append=lambda call: None)  # keep no references while timing
-    best = dict.fromkeys(MODES, float("inf"))
-    for _ in range(3):
-        for mode, plan in plans.items():
-            best[mode] = min(best[mode], _per_call_us(lambda plan=plan: call(plan), n=300 if mode == "reference" else 2000))
+    timed = Rounds({mode: (lambda plan=plan: call(plan)) for mode, plan in plans.items()}, n={mode: 300 if mode == "reference" else 2000 for mode in MODES})
+    best = timed.best
     assert plans["guard"]._fast.guard is not None and plans["memo"]._fast.guard is None
     print(
         f"\nhost (CPU, launches stubbed), {case}: execute {best['reference']:.1f} us (full validation), {best['memo']:.1f} us (memo), {best['guard']:.1f} us (fast_guard)"
     )
-    assert best["guard"] < 0.25 * best["reference"] and best["memo"] < 0.5 * best["reference"]
+    assert timed.ratio("guard", "reference") < 0.25 and timed.ratio("memo", "reference") < 0.5

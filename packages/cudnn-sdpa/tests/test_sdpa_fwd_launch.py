@@ -16,12 +16,12 @@ The stubs replace exactly four module functions of ``cudnn.sdpa.fwd.api``: ``_co
 from __future__ import annotations
 
 import math
-import time
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
+from cudnn_testing.host_timing import Sink, per_call_us  # noqa: E402
 from cudnn_testing.markers import skip_unless_cutedsl  # noqa: E402
 
 
@@ -164,18 +164,6 @@ def test_sdpa_fwd_plan_cache_hits_and_allocates_in_q_order(api):
     assert len(api._test_recorder.calls) == 4
 
 
-def _per_call_us(fn, n=3000, reps=5):
-    for _ in range(200):
-        fn()
-    best = float("inf")
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        best = min(best, (time.perf_counter() - t0) / n * 1e6)
-    return best
-
-
 @pytest.mark.host_timing
 def test_host_time_of_the_python_side(api):
     """Python side only (the kernel call is the recorder). Printed for the record; the bound is loose (shared CI cores)
@@ -184,18 +172,13 @@ def test_host_time_of_the_python_side(api):
     o = torch.empty_like(q)
     plan = api.SdpaFwdSm90(q, kv, kv, o)
     plan.compile()
-    api._test_recorder.calls = _Sink()
-    t_exec = _per_call_us(lambda: plan.execute(q, kv, kv, o))
+    api._test_recorder.calls = Sink()
+    t_exec = per_call_us(lambda: plan.execute(q, kv, kv, o))
     api.sdpa_fwd(q, kv, kv, out=o)
-    t_wrap = _per_call_us(lambda: api.sdpa_fwd(q, kv, kv, out=o))
-    t_alloc = _per_call_us(lambda: api.sdpa_fwd(q, kv, kv))
+    t_wrap = per_call_us(lambda: api.sdpa_fwd(q, kv, kv, out=o))
+    t_alloc = per_call_us(lambda: api.sdpa_fwd(q, kv, kv))
     print(f"\nhost (CPU, kernel stubbed): execute {t_exec:.2f} us, sdpa_fwd(out=) {t_wrap:.2f} us, sdpa_fwd (allocating o) {t_alloc:.2f} us")
     assert t_exec < 40 and t_wrap < 60
-
-
-class _Sink(list):
-    def append(self, x):  # keep no references while timing
-        pass
 
 
 def test_split_kv_arguments_workspace_and_heuristic(api):

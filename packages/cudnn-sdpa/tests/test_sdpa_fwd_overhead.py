@@ -31,12 +31,12 @@ from __future__ import annotations
 
 import math
 import sys
-import time
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
+from cudnn_testing.host_timing import Sink, per_call_us  # noqa: E402
 from cudnn_testing.markers import skip_unless_cutedsl  # noqa: E402
 
 
@@ -302,23 +302,6 @@ def test_caller_stream_handles_are_core_launch_stream_handle(api):
             plan.execute(q, k, v, o, current_stream="side")
 
 
-def _per_call_us(fn, n=3000, reps=7):
-    for _ in range(300):
-        fn()
-    best = float("inf")
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        best = min(best, (time.perf_counter() - t0) / n * 1e6)
-    return best
-
-
-class _Sink(list):
-    def append(self, x):  # keep no references while timing
-        pass
-
-
 def _c_calls(fn):
     """The names of the C functions ``fn`` calls from Python (sys.setprofile's c_call events), in order."""
     names = []
@@ -349,12 +332,12 @@ def test_fast_guard_skips_the_metadata_tuple(api):
         for _ in range(3):  # fast_guard: the second call with one layout installs its guard
             plans[fg].execute(q, k, v, o)
     assert plans[True]._guard is not None and plans[False]._guard is None
-    api._test_recorder.calls = _Sink()
+    api._test_recorder.calls = Sink()
     calls = {fg: _c_calls(lambda plan=plan: plan.execute(q, k, v, o)) for fg, plan in plans.items()}
     assert calls[False].count("stride") == 4 and calls[False].count("get_device") >= 4, calls[False]
     assert "stride" not in calls[True] and "get_device" not in calls[True], calls[True]
     assert len(calls[True]) < len(calls[False]), (calls[True], calls[False])
-    best = {fg: _per_call_us(lambda plan=plan: plan.execute(q, k, v, o)) for fg, plan in plans.items()}
+    best = {fg: per_call_us(lambda plan=plan: plan.execute(q, k, v, o)) for fg, plan in plans.items()}
     print(f"\nhost (CPU, kernel stubbed): execute {best[False]:.2f} us (memo path), {best[True]:.2f} us (fast_guard)")
 
 
