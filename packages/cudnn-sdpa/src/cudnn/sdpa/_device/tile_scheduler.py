@@ -87,10 +87,8 @@ class SingleTileScheduler:
         size: the same L2 budget, a few pairs fewer per group), else ``group_heads`` (the 1-D decode)."""
         if 0 < num_hb <= group_heads:
             return num_hb
-        if group_heads <= 1 or num_hb % group_heads == 0:
-            return group_heads
-        for d in range(group_heads, max(1, group_heads // 2) - 1, -1):
-            if num_hb % d == 0 and 2 * d >= group_heads:
+        for d in range(group_heads, max(1, (group_heads + 1) // 2) - 1, -1):
+            if num_hb % d == 0:
                 return d
         return group_heads
 
