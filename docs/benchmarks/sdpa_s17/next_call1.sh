@@ -2,7 +2,8 @@
 # Prepared in session 17 (no device time was left to it), for the next session's first call (~8 min):
 # (1) the GPU tests of the backward's opt-in grouped 3-D grid (g3d: 8 tests, ~10 main-kernel compiles);
 # (2) its A/B on the masked d128 / d64 rows, settled, 2 interleaved rounds (ours, ours-g3d, fa4 in one process);
-# (3) ncu of the pre- / postprocess kernels, ours vs FA4, d128 s1k causal and not (FA4's preprocess measured ~10 us
+# (3) the per-kernel device times (torch.profiler) of ours vs FA4 at the s1k rows, and ncu of the pre- / postprocess
+#     kernels, ours vs FA4, d128 s1k causal and not (FA4's preprocess measured ~10 us
 #     faster on causal rows in session 12's profile: docs/benchmarks/sdpa_bwd_s12_post_kernels.md).
 # Run from the repository root with carry [".gpu-host"]; results in $OUT/r.tgz.
 set -u
@@ -19,6 +20,9 @@ timeout 260 python3 benchmarks/sdpa_bwd.py --only="$ROWS" --providers=ours,ours-
 echo "bench rc=$? t=$(( $(date +%s) - T0 ))" >> $OUT/r/b_g3d.log
 grep "^|\|rc=" $OUT/r/b_g3d.log | tail -n 12
 cp docs/benchmarks/sdpa_bwd_s17_g3d.* $OUT/r/ 2>/dev/null
+timeout 90 python3 benchmarks/sdpa_bwd.py --profile --only="d128 s1k b16 causal|d64 s1k b16 causal|d128 s1k b16" --providers=ours,fa4 \
+  --out=sdpa_bwd_s17_kernels > $OUT/r/prof.log 2>&1; echo "profile rc=$? t=$(( $(date +%s) - T0 ))"
+cp docs/benchmarks/sdpa_bwd_s17_kernels.* $OUT/r/ 2>/dev/null
 S="--section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats --section WarpStateStats"
 timeout 90 ncu --clock-control none --profile-from-start off -k regex:"Preprocess|Postprocess" $S --csv --page details \
   python3 docs/benchmarks/sdpa_s15/ncu_bwd.py "d128 s1k b16 causal" "d128 s1k b16" > $OUT/r/ncu_prepost.csv 2> $OUT/r/ncu_prepost.err
