@@ -31,7 +31,9 @@ session 8's instruction-overhead variants: ``ours-pack`` / ``ours-dsk`` / ``ours
 consumers' barrier waits without NANOSLEEP, ``kvq``, K / V on the first Q / dO stage's barrier, or both; ``ours-pdl`` /
 ``ours-kvqpdl``: the same with ``pdl``, Programmatic Dependent Launch of the three kernels, alone or with kvq; ``ours-kvpf``
 / ``ours-pdlkvpf``: ``kvpf``, L2 prefetch of the next wave's K / V, alone or with pdl; ``ours-g3d``: ``g3d``, the
-grouped 3-D launch grid of masked plans, the same tile order: masked rows only, elsewhere the same launch as ours), ``ours-m128r``
+grouped 3-D launch grid of masked plans, the same tile order: masked rows only, elsewhere the same launch as ours; ``ours-mlp``:
+``mlp``, the pre- / postprocess with every preprocess load issued before its first store and 64-row postprocess CTAs;
+``ours-g3dmlp``: both), ``ours-m128r``
 (ours-m128 with ``dqrows``: dQ's 128 rows split over the warpgroups) and ``ours-m128x`` (ours-m128 with those three
 and ``stats4``: lse_log2 / dpsum read as 16-byte words);
 ``ours-splitdb`` (d256: split_d with FA4's dQ path: one 64 x 128 dQ GEMM per warpgroup, staged in fragment order and
@@ -223,15 +225,18 @@ DEFAULT_PLUS = {
     "ours-pdlkvpf": ("pdl", "kvpf"),
     "ours-stearly": ("stearly",),
     "ours-g3d": ("g3d",),
+    "ours-mlp": ("mlp",),
+    "ours-g3dmlp": ("g3d", "mlp"),
 }
 #: The fixed-cost variants (notes/bwd_fixed_cost.md A / B: ``spin`` consumer waits without NANOSLEEP, ``kvq`` K / V on
 #: the first Q / dO stage's barrier; ``pdl``: Programmatic Dependent Launch of the three kernels; ``kvpf``: L2 prefetch
 #: of the next wave's K / V; ``stearly``: m128's lse_log2 / dpsum words loaded before the WGMMA waits, d64 only;
-#: ``g3d``: the grouped 3-D grid of masked plans, one division per CTA's tile instead of three): they
+#: ``g3d``: the grouped 3-D grid of masked plans, one division per CTA's tile instead of three; ``mlp``: the pre- and
+#: postprocess's memory-level parallelism, every preprocess load before its first store, 64-row postprocess CTAs): they
 #: combine with the case's default schedule, so their providers run on the case's
 #: own default (``_default_tuning``: m80 at d128 non-causal, m128 at d64, n96 at d192, split_d at d256), not on
 #: DEFAULT_TUNING / CAUSAL_TUNING as pack1 / dsk do.
-CASE_DEFAULT_EXTRAS = frozenset({"spin", "kvq", "pdl", "kvpf", "stearly", "g3d"})
+CASE_DEFAULT_EXTRAS = frozenset({"spin", "kvq", "pdl", "kvpf", "stearly", "g3d", "mlp"})
 
 
 def _make_default_plus(extra):

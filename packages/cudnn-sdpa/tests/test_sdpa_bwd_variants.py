@@ -555,14 +555,21 @@ GROUPED = [
 ]
 
 
-def _grouped_pair(tuning, q, k, v, o, do, lse, **kw):
+def _variant_pair(tuning, variant, q, k, v, o, do, lse, **kw):
+    """The gradients (dq, dk, dv, dsinks or None) of ``tuning``'s plan and of ``tuning + (variant,)``'s on the same inputs."""
+    from cudnn.sdpa.bwd.kernel_key import TUNING_FIELDS
+
     out = []
-    for t in (tuning, tuning + ("g3d",)):
+    for t in (tuning, tuning + (variant,)):
         grads = tuple(poison(torch.empty_like(x)) for x in (q, k, v))
-        plan, _ = _run(t, q, k, v, o, do, lse, *grads, **kw)
-        assert plan.key.grouped_grid == ("g3d" in t)
-        out.append(grads)
+        plan, dsinks = _run(t, q, k, v, o, do, lse, *grads, **kw)
+        assert getattr(plan.key, TUNING_FIELDS[variant]) == (variant in t)
+        out.append(grads + (dsinks,))
     return out
+
+
+def _grouped_pair(tuning, q, k, v, o, do, lse, **kw):
+    return [g[:3] for g in _variant_pair(tuning, "g3d", q, k, v, o, do, lse, **kw)]
 
 
 @pytest.mark.parametrize(
@@ -611,4 +618,74 @@ def test_grouped_grid_thd_varlen_grads_equal_the_default_plans():
     ref = attention_grads_ref_varlen(q, k, v, do, cu_q, cu_k, **kw)
     lowp = attention_grads_ref_varlen(q, k, v, do, cu_q, cu_k, upcast=False, **kw)
     for n, g, r, lp in zip(("dq", "dk", "dv"), grouped, ref, lowp, strict=True):
+        assert_close_fa(g, r, lp, n)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# mlp (prepost_mlp, session 18): the preprocess issues all of a thread's O / dO / LSE loads before its first store (rows
+# past the end read the last row and are discarded) and a dq_bulk postprocess CTA converts one 64-row fragment block.
+# The scratch it writes is the same, so each plan's dK / dV (and dsinks, and dQ when deterministic) equal the plan
+# without mlp bitwise (every default takes mlp since session 18: the base plans are the defaults without it); dQ of the reduce-add plans (arrival order) and all gradients are checked against the reference.
+# (default tuning's name, dtype, D, D_v, B, H, H_kv, S, causal, sinks, deterministic)
+MLP = [
+    ("CAUSAL_TUNING", torch.bfloat16, 128, 128, 2, 4, 4, 1000, True, False, False),  # S past the last 128-row block
+    ("D128_NONCAUSAL_TUNING", torch.bfloat16, 128, 128, 2, 4, 2, 700, False, False, False),  # m80 bulk, GQA 2
+    ("D64_TUNING", torch.float16, 64, 64, 2, 8, 2, 333, True, False, False),  # m128 dq_rows blocks
+    ("D192_TUNING", torch.bfloat16, 192, 128, 1, 4, 4, 500, True, False, False),  # n96
+    ("D256_TUNING", torch.bfloat16, 256, 256, 1, 4, 4, 300, False, False, False),  # split-D bulk
+    ("CAUSAL_TUNING", torch.bfloat16, 128, 128, 1, 8, 8, 257, True, True, False),  # sinks: the per-warp partials
+    ("DEFAULT_TUNING", torch.bfloat16, 128, 128, 2, 4, 4, 300, True, False, True),  # deterministic: the row postprocess
+]
+
+
+@pytest.mark.parametrize("case", MLP, ids=["d128-causal", "d128-m80", "d64-m128", "d192-n96", "d256-splitd", "d128-sinks", "d128-deterministic"])
+def test_prepost_mlp_grads_equal_the_default_plans(case):
+    from cudnn.sdpa.bwd import api
+
+    name, dtype, d, dv, b, h, hk, s, causal, with_sinks, deterministic = case
+    tuning = api._default_tuning(d, dv, True, causal) if deterministic else tuple(getattr(api, name))
+    tuning = tuple(t for t in tuning if t != "mlp")  # the default since session 18: compare against the plan without it
+    q, k = _make((b, h, s, d), dtype, BSHD), _make((b, hk, s, d), dtype, BSHD)
+    v, do = _make((b, hk, s, dv), dtype, BSHD), _make((b, h, s, dv), dtype, BSHD)
+    sinks = torch.randn(h, device="cuda") * 2 if with_sinks else None
+    o, lse = attention_ref(q, k, v, is_causal=causal, sinks=sinks)
+    o, lse = o.to(dtype), lse.float()
+    kw = dict(is_causal=causal, deterministic=deterministic) | (dict(sinks=sinks) if with_sinks else {})
+    base, mlp = _variant_pair(tuning, "mlp", q, k, v, o, do, lse, **kw)
+    same = ("dk", "dv") + (("dq",) if deterministic else ()) + (("dsinks",) if with_sinks else ())
+    for n in same:
+        i = ("dq", "dk", "dv", "dsinks").index(n)
+        assert torch.equal(base[i], mlp[i]), f"{n} differs from the plan without mlp"
+    ref = attention_grads_ref(q, k, v, do, is_causal=causal, sinks=sinks)
+    lowp = attention_grads_ref(q, k, v, do, upcast=False, is_causal=causal, sinks=sinks)
+    for n, g, r, lp in zip(("dq", "dk", "dv"), mlp, ref, lowp, strict=False):
+        assert_close_fa(g, r, lp, n)
+    if with_sinks:
+        assert_dsinks_close(mlp[3], o, do, lse, sinks, ref, lowp)
+
+
+def test_prepost_mlp_thd_varlen_grads_equal_the_default_plan():
+    """THD varlen, GQA 4, causal bottom-right, empty and one-token sequences: the preprocess's clamped rows stay inside
+    each sequence and the postprocess's 64-row CTAs start at each sequence's padded scratch offset."""
+    from cudnn.sdpa.bwd import api
+
+    h, hk, d, lens_q, lens_k = 8, 2, 128, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64]
+    cu_q, cu_k = [0], [0]
+    for a, c in zip(lens_q, lens_k, strict=True):
+        cu_q.append(cu_q[-1] + a)
+        cu_k.append(cu_k[-1] + c)
+    q = torch.randn(cu_q[-1], h, d, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(cu_k[-1], hk, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    do = torch.randn_like(q)
+    kw = dict(is_causal=True, bottom_right=True)
+    o, lse = attention_ref_varlen(q, k, v, cu_q, cu_k, **kw)
+    o, lse = o.to(q.dtype), lse.float().contiguous()
+    tq, tk = torch.tensor(cu_q, dtype=torch.int32, device="cuda"), torch.tensor(cu_k, dtype=torch.int32, device="cuda")
+    opts = dict(is_causal=True, causal_bottom_right=True, cu_seqlens_q=tq, cu_seqlens_kv=tk, max_seqlen_q=max(lens_q), max_seqlen_kv=max(lens_k))
+    tuning = tuple(t for t in api._default_tuning(d, d, False, True, False) if t != "mlp")
+    base, mlp = _variant_pair(tuning, "mlp", q, k, v, o, do, lse, **opts)
+    assert torch.equal(base[1], mlp[1]) and torch.equal(base[2], mlp[2]), "dK / dV differ from the plan without mlp"
+    ref = attention_grads_ref_varlen(q, k, v, do, cu_q, cu_k, **kw)
+    lowp = attention_grads_ref_varlen(q, k, v, do, cu_q, cu_k, upcast=False, **kw)
+    for n, g, r, lp in zip(("dq", "dk", "dv"), mlp, ref, lowp, strict=False):
         assert_close_fa(g, r, lp, n)

@@ -180,6 +180,34 @@ def test_prepost_variant_ptx_is_vectorized_with_shuffled_row_sums(tmp_path):
     assert "ld.global.v4" in tuned and "st.global.v4" in tuned  # 16-byte loads of O / dO, 16-byte zeroing of dQ_accum
 
 
+@pytest.mark.compile_only
+def test_prepost_mlp_preprocess_issues_every_load_before_its_first_store(tmp_path):
+    """mlp: the four passes' O / dO chunks (2 x 4 x 4 16-byte loads at d128) and LSE words are all loaded before the
+    first store (without it each pass's loads wait behind the previous pass's lse_log2 / dpsum stores); no spill."""
+    skip_unless_cutedsl("4.8.0", "cudnn.sdpa backward")
+    build = "kernel_prepost_sm90 import compile_sdpa_bwd_pre as f"
+    for extra, loads_first in ((", prepost_vec=True", 8), (", prepost_vec=True, prepost_mlp=True", 32)):
+        ptx = _ptx(tmp_path / str(loads_first), extra, "SdpaBwdPreprocessSm90", build)
+        head = ptx[: ptx.index("st.global")]
+        assert head.count("ld.global.v4") == loads_first and ptx.count("ld.global.v4") == 32
+        assert "st.local" not in ptx and "ld.local" not in ptx
+    with pytest.raises(ValueError, match="prepost_mlp"):
+        from cudnn.sdpa.bwd.kernel_key import SdpaBwdKey
+
+        SdpaBwdKey("bf16", 128, 128, 4, True, False, False, False, False, False, False, prepost_mlp=True)
+
+
+@pytest.mark.compile_only
+def test_prepost_mlp_postprocess_converts_one_fragment_block_per_cta(tmp_path):
+    """mlp + dq_bulk: a 64-row staging tile (half of the default's 128 rows: half the shared-memory stores, row loads
+    and 16-byte accumulator loads and dQ stores per thread) and the same single barrier."""
+    skip_unless_cutedsl("4.8.0", "cudnn.sdpa backward")
+    build = "kernel_prepost_sm90 import compile_sdpa_bwd_post as f"
+    post = _ptx(tmp_path / "mlp", ", dq_bulk=True, prepost_vec=True, prepost_mlp=True", "SdpaBwdPostprocessSm90", build)
+    assert post.count("st.shared.b32") == 32 and post.count("ld.shared.v4.b32") == 8 and post.count("bar.sync") == 1
+    assert post.count("st.global.v4.b32") == 8 and post.count("ld.global.v4") == 16  # 64 x 128 fp32 / 128 threads
+
+
 def test_head_dim_256_is_served_only_by_the_split_d_variant():
     from cudnn.sdpa.bwd.api import SdpaBwdSm90
 
@@ -259,16 +287,17 @@ def test_default_tuning_constants_drive_plans_built_without_tuning(monkeypatch):
     from cudnn.sdpa.bwd import api
     from cudnn.sdpa.bwd.api import SdpaBwdSm90
 
-    # the defaults since the H200 A/B (docs/benchmarks/sdpa_bwd_quick.md)
-    assert api.DEFAULT_TUNING == ("dq_bulk", "stats_tma", "ds2", "prepost")
+    # the defaults since the H200 A/B (docs/benchmarks/sdpa_bwd_quick.md); mlp in every one since session 18 (sdpa_bwd_s18_mlpab.md)
+    assert api.DEFAULT_TUNING == ("dq_bulk", "stats_tma", "ds2", "prepost", "mlp")
     # d256 since the session-5 H200 A/B (docs/benchmarks/sdpa_bwd_d256.md, "ours-splitdr")
-    assert api.D256_TUNING == ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "sdpwg", "dkvrs", "dkvearly")
+    assert api.D256_TUNING == ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "mlp", "sdpwg", "dkvrs", "dkvearly")
     plan = SdpaBwdSm90(*_descs(), is_causal=True)  # causal: CAUSAL_TUNING (dq_writer too)
     plan.check_support()
-    assert api.CAUSAL_TUNING == ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost")
+    assert api.CAUSAL_TUNING == ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost", "mlp")
     assert plan.key.dq_bulk and plan.key.dq_writer and not plan.key.dq_tma and plan.key.stats_tma and plan.key.ds_double_buffer and plan.key.prepost_vec
+    assert plan.key.prepost_mlp
     # d128 non-causal dense, no window / sinks: D128_NONCAUSAL_TUNING since the session-9 H200 A/B (sdpa_bwd_m80b.md)
-    assert api.D128_NONCAUSAL_TUNING == ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost", "m80", "pack1")
+    assert api.D128_NONCAUSAL_TUNING == ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost", "mlp", "m80", "pack1")
     full = SdpaBwdSm90(*_descs())
     full.check_support()
     assert full.key.tile_m80 and full.key.dq_bulk and full.key.dq_writer and full.key.pack_once and full.key.stats_tma and not full.key.dq_tma
@@ -281,10 +310,10 @@ def test_default_tuning_constants_drive_plans_built_without_tuning(monkeypatch):
     assert full.key.dq_bulk and not full.key.dq_writer and not full.key.tile_m80 and full.key.stats_tma and full.key.ds_double_buffer and full.key.prepost_vec
     det = SdpaBwdSm90(*_descs(), is_causal=True, deterministic=True)
     det.check_support()
-    assert not (det.key.dq_tma or det.key.dq_bulk or det.key.dq_writer) and det.key.stats_tma and det.key.deterministic
+    assert not (det.key.dq_tma or det.key.dq_bulk or det.key.dq_writer) and det.key.stats_tma and det.key.deterministic and det.key.prepost_mlp
     explicit = SdpaBwdSm90(*_descs(), is_causal=True, _tuning=())
     explicit.check_support()
-    assert not (explicit.key.dq_tma or explicit.key.stats_tma or explicit.key.ds_double_buffer or explicit.key.prepost_vec)
+    assert not (explicit.key.dq_tma or explicit.key.stats_tma or explicit.key.ds_double_buffer or explicit.key.prepost_vec or explicit.key.prepost_mlp)
     q = TensorDesc.contiguous((1, 4, 256, 256), "bfloat16", "q")
     lse = TensorDesc.contiguous((1, 4, 256), "float32", "lse")
     wide = SdpaBwdSm90(q, q, q, q, q, lse)
@@ -1241,7 +1270,7 @@ def test_n96_is_a_d192_dv128_schedule_and_bad_combinations_are_refused():
     assert plan.check_support() and plan.key.tile_n96 and plan.key.dq_bulk and plan.key.dq_writer and not plan.key.split_d
     default = SdpaBwdSm90(*_d192_descs(), is_causal=True)
     assert default.check_support() and default.key.tile_n96 and default.key.stats_tma and not plan.key.stats_tma and plan.key != default.key
-    assert api.D192_TUNING == ("dq_bulk", "dq_writer", "stats_tma", "prepost", "n96", "ds2")  # the session-14 H200 A/Bs' pick
+    assert api.D192_TUNING == ("dq_bulk", "dq_writer", "stats_tma", "prepost", "mlp", "n96", "ds2")  # the session-14 H200 A/Bs' pick
     assert main_kernel_class(plan.key) is SdpaBwdN96KernelSm90
     assert type(SdpaBwdPostprocessSm90(plan.key).main_plan) is SdpaBwdN96KernelSm90
     kernel = SdpaBwdN96KernelSm90(plan.key)

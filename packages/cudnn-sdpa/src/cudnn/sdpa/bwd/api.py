@@ -53,12 +53,17 @@ _OWNER = "SdpaBwdSm90"
 #: reduce-add variants (dq_tma, dq_bulk, dq_writer) are dropped for deterministic plans. dq_bulk (the dQ partial in
 #: MMA-fragment order, one bulk reduce-add per warpgroup) since the H200 A/B of session 4 (docs/benchmarks/sdpa_bwd_quick_ab.md,
 #: "ours-bulk"): d128 s8k 554.5 vs 477.0 TFLOP/s (dq_tma), causal 535.0 vs 462.8; test_sdpa_bwd_variants.py checks it.
-DEFAULT_TUNING: tuple[str, ...] = ("dq_bulk", "stats_tma", "ds2", "prepost")
+#: Every default takes prepost + mlp (the pre- / postprocess's memory-level parallelism) since session 18's H200 A/B
+#: (docs/benchmarks/sdpa_bwd_s18_mlpab.md, "ours-mlp" vs "ours", 2 rounds): 0.96x-0.98x the time on the masked short rows
+#: (d128 s1k causal 341.8 vs 326.4 TFLOP/s, d64 s1k 403.5 vs 392.8), 1.00x-0.99x at s2k-s4k, one cell 1.02x (d128 s1k
+#: non-causal, whose m80 postprocess is unchanged); per kernel (sdpa_bwd_s18_mlp_kernels.md) the preprocess 76.5 -> 71.3 us,
+#: the postprocess 56.0 -> 51.0 at d128 s1k causal.
+DEFAULT_TUNING: tuple[str, ...] = ("dq_bulk", "stats_tma", "ds2", "prepost", "mlp")
 #: Variants of a causal plan built without ``_tuning`` (D <= 128): DEFAULT_TUNING plus dq_writer (a producer-warpgroup
 #: warp issues the bulk reduce-adds, FA3 / FA4's schedule). Session-4 runs, d128 s8k causal: 555.6 vs 535.0 TFLOP/s
 #: (docs/benchmarks/sdpa_bwd_quick_ab.md, "ours-bulkw" vs "ours-bulk"), 600.2 vs 552.9 (a second run), and as the default
 #: 555.6 vs 549.6 (sdpa_bwd_quick.md, "ours" vs "ours-bulk"); non-causal it loses (500.0 vs 554.5, 491.7 vs 559.8).
-CAUSAL_TUNING: tuple[str, ...] = ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost")
+CAUSAL_TUNING: tuple[str, ...] = ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost", "mlp")
 #: The variants a deterministic plan cannot take (another accumulation order per run).
 _NONDETERMINISTIC_TUNING = ("dq_tma", "dq_bulk", "dq_writer")
 #: Variants that serve D = D_v = 256 for a plan built without ``_tuning`` (they must include "split_d"); None: head
@@ -70,7 +75,7 @@ _NONDETERMINISTIC_TUNING = ("dq_tma", "dq_bulk", "dq_writer")
 #: serializes the kernel's WGMMAs, C7512): 484.5 / causal 478.5 vs 415.0 / 419.3 for dkvrs in the same run, FA4 380.1 /
 #: 363.3, torch-cudnn 356.8 / 384.5 (sdpa_bwd_d256.md, session 5 call 3: 1.27x / 1.24x the better peer). Deterministic
 #: plans take SPLIT_D_DETERMINISTIC_TUNING.
-D256_TUNING: tuple[str, ...] | None = ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "sdpwg", "dkvrs", "dkvearly")
+D256_TUNING: tuple[str, ...] | None = ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "mlp", "sdpwg", "dkvrs", "dkvearly")
 #: Variants of a plan built without ``_tuning`` at D = D_v = 64 (non-deterministic; deterministic plans keep
 #: CAUSAL_TUNING / DEFAULT_TUNING without the dQ reduce-add variants); None: those defaults. Session 8 (issue #6):
 #: FA3 / FA4's d64 tile, 128-row query blocks (``m128``, kernel_key.SdpaBwdKey.tile_m128), with dS^T converted once
@@ -78,14 +83,14 @@ D256_TUNING: tuple[str, ...] | None = ("split_d", "dq_bulk", "dq_writer", "ds2",
 #: 16-byte words (``stats4``), causal and not. H200 (docs/benchmarks/sdpa_bwd_instr.md, "ours-m128x", one run): d64 s4k
 #: 482.0 vs 438.2 TFLOP/s for the session-7 default, causal 456.5 vs 428.9; s8k 503.2 vs 450.6, causal 491.3 vs 416.2
 #: (FA4 502.4 / 466.6 / 519.2 / 488.2); m128 alone: docs/benchmarks/sdpa_bwd_m128.md. GPU tests: test_sdpa_bwd_variants.py.
-D64_TUNING: tuple[str, ...] | None = ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost", "m128", "pack1", "dsk", "dqrows", "stats4")
+D64_TUNING: tuple[str, ...] | None = ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost", "mlp", "m128", "pack1", "dsk", "dqrows", "stats4")
 #: Variants of a non-causal dense plan at D = D_v = 128 built without ``_tuning`` (non-deterministic, no window, no sinks;
 #: varlen and the other masks keep DEFAULT_TUNING); None: DEFAULT_TUNING. Session 9 (issue #6): FA3 / FA4's non-causal
 #: d128 tile, 80-row query blocks (``m80``) with dq_bulk's dQ path from the writer warp (``dq_writer``), dS^T converted
 #: once (``pack1``: without it ptxas serializes the 80-row kernel's WGMMAs). H200, 3 interleaved rounds
 #: (docs/benchmarks/sdpa_bwd_m80b.md, "ours-m80bw"): d128 s4k 550.4 vs 530.6 TFLOP/s, s8k 574.5 vs 564.0 (FA4 584.6 /
 #: 601.7); causal it loses (495.9 vs 518.4 at s4k), so causal plans keep CAUSAL_TUNING. GPU tests: test_sdpa_bwd_variants.py.
-D128_NONCAUSAL_TUNING: tuple[str, ...] | None = ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost", "m80", "pack1")
+D128_NONCAUSAL_TUNING: tuple[str, ...] | None = ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost", "mlp", "m80", "pack1")
 #: Variants of a plan built without ``_tuning`` at D = 192, D_v = 128 (DeepSeek-style heads; non-deterministic). Session
 #: 14 (issue #6): FA4's 64 x 96 tile (``n96``, kernel_n96_sm90.py: 48 keys per warpgroup, dK^T / dV^T with the head dim
 #: as M, all-SS GEMMs) with dq_bulk's dQ path from the writer warp, lse_log2 / dpsum with the Q / dO loads, the
@@ -94,10 +99,10 @@ D128_NONCAUSAL_TUNING: tuple[str, ...] | None = ("dq_bulk", "dq_writer", "stats_
 #: 13's default (the split-D kernel: split_d, dq_bulk, dq_writer, ds2, prepost), FA4 466.4 / 416.7 / 485.5 / 445.9; ds2
 #: on top ("ours-n96s2", sdpa_bwd_s14_n96b.md and sdpa_bwd_s14_n96c.md): 0.98x-1.03x of n96s per cell, 1.012x on the
 #: mean of the 8 cells. None: declined.
-D192_TUNING: tuple[str, ...] | None = ("dq_bulk", "dq_writer", "stats_tma", "prepost", "n96", "ds2")
+D192_TUNING: tuple[str, ...] | None = ("dq_bulk", "dq_writer", "stats_tma", "prepost", "mlp", "n96", "ds2")
 #: Variants of a deterministic plan at the split-D pairs (D256_TUNING / D192_TUNING set): the split-D kernel's atomic
 #: dQ path in the turn counters' fixed order (its bulk / writer schedules have no deterministic mode).
-SPLIT_D_DETERMINISTIC_TUNING: tuple[str, ...] = ("split_d", "ds2", "prepost")
+SPLIT_D_DETERMINISTIC_TUNING: tuple[str, ...] = ("split_d", "ds2", "prepost", "mlp")
 
 
 class SdpaBwdSm90(APIBase):

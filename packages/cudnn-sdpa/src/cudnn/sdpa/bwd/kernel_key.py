@@ -124,8 +124,17 @@ class SdpaBwdKey(AttentionKey):
     # costs one integer division instead of the 1-D decode's three (session-16 ncu, d64 s1k causal: the prologue's
     # 2174 warp samples vs FA4's 632). The same tile order. Every main kernel. Opt-in until an H200 A/B
     grouped_grid: bool = False
+    # The pre- and postprocess's memory-level parallelism (session-18 ncu, d128 s1k causal: our preprocess at 69% of
+    # DRAM bandwidth, 40 registers, 12 CTAs per SM, 1.29 waves; FA4's 78%). With prepost_vec, the preprocess issues
+    # every O / dO / LSE load of its four 8-row passes before the first store (rows past the sequence's end read its
+    # last row, their results are discarded), one memory round trip per CTA instead of four; with dq_bulk (not m80)
+    # a postprocess CTA converts one 64-row fragment block instead of two (a 17 KB staging tile instead of 35 KB:
+    # 12 CTAs per SM instead of 6). In every default tuning since the session-18 H200 A/B (bwd/api.py DEFAULT_TUNING)
+    prepost_mlp: bool = False
 
     def __post_init__(self):
+        if self.prepost_mlp and not self.prepost_vec:
+            raise ValueError("SdpaBwdKey: prepost_mlp (mlp) schedules prepost_vec's preprocess passes (set prepost)")
         if self.kv_prefetch and (self.varlen or self.split_d):
             raise ValueError(
                 "SdpaBwdKey: kv_prefetch (kvpf) serves dense plans of the 64-wide and n96 main kernels (not varlen: a tile's "
@@ -258,6 +267,7 @@ TUNING_FIELDS = {
     "pdl": "pdl",
     "kvpf": "kv_prefetch",
     "g3d": "grouped_grid",
+    "mlp": "prepost_mlp",
 }
 
 #: dq_bulk: query rows per fragment-ordered block of the dQ accumulator (the main kernel's tile_m). Block ``m`` of a

@@ -30,6 +30,14 @@ block past S_q are zeroed and their lse_log2 is +inf) and the postprocess walks 
 each thread playing the consumer thread of the same index in each warpgroup (its dQ^T elements are single elements of
 dQ: scalar stores into the staging tile, then the same coalesced row copy).
 
+With the ``prepost_mlp`` compile-key variant (with ``prepost_vec``; in every default tuning since session 18) the
+preprocess loads all four passes' O / dO chunks and LSE words before its first store (a row past the sequence's end
+reads the last row; its results are discarded), so a CTA waits for one memory round trip instead of four (H200 ncu at
+d128 s1k causal: 69% of DRAM bandwidth at 40 registers, 12 CTAs per SM and 1.29 waves before; 96 registers after), and
+with ``dq_bulk`` (not m80) a postprocess CTA converts one 64-row fragment block (``cta_rows``): a 17 KB staging tile, so
+12 CTAs fit an SM where the 128-row tile's 35 KB fit 6. H200 profile: preprocess 76.5 -> 71.3 us, postprocess 56.0 ->
+51.0 us (FA4's 68.2 / 48.7; docs/benchmarks/sdpa_bwd_s18_mlp_kernels.md).
+
 With the ``pdl`` compile-key variant (Programmatic Dependent Launch) both are launched with ``use_pdl``: the
 preprocess waits (``griddepcontrol.wait``) before its first load and lets the main kernel launch once its loads are
 issued (``griddepcontrol.launch_dependents``, before the dQ accumulator's zeroing); the postprocess waits before its
@@ -211,11 +219,18 @@ class SdpaBwdPreprocessSm90:
             sub = lane % ROW_THREADS
             self.zero_semaphores(mSem, m_block, head, batch, pad, tidx)
             contrib = Float32(0.0)
-            for p in cutlass.range_constexpr(32 * ROW_THREADS // 32):
-                local = m_block * PREPOST_ROWS + warp_i * 32 + p * (32 // ROW_THREADS) + lane // ROW_THREADS
+            first_local = m_block * PREPOST_ROWS + warp_i * 32 + lane // ROW_THREADS  # the thread's row of pass 0
+            loaded = None
+            if const_expr(self.key.prepost_mlp):
+                loaded = self.load_passes(mO, mdO, mLSE, first_local, offset, head, batch, seqlen_q, sub)
+            for p in cutlass.range_constexpr(ROW_THREADS):  # 32 rows a warp, 32 / ROW_THREADS a pass
+                local = first_local + p * (32 // ROW_THREADS)
                 row = offset + local
                 srow = pad + local
-                dot, lse2 = self.row_dot_lse(mO, mdO, mLSE, local, row, head, batch, seqlen_q, sub, ROW_THREADS)
+                if const_expr(loaded is not None):
+                    dot, lse2 = self.pass_dot_lse(loaded, p, local, seqlen_q)
+                else:
+                    dot, lse2 = self.row_dot_lse(mO, mdO, mLSE, local, row, head, batch, seqlen_q, sub, ROW_THREADS)
                 dot = cute.arch.warp_reduction_sum(dot, threads_in_group=ROW_THREADS)
                 if sub == 0:
                     if const_expr(self.key.stats_vec4):
@@ -287,16 +302,56 @@ class SdpaBwdPreprocessSm90:
                 rdO = cute.make_rmem_tensor((vec,), self.dtype)
                 cute.autovec_copy(cute.local_tile(gO, (vec,), (i * step + first,)), rO)
                 cute.autovec_copy(cute.local_tile(gdO, (vec,), (i * step + first,)), rdO)
-                prod = rO.load().to(Float32) * rdO.load().to(Float32)
-                dot = dot + prod.reduce(cute.ReductionOp.ADD, Float32(0.0), 0)
-            lse = Float32(mLSE[row, head, batch])
-            if const_expr(not self.key.lse_log2):
-                lse2 = lse * LOG2_E
-            else:
-                lse2 = lse
-            if lse == -Float32.inf:
-                lse2 = Float32.inf
+                dot = dot + chunk_dot(rO, rdO)
+            lse2 = self.lse_log2(Float32(mLSE[row, head, batch]))
         return dot, lse2
+
+    @cute.jit
+    def load_passes(
+        self, mO: cute.Tensor, mdO: cute.Tensor, mLSE: cute.Tensor, first_local: Int32, offset: Int32, head: Int32, batch: Int32, seqlen_q: Int32, sub: Int32
+    ):
+        """prepost_mlp: every O / dO chunk and LSE word of the thread's ``ROW_THREADS`` passes (pass ``p``: row
+        ``first_local + p * 32 / ROW_THREADS``, chunks ``sub``, ``sub + ROW_THREADS``, ...) in registers, loaded before
+        anything is stored (no load waits behind a pass's stores); a row past ``seqlen_q`` reads the sequence's last
+        row (``pass_dot_lse`` discards it), so the loads need no branch. Returns (O chunks, dO chunks, LSE words),
+        indexed (element, chunk, pass) and (pass,)."""
+        vec = 128 // self.dtype.width
+        chunks = self.head_dim_v // vec // ROW_THREADS
+        rO = cute.make_rmem_tensor((vec, chunks, ROW_THREADS), self.dtype)
+        rdO = cute.make_rmem_tensor((vec, chunks, ROW_THREADS), self.dtype)
+        rLSE = cute.make_rmem_tensor((ROW_THREADS,), Float32)
+        for p in cutlass.range_constexpr(ROW_THREADS):
+            row = offset + cutlass.min(first_local + p * (32 // ROW_THREADS), seqlen_q - 1)
+            gO = mO[row, None, head, batch]
+            gdO = mdO[row, None, head, batch]
+            for i in cutlass.range_constexpr(chunks):
+                cute.autovec_copy(cute.local_tile(gO, (vec,), (i * ROW_THREADS + sub,)), rO[None, i, p])
+                cute.autovec_copy(cute.local_tile(gdO, (vec,), (i * ROW_THREADS + sub,)), rdO[None, i, p])
+            rLSE[p] = Float32(mLSE[row, head, batch])
+        return rO, rdO, rLSE
+
+    @cute.jit
+    def pass_dot_lse(self, loaded, p: cutlass.Constexpr[int], local: Int32, seqlen_q: Int32):
+        """prepost_mlp: ``row_dot_lse``'s (part of dO . O, lse_log2) from pass ``p`` of ``load_passes``."""
+        rO, rdO, rLSE = loaded
+        dot = Float32(0.0)
+        for i in cutlass.range_constexpr(cute.size(rO, mode=[1])):
+            dot = dot + chunk_dot(rO[None, i, p], rdO[None, i, p])
+        lse2 = self.lse_log2(rLSE[p])
+        if local >= seqlen_q:
+            dot = Float32(0.0)
+            lse2 = Float32.inf
+        return dot, lse2
+
+    @cute.jit
+    def lse_log2(self, lse: Float32) -> Float32:
+        """The saved LSE in the scaled log2 domain; +inf for a fully masked row (LSE = -inf), so its P is 0."""
+        lse2 = lse
+        if const_expr(not self.key.lse_log2):
+            lse2 = lse * LOG2_E
+        if lse == -Float32.inf:
+            lse2 = Float32.inf
+        return lse2
 
 
 class SdpaBwdPostprocessSm90:
@@ -346,19 +401,21 @@ class SdpaBwdPostprocessSm90:
         mCuQ = None
         if const_expr(self.key.varlen):
             mCuQ = cute.make_tensor(cu_q_ptr, cute.make_layout((batch + 1,)))
-        grid = ((max_seqlen_q + PREPOST_ROWS - 1) // PREPOST_ROWS, heads, batch)
-        if const_expr(m80_bulk(self.key)):
-            grid = ((max_seqlen_q + M80_BULK_ROWS - 1) // M80_BULK_ROWS, heads, batch)  # one 80-row block per CTA
+        rows = self.cta_rows()
+        grid = ((max_seqlen_q + rows - 1) // rows, heads, batch)
         smem_bytes = 0
         if const_expr(self.main_plan is not None):  # dq_bulk: the staging tile (stage_layout)
-            smem_bytes = cute.cosize(stage_layout(self.stage_rows(), D)) * self.dtype.width // 8 + 16
+            smem_bytes = cute.cosize(stage_layout(rows, D)) * self.dtype.width // 8 + 16
         self.kernel(mdQacc, mdQ, mPart, mdSinks, mCuQ, batch, seqlen_q, scale).launch(
             grid=grid, block=[PREPOST_ROWS, 1, 1], smem=smem_bytes, stream=stream, use_pdl=self.key.pdl
         )
 
-    def stage_rows(self) -> int:
-        """Rows of one CTA's block (dq_bulk: the staging tile's height): 80 with m80 bulk, else PREPOST_ROWS."""
-        return M80_BULK_ROWS if m80_bulk(self.key) else PREPOST_ROWS
+    def cta_rows(self) -> int:
+        """Query rows of one CTA (dq_bulk: the staging tile's height): 80 with m80 bulk (one block), 64 with dq_bulk +
+        prepost_mlp (one fragment block), else PREPOST_ROWS (one a thread, or ROW_THREADS threads a row)."""
+        if m80_bulk(self.key):
+            return M80_BULK_ROWS
+        return DQ_BULK_ROWS if self.key.dq_bulk and self.key.prepost_mlp else PREPOST_ROWS
 
     @cute.kernel
     def kernel(
@@ -399,7 +456,7 @@ class SdpaBwdPostprocessSm90:
             self.rows(mdQacc, mdQ, m_block, head, batch, seqlen_q, Int32(0), Int32(0), scale)
         else:
             offset, seqlen, pad = varlen_rows(mCuQ, batch)
-            if m_block * PREPOST_ROWS < seqlen:
+            if m_block * self.cta_rows() < seqlen:
                 self.rows(mdQacc, mdQ, m_block, head, Int32(0), seqlen, offset, pad, scale)
 
     kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
@@ -424,7 +481,7 @@ class SdpaBwdPostprocessSm90:
         sStage = None
         if const_expr(self.main_plan is not None):  # dq_bulk: fragment -> staging tile -> coalesced rows
             smem = cutlass.utils.SmemAllocator()
-            sStage = smem.allocate_tensor(self.dtype, stage_layout(self.stage_rows(), self.head_dim), byte_alignment=16)
+            sStage = smem.allocate_tensor(self.dtype, stage_layout(self.cta_rows(), self.head_dim), byte_alignment=16)
         if const_expr(m80_bulk(self.key)):
             self.rows_fragment_m80(mdQacc, mdQ, sStage, m_block, head, batch, seqlen_q, scale, tidx)
         elif const_expr(self.key.dq_bulk):
@@ -454,7 +511,7 @@ class SdpaBwdPostprocessSm90:
         scale: Float32,
         tidx: Int32,
     ):
-        """dq_bulk: the block's PREPOST_ROWS rows are PREPOST_ROWS / 64 fragment-ordered blocks; thread ``tidx`` plays
+        """dq_bulk: the CTA's ``cta_rows()`` rows are fragment-ordered blocks of 64; thread ``tidx`` plays
         consumer thread ``tidx`` of each consumer warpgroup of the main kernel: it loads that thread's 16-byte groups
         (the main kernel's fragment copy, coalesced) and stores its accumulator pairs (adjacent columns of one row)
         scaled and converted at their (row, column) from the main kernel's dQ MMA partition into the staging tile
@@ -469,8 +526,9 @@ class SdpaBwdPostprocessSm90:
         if const_expr(self.key.varlen):
             gAcc_head = cute.domain_offset((pad, 0), gAcc_head)
             gdQ_head = cute.domain_offset((offset, 0), gdQ_head)
-        for c in cutlass.range_constexpr(PREPOST_ROWS // DQ_BULK_ROWS):
-            blk = m_block * (PREPOST_ROWS // DQ_BULK_ROWS) + c
+        blocks = self.cta_rows() // DQ_BULK_ROWS
+        for c in cutlass.range_constexpr(blocks):
+            blk = m_block * blocks + c
             gAccBlk = cute.local_tile(gAcc_head, (DQ_BULK_ROWS, D), (blk, 0))
             chunk = cute.make_tensor(gAccBlk.iterator, cute.make_layout((DQ_BULK_ROWS * D // nwg, nwg)))
             sBlk = cute.local_tile(sStage, (DQ_BULK_ROWS, D), (c, 0))
@@ -488,7 +546,7 @@ class SdpaBwdPostprocessSm90:
                     pair[1] = rFlat[2 * i + 1] * scale
                     dst = cute.make_tensor(tCs.iterator + tCs.layout(2 * i), cute.make_layout(2))
                     dst.store(pair.load().to(self.dtype))
-        self.store_rows(sStage, gdQ_head, m_block * PREPOST_ROWS, seqlen_q, tidx)
+        self.store_rows(sStage, gdQ_head, m_block * self.cta_rows(), seqlen_q, tidx)
 
     @cute.jit
     def rows_fragment_m80(
@@ -574,6 +632,12 @@ class SdpaBwdPostprocessSm90:
                 rdQ = cute.make_rmem_tensor((width,), self.dtype)
                 rdQ.store((rAcc.load() * scale).to(self.dtype))
                 cute.autovec_copy(rdQ, cute.local_tile(gdQ, (width,), (i * step + first,)))
+
+
+@cute.jit
+def chunk_dot(a: cute.Tensor, b: cute.Tensor) -> Float32:
+    """sum_k a[k] * b[k] of two register chunks, in fp32."""
+    return (a.load().to(Float32) * b.load().to(Float32)).reduce(cute.ReductionOp.ADD, Float32(0.0), 0)
 
 
 @cute.jit
