@@ -689,3 +689,26 @@ def test_prepost_mlp_thd_varlen_grads_equal_the_default_plan():
     lowp = attention_grads_ref_varlen(q, k, v, do, cu_q, cu_k, upcast=False, **kw)
     for n, g, r, lp in zip(("dq", "dk", "dv"), mlp, ref, lowp, strict=False):
         assert_close_fa(g, r, lp, n)
+
+
+def test_short_d64_causal_full_order_grads_equal_the_budget_order():
+    """Causal d64 plans with at most ``api.SHORT_D64_CAUSAL_ROWS`` query rows launch in FULL_GROUP_HEADS' order (session
+    18): the same kernels as the budget order (``_group_heads=0``), so dK / dV are bitwise equal and all three gradients
+    pass the reference; GQA 4 with 24 (kv head, batch) pairs."""
+    from cudnn.sdpa.bwd import api
+
+    b, h, hk, s, d = 3, 32, 8, 1024, 64
+    q, k = _make((b, h, s, d), torch.bfloat16, BSHD), _make((b, hk, s, d), torch.bfloat16, BSHD)
+    v, do = _make((b, hk, s, d), torch.bfloat16, BSHD), _make((b, h, s, d), torch.bfloat16, BSHD)
+    o, lse = attention_ref(q, k, v, is_causal=True)
+    o, lse = o.to(q.dtype), lse.float()
+    out = []
+    for group in (None, 0):
+        grads = tuple(poison(torch.empty_like(x)) for x in (q, k, v))
+        _run(api._default_tuning(d, d, False, True), q, k, v, o, do, lse, *grads, is_causal=True, _group_heads=group)
+        out.append(grads)
+    assert torch.equal(out[0][1], out[1][1]) and torch.equal(out[0][2], out[1][2]), "dK / dV differ between the launch orders"
+    ref = attention_grads_ref(q, k, v, do, is_causal=True)
+    lowp = attention_grads_ref(q, k, v, do, upcast=False, is_causal=True)
+    for n, g, r, lp in zip(("dq", "dk", "dv"), out[0], ref, lowp, strict=False):
+        assert_close_fa(g, r, lp, n)

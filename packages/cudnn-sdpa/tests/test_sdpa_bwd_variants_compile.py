@@ -429,6 +429,29 @@ def test_full_group_heads_orders_only_unmasked_dense_plans(monkeypatch):
         api.SdpaBwdSm90(q, q, q, q, q, lse, q, q, q, _group_heads=-1)
 
 
+def test_short_d64_causal_plans_take_the_full_order():
+    """``api.SHORT_D64_CAUSAL_ROWS``: causal dense plans at D = 64 with at most that many query rows launch in
+    FULL_GROUP_HEADS' order (session 18's A/B); longer ones, d128, and windowed d64 plans keep the budget groups."""
+    import torch
+
+    from cudnn.sdpa.bwd import api
+
+    def group_heads(s, d, **kw):
+        q = torch.empty(16, 32, s, d, dtype=torch.bfloat16)
+        lse = torch.empty(16, 32, s, dtype=torch.float32)
+        plan = api.SdpaBwdSm90(q, q, q, q, q, lse, q, q, q, **kw)
+        plan.check_support()
+        n = plan.scratch_workspace_bytes()
+        raw = torch.empty(n + 256, dtype=torch.uint8)
+        ws = raw[(-raw.data_ptr()) % 128 :][:n]
+        return api._derive(plan.key, q, q, q, q, q, lse, q, q, q, None, None, None, None, ws, plan._mask_window, None, False)[3][7]
+
+    assert api.SHORT_D64_CAUSAL_ROWS == 1024
+    assert group_heads(1024, 64, is_causal=True) == 1 and group_heads(1000, 64, is_causal=True, causal_bottom_right=True) == 1
+    assert group_heads(2048, 64, is_causal=True) > 1  # s2k: the budget (16 MiB / 512 KiB of Q + dO a head)
+    assert group_heads(1024, 128, is_causal=True) > 1 and group_heads(1024, 64, window_size=(128, 0)) > 1
+
+
 def test_grouped_heads_divides_the_pairs_within_half_the_budget():
     """``g3d`` (grouped_grid)'s host rule: the budget's group size where it divides the (kv head, batch) pairs, else the
     largest divisor at least half of it, else the budget's size (the kernel then decodes its 1-D block id)."""

@@ -466,6 +466,25 @@ _GROUP_CACHE: dict = {}
 #: +1-5% on d64 s1k-s16k and d128 s2k-s16k, within noise at d256 / 192 and d128 s1k (-1.4%, -2.2%); causal with this
 #: order lost 2-5%, hence masked plans keep the budget groups.
 FULL_GROUP_HEADS: int | None = 1
+#: Causal dense plans at D = D_v = 64 with at most this many query rows take FULL_GROUP_HEADS' order too (0: none).
+#: Session 18, H200, 3 interleaved rounds each (docs/benchmarks/sdpa_bwd_s18_order.md, sdpa_bwd_s18_order_d64.md,
+#: "ours-g1" vs "ours"): d64 s1k b16 causal +3.5% and +3.0% (310.9 vs 300.4, 311.1 vs 302.0 TFLOP/s; FA4 315.0 / 317.8);
+#: s2k +1% / -0%, s4k -1%, s8k -4%, s16k +0%; d128 s1k causal -2% (so not at d128). A third run with the rule in place
+#: (sdpa_bwd_s18_order_rule.md, "ours" vs "ours-gbudget"): d64 s1k causal 299.6 vs 298.5 (1.00x), s2k 1.00x: a small gain
+#: at best (+2.2% over the three runs, none negative).
+SHORT_D64_CAUSAL_ROWS = 1024
+
+
+def _full_order(key, seqlen_q: int, window: tuple[int, int]) -> bool:
+    """Whether the plan's main kernel launches in FULL_GROUP_HEADS' order (rather than L2-budget groups): unmasked
+    dense plans, and causal dense plans (``window``: the plan's mask window, (left, 0) for causal) at D = D_v = 64 with
+    at most SHORT_D64_CAUSAL_ROWS query rows."""
+    if key.varlen or not FULL_GROUP_HEADS:
+        return False
+    if not (key.mask_left or key.mask_right):
+        return True
+    causal = key.mask_right and not key.mask_left and window[1] == 0
+    return causal and key.head_dim == key.head_dim_v == 64 and seqlen_q <= SHORT_D64_CAUSAL_ROWS
 
 
 def _group_heads(key, seqlen_q: int, with_dq: bool = False) -> int:
@@ -570,8 +589,8 @@ def _derive(key, q, k, v, o, do, lse, dq, dk, dv, cu_q, cu_k, max_seqlen_q, max_
     if grid_k > 0:
         resident = _resident_ctas(q.device) if key.kv_prefetch else 0  # kv_prefetch: one main-kernel CTA per SM
         groups = group_heads
-        if groups is None:  # the library's rule: FULL_GROUP_HEADS for unmasked dense plans
-            groups = FULL_GROUP_HEADS if FULL_GROUP_HEADS and not (key.mask_left or key.mask_right or key.varlen) else 0
+        if groups is None:  # the library's rule: FULL_GROUP_HEADS for unmasked dense plans (and _full_order's short d64 rows)
+            groups = FULL_GROUP_HEADS if _full_order(key, grid_q, window) else 0
         groups = groups or _group_heads(key, grid_q, l2_group_dq)
         if key.grouped_grid:  # a group size dividing the pairs: the grouped 3-D grid
             from .._device.tile_scheduler import SingleTileScheduler
