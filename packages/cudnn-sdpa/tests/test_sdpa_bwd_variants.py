@@ -568,10 +568,6 @@ def _variant_pair(tuning, variant, q, k, v, o, do, lse, **kw):
     return out
 
 
-def _grouped_pair(tuning, q, k, v, o, do, lse, **kw):
-    return [g[:3] for g in _variant_pair(tuning, "g3d", q, k, v, o, do, lse, **kw)]
-
-
 @pytest.mark.parametrize(
     "case", GROUPED, ids=["d128-causal-2groups", "d64-gqa-1group", "d128-causal-13pairs-1d", "d128-causal-kvpf", "d192-n96", "d256-splitd", "d64-window"]
 )
@@ -585,7 +581,7 @@ def test_grouped_grid_grads_equal_the_default_plans(case):
     kw = dict(is_causal=causal, window=window)
     o, lse = attention_ref(q, k, v, **kw)
     o, lse = o.to(dtype), lse.float()
-    base, grouped = _grouped_pair(tuning, q, k, v, o, do, lse, is_causal=causal, window_size=window)
+    base, grouped = (g[:3] for g in _variant_pair(tuning, "g3d", q, k, v, o, do, lse, is_causal=causal, window_size=window))
     assert torch.equal(base[1], grouped[1]) and torch.equal(base[2], grouped[2]), "dK / dV differ from the default plan's"
     ref = attention_grads_ref(q, k, v, do, **kw)
     lowp = attention_grads_ref(q, k, v, do, upcast=False, **kw)
@@ -594,9 +590,10 @@ def test_grouped_grid_grads_equal_the_default_plans(case):
             assert_close_fa(g, r, lp, n)
 
 
-def test_grouped_grid_thd_varlen_grads_equal_the_default_plans():
-    """THD varlen, GQA 4, causal bottom-right, empty and one-token sequences: 5 sequences x 2 kv heads = 10 pairs, one
-    group (the budget's 15 at max_seqlen_q 517)."""
+def _thd_variant_matches_its_base(variant):
+    """THD varlen, GQA 4, causal bottom-right, empty and one-token sequences: the causal default plan without
+    ``variant`` and with it on the same inputs; dK / dV bitwise equal, the variant's three gradients against the
+    reference."""
     from cudnn.sdpa.bwd import api
 
     h, hk, d, lens_q, lens_k = 8, 2, 128, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64]
@@ -612,13 +609,18 @@ def test_grouped_grid_thd_varlen_grads_equal_the_default_plans():
     o, lse = o.to(q.dtype), lse.float().contiguous()
     tq, tk = torch.tensor(cu_q, dtype=torch.int32, device="cuda"), torch.tensor(cu_k, dtype=torch.int32, device="cuda")
     opts = dict(is_causal=True, causal_bottom_right=True, cu_seqlens_q=tq, cu_seqlens_kv=tk, max_seqlen_q=max(lens_q), max_seqlen_kv=max(lens_k))
-    tuning = api._default_tuning(d, d, False, True, False)
-    base, grouped = _grouped_pair(tuning, q, k, v, o, do, lse, **opts)
-    assert torch.equal(base[1], grouped[1]) and torch.equal(base[2], grouped[2]), "dK / dV differ from the default plan's"
+    tuning = tuple(t for t in api._default_tuning(d, d, False, True, False) if t != variant)
+    base, var = _variant_pair(tuning, variant, q, k, v, o, do, lse, **opts)
+    assert torch.equal(base[1], var[1]) and torch.equal(base[2], var[2]), f"dK / dV differ from the plan without {variant}"
     ref = attention_grads_ref_varlen(q, k, v, do, cu_q, cu_k, **kw)
     lowp = attention_grads_ref_varlen(q, k, v, do, cu_q, cu_k, upcast=False, **kw)
-    for n, g, r, lp in zip(("dq", "dk", "dv"), grouped, ref, lowp, strict=True):
+    for n, g, r, lp in zip(("dq", "dk", "dv"), var[:3], ref, lowp, strict=True):
         assert_close_fa(g, r, lp, n)
+
+
+def test_grouped_grid_thd_varlen_grads_equal_the_default_plans():
+    """5 sequences x 2 kv heads = 10 pairs, one g3d group (the budget's 15 at max_seqlen_q 517)."""
+    _thd_variant_matches_its_base("g3d")
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -665,30 +667,9 @@ def test_prepost_mlp_grads_equal_the_default_plans(case):
 
 
 def test_prepost_mlp_thd_varlen_grads_equal_the_default_plan():
-    """THD varlen, GQA 4, causal bottom-right, empty and one-token sequences: the preprocess's clamped rows stay inside
-    each sequence and the postprocess's 64-row CTAs start at each sequence's padded scratch offset."""
-    from cudnn.sdpa.bwd import api
-
-    h, hk, d, lens_q, lens_k = 8, 2, 128, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64]
-    cu_q, cu_k = [0], [0]
-    for a, c in zip(lens_q, lens_k, strict=True):
-        cu_q.append(cu_q[-1] + a)
-        cu_k.append(cu_k[-1] + c)
-    q = torch.randn(cu_q[-1], h, d, device="cuda", dtype=torch.bfloat16)
-    k, v = (torch.randn(cu_k[-1], hk, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-    do = torch.randn_like(q)
-    kw = dict(is_causal=True, bottom_right=True)
-    o, lse = attention_ref_varlen(q, k, v, cu_q, cu_k, **kw)
-    o, lse = o.to(q.dtype), lse.float().contiguous()
-    tq, tk = torch.tensor(cu_q, dtype=torch.int32, device="cuda"), torch.tensor(cu_k, dtype=torch.int32, device="cuda")
-    opts = dict(is_causal=True, causal_bottom_right=True, cu_seqlens_q=tq, cu_seqlens_kv=tk, max_seqlen_q=max(lens_q), max_seqlen_kv=max(lens_k))
-    tuning = tuple(t for t in api._default_tuning(d, d, False, True, False) if t != "mlp")
-    base, mlp = _variant_pair(tuning, "mlp", q, k, v, o, do, lse, **opts)
-    assert torch.equal(base[1], mlp[1]) and torch.equal(base[2], mlp[2]), "dK / dV differ from the plan without mlp"
-    ref = attention_grads_ref_varlen(q, k, v, do, cu_q, cu_k, **kw)
-    lowp = attention_grads_ref_varlen(q, k, v, do, cu_q, cu_k, upcast=False, **kw)
-    for n, g, r, lp in zip(("dq", "dk", "dv"), mlp, ref, lowp, strict=False):
-        assert_close_fa(g, r, lp, n)
+    """The preprocess's clamped rows stay inside each sequence and the postprocess's 64-row CTAs start at each
+    sequence's padded scratch offset."""
+    _thd_variant_matches_its_base("mlp")
 
 
 def test_short_d64_causal_full_order_grads_equal_the_budget_order():
