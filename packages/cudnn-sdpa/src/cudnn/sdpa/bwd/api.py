@@ -464,7 +464,7 @@ _GROUP_CACHE: dict = {}
 #: Q / dO reads and dQ reduce-adds come from CTAs running together (ncu, d128 s1k: budget order 41% DRAM throughput at
 #: 67% L2 hits vs FA4's 24% at 80%). H200, two runs (docs/benchmarks/sdpa_bwd_s15_order_*.md, _g1_*.md): non-causal
 #: +1-5% on d64 s1k-s16k and d128 s2k-s16k, within noise at d256 / 192 and d128 s1k (-1.4%, -2.2%); causal with this
-#: order lost 2-5%, hence masked plans keep the budget groups.
+#: order lost 2-5%, hence masked plans keep the budget groups (except SHORT_D64_CAUSAL_ROWS' short d64 causal plans).
 FULL_GROUP_HEADS: int | None = 1
 #: Causal dense plans at D = D_v = 64 with at most this many query rows take FULL_GROUP_HEADS' order too (0: none).
 #: Session 18, H200, 3 interleaved rounds each (docs/benchmarks/sdpa_bwd_s18_order.md, sdpa_bwd_s18_order_d64.md,
@@ -546,8 +546,8 @@ def _derive(key, q, k, v, o, do, lse, dq, dk, dv, cu_q, cu_k, max_seqlen_q, max_
     ``(offsets, total, pre, main, post, device)``: the workspace byte offsets of (lse_log2, dpsum, dq_accum, the sink
     partials or None, the dQ semaphores or None), the workspace bytes, each launch's arguments after its pointers and
     before the stream (None: that launch has no work; all None: nothing to launch), with ``scale`` (None: 1 / sqrt(D))
-    as the default scale, and q's device index; ``group_heads`` fixes the main kernel's L2 groups (None: the library's rule, FULL_GROUP_HEADS for unmasked dense
-    plans; 0: from the L2 budget)."""
+    as the default scale, and q's device index; ``group_heads`` fixes the main kernel's L2 groups (None: the library's rule, FULL_GROUP_HEADS where
+    :func:`_full_order` says so; 0: from the L2 budget)."""
     from cudnn.workspace import Workspace
 
     from .kernel_key import M80_BULK_ROWS, PREPOST_ROWS, m80_bulk, padded_rows
