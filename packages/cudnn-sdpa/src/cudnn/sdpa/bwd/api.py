@@ -54,10 +54,11 @@ _OWNER = "SdpaBwdSm90"
 #: MMA-fragment order, one bulk reduce-add per warpgroup) since the H200 A/B of session 4 (docs/benchmarks/sdpa_bwd_quick_ab.md,
 #: "ours-bulk"): d128 s8k 554.5 vs 477.0 TFLOP/s (dq_tma), causal 535.0 vs 462.8; test_sdpa_bwd_variants.py checks it.
 #: Every default takes prepost + mlp (the pre- / postprocess's memory-level parallelism) since session 18's H200 A/B
-#: (docs/benchmarks/sdpa_bwd_s18_mlpab.md, "ours-mlp" vs "ours", 2 rounds): 0.96x-0.98x the time on the masked short rows
-#: (d128 s1k causal 341.8 vs 326.4 TFLOP/s, d64 s1k 403.5 vs 392.8), 1.00x-0.99x at s2k-s4k, one cell 1.02x (d128 s1k
-#: non-causal, whose m80 postprocess is unchanged); per kernel (sdpa_bwd_s18_mlp_kernels.md) the preprocess 76.5 -> 71.3 us,
-#: the postprocess 56.0 -> 51.0 at d128 s1k causal.
+#: (docs/benchmarks/sdpa_bwd_s18_mlpab.md, "ours-mlp" vs "ours", 2 rounds): +2-5% on the short causal rows and d64 s1k
+#: (d128 s1k causal 341.8 vs 326.4 TFLOP/s, s2k causal 439.9 vs 425.1, d64 s1k 403.5 vs 392.8, causal 299.3 vs 290.7),
+#: -1% to +1% at d128 s2k / s4k causal and d64 s2k, -2% on d128 s1k non-causal (470.6 vs 478.9; its m80 postprocess is
+#: unchanged and its preprocess measured 81.1 -> 74.9 us); per kernel (sdpa_bwd_s18_mlp_kernels.md) the preprocess
+#: 76.5 -> 71.3 us, the postprocess 56.0 -> 51.0 at d128 s1k causal.
 DEFAULT_TUNING: tuple[str, ...] = ("dq_bulk", "stats_tma", "ds2", "prepost", "mlp")
 #: Variants of a causal plan built without ``_tuning`` (D <= 128): DEFAULT_TUNING plus dq_writer (a producer-warpgroup
 #: warp issues the bulk reduce-adds, FA3 / FA4's schedule). Session-4 runs, d128 s8k causal: 555.6 vs 535.0 TFLOP/s
