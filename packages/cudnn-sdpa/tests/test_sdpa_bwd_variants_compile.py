@@ -396,6 +396,22 @@ def test_l2_group_dq_is_a_launch_argument_that_halves_the_d128_head_groups():
     assert _group_heads(d128.key, 8192) == 4 and _group_heads(d128.key, 8192, True) == 2
 
 
+def _launch_group_heads(q, lse, **kw) -> int:
+    """The main kernel's ``group_heads`` launch scalar of a plan on CPU tensors ``q`` (as every operand) and ``lse``:
+    :func:`_derive`'s launch arguments as execute's validation computes them, no kernel."""
+    import torch
+
+    from cudnn.sdpa.bwd import api
+
+    plan = api.SdpaBwdSm90(q, q, q, q, q, lse, q, q, q, **kw)
+    plan.check_support()
+    n = plan.scratch_workspace_bytes()
+    raw = torch.empty(n + 256, dtype=torch.uint8)
+    ws = raw[(-raw.data_ptr()) % 128 :][:n]  # Workspace.over wants 128-byte alignment
+    entry = api._derive(plan.key, q, q, q, q, q, lse, q, q, q, None, None, None, None, ws, plan._mask_window, None, False, plan._group_heads_arg)
+    return entry[3][7]  # main's launch scalars: b, h, hk, sq, sk, grid_k, s_pad, group_heads, ...
+
+
 def test_full_group_heads_orders_only_unmasked_dense_plans(monkeypatch):
     """``api.FULL_GROUP_HEADS`` (the main kernel's (kv head, batch) pairs per L2 group for unmasked dense plans) reaches
     the ``group_heads`` launch argument of a non-causal plan only; a causal plan keeps the budget-sized groups (its
@@ -410,14 +426,7 @@ def test_full_group_heads_orders_only_unmasked_dense_plans(monkeypatch):
     lse = torch.empty(b, h, s, dtype=torch.float32)
 
     def group_heads(causal, **kw):
-        plan = api.SdpaBwdSm90(q, q, q, q, q, lse, q, q, q, is_causal=causal, **kw)
-        plan.check_support()
-        n = plan.scratch_workspace_bytes()
-        raw = torch.empty(n + 256, dtype=torch.uint8)
-        off = (-raw.data_ptr()) % 128  # Workspace.over wants 128-byte alignment
-        ws = raw[off : off + n]
-        entry = api._derive(plan.key, q, q, q, q, q, lse, q, q, q, None, None, None, None, ws, plan._mask_window, None, False, plan._group_heads_arg)
-        return entry[3][7]  # main's launch scalars: b, h, hk, sq, sk, grid_k, s_pad, group_heads, ...
+        return _launch_group_heads(q, lse, is_causal=causal, **kw)
 
     budget = 8  # Q and dO: 4096 rows x (128 + 128) x 2 bytes = 2 MiB a head; 16 MiB / 2 MiB
     monkeypatch.setattr(api, "FULL_GROUP_HEADS", None)
@@ -437,14 +446,7 @@ def test_short_d64_causal_plans_take_the_full_order():
     from cudnn.sdpa.bwd import api
 
     def group_heads(s, d, **kw):
-        q = torch.empty(16, 32, s, d, dtype=torch.bfloat16)
-        lse = torch.empty(16, 32, s, dtype=torch.float32)
-        plan = api.SdpaBwdSm90(q, q, q, q, q, lse, q, q, q, **kw)
-        plan.check_support()
-        n = plan.scratch_workspace_bytes()
-        raw = torch.empty(n + 256, dtype=torch.uint8)
-        ws = raw[(-raw.data_ptr()) % 128 :][:n]
-        return api._derive(plan.key, q, q, q, q, q, lse, q, q, q, None, None, None, None, ws, plan._mask_window, None, False)[3][7]
+        return _launch_group_heads(torch.empty(16, 32, s, d, dtype=torch.bfloat16), torch.empty(16, 32, s, dtype=torch.float32), **kw)
 
     assert api.SHORT_D64_CAUSAL_ROWS == 1024
     assert group_heads(1024, 64, is_causal=True) == 1 and group_heads(1000, 64, is_causal=True, causal_bottom_right=True) == 1
