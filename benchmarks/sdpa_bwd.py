@@ -227,6 +227,7 @@ DEFAULT_PLUS = {
     "ours-g3d": ("g3d",),
     "ours-mlp": ("mlp",),
     "ours-g3dmlp": ("g3d", "mlp"),
+    "ours-pers": ("pers",),
 }
 #: The fixed-cost variants (notes/bwd_fixed_cost.md A / B: ``spin`` consumer waits without NANOSLEEP, ``kvq`` K / V on
 #: the first Q / dO stage's barrier; ``pdl``: Programmatic Dependent Launch of the three kernels; ``kvpf``: L2 prefetch
@@ -235,8 +236,9 @@ DEFAULT_PLUS = {
 #: postprocess's memory-level parallelism, every preprocess load before its first store, 64-row postprocess CTAs): they
 #: combine with the case's default schedule, so their providers run on the case's
 #: own default (``_default_tuning``: m80 at d128 non-causal, m128 at d64, n96 at d192, split_d at d256), not on
-#: DEFAULT_TUNING / CAUSAL_TUNING as pack1 / dsk do.
-CASE_DEFAULT_EXTRAS = frozenset({"spin", "kvq", "pdl", "kvpf", "stearly", "g3d", "mlp"})
+#: DEFAULT_TUNING / CAUSAL_TUNING as pack1 / dsk do. ``pers`` (session 19): the persistent grid, one CTA per SM walking
+#: tiles from a workspace counter (the 64-wide main kernel: d64 / d128).
+CASE_DEFAULT_EXTRAS = frozenset({"spin", "kvq", "pdl", "kvpf", "stearly", "g3d", "mlp", "pers"})
 
 
 def _make_default_plus(extra):
@@ -252,6 +254,8 @@ def _make_default_plus(extra):
                 raise Unsupported("kvpf serves the 64-wide and n96 main kernels (not split_d)")
             if "stearly" in extra and "stats4" not in base:
                 raise Unsupported("stearly schedules stats4's words (the d64 m128 default)")
+            if "pers" in extra and ("split_d" in base or "n96" in base):
+                raise Unsupported("pers serves the 64-wide main kernel (D <= 128; not split_d / n96)")
             if "g3d" in extra and not p["causal"]:
                 raise Unsupported("g3d changes the launch of masked plans only (unmasked dense plans launch 3-D already)")
             return make_ours(case, tuple(base) + tuple(extra))

@@ -693,3 +693,77 @@ def test_short_d64_causal_full_order_grads_equal_the_budget_order():
     lowp = attention_grads_ref(q, k, v, do, upcast=False, is_causal=True)
     for n, g, r, lp in zip(("dq", "dk", "dv"), out[0], ref, lowp, strict=False):
         assert_close_fa(g, r, lp, n)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# pers (persistent, session 19): a grid of at most one CTA per SM, each walking tiles drawn from a workspace counter
+# (the preprocess zeroes it) and handed to the consumers / dq_writer warp through a shared-memory mailbox; the Q / dO
+# ring and the K / V stage carry over tiles. Every tile computes dK / dV alone in a fixed query order, so dK / dV equal
+# the plan without pers bitwise; dQ (reduce-adds in arrival order) and all three are checked against the reference.
+# Shapes with more tiles than SMs (several tiles a CTA), tiles no query block sees (a two-sided window, S_q < S_kv
+# bottom-right), partial last blocks, GQA and the m80 / m128 tiles.
+# (default tuning's name, dtype, D, D_v, B, H, H_kv, S_q, S_kv, causal, bottom_right, window)
+PERS = [
+    ("CAUSAL_TUNING", torch.bfloat16, 128, 128, 3, 8, 8, 2048, 2048, True, False, (-1, -1)),  # 384 tiles: ~3 a CTA
+    ("D64_TUNING", torch.float16, 64, 64, 2, 16, 4, 1000, 1000, True, False, (-1, -1)),  # m128, GQA 4, partial blocks
+    ("D128_NONCAUSAL_TUNING", torch.bfloat16, 128, 128, 2, 8, 4, 4096, 4096, False, False, (-1, -1)),  # m80 bulk, 256 tiles
+    ("D64_TUNING", torch.float16, 64, 64, 2, 4, 4, 700, 700, False, False, (70, 33)),  # window: tiles no query block sees
+    ("CAUSAL_TUNING", torch.bfloat16, 128, 128, 2, 8, 2, 300, 1100, True, True, (-1, -1)),  # bottom-right, S_q < S_kv
+    ("DEFAULT_TUNING", torch.bfloat16, 128, 128, 1, 4, 4, 1000, 1000, False, False, (-1, -1)),  # no dq_writer
+]
+
+
+def _pers_pair(case):
+    from cudnn.sdpa.bwd import api
+
+    name, dtype, d, dv, b, h, hk, sq, sk, causal, bottom_right, window = case
+    tuning = tuple(getattr(api, name))
+    q, k = _make((b, h, sq, d), dtype, BSHD), _make((b, hk, sk, d), dtype, BSHD)
+    v, do = _make((b, hk, sk, dv), dtype, BSHD), _make((b, h, sq, dv), dtype, BSHD)
+    kw = dict(is_causal=causal, window=window, bottom_right=bottom_right)
+    o, lse = attention_ref(q, k, v, **kw)
+    o, lse = o.to(dtype), lse.float()
+    opts = dict(is_causal=causal, window_size=window, causal_bottom_right=bottom_right)
+    base, pers = (g[:3] for g in _variant_pair(tuning, "pers", q, k, v, o, do, lse, **opts))
+    return (q, k, v, o, do, lse, kw, opts, tuning), base, pers
+
+
+@pytest.mark.parametrize("case", PERS, ids=["d128-causal-384tiles", "d64-m128-gqa", "d128-m80-s4k", "d64-window", "d128-bottom-right", "d128-no-writer"])
+def test_persistent_grads_equal_the_default_plans(case):
+    (q, k, v, o, do, lse, kw, _, _), base, pers = _pers_pair(case)
+    assert torch.equal(base[1], pers[1]) and torch.equal(base[2], pers[2]), "dK / dV differ from the plan without pers"
+    ref = attention_grads_ref(q, k, v, do, **kw)
+    lowp = attention_grads_ref(q, k, v, do, upcast=False, **kw)
+    for n, g, r, lp in zip(("dq", "dk", "dv"), pers, ref, lowp, strict=True):
+        assert_close_fa(g, r, lp, n)
+
+
+def test_persistent_counter_is_reset_every_call_and_under_graph_replay():
+    """The tile counter lives in the caller's workspace: every call's preprocess zeroes it, so repeated calls on one
+    workspace, and replays of a captured graph, walk every tile again (a stale counter would skip tiles: dK / dV
+    rows left as the poison)."""
+    from cudnn.sdpa.bwd.api import SdpaBwdSm90, workspace_bytes_for
+
+    (q, k, v, o, do, lse, _, opts, tuning), base, _ = _pers_pair(PERS[0])
+    grads = tuple(poison(torch.empty_like(x)) for x in (q, k, v))
+    plan = SdpaBwdSm90(q, k, v, o, do, lse, *grads, _tuning=tuning + ("pers",), **opts)
+    plan.check_support()
+    plan.compile()
+    ws = torch.empty(workspace_bytes_for(plan, q), dtype=torch.uint8, device="cuda")
+    for _ in range(3):
+        for g in grads[1:]:
+            poison(g)
+        plan.execute(q, k, v, o, do, lse, *grads, ws)
+        torch.cuda.synchronize()
+        assert torch.equal(base[1], grads[1]) and torch.equal(base[2], grads[2]), "a repeated call differs"
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        plan.execute(q, k, v, o, do, lse, *grads, ws)
+    for _ in range(2):
+        for g in grads[1:]:
+            poison(g)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(base[1], grads[1]) and torch.equal(base[2], grads[2]), "a graph replay differs"

@@ -1759,3 +1759,65 @@ def test_kvpf_ptx_prefetches_the_next_waves_k_and_v_from_one_lane_after_the_last
     assert max(loads) < min(found) and max(found) < consumers  # the producer's last TMA instructions
     assert ptx.rfind("elect.sync", 0, min(found)) > max(loads)  # one lane issues them
     assert "st.local" not in ptx and "ld.local" not in ptx
+
+
+def test_pers_sets_its_key_field_and_sizes_the_counter_slot():
+    """``pers`` sets persistent on the dense defaults (d128 causal / non-causal m80, d64 m128); varlen, deterministic,
+    split_d / n96 and the prologue / grid opt-ins it does not serve are refused naming pers; the workspace gains one
+    128-byte slot (the tile counter) in the semaphore's place."""
+    from cudnn.sdpa.bwd import api
+    from cudnn.sdpa.bwd.api import SdpaBwdSm90
+    from cudnn.sdpa.bwd.kernel_key import TUNING_FIELDS, SdpaBwdKey, workspace_layout
+
+    assert TUNING_FIELDS["pers"] == "persistent"
+    for plan in (
+        SdpaBwdSm90(*_descs(), is_causal=True, _tuning=api.CAUSAL_TUNING + ("pers",)),
+        SdpaBwdSm90(*_descs(), _tuning=api.D128_NONCAUSAL_TUNING + ("pers",)),
+        SdpaBwdSm90(*_d64_descs(), is_causal=True, _tuning=api.D64_TUNING + ("pers",)),
+    ):
+        assert plan.check_support() and plan.key.persistent
+    with pytest.raises(ValueError, match="persistent \\(pers\\)"):
+        SdpaBwdSm90(*_d256_descs(), _tuning=api.D256_TUNING + ("pers",)).check_support()
+    with pytest.raises(ValueError, match="persistent \\(pers\\)"):
+        SdpaBwdSm90(*_d192_descs(), is_causal=True, _tuning=api.D192_TUNING + ("pers",)).check_support()
+    head = ("bf16", 128, 128, 1, True, False, False, False, False, False)
+    for bad in ("kv_with_q", "pdl", "kv_prefetch", "grouped_grid"):
+        with pytest.raises(ValueError, match=f"persistent \\(pers\\).*{bad}"):
+            SdpaBwdKey(*head, False, dq_bulk=True, persistent=True, **{bad: True})
+    with pytest.raises(ValueError, match="persistent \\(pers\\).*varlen"):
+        SdpaBwdKey("bf16", 128, 128, 1, True, False, False, False, False, True, False, dq_bulk=True, persistent=True)
+    with pytest.raises(ValueError, match="persistent \\(pers\\).*deterministic"):
+        SdpaBwdKey(*head, True, persistent=True)
+    plain, pers = workspace_layout(2, 8, 300, 128), workspace_layout(2, 8, 300, 128, persistent=True)
+    assert pers[:5] == plain[:5] and pers[5] == plain[5] + 128
+
+
+@pytest.mark.compile_only
+@pytest.mark.parametrize(
+    "key,readers",
+    [
+        (_D128_CAUSAL_DEFAULT + ", persistent=True", 288),
+        ("'bf16', 128, 128, 1, False, False, False, False, False, False, False, dq_bulk=True, stats_tma=True, ds_double_buffer=True, "
+         "prepost_vec=True, persistent=True", 256),
+    ],
+    ids=["d128-causal-writer", "d128-no-writer"],
+)  # fmt: skip
+def test_pers_ptx_draws_tiles_from_one_lane_and_posts_them_through_the_mailbox(tmp_path, key, readers):
+    """One compile each: one ``atom.global.add`` (the producer's ticket, lane 0, broadcast by one shuffle); the mailbox's
+    two barriers initialized with 1 and the readers' count (the consumers, and the dq_writer warp with it); no local
+    memory in the PTX (ptxas spills a few per-tile values of the tile loop: the default keys' tests pin frame 0)."""
+    ptx = _dump(tmp_path, key, "SdpaBwdKernelSm90")
+    assert ptx.count("atom.global.add") == 1 and ptx.count("shfl.sync.idx") >= 1
+    assert ptx.count("mbarrier.init") == 2 * 2 * 2 + 2 + 2  # Q / dO rings (2 stages, full + empty), K / V, the mailbox
+    assert re.search(rf"mov\.(?:u|b)32\s+%r\d+, {readers};", ptx)  # the empty barrier's arrival count
+    assert "st.local" not in ptx and "ld.local" not in ptx
+
+
+@pytest.mark.compile_only
+def test_pers_preprocess_zeroes_the_tile_counter_from_one_thread(tmp_path):
+    """The preprocess of a persistent key stores one int32 zero (the counter) behind a block / thread check; the
+    default preprocess has no such store."""
+    build = "kernel_prepost_sm90 import compile_sdpa_bwd_pre as f"
+    base = _ptx(tmp_path / "base", ", dq_bulk=True, prepost_vec=True", "SdpaBwdPreprocessSm90", build)
+    pers = _ptx(tmp_path / "pers", ", dq_bulk=True, prepost_vec=True, persistent=True", "SdpaBwdPreprocessSm90", build)
+    assert pers.count("st.global.u32") + pers.count("st.global.b32") == base.count("st.global.u32") + base.count("st.global.b32") + 1

@@ -355,9 +355,8 @@ def _ws_layout(key, q_shape, n_seq):
         t_q, h, d = q_shape
         return workspace_layout(1, h, t_q + n_seq * PREPOST_ROWS, d, key.has_sinks, key.deterministic)
     b, h, sq, d = q_shape
-    if m80_bulk(key):  # m80 + dq_bulk (dense): whole 80-row fragment-ordered dQ blocks per (batch, head)
-        return workspace_layout(b, h, sq, d, key.has_sinks, key.deterministic, block_rows=M80_BULK_ROWS)
-    return workspace_layout(b, h, sq, d, key.has_sinks, key.deterministic)
+    rows = M80_BULK_ROWS if m80_bulk(key) else None  # m80 + dq_bulk (dense): whole 80-row fragment-ordered dQ blocks per (batch, head)
+    return workspace_layout(b, h, sq, d, key.has_sinks, key.deterministic, block_rows=rows, persistent=key.persistent)
 
 
 def _default_tuning(d: int, d_v: int, deterministic: bool, causal: bool = False, plain: bool = False) -> tuple[str, ...]:
@@ -580,7 +579,8 @@ def _derive(key, q, k, v, o, do, lse, dq, dk, dv, cu_q, cu_k, max_seqlen_q, max_
         n_seq = None
     off_lse, off_dpsum, off_dq, off_sink, off_sem, total = _ws_layout(key, tuple(q.shape), n_seq)
     Workspace.over(workspace, total, _OWNER, device=q.device)
-    offsets = (off_lse, off_dpsum, off_dq, off_sink if key.has_sinks else None, off_sem if key.deterministic else None)
+    # the semaphore slot: the deterministic turn counters, or the persistent grid's tile counter
+    offsets = (off_lse, off_dpsum, off_dq, off_sink if key.has_sinks else None, off_sem if key.deterministic or key.persistent else None)
     if b == 0 or h == 0 or (grid_q == 0 and grid_k == 0):
         return offsets, total, None, None, None, q.get_device()
     scale = 1.0 / math.sqrt(key.head_dim) if scale is None else float(scale)
@@ -588,7 +588,7 @@ def _derive(key, q, k, v, o, do, lse, dq, dk, dv, cu_q, cu_k, max_seqlen_q, max_
     pre = (b, h, sq, grid_q, s_pad, os_, dos, lse_s) if grid_q > 0 else None
     main = None
     if grid_k > 0:
-        resident = _resident_ctas(q.device) if key.kv_prefetch else 0  # kv_prefetch: one main-kernel CTA per SM
+        resident = _resident_ctas(q.device) if key.kv_prefetch or key.persistent else 0  # one main-kernel CTA per SM
         groups = group_heads
         if groups is None:  # the library's rule: FULL_GROUP_HEADS for unmasked dense plans (and _full_order's short d64 rows)
             groups = FULL_GROUP_HEADS if _full_order(key, grid_q, window) else 0
@@ -607,8 +607,8 @@ _LOG2E = math.log2(math.e)
 
 
 def _resident_ctas(device) -> int:
-    """kv_prefetch's launch argument: main-kernel CTAs resident at once on ``device`` (its SM count: one CTA per SM,
-    the kernel's shared memory allows no second)."""
+    """kv_prefetch's and persistent's launch argument: main-kernel CTAs resident at once on ``device`` (its SM count:
+    one CTA per SM, the kernel's shared memory allows no second)."""
     from ..fwd.api import _sm_count
 
     return _sm_count(str(device))

@@ -131,10 +131,26 @@ class SdpaBwdKey(AttentionKey):
     # a postprocess CTA converts one 64-row fragment block instead of two (a 17 KB staging tile instead of 35 KB:
     # 12 CTAs per SM instead of 6). In every default tuning since the session-18 H200 A/B (bwd/api.py DEFAULT_TUNING)
     prepost_mlp: bool = False
+    # A persistent grid (session 19): at most one CTA per SM (the host's ``resident_ctas``), each walking tiles until
+    # none is left: its first tile is its block index, every next one a ticket from an int32 counter in the workspace
+    # (``atomicAdd`` + grid size; the preprocess zeroes it), so the walk keeps the tile order and the hardware
+    # scheduler's balance. The producer warp draws the tickets and hands each tile to the consumers and the dq_writer
+    # warp through a one-slot shared-memory mailbox (an mbarrier pair); the Q / dO ring and the K / V stage carry over
+    # tiles, so the next tile's first Q / dO loads run under the last query block and the dK / dV epilogue, and no CTA
+    # launch, barrier init or register reconfiguration is paid per tile. Dense, not deterministic, the 64-wide main
+    # kernel only (not split_d / n96), not with kv_with_q / pdl / kv_prefetch / grouped_grid.
+    persistent: bool = False
 
     def __post_init__(self):
         if self.prepost_mlp and not self.prepost_vec:
             raise ValueError("SdpaBwdKey: prepost_mlp (mlp) schedules prepost_vec's preprocess passes (set prepost)")
+        if self.persistent:
+            bad = [f for f in ("varlen", "deterministic", "split_d", "tile_n96", "kv_with_q", "pdl", "kv_prefetch", "grouped_grid") if getattr(self, f)]
+            if bad:
+                raise ValueError(
+                    "SdpaBwdKey: persistent (pers) serves dense, non-deterministic plans of the 64-wide main kernel without "
+                    f"kv_with_q, pdl, kv_prefetch or grouped_grid; got {bad}"
+                )
         if self.kv_prefetch and (self.varlen or self.split_d):
             raise ValueError(
                 "SdpaBwdKey: kv_prefetch (kvpf) serves dense plans of the 64-wide and n96 main kernels (not varlen: a tile's "
@@ -268,6 +284,7 @@ TUNING_FIELDS = {
     "kvpf": "kv_prefetch",
     "g3d": "grouped_grid",
     "mlp": "prepost_mlp",
+    "pers": "persistent",
 }
 
 #: dq_bulk: query rows per fragment-ordered block of the dQ accumulator (the main kernel's tile_m). Block ``m`` of a
@@ -322,13 +339,22 @@ def _al(n: int) -> int:
 
 
 def workspace_layout(
-    batch: int, heads: int, seqlen_q: int, head_dim: int, has_sinks: bool = False, deterministic: bool = False, block_rows: int | None = None
+    batch: int,
+    heads: int,
+    seqlen_q: int,
+    head_dim: int,
+    has_sinks: bool = False,
+    deterministic: bool = False,
+    block_rows: int | None = None,
+    persistent: bool = False,
 ) -> tuple[int, int, int, int, int, int]:
     """Byte offsets of (lse_log2, dpsum, dq_accum, dsink_partials, dq_semaphores) in the workspace and its total size.
 
     ``lse_log2`` and ``dpsum`` are fp32 (B, H, S_pad); ``dq_accum`` is fp32 (B, H, S_pad, D), row-major;
     ``dsink_partials`` (only with sinks) is fp32 (B, H, S_pad / 32): one partial sink gradient per warp of rows;
-    ``dq_semaphores`` (only when deterministic) is int32 (B, H, S_pad / SEM_ROWS): one turn counter per query block. ``block_rows``: see :func:`padded_rows`."""
+    ``dq_semaphores`` (only when deterministic) is int32 (B, H, S_pad / SEM_ROWS): one turn counter per query block; with
+    ``persistent`` instead (never both) the same slot holds the persistent grid's int32 tile counter. ``block_rows``: see
+    :func:`padded_rows`."""
     s_pad = padded_rows(seqlen_q, block_rows)
     rows = int(batch) * int(heads) * s_pad
     off_lse = 0
@@ -336,5 +362,5 @@ def workspace_layout(
     off_dq = off_dpsum + _al(4 * rows)
     off_sink = off_dq + _al(4 * rows * int(head_dim))
     off_sem = off_sink + (_al(4 * rows // 32) if has_sinks else 0)
-    total = off_sem + (_al(4 * rows // SEM_ROWS) if deterministic else 0)
+    total = off_sem + (_al(4 * rows // SEM_ROWS) if deterministic else _al(4) if persistent else 0)
     return off_lse, off_dpsum, off_dq, off_sink, off_sem, total

@@ -130,6 +130,8 @@ class SdpaBwdPreprocessSm90:
         if const_expr(self.key.deterministic):
             ns = sp // SEM_ROWS
             mSem = cute.make_tensor(sem_ptr, cute.make_layout((ns, heads, bt), stride=(1, ns, ns * heads)))
+        elif const_expr(self.key.persistent):
+            mSem = cute.make_tensor(sem_ptr, cute.make_layout((1,)))  # the persistent main kernel's tile counter
         mCuQ = None
         if const_expr(self.key.varlen):
             mCuQ = cute.make_tensor(cu_q_ptr, cute.make_layout((batch + 1,)))
@@ -159,6 +161,12 @@ class SdpaBwdPreprocessSm90:
         m_block, head, batch = cute.arch.block_idx()
         if const_expr(self.key.pdl):
             cute.arch.griddepcontrol_wait()  # pdl: O / dO / LSE are the previous kernels' (launched early under use_pdl)
+        if const_expr(self.key.persistent):
+            # the persistent main kernel draws its tiles from this counter (SdpaBwdKey.persistent): 0 before it runs
+            if m_block + head + batch == 0:
+                if cute.arch.thread_idx()[0] == 0:
+                    mSem[0] = Int32(0)
+            mSem = None
         if const_expr(mCuQ is None):
             self.rows(mO, mdO, mLSE, mLSE2, mDpsum, mdQacc, mSinks, mPart, mSem, m_block, head, batch, seqlen_q, Int32(0), Int32(0))
         else:
@@ -661,7 +669,7 @@ def compile_sdpa_bwd_pre(key: SdpaBwdKey, tvm_ffi: bool = False):
         SdpaBwdPreprocessSm90(key),
         _ptr(dtype), _ptr(dtype), _ptr(Float32, 4), _ptr(Float32), _ptr(Float32), _ptr(Float32),
         _ptr(Float32, 4) if key.has_sinks else None, _ptr(Float32) if key.has_sinks else None,
-        _ptr(Int32) if key.deterministic else None, _ptr(Int32, 4) if key.varlen else None,
+        _ptr(Int32) if key.deterministic or key.persistent else None, _ptr(Int32, 4) if key.varlen else None,
         zero, zero, zero, zero, Int32(PREPOST_ROWS), strides, strides, strides, cuda.CUstream(0),
     )  # fmt: skip
 

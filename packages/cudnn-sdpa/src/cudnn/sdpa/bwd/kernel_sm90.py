@@ -166,6 +166,12 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
             self.tile_m = 128  # FA3's d64 query block: twice the rows per block's fixed costs, N = 128 S^T / dP^T WGMMAs
 
     @property
+    def tile_readers(self) -> int:
+        """persistent: threads that read each posted tile (the consumers and the dq_writer warp), the arrival count of
+        the mailbox's empty barrier."""
+        return self.num_mma_threads + (32 if self.key.dq_writer else 0)
+
+    @property
     def dq_t(self) -> bool:
         """dQ computed transposed (dQ^T = K^T dS^T, the head dim split over the warpgroups) and staged through the
         128-byte swizzle for dq_tma's reduce-add: m80's (80 rows are no multiple of the 64-row WGMMA), or dq_t128's at
@@ -323,6 +329,9 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         if self.key.stats_tma:
             fields["smem_lse"] = cute.struct.Align[cute.struct.MemRange[Float32, self.tile_m * self.num_stages], 128]
             fields["smem_dpsum"] = cute.struct.Align[cute.struct.MemRange[Float32, self.tile_m * self.num_stages], 128]
+        if self.key.persistent:  # the tile mailbox: (full, empty) mbarriers and the posted tile index
+            fields["mbar_tile"] = cute.struct.MemRange[cutlass.Int64, 2]
+            fields["tile_slot"] = cute.struct.Align[cute.struct.MemRange[Int32, 4], 16]
         return cute.struct(type("SharedStorage", (), {"__annotations__": fields}))
 
     # ------------------------------------------------------------------------------------------------
@@ -351,7 +360,7 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         max_seqlen_k: Int32,  # grid extent along keys (= S_kv for dense)
         seqlen_pad: Int32,  # rows of the per-(batch, head) scratch (a multiple of PREPOST_ROWS; varlen: of all sequences)
         group_heads: Int32,  # (kv head, batch) pairs per L2 group of the tile order
-        resident_ctas: Int32,  # kv_prefetch: CTAs resident at once (SM count x 1); unused otherwise
+        resident_ctas: Int32,  # kv_prefetch, persistent: CTAs resident at once (SM count x 1); unused otherwise
         q_strides: tuple[Int64, Int64, Int64],  # (batch, head, seq) in elements
         k_strides: tuple[Int64, Int64, Int64],
         v_strides: tuple[Int64, Int64, Int64],
@@ -388,6 +397,8 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         if const_expr(self.key.deterministic):
             ns = sp // self.tile_m
             mSem = cute.make_tensor(sem_ptr, cute.make_layout((ns, heads, bt), stride=(1, ns, ns * heads)))
+        if const_expr(self.key.persistent):
+            mSem = cute.make_tensor(sem_ptr, cute.make_layout((1,)))  # the tile counter (zeroed by the preprocess)
         mCuQ, mCuK = cu_seqlens_tensors(cu_q_ptr, cu_k_ptr, batch, self.key.varlen)
 
         tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ = self._tiled_mmas()
@@ -426,10 +437,12 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         grid = SingleTileScheduler.grid(
             num_n_blocks, heads_kv, batch, group_heads, self.key.grouped_grid
         )  # 3-D when group_heads = 1 (grouped_grid: or divides)
+        if const_expr(self.key.persistent):  # at most one CTA per SM, each walking tiles (roles_persistent)
+            grid = (cutlass.min(num_n_blocks * heads_kv * batch, resident_ctas), 1, 1)
         self.kernel(
             tma_Q, tma_K, tma_V, tma_dO, tma_dK, tma_dV, mdK, mdV, mLSE2, mDpsum, mdQacc, tma_dQacc, mSem, mCuQ, mCuK,
             tma_atom_Q, tma_atom_K, tma_atom_V, tma_atom_dO, tma_atom_dK, tma_atom_dV, tma_atom_dQ,
-            seqlen_q, seqlen_k, num_n_blocks, heads_kv, batch, group_heads, resident_ctas if const_expr(self.key.kv_prefetch) else None,
+            seqlen_q, seqlen_k, num_n_blocks, heads_kv, batch, group_heads, resident_ctas if const_expr(self.key.kv_prefetch or self.key.persistent) else None,
             scale_log2, scale, window_left, window_right, sQ_layout, sdO_layout, sK_layout, sV_layout, sdS_layout, sdQ_layout,
             tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ,
             tx_q, tx_do, tx_kv, SharedStorage,
@@ -498,6 +511,13 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         pipeline_q = make_tma_pipeline(storage.mbar_q.data_ptr(), self.num_stages, num_consumer_warps, tx_q)
         pipeline_do = make_tma_pipeline(storage.mbar_do.data_ptr(), self.num_stages, num_consumer_warps, tx_do)
         pipeline_kv = make_tma_pipeline(storage.mbar_kv.data_ptr(), 1, num_consumer_warps, tx_kv)
+        mailbox = None
+        if const_expr(self.key.persistent):
+            mailbox = (storage.mbar_tile.data_ptr(), storage.tile_slot.get_tensor(cute.make_layout((4,))))
+            if warp_idx == 0:
+                with cute.arch.elect_one():
+                    cute.arch.mbarrier_init(mailbox[0], 1)  # full: the producer's post
+                    cute.arch.mbarrier_init(mailbox[0] + 1, self.tile_readers)  # empty: every reading thread
         cute.arch.mbarrier_init_fence()
 
         sQ = storage.smem_q.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
@@ -538,7 +558,15 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
 
         cute.arch.sync_threads()  # mbarrier init visible to every warp
 
-        if const_expr(not self.key.varlen):
+        if const_expr(self.key.persistent):
+            staging = self.dkv_staging(storage.smem_ds.data_ptr(), sdS_layout, sK_layout, sV_layout)
+            self.roles_persistent(
+                mQ, mK, mV, mdO, mdK_tma, mdV_tma, mLSE2, mDpsum, mdQacc, mdQacc_tma, mSem, sQ, sK, sV, sdO, sdSt, sdQ, sdQ_lin, sLSE, sDpsum,
+                tma_atom_Q, tma_atom_K, tma_atom_V, tma_atom_dO, tma_atom_dK, tma_atom_dV, tma_atom_dQ, pipeline_q, pipeline_do, pipeline_kv,
+                tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ, scale_log2, scale, mask, mailbox,
+                (num_n_blocks, num_heads_kv, num_batch, group_heads), staging,
+            )  # fmt: skip
+        elif const_expr(not self.key.varlen):
             self.roles(
                 mQ, mK, mV, mdO, mdK_tma, mdV_tma, mLSE2, mDpsum, mdQacc, mdQacc_tma, mSem, sQ, sK, sV, sdO, sdSt, sdQ, sdQ_lin, sLSE, sDpsum,
                 tma_atom_Q, tma_atom_K, tma_atom_V, tma_atom_dO, tma_atom_dK, tma_atom_dV, tma_atom_dQ, pipeline_q, pipeline_do, pipeline_kv,
@@ -641,6 +669,147 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
     kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
 
     @cute.jit
+    def roles_persistent(
+        self,
+        mQ: cute.Tensor,
+        mK: cute.Tensor,
+        mV: cute.Tensor,
+        mdO: cute.Tensor,
+        mdK: cute.Tensor,
+        mdV: cute.Tensor,
+        mLSE2: cute.Tensor,
+        mDpsum: cute.Tensor,
+        mdQacc: cute.Tensor,
+        mdQacc_tma: cute.Tensor | None,
+        mCounter: cute.Tensor,
+        sQ: cute.Tensor,
+        sK: cute.Tensor,
+        sV: cute.Tensor,
+        sdO: cute.Tensor,
+        sdSt: cute.Tensor,
+        sdQ: cute.Tensor | None,
+        sdQ_lin: cute.Tensor | None,
+        sLSE: cute.Tensor | None,
+        sDpsum: cute.Tensor | None,
+        tma_atom_Q: cute.CopyAtom,
+        tma_atom_K: cute.CopyAtom,
+        tma_atom_V: cute.CopyAtom,
+        tma_atom_dO: cute.CopyAtom,
+        tma_atom_dK: cute.CopyAtom,
+        tma_atom_dV: cute.CopyAtom,
+        tma_atom_dQ: cute.CopyAtom | None,
+        pipeline_q,
+        pipeline_do,
+        pipeline_kv,
+        tiled_mma_SdP: cute.TiledMma,
+        tiled_mma_dK: cute.TiledMma,
+        tiled_mma_dV: cute.TiledMma,
+        tiled_mma_dQ: cute.TiledMma,
+        scale_log2: Float32,
+        scale: Float32,
+        mask: MaskInfoBwd,
+        mailbox,
+        tiles: tuple[Int32, Int32, Int32, Int32],
+        staging,
+    ):
+        """persistent (dense): the warp roles of :meth:`roles`, each walking the CTA's tiles. The producer warp owns the
+        walk: the CTA's block index first, then ``atomicAdd(counter, 1) + grid size`` (:meth:`next_tile`), each tile
+        posted to the mailbox (:meth:`post_tile`) before its loads; the consumers and the dq_writer warp read each post
+        (:meth:`read_tile`) and stop at the first index past the last tile, which the producer posts last. The pipeline
+        states carry over tiles (:meth:`load`, :meth:`mma`); the dense mask is the same for every tile. ``tiles``: the
+        tile scheduler's (key blocks, kv heads, batch, group_heads); ``staging``: :meth:`dkv_staging`'s."""
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        total = tiles[0] * tiles[1] * tiles[2]
+        zero = Int32(0)
+        if warp_idx < 4:
+            cute.arch.setmaxregister_decrease(self.num_producer_regs)
+            if warp_idx == 0:
+                state, kv_state = producer_state(self.num_stages), producer_state(1)
+                phase = Int32(1)  # the empty barrier's parity to wait for: a fresh barrier's preceding phase counts as done
+                tile = Int32(cute.arch.block_idx()[0])
+                while tile < total:
+                    self.post_tile(mailbox, tile, phase)
+                    phase = phase ^ 1
+                    n_block, head_kv, batch, m_block_min, m_block_max = self.tile_work(tiles, tile, mask)
+                    state, kv_state = self.load(
+                        mQ, mK, mV, mdO, mLSE2, mDpsum, sQ, sK, sV, sdO, sLSE, sDpsum, tma_atom_Q, tma_atom_K, tma_atom_V, tma_atom_dO,
+                        pipeline_q, pipeline_do, pipeline_kv, n_block, head_kv, batch, zero, zero, zero, m_block_min, m_block_max, None,
+                        state, kv_state,
+                    )  # fmt: skip
+                    tile = self.next_tile(mCounter)
+                self.post_tile(mailbox, tile, phase)  # past the last tile: the readers stop
+            if const_expr(self.key.dq_writer):
+                if warp_idx == 1:
+                    phase = Int32(0)
+                    tile = self.read_tile(mailbox, phase)
+                    while tile < total:
+                        phase = phase ^ 1
+                        n_block, head_kv, batch, m_block_min, m_block_max = self.tile_work(tiles, tile, mask)
+                        self.dq_writer_loop(mLSE2, mDpsum, mdQacc, mdQacc_tma, sdQ, tma_atom_dQ, head_kv, batch, zero, m_block_min, m_block_max)
+                        tile = self.read_tile(mailbox, phase)
+        else:
+            cute.arch.setmaxregister_increase(self.num_mma_regs)
+            tidx = cute.arch.thread_idx()[0] - self.threads_per_wg
+            state, kv_state = consumer_state(self.num_stages), consumer_state(1)
+            phase = Int32(0)
+            tile = self.read_tile(mailbox, phase)
+            while tile < total:
+                phase = phase ^ 1
+                n_block, head_kv, batch, m_block_min, m_block_max = self.tile_work(tiles, tile, mask)
+                state, kv_state = self.mma(
+                    tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ, mdK, mdV, mLSE2, mDpsum, mdQacc, mdQacc_tma, None,
+                    sQ, sK, sV, sdO, sdSt, sdQ, sdQ_lin, sLSE, sDpsum, tma_atom_dK, tma_atom_dV, tma_atom_dQ, pipeline_q, pipeline_do, pipeline_kv,
+                    tidx, scale_log2, scale, mask, n_block, head_kv, batch, zero, zero, m_block_min, m_block_max, state, kv_state, staging,
+                )  # fmt: skip
+                tile = self.read_tile(mailbox, phase)
+
+    def dkv_staging(self, ds_ptr: cute.Pointer, sdS_layout, sK_layout, sV_layout):
+        """persistent: where the epilogue stages dK / dV for their TMA stores: the dS^T buffers (free once every
+        consumer is past its last dQ GEMM), so the tile's K / V stage is released right after its last query block and
+        the next tile's K / V load under the epilogue. ``(sdK, sdV, one_round)``: views with sK's / sV's layouts (the
+        TMA atoms'); ``one_round``: both fit side by side (else dV is staged after dK's store has read the buffer)."""
+        ds, k, v = cute.cosize(sdS_layout.outer), cute.cosize(sK_layout.outer), cute.cosize(sV_layout.outer)
+        assert ds >= max(k, v), "persistent: the dS^T buffers hold dK / dV"
+        one_round = ds >= k + v
+        sdK = cute.make_tensor(cute.recast_ptr(ds_ptr, sK_layout.inner, dtype=self.dtype), sK_layout.outer)
+        sdV = cute.make_tensor(cute.recast_ptr(ds_ptr + (k if one_round else 0), sV_layout.inner, dtype=self.dtype), sV_layout.outer)
+        return sdK, sdV, one_round
+
+    @cute.jit
+    def tile_work(self, tiles, tile: Int32, mask: MaskInfoBwd):
+        """persistent: ``(n_block, head_kv, batch, m_block_min, m_block_max)`` of linear tile ``tile`` (the order of the
+        non-persistent grid: :meth:`SingleTileScheduler.tile_at`)."""
+        n_block, head_kv, batch = SingleTileScheduler(tiles[0], tiles[1], tiles[2], tiles[3], False).tile_at(tile)
+        m_block_min, m_block_max = mask.m_block_range(n_block)
+        return n_block, head_kv, batch, m_block_min, m_block_max
+
+    @cute.jit
+    def next_tile(self, mCounter: cute.Tensor) -> Int32:
+        """persistent, producer warp: the CTA's next tile, ``atomicAdd(counter, 1)`` (lane 0's, broadcast) plus the grid
+        size (the first ``grid size`` tiles are the CTAs' block indices)."""
+        ticket = Int32(0)
+        if cute.arch.lane_idx() == 0:
+            ticket = cute.arch.atomic_add(mCounter.iterator, Int32(1))
+        return cute.arch.shuffle_sync(ticket, 0) + Int32(cute.arch.grid_dim()[0])
+
+    @cute.jit
+    def post_tile(self, mailbox, tile: Int32, phase: Int32):
+        """persistent, producer warp: once every reader has read the previous post (the empty barrier's ``phase``), one
+        lane writes ``tile`` to the slot and arrives on the full barrier (release: the slot is visible to its waiters)."""
+        cute.arch.mbarrier_wait(mailbox[0] + 1, phase)
+        with cute.arch.elect_one():
+            mailbox[1][0] = tile
+            cute.arch.mbarrier_arrive(mailbox[0])
+
+    @cute.jit
+    def read_tile(self, mailbox, phase: Int32) -> Int32:
+        """persistent, every reading thread: wait for the post of ``phase``, read the slot, arrive on the empty barrier."""
+        cute.arch.mbarrier_wait(mailbox[0], phase)
+        tile = mailbox[1][0]
+        cute.arch.mbarrier_arrive(mailbox[0] + 1)
+        return tile
+
+    @cute.jit
     def load(
         self,
         mQ: cute.Tensor,
@@ -671,6 +840,8 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         m_block_min: Int32,
         m_block_max: Int32,
         kv_next=None,
+        state=None,
+        kv_state=None,
     ):
         """Producer warp: K and V once, then (Q, dO) of every query block of every query head of the group (with
         stats_tma also the block's lse_log2 / dpsum rows, on Q's / dO's barrier of the same stage). kv_with_q: K on the
@@ -678,7 +849,8 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         on pipeline_kv; a key block without query blocks loads neither. pdl: ``griddepcontrol.wait`` (for the
         preprocess's lse_log2 / dpsum) right after K / V are issued (kv_with_q: after K). kv_prefetch (``kv_next`` =
         (the tile scheduler's arguments, resident CTAs)): with the CTA's last Q / dO load, L2 prefetches of the K / V of the
-        tile ``resident CTAs`` ahead (:meth:`prefetch_next_kv`)."""
+        tile ``resident CTAs`` ahead (:meth:`prefetch_next_kv`). persistent: ``state`` / ``kv_state`` are the producer's
+        Q / dO ring and K / V stage states carried over the CTA's tiles, returned advanced."""
         D, Dv = self.head_dim, self.head_dim_v
         mK_cur = mK[None, None, head_kv, batch]
         mV_cur = mV[None, None, head_kv, batch]
@@ -691,17 +863,21 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         tVsV, tVgV = cpasync.tma_partition(tma_atom_V, 0, cute.make_layout(1), cute.group_modes(sV, 0, 2), cute.group_modes(gV, 0, 2))
         kvq = self.key.kv_with_q
         if const_expr(not kvq):
-            kv_state = producer_state(1)
+            if const_expr(kv_state is None):
+                kv_state = producer_state(1)
             pipeline_kv.producer_acquire(kv_state)
             cute.copy(tma_atom_K, tKgK, tKsK, tma_bar_ptr=pipeline_kv.producer_get_barrier(kv_state))
             cute.copy(tma_atom_V, tVgV, tVsV, tma_bar_ptr=pipeline_kv.producer_get_barrier(kv_state))
+            if const_expr(self.key.persistent):
+                kv_state.advance()
             if const_expr(self.key.pdl):
                 cute.arch.griddepcontrol_wait()  # pdl: K / V (inputs) in flight before the wait for the preprocess
         # kv_with_q: K's / V's transaction bytes (the whole TMA box, as the hardware counts it, zero fill included)
         tx_k = self.tile_n * D * self.dtype.width // 8
         tx_v = self.tile_n * Dv * self.dtype.width // 8
 
-        state = producer_state(self.num_stages)
+        if const_expr(state is None):
+            state = producer_state(self.num_stages)
         stats_atom = None
         if const_expr(self.key.stats_tma):
             stats_atom = cute.make_copy_atom(cpasync.CopyBulkG2SOp(), Float32)
@@ -766,6 +942,7 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
                     if g == G - 1 and i == num_m - 1:  # the CTA's last load
                         self.prefetch_next_kv(mK, mV, sK, sV, tma_atom_K, tma_atom_V, kv_next)
                 state.advance()
+        return state, kv_state
 
     @cute.jit
     def prefetch_next_kv(self, mK: cute.Tensor, mV: cute.Tensor, sK: cute.Tensor, sV: cute.Tensor, tma_atom_K, tma_atom_V, kv_next):
@@ -877,13 +1054,19 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         pad_q: Int32,
         m_block_min: Int32,
         m_block_max: Int32,
+        state=None,
+        kv_state=None,
+        staging=None,
     ):
         """Consumer warpgroups: for each query head of the kv head, the query blocks crossing the right (causal)
         boundary, then the unmasked ones, then those crossing the left one (``step`` each), then the dK / dV epilogue.
         The schedule is two hooks: ``consumer_operands`` (fragments, accumulators) and ``step`` (one query block);
-        the split_d kernel overrides both."""
+        the split_d kernel overrides both. persistent: ``state`` / ``kv_state`` are the consumers' Q / dO ring and K / V
+        stage states carried over the CTA's tiles, returned advanced; the K / V stage is released after the last query
+        block (each warp past its last GEMM), since the epilogue stages dK / dV in ``staging`` (:meth:`dkv_staging`),
+        not over sK / sV."""
         ops = self.consumer_operands(tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ, sQ, sK, sV, sdO, sdSt, sdQ_lin, tidx)
-        state, m_mid1, m_mid2 = self.begin_key_block(ops.acc_dK, ops.acc_dV, pipeline_kv, mask, n_block, m_block_min, m_block_max)
+        state, m_mid1, m_mid2 = self.begin_key_block(ops.acc_dK, ops.acc_dV, pipeline_kv, mask, n_block, m_block_min, m_block_max, state, kv_state)
         G = self.key.qhead_per_kvhead
         for g in cutlass.range(G, unroll=1):
             head = head_kv * G + g
@@ -918,12 +1101,16 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         if const_expr((self.key.dq_tma or self.key.dq_bulk) and not self.key.dq_writer):
             if cute.arch.make_warp_uniform(cute.arch.warp_idx()) % 4 == 0:
                 cute.arch.cp_async_bulk_wait_group(0, read=True)  # the last reduce-add has read sdQ
+        if const_expr(staging is not None):
+            pipeline_kv.consumer_release(kv_state)  # this warp is past its last GEMM reading sK / sV
+            kv_state.advance()
 
         # ---------------------------------------------------------------------------------- epilogue
         self.epilogue_dkv(
             ops.acc_dK, ops.acc_dV, ops.smem_copy_atom, tiled_mma_dK, tiled_mma_dV, sK, sV, mdK, mdV, tma_atom_dK, tma_atom_dV, mask, scale,
-            n_block, head_kv, batch, offset_k, tidx,
+            n_block, head_kv, batch, offset_k, tidx, staging,
         )  # fmt: skip
+        return state, kv_state
 
     @cute.jit
     def consumer_operands(
@@ -1082,18 +1269,24 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         return smem_copy_atom, smem_thr_copy, smem_thr_copy.partition_D(sdS)
 
     @cute.jit
-    def begin_key_block(self, acc_dK: cute.Tensor, acc_dV: cute.Tensor, pipeline_kv, mask: MaskInfoBwd, n_block: Int32, m_block_min: Int32, m_block_max: Int32):
+    def begin_key_block(
+        self, acc_dK: cute.Tensor, acc_dV: cute.Tensor, pipeline_kv, mask: MaskInfoBwd, n_block: Int32, m_block_min: Int32, m_block_max: Int32,
+        state=None, kv_state=None,
+    ):  # fmt: skip
         """Zero dK / dV, wait for K and V, and split the query blocks ``[m_block_min, m_block_max)`` at the mask:
         returns (the consumers' Q / dO pipeline state, m_mid1, m_mid2): blocks below m_mid1 cross the right (causal)
-        boundary, those from m_mid2 the left one, those between are unmasked."""
+        boundary, those from m_mid2 the left one, those between are unmasked. persistent: ``state`` / ``kv_state`` are
+        the carried states (fresh ones otherwise)."""
         acc_dK.fill(0.0)
         acc_dV.fill(0.0)
         if const_expr(not self.key.kv_with_q):
             # (kv_with_q: the first query block's Q / dO waits cover K / V; a key block with none loads neither)
-            kv_state = consumer_state(1)
+            if const_expr(kv_state is None):
+                kv_state = consumer_state(1)
             consumer_wait(pipeline_kv, kv_state, self.key.spin_wait)
 
-        state = consumer_state(self.num_stages)
+        if const_expr(state is None):
+            state = consumer_state(self.num_stages)
         m_mid1 = cutlass.min(mask.m_block_min_unmasked(n_block, m_block_min), m_block_max)
         m_mid2 = cutlass.max(cutlass.min(mask.m_block_max_unmasked(n_block, m_block_max), m_block_max), m_mid1)
         if (n_block + 1) * self.tile_n > mask.seqlen_k:
@@ -1140,9 +1333,13 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         batch: Int32,
         offset_k: Int32,
         tidx: Int32,
+        staging=None,
     ):
         """dK (scaled) and dV converted, written to shared memory over K's and V's buffers (stmatrix, in the layout
-        of ``tiled_mma_dK`` / ``tiled_mma_dV``) and stored: TMA for dense plans, predicated rows for varlen."""
+        of ``tiled_mma_dK`` / ``tiled_mma_dV``) and stored: TMA for dense plans, predicated rows for varlen. persistent
+        (``staging`` = :meth:`dkv_staging`'s views over the dS^T buffers): staged there instead, dV after dK's store has
+        read the buffer when both do not fit; every consumer leaves once the last store has read it (the next tile's
+        first dS^T goes there)."""
         D, Dv = self.head_dim, self.head_dim_v
         acc_dK.store(acc_dK.load() * scale)
         rdK = cute.make_rmem_tensor_like(acc_dK, self.dtype)
@@ -1153,6 +1350,28 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         cute.arch.barrier(barrier_id=int(NamedBarrierBwd.EPILOGUE), number_of_threads=self.num_mma_threads)
         thr_copy_dK = cute.make_tiled_copy_C(smem_copy_atom, tiled_mma_dK).get_slice(tidx)
         thr_copy_dV = cute.make_tiled_copy_C(smem_copy_atom, tiled_mma_dV).get_slice(tidx)
+        if const_expr(staging is not None):
+            sdK, sdV, one_round = staging
+            gdK_st = cute.local_tile(mdK[None, None, head_kv, batch], (self.tile_n, D), (n_block, 0))
+            gdV_st = cute.local_tile(mdV[None, None, head_kv, batch], (self.tile_n, Dv), (n_block, 0))
+            rounds = (((rdK, thr_copy_dK, sdK, tma_atom_dK, gdK_st), (rdV, thr_copy_dV, sdV, tma_atom_dV, gdV_st)),)
+            if const_expr(not one_round):
+                rounds = (rounds[0][:1], rounds[0][1:])
+            for r in cutlass.range_constexpr(len(rounds)):
+                if const_expr(r > 0):  # the previous round's store has read the buffer
+                    cute.arch.barrier(barrier_id=int(NamedBarrierBwd.EPILOGUE), number_of_threads=self.num_mma_threads)
+                for rg, thr_copy, sD, _, _ in rounds[r]:
+                    cute.copy(smem_copy_atom, thr_copy.retile(rg), thr_copy.partition_D(sD))
+                cute.arch.fence_view_async_shared()
+                cute.arch.barrier(barrier_id=int(NamedBarrierBwd.EPILOGUE), number_of_threads=self.num_mma_threads)
+                if cute.arch.make_warp_uniform(cute.arch.warp_idx()) == 4:
+                    for _, _, sD, atom, gD in rounds[r]:
+                        tSs, tSg = cpasync.tma_partition(atom, 0, cute.make_layout(1), cute.group_modes(sD, 0, 2), cute.group_modes(gD, 0, 2))
+                        cute.copy(atom, tSs, tSg)
+                    cute.arch.cp_async_bulk_commit_group()
+                    cute.arch.cp_async_bulk_wait_group(0, read=True)
+            cute.arch.barrier(barrier_id=int(NamedBarrierBwd.EPILOGUE), number_of_threads=self.num_mma_threads)
+            return
         cute.copy(smem_copy_atom, thr_copy_dK.retile(rdK), thr_copy_dK.partition_D(self._dkv_smem_view(sK)))
         cute.copy(smem_copy_atom, thr_copy_dV.retile(rdV), thr_copy_dV.partition_D(self._dkv_smem_view(sV)))
         if const_expr(not self.key.varlen):
@@ -1539,7 +1758,7 @@ def compile_sdpa_bwd_main(key: SdpaBwdKey, tvm_ffi: bool = False):
         tvm_ffi,
         main_kernel_class(key)(key),
         ptr(dtype), ptr(dtype), ptr(dtype), ptr(dtype), ptr(dtype), ptr(dtype),
-        ptr(Float32), ptr(Float32), ptr(Float32), ptr(Int32) if key.deterministic else None,
+        ptr(Float32), ptr(Float32), ptr(Float32), ptr(Int32) if key.deterministic or key.persistent else None,
         ptr(Int32, 4) if key.varlen else None, ptr(Int32, 4) if key.varlen else None,
         zero, zero, zero, zero, zero, zero, Int32(PREPOST_ROWS), Int32(1), Int32(1),
         strides, strides, strides, strides, strides, strides,
