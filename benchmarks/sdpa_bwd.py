@@ -228,6 +228,8 @@ DEFAULT_PLUS = {
     "ours-mlp": ("mlp",),
     "ours-g3dmlp": ("g3d", "mlp"),
     "ours-pers": ("pers",),
+    # the case's default without pers (api.PERSISTENT_SCOPE's rows run the persistent grid by default since session 19)
+    "ours-nopers": (),
 }
 #: The fixed-cost variants (notes/bwd_fixed_cost.md A / B: ``spin`` consumer waits without NANOSLEEP, ``kvq`` K / V on
 #: the first Q / dO stage's barrier; ``pdl``: Programmatic Dependent Launch of the three kernels; ``kvpf``: L2 prefetch
@@ -237,7 +239,8 @@ DEFAULT_PLUS = {
 #: combine with the case's default schedule, so their providers run on the case's
 #: own default (``_default_tuning``: m80 at d128 non-causal, m128 at d64, n96 at d192, split_d at d256), not on
 #: DEFAULT_TUNING / CAUSAL_TUNING as pack1 / dsk do. ``pers`` (session 19): the persistent grid, one CTA per SM walking
-#: tiles from a workspace counter (the 64-wide main kernel: d64 / d128).
+#: tiles from a workspace counter (the 64-wide main kernel: d64 / d128; the default at api.PERSISTENT_SCOPE's rows since
+#: session 19). The variants the persistent grid refuses (kvq, pdl, kvpf, g3d) run on the case's default without it.
 CASE_DEFAULT_EXTRAS = frozenset({"spin", "kvq", "pdl", "kvpf", "stearly", "g3d", "mlp", "pers"})
 
 
@@ -248,6 +251,8 @@ def _make_default_plus(extra):
         p = case.params
         if set(extra) <= CASE_DEFAULT_EXTRAS:
             base = bwd_api._default_tuning(p["d"], p["dv"], False, p["causal"], True)
+            if not extra or {"kvq", "pdl", "kvpf", "g3d"} & set(extra):
+                base = tuple(t for t in base if t != "pers")  # ours-nopers; the variants the persistent grid refuses
             if "kvq" in extra and "split_d" in base:
                 raise Unsupported("kvq is a prologue of the 64-wide and n96 main kernels (not split_d)")
             if "kvpf" in extra and "split_d" in base:
@@ -258,7 +263,7 @@ def _make_default_plus(extra):
                 raise Unsupported("pers serves the 64-wide main kernel (D <= 128; not split_d / n96)")
             if "g3d" in extra and not p["causal"]:
                 raise Unsupported("g3d changes the launch of masked plans only (unmasked dense plans launch 3-D already)")
-            return make_ours(case, tuple(base) + tuple(extra))
+            return make_ours(case, tuple(base) + tuple(e for e in extra if e not in base))
         if case.params["d"] > 128:
             raise Unsupported("pack1 / dsk are schedules of the 64-wide main kernel (D <= 128)")
         base = bwd_api.CAUSAL_TUNING if case.params["causal"] else bwd_api.DEFAULT_TUNING

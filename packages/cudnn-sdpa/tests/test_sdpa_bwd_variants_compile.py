@@ -486,7 +486,7 @@ def test_grouped_grid_tuning_launches_a_dividing_group():
         entry = api._derive(plan.key, q, q, q, q, q, lse, q, q, q, None, None, None, None, ws, plan._mask_window, None, False, plan._group_heads_arg)
         return plan.key, entry[3][7]
 
-    base = api._default_tuning(d, d, False, True, True)
+    base = api._default_tuning(d, d, False, True, False)  # a masked plan's default: no persistent grid (it refuses g3d)
     key, g = group_heads(base)
     key3, g3 = group_heads(base + ("g3d",))
     assert not key.grouped_grid and key3.grouped_grid and key3 != key
@@ -955,7 +955,7 @@ def test_m128_is_a_d64_schedule_and_what_it_cannot_serve_is_refused(monkeypatch)
     monkeypatch.setattr(api, "D64_TUNING", M128W)
     flipped = SdpaBwdSm90(*_d64_descs())
     flipped.check_support()
-    assert flipped.key.tile_m128 and flipped._tuning == M128W
+    assert flipped.key.tile_m128 and flipped._tuning == M128W + ("pers",)  # a plain non-causal d64 plan: PERSISTENT_SCOPE
     det = SdpaBwdSm90(*_d64_descs(), deterministic=True)  # deterministic plans keep 64-row blocks
     det.check_support()
     assert not det.key.tile_m128 and det.key.deterministic
@@ -1790,6 +1790,42 @@ def test_pers_sets_its_key_field_and_sizes_the_counter_slot():
         SdpaBwdKey(*head, True, persistent=True)
     plain, pers = workspace_layout(2, 8, 300, 128), workspace_layout(2, 8, 300, 128, persistent=True)
     assert pers[:5] == plain[:5] and pers[5] == plain[5] + 128
+
+
+def test_pers_joins_the_defaults_of_plain_plans_in_persistent_scope_only():
+    """A plan built without ``_tuning`` runs the persistent grid exactly at api.PERSISTENT_SCOPE's (D, causal) pairs
+    (d64 non-causal, d128 causal) when it is plain: dense, no window, no sinks, not deterministic; every other plan's
+    default is the one before session 19."""
+    from cudnn.sdpa.bwd import api
+    from cudnn.sdpa.bwd.api import SdpaBwdSm90
+
+    assert api.PERSISTENT_SCOPE == {(64, False), (128, True)}
+    sinks = TensorDesc.contiguous((8,), "float32", "sinks")
+
+    def thd(d):
+        q, kv = TensorDesc.contiguous((1000, 8, d), "bfloat16", "q"), TensorDesc.contiguous((1000, 2, d), "bfloat16", "k")
+        cu = TensorDesc.contiguous((4,), "int32", "cu_seqlens_q")
+        return (q, kv, kv, q, q, TensorDesc.contiguous((8, 1000), "float32", "lse")), dict(
+            cu_seqlens_q=cu, cu_seqlens_kv=cu, max_seqlen_q=1000, max_seqlen_kv=1000
+        )
+
+    plans = {
+        "d64": (SdpaBwdSm90(*_d64_descs()), True),
+        "d64 causal": (SdpaBwdSm90(*_d64_descs(), is_causal=True), False),
+        "d64 window": (SdpaBwdSm90(*_d64_descs(), window_size=(70, 33)), False),
+        "d64 varlen": (SdpaBwdSm90(*thd(64)[0], **thd(64)[1]), False),
+        "d128 causal": (SdpaBwdSm90(*_descs(), is_causal=True), True),
+        "d128": (SdpaBwdSm90(*_descs()), False),
+        "d128 causal sinks": (SdpaBwdSm90(*_descs(), is_causal=True, sinks=sinks), False),
+        "d128 causal deterministic": (SdpaBwdSm90(*_descs(), is_causal=True, deterministic=True), False),
+        "d128 causal varlen": (SdpaBwdSm90(*thd(128)[0], is_causal=True, **thd(128)[1]), False),
+    }
+    for name, (plan, pers) in plans.items():
+        assert plan.check_support(), name
+        assert plan.key.persistent == pers and ("pers" in plan._tuning) == pers, name
+        before = tuple(t for t in plan._tuning if t != "pers")
+        assert before in (api.D64_TUNING, api.CAUSAL_TUNING, api.D128_NONCAUSAL_TUNING, api.DEFAULT_TUNING) or plan.key.deterministic, name
+    assert SdpaBwdSm90(*_d64_descs()).scratch_workspace_bytes() == SdpaBwdSm90(*_d64_descs(), _tuning=api.D64_TUNING).scratch_workspace_bytes() + 128
 
 
 @pytest.mark.compile_only

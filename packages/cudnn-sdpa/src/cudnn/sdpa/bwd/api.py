@@ -15,7 +15,7 @@ Contract (conventions of the forward, cudnn.sdpa.fwd.api):
 - masks: ``is_causal`` (top-left, or bottom-right with ``causal_bottom_right``), ``window_size=(left, right)``;
 - ``sinks`` (H,) fp32 as in the forward; their gradient ``dsinks`` (H,) fp32 is written by execute (a fixed-order sum);
 - scratch: ``scratch_workspace_bytes()`` bytes of caller workspace (fp32 LSE in log2 units, dO.O row sums and the
-  fp32 dQ accumulator), carved by ``execute`` (recipe R2), never allocated there;
+  fp32 dQ accumulator; a persistent plan's int32 tile counter), carved by ``execute`` (recipe R2), never allocated there;
 - three launches per execute: preprocess, main kernel, postprocess (all on ``current_stream``), through their tvm-ffi
   entries when apache-tvm-ffi is importable (the forward's switch, ``CUDNN_SDPA_TVM_FFI=0``: the DSL's generic entry).
 - THD varlen (``cu_seqlens_q`` and ``cu_seqlens_kv`` given): q (T_q, H, D), k / v (T_kv, H_kv, D), o / do (T_q, H, D_v),
@@ -101,6 +101,14 @@ D128_NONCAUSAL_TUNING: tuple[str, ...] | None = ("dq_bulk", "dq_writer", "stats_
 #: on top ("ours-n96s2", sdpa_bwd_s14_n96b.md and sdpa_bwd_s14_n96c.md): 0.98x-1.03x of n96s per cell, 1.012x on the
 #: mean of the 8 cells. None: declined.
 D192_TUNING: tuple[str, ...] | None = ("dq_bulk", "dq_writer", "stats_tma", "prepost", "mlp", "n96", "ds2")
+#: (D, causal) pairs whose plain plans built without ``_tuning`` (D = D_v, dense, no window, no sinks, non-deterministic)
+#: also take ``pers``, the persistent grid (kernel_key.SdpaBwdKey.persistent: one CTA per SM drawing key tiles from a
+#: workspace counter, the dK / dV epilogue staged through the dS^T buffers). Session 19 (issue #6), H200, settled, 3
+#: interleaved rounds, ours-pers / ours (docs/benchmarks/sdpa_bwd_s19_pers.md, sdpa_bwd_s19_pers_long.md): d64 non-causal
+#: 1.04x / 1.05x / 1.03x / 1.03x / 1.02x at s1k-s16k; d128 causal 1.05x / 1.00x (s1k, two runs), 1.04x (s2k), 1.03x (s4k),
+#: 0.99x (s8k), 1.02x (s16k). Left out: d64 causal (1.02x at s1k / s2k, 0.99x / 0.97x / 0.96x at s4k / s8k / s16k) and
+#: d128 non-causal (0.97x at s1k; 1.00x at s4k in session 19's call 1). GPU tests: test_sdpa_bwd_variants.py (pers).
+PERSISTENT_SCOPE: frozenset[tuple[int, bool]] = frozenset({(64, False), (128, True)})
 #: Variants of a deterministic plan at the split-D pairs (D256_TUNING / D192_TUNING set): the split-D kernel's atomic
 #: dQ path in the turn counters' fixed order (its bulk / writer schedules have no deterministic mode).
 SPLIT_D_DETERMINISTIC_TUNING: tuple[str, ...] = ("split_d", "ds2", "prepost", "mlp")
@@ -205,7 +213,9 @@ class SdpaBwdSm90(APIBase):
             dv_ = v.shape[3]
             io_shape, lse_shape = (b, h, sq, dv_), (b, h, sq)
         self._value_error_if(dk_ != dq_, f"{_OWNER}: q and k head dims differ: {q.describe()}, {k.describe()}")
-        plain = not varlen and tuple(self.window_size) == (-1, -1) and self.sinks is None  # D128_NONCAUSAL_TUNING's scope (dense, no window / sinks)
+        plain = (
+            not varlen and tuple(self.window_size) == (-1, -1) and self.sinks is None
+        )  # D128_NONCAUSAL_TUNING's and PERSISTENT_SCOPE's scope (dense, no window / sinks)
         self._tuning = self._tuning_arg if self._tuning_arg is not None else _default_tuning(dq_, dv_, self.deterministic, self.is_causal, plain)
         served = tuple((d, d) for d in _HEAD_DIMS) + (_SPLIT_D_PAIRS if "split_d" in self._tuning else ())  # the split-D kernel's: a variant
         served += _N96_PAIRS if "n96" in self._tuning else ()  # the 96-key kernel's: a variant too
@@ -364,17 +374,18 @@ def _default_tuning(d: int, d_v: int, deterministic: bool, causal: bool = False,
     D_v = 128 (SPLIT_D_DETERMINISTIC_TUNING when deterministic), D64_TUNING
     (when set) for D = D_v = 64 (non-deterministic), D128_NONCAUSAL_TUNING (when set) for a non-causal ``plain`` (dense,
     no window, no sinks) non-deterministic plan at D = D_v = 128, else CAUSAL_TUNING (causal) or DEFAULT_TUNING, without
-    the dQ reduce-add variants when deterministic."""
+    the dQ reduce-add variants when deterministic; plus ``pers`` for a ``plain`` non-deterministic plan in PERSISTENT_SCOPE."""
     if (d, d_v) in _SPLIT_D_PAIRS:
         tuning = D256_TUNING if d == 256 else D192_TUNING  # deterministic: the split-D kernel's turn order at both pairs
         if tuning is None:
             return ()
         return SPLIT_D_DETERMINISTIC_TUNING if deterministic else tuple(tuning)
+    pers = ("pers",) if plain and not deterministic and d == d_v and (d, bool(causal)) in PERSISTENT_SCOPE else ()
     if d == 64 and d_v == 64 and D64_TUNING is not None and not deterministic:
-        return tuple(D64_TUNING)
+        return tuple(D64_TUNING) + pers
     if d == 128 and d_v == 128 and plain and not causal and D128_NONCAUSAL_TUNING is not None and not deterministic:
-        return tuple(D128_NONCAUSAL_TUNING)
-    return tuple(t for t in (CAUSAL_TUNING if causal else DEFAULT_TUNING) if not (deterministic and t in _NONDETERMINISTIC_TUNING))
+        return tuple(D128_NONCAUSAL_TUNING) + pers
+    return tuple(t for t in (CAUSAL_TUNING if causal else DEFAULT_TUNING) if not (deterministic and t in _NONDETERMINISTIC_TUNING)) + pers
 
 
 def _make_key(*args):

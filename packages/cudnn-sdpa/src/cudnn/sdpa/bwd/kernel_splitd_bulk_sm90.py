@@ -414,16 +414,18 @@ class SdpaBwdSplitDBulkKernelSm90(SdpaBwdSplitDKernelSm90):
         batch: Int32,
         offset_k: Int32,
         tidx: Int32,
+        staging=None,
     ):
         """The parent's epilogue; with dkv_rs each warpgroup holds one whole accumulator (``acc_dK`` is ``acc_dV``):
-        warpgroup 1 writes dV over V's buffer, warpgroup 2 dK (scaled) over K's, then the parent's stores."""
+        warpgroup 1 writes dV over V's buffer, warpgroup 2 dK (scaled) over K's, then the parent's stores. ``staging``
+        is always None (the key keeps persistent plans off split-D); it is passed on to keep the parent's signature."""
         if const_expr(not self.key.dkv_rs):
             # the parent's, named explicitly (a zero-argument super() inside a traced method resolves from the
             # instance's class: a subclass instance would recurse into this method)
             SdpaBwdSplitDKernelSm90.epilogue_dkv(
                 self,
                 acc_dK, acc_dV, smem_copy_atom, tiled_mma_dK, tiled_mma_dV, sK, sV, mdK, mdV, tma_atom_dK, tma_atom_dV, mask, scale,
-                n_block, head_kv, batch, offset_k, tidx,
+                n_block, head_kv, batch, offset_k, tidx, staging,
             )  # fmt: skip
         else:
             D, Dv = self.head_dim, self.head_dim_v
