@@ -228,6 +228,8 @@ DEFAULT_PLUS = {
     "ours-mlp": ("mlp",),
     "ours-g3dmlp": ("g3d", "mlp"),
     "ours-pers": ("pers",),
+    # pack1 + dsk on the persistent grid (session 19: the d128 causal default plus both; ours-pd is the same without pers)
+    "ours-perspd": ("pers", "pack1", "dsk"),
     # the case's default without pers (api.PERSISTENT_SCOPE's rows run the persistent grid by default since session 19)
     "ours-nopers": (),
 }

@@ -703,7 +703,7 @@ def test_short_d64_causal_full_order_grads_equal_the_budget_order():
 # the plan without pers bitwise; dQ (reduce-adds in arrival order) and all three are checked against the reference.
 # Shapes with more tiles than SMs (several tiles a CTA), tiles no query block sees (a two-sided window, S_q < S_kv
 # bottom-right), partial last blocks, GQA and the m80 / m128 tiles.
-# (default tuning's name, dtype, D, D_v, B, H, H_kv, S_q, S_kv, causal, bottom_right, window)
+# (default tuning's name, "+"-joined _tuning names added to it, dtype, D, D_v, B, H, H_kv, S_q, S_kv, causal, bottom_right, window)
 PERS = [
     ("CAUSAL_TUNING", torch.bfloat16, 128, 128, 3, 8, 8, 2048, 2048, True, False, (-1, -1)),  # 384 tiles: ~3 a CTA
     ("D64_TUNING", torch.float16, 64, 64, 2, 16, 4, 1000, 1000, True, False, (-1, -1)),  # m128, GQA 4, partial blocks
@@ -711,6 +711,7 @@ PERS = [
     ("D64_TUNING", torch.float16, 64, 64, 2, 4, 4, 700, 700, False, False, (70, 33)),  # window: tiles no query block sees
     ("CAUSAL_TUNING", torch.bfloat16, 128, 128, 2, 8, 2, 300, 1100, True, True, (-1, -1)),  # bottom-right, S_q < S_kv
     ("DEFAULT_TUNING", torch.bfloat16, 128, 128, 1, 4, 4, 1000, 1000, False, False, (-1, -1)),  # no dq_writer
+    ("CAUSAL_TUNING+pack1+dsk", torch.bfloat16, 128, 128, 2, 8, 4, 1000, 1000, True, False, (-1, -1)),  # the d128 pd schedule
 ]
 
 
@@ -718,7 +719,8 @@ def _pers_pair(case):
     from cudnn.sdpa.bwd import api
 
     name, dtype, d, dv, b, h, hk, sq, sk, causal, bottom_right, window = case
-    tuning = tuple(getattr(api, name))
+    default, *extra = name.split("+")  # a default tuning's name, then _tuning names added to it
+    tuning = tuple(getattr(api, default)) + tuple(extra)
     q, k = _make((b, h, sq, d), dtype, BSHD), _make((b, hk, sk, d), dtype, BSHD)
     v, do = _make((b, hk, sk, dv), dtype, BSHD), _make((b, h, sq, dv), dtype, BSHD)
     kw = dict(is_causal=causal, window=window, bottom_right=bottom_right)
@@ -729,7 +731,9 @@ def _pers_pair(case):
     return (q, k, v, o, do, lse, kw, opts, tuning), base, pers
 
 
-@pytest.mark.parametrize("case", PERS, ids=["d128-causal-384tiles", "d64-m128-gqa", "d128-m80-s4k", "d64-window", "d128-bottom-right", "d128-no-writer"])
+@pytest.mark.parametrize(
+    "case", PERS, ids=["d128-causal-384tiles", "d64-m128-gqa", "d128-m80-s4k", "d64-window", "d128-bottom-right", "d128-no-writer", "d128-pd"]
+)
 def test_persistent_grads_equal_the_default_plans(case):
     (q, k, v, o, do, lse, kw, _, _), base, pers = _pers_pair(case)
     assert torch.equal(base[1], pers[1]) and torch.equal(base[2], pers[2]), "dK / dV differ from the plan without pers"
