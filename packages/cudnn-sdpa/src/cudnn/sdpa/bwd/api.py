@@ -106,8 +106,9 @@ D192_TUNING: tuple[str, ...] | None = ("dq_bulk", "dq_writer", "stats_tma", "pre
 #: workspace counter, the dK / dV epilogue staged through the dS^T buffers). Session 19 (issue #6), H200, settled, 3
 #: interleaved rounds, ours-pers / ours (docs/benchmarks/sdpa_bwd_s19_pers.md, sdpa_bwd_s19_pers_long.md): d64 non-causal
 #: 1.04x / 1.05x / 1.03x / 1.03x / 1.02x at s1k-s16k; d128 causal 1.05x / 1.00x (s1k, two runs), 1.04x (s2k), 1.03x (s4k),
-#: 0.99x (s8k), 1.02x (s16k). Left out: d64 causal (1.02x at s1k / s2k, 0.99x / 0.97x / 0.96x at s4k / s8k / s16k) and
-#: d128 non-causal (0.97x at s1k; 1.00x at s4k in session 19's call 1). GPU tests: test_sdpa_bwd_variants.py (pers).
+#: 0.99x (s8k), 1.02x (s16k). Left out: d64 causal (1.02x at s1k / s2k in two runs, 0.99x / 0.97x / 0.96x at s4k / s8k /
+#: s16k: a length rule would need the query length in the key and in sdpa_bwd's plan cache) and d128 non-causal (0.97x
+#: at s1k; 1.00x at s4k in session 19's call 1). GPU tests: test_sdpa_bwd_variants.py (pers).
 PERSISTENT_SCOPE: frozenset[tuple[int, bool]] = frozenset({(64, False), (128, True)})
 #: Variants of a deterministic plan at the split-D pairs (D256_TUNING / D192_TUNING set): the split-D kernel's atomic
 #: dQ path in the turn counters' fixed order (its bulk / writer schedules have no deterministic mode).
