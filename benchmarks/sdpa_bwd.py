@@ -230,6 +230,8 @@ DEFAULT_PLUS = {
     "ours-pers": ("pers",),
     # pack1 + dsk on the persistent grid (session 19: the d128 causal default plus both; ours-pd is the same without pers)
     "ours-perspd": ("pers", "pack1", "dsk"),
+    # the step's Q / dO stage releases from the lane elect.sync picks (no S2R of the thread index in the loop)
+    "ours-elr": ("elr",),
     # the case's default without pers (api.PERSISTENT_SCOPE's rows run the persistent grid by default since session 19)
     "ours-nopers": (),
 }
@@ -243,7 +245,8 @@ DEFAULT_PLUS = {
 #: DEFAULT_TUNING / CAUSAL_TUNING as pack1 / dsk do. ``pers`` (session 19): the persistent grid, one CTA per SM walking
 #: tiles from a workspace counter (the 64-wide main kernel: d64 / d128; the default at api.PERSISTENT_SCOPE's rows since
 #: session 19). The variants the persistent grid refuses (kvq, pdl, kvpf, g3d) run on the case's default without it.
-CASE_DEFAULT_EXTRAS = frozenset({"spin", "kvq", "pdl", "kvpf", "stearly", "g3d", "mlp", "pers"})
+#: ``elr`` (session 19): the step's Q / dO stage releases from the lane elect.sync picks (64-wide kernel).
+CASE_DEFAULT_EXTRAS = frozenset({"spin", "kvq", "pdl", "kvpf", "stearly", "g3d", "mlp", "pers", "elr"})
 
 
 def _make_default_plus(extra):
@@ -263,6 +266,8 @@ def _make_default_plus(extra):
                 raise Unsupported("stearly schedules stats4's words (the d64 m128 default)")
             if "pers" in extra and ("split_d" in base or "n96" in base):
                 raise Unsupported("pers serves the 64-wide main kernel (D <= 128; not split_d / n96)")
+            if "elr" in extra and ("split_d" in base or "n96" in base):
+                raise Unsupported("elr changes the 64-wide main kernel's step (D <= 128; not split_d / n96)")
             if "g3d" in extra and not p["causal"]:
                 raise Unsupported("g3d changes the launch of masked plans only (unmasked dense plans launch 3-D already)")
             return make_ours(case, tuple(base) + tuple(e for e in extra if e not in base))

@@ -772,3 +772,34 @@ def test_persistent_counter_is_reset_every_call_and_under_graph_replay():
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(base[1], grads[1]) and torch.equal(base[2], grads[2]), "a graph replay differs"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# elr (elect_release, session 19): the step's Q / dO stage releases arrive from the lane elect.sync picks instead of
+# lane 0. One arrive per consumer warp either way, so dK / dV equal the plan without it bitwise; all three against the
+# reference. The 64-wide kernel's tiles: d128 causal (pers), m80 (d128 non-causal), m128 (d64, pers), GQA.
+# (default tuning's name, dtype, D, B, H, H_kv, S, causal)
+ELR = [
+    ("CAUSAL_TUNING+pers", torch.bfloat16, 128, 2, 8, 2, 1000, True),
+    ("D128_NONCAUSAL_TUNING", torch.bfloat16, 128, 2, 4, 4, 1100, False),
+    ("D64_TUNING+pers", torch.float16, 64, 2, 8, 4, 1000, False),
+]
+
+
+@pytest.mark.parametrize("case", ELR, ids=["d128-causal-pers", "d128-m80", "d64-m128-pers"])
+def test_elect_release_grads_equal_the_default_plans(case):
+    from cudnn.sdpa.bwd import api
+
+    name, dtype, d, b, h, hk, s, causal = case
+    default, *extra = name.split("+")
+    tuning = tuple(getattr(api, default)) + tuple(extra)
+    q, k = _make((b, h, s, d), dtype, BSHD), _make((b, hk, s, d), dtype, BSHD)
+    v, do = _make((b, hk, s, d), dtype, BSHD), _make((b, h, s, d), dtype, BSHD)
+    o, lse = attention_ref(q, k, v, is_causal=causal)
+    o, lse = o.to(dtype), lse.float()
+    base, elr = (g[:3] for g in _variant_pair(tuning, "elr", q, k, v, o, do, lse, is_causal=causal))
+    assert torch.equal(base[1], elr[1]) and torch.equal(base[2], elr[2]), "dK / dV differ from the plan without elr"
+    ref = attention_grads_ref(q, k, v, do, is_causal=causal)
+    lowp = attention_grads_ref(q, k, v, do, upcast=False, is_causal=causal)
+    for n, g, r, lp in zip(("dq", "dk", "dv"), elr, ref, lowp, strict=True):
+        assert_close_fa(g, r, lp, n)

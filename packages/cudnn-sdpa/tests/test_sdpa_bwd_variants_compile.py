@@ -1857,3 +1857,36 @@ def test_pers_preprocess_zeroes_the_tile_counter_from_one_thread(tmp_path):
     base = _ptx(tmp_path / "base", ", dq_bulk=True, prepost_vec=True", "SdpaBwdPreprocessSm90", build)
     pers = _ptx(tmp_path / "pers", ", dq_bulk=True, prepost_vec=True, persistent=True", "SdpaBwdPreprocessSm90", build)
     assert pers.count("st.global.u32") + pers.count("st.global.b32") == base.count("st.global.u32") + base.count("st.global.b32") + 1
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# elr (elect_release, session 19): the step's Q / dO stage releases from the lane elect.sync picks
+# ---------------------------------------------------------------------------------------------------------------
+def test_elect_release_sets_its_key_field_and_refuses_split_d_and_n96():
+    """``elr`` sets elect_release on top of the 64-wide kernel's defaults (with pers at d128 causal); the split-D and
+    n96 kernels keep their own releases, so elr there is a ValueError naming it."""
+    from cudnn.sdpa.bwd import api
+    from cudnn.sdpa.bwd.api import SdpaBwdSm90
+    from cudnn.sdpa.bwd.kernel_key import TUNING_FIELDS
+
+    assert TUNING_FIELDS["elr"] == "elect_release"
+    base = SdpaBwdSm90(*_descs(), is_causal=True)
+    base.check_support()
+    plan = SdpaBwdSm90(*_descs(), is_causal=True, _tuning=base._tuning + ("elr",))
+    assert plan.check_support() and plan.key.elect_release and not base.key.elect_release and plan.key.persistent
+    assert SdpaBwdSm90(*_d64_descs(), _tuning=api.D64_TUNING + ("elr",)).check_support()
+    split = ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "sdpwg", "dkvrs", "dkvearly")
+    with pytest.raises(ValueError, match="elect_release"):
+        SdpaBwdSm90(*_d256_descs(), _tuning=split + ("elr",)).check_support()
+    with pytest.raises(ValueError, match="elect_release"):
+        SdpaBwdSm90(*_d192_descs(), is_causal=True, _tuning=api.D192_TUNING + ("elr",)).check_support()
+
+
+@pytest.mark.compile_only
+def test_elect_release_ptx_elects_the_four_step_releases(tmp_path):
+    """Two compiles of the d128 causal default with pers: elr adds one ``elect.sync`` per Q / dO release of each of the
+    two query-block loops (4); the empty-barrier arrives are as many as without it."""
+    base = _dump(tmp_path / "base", _D128_CAUSAL_DEFAULT + ", persistent=True", "SdpaBwdKernelSm90")
+    elr = _dump(tmp_path / "elr", _D128_CAUSAL_DEFAULT + ", persistent=True, elect_release=True", "SdpaBwdKernelSm90")
+    assert elr.count("elect.sync") == base.count("elect.sync") + 4
+    assert elr.count("mbarrier.arrive") == base.count("mbarrier.arrive")

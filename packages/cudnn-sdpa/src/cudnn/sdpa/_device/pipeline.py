@@ -88,6 +88,18 @@ def consumer_wait(pipe, state, spin: cutlass.Constexpr[bool]):
 
 
 @cute.jit
+def consumer_release(pipe, state, elect: cutlass.Constexpr[bool]):
+    """``pipe.consumer_release(state)`` (one arrive per consumer warp on the stage's empty barrier, from the lane whose
+    ``thread_idx % 32`` is 0), or with ``elect`` the same arrive from the lane ``elect.sync`` picks: no thread-index
+    test, which ptxas otherwise re-reads with S2R inside loops (``SdpaBwdKey.elect_release``). The warp is converged."""
+    if const_expr(elect):
+        with cute.arch.elect_one():
+            pipe.sync_object_empty.arrive(state.index, pipe.consumer_mask)
+    else:
+        pipe.consumer_release(state)
+
+
+@cute.jit
 def producer_acquire(pipe, state, spin: cutlass.Constexpr[bool]):
     """``pipe.producer_acquire(state)`` of a ``PipelineTmaAsync`` (wait for the slot's empty barrier, then the elected
     thread arms the full barrier with the stage's transaction bytes), or with ``spin`` the empty wait as
@@ -107,6 +119,7 @@ __all__ = [
     "consumer_state",
     "mbarrier_spin_wait",
     "consumer_wait",
+    "consumer_release",
     "producer_acquire",
     "cute",
 ]

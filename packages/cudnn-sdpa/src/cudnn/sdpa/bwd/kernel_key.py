@@ -140,6 +140,11 @@ class SdpaBwdKey(AttentionKey):
     # launch, barrier init or register reconfiguration is paid per tile. Dense, not deterministic, the 64-wide main
     # kernel only (not split_d / n96), not with kv_with_q / pdl / kv_prefetch / grouped_grid.
     persistent: bool = False
+    # The consumers' Q / dO stage releases (step: one arrive per consumer warp and query block) from the lane
+    # ``elect.sync`` picks instead of PipelineTmaAsync's ``thread_idx % 32 == 0`` test, whose thread index ptxas re-reads
+    # (S2R) inside the query-block loop: in the session-19 ncu source view (d128 s1k causal, persistent) the test waited
+    # on it for 1751 short-scoreboard samples of 37772. The 64-wide main kernel (not split_d / n96)
+    elect_release: bool = False
 
     def __post_init__(self):
         if self.prepost_mlp and not self.prepost_vec:
@@ -151,6 +156,8 @@ class SdpaBwdKey(AttentionKey):
                     "SdpaBwdKey: persistent (pers) serves dense, non-deterministic plans of the 64-wide main kernel without "
                     f"kv_with_q, pdl, kv_prefetch or grouped_grid; got {bad}"
                 )
+        if self.elect_release and (self.split_d or self.tile_n96):
+            raise ValueError(f"SdpaBwdKey: elect_release (elr) serves the 64-wide main kernel's step; got split_d={self.split_d}, tile_n96={self.tile_n96}")
         if self.kv_prefetch and (self.varlen or self.split_d):
             raise ValueError(
                 "SdpaBwdKey: kv_prefetch (kvpf) serves dense plans of the 64-wide and n96 main kernels (not varlen: a tile's "
@@ -285,6 +292,7 @@ TUNING_FIELDS = {
     "g3d": "grouped_grid",
     "mlp": "prepost_mlp",
     "pers": "persistent",
+    "elr": "elect_release",
 }
 
 #: dq_bulk: query rows per fragment-ordered block of the dQ accumulator (the main kernel's tile_m). Block ``m`` of a

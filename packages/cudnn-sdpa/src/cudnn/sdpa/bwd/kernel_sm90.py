@@ -105,7 +105,7 @@ from cutlass.cutlass_dsl import dsl_user_op
 from .._device.kernel_plan import DTYPES, WarpSpecializedPlanSm90, fake_gmem_ptr
 from .._device.mask_bwd import MaskInfoBwd
 from .._device.mma_sm90 import acc_view_as_a, acc_view_mn, transpose_view, wgmma
-from .._device.pipeline import consumer_state, consumer_wait, make_tma_pipeline, prefetch_tma_descriptors, producer_state
+from .._device.pipeline import consumer_release, consumer_state, consumer_wait, make_tma_pipeline, prefetch_tma_descriptors, producer_state
 from .._device.seqlen import cu_seqlens_tensors, sequence_extents
 from .._device.tile_scheduler import SingleTileScheduler
 from .kernel_key import DQ_BULK_ROWS, M80_BULK_ROWS, PREPOST_ROWS, SdpaBwdKey, tile_config
@@ -1577,7 +1577,7 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
             wgmma(tiled_mma_dQ, acc_dQ, tdQrdS, tdQrKt, zero_init=True, wg_wait=1)
         else:
             wgmma(tiled_mma_dQ, acc_dQ, tdQrdS[None, None, None, idx], tdQrKt, zero_init=True, wg_wait=1)
-        pipeline_do.consumer_release(state)
+        consumer_release(pipeline_do, state, self.key.elect_release)
         wgmma(tiled_mma_dK, acc_dK, acc_view_as_a(rdS), tdKrQt[None, None, None, idx], zero_init=False, wg_wait=1)
 
         if const_expr(self.key.dq_tma and self.key.dq_writer):
@@ -1631,7 +1631,7 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         else:
             self.dq_atomics(thr_mma_dQ, acc_dQ, mdQacc_cur, mSem_cur, mask, tidx, m_block, n_block)
         warpgroup.wait_group(0)
-        pipeline_q.consumer_release(state)
+        consumer_release(pipeline_q, state, self.key.elect_release)
         state.advance()
         return state
 
