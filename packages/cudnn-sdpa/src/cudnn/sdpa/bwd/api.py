@@ -214,9 +214,8 @@ class SdpaBwdSm90(APIBase):
             dv_ = v.shape[3]
             io_shape, lse_shape = (b, h, sq, dv_), (b, h, sq)
         self._value_error_if(dk_ != dq_, f"{_OWNER}: q and k head dims differ: {q.describe()}, {k.describe()}")
-        plain = (
-            not varlen and tuple(self.window_size) == (-1, -1) and self.sinks is None
-        )  # D128_NONCAUSAL_TUNING's and PERSISTENT_SCOPE's scope (dense, no window / sinks)
+        # D128_NONCAUSAL_TUNING's and PERSISTENT_SCOPE's scope: dense, no window, no sinks
+        plain = not varlen and tuple(self.window_size) == (-1, -1) and self.sinks is None
         self._tuning = self._tuning_arg if self._tuning_arg is not None else _default_tuning(dq_, dv_, self.deterministic, self.is_causal, plain)
         served = tuple((d, d) for d in _HEAD_DIMS) + (_SPLIT_D_PAIRS if "split_d" in self._tuning else ())  # the split-D kernel's: a variant
         served += _N96_PAIRS if "n96" in self._tuning else ()  # the 96-key kernel's: a variant too
