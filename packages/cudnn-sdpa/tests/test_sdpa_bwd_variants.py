@@ -715,12 +715,17 @@ PERS = [
 ]
 
 
-def _pers_pair(case):
+def _named_tuning(name):
+    """``"CAUSAL_TUNING+pack1+dsk"``: the bwd/api.py default tuning of that name, then the ``_tuning`` names added to it."""
     from cudnn.sdpa.bwd import api
 
+    default, *extra = name.split("+")
+    return tuple(getattr(api, default)) + tuple(extra)
+
+
+def _pers_pair(case):
     name, dtype, d, dv, b, h, hk, sq, sk, causal, bottom_right, window = case
-    default, *extra = name.split("+")  # a default tuning's name, then _tuning names added to it
-    tuning = tuple(getattr(api, default)) + tuple(extra)
+    tuning = _named_tuning(name)
     q, k = _make((b, h, sq, d), dtype, BSHD), _make((b, hk, sk, d), dtype, BSHD)
     v, do = _make((b, hk, sk, dv), dtype, BSHD), _make((b, h, sq, dv), dtype, BSHD)
     kw = dict(is_causal=causal, window=window, bottom_right=bottom_right)
@@ -778,7 +783,7 @@ def test_persistent_counter_is_reset_every_call_and_under_graph_replay():
 # elr (elect_release, session 19): the step's Q / dO stage releases arrive from the lane elect.sync picks instead of
 # lane 0. One arrive per consumer warp either way, so dK / dV equal the plan without it bitwise; all three against the
 # reference. The 64-wide kernel's tiles: d128 causal (pers), m80 (d128 non-causal), m128 (d64, pers), GQA.
-# (default tuning's name, dtype, D, B, H, H_kv, S, causal)
+# (default tuning's name, "+"-joined _tuning names added to it, dtype, D, B, H, H_kv, S, causal)
 ELR = [
     ("CAUSAL_TUNING+pers", torch.bfloat16, 128, 2, 8, 2, 1000, True),
     ("D128_NONCAUSAL_TUNING", torch.bfloat16, 128, 2, 4, 4, 1100, False),
@@ -788,11 +793,8 @@ ELR = [
 
 @pytest.mark.parametrize("case", ELR, ids=["d128-causal-pers", "d128-m80", "d64-m128-pers"])
 def test_elect_release_grads_equal_the_default_plans(case):
-    from cudnn.sdpa.bwd import api
-
     name, dtype, d, b, h, hk, s, causal = case
-    default, *extra = name.split("+")
-    tuning = tuple(getattr(api, default)) + tuple(extra)
+    tuning = _named_tuning(name)
     q, k = _make((b, h, s, d), dtype, BSHD), _make((b, hk, s, d), dtype, BSHD)
     v, do = _make((b, hk, s, d), dtype, BSHD), _make((b, h, s, d), dtype, BSHD)
     o, lse = attention_ref(q, k, v, is_causal=causal)
