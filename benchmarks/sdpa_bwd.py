@@ -234,6 +234,16 @@ DEFAULT_PLUS = {
     "ours-elr": ("elr",),
     # the case's default without pers (api.PERSISTENT_SCOPE's rows run the persistent grid by default since session 19)
     "ours-nopers": (),
+    # session 20: lse_log2 / dpsum stored permuted, a thread's four columns one 16-byte load (stats4) at the 64 / 80-row
+    # blocks; s4e with the words loaded before the WGMMA waits (stearly: stats4 alone spills 24 bytes at d128 causal);
+    # s4ee with elr as well
+    "ours-s4": ("stats4",),
+    "ours-s4e": ("stats4", "stearly"),
+    "ours-s4ee": ("stats4", "stearly", "elr"),
+    # session 20: no zeroed dQ accumulator (the first dq_writer to reach a query block stores, the others reduce-add);
+    # in the d128 causal and d64 defaults since session 20: ours-nodqfs is the case's default without it
+    "ours-dqfs": ("dqfs",),
+    "ours-nodqfs": ("-dqfs",),
 }
 #: The fixed-cost variants (notes/bwd_fixed_cost.md A / B: ``spin`` consumer waits without NANOSLEEP, ``kvq`` K / V on
 #: the first Q / dO stage's barrier; ``pdl``: Programmatic Dependent Launch of the three kernels; ``kvpf``: L2 prefetch
@@ -246,7 +256,9 @@ DEFAULT_PLUS = {
 #: tiles from a workspace counter (the 64-wide main kernel: d64 / d128; the default at api.PERSISTENT_SCOPE's rows since
 #: session 19). The variants the persistent grid refuses (kvq, pdl, kvpf, g3d) run on the case's default without it.
 #: ``elr`` (session 19): the step's Q / dO stage releases from the lane elect.sync picks (64-wide kernel).
-CASE_DEFAULT_EXTRAS = frozenset({"spin", "kvq", "pdl", "kvpf", "stearly", "g3d", "mlp", "pers", "elr"})
+#: ``stats4`` (session 20): lse_log2 / dpsum stored permuted, one 16-byte load per four columns, at any query tile.
+#: ``dqfs`` (session 20): the dQ accumulator never zeroed, each query block's first arrival stores (dq_bulk + dq_writer).
+CASE_DEFAULT_EXTRAS = frozenset({"spin", "kvq", "pdl", "kvpf", "stearly", "g3d", "mlp", "pers", "elr", "stats4", "dqfs", "-dqfs"})
 
 
 def _make_default_plus(extra):
@@ -262,15 +274,21 @@ def _make_default_plus(extra):
                 raise Unsupported("kvq is a prologue of the 64-wide and n96 main kernels (not split_d)")
             if "kvpf" in extra and "split_d" in base:
                 raise Unsupported("kvpf serves the 64-wide and n96 main kernels (not split_d)")
-            if "stearly" in extra and "stats4" not in base:
-                raise Unsupported("stearly schedules stats4's words (the d64 m128 default)")
+            if "stearly" in extra and "stats4" not in base + tuple(extra):
+                raise Unsupported("stearly schedules stats4's words (the d64 m128 default, or with stats4)")
+            if "stats4" in extra and ("split_d" in base or "n96" in base):
+                raise Unsupported("stats4 is a layout of the 64-wide main kernel's staged stats (not split_d / n96)")
             if "pers" in extra and ("split_d" in base or "n96" in base):
                 raise Unsupported("pers serves the 64-wide main kernel (D <= 128; not split_d / n96)")
             if "elr" in extra and ("split_d" in base or "n96" in base):
                 raise Unsupported("elr changes the 64-wide main kernel's step (D <= 128; not split_d / n96)")
+            if "dqfs" in extra and ({"split_d", "n96"} & set(base) or "dq_writer" not in base):
+                raise Unsupported("dqfs is a dq_bulk + dq_writer schedule of the 64-wide main kernel (64 / 80 / 128-row blocks)")
             if "g3d" in extra and not p["causal"]:
                 raise Unsupported("g3d changes the launch of masked plans only (unmasked dense plans launch 3-D already)")
-            return make_ours(case, tuple(base) + tuple(e for e in extra if e not in base))
+            drop = {e[1:] for e in extra if e.startswith("-")}  # "-x": the default without x
+            base = tuple(t for t in base if t not in drop)
+            return make_ours(case, tuple(base) + tuple(e for e in extra if e not in base and not e.startswith("-")))
         if case.params["d"] > 128:
             raise Unsupported("pack1 / dsk are schedules of the 64-wide main kernel (D <= 128)")
         base = bwd_api.CAUSAL_TUNING if case.params["causal"] else bwd_api.DEFAULT_TUNING

@@ -404,9 +404,9 @@ def test_sdpa_bwd_allocates_in_input_order_and_launches_like_the_plan(bwd, monke
     plan.execute(q, k, v, o, do, lse, r["dq"], r["dk"], r["dv"], ws)
     direct = rec[-3:]
     # workspace addresses (each call has its own buffer): LSE2, dpsum, dQ accumulator and the semaphore slot (a causal
-    # d128 plan is persistent: its tile counter)
-    scratch = {"pre": (3, 4, 5, 8), "main": (6, 7, 8, 9), "post": (0,)}
-    assert plan.key.persistent and all(calls[i] is not None for kernel, calls in wrapper if kernel != "post" for i in scratch[kernel])
+    # d128 plan is persistent: its tile counter; and dqfs: its first-store flags, which the postprocess reads too)
+    scratch = {"pre": (3, 4, 5, 8), "main": (6, 7, 8, 9), "post": (0, 4)}
+    assert plan.key.persistent and plan.key.dq_first_store and all(calls[i] is not None for kernel, calls in wrapper for i in scratch[kernel])
 
     def strip(calls):
         return [(kernel, tuple(a for i, a in enumerate(args) if i not in scratch[kernel])) for kernel, args in calls]

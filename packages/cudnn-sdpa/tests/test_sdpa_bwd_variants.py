@@ -213,6 +213,8 @@ VARLEN = [
     (PDC, False, torch.bfloat16, 128, 8, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], True, True, (-1, -1)),
     (M128X, False, torch.bfloat16, 64, 8, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], True, True, (-1, -1)),
     (M128E, False, torch.bfloat16, 64, 8, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], True, True, (-1, -1)),
+    # session 20: stats4 (+ stearly) at the 64-row blocks of the causal default
+    (BULKW + ("stats4", "stearly"), False, torch.bfloat16, 128, 8, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], True, True, (-1, -1)),
 ]
 
 
@@ -610,7 +612,7 @@ def _thd_variant_matches_its_base(variant):
     o, lse = o.to(q.dtype), lse.float().contiguous()
     tq, tk = torch.tensor(cu_q, dtype=torch.int32, device="cuda"), torch.tensor(cu_k, dtype=torch.int32, device="cuda")
     opts = dict(is_causal=True, causal_bottom_right=True, cu_seqlens_q=tq, cu_seqlens_kv=tk, max_seqlen_q=max(lens_q), max_seqlen_kv=max(lens_k))
-    tuning = tuple(t for t in api._default_tuning(d, d, False, True, False) if t != variant)
+    tuning = tuple(t for t in api._default_tuning(d, d, False, True, False, True) if t != variant)  # a varlen plan's default
     base, var = _variant_pair(tuning, variant, q, k, v, o, do, lse, **opts)
     assert torch.equal(base[1], var[1]) and torch.equal(base[2], var[2]), f"dK / dV differ from the plan without {variant}"
     ref = attention_grads_ref_varlen(q, k, v, do, cu_q, cu_k, **kw)
@@ -723,16 +725,16 @@ def _named_tuning(name):
     return tuple(getattr(api, default)) + tuple(extra)
 
 
-def _pers_pair(case):
+def _pers_pair(case, variant="pers"):
     name, dtype, d, dv, b, h, hk, sq, sk, causal, bottom_right, window = case
-    tuning = _named_tuning(name)
+    tuning = tuple(t for t in _named_tuning(name) if t != variant)  # dqfs: in CAUSAL_TUNING / D64_TUNING since session 20
     q, k = _make((b, h, sq, d), dtype, BSHD), _make((b, hk, sk, d), dtype, BSHD)
     v, do = _make((b, hk, sk, dv), dtype, BSHD), _make((b, h, sq, dv), dtype, BSHD)
     kw = dict(is_causal=causal, window=window, bottom_right=bottom_right)
     o, lse = attention_ref(q, k, v, **kw)
     o, lse = o.to(dtype), lse.float()
     opts = dict(is_causal=causal, window_size=window, causal_bottom_right=bottom_right)
-    base, pers = (g[:3] for g in _variant_pair(tuning, "pers", q, k, v, o, do, lse, **opts))
+    base, pers = (g[:3] for g in _variant_pair(tuning, variant, q, k, v, o, do, lse, **opts))
     return (q, k, v, o, do, lse, kw, opts, tuning), base, pers
 
 
@@ -780,28 +782,124 @@ def test_persistent_counter_is_reset_every_call_and_under_graph_replay():
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# elr (elect_release, session 19): the step's Q / dO stage releases arrive from the lane elect.sync picks instead of
-# lane 0. One arrive per consumer warp either way, so dK / dV equal the plan without it bitwise; all three against the
-# reference. The 64-wide kernel's tiles: d128 causal (pers), m80 (d128 non-causal), m128 (d64, pers), GQA.
-# (default tuning's name, "+"-joined _tuning names added to it, dtype, D, B, H, H_kv, S, causal)
-ELR = [
-    ("CAUSAL_TUNING+pers", torch.bfloat16, 128, 2, 8, 2, 1000, True),
-    ("D128_NONCAUSAL_TUNING", torch.bfloat16, 128, 2, 4, 4, 1100, False),
-    ("D64_TUNING+pers", torch.float16, 64, 2, 8, 4, 1000, False),
+# Step variants that change how the step reads or signals, never what it computes, so dK / dV equal the plan without
+# them bitwise; all three against the reference. elr (elect_release, session 19): the step's Q / dO stage releases
+# arrive from the lane elect.sync picks instead of lane 0 (one arrive per consumer warp either way). stats4 at the 64-
+# and 80-row blocks (session 20; m128's since session 8): the preprocess stores lse_log2 / dpsum permuted inside each
+# 16-row group and the step reads a thread's four columns as one 16-byte word (with stearly: before the WGMMA waits).
+# The 64-wide kernel's tiles: d128 causal (pers), m80 (d128 non-causal), m128 (d64, pers), no writer; GQA, partial
+# last blocks.
+# (default tuning's name, "+"-joined _tuning names added to it, the "+"-joined variant, dtype, D, B, H, H_kv, S, causal)
+STEP_VARIANTS = [
+    ("CAUSAL_TUNING+pers", "elr", torch.bfloat16, 128, 2, 8, 2, 1000, True),
+    ("D128_NONCAUSAL_TUNING", "elr", torch.bfloat16, 128, 2, 4, 4, 1100, False),
+    ("D64_TUNING+pers", "elr", torch.float16, 64, 2, 8, 4, 1000, False),
+    ("CAUSAL_TUNING+pers", "stats4+stearly", torch.bfloat16, 128, 2, 8, 2, 1000, True),
+    ("CAUSAL_TUNING+pers", "stats4+stearly+elr", torch.float16, 128, 3, 8, 8, 2048, True),
+    ("CAUSAL_TUNING", "stats4", torch.bfloat16, 128, 2, 4, 4, 777, True),
+    ("D128_NONCAUSAL_TUNING", "stats4", torch.bfloat16, 128, 2, 4, 4, 1100, False),
+    ("DEFAULT_TUNING", "stats4", torch.float16, 128, 1, 4, 2, 1000, False),
+]
+STEP_VARIANT_IDS = [
+    "elr-d128-causal-pers",
+    "elr-d128-m80",
+    "elr-d64-m128-pers",
+    "stats4e-d128-causal-pers-gqa",
+    "stats4ee-d128-causal-pers-3tiles",
+    "stats4-d128-causal",
+    "stats4-d128-m80",
+    "stats4-d128-no-writer",
 ]
 
 
-@pytest.mark.parametrize("case", ELR, ids=["d128-causal-pers", "d128-m80", "d64-m128-pers"])
-def test_elect_release_grads_equal_the_default_plans(case):
-    name, dtype, d, b, h, hk, s, causal = case
+@pytest.mark.parametrize("case", STEP_VARIANTS, ids=STEP_VARIANT_IDS)
+def test_step_variant_grads_equal_the_default_plans(case):
+    from cudnn.sdpa.bwd.kernel_key import TUNING_FIELDS
+
+    name, variant, dtype, d, b, h, hk, s, causal = case
     tuning = _named_tuning(name)
     q, k = _make((b, h, s, d), dtype, BSHD), _make((b, hk, s, d), dtype, BSHD)
     v, do = _make((b, hk, s, d), dtype, BSHD), _make((b, h, s, d), dtype, BSHD)
     o, lse = attention_ref(q, k, v, is_causal=causal)
     o, lse = o.to(dtype), lse.float()
-    base, elr = (g[:3] for g in _variant_pair(tuning, "elr", q, k, v, o, do, lse, is_causal=causal))
-    assert torch.equal(base[1], elr[1]) and torch.equal(base[2], elr[2]), "dK / dV differ from the plan without elr"
+    runs = []
+    for t in (tuning, tuning + tuple(variant.split("+"))):
+        grads = tuple(poison(torch.empty_like(x)) for x in (q, k, v))
+        plan, _ = _run(t, q, k, v, o, do, lse, *grads, is_causal=causal)
+        assert all(getattr(plan.key, TUNING_FIELDS[x]) == (x in t) for x in variant.split("+"))
+        runs.append(grads)
+    base, var = runs
+    assert torch.equal(base[1], var[1]) and torch.equal(base[2], var[2]), f"dK / dV differ from the plan without {variant}"
     ref = attention_grads_ref(q, k, v, do, is_causal=causal)
     lowp = attention_grads_ref(q, k, v, do, upcast=False, is_causal=causal)
-    for n, g, r, lp in zip(("dq", "dk", "dv"), elr, ref, lowp, strict=True):
+    for n, g, r, lp in zip(("dq", "dk", "dv"), var, ref, lowp, strict=True):
         assert_close_fa(g, r, lp, n)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# dqfs (dq_first_store, session 20): the preprocess zeroes no dQ accumulator; per 64-row query block the first dq_writer
+# to take the block's ticket bulk-stores its partial, the others reduce-add once it marked the block done, and the
+# postprocess writes 0 where no key block reached a block. _run poisons the workspace, so a block read before its first
+# store, or a stale flag, shows. dK / dV equal the plan without dqfs bitwise; all three against the reference. Query
+# blocks no key block sees (S_q > S_kv bottom-right), several tiles a CTA (pers), GQA without pers, a window.
+# (default tuning's name, "+"-joined _tuning names added to it, dtype, D, D_v, B, H, H_kv, S_q, S_kv, causal, bottom_right, window)
+DQFS = [
+    ("CAUSAL_TUNING+pers", torch.bfloat16, 128, 128, 3, 8, 8, 2048, 2048, True, False, (-1, -1)),  # 384 tiles: ~3 a CTA
+    ("CAUSAL_TUNING+pers", torch.bfloat16, 128, 128, 2, 8, 2, 700, 129, True, True, (-1, -1)),  # 571 rows see no key
+    ("CAUSAL_TUNING", torch.float16, 128, 128, 2, 8, 2, 1000, 1000, True, False, (-1, -1)),  # GQA 4, one tile a CTA
+    ("CAUSAL_TUNING", torch.bfloat16, 64, 64, 2, 4, 4, 700, 700, False, False, (70, 33)),  # d64 64-row blocks, a window
+    ("D128_NONCAUSAL_TUNING", torch.bfloat16, 128, 128, 2, 4, 4, 1100, 1100, False, False, (-1, -1)),  # m80, partial blocks
+    ("D128_NONCAUSAL_TUNING+pers", torch.bfloat16, 128, 128, 2, 8, 4, 4096, 4096, False, False, (-1, -1)),  # m80, 256 tiles
+    ("D128_NONCAUSAL_TUNING", torch.bfloat16, 128, 128, 2, 8, 2, 700, 129, True, True, (-1, -1)),  # m80, unreached blocks
+    ("D64_TUNING+pers", torch.float16, 64, 64, 2, 16, 4, 1000, 1000, False, False, (-1, -1)),  # m128 + dqrows, GQA 4
+    ("D64_TUNING", torch.bfloat16, 64, 64, 2, 8, 2, 700, 129, True, True, (-1, -1)),  # m128, unreached blocks
+]
+DQFS_IDS = ["d128-causal-pers-384tiles", "d128-pers-sq-gt-skv", "d128-gqa", "d64-window", "m80", "m80-pers", "m80-sq-gt-skv", "m128-pers-gqa", "m128-sq-gt-skv"]
+
+
+@pytest.mark.parametrize("case", DQFS, ids=DQFS_IDS)
+def test_dq_first_store_grads_equal_the_default_plans(case):
+    (q, k, v, o, do, lse, kw, _, _), base, fs = _pers_pair(case, "dqfs")
+    assert torch.equal(base[1], fs[1]) and torch.equal(base[2], fs[2]), "dK / dV differ from the plan without dqfs"
+    ref = attention_grads_ref(q, k, v, do, **kw)
+    lowp = attention_grads_ref(q, k, v, do, upcast=False, **kw)
+    for n, g, r, lp in zip(("dq", "dk", "dv"), fs, ref, lowp, strict=True):
+        assert_close_fa(g, r, lp, n)
+
+
+def test_dq_first_store_flags_are_reset_every_call_and_under_graph_replay():
+    """The first-store flags live in the caller's workspace: every call's preprocess zeroes them, so repeated calls on
+    one workspace, and replays of a captured graph, store each block's first partial again (a stale flag would make
+    every arrival a reduce-add onto the previous call's dQ: twice the gradient)."""
+    from cudnn.sdpa.bwd.api import SdpaBwdSm90, workspace_bytes_for
+
+    (q, k, v, o, do, lse, kw, opts, tuning), base, first = _pers_pair(DQFS[1], "dqfs")
+    grads = tuple(poison(torch.empty_like(x)) for x in (q, k, v))
+    plan = SdpaBwdSm90(q, k, v, o, do, lse, *grads, _tuning=tuning + ("dqfs",), **opts)
+    plan.check_support()
+    plan.compile()
+    ws = torch.empty(workspace_bytes_for(plan, q), dtype=torch.uint8, device="cuda")
+    ref = attention_grads_ref(q, k, v, do, **kw)
+    lowp = attention_grads_ref(q, k, v, do, upcast=False, **kw)
+
+    def check(what):
+        assert torch.equal(first[1], grads[1]) and torch.equal(first[2], grads[2]), f"{what}: dK / dV differ"
+        assert_close_fa(grads[0], ref[0], lowp[0], f"dq ({what})")
+
+    for i in range(3):
+        for g in grads:
+            poison(g)
+        plan.execute(q, k, v, o, do, lse, *grads, ws)
+        torch.cuda.synchronize()
+        check(f"call {i}")
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        plan.execute(q, k, v, o, do, lse, *grads, ws)
+    for i in range(2):
+        for g in grads:
+            poison(g)
+        graph.replay()
+        torch.cuda.synchronize()
+        check(f"replay {i}")

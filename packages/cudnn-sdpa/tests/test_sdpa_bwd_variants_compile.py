@@ -293,9 +293,13 @@ def test_default_tuning_constants_drive_plans_built_without_tuning(monkeypatch):
     assert api.D256_TUNING == ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "mlp", "sdpwg", "dkvrs", "dkvearly")
     plan = SdpaBwdSm90(*_descs(), is_causal=True)  # causal: CAUSAL_TUNING (dq_writer too)
     plan.check_support()
-    assert api.CAUSAL_TUNING == ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost", "mlp")
+    # dqfs since session 20 (sdpa_bwd_s20_dqfs.md, sdpa_bwd_s20_dqfs_all.md)
+    assert api.CAUSAL_TUNING == ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost", "mlp", "dqfs")
     assert plan.key.dq_bulk and plan.key.dq_writer and not plan.key.dq_tma and plan.key.stats_tma and plan.key.ds_double_buffer and plan.key.prepost_vec
-    assert plan.key.prepost_mlp
+    assert plan.key.prepost_mlp and plan.key.dq_first_store
+    det = SdpaBwdSm90(*_descs(), is_causal=True, deterministic=True)  # deterministic: no reduce-add variants, no dqfs
+    det.check_support()
+    assert not (det.key.dq_bulk or det.key.dq_writer or det.key.dq_first_store)
     # d128 non-causal dense, no window / sinks: D128_NONCAUSAL_TUNING since the session-9 H200 A/B (sdpa_bwd_m80b.md)
     assert api.D128_NONCAUSAL_TUNING == ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost", "mlp", "m80", "pack1")
     full = SdpaBwdSm90(*_descs())
@@ -1054,7 +1058,7 @@ M128X = ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost", "m128", "pack1",
 
 def test_pack1_dsk_dqrows_set_their_key_fields_and_bad_combinations_are_refused():
     """pack1 / dsk / dqrows / stats4 map onto pack_once / ds_kmajor / dq_rows / stats_vec4 (their own kernel-cache
-    entries); dqrows is a schedule of m128 + dq_bulk, stats4 of m128, dsk excludes m80 / dqt / split_d (their dQ^T reads
+    entries); dqrows is a schedule of m128 + dq_bulk, stats4 of stats_tma, dsk excludes m80 / dqt / split_d (their dQ^T reads
     dS^T), pack1 excludes split_d."""
     from cudnn.sdpa.bwd.api import SdpaBwdSm90
 
@@ -1065,8 +1069,10 @@ def test_pack1_dsk_dqrows_set_their_key_fields_and_bad_combinations_are_refused(
     assert base.key != plan.key and not (base.key.pack_once or base.key.ds_kmajor)
     m128 = SdpaBwdSm90(*_d64_descs(), is_causal=True, _tuning=M128X)
     assert m128.check_support() and m128.key.dq_rows and m128.key.tile_m128 and m128.key.pack_once and m128.key.ds_kmajor and m128.key.stats_vec4
+    s4 = SdpaBwdSm90(*_descs(), _tuning=PD + ("stats4",))  # 64-row blocks (session 20)
+    assert s4.check_support() and s4.key.stats_vec4 and s4.key != plan.key
     with pytest.raises(ValueError, match="stats_vec4"):
-        SdpaBwdSm90(*_descs(), _tuning=PD + ("stats4",)).check_support()  # 64-row blocks
+        SdpaBwdSm90(*_descs(), _tuning=("dq_bulk", "ds2", "prepost", "stats4")).check_support()  # no staged stats
     with pytest.raises(ValueError, match="dq_rows"):
         SdpaBwdSm90(*_descs(), _tuning=("dq_bulk", "stats_tma", "dqrows")).check_support()  # 64-row blocks
     with pytest.raises(ValueError, match="dq_rows"):
@@ -1209,6 +1215,37 @@ def test_stats_early_ptx_loads_the_words_before_each_wgmma_wait(tmp_path, early)
     before = (sum(i < first_s for i in loads), sum(i < first_dp for i in loads))
     assert before == ((8, 16) if early else (0, 8)), before
     assert len(loads) == 32
+    assert "st.local" not in ptx and "ld.local" not in ptx and frame_sizes(tmp_path) == [0]
+
+
+#: The d128 causal default's key (CAUSAL_TUNING + pers) for the 64-row stats4 test.
+CAUSAL_PERS_HEAD = "'bf16', 128, 128, 1, True, False, False, False, False, False, False"
+CAUSAL_PERS_TAIL = "dq_bulk=True, dq_writer=True, stats_tma=True, ds_double_buffer=True, prepost_vec=True, prepost_mlp=True, persistent=True"
+
+
+@pytest.mark.compile_only
+@pytest.mark.parametrize("s4", [False, True], ids=["default", "stats4-stearly"])
+def test_stats4_at_64_rows_ptx_loads_four_words_per_stat(tmp_path, s4):
+    """One compile each (session 20): at the d128 causal default's 64-row blocks, stats4 + stearly reads a thread's 16
+    lse_log2 columns as four 16-byte words before the wait for S^T and its dpsum columns as four more before the wait
+    for dP^T, in each of the two step copies (masked, unmasked): 16 ``ld.shared.v4`` and no ``ld.shared.v2``; the
+    default (the planted contrast) reads them as 32 8-byte pairs. No local memory, a zero frame (stats4 without stearly
+    spills 24 bytes here: why the A/B pairs them)."""
+    from cudnn_testing.compile_only import frame_sizes
+
+    skip_unless_cutedsl("4.8.0", "cudnn.sdpa backward")
+    extra = ", stats_vec4=True, stats_early=True" if s4 else ""
+    ptx = _dump(tmp_path, f"{CAUSAL_PERS_HEAD}, {CAUSAL_PERS_TAIL}{extra}", "SdpaBwdKernelSm90", keep="ptx,cubin")
+    lines = ptx.splitlines()
+    v4 = [i for i, ln in enumerate(lines) if "ld.shared.v4" in ln]
+    v2 = [i for i, ln in enumerate(lines) if "ld.shared.v2" in ln]
+    waits = [(i, ln.split()[-1].rstrip(";")) for i, ln in enumerate(lines) if "wgmma.wait_group.sync.aligned" in ln]
+    first_s = next(i for i, n in waits if n == "1")
+    first_dp = next(i for i, n in waits if n == "0" and i > first_s)
+    if s4:
+        assert (len(v4), len(v2)) == (16, 0) and (sum(i < first_s for i in v4), sum(i < first_dp for i in v4)) == (4, 8)
+    else:
+        assert (len(v4), len(v2)) == (0, 32)
     assert "st.local" not in ptx and "ld.local" not in ptx and frame_sizes(tmp_path) == [0]
 
 
@@ -1824,7 +1861,10 @@ def test_pers_joins_the_defaults_of_plain_plans_in_persistent_scope_only():
         assert plan.check_support(), name
         assert plan.key.persistent == pers and ("pers" in plan._tuning) == pers, name
         before = tuple(t for t in plan._tuning if t != "pers")
-        assert before in (api.D64_TUNING, api.CAUSAL_TUNING, api.D128_NONCAUSAL_TUNING, api.DEFAULT_TUNING) or plan.key.deterministic, name
+        dense = tuple(t for t in before if "varlen" not in name or t != "dqfs")  # THD varlen plans drop dqfs (session 20)
+        consts = (api.D64_TUNING, api.CAUSAL_TUNING, api.D128_NONCAUSAL_TUNING, api.DEFAULT_TUNING)
+        assert (before if "varlen" not in name else before + ("dqfs",)) in consts or plan.key.deterministic, name
+        assert dense == before and ("varlen" not in name or not plan.key.dq_first_store), name
     assert SdpaBwdSm90(*_d64_descs()).scratch_workspace_bytes() == SdpaBwdSm90(*_d64_descs(), _tuning=api.D64_TUNING).scratch_workspace_bytes() + 128
 
 
@@ -1890,3 +1930,80 @@ def test_elect_release_ptx_elects_the_four_step_releases(tmp_path):
     elr = _dump(tmp_path / "elr", _D128_CAUSAL_DEFAULT + ", persistent=True, elect_release=True", "SdpaBwdKernelSm90")
     assert elr.count("elect.sync") == base.count("elect.sync") + 4
     assert elr.count("mbarrier.arrive") == base.count("mbarrier.arrive")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# dqfs (dq_first_store, session 20): no zeroed dQ accumulator; the first dq_writer to reach a query block stores
+# ---------------------------------------------------------------------------------------------------------------
+def test_dq_first_store_sets_its_key_field_refuses_other_dq_paths_and_sizes_the_flags():
+    """``dqfs`` sets dq_first_store on the dq_bulk + dq_writer schedules of the 64-wide kernel (the d128 causal default
+    with or without pers, the m80 and m128 defaults); without the writer, with split_d and on varlen plans it is a
+    ValueError naming it. The workspace's semaphore slot grows by one int32 flag per 64 scratch rows, after the tile
+    counter's 128 bytes when persistent."""
+    from cudnn.sdpa.bwd import api
+    from cudnn.sdpa.bwd.api import SdpaBwdSm90
+    from cudnn.sdpa.bwd.kernel_key import TUNING_FIELDS, dq_flags_offset, workspace_layout
+
+    assert TUNING_FIELDS["dqfs"] == "dq_first_store"
+    for tuning in (api.CAUSAL_TUNING + ("pers", "dqfs"), api.CAUSAL_TUNING + ("dqfs",)):
+        plan = SdpaBwdSm90(*_descs(), is_causal=True, _tuning=tuning)
+        assert plan.check_support() and plan.key.dq_first_store and plan.key.persistent == ("pers" in tuning)
+    assert SdpaBwdSm90(*_d64_descs(), _tuning=api.CAUSAL_TUNING + ("dqfs",)).check_support()
+    assert SdpaBwdSm90(*_descs(), _tuning=api.D128_NONCAUSAL_TUNING + ("dqfs",)).check_support()  # m80
+    assert SdpaBwdSm90(*_d64_descs(), _tuning=api.D64_TUNING + ("dqfs",)).check_support()  # m128 + dqrows
+    for descs, tuning in (
+        (_descs(), api.DEFAULT_TUNING + ("dqfs",)),  # no writer
+        (_d256_descs(), ("split_d", "dq_bulk", "dq_writer", "ds2", "prepost", "dqfs")),
+    ):
+        with pytest.raises(ValueError, match="dq_first_store"):
+            SdpaBwdSm90(*descs, _tuning=tuning).check_support()
+    cu = TensorDesc.contiguous((4,), "int32", "cu_seqlens_q")
+    q, kv = TensorDesc.contiguous((1000, 8, 128), "bfloat16", "q"), TensorDesc.contiguous((1000, 2, 128), "bfloat16", "k")
+    with pytest.raises(ValueError, match="dq_first_store"):
+        SdpaBwdSm90(
+            q, kv, kv, q, q, TensorDesc.contiguous((8, 1000), "float32", "lse"), is_causal=True, _tuning=api.CAUSAL_TUNING + ("dqfs",),
+            cu_seqlens_q=cu, cu_seqlens_kv=cu, max_seqlen_q=1000, max_seqlen_kv=1000,
+        ).check_support()  # fmt: skip
+    rows = 2 * 8 * 384  # B * H * S_pad (S = 300 padded to 3 x 128)
+    plain, flags = workspace_layout(2, 8, 300, 128), workspace_layout(2, 8, 300, 128, dq_flags=True)
+    both = workspace_layout(2, 8, 300, 128, persistent=True, dq_flags=True)
+    assert flags[:5] == plain[:5] and flags[5] == plain[5] + 4 * rows // 64 and both[5] == flags[5] + 128
+    assert (dq_flags_offset(False), dq_flags_offset(True)) == (0, 32)
+
+
+@pytest.mark.compile_only
+@pytest.mark.parametrize("persistent", [False, True], ids=["one-tile", "pers"])
+def test_dq_first_store_ptx_takes_one_ticket_per_block_and_the_preprocess_zeroes_no_accumulator(tmp_path, persistent):
+    """Compiles of the d128 causal default with and without dqfs (the planted contrast): the main kernel's dq_writer
+    takes one ticket (``atom.relaxed.gpu``), polls the flag with ``ld.acquire.gpu``, issues per consumer warpgroup a bulk
+    store (ticket 0) or a bulk reduce-add, and marks the flag once (``cp.async.bulk.wait_group 0``, an async-proxy fence,
+    ``red.release.gpu``); none of it without dqfs. The preprocess writes no 16-byte zero chunks (the accumulator) and
+    the postprocess reads one flag per 64-row block. No local memory, zero frames."""
+    from cudnn_testing.compile_only import frame_sizes
+
+    skip_unless_cutedsl("4.8.0", "cudnn.sdpa backward")
+    key = _D128_CAUSAL_DEFAULT + ", prepost_mlp=True" + (", persistent=True" if persistent else "")
+    build_pre = "kernel_prepost_sm90 import compile_sdpa_bwd_pre as f"
+    build_post = "kernel_prepost_sm90 import compile_sdpa_bwd_post as f"
+    texts = {}
+    for name, extra in (("base", ""), ("dqfs", ", dq_first_store=True")):
+        d = tmp_path / name
+        texts[name] = (
+            _dump(d / "main", key + extra, "SdpaBwdKernelSm90", keep="ptx,cubin"),
+            _dump(d / "pre", key + extra, "SdpaBwdPreprocessSm90", build_pre),
+            _dump(d / "post", key + extra, "SdpaBwdPostprocessSm90", build_post),
+        )
+    (main0, pre0, post0), (main1, pre1, post1) = texts["base"], texts["dqfs"]
+    for ins, n in (("atom.relaxed.gpu.global.add.s32", 1), ("red.release.gpu.global.add.s32", 1), ("cp.async.bulk.global.shared::cta", 2)):
+        assert (main0.count(ins), main1.count(ins)) == (0, n), ins
+    assert main1.count("ld.acquire.gpu.global") >= 1 and main0.count("ld.acquire") == 0
+    assert main1.count("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32") == main0.count(
+        "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32"
+    )
+    assert re.search(r"cp\.async\.bulk\.wait_group\s+0;", main1) and main1.count("fence.proxy.async.global") == 2
+    assert pre0.count("st.global.v4") > 0 and pre1.count("st.global.v4") == 0
+    loads = [len(re.findall(r"\bld\.global\.(?:u32|b32|s32)\b", p)) for p in (post0, post1)]
+    assert loads[1] == loads[0] + 1, loads
+    for name in ("base", "dqfs"):
+        assert frame_sizes(tmp_path / name / "main") == [0]
+    assert "st.local" not in main1 and "ld.local" not in main1

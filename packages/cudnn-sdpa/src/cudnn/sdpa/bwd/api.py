@@ -64,9 +64,18 @@ DEFAULT_TUNING: tuple[str, ...] = ("dq_bulk", "stats_tma", "ds2", "prepost", "ml
 #: warp issues the bulk reduce-adds, FA3 / FA4's schedule). Session-4 runs, d128 s8k causal: 555.6 vs 535.0 TFLOP/s
 #: (docs/benchmarks/sdpa_bwd_quick_ab.md, "ours-bulkw" vs "ours-bulk"), 600.2 vs 552.9 (a second run), and as the default
 #: 555.6 vs 549.6 (sdpa_bwd_quick.md, "ours" vs "ours-bulk"); non-causal it loses (500.0 vs 554.5, 491.7 vs 559.8).
-CAUSAL_TUNING: tuple[str, ...] = ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost", "mlp")
+#: Session 20 (issue #6): ``dqfs`` (kernel_key.SdpaBwdKey.dq_first_store: the preprocess zeroes no dQ accumulator, each
+#: query block's first dq_writer bulk-stores its partial) here and in D64_TUNING, for dense plans (THD varlen plans
+#: drop it: ``_default_tuning``). H200, settled, ours-dqfs / ours (docs/benchmarks/sdpa_bwd_s20_dqfs.md, 2 rounds;
+#: sdpa_bwd_s20_dqfs_all.md, 3 rounds): d128 causal s1k 1.06x / 1.07x, s2k 1.02x, s4k 1.02x / 1.02x, s8k 1.02x; d64
+#: s1k 1.05x, causal 1.05x, s4k 1.01x, causal 1.01x; per kernel (sdpa_bwd_s20_dqfs_kernels.md) d128 s4k causal 1193.3
+#: -> 1158.2 us per call. Left out: the m80 non-causal d128 default (0.97x at s1k, 1.01x at s4k: its key blocks walk
+#: the query blocks in step, so most arrivals wait for a first store still in flight).
+CAUSAL_TUNING: tuple[str, ...] = ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost", "mlp", "dqfs")
 #: The variants a deterministic plan cannot take (another accumulation order per run).
-_NONDETERMINISTIC_TUNING = ("dq_tma", "dq_bulk", "dq_writer")
+_NONDETERMINISTIC_TUNING = ("dq_tma", "dq_bulk", "dq_writer", "dqfs")
+#: The variants a THD varlen plan cannot take (dqfs: its flags are per dense (batch, head) block).
+_DENSE_ONLY_TUNING = ("dqfs",)
 #: Variants that serve D = D_v = 256 for a plan built without ``_tuning`` (they must include "split_d"); None: head
 #: dim 256 is declined. Session 5: the split-D kernel with FA4's dQ path from the writer warp, S^T / dP^T on one
 #: warpgroup each and dV / dK as register-sourced 64 x 256 WGMMAs ("ours-splitdr", kernel_splitd_bulk_sm90.py): H200,
@@ -84,7 +93,7 @@ D256_TUNING: tuple[str, ...] | None = ("split_d", "dq_bulk", "dq_writer", "ds2",
 #: 16-byte words (``stats4``), causal and not. H200 (docs/benchmarks/sdpa_bwd_instr.md, "ours-m128x", one run): d64 s4k
 #: 482.0 vs 438.2 TFLOP/s for the session-7 default, causal 456.5 vs 428.9; s8k 503.2 vs 450.6, causal 491.3 vs 416.2
 #: (FA4 502.4 / 466.6 / 519.2 / 488.2); m128 alone: docs/benchmarks/sdpa_bwd_m128.md. GPU tests: test_sdpa_bwd_variants.py.
-D64_TUNING: tuple[str, ...] | None = ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost", "mlp", "m128", "pack1", "dsk", "dqrows", "stats4")
+D64_TUNING: tuple[str, ...] | None = ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost", "mlp", "m128", "pack1", "dsk", "dqrows", "stats4", "dqfs")
 #: Variants of a non-causal dense plan at D = D_v = 128 built without ``_tuning`` (non-deterministic, no window, no sinks;
 #: varlen and the other masks keep DEFAULT_TUNING); None: DEFAULT_TUNING. Session 9 (issue #6): FA3 / FA4's non-causal
 #: d128 tile, 80-row query blocks (``m80``) with dq_bulk's dQ path from the writer warp (``dq_writer``), dS^T converted
@@ -216,7 +225,7 @@ class SdpaBwdSm90(APIBase):
         self._value_error_if(dk_ != dq_, f"{_OWNER}: q and k head dims differ: {q.describe()}, {k.describe()}")
         # D128_NONCAUSAL_TUNING's and PERSISTENT_SCOPE's scope: dense, no window, no sinks
         plain = not varlen and tuple(self.window_size) == (-1, -1) and self.sinks is None
-        self._tuning = self._tuning_arg if self._tuning_arg is not None else _default_tuning(dq_, dv_, self.deterministic, self.is_causal, plain)
+        self._tuning = self._tuning_arg if self._tuning_arg is not None else _default_tuning(dq_, dv_, self.deterministic, self.is_causal, plain, varlen)
         served = tuple((d, d) for d in _HEAD_DIMS) + (_SPLIT_D_PAIRS if "split_d" in self._tuning else ())  # the split-D kernel's: a variant
         served += _N96_PAIRS if "n96" in self._tuning else ()  # the 96-key kernel's: a variant too
         self._decline_if(
@@ -366,15 +375,22 @@ def _ws_layout(key, q_shape, n_seq):
         return workspace_layout(1, h, t_q + n_seq * PREPOST_ROWS, d, key.has_sinks, key.deterministic)
     b, h, sq, d = q_shape
     rows = M80_BULK_ROWS if m80_bulk(key) else None  # m80 + dq_bulk (dense): whole 80-row fragment-ordered dQ blocks per (batch, head)
-    return workspace_layout(b, h, sq, d, key.has_sinks, key.deterministic, block_rows=rows, persistent=key.persistent)
+    return workspace_layout(b, h, sq, d, key.has_sinks, key.deterministic, block_rows=rows, persistent=key.persistent, dq_flags=key.dq_first_store)
 
 
-def _default_tuning(d: int, d_v: int, deterministic: bool, causal: bool = False, plain: bool = False) -> tuple[str, ...]:
+def _default_tuning(d: int, d_v: int, deterministic: bool, causal: bool = False, plain: bool = False, varlen: bool = False) -> tuple[str, ...]:
     """The variants of a plan built without ``_tuning``: D256_TUNING for D = D_v = 256 and D192_TUNING for D = 192,
     D_v = 128 (SPLIT_D_DETERMINISTIC_TUNING when deterministic), D64_TUNING
     (when set) for D = D_v = 64 (non-deterministic), D128_NONCAUSAL_TUNING (when set) for a non-causal ``plain`` (dense,
     no window, no sinks) non-deterministic plan at D = D_v = 128, else CAUSAL_TUNING (causal) or DEFAULT_TUNING, without
-    the dQ reduce-add variants when deterministic; plus ``pers`` for a ``plain`` non-deterministic plan in PERSISTENT_SCOPE."""
+    the dQ reduce-add variants when deterministic and without _DENSE_ONLY_TUNING for THD ``varlen``; plus ``pers`` for a
+    ``plain`` non-deterministic plan in PERSISTENT_SCOPE."""
+    tuning = _default_tuning_dense(d, d_v, deterministic, causal, plain)
+    return tuple(t for t in tuning if t not in _DENSE_ONLY_TUNING) if varlen else tuning
+
+
+def _default_tuning_dense(d: int, d_v: int, deterministic: bool, causal: bool, plain: bool) -> tuple[str, ...]:
+    """:func:`_default_tuning` before the varlen filter."""
     if (d, d_v) in _SPLIT_D_PAIRS:
         tuning = D256_TUNING if d == 256 else D192_TUNING  # deterministic: the split-D kernel's turn order at both pairs
         if tuning is None:
@@ -555,13 +571,13 @@ def _validate(plan, scale, q, k, v, o, do, lse, dq, dk, dv, workspace, sinks, ds
 def _derive(key, q, k, v, o, do, lse, dq, dk, dv, cu_q, cu_k, max_seqlen_q, max_seqlen_kv, workspace, window, scale, l2_group_dq, group_heads=None):
     """The THD operand and workspace checks of a call and its launch entry, from metadata only:
     ``(offsets, total, pre, main, post, device)``: the workspace byte offsets of (lse_log2, dpsum, dq_accum, the sink
-    partials or None, the dQ semaphores or None), the workspace bytes, each launch's arguments after its pointers and
-    before the stream (None: that launch has no work; all None: nothing to launch), with ``scale`` (None: 1 / sqrt(D))
+    partials or None, the semaphore slot or None, dq_first_store's flags or None), the workspace bytes, each launch's
+    arguments after its pointers and before the stream (None: that launch has no work; all None: nothing to launch), with ``scale`` (None: 1 / sqrt(D))
     as the default scale, and q's device index; ``group_heads`` fixes the main kernel's L2 groups (None: the library's rule, FULL_GROUP_HEADS where
     :func:`_full_order` says so; 0: from the L2 budget)."""
     from cudnn.workspace import Workspace
 
-    from .kernel_key import M80_BULK_ROWS, PREPOST_ROWS, m80_bulk, padded_rows
+    from .kernel_key import M80_BULK_ROWS, PREPOST_ROWS, dq_flags_offset, m80_bulk, padded_rows
 
     if key.varlen:
         for name, cu in (("cu_seqlens_q", cu_q), ("cu_seqlens_kv", cu_k)):
@@ -590,8 +606,11 @@ def _derive(key, q, k, v, o, do, lse, dq, dk, dv, cu_q, cu_k, max_seqlen_q, max_
         n_seq = None
     off_lse, off_dpsum, off_dq, off_sink, off_sem, total = _ws_layout(key, tuple(q.shape), n_seq)
     Workspace.over(workspace, total, _OWNER, device=q.device)
-    # the semaphore slot: the deterministic turn counters, or the persistent grid's tile counter
-    offsets = (off_lse, off_dpsum, off_dq, off_sink if key.has_sinks else None, off_sem if key.deterministic or key.persistent else None)
+    # the semaphore slot: the deterministic turn counters, or the persistent grid's tile counter and / or dq_first_store's
+    # flags (the postprocess reads those: their own offset)
+    slot = key.deterministic or key.persistent or key.dq_first_store
+    flags = off_sem + 4 * dq_flags_offset(key.persistent) if key.dq_first_store else None
+    offsets = (off_lse, off_dpsum, off_dq, off_sink if key.has_sinks else None, off_sem if slot else None, flags)
     if b == 0 or h == 0 or (grid_q == 0 and grid_k == 0):
         return offsets, total, None, None, None, q.get_device()
     scale = 1.0 / math.sqrt(key.head_dim) if scale is None else float(scale)
@@ -630,7 +649,7 @@ def _resident_ctas(device) -> int:
 _PTR_SPECS = (
     (("io", 16), ("io", 16), ("f32", 4), ("f32", 16), ("f32", 16), ("f32", 16), ("f32", 4), ("f32", 16), ("i32", 16), ("i32", 4)),
     (("io", 16),) * 6 + (("f32", 16),) * 3 + (("i32", 16), ("i32", 4), ("i32", 4)),
-    (("f32", 16), ("io", 16), ("f32", 16), ("f32", 4), ("i32", 4)),
+    (("f32", 16), ("io", 16), ("f32", 16), ("f32", 4), ("i32", 16), ("i32", 4)),
 )
 
 
@@ -668,13 +687,14 @@ def _fire(entries, tvm, entry, q, k, v, o, do, lse, dq, dk, dv, workspace, sinks
     lse2, dpsum, dqacc = base + offsets[0], base + offsets[1], base + offsets[2]
     part = None if offsets[3] is None else base + offsets[3]
     sem = None if offsets[4] is None else base + offsets[4]
+    flags = None if offsets[5] is None else base + offsets[5]
     pre, main, post = entries if tvm else (_typed_entry(f, spec, q.dtype) for f, spec in zip(entries, _PTR_SPECS, strict=True))
     if pre_t is not None:
         pre(op, dop, lp, lse2, dpsum, dqacc, sp, part, sem, cqp, *pre_t, handle)
     if main_t is not None:
         main(qp, kp, vp, dop, dkp, dvp, lse2, dpsum, dqacc, sem, cqp, ckp, *main_t, handle)
     if post_t is not None:
-        post(dqacc, dqp, part, dsp, cqp, *post_t, handle)
+        post(dqacc, dqp, part, dsp, flags, cqp, *post_t, handle)
     return dq, dk, dv
 
 

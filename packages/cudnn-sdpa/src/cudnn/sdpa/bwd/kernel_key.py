@@ -80,10 +80,11 @@ class SdpaBwdKey(AttentionKey):
     # one base address plus immediates, where dS^T's step across a swizzled row and recompute each address per block),
     # read by dQ = dS K as a K-major A operand; not with m80 / dqt (their dQ^T reads dS^T) or split_d
     ds_kmajor: bool = False
-    # with tile_m128 (stats_tma): the preprocess stores lse_log2 / dpsum permuted inside each 16-row group (row
-    # 8 j + 2 l + b of the group at 4 l + 2 j + b, j, b in {0, 1}, l < 4: see stats_perm_row) so that the four query
-    # columns 8 j + 2 l + b (j = 2 i, 2 i + 1) of a consumer thread are one 16-byte word: 16 LDS.128 per block and
-    # thread instead of 32 LDS.64 (each value is already read once; this halves the loads)
+    # with stats_tma (the 64-wide main kernel: 64-, 80- or 128-row query blocks): the preprocess stores lse_log2 / dpsum
+    # permuted inside each 16-row group (row 8 j + 2 l + b of the group at 4 l + 2 j + b, j, b in {0, 1}, l < 4: see
+    # stats_perm_row) so that the four query columns 8 j + 2 l + b (j = 2 i, 2 i + 1) of a consumer thread are one
+    # 16-byte word: at m128 16 LDS.128 per block and thread instead of 32 LDS.64, at 64 rows 8 instead of 16 (session
+    # 20: the d128 causal kernel's first FFMA after each lse_log2 load was its top short-scoreboard wait)
     stats_vec4: bool = False
     # with stats_vec4: each query block's lse_log2 words loaded into registers right after the S^T GEMM is issued and its
     # dpsum words before the wait for dP^T, instead of at their first use after those waits (ptxas does not hoist the
@@ -145,6 +146,14 @@ class SdpaBwdKey(AttentionKey):
     # (S2R) inside the query-block loop: in the session-19 ncu source view (d128 s1k causal, persistent) the test waited
     # on it for 1751 short-scoreboard samples of 37772. The 64-wide main kernel (not split_d / n96)
     elect_release: bool = False
+    # dQ accumulator without the preprocess's zeroing (session 20): the dq_writer warp takes a ticket per query block
+    # (``atom.add`` on an int32 flag per (batch, head, 64-row block) in the workspace, zeroed by the preprocess); the
+    # first arrival bulk-STORES its staged partial instead of reduce-adding it and, once the stores completed, marks the
+    # flag done (release); every later arrival waits for that mark (acquire) before its reduce-add. The preprocess then
+    # writes no dQ accumulator (half its HBM traffic at D = 128: 16 rows of O / dO read per 32 written zeros) and the
+    # postprocess writes 0 for a block no key block reached (flag 0). dq_bulk + dq_writer of the 64-wide main kernel
+    # (64-, 80- and 128-row blocks: one flag per ``tile_m`` rows; not split_d / n96), dense (not varlen)
+    dq_first_store: bool = False
 
     def __post_init__(self):
         if self.prepost_mlp and not self.prepost_vec:
@@ -155,6 +164,13 @@ class SdpaBwdKey(AttentionKey):
                 raise ValueError(
                     "SdpaBwdKey: persistent (pers) serves dense, non-deterministic plans of the 64-wide main kernel without "
                     f"kv_with_q, pdl, kv_prefetch or grouped_grid; got {bad}"
+                )
+        if self.dq_first_store:
+            bad = [f for f in ("split_d", "tile_n96", "varlen") if getattr(self, f)]
+            if bad or not (self.dq_bulk and self.dq_writer):
+                raise ValueError(
+                    "SdpaBwdKey: dq_first_store (dqfs) is a dq_bulk + dq_writer schedule of the 64-wide main kernel (64-, 80- "
+                    f"or 128-row blocks), dense (not split_d, n96, varlen); got dq_bulk={self.dq_bulk}, dq_writer={self.dq_writer}, {bad}"
                 )
         if self.elect_release and (self.split_d or self.tile_n96):
             raise ValueError(f"SdpaBwdKey: elect_release (elr) serves the 64-wide main kernel's step; got split_d={self.split_d}, tile_n96={self.tile_n96}")
@@ -192,8 +208,8 @@ class SdpaBwdKey(AttentionKey):
                 "SdpaBwdKey: dq_rows (dqrows) is a schedule of tile_m128 + dq_bulk (set m128 and dq_bulk: each consumer warpgroup "
                 f"adds one whole 64-row fragment-ordered block); got tile_m128={self.tile_m128}, dq_bulk={self.dq_bulk}"
             )
-        if self.stats_vec4 and not self.tile_m128:
-            raise ValueError("SdpaBwdKey: stats_vec4 (stats4) is a layout of m128's lse_log2 / dpsum reads (set m128)")
+        if self.stats_vec4 and not self.stats_tma:
+            raise ValueError("SdpaBwdKey: stats_vec4 (stats4) is a layout of the staged lse_log2 / dpsum rows (set stats_tma)")
         if self.stats_early and not self.stats_vec4:
             raise ValueError("SdpaBwdKey: stats_early (stearly) schedules stats_vec4's lse_log2 / dpsum words (set stats4)")
         if self.ds_kmajor and (self.tile_m80 or self.dq_t128 or self.split_d):
@@ -293,6 +309,7 @@ TUNING_FIELDS = {
     "mlp": "prepost_mlp",
     "pers": "persistent",
     "elr": "elect_release",
+    "dqfs": "dq_first_store",
 }
 
 #: dq_bulk: query rows per fragment-ordered block of the dQ accumulator (the main kernel's tile_m). Block ``m`` of a
@@ -355,14 +372,17 @@ def workspace_layout(
     deterministic: bool = False,
     block_rows: int | None = None,
     persistent: bool = False,
+    dq_flags: bool = False,
 ) -> tuple[int, int, int, int, int, int]:
     """Byte offsets of (lse_log2, dpsum, dq_accum, dsink_partials, dq_semaphores) in the workspace and its total size.
 
     ``lse_log2`` and ``dpsum`` are fp32 (B, H, S_pad); ``dq_accum`` is fp32 (B, H, S_pad, D), row-major;
     ``dsink_partials`` (only with sinks) is fp32 (B, H, S_pad / 32): one partial sink gradient per warp of rows;
     ``dq_semaphores`` (only when deterministic) is int32 (B, H, S_pad / SEM_ROWS): one turn counter per query block; with
-    ``persistent`` instead (never both) the same slot holds the persistent grid's int32 tile counter. ``block_rows``: see
-    :func:`padded_rows`."""
+    ``persistent`` instead (never both) the same slot holds the persistent grid's int32 tile counter; with ``dq_flags``
+    (dq_first_store) the slot holds (after that counter's 128 bytes when persistent) int32 (B, H, S_pad / SEM_ROWS):
+    one first-store flag per main-kernel query block (64, 80 or 128 rows: the first S_pad / tile_m of them are used;
+    :func:`dq_flags_offset`). ``block_rows``: see :func:`padded_rows`."""
     s_pad = padded_rows(seqlen_q, block_rows)
     rows = int(batch) * int(heads) * s_pad
     off_lse = 0
@@ -371,4 +391,12 @@ def workspace_layout(
     off_sink = off_dq + _al(4 * rows * int(head_dim))
     off_sem = off_sink + (_al(4 * rows // 32) if has_sinks else 0)
     total = off_sem + (_al(4 * rows // SEM_ROWS) if deterministic else _al(4) if persistent else 0)
+    if dq_flags:
+        total += _al(4 * rows // SEM_ROWS)
     return off_lse, off_dpsum, off_dq, off_sink, off_sem, total
+
+
+def dq_flags_offset(persistent: bool) -> int:
+    """dq_first_store: int32 elements from the semaphore slot's start to the first-store flags (after the persistent
+    grid's tile counter, one 128-byte unit, when there is one)."""
+    return _ALIGN // 4 if persistent else 0

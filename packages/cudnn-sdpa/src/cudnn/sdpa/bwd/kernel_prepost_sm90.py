@@ -59,7 +59,7 @@ from cutlass import Float32, Int32, Int64, const_expr
 
 from .._device.kernel_plan import DTYPES
 from .._device.kernel_plan import fake_gmem_ptr as _ptr
-from .kernel_key import DQ_BULK_ROWS, M80_BULK_ROWS, PREPOST_ROWS, SEM_ROWS, SdpaBwdKey, m80_bulk, stats_perm_row
+from .kernel_key import DQ_BULK_ROWS, M80_BULK_ROWS, PREPOST_ROWS, SEM_ROWS, SdpaBwdKey, dq_flags_offset, m80_bulk, stats_perm_row
 from .kernel_sm90 import compile_entry, main_kernel_class
 
 LOG2_E = math.log2(math.e)
@@ -132,6 +132,10 @@ class SdpaBwdPreprocessSm90:
             mSem = cute.make_tensor(sem_ptr, cute.make_layout((ns, heads, bt), stride=(1, ns, ns * heads)))
         elif const_expr(self.key.persistent):
             mSem = cute.make_tensor(sem_ptr, cute.make_layout((1,)))  # the persistent main kernel's tile counter
+        mFlags = None
+        if const_expr(self.key.dq_first_store):  # the main kernel's first-store flags (dq_first_store.py): 0 before it runs
+            ns = sp // SEM_ROWS
+            mFlags = cute.make_tensor(sem_ptr + dq_flags_offset(self.key.persistent), cute.make_layout((ns, heads, bt), stride=(1, ns, ns * heads)))
         mCuQ = None
         if const_expr(self.key.varlen):
             mCuQ = cute.make_tensor(cu_q_ptr, cute.make_layout((batch + 1,)))
@@ -139,7 +143,7 @@ class SdpaBwdPreprocessSm90:
         if const_expr(m80_bulk(self.key)):
             # m80 bulk (dense): every padded row, so a last 80-row block past S_q's 128-row padding is initialized too
             grid = (sp // PREPOST_ROWS, heads, batch)
-        self.kernel(mO, mdO, mLSE, mLSE2, mDpsum, mdQacc, mSinks, mPart, mSem, mCuQ, seqlen_q).launch(
+        self.kernel(mO, mdO, mLSE, mLSE2, mDpsum, mdQacc, mSinks, mPart, mSem, mFlags, mCuQ, seqlen_q).launch(
             grid=grid, block=[PREPOST_ROWS, 1, 1], stream=stream, use_pdl=self.key.pdl
         )
 
@@ -155,6 +159,7 @@ class SdpaBwdPreprocessSm90:
         mSinks: cute.Tensor | None,
         mPart: cute.Tensor | None,
         mSem: cute.Tensor | None,
+        mFlags: cute.Tensor | None,
         mCuQ: cute.Tensor | None,
         seqlen_q: Int32,
     ):
@@ -167,6 +172,8 @@ class SdpaBwdPreprocessSm90:
                 if cute.arch.thread_idx()[0] == 0:
                     mSem[0] = Int32(0)
             mSem = None
+        if const_expr(mFlags is not None):
+            mSem = mFlags  # zero_semaphores zeroes the block's flags; no dQ accumulator to zero
         if const_expr(mCuQ is None):
             self.rows(mO, mdO, mLSE, mLSE2, mDpsum, mdQacc, mSinks, mPart, mSem, m_block, head, batch, seqlen_q, Int32(0), Int32(0))
         else:
@@ -221,7 +228,8 @@ class SdpaBwdPreprocessSm90:
                     mPart[(pad + m_block * PREPOST_ROWS) // 32 + tidx // 32, head, batch] = wsum
             if const_expr(self.key.pdl):
                 cute.arch.griddepcontrol_launch_dependents()  # pdl: loads issued; the main kernel may launch (it waits for this grid)
-            self.zero_accumulator(mdQacc, m_block, head, batch, pad, tidx)
+            if const_expr(not self.key.dq_first_store):
+                self.zero_accumulator(mdQacc, m_block, head, batch, pad, tidx)
         else:
             warp_i, lane = tidx // 32, tidx % 32
             sub = lane % ROW_THREADS
@@ -256,7 +264,8 @@ class SdpaBwdPreprocessSm90:
                     mPart[(pad + m_block * PREPOST_ROWS) // 32 + warp_i, head, batch] = wsum
             if const_expr(self.key.pdl):
                 cute.arch.griddepcontrol_launch_dependents()  # pdl: loads issued; the main kernel may launch (it waits for this grid)
-            self.zero_accumulator(mdQacc, m_block, head, batch, pad, tidx)
+            if const_expr(not self.key.dq_first_store):
+                self.zero_accumulator(mdQacc, m_block, head, batch, pad, tidx)
 
     @cute.jit
     def zero_accumulator(self, mdQacc: cute.Tensor, m_block: Int32, head: Int32, batch: Int32, pad: Int32, tidx: Int32):
@@ -277,7 +286,8 @@ class SdpaBwdPreprocessSm90:
 
     @cute.jit
     def zero_semaphores(self, mSem: cute.Tensor | None, m_block: Int32, head: Int32, batch: Int32, pad: Int32, tidx: Int32):
-        """Deterministic dQ: the main kernel's turn counters of the block's rows start at 0 (first threads)."""
+        """Deterministic dQ: the main kernel's turn counters of the block's rows start at 0 (first threads); dq_first_store:
+        its first-store flags (the same layout)."""
         if const_expr(mSem is not None):
             if tidx < PREPOST_ROWS // SEM_ROWS:
                 mSem[(pad + m_block * PREPOST_ROWS) // SEM_ROWS + tidx, head, batch] = Int32(0)
@@ -384,6 +394,7 @@ class SdpaBwdPostprocessSm90:
         dq_ptr: cute.Pointer,
         dsink_part_ptr: cute.Pointer | None,
         dsinks_ptr: cute.Pointer | None,
+        flags_ptr: cute.Pointer | None,  # dq_first_store: the main kernel's first-store flags (0: no key block reached the block)
         cu_q_ptr: cute.Pointer | None,
         batch: Int32,
         heads: Int32,
@@ -409,12 +420,16 @@ class SdpaBwdPostprocessSm90:
         mCuQ = None
         if const_expr(self.key.varlen):
             mCuQ = cute.make_tensor(cu_q_ptr, cute.make_layout((batch + 1,)))
+        mFlags = None
+        if const_expr(self.key.dq_first_store):
+            ns = sp // SEM_ROWS
+            mFlags = cute.make_tensor(flags_ptr, cute.make_layout((ns, heads, bt), stride=(1, ns, ns * heads)))
         rows = self.cta_rows()
         grid = ((max_seqlen_q + rows - 1) // rows, heads, batch)
         smem_bytes = 0
         if const_expr(self.main_plan is not None):  # dq_bulk: the staging tile (stage_layout)
             smem_bytes = cute.cosize(stage_layout(rows, D)) * self.dtype.width // 8 + 16
-        self.kernel(mdQacc, mdQ, mPart, mdSinks, mCuQ, batch, seqlen_q, scale).launch(
+        self.kernel(mdQacc, mdQ, mPart, mdSinks, mFlags, mCuQ, batch, seqlen_q, scale).launch(
             grid=grid, block=[PREPOST_ROWS, 1, 1], smem=smem_bytes, stream=stream, use_pdl=self.key.pdl
         )
 
@@ -432,6 +447,7 @@ class SdpaBwdPostprocessSm90:
         mdQ: cute.Tensor,
         mPart: cute.Tensor | None,
         mdSinks: cute.Tensor | None,
+        mFlags: cute.Tensor | None,
         mCuQ: cute.Tensor | None,
         num_batch: Int32,
         seqlen_q: Int32,
@@ -461,7 +477,7 @@ class SdpaBwdPostprocessSm90:
                 if tidx == 0:
                     mdSinks[head] = acc
         if const_expr(mCuQ is None):
-            self.rows(mdQacc, mdQ, m_block, head, batch, seqlen_q, Int32(0), Int32(0), scale)
+            self.rows(mdQacc, mdQ, m_block, head, batch, seqlen_q, Int32(0), Int32(0), scale, mFlags)
         else:
             offset, seqlen, pad = varlen_rows(mCuQ, batch)
             if m_block * self.cta_rows() < seqlen:
@@ -481,6 +497,7 @@ class SdpaBwdPostprocessSm90:
         offset: Int32,
         pad: Int32,
         scale: Float32,
+        mFlags: cute.Tensor | None = None,
     ):
         """The block's rows: scratch row ``pad + i`` becomes token ``offset + i`` of dQ. One thread per row (16-byte
         stores); with ``prepost_vec`` ``ROW_THREADS`` adjacent threads per row (16-byte fp32 loads, 8-byte stores of 4
@@ -491,9 +508,9 @@ class SdpaBwdPostprocessSm90:
             smem = cutlass.utils.SmemAllocator()
             sStage = smem.allocate_tensor(self.dtype, stage_layout(self.cta_rows(), self.head_dim), byte_alignment=16)
         if const_expr(m80_bulk(self.key)):
-            self.rows_fragment_m80(mdQacc, mdQ, sStage, m_block, head, batch, seqlen_q, scale, tidx)
+            self.rows_fragment_m80(mdQacc, mdQ, sStage, m_block, head, batch, seqlen_q, scale, tidx, mFlags)
         elif const_expr(self.key.dq_bulk):
-            self.rows_fragment(mdQacc, mdQ, sStage, m_block, head, batch, seqlen_q, offset, pad, scale, tidx)
+            self.rows_fragment(mdQacc, mdQ, sStage, m_block, head, batch, seqlen_q, offset, pad, scale, tidx, mFlags)
         elif const_expr(not self.key.prepost_vec):
             local = m_block * PREPOST_ROWS + tidx
             self.scale_row(mdQacc, mdQ, local, head, batch, seqlen_q, offset, pad, scale, 128 // self.dtype.width, 0, 1)
@@ -518,12 +535,14 @@ class SdpaBwdPostprocessSm90:
         pad: Int32,
         scale: Float32,
         tidx: Int32,
+        mFlags: cute.Tensor | None = None,
     ):
         """dq_bulk: the CTA's ``cta_rows()`` rows are fragment-ordered blocks of 64; thread ``tidx`` plays
         consumer thread ``tidx`` of each consumer warpgroup of the main kernel: it loads that thread's 16-byte groups
         (the main kernel's fragment copy, coalesced) and stores its accumulator pairs (adjacent columns of one row)
         scaled and converted at their (row, column) from the main kernel's dQ MMA partition into the staging tile
-        ``sStage``; then ``store_rows`` (nothing past ``seqlen_q``)."""
+        ``sStage``; then ``store_rows`` (nothing past ``seqlen_q``). dq_first_store (``mFlags``): a block whose flag is 0
+        (no key block reached it: its accumulator was never written) is stored as 0."""
         D = self.head_dim
         plan = self.main_plan
         nwg = plan.num_consumer_wg
@@ -540,11 +559,17 @@ class SdpaBwdPostprocessSm90:
             gAccBlk = cute.local_tile(gAcc_head, (DQ_BULK_ROWS, D), (blk, 0))
             chunk = cute.make_tensor(gAccBlk.iterator, cute.make_layout((DQ_BULK_ROWS * D // nwg, nwg)))
             sBlk = cute.local_tile(sStage, (DQ_BULK_ROWS, D), (c, 0))
+            reached = None
+            if const_expr(mFlags is not None):  # the main kernel's flag of the tile_m-row block holding this 64-row block
+                reached = mFlags[blk * DQ_BULK_ROWS // plan.tile_m, head, batch] != 0
             for w in cutlass.range_constexpr(nwg):
                 vt = w * plan.threads_per_wg + tidx
                 tAg = tiled_copy.get_slice(vt).partition_S(chunk)
                 rAcc = cute.make_rmem_tensor_like(tAg, Float32)
                 cute.autovec_copy(tAg, rAcc)
+                if const_expr(reached is not None):
+                    if not reached:
+                        rAcc.fill(0.0)
                 rFlat = cute.make_tensor(rAcc.iterator, cute.make_layout(cute.size(rAcc)))
                 tCs = tiled_mma_dQ.get_slice(vt).partition_C(sBlk)
                 pair = cute.make_rmem_tensor((2,), Float32)
@@ -568,11 +593,13 @@ class SdpaBwdPostprocessSm90:
         seqlen_q: Int32,
         scale: Float32,
         tidx: Int32,
+        mFlags: cute.Tensor | None = None,
     ):
         """m80 + dq_bulk (dense): 80-row block ``m_block``; thread ``tidx`` plays consumer thread ``tidx`` of each
         consumer warpgroup: loads that thread's ten 16-byte groups of dQ^T (the main kernel's fragment copy, coalesced)
         and stores each element scaled and converted at its (query, head dim) from the main kernel's dQ^T MMA partition
-        into the staging tile ``sStage``; then ``store_rows`` (nothing past ``seqlen_q``)."""
+        into the staging tile ``sStage``; then ``store_rows`` (nothing past ``seqlen_q``). dq_first_store (``mFlags``): 0
+        where the block's flag is 0."""
         D, R = self.head_dim, M80_BULK_ROWS
         plan = self.main_plan
         nwg = plan.num_consumer_wg
@@ -581,11 +608,17 @@ class SdpaBwdPostprocessSm90:
         gAccBlk = cute.local_tile(mdQacc[None, None, head, batch], (R, D), (m_block, 0))
         chunk = cute.make_tensor(gAccBlk.iterator, cute.make_layout((R * D // nwg, nwg)))
         sStage_t = cute.make_tensor(sStage.iterator, cute.select(sStage.layout, mode=[1, 0]))  # (head dim, queries)
+        reached = None
+        if const_expr(mFlags is not None):
+            reached = mFlags[m_block, head, batch] != 0
         for w in cutlass.range_constexpr(nwg):
             vt = w * plan.threads_per_wg + tidx
             tAg = tiled_copy.get_slice(vt).partition_S(chunk)
             rAcc = cute.make_rmem_tensor_like(tAg, Float32)
             cute.autovec_copy(tAg, rAcc)
+            if const_expr(reached is not None):
+                if not reached:
+                    rAcc.fill(0.0)
             rFlat = cute.make_tensor(rAcc.iterator, cute.make_layout(cute.size(rAcc)))
             tCs = tiled_mma_dQ.get_slice(vt).partition_C(sStage_t)
             one = cute.make_rmem_tensor((1,), Float32)
@@ -669,7 +702,7 @@ def compile_sdpa_bwd_pre(key: SdpaBwdKey, tvm_ffi: bool = False):
         SdpaBwdPreprocessSm90(key),
         _ptr(dtype), _ptr(dtype), _ptr(Float32, 4), _ptr(Float32), _ptr(Float32), _ptr(Float32),
         _ptr(Float32, 4) if key.has_sinks else None, _ptr(Float32) if key.has_sinks else None,
-        _ptr(Int32) if key.deterministic or key.persistent else None, _ptr(Int32, 4) if key.varlen else None,
+        _ptr(Int32) if key.deterministic or key.persistent or key.dq_first_store else None, _ptr(Int32, 4) if key.varlen else None,
         zero, zero, zero, zero, Int32(PREPOST_ROWS), strides, strides, strides, cuda.CUstream(0),
     )  # fmt: skip
 
@@ -681,6 +714,7 @@ def compile_sdpa_bwd_post(key: SdpaBwdKey, tvm_ffi: bool = False):
     strides = (Int64(0), Int64(0), Int64(0))
     return compile_entry(
         tvm_ffi, SdpaBwdPostprocessSm90(key), _ptr(Float32), _ptr(dtype),
-        _ptr(Float32) if key.has_sinks else None, _ptr(Float32, 4) if key.has_sinks else None, _ptr(Int32, 4) if key.varlen else None,
+        _ptr(Float32) if key.has_sinks else None, _ptr(Float32, 4) if key.has_sinks else None,
+        _ptr(Int32) if key.dq_first_store else None, _ptr(Int32, 4) if key.varlen else None,
         zero, zero, zero, zero, Int32(PREPOST_ROWS), strides, Float32(1.0), cuda.CUstream(0),
     )  # fmt: skip

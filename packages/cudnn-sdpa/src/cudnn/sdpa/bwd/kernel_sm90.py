@@ -60,8 +60,9 @@ Instruction-overhead variants (session 8, issue #6; opt-in key fields, default P
 WGMMA after the branches behind its stmatrix), ``ds_kmajor`` (dsk: dS kept K-major, queries x keys, written by
 transposed stmatrix at one base address plus immediates, read by dQ = dS K as a K-major A operand), ``dq_rows``
 (dqrows, m128 + dq_bulk: dQ's 128 rows split over the warpgroups, m64n64k16 WGMMAs, one whole 64-row fragment-ordered
-block and one bulk reduce-add per warpgroup, the accumulator order unchanged) and ``stats_vec4`` (stats4, m128: lse_log2
-/ dpsum rows stored permuted by the preprocess so a thread's four columns are one 16-byte load).
+block and one bulk reduce-add per warpgroup, the accumulator order unchanged) and ``stats_vec4`` (stats4, any of the
+64 / 80 / 128-row blocks: lse_log2 / dpsum rows stored permuted by the preprocess so a thread's four columns are one
+16-byte load).
 
 m80 bulk (session 9, issue #6; ``tile_m80`` + ``dq_bulk``, D = D_v = 128, dense): FA3 / FA4's d128 query blocks of 80 rows
 with dq_bulk's dQ path instead of dq_tma's: each warpgroup's 64 x 80 dQ^T fragment (its half of the head dim, 40
@@ -108,7 +109,8 @@ from .._device.mma_sm90 import acc_view_as_a, acc_view_mn, transpose_view, wgmma
 from .._device.pipeline import consumer_release, consumer_state, consumer_wait, make_tma_pipeline, prefetch_tma_descriptors, producer_state
 from .._device.seqlen import cu_seqlens_tensors, sequence_extents
 from .._device.tile_scheduler import SingleTileScheduler
-from .kernel_key import DQ_BULK_ROWS, M80_BULK_ROWS, PREPOST_ROWS, SdpaBwdKey, tile_config
+from .dq_first_store import flag_mark_done, flag_ticket, flag_wait_done, store_bulk_f32
+from .kernel_key import DQ_BULK_ROWS, M80_BULK_ROWS, PREPOST_ROWS, SEM_ROWS, SdpaBwdKey, dq_flags_offset, tile_config
 
 
 @dsl_user_op
@@ -399,6 +401,10 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
             mSem = cute.make_tensor(sem_ptr, cute.make_layout((ns, heads, bt), stride=(1, ns, ns * heads)))
         if const_expr(self.key.persistent):
             mSem = cute.make_tensor(sem_ptr, cute.make_layout((1,)))  # the tile counter (zeroed by the preprocess)
+        mFlags = None
+        if const_expr(self.key.dq_first_store):  # one first-store flag per 64-row query block (zeroed by the preprocess)
+            ns = sp // SEM_ROWS
+            mFlags = cute.make_tensor(sem_ptr + dq_flags_offset(self.key.persistent), cute.make_layout((ns, heads, bt), stride=(1, ns, ns * heads)))
         mCuQ, mCuK = cu_seqlens_tensors(cu_q_ptr, cu_k_ptr, batch, self.key.varlen)
 
         tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ = self._tiled_mmas()
@@ -440,7 +446,7 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         if const_expr(self.key.persistent):  # at most one CTA per SM, each walking tiles (roles_persistent)
             grid = (cutlass.min(num_n_blocks * heads_kv * batch, resident_ctas), 1, 1)
         self.kernel(
-            tma_Q, tma_K, tma_V, tma_dO, tma_dK, tma_dV, mdK, mdV, mLSE2, mDpsum, mdQacc, tma_dQacc, mSem, mCuQ, mCuK,
+            tma_Q, tma_K, tma_V, tma_dO, tma_dK, tma_dV, mdK, mdV, mLSE2, mDpsum, mdQacc, tma_dQacc, mSem, mFlags, mCuQ, mCuK,
             tma_atom_Q, tma_atom_K, tma_atom_V, tma_atom_dO, tma_atom_dK, tma_atom_dV, tma_atom_dQ,
             seqlen_q, seqlen_k, num_n_blocks, heads_kv, batch, group_heads, resident_ctas if const_expr(self.key.kv_prefetch or self.key.persistent) else None,
             scale_log2, scale, window_left, window_right, sQ_layout, sdO_layout, sK_layout, sV_layout, sdS_layout, sdQ_layout,
@@ -467,6 +473,7 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         mdQacc: cute.Tensor,
         mdQacc_tma: cute.Tensor | None,
         mSem: cute.Tensor | None,
+        mFlags: cute.Tensor | None,
         mCuQ: cute.Tensor | None,
         mCuK: cute.Tensor | None,
         tma_atom_Q: cute.CopyAtom,
@@ -564,14 +571,14 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
                 mQ, mK, mV, mdO, mdK_tma, mdV_tma, mLSE2, mDpsum, mdQacc, mdQacc_tma, mSem, sQ, sK, sV, sdO, sdSt, sdQ, sdQ_lin, sLSE, sDpsum,
                 tma_atom_Q, tma_atom_K, tma_atom_V, tma_atom_dO, tma_atom_dK, tma_atom_dV, tma_atom_dQ, pipeline_q, pipeline_do, pipeline_kv,
                 tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ, scale_log2, scale, mask, mailbox,
-                (num_n_blocks, num_heads_kv, num_batch, group_heads), staging,
+                (num_n_blocks, num_heads_kv, num_batch, group_heads), staging, mFlags,
             )  # fmt: skip
         elif const_expr(not self.key.varlen):
             self.roles(
                 mQ, mK, mV, mdO, mdK_tma, mdV_tma, mLSE2, mDpsum, mdQacc, mdQacc_tma, mSem, sQ, sK, sV, sdO, sdSt, sdQ, sdQ_lin, sLSE, sDpsum,
                 tma_atom_Q, tma_atom_K, tma_atom_V, tma_atom_dO, tma_atom_dK, tma_atom_dV, tma_atom_dQ, pipeline_q, pipeline_do, pipeline_kv,
                 tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ, scale_log2, scale, mask, n_block, head_kv, batch_t,
-                offset_q, offset_k, pad_q, m_block_min, m_block_max, kv_next,
+                offset_q, offset_k, pad_q, m_block_min, m_block_max, kv_next, mFlags,
             )  # fmt: skip
         else:
             if n_block * self.tile_n < seqlen_k:  # key blocks past this sequence's end do nothing
@@ -636,6 +643,7 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         m_block_min: Int32,
         m_block_max: Int32,
         kv_next=None,
+        mFlags: cute.Tensor | None = None,
     ):
         """Warp roles: the producer warp and the two consumer warpgroups (``mdK`` / ``mdV`` are the TMA tensors for
         dense plans, the plain global tensors for varlen ones)."""
@@ -651,7 +659,7 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
                 if warp_idx == 1:
                     if const_expr(self.key.pdl):
                         cute.arch.griddepcontrol_wait()  # pdl: the preprocess zeroed the dQ accumulator
-                    self.dq_writer_loop(mLSE2, mDpsum, mdQacc, mdQacc_tma, sdQ, tma_atom_dQ, head_kv, batch, pad_q, m_block_min, m_block_max)
+                    self.dq_writer_loop(mLSE2, mDpsum, mdQacc, mdQacc_tma, sdQ, tma_atom_dQ, head_kv, batch, pad_q, m_block_min, m_block_max, mFlags)
         else:
             cute.arch.setmaxregister_increase(self.num_mma_regs)
             if const_expr(self.key.pdl):
@@ -711,6 +719,7 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         mailbox,
         tiles: tuple[Int32, Int32, Int32, Int32],
         staging,
+        mFlags: cute.Tensor | None = None,
     ):
         """persistent (dense): the warp roles of :meth:`roles`, each walking the CTA's tiles. The producer warp owns the
         walk: the CTA's block index first, then ``atomicAdd(counter, 1) + grid size`` (:meth:`next_tile`), each tile
@@ -745,7 +754,7 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
                     while tile < total:
                         phase = phase ^ 1
                         n_block, head_kv, batch, m_block_min, m_block_max = self.tile_work(tiles, tile, mask)
-                        self.dq_writer_loop(mLSE2, mDpsum, mdQacc, mdQacc_tma, sdQ, tma_atom_dQ, head_kv, batch, zero, m_block_min, m_block_max)
+                        self.dq_writer_loop(mLSE2, mDpsum, mdQacc, mdQacc_tma, sdQ, tma_atom_dQ, head_kv, batch, zero, m_block_min, m_block_max, mFlags)
                         tile = self.read_tile(mailbox, phase)
         else:
             cute.arch.setmaxregister_increase(self.num_mma_regs)
@@ -975,12 +984,15 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         pad_q: Int32,
         m_block_min: Int32,
         m_block_max: Int32,
+        mFlags: cute.Tensor | None = None,
     ):
         """dq_writer (warp 1): for every query block the consumers walk (the producer's count and order), per consumer
         warpgroup: once its previous reduce-add has read the buffer, arrive on DQ_EMPTY; then wait for DQ_FULL and add
         the buffer into the accumulator: dq_bulk, one bulk reduce-add (one elected thread) into the fragment-ordered
         block; dq_tma, the warpgroup's TMA reduce-add of its half of the head dim (as the consumers issue it without
-        the writer)."""
+        the writer). dq_first_store (``mFlags``): the block's ticket first (dq_first_store.py); ticket 0 bulk-stores
+        both halves and marks the flag done once they completed, any other ticket waits for that mark and reduce-adds;
+        lane 0 issues, waits and marks."""
         nwg = self.num_consumer_wg
         nthr = self.threads_per_wg + 32
         half = self.tile_m * self.head_dim // nwg
@@ -998,21 +1010,73 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
                 for w in cutlass.range_constexpr(nwg):
                     cute.arch.cp_async_bulk_wait_group(nwg - 1 - w, read=True)  # warpgroup w's last reduce-add read it
                     cute.arch.barrier_arrive(barrier_id=int(NamedBarrierBwd.DQ_EMPTY_WG1) + w, number_of_threads=nthr)
-                for w in cutlass.range_constexpr(nwg):
-                    cute.arch.barrier(barrier_id=int(NamedBarrierBwd.DQ_FULL_WG1) + w, number_of_threads=nthr)
-                    if const_expr(self.key.dq_tma):
-                        gdQ_w = cute.local_tile(mdQacc_tma_cur, (self.tile_m, self.head_dim // nwg), (m_block_min + i, w))
-                        tdQsdQ_w, tdQgdQ_w = cpasync.tma_partition(
-                            tma_atom_dQ, 0, cute.make_layout(1), cute.group_modes(sdQ[None, None, w], 0, 2), cute.group_modes(gdQ_w, 0, 2)
-                        )
-                        cute.copy(tma_atom_dQ, tdQsdQ_w, tdQgdQ_w)
-                    elif const_expr(self.key.tile_m128):
-                        self.dq_bulk_reduce_m128(mdQacc_cur, sdQ, m_block_min + i, w)
-                    else:
-                        with cute.arch.elect_one():
-                            reduce_add_bulk_f32(gdQ.iterator + w * half, sdQ[None, w].iterator, half * 4)
-                    cute.arch.cp_async_bulk_commit_group()
+                if const_expr(self.key.dq_first_store):
+                    self.dq_first_store_block(mFlags, mdQacc_cur, sdQ, head_kv * G + g, batch, m_block_min + i, nthr)
+                else:
+                    for w in cutlass.range_constexpr(nwg):
+                        cute.arch.barrier(barrier_id=int(NamedBarrierBwd.DQ_FULL_WG1) + w, number_of_threads=nthr)
+                        if const_expr(self.key.dq_tma):
+                            gdQ_w = cute.local_tile(mdQacc_tma_cur, (self.tile_m, self.head_dim // nwg), (m_block_min + i, w))
+                            tdQsdQ_w, tdQgdQ_w = cpasync.tma_partition(
+                                tma_atom_dQ, 0, cute.make_layout(1), cute.group_modes(sdQ[None, None, w], 0, 2), cute.group_modes(gdQ_w, 0, 2)
+                            )
+                            cute.copy(tma_atom_dQ, tdQsdQ_w, tdQgdQ_w)
+                        elif const_expr(self.key.tile_m128):
+                            self.dq_bulk_reduce_m128(mdQacc_cur, sdQ, m_block_min + i, w)
+                        else:
+                            with cute.arch.elect_one():
+                                reduce_add_bulk_f32(gdQ.iterator + w * half, sdQ[None, w].iterator, half * 4)
+                        cute.arch.cp_async_bulk_commit_group()
         cute.arch.cp_async_bulk_wait_group(0, read=True)  # the last reduce-adds have read sdQ before the CTA exits
+
+    @cute.jit
+    def dq_first_store_block(self, mFlags: cute.Tensor, mdQacc_cur: cute.Tensor, sdQ: cute.Tensor, head: Int32, batch: Int32, m_block: Int32, nthr: int):
+        """dq_writer_loop's block under dq_first_store: the ticket (lane 0's, broadcast) while the consumers still compute
+        the block (the flag of its ``tile_m``-row block index); a later arrival waits for the first one's done mark;
+        then per consumer warpgroup, after its DQ_FULL, lane 0 stores (ticket 0) or reduce-adds (others) what
+        :meth:`dq_bulk_issue` covers; ticket 0 then waits for its stores to complete and marks the flag done."""
+        lane = cute.arch.lane_idx()
+        flag_ptr = mFlags[None, head, batch].iterator + m_block
+        ticket = Int32(0)
+        if lane == 0:
+            ticket = flag_ticket(flag_ptr)
+        ticket = cute.arch.shuffle_sync(ticket, 0)
+        if ticket != 0:
+            flag_wait_done(flag_ptr)
+        for w in cutlass.range_constexpr(self.num_consumer_wg):
+            cute.arch.barrier(barrier_id=int(NamedBarrierBwd.DQ_FULL_WG1) + w, number_of_threads=nthr)
+            if lane == 0:
+                self.dq_bulk_issue(mdQacc_cur, sdQ, m_block, w, ticket == 0)
+            cute.arch.cp_async_bulk_commit_group()
+        if ticket == 0:
+            if lane == 0:
+                cute.arch.cp_async_bulk_wait_group(0, read=False)  # the stores are complete (writes, not just their reads)
+                flag_mark_done(flag_ptr)
+
+    @cute.jit
+    def dq_bulk_issue(self, mdQacc_cur: cute.Tensor, sdQ: cute.Tensor, m_block: Int32, w: int, store):
+        """dq_first_store, one thread: warpgroup ``w``'s staged part of query block ``m_block`` into the fragment-ordered
+        accumulator, bulk-stored (``store``: the block's first arrival) or reduce-added: its half of the head dim
+        (64 / 80 rows), or at m128 its whole 64-row block (dq_rows) or its half of both."""
+        gdQ = cute.local_tile(mdQacc_cur, (self.tile_m, self.head_dim), (m_block, 0))
+        if const_expr(self.key.tile_m128):
+            half = DQ_BULK_ROWS * self.head_dim // self.num_consumer_wg
+            if const_expr(self.key.dq_rows):
+                self.bulk_store_or_add(gdQ.iterator + w * (2 * half), sdQ[None, 0, w].iterator, 2 * half * 4, store)
+            else:
+                for h in cutlass.range_constexpr(2):
+                    self.bulk_store_or_add(gdQ.iterator + (h * DQ_BULK_ROWS * self.head_dim + w * half), sdQ[None, w, h].iterator, half * 4, store)
+        else:
+            half = self.tile_m * self.head_dim // self.num_consumer_wg
+            self.bulk_store_or_add(gdQ.iterator + w * half, sdQ[None, w].iterator, half * 4, store)
+
+    @cute.jit
+    def bulk_store_or_add(self, gmem: cute.Pointer, smem: cute.Pointer, num_bytes: int, store):
+        """One non-tensor bulk copy of ``num_bytes`` fp32 from shared to global memory: a store or a reduce-add."""
+        if store:
+            store_bulk_f32(gmem, smem, num_bytes)
+        else:
+            reduce_add_bulk_f32(gmem, smem, num_bytes)
 
     @cute.jit
     def mma(
@@ -1475,8 +1539,8 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         rL_all = None
         if const_expr(self.key.stats_early):  # this block's lse_log2 words while the S^T GEMM runs
             rL_all = self.stats_words(sLSE, idx, tScS_mn)
-        if const_expr(self.stats_at_use):
-            pass  # m80 / m128 read each column's lse_log2 / dpsum where it is used (20 / 32 columns a thread)
+        if const_expr(self.stats_at_use or self.key.stats_vec4):
+            pass  # m80 / m128 read each column's lse_log2 / dpsum where it is used (20 / 32 columns a thread); stats_vec4 by words
         elif const_expr(self.key.stats_tma):
             for c in cutlass.range_constexpr(cute.size(rLSE)):
                 rLSE[c] = sLSE[tScS_mn[0, c][1], idx]
@@ -1491,7 +1555,7 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
             mask.apply_transposed(acc_S, tScS_mn, m_block, n_block, mask_seqlen=True, mask_rows=self.key.tile_m80)
         acc_S_mn = acc_view_mn(acc_S)
         if const_expr(self.key.stats_vec4):
-            # stats_vec4 (m128): the rows were stored permuted (kernel_key.stats_perm_row), so columns 4 i .. 4 i + 3
+            # stats_vec4: the rows were stored permuted (kernel_key.stats_perm_row), so columns 4 i .. 4 i + 3
             # of this thread (queries 16 i + 2 l + {0, 1} and 16 i + 8 + 2 l + {0, 1}, l = lane % 4) are one 16-byte word
             for i in cutlass.range_constexpr(cute.size(acc_S_mn, mode=[1]) // 4):
                 rL = self.stats_word(sLSE, idx, tScS_mn, i, rL_all)
@@ -1507,7 +1571,7 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
             for r in cutlass.range_constexpr(cute.size(acc_S_mn, mode=[0])):
                 for c in cutlass.range_constexpr(cute.size(acc_S_mn, mode=[1])):
                     acc_S_mn[r, c] = cute.math.exp2(acc_S_mn[r, c] * scale_log2 - rLSE[c], fastmath=True)
-        if const_expr(self.stats_at_use):
+        if const_expr(self.stats_at_use or self.key.stats_vec4):
             pass
         elif const_expr(self.key.stats_tma):
             for c in cutlass.range_constexpr(cute.size(rDpsum)):
@@ -1758,7 +1822,7 @@ def compile_sdpa_bwd_main(key: SdpaBwdKey, tvm_ffi: bool = False):
         tvm_ffi,
         main_kernel_class(key)(key),
         ptr(dtype), ptr(dtype), ptr(dtype), ptr(dtype), ptr(dtype), ptr(dtype),
-        ptr(Float32), ptr(Float32), ptr(Float32), ptr(Int32) if key.deterministic or key.persistent else None,
+        ptr(Float32), ptr(Float32), ptr(Float32), ptr(Int32) if key.deterministic or key.persistent or key.dq_first_store else None,
         ptr(Int32, 4) if key.varlen else None, ptr(Int32, 4) if key.varlen else None,
         zero, zero, zero, zero, zero, zero, Int32(PREPOST_ROWS), Int32(1), Int32(1),
         strides, strides, strides, strides, strides, strides,
