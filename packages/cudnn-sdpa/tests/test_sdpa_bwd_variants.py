@@ -213,8 +213,12 @@ VARLEN = [
     (PDC, False, torch.bfloat16, 128, 8, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], True, True, (-1, -1)),
     (M128X, False, torch.bfloat16, 64, 8, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], True, True, (-1, -1)),
     (M128E, False, torch.bfloat16, 64, 8, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], True, True, (-1, -1)),
-    # session 20: stats4 (+ stearly) at the 64-row blocks of the causal default
+    # session 20: stats4 (+ stearly) at the 64-row blocks of the causal default; dqfs (its flags from each sequence's
+    # first scratch row: empty, one-token and unreached blocks) at 64 and 128 rows, and with dqz
     (BULKW + ("stats4", "stearly"), False, torch.bfloat16, 128, 8, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], True, True, (-1, -1)),
+    (BULKW + ("dqfs",), False, torch.bfloat16, 128, 8, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], True, True, (-1, -1)),
+    (M128X + ("dqfs",), False, torch.bfloat16, 64, 8, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], True, True, (-1, -1)),
+    (BULKW + ("dqfs", "dqz"), False, torch.float16, 128, 4, 4, [1000, 33, 257], [1000, 33, 257], False, False, (-1, -1)),
 ]
 
 
@@ -612,7 +616,7 @@ def _thd_variant_matches_its_base(variant):
     o, lse = o.to(q.dtype), lse.float().contiguous()
     tq, tk = torch.tensor(cu_q, dtype=torch.int32, device="cuda"), torch.tensor(cu_k, dtype=torch.int32, device="cuda")
     opts = dict(is_causal=True, causal_bottom_right=True, cu_seqlens_q=tq, cu_seqlens_kv=tk, max_seqlen_q=max(lens_q), max_seqlen_kv=max(lens_k))
-    tuning = tuple(t for t in api._default_tuning(d, d, False, True, False, True) if t != variant)  # a varlen plan's default
+    tuning = tuple(t for t in api._default_tuning(d, d, False, True, False) if t != variant)
     base, var = _variant_pair(tuning, variant, q, k, v, o, do, lse, **opts)
     assert torch.equal(base[1], var[1]) and torch.equal(base[2], var[2]), f"dK / dV differ from the plan without {variant}"
     ref = attention_grads_ref_varlen(q, k, v, do, cu_q, cu_k, **kw)
@@ -903,3 +907,24 @@ def test_dq_first_store_flags_are_reset_every_call_and_under_graph_replay():
         graph.replay()
         torch.cuda.synchronize()
         check(f"replay {i}")
+
+
+# dqz (dq_first_zero, session 20): ticket 0 zeroes its block and marks it done at once, then reduce-adds like the others.
+# The dqfs plans of the m80 / 64-row / m128 tiles with and without it: dK / dV bitwise equal, all three against the
+# reference; unreached blocks (S_q > S_kv bottom-right) and several tiles a CTA.
+DQZ = [
+    ("D128_NONCAUSAL_TUNING+dqfs", torch.bfloat16, 128, 128, 2, 4, 4, 1100, 1100, False, False, (-1, -1)),  # m80, partial blocks
+    ("D128_NONCAUSAL_TUNING+dqfs", torch.bfloat16, 128, 128, 2, 8, 2, 700, 129, True, True, (-1, -1)),  # m80, unreached blocks
+    ("CAUSAL_TUNING+pers", torch.bfloat16, 128, 128, 3, 8, 8, 2048, 2048, True, False, (-1, -1)),  # 384 tiles
+    ("D64_TUNING+pers", torch.float16, 64, 64, 2, 16, 4, 1000, 1000, False, False, (-1, -1)),  # m128 + dqrows, GQA 4
+]
+
+
+@pytest.mark.parametrize("case", DQZ, ids=["m80", "m80-sq-gt-skv", "d128-causal-pers", "m128-pers-gqa"])
+def test_dq_first_zero_grads_equal_the_first_store_plans(case):
+    (q, k, v, o, do, lse, kw, _, _), base, z = _pers_pair(case, "dqz")
+    assert torch.equal(base[1], z[1]) and torch.equal(base[2], z[2]), "dK / dV differ from the plan without dqz"
+    ref = attention_grads_ref(q, k, v, do, **kw)
+    lowp = attention_grads_ref(q, k, v, do, upcast=False, **kw)
+    for n, g, r, lp in zip(("dq", "dk", "dv"), z, ref, lowp, strict=True):
+        assert_close_fa(g, r, lp, n)

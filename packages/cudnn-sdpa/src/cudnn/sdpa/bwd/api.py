@@ -65,8 +65,7 @@ DEFAULT_TUNING: tuple[str, ...] = ("dq_bulk", "stats_tma", "ds2", "prepost", "ml
 #: (docs/benchmarks/sdpa_bwd_quick_ab.md, "ours-bulkw" vs "ours-bulk"), 600.2 vs 552.9 (a second run), and as the default
 #: 555.6 vs 549.6 (sdpa_bwd_quick.md, "ours" vs "ours-bulk"); non-causal it loses (500.0 vs 554.5, 491.7 vs 559.8).
 #: Session 20 (issue #6): ``dqfs`` (kernel_key.SdpaBwdKey.dq_first_store: the preprocess zeroes no dQ accumulator, each
-#: query block's first dq_writer bulk-stores its partial) here and in D64_TUNING, for dense plans (THD varlen plans
-#: drop it: ``_default_tuning``). H200, settled, ours-dqfs / ours (docs/benchmarks/sdpa_bwd_s20_dqfs.md, 2 rounds;
+#: query block's first dq_writer bulk-stores its partial) here and in D64_TUNING. H200, settled, ours-dqfs / ours (docs/benchmarks/sdpa_bwd_s20_dqfs.md, 2 rounds;
 #: sdpa_bwd_s20_dqfs_all.md, 3 rounds): d128 causal s1k 1.06x / 1.07x, s2k 1.02x, s4k 1.02x / 1.02x, s8k 1.02x; d64
 #: s1k 1.05x, causal 1.05x, s4k 1.01x, causal 1.01x; per kernel (sdpa_bwd_s20_dqfs_kernels.md) d128 s4k causal 1193.3
 #: -> 1158.2 us per call. Left out: the m80 non-causal d128 default (0.97x at s1k, 1.01x at s4k: its key blocks walk
@@ -74,8 +73,6 @@ DEFAULT_TUNING: tuple[str, ...] = ("dq_bulk", "stats_tma", "ds2", "prepost", "ml
 CAUSAL_TUNING: tuple[str, ...] = ("dq_bulk", "dq_writer", "stats_tma", "ds2", "prepost", "mlp", "dqfs")
 #: The variants a deterministic plan cannot take (another accumulation order per run).
 _NONDETERMINISTIC_TUNING = ("dq_tma", "dq_bulk", "dq_writer", "dqfs")
-#: The variants a THD varlen plan cannot take (dqfs: its flags are per dense (batch, head) block).
-_DENSE_ONLY_TUNING = ("dqfs",)
 #: Variants that serve D = D_v = 256 for a plan built without ``_tuning`` (they must include "split_d"); None: head
 #: dim 256 is declined. Session 5: the split-D kernel with FA4's dQ path from the writer warp, S^T / dP^T on one
 #: warpgroup each and dV / dK as register-sourced 64 x 256 WGMMAs ("ours-splitdr", kernel_splitd_bulk_sm90.py): H200,
@@ -225,7 +222,7 @@ class SdpaBwdSm90(APIBase):
         self._value_error_if(dk_ != dq_, f"{_OWNER}: q and k head dims differ: {q.describe()}, {k.describe()}")
         # D128_NONCAUSAL_TUNING's and PERSISTENT_SCOPE's scope: dense, no window, no sinks
         plain = not varlen and tuple(self.window_size) == (-1, -1) and self.sinks is None
-        self._tuning = self._tuning_arg if self._tuning_arg is not None else _default_tuning(dq_, dv_, self.deterministic, self.is_causal, plain, varlen)
+        self._tuning = self._tuning_arg if self._tuning_arg is not None else _default_tuning(dq_, dv_, self.deterministic, self.is_causal, plain)
         served = tuple((d, d) for d in _HEAD_DIMS) + (_SPLIT_D_PAIRS if "split_d" in self._tuning else ())  # the split-D kernel's: a variant
         served += _N96_PAIRS if "n96" in self._tuning else ()  # the 96-key kernel's: a variant too
         self._decline_if(
@@ -378,19 +375,12 @@ def _ws_layout(key, q_shape, n_seq):
     return workspace_layout(b, h, sq, d, key.has_sinks, key.deterministic, block_rows=rows, persistent=key.persistent, dq_flags=key.dq_first_store)
 
 
-def _default_tuning(d: int, d_v: int, deterministic: bool, causal: bool = False, plain: bool = False, varlen: bool = False) -> tuple[str, ...]:
+def _default_tuning(d: int, d_v: int, deterministic: bool, causal: bool = False, plain: bool = False) -> tuple[str, ...]:
     """The variants of a plan built without ``_tuning``: D256_TUNING for D = D_v = 256 and D192_TUNING for D = 192,
     D_v = 128 (SPLIT_D_DETERMINISTIC_TUNING when deterministic), D64_TUNING
     (when set) for D = D_v = 64 (non-deterministic), D128_NONCAUSAL_TUNING (when set) for a non-causal ``plain`` (dense,
     no window, no sinks) non-deterministic plan at D = D_v = 128, else CAUSAL_TUNING (causal) or DEFAULT_TUNING, without
-    the dQ reduce-add variants when deterministic and without _DENSE_ONLY_TUNING for THD ``varlen``; plus ``pers`` for a
-    ``plain`` non-deterministic plan in PERSISTENT_SCOPE."""
-    tuning = _default_tuning_dense(d, d_v, deterministic, causal, plain)
-    return tuple(t for t in tuning if t not in _DENSE_ONLY_TUNING) if varlen else tuning
-
-
-def _default_tuning_dense(d: int, d_v: int, deterministic: bool, causal: bool, plain: bool) -> tuple[str, ...]:
-    """:func:`_default_tuning` before the varlen filter."""
+    the dQ reduce-add variants when deterministic; plus ``pers`` for a ``plain`` non-deterministic plan in PERSISTENT_SCOPE."""
     if (d, d_v) in _SPLIT_D_PAIRS:
         tuning = D256_TUNING if d == 256 else D192_TUNING  # deterministic: the split-D kernel's turn order at both pairs
         if tuning is None:

@@ -152,8 +152,13 @@ class SdpaBwdKey(AttentionKey):
     # flag done (release); every later arrival waits for that mark (acquire) before its reduce-add. The preprocess then
     # writes no dQ accumulator (half its HBM traffic at D = 128: 16 rows of O / dO read per 32 written zeros) and the
     # postprocess writes 0 for a block no key block reached (flag 0). dq_bulk + dq_writer of the 64-wide main kernel
-    # (64-, 80- and 128-row blocks: one flag per ``tile_m`` rows; not split_d / n96), dense (not varlen)
+    # (64-, 80- and 128-row blocks: a block's flag is the one of the 64 scratch rows it starts in; not split_d / n96),
+    # dense and THD varlen
     dq_first_store: bool = False
+    # with dq_first_store: ticket 0 zeroes the block (16-byte stores from the dq_writer warp, a GPU-scope fence) and marks
+    # it done right away, while the consumers still compute it, then reduce-adds like every later arrival: where the key
+    # blocks walk the query blocks in step (unmasked plans: m80) the later arrivals then rarely wait
+    dq_first_zero: bool = False
 
     def __post_init__(self):
         if self.prepost_mlp and not self.prepost_vec:
@@ -166,12 +171,14 @@ class SdpaBwdKey(AttentionKey):
                     f"kv_with_q, pdl, kv_prefetch or grouped_grid; got {bad}"
                 )
         if self.dq_first_store:
-            bad = [f for f in ("split_d", "tile_n96", "varlen") if getattr(self, f)]
+            bad = [f for f in ("split_d", "tile_n96") if getattr(self, f)]
             if bad or not (self.dq_bulk and self.dq_writer):
                 raise ValueError(
                     "SdpaBwdKey: dq_first_store (dqfs) is a dq_bulk + dq_writer schedule of the 64-wide main kernel (64-, 80- "
-                    f"or 128-row blocks), dense (not split_d, n96, varlen); got dq_bulk={self.dq_bulk}, dq_writer={self.dq_writer}, {bad}"
+                    f"or 128-row blocks; not split_d, n96); got dq_bulk={self.dq_bulk}, dq_writer={self.dq_writer}, {bad}"
                 )
+        if self.dq_first_zero and not self.dq_first_store:
+            raise ValueError("SdpaBwdKey: dq_first_zero (dqz) is a schedule of dq_first_store (set dqfs)")
         if self.elect_release and (self.split_d or self.tile_n96):
             raise ValueError(f"SdpaBwdKey: elect_release (elr) serves the 64-wide main kernel's step; got split_d={self.split_d}, tile_n96={self.tile_n96}")
         if self.kv_prefetch and (self.varlen or self.split_d):
@@ -310,6 +317,7 @@ TUNING_FIELDS = {
     "pers": "persistent",
     "elr": "elect_release",
     "dqfs": "dq_first_store",
+    "dqz": "dq_first_zero",
 }
 
 #: dq_bulk: query rows per fragment-ordered block of the dQ accumulator (the main kernel's tile_m). Block ``m`` of a
@@ -381,8 +389,8 @@ def workspace_layout(
     ``dq_semaphores`` (only when deterministic) is int32 (B, H, S_pad / SEM_ROWS): one turn counter per query block; with
     ``persistent`` instead (never both) the same slot holds the persistent grid's int32 tile counter; with ``dq_flags``
     (dq_first_store) the slot holds (after that counter's 128 bytes when persistent) int32 (B, H, S_pad / SEM_ROWS):
-    one first-store flag per main-kernel query block (64, 80 or 128 rows: the first S_pad / tile_m of them are used;
-    :func:`dq_flags_offset`). ``block_rows``: see :func:`padded_rows`."""
+    one first-store flag per 64 scratch rows, a main-kernel query block (64, 80 or 128 rows) using the one of the rows
+    it starts in (:func:`dq_flag_index`, :func:`dq_flags_offset`). ``block_rows``: see :func:`padded_rows`."""
     s_pad = padded_rows(seqlen_q, block_rows)
     rows = int(batch) * int(heads) * s_pad
     off_lse = 0
@@ -394,6 +402,13 @@ def workspace_layout(
     if dq_flags:
         total += _al(4 * rows // SEM_ROWS)
     return off_lse, off_dpsum, off_dq, off_sink, off_sem, total
+
+
+def dq_flag_index(row):
+    """dq_first_store: the flag of the query block starting at scratch row ``row`` (of its (batch, head); varlen: the
+    sequence's first scratch row plus the block's): the one of the 64 rows it starts in. Distinct for the blocks of
+    one head at every tile_m >= 64, and inside the rows the preprocess zeroes. Works on ints and on DSL integers."""
+    return row // SEM_ROWS
 
 
 def dq_flags_offset(persistent: bool) -> int:

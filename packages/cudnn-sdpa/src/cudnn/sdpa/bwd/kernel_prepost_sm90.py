@@ -59,7 +59,7 @@ from cutlass import Float32, Int32, Int64, const_expr
 
 from .._device.kernel_plan import DTYPES
 from .._device.kernel_plan import fake_gmem_ptr as _ptr
-from .kernel_key import DQ_BULK_ROWS, M80_BULK_ROWS, PREPOST_ROWS, SEM_ROWS, SdpaBwdKey, dq_flags_offset, m80_bulk, stats_perm_row
+from .kernel_key import DQ_BULK_ROWS, M80_BULK_ROWS, PREPOST_ROWS, SEM_ROWS, SdpaBwdKey, dq_flag_index, dq_flags_offset, m80_bulk, stats_perm_row
 from .kernel_sm90 import compile_entry, main_kernel_class
 
 LOG2_E = math.log2(math.e)
@@ -481,7 +481,7 @@ class SdpaBwdPostprocessSm90:
         else:
             offset, seqlen, pad = varlen_rows(mCuQ, batch)
             if m_block * self.cta_rows() < seqlen:
-                self.rows(mdQacc, mdQ, m_block, head, Int32(0), seqlen, offset, pad, scale)
+                self.rows(mdQacc, mdQ, m_block, head, Int32(0), seqlen, offset, pad, scale, mFlags)
 
     kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
 
@@ -561,7 +561,7 @@ class SdpaBwdPostprocessSm90:
             sBlk = cute.local_tile(sStage, (DQ_BULK_ROWS, D), (c, 0))
             reached = None
             if const_expr(mFlags is not None):  # the main kernel's flag of the tile_m-row block holding this 64-row block
-                reached = mFlags[blk * DQ_BULK_ROWS // plan.tile_m, head, batch] != 0
+                reached = mFlags[dq_flag_index(pad + blk * DQ_BULK_ROWS // plan.tile_m * plan.tile_m), head, batch] != 0
             for w in cutlass.range_constexpr(nwg):
                 vt = w * plan.threads_per_wg + tidx
                 tAg = tiled_copy.get_slice(vt).partition_S(chunk)
@@ -610,7 +610,7 @@ class SdpaBwdPostprocessSm90:
         sStage_t = cute.make_tensor(sStage.iterator, cute.select(sStage.layout, mode=[1, 0]))  # (head dim, queries)
         reached = None
         if const_expr(mFlags is not None):
-            reached = mFlags[m_block, head, batch] != 0
+            reached = mFlags[dq_flag_index(m_block * R), head, batch] != 0
         for w in cutlass.range_constexpr(nwg):
             vt = w * plan.threads_per_wg + tidx
             tAg = tiled_copy.get_slice(vt).partition_S(chunk)

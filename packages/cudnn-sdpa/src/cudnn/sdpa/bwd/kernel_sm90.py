@@ -109,8 +109,8 @@ from .._device.mma_sm90 import acc_view_as_a, acc_view_mn, transpose_view, wgmma
 from .._device.pipeline import consumer_release, consumer_state, consumer_wait, make_tma_pipeline, prefetch_tma_descriptors, producer_state
 from .._device.seqlen import cu_seqlens_tensors, sequence_extents
 from .._device.tile_scheduler import SingleTileScheduler
-from .dq_first_store import flag_mark_done, flag_ticket, flag_wait_done, store_bulk_f32
-from .kernel_key import DQ_BULK_ROWS, M80_BULK_ROWS, PREPOST_ROWS, SEM_ROWS, SdpaBwdKey, dq_flags_offset, tile_config
+from .dq_first_store import flag_mark_done, flag_ticket, flag_wait_done, store_bulk_f32, zero_block_then_mark_done
+from .kernel_key import DQ_BULK_ROWS, M80_BULK_ROWS, PREPOST_ROWS, SEM_ROWS, SdpaBwdKey, dq_flag_index, dq_flags_offset, tile_config
 
 
 @dsl_user_op
@@ -586,7 +586,7 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
                     mQ, mK, mV, mdO, mdK, mdV, mLSE2, mDpsum, mdQacc, mdQacc_tma, mSem, sQ, sK, sV, sdO, sdSt, sdQ, sdQ_lin, sLSE, sDpsum,
                     tma_atom_Q, tma_atom_K, tma_atom_V, tma_atom_dO, tma_atom_dK, tma_atom_dV, tma_atom_dQ, pipeline_q, pipeline_do, pipeline_kv,
                     tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ, scale_log2, scale, mask, n_block, head_kv, batch_t,
-                    offset_q, offset_k, pad_q, m_block_min, m_block_max,
+                    offset_q, offset_k, pad_q, m_block_min, m_block_max, None, mFlags,
                 )  # fmt: skip
             if const_expr(self.key.pdl):
                 if n_block * self.tile_n >= seqlen_k:
@@ -1011,7 +1011,7 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
                     cute.arch.cp_async_bulk_wait_group(nwg - 1 - w, read=True)  # warpgroup w's last reduce-add read it
                     cute.arch.barrier_arrive(barrier_id=int(NamedBarrierBwd.DQ_EMPTY_WG1) + w, number_of_threads=nthr)
                 if const_expr(self.key.dq_first_store):
-                    self.dq_first_store_block(mFlags, mdQacc_cur, sdQ, head_kv * G + g, batch, m_block_min + i, nthr)
+                    self.dq_first_store_block(mFlags, mdQacc_cur, sdQ, head_kv * G + g, batch, pad_q, m_block_min + i, nthr)
                 else:
                     for w in cutlass.range_constexpr(nwg):
                         cute.arch.barrier(barrier_id=int(NamedBarrierBwd.DQ_FULL_WG1) + w, number_of_threads=nthr)
@@ -1030,28 +1030,39 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         cute.arch.cp_async_bulk_wait_group(0, read=True)  # the last reduce-adds have read sdQ before the CTA exits
 
     @cute.jit
-    def dq_first_store_block(self, mFlags: cute.Tensor, mdQacc_cur: cute.Tensor, sdQ: cute.Tensor, head: Int32, batch: Int32, m_block: Int32, nthr: int):
+    def dq_first_store_block(
+        self, mFlags: cute.Tensor, mdQacc_cur: cute.Tensor, sdQ: cute.Tensor, head: Int32, batch: Int32, pad_q: Int32, m_block: Int32, nthr: int
+    ):
         """dq_writer_loop's block under dq_first_store: the ticket (lane 0's, broadcast) while the consumers still compute
-        the block (the flag of its ``tile_m``-row block index); a later arrival waits for the first one's done mark;
+        the block (its flag: the one of the 64 scratch rows it starts in, kernel_key.dq_flag_index; varlen: from the
+        sequence's first scratch row ``pad_q``); a later arrival waits for the first one's done mark;
         then per consumer warpgroup, after its DQ_FULL, lane 0 stores (ticket 0) or reduce-adds (others) what
-        :meth:`dq_bulk_issue` covers; ticket 0 then waits for its stores to complete and marks the flag done."""
+        :meth:`dq_bulk_issue` covers; ticket 0 then waits for its stores to complete and marks the flag done.
+        dq_first_zero: ticket 0 zeroes the block and marks it done at once, then everyone reduce-adds."""
         lane = cute.arch.lane_idx()
-        flag_ptr = mFlags[None, head, batch].iterator + m_block
+        flag_ptr = mFlags[None, head, batch].iterator + dq_flag_index(pad_q + m_block * self.tile_m)
         ticket = Int32(0)
         if lane == 0:
             ticket = flag_ticket(flag_ptr)
         ticket = cute.arch.shuffle_sync(ticket, 0)
-        if ticket != 0:
+        zero_first = const_expr(self.key.dq_first_zero)
+        if const_expr(zero_first):
+            if ticket == 0:
+                gdQ = cute.local_tile(mdQacc_cur, (self.tile_m, self.head_dim), (m_block, 0))
+                zero_block_then_mark_done(gdQ.iterator, self.tile_m * self.head_dim, flag_ptr)
+            flag_wait_done(flag_ptr)
+        elif ticket != 0:
             flag_wait_done(flag_ptr)
         for w in cutlass.range_constexpr(self.num_consumer_wg):
             cute.arch.barrier(barrier_id=int(NamedBarrierBwd.DQ_FULL_WG1) + w, number_of_threads=nthr)
             if lane == 0:
-                self.dq_bulk_issue(mdQacc_cur, sdQ, m_block, w, ticket == 0)
+                self.dq_bulk_issue(mdQacc_cur, sdQ, m_block, w, ticket == 0 and not zero_first)
             cute.arch.cp_async_bulk_commit_group()
-        if ticket == 0:
-            if lane == 0:
-                cute.arch.cp_async_bulk_wait_group(0, read=False)  # the stores are complete (writes, not just their reads)
-                flag_mark_done(flag_ptr)
+        if const_expr(not zero_first):
+            if ticket == 0:
+                if lane == 0:
+                    cute.arch.cp_async_bulk_wait_group(0, read=False)  # the stores are complete (writes, not just their reads)
+                    flag_mark_done(flag_ptr)
 
     @cute.jit
     def dq_bulk_issue(self, mdQacc_cur: cute.Tensor, sdQ: cute.Tensor, m_block: Int32, w: int, store):
