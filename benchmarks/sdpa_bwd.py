@@ -244,8 +244,6 @@ DEFAULT_PLUS = {
     # in the d128 causal and d64 defaults since session 20: ours-nodqfs is the case's default without it
     "ours-dqfs": ("dqfs",),
     "ours-nodqfs": ("-dqfs",),
-    # dqfs whose first arrival zeroes its block at once and then reduce-adds (no wait for a first partial)
-    "ours-dqz": ("dqfs", "dqz"),
 }
 #: The fixed-cost variants (notes/bwd_fixed_cost.md A / B: ``spin`` consumer waits without NANOSLEEP, ``kvq`` K / V on
 #: the first Q / dO stage's barrier; ``pdl``: Programmatic Dependent Launch of the three kernels; ``kvpf``: L2 prefetch
@@ -260,7 +258,7 @@ DEFAULT_PLUS = {
 #: ``elr`` (session 19): the step's Q / dO stage releases from the lane elect.sync picks (64-wide kernel).
 #: ``stats4`` (session 20): lse_log2 / dpsum stored permuted, one 16-byte load per four columns, at any query tile.
 #: ``dqfs`` (session 20): the dQ accumulator never zeroed, each query block's first arrival stores (dq_bulk + dq_writer).
-CASE_DEFAULT_EXTRAS = frozenset({"spin", "kvq", "pdl", "kvpf", "stearly", "g3d", "mlp", "pers", "elr", "stats4", "dqfs", "-dqfs", "dqz"})
+CASE_DEFAULT_EXTRAS = frozenset({"spin", "kvq", "pdl", "kvpf", "stearly", "g3d", "mlp", "pers", "elr", "stats4", "dqfs", "-dqfs"})
 
 
 def _make_default_plus(extra):

@@ -214,11 +214,11 @@ VARLEN = [
     (M128X, False, torch.bfloat16, 64, 8, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], True, True, (-1, -1)),
     (M128E, False, torch.bfloat16, 64, 8, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], True, True, (-1, -1)),
     # session 20: stats4 (+ stearly) at the 64-row blocks of the causal default; dqfs (its flags from each sequence's
-    # first scratch row: empty, one-token and unreached blocks) at 64 and 128 rows, and with dqz
+    # first scratch row: empty, one-token and unreached blocks) at 64 and 128 rows
     (BULKW + ("stats4", "stearly"), False, torch.bfloat16, 128, 8, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], True, True, (-1, -1)),
     (BULKW + ("dqfs",), False, torch.bfloat16, 128, 8, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], True, True, (-1, -1)),
     (M128X + ("dqfs",), False, torch.bfloat16, 64, 8, 2, [300, 1, 0, 517, 64], [300, 129, 5, 700, 64], True, True, (-1, -1)),
-    (BULKW + ("dqfs", "dqz"), False, torch.float16, 128, 4, 4, [1000, 33, 257], [1000, 33, 257], False, False, (-1, -1)),
+    (BULKW + ("dqfs",), False, torch.float16, 128, 4, 4, [1000, 33, 257], [1000, 33, 257], False, False, (-1, -1)),
 ]
 
 
@@ -907,24 +907,3 @@ def test_dq_first_store_flags_are_reset_every_call_and_under_graph_replay():
         graph.replay()
         torch.cuda.synchronize()
         check(f"replay {i}")
-
-
-# dqz (dq_first_zero, session 20): ticket 0 zeroes its block and marks it done at once, then reduce-adds like the others.
-# The dqfs plans of the m80 / 64-row / m128 tiles with and without it: dK / dV bitwise equal, all three against the
-# reference; unreached blocks (S_q > S_kv bottom-right) and several tiles a CTA.
-DQZ = [
-    ("D128_NONCAUSAL_TUNING+dqfs", torch.bfloat16, 128, 128, 2, 4, 4, 1100, 1100, False, False, (-1, -1)),  # m80, partial blocks
-    ("D128_NONCAUSAL_TUNING+dqfs", torch.bfloat16, 128, 128, 2, 8, 2, 700, 129, True, True, (-1, -1)),  # m80, unreached blocks
-    ("CAUSAL_TUNING+pers", torch.bfloat16, 128, 128, 3, 8, 8, 2048, 2048, True, False, (-1, -1)),  # 384 tiles
-    ("D64_TUNING+pers", torch.float16, 64, 64, 2, 16, 4, 1000, 1000, False, False, (-1, -1)),  # m128 + dqrows, GQA 4
-]
-
-
-@pytest.mark.parametrize("case", DQZ, ids=["m80", "m80-sq-gt-skv", "d128-causal-pers", "m128-pers-gqa"])
-def test_dq_first_zero_grads_equal_the_first_store_plans(case):
-    (q, k, v, o, do, lse, kw, _, _), base, z = _pers_pair(case, "dqz")
-    assert torch.equal(base[1], z[1]) and torch.equal(base[2], z[2]), "dK / dV differ from the plan without dqz"
-    ref = attention_grads_ref(q, k, v, do, **kw)
-    lowp = attention_grads_ref(q, k, v, do, upcast=False, **kw)
-    for n, g, r, lp in zip(("dq", "dk", "dv"), z, ref, lowp, strict=True):
-        assert_close_fa(g, r, lp, n)

@@ -1935,13 +1935,13 @@ def test_elect_release_ptx_elects_the_four_step_releases(tmp_path):
 def test_dq_first_store_sets_its_key_field_refuses_other_dq_paths_and_sizes_the_flags():
     """``dqfs`` sets dq_first_store on the dq_bulk + dq_writer schedules of the 64-wide kernel (the d128 causal default
     with or without pers, the m80 and m128 defaults, THD varlen plans); without the writer and with split_d it is a
-    ValueError naming it, as is ``dqz`` without it. The workspace's semaphore slot grows by one int32 flag per 64 scratch
+    ValueError naming it. The workspace's semaphore slot grows by one int32 flag per 64 scratch
     rows, after the tile counter's 128 bytes when persistent; a block's flag is the one of the rows it starts in."""
     from cudnn.sdpa.bwd import api
     from cudnn.sdpa.bwd.api import SdpaBwdSm90
     from cudnn.sdpa.bwd.kernel_key import TUNING_FIELDS, dq_flag_index, dq_flags_offset, workspace_layout
 
-    assert TUNING_FIELDS["dqfs"] == "dq_first_store" and TUNING_FIELDS["dqz"] == "dq_first_zero"
+    assert TUNING_FIELDS["dqfs"] == "dq_first_store"
     for tuning in (api.CAUSAL_TUNING + ("pers", "dqfs"), api.CAUSAL_TUNING + ("dqfs",)):
         plan = SdpaBwdSm90(*_descs(), is_causal=True, _tuning=tuning)
         assert plan.check_support() and plan.key.dq_first_store and plan.key.persistent == ("pers" in tuning)
@@ -1961,8 +1961,6 @@ def test_dq_first_store_sets_its_key_field_refuses_other_dq_paths_and_sizes_the_
         cu_seqlens_q=cu, cu_seqlens_kv=cu, max_seqlen_q=1000, max_seqlen_kv=1000,
     )  # fmt: skip
     assert thd.check_support() and thd.key.varlen and thd.key.dq_first_store  # CAUSAL_TUNING's, varlen too
-    with pytest.raises(ValueError, match="dq_first_zero"):
-        SdpaBwdSm90(*_descs(), is_causal=True, _tuning=api.DEFAULT_TUNING + ("dq_writer", "dqz")).check_support()
     assert [dq_flag_index(r) for r in (0, 64, 80, 128, 160, 240, 256 + 128)] == [0, 1, 1, 2, 2, 3, 6]
     rows = 2 * 8 * 384  # B * H * S_pad (S = 300 padded to 3 x 128)
     plain, flags = workspace_layout(2, 8, 300, 128), workspace_layout(2, 8, 300, 128, dq_flags=True)
@@ -2007,18 +2005,3 @@ def test_dq_first_store_ptx_takes_one_ticket_per_block_and_the_preprocess_zeroes
     for name in ("base", "dqfs"):
         assert frame_sizes(tmp_path / name / "main") == [0]
     assert "st.local" not in main1 and "ld.local" not in main1
-
-
-@pytest.mark.compile_only
-def test_dq_first_zero_ptx_zeroes_the_block_from_the_writer_instead_of_storing_it(tmp_path):
-    """Two compiles of the m80 default + dqfs: with dqz the dq_writer zeroes an 80 x 128 block with 80 16-byte stores a
-    lane (10240 floats / 128), fences once at GPU scope and issues no bulk store (every arrival reduce-adds); without it
-    (the planted contrast) two bulk stores, no such zero stores."""
-    key = "'bf16', 128, 128, 1, False, False, False, False, False, False, False, dq_bulk=True, dq_writer=True, stats_tma=True, "
-    key += "ds_double_buffer=True, prepost_vec=True, prepost_mlp=True, tile_m80=True, pack_once=True, dq_first_store=True"
-    fs = _dump(tmp_path / "fs", key, "SdpaBwdKernelSm90")
-    z = _dump(tmp_path / "z", key + ", dq_first_zero=True", "SdpaBwdKernelSm90")
-    assert (fs.count("cp.async.bulk.global.shared::cta"), z.count("cp.async.bulk.global.shared::cta")) == (2, 0)
-    assert z.count("st.global.v4") == fs.count("st.global.v4") + 80 and z.count("fence.acq_rel.gpu") == 1
-    assert z.count("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32") == 2
-    assert "st.local" not in z and "ld.local" not in z

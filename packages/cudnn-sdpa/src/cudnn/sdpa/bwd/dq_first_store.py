@@ -1,6 +1,7 @@
 """dq_first_store's device protocol (SdpaBwdKey.dq_first_store): the dQ accumulator's blocks are never zeroed.
 
-Each query block (batch, head, 64 rows) has an int32 flag in the workspace, zeroed by the preprocess. The dq_writer warp
+Each query block (batch, head; 64, 80 or 128 rows) has an int32 flag in the workspace (the one of the 64 scratch rows it
+starts in: kernel_key.dq_flag_index), zeroed by the preprocess. The dq_writer warp
 of every CTA that adds into the block takes a ticket (:func:`flag_ticket`: ``atom.add`` 1, the old value back) before
 its consumers hand the block over. Ticket 0 bulk-stores its partial (:func:`store_bulk_f32`) and, once the stores have
 completed, adds :data:`DONE` to the flag with release semantics (:func:`flag_mark_done`); any other ticket waits until
@@ -8,17 +9,12 @@ the flag carries DONE (:func:`flag_wait_done`, acquire) and then reduce-adds. Th
 wait (it took its ticket first and waits on nothing but its own consumers), so no wait can close a cycle. The
 postprocess reads the flag too: 0 means no key block reached the block, whose dQ is then 0.
 
-With dq_first_zero, ticket 0 zeroes the block right away (:func:`zero_block_then_mark_done`, while the consumers still
-compute it) and then reduce-adds like the others: where the key blocks walk the query blocks in step (unmasked plans)
-the others then rarely wait, where with a first store they wait for a partial still being computed.
-
 One line of PTX each: the DSL has no non-tensor bulk copy, no scoped acquire load or release reduction and no async-
 proxy fence for global memory.
 """
 
 from __future__ import annotations
 
-import cutlass
 import cutlass.cute as cute
 from cutlass import Int32
 from cutlass._mlir.dialects import llvm
@@ -61,40 +57,11 @@ def fence_proxy_async_global(*, loc=None, ip=None):
 
 
 @dsl_user_op
-def flag_release_done(flag_ptr: cute.Pointer, *, loc=None, ip=None):
-    """``red.release.gpu.global.add.s32`` DONE on the block's flag."""
-    _asm(None, [flag_ptr.toint(loc=loc, ip=ip).ir_value()], f"red.release.gpu.global.add.s32 [$0], {DONE};", "l")
-
-
-@dsl_user_op
 def flag_mark_done(flag_ptr: cute.Pointer, *, loc=None, ip=None):
     """After ``cp.async.bulk.wait_group 0`` of the issuing thread: its bulk stores are complete; an async-proxy fence,
-    then :func:`flag_release_done`."""
+    then ``red.release.gpu.global.add.s32`` DONE on the block's flag."""
     fence_proxy_async_global(loc=loc, ip=ip)
-    flag_release_done(flag_ptr, loc=loc, ip=ip)
-
-
-@dsl_user_op
-def fence_acq_rel_gpu(*, loc=None, ip=None):
-    """``fence.acq_rel.gpu``: this thread's earlier global stores are visible at GPU scope before its later accesses."""
-    _asm(None, [], "fence.acq_rel.gpu;", "")
-
-
-@cute.jit
-def zero_block_then_mark_done(gmem: cute.Pointer, num_floats: cutlass.Constexpr[int], flag_ptr: cute.Pointer):
-    """dq_first_zero, one warp (ticket 0): the block's ``num_floats`` fp32 (contiguous, a multiple of 128, 16-byte
-    aligned) from ``gmem`` zeroed by 16-byte stores, lane ``l`` the chunks ``l, l + 32, ...``; each lane's fence, a warp
-    barrier, then lane 0 adds DONE with release semantics."""
-    lane = cute.arch.lane_idx()
-    block = cute.make_tensor(gmem, cute.make_layout(num_floats))
-    zeros = cute.make_rmem_tensor((4,), cutlass.Float32)
-    zeros.fill(0.0)
-    for j in cutlass.range_constexpr(num_floats // 128):
-        cute.autovec_copy(zeros, cute.local_tile(block, (4,), (32 * j + lane,)))
-    fence_acq_rel_gpu()
-    cute.arch.sync_warp()
-    if lane == 0:
-        flag_release_done(flag_ptr)
+    _asm(None, [flag_ptr.toint(loc=loc, ip=ip).ir_value()], f"red.release.gpu.global.add.s32 [$0], {DONE};", "l")
 
 
 @cute.jit

@@ -155,10 +155,6 @@ class SdpaBwdKey(AttentionKey):
     # (64-, 80- and 128-row blocks: a block's flag is the one of the 64 scratch rows it starts in; not split_d / n96),
     # dense and THD varlen
     dq_first_store: bool = False
-    # with dq_first_store: ticket 0 zeroes the block (16-byte stores from the dq_writer warp, a GPU-scope fence) and marks
-    # it done right away, while the consumers still compute it, then reduce-adds like every later arrival: where the key
-    # blocks walk the query blocks in step (unmasked plans: m80) the later arrivals then rarely wait
-    dq_first_zero: bool = False
 
     def __post_init__(self):
         if self.prepost_mlp and not self.prepost_vec:
@@ -177,8 +173,6 @@ class SdpaBwdKey(AttentionKey):
                     "SdpaBwdKey: dq_first_store (dqfs) is a dq_bulk + dq_writer schedule of the 64-wide main kernel (64-, 80- "
                     f"or 128-row blocks; not split_d, n96); got dq_bulk={self.dq_bulk}, dq_writer={self.dq_writer}, {bad}"
                 )
-        if self.dq_first_zero and not self.dq_first_store:
-            raise ValueError("SdpaBwdKey: dq_first_zero (dqz) is a schedule of dq_first_store (set dqfs)")
         if self.elect_release and (self.split_d or self.tile_n96):
             raise ValueError(f"SdpaBwdKey: elect_release (elr) serves the 64-wide main kernel's step; got split_d={self.split_d}, tile_n96={self.tile_n96}")
         if self.kv_prefetch and (self.varlen or self.split_d):
@@ -317,7 +311,6 @@ TUNING_FIELDS = {
     "pers": "persistent",
     "elr": "elect_release",
     "dqfs": "dq_first_store",
-    "dqz": "dq_first_zero",
 }
 
 #: dq_bulk: query rows per fragment-ordered block of the dQ accumulator (the main kernel's tile_m). Block ``m`` of a

@@ -109,7 +109,7 @@ from .._device.mma_sm90 import acc_view_as_a, acc_view_mn, transpose_view, wgmma
 from .._device.pipeline import consumer_release, consumer_state, consumer_wait, make_tma_pipeline, prefetch_tma_descriptors, producer_state
 from .._device.seqlen import cu_seqlens_tensors, sequence_extents
 from .._device.tile_scheduler import SingleTileScheduler
-from .dq_first_store import flag_mark_done, flag_ticket, flag_wait_done, store_bulk_f32, zero_block_then_mark_done
+from .dq_first_store import flag_mark_done, flag_ticket, flag_wait_done, store_bulk_f32
 from .kernel_key import DQ_BULK_ROWS, M80_BULK_ROWS, PREPOST_ROWS, SEM_ROWS, SdpaBwdKey, dq_flag_index, dq_flags_offset, tile_config
 
 
@@ -1037,32 +1037,24 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         the block (its flag: the one of the 64 scratch rows it starts in, kernel_key.dq_flag_index; varlen: from the
         sequence's first scratch row ``pad_q``); a later arrival waits for the first one's done mark;
         then per consumer warpgroup, after its DQ_FULL, lane 0 stores (ticket 0) or reduce-adds (others) what
-        :meth:`dq_bulk_issue` covers; ticket 0 then waits for its stores to complete and marks the flag done.
-        dq_first_zero: ticket 0 zeroes the block and marks it done at once, then everyone reduce-adds."""
+        :meth:`dq_bulk_issue` covers; ticket 0 then waits for its stores to complete and marks the flag done."""
         lane = cute.arch.lane_idx()
         flag_ptr = mFlags[None, head, batch].iterator + dq_flag_index(pad_q + m_block * self.tile_m)
         ticket = Int32(0)
         if lane == 0:
             ticket = flag_ticket(flag_ptr)
         ticket = cute.arch.shuffle_sync(ticket, 0)
-        zero_first = const_expr(self.key.dq_first_zero)
-        if const_expr(zero_first):
-            if ticket == 0:
-                gdQ = cute.local_tile(mdQacc_cur, (self.tile_m, self.head_dim), (m_block, 0))
-                zero_block_then_mark_done(gdQ.iterator, self.tile_m * self.head_dim, flag_ptr)
-            flag_wait_done(flag_ptr)
-        elif ticket != 0:
+        if ticket != 0:
             flag_wait_done(flag_ptr)
         for w in cutlass.range_constexpr(self.num_consumer_wg):
             cute.arch.barrier(barrier_id=int(NamedBarrierBwd.DQ_FULL_WG1) + w, number_of_threads=nthr)
             if lane == 0:
-                self.dq_bulk_issue(mdQacc_cur, sdQ, m_block, w, ticket == 0 and not zero_first)
+                self.dq_bulk_issue(mdQacc_cur, sdQ, m_block, w, ticket == 0)
             cute.arch.cp_async_bulk_commit_group()
-        if const_expr(not zero_first):
-            if ticket == 0:
-                if lane == 0:
-                    cute.arch.cp_async_bulk_wait_group(0, read=False)  # the stores are complete (writes, not just their reads)
-                    flag_mark_done(flag_ptr)
+        if ticket == 0:
+            if lane == 0:
+                cute.arch.cp_async_bulk_wait_group(0, read=False)  # the stores are complete (writes, not just their reads)
+                flag_mark_done(flag_ptr)
 
     @cute.jit
     def dq_bulk_issue(self, mdQacc_cur: cute.Tensor, sdQ: cute.Tensor, m_block: Int32, w: int, store):
