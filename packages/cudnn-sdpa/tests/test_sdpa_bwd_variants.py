@@ -754,35 +754,46 @@ def test_persistent_grads_equal_the_default_plans(case):
         assert_close_fa(g, r, lp, n)
 
 
-def test_persistent_counter_is_reset_every_call_and_under_graph_replay():
-    """The tile counter lives in the caller's workspace: every call's preprocess zeroes it, so repeated calls on one
-    workspace, and replays of a captured graph, walk every tile again (a stale counter would skip tiles: dK / dV
-    rows left as the poison)."""
+def _calls_and_replays(tuning, operands, opts, check):
+    """The plan of ``tuning`` executed three times on one workspace, then captured in a CUDA graph on a side stream and
+    replayed twice; the gradients poisoned before each run and ``check(grads, what)`` after it."""
     from cudnn.sdpa.bwd.api import SdpaBwdSm90, workspace_bytes_for
 
-    (q, k, v, o, do, lse, _, opts, tuning), base, _ = _pers_pair(PERS[0])
-    grads = tuple(poison(torch.empty_like(x)) for x in (q, k, v))
-    plan = SdpaBwdSm90(q, k, v, o, do, lse, *grads, _tuning=tuning + ("pers",), **opts)
+    q = operands[0]
+    grads = tuple(poison(torch.empty_like(x)) for x in operands[:3])
+    plan = SdpaBwdSm90(*operands, *grads, _tuning=tuning, **opts)
     plan.check_support()
     plan.compile()
     ws = torch.empty(workspace_bytes_for(plan, q), dtype=torch.uint8, device="cuda")
-    for _ in range(3):
-        for g in grads[1:]:
+    for i in range(3):
+        for g in grads:
             poison(g)
-        plan.execute(q, k, v, o, do, lse, *grads, ws)
+        plan.execute(*operands, *grads, ws)
         torch.cuda.synchronize()
-        assert torch.equal(base[1], grads[1]) and torch.equal(base[2], grads[2]), "a repeated call differs"
+        check(grads, f"call {i}")
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, stream=stream):
-        plan.execute(q, k, v, o, do, lse, *grads, ws)
-    for _ in range(2):
-        for g in grads[1:]:
+        plan.execute(*operands, *grads, ws)
+    for i in range(2):
+        for g in grads:
             poison(g)
         graph.replay()
         torch.cuda.synchronize()
-        assert torch.equal(base[1], grads[1]) and torch.equal(base[2], grads[2]), "a graph replay differs"
+        check(grads, f"replay {i}")
+
+
+def test_persistent_counter_is_reset_every_call_and_under_graph_replay():
+    """The tile counter lives in the caller's workspace: every call's preprocess zeroes it, so repeated calls on one
+    workspace, and replays of a captured graph, walk every tile again (a stale counter would skip tiles: dK / dV
+    rows left as the poison)."""
+    (q, k, v, o, do, lse, _, opts, tuning), base, _ = _pers_pair(PERS[0])
+
+    def check(grads, what):
+        assert torch.equal(base[1], grads[1]) and torch.equal(base[2], grads[2]), f"{what} differs"
+
+    _calls_and_replays(tuning + ("pers",), (q, k, v, o, do, lse), opts, check)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -875,35 +886,12 @@ def test_dq_first_store_flags_are_reset_every_call_and_under_graph_replay():
     """The first-store flags live in the caller's workspace: every call's preprocess zeroes them, so repeated calls on
     one workspace, and replays of a captured graph, store each block's first partial again (a stale flag would make
     every arrival a reduce-add onto the previous call's dQ: twice the gradient)."""
-    from cudnn.sdpa.bwd.api import SdpaBwdSm90, workspace_bytes_for
-
-    (q, k, v, o, do, lse, kw, opts, tuning), base, first = _pers_pair(DQFS[1], "dqfs")
-    grads = tuple(poison(torch.empty_like(x)) for x in (q, k, v))
-    plan = SdpaBwdSm90(q, k, v, o, do, lse, *grads, _tuning=tuning + ("dqfs",), **opts)
-    plan.check_support()
-    plan.compile()
-    ws = torch.empty(workspace_bytes_for(plan, q), dtype=torch.uint8, device="cuda")
+    (q, k, v, o, do, lse, kw, opts, tuning), _, first = _pers_pair(DQFS[1], "dqfs")
     ref = attention_grads_ref(q, k, v, do, **kw)
     lowp = attention_grads_ref(q, k, v, do, upcast=False, **kw)
 
-    def check(what):
+    def check(grads, what):
         assert torch.equal(first[1], grads[1]) and torch.equal(first[2], grads[2]), f"{what}: dK / dV differ"
         assert_close_fa(grads[0], ref[0], lowp[0], f"dq ({what})")
 
-    for i in range(3):
-        for g in grads:
-            poison(g)
-        plan.execute(q, k, v, o, do, lse, *grads, ws)
-        torch.cuda.synchronize()
-        check(f"call {i}")
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        plan.execute(q, k, v, o, do, lse, *grads, ws)
-    for i in range(2):
-        for g in grads:
-            poison(g)
-        graph.replay()
-        torch.cuda.synchronize()
-        check(f"replay {i}")
+    _calls_and_replays(tuning + ("dqfs",), (q, k, v, o, do, lse), opts, check)
