@@ -49,7 +49,10 @@ providers (``ours-mrot``, ``-mrotw``, ``-mrotw2``, ``-msel``, ``-bulkw2``) in se
 that with ds2 / pack1 / both; the A/B is
 ``--providers=ours,ours-n96,fa4 --only=d192``); ``ours-l2dq`` / ``ours-bulkw-l2dq``: ours / ours-bulkw with the
 plan's private ``_l2_group_dq`` (the main kernel's L2 groups of heads sized counting the fp32 dQ accumulator: half as
-many heads in flight at d128; a launch argument, same kernels). A short A/B of these against the peers:
+many heads in flight at d128; a launch argument, same kernels); session 20: ``ours-dqfs`` / ``ours-nodqfs`` (the case's
+default with / without dqfs: the dQ accumulator never zeroed, each query block's first dq_writer stores, in the d128
+causal and d64 defaults since), ``ours-s4`` / ``-s4e`` / ``-s4ee`` (stats4 at the 64 / 80-row blocks; with stearly;
+with elr too). A short A/B of these against the peers:
 
     python benchmarks/sdpa_bwd.py --quick --providers=ours,ours-bulk,ours-bulkw,ours-l2dq,ours-bulkw-l2dq,fa4,torch-cudnn
     python benchmarks/sdpa_bwd.py --quick --providers=ours,ours-m80,ours-m80w,ours-dqt,ours-tmaw,fa4,torch-cudnn
