@@ -402,7 +402,7 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
         if const_expr(self.key.persistent):
             mSem = cute.make_tensor(sem_ptr, cute.make_layout((1,)))  # the tile counter (zeroed by the preprocess)
         mFlags = None
-        if const_expr(self.key.dq_first_store):  # one first-store flag per 64-row query block (zeroed by the preprocess)
+        if const_expr(self.key.dq_first_store):  # one first-store flag per 64 scratch rows (zeroed by the preprocess)
             ns = sp // SEM_ROWS
             mFlags = cute.make_tensor(sem_ptr + dq_flags_offset(self.key.persistent), cute.make_layout((ns, heads, bt), stride=(1, ns, ns * heads)))
         mCuQ, mCuK = cu_seqlens_tensors(cu_q_ptr, cu_k_ptr, batch, self.key.varlen)
