@@ -65,8 +65,8 @@ DEFAULT_TUNING: tuple[str, ...] = ("dq_bulk", "stats_tma", "ds2", "prepost", "ml
 #: (docs/benchmarks/sdpa_bwd_quick_ab.md, "ours-bulkw" vs "ours-bulk"), 600.2 vs 552.9 (a second run), and as the default
 #: 555.6 vs 549.6 (sdpa_bwd_quick.md, "ours" vs "ours-bulk"); non-causal it loses (500.0 vs 554.5, 491.7 vs 559.8).
 #: Session 20 (issue #6): ``dqfs`` (kernel_key.SdpaBwdKey.dq_first_store: the preprocess zeroes no dQ accumulator, each
-#: query block's first dq_writer bulk-stores its partial) here and in D64_TUNING. H200, settled, ours-dqfs / ours (docs/benchmarks/sdpa_bwd_s20_dqfs.md, 2 rounds;
-#: sdpa_bwd_s20_dqfs_all.md, 3 rounds): d128 causal s1k 1.06x / 1.07x, s2k 1.02x, s4k 1.02x / 1.02x, s8k 1.02x; d64
+#: query block's first dq_writer bulk-stores its partial) here and in D64_TUNING. H200, settled, ours-dqfs / ours
+#: (docs/benchmarks/sdpa_bwd_s20_dqfs.md, 2 rounds; sdpa_bwd_s20_dqfs_all.md, 3 rounds): d128 causal s1k 1.06x / 1.07x, s2k 1.02x, s4k 1.02x / 1.02x, s8k 1.02x; d64
 #: s1k 1.05x, causal 1.05x, s4k 1.01x, causal 1.01x; per kernel (sdpa_bwd_s20_dqfs_kernels.md) d128 s4k causal 1193.3
 #: -> 1158.2 us per call. Left out: the m80 non-causal d128 default (0.97x at s1k, 1.01x at s4k: its key blocks walk
 #: the query blocks in step, so most arrivals wait for a first store still in flight).

@@ -20,8 +20,17 @@ from cutlass import Int32
 from cutlass._mlir.dialects import llvm
 from cutlass.cutlass_dsl import dsl_user_op
 
+from .kernel_key import SEM_ROWS
+
 #: Added to a block's flag once the first arrival's bulk stores have completed (tickets count in the bits below).
 DONE = 1 << 30
+
+
+def flags_tensor(flags_ptr: cute.Pointer, seqlen_pad, heads, batch):
+    """The flags as an int32 (S_pad / SEM_ROWS, heads, batch) tensor from ``flags_ptr`` (the layout of the deterministic
+    turn counters; index a block's row with kernel_key.dq_flag_index)."""
+    ns = seqlen_pad // SEM_ROWS
+    return cute.make_tensor(flags_ptr, cute.make_layout((ns, heads, batch), stride=(1, ns, ns * heads)))
 
 
 def _asm(result, args, text: str, constraints: str):

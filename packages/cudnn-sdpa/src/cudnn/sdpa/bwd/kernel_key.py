@@ -84,7 +84,7 @@ class SdpaBwdKey(AttentionKey):
     # permuted inside each 16-row group (row 8 j + 2 l + b of the group at 4 l + 2 j + b, j, b in {0, 1}, l < 4: see
     # stats_perm_row) so that the four query columns 8 j + 2 l + b (j = 2 i, 2 i + 1) of a consumer thread are one
     # 16-byte word: at m128 16 LDS.128 per block and thread instead of 32 LDS.64, at 64 rows 8 instead of 16 (session
-    # 20: the d128 causal kernel's first FFMA after each lse_log2 load was its top short-scoreboard wait)
+    # 20: in the m128 default; at 64 / 80 rows opt-in, 0.96x-0.99x in the H200 A/B)
     stats_vec4: bool = False
     # with stats_vec4: each query block's lse_log2 words loaded into registers right after the S^T GEMM is issued and its
     # dpsum words before the wait for dP^T, instead of at their first use after those waits (ptxas does not hoist the
@@ -150,7 +150,7 @@ class SdpaBwdKey(AttentionKey):
     # (``atom.add`` on an int32 flag per (batch, head, 64-row block) in the workspace, zeroed by the preprocess); the
     # first arrival bulk-STORES its staged partial instead of reduce-adding it and, once the stores completed, marks the
     # flag done (release); every later arrival waits for that mark (acquire) before its reduce-add. The preprocess then
-    # writes no dQ accumulator (half its HBM traffic at D = 128: 16 rows of O / dO read per 32 written zeros) and the
+    # writes no dQ accumulator (at D = D_v its fp32 zeros were as many bytes as the O / dO it reads) and the
     # postprocess writes 0 for a block no key block reached (flag 0). dq_bulk + dq_writer of the 64-wide main kernel
     # (64-, 80- and 128-row blocks: a block's flag is the one of the 64 scratch rows it starts in; not split_d / n96),
     # dense and THD varlen

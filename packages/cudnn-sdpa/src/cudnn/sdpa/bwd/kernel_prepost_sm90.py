@@ -59,6 +59,7 @@ from cutlass import Float32, Int32, Int64, const_expr
 
 from .._device.kernel_plan import DTYPES
 from .._device.kernel_plan import fake_gmem_ptr as _ptr
+from .dq_first_store import flags_tensor
 from .kernel_key import DQ_BULK_ROWS, M80_BULK_ROWS, PREPOST_ROWS, SEM_ROWS, SdpaBwdKey, dq_flag_index, dq_flags_offset, m80_bulk, stats_perm_row
 from .kernel_sm90 import compile_entry, main_kernel_class
 
@@ -134,8 +135,7 @@ class SdpaBwdPreprocessSm90:
             mSem = cute.make_tensor(sem_ptr, cute.make_layout((1,)))  # the persistent main kernel's tile counter
         mFlags = None
         if const_expr(self.key.dq_first_store):  # the main kernel's first-store flags (dq_first_store.py): 0 before it runs
-            ns = sp // SEM_ROWS
-            mFlags = cute.make_tensor(sem_ptr + dq_flags_offset(self.key.persistent), cute.make_layout((ns, heads, bt), stride=(1, ns, ns * heads)))
+            mFlags = flags_tensor(sem_ptr + dq_flags_offset(self.key.persistent), sp, heads, bt)
         mCuQ = None
         if const_expr(self.key.varlen):
             mCuQ = cute.make_tensor(cu_q_ptr, cute.make_layout((batch + 1,)))
@@ -422,8 +422,7 @@ class SdpaBwdPostprocessSm90:
             mCuQ = cute.make_tensor(cu_q_ptr, cute.make_layout((batch + 1,)))
         mFlags = None
         if const_expr(self.key.dq_first_store):
-            ns = sp // SEM_ROWS
-            mFlags = cute.make_tensor(flags_ptr, cute.make_layout((ns, heads, bt), stride=(1, ns, ns * heads)))
+            mFlags = flags_tensor(flags_ptr, sp, heads, bt)
         rows = self.cta_rows()
         grid = ((max_seqlen_q + rows - 1) // rows, heads, batch)
         smem_bytes = 0

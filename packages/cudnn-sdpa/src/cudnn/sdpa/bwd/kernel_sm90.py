@@ -109,8 +109,8 @@ from .._device.mma_sm90 import acc_view_as_a, acc_view_mn, transpose_view, wgmma
 from .._device.pipeline import consumer_release, consumer_state, consumer_wait, make_tma_pipeline, prefetch_tma_descriptors, producer_state
 from .._device.seqlen import cu_seqlens_tensors, sequence_extents
 from .._device.tile_scheduler import SingleTileScheduler
-from .dq_first_store import flag_mark_done, flag_ticket, flag_wait_done, store_bulk_f32
-from .kernel_key import DQ_BULK_ROWS, M80_BULK_ROWS, PREPOST_ROWS, SEM_ROWS, SdpaBwdKey, dq_flag_index, dq_flags_offset, tile_config
+from .dq_first_store import flag_mark_done, flag_ticket, flag_wait_done, flags_tensor, store_bulk_f32
+from .kernel_key import DQ_BULK_ROWS, M80_BULK_ROWS, PREPOST_ROWS, SdpaBwdKey, dq_flag_index, dq_flags_offset, tile_config
 
 
 @dsl_user_op
@@ -403,8 +403,7 @@ class SdpaBwdKernelSm90(WarpSpecializedPlanSm90):
             mSem = cute.make_tensor(sem_ptr, cute.make_layout((1,)))  # the tile counter (zeroed by the preprocess)
         mFlags = None
         if const_expr(self.key.dq_first_store):  # one first-store flag per 64 scratch rows (zeroed by the preprocess)
-            ns = sp // SEM_ROWS
-            mFlags = cute.make_tensor(sem_ptr + dq_flags_offset(self.key.persistent), cute.make_layout((ns, heads, bt), stride=(1, ns, ns * heads)))
+            mFlags = flags_tensor(sem_ptr + dq_flags_offset(self.key.persistent), sp, heads, bt)
         mCuQ, mCuK = cu_seqlens_tensors(cu_q_ptr, cu_k_ptr, batch, self.key.varlen)
 
         tiled_mma_SdP, tiled_mma_dK, tiled_mma_dV, tiled_mma_dQ = self._tiled_mmas()
