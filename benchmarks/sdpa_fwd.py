@@ -34,6 +34,12 @@ a varlen mix (THD) and decode batches (S_q = 1): B = 64 dense KV, B = 2 with S_k
     python benchmarks/sdpa_fwd.py --causal      # the session-4 A/B (~90 s): d128 causal s1k / s4k / s8k, d64 s8k both
                                                 # masks, varlen; ours vs mask_r2p, persistent_pairs + mask_r2p (d128
                                                 # causal), exp2_emu=8 (d64), FA4 -> sdpa_fwd_causal.*
+    python benchmarks/sdpa_fwd.py --tile-n      # d128 non-causal: ours, ours-n128 (one tile per CTA, key tile 128),
+                                                # ours-pers-n128 (persistent, key tile 128), FA4 -> sdpa_fwd_tile_n.*
+    python benchmarks/sdpa_fwd.py --epi         # d128 dense rows (the persistent grid): ours, ours-wgepi (wg_epilogue),
+                                                # ours-q2 (q_stages=2), ours-q2-wgepi, FA4 -> sdpa_fwd_epi.*
+    python benchmarks/sdpa_fwd.py --d64-pers    # d64 dense rows: ours, ours-m192-pers (192-row tile, persistent; pairs
+                                                # when causal), ours-m192-pers-q2 (+ q_stages=2, wg_epilogue), FA4
 """
 
 from __future__ import annotations
@@ -288,8 +294,9 @@ def make_ours_n192(case):
 
 
 def make_ours_n128(case):
-    """d = 128 non-causal prefill: the 128-row key tile (tile_config's, FA4 4.0's sm90 choice) instead of
-    TILE_N_NONCAUSAL_D128_DEFAULT's 192. The A/B of that default (session 16: under ncu the 192-row tile's per-block cost
+    """d = 128 non-causal prefill: the one-tile grid at the 128-row key tile (tile_config's, FA4 4.0's sm90 choice; an
+    explicit tile_n keeps the one-tile grid) instead of TILE_N_NONCAUSAL_D128_DEFAULT's 192 (session 21: the default is
+    the persistent grid at 128). The A/B of that default (session 16: under ncu the 192-row tile's per-block cost
     equals the 128-row tile's per key row, its per-tile cost is larger: the unoverlapped last PV GEMM and first block)."""
     return _make_ours_prefill_plan(case, only_d=128, dense_only=True, non_causal_only=True, tile_n=128)
 
@@ -414,6 +421,47 @@ def make_ours_pers_short(case):
     if p["kind"] == "dense" and p["causal"] and p["d"] == 128:
         raise Unsupported("dense causal d = 128 is persistent + pairs by default")
     return _make_ours_prefill_plan(case, dense_only=True, persistent=True, persistent_pairs=bool(p["causal"]))
+
+
+def make_ours_pers_n128(case):
+    """d = 128 non-causal prefill: persistent with the 128-row key tile (O then gets its own shared-memory tile, so Q is
+    released after the tile's last S GEMM and the next tile's Q loads under its last PV GEMM and epilogue)."""
+    return _make_ours_prefill_plan(case, only_d=128, dense_only=True, non_causal_only=True, tile_n=128, persistent=True)
+
+
+def _make_ours_d128_option(case, **plan_kw):
+    """d = 128 dense prefill rows (causal or not: both run the persistent grid by default) with plan options on top of
+    the defaults."""
+    return _make_ours_prefill_plan(case, only_d=128, dense_only=True, **plan_kw)
+
+
+def make_ours_wgepi(case):
+    """d = 128 dense prefill: ``wg_epilogue=True`` (each consumer warpgroup stores its 64 rows of O alone)."""
+    return _make_ours_d128_option(case, wg_epilogue=True)
+
+
+def make_ours_q2(case):
+    """d = 128 dense prefill: ``q_stages=2`` (two Q buffers: the next tile's Q loads while this tile runs)."""
+    return _make_ours_d128_option(case, q_stages=2)
+
+
+def make_ours_q2_wgepi(case):
+    """d = 128 dense prefill: ``q_stages=2`` and ``wg_epilogue=True`` together."""
+    return _make_ours_d128_option(case, q_stages=2, wg_epilogue=True)
+
+
+def make_ours_m192_pers(case):
+    """d = 64 dense prefill: the 192-row query tile (three consumer warpgroups) on the persistent grid (O in its own
+    shared-memory tile; pairs when causal)."""
+    return _make_ours_prefill_plan(case, only_d=64, dense_only=True, tile_m=192, persistent=True, persistent_pairs=bool(case.params["causal"]))
+
+
+def make_ours_m192_pers_q2(case):
+    """d = 64 dense prefill: ``ours-m192-pers`` with ``q_stages=2`` and ``wg_epilogue=True``."""
+    p = case.params
+    return _make_ours_prefill_plan(
+        case, only_d=64, dense_only=True, tile_m=192, persistent=True, persistent_pairs=bool(p["causal"]), q_stages=2, wg_epilogue=True
+    )
 
 
 def make_ours_pers_n176(case):
@@ -674,8 +722,22 @@ def main():
         name = "sdpa_fwd_spin"
     if "--tile-n" in sys.argv:  # the key-tile A/B of d = 128 non-causal prefill (TILE_N_NONCAUSAL_D128_DEFAULT)
         cases = [c for c in _shapes(False) if c.params["kind"] == "dense" and c.params["d"] == 128 and not c.params["causal"]]
-        providers = [providers[0], Provider("ours-n128", make_ours_n128), providers[1]]
+        providers = [providers[0], Provider("ours-n128", make_ours_n128), Provider("ours-pers-n128", make_ours_pers_n128), providers[1]]
         name = "sdpa_fwd_tile_n"
+    if "--epi" in sys.argv:  # the persistent tile-transition A/B of d = 128 (wg_epilogue, q_stages; both defaults since session 21)
+        cases = [c for c in _shapes(False) if c.params["kind"] == "dense" and c.params["d"] == 128]
+        providers = [
+            providers[0],
+            Provider("ours-wgepi", make_ours_wgepi),
+            Provider("ours-q2", make_ours_q2),
+            Provider("ours-q2-wgepi", make_ours_q2_wgepi),
+            providers[1],
+        ]
+        name = "sdpa_fwd_epi"
+    if "--d64-pers" in sys.argv:  # d = 64: the 192-row tile on the persistent grid
+        cases = [c for c in _shapes(False) if c.params["kind"] == "dense" and c.params["d"] == 64]
+        providers = [providers[0], Provider("ours-m192-pers", make_ours_m192_pers), Provider("ours-m192-pers-q2", make_ours_m192_pers_q2), providers[1]]
+        name = "sdpa_fwd_d64_pers"
     if quick:  # the prefill plan-option A/B (torch's flash backend left out for time)
         # Decided columns, back with --old-options: session 3's (cvt, pers, n176, n192, pers-n176, vlpt, vlpt-pers:
         # packed_cvt and tile_n 192 are defaults, the rest lost) and session 4's (vcompact, vc-tmao, m192, oearly: now

@@ -6,19 +6,22 @@ tile separate a per-tile cost from a per-block one. From the repository root, be
 import os
 import sys
 
+#: Plan options of each variant (session 21 adds its own in sdpa_s21/ncu_fwd_variants.py).
+VARIANTS = {
+    "ours": {},
+    "notail": dict(ragged_tail=False),
+    "n128": dict(tile_n=128),
+    "pers": dict(persistent=True),
+    "nospin": dict(spin_wait=False),
+}
 
-def main():
+
+def main(variants=None):
     sys.path.insert(0, "benchmarks")
     import sdpa_fwd as sf
     from harness import profiled_call
 
-    variants = {
-        "ours": {},
-        "notail": dict(ragged_tail=False),
-        "n128": dict(tile_n=128),
-        "pers": dict(persistent=True),
-        "nospin": dict(spin_wait=False),
-    }
+    variants = dict(variants or VARIANTS)
     pick = [v for v in os.environ.get("NCU_VARIANTS", "").split(",") if v]  # a subset, e.g. NCU_VARIANTS=n128,fa4
     if pick:
         variants = {k: v for k, v in variants.items() if k in pick}
@@ -27,7 +30,12 @@ def main():
         makers = [(name, lambda c, kw=kw: sf._make_ours_prefill_plan(c, **kw)) for name, kw in variants.items()]
         makers += [("fa4", sf.make_fa4)] if not pick or "fa4" in pick else []
         for name, make in makers:
-            profiled_call(f"{case.label} {name}", make(case))
+            try:
+                fn = make(case)
+            except Exception as e:  # one variant's failure must not hide the others (session 21)
+                print(f"!! {case.label} {name}: {type(e).__name__}: {e}", flush=True)
+                continue
+            profiled_call(f"{case.label} {name}", fn)
 
 
 if __name__ == "__main__":

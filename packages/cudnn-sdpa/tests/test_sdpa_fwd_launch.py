@@ -73,7 +73,10 @@ def test_dense_bshd_gqa_lse_arguments(api):
         mask_r2p=True,
         persistent_pairs=True,
         spin_wait=True,
-    )  # dense causal d = 128: the persistent paired grid (PERSISTENT_PAIRS_CAUSAL_D128_DEFAULT); SPIN_WAIT_DEFAULT
+        wg_epilogue=True,
+        q_stages=2,
+    )  # dense causal d = 128: the persistent paired grid (PERSISTENT_PAIRS_CAUSAL_D128_DEFAULT); SPIN_WAIT_DEFAULT;
+    # WG_EPILOGUE_DEFAULT and Q_STAGES_DEFAULT
     plan.execute(q, k, v, o, lse, current_stream=7)
     (args,) = api._test_recorder.calls
     assert args[:11] == (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(), None, None, None, None, None, None)
@@ -419,7 +422,8 @@ def test_varlen_compact_key_and_declines(api):
 
 def test_tile_m192_key_and_declines(api):
     """tile_m=192 (three consumer warpgroups) is a key field for head dims <= 64, with a 128-row key tile unless
-    tile_n is given; other head dims, paged KV, pack-GQA and persistent are declined; other values are ValueErrors."""
+    tile_n is given; other head dims, paged KV and pack-GQA are declined (persistent only when asked for: the default
+    persistent=True plan keeps 128 rows); other values are ValueErrors."""
     q = _bshd(2, 1000, 8, 64)
     plan = api.SdpaFwdSm90(q, q, q, torch.empty_like(q), tile_m=192)
     plan.compile()
@@ -442,8 +446,8 @@ def test_tile_m192_key_and_declines(api):
     assert api.num_splits_for(plan.key, 2, 8, 8, 1000, 1000, requested=1) == 1
     with pytest.raises(NotImplementedError, match="tile_m=192"):
         api.SdpaFwdSm90(_bshd(2, 1000, 8, 128), _bshd(2, 1000, 8, 128), _bshd(2, 1000, 8, 128), tile_m=192).check_support()
-    with pytest.raises(NotImplementedError, match="tile_m=192"):
-        api.SdpaFwdSm90(q, q, q, tile_m=192, persistent=True).check_support()
+    pers = api.SdpaFwdSm90(q, q, q, tile_m=192, persistent=True)  # explicit: the 192-row tile on the persistent grid (session 21)
+    assert pers.check_support() and (pers.key.tile_m, pers.key.persistent) == (192, True)
     with pytest.raises(NotImplementedError, match="tile_m=192"):
         api.SdpaFwdSm90(_bshd(2, 1, 8, 64), _bshd(2, 1000, 2, 64), _bshd(2, 1000, 2, 64), tile_m=192).check_support()  # pack-GQA decode
     with pytest.raises(ValueError, match="tile_m=256"):

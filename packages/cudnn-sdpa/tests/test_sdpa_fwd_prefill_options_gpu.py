@@ -23,6 +23,9 @@
 - ``l2_group_mb`` (host only: how many (head, batch) pairs one L2 group of the causal longest-first tile order holds)
   moves tiles between CTAs: bitwise against the default plan at d = 256 causal (odd lengths, GQA, both alignments,
   LSE; the group differs from the default's on every case), on a persistent grid and THD varlen.
+- ``wg_epilogue`` (each consumer warpgroup stores its 64 rows of O alone) and ``q_stages=2`` (two Q buffers on a
+  persistent plan) change no arithmetic: bitwise against the default plan (d = 128 non-causal with the last tile's
+  second half partly or wholly past S_q, causal bottom-right on the persistent pairs grid), and the reference.
 - ``spin_wait`` / ``spin_wait_producer`` (the consumers' full-barrier / the producer's empty-barrier waits as a try_wait
   spin without NANOSLEEP) change when a warp resumes, not what it computes: bitwise against the default plan (d = 64 /
   128, causal and not, GQA, odd lengths, the persistent causal d = 128 grid, THD varlen), and against the reference.
@@ -82,7 +85,7 @@ HOST_OPTIONS = ("l2_group_mb",)
 def _default_tile_m(option: dict, d: int) -> dict:
     """The default plan's query tile pinned to the option plan's: head dims <= 64 default to 192 rows, which a
     persistent plan does not take (128 rows), and a bitwise comparison needs the same tiles."""
-    return {"tile_m": 128} if d <= 64 and option.get("persistent") else {}
+    return {"tile_m": 128} if d <= 64 and option.get("persistent") and option.get("tile_m") != 192 else {}
 
 
 def _check_ref(q, k, v, out, lse, **kw):
@@ -101,12 +104,15 @@ D128_CAUSAL = (torch.bfloat16, 128, 128, 3, 12, 12, 1500, 1700, True, True, (-1,
 D64_BR = (torch.float16, 64, 64, 2, 16, 2, 1100, 1700, True, True, (-1, -1))  # bottom-right, S_q < S_kv, tile_n 192
 D256 = (torch.bfloat16, 256, 256, 6, 8, 8, 700, 600, False, False, (-1, -1))  # tile_n 80; 288 tiles
 D192_WINDOW = (torch.bfloat16, 192, 128, 6, 8, 4, 900, 900, False, True, (100, 0))  # sliding window, tile_n 112; 384 tiles
+# d = 64 non-causal (three consumer warpgroups of 64 rows, key tile 128), odd S_q / S_kv, GQA 2.
+D64 = (torch.bfloat16, 64, 64, 2, 16, 8, 1000, 1337, False, False, (-1, -1))
+D128_LAST_HALF_OUT = (torch.bfloat16, 128, 128, 4, 16, 16, 1050, 1300, False, False, (-1, -1))  # 9 m-blocks, 576 tiles, S_q < S_kv
 # packed_cvt where the whole-fragment convert is scalar (non-power-of-two fragments); persistent over every mask.
 BITWISE = [
     (dict(packed_cvt=True), D64_BR),
     (dict(packed_cvt=True), D256),
     (dict(packed_cvt=True), D192_WINDOW),
-    (dict(persistent=True), D128),
+    (dict(persistent=False, tile_n=128), D128),  # the one-tile grid at the default persistent plan's key tile
     (dict(persistent=True), D128_CAUSAL),
     (dict(persistent=True), D192_WINDOW),
     (dict(persistent=True, packed_cvt=True), D256),  # no room for a separate O tile: O reuses Q's buffer
@@ -121,6 +127,15 @@ BITWISE = [
     (dict(persistent=True, persistent_pairs=True), D128_CAUSAL),  # M = 12 query blocks: 6 pairs per head
     (dict(persistent=True, persistent_pairs=True), D192_WINDOW),  # M = 8, sliding window
     (dict(persistent=True, persistent_pairs=True, mask_r2p=True), D64_BR),  # M = 9 (128 x 192 tiles): an empty slot
+    (dict(wg_epilogue=True), D128),  # per-warpgroup O stores; the last tile's second half partly past S_q = 1500
+    (dict(wg_epilogue=True), D128_LAST_HALF_OUT),  # S_q = 1050: the last tile's second half lies wholly past S_q
+    (dict(q_stages=2), D128),
+    (dict(q_stages=2, wg_epilogue=True), D128),
+    (dict(q_stages=2, wg_epilogue=True), D128_CAUSAL),  # the default persistent pairs grid, causal bottom-right
+    (dict(q_stages=2, wg_epilogue=True), D128_LAST_HALF_OUT),
+    (dict(tile_m=192, persistent=True), D64),  # three consumer warpgroups on the persistent grid: the default's tiles
+    (dict(tile_m=192, persistent=True, q_stages=2, wg_epilogue=True), D64),
+    (dict(tile_m=192, persistent=True, persistent_pairs=True, q_stages=2, wg_epilogue=True), D64_BR),
 ]
 
 
@@ -227,13 +242,14 @@ def _check_thd_option(option, causal, d):
     assert (lse[finite] - ref_lse[finite]).abs().max().item() < 1e-3
 
 
-def test_persistent_execute_never_syncs_or_allocates_and_captures():
+@pytest.mark.parametrize("causal, option", [(True, {}), (False, {}), (True, dict(q_stages=2, wg_epilogue=True)), (False, dict(q_stages=2, wg_epilogue=True))])
+def test_persistent_execute_never_syncs_or_allocates_and_captures(causal, option):
     from cudnn.sdpa.fwd.api import SdpaFwdSm90
     from cudnn_testing import detectors
 
     q, k, v = (_make((2, 16, 2048, 128), torch.bfloat16) for _ in range(3))
     o = torch.empty_like(q)
-    plan = SdpaFwdSm90(q, k, v, o, is_causal=True, persistent=True)
+    plan = SdpaFwdSm90(q, k, v, o, is_causal=causal, persistent=True, **option)
     plan.compile()
 
     def run():
@@ -466,10 +482,8 @@ def test_l2_group_and_ragged_tail_thd_varlen_d256():
     _check_thd_option(dict(varlen_compact=False, l2_group_mb=32, ragged_tail=True, mask_r2p=True), True, 256)
 
 
-# d = 64 non-causal (three consumer warpgroups of 64 rows, key tile 128), odd S_q / S_kv, GQA 2.
-D64 = (torch.bfloat16, 64, 64, 2, 16, 8, 1000, 1337, False, False, (-1, -1))
 SPIN_CASES = [
-    (dict(spin_wait=True), D128),  # d = 128 non-causal (key tile 192), GQA 3, 1500 = 7.8 key blocks: a ragged last block
+    (dict(spin_wait=True), D128),  # d = 128 non-causal (the persistent grid, key tile 128), GQA 3, 1500 keys: a ragged last block
     (dict(spin_wait=True), D128_CAUSAL),  # causal bottom-right d = 128: the default persistent pairs grid (states carried)
     (dict(spin_wait=True, spin_wait_producer=True), D64_BR),  # d = 64 causal bottom-right, S_q < S_kv, GQA 8
     (dict(spin_wait_producer=True), D64),

@@ -220,7 +220,9 @@ def test_causal_d128_persistent_pairs_default(monkeypatch):
     thd = dict(q=_desc((900, 8, 128), name="q"), k=_desc((900, 2, 128), name="k"), v=_desc((900, 2, 128), name="v"))
     thd.update(cu_seqlens_q=_desc((4,), "int32", "cu_seqlens_q"), cu_seqlens_kv=_desc((4,), "int32", "cu_seqlens_kv"), max_seqlen_q=500, max_seqlen_kv=500)
     d256 = dict(q=_desc((2, 8, 300, 256), name="q"), k=_desc((2, 2, 257, 256), name="k"), v=_desc((2, 2, 257, 256), name="v"))
-    for kw in (dict(), dict(is_causal=True, window_size=(64, 0)), dict(is_causal=True, **thd), dict(is_causal=True, **d256),
+    nc = _plan()  # non-causal: PERSISTENT_NONCAUSAL_D128_DEFAULT's grid, no pairs (test_noncausal_d128_persistent_default)
+    assert nc.check_support() and not nc.key.persistent_pairs
+    for kw in (dict(is_causal=True, window_size=(64, 0)), dict(is_causal=True, **thd), dict(is_causal=True, **d256),
                dict(is_causal=True, persistent=False), dict(is_causal=True, q=_desc((2, 8, 1, 128), name="q"))):  # fmt: skip
         plan = _plan(**kw)
         assert plan.check_support() and not plan.key.persistent and not plan.key.persistent_pairs, kw
@@ -234,12 +236,82 @@ def test_causal_d128_persistent_pairs_default(monkeypatch):
     assert off.check_support() and not off.key.persistent
 
 
+def test_noncausal_d128_persistent_default(monkeypatch):
+    """PERSISTENT_NONCAUSAL_D128_DEFAULT: an unmasked dense d = 128 plan that leaves persistent and tile_n unset takes the
+    persistent grid (no pairs) with tile_config's 128-row key tile; THD varlen, a window, causal, decode (pack-GQA),
+    kv_stages or an explicit persistent / tile_n keeps the earlier choice (persistent=False: TILE_N_NONCAUSAL_D128_DEFAULT;
+    persistent=True: the 128-row tile)."""
+    from cudnn.sdpa.fwd import api
+
+    assert api.PERSISTENT_NONCAUSAL_D128_DEFAULT  # the default since the session-21 H200 A/B
+    plan = _plan()
+    assert plan.check_support()
+    assert (plan.key.persistent, plan.key.persistent_pairs, plan.key.tile_n, plan.key.ragged_tail) == (True, False, 0, True)
+    assert (plan.key.q_stages, plan.key.wg_epilogue) == (2, True)  # Q_STAGES_DEFAULT, WG_EPILOGUE_DEFAULT
+    gqa_bshd = _plan(q=_desc((2, 8, 300, 128), name="q", perm=(0, 2, 1, 3)))
+    assert gqa_bshd.check_support() and gqa_bshd.key.persistent
+    thd = dict(q=_desc((900, 8, 128), name="q"), k=_desc((900, 2, 128), name="k"), v=_desc((900, 2, 128), name="v"))
+    thd.update(cu_seqlens_q=_desc((4,), "int32", "cu_seqlens_q"), cu_seqlens_kv=_desc((4,), "int32", "cu_seqlens_kv"), max_seqlen_q=500, max_seqlen_kv=500)
+    for kw in (thd, dict(window_size=(64, 64)), dict(kv_stages=3), dict(q=_desc((2, 8, 1, 128), name="q")), dict(split_kv=True)):
+        p = _plan(**kw)
+        assert p.check_support() and not p.key.persistent, kw
+    off = _plan(persistent=False)
+    assert off.check_support() and not off.key.persistent and off.key.tile_n == api.TILE_N_NONCAUSAL_D128_DEFAULT
+    pn = _plan(tile_n=192)
+    assert pn.check_support() and not pn.key.persistent and pn.key.tile_n == 192
+    pp = _plan(persistent=True)  # an explicit persistent plan keeps the 128-row tile too (O in its own tile)
+    assert pp.check_support() and pp.key.persistent and pp.key.tile_n == 0
+    pc = _plan(is_causal=True)
+    assert pc.check_support() and pc.key.persistent_pairs  # causal: PERSISTENT_PAIRS_CAUSAL_D128_DEFAULT
+    monkeypatch.setattr(api, "PERSISTENT_NONCAUSAL_D128_DEFAULT", False)
+    p0 = _plan()
+    assert p0.check_support() and not p0.key.persistent and p0.key.tile_n == api.TILE_N_NONCAUSAL_D128_DEFAULT
+
+
+def test_q_stages_and_wg_epilogue_scope(monkeypatch):
+    """q_stages=2 and wg_epilogue (the persistent tile transition): defaults on the persistent d = 128 plans (causal pairs and
+    non-causal; THD varlen takes q_stages only), opt-in elsewhere; declined where O has no own tile beside the Q buffers
+    (the one-tile grid, d = 256, d = 128 with a 192-row key tile), naming the option; bad values are ValueErrors."""
+    from cudnn.sdpa.fwd import api
+
+    assert api.Q_STAGES_DEFAULT == 2 and api.WG_EPILOGUE_DEFAULT
+    causal = _plan(is_causal=True)
+    assert causal.check_support() and (causal.key.q_stages, causal.key.wg_epilogue) == (2, True)
+    thd = dict(q=_desc((900, 8, 128), name="q"), k=_desc((900, 2, 128), name="k"), v=_desc((900, 2, 128), name="v"))
+    thd.update(cu_seqlens_q=_desc((4,), "int32", "cu_seqlens_q"), cu_seqlens_kv=_desc((4,), "int32", "cu_seqlens_kv"), max_seqlen_q=500, max_seqlen_kv=500)
+    pthd = _plan(**thd, persistent=True)
+    assert pthd.check_support() and (pthd.key.q_stages, pthd.key.wg_epilogue) == (2, False)
+    d64 = dict(q=_desc((2, 8, 300, 64), name="q"), k=_desc((2, 2, 257, 64), name="k"), v=_desc((2, 2, 257, 64), name="v"))
+    p64 = _plan(**d64, persistent=True)  # not measured at d = 64: opt-in
+    assert p64.check_support() and (p64.key.q_stages, p64.key.wg_epilogue) == (0, False)
+    o64 = _plan(**d64, persistent=True, q_stages=2, wg_epilogue=True)
+    assert o64.check_support() and (o64.key.q_stages, o64.key.wg_epilogue) == (2, True)
+    one = _plan(persistent=False)
+    assert one.check_support() and (one.key.q_stages, one.key.wg_epilogue) == (0, False)
+    d256 = dict(q=_desc((2, 8, 300, 256), name="q"), k=_desc((2, 2, 257, 256), name="k"), v=_desc((2, 2, 257, 256), name="v"))
+    for kw in (dict(persistent=False), dict(persistent=True, tile_n=192), dict(persistent=True, **d256)):
+        for opt in (dict(q_stages=2), dict(wg_epilogue=True)):
+            with pytest.raises(NotImplementedError, match=next(iter(opt))):
+                _plan(**kw, **opt).check_support()
+    with pytest.raises(NotImplementedError, match="wg_epilogue"):
+        _plan(**thd, persistent=True, wg_epilogue=True).check_support()
+    for bad in (dict(q_stages=3), dict(q_stages=True), dict(wg_epilogue=1)):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            _plan(**bad).check_support()
+    monkeypatch.setattr(api, "Q_STAGES_DEFAULT", 1)
+    monkeypatch.setattr(api, "WG_EPILOGUE_DEFAULT", False)
+    off = _plan()
+    assert off.check_support() and (off.key.q_stages, off.key.wg_epilogue) == (0, False)
+
+
 def test_noncausal_d128_tile_default_switch(monkeypatch):
     """TILE_N_NONCAUSAL_D128_DEFAULT (the one-line flip after the A/B): 0 keeps tile_config's tile; nonzero applies to
-    unmasked dense d = 128 plans only (with packed_cvt), never to causal ones or to an explicit tile_n."""
+    unmasked dense d = 128 plans only (with packed_cvt), never to causal ones or to an explicit tile_n. Since session 21
+    such a plan is persistent with the 128-row tile unless persistent=False or PERSISTENT_NONCAUSAL_D128_DEFAULT is off."""
     from cudnn.sdpa.fwd import api
 
     assert api.TILE_N_NONCAUSAL_D128_DEFAULT == 192  # the default since the H200 A/B
+    monkeypatch.setattr(api, "PERSISTENT_NONCAUSAL_D128_DEFAULT", False)
     monkeypatch.setattr(api, "TILE_N_NONCAUSAL_D128_DEFAULT", 0)
     p0 = _plan()
     p0.check_support()

@@ -24,6 +24,9 @@ class NamedBarrier(enum.IntEnum):
     WG_SCHED_2 = 3  # ping-pong: warpgroup 2 may issue its GEMMs
     WG_SCHED_3 = 4
     Q_GATHER = 5  # consumers: Q gathered into smem without TMA (pack-GQA)
+    EPILOGUE_WG1 = 6  # wg_epilogue: consumer warpgroup 1 (+ its storing warp): its half of smem O written / read
+    EPILOGUE_WG2 = 7  # the same for consumer warpgroup 2
+    EPILOGUE_WG3 = 8  # the same for consumer warpgroup 3 (tile_m = 192)
 
 
 @cute.jit

@@ -95,6 +95,15 @@ EXP2_EMU_DEFAULT = 0
 #: ``tile_n=None`` on an unmasked, unpaged, unpacked d = 128 / 128 plan takes this key tile when nonzero (0: tile_config's
 #: 128): 192 (FA4's sm90 choice), d128 non-causal s4k 626 vs 611, s8k 655 vs 604 (176: 596 / 616).
 TILE_N_NONCAUSAL_D128_DEFAULT = 192
+#: ``persistent=None`` and ``tile_n=None`` on an unmasked dense d = 128 / 128 plan (not THD varlen, no paged KV, split-KV,
+#: pack-GQA or ``kv_stages``) mean the persistent grid with the 128-row key tile when True (TILE_N_NONCAUSAL_D128_DEFAULT
+#: then applies to ``persistent=False`` only). With that tile O gets its own shared-memory tile, so Q is released after a
+#: tile's last S GEMM and the next tile's Q loads under its last PV GEMM and epilogue. On since the session-21 H200 A/B
+#: (docs/benchmarks/sdpa_fwd_s21_tile.md, settled, 2 rounds; ours (192, one tile per CTA) / persistent + 128 / FA4): s1k
+#: 560.2 / 587.5 / 550.5 TFLOP/s, s2k 582.1 / 629.8 / 608.3, s4k 636.4 / 675.0 / 638.0, s8k 652.8 / 665.8 / 668.8, s16k
+#: 658.9 / 667.4 / 669.9, s32k 663.6 / 675.5 / 666.1. Under ncu (sdpa_s21/call1): 373.9K / 679.7K / 1297.7K cycles at
+#: s1k / s2k / s4k against 433.1K / 734.0K / 1325.5K (FA4 412.1K / 705.9K / 1310.5K).
+PERSISTENT_NONCAUSAL_D128_DEFAULT = True
 #: ``ragged_tail=None`` means RAGGED_TAIL_DEFAULT (the first key block of a warpgroup, the sequence's partial last block or
 #: the causal diagonal, run at the width its rows can see: an S GEMM of N = 64 / 128 instead of the whole key tile, its
 #: softmax on that slice and its PV GEMM's k-loop stopped there) for prefill plans (not paged, not split-KV: decode plans
@@ -124,6 +133,17 @@ L2_GROUP_MB_WIDE_DEFAULT = 32
 #: it measured within noise of the default in the same A/B.
 SPIN_WAIT_DEFAULT = True
 SPIN_WAIT_PRODUCER_DEFAULT = False
+#: ``wg_epilogue=None`` means WG_EPILOGUE_DEFAULT on persistent dense d = 128 / 128 plans whose O has its own
+#: shared-memory tile (each consumer warpgroup stores its 64 rows of O alone, no barrier shared with the other; see
+#: SdpaFwdKey.wg_epilogue), and ``q_stages=None`` Q_STAGES_DEFAULT Q buffers on persistent d = 128 / 128 plans where O has
+#: its own tile next to two (the next tile's Q loads while this tile runs; SdpaFwdKey.q_stages). Both on since the
+#: session-21 H200 A/B of the two together on the persistent d = 128 defaults: under ncu (sdpa_s21/call3) 360.6K / 666.4K /
+#: 1285.4K cycles at non-causal s1k / s2k / s4k against 376.6K / 678.7K / 1295.6K, causal s4k 685.3K against 693.9K (FA4
+#: 408.2K / 709.2K / 1312.6K / 733.8K); through the harness (sdpa_fwd_s21_epi.md, settled, 2 rounds) non-causal s1k /
+#: s2k / s4k 600.4 / 641.6 / 658.4 TFLOP/s against 579.3 / 620.2 / 646.4, s8k-s32k and the causal rows within the runs'
+#: spread (-2% to +3%). Other head dims and explicit persistent plans of them take the options only when asked.
+WG_EPILOGUE_DEFAULT = True
+Q_STAGES_DEFAULT = 2
 #: ``fast_guard=None`` means FAST_GUARD_DEFAULT (host only, not a compile-key field): a repeated execute() checks its
 #: tensors' metadata with one C++ call (torch's dynamo ``TensorGuards``: dtype, device, dispatch keys, sizes and strides
 #: of every tensor argument at once) against the layout that repeated last instead of building and comparing the
@@ -213,6 +233,8 @@ class SdpaFwdSm90(APIBase):
         l2_group_mb: int | None = None,
         spin_wait: bool | None = None,
         spin_wait_producer: bool | None = None,
+        wg_epilogue: bool | None = None,
+        q_stages: int | None = None,
     ):
         super().__init__()
         self.fast_guard = fast_guard  # None: FAST_GUARD_DEFAULT (host-side execute option, see execute)
@@ -231,6 +253,8 @@ class SdpaFwdSm90(APIBase):
         self.ragged_tail = ragged_tail  # None: RAGGED_TAIL_DEFAULT
         self.spin_wait = spin_wait  # None: SPIN_WAIT_DEFAULT
         self.spin_wait_producer = spin_wait_producer  # None: SPIN_WAIT_PRODUCER_DEFAULT
+        self.wg_epilogue = wg_epilogue  # None: WG_EPILOGUE_DEFAULT on the plans that can take it
+        self.q_stages = q_stages  # None: Q_STAGES_DEFAULT on the plans that can take it
         self.kv_stages = kv_stages
         self.page_prefetch = page_prefetch  # None: PAGE_PREFETCH_DEFAULT for paged plans
         self.tile_m64 = tile_m64  # None: TILE_M64_DECODE_DEFAULT for pack-GQA decode tiles
@@ -388,15 +412,33 @@ class SdpaFwdSm90(APIBase):
         )
         if tile_m192:
             self._decline_if(
-                max(dq, dv) > 64 or self.paged or self.split_kv or bool(pack) or bool(m64) or bool(self.persistent),
-                f"SdpaFwdSm90: tile_m=192 (three consumer warpgroups) serves head dims <= 64 without paged KV, split-KV, pack-GQA, "
-                f"tile_m64 or persistent; got {q.describe()}",
+                max(dq, dv) > 64 or self.paged or self.split_kv or bool(pack) or bool(m64),
+                f"SdpaFwdSm90: tile_m=192 (three consumer warpgroups) serves head dims <= 64 without paged KV, split-KV, pack-GQA "
+                f"or tile_m64; got {q.describe()}",
             )
-        tile_n_default = (
-            TILE_N_NONCAUSAL_D128_DEFAULT
-            if self.tile_n is None and (dq, dv) == (128, 128) and not (mask_right or mask_left) and not self.paged and not pack and not self.kv_stages
-            else 0
+        unmasked_d128 = self.tile_n is None and (dq, dv) == (128, 128) and not (mask_right or mask_left) and not self.paged and not pack and not self.kv_stages
+        noncausal_d128_pers = (
+            PERSISTENT_NONCAUSAL_D128_DEFAULT
+            and unmasked_d128
+            and self.persistent is None
+            and not self.varlen
+            and not self.split_kv
+            and not self.persistent_pairs
         )
+        one_tile = not self.paged and not self.split_kv and not pack  # one query tile per (m_block, head, batch)
+        causal_d128_pairs = (
+            PERSISTENT_PAIRS_CAUSAL_D128_DEFAULT
+            and self.persistent is None
+            and self.persistent_pairs is None
+            and one_tile
+            and not self.varlen
+            and (dq, dv) == (128, 128)
+            and self.is_causal
+            and not mask_left
+        )
+        persistent = self.persistent if self.persistent is not None else ((PERSISTENT_DEFAULT or causal_d128_pairs or noncausal_d128_pers) and one_tile)
+        # The one-tile grid's unmasked d = 128 key tile; a persistent plan keeps tile_config's 128 (O then has its own tile).
+        tile_n_default = TILE_N_NONCAUSAL_D128_DEFAULT if unmasked_d128 and not persistent else 0
         if tile_m192 and self.tile_n is None:  # FA4's d <= 64 sm90 tile is 192 x 128 (192 x 192 would need > 160 registers)
             tile_n_default = 128
         if self.tile_n is not None:
@@ -412,18 +454,6 @@ class SdpaFwdSm90(APIBase):
                 need > SMEM_BYTES,
                 f"SdpaFwdSm90: tile_n={self.tile_n} needs {need} bytes of shared memory for head dims {dq}/{dv}; {SMEM_BYTES} are available",
             )
-        one_tile = not self.paged and not self.split_kv and not pack  # one query tile per (m_block, head, batch)
-        causal_d128_pairs = (
-            PERSISTENT_PAIRS_CAUSAL_D128_DEFAULT
-            and self.persistent is None
-            and self.persistent_pairs is None
-            and one_tile
-            and not self.varlen
-            and (dq, dv) == (128, 128)
-            and self.is_causal
-            and not mask_left
-        )
-        persistent = self.persistent if self.persistent is not None else ((PERSISTENT_DEFAULT or causal_d128_pairs) and one_tile)
         self._decline_if(
             bool(persistent) and not one_tile,
             f"SdpaFwdSm90: persistent serves dense and THD varlen plans without paged KV, split-KV or pack-GQA; got {q.describe()}",
@@ -443,7 +473,7 @@ class SdpaFwdSm90(APIBase):
             self.ragged_tail is not None and not isinstance(self.ragged_tail, bool),
             f"SdpaFwdSm90: ragged_tail={self.ragged_tail!r} must be a bool (or None)",
         )
-        for opt in ("spin_wait", "spin_wait_producer"):
+        for opt in ("spin_wait", "spin_wait_producer", "wg_epilogue"):
             self._value_error_if(
                 getattr(self, opt) is not None and not isinstance(getattr(self, opt), bool),
                 f"SdpaFwdSm90: {opt}={getattr(self, opt)!r} must be a bool (or None)",
@@ -468,6 +498,33 @@ class SdpaFwdSm90(APIBase):
             bool(varlen_tma_o) and bool(persistent),
             f"SdpaFwdSm90: varlen_tma_o is served on the one-tile-per-CTA grid, not with persistent ({q.describe()})",
         )
+        from .kernel_key import SdpaFwdKey, separate_o
+
+        def o_tile_fits(q_buffers):  # a persistent plan's O in its own shared-memory tile next to q_buffers Q tiles
+            probe = SdpaFwdKey(
+                "bf16", dq, dv, g, False, False, False, False, False, False, False,
+                persistent=True, kv_stages=self.kv_stages or 0, tile_n=self.tile_n or tile_n_default, q_stages=q_buffers,
+            )  # fmt: skip
+            return bool(persistent) and separate_o(probe)
+
+        self._value_error_if(
+            self.q_stages is not None and (isinstance(self.q_stages, bool) or self.q_stages not in (1, 2)),
+            f"SdpaFwdSm90: q_stages={self.q_stages!r} must be 1 or 2 (Q buffers of a persistent plan) or None",
+        )
+        self._decline_if(
+            self.q_stages == 2 and not o_tile_fits(2),
+            f"SdpaFwdSm90: q_stages=2 serves persistent plans whose O has its own shared-memory tile next to two Q tiles (d = 128 with a "
+            f"key tile of at most 128 rows); got {q.describe()}, persistent={bool(persistent)}, tile_n={self.tile_n or tile_n_default or 'default'}",
+        )
+        measured = (dq, dv) == (128, 128)  # the defaults below were measured on the d = 128 persistent plans only
+        q_stages = self.q_stages if self.q_stages is not None else (2 if Q_STAGES_DEFAULT == 2 and measured and o_tile_fits(2) else 1)
+        wg_epi_ok = not self.varlen and o_tile_fits(q_stages)
+        self._decline_if(
+            bool(self.wg_epilogue) and not wg_epi_ok,
+            f"SdpaFwdSm90: wg_epilogue serves persistent dense plans whose O has its own shared-memory tile (d <= 128 with a key tile of at most "
+            f"128 rows, d = 192 at 112); got {q.describe()}, persistent={bool(persistent)}, tile_n={self.tile_n or tile_n_default or 'default'}",
+        )
+        wg_epilogue = self.wg_epilogue if self.wg_epilogue is not None else (WG_EPILOGUE_DEFAULT and measured and wg_epi_ok)
         self.key = _make_key(
             _DT_NAME[q.dtype],
             dq,
@@ -500,6 +557,8 @@ class SdpaFwdSm90(APIBase):
             bool(self.ragged_tail if self.ragged_tail is not None else (RAGGED_TAIL_DEFAULT and not (self.paged or self.split_kv))),
             bool(self.spin_wait if self.spin_wait is not None else SPIN_WAIT_DEFAULT),
             bool(self.spin_wait_producer if self.spin_wait_producer is not None else SPIN_WAIT_PRODUCER_DEFAULT),
+            bool(wg_epilogue),
+            0 if q_stages == 1 else q_stages,
         )
         self._is_supported = True
         return True

@@ -61,10 +61,23 @@ class SdpaFwdKey(AttentionKey):
     # hint (ptxas: TRYWAIT in a loop, no NANOSLEEP) instead of the DSL wait (hint 10 ms: TRYWAIT, then NANOSLEEP.SYNCS
     # 0x989680 + PHASECHK while the phase is incomplete); see _device/pipeline.consumer_wait
     spin_wait_producer: bool = False  # the same for the producer warp's empty-barrier waits (Q, K, V slots free)
+    wg_epilogue: bool = False  # persistent dense plans whose O has its own shared-memory tile (separate_o): each consumer
+    # warpgroup stores its 64 rows of O by itself (stmatrix into its half of sO, one 64-row TMA store from its first warp,
+    # named barriers of that warpgroup only), with the wait for the store's read of sO deferred to the warpgroup's next
+    # epilogue, instead of both warpgroups meeting at one barrier and warp 4 storing 128 rows and waiting at once
+    q_stages: int = 0  # Q buffers of a persistent plan whose O has its own shared-memory tile: 0 / 1 = one (the next tile's
+    # Q loads once every consumer's last S GEMM of this tile is done), 2 = two (it loads while this tile runs)
 
     @property
     def paged(self) -> bool:
         return self.page_size > 0
+
+
+def separate_o(key) -> bool:
+    """Whether a persistent plan's O gets its own shared-memory tile (else it reuses Q's buffer): when the 227 KB budget
+    holds it next to Q and the K/V ring (d <= 128 with key tiles up to 128 rows, d = 192 at 112; not d = 256)."""
+    extra_q = (max(key.q_stages, 1) - 1) * 2 * tile_m_of(key) * key.head_dim  # the second Q buffer (q_stages = 2)
+    return key.persistent and smem_bytes(key.head_dim, key.head_dim_v, key.kv_stages, key.tile_n) + extra_q + 2 * tile_m_of(key) * key.head_dim_v <= SMEM_BYTES
 
 
 def ragged_tail_widths(tile_n: int) -> tuple[int, ...]:

@@ -80,7 +80,7 @@ from .._device.seqlen import cu_seqlens_tensors, sequence_extents
 from .._device.softmax import OnlineSoftmax
 from .._device.tile_scheduler import SingleTileScheduler, StaticPersistentTileScheduler
 from . import ragged_tail
-from .kernel_key import COMBINE_ROWS_PER_CTA, SMEM_BYTES, SdpaFwdKey, ragged_tail_widths, smem_bytes, tile_config
+from .kernel_key import COMBINE_ROWS_PER_CTA, SdpaFwdKey, ragged_tail_widths, separate_o, tile_config
 from .varlen_schedule import grid_blocks, l2_blocks, varlen_tile
 
 LOG2_E = math.log2(math.e)
@@ -108,9 +108,7 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
             self.num_mma_regs, self.num_producer_regs = 160, 32  # 3 * 128 * 160 + 128 * 32 = 64K registers
         # persistent: O gets its own shared-memory tile when the budget allows, so Q is released after the last S GEMM
         # and the next tile's Q loads under the last PV GEMM and the epilogue (else O reuses Q's buffer, as by default).
-        self.separate_o = (
-            key.persistent and smem_bytes(key.head_dim, key.head_dim_v, key.kv_stages, key.tile_n) + 2 * self.tile_m * key.head_dim_v <= SMEM_BYTES
-        )
+        self.separate_o = separate_o(key)
         # Pages shorter than the key tile: each stage is filled by one TMA per page (see load_small_pages).
         self.small_pages = key.paged and key.page_size < self.tile_n
         if key.tile_m64:  # one consumer warpgroup on a 64-row query tile (nothing to ping-pong with)
@@ -118,6 +116,8 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
             self.num_consumer_wg = 1
             self.num_mma_threads = self.num_consumer_wg * self.threads_per_wg
             self.num_threads = self.num_mma_threads + self.threads_per_wg
+        self.q_stages = max(key.q_stages, 1)  # Q buffers (2: persistent with O in its own tile, see SdpaFwdKey.q_stages)
+        assert (self.q_stages == 1 and not key.wg_epilogue) or self.separate_o, "q_stages = 2 and wg_epilogue need O in its own smem tile"
         # ragged_tail: the S GEMM widths of the first key block (see ragged_tail.tail_block)
         self.tail_widths = ragged_tail_widths(self.tile_n) if key.ragged_tail else ()
 
@@ -252,9 +252,13 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
             a_source=warpgroup.OperandSource.RMEM,
         )
         sQ_layout = self._smem_layout(self.tile_m, D)
+        if const_expr(self.q_stages > 1):
+            sQ_layout = self._smem_layout(self.tile_m, D, self.q_stages)
         sK_layout = self._smem_layout(self.tile_n, D, self.num_stages)
         sV_layout = self._smem_layout(self.tile_n, Dv, self.num_stages)
         sO_layout = self._smem_layout(self.tile_m, Dv)
+        if const_expr(self.key.wg_epilogue):  # one (64, D_v) half per consumer warpgroup, each stored by its own TMA
+            sO_layout = self._smem_layout(64, Dv, self.num_consumer_wg)
 
         @cute.struct
         class SharedStorage:
@@ -267,7 +271,7 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
 
         @cute.struct
         class SharedStorageSeparateO:
-            mbar_q: cute.struct.MemRange[cutlass.Int64, 2]
+            mbar_q: cute.struct.MemRange[cutlass.Int64, self.q_stages * 2]
             mbar_k: cute.struct.MemRange[cutlass.Int64, self.num_stages * 2]
             mbar_v: cute.struct.MemRange[cutlass.Int64, self.num_stages * 2]
             smem_q: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
@@ -279,7 +283,7 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
             SharedStorage = SharedStorageSeparateO
         tma_atom_Q, tma_Q = None, mQ
         if const_expr(not self.key.pack_gqa):
-            tma_atom_Q, tma_Q = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), mQ, sQ_layout, (self.tile_m, D))
+            tma_atom_Q, tma_Q = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), mQ, cute.select(sQ_layout, mode=[0, 1]), (self.tile_m, D))
         if const_expr(not self.small_pages):
             tma_atom_K, tma_K = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), mK, cute.select(sK_layout, mode=[0, 1]), (self.tile_n, D), 1)
             tma_atom_V, tma_V = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), mV, cute.select(sV_layout, mode=[0, 1]), (self.tile_n, Dv), 1)
@@ -293,7 +297,10 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
             tma_atom_V, tma_V = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), mV, sV_page, (ps, Dv), 1)
         tma_atom_O, tma_O = None, None
         if const_expr(not self.key.varlen and not self.key.pack_gqa and not self.key.split_kv):
-            tma_atom_O, tma_O = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileS2GOp(), mO, sO_layout, (self.tile_m, Dv))
+            if const_expr(self.key.wg_epilogue):
+                tma_atom_O, tma_O = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileS2GOp(), mO, cute.select(sO_layout, mode=[0, 1]), (64, Dv))
+            else:
+                tma_atom_O, tma_O = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileS2GOp(), mO, sO_layout, (self.tile_m, Dv))
         if const_expr(self.key.varlen_tma_o):
             # A ragged view of the THD O for one TMA store per tile (rows past the sequence's end clipped by the TMA
             # bounds): rows (RAGGED_ROWS, D_v, H, RAGGED_END) with the last mode stepping tokens like the first, over a
@@ -302,7 +309,7 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
             mO_shifted = cute.domain_offset((-RAGGED_ROWS, None, None, None), mO)
             mO_ragged = cute.make_tensor(mO_shifted.iterator, cute.make_layout((RAGGED_ROWS, Dv, heads, RAGGED_END), stride=(os_[2], 1, os_[1], os_[2])))
             tma_atom_O, tma_O = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileS2GOp(), mO_ragged, sO_layout, (self.tile_m, Dv))
-        tx_q = cute.size_in_bytes(self.dtype, sQ_layout)
+        tx_q = cute.size_in_bytes(self.dtype, cute.select(sQ_layout, mode=[0, 1]))
         tx_k = cute.size_in_bytes(self.dtype, cute.select(sK_layout, mode=[0, 1]))
         tx_v = cute.size_in_bytes(self.dtype, cute.select(sV_layout, mode=[0, 1]))
 
@@ -422,7 +429,7 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
         smem = cutlass.utils.SmemAllocator()
         storage = smem.allocate(SharedStorage)
         num_consumer_warps = self.num_mma_threads // 32
-        pipeline_q = make_tma_pipeline(storage.mbar_q.data_ptr(), 1, num_consumer_warps, tx_q)
+        pipeline_q = make_tma_pipeline(storage.mbar_q.data_ptr(), self.q_stages, num_consumer_warps, tx_q)
         pipeline_k = make_tma_pipeline(storage.mbar_k.data_ptr(), self.num_stages, num_consumer_warps, tx_k)
         pipeline_v = make_tma_pipeline(storage.mbar_v.data_ptr(), self.num_stages, num_consumer_warps, tx_v)
         cute.arch.mbarrier_init_fence()
@@ -607,7 +614,7 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
         if warp_idx < 4:
             cute.arch.setmaxregister_decrease(self.num_producer_regs)
             if warp_idx == 0:
-                q_state = producer_state(1)
+                q_state = producer_state(self.q_stages)
                 kv_state = producer_state(self.num_stages)
                 for t in cutlass.range(StaticPersistentTileScheduler.num_tiles_here(num_m_blocks, num_heads, num_batch, pairs), unroll=1):
                     m_block, head, batch = None, None, None
@@ -631,7 +638,7 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
             if const_expr(self.pingpong):
                 if cute.arch.make_warp_uniform(tidx // self.threads_per_wg) == 0:
                     cute.arch.barrier_arrive(barrier_id=int(NamedBarrier.WG_SCHED_1), number_of_threads=2 * self.threads_per_wg)
-            q_state = consumer_state(1)
+            q_state = consumer_state(self.q_stages)
             kv_state = consumer_state(self.num_stages)
             for t in cutlass.range(StaticPersistentTileScheduler.num_tiles_here(num_m_blocks, num_heads, num_batch, pairs), unroll=1):
                 m_block, head, batch = None, None, None
@@ -650,6 +657,9 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
                         batch if const_expr(not self.key.varlen) else Int32(0), offset_q,
                         n_block_min, n_block_max, None, None, None, None, num_batch, (q_state, kv_state),
                     )  # fmt: skip
+            if const_expr(self.key.wg_epilogue):  # each warpgroup's last O store has read shared memory before the CTA exits
+                if cute.arch.make_warp_uniform((tidx % self.threads_per_wg) // 32) == 0:
+                    cute.arch.cp_async_bulk_wait_group(0, read=True)
 
     @cute.jit
     def persistent_tile_mask(
@@ -736,6 +746,8 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
                 mQ_cur = cute.domain_offset((offset_q, 0), mQ_cur)
             gQ = cute.local_tile(mQ_cur, (self.tile_m, self.head_dim), (m_block, 0))
             tQsQ, tQgQ = cpasync.tma_partition(tma_atom_Q, 0, cute.make_layout(1), cute.group_modes(sQ, 0, 2), cute.group_modes(gQ, 0, 2))
+            if const_expr(self.q_stages > 1):
+                tQsQ = tQsQ[None, q_state.index]
             producer_acquire(pipeline_q, q_state, self.key.spin_wait_producer)
             cute.copy(tma_atom_Q, tQgQ, tQsQ, tma_bar_ptr=pipeline_q.producer_get_barrier(q_state))
         for i in cutlass.range(n_block_max - 1 - n_block_min, unroll=1):
@@ -932,7 +944,7 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
         wg_mma_qk = tiled_mma_qk.get_slice(wg_layout(wg_idx))
         wg_mma_pv = tiled_mma_pv.get_slice(wg_layout(wg_idx))
         thr_mma_qk = tiled_mma_qk.get_slice(tidx)
-        tSrQ = wg_mma_qk.make_fragment_A(wg_mma_qk.partition_A(sQ))
+        tSrQ = wg_mma_qk.make_fragment_A(wg_mma_qk.partition_A(sQ))  # q_stages = 2: indexed by the tile's Q stage below
         tSrK = wg_mma_qk.make_fragment_B(wg_mma_qk.partition_B(sK))
         tOrVt = wg_mma_pv.make_fragment_B(wg_mma_pv.partition_B(sVt))
         acc_S = cute.make_rmem_tensor(wg_mma_qk.partition_shape_C((self.tile_m, self.tile_n)), Float32)
@@ -950,6 +962,8 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
                 cute.arch.barrier_arrive(barrier_id=int(NamedBarrier.WG_SCHED_1), number_of_threads=2 * self.threads_per_wg)
 
         q_state, kv_state = states if const_expr(states is not None) else (consumer_state(1), consumer_state(self.num_stages))
+        if const_expr(self.q_stages > 1):
+            tSrQ = tSrQ[None, None, None, q_state.index]
         rows_per_query = 1
         if const_expr(self.key.pack_gqa):
             rows_per_query = self.key.qhead_per_kvhead
@@ -1126,6 +1140,9 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
         # ---------------------------------------------------------------------------------- epilogue
         rO = cute.make_rmem_tensor_like(acc_O, self.dtype)
         rO.store(acc_O.load().to(self.dtype))
+        if const_expr(self.key.wg_epilogue):
+            self.epilogue_wg(rO, softmax, mO_tma, mLSE, sO, tma_atom_O, tidx, mask, m_block, head, batch)
+            return
         # Every consumer has finished its last QK GEMM (sQ is reused as sO).
         cute.arch.barrier(barrier_id=int(NamedBarrier.EPILOGUE), number_of_threads=self.num_mma_threads)
         smem_copy_atom_O = cute.make_copy_atom(warp.StMatrix8x8x16bOp(transpose=False, num_matrices=4), self.dtype)
@@ -1187,6 +1204,67 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
                         cute.copy(gmem_tiled_copy_O, tOrO[None, rm, None], tOgO[None, rm, None])
             if const_expr(q_release is not None):  # every thread's reads of sO are done (program order)
                 q_release[0].consumer_release(q_release[1])
+
+    @cute.jit
+    def epilogue_wg(
+        self,
+        rO: cute.Tensor,
+        softmax: OnlineSoftmax,
+        mO_tma: cute.Tensor,
+        mLSE: cute.Tensor | None,
+        sO: cute.Tensor,
+        tma_atom_O: cute.CopyAtom,
+        tidx: Int32,
+        mask: MaskInfo,
+        m_block: Int32,
+        head: Int32,
+        batch: Int32,
+    ):
+        """``key.wg_epilogue`` (persistent, dense, O in its own shared-memory tile): this warpgroup's 64 rows of the
+        normalized O (``rO``) and LSE, with no barrier shared with the other warpgroup. Its first warp waits until its
+        previous TMA store has read the warpgroup's half of sO (the wait deferred from the last tile, so the warp joins
+        the next tile's GEMMs at once); a 128-thread named barrier then lets the warpgroup overwrite the half, and the
+        first warp issues one (64, D_v) TMA store after a 160-thread one. :meth:`persistent_tiles` waits for the last
+        store before the CTA exits."""
+        wg = cute.arch.make_warp_uniform(tidx // self.threads_per_wg)
+        tid = tidx - wg * self.threads_per_wg
+        storing = cute.arch.make_warp_uniform(tid // 32) == 0
+        bar = int(NamedBarrier.EPILOGUE_WG1) + wg
+        if storing:
+            cute.arch.cp_async_bulk_wait_group(0, read=True)
+        cute.arch.barrier(barrier_id=bar, number_of_threads=self.threads_per_wg)
+        # The fragment of one warpgroup's (64, D_v) tile is the one of the CTA-wide PV GEMM for that warpgroup's threads.
+        mma_wg = sm90_utils.make_trivial_tiled_mma(
+            self.dtype,
+            self.dtype,
+            warpgroup.OperandMajorMode.K,
+            warpgroup.OperandMajorMode.MN,
+            Float32,
+            atom_layout_mnk=(1, 1, 1),
+            tiler_mn=(64, self.head_dim_v),
+            a_source=warpgroup.OperandSource.RMEM,
+        )
+        sO_wg = sO[None, None, wg]
+        smem_copy_atom_O = cute.make_copy_atom(warp.StMatrix8x8x16bOp(transpose=False, num_matrices=4), self.dtype)
+        smem_thr_copy_O = cute.make_tiled_copy_C(smem_copy_atom_O, mma_wg).get_slice(tid)
+        cute.copy(smem_copy_atom_O, smem_thr_copy_O.retile(rO), smem_thr_copy_O.partition_D(sO_wg))
+        if const_expr(mLSE is not None):
+            cO = cute.make_identity_tensor((64, self.head_dim_v))
+            tOcO_mn = acc_view_mn(mma_wg.get_slice(tid).partition_C(cO))
+            mLSE_cur = mLSE[None, head, batch]
+            if tOcO_mn[0, 0][1] == 0:
+                for r in cutlass.range_constexpr(cute.size(tOcO_mn, mode=[0])):
+                    row = m_block * self.tile_m + wg * 64 + tOcO_mn[r, 0][0]
+                    if row < mask.seqlen_q:
+                        mLSE_cur[row] = softmax.row_sum[r]
+        cute.arch.fence_view_async_shared()
+        cute.arch.barrier_arrive(barrier_id=bar, number_of_threads=self.threads_per_wg + 32)
+        if storing:
+            cute.arch.barrier(barrier_id=bar, number_of_threads=self.threads_per_wg + 32)
+            gO = cute.local_tile(mO_tma[None, None, head, batch], (64, self.head_dim_v), (m_block * self.num_consumer_wg + wg, 0))
+            tOsO, tOgO = cpasync.tma_partition(tma_atom_O, 0, cute.make_layout(1), cute.group_modes(sO_wg, 0, 2), cute.group_modes(gO, 0, 2))
+            cute.copy(tma_atom_O, tOsO, tOgO)
+            cute.arch.cp_async_bulk_commit_group()
 
     @cute.jit
     def epilogue_partial(
