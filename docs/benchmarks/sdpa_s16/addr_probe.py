@@ -2,7 +2,8 @@
 where the tensors live, or on the GPU's clocks at the time? Fresh inputs per trial (a growing spacer allocation before
 them), ours and FA4 timed on the same inputs in 3 interleaved do_bench rounds per trial; nvidia-smi samples the SM
 clock, power and throttle reasons every 100 ms into ``$PROBE_OUT/smi.csv``. Run from the repository root:
-``PROBE_OUT=dir python3 docs/benchmarks/sdpa_s16/addr_probe.py 5`` (5 trials)."""
+``PROBE_OUT=dir python3 docs/benchmarks/sdpa_s16/addr_probe.py 5`` (5 trials; ``PROBE_FWD_ONLY=1``: the forward cells
+only, plus d128 s4k causal, as session 21 ran it)."""
 
 import os
 import subprocess
@@ -28,9 +29,12 @@ def main():
                 dict(kind="dense", b=8, h=16, hk=16, s=2048, d=128, causal=False),
                 dict(kind="varlen", lens=[512, 1024, 3000, 4096, 2048, 777, 4927], h=16, hk=16, d=128, causal=True),
             ]
+            + ([dict(kind="dense", b=4, h=16, hk=16, s=4096, d=128, causal=True)] if os.environ.get("PROBE_FWD_ONLY") else [])
         )
     }
     bcases = {c.label: c for c in bw._shapes(False) if c.label in ("d128 s4k b4 causal", "d64 s1k b16 causal")}
+    if os.environ.get("PROBE_FWD_ONLY"):  # session 21: the forward cells alone, with d128 s4k causal added
+        bcases = {}
     spacers = []
     trials = int(sys.argv[1]) if len(sys.argv) > 1 else 5
     for trial in range(trials):
