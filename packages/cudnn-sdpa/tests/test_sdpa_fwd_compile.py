@@ -297,8 +297,8 @@ _SPIN_WAIT = re.compile(r"mbarrier\.try_wait\.parity\.acquire\.cta\.shared::cta\
     ids=["d128-spin", "d128c-spin-producer", "d64-spin"],
 )
 def test_spin_wait_ptx(tmp_path, d, causal, fields):
-    """``spin_wait`` / ``spin_wait_producer`` on the default plans (d = 128 non-causal: key tile 192, ragged_tail; d = 128
-    causal: persistent pairs; d = 64: tile_m 192): the waits they cover become hint-less ``mbarrier.try_wait`` spins
+    """``spin_wait`` / ``spin_wait_producer`` on the default plans (d = 128 non-causal: the persistent grid at key tile 128
+    since session 21, ragged_tail; d = 128 causal: persistent pairs; d = 64: tile_m 192): the waits they cover become hint-less ``mbarrier.try_wait`` spins
     (consumers: Q, K, V full; producer: the empty slots), no stack frame. With both on, the one hinted wait left is the
     ragged_tail first block's own wait, reached after the spin has seen that phase complete. The default plan has
     ``spin_wait`` on (SPIN_WAIT_DEFAULT) and the producer's waits hinted; with ``spin_wait=False`` (d = 128 non-causal)
@@ -329,3 +329,39 @@ def test_spin_wait_ptx(tmp_path, d, causal, fields):
         hinted_def = len(_HINTED_WAIT.findall(ptx_def))
         assert not _SPIN_WAIT.findall(ptx_def) and hinted_def > hinted, (hinted_def, hinted)
         assert "mbarrier.try_wait" not in _HINTED_WAIT.sub("", ptx_def)  # with the option off every wait is the DSL's hinted form
+
+
+_WG_BARRIER = re.compile(r"bar\.(?:sync|arrive)\s+%r\d+, (128|160);")
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["d128", "d128-causal"])
+def test_persistent_d128_tile_transition_ptx(tmp_path, causal):
+    """The persistent d = 128 defaults (session 21: ``q_stages=2``, ``wg_epilogue``): each consumer warpgroup's O store
+    is synchronized by its own named barrier (a runtime id, 128 then 160 threads: the warpgroup, then + its storing
+    warp) and never by the CTA-wide epilogue barrier of 256 + 32 threads; the storing warp waits for its bulk store's
+    read twice (at its next epilogue and before the CTA exits); no stack frame, no local memory. Without the two
+    options (same plan otherwise) the CTA-wide barrier is back and the per-warpgroup ones are gone."""
+    import dataclasses
+
+    from cudnn.sdpa.fwd.api import SdpaFwdSm90
+    from cudnn.sdpa.fwd.kernel_sm90 import compile_sdpa_fwd
+    from cudnn_testing.compile_only import frame_sizes, keep_artifacts
+
+    q = TensorDesc.contiguous((2, 4096, 16, 128), "bfloat16", "q")
+    plan = SdpaFwdSm90(q, q, q, is_causal=causal)
+    assert plan.check_support()
+    key = plan.key
+    assert (key.persistent, key.tile_n, key.q_stages, key.wg_epilogue) == (True, 0, 2, True)
+    with keep_artifacts(tmp_path / "wg") as ptx_text:
+        compile_sdpa_fwd(key)
+        ptx = ptx_text()
+    assert "wgmma.mma_async" in ptx and "cp.async.bulk.tensor" in ptx and ".local" not in ptx
+    assert set(_WG_BARRIER.findall(ptx)) == {"128", "160"}, _WG_BARRIER.findall(ptx)
+    assert "bar.arrive 1, 288;" not in ptx
+    assert len(re.findall(r"cp\.async\.bulk\.wait_group\.read\s+0;", ptx)) >= 2
+    frames = frame_sizes(tmp_path / "wg")
+    assert frames and all(f == 0 for f in frames), frames
+    with keep_artifacts(tmp_path / "cta") as ptx_text:
+        compile_sdpa_fwd(dataclasses.replace(key, q_stages=0, wg_epilogue=False))
+        ptx_cta = ptx_text()
+    assert not _WG_BARRIER.findall(ptx_cta) and "bar.arrive 1, 288;" in ptx_cta
