@@ -30,7 +30,9 @@ GEMM, see ``step``), ``mask_r2p`` (masks as per-row 32-bit keep masks, one selec
 ``_device/softmax.exp2_fma``), ``ragged_tail`` (each warpgroup's first key block, the partial last block or the causal
 diagonal, at the width its rows see: S GEMM N = 64 / 128, softmax on that slice, PV k-loop cut: ``ragged_tail.py``),
 ``spin_wait`` / ``spin_wait_producer`` (the consumers' full-barrier / the producer's empty-barrier waits as a try_wait
-spin without the 10 ms suspend-time hint, so no NANOSLEEP: ``_device/pipeline.consumer_wait`` / ``producer_acquire``).
+spin without the 10 ms suspend-time hint, so no NANOSLEEP: ``_device/pipeline.consumer_wait`` / ``producer_acquire``),
+``q_stages`` (2: two Q buffers on a persistent plan with O in its own shared-memory tile, ``kernel_key.separate_o``) and
+``wg_epilogue`` (each consumer warpgroup stores its own 64 rows of O: ``epilogue_wg``).
 
 Split-KV (``key.split_kv``): each tile's key blocks are shared by ``num_splits`` CTAs writing fp32 partial O / LSE to
 the caller's workspace; the same launch then runs ``combine`` (one warp per output row) to merge them.
