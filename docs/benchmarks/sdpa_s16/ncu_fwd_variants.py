@@ -35,7 +35,9 @@ def main(variants=None):
             except Exception as e:  # one variant's failure must not hide the others (session 21)
                 print(f"!! {case.label} {name}: {type(e).__name__}: {e}", flush=True)
                 continue
-            profiled_call(f"{case.label} {name}", fn)
+            repeat = os.environ.get("NCU_REPEAT")  # session 22: several launches per plan, labelled "#r"
+            for r in range(int(repeat or 1)):
+                profiled_call(f"{case.label} {name}" + (f" #{r}" if repeat else ""), fn)
 
 
 if __name__ == "__main__":

@@ -12,8 +12,8 @@ echo "tests rc=$? t=$(( $(date +%s) - T0 ))" >> $OUT/tests.log
 timeout 90 python3 -m pytest -p no:cacheprovider -q $T/test_sdpa_fwd_overhead.py > $OUT/overhead.log 2>&1
 echo "overhead rc=$? t=$(( $(date +%s) - T0 ))" >> $OUT/overhead.log
 tail -n 3 $OUT/tests.log; tail -n 2 $OUT/overhead.log; grep -h "^FAILED\|^ERROR" $OUT/shards/*.log $OUT/overhead.log | head -30
-timeout $(( 580 - ($(date +%s) - T0) )) python3 benchmarks/sdpa_fwd.py --providers=ours,fa4,torch-cudnn --rounds=2 --out=sdpa_fwd_s21 > $OUT/b_grid.log 2>&1
+timeout $(( 580 - ($(date +%s) - T0) )) python3 benchmarks/sdpa_fwd.py --providers=ours,fa4,torch-cudnn --rounds=${GRID_ROUNDS:-2} --out=${GRID_OUT:-sdpa_fwd_s21} > $OUT/b_grid.log 2>&1
 echo "grid rc=$? t=$(( $(date +%s) - T0 ))" >> $OUT/b_grid.log
 grep "^|\|rc=" $OUT/b_grid.log | tail -n 32
-cp docs/benchmarks/sdpa_fwd_s21.* $OUT/ 2>/dev/null
+cp docs/benchmarks/${GRID_OUT:-sdpa_fwd_s21}.* $OUT/ 2>/dev/null
 cd $OUT && tar czf shards.tgz shards && rm -rf shards

@@ -365,3 +365,34 @@ def test_persistent_d128_tile_transition_ptx(tmp_path, causal):
         compile_sdpa_fwd(dataclasses.replace(key, q_stages=0, wg_epilogue=False))
         ptx_cta = ptx_text()
     assert not _WG_BARRIER.findall(ptx_cta) and "bar.arrive 1, 288;" in ptx_cta
+
+
+def test_pinned_desc_ptx(tmp_path):
+    """pinned_desc: the key-block loop's GEMMs are issued from the WGMMA asm of _device/wgmma_desc.py (descriptors as
+    operands, scale-d an immediate: the S GEMM's 8 k-blocks and the PV GEMM's 8 at d = 128), from descriptors pinned once
+    per tile (a warp shuffle of both words: Q's 8 k-blocks, K's and V's stage 0); the kernel keeps its WGMMA count and
+    compiles with no stack frame; the plan without it has neither form."""
+    import dataclasses
+
+    from cudnn.sdpa.fwd.api import SdpaFwdSm90
+    from cudnn.sdpa.fwd.kernel_sm90 import compile_sdpa_fwd
+    from cudnn_testing.compile_only import frame_sizes, keep_artifacts
+
+    q = TensorDesc.contiguous((2, 4096, 16, 128), "bfloat16", "q")
+    plan = SdpaFwdSm90(q, q, q, pinned_desc=True)
+    assert plan.check_support() and plan.key.pinned_desc
+    ss = re.compile(r"wgmma\.mma_async[^;]*\}, %rd\d+, %rd\d+, [01], 1, 1, 0, 0;")
+    rs = re.compile(r"wgmma\.mma_async[^;]*\}, %rd\d+, 1, 1, 1, 1;")
+    pins = re.compile(r"shfl\.sync\.idx\.b32 hi, hi, 0, 31, -1;")
+    with keep_artifacts(tmp_path / "pin") as ptx_text:
+        compile_sdpa_fwd(plan.key)
+        ptx = ptx_text()
+    assert len(ss.findall(ptx)) >= 8 and len(rs.findall(ptx)) >= 8 and len(pins.findall(ptx)) >= 10, (ss.findall(ptx)[:1], len(pins.findall(ptx)))
+    assert ".local" not in ptx
+    frames = frame_sizes(tmp_path / "pin")
+    assert frames and all(f == 0 for f in frames), frames
+    with keep_artifacts(tmp_path / "def") as ptx_text:
+        compile_sdpa_fwd(dataclasses.replace(plan.key, pinned_desc=False))
+        ptx_def = ptx_text()
+    assert not ss.findall(ptx_def) and not rs.findall(ptx_def) and not pins.findall(ptx_def)
+    assert ptx.count("wgmma.mma_async") == ptx_def.count("wgmma.mma_async")

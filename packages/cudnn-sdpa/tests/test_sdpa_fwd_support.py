@@ -304,6 +304,30 @@ def test_q_stages_and_wg_epilogue_scope(monkeypatch):
     assert off.check_support() and (off.key.q_stages, off.key.wg_epilogue) == (0, False)
 
 
+def test_pinned_desc_scope(monkeypatch):
+    """pinned_desc (the key-block loop's S GEMM from pinned descriptor low words): opt-in (PINNED_DESC_DEFAULT off until
+    an A/B), served on prefill plans with head dim 64 or 128 (persistent or not), declined naming the option for d = 256
+    (a 64-byte-swizzled K tile) and pack-GQA decode; switched on, the default reaches persistent d = 128 plans only."""
+    from cudnn.sdpa.fwd import api
+
+    def key(**kw):
+        p = _plan(**kw)
+        assert p.check_support(), kw
+        return p.key
+
+    assert not api.PINNED_DESC_DEFAULT and not key().pinned_desc
+    d64 = dict(q=_desc((2, 8, 300, 64), name="q"), k=_desc((2, 2, 257, 64), name="k"), v=_desc((2, 2, 257, 64), name="v"))
+    for kw in (dict(), dict(persistent=False), dict(is_causal=True), d64):
+        assert key(**kw, pinned_desc=True).pinned_desc, kw
+    d256 = dict(q=_desc((2, 8, 300, 256), name="q"), k=_desc((2, 2, 257, 256), name="k"), v=_desc((2, 2, 257, 256), name="v"))
+    decode = dict(q=_desc((2, 8, 1, 128), name="q"))  # S_q = 1 with GQA 4: pack-GQA
+    for kw in (d256, decode):
+        with pytest.raises(NotImplementedError, match="pinned_desc"):
+            _plan(**kw, pinned_desc=True).check_support()
+    monkeypatch.setattr(api, "PINNED_DESC_DEFAULT", True)
+    assert key().pinned_desc and not key(persistent=False).pinned_desc and not key(**d64).pinned_desc
+
+
 def test_noncausal_d128_tile_default_switch(monkeypatch):
     """TILE_N_NONCAUSAL_D128_DEFAULT (the one-line flip after the A/B): 0 keeps tile_config's tile; nonzero applies to
     unmasked dense d = 128 plans only (with packed_cvt), never to causal ones or to an explicit tile_n. Since session 21

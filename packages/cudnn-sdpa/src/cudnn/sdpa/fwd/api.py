@@ -133,6 +133,11 @@ L2_GROUP_MB_WIDE_DEFAULT = 32
 #: it measured within noise of the default in the same A/B.
 SPIN_WAIT_DEFAULT = True
 SPIN_WAIT_PRODUCER_DEFAULT = False
+#: ``pinned_desc=None`` means PINNED_DESC_DEFAULT on persistent d = 128 / 128 prefill plans: the key-block loop's S and PV
+#: GEMMs issued from descriptors pinned once per tile (SdpaFwdKey.pinned_desc, _device/wgmma_desc.py). Off until an
+#: H200 A/B (session 22: the persistent step loop costs ~3% more cycles per key block than the one-tile loop,
+#: docs/benchmarks/sdpa_s22/).
+PINNED_DESC_DEFAULT = False
 #: ``wg_epilogue=None`` means WG_EPILOGUE_DEFAULT on persistent dense d = 128 / 128 plans whose O has its own
 #: shared-memory tile (each consumer warpgroup stores its 64 rows of O alone, no barrier shared with the other; see
 #: SdpaFwdKey.wg_epilogue), and ``q_stages=None`` Q_STAGES_DEFAULT Q buffers on persistent d = 128 / 128 plans where O has
@@ -235,6 +240,7 @@ class SdpaFwdSm90(APIBase):
         spin_wait_producer: bool | None = None,
         wg_epilogue: bool | None = None,
         q_stages: int | None = None,
+        pinned_desc: bool | None = None,
     ):
         super().__init__()
         self.fast_guard = fast_guard  # None: FAST_GUARD_DEFAULT (host-side execute option, see execute)
@@ -255,6 +261,7 @@ class SdpaFwdSm90(APIBase):
         self.spin_wait_producer = spin_wait_producer  # None: SPIN_WAIT_PRODUCER_DEFAULT
         self.wg_epilogue = wg_epilogue  # None: WG_EPILOGUE_DEFAULT on the plans that can take it
         self.q_stages = q_stages  # None: Q_STAGES_DEFAULT on the plans that can take it
+        self.pinned_desc = pinned_desc  # None: PINNED_DESC_DEFAULT on the plans that can take it
         self.kv_stages = kv_stages
         self.page_prefetch = page_prefetch  # None: PAGE_PREFETCH_DEFAULT for paged plans
         self.tile_m64 = tile_m64  # None: TILE_M64_DECODE_DEFAULT for pack-GQA decode tiles
@@ -525,6 +532,14 @@ class SdpaFwdSm90(APIBase):
             f"128 rows, d = 192 at 112); got {q.describe()}, persistent={bool(persistent)}, tile_n={self.tile_n or tile_n_default or 'default'}",
         )
         wg_epilogue = self.wg_epilogue if self.wg_epilogue is not None else (WG_EPILOGUE_DEFAULT and measured and wg_epi_ok)
+        # pinned_desc: 128-byte-swizzled Q / K / V tiles (head dims 64 or 128) on a prefill plan; the key-block loop's GEMMs
+        pinned_ok = dq in (64, 128) and dv in (64, 128) and not (pack or m64 or self.split_kv or self.paged)
+        self._decline_if(
+            bool(self.pinned_desc) and not pinned_ok,
+            f"SdpaFwdSm90: pinned_desc serves prefill plans (no paged KV, split-KV, pack-GQA or tile_m64) with head dims 64 or 128 (Q / K / V "
+            f"tiles of 128-byte swizzle); got {q.describe()}, {v.describe()}",
+        )
+        pinned_desc = self.pinned_desc if self.pinned_desc is not None else (PINNED_DESC_DEFAULT and pinned_ok and bool(persistent) and measured)
         self.key = _make_key(
             _DT_NAME[q.dtype],
             dq,
@@ -559,6 +574,7 @@ class SdpaFwdSm90(APIBase):
             bool(self.spin_wait_producer if self.spin_wait_producer is not None else SPIN_WAIT_PRODUCER_DEFAULT),
             bool(wg_epilogue),
             0 if q_stages == 1 else q_stages,
+            bool(pinned_desc),
         )
         self._is_supported = True
         return True

@@ -67,6 +67,8 @@ class SdpaFwdKey(AttentionKey):
     # epilogue, instead of both warpgroups meeting at one barrier and warp 4 storing 128 rows and waiting at once
     q_stages: int = 0  # Q buffers of a persistent plan whose O has its own shared-memory tile: 0 / 1 = one (the next tile's
     # Q loads once every consumer's last S GEMM of this tile is done), 2 = two (it loads while this tile runs)
+    pinned_desc: bool = False  # the key-block loop's S and PV GEMMs from descriptors computed once per tile and pinned
+    # (_device/wgmma_desc.py) instead of cute.gemm's per-issue rebuild, which NVVM rematerializes inside the loop
 
     @property
     def paged(self) -> bool:

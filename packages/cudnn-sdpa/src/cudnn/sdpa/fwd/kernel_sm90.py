@@ -81,6 +81,7 @@ from .._device.pipeline import (
 from .._device.seqlen import cu_seqlens_tensors, sequence_extents
 from .._device.softmax import OnlineSoftmax
 from .._device.tile_scheduler import SingleTileScheduler, StaticPersistentTileScheduler
+from .._device.wgmma_desc import desc, k_offsets, pin, wgmma_rs_pinned, wgmma_ss_pinned
 from . import ragged_tail
 from .kernel_key import COMBINE_ROWS_PER_CTA, SdpaFwdKey, ragged_tail_widths, separate_o, tile_config
 from .varlen_schedule import grid_blocks, l2_blocks, varlen_tile
@@ -966,6 +967,19 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
         q_state, kv_state = states if const_expr(states is not None) else (consumer_state(1), consumer_state(self.num_stages))
         if const_expr(self.q_stages > 1):
             tSrQ = tSrQ[None, None, None, q_state.index]
+        # key.pinned_desc: Q's descriptor per k-block (loop-invariant: kept, as the one-tile kernel keeps them), K's and
+        # V's for stage 0 with the static offsets of their k-blocks, and the K / V stage strides (16-byte units); all pinned
+        pinned = None
+        if const_expr(self.key.pinned_desc):
+            pQ = wg_mma_qk.partition_A(sQ)
+            if const_expr(self.q_stages > 1):
+                pQ = pQ[None, None, None, q_state.index]
+            d_q = desc(pQ)
+            pK = wg_mma_qk.partition_B(sK)[None, None, None, 0]
+            pV = wg_mma_pv.partition_B(sVt)[None, None, None, 0]  # MN-major: its 64-column blocks lie tile_n rows of 128 B apart
+            stages = (cute.crd2idx((0, 0, 0, 1), tSrK.layout), cute.crd2idx((0, 0, 0, 1), tOrVt.layout))
+            q_descs = [pin(d_q + o) for o in k_offsets(tSrQ)]
+            pinned = (q_descs, pin(desc(pK)), k_offsets(tSrK), pin(desc(pV, self.tile_n * 8)), k_offsets(tOrVt), stages)
         rows_per_query = 1
         if const_expr(self.key.pack_gqa):
             rows_per_query = self.key.qhead_per_kvhead
@@ -1038,7 +1052,7 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
                 if cutlass.Boolean(peel > 0) & cutlass.Boolean(tail[0] == j):
                     self.step(
                         tiled_mma_qk, tiled_mma_pv, acc_S, acc_O, tOrP, tSrQ, tSrK, tOrVt, pipeline_k, pipeline_v, kv_state.clone(), softmax,
-                        mask, tScS_mn, t0ScS_mn, m_block, n_pe, wg_idx, False, o_scale, tail[1][j] if j < len(tail[1]) else tOrP, mask_pe,
+                        mask, tScS_mn, t0ScS_mn, m_block, n_pe, wg_idx, False, o_scale, tail[1][j] if j < len(tail[1]) else tOrP, mask_pe, pinned,
                     )  # fmt: skip
             if peel > 0:
                 kv_state.advance()
@@ -1050,7 +1064,7 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
         for i in cutlass.range(cutlass.max(n_block_max - 1 - n_right, 0), unroll=1):
             kv_state = self.step(
                 tiled_mma_qk, tiled_mma_pv, acc_S, acc_O, tOrP, tSrQ, tSrK, tOrVt, pipeline_k, pipeline_v, kv_state, softmax, mask,
-                tScS_mn, t0ScS_mn, m_block, n_block_max - 2 - i, wg_idx, True, o_scale,
+                tScS_mn, t0ScS_mn, m_block, n_block_max - 2 - i, wg_idx, True, o_scale, pinned=pinned,
             )  # fmt: skip
         n_hi = cutlass.min(n_block_max - 1, n_right)
         # Interior blocks: no mask.
@@ -1060,7 +1074,7 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
         for i in cutlass.range(cutlass.max(n_hi - n_left, 0), unroll=1):
             kv_state = self.step(
                 tiled_mma_qk, tiled_mma_pv, acc_S, acc_O, tOrP, tSrQ, tSrK, tOrVt, pipeline_k, pipeline_v, kv_state, softmax, mask,
-                tScS_mn, t0ScS_mn, m_block, n_hi - 1 - i, wg_idx, False, o_scale,
+                tScS_mn, t0ScS_mn, m_block, n_hi - 1 - i, wg_idx, False, o_scale, pinned=pinned,
             )  # fmt: skip
         # Blocks that need the left (window) mask.
         if const_expr(self.key.mask_left):
@@ -1068,7 +1082,7 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
             for i in cutlass.range(cutlass.max(n_hi2 - n_block_min, 0), unroll=1):
                 kv_state = self.step(
                     tiled_mma_qk, tiled_mma_pv, acc_S, acc_O, tOrP, tSrQ, tSrK, tOrVt, pipeline_k, pipeline_v, kv_state, softmax, mask,
-                    tScS_mn, t0ScS_mn, m_block, n_hi2 - 1 - i, wg_idx, True, o_scale,
+                    tScS_mn, t0ScS_mn, m_block, n_hi2 - 1 - i, wg_idx, True, o_scale, pinned=pinned,
                 )  # fmt: skip
         if const_expr(states is not None and self.separate_o):  # every S GEMM of the tile is complete: Q may be refilled
             pipeline_q.consumer_release(q_state)
@@ -1405,6 +1419,7 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
         o_scale: cute.Tensor | None = None,
         tail=None,
         mask_if: cutlass.Boolean | None = None,
+        pinned=None,
     ):
         """One key block with intra-warpgroup overlap: S_n = Q K_n^T and O += P_{n+1} V_{n+1} in flight together,
         then the softmax of S_n while the PV GEMM drains. ``o_scale`` (``key.o_rescale_early``): O is multiplied by the
@@ -1419,11 +1434,20 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
         consumer_wait(pipeline_k, kv_state, self.key.spin_wait)
         if const_expr(self.pingpong):
             cute.arch.barrier(barrier_id=int(NamedBarrier.WG_SCHED_1) + wg_idx, number_of_threads=2 * self.threads_per_wg)
-        wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, kv_state.index], zero_init=True, wg_wait=-1)
+        ab = "bf16" if const_expr(self.dtype == cutlass.BFloat16) else "f16"
+        if const_expr(pinned is not None):  # key.pinned_desc: the descriptors from the tile's pinned low words
+            q_descs, d_k, offs_k, _, _, stages = pinned
+            wgmma_ss_pinned(acc_S, q_descs, d_k + Int64(kv_state.index * stages[0]), offs_k, self.tile_n, ab, zero_init=True, wg_wait=-1)
+        else:
+            wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, kv_state.index], zero_init=True, wg_wait=-1)
         if const_expr(o_scale is not None):
             softmax.rescale(acc_O, o_scale)
         consumer_wait(pipeline_v, v_state, self.key.spin_wait)
-        wgmma(tiled_mma_pv, acc_O, tOrP if const_expr(tail is None) else tail, tOrVt[None, None, None, v_state.index], zero_init=False, wg_wait=-1)
+        if const_expr(pinned is not None):
+            _, _, _, d_v, offs_v, stages = pinned
+            wgmma_rs_pinned(acc_O, tOrP if const_expr(tail is None) else tail, d_v + Int64(v_state.index * stages[1]), offs_v, self.head_dim_v, ab, wg_wait=-1)
+        else:
+            wgmma(tiled_mma_pv, acc_O, tOrP if const_expr(tail is None) else tail, tOrVt[None, None, None, v_state.index], zero_init=False, wg_wait=-1)
         if const_expr(self.pingpong):
             if const_expr(self.num_consumer_wg == 3):  # round-robin: warpgroup w lets w + 1 (mod 3) issue next
                 nxt = wg_idx + 1
