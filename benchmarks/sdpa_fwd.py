@@ -38,6 +38,8 @@ a varlen mix (THD) and decode batches (S_q = 1): B = 64 dense KV, B = 2 with S_k
                                                 # ours-pers-n128 (persistent, key tile 128), FA4 -> sdpa_fwd_tile_n.*
     python benchmarks/sdpa_fwd.py --epi         # d128 dense rows (the persistent grid): ours, ours-wgepi (wg_epilogue),
                                                 # ours-q2 (q_stages=2), ours-q2-wgepi, FA4 -> sdpa_fwd_epi.*
+    python benchmarks/sdpa_fwd.py --pinned      # d128 dense rows: ours, ours-pinned (pinned_desc: the loop's GEMMs from
+                                                # descriptors pinned per tile), FA4 -> sdpa_fwd_pinned.*
     python benchmarks/sdpa_fwd.py --d64-pers    # d64 dense rows: ours, ours-m192-pers (192-row tile, persistent; pairs
                                                 # when causal), ours-m192-pers-q2 (+ q_stages=2, wg_epilogue), FA4
 """
@@ -450,6 +452,11 @@ def make_ours_q2_wgepi(case):
     return _make_ours_d128_option(case, q_stages=2, wg_epilogue=True)
 
 
+def make_ours_pinned(case):
+    """d = 128 dense prefill: ``pinned_desc=True`` (the key-block loop's GEMMs from descriptors pinned once per tile)."""
+    return _make_ours_d128_option(case, pinned_desc=True)
+
+
 def make_ours_m192_pers(case):
     """d = 64 dense prefill: the 192-row query tile (three consumer warpgroups) on the persistent grid (O in its own
     shared-memory tile; pairs when causal)."""
@@ -734,6 +741,10 @@ def main():
             providers[1],
         ]
         name = "sdpa_fwd_epi"
+    if "--pinned" in sys.argv:  # session 22: pinned_desc on the d = 128 rows (opt-in)
+        cases = [c for c in _shapes(False) if c.params["kind"] == "dense" and c.params["d"] == 128]
+        providers = [providers[0], Provider("ours-pinned", make_ours_pinned), providers[1]]
+        name = "sdpa_fwd_pinned"
     if "--d64-pers" in sys.argv:  # d = 64: the 192-row tile on the persistent grid
         cases = [c for c in _shapes(False) if c.params["kind"] == "dense" and c.params["d"] == 64]
         providers = [providers[0], Provider("ours-m192-pers", make_ours_m192_pers), Provider("ours-m192-pers-q2", make_ours_m192_pers_q2), providers[1]]

@@ -26,9 +26,9 @@
 - ``wg_epilogue`` (each consumer warpgroup stores its 64 rows of O alone) and ``q_stages=2`` (two Q buffers on a
   persistent plan) change no arithmetic: bitwise against the default plan (d = 128 non-causal with the last tile's
   second half partly or wholly past S_q, causal bottom-right on the persistent pairs grid), and the reference.
-- ``pinned_desc`` (the key-block loop's S GEMM from descriptor low words pinned once per tile, its own WGMMA asm)
-  issues the same WGMMAs on the same tiles: bitwise against the default plan (d = 128 persistent, one Q buffer, one-tile
-  grid, causal bottom-right, d = 64 fp16), and against the reference.
+- ``pinned_desc`` (the key-block loop's S and PV GEMMs from descriptors pinned once per tile, their own WGMMA asm)
+  issues the same WGMMAs on the same tiles: bitwise against the default plan (d = 128 persistent, without
+  ``wg_epilogue``, the one-tile grid, causal bottom-right, d = 64 fp16), and against the reference.
 - ``spin_wait`` / ``spin_wait_producer`` (the consumers' full-barrier / the producer's empty-barrier waits as a try_wait
   spin without NANOSLEEP) change when a warp resumes, not what it computes: bitwise against the default plan (d = 64 /
   128, causal and not, GQA, odd lengths, the persistent causal d = 128 grid, THD varlen), and against the reference.
@@ -139,10 +139,10 @@ BITWISE = [
     (dict(tile_m=192, persistent=True), D64),  # three consumer warpgroups on the persistent grid: the default's tiles
     (dict(tile_m=192, persistent=True, q_stages=2, wg_epilogue=True), D64),
     (dict(tile_m=192, persistent=True, persistent_pairs=True, q_stages=2, wg_epilogue=True), D64_BR),
-    (dict(pinned_desc=True), D128),  # the S GEMM from pinned descriptor low words: the same WGMMAs on the same tiles
+    (dict(pinned_desc=True), D128),  # the loop's GEMMs from pinned descriptors: the same WGMMAs on the same tiles
     (dict(pinned_desc=True), D128_CAUSAL),
     (dict(pinned_desc=True), D128_LAST_HALF_OUT),
-    (dict(pinned_desc=True, q_stages=1, wg_epilogue=False), D128),  # one Q buffer
+    (dict(pinned_desc=True, wg_epilogue=False), D128),  # O stored by warp 4 for both warpgroups
     (dict(pinned_desc=True, persistent=False, tile_n=128), D128),  # the one-tile grid
     (dict(pinned_desc=True), D64),  # d = 64, three consumer warpgroups
     (dict(pinned_desc=True), D64_BR),  # fp16, causal bottom-right

@@ -58,6 +58,12 @@ def k_offsets(frag: cute.Tensor) -> list[int]:
     return [cute.crd2idx((0, 0, k) + (0,) * (cute.rank(frag.layout) - 3), frag.layout) for k in range(cute.size(frag, mode=[2]))]
 
 
+def _store(acc: cute.Tensor, vals) -> None:
+    """The accumulator's registers from the WGMMA asm's results (a trace-time loop: no DSL loop construct)."""
+    for i, v in enumerate(vals):
+        acc[i] = v
+
+
 @dsl_user_op
 def _wgmma_ss(acc_vals, desc_a: Int64, desc_b: Int64, scale_d: int, n: int, ab: str, *, loc=None, ip=None):
     regs = len(acc_vals)
@@ -104,8 +110,7 @@ def wgmma_rs_pinned(
     for k in cutlass.range_constexpr(cute.size(tCrA, mode=[2])):
         a_k = a32[None, None, k]
         vals = _wgmma_rs(vals, [a_k[i] for i in range(4)], desc_b + offs_b[k], n, ab)
-    for i in cutlass.range_constexpr(cute.size(acc)):
-        acc[i] = vals[i]
+    _store(acc, vals)
     warpgroup.commit_group()
     if const_expr(wg_wait >= 0):
         warpgroup.wait_group(wg_wait)
@@ -129,8 +134,7 @@ def wgmma_ss_pinned(
     vals = [acc[i] for i in range(cute.size(acc))]
     for k in cutlass.range_constexpr(len(descs_a)):
         vals = _wgmma_ss(vals, descs_a[k], desc_b + offs_b[k], 0 if const_expr(zero_init and k == 0) else 1, n, ab)
-    for i in cutlass.range_constexpr(cute.size(acc)):
-        acc[i] = vals[i]
+    _store(acc, vals)
     warpgroup.commit_group()
     if const_expr(wg_wait >= 0):
         warpgroup.wait_group(wg_wait)
