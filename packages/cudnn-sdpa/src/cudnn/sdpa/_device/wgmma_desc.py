@@ -1,4 +1,4 @@
-"""SS WGMMA issued from shared-memory descriptors the kernel holds itself (``SdpaFwdKey.pinned_desc``).
+"""WGMMA issued from shared-memory descriptors the kernel holds itself (``SdpaFwdKey.pinned_desc``).
 
 ``cute.gemm`` on a shared-memory fragment rebuilds each operand's 64-bit descriptor from the smem pointer at every
 issue. In the persistent forward with its ragged first block, NVVM rematerializes that chain inside the key-block loop:
@@ -36,9 +36,8 @@ def _asm(result, args, text: str, constraints: str):
 
 @dsl_user_op
 def pin(x: Int64, *, loc=None, ip=None) -> Int64:
-    """A warp-uniform 64-bit value made opaque to NVVM and ptxas alike (both words through ``shfl.sync.idx`` from lane
-    0, inside one asm block): computed here once per tile and kept live, neither rematerialized at its uses by NVVM nor
-    split by ptxas into a known constant high word and carry arithmetic."""
+    """A warp-uniform 64-bit value behind an asm block (both words through ``shfl.sync.idx`` from lane 0): computed
+    here once per tile and kept live, never rematerialized by NVVM at its uses inside the loop."""
     text = "{\n.reg .b32 lo, hi;\nmov.b64 {lo, hi}, $1;\nshfl.sync.idx.b32 lo, lo, 0, 31, -1;\nshfl.sync.idx.b32 hi, hi, 0, 31, -1;\nmov.b64 $0, {lo, hi};\n}"
     return Int64(_asm(Int64.mlir_type, [Int64(x).ir_value(loc=loc, ip=ip)], text, "=l,l"))
 

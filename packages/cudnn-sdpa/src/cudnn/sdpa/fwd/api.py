@@ -134,9 +134,10 @@ L2_GROUP_MB_WIDE_DEFAULT = 32
 SPIN_WAIT_DEFAULT = True
 SPIN_WAIT_PRODUCER_DEFAULT = False
 #: ``pinned_desc=None`` means PINNED_DESC_DEFAULT on persistent d = 128 / 128 prefill plans: the key-block loop's S and PV
-#: GEMMs issued from descriptors pinned once per tile (SdpaFwdKey.pinned_desc, _device/wgmma_desc.py). Off until an
-#: H200 A/B (session 22: the persistent step loop costs ~3% more cycles per key block than the one-tile loop,
-#: docs/benchmarks/sdpa_s22/).
+#: GEMMs issued from descriptors pinned once per tile (SdpaFwdKey.pinned_desc, _device/wgmma_desc.py). Off after the
+#: session-22 H200 A/B (docs/sdpa.md "Measured", docs/benchmarks/sdpa_s22/): 2,450 cycles per key block under ncu against
+#: the default's 2,487, but ~4% lower settled clock at the 700 W cap, and the harness A/B (sdpa_fwd_s22_pinned.md) had
+#: the default ahead on 9 of 12 d128 rows (0.97x-1.02x).
 PINNED_DESC_DEFAULT = False
 #: ``wg_epilogue=None`` means WG_EPILOGUE_DEFAULT on persistent dense d = 128 / 128 plans whose O has its own
 #: shared-memory tile (each consumer warpgroup stores its 64 rows of O alone, no barrier shared with the other; see

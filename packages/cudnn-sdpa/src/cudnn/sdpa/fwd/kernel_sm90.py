@@ -31,8 +31,9 @@ GEMM, see ``step``), ``mask_r2p`` (masks as per-row 32-bit keep masks, one selec
 diagonal, at the width its rows see: S GEMM N = 64 / 128, softmax on that slice, PV k-loop cut: ``ragged_tail.py``),
 ``spin_wait`` / ``spin_wait_producer`` (the consumers' full-barrier / the producer's empty-barrier waits as a try_wait
 spin without the 10 ms suspend-time hint, so no NANOSLEEP: ``_device/pipeline.consumer_wait`` / ``producer_acquire``),
-``q_stages`` (2: two Q buffers on a persistent plan with O in its own shared-memory tile, ``kernel_key.separate_o``) and
-``wg_epilogue`` (each consumer warpgroup stores its own 64 rows of O: ``epilogue_wg``).
+``q_stages`` (2: two Q buffers on a persistent plan with O in its own shared-memory tile, ``kernel_key.separate_o``),
+``wg_epilogue`` (each consumer warpgroup stores its own 64 rows of O: ``epilogue_wg``) and ``pinned_desc`` (the key-block
+loop's GEMMs from descriptors pinned once per tile: ``_device/wgmma_desc.py``).
 
 Split-KV (``key.split_kv``): each tile's key blocks are shared by ``num_splits`` CTAs writing fp32 partial O / LSE to
 the caller's workspace; the same launch then runs ``combine`` (one warp per output row) to merge them.
@@ -1428,14 +1429,15 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
         order; off the critical path when O is wide, FA4's choice for d_v > 128). ``tail`` (``key.ragged_tail``, the step
         after the first block): the P of the PV GEMM, the first block's at its width (leading k-blocks of ``tOrP``, see
         :func:`ragged_tail.tail_block`), and ``mask_if`` a runtime flag: apply the causal / window mask (this block may lie in a
-        masked range or not)."""
+        masked range or not). ``pinned`` (``key.pinned_desc``): the tile's pinned descriptors (see ``mma``), both GEMMs
+        issued through ``_device/wgmma_desc.py``."""
         v_state = kv_state.clone()
         kv_state.advance()
         consumer_wait(pipeline_k, kv_state, self.key.spin_wait)
         if const_expr(self.pingpong):
             cute.arch.barrier(barrier_id=int(NamedBarrier.WG_SCHED_1) + wg_idx, number_of_threads=2 * self.threads_per_wg)
         ab = "bf16" if const_expr(self.dtype == cutlass.BFloat16) else "f16"
-        if const_expr(pinned is not None):  # key.pinned_desc: the descriptors from the tile's pinned low words
+        if const_expr(pinned is not None):  # key.pinned_desc: both GEMMs from the tile's pinned descriptors
             q_descs, d_k, offs_k, _, _, stages = pinned
             wgmma_ss_pinned(acc_S, q_descs, d_k + Int64(kv_state.index * stages[0]), offs_k, self.tile_n, ab, zero_init=True, wg_wait=-1)
         else:
