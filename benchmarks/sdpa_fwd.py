@@ -40,6 +40,8 @@ a varlen mix (THD) and decode batches (S_q = 1): B = 64 dense KV, B = 2 with S_k
                                                 # ours-q2 (q_stages=2), ours-q2-wgepi, FA4 -> sdpa_fwd_epi.*
     python benchmarks/sdpa_fwd.py --pinned      # d128 dense rows: ours, ours-pinned (pinned_desc: the loop's GEMMs from
                                                 # descriptors pinned per tile), FA4 -> sdpa_fwd_pinned.*
+    python benchmarks/sdpa_fwd.py --mcast       # d128 dense non-causal rows: ours, ours-mcast (kv_multicast: CTA pairs
+                                                # share K / V by TMA multicast), FA4 -> sdpa_fwd_mcast.*
     python benchmarks/sdpa_fwd.py --d64-pers    # d64 dense rows: ours, ours-m192-pers (192-row tile, persistent; pairs
                                                 # when causal), ours-m192-pers-q2 (+ q_stages=2, wg_epilogue), FA4
 """
@@ -457,6 +459,12 @@ def make_ours_pinned(case):
     return _make_ours_d128_option(case, pinned_desc=True)
 
 
+def make_ours_mcast(case):
+    """d = 128 dense non-causal prefill: ``kv_multicast=True`` (clusters of two CTAs sharing every K / V tile by TMA
+    multicast); the causal rows are not served (the two query blocks of a cluster would see different key blocks)."""
+    return _make_ours_prefill_plan(case, only_d=128, dense_only=True, non_causal_only=True, kv_multicast=True)
+
+
 def make_ours_m192_pers(case):
     """d = 64 dense prefill: the 192-row query tile (three consumer warpgroups) on the persistent grid (O in its own
     shared-memory tile; pairs when causal)."""
@@ -745,6 +753,10 @@ def main():
         cases = [c for c in _shapes(False) if c.params["kind"] == "dense" and c.params["d"] == 128]
         providers = [providers[0], Provider("ours-pinned", make_ours_pinned), providers[1]]
         name = "sdpa_fwd_pinned"
+    if "--mcast" in sys.argv:  # session 23: kv_multicast on the d = 128 non-causal rows (opt-in)
+        cases = [c for c in _shapes(False) if c.params["kind"] == "dense" and c.params["d"] == 128 and not c.params["causal"]]
+        providers = [providers[0], Provider("ours-mcast", make_ours_mcast), providers[1]]
+        name = "sdpa_fwd_mcast"
     if "--d64-pers" in sys.argv:  # d = 64: the 192-row tile on the persistent grid
         cases = [c for c in _shapes(False) if c.params["kind"] == "dense" and c.params["d"] == 64]
         providers = [providers[0], Provider("ours-m192-pers", make_ours_m192_pers), Provider("ours-m192-pers-q2", make_ours_m192_pers_q2), providers[1]]

@@ -17,6 +17,7 @@ VARIANTS = {
     "pers_q1": dict(q_stages=1, wg_epilogue=False),  # the persistent grid before session 21's tile-transition options
     "pers192": dict(persistent=True, tile_n=192),  # the persistent grid at key tile 192 (O in Q's buffer)
     "pinned": dict(pinned_desc=True),  # call 3: the default plan with the loop's GEMMs from pinned descriptors
+    "mcast": dict(kv_multicast=True),  # session 23: clusters of two CTAs sharing K / V by TMA multicast
 }
 CASES = ["d128 s4k b4", "d128 s8k b2", "d128 s16k b1"]
 

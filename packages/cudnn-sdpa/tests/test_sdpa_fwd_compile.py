@@ -367,6 +367,35 @@ def test_persistent_d128_tile_transition_ptx(tmp_path, causal):
     assert not _WG_BARRIER.findall(ptx_cta) and "bar.arrive 1, 288;" in ptx_cta
 
 
+def test_kv_multicast_ptx(tmp_path):
+    """kv_multicast: the K / V loads are TMA multicasts into the cluster (one per K / V issue site), the consumers' stage
+    releases reach the peer CTA's empty barriers (``mbarrier.arrive.shared::cluster`` through ``mapa``), and the CTA
+    meets its peer at a cluster barrier after the barrier init and before it exits; no stack frame. The plan without it
+    has none of these."""
+    import dataclasses
+
+    from cudnn.sdpa.fwd.api import SdpaFwdSm90
+    from cudnn.sdpa.fwd.kernel_sm90 import compile_sdpa_fwd
+    from cudnn_testing.compile_only import frame_sizes, keep_artifacts
+
+    q = TensorDesc.contiguous((2, 4096, 16, 128), "bfloat16", "q")
+    plan = SdpaFwdSm90(q, q, q, kv_multicast=True)
+    assert plan.check_support() and plan.key.kv_multicast
+    mcast = re.compile(r"cp\.async\.bulk\.tensor\.4d\.shared::cluster\.global\.tile\.mbarrier::complete_tx::bytes\.multicast::cluster")
+    with keep_artifacts(tmp_path / "mc") as ptx_text:
+        compile_sdpa_fwd(plan.key)
+        ptx = ptx_text()
+    assert len(mcast.findall(ptx)) >= 4, len(mcast.findall(ptx))
+    assert "mbarrier.arrive.shared::cluster.b64" in ptx and "mapa.shared::cluster" in ptx
+    assert ptx.count("barrier.cluster.wait") >= 2 and ".local" not in ptx
+    frames = frame_sizes(tmp_path / "mc")
+    assert frames and all(f == 0 for f in frames), frames
+    with keep_artifacts(tmp_path / "def") as ptx_text:
+        compile_sdpa_fwd(dataclasses.replace(plan.key, kv_multicast=False))
+        ptx_def = ptx_text()
+    assert not mcast.findall(ptx_def) and "barrier.cluster" not in ptx_def and "mapa" not in ptx_def
+
+
 def test_pinned_desc_ptx(tmp_path):
     """pinned_desc: the key-block loop's GEMMs are issued from the WGMMA asm of _device/wgmma_desc.py (descriptors as
     operands, scale-d an immediate: the S GEMM's 8 k-blocks and the PV GEMM's 8 at d = 128), from descriptors pinned once

@@ -29,6 +29,10 @@
 - ``pinned_desc`` (the key-block loop's S and PV GEMMs from descriptors pinned once per tile, their own WGMMA asm)
   issues the same WGMMAs on the same tiles: bitwise against the default plan (d = 128 persistent, without
   ``wg_epilogue``, the one-tile grid, causal bottom-right, d = 64 fp16), and against the reference.
+- ``kv_multicast`` (clusters of two CTAs running query blocks 2u and 2u + 1 of one head in step, each TMA-loading half of
+  every K / V tile and multicasting it to both) loads the same tiles: bitwise against the default plan (d = 128 with M
+  even and odd -- a phantom block past S_q --, fewer units than clusters, with ``pinned_desc``, without ``wg_epilogue``,
+  d = 64 at 128 and 192 query rows), and against the reference.
 - ``spin_wait`` / ``spin_wait_producer`` (the consumers' full-barrier / the producer's empty-barrier waits as a try_wait
   spin without NANOSLEEP) change when a warp resumes, not what it computes: bitwise against the default plan (d = 64 /
   128, causal and not, GQA, odd lengths, the persistent causal d = 128 grid, THD varlen), and against the reference.
@@ -110,6 +114,7 @@ D192_WINDOW = (torch.bfloat16, 192, 128, 6, 8, 4, 900, 900, False, True, (100, 0
 # d = 64 non-causal (three consumer warpgroups of 64 rows, key tile 128), odd S_q / S_kv, GQA 2.
 D64 = (torch.bfloat16, 64, 64, 2, 16, 8, 1000, 1337, False, False, (-1, -1))
 D128_LAST_HALF_OUT = (torch.bfloat16, 128, 128, 4, 16, 16, 1050, 1300, False, False, (-1, -1))  # 9 m-blocks, 576 tiles, S_q < S_kv
+D128_TINY = (torch.bfloat16, 128, 128, 1, 1, 1, 300, 5000, False, False, (-1, -1))  # 3 m-blocks, one head
 # packed_cvt where the whole-fragment convert is scalar (non-power-of-two fragments); persistent over every mask.
 BITWISE = [
     (dict(packed_cvt=True), D64_BR),
@@ -146,6 +151,13 @@ BITWISE = [
     (dict(pinned_desc=True, persistent=False, tile_n=128), D128),  # the one-tile grid
     (dict(pinned_desc=True), D64),  # d = 64, three consumer warpgroups
     (dict(pinned_desc=True), D64_BR),  # fp16, causal bottom-right
+    (dict(kv_multicast=True), D128),  # clusters of 2 sharing K / V by TMA multicast: M = 12, 216 units over 66 clusters
+    (dict(kv_multicast=True), D128_LAST_HALF_OUT),  # M = 9: every head's last cluster runs a phantom block past S_q
+    (dict(kv_multicast=True, wg_epilogue=False), D128),  # O stored by warp 4 for both warpgroups
+    (dict(kv_multicast=True, pinned_desc=True), D128),
+    (dict(kv_multicast=True), D128_TINY),  # fewer units than clusters: 2 clusters, S_kv 5000 (40 key blocks, the last partial)
+    (dict(kv_multicast=True, persistent=True), D64),  # d = 64 on the persistent grid (128-row tiles)
+    (dict(kv_multicast=True, persistent=True, tile_m=192), D64),  # three consumer warpgroups, M = 6
 ]
 
 

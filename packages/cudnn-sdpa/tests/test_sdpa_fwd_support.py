@@ -328,6 +328,35 @@ def test_pinned_desc_scope(monkeypatch):
     assert key().pinned_desc and not key(persistent=False).pinned_desc and not key(**d64).pinned_desc
 
 
+def test_kv_multicast_scope(monkeypatch):
+    """kv_multicast (clusters of two CTAs sharing K / V by TMA multicast): opt-in (KV_MULTICAST_DEFAULT off until an A/B),
+    served on persistent dense plans with no causal or window mask (d = 128, d = 64 with persistent=True, GQA); declined
+    naming the option where the two query blocks of a cluster would see different key blocks (causal, sliding window,
+    THD varlen, persistent_pairs) or there is no persistent grid (one-tile, pack-GQA decode); a non-bool is a ValueError."""
+    from cudnn.sdpa.fwd import api
+
+    def key(**kw):
+        p = _plan(**kw)
+        assert p.check_support(), kw
+        return p.key
+
+    assert not api.KV_MULTICAST_DEFAULT and not key().kv_multicast
+    d64 = dict(q=_desc((2, 8, 300, 64), name="q"), k=_desc((2, 2, 257, 64), name="k"), v=_desc((2, 2, 257, 64), name="v"), persistent=True)
+    for kw in (dict(), d64, dict(pinned_desc=True)):
+        assert key(**kw, kv_multicast=True).kv_multicast, kw
+    cu = _desc((3,), "int32", "cu_seqlens")
+    thd = dict(q=_desc((600, 8, 128), name="q"), k=_desc((600, 2, 128), name="k"), v=_desc((600, 2, 128), name="v"), persistent=True)
+    thd.update(cu_seqlens_q=cu, cu_seqlens_kv=cu, max_seqlen_q=300, max_seqlen_kv=300)
+    decode = dict(q=_desc((2, 8, 1, 128), name="q"))  # S_q = 1 with GQA 4: pack-GQA
+    for kw in (dict(is_causal=True), dict(window_size=(64, 0)), dict(persistent=False), dict(persistent=True, persistent_pairs=True), thd, decode):
+        with pytest.raises(NotImplementedError, match="kv_multicast"):
+            _plan(**kw, kv_multicast=True).check_support()
+    with pytest.raises(ValueError, match="kv_multicast"):
+        _plan(kv_multicast=1).check_support()
+    monkeypatch.setattr(api, "KV_MULTICAST_DEFAULT", True)
+    assert key().kv_multicast and not key(is_causal=True).kv_multicast and not key(persistent=False).kv_multicast
+
+
 def test_noncausal_d128_tile_default_switch(monkeypatch):
     """TILE_N_NONCAUSAL_D128_DEFAULT (the one-line flip after the A/B): 0 keeps tile_config's tile; nonzero applies to
     unmasked dense d = 128 plans only (with packed_cvt), never to causal ones or to an explicit tile_n. Since session 21

@@ -30,16 +30,26 @@ class NamedBarrier(enum.IntEnum):
 
 
 @cute.jit
-def make_tma_pipeline(barrier_ptr, num_stages: cutlass.Constexpr[int], num_consumer_warps: cutlass.Constexpr[int], tx_bytes: cutlass.Constexpr[int]):
-    """A PipelineTmaAsync: one producer thread (the TMA warp's elected lane), one arrive per consumer warp."""
+def make_tma_pipeline(
+    barrier_ptr,
+    num_stages: cutlass.Constexpr[int],
+    num_consumer_warps: cutlass.Constexpr[int],
+    tx_bytes: cutlass.Constexpr[int],
+    cluster_m: cutlass.Constexpr[int] = 1,
+):
+    """A PipelineTmaAsync: one producer thread (the TMA warp's elected lane), one arrive per consumer warp. With
+    ``cluster_m`` > 1 (a cluster of CTAs along the query blocks whose stages are filled by TMA multicast) each consumer
+    warp arrives on the empty barrier of every CTA of the cluster (lane r signals CTA r), so a producer refills a stage
+    only once every CTA it writes into has released it; the full barrier still expects the whole stage's bytes."""
     producer = pipeline.CooperativeGroup(pipeline.Agent.Thread, 1)
-    consumer = pipeline.CooperativeGroup(pipeline.Agent.Thread, num_consumer_warps)
+    consumer = pipeline.CooperativeGroup(pipeline.Agent.Thread, num_consumer_warps * cluster_m)
     return pipeline.PipelineTmaAsync.create(
         barrier_storage=barrier_ptr,
         num_stages=num_stages,
         producer_group=producer,
         consumer_group=consumer,
         tx_count=tx_bytes,
+        cta_layout_vmnk=cute.make_layout((1, cluster_m, 1, 1)) if const_expr(cluster_m > 1) else None,
         defer_sync=True,
     )
 

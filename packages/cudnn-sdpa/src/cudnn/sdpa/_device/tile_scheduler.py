@@ -160,7 +160,11 @@ class StaticPersistentTileScheduler:
     object: a value carried through a dynamic loop must be a runtime value).
 
     ``pairs=True`` in :meth:`num_tiles_here` selects :meth:`tile_pair` instead of :meth:`tile` (the forward's
-    ``persistent_pairs``)."""
+    ``persistent_pairs``). ``cluster_m`` > 1 (the forward's ``kv_multicast``, grid from :meth:`grid_clusters`): the work
+    unit is ``cluster_m`` consecutive query blocks of one (head, batch), cluster ``c`` (CTAs ``c * cluster_m + r``) takes
+    the units ``c, c + clusters, ...`` in the same grouped order and its CTA ``r`` block ``cluster_m * u + r`` of each, so
+    the CTAs of a cluster walk the same (head, batch) sequence in step; a block past the last (M not a multiple of
+    ``cluster_m``) is returned as is: the caller runs it on zero rows and stores nothing."""
 
     @staticmethod
     def grid(num_m_blocks, num_heads, num_batch, max_ctas):
@@ -168,10 +172,22 @@ class StaticPersistentTileScheduler:
         return (cutlass.min(num_m_blocks * num_heads * num_batch, max_ctas), 1, 1)
 
     @staticmethod
+    def grid_clusters(num_m_blocks, num_heads, num_batch, max_ctas, cluster_m: int):
+        """The persistent grid of ``cluster_m`` > 1: ``cluster_m * min(units, max_ctas // cluster_m)`` CTAs, a unit being
+        ``cluster_m`` consecutive query blocks of one (head, batch)."""
+        units = (num_m_blocks + cluster_m - 1) // cluster_m * num_heads * num_batch
+        return (cutlass.min(units, max_ctas // cluster_m) * cluster_m, 1, 1)
+
+    @staticmethod
     @cute.jit
-    def num_tiles_here(num_m_blocks: Int32, num_heads: Int32, num_batch: Int32, pairs: cutlass.Constexpr[bool] = False) -> Int32:
+    def num_tiles_here(
+        num_m_blocks: Int32, num_heads: Int32, num_batch: Int32, pairs: cutlass.Constexpr[bool] = False, cluster_m: cutlass.Constexpr[int] = 1
+    ) -> Int32:
         bidx, _, _ = cute.arch.block_idx()
         gdim, _, _ = cute.arch.grid_dim()
+        if const_expr(cluster_m > 1):  # the cluster's units (every CTA of a cluster runs as many)
+            bidx, gdim = Int32(bidx) // cluster_m, Int32(gdim) // cluster_m
+            num_m_blocks = (num_m_blocks + cluster_m - 1) // cluster_m
         total = num_m_blocks * num_heads * num_batch
         res = (total - Int32(bidx) + Int32(gdim) - 1) // Int32(gdim)
         if const_expr(pairs):  # two tile slots per pair (the second of a middle pair is empty)
@@ -189,9 +205,15 @@ class StaticPersistentTileScheduler:
         group_heads: Int32,
         longest_first: cutlass.Constexpr[bool],
         batch_fastest: cutlass.Constexpr[bool] = False,
+        cluster_m: cutlass.Constexpr[int] = 1,
     ):
         bidx, _, _ = cute.arch.block_idx()
         gdim, _, _ = cute.arch.grid_dim()
+        rank = Int32(0)
+        if const_expr(cluster_m > 1):  # decode the cluster's unit, then take this CTA's block of it
+            rank = Int32(bidx) % cluster_m
+            bidx, gdim = Int32(bidx) // cluster_m, Int32(gdim) // cluster_m
+            num_m_blocks = (num_m_blocks + cluster_m - 1) // cluster_m
         lin = Int32(bidx) + i * Int32(gdim)
         num_hb = num_heads * num_batch
         per_group = group_heads * num_m_blocks
@@ -203,6 +225,8 @@ class StaticPersistentTileScheduler:
         hb = first_hb + rem - m_block * heads_here
         if const_expr(longest_first):
             m_block = num_m_blocks - 1 - m_block
+        if const_expr(cluster_m > 1):
+            m_block = m_block * cluster_m + rank
         batch, head = None, None
         if const_expr(batch_fastest):
             head = hb // num_batch

@@ -139,6 +139,9 @@ SPIN_WAIT_PRODUCER_DEFAULT = False
 #: the default's 2,487, but ~4% lower settled clock at the 700 W cap, and the harness A/B (sdpa_fwd_s22_pinned.md) had
 #: the default ahead on 9 of 12 d128 rows (0.97x-1.02x).
 PINNED_DESC_DEFAULT = False
+#: ``kv_multicast=None`` means KV_MULTICAST_DEFAULT on persistent dense unmasked plans: CTA pairs (clusters of 2) share
+#: every K / V tile through TMA multicast (SdpaFwdKey.kv_multicast), half the K / V bytes out of L2. Opt-in until measured.
+KV_MULTICAST_DEFAULT = False
 #: ``wg_epilogue=None`` means WG_EPILOGUE_DEFAULT on persistent dense d = 128 / 128 plans whose O has its own
 #: shared-memory tile (each consumer warpgroup stores its 64 rows of O alone, no barrier shared with the other; see
 #: SdpaFwdKey.wg_epilogue), and ``q_stages=None`` Q_STAGES_DEFAULT Q buffers on persistent d = 128 / 128 plans where O has
@@ -242,6 +245,7 @@ class SdpaFwdSm90(APIBase):
         wg_epilogue: bool | None = None,
         q_stages: int | None = None,
         pinned_desc: bool | None = None,
+        kv_multicast: bool | None = None,
     ):
         super().__init__()
         self.fast_guard = fast_guard  # None: FAST_GUARD_DEFAULT (host-side execute option, see execute)
@@ -263,6 +267,7 @@ class SdpaFwdSm90(APIBase):
         self.wg_epilogue = wg_epilogue  # None: WG_EPILOGUE_DEFAULT on the plans that can take it
         self.q_stages = q_stages  # None: Q_STAGES_DEFAULT on the plans that can take it
         self.pinned_desc = pinned_desc  # None: PINNED_DESC_DEFAULT on the plans that can take it
+        self.kv_multicast = kv_multicast  # None: KV_MULTICAST_DEFAULT on the plans that can take it
         self.kv_stages = kv_stages
         self.page_prefetch = page_prefetch  # None: PAGE_PREFETCH_DEFAULT for paged plans
         self.tile_m64 = tile_m64  # None: TILE_M64_DECODE_DEFAULT for pack-GQA decode tiles
@@ -541,6 +546,19 @@ class SdpaFwdSm90(APIBase):
             f"tiles of 128-byte swizzle); got {q.describe()}, {v.describe()}",
         )
         pinned_desc = self.pinned_desc if self.pinned_desc is not None else (PINNED_DESC_DEFAULT and pinned_ok and bool(persistent) and measured)
+        # kv_multicast: the two CTAs of a cluster walk the same key blocks, so every tile of the plan sees the same key range
+        mcast_ok = bool(persistent) and not (self.varlen or pairs or mask_right or mask_left)
+        self._value_error_if(
+            self.kv_multicast is not None and not isinstance(self.kv_multicast, bool),
+            f"SdpaFwdSm90: kv_multicast={self.kv_multicast!r} must be a bool (or None)",
+        )
+        self._decline_if(
+            bool(self.kv_multicast) and not mcast_ok,
+            f"SdpaFwdSm90: kv_multicast serves persistent dense plans without a causal or window mask and without persistent_pairs (the two "
+            f"query blocks of a cluster must see the same key blocks); got {q.describe()}, persistent={bool(persistent)}, is_causal={self.is_causal}, "
+            f"window_size={self.window_size}, persistent_pairs={bool(pairs)}",
+        )
+        kv_multicast = self.kv_multicast if self.kv_multicast is not None else (KV_MULTICAST_DEFAULT and mcast_ok and measured)
         self.key = _make_key(
             _DT_NAME[q.dtype],
             dq,
@@ -576,6 +594,7 @@ class SdpaFwdSm90(APIBase):
             bool(wg_epilogue),
             0 if q_stages == 1 else q_stages,
             bool(pinned_desc),
+            bool(kv_multicast),
         )
         self._is_supported = True
         return True

@@ -69,6 +69,9 @@ class SdpaFwdKey(AttentionKey):
     # Q loads once every consumer's last S GEMM of this tile is done), 2 = two (it loads while this tile runs)
     pinned_desc: bool = False  # the key-block loop's S and PV GEMMs from descriptors computed once per tile and pinned
     # (_device/wgmma_desc.py) instead of cute.gemm's per-issue rebuild, which NVVM rematerializes inside the loop
+    kv_multicast: bool = False  # persistent dense unmasked plans: CTA pairs (clusters of 2) run query blocks 2u and 2u + 1 of
+    # one (head, batch) in step, each TMA-loading half of every K / V tile and multicasting it to both: half the K / V
+    # bytes out of L2 per query block (a phantom second block past S_q, odd M, computes on zero rows and stores nothing)
 
     @property
     def paged(self) -> bool:

@@ -32,8 +32,10 @@ diagonal, at the width its rows see: S GEMM N = 64 / 128, softmax on that slice,
 ``spin_wait`` / ``spin_wait_producer`` (the consumers' full-barrier / the producer's empty-barrier waits as a try_wait
 spin without the 10 ms suspend-time hint, so no NANOSLEEP: ``_device/pipeline.consumer_wait`` / ``producer_acquire``),
 ``q_stages`` (2: two Q buffers on a persistent plan with O in its own shared-memory tile, ``kernel_key.separate_o``),
-``wg_epilogue`` (each consumer warpgroup stores its own 64 rows of O: ``epilogue_wg``) and ``pinned_desc`` (the key-block
-loop's GEMMs from descriptors pinned once per tile: ``_device/wgmma_desc.py``).
+``wg_epilogue`` (each consumer warpgroup stores its own 64 rows of O: ``epilogue_wg``), ``pinned_desc`` (the key-block
+loop's GEMMs from descriptors pinned once per tile: ``_device/wgmma_desc.py``) and ``kv_multicast`` (clusters of two
+CTAs on consecutive query blocks of one head, each loading half of every K / V tile by TMA multicast into both:
+``load``, ``persistent_tiles``).
 
 Split-KV (``key.split_kv``): each tile's key blocks are shared by ``num_splits`` CTAs writing fp32 partial O / LSE to
 the caller's workspace; the same launch then runs ``combine`` (one warp per output row) to merge them.
@@ -124,6 +126,9 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
         assert (self.q_stages == 1 and not key.wg_epilogue) or self.separate_o, "q_stages = 2 and wg_epilogue need O in its own smem tile"
         # ragged_tail: the S GEMM widths of the first key block (see ragged_tail.tail_block)
         self.tail_widths = ragged_tail_widths(self.tile_n) if key.ragged_tail else ()
+        # kv_multicast: clusters of two CTAs along the query blocks share every K / V tile (see load)
+        self.cluster_m = 2 if key.kv_multicast else 1
+        assert self.cluster_m == 1 or (key.persistent and not (key.varlen or key.paged or key.split_kv or key.pack_gqa or key.persistent_pairs))
 
     # ------------------------------------------------------------------------------------------------
     # host side
@@ -289,8 +294,10 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
         if const_expr(not self.key.pack_gqa):
             tma_atom_Q, tma_Q = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), mQ, cute.select(sQ_layout, mode=[0, 1]), (self.tile_m, D))
         if const_expr(not self.small_pages):
-            tma_atom_K, tma_K = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), mK, cute.select(sK_layout, mode=[0, 1]), (self.tile_n, D), 1)
-            tma_atom_V, tma_V = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), mV, cute.select(sV_layout, mode=[0, 1]), (self.tile_n, Dv), 1)
+            # kv_multicast: each CTA of a cluster loads 1 / cluster_m of a tile's rows and multicasts them to the cluster
+            kv_op = cpasync.CopyBulkTensorTileG2SMulticastOp() if const_expr(self.cluster_m > 1) else cpasync.CopyBulkTensorTileG2SOp()
+            tma_atom_K, tma_K = cpasync.make_tiled_tma_atom(kv_op, mK, cute.select(sK_layout, mode=[0, 1]), (self.tile_n, D), self.cluster_m)
+            tma_atom_V, tma_V = cpasync.make_tiled_tma_atom(kv_op, mV, cute.select(sV_layout, mode=[0, 1]), (self.tile_n, Dv), self.cluster_m)
         else:
             # One page = the first page_size rows of a stage (the stage layout restricted to them: same swizzle phase,
             # same column-chunk stride), so a page's box lands in rows [j * page_size, (j + 1) * page_size) of the stage.
@@ -329,6 +336,8 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
             grid = StaticPersistentTileScheduler.grid(num_m_blocks, grid_heads, batch, num_splits)
             if const_expr(self.key.persistent_pairs):
                 grid = StaticPersistentTileScheduler.grid_pairs(num_m_blocks, grid_heads, batch, num_splits)
+            if const_expr(self.cluster_m > 1):
+                grid = StaticPersistentTileScheduler.grid_clusters(num_m_blocks, grid_heads, batch, num_splits, self.cluster_m)
         self.kernel(
             tma_Q,
             tma_K,
@@ -366,7 +375,14 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
             tx_k,
             tx_v,
             SharedStorage,
-        ).launch(grid=grid, block=[self.num_threads, 1, 1], smem=SharedStorage.size_in_bytes(), stream=stream, min_blocks_per_mp=1)
+        ).launch(
+            grid=grid,
+            block=[self.num_threads, 1, 1],
+            cluster=(self.cluster_m, 1, 1) if const_expr(self.cluster_m > 1) else None,
+            smem=SharedStorage.size_in_bytes(),
+            stream=stream,
+            min_blocks_per_mp=1,
+        )
         if const_expr(self.key.split_kv):
             # Merge the splits: same stream, right after; O and LSE in the caller's layout.
             cs_row = Int64(Dv)
@@ -434,8 +450,8 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
         storage = smem.allocate(SharedStorage)
         num_consumer_warps = self.num_mma_threads // 32
         pipeline_q = make_tma_pipeline(storage.mbar_q.data_ptr(), self.q_stages, num_consumer_warps, tx_q)
-        pipeline_k = make_tma_pipeline(storage.mbar_k.data_ptr(), self.num_stages, num_consumer_warps, tx_k)
-        pipeline_v = make_tma_pipeline(storage.mbar_v.data_ptr(), self.num_stages, num_consumer_warps, tx_v)
+        pipeline_k = make_tma_pipeline(storage.mbar_k.data_ptr(), self.num_stages, num_consumer_warps, tx_k, self.cluster_m)
+        pipeline_v = make_tma_pipeline(storage.mbar_v.data_ptr(), self.num_stages, num_consumer_warps, tx_v, self.cluster_m)
         cute.arch.mbarrier_init_fence()
 
         sQ = storage.smem_q.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
@@ -614,23 +630,27 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
         tile past its sequence's end is skipped by the producer and the consumers alike (no CTA launched for it)."""
         longest_first = self.key.mask_right or self.key.mask_left
         pairs = self.key.persistent_pairs
-        cute.arch.sync_threads()  # mbarrier init visible to every warp
+        if const_expr(self.cluster_m > 1):  # every CTA's mbarrier init visible to the cluster before a multicast or remote arrive
+            cute.arch.cluster_arrive_relaxed()
+            cute.arch.cluster_wait()
+        else:
+            cute.arch.sync_threads()  # mbarrier init visible to every warp
         if warp_idx < 4:
             cute.arch.setmaxregister_decrease(self.num_producer_regs)
             if warp_idx == 0:
                 q_state = producer_state(self.q_stages)
                 kv_state = producer_state(self.num_stages)
-                for t in cutlass.range(StaticPersistentTileScheduler.num_tiles_here(num_m_blocks, num_heads, num_batch, pairs), unroll=1):
+                for t in cutlass.range(StaticPersistentTileScheduler.num_tiles_here(num_m_blocks, num_heads, num_batch, pairs, self.cluster_m), unroll=1):
                     m_block, head, batch = None, None, None
                     if const_expr(pairs):
                         m_block, head, batch = StaticPersistentTileScheduler.tile_pair(t, num_m_blocks, num_heads, num_batch, self.key.varlen_lpt)
                     else:
                         m_block, head, batch = StaticPersistentTileScheduler.tile(
-                            t, num_m_blocks, num_heads, num_batch, group_heads, longest_first, self.key.varlen_lpt
+                            t, num_m_blocks, num_heads, num_batch, group_heads, longest_first, self.key.varlen_lpt, self.cluster_m
                         )
                     mask, offset_q, offset_k = self.persistent_tile_mask(mCuQ, mCuK, batch, seqlen_q_static, seqlen_k_static, window_left, window_right)
                     n_block_min, n_block_max = mask.n_block_range(m_block)
-                    if m_block * self.tile_m < mask.seqlen_q:
+                    if const_expr(self.cluster_m > 1) or m_block * self.tile_m < mask.seqlen_q:  # kv_multicast: the peer needs this half
                         q_state, kv_state = self.load(
                             mQ, mK, mV, sQ, sK, sV, tma_atom_Q, tma_atom_K, tma_atom_V, pipeline_q, pipeline_k, pipeline_v,
                             m_block, head, head // self.key.qhead_per_kvhead, batch if const_expr(not self.key.varlen) else Int32(0),
@@ -644,17 +664,17 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
                     cute.arch.barrier_arrive(barrier_id=int(NamedBarrier.WG_SCHED_1), number_of_threads=2 * self.threads_per_wg)
             q_state = consumer_state(self.q_stages)
             kv_state = consumer_state(self.num_stages)
-            for t in cutlass.range(StaticPersistentTileScheduler.num_tiles_here(num_m_blocks, num_heads, num_batch, pairs), unroll=1):
+            for t in cutlass.range(StaticPersistentTileScheduler.num_tiles_here(num_m_blocks, num_heads, num_batch, pairs, self.cluster_m), unroll=1):
                 m_block, head, batch = None, None, None
                 if const_expr(pairs):
                     m_block, head, batch = StaticPersistentTileScheduler.tile_pair(t, num_m_blocks, num_heads, num_batch, self.key.varlen_lpt)
                 else:
                     m_block, head, batch = StaticPersistentTileScheduler.tile(
-                        t, num_m_blocks, num_heads, num_batch, group_heads, longest_first, self.key.varlen_lpt
+                        t, num_m_blocks, num_heads, num_batch, group_heads, longest_first, self.key.varlen_lpt, self.cluster_m
                     )
                 mask, offset_q, offset_k = self.persistent_tile_mask(mCuQ, mCuK, batch, seqlen_q_static, seqlen_k_static, window_left, window_right)
                 n_block_min, n_block_max = mask.n_block_range(m_block)
-                if m_block * self.tile_m < mask.seqlen_q:
+                if const_expr(self.cluster_m > 1) or m_block * self.tile_m < mask.seqlen_q:  # kv_multicast: releases for the peer
                     q_state, kv_state = self.mma(
                         tiled_mma_qk, tiled_mma_pv, None, mO_tma, mO, mLSE, mSinks, sQ, sK, sVt, sO, tma_atom_O,
                         pipeline_q, pipeline_k, pipeline_v, tidx, scale_log2, mask, m_block, head,
@@ -664,6 +684,9 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
             if const_expr(self.key.wg_epilogue):  # each warpgroup's last O store has read shared memory before the CTA exits
                 if cute.arch.make_warp_uniform((tidx % self.threads_per_wg) // 32) == 0:
                     cute.arch.cp_async_bulk_wait_group(0, read=True)
+        if const_expr(self.cluster_m > 1):  # no CTA exits while its peer may still arrive on its barriers or multicast into it
+            cute.arch.cluster_arrive()
+            cute.arch.cluster_wait()
 
     @cute.jit
     def persistent_tile_mask(
@@ -725,8 +748,12 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
             mV_cur = cute.domain_offset((offset_k, 0), mV_cur)
         gK = cute.local_tile(mK_cur, (self.tile_n, self.head_dim), (None, 0))
         gV = cute.local_tile(mV_cur, (self.tile_n, self.head_dim_v), (None, 0))
-        tKsK, tKgK = cpasync.tma_partition(tma_atom_K, 0, cute.make_layout(1), cute.group_modes(sK, 0, 2), cute.group_modes(gK, 0, 2))
-        tVsV, tVgV = cpasync.tma_partition(tma_atom_V, 0, cute.make_layout(1), cute.group_modes(sV, 0, 2), cute.group_modes(gV, 0, 2))
+        # kv_multicast: this CTA's slice (rank r of cluster_m) of every K / V tile, written into every CTA of the cluster
+        kv_rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster()) if const_expr(self.cluster_m > 1) else 0
+        mcast = {"mcast_mask": cutlass.Int16((1 << self.cluster_m) - 1)} if const_expr(self.cluster_m > 1) else {}
+        kv_layout = cute.make_layout(self.cluster_m)
+        tKsK, tKgK = cpasync.tma_partition(tma_atom_K, kv_rank, kv_layout, cute.group_modes(sK, 0, 2), cute.group_modes(gK, 0, 2))
+        tVsV, tVgV = cpasync.tma_partition(tma_atom_V, kv_rank, kv_layout, cute.group_modes(sV, 0, 2), cute.group_modes(gV, 0, 2))
 
         q_state, kv_state = states if const_expr(states is not None) else (producer_state(1), producer_state(self.num_stages))
         n_block = n_block_max - 1
@@ -743,6 +770,7 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
             tKgK[None, self.kv_block(mPageTable, batch_pt, n_block) if const_expr(not self.key.page_prefetch) else blk],
             tKsK[None, kv_state.index],
             tma_bar_ptr=pipeline_k.producer_get_barrier(kv_state),
+            **mcast,
         )
         if const_expr(not self.key.pack_gqa):  # pack-GQA: the consumers gather Q themselves
             mQ_cur = mQ[None, None, head, batch]
@@ -767,6 +795,7 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
                 tKgK[None, self.kv_block(mPageTable, batch_pt, n_prev - 1) if const_expr(not self.key.page_prefetch) else blk_k],
                 tKsK[None, kv_state.index],
                 tma_bar_ptr=pipeline_k.producer_get_barrier(kv_state),
+                **mcast,
             )
             producer_acquire(pipeline_v, prev_state, self.key.spin_wait_producer)
             cute.copy(
@@ -774,6 +803,7 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
                 tVgV[None, self.kv_block(mPageTable, batch_pt, n_prev) if const_expr(not self.key.page_prefetch) else blk_v],
                 tVsV[None, prev_state.index],
                 tma_bar_ptr=pipeline_v.producer_get_barrier(prev_state),
+                **mcast,
             )
         if const_expr(self.key.page_prefetch):
             blk, pt_base, pt_reg = self.kv_block_window(mPageTable, batch_pt, n_block_min, p_last, pt_base, pt_reg)
@@ -783,6 +813,7 @@ class SdpaFwdKernelSm90(WarpSpecializedPlanSm90):
             tVgV[None, self.kv_block(mPageTable, batch_pt, n_block_min) if const_expr(not self.key.page_prefetch) else blk],
             tVsV[None, kv_state.index],
             tma_bar_ptr=pipeline_v.producer_get_barrier(kv_state),
+            **mcast,
         )
         if const_expr(states is not None):
             q_state.advance()
