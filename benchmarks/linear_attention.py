@@ -508,8 +508,10 @@ def _args(argv):
     ap.add_argument("which", nargs="?", default="all", choices=["all", "conv1d", "gdn", "kda"])
     ap.add_argument("--quick", action="store_true", help="one or two shapes per op (T 8k, H 16): a smoke run well under a minute")
     ap.add_argument("--providers", default="", help="comma-separated provider names to keep (default: all)")
-    ap.add_argument("--cases", default="", help="conv1d: comma-separated case labels to keep, e.g. 'fwd T16k D4096,fwd T8k D8192' (default: all)")
-    ap.add_argument("--out", default="", help="conv1d: output name under docs/benchmarks (default linear_attention[_quick]), e.g. linear_attention_conv1d_s9")
+    ap.add_argument("--cases", default="", help="comma-separated case labels to keep, e.g. 'fwd T16k D4096,fwd T8k D8192' or 'kda fwd T8k H32' (default: all)")
+    ap.add_argument(
+        "--out", default="", help="output name under docs/benchmarks (default linear_attention[_gdn|_kda][_quick]), e.g. linear_attention_conv1d_s9"
+    )
     return ap.parse_args(argv)
 
 
@@ -519,8 +521,15 @@ def _select(providers, names):
 
 
 def _run(name, cases, providers, args, **kw):
+    """GDN / KDA: ``--cases`` keeps the named cases (of the full grid), ``--out`` names the table."""
     out_dir = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "benchmarks")
-    name = f"{name}_quick" if args.quick else name
+    if args.cases:
+        keep = [c.strip() for c in args.cases.split(",") if c.strip()]
+        unknown = set(keep) - {c.label for c in cases}
+        if unknown:
+            raise SystemExit(f"--cases: unknown {sorted(unknown)}; known: {[c.label for c in cases]}")
+        cases = [c for c in cases if c.label in keep]
+    name = args.out or (f"{name}_quick" if args.quick else name)
     print(f"{name}: {len(cases)} cases", flush=True)
     run_benchmark(name, cases, _select(providers, args.providers), out_dir=out_dir, **kw)
 
@@ -548,11 +557,11 @@ def _kda_bytes(t, h, d=GDN_D):
 
 def _kda_cases(quick):
     cases = []
-    for t in (8192, 32768):
-        for h in (16, 64):
+    for t in (4096, 8192, 32768):  # the issue-7 grid: T 4k / 8k / 32k x H 16 / 32 / 64 (as GDN's)
+        for h in (16, 32, 64):
             cases.append(Case(f"kda fwd T{t // 1024}k H{h}", {"t": t, "h": h, "varlen": False}, bytes=_kda_bytes(t, h)))
     cases.append(Case("kda fwd varlen64 T32k H32", {"t": 32768, "h": 32, "varlen": True}, bytes=_kda_bytes(32768, 32)))
-    return cases[:1] if quick else cases
+    return [c for c in cases if c.label == "kda fwd T8k H16"] if quick else cases
 
 
 def _parallel_providers(family, adapter, per_key_gate, public):
