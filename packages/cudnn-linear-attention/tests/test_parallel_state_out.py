@@ -309,7 +309,7 @@ def test_plan_time_fused_default_rule(monkeypatch):
         p._state_options()
     p = plan(H=64)
     p.parallel_fused = "yes"
-    with pytest.raises(ValueError, match="parallel_fused='yes'; accepted None, True or False"):
+    with pytest.raises(ValueError, match="parallel_fused='yes'; accepted None, True, False or 'per_call'"):
         p._state_options()
     p = plan(H=64)
     set_parallel_options(p, "state-base")
@@ -347,6 +347,81 @@ def _gpu(fam):
     pytest.importorskip("torch")
     skip_unless_sm90()
     skip_unless_family_dsl(fam)
+
+
+def test_per_call_plan_compiles_both_schedules(monkeypatch):
+    """``parallel_fused="per_call"`` (opt-in): the plan compiles the fused pair (prep + ``fso-w2``'s state pass + output)
+    and the three kernels at plan time, and launches the fused pair for calls with at least ``fused_min_sequences``
+    sequences (the rule ``N * H * V / 32 >= SMs`` with the call's N; 132 SMs: 3 at H = 16, 2 at H = 32, 1 at H = 64),
+    the three kernels below; with another stage count it is a ValueError, as ``parallel_fused=True``. Plans without it
+    compile one schedule."""
+    _dsl()
+    from cudnn.linear_attention._host import chunk_parallel as cp
+
+    monkeypatch.setattr(cp, "device_sm_count", lambda device: 132)
+    assert [cp.fused_min_sequences(h, 128, None) for h in (16, 32, 33, 64, 128)] == [3, 2, 1, 1, 1]
+    assert cp.fused_schedule_wins(16, 128, 132, sequences=3) and not cp.fused_schedule_wins(16, 128, 132, sequences=2)
+    for fam in (KDA, GDN):
+        p = compile_varlen_plan(fam, 1000, 5, 128, 16, 2, schedule="parallel")
+        p.parallel_fused = "per_call"
+        p.tvm_ffi = False
+        assert p._state_options() == FSO_W2["state"]
+        p.compile()
+        assert p._compiled_parallel[2] is None and p._compiled_parallel_alt[2] is not None  # fused pair / three kernels
+        assert p._compiled_parallel[0] is p._compiled_parallel_alt[0]  # one prep kernel (a kernel-cache hit)
+        assert p._fused_min_seqs == 3
+        q = compile_varlen_plan(fam, 1000, 5, 128, 16, 2, schedule="parallel")
+        q.tvm_ffi = False
+        q.compile()
+        assert q._compiled_parallel_alt is None and q._compiled_parallel[2] is not None  # the rule at H = 16: three kernels
+    p = compile_varlen_plan(KDA, 1000, 5, 128, 16, 2, schedule="parallel")
+    p.parallel_fused, p.parallel_state_stages = "per_call", 3
+    with pytest.raises(ValueError, match="parallel_fused='per_call' sets the fused kernel's own stages"):
+        p._state_options()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fam", [KDA, GDN], ids=["kda", "gdn"])
+def test_per_call_plan_launches_by_sequence_count_with_no_compile(fam):
+    """A ``parallel_fused="per_call"`` plan at H = 16 (64 chains per sequence on an H200: the fused pair from 3 sequences)
+    run on a one-sequence batch and on an eight-sequence batch after its compile: no kernel-cache build at either call
+    (Rule 4), and each output and final state equals the fixed plan's of that side bit for bit (the three kernels for one
+    sequence, ``fso-w2`` for eight) and matches the fp32 recurrence."""
+    _gpu(fam)
+    import _parallel_cases as cases
+    import torch
+
+    from cudnn.kernel_cache import kernel_cache
+    from cudnn.linear_attention._host import chunk_parallel as cp
+    from cudnn_testing.data import cu_seqlens, poison
+
+    H = 16
+    if cp.fused_min_sequences(H, 128, "cuda") not in range(2, 9):
+        pytest.skip(f"{cp.device_sm_count('cuda')} SMs: one and eight sequences are not on both sides of the rule at H = {H}")
+    batches = ([700], [100, 1, 64, 300, 65, 200, 17, 129])
+    inputs = []
+    for lengths in batches:
+        cu = cu_seqlens(lengths, "cuda")
+        inputs.append((cu, *cases.inputs(fam, (sum(lengths),), H, H // 2, 128, True, len(lengths), "weak")))
+    cu0, q0, k0, v0, g0, b0, h00 = inputs[0]
+    o0 = torch.empty_like(v0)
+    plan = fam.adapter_class()(
+        q0, k0, v0, g0, b0, o0, use_qk_l2norm_in_kernel=True, initial_state=h00, final_state=torch.empty_like(h00), cu_seqlens=cu0, schedule="parallel"
+    )
+    plan.parallel_fused = "per_call"
+    plan.compile()
+    for (cu, q, k, v, g, beta, h0), fixed in zip(inputs, ("three", "fso-w2"), strict=True):
+        o, ht = poison(torch.empty_like(v)), poison(torch.empty_like(h0))
+        ws = torch.full((plan.scratch_workspace_bytes(q.shape[0], cu.shape[0] - 1),), 0xFF, dtype=torch.uint8, device="cuda")
+        with kernel_cache.watch() as w:
+            plan.execute(q, k, v, g, beta, o, h0, ht, cu, workspace=ws)
+        torch.cuda.synchronize()
+        assert w.builds == 0, w.report()
+        o1, s1, _ = cases.execute_variant(fam, fixed, q, k, v, g, beta, h0, cu, True)
+        assert torch.equal(o, o1) and torch.equal(ht, s1), f"N = {cu.shape[0] - 1}: not the {fixed} plan's outputs"
+        ref_o, ref_s, low_o, low_s = cases.refs(fam, q, k, v, g, beta, h0, True, cu, False)
+        cases.check(o, ref_o, low_o, f"o per_call N = {cu.shape[0] - 1}")
+        cases.check(ht, ref_s, low_s, f"final_state per_call N = {cu.shape[0] - 1}")
 
 
 @pytest.mark.gpu

@@ -200,14 +200,26 @@ def device_sm_count(device) -> int:
     return FALLBACK_SMS
 
 
-def fused_schedule_wins(heads: int, v: int, sm_count: int, v_slice: int = 32) -> bool:
+def fused_schedule_wins(heads: int, v: int, sm_count: int, v_slice: int = 32, sequences: int = 1) -> bool:
     """The rule, from plan-time values only (Rule 4: never N, T or a sequence length): the fused kernel's per-warpgroup
     chains of one sequence, ``heads * v / v_slice`` (each a latency-bound walk over the sequence's chunks; the
     unfused output kernel instead spreads the output work over every chunk slot), occupy every SM. H200 (132 SMs), V =
     128, v_slice 32: H = 64 -> 256 chains, fused (measured with ``fso-w2``: -28% / -30% per KDA / GDN forward); H = 16 ->
-    64, unfused (``fso-w2`` +20% / +25%). Between them (H = 32, 33) unmeasured: the rule's guess. Counted in
-    chains, not CTAs, so ``fso-w2`` (two chains per CTA) is judged the same."""
-    return heads * v // v_slice >= sm_count
+    64, unfused (``fso-w2`` +20% / +25%); H = 32 -> 128, unfused (session 23, KDA T 4k / 8k / 32k: the three kernels
+    2% / 5% faster / a tie). Counted in chains, not CTAs, so ``fso-w2`` (two chains per CTA) is judged the same.
+    ``sequences`` > 1 counts the chains of that many sequences: the per-call choice of ``parallel_fused="per_call"``
+    (:func:`fused_min_sequences`), never the plan-time default, whose key must not depend on a batch's sequence count
+    (the varlen mix of 64 sequences at H = 32: ``fso-w2`` 27% / 31% faster for KDA / GDN, session 23)."""
+    return sequences * heads * v // v_slice >= sm_count
+
+
+def fused_min_sequences(heads: int, v: int, device) -> int:
+    """The fewest sequences for which :func:`fused_schedule_wins` on ``device`` (SM count read at plan time): a
+    ``parallel_fused="per_call"`` plan launches the fused kernels for calls with at least this many, the three kernels
+    below (both compiled at plan time, so neither side is a compile at call time)."""
+    v_slice = PARALLEL_VARIANTS[FUSED_VARIANT]["state"].get("v_slice", 32)
+    per_seq = max(1, heads * v // v_slice)
+    return max(1, -(-device_sm_count(device) // per_seq))
 
 
 def default_fused_state_options(heads: int, v: int, device) -> dict:

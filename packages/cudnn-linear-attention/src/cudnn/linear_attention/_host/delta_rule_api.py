@@ -128,6 +128,9 @@ class DeltaRuleFwdSm90(APIBase):
         self.l2norm = bool(use_qk_l2norm_in_kernel)
         self.schedule = schedule
         self._compiled_parallel = None
+        self._compiled_parallel_alt = None  # parallel_fused="per_call": the three-kernel side (the fused side is _compiled_parallel)
+        self._fused_min_seqs = 1
+        self._entries_alt = None
         self._parallel_g_align = 2
         #: Tuning / A-B knob of the parallel schedule (set before compile(); part of the prep kernel's compile key):
         #: the prep kernel issues all of a chunk's global reads at once (GDN only: ``GdnParallelPrepKey.prefetch``, an
@@ -144,7 +147,10 @@ class DeltaRuleFwdSm90(APIBase):
         #: Fused state pass + output (set before compile(); part of the state pass's compile key): None (default: the
         #: plan-time rule of ``_host/chunk_parallel.py::default_fused_state_options`` -- H, V and the device's SM count,
         #: behind ``FUSED_DEFAULT``), True (the ``FUSED_VARIANT`` configuration regardless of the rule) or False (the
-        #: three-kernel schedule). ``set_parallel_options`` sets False (a variant is exactly what it names).
+        #: three-kernel schedule). ``set_parallel_options`` sets False (a variant is exactly what it names). ``"per_call"``
+        #: (opt-in, session 23): both schedules compiled at plan time, each call launching the fused one when its sequence
+        #: count reaches ``_host/chunk_parallel.py::fused_min_sequences`` (the rule counting that call's sequences), the
+        #: three kernels below it; no compile at call time either way (Rule 4).
         self.parallel_fused = None
         #: Tuning / A-B knob (GDN only: ``GdnParallelPrepKey.two_per_sm``, an option of the one-warpgroup prep kernel,
         #: which setting it selects, as ``parallel_prefetch``): that kernel runs two CTAs per SM (KDA's prep kernel always
@@ -208,12 +214,14 @@ class DeltaRuleFwdSm90(APIBase):
         stages = self.parallel_state_stages
         fused = self.parallel_fused
         self._value_error_if(stages not in (2, 3, 4), f"{self._public}: parallel_state_stages={stages!r}; accepted 2, 3 or 4")
-        self._value_error_if(fused not in (None, True, False), f"{self._public}: parallel_fused={fused!r}; accepted None, True or False")
         self._value_error_if(
-            fused is True and stages != _STATE_STAGES,
-            f"{self._public}: parallel_fused=True sets the fused kernel's own stages; parallel_state_stages={stages!r} applies to the unfused state pass only",
+            fused not in (None, True, False, "per_call"), f"{self._public}: parallel_fused={fused!r}; accepted None, True, False or 'per_call'"
         )
-        if fused is True:
+        self._value_error_if(
+            (fused is True or fused == "per_call") and stages != _STATE_STAGES,
+            f"{self._public}: parallel_fused={fused!r} sets the fused kernel's own stages; parallel_state_stages={stages!r} applies to the unfused state pass only",
+        )
+        if fused is True or fused == "per_call":
             return dict(_chunk_parallel.PARALLEL_VARIANTS[_chunk_parallel.FUSED_VARIANT]["state"])
         if fused is None and stages == _STATE_STAGES:
             opts = _chunk_parallel.default_fused_state_options(self.v.shape[-2], self.v.shape[-1], getattr(self.v, "device", None))
@@ -334,9 +342,12 @@ class DeltaRuleFwdSm90(APIBase):
         self._varlen = self.cu_seqlens is not None
         self._parallel = self.schedule == "parallel"
         self._compile_kernels()
+        self._entries_alt = None
         if self.tvm_ffi:
             kernels = self._compiled_kernel
             self._entries = tuple(_tvm_ffi_entry(f) for f in kernels) if self._parallel else _tvm_ffi_entry(kernels)
+            if self._parallel and self._compiled_parallel_alt is not None:
+                self._entries_alt = tuple(_tvm_ffi_entry(f) for f in self._compiled_parallel_alt)
         self._memo = {} if self.fast_host else None
 
     def _compile_kernels(self) -> None:
@@ -363,6 +374,26 @@ class DeltaRuleFwdSm90(APIBase):
                 tvm_ffi=tvm_ffi,
             )
             self._compiled_kernel = self._compiled_parallel
+            self._compiled_parallel_alt = None
+            if self.parallel_fused == "per_call":  # the three-kernel side, launched for calls below fused_min_sequences
+                self._compiled_parallel_alt = compile_parallel(
+                    self._parallel_kernel_classes(),
+                    self._family,
+                    f["head_dim"],
+                    f["g_dtype"],
+                    f["beta_dtype"],
+                    f["l2norm"],
+                    f["varlen"],
+                    f["has_initial"],
+                    f["has_final"],
+                    row_scaled=not self._gate_per_key,
+                    prep_options=self._prep_options(),
+                    g_align=self._parallel_g_align,
+                    state_options={},
+                    out_options=self._out_options(),
+                    tvm_ffi=tvm_ffi,
+                )
+                self._fused_min_seqs = _chunk_parallel.fused_min_sequences(self.v.shape[-2], self.v.shape[-1], getattr(self.v, "device", None))
             return
         key = self.compile_key()
         kernel_class = self._kernel_class
@@ -594,6 +625,10 @@ class DeltaRuleFwdSm90(APIBase):
         pointers and a CUstream (the pre-session-7 path, kept as the A/B baseline and where tvm-ffi is missing)."""
         T, n, ext, ws = call
         entries = self._entries
+        # parallel_fused="per_call": the three kernels for a call with fewer sequences than fused_min_sequences
+        alt = got.parallel and self._compiled_parallel_alt is not None and n < self._fused_min_seqs
+        if alt and entries is not None:
+            entries = self._entries_alt
         if entries is not None:
             stream = _stream_handle(current_stream, q.device)
             addrs = (
@@ -621,7 +656,16 @@ class DeltaRuleFwdSm90(APIBase):
             )
             ws_ptrs = workspace_pointers_at(ws)
             launch_parallel(
-                self._compiled_parallel, ptrs, ws_ptrs, ext, T, got.heads, got.qk_heads, got.scale, list(got.strides), _stream(current_stream, q.device)
+                self._compiled_parallel_alt if alt else self._compiled_parallel,
+                ptrs,
+                ws_ptrs,
+                ext,
+                T,
+                got.heads,
+                got.qk_heads,
+                got.scale,
+                list(got.strides),
+                _stream(current_stream, q.device),
             )
             return
         self._compiled_kernel(
