@@ -356,27 +356,9 @@ class DeltaRuleFwdSm90(APIBase):
         if self.schedule == "parallel":
             f = self._key_fields()
             self._parallel_g_align = self._g_align()  # what the compiled prep kernel assumes; execute binds g with it
-            self._compiled_parallel = compile_parallel(
-                self._parallel_kernel_classes(),
-                self._family,
-                f["head_dim"],
-                f["g_dtype"],
-                f["beta_dtype"],
-                f["l2norm"],
-                f["varlen"],
-                f["has_initial"],
-                f["has_final"],
-                row_scaled=not self._gate_per_key,
-                prep_options=self._prep_options(),
-                g_align=self._parallel_g_align,
-                state_options=self._state_options(),
-                out_options=self._out_options(),
-                tvm_ffi=tvm_ffi,
-            )
-            self._compiled_kernel = self._compiled_parallel
-            self._compiled_parallel_alt = None
-            if self.parallel_fused == "per_call":  # the three-kernel side, launched for calls below fused_min_sequences
-                self._compiled_parallel_alt = compile_parallel(
+
+            def build(state_options):  # the (prep, state, out) triple with these state-pass options
+                return compile_parallel(
                     self._parallel_kernel_classes(),
                     self._family,
                     f["head_dim"],
@@ -389,10 +371,16 @@ class DeltaRuleFwdSm90(APIBase):
                     row_scaled=not self._gate_per_key,
                     prep_options=self._prep_options(),
                     g_align=self._parallel_g_align,
-                    state_options={},
+                    state_options=state_options,
                     out_options=self._out_options(),
                     tvm_ffi=tvm_ffi,
                 )
+
+            self._compiled_parallel = build(self._state_options())
+            self._compiled_kernel = self._compiled_parallel
+            self._compiled_parallel_alt = None
+            if self.parallel_fused == "per_call":  # the three-kernel side, launched for calls below fused_min_sequences
+                self._compiled_parallel_alt = build({})
                 self._fused_min_seqs = _chunk_parallel.fused_min_sequences(self.v.shape[-2], self.v.shape[-1], getattr(self.v, "device", None))
             return
         key = self.compile_key()
