@@ -140,7 +140,9 @@ SPIN_WAIT_PRODUCER_DEFAULT = False
 #: the default ahead on 9 of 12 d128 rows (0.97x-1.02x).
 PINNED_DESC_DEFAULT = False
 #: ``kv_multicast=None`` means KV_MULTICAST_DEFAULT on persistent dense unmasked plans: CTA pairs (clusters of 2) share
-#: every K / V tile through TMA multicast (SdpaFwdKey.kv_multicast), half the K / V bytes out of L2. Opt-in until measured.
+#: every K / V tile through TMA multicast (SdpaFwdKey.kv_multicast), half the K / V bytes out of L2. Off after the
+#: session-23 H200 A/B (docs/sdpa.md "Measured"): ~1% higher settled clock at the 700 W cap, 1.4-1.9% more cycles per call,
+#: and in the harness behind at s1k (592.7 vs 635.6 TFLOP/s) and within the run's spread elsewhere.
 KV_MULTICAST_DEFAULT = False
 #: ``wg_epilogue=None`` means WG_EPILOGUE_DEFAULT on persistent dense d = 128 / 128 plans whose O has its own
 #: shared-memory tile (each consumer warpgroup stores its 64 rows of O alone, no barrier shared with the other; see
