@@ -573,8 +573,7 @@ def _parallel_providers(family, adapter, per_key_gate, public):
     ``ours-parallel-s3`` (``parallel_state_stages = 3``: the state pass fetches two chunks ahead) and, GDN only (KDA's
     prep kernel has no knobs), ``ours-parallel-pf`` (``parallel_prefetch``: the prep kernel issues every global read of
     a chunk at once), ``ours-parallel-2cta`` (``parallel_prep_two_per_sm``: the prep kernel at two CTAs per SM) and
-    ``ours-parallel-all`` (prefetch, 3 stages, two CTAs per SM); ``ours-parallel-percall`` (``parallel_fused =
-    "per_call"``: both schedules compiled, the fused one for calls with enough sequences); ``ours-par-<name>``: the named variants
+    ``ours-parallel-all`` (prefetch, 3 stages, two CTAs per SM); ``ours-par-<name>``: the named variants
     (``_host/chunk_parallel.py::PARALLEL_VARIANTS``) the family's prep key takes."""
     import importlib
 
@@ -608,7 +607,6 @@ def _parallel_providers(family, adapter, per_key_gate, public):
         Provider("ours-parallel+graph", _graphed(make_adapter({}))),
         Provider("ours-par-op", make_op),
         Provider("ours-parallel-s3", make_adapter({"parallel_state_stages": 3})),
-        Provider("ours-parallel-percall", make_adapter({"parallel_fused": "per_call"})),
     ]
     if not per_key_gate:  # GDN's prep knobs (KDA's prep kernel has none)
         providers.append(Provider("ours-parallel-pf", make_adapter({"parallel_prefetch": True})))

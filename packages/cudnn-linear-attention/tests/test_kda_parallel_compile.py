@@ -51,6 +51,7 @@ def test_parallel_kernels_issue_wgmma_never_spill_and_are_one_artifact_for_every
     from cudnn.kernel_cache import kernel_cache
 
     plan = _plan(1000, 5, fam=fam)
+    plan.parallel_fused = False  # the three kernels alone (the per-call fused pair: test_parallel_state_out.py)
     plan.check_support()
     _drop_cached(fam)  # build them here, under the dump
     with keep_artifacts(tmp_path) as ptx:
@@ -80,6 +81,7 @@ def test_parallel_kernels_issue_wgmma_never_spill_and_are_one_artifact_for_every
 
     misses = kernel_cache.stats.misses
     other = _plan(123457, 77, fam=fam)  # another token total and sequence count: the same three artifacts
+    other.parallel_fused = False
     other.compile()
     assert kernel_cache.stats.misses == misses
     assert other._compiled_parallel == plan._compiled_parallel

@@ -309,7 +309,7 @@ def test_plan_time_fused_default_rule(monkeypatch):
         p._state_options()
     p = plan(H=64)
     p.parallel_fused = "yes"
-    with pytest.raises(ValueError, match="parallel_fused='yes'; accepted None, True, False or 'per_call'"):
+    with pytest.raises(ValueError, match="parallel_fused='yes'; accepted None, True or False"):
         p._state_options()
     p = plan(H=64)
     set_parallel_options(p, "state-base")
@@ -350,42 +350,55 @@ def _gpu(fam):
 
 
 def test_per_call_plan_compiles_both_schedules(monkeypatch):
-    """``parallel_fused="per_call"`` (opt-in): the plan compiles the fused pair (prep + ``fso-w2``'s state pass + output)
-    and the three kernels at plan time, and launches the fused pair for calls with at least ``fused_min_sequences``
-    sequences (the rule ``N * H * V / 32 >= SMs`` with the call's N; 132 SMs: 3 at H = 16, 2 at H = 32, 1 at H = 64),
-    the three kernels below; with another stage count it is a ValueError, as ``parallel_fused=True``. Plans without it
-    compile one schedule."""
+    """The per-call default (``PER_CALL_DEFAULT``): where the rule keeps the three kernels for one sequence, the default
+    plan also compiles the fused pair (prep + ``fso-w2``'s state pass + output) at plan time, with the same prep (a
+    kernel-cache hit), and launches it for calls of at least ``fused_min_sequences`` sequences (the rule
+    ``N * H * V / 32 >= SMs`` with the call's N; 132 SMs: 3 at H = 16, 2 at H = 32, 1 at H = 64). One schedule for every
+    call where the fused pair is already the plan's (H = 64), where a knob fixes it (``parallel_fused`` True / False, a
+    non-default ``parallel_state_stages``, a named variant) and with ``PER_CALL_DEFAULT`` off."""
     _dsl()
     from cudnn.linear_attention._host import chunk_parallel as cp
+    from cudnn.linear_attention._host.chunk_parallel import set_parallel_options
 
     monkeypatch.setattr(cp, "device_sm_count", lambda device: 132)
+    assert cp.PER_CALL_DEFAULT is True
     assert [cp.fused_min_sequences(h, 128, None) for h in (16, 32, 33, 64, 128)] == [3, 2, 1, 1, 1]
     assert cp.fused_schedule_wins(16, 128, 132, sequences=3) and not cp.fused_schedule_wins(16, 128, 132, sequences=2)
     for fam in (KDA, GDN):
         p = compile_varlen_plan(fam, 1000, 5, 128, 16, 2, schedule="parallel")
-        p.parallel_fused = "per_call"
         p.tvm_ffi = False
-        assert p._state_options() == FSO_W2["state"]
+        assert p._state_options() == {} and p._many_state_options() == FSO_W2["state"]
         p.compile()
-        assert p._compiled_parallel[2] is None and p._compiled_parallel_alt[2] is not None  # fused pair / three kernels
-        assert p._compiled_parallel[0] is p._compiled_parallel_alt[0]  # one prep kernel (a kernel-cache hit)
+        assert p._compiled_parallel[2] is not None and p._compiled_parallel_many[2] is None  # three kernels / fused pair
+        assert p._compiled_parallel[0] is p._compiled_parallel_many[0]  # one prep kernel (a kernel-cache hit)
         assert p._fused_min_seqs == 3
-        q = compile_varlen_plan(fam, 1000, 5, 128, 16, 2, schedule="parallel")
-        q.tvm_ffi = False
-        q.compile()
-        assert q._compiled_parallel_alt is None and q._compiled_parallel[2] is not None  # the rule at H = 16: three kernels
+    one = compile_varlen_plan(KDA, 1000, 5, 128, 64, 2, schedule="parallel")
+    assert one._state_options() == FSO_W2["state"] and one._many_state_options() is None  # H = 64: fused for every call
+    for knobs in ({"parallel_fused": False}, {"parallel_fused": True}, {"parallel_state_stages": 3}):
+        p = compile_varlen_plan(KDA, 1000, 5, 128, 16, 2, schedule="parallel")
+        for name, value in knobs.items():
+            setattr(p, name, value)
+        assert p._many_state_options() is None, knobs
     p = compile_varlen_plan(KDA, 1000, 5, 128, 16, 2, schedule="parallel")
-    p.parallel_fused, p.parallel_state_stages = "per_call", 3
-    with pytest.raises(ValueError, match="parallel_fused='per_call' sets the fused kernel's own stages"):
+    set_parallel_options(p, "state-base")
+    assert p._many_state_options() is None  # a variant is exactly what it names
+    p = compile_varlen_plan(KDA, 1000, 5, 128, 16, 2, schedule="parallel")
+    p.tvm_ffi = False
+    monkeypatch.setattr(cp, "PER_CALL_DEFAULT", False)
+    assert p._many_state_options() is None
+    p.compile()
+    assert p._compiled_parallel_many is None
+    p.parallel_fused = "per_call"  # the session-23 opt-in value: the default now
+    with pytest.raises(ValueError, match="parallel_fused='per_call'; accepted None, True or False"):
         p._state_options()
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("fam", [KDA, GDN], ids=["kda", "gdn"])
 def test_per_call_plan_launches_by_sequence_count_with_no_compile(fam):
-    """A ``parallel_fused="per_call"`` plan at H = 16 (64 chains per sequence on an H200: the fused pair from 3 sequences)
-    run on a one-sequence batch and on an eight-sequence batch after its compile: no kernel-cache build at either call
-    (Rule 4), and each output and final state equals the fixed plan's of that side bit for bit (the three kernels for one
+    """The default plan at H = 16 (64 chains per sequence on an H200: the fused pair from 3 sequences) run on a
+    one-sequence batch and on an eight-sequence batch after its compile: no kernel-cache build at either call (Rule 4),
+    and each output and final state equals the fixed plan's of that side bit for bit (the three kernels for one
     sequence, ``fso-w2`` for eight) and matches the fp32 recurrence."""
     _gpu(fam)
     import _parallel_cases as cases
@@ -408,8 +421,9 @@ def test_per_call_plan_launches_by_sequence_count_with_no_compile(fam):
     plan = fam.adapter_class()(
         q0, k0, v0, g0, b0, o0, use_qk_l2norm_in_kernel=True, initial_state=h00, final_state=torch.empty_like(h00), cu_seqlens=cu0, schedule="parallel"
     )
-    plan.parallel_fused = "per_call"
+    assert plan.parallel_fused is None  # the default plan
     plan.compile()
+    assert plan._compiled_parallel_many is not None
     for (cu, q, k, v, g, beta, h0), fixed in zip(inputs, ("three", "fso-w2"), strict=True):
         o, ht = poison(torch.empty_like(v)), poison(torch.empty_like(h0))
         ws = torch.full((plan.scratch_workspace_bytes(q.shape[0], cu.shape[0] - 1),), 0xFF, dtype=torch.uint8, device="cuda")
@@ -420,8 +434,8 @@ def test_per_call_plan_launches_by_sequence_count_with_no_compile(fam):
         o1, s1, _ = cases.execute_variant(fam, fixed, q, k, v, g, beta, h0, cu, True)
         assert torch.equal(o, o1) and torch.equal(ht, s1), f"N = {cu.shape[0] - 1}: not the {fixed} plan's outputs"
         ref_o, ref_s, low_o, low_s = cases.refs(fam, q, k, v, g, beta, h0, True, cu, False)
-        cases.check(o, ref_o, low_o, f"o per_call N = {cu.shape[0] - 1}")
-        cases.check(ht, ref_s, low_s, f"final_state per_call N = {cu.shape[0] - 1}")
+        cases.check(o, ref_o, low_o, f"o per call N = {cu.shape[0] - 1}")
+        cases.check(ht, ref_s, low_s, f"final_state per call N = {cu.shape[0] - 1}")
 
 
 @pytest.mark.gpu

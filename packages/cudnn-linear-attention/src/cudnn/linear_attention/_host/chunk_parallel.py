@@ -181,6 +181,13 @@ FUSED_DEFAULT = True
 #: The fused configuration the default takes: ``fso-w2`` (H200, T = 32k, H = 64: KDA 3500.5 vs 4830.3 us per forward,
 #: GDN 3014.4 vs 4325.9; ``fso`` 4407.6 / 3926.2).
 FUSED_VARIANT = "fso-w2"
+#: Per-call choice of the schedule (issue #7, session 24): where the rule keeps the three kernels for one sequence, a
+#: default plan also compiles the fused pair at plan time and launches it for calls of at least
+#: :func:`fused_min_sequences` sequences (a host-side shape: no device read, no compile at call time). The plan's cache
+#: key is unchanged, so one plan serves a continuous-batching stream whose sequence count crosses the rule. Session 23,
+#: the varlen mix of 64 sequences at T 32k, H 32 (H200): KDA 791.3 GB/s fused against 625.1 for the three kernels, GDN
+#: 593.9 against 452.7 (docs/benchmarks/linear_attention_{kda_s23_h32,gdn_s23_varlen}.md).
+PER_CALL_DEFAULT = True
 #: SM count assumed where no CUDA device is known at plan time (a TensorDesc without a device, no torch / GPU): an H200.
 FALLBACK_SMS = 132
 
@@ -207,19 +214,27 @@ def fused_schedule_wins(heads: int, v: int, sm_count: int, v_slice: int = 32, se
     128, v_slice 32: H = 64 -> 256 chains, fused (measured with ``fso-w2``: -28% / -30% per KDA / GDN forward); H = 16 ->
     64, unfused (``fso-w2`` +20% / +25%); H = 32 -> 128, unfused (session 23, KDA T 4k / 8k / 32k: the three kernels
     2% / 5% faster / a tie). Counted in chains, not CTAs, so ``fso-w2`` (two chains per CTA) is judged the same.
-    ``sequences`` > 1 counts the chains of that many sequences: the per-call choice of ``parallel_fused="per_call"``
-    (:func:`fused_min_sequences`), never the plan-time default, whose key must not depend on a batch's sequence count
-    (the varlen mix of 64 sequences at H = 32: ``fso-w2`` 27% / 31% faster for KDA / GDN, session 23)."""
+    ``sequences`` > 1 counts the chains of that many sequences: the per-call choice (:data:`PER_CALL_DEFAULT`,
+    :func:`fused_min_sequences`), never a compile key, which must not depend on a batch's sequence count (the varlen mix
+    of 64 sequences at H = 32: ``fso-w2`` 27% / 31% faster for KDA / GDN, session 23)."""
     return sequences * heads * v // v_slice >= sm_count
 
 
 def fused_min_sequences(heads: int, v: int, device) -> int:
-    """The fewest sequences for which :func:`fused_schedule_wins` on ``device`` (SM count read at plan time): a
-    ``parallel_fused="per_call"`` plan launches the fused kernels for calls with at least this many, the three kernels
+    """The fewest sequences for which :func:`fused_schedule_wins` on ``device`` (SM count read at plan time): a per-call
+    plan (:data:`PER_CALL_DEFAULT`) launches the fused kernels for calls with at least this many, the three kernels
     below (both compiled at plan time, so neither side is a compile at call time)."""
     v_slice = PARALLEL_VARIANTS[FUSED_VARIANT]["state"].get("v_slice", 32)
     per_seq = max(1, heads * v // v_slice)
     return max(1, -(-device_sm_count(device) // per_seq))
+
+
+def per_call_fused_state_options(heads: int, v: int, device) -> dict | None:
+    """The fused pair's state-pass options for the per-call side of a default plan whose own schedule is the three
+    kernels (:data:`FUSED_DEFAULT` and :data:`PER_CALL_DEFAULT` on), else None (one schedule for every call)."""
+    if not (FUSED_DEFAULT and PER_CALL_DEFAULT) or default_fused_state_options(heads, v, device):
+        return None
+    return dict(PARALLEL_VARIANTS[FUSED_VARIANT]["state"])
 
 
 def default_fused_state_options(heads: int, v: int, device) -> dict:

@@ -128,9 +128,9 @@ class DeltaRuleFwdSm90(APIBase):
         self.l2norm = bool(use_qk_l2norm_in_kernel)
         self.schedule = schedule
         self._compiled_parallel = None
-        self._compiled_parallel_alt = None  # parallel_fused="per_call": the three-kernel side (the fused side is _compiled_parallel)
+        self._compiled_parallel_many = None  # the fused pair of a per-call plan, for calls of >= _fused_min_seqs sequences
         self._fused_min_seqs = 1
-        self._entries_alt = None
+        self._entries_many = None
         self._parallel_g_align = 2
         #: Tuning / A-B knob of the parallel schedule (set before compile(); part of the prep kernel's compile key):
         #: the prep kernel issues all of a chunk's global reads at once (GDN only: ``GdnParallelPrepKey.prefetch``, an
@@ -145,12 +145,12 @@ class DeltaRuleFwdSm90(APIBase):
         #: same outputs. ValueError at compile for any other value.
         self.parallel_state_stages = _STATE_STAGES
         #: Fused state pass + output (set before compile(); part of the state pass's compile key): None (default: the
-        #: plan-time rule of ``_host/chunk_parallel.py::default_fused_state_options`` -- H, V and the device's SM count,
-        #: behind ``FUSED_DEFAULT``), True (the ``FUSED_VARIANT`` configuration regardless of the rule) or False (the
-        #: three-kernel schedule). ``set_parallel_options`` sets False (a variant is exactly what it names). ``"per_call"``
-        #: (opt-in, session 23): both schedules compiled at plan time, each call launching the fused one when its sequence
-        #: count reaches ``_host/chunk_parallel.py::fused_min_sequences`` (the rule counting that call's sequences), the
-        #: three kernels below it; no compile at call time either way (Rule 4).
+        #: rule of ``_host/chunk_parallel.py`` -- the fused pair where one sequence's chains fill the GPU
+        #: (``default_fused_state_options``: H, V and the device's SM count, behind ``FUSED_DEFAULT``); elsewhere the three
+        #: kernels and, behind ``PER_CALL_DEFAULT``, the fused pair compiled beside them at plan time and launched for a
+        #: call of at least ``fused_min_sequences`` sequences: a host-side shape, no compile at call time, Rule 4), True
+        #: (the ``FUSED_VARIANT`` configuration for every call) or False (the three kernels for every call).
+        #: ``set_parallel_options`` sets False (a variant is exactly what it names).
         self.parallel_fused = None
         #: Tuning / A-B knob (GDN only: ``GdnParallelPrepKey.two_per_sm``, an option of the one-warpgroup prep kernel,
         #: which setting it selects, as ``parallel_prefetch``): that kernel runs two CTAs per SM (KDA's prep kernel always
@@ -214,20 +214,27 @@ class DeltaRuleFwdSm90(APIBase):
         stages = self.parallel_state_stages
         fused = self.parallel_fused
         self._value_error_if(stages not in (2, 3, 4), f"{self._public}: parallel_state_stages={stages!r}; accepted 2, 3 or 4")
+        self._value_error_if(fused not in (None, True, False), f"{self._public}: parallel_fused={fused!r}; accepted None, True or False")
         self._value_error_if(
-            fused not in (None, True, False, "per_call"), f"{self._public}: parallel_fused={fused!r}; accepted None, True, False or 'per_call'"
+            fused is True and stages != _STATE_STAGES,
+            f"{self._public}: parallel_fused=True sets the fused kernel's own stages; parallel_state_stages={stages!r} applies to the unfused state pass only",
         )
-        self._value_error_if(
-            (fused is True or fused == "per_call") and stages != _STATE_STAGES,
-            f"{self._public}: parallel_fused={fused!r} sets the fused kernel's own stages; parallel_state_stages={stages!r} applies to the unfused state pass only",
-        )
-        if fused is True or fused == "per_call":
+        if fused is True:
             return dict(_chunk_parallel.PARALLEL_VARIANTS[_chunk_parallel.FUSED_VARIANT]["state"])
         if fused is None and stages == _STATE_STAGES:
             opts = _chunk_parallel.default_fused_state_options(self.v.shape[-2], self.v.shape[-1], getattr(self.v, "device", None))
             if opts:
                 return opts
         return {} if stages == _STATE_STAGES else {"stages": int(stages)}
+
+    def _many_state_options(self):
+        """The state-pass options of the per-call side (``parallel_fused`` None): the fused pair's, where the plan's own
+        schedule is the three kernels because one sequence's chains do not fill the GPU and ``PER_CALL_DEFAULT`` is on;
+        None where the plan launches one schedule for every call (the knob set, a non-default stage count, the fused pair
+        already the plan's)."""
+        if self.parallel_fused is not None or self.parallel_state_stages != _STATE_STAGES or self._state_options():
+            return None
+        return _chunk_parallel.per_call_fused_state_options(self.v.shape[-2], self.v.shape[-1], getattr(self.v, "device", None))
 
     def _out_options(self) -> dict:
         """Extra output-key fields: none from the adapter (``set_parallel_options`` adds the opt-in ones)."""
@@ -342,12 +349,12 @@ class DeltaRuleFwdSm90(APIBase):
         self._varlen = self.cu_seqlens is not None
         self._parallel = self.schedule == "parallel"
         self._compile_kernels()
-        self._entries_alt = None
+        self._entries_many = None
         if self.tvm_ffi:
             kernels = self._compiled_kernel
             self._entries = tuple(_tvm_ffi_entry(f) for f in kernels) if self._parallel else _tvm_ffi_entry(kernels)
-            if self._parallel and self._compiled_parallel_alt is not None:
-                self._entries_alt = tuple(_tvm_ffi_entry(f) for f in self._compiled_parallel_alt)
+            if self._parallel and self._compiled_parallel_many is not None:
+                self._entries_many = tuple(_tvm_ffi_entry(f) for f in self._compiled_parallel_many)
         self._memo = {} if self.fast_host else None
 
     def _compile_kernels(self) -> None:
@@ -378,9 +385,9 @@ class DeltaRuleFwdSm90(APIBase):
 
             self._compiled_parallel = build(self._state_options())
             self._compiled_kernel = self._compiled_parallel
-            self._compiled_parallel_alt = None
-            if self.parallel_fused == "per_call":  # the three-kernel side, launched for calls below fused_min_sequences
-                self._compiled_parallel_alt = build({})
+            many = self._many_state_options()
+            self._compiled_parallel_many = None if many is None else build(many)  # the same prep: a kernel-cache hit
+            if many is not None:
                 self._fused_min_seqs = _chunk_parallel.fused_min_sequences(self.v.shape[-2], self.v.shape[-1], getattr(self.v, "device", None))
             return
         key = self.compile_key()
@@ -613,10 +620,10 @@ class DeltaRuleFwdSm90(APIBase):
         pointers and a CUstream (the pre-session-7 path, kept as the A/B baseline and where tvm-ffi is missing)."""
         T, n, ext, ws = call
         entries = self._entries
-        # parallel_fused="per_call": the three kernels for a call with fewer sequences than fused_min_sequences
-        alt = got.parallel and self._compiled_parallel_alt is not None and n < self._fused_min_seqs
-        if alt and entries is not None:
-            entries = self._entries_alt
+        # the per-call side (parallel_fused None): the fused pair for a call of at least fused_min_sequences sequences
+        many = got.parallel and self._compiled_parallel_many is not None and n >= self._fused_min_seqs
+        if many and entries is not None:
+            entries = self._entries_many
         if entries is not None:
             stream = _stream_handle(current_stream, q.device)
             addrs = (
@@ -644,7 +651,7 @@ class DeltaRuleFwdSm90(APIBase):
             )
             ws_ptrs = workspace_pointers_at(ws)
             launch_parallel(
-                self._compiled_parallel_alt if alt else self._compiled_parallel,
+                self._compiled_parallel_many if many else self._compiled_parallel,
                 ptrs,
                 ws_ptrs,
                 ext,
