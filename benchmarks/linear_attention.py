@@ -682,6 +682,12 @@ def main(args=None):
         # contiguous runs and on chunk 8 (compare ours+graph and ours-chunk8+graph), kernel-only
         Provider("ours-warpwalk+graph", _make_ours_warp_walk_variant()),
         Provider("ours-chunk8-warpwalk+graph", _make_ours_warp_walk_variant(chunk=8)),
+        # session 25: the per-token path's window shift guarded by "inside the run" (``shift_always = False``, the
+        # default until session 25: ptxas merges two register windows after every token), kernel-only; on the varlen
+        # default's contiguous runs, on chunk 8 and with the warp walk (compare ours+graph, ours-chunk8+graph, ...)
+        Provider("ours-noshift+graph", _make_ours_kernel_variant(shift_always=False)),
+        Provider("ours-chunk8-noshift+graph", _make_ours_kernel_variant(chunk=8, shift_always=False)),
+        Provider("ours-warpwalk-noshift+graph", _make_ours_warp_walk_variant(shift_always=False)),
         # session 9: the decode update with session 8's host path (ours: the direct call, tvm-ffi route and memo)
         Provider("ours-upd-slowhost", _make_ours_update_slowhost),
         Provider("adapter", _make_ours_adapter(False)),

@@ -178,9 +178,8 @@ def tiny_kernel(named: bool = True, name_with=None):
     return compile
 
 
-def frame_sizes(tmp_path) -> list[int]:
-    """EIATTR_FRAME_SIZE (0x11) of every kernel in the dumped cubins: 0 means ptxas spilled nothing to local memory."""
-    sizes = []
+def _cubin_sections(tmp_path):
+    """(cubin bytes, section name, file offset, size) of every ELF section of the dumped cubins."""
     for path in glob.glob(str(tmp_path / "**" / "*.cubin"), recursive=True):
         data = open(path, "rb").read()
         shoff = struct.unpack_from("<Q", data, 0x28)[0]
@@ -188,17 +187,29 @@ def frame_sizes(tmp_path) -> list[int]:
         secs = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
         names = secs[shstrndx][4]
         for sec in secs:
-            name = data[names + sec[0] : data.index(b"\0", names + sec[0])]
-            if name != b".nv.info":
-                continue
-            off, end = sec[4], sec[4] + sec[5]
-            while off < end:
-                fmt, attr = data[off], data[off + 1]
-                if fmt == 4:  # EIFMT_SVAL: u16 size, then (function index u32, value u32) for these attributes
-                    size = struct.unpack_from("<H", data, off + 2)[0]
-                    if attr == 0x11:
-                        sizes.append(struct.unpack_from("<I", data, off + 8)[0])
-                    off += 4 + size
-                else:
-                    off += 4
+            yield data, data[names + sec[0] : data.index(b"\0", names + sec[0])], sec[4], sec[5]
+
+
+def sass_instructions(tmp_path) -> dict[str, int]:
+    """SASS instruction count of every kernel in the dumped cubins (its ``.text.<symbol>`` section over the 16 bytes of
+    one sm_90 instruction), by symbol: the static code size, with no disassembler needed."""
+    return {name[len(b".text.") :].decode(): size // 16 for _, name, _, size in _cubin_sections(tmp_path) if name.startswith(b".text.")}
+
+
+def frame_sizes(tmp_path) -> list[int]:
+    """EIATTR_FRAME_SIZE (0x11) of every kernel in the dumped cubins: 0 means ptxas spilled nothing to local memory."""
+    sizes = []
+    for data, name, off, length in _cubin_sections(tmp_path):
+        if name != b".nv.info":
+            continue
+        end = off + length
+        while off < end:
+            fmt, attr = data[off], data[off + 1]
+            if fmt == 4:  # EIFMT_SVAL: u16 size, then (function index u32, value u32) for these attributes
+                size = struct.unpack_from("<H", data, off + 2)[0]
+                if attr == 0x11:
+                    sizes.append(struct.unpack_from("<I", data, off + 8)[0])
+                off += 4 + size
+            else:
+                off += 4
     return sizes

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from cudnn.api_base import TensorDesc
-from cudnn_testing.compile_only import frame_sizes, keep_artifacts, kernel_symbols
+from cudnn_testing.compile_only import frame_sizes, keep_artifacts, kernel_symbols, sass_instructions
 from cudnn_testing.markers import skip_unless_cutedsl
 
 pytestmark = pytest.mark.compile_only
@@ -147,10 +147,11 @@ def test_forward_default_run_grid_compiles_to_16_byte_accesses(tmp_path):
     """The default plan (varlen with initial and final states, bf16, W = 4; ``grid_ctas`` None): the run grid with 4 x the
     SM count (528 where no GPU is visible) writing the final states itself (``final_fused``, the default), one ``cudnn_``
     symbol; x and the halo come in by ``ld.global.v4``, y leaves by plain ``st.global.v4`` (no cache hint), no cp.async, no
-    local memory in the PTX; ptxas at the 128-register cap: a 16-byte frame (loop counters, one local load per group pair;
-    frame 0 before the fused final states and the 2-byte state pointers). The separate pair (``final_fused = False``,
-    which the fused plan also prepares for overlapping state buffers): the run kernel next to the final-states kernel, an
-    8-byte frame and 0. Another token total and sequence count is a kernel-cache hit (Rule 4)."""
+    local memory in the PTX; ptxas at the 128-register cap: a 24-byte frame (loop counters; 16 before the session-25
+    ``shift_always`` default, 0 before the fused final states and the 2-byte state pointers). The separate pair
+    (``final_fused = False``, which the fused plan also prepares for overlapping state buffers): the run kernel next to
+    the final-states kernel, frames 0 and 0 (8 and 0 before ``shift_always``). Another token total and sequence count is
+    a kernel-cache hit (Rule 4)."""
     import dataclasses
     import re
 
@@ -171,7 +172,7 @@ def test_forward_default_run_grid_compiles_to_16_byte_accesses(tmp_path):
         sep.compile()
         names = kernel_symbols(ptx())
     assert len(names) == 2 and all(n.startswith("cudnn_") for n in names) and any("final_kernel" in n for n in names), names
-    assert sorted(frame_sizes(tmp_path / "sep")) == [0, 8], frame_sizes(tmp_path / "sep")
+    assert sorted(frame_sizes(tmp_path / "sep")) == [0, 0], frame_sizes(tmp_path / "sep")
     assert sep._sep is None
     assert key.grid_ctas == api._default_grid_ctas(None) > 0
     try:
@@ -194,7 +195,7 @@ def test_forward_default_run_grid_compiles_to_16_byte_accesses(tmp_path):
     assert ("ld", ".v4.b32") in wide and ("st", ".v4.b32") in wide, wide
     assert not [a for a in wide if a[0] == "st" and ".cs" in a[1]], wide  # no evict-first stores (removed in session 6)
     assert "cp.async" not in text and ".local" not in text
-    assert frame_sizes(tmp_path / "fused") == [16]
+    assert frame_sizes(tmp_path / "fused") == [24]
 
     misses = kernel_cache.stats.misses
     other = _fwd_plan(123457, 77)  # another token total and sequence count: same artifact
@@ -206,7 +207,9 @@ def test_forward_default_run_grid_compiles_to_16_byte_accesses(tmp_path):
 def test_forward_l2_prefetch_variant_emits_bulk_prefetch_and_validates(tmp_path):
     """``plan.l2_prefetch = 2`` (opt-in, session 9): the run-grid kernel asks L2 for token groups ahead with
     ``cp.async.bulk.prefetch.L2.global`` (absent from the default, ``l2_prefetch`` 0) and keeps its 16-byte loads and
-    stores; dense bf16 without states (the benchmark's key) stays spill-free (frame 0). Malformed values raise ValueError
+    stores; dense bf16 without states (the benchmark's key) within an 8-byte frame (a loop counter; 0 with
+    ``shift_always = False``, the default until session 25: the option runs on contiguous runs, not the dense default's
+    chunks). Malformed values raise ValueError
     at compile(): negative, non-int, bool, more than 128 tokens ahead, or with the 64-token CTAs (``grid_ctas = 0``)."""
     from cudnn.kernel_cache import kernel_cache
     from cudnn.linear_attention.conv1d.api import CausalConv1d
@@ -227,7 +230,7 @@ def test_forward_l2_prefetch_variant_emits_bulk_prefetch_and_validates(tmp_path)
     assert len(names) == 1 and "kernel_runs" in names[0] and names[0].startswith("cudnn_"), names
     assert text.count("cp.async.bulk.prefetch.L2.global") >= 2, "prologue and loop prefetches"
     assert "ld.global.v4" in text and "st.global.v4" in text and ".local" not in text
-    assert frame_sizes(tmp_path) == [0]
+    assert frame_sizes(tmp_path) == [8]
     for bad, grid in ((-1, None), (1.5, None), (True, None), (33, None), (2, 0)):
         plan.l2_prefetch, plan.grid_ctas = bad, grid
         with pytest.raises(ValueError, match="l2_prefetch"):
@@ -236,7 +239,8 @@ def test_forward_l2_prefetch_variant_emits_bulk_prefetch_and_validates(tmp_path)
 
 def test_forward_steady_variant_compiles_and_validates(tmp_path):
     """``plan.steady = True`` (the default since session 9; with ``l2_prefetch = 2`` as the benchmark's combined column): the run
-    grid builds with the steady-group path, 16-byte loads and stores, no frame (dense bf16, the benchmark's key), and
+    grid builds with the steady-group path, 16-byte loads and stores, an 8-byte frame (dense bf16, the benchmark's key, on
+    contiguous runs; 0 with ``shift_always = False``), and
     its PTX differs from the default's; fp32 varlen with states builds too. Malformed values raise ValueError."""
     from cudnn.kernel_cache import kernel_cache
     from cudnn.linear_attention.conv1d.api import CausalConv1d
@@ -261,7 +265,7 @@ def test_forward_steady_variant_compiles_and_validates(tmp_path):
     assert len(names) == 1 and "kernel_runs" in names[0] and names[0].startswith("cudnn_"), names
     assert "ld.global.v4" in text and "st.global.v4" in text and ".local" not in text
     assert text.count("cp.async.bulk.prefetch.L2.global") >= 2
-    assert frame_sizes(tmp_path / "steady") == [0]
+    assert frame_sizes(tmp_path / "steady") == [8]
 
     xf = TensorDesc.contiguous((1000, 256), "float32", "x")
     st = TensorDesc.contiguous((5, 256, 2), "float32", "states")
@@ -274,12 +278,13 @@ def test_forward_steady_variant_compiles_and_validates(tmp_path):
             plan.compile()
 
 
-@pytest.mark.parametrize("chunk", [8, 16])
-def test_forward_chunk_variant_compiles_without_a_frame(tmp_path, chunk):
+@pytest.mark.parametrize(("chunk", "bf16_frame"), [(8, 0), (16, 16)])
+def test_forward_chunk_variant_compiles_without_a_frame(tmp_path, chunk, bf16_frame):
     """``plan.chunk = C`` (chunk-interleaved runs, ``Conv1dFwdKey.chunk``; 8 the dense default): the dense run grid builds
-    ``kernel_runs`` with the chunk walk, 16-byte loads and stores and no frame (the next chunk's halo is fetched into the
-    registers its last group frees, so nothing spills at 128 registers): bf16 W = 4 SiLU with bias (the benchmark's key)
-    and fp32 W = 2 without bias; its PTX differs from the default's (``chunk`` 0)."""
+    ``kernel_runs`` with the chunk walk, 16-byte loads and stores and no frame at the default chunk 8 (the next chunk's
+    halo is fetched into the registers its last group frees, so nothing spills at 128 registers): bf16 W = 4 SiLU with
+    bias (the benchmark's key) and fp32 W = 2 without bias; chunk 16 at bf16 has a 16-byte frame since the session-25
+    ``shift_always`` default (0 without it); its PTX differs from the default's (``chunk`` 0)."""
     from cudnn.kernel_cache import kernel_cache
     from cudnn.linear_attention.conv1d import api
     from cudnn.linear_attention.conv1d.api import CausalConv1d
@@ -303,7 +308,7 @@ def test_forward_chunk_variant_compiles_without_a_frame(tmp_path, chunk):
         names = kernel_symbols(text)
         assert len(names) == 1 and "kernel_runs" in names[0] and names[0].startswith("cudnn_"), names
         assert "ld.global.v4" in text and "st.global.v4" in text and ".local" not in text
-        assert frame_sizes(out) == [0]
+        assert frame_sizes(out) == [bf16_frame if dt == "bfloat16" else 0]
         plan.chunk = 0
         kernel_cache._entries.pop(("linear_attention.conv1d", plan.compile_key()), None)
         with keep_artifacts(tmp_path / f"{dt}-default") as ptx0:
@@ -405,13 +410,13 @@ def test_forward_varlen_chunk_compiles_without_a_frame(tmp_path, states):
 #: (varlen, initial states, states dtype, grid_ctas, chunk, frame) of the fused final-states builds (``final_fused``, the default
 #: with final states): dense final only and dense initial + final (the states benchmark's key) on the chunk-8 default,
 #: varlen initial + final on its contiguous-runs default, varlen final only with fp32 states (x bf16) on chunk 8, and the
-#: 64-token CTAs with fp32 states. ``frame``: ptxas's frame at the 128-register cap (sm_90a), measured in session 16: loop
-#: counters, not the per-token math (the separate pair's forward kernel in the first three: 0, 24, 8).
+#: 64-token CTAs with fp32 states. ``frame``: ptxas's frame at the 128-register cap (sm_90a), measured in session 25 with
+#: the ``shift_always`` default: loop counters, not the per-token math (session 16, before it: 8, 32, 16, 8, 8).
 FUSED_CASES = [
-    (False, False, "bfloat16", None, None, 8),
-    (False, True, "bfloat16", None, None, 32),
-    (True, True, "bfloat16", None, None, 16),
-    (True, False, "float32", None, 8, 8),
+    (False, False, "bfloat16", None, None, 0),
+    (False, True, "bfloat16", None, None, 24),
+    (True, True, "bfloat16", None, None, 24),
+    (True, False, "float32", None, 8, 0),
     (False, True, "float32", 0, None, 8),
 ]
 
@@ -490,17 +495,19 @@ def test_forward_final_fused_option_values():
 
 #: (chunk, states, frame, default frame) of the warp-walk builds (``warp_walk = True``; varlen bf16 W = 4 SiLU with bias):
 #: contiguous runs and chunk 8, without states, initial only, final only and both (fused final states). ``frame``:
-#: ptxas's frame at the 128-register cap (sm_90a), measured in session 16 next to ``warp_walk = False``'s (the last
-#: field): the window's registers (base, cu[base], the lane's entry, the lane mask) push a few loop values to local memory.
+#: ptxas's frame at the 128-register cap (sm_90a), measured in session 25 (the ``shift_always`` default) next to
+#: ``warp_walk = False``'s (the last field): the window's registers (base, cu[base], the lane's entry, the lane mask)
+#: push a few loop values to local memory. Session 16, before ``shift_always``: (0, 0), (16, 8), (8, 0), (0, 16), (16, 8),
+#: (40, 40), (8, 8), (40, 40).
 WARP_WALK_CASES = [
     (0, None, 0, 0),
-    (0, "init", 16, 8),
+    (0, "init", 8, 0),
     (0, "final", 8, 0),
-    (0, "both", 0, 16),
-    (8, None, 16, 8),
-    (8, "init", 40, 40),
-    (8, "final", 8, 8),
-    (8, "both", 40, 40),
+    (0, "both", 48, 24),
+    (8, None, 0, 0),
+    (8, "init", 0, 0),
+    (8, "final", 0, 0),
+    (8, "both", 0, 0),
 ]
 
 
@@ -567,3 +574,62 @@ def test_forward_warp_walk_option_values():
         target.warp_walk, target.grid_ctas = bad, grid
         with pytest.raises(ValueError, match="warp_walk"):
             target.compile()
+
+
+#: (layout, chunk, SASS instructions saved at least) of the window-shift A/B (bf16 W = 4 SiLU with bias, no states):
+#: the varlen default's contiguous runs (measured 2200 -> 2000), varlen chunk 8 (2400 -> 2272) and the dense chunk-8
+#: default (2320 -> 2152)
+SHIFT_CASES = [("varlen", None, 150), ("varlen", 8, 100), ("dense", None, 120)]
+
+
+@pytest.mark.parametrize(("layout", "chunk", "saved"), SHIFT_CASES)
+def test_forward_shift_always_drops_the_window_merges(tmp_path, layout, chunk, saved):
+    """``plan.shift_always`` (the default since session 25: a group on the per-token path shifts the register window for
+    every token and only the sequence walk and the store ask "inside the run?"): the run kernel is at least ``saved`` SASS
+    instructions shorter than the guarded shift's (``shift_always = False``: ptxas merged two register windows after
+    every token, ~27 moves per token) with no larger frame, one ``cudnn_`` ``kernel_runs`` each, 16-byte loads and stores."""
+    from cudnn.kernel_cache import kernel_cache
+    from cudnn.linear_attention.conv1d.api import CausalConv1d
+
+    D = 512
+    x = TensorDesc.contiguous((1000, D) if layout == "varlen" else (3, 1000, D), "bfloat16", "x")
+    cu = TensorDesc.contiguous((6,), "int32", "cu") if layout == "varlen" else None
+    counts, frames = {}, {}
+    for shift in (False, True):
+        plan = CausalConv1d(x, TensorDesc.contiguous((D, 4), "bfloat16", "weight"), x, TensorDesc.contiguous((D,), "bfloat16", "bias"), cu, None, None, "silu")
+        plan.check_support()
+        plan.chunk, plan.shift_always = chunk, shift
+        key = plan.compile_key()
+        assert key.shift_always is shift and key.grid_ctas > 0, key
+        kernel_cache._entries.pop(("linear_attention.conv1d", key), None)
+        out = tmp_path / f"shift-{shift}"
+        with keep_artifacts(out) as ptx:
+            plan.compile()
+            text = ptx()
+        names = kernel_symbols(text)
+        assert len(names) == 1 and "kernel_runs" in names[0] and names[0].startswith("cudnn_"), names
+        assert "ld.global.v4" in text and "st.global.v4" in text and ".local" not in text
+        (counts[shift],) = sass_instructions(out).values()
+        (frames[shift],) = frame_sizes(out)
+    assert counts[False] - counts[True] >= saved, counts
+    assert frames[True] <= frames[False], frames
+
+
+def test_forward_shift_always_option_values():
+    """``plan.shift_always``: None resolves to ``FWD_SHIFT_ALWAYS_DEFAULT`` (True) on the run grid and to False on the
+    64-token grid (no per-token group path there); explicit True / False are kept; True on the 64-token grid, or a
+    non-bool, raises ValueError naming the option at compile(), before any build."""
+    from cudnn.linear_attention.conv1d import api
+
+    assert api.FWD_SHIFT_ALWAYS_DEFAULT is True
+    plan = _fwd_plan(1000, 5)
+    plan.check_support()
+    assert plan.shift_always is None and plan.compile_key().shift_always is True
+    plan.shift_always = False
+    assert plan.compile_key().shift_always is False
+    plan.shift_always, plan.grid_ctas = None, 0
+    assert plan.compile_key().shift_always is False
+    for bad, grid in ((True, 0), (1, None), ("yes", None)):
+        plan.shift_always, plan.grid_ctas = bad, grid
+        with pytest.raises(ValueError, match="shift_always"):
+            plan.compile()

@@ -29,6 +29,10 @@ the fp32 reference.
   64 random lengths, every token its own sequence (T 4099 and 16384), a density-guess miss and no token; D 4096, 2600
   (a 5-lane warp) and 8 (one lane); contiguous runs and chunk 8, with and without states
   (``test_forward_warp_walk_is_bitwise_the_default``).
+- Window shift (``plan.shift_always``, the default since session 25: the per-token path shifts the register window for
+  every token of a group, only the walk and the store guarded): bitwise the guarded shift's y and final states over the
+  dense and varlen batches above, runs, chunks and the warp walk, with and without states
+  (``test_forward_shift_always_is_bitwise_the_guarded_shift``).
 - Detectors on the default plan: warm executes neither synchronize nor allocate; the first execute inside a CUDA-graph
   capture replays like eager; the public op (the run grid) gives the bits of the op with ``api.FWD_GRID_CTAS_DEFAULT = 0``.
 
@@ -635,4 +639,73 @@ def test_forward_warp_walk_is_bitwise_the_default(chunk, dtype, width, bias, act
                 if states:
                     assert torch.equal(f1, f_ref.to(dt)), name
     plan = plans[True]
+    detectors.assert_no_sync_no_alloc(lambda: plan.execute(x, w, y1, b, cu, init, f1), repeats=3)
+
+
+#: (layout, chunk, warp_walk, dtype, width, bias, activation, states, steady) of the window-shift A/B (``shift_always``,
+#: the default since session 25, against the guarded shift): dense contiguous runs and the chunk-8 default, the varlen
+#: default's contiguous runs, chunk 8 and the warp walk; with and without initial / final states, steady on and off,
+#: bf16 / fp32, W 2-4
+SHIFT_CASES = [
+    ("dense", 0, False, "bfloat16", 4, True, "silu", None, True),
+    ("dense", None, False, "bfloat16", 4, True, "silu", "init", True),
+    ("dense", 16, False, "float32", 3, False, None, "final", False),
+    ("varlen", None, False, "bfloat16", 4, True, "silu", None, True),
+    ("varlen", None, False, "bfloat16", 4, True, "silu", "init", True),
+    ("varlen", 8, False, "bfloat16", 2, True, "silu", "init", True),
+    ("varlen", None, True, "bfloat16", 4, True, "silu", "final", True),
+    ("varlen", 8, True, "float32", 3, False, None, None, False),
+]
+
+
+@pytest.mark.parametrize(("layout", "chunk", "walk", "dtype", "width", "bias", "activation", "states", "steady"), SHIFT_CASES)
+def test_forward_shift_always_is_bitwise_the_guarded_shift(layout, chunk, walk, dtype, width, bias, activation, states, steady):
+    """``plan.shift_always`` (True, the default: a group on the per-token path shifts the register window and computes
+    every token, past the run's or chunk's end too, with only the sequence walk and the store guarded) stores what the
+    guarded shift (``shift_always = False``, the default until session 25) stores: y and the final states equal bit for
+    bit (NaN-poisoned outputs, so a token stored past the run would show as a changed neighbour or a missing one), y
+    within the tolerance rule of the fp32 reference, over the dense CHUNK_SHAPES and the varlen WARP_WALK_LENGTHS batches
+    (1-token, empty, shorter-than-W - 1 and long sequences, every token its own sequence, no token) at D = 4096 and 2560;
+    one varlen plan pair re-binds every batch; warm executes neither synchronize nor allocate."""
+    from cudnn.linear_attention.conv1d.api import CausalConv1d
+    from cudnn_testing import detectors
+
+    dt = getattr(torch, dtype)
+    batches = [[L] * B for B, L in CHUNK_SHAPES] if layout == "dense" else WARP_WALK_LENGTHS
+    for D in (4096, 2560):
+        w = torch.randn(D, width, device="cuda", dtype=torch.float32 if dtype == "float32" else dt) * 0.5
+        b = torch.randn(D, device="cuda", dtype=w.dtype) if bias else None
+        plans = {}
+        for lengths in batches:
+            T, N = sum(lengths), len(lengths)
+            if layout == "dense":
+                x, cu = torch.randn(N, lengths[0], D, device="cuda", dtype=dt), None
+            else:
+                x, cu = torch.randn(T, D, device="cuda", dtype=dt), _cu(lengths)
+            init = torch.randn(N, D, width - 1, device="cuda", dtype=dt) if states == "init" else None
+            outs = []
+            for shift in (False, True):
+                y = torch.full(x.shape, float("nan"), device="cuda", dtype=dt)
+                fin = torch.full((N, D, width - 1), float("nan"), device="cuda", dtype=dt) if states else None
+                slot = (shift, tuple(x.shape)) if layout == "dense" else shift  # a dense plan per shape (a kernel-cache hit)
+                plan = plans.get(slot)
+                if plan is None:
+                    plan = plans[slot] = CausalConv1d(x, w, y, b, cu, init, fin, activation)
+                    plan.chunk, plan.steady, plan.shift_always = chunk, steady, shift
+                    if walk:
+                        plan.warp_walk = True
+                    plan.compile()
+                    key = plan.compile_key()
+                    assert key.shift_always is shift and key.warp_walk is walk and key.grid_ctas == _default_grid(x) and key.steady is steady, key
+                plan.execute(x, w, y, b, cu, init, fin)
+                outs.append((y, fin))
+            torch.cuda.synchronize()
+            (y0, f0), (y1, f1) = outs
+            name = f"y (shift_always, {layout}, chunk={chunk}, walk={walk}, N={N}, T={T}, D={D})"
+            assert torch.equal(y0, y1), (name, (y0.float() - y1.float()).abs().max())
+            if states:
+                assert torch.equal(f0, f1), name
+            if T and N <= 5000:  # the reference loops over the sequences in Python
+                y_ref, _ = causal_conv1d_ref(x, w, b, activation, cu, init)
+                _check(y1, y_ref, name)
     detectors.assert_no_sync_no_alloc(lambda: plan.execute(x, w, y1, b, cu, init, f1), repeats=3)

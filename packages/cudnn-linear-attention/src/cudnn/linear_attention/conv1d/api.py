@@ -43,7 +43,9 @@ session-15 H200 A/B, ``FWD_CHUNK_VARLEN_DEFAULT`` = 0 (opt-in) for varlen ones, 
 states since the session-16 H200 A/B; a plan with both state tensors also compiles the separate pair, which execute() launches
 for a call whose final states overlap its initial states, the in-place rolling update) and ``plan.warp_walk`` (varlen run
 grid: the warp walks ``cu_seqlens`` together, a window of entries in its lanes, instead of one dependent load per sequence
-crossed per token; None = ``FWD_WARP_WALK_DEFAULT`` = False after the session-16 H200 A/B).
+crossed per token; None = ``FWD_WARP_WALK_DEFAULT`` = False after the session-16 H200 A/B) and ``plan.shift_always``
+(run grid: the per-token path shifts the register window for every token of a group, only the walk and the store
+guarded; None = ``FWD_SHIFT_ALWAYS_DEFAULT`` = True, session 25).
 
 Contract the kernel cannot check without a device read (Rule 3): ``cu_seqlens`` is non-decreasing,
 starts at 0 and ends at T.
@@ -136,6 +138,16 @@ FWD_FINAL_FUSED_DEFAULT = True
 #: on contiguous runs, 2202.3 -> 2801.8 on chunk 8; 64 sequences 3604.1 -> 3591.8 on runs, 3661.5 -> 3699.9 on chunk 8):
 #: no clear win, and chunk 8 stays opt-in for varlen (``FWD_CHUNK_VARLEN_DEFAULT``) since it loses the 1-token row.
 FWD_WARP_WALK_DEFAULT = False
+#: Default of ``CausalConv1d.shift_always = None`` on the run grid (``Conv1dFwdKey.shift_always``; the 64-token grid has
+#: no such path: None resolves to False there): True = a group on the per-token path shifts the register window and
+#: computes every token of the group, with only the sequence walk and the store guarded by "inside the run"; False =
+#: the shift and the math too, which makes ptxas merge two windows after every token (varlen runs kernel, bf16 W = 4 SiLU
+#: bias: 2200 -> 2000 SASS instructions, 227 -> 11 MOVs; ~27 fewer per token on the per-token path). Bitwise the same
+#: outputs. The per-token path is every token of a batch of 1-token sequences, the first W - 1 tokens of a sequence and
+#: a run's or chunk's last group. True since the session-25 H200 A/B (docs/benchmarks/linear_attention_conv1d_s25_shift.md,
+#: kernel-only, 3 rounds, GB/s, True vs False): the dense states batch 3467.8 vs 3236.3 (+7.2%; eager 3496.7), 1-token
+#: sequences 3265.3 vs 3264.0 (warp walk 3368.9 vs 3328.8, chunk 8 2504.8 vs 2231.0), dense and varlen64 within 1%.
+FWD_SHIFT_ALWAYS_DEFAULT = True
 #: CTAs per SM of the default run grid: one wave at the forward kernel's ``Conv1dFwdKey.min_ctas_per_sm`` = 4.
 _RUN_GRID_CTAS_PER_SM = 4
 #: SM count assumed where no CUDA device is known (a descriptor-only plan compiled on a host without a GPU): an H200's.
@@ -459,6 +471,10 @@ class CausalConv1d(_Conv1dCommon):
         #: window of ``cu_seqlens`` entries (per token a ballot and two shuffles, per chunk a 33-ary search), varlen run grid
         #: only; False = the per-token walk. Outputs bitwise equal either way.
         self.warp_walk = None
+        #: The per-token path's register window shifted for every token of a group (set before compile();
+        #: ``Conv1dFwdKey.shift_always``): None (default) = FWD_SHIFT_ALWAYS_DEFAULT on the run grid, False on the 64-token
+        #: grid; True (run grid only) / False explicitly. Outputs bitwise equal either way.
+        self.shift_always = None
         self._entry = None
         self._sep = None  # (compiled kernel, tvm-ffi entry or None) of the separate final-states kernels; see final_fused
         self._memo = None  # metadata -> memo entry (see execute); set by compile() when fast_host
@@ -497,6 +513,7 @@ class CausalConv1d(_Conv1dCommon):
         warp = self.warp_walk
         if warp is None:  # the default only where there is a walk: varlen on the run grid
             warp = FWD_WARP_WALK_DEFAULT and self.cu_seqlens is not None and grid != 0
+        shift = (FWD_SHIFT_ALWAYS_DEFAULT and grid != 0) if self.shift_always is None else self.shift_always
         return Conv1dFwdKey(
             dtype=_CNAME[self.x.dtype],
             w_dtype=_CNAME[self.weight.dtype],
@@ -513,6 +530,7 @@ class CausalConv1d(_Conv1dCommon):
             chunk=chunk,
             final_fused=fused,
             warp_walk=warp,
+            shift_always=shift,
         )
 
     def compile(self) -> None:
@@ -549,6 +567,11 @@ class CausalConv1d(_Conv1dCommon):
             raise ValueError(
                 f"CausalConv1d: warp_walk={self.warp_walk!r} must be None (the default: {FWD_WARP_WALK_DEFAULT} on a varlen plan's run grid), True or "
                 f"False, and True needs cu_seqlens (declared: {key.varlen}) and the run grid (grid_ctas None or > 0; got {key.grid_ctas})"
+            )
+        if type(key.shift_always) is not bool or (key.shift_always and key.grid_ctas == 0):
+            raise ValueError(
+                f"CausalConv1d: shift_always={self.shift_always!r} must be None (the default: {FWD_SHIFT_ALWAYS_DEFAULT} on the run grid), True or "
+                f"False, and True needs the run grid (grid_ctas None or > 0; got {key.grid_ctas})"
             )
         s = key.state_dtype
         sa = self._state_align()  # execute checks it; 1 made the kernels move each bf16 state element as two bytes

@@ -72,6 +72,12 @@ window of entries (a token's sequence is a ballot and two shuffles, :func:`warp_
 crossed) and a chunk (or a run's first token) locates its sequence by a window at the density-predicted sequence, then if
 needed a (K + 1)-ary search (:func:`warp_locate`), instead of a binary search of ~14 dependent loads over 16k offsets.
 
+Window shift (``Conv1dFwdKey.shift_always``, the adapter's default since the session-25 H200 A/B: the dense states batch
++7.2% kernel-only, other rows within 1%; bitwise the guarded shift's outputs): a group on the per-token path shifts the
+register window and runs :func:`token_output` for every token of the group, past the run's or chunk's end too, with only
+the sequence walk and the store asking whether the token is inside the run. Guarding the shift too made ptxas merge two
+windows after every token (~27 register moves per token at bf16 W = 4).
+
 Tests: packages/cudnn-linear-attention/tests/test_conv1d*.py; benchmark: benchmarks/linear_attention.py.
 """
 
@@ -228,11 +234,14 @@ def group_output(
     warp: cutlass.Constexpr[bool],
     has_init: cutlass.Constexpr[bool],
     act: cutlass.Constexpr[bool],
+    shift_always: cutlass.Constexpr[bool],
 ):
     """The run grid's per-token path for one group of ``U`` tokens starting at run offset ``rg`` (register buffer
     ``half`` of ``xb``): for each token inside the run, walk ``(n, bos, nxt)`` to its sequence (``warp``: by the warp's
-    window ``(base, cb, cw)`` of ``cu_seqlens``, :func:`warp_advance`), :func:`token_output`, 16-byte store. Returns the
-    walked ``(n, bos, nxt, base, cb, cw)`` (the window unchanged without ``warp``)."""
+    window ``(base, cb, cw)`` of ``cu_seqlens``, :func:`warp_advance`), :func:`token_output`, 16-byte store
+    (``shift_always``: :func:`token_output` for every token of the group, past the run too, with only the walk and the
+    store guarded: ``Conv1dFwdKey.shift_always``). Returns the walked ``(n, bos, nxt, base, cb, cw)`` (the window
+    unchanged without ``warp``)."""
     for u in cutlass.range_constexpr(U):
         t = t0 + rg + u
         if rg + u < run:
@@ -240,8 +249,15 @@ def group_output(
                 n, bos, nxt, base, cb, cw = warp_advance(cu_ptr, t, base, cb, cw, n_seqs, lane, nl, lanes)
             else:
                 n, bos, nxt = advance_sequence(cu_ptr, t, n, bos, nxt, n_seqs, seq_arg, varlen)
+            if const_expr(not shift_always):
+                token_output(
+                    win, xb[None, u, half], yg[None, u], acc, rW, rB, t, bos, n, d0, init_ptr, n_seqs, D, init_sn, init_sd, init_sj, W, VEC, has_init, act
+                )
+                vector_store(r2g, yg, gY, t, dv, u, VEC)
+        if const_expr(shift_always):
             token_output(win, xb[None, u, half], yg[None, u], acc, rW, rB, t, bos, n, d0, init_ptr, n_seqs, D, init_sn, init_sd, init_sj, W, VEC, has_init, act)
-            vector_store(r2g, yg, gY, t, dv, u, VEC)
+            if rg + u < run:
+                vector_store(r2g, yg, gY, t, dv, u, VEC)
     return n, bos, nxt, base, cb, cw
 
 
@@ -407,6 +423,13 @@ class Conv1dFwdKey:
     #: ``cu_seqlens`` entries, a token's sequence is a ballot and two shuffles, a chunk's a (K + 1)-ary search of about 3
     #: loads for 16k sequences instead of 14). The same ``(n, bos, nxt)`` per token: bitwise the same outputs.
     warp_walk: bool = False
+    #: Run grid only (contiguous runs or chunks): False (the key's default) = a group that takes the per-token path shifts
+    #: the register window and computes a token only when the token is inside the run (``if`` around both), so ptxas
+    #: merges two windows after every token: ~27 register moves per token (bf16 W = 4, 8 channels); True = the window
+    #: shifts and :func:`token_output` runs for every token of the group (past the run's end too, on whatever the
+    #: registers hold: nothing reads them afterwards), and only the sequence walk and the 16-byte store are guarded. The
+    #: same fp32 operations for every stored token: bitwise the same outputs.
+    shift_always: bool = False
 
 
 def _ctype(name: str):
@@ -744,13 +767,13 @@ class CausalConv1dFwd:
                                 n, bos, nxt, wbase, cb, cw = group_output(
                                     win, xb, yg, acc, rW, rB, r2g, gY, cu_ptr, init_ptr, t0, rg, run, n, bos, nxt, wbase, cb, cw, lane, nl, lanes,
                                     n_seqs, seq_arg, d0, dv, D, init_sn, init_sd, init_sj, half, U, W, VEC, self.key.varlen, self.key.warp_walk,
-                                    self.key.has_init, self.key.silu,
+                                    self.key.has_init, self.key.silu, self.key.shift_always,
                                 )  # fmt: skip
                         else:
                             n, bos, nxt, wbase, cb, cw = group_output(
                                 win, xb, yg, acc, rW, rB, r2g, gY, cu_ptr, init_ptr, t0, rg, run, n, bos, nxt, wbase, cb, cw, lane, nl, lanes,
                                 n_seqs, seq_arg, d0, dv, D, init_sn, init_sd, init_sj, half, U, W, VEC, self.key.varlen, self.key.warp_walk,
-                                self.key.has_init, self.key.silu,
+                                self.key.has_init, self.key.silu, self.key.shift_always,
                             )  # fmt: skip
                     if const_expr(self.fuse):  # the final states of the sequences that ended in this pair
                         a = t0 + gp * 2 * U
@@ -908,11 +931,19 @@ class CausalConv1dFwd:
                                     n, bos, nxt, wbase, cb, cw = warp_advance(cu_ptr, t, wbase, cb, cw, n_seqs, lane, nl, lanes)
                                 else:
                                     n, bos, nxt = advance_sequence(cu_ptr, t, n, bos, nxt, n_seqs, seq_arg, self.key.varlen)
+                                if const_expr(not self.key.shift_always):
+                                    token_output(
+                                        win, xb[None, u, half], yg[None, u], acc, rW, rB, t, bos, n, d0, init_ptr, n_seqs, D, init_sn, init_sd, init_sj,
+                                        W, VEC, self.key.has_init, self.key.silu,
+                                    )  # fmt: skip
+                                    vector_store(r2g, yg, gY, t, dv, u, VEC)
+                            if const_expr(self.key.shift_always):  # every token of the group; only the walk and the store guarded
                                 token_output(
                                     win, xb[None, u, half], yg[None, u], acc, rW, rB, t, bos, n, d0, init_ptr, n_seqs, D, init_sn, init_sd, init_sj,
                                     W, VEC, self.key.has_init, self.key.silu,
                                 )  # fmt: skip
-                                vector_store(r2g, yg, gY, t, dv, u, VEC)
+                                if rg + u < run:
+                                    vector_store(r2g, yg, gY, t, dv, u, VEC)
                             if const_expr(half == 1 and u < W - 1):
                                 if hn < T:
                                     vector_copy(g2r, gX, halo, hn - (W - 1) + u, dv, u, 0, VEC)
