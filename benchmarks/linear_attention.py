@@ -688,6 +688,9 @@ def main(args=None):
         Provider("ours-noshift+graph", _make_ours_kernel_variant(shift_always=False)),
         Provider("ours-chunk8-noshift+graph", _make_ours_kernel_variant(chunk=8, shift_always=False)),
         Provider("ours-warpwalk-noshift+graph", _make_ours_warp_walk_variant(shift_always=False)),
+        # session 25: a varlen run's first sequence by the binary search alone (``locate_guess = False``; the default on
+        # varlen contiguous runs: the density guess first), kernel-only
+        Provider("ours-noguess+graph", _make_ours_kernel_variant(locate_guess=False)),
         # session 9: the decode update with session 8's host path (ours: the direct call, tvm-ffi route and memo)
         Provider("ours-upd-slowhost", _make_ours_update_slowhost),
         Provider("adapter", _make_ours_adapter(False)),

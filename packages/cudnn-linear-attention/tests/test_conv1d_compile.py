@@ -633,3 +633,51 @@ def test_forward_shift_always_option_values():
         plan.shift_always, plan.grid_ctas = bad, grid
         with pytest.raises(ValueError, match="shift_always"):
             plan.compile()
+
+
+def test_forward_locate_guess_option_values(tmp_path):
+    """``plan.locate_guess``: None resolves to ``FWD_LOCATE_GUESS_DEFAULT`` on varlen contiguous runs without the warp walk,
+    else False (dense, chunks, the warp walk, the 64-token grid); True elsewhere, or a non-bool, raises ValueError naming
+    the option at compile(). True builds a different ``cudnn_`` run kernel with no frame."""
+    from cudnn.kernel_cache import kernel_cache
+    from cudnn.linear_attention.conv1d import api
+    from cudnn.linear_attention.conv1d.api import CausalConv1d
+
+    D = 512
+    x, cu = TensorDesc.contiguous((1000, D), "bfloat16", "x"), TensorDesc.contiguous((6,), "int32", "cu")
+
+    def make(cu_desc):
+        p = CausalConv1d(
+            x, TensorDesc.contiguous((D, 4), "bfloat16", "weight"), x, TensorDesc.contiguous((D,), "bfloat16", "bias"), cu_desc, None, None, "silu"
+        )
+        p.check_support()
+        return p
+
+    plan = make(cu)
+    assert plan.locate_guess is None and plan.compile_key().locate_guess is api.FWD_LOCATE_GUESS_DEFAULT
+    texts = {}
+    for guess in (False, True):
+        plan.locate_guess = guess
+        kernel_cache._entries.pop(("linear_attention.conv1d", plan.compile_key()), None)
+        with keep_artifacts(tmp_path / f"g{guess}") as ptx:
+            plan.compile()
+            texts[guess] = ptx()
+        names = kernel_symbols(texts[guess])
+        assert len(names) == 1 and names[0].startswith("cudnn_") and "kernel_runs" in names[0], names
+        assert frame_sizes(tmp_path / f"g{guess}") == [0]
+    assert texts[False] != texts[True]
+    plan.locate_guess = None
+    for field, value in (("chunk", 8), ("warp_walk", True), ("grid_ctas", 0)):
+        setattr(plan, field, value)
+        assert plan.compile_key().locate_guess is False, field
+        plan.locate_guess = True
+        with pytest.raises(ValueError, match="locate_guess"):
+            plan.compile()
+        plan.locate_guess = None
+        setattr(plan, field, None)
+    dense = make(None)
+    assert dense.compile_key().locate_guess is False
+    for target, bad in ((dense, True), (plan, 1), (plan, "yes")):
+        target.locate_guess = bad
+        with pytest.raises(ValueError, match="locate_guess"):
+            target.compile()

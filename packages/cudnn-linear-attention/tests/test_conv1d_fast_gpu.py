@@ -709,3 +709,56 @@ def test_forward_shift_always_is_bitwise_the_guarded_shift(layout, chunk, walk, 
                 y_ref, _ = causal_conv1d_ref(x, w, b, activation, cu, init)
                 _check(y1, y_ref, name)
     detectors.assert_no_sync_no_alloc(lambda: plan.execute(x, w, y1, b, cu, init, f1), repeats=3)
+
+
+#: (dtype, width, bias, activation, states, steady) of the first-sequence A/B (``locate_guess``: varlen contiguous runs)
+LOCATE_CASES = [
+    ("bfloat16", 4, True, "silu", None, True),
+    ("bfloat16", 4, True, "silu", "init", True),
+    ("float32", 3, False, None, "final", False),
+]
+
+
+@pytest.mark.parametrize(("dtype", "width", "bias", "activation", "states", "steady"), LOCATE_CASES)
+def test_forward_locate_guess_is_bitwise_the_binary_search(dtype, width, bias, activation, states, steady):
+    """``plan.locate_guess`` (a run's first sequence from the density guess ``t0 N / T`` before any binary search) finds
+    the sequence the binary search finds: y and the final states equal the ``locate_guess = False`` plan's bit for bit
+    (NaN-poisoned outputs), y within the tolerance rule of the fp32 reference, over WARP_WALK_LENGTHS (even lengths where
+    the guess is exact, random lengths with empty sequences, 1-token runs around a long sequence and 100 empty ones
+    where it misses, no token) at D = 4096 and 2600; warm executes neither synchronize nor allocate."""
+    from cudnn.linear_attention.conv1d.api import CausalConv1d
+    from cudnn_testing import detectors
+
+    dt = getattr(torch, dtype)
+    for D in (4096, 2600) if dtype == "bfloat16" else (4096,):
+        w = torch.randn(D, width, device="cuda", dtype=torch.float32 if dtype == "float32" else dt) * 0.5
+        b = torch.randn(D, device="cuda", dtype=w.dtype) if bias else None
+        plans = {}
+        for lengths in WARP_WALK_LENGTHS:
+            T, N = sum(lengths), len(lengths)
+            x, cu = torch.randn(T, D, device="cuda", dtype=dt), _cu(lengths)
+            init = torch.randn(N, D, width - 1, device="cuda", dtype=dt) if states == "init" else None
+            outs = []
+            for guess in (False, True):
+                y = torch.full(x.shape, float("nan"), device="cuda", dtype=dt)
+                fin = torch.full((N, D, width - 1), float("nan"), device="cuda", dtype=dt) if states else None
+                plan = plans.get(guess)
+                if plan is None:
+                    plan = plans[guess] = CausalConv1d(x, w, y, b, cu, init, fin, activation)
+                    plan.steady, plan.locate_guess = steady, guess
+                    plan.compile()
+                    key = plan.compile_key()
+                    assert key.locate_guess is guess and key.chunk == 0 and not key.warp_walk and key.steady is steady, key
+                plan.execute(x, w, y, b, cu, init, fin)
+                outs.append((y, fin))
+            torch.cuda.synchronize()
+            (y0, f0), (y1, f1) = outs
+            name = f"y (locate_guess, N={N}, T={T}, D={D})"
+            assert torch.equal(y0, y1), (name, (y0.float() - y1.float()).abs().max())
+            if states:
+                assert torch.equal(f0, f1), name
+            if T and N <= 5000:  # the reference loops over the sequences in Python
+                y_ref, _ = causal_conv1d_ref(x, w, b, activation, cu, init)
+                _check(y1, y_ref, name)
+    plan = plans[True]
+    detectors.assert_no_sync_no_alloc(lambda: plan.execute(x, w, y1, b, cu, init, f1), repeats=3)

@@ -17,6 +17,36 @@ def locate_sequence(cu_ptr: cute.Pointer | None, t0: Int32, n_seqs: Int32, seq_l
 
 
 @cute.jit
+def locate_sequence_guess(cu_ptr: cute.Pointer, t0: Int32, n_seqs: Int32, T: Int32):
+    """:func:`locate_sequence` (varlen) that first tries the sequence the average density predicts, ``t0 N / T`` (exact
+    for equal lengths, every token its own sequence included): two independent loads, ``cu[g]`` and ``cu[g + 1]``; if
+    they hold ``t0`` that is the sequence (the last ``n`` with ``cu[n] <= t0``, as the binary search finds), else the
+    binary search runs on the side of ``g`` they rule in. The same ``(n, bos, nxt)``."""
+    mCu = cute.make_tensor(cu_ptr, cute.make_layout((n_seqs + 1,)))
+    g = cutlass.min((t0.to(Float32) * n_seqs.to(Float32) * cute.arch.rcp_approx(cutlass.max(T, 1).to(Float32))).to(Int32), n_seqs - 1)
+    g = cutlass.max(g, 0)
+    a = mCu[g]
+    b = mCu[g + 1]
+    lo = Int32(0)
+    hi = n_seqs
+    if a <= t0:
+        lo = g
+        if b <= t0:
+            lo = g + 1
+        else:
+            hi = g  # cu[g] <= t0 < cu[g + 1]: found
+    else:
+        hi = g - 1
+    while lo < hi:
+        mid = (lo + hi + 1) >> 1
+        if mCu[mid] <= t0:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo, mCu[lo], mCu[lo + 1]
+
+
+@cute.jit
 def locate_sequence_from(cu_ptr: cute.Pointer | None, t0: Int32, lo: Int32, n_seqs: Int32, seq_len: Int32, varlen: cutlass.Constexpr[bool]):
     """:func:`locate_sequence` given a sequence ``lo`` that starts at or before ``t0`` (``cu_seqlens[lo] <= t0``; sequence
     indices never decrease along T): varlen searches ``[lo, N]`` only (no upper bound: empty sequences); dense as it."""

@@ -45,7 +45,9 @@ for a call whose final states overlap its initial states, the in-place rolling u
 grid: the warp walks ``cu_seqlens`` together, a window of entries in its lanes, instead of one dependent load per sequence
 crossed per token; None = ``FWD_WARP_WALK_DEFAULT`` = False after the session-16 H200 A/B) and ``plan.shift_always``
 (run grid: the per-token path shifts the register window for every token of a group, only the walk and the store
-guarded; None = ``FWD_SHIFT_ALWAYS_DEFAULT`` = True, session 25).
+guarded; None = ``FWD_SHIFT_ALWAYS_DEFAULT`` = True, session 25) and ``plan.locate_guess`` (varlen contiguous runs
+without the warp walk: a run's first sequence from the density guess before any binary search; None =
+``FWD_LOCATE_GUESS_DEFAULT``).
 
 Contract the kernel cannot check without a device read (Rule 3): ``cu_seqlens`` is non-decreasing,
 starts at 0 and ends at T.
@@ -148,6 +150,13 @@ FWD_WARP_WALK_DEFAULT = False
 #: kernel-only, 3 rounds, GB/s, True vs False): the dense states batch 3467.8 vs 3236.3 (+7.2%; eager 3496.7), 1-token
 #: sequences 3265.3 vs 3264.0 (warp walk 3368.9 vs 3328.8, chunk 8 2504.8 vs 2231.0), dense and varlen64 within 1%.
 FWD_SHIFT_ALWAYS_DEFAULT = True
+#: Default of ``CausalConv1d.locate_guess = None`` (``Conv1dFwdKey.locate_guess``; varlen contiguous runs without the
+#: warp walk, else False): True = a run's first token is located from the density guess ``t0 N / T`` (two independent
+#: loads for even lengths) before any binary search; False = the binary search (~14 dependent loads over 16k sequences,
+#: at every CTA's start). Bitwise the same outputs. True since the session-25 H200 A/B
+#: (docs/benchmarks/linear_attention_conv1d_s25_guess.md, kernel-only, 3 rounds, GB/s): 1-token sequences 3375.7 vs
+#: 3257.7 (+3.6%; the warp walk, which locates by the same guess, 3356.8), 64 sequences 3606.5 vs 3584.9.
+FWD_LOCATE_GUESS_DEFAULT = True
 #: CTAs per SM of the default run grid: one wave at the forward kernel's ``Conv1dFwdKey.min_ctas_per_sm`` = 4.
 _RUN_GRID_CTAS_PER_SM = 4
 #: SM count assumed where no CUDA device is known (a descriptor-only plan compiled on a host without a GPU): an H200's.
@@ -475,6 +484,10 @@ class CausalConv1d(_Conv1dCommon):
         #: ``Conv1dFwdKey.shift_always``): None (default) = FWD_SHIFT_ALWAYS_DEFAULT on the run grid, False on the 64-token
         #: grid; True (run grid only) / False explicitly. Outputs bitwise equal either way.
         self.shift_always = None
+        #: The density guess for a run's first sequence (set before compile(); ``Conv1dFwdKey.locate_guess``): None (default)
+        #: = FWD_LOCATE_GUESS_DEFAULT on varlen contiguous runs without the warp walk, else False; True (needs those) /
+        #: False explicitly. Outputs bitwise equal either way.
+        self.locate_guess = None
         self._entry = None
         self._sep = None  # (compiled kernel, tvm-ffi entry or None) of the separate final-states kernels; see final_fused
         self._memo = None  # metadata -> memo entry (see execute); set by compile() when fast_host
@@ -514,6 +527,9 @@ class CausalConv1d(_Conv1dCommon):
         if warp is None:  # the default only where there is a walk: varlen on the run grid
             warp = FWD_WARP_WALK_DEFAULT and self.cu_seqlens is not None and grid != 0
         shift = (FWD_SHIFT_ALWAYS_DEFAULT and grid != 0) if self.shift_always is None else self.shift_always
+        guess = self.locate_guess
+        if guess is None:  # the default only where the search exists: varlen contiguous runs, no warp walk
+            guess = FWD_LOCATE_GUESS_DEFAULT and self.cu_seqlens is not None and grid != 0 and chunk == 0 and warp is False
         return Conv1dFwdKey(
             dtype=_CNAME[self.x.dtype],
             w_dtype=_CNAME[self.weight.dtype],
@@ -531,6 +547,7 @@ class CausalConv1d(_Conv1dCommon):
             final_fused=fused,
             warp_walk=warp,
             shift_always=shift,
+            locate_guess=guess,
         )
 
     def compile(self) -> None:
@@ -572,6 +589,12 @@ class CausalConv1d(_Conv1dCommon):
             raise ValueError(
                 f"CausalConv1d: shift_always={self.shift_always!r} must be None (the default: {FWD_SHIFT_ALWAYS_DEFAULT} on the run grid), True or "
                 f"False, and True needs the run grid (grid_ctas None or > 0; got {key.grid_ctas})"
+            )
+        if type(key.locate_guess) is not bool or (key.locate_guess and (not key.varlen or key.grid_ctas == 0 or key.chunk or key.warp_walk)):
+            raise ValueError(
+                f"CausalConv1d: locate_guess={self.locate_guess!r} must be None (the default: {FWD_LOCATE_GUESS_DEFAULT} on varlen contiguous runs "
+                f"without the warp walk), True or False, and True needs cu_seqlens (declared: {key.varlen}), the run grid (grid_ctas "
+                f"{key.grid_ctas}), chunk 0 (got {key.chunk}) and no warp walk (got {key.warp_walk})"
             )
         s = key.state_dtype
         sa = self._state_align()  # execute checks it; 1 made the kernels move each bf16 state element as two bytes

@@ -94,7 +94,15 @@ from cutlass.cutlass_dsl import dsl_user_op
 
 from .._device.activation import silu
 from .._device.channels import channel_vectors, load_history, load_taps
-from .._device.sequences import advance_sequence, locate_sequence, locate_sequence_from, sequence_bounds, warp_advance, warp_locate
+from .._device.sequences import (
+    advance_sequence,
+    locate_sequence,
+    locate_sequence_from,
+    locate_sequence_guess,
+    sequence_bounds,
+    warp_advance,
+    warp_locate,
+)
 
 THREADS = 128
 
@@ -430,6 +438,11 @@ class Conv1dFwdKey:
     #: registers hold: nothing reads them afterwards), and only the sequence walk and the 16-byte store are guarded. The
     #: same fp32 operations for every stored token: bitwise the same outputs.
     shift_always: bool = False
+    #: Varlen contiguous runs without the warp walk only: False (the key's default) = a run's first token is located by a
+    #: binary search over ``cu_seqlens`` (~14 dependent loads for 16k sequences, before the run's first group can be
+    #: computed); True = by the density guess first (:func:`locate_sequence_guess`: two independent loads when the
+    #: lengths are even, the binary search on the side they rule in otherwise). The same sequence: bitwise the same outputs.
+    locate_guess: bool = False
 
 
 def _ctype(name: str):
@@ -730,6 +743,8 @@ class CausalConv1dFwd:
                     nl = cute.arch.popc(lanes)
                     cu0 = cute.make_tensor(cu_ptr, cute.make_layout((n_seqs + 1,)))[0]
                     n, bos, nxt, wbase, cb, cw = warp_locate(cu_ptr, t0, Int32(0), cu0, n_seqs, T, lane, nl, lanes)
+                elif const_expr(self.key.locate_guess):
+                    n, bos, nxt = locate_sequence_guess(cu_ptr, t0, n_seqs, T)
                 else:
                     n, bos, nxt = locate_sequence(cu_ptr, t0, n_seqs, seq_arg, self.key.varlen)
 
