@@ -17,6 +17,18 @@ def locate_sequence(cu_ptr: cute.Pointer | None, t0: Int32, n_seqs: Int32, seq_l
 
 
 @cute.jit
+def _last_start_at_or_before(mCu: cute.Tensor, t0: Int32, lo: Int32, hi: Int32) -> Int32:
+    """Binary search: the last ``n`` in ``[lo, hi]`` with ``cu[n] <= t0``, given ``cu[lo] <= t0``."""
+    while lo < hi:
+        mid = (lo + hi + 1) >> 1
+        if mCu[mid] <= t0:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+@cute.jit
 def locate_sequence_guess(cu_ptr: cute.Pointer, t0: Int32, n_seqs: Int32, T: Int32):
     """:func:`locate_sequence` (varlen) that first tries the sequence the average density predicts, ``t0 N / T`` (exact
     for equal lengths, every token its own sequence included): two independent loads, ``cu[g]`` and ``cu[g + 1]``; if
@@ -37,12 +49,7 @@ def locate_sequence_guess(cu_ptr: cute.Pointer, t0: Int32, n_seqs: Int32, T: Int
             hi = g  # cu[g] <= t0 < cu[g + 1]: found
     else:
         hi = g - 1
-    while lo < hi:
-        mid = (lo + hi + 1) >> 1
-        if mCu[mid] <= t0:
-            lo = mid
-        else:
-            hi = mid - 1
+    lo = _last_start_at_or_before(mCu, t0, lo, hi)
     return lo, mCu[lo], mCu[lo + 1]
 
 
@@ -55,14 +62,7 @@ def locate_sequence_from(cu_ptr: cute.Pointer | None, t0: Int32, lo: Int32, n_se
     nxt = Int32(0)
     if const_expr(varlen):
         mCu = cute.make_tensor(cu_ptr, cute.make_layout((n_seqs + 1,)))
-        hi = n_seqs
-        while lo < hi:
-            mid = (lo + hi + 1) >> 1
-            if mCu[mid] <= t0:
-                lo = mid
-            else:
-                hi = mid - 1
-        n = lo
+        n = _last_start_at_or_before(mCu, t0, lo, n_seqs)
         bos = mCu[n]
         nxt = mCu[n + 1]
     else:
