@@ -78,6 +78,11 @@ register window and runs :func:`token_output` for every token of the group, past
 the sequence walk and the store asking whether the token is inside the run. Guarding the shift too made ptxas merge two
 windows after every token (~27 register moves per token at bf16 W = 4).
 
+First sequence of a varlen run (``Conv1dFwdKey.locate_guess``, the adapter's default on varlen contiguous runs without
+the warp walk since the session-25 H200 A/B: the 1-token batch +3.6%): :func:`locate_sequence_guess` tries the sequence
+the average density predicts (two independent loads) before the binary search, which otherwise costs every CTA ~14
+dependent loads over 16k offsets before its first group.
+
 Tests: packages/cudnn-linear-attention/tests/test_conv1d*.py; benchmark: benchmarks/linear_attention.py.
 """
 
