@@ -691,6 +691,9 @@ def main(args=None):
         # session 25: a varlen run's first sequence by the binary search alone (``locate_guess = False``; the default on
         # varlen contiguous runs: the density guess first), kernel-only
         Provider("ours-noguess+graph", _make_ours_kernel_variant(locate_guess=False)),
+        # session 25 (opt-in, not yet GPU-run): varlen chunk 8 with each chunk's first sequence from the density guess,
+        # loaded a chunk ahead (``chunk_guess``), kernel-only: compare ours-chunk8+graph and ours+graph
+        Provider("ours-chunk8-guess+graph", _make_ours_kernel_variant(chunk=8, chunk_guess=True)),
         # session 9: the decode update with session 8's host path (ours: the direct call, tvm-ffi route and memo)
         Provider("ours-upd-slowhost", _make_ours_update_slowhost),
         Provider("adapter", _make_ours_adapter(False)),

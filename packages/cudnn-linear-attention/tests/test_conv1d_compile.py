@@ -681,3 +681,49 @@ def test_forward_locate_guess_option_values(tmp_path):
         target.locate_guess = bad
         with pytest.raises(ValueError, match="locate_guess"):
             target.compile()
+
+
+def test_forward_chunk_guess_builds_and_validates(tmp_path):
+    """``plan.chunk_guess`` (opt-in, session 25: varlen chunks locate each chunk's first sequence from the density guess,
+    its two offsets loaded one chunk ahead): False by default; True builds a different ``cudnn_`` run kernel for varlen
+    chunk 8 with no frame and 16-byte accesses, with and without states; True on contiguous runs, with the warp walk, on
+    a dense plan, or a non-bool, raises ValueError naming the option at compile()."""
+    from cudnn.kernel_cache import kernel_cache
+    from cudnn.linear_attention.conv1d.api import CausalConv1d
+
+    D = 512
+    x, cu = TensorDesc.contiguous((1000, D), "bfloat16", "x"), TensorDesc.contiguous((6,), "int32", "cu")
+    st = TensorDesc.contiguous((5, D, 3), "bfloat16", "states")
+    texts = {}
+    for guess, states in ((False, False), (True, False), (True, True)):
+        plan = CausalConv1d(
+            x, TensorDesc.contiguous((D, 4), "bfloat16", "weight"), x, TensorDesc.contiguous((D,), "bfloat16", "bias"), cu, st if states else None, None, "silu"
+        )
+        plan.check_support()
+        assert plan.chunk_guess is False and plan.compile_key().chunk_guess is False
+        plan.chunk, plan.chunk_guess = 8, guess
+        key = plan.compile_key()
+        assert key.chunk_guess is guess and key.chunk == 8, key
+        kernel_cache._entries.pop(("linear_attention.conv1d", key), None)
+        out = tmp_path / f"g{guess}-{states}"
+        with keep_artifacts(out) as ptx:
+            plan.compile()
+            texts[(guess, states)] = ptx()
+        names = kernel_symbols(texts[(guess, states)])
+        assert len(names) == 1 and names[0].startswith("cudnn_") and "kernel_runs" in names[0], names
+        assert "ld.global.v4" in texts[(guess, states)] and "st.global.v4" in texts[(guess, states)]
+        assert frame_sizes(out) == [0]
+    assert texts[(False, False)] != texts[(True, False)]
+    for field, value in (("chunk", 0), ("warp_walk", True)):
+        plan.chunk_guess, plan.chunk = True, 8
+        setattr(plan, field, value)
+        with pytest.raises(ValueError, match="chunk_guess"):
+            plan.compile()
+        setattr(plan, field, None)
+    xd = TensorDesc.contiguous((2, 64, D), "bfloat16", "x")
+    dense = CausalConv1d(xd, TensorDesc.contiguous((D, 4), "bfloat16", "weight"), xd, activation="silu")
+    dense.check_support()
+    for bad in (True, 1, None):
+        dense.chunk_guess = bad
+        with pytest.raises(ValueError, match="chunk_guess"):
+            dense.compile()
