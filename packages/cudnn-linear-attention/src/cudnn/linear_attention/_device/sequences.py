@@ -61,6 +61,8 @@ def locate_sequence_guess(cu_ptr: cute.Pointer, t0: Int32, n_seqs: Int32, T: Int
     bracket of :func:`locate_from_guess` from ``lo`` = 0). The same ``(n, bos, nxt)``."""
     mCu = cute.make_tensor(cu_ptr, cute.make_layout((n_seqs + 1,)))
     g = density_guess(t0, n_seqs, T)
+    # locate_from_guess's bracket written out with lo = 0: this form is what the session-25 H200 A/B and GPU tests ran
+    # (calling locate_from_guess changes the kernel's code: cutlass.max(0, g) and the offsets reloaded)
     a = mCu[g]
     b = mCu[g + 1]
     lo = Int32(0)
