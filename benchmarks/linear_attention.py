@@ -19,6 +19,8 @@ all kernel-only, and "ours-steady-pf2" the public op eager with both; "ours-chun
 contiguous run per CTA row: the dense default until session 15, when ``ours+graph`` became chunk 8 on dense cases);
 "ours-final-fused+graph" / "ours-final-sep+graph" (the states case only): the forward kernel writes the final states
 (``final_fused = True``, the default since session 16) / the separate final-states kernel after it, kernel-only;
+"ours-initonly+graph" / "ours-finalonly+graph" (session 26, the states case only): only the initial states in / only
+the final states out, kernel-only, next to the "fwd batch B16 T16k D4096" case (the same dense batch, no states);
 "ours-warpwalk+graph" / "ours-chunk8-warpwalk+graph" (the varlen cases only): ``warp_walk = True`` (the warp walks
 ``cu_seqlens`` together: a window of entries in its lanes) on the contiguous runs / on chunk 8, kernel-only; "ours-upd-slowhost" the decode update with session
 8's host path (custom-op dispatch, DSL entry, full validation; ``ours`` has session 9's direct call, tvm-ffi route and
@@ -84,6 +86,12 @@ def _cases():
     cases.append(Case("fwd varlen1tok T16k D4096", {"op": "fwd", "t": 16384, "d": 4096, "varlen": "ones"}, bytes=2 * 16384 * 4096 * 2))
     # dense [16, 1024, 4096] with initial states in and final states out ([16, 4096, 3] bf16; their bytes left out)
     cases.append(Case("fwd states B16 T16k D4096", {"op": "fwd", "t": 16384, "d": 4096, "varlen": False, "batch": 16}, bytes=2 * 16384 * 4096 * 2))
+    # session 26: the states batch with 512 sequences of 32 tokens (initial + final states [512, 4096, 3] bf16: 25 MB, left out)
+    cases.append(Case("fwd states B512 T16k D4096", {"op": "fwd", "t": 16384, "d": 4096, "varlen": False, "batch": 512}, bytes=2 * 16384 * 4096 * 2))
+    # the same dense batch without states (session 26: what the states cost, apart from the 16 sequences)
+    cases.append(
+        Case("fwd batch B16 T16k D4096", {"op": "fwd", "t": 16384, "d": 4096, "varlen": False, "batch": 16, "states": False}, bytes=2 * 16384 * 4096 * 2)
+    )
     for t, d in ((16384, 4096),):
         cases.append(Case(f"bwd T{t // 1024}k D{d}", {"op": "bwd", "t": t, "d": d, "varlen": False}, bytes=3 * t * d * 2))
     cases.append(Case("bwd varlen64 T32k D4096", {"op": "bwd", "t": 32768, "d": 4096, "varlen": True}, bytes=3 * 32768 * 4096 * 2))
@@ -121,7 +129,7 @@ def _inputs(case):
     b = torch.randn(d, device="cuda", dtype=torch.bfloat16)
     cu = cu_seqlens(_lengths(t, p["varlen"]), "cuda") if p["varlen"] else None
     out = dict(x=x, w=w, b=b, cu=cu, dy=torch.randn_like(x), init=None, final=None)
-    if "batch" in p:  # the states case: initial states in, final states out
+    if p.get("states", "batch" in p):  # the states case: initial states in, final states out
         out["init"] = torch.randn(nb, d, WIDTH - 1, device="cuda", dtype=torch.bfloat16)
         out["final"] = torch.empty(nb, d, WIDTH - 1, device="cuda", dtype=torch.bfloat16)
     return out
@@ -257,7 +265,7 @@ def _make_ours_kernel_variant(**fields):
     ``steady``, ``l2_prefetch``, ``chunk``; options left out keep their defaults, resolved by ``compile_key()``: the
     default chunk only where valid), replayed from a CUDA graph, so the column is kernel time (compare with ``ours+graph``)."""
 
-    def make(case):
+    def make(case, keep_init=True, keep_final=True):
         from cudnn.linear_attention.conv1d.api import CausalConv1d
 
         if case.params["op"] != "fwd":
@@ -266,13 +274,15 @@ def _make_ours_kernel_variant(**fields):
         cu = inp["cu"]
         x = inp["x"][0] if cu is not None else inp["x"]
         y = x.new_empty(x.shape)
-        plan = CausalConv1d(x, inp["w"], y, inp["b"], cu, inp["init"], inp["final"], activation="silu")
+        init = inp["init"] if keep_init else None
+        final = inp["final"] if keep_final else None
+        plan = CausalConv1d(x, inp["w"], y, inp["b"], cu, init, final, activation="silu")
         plan.tvm_ffi = True
         for name, value in fields.items():
             setattr(plan, name, value)
         plan.check_support()
         plan.compile()
-        return _graphed(lambda case: lambda: plan.execute(x, inp["w"], y, inp["b"], cu, inp["init"], inp["final"]))(case)
+        return _graphed(lambda case: lambda: plan.execute(x, inp["w"], y, inp["b"], cu, init, final))(case)
 
     return make
 
@@ -296,9 +306,23 @@ def _make_ours_final_variant(fused):
     variant = _make_ours_kernel_variant(final_fused=fused)
 
     def make(case):
-        if "batch" not in case.params:
+        if not case.params.get("states", "batch" in case.params):
             raise Unsupported("final-states A/B: the states case only")
         return variant(case)
+
+    return make
+
+
+def _make_ours_states_variant(init, final):
+    """States A/B (session 26): :func:`_make_ours_kernel_variant` on the states case with only the initial states
+    (``init``) or only the final states (``final``) declared, kernel-only: what each side costs (compare ours+graph, both,
+    and the dense batch case, neither)."""
+    variant = _make_ours_kernel_variant()
+
+    def make(case):
+        if not case.params.get("states", "batch" in case.params):
+            raise Unsupported("states A/B: the states case only")
+        return variant(case, keep_init=init, keep_final=final)
 
     return make
 
@@ -322,7 +346,7 @@ def _make_fla(case):
 
         cache = torch.randn(inp["x"].shape[0], inp["x"].shape[1], WIDTH, device="cuda", dtype=torch.bfloat16)
         return lambda: causal_conv1d_update(inp["x"], cache, weight=inp["w"], bias=inp["b"], activation="silu")
-    if "batch" in case.params:
+    if case.params.get("states", "batch" in case.params):
         raise Unsupported("states case: ours only (the conv1d chunk A/B)")
     cu = inp["cu"]
     cu64 = cu.long() if cu is not None else None
@@ -691,9 +715,10 @@ def main(args=None):
         # session 25: a varlen run's first sequence by the binary search alone (``locate_guess = False``; the default on
         # varlen contiguous runs: the density guess first), kernel-only
         Provider("ours-noguess+graph", _make_ours_kernel_variant(locate_guess=False)),
-        # session 25 (opt-in, not yet GPU-run): varlen chunk 8 with each chunk's first sequence from the density guess,
-        # loaded a chunk ahead (``chunk_guess``), kernel-only: compare ours-chunk8+graph and ours+graph
-        Provider("ours-chunk8-guess+graph", _make_ours_kernel_variant(chunk=8, chunk_guess=True)),
+        # session 26, the states case: only the initial states in / only the final states out, kernel-only (compare
+        # ours+graph, both, and the "fwd batch" case, neither)
+        Provider("ours-initonly+graph", _make_ours_states_variant(True, False)),
+        Provider("ours-finalonly+graph", _make_ours_states_variant(False, True)),
         # session 9: the decode update with session 8's host path (ours: the direct call, tvm-ffi route and memo)
         Provider("ours-upd-slowhost", _make_ours_update_slowhost),
         Provider("adapter", _make_ours_adapter(False)),

@@ -70,11 +70,11 @@ def test_reference_engine_on_cuda_by_name_and_on_a_side_stream():
     x_t, w_t, b_t = _inputs()
     graph, (x, w, bias, z) = _example(x_t, w_t, b_t, engines=["reference"])
     assert graph.get_plan_names() == ["reference"]
+    z_t = torch.full((1, M, N), float("nan"), device="cuda", dtype=torch.bfloat16)  # filled before the side stream's wait
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     handle = cudnn.create_handle(device="cuda")
     cudnn.set_stream(handle=handle, stream=side.cuda_stream)
-    z_t = torch.full((1, M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
     graph.execute({x: x_t, w: w_t, bias: b_t, z: z_t}, None, handle=handle)
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()

@@ -218,9 +218,9 @@ def test_tvm_ffi_launch_route_matches_the_dsl_entry_bit_for_bit():
         plan.compile()
         assert (plan._entry is not None) == route
         plan.execute(x, w, y, b, cu, init, fin)
+        y2 = torch.full_like(x, float("nan"))  # before the side stream's wait, which orders its fill before the side launch
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
-        y2 = torch.full_like(x, float("nan"))
         plan.execute(x, w, y2, b, cu, init, fin, current_stream=side)
         torch.cuda.current_stream().wait_stream(side)
         if route:

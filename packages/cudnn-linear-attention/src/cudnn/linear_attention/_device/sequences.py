@@ -29,40 +29,14 @@ def _last_start_at_or_before(mCu: cute.Tensor, t0: Int32, lo: Int32, hi: Int32) 
 
 
 @cute.jit
-def density_guess(t0: Int32, n_seqs: Int32, T: Int32) -> Int32:
-    """The sequence of token ``t0`` if all ``n_seqs`` sequences of the ``T`` tokens had one length: ``t0 N / T``, in
-    ``[0, N - 1]`` (exact for equal lengths, every token its own sequence included)."""
-    g = cutlass.min((t0.to(Float32) * n_seqs.to(Float32) * cute.arch.rcp_approx(cutlass.max(T, 1).to(Float32))).to(Int32), n_seqs - 1)
-    return cutlass.max(g, 0)
-
-
-@cute.jit
-def locate_from_guess(mCu: cute.Tensor, t0: Int32, lo: Int32, n_seqs: Int32, g: Int32, a: Int32, b: Int32) -> Int32:
-    """The last ``n`` with ``cu[n] <= t0`` (the binary search's answer), given ``cu[lo] <= t0`` and a guess ``g`` with its
-    two offsets ``a = cu[g]``, ``b = cu[g + 1]``: ``g`` itself when they hold ``t0``, else the binary search on the side
-    of ``g`` they rule in (any ``g`` in ``[0, N - 1]`` is valid)."""
-    hi = n_seqs
-    if a <= t0:
-        lo = cutlass.max(lo, g)
-        if b <= t0:
-            lo = cutlass.max(lo, g + 1)
-        else:
-            hi = g  # cu[g] <= t0 < cu[g + 1]: found
-    else:
-        hi = g - 1
-    return _last_start_at_or_before(mCu, t0, lo, hi)
-
-
-@cute.jit
 def locate_sequence_guess(cu_ptr: cute.Pointer, t0: Int32, n_seqs: Int32, T: Int32):
-    """:func:`locate_sequence` (varlen) that first tries the sequence the average density predicts (:func:`density_guess`):
-    two independent loads, ``cu[g]`` and ``cu[g + 1]``; if they hold ``t0`` that is the sequence (the last ``n`` with
-    ``cu[n] <= t0``, as the binary search finds), else the binary search runs on the side of ``g`` they rule in (the
-    bracket of :func:`locate_from_guess` from ``lo`` = 0). The same ``(n, bos, nxt)``."""
+    """:func:`locate_sequence` (varlen) that first tries the sequence the average density predicts, ``t0 N / T`` (exact
+    for equal lengths, every token its own sequence included): two independent loads, ``cu[g]`` and ``cu[g + 1]``; if
+    they hold ``t0`` that is the sequence (the last ``n`` with ``cu[n] <= t0``, as the binary search finds), else the
+    binary search runs on the side of ``g`` they rule in. The same ``(n, bos, nxt)``."""
     mCu = cute.make_tensor(cu_ptr, cute.make_layout((n_seqs + 1,)))
-    g = density_guess(t0, n_seqs, T)
-    # locate_from_guess's bracket written out with lo = 0: this form is what the session-25 H200 A/B and GPU tests ran
-    # (calling locate_from_guess changes the kernel's code: cutlass.max(0, g) and the offsets reloaded)
+    g = cutlass.min((t0.to(Float32) * n_seqs.to(Float32) * cute.arch.rcp_approx(cutlass.max(T, 1).to(Float32))).to(Int32), n_seqs - 1)
+    g = cutlass.max(g, 0)
     a = mCu[g]
     b = mCu[g + 1]
     lo = Int32(0)

@@ -488,10 +488,6 @@ class CausalConv1d(_Conv1dCommon):
         #: = FWD_LOCATE_GUESS_DEFAULT on varlen contiguous runs without the warp walk, else False; True (needs those) /
         #: False explicitly. Outputs bitwise equal either way.
         self.locate_guess = None
-        #: The density guess for each chunk's first sequence, loaded one chunk ahead (set before compile();
-        #: ``Conv1dFwdKey.chunk_guess``): False (default; opt-in, not yet run on a GPU) / True (varlen chunks without the warp
-        #: walk). Outputs bitwise equal either way.
-        self.chunk_guess = False
         self._entry = None
         self._sep = None  # (compiled kernel, tvm-ffi entry or None) of the separate final-states kernels; see final_fused
         self._memo = None  # metadata -> memo entry (see execute); set by compile() when fast_host
@@ -552,7 +548,6 @@ class CausalConv1d(_Conv1dCommon):
             warp_walk=warp,
             shift_always=shift,
             locate_guess=guess,
-            chunk_guess=self.chunk_guess,
         )
 
     def compile(self) -> None:
@@ -600,11 +595,6 @@ class CausalConv1d(_Conv1dCommon):
                 f"CausalConv1d: locate_guess={self.locate_guess!r} must be None (the default: {FWD_LOCATE_GUESS_DEFAULT} on varlen contiguous runs "
                 f"without the warp walk), True or False, and True needs cu_seqlens (declared: {key.varlen}), the run grid (grid_ctas "
                 f"{key.grid_ctas}), chunk 0 (got {key.chunk}) and no warp walk (got {key.warp_walk})"
-            )
-        if type(key.chunk_guess) is not bool or (key.chunk_guess and (not key.varlen or not key.chunk or key.warp_walk)):
-            raise ValueError(
-                f"CausalConv1d: chunk_guess={self.chunk_guess!r} must be True or False, and True needs cu_seqlens (declared: {key.varlen}), "
-                f"chunk > 0 (got {key.chunk}) and no warp walk (got {key.warp_walk})"
             )
         s = key.state_dtype
         sa = self._state_align()  # execute checks it; 1 made the kernels move each bf16 state element as two bytes

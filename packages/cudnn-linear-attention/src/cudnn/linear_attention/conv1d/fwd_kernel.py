@@ -101,8 +101,6 @@ from .._device.activation import silu
 from .._device.channels import channel_vectors, load_history, load_taps
 from .._device.sequences import (
     advance_sequence,
-    density_guess,
-    locate_from_guess,
     locate_sequence,
     locate_sequence_from,
     locate_sequence_guess,
@@ -450,12 +448,6 @@ class Conv1dFwdKey:
     #: computed); True = by the density guess first (:func:`locate_sequence_guess`: two independent loads when the
     #: lengths are even, the binary search on the side they rule in otherwise). The same sequence: bitwise the same outputs.
     locate_guess: bool = False
-    #: Varlen chunks (``chunk`` > 0) without the warp walk only: False (the key's default) = each chunk's first token is
-    #: located by a binary search from the previous chunk's sequence (~14 dependent loads for 16k sequences, per 8-token
-    #: chunk: why chunks lost the 1-token batch); True = by the density guess, whose two offsets were loaded one chunk
-    #: earlier (:func:`locate_from_guess`; the binary search on the side they rule in when it misses). The same sequence:
-    #: bitwise the same outputs. Opt-in, written in session 25 after its device time was spent: not yet run on a GPU.
-    chunk_guess: bool = False
 
 
 def _ctype(name: str):
@@ -900,16 +892,6 @@ class CausalConv1dFwd:
                 lane = cute.arch.lane_idx()
                 nl = cute.arch.popc(lanes)
                 bos = cute.make_tensor(cu_ptr, cute.make_layout((n_seqs + 1,)))[0]  # cu[n] for the first chunk's search
-            # chunk_guess: the density guess for the next chunk's first token and its two offsets, loaded one chunk ahead
-            pg = Int32(0)
-            pa = Int32(0)
-            pb = Int32(0)
-            mCu = None
-            if const_expr(self.key.chunk_guess):
-                mCu = cute.make_tensor(cu_ptr, cute.make_layout((n_seqs + 1,)))
-                pg = density_guess(c0, n_seqs, T)
-                pa = mCu[pg]
-                pb = mCu[pg + 1]
             for p in cutlass.range(nc * HP, unroll=1):  # group pairs of all this CTA's chunks, in order
                 ci = p // HP  # the chunk, of this CTA's
                 q = p - ci * HP  # the pair, of the chunk's
@@ -938,17 +920,6 @@ class CausalConv1dFwd:
                             if q == 0:  # varlen: the binary search from the previous chunk's sequence, with group 1's loads in flight
                                 if const_expr(self.key.warp_walk):
                                     n, bos, nxt, wbase, cb, cw = warp_locate(cu_ptr, t0, n, bos, n_seqs, T, lane, nl, lanes)
-                                elif const_expr(self.key.chunk_guess):  # the guess loaded a chunk ago; then the next chunk's
-                                    n = locate_from_guess(mCu, t0, n, n_seqs, pg, pa, pb)
-                                    bos = pa
-                                    nxt = pb
-                                    if n != pg:
-                                        bos = mCu[n]
-                                        nxt = mCu[n + 1]
-                                    if t0 + stride < T:
-                                        pg = density_guess(t0 + stride, n_seqs, T)
-                                        pa = mCu[pg]
-                                        pb = mCu[pg + 1]
                                 else:
                                     n, bos, nxt = locate_sequence_from(cu_ptr, t0, n, n_seqs, seq_arg, True)
                         n_pair = n  # the sequence of the pair's first token (or of the token before it)
