@@ -19,7 +19,9 @@ all kernel-only, and "ours-steady-pf2" the public op eager with both; "ours-chun
 contiguous run per CTA row: the dense default until session 15, when ``ours+graph`` became chunk 8 on dense cases);
 "ours-final-fused+graph" / "ours-final-sep+graph" (the states case only): the forward kernel writes the final states
 (``final_fused = True``, the default since session 16) / the separate final-states kernel after it, kernel-only;
-"ours-initonly+graph" / "ours-finalonly+graph" (session 26, the states case only): only the initial states in / only
+"ours-elemfinal+graph" (session 26, the states cases): the final states element by element (``final_contiguous =
+False``; the default writes contiguous final states with vector stores), kernel-only; "ours-initonly+graph" /
+"ours-finalonly+graph" (session 26, the states case only): only the initial states in / only
 the final states out, kernel-only, next to the "fwd batch B16 T16k D4096" case (the same dense batch, no states);
 "ours-warpwalk+graph" / "ours-chunk8-warpwalk+graph" (the varlen cases only): ``warp_walk = True`` (the warp walks
 ``cu_seqlens`` together: a window of entries in its lanes) on the contiguous runs / on chunk 8, kernel-only; "ours-upd-slowhost" the decode update with session
@@ -88,6 +90,9 @@ def _cases():
     cases.append(Case("fwd states B16 T16k D4096", {"op": "fwd", "t": 16384, "d": 4096, "varlen": False, "batch": 16}, bytes=2 * 16384 * 4096 * 2))
     # session 26: the states batch with 512 sequences of 32 tokens (initial + final states [512, 4096, 3] bf16: 25 MB, left out)
     cases.append(Case("fwd states B512 T16k D4096", {"op": "fwd", "t": 16384, "d": 4096, "varlen": False, "batch": 512}, bytes=2 * 16384 * 4096 * 2))
+    # session 26: 256 random lengths over T16k with initial and final states ([256, 4096, 3] bf16, left out): serving's
+    # continuous-batching prefill with conv states
+    cases.append(Case("fwd states varlen256 T16k D4096", {"op": "fwd", "t": 16384, "d": 4096, "varlen": 256, "states": True}, bytes=2 * 16384 * 4096 * 2))
     # the same dense batch without states (session 26: what the states cost, apart from the 16 sequences)
     cases.append(
         Case("fwd batch B16 T16k D4096", {"op": "fwd", "t": 16384, "d": 4096, "varlen": False, "batch": 16, "states": False}, bytes=2 * 16384 * 4096 * 2)
@@ -105,8 +110,9 @@ def _lengths(total, kind):
 
     if kind == "ones":
         return [1] * total
+    n = 64 if kind is True else kind  # True: 64 random lengths; an int: that many
     g = torch.Generator().manual_seed(0)
-    cuts = sorted(torch.randperm(total - 1, generator=g)[:63].add(1).tolist())
+    cuts = sorted(torch.randperm(total - 1, generator=g)[: n - 1].add(1).tolist())
     return [b - a for a, b in zip([0] + cuts, cuts + [total], strict=True)]
 
 
@@ -129,9 +135,10 @@ def _inputs(case):
     b = torch.randn(d, device="cuda", dtype=torch.bfloat16)
     cu = cu_seqlens(_lengths(t, p["varlen"]), "cuda") if p["varlen"] else None
     out = dict(x=x, w=w, b=b, cu=cu, dy=torch.randn_like(x), init=None, final=None)
-    if p.get("states", "batch" in p):  # the states case: initial states in, final states out
-        out["init"] = torch.randn(nb, d, WIDTH - 1, device="cuda", dtype=torch.bfloat16)
-        out["final"] = torch.empty(nb, d, WIDTH - 1, device="cuda", dtype=torch.bfloat16)
+    if p.get("states", "batch" in p):  # the states cases: initial states in, final states out
+        ns = cu.shape[0] - 1 if cu is not None else nb
+        out["init"] = torch.randn(ns, d, WIDTH - 1, device="cuda", dtype=torch.bfloat16)
+        out["final"] = torch.empty(ns, d, WIDTH - 1, device="cuda", dtype=torch.bfloat16)
     return out
 
 
@@ -156,7 +163,7 @@ def _make_ours(case):
 
     def fwd(x, w, b):
         if inp["init"] is not None:
-            return causal_conv1d(x, w, b, "silu", initial_states=inp["init"], output_final_states=True)[0]
+            return causal_conv1d(x[0] if cu is not None else x, w, b, "silu", cu_seqlens=cu, initial_states=inp["init"], output_final_states=True)[0]
         return causal_conv1d(x[0] if cu is not None else x, w, b, "silu", cu_seqlens=cu)
 
     if op == "fwd":
@@ -300,17 +307,20 @@ def _make_ours_warp_walk_variant(**fields):
     return make
 
 
-def _make_ours_final_variant(fused):
-    """Final-states A/B (``final_fused``): :func:`_make_ours_kernel_variant` with ``final_fused = fused`` on the states case
-    only (initial states in, final states out; the other cases declare no final states)."""
-    variant = _make_ours_kernel_variant(final_fused=fused)
+def _on_states_cases(variant, what):
+    """``variant`` on the states cases only (initial states in, final states out; the other cases declare no states)."""
 
     def make(case):
         if not case.params.get("states", "batch" in case.params):
-            raise Unsupported("final-states A/B: the states case only")
+            raise Unsupported(f"{what}: the states cases only")
         return variant(case)
 
     return make
+
+
+def _make_ours_final_variant(fused):
+    """Final-states A/B (``final_fused``): :func:`_make_ours_kernel_variant` with ``final_fused = fused``, states cases."""
+    return _on_states_cases(_make_ours_kernel_variant(final_fused=fused), "final-states A/B")
 
 
 def _make_ours_states_variant(init, final):
@@ -715,6 +725,9 @@ def main(args=None):
         # session 25: a varlen run's first sequence by the binary search alone (``locate_guess = False``; the default on
         # varlen contiguous runs: the density guess first), kernel-only
         Provider("ours-noguess+graph", _make_ours_kernel_variant(locate_guess=False)),
+        # session 26, the states cases: the final states element by element (``final_contiguous = False``; ours+graph writes
+        # contiguous final states with vector stores), kernel-only
+        Provider("ours-elemfinal+graph", _on_states_cases(_make_ours_kernel_variant(final_contiguous=False), "final-states layout A/B")),
         # session 26, the states case: only the initial states in / only the final states out, kernel-only (compare
         # ours+graph, both, and the "fwd batch" case, neither)
         Provider("ours-initonly+graph", _make_ours_states_variant(True, False)),

@@ -147,8 +147,9 @@ def test_forward_default_run_grid_compiles_to_16_byte_accesses(tmp_path):
     """The default plan (varlen with initial and final states, bf16, W = 4; ``grid_ctas`` None): the run grid with 4 x the
     SM count (528 where no GPU is visible) writing the final states itself (``final_fused``, the default), one ``cudnn_``
     symbol; x and the halo come in by ``ld.global.v4``, y leaves by plain ``st.global.v4`` (no cache hint), no cp.async, no
-    local memory in the PTX; ptxas at the 128-register cap: a 24-byte frame (loop counters; 16 before the session-25
-    ``shift_always`` default, 0 before the fused final states and the 2-byte state pointers). The separate pair
+    local memory in the PTX; ptxas at the 128-register cap: no frame since the session-26 contiguous final states' vector
+    stores (24 bytes before; 16 before the session-25 ``shift_always`` default, 0 before the fused final states and the
+    2-byte state pointers). The separate pair
     (``final_fused = False``, which the fused plan also prepares for overlapping state buffers): the run kernel next to
     the final-states kernel, frames 0 and 0 (8 and 0 before ``shift_always``). Another token total and sequence count is
     a kernel-cache hit (Rule 4)."""
@@ -195,7 +196,7 @@ def test_forward_default_run_grid_compiles_to_16_byte_accesses(tmp_path):
     assert ("ld", ".v4.b32") in wide and ("st", ".v4.b32") in wide, wide
     assert not [a for a in wide if a[0] == "st" and ".cs" in a[1]], wide  # no evict-first stores (removed in session 6)
     assert "cp.async" not in text and ".local" not in text
-    assert frame_sizes(tmp_path / "fused") == [24]
+    assert frame_sizes(tmp_path / "fused") == [0]
 
     misses = kernel_cache.stats.misses
     other = _fwd_plan(123457, 77)  # another token total and sequence count: same artifact
@@ -410,14 +411,15 @@ def test_forward_varlen_chunk_compiles_without_a_frame(tmp_path, states):
 #: (varlen, initial states, states dtype, grid_ctas, chunk, frame) of the fused final-states builds (``final_fused``, the default
 #: with final states): dense final only and dense initial + final (the states benchmark's key) on the chunk-8 default,
 #: varlen initial + final on its contiguous-runs default, varlen final only with fp32 states (x bf16) on chunk 8, and the
-#: 64-token CTAs with fp32 states. ``frame``: ptxas's frame at the 128-register cap (sm_90a), measured in session 25 with
-#: the ``shift_always`` default: loop counters, not the per-token math (session 16, before it: 8, 32, 16, 8, 8).
+#: 64-token CTAs with fp32 states. ``frame``: ptxas's frame at the 128-register cap (sm_90a), measured in session 26 with
+#: the contiguous final states' vector stores (``final_contiguous``); session 25, element by element: 0, 24, 24, 0, 8;
+#: session 16, before ``shift_always``: 8, 32, 16, 8, 8.
 FUSED_CASES = [
-    (False, False, "bfloat16", None, None, 0),
+    (False, False, "bfloat16", None, None, 8),
     (False, True, "bfloat16", None, None, 24),
-    (True, True, "bfloat16", None, None, 24),
+    (True, True, "bfloat16", None, None, 0),
     (True, False, "float32", None, 8, 0),
-    (False, True, "float32", 0, None, 8),
+    (False, True, "float32", 0, None, 40),
 ]
 
 
@@ -461,9 +463,10 @@ def test_forward_fused_final_states_compile(tmp_path, varlen, init, sdt, grid, c
         text = ptx()
     names = kernel_symbols(text)
     assert len(names) == 1 and names[0].startswith("cudnn_") and "final_kernel" not in names[0], names
-    store = "st.global.b16" if sdt == "bfloat16" else "st.global.b32"
-    assert store in text and "st.global.b8" not in text and "ld.global.v4" in text and ".local" not in text
-    assert frame_sizes(tmp_path) == [frame]
+    scalar = "st.global.b16" if sdt == "bfloat16" else "st.global.b32"  # contiguous final states: vector stores only
+    assert scalar not in text and "st.global.b8" not in text and "ld.global.v4" in text and ".local" not in text
+    assert plan.compile_key().final_contiguous
+    assert frame_sizes(tmp_path) == [frame], frame_sizes(tmp_path)
     if init:
         assert plan._sep is not None and plan._sep[0] is twin._compiled_kernel
     else:
@@ -495,15 +498,15 @@ def test_forward_final_fused_option_values():
 
 #: (chunk, states, frame, default frame) of the warp-walk builds (``warp_walk = True``; varlen bf16 W = 4 SiLU with bias):
 #: contiguous runs and chunk 8, without states, initial only, final only and both (fused final states). ``frame``:
-#: ptxas's frame at the 128-register cap (sm_90a), measured in session 25 (the ``shift_always`` default) next to
-#: ``warp_walk = False``'s (the last field): the window's registers (base, cu[base], the lane's entry, the lane mask)
-#: push a few loop values to local memory. Session 16, before ``shift_always``: (0, 0), (16, 8), (8, 0), (0, 16), (16, 8),
+#: ptxas's frame at the 128-register cap (sm_90a), measured in session 26 (``shift_always``, and the contiguous final
+#: states' vector stores) next to ``warp_walk = False``'s (the last field). Session 25, final states element by
+#: element: final (8, 0), both (48, 24); session 16, before ``shift_always``: (0, 0), (16, 8), (8, 0), (0, 16), (16, 8),
 #: (40, 40), (8, 8), (40, 40).
 WARP_WALK_CASES = [
     (0, None, 0, 0),
     (0, "init", 8, 0),
-    (0, "final", 8, 0),
-    (0, "both", 48, 24),
+    (0, "final", 0, 0),
+    (0, "both", 0, 0),
     (8, None, 0, 0),
     (8, "init", 0, 0),
     (8, "final", 0, 0),
@@ -681,3 +684,49 @@ def test_forward_locate_guess_option_values(tmp_path):
         target.locate_guess = bad
         with pytest.raises(ValueError, match="locate_guess"):
             target.compile()
+
+
+def test_forward_final_contiguous_defaults_and_validates(tmp_path):
+    """``plan.final_contiguous`` (session 26): None resolves to True when the declared final states are a contiguous
+    [N, D, W - 1] (their pointer then compiled and checked at 16 bytes; the initial states' keep their dtype's size
+    and any strides), to False for another final layout and without final states; explicit False is kept; True on a
+    strided final layout, or a non-bool, raises ValueError naming the option at compile(). The contiguous build writes
+    the final states with vector stores only (no 2-byte ``st.global.b16``), the element-wise build one element per store."""
+    from cudnn.kernel_cache import kernel_cache
+    from cudnn.linear_attention.conv1d.api import CausalConv1d
+
+    D, N = 512, 5
+    w, b = TensorDesc.contiguous((D, 4), "bfloat16", "weight"), TensorDesc.contiguous((D,), "bfloat16", "bias")
+    x, cu = TensorDesc.contiguous((1000, D), "bfloat16", "x"), TensorDesc.contiguous((N + 1,), "int32", "cu")
+    st = TensorDesc.contiguous((N, D, 3), "bfloat16", "initial_states")
+    view = TensorDesc((N, D, 3), (4 * D, 4, 1), st.dtype, "initial_states")
+    fin = TensorDesc.contiguous((N, D, 3), "bfloat16", "final_states")
+    fin_view = TensorDesc((N, D, 3), (4 * D, 4, 1), st.dtype, "final_states")
+
+    def make(init, final, **fields):
+        p = CausalConv1d(x, w, x, b, cu, init, final, "silu")
+        for k, v in fields.items():
+            setattr(p, k, v)
+        p.check_support()
+        return p
+
+    assert make(st, fin).compile_key().final_contiguous is True and make(st, fin)._state_align() == (2, 16)
+    assert make(view, fin).compile_key().final_contiguous is True
+    assert make(None, fin).compile_key().final_contiguous is True
+    assert make(st, fin_view).compile_key().final_contiguous is False and make(st, fin_view)._state_align() == (2, 2)
+    assert make(st, None).compile_key().final_contiguous is False
+    assert make(st, fin, final_contiguous=False).compile_key().final_contiguous is False
+    texts = {}
+    for contig in (True, False):
+        plan = make(None, fin, final_contiguous=contig)
+        key = plan.compile_key()
+        kernel_cache._entries.pop(("linear_attention.conv1d", key), None)
+        with keep_artifacts(tmp_path / f"c{contig}") as ptx:
+            plan.compile()
+            texts[contig] = _kernel_body(ptx(), kernel_symbols(ptx()), "kernel_runs")
+    assert "st.global.b16" not in texts[True] and "st.global.v4" in texts[True]
+    assert "st.global.b16" in texts[False]
+    for final, fields in ((fin_view, {"final_contiguous": True}), (fin, {"final_contiguous": 1}), (fin, {"final_contiguous": "yes"})):
+        plan = make(st, final, **fields)
+        with pytest.raises(ValueError, match="final_contiguous"):
+            plan.compile()

@@ -762,3 +762,85 @@ def test_forward_locate_guess_is_bitwise_the_binary_search(dtype, width, bias, a
                 _check(y1, y_ref, name)
     plan = plans[True]
     detectors.assert_no_sync_no_alloc(lambda: plan.execute(x, w, y1, b, cu, init, f1), repeats=3)
+
+
+#: (layout, dtype, states dtype, width, chunk): the contiguous final states' vector stores (``Conv1dFwdKey.final_contiguous``)
+#: on the dense chunk-8 default, the varlen contiguous-runs default and varlen chunk 8; bf16 states (16-byte slices at
+#: W 2), fp32 states next to bf16 x (96-byte slices at W 4), fp32 x and states
+CONTIG_CASES = [
+    ("dense", "bfloat16", "bfloat16", 4, None),
+    ("dense", "bfloat16", "float32", 2, None),
+    ("varlen", "bfloat16", "bfloat16", 4, None),
+    ("varlen", "bfloat16", "bfloat16", 3, 8),
+    ("varlen", "float32", "float32", 4, None),
+]
+
+
+@pytest.mark.parametrize(("layout", "dtype", "sdt", "width", "chunk"), CONTIG_CASES)
+def test_forward_contiguous_final_states_are_bitwise_the_elementwise_path(layout, dtype, sdt, width, chunk):
+    """Contiguous [N, D, W - 1] final states (``final_contiguous``, the default for that declared layout since session 26:
+    each thread's slice assembled in registers and written with vector stores) against ``final_contiguous = False``
+    (element by element, any strides): y and the final states equal bit for bit (NaN-poisoned outputs), and the final
+    states equal the fp32 reference's, over FUSED_DENSE_SHAPES / FUSED_VARLEN_LENGTHS at D 4096 and 2560, fused and
+    separate final states, with contiguous initial states and with initial states as a strided view; final states as a
+    strided view build an element-wise plan with the same bits; a contiguous plan refuses, naming the tensor, final
+    states at an address that is not 16-byte aligned, which ``final_contiguous = False`` serves with the same bits."""
+    from cudnn.linear_attention.conv1d.api import CausalConv1d
+
+    dt, st_dt = getattr(torch, dtype), getattr(torch, sdt)
+    batches = FUSED_VARLEN_LENGTHS if layout == "varlen" else FUSED_DENSE_SHAPES
+    for D in (4096, 2560):
+        w = torch.randn(D, width, device="cuda", dtype=dt) * 0.5
+        b = torch.randn(D, device="cuda", dtype=dt)
+        for batch in batches:
+            if layout == "varlen":
+                T, N = sum(batch), len(batch)
+                x, cu = torch.randn(T, D, device="cuda", dtype=dt), _cu(batch)
+            else:
+                N, L = batch
+                x, cu = torch.randn(N, L, D, device="cuda", dtype=dt), None
+            i_s = torch.randn(N, D, width - 1, device="cuda", dtype=st_dt)
+            i_v = torch.empty(N, D, width, device="cuda", dtype=st_dt)[:, :, : width - 1].copy_(i_s)  # strides (D W, W, 1)
+            outs = {}
+            for name, contig, fused, init, strided in (
+                ("vec", None, None, i_s, False),
+                ("vec-sep", None, False, i_s, False),
+                ("vec-init-view", None, None, i_v, False),
+                ("elem", False, None, i_s, False),
+                ("final-view", None, None, i_s, True),
+            ):
+                y = torch.full(x.shape, float("nan"), device="cuda", dtype=dt)
+                if strided:
+                    fin = torch.full((N, D, width), float("nan"), device="cuda", dtype=st_dt)[:, :, 1:]
+                else:
+                    fin = torch.full((N, D, width - 1), float("nan"), device="cuda", dtype=st_dt)
+                plan = CausalConv1d(x, w, y, b, cu, init, fin, "silu")
+                plan.chunk, plan.final_fused, plan.final_contiguous = chunk, fused, contig
+                plan.compile()
+                assert plan.compile_key().final_contiguous is name.startswith("vec"), (name, plan.compile_key())
+                plan.execute(x, w, y, b, cu, init, fin)
+                outs[name] = (y, fin)
+            torch.cuda.synchronize()
+            label = f"{layout} {batch if layout == 'dense' else (N, sum(batch))} D={D}"
+            for name in ("vec-sep", "vec-init-view", "elem", "final-view"):
+                assert torch.equal(outs["vec"][0], outs[name][0]), (label, name)
+                assert torch.equal(outs["vec"][1], outs[name][1]), (label, name)
+            _, f_ref = causal_conv1d_ref(x, w, b, "silu", cu, i_s)
+            assert torch.equal(outs["vec"][1], f_ref.to(st_dt)), label
+    # final states at an address that is not 16-byte aligned (contiguous, one element into a buffer)
+    odd = torch.full((N * D * (width - 1) + 1,), float("nan"), device="cuda", dtype=st_dt)[1:].view(N, D, width - 1)
+    assert odd.data_ptr() % 16
+    y = torch.empty_like(x)
+    fin = torch.empty((N, D, width - 1), device="cuda", dtype=st_dt)
+    plan = CausalConv1d(x, w, y, b, cu, i_s, fin, "silu")
+    plan.chunk = chunk
+    plan.compile()
+    with pytest.raises(ValueError, match="final_states.*16-byte aligned"):
+        plan.execute(x, w, y, b, cu, i_s, odd)
+    plan.execute(x, w, y, b, cu, i_s, fin)
+    loose = CausalConv1d(x, w, y, b, cu, i_s, odd, "silu")
+    loose.chunk, loose.final_contiguous = chunk, False
+    loose.compile()
+    loose.execute(x, w, y, b, cu, i_s, odd)
+    torch.cuda.synchronize()
+    assert torch.equal(odd, fin)

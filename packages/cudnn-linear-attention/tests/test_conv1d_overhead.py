@@ -869,7 +869,9 @@ def test_overlapping_states_take_the_separate_final_states_kernels(stub, monkeyp
     the separate pair (the ``final_fused = False`` key); execute launches the pair for a call whose final states overlap
     its initial states (the same tensor: the rolling-state update; a view sharing bytes) and the fused kernel otherwise
     (disjoint buffers, also adjacent ones), on both launch routes and both host paths, with the same arguments either
-    way. A plan without initial states, or with ``final_fused = False``, compiles one kernel. Host metadata only."""
+    way (``final_contiguous = False``: the element-wise final states take the strided views; a plan writing contiguous
+    final states, the default for the contiguous declared layout, refuses them naming the layout). A plan without initial
+    states, or with ``final_fused = False``, compiles one kernel. Host metadata only."""
     api, _, _ = stub
     recs = {}
     monkeypatch.setattr(api, "_compile_cached", lambda key, *a, **k: recs.setdefault(key.final_fused, _Recorder()))
@@ -879,8 +881,16 @@ def test_overlapping_states_take_the_separate_final_states_kernels(stub, monkeyp
     init, fin = _aligned((3, D, W - 1)), _aligned((3, D, W - 1))
     both = _aligned((6, D, W - 1))  # adjacent halves: disjoint
     wide = _aligned((3, D, W))  # two [3, D, W - 1] views sharing bytes
+    strict = api.CausalConv1d(x, w, y, b, cu, init, fin, "silu")
+    strict.fast_host, strict.tvm_ffi = fast_host, tvm_ffi
+    strict.compile()
+    assert strict.compile_key().final_contiguous is True
+    strict.execute(x, w, y, b, cu, init, init)  # the in-place update: contiguous final states, the separate pair
+    with pytest.raises(ValueError, match=r"final_states \(shape=\(3, 256, 3\), stride=\(1024, 4, 1\).*final_contiguous = False"):
+        strict.execute(x, w, y, b, cu, wide[:, :, : W - 1], wide[:, :, 1:])
+    recs.clear()
     plan = api.CausalConv1d(x, w, y, b, cu, init, fin, "silu")
-    plan.fast_host, plan.tvm_ffi = fast_host, tvm_ffi
+    plan.fast_host, plan.tvm_ffi, plan.final_contiguous = fast_host, tvm_ffi, False
     plan.compile()
     assert plan.compile_key().final_fused and set(recs) == {True, False} and plan._sep[0] is recs[False]
     cases = [

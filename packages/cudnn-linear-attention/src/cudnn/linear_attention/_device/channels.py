@@ -15,6 +15,18 @@ def channel_vectors(ptr: cute.Pointer, rows: Int32, D: Int32, row_stride: Int32,
 
 
 @cute.jit
+def state_vectors(ptr: cute.Pointer, rows: Int32, D: Int32, width_states: cutlass.Constexpr[int], vec: cutlass.Constexpr[int]):
+    """A contiguous [rows, D, width_states] state tensor tiled into each thread's slice: element ``[(None, None), (n,
+    dv)]`` is the ``vec * width_states`` consecutive elements of channels ``dv * vec ...`` of row ``n`` (channel-major, tap
+    fastest), which :func:`cute.autovec_copy` moves with the widest accesses the slice's alignment allows (16 bytes for a
+    16-byte aligned base: the slice is ``vec * width_states`` elements, a multiple of 16 bytes for 2- and 4-byte states
+    with 16-byte x vectors)."""
+    row = D * width_states
+    m = cute.make_tensor(ptr, cute.make_layout((rows, row), stride=(cute.assume(row, divby=vec * width_states), 1)))
+    return cute.zipped_divide(m, (1, vec * width_states))
+
+
+@cute.jit
 def load_taps(w_ptr: cute.Pointer, b_ptr: cute.Pointer | None, D: Int32, d0: Int32, width: cutlass.Constexpr[int], vec: cutlass.Constexpr[int]):
     """Weights [D, width] (contiguous) and bias [D] (zero without one) of channels ``d0 .. d0 + vec`` in fp32
     registers: returns ``(rW [width, vec], rB [vec])``."""

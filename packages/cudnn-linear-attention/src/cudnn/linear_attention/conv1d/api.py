@@ -47,7 +47,8 @@ crossed per token; None = ``FWD_WARP_WALK_DEFAULT`` = False after the session-16
 (run grid: the per-token path shifts the register window for every token of a group, only the walk and the store
 guarded; None = ``FWD_SHIFT_ALWAYS_DEFAULT`` = True, session 25) and ``plan.locate_guess`` (varlen contiguous runs
 without the warp walk: a run's first sequence from the density guess before any binary search; None =
-``FWD_LOCATE_GUESS_DEFAULT``).
+``FWD_LOCATE_GUESS_DEFAULT``) and ``plan.final_contiguous`` (final states declared as a contiguous [N, D, W - 1]: each
+thread's slice written with vector stores; None = from the declared layout, session 26).
 
 Contract the kernel cannot check without a device read (Rule 3): ``cu_seqlens`` is non-decreasing,
 starts at 0 and ends at T.
@@ -320,6 +321,12 @@ def _token_stride(t) -> int:
     return int(t.stride(-2))
 
 
+def _contiguous_states(shape, stride) -> bool:
+    """A [N, D, W - 1] state layout with strides (D (W - 1), W - 1, 1) (N <= 1: any row stride)."""
+    n, d, ws = shape
+    return tuple(stride[1:]) == (ws, 1) and (n <= 1 or stride[0] == d * ws)
+
+
 def _state_strides(t) -> tuple[int, int, int]:
     return (0, 0, 0) if t is None else tuple(int(s) for s in t.stride())
 
@@ -488,6 +495,11 @@ class CausalConv1d(_Conv1dCommon):
         #: = FWD_LOCATE_GUESS_DEFAULT on varlen contiguous runs without the warp walk, else False; True (needs those) /
         #: False explicitly. Outputs bitwise equal either way.
         self.locate_guess = None
+        #: Vector stores of the final states (set before compile(); ``Conv1dFwdKey.final_contiguous``): None (default) =
+        #: True when the declared final states are a contiguous [N, D, W - 1] (execute then needs that layout at a 16-byte
+        #: aligned address), else False; False = element by element, any strides; True needs the contiguous declared
+        #: layout. Outputs bitwise equal either way.
+        self.final_contiguous = None
         self._entry = None
         self._sep = None  # (compiled kernel, tvm-ffi entry or None) of the separate final-states kernels; see final_fused
         self._memo = None  # metadata -> memo entry (see execute); set by compile() when fast_host
@@ -548,6 +560,7 @@ class CausalConv1d(_Conv1dCommon):
             warp_walk=warp,
             shift_always=shift,
             locate_guess=guess,
+            final_contiguous=self._final_contiguous(),
         )
 
     def compile(self) -> None:
@@ -596,8 +609,14 @@ class CausalConv1d(_Conv1dCommon):
                 f"without the warp walk), True or False, and True needs cu_seqlens (declared: {key.varlen}), the run grid (grid_ctas "
                 f"{key.grid_ctas}), chunk 0 (got {key.chunk}) and no warp walk (got {key.warp_walk})"
             )
+        fin = self.final_states
+        if type(key.final_contiguous) is not bool or (key.final_contiguous and not (fin is not None and _contiguous_states(fin.shape, fin.stride))):
+            raise ValueError(
+                f"CausalConv1d: final_contiguous={self.final_contiguous!r} must be None (the default: from the declared final states' layout), True "
+                f"or False, and True needs final states declared as a contiguous [N, D, W - 1] (declared: {fin.describe() if fin is not None else 'none'})"
+            )
         s = key.state_dtype
-        sa = self._state_align()  # execute checks it; 1 made the kernels move each bf16 state element as two bytes
+        sa, fa = self._state_align()  # execute checks them; 1 made the kernels move each bf16 state element as two bytes
         ptrs = [
             (key.dtype, 16),
             (key.w_dtype, 16),
@@ -605,7 +624,7 @@ class CausalConv1d(_Conv1dCommon):
             (key.dtype, 16),
             ("Int32", 4) if key.varlen else None,
             (s, sa) if key.has_init else None,
-            (s, sa) if key.has_final else None,
+            (s, fa) if key.has_final else None,
         ]
         self._entry = None
         self._sep = None
@@ -667,8 +686,8 @@ class CausalConv1d(_Conv1dCommon):
                     ip = None if initial_states is None else initial_states.data_ptr()
                     fp = None if final_states is None else final_states.data_ptr()
                     a16 = xp | wp | yp | (0 if bp is None else bp)
-                    sa = got[2]
-                    if not (a16 & 15 or (cp is not None and cp & 3) or (ip is not None and ip % sa) or (fp is not None and fp % sa)):
+                    sa, fa = got[2]
+                    if not (a16 & 15 or (cp is not None and cp & 3) or (ip is not None and ip % sa) or (fp is not None and fp % fa)):
                         self._launch(got, x, weight, out, bias, cu_seqlens, initial_states, final_states, xp, wp, bp, yp, cp, ip, fp, current_stream)
                         return out
         got = self._validate(x, weight, out, bias, cu_seqlens, initial_states, final_states)
@@ -717,6 +736,13 @@ class CausalConv1d(_Conv1dCommon):
         n_seqs = self._runtime_sequences(what, cu_seqlens, ((initial_states, self.initial_states), (final_states, self.final_states)))
         if self._compiled_kernel is None:
             self.compile()
+        f = final_states
+        if f is not None and self._final_contiguous() and (not _contiguous_states(tuple(f.shape), tuple(f.stride())) or f.data_ptr() % 16):
+            raise ValueError(
+                f"{what}: final_states (shape={tuple(f.shape)}, stride={tuple(f.stride())}, dtype={f.dtype}, address 0x{f.data_ptr():x}): the plan "
+                f"writes contiguous [N, D, W - 1] final states (strides (D (W - 1), W - 1, 1)) at 16-byte aligned addresses (declared "
+                f"{self.final_states.describe()}); build a plan for this layout, or set plan.final_contiguous = False for any strides"
+            )
         T = _token_count(x)
         D = int(x.shape[-1])
         sx, sy = _token_stride(x), _token_stride(out)
@@ -731,15 +757,25 @@ class CausalConv1d(_Conv1dCommon):
         sdt = st.dtype if (initial_states is not None or final_states is not None) else None
         return tail, sdt, self._state_align()
 
-    def _state_align(self) -> int:
-        """Alignment in bytes the state pointers are compiled for and checked against: the state dtype's size (1 without)."""
+    def _state_align(self) -> tuple[int, int]:
+        """Alignments in bytes the initial / final state pointers are compiled for and checked against: the state dtype's
+        size (1 without), 16 for contiguous final states (:meth:`_final_contiguous`: vector stores)."""
         st = self.initial_states or self.final_states
-        return st.dtype.itemsize if st is not None else 1
+        a = st.dtype.itemsize if st is not None else 1
+        return a, (16 if self._final_contiguous() else a)
+
+    def _final_contiguous(self) -> bool:
+        """``Conv1dFwdKey.final_contiguous``: ``plan.final_contiguous`` where set, else whether the declared final states
+        are a contiguous [N, D, W - 1]; False without final states."""
+        if self.final_contiguous is not None:
+            return self.final_contiguous
+        fin = self.final_states
+        return fin is not None and _contiguous_states(fin.shape, fin.stride)
 
     def _launch(self, got, x, weight, out, bias, cu_seqlens, initial_states, final_states, xp, wp, bp, yp, cp, ip, fp, current_stream):
         """One launch with the memo entry ``got`` and the call's addresses (tvm-ffi: integers; DSL entry: cute pointers).
         A fused plan with both state tensors launches its separate final-states kernels when they overlap (``final_fused``)."""
-        tail, sdt, sa = got
+        tail, sdt, (sa, fa) = got
         entry, kernel = self._entry, self._compiled_kernel
         if self._sep is not None and _overlap(initial_states, ip, final_states, fp):
             kernel, entry = self._sep
@@ -753,7 +789,7 @@ class CausalConv1d(_Conv1dCommon):
             _ptr(out, self.x.dtype, 16),
             _ptr(cu_seqlens, data_type.INT32, 4),
             _ptr(initial_states, sdt, sa),
-            _ptr(final_states, sdt, sa),
+            _ptr(final_states, sdt, fa),
             *tail,
             _stream(current_stream, x.device),
         )

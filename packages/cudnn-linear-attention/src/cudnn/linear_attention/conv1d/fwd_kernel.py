@@ -12,7 +12,8 @@ Computes, per channel ``d`` and token ``t`` of sequence ``n`` (tokens ``bos <= t
 
 Layouts: ``x`` / ``y`` are [T, D] with unit channel stride and a token stride that is a multiple of
 16 bytes (a dense [B, L, D] batch is the equal-length case, passed as [B * L, D] plus ``L``); ``weight``
-[D, W] contiguous; ``bias`` [D]; states [N, D, W - 1] with any strides; ``cu_seqlens`` int32 [N + 1].
+[D, W] contiguous; ``bias`` [D]; states [N, D, W - 1] with any strides (final states declared contiguous keep that
+layout at a 16-byte aligned address: ``final_contiguous``); ``cu_seqlens`` int32 [N + 1].
 Dtypes: x/y bf16, fp16 or fp32; weight/bias any of those; math in fp32. W in 2..4.
 
 Memory-bound and one pass: each thread owns 16 bytes of channels (8 bf16) and a run of tokens; it
@@ -83,6 +84,13 @@ the warp walk since the session-25 H200 A/B: the 1-token batch +3.6%): :func:`lo
 the average density predicts (two independent loads) before the binary search, which otherwise costs every CTA ~14
 dependent loads over 16k offsets before its first group.
 
+Contiguous final states (``Conv1dFwdKey.final_contiguous``, the adapter's default for a declared contiguous [N, D, W - 1]
+final-states layout since the session-26 H200 A/B): :func:`final_state_of` assembles a thread's VEC * (W - 1) final-state
+elements in registers (x's tokens by 16-byte loads) and writes them with vector stores (:func:`state_vectors`) instead of
+one 2-byte access per element, whose scattered sectors cost the 512-sequence states batch 36% (kernel-only, GB/s: the
+dense states batch 16 x 1024 3485.1 -> 3583.3, 512 x 32 1704.0 -> 2654.6, 256 varlen sequences 2291.3 -> 2845.5). The
+initial states keep any strides: reading them by vectors too (tried in the same A/B) cost the 16-sequence batch 2%.
+
 Tests: packages/cudnn-linear-attention/tests/test_conv1d*.py; benchmark: benchmarks/linear_attention.py.
 """
 
@@ -98,7 +106,7 @@ from cutlass._mlir.dialects import llvm
 from cutlass.cutlass_dsl import dsl_user_op
 
 from .._device.activation import silu
-from .._device.channels import channel_vectors, load_history, load_taps
+from .._device.channels import channel_vectors, load_history, load_taps, state_vectors
 from .._device.sequences import (
     advance_sequence,
     locate_sequence,
@@ -326,25 +334,51 @@ def final_state_of(
     W: cutlass.Constexpr[int],
     VEC: cutlass.Constexpr[int],
     has_init: cutlass.Constexpr[bool],
+    contig: cutlass.Constexpr[bool] = False,
 ):
     """``final_states[m, d0 .. d0 + VEC, j]`` of sequence ``m`` (tokens ``bos .. eos``): ``x[eos - (W - 1) + j]`` in the
     states' dtype where that token is in the sequence, else the initial state's entry ``j + eos - bos``, or zero. The one
-    body of both final-states paths (``final_kernel`` and the fused :func:`final_states_ending`): the same bits."""
+    body of both final-states paths (``final_kernel`` and the fused :func:`final_states_ending`): the same bits.
+    ``contig`` (``Conv1dFwdKey.final_contiguous``): the thread's slice is assembled in registers, x's tokens by 16-byte
+    vector loads, and written with vector stores (:func:`state_vectors`) instead of one element per load and store."""
     mX = cute.make_tensor(x_ptr, cute.make_layout((T, D), stride=(sx, 1)))
     mF = cute.make_tensor(final_ptr, cute.make_layout((n_seqs, D, W - 1), stride=(fin_sn, fin_sd, fin_sj)))
-    for j in cutlass.range_constexpr(W - 1):
-        p = eos - (W - 1) + j
-        if p >= bos:
-            for i in cutlass.range_constexpr(VEC):
-                mF[m, d0 + i, j] = mX[p, d0 + i].to(mF.element_type)
-        else:
-            if const_expr(has_init):
-                mInit = cute.make_tensor(init_ptr, cute.make_layout((n_seqs, D, W - 1), stride=(init_sn, init_sd, init_sj)))
+    if const_expr(contig):
+        WS = W - 1
+        dv = d0 // VEC
+        gX = channel_vectors(x_ptr, T, D, sx, VEC)
+        gF = state_vectors(final_ptr, n_seqs, D, WS, VEC)
+        rF = cute.make_rmem_tensor(cute.make_layout((1, VEC * WS)), mF.element_type)
+        rx = cute.make_rmem_tensor(cute.make_layout((1, VEC)), mX.element_type)
+        for j in cutlass.range_constexpr(WS):
+            p = eos - WS + j
+            if p >= bos:
+                cute.autovec_copy(gX[(None, None), (p, dv)], rx)
                 for i in cutlass.range_constexpr(VEC):
-                    mF[m, d0 + i, j] = mInit[m, d0 + i, j + eos - bos]
+                    rF[0, i * WS + j] = rx[0, i].to(mF.element_type)
             else:
+                if const_expr(has_init):
+                    mInit = cute.make_tensor(init_ptr, cute.make_layout((n_seqs, D, W - 1), stride=(init_sn, init_sd, init_sj)))
+                    for i in cutlass.range_constexpr(VEC):
+                        rF[0, i * WS + j] = mInit[m, d0 + i, j + eos - bos]
+                else:
+                    for i in cutlass.range_constexpr(VEC):
+                        rF[0, i * WS + j] = Float32(0.0).to(mF.element_type)
+        cute.autovec_copy(rF, gF[(None, None), (m, dv)])
+    else:
+        for j in cutlass.range_constexpr(W - 1):
+            p = eos - (W - 1) + j
+            if p >= bos:
                 for i in cutlass.range_constexpr(VEC):
-                    mF[m, d0 + i, j] = Float32(0.0).to(mF.element_type)
+                    mF[m, d0 + i, j] = mX[p, d0 + i].to(mF.element_type)
+            else:
+                if const_expr(has_init):
+                    mInit = cute.make_tensor(init_ptr, cute.make_layout((n_seqs, D, W - 1), stride=(init_sn, init_sd, init_sj)))
+                    for i in cutlass.range_constexpr(VEC):
+                        mF[m, d0 + i, j] = mInit[m, d0 + i, j + eos - bos]
+                else:
+                    for i in cutlass.range_constexpr(VEC):
+                        mF[m, d0 + i, j] = Float32(0.0).to(mF.element_type)
 
 
 @cute.jit
@@ -372,6 +406,7 @@ def final_states_ending(
     VEC: cutlass.Constexpr[int],
     varlen: cutlass.Constexpr[bool],
     has_init: cutlass.Constexpr[bool],
+    contig: cutlass.Constexpr[bool] = False,
 ):
     """The fused final states (``Conv1dFwdKey.final_fused``) of the group pair of tokens ``a .. b`` a thread just computed:
     :func:`final_state_of` for every sequence that ends in ``(a, b]`` (varlen: empty ones too; with ``a`` = 0 also those
@@ -385,7 +420,9 @@ def final_states_ending(
     bos, eos = sequence_bounds(cu_ptr, m, n_seqs, seq_len, varlen)
     while m < n_seqs and eos <= b:
         if eos > lo:
-            final_state_of(x_ptr, init_ptr, final_ptr, m, bos, eos, d0, T, D, sx, n_seqs, init_sn, init_sd, init_sj, fin_sn, fin_sd, fin_sj, W, VEC, has_init)
+            final_state_of(
+                x_ptr, init_ptr, final_ptr, m, bos, eos, d0, T, D, sx, n_seqs, init_sn, init_sd, init_sj, fin_sn, fin_sd, fin_sj, W, VEC, has_init, contig
+            )  # fmt: skip
         m = m + 1
         bos, eos = sequence_bounds(cu_ptr, cutlass.min(m, n_seqs - 1), n_seqs, seq_len, varlen)  # clamped: both sides of `and` run
 
@@ -448,6 +485,11 @@ class Conv1dFwdKey:
     #: computed); True = by the density guess first (:func:`locate_sequence_guess`: two independent loads when the
     #: lengths are even, the binary search on the side they rule in otherwise). The same sequence: bitwise the same outputs.
     locate_guess: bool = False
+    #: The final states are a contiguous [N, D, W - 1] (strides (D (W - 1), W - 1, 1)) at 16-byte aligned addresses (the
+    #: adapter's plan-time reading of their declared layout; execute checks it): each thread's slice, VEC * (W - 1)
+    #: consecutive elements, is assembled in registers and written with vector stores, its x tokens read as 16-byte
+    #: vectors (:func:`final_state_of`), not one element per access. Any other layout: False. The same values.
+    final_contiguous: bool = False
 
 
 def _ctype(name: str):
@@ -636,14 +678,14 @@ class CausalConv1dFwd:
                     if a < b and (n != n_pair or nxt == b or a == 0):  # tokens, and a sequence ends here (or a == 0)
                         final_states_ending(
                             x_ptr, cu_ptr, init_ptr, final_ptr, n_pair, a, b, d0, T, D, sx, seq_arg, n_seqs, init_sn, init_sd, init_sj,
-                            fin_sn, fin_sd, fin_sj, W, VEC, self.key.varlen, self.key.has_init,
+                            fin_sn, fin_sd, fin_sj, W, VEC, self.key.varlen, self.key.has_init, self.key.final_contiguous,
                         )  # fmt: skip
         if const_expr(self.fuse):
             if T == 0 and bidy == 0 and dv < D // VEC:  # no token: every sequence is empty
                 for m in cutlass.range(n_seqs, unroll=1):
                     final_state_of(
                         x_ptr, init_ptr, final_ptr, m, T, T, dv * VEC, T, D, sx, n_seqs, init_sn, init_sd, init_sj, fin_sn, fin_sd, fin_sj, W, VEC,
-                        self.key.has_init,
+                        self.key.has_init, self.key.final_contiguous,
                     )  # fmt: skip
 
     kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
@@ -685,7 +727,7 @@ class CausalConv1dFwd:
                 for m in cutlass.range(n_seqs, unroll=1):
                     final_state_of(
                         x_ptr, init_ptr, final_ptr, m, T, T, dv * self.vec, T, D, sx, n_seqs, init_sn, init_sd, init_sj, fin_sn, fin_sd, fin_sj,
-                        self.W, self.vec, self.key.has_init,
+                        self.W, self.vec, self.key.has_init, self.key.final_contiguous,
                     )  # fmt: skip
         if const_expr(self.key.chunk > 0):
             self.chunks(
@@ -801,7 +843,7 @@ class CausalConv1dFwd:
                         if a < b and (n != n_pair or nxt == b or a == 0):  # tokens, and a sequence ends here (or a == 0)
                             final_states_ending(
                                 x_ptr, cu_ptr, init_ptr, final_ptr, n_pair, a, b, d0, T, D, sx, seq_arg, n_seqs, init_sn, init_sd, init_sj,
-                                fin_sn, fin_sd, fin_sj, W, VEC, self.key.varlen, self.key.has_init,
+                                fin_sn, fin_sd, fin_sj, W, VEC, self.key.varlen, self.key.has_init, self.key.final_contiguous,
                             )  # fmt: skip
 
     kernel_runs.set_name_prefix("cudnn", remove_cutlass_symbol=True)
@@ -973,7 +1015,7 @@ class CausalConv1dFwd:
                     if a < b and (n != n_pair or nxt == b or a == 0):  # tokens, and a sequence ends here (or a == 0)
                         final_states_ending(
                             x_ptr, cu_ptr, init_ptr, final_ptr, n_pair, a, b, d0, T, D, sx, seq_arg, n_seqs, init_sn, init_sd, init_sj,
-                            fin_sn, fin_sd, fin_sj, W, VEC, self.key.varlen, self.key.has_init,
+                            fin_sn, fin_sd, fin_sj, W, VEC, self.key.varlen, self.key.has_init, self.key.final_contiguous,
                         )  # fmt: skip
 
     @cute.kernel
@@ -1003,7 +1045,7 @@ class CausalConv1dFwd:
         if dv < D // VEC and n < n_seqs:
             bos, eos = sequence_bounds(cu_ptr, n, n_seqs, seq_arg, self.key.varlen)
             final_state_of(
-                x_ptr, init_ptr, final_ptr, n, bos, eos, dv * VEC, T, D, sx, n_seqs, init_sn, init_sd, init_sj, fin_sn, fin_sd, fin_sj, W, VEC, self.key.has_init
+                x_ptr, init_ptr, final_ptr, n, bos, eos, dv * VEC, T, D, sx, n_seqs, init_sn, init_sd, init_sj, fin_sn, fin_sd, fin_sj, W, VEC, self.key.has_init, self.key.final_contiguous
             )  # fmt: skip
 
     final_kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)

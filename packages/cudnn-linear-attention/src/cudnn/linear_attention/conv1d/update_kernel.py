@@ -24,7 +24,7 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32, const_expr
 
 from .._device.activation import silu
-from .._device.channels import channel_vectors
+from .._device.channels import channel_vectors, state_vectors
 
 THREADS = 128
 
@@ -115,7 +115,7 @@ class CausalConv1dUpdate:
             win = cute.make_rmem_tensor((W, VEC), Float32)
             WS = W - 1
             # Contiguous state: this thread's VEC channels x (W - 1) taps are VEC * (W - 1) consecutive elements.
-            gSv = cute.zipped_divide(cute.make_tensor(state_ptr, cute.make_layout((S, D * WS), stride=(cute.assume(D * WS, divby=VEC * WS), 1))), (1, VEC * WS))
+            gSv = state_vectors(state_ptr, S, D, WS, VEC)
             rs = cute.make_rmem_tensor(cute.make_layout((1, VEC * WS)), self.state_dtype)
             if const_expr(self.key.state_contiguous):
                 cute.autovec_copy(gSv[(None, None), (slot, dv)], rs)
