@@ -1023,8 +1023,7 @@ class CausalConv1dUpdate(APIBase):
         )
 
     def _state_contiguous(self) -> bool:
-        s, d, ws = self.conv_state.shape
-        return self.conv_state.stride == (d * ws, ws, 1) or (s == 1 and self.conv_state.stride[1:] == (ws, 1))
+        return _contiguous_states(self.conv_state.shape, self.conv_state.stride)
 
     def compile(self) -> None:
         self._ensure_support_checked()
