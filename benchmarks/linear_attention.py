@@ -22,7 +22,11 @@ contiguous run per CTA row: the dense default until session 15, when ``ours+grap
 "ours-elemfinal+graph" (session 26, the states cases): the final states element by element (``final_contiguous =
 False``; the default writes contiguous final states with vector stores), kernel-only; "ours-initonly+graph" /
 "ours-finalonly+graph" (session 26, the states case only): only the initial states in / only
-the final states out, kernel-only, next to the "fwd batch B16 T16k D4096" case (the same dense batch, no states);
+the final states out, kernel-only, next to the "fwd batch B16 T16k D4096" case (the same dense batch, no states; session
+27: "fwd batch B512 T16k D4096" and "fwd varlen256 T16k D4096" beside their states cases); "ours-noseed+graph" /
+"ours-seed-elem+graph" (session 27, the dense states cases): without the seeded starts (``seeded_starts = False``: a
+chunk that starts a sequence reads its initial state inside the token math), and with them by element loads
+(``initial_contiguous = False``), kernel-only;
 "ours-warpwalk+graph" / "ours-chunk8-warpwalk+graph" (the varlen cases only): ``warp_walk = True`` (the warp walks
 ``cu_seqlens`` together: a window of entries in its lanes) on the contiguous runs / on chunk 8, kernel-only; "ours-upd-slowhost" the decode update with session
 8's host path (custom-op dispatch, DSL entry, full validation; ``ours`` has session 9's direct call, tvm-ffi route and
@@ -86,17 +90,27 @@ def _cases():
         cases.append(Case(f"fwd T{t // 1024}k D{d}", {"op": "fwd", "t": t, "d": d, "varlen": False}, bytes=2 * t * d * 2))
     cases.append(Case("fwd varlen64 T32k D4096", {"op": "fwd", "t": 32768, "d": 4096, "varlen": True}, bytes=2 * 32768 * 4096 * 2))
     cases.append(Case("fwd varlen1tok T16k D4096", {"op": "fwd", "t": 16384, "d": 4096, "varlen": "ones"}, bytes=2 * 16384 * 4096 * 2))
-    # dense [16, 1024, 4096] with initial states in and final states out ([16, 4096, 3] bf16; their bytes left out)
-    cases.append(Case("fwd states B16 T16k D4096", {"op": "fwd", "t": 16384, "d": 4096, "varlen": False, "batch": 16}, bytes=2 * 16384 * 4096 * 2))
-    # session 26: the states batch with 512 sequences of 32 tokens (initial + final states [512, 4096, 3] bf16: 25 MB, left out)
-    cases.append(Case("fwd states B512 T16k D4096", {"op": "fwd", "t": 16384, "d": 4096, "varlen": False, "batch": 512}, bytes=2 * 16384 * 4096 * 2))
-    # session 26: 256 random lengths over T16k with initial and final states ([256, 4096, 3] bf16, left out): serving's
-    # continuous-batching prefill with conv states
-    cases.append(Case("fwd states varlen256 T16k D4096", {"op": "fwd", "t": 16384, "d": 4096, "varlen": 256, "states": True}, bytes=2 * 16384 * 4096 * 2))
-    # the same dense batch without states (session 26: what the states cost, apart from the 16 sequences)
-    cases.append(
-        Case("fwd batch B16 T16k D4096", {"op": "fwd", "t": 16384, "d": 4096, "varlen": False, "batch": 16, "states": False}, bytes=2 * 16384 * 4096 * 2)
-    )
+
+    # the states cases: initial states in and final states out, [N, 4096, 3] bf16 each; since session 27 their bytes count
+    # (read once, written once: 2 N D (W - 1) 2 more; before, left out: 0.8 / 25.2 / 12.6 MB of the 268 MB below)
+    def states(n):
+        return 2 * 16384 * 4096 * 2 + 2 * n * 4096 * (WIDTH - 1) * 2
+
+    # dense [16, 1024, 4096]
+    cases.append(Case("fwd states B16 T16k D4096", {"op": "fwd", "t": 16384, "d": 4096, "varlen": False, "batch": 16}, bytes=states(16)))
+    # session 26: the states batch with 512 sequences of 32 tokens
+    cases.append(Case("fwd states B512 T16k D4096", {"op": "fwd", "t": 16384, "d": 4096, "varlen": False, "batch": 512}, bytes=states(512)))
+    # session 26: 256 random lengths over T16k: serving's continuous-batching prefill with conv states
+    cases.append(Case("fwd states varlen256 T16k D4096", {"op": "fwd", "t": 16384, "d": 4096, "varlen": 256, "states": True}, bytes=states(256)))
+    # the same batches without states (session 26: what the states cost, apart from the sequences; session 27: B512, varlen256)
+    for nb in (16, 512):
+        cases.append(
+            Case(f"fwd batch B{nb} T16k D4096", {"op": "fwd", "t": 16384, "d": 4096, "varlen": False, "batch": nb, "states": False}, bytes=2 * 16384 * 4096 * 2)
+        )
+    # session 27: more, shorter random sequences over T16k (16 and 4 tokens on average): where a varlen call's per-call
+    # choice between contiguous runs and chunks (``FWD_VARLEN_CHUNK_MIN_LEN``) turns
+    for n in (256, 1024, 4096):
+        cases.append(Case(f"fwd varlen{n} T16k D4096", {"op": "fwd", "t": 16384, "d": 4096, "varlen": n, "states": False}, bytes=2 * 16384 * 4096 * 2))
     for t, d in ((16384, 4096),):
         cases.append(Case(f"bwd T{t // 1024}k D{d}", {"op": "bwd", "t": t, "d": d, "varlen": False}, bytes=3 * t * d * 2))
     cases.append(Case("bwd varlen64 T32k D4096", {"op": "bwd", "t": 32768, "d": 4096, "varlen": True}, bytes=3 * 32768 * 4096 * 2))
@@ -333,6 +347,19 @@ def _make_ours_states_variant(init, final):
         if not case.params.get("states", "batch" in case.params):
             raise Unsupported("states A/B: the states case only")
         return variant(case, keep_init=init, keep_final=final)
+
+    return make
+
+
+def _make_ours_seeded_variant(**fields):
+    """Seeded-starts A/B (session 27, ``seeded_starts`` / ``initial_contiguous`` set by ``fields``):
+    :func:`_make_ours_kernel_variant` on the dense states cases (dense chunks with initial states), kernel-only."""
+    variant = _on_states_cases(_make_ours_kernel_variant(**fields), "seeded-starts A/B")
+
+    def make(case):
+        if case.params.get("varlen"):
+            raise Unsupported("seeded-starts A/B: the dense states cases only")
+        return variant(case)
 
     return make
 
@@ -732,6 +759,11 @@ def main(args=None):
         # ours+graph, both, and the "fwd batch" case, neither)
         Provider("ours-initonly+graph", _make_ours_states_variant(True, False)),
         Provider("ours-finalonly+graph", _make_ours_states_variant(False, True)),
+        # session 27, the dense states cases: a chunk that starts a sequence takes its initial state as the halo
+        # (``seeded_starts``, the default since session 27, with vector loads of contiguous initial states): without it, and
+        # with it by element loads (``initial_contiguous = False``), kernel-only (compare ours+graph)
+        Provider("ours-noseed+graph", _make_ours_seeded_variant(seeded_starts=False)),
+        Provider("ours-seed-elem+graph", _make_ours_seeded_variant(initial_contiguous=False)),
         # session 9: the decode update with session 8's host path (ours: the direct call, tvm-ffi route and memo)
         Provider("ours-upd-slowhost", _make_ours_update_slowhost),
         Provider("adapter", _make_ours_adapter(False)),
@@ -759,7 +791,7 @@ def main(args=None):
             cases,
             _select(providers, args.providers),
             out_dir=out_dir,
-            convention="effective bytes: fwd 2*T*D*2 (x read, y written), bwd 3*T*D*2 (x, dy read, dx written), update B*D*(2+2(W-1))*2; bf16, W=4, SiLU, bias",
+            convention="effective bytes: fwd 2*T*D*2 (x read, y written; the states cases + 2*N*D*(W-1)*2, initial states read and final states written, since session 27), bwd 3*T*D*2 (x, dy read, dx written), update B*D*(2+2(W-1))*2; bf16, W=4, SiLU, bias",
             metric="gbps",
             title="causal_conv1d (bf16, W=4, SiLU)",
             rounds=3 if args.quick else 1,
@@ -770,7 +802,7 @@ def main(args=None):
         cases,
         providers,
         args,
-        convention="effective bytes: fwd 2*T*D*2 (x read, y written), bwd 3*T*D*2 (x, dy read, dx written), update B*D*(2+2(W-1))*2; bf16, W=4, SiLU, bias",
+        convention="effective bytes: fwd 2*T*D*2 (x read, y written; the states cases + 2*N*D*(W-1)*2, initial states read and final states written, since session 27), bwd 3*T*D*2 (x, dy read, dx written), update B*D*(2+2(W-1))*2; bf16, W=4, SiLU, bias",
         metric="gbps",
         title="causal_conv1d (bf16, W=4, SiLU)",
         rounds=3 if args.quick else 1,  # the quick table is the issue-7 A/B: interleaved rounds, fastest per cell

@@ -580,9 +580,9 @@ def test_forward_warp_walk_option_values():
 
 
 #: (layout, chunk, SASS instructions saved at least) of the window-shift A/B (bf16 W = 4 SiLU with bias, no states):
-#: the varlen default's contiguous runs (measured 2200 -> 2000), varlen chunk 8 (2400 -> 2272) and the dense chunk-8
+#: varlen contiguous runs (measured 2200 -> 2000; chunk 0: a varlen plan at chunk None also compiles chunk 8), varlen chunk 8 (2400 -> 2272) and the dense chunk-8
 #: default (2320 -> 2152)
-SHIFT_CASES = [("varlen", None, 150), ("varlen", 8, 100), ("dense", None, 120)]
+SHIFT_CASES = [("varlen", 0, 150), ("varlen", 8, 100), ("dense", None, 120)]
 
 
 @pytest.mark.parametrize(("layout", "chunk", "saved"), SHIFT_CASES)
@@ -730,3 +730,66 @@ def test_forward_final_contiguous_defaults_and_validates(tmp_path):
         plan = make(st, final, **fields)
         with pytest.raises(ValueError, match="final_contiguous"):
             plan.compile()
+
+
+def test_forward_seeded_starts_defaults_and_validates(tmp_path):
+    """``plan.seeded_starts`` (session 27): None resolves to ``FWD_SEEDED_STARTS_DEFAULT`` on a dense chunked plan with the
+    steady path and initial states of x's dtype whose sequences are at most ``FWD_SEEDED_MAX_LEN`` tokens, to False
+    elsewhere (longer sequences, varlen, contiguous runs, no steady path, no initial states, fp32 states under bf16 x); True where it is not valid, or a non-bool, raises ValueError naming the option at
+    compile(). ``plan.initial_contiguous``: None resolves to True on a seeded plan whose declared initial states are a
+    contiguous [N, D, W - 1] (their pointer then compiled and checked at 16 bytes), False otherwise; True without
+    seeded starts or on a strided layout raises ValueError. The seeded builds compile without local memory; the vector
+    build reads the seeded halo with 16-byte loads (more ``ld.global.v4`` and fewer 2-byte loads than the element build)."""
+    from cudnn.kernel_cache import kernel_cache
+    from cudnn.linear_attention.conv1d import api
+    from cudnn.linear_attention.conv1d.api import CausalConv1d
+
+    D, N = 512, 5
+    w, b = TensorDesc.contiguous((D, 4), "bfloat16", "weight"), TensorDesc.contiguous((D,), "bfloat16", "bias")
+    x = TensorDesc.contiguous((N, 200, D), "bfloat16", "x")
+    xv, cu = TensorDesc.contiguous((1000, D), "bfloat16", "x"), TensorDesc.contiguous((N + 1,), "int32", "cu")
+    st = TensorDesc.contiguous((N, D, 3), "bfloat16", "initial_states")
+    st32 = TensorDesc.contiguous((N, D, 3), "float32", "initial_states")
+
+    def make(x=x, cu=None, init=st, **fields):
+        p = CausalConv1d(x, w, x, b, cu, init, None, "silu")
+        for k, v in fields.items():
+            setattr(p, k, v)
+        p.check_support()
+        return p
+
+    short = TensorDesc.contiguous((N, api.FWD_SEEDED_MAX_LEN, D), "bfloat16", "x")
+    assert make(x=short).compile_key().seeded_starts is api.FWD_SEEDED_STARTS_DEFAULT
+    assert make().compile_key().seeded_starts is False  # 200 tokens per sequence: longer than FWD_SEEDED_MAX_LEN
+    for plan in (make(x=xv, cu=cu), make(chunk=0), make(steady=False), make(init=None), make(init=st32)):
+        assert plan.compile_key().seeded_starts is False
+    assert make(seeded_starts=True).compile_key().seeded_starts is True
+    assert make(seeded_starts=False).compile_key().seeded_starts is False
+    view = TensorDesc((N, D, 3), (4 * D, 4, 1), st.dtype, "initial_states")
+    assert make(seeded_starts=True).compile_key().init_contiguous is True and make(seeded_starts=True)._state_align() == (16, 2)
+    assert make(seeded_starts=True, initial_contiguous=False).compile_key().init_contiguous is False
+    assert make(init=view, seeded_starts=True).compile_key().init_contiguous is False and make(init=view, seeded_starts=True)._state_align() == (2, 2)
+    assert make(seeded_starts=False).compile_key().init_contiguous is False and make(seeded_starts=False)._state_align() == (2, 2)
+    for fields in ({"seeded_starts": False, "initial_contiguous": True}, {"init": view, "seeded_starts": True, "initial_contiguous": True}):
+        with pytest.raises(ValueError, match="initial_contiguous"):
+            make(**fields).compile()
+    for fields in (
+        {"x": xv, "cu": cu, "seeded_starts": True},
+        {"chunk": 0, "seeded_starts": True},
+        {"steady": False, "seeded_starts": True},
+        {"init": None, "seeded_starts": True},
+        {"init": st32, "seeded_starts": True},
+        {"seeded_starts": 1},
+    ):
+        with pytest.raises(ValueError, match="seeded_starts"):
+            make(**fields).compile()
+    texts = {}
+    for name, fields in (("vec", {"seeded_starts": True}), ("elem", {"seeded_starts": True, "initial_contiguous": False}), ("off", {"seeded_starts": False})):
+        plan = make(**fields)
+        kernel_cache._entries.pop(("linear_attention.conv1d", plan.compile_key()), None)
+        with keep_artifacts(tmp_path / name) as ptx:
+            plan.compile()
+            texts[name] = _kernel_body(ptx(), kernel_symbols(ptx()), "kernel_runs")
+    assert ".local" not in texts["vec"] and ".local" not in texts["elem"] and len({texts["vec"], texts["elem"], texts["off"]}) == 3
+    counts = {k: (t.count("ld.global.v4"), t.count("ld.global.b16") + t.count("ld.global.u16")) for k, t in texts.items()}
+    assert counts["vec"][0] > counts["elem"][0] and counts["vec"][1] < counts["elem"][1], counts

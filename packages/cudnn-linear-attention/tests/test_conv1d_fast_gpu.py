@@ -844,3 +844,127 @@ def test_forward_contiguous_final_states_are_bitwise_the_elementwise_path(layout
     loose.execute(x, w, y, b, cu, i_s, odd)
     torch.cuda.synchronize()
     assert torch.equal(odd, fin)
+
+
+#: (B, L) dense batches of the seeded-starts A/B: sequence starts on chunk starts (L a multiple of 8, 16), off them
+#: (13, 1001, 4099), sequences shorter than a group and than W - 1 (1, 2, 7)
+SEEDED_SHAPES = [(512, 32), (8, 24), (2, 8), (5, 13), (3, 1001), (4, 4099), (16, 2), (64, 1), (1, 7)]
+#: (dtype, width, chunk, final) of the seeded-starts A/B
+SEEDED_CASES = [("bfloat16", 4, 8, True), ("bfloat16", 4, 16, False), ("float16", 2, 8, True), ("float32", 3, 8, False)]
+
+
+@pytest.mark.parametrize(("dtype", "width", "chunk", "final"), SEEDED_CASES)
+def test_forward_seeded_starts_are_bitwise_the_default(dtype, width, chunk, final):
+    """``plan.seeded_starts`` (session 27, the default on dense chunks with initial states of x's dtype: a chunk that
+    starts a sequence receives that sequence's initial-state entries as its halo, so its first group takes the steady
+    path) stores what the per-token path (``seeded_starts = False``) stores: y and the final states equal bit for bit
+    (NaN-poisoned outputs), y within the tolerance rule of the fp32 reference, over SEEDED_SHAPES at D = 4096 and 2560,
+    with contiguous initial states (the halo read by 16-byte loads: ``initial_contiguous``) and with initial states as a
+    strided view (element loads); a plan reading contiguous initial states refuses, naming the tensor, initial states at
+    an address that is not 16-byte aligned, which ``initial_contiguous = False`` serves with the same bits; warm executes
+    neither synchronize nor allocate."""
+    from cudnn.linear_attention.conv1d.api import CausalConv1d
+    from cudnn_testing import detectors
+
+    dt = getattr(torch, dtype)
+    for D in (4096, 2560):
+        w = torch.randn(D, width, device="cuda", dtype=dt) * 0.5
+        b = torch.randn(D, device="cuda", dtype=dt)
+        for B, L in SEEDED_SHAPES:
+            x = torch.randn(B, L, D, device="cuda", dtype=dt)
+            i_s = torch.randn(B, D, width - 1, device="cuda", dtype=dt)
+            i_v = torch.empty(B, D, width + 1, device="cuda", dtype=dt)[:, :, 2:].copy_(i_s)  # strides (D (W + 1), W + 1, 1)
+            for init in (i_s, i_v):
+                outs = []
+                for seed in (False, True):
+                    y = torch.full(x.shape, float("nan"), device="cuda", dtype=dt)
+                    fin = torch.full((B, D, width - 1), float("nan"), device="cuda", dtype=dt) if final else None
+                    plan = CausalConv1d(x, w, y, b, None, init, fin, "silu")
+                    plan.chunk, plan.seeded_starts = chunk, seed
+                    plan.compile()
+                    key = plan.compile_key()
+                    assert key.seeded_starts is seed and key.chunk == chunk and key.steady, key
+                    assert key.init_contiguous is (seed and init is i_s), key
+                    plan.execute(x, w, y, b, None, init, fin)
+                    outs.append((y, fin))
+                torch.cuda.synchronize()
+                (y0, f0), (y1, f1) = outs
+                name = f"y (seeded_starts, B={B}, L={L}, D={D}, strided init={init is i_v})"
+                assert torch.equal(y0, y1), (name, (y0.float() - y1.float()).abs().max())
+                if final:
+                    assert torch.equal(f0, f1), name
+                y_ref, _ = causal_conv1d_ref(x, w, b, "silu", None, i_s)
+                _check(y1, y_ref, name)
+    detectors.assert_no_sync_no_alloc(lambda: plan.execute(x, w, y1, b, None, init, f1), repeats=3)
+    # initial states at an address that is not 16-byte aligned (contiguous, one element into a buffer)
+    odd = torch.empty(B * D * (width - 1) + 1, device="cuda", dtype=dt)[1:].view(B, D, width - 1).copy_(i_s)
+    assert odd.data_ptr() % 16
+    y = torch.full(x.shape, float("nan"), device="cuda", dtype=dt)
+    plan = CausalConv1d(x, w, y, b, None, i_s, None, "silu")
+    plan.chunk = chunk
+    plan.compile()
+    assert plan.compile_key().init_contiguous
+    with pytest.raises(ValueError, match="initial_states.*16-byte aligned.*initial_contiguous = False"):
+        plan.execute(x, w, y, b, None, odd, None)
+    loose = CausalConv1d(x, w, y, b, None, odd, None, "silu")
+    loose.chunk, loose.initial_contiguous = chunk, False
+    loose.compile()
+    assert loose.compile_key().seeded_starts and not loose.compile_key().init_contiguous
+    loose.execute(x, w, y, b, None, odd, None)
+    y2 = torch.full(x.shape, float("nan"), device="cuda", dtype=dt)
+    plan.execute(x, w, y2, b, None, i_s, None)
+    torch.cuda.synchronize()
+    assert torch.equal(y, y2)
+
+
+@pytest.mark.parametrize("states", [None, "init"])
+def test_varlen_per_call_chunks_are_bitwise_the_runs(states):
+    """A varlen plan left at ``chunk = None`` (session 27) launches its per-call chunk key for a call whose sequences
+    average at least ``FWD_VARLEN_CHUNK_MIN_LEN`` tokens and the contiguous runs below: one such plan, re-bound to batches
+    on both sides of the rule (the rule's length exactly and one token under it, 256 random lengths over 16k tokens, 1-token
+    sequences, empty sequences, a single long one), stores y and the final states of the ``chunk = 0`` plan bit for bit
+    (NaN-poisoned outputs), y within the tolerance rule of the fp32 reference; a call captured in a CUDA graph replays
+    the same bits; warm executes neither synchronize nor allocate."""
+    from cudnn.linear_attention.conv1d import api
+    from cudnn.linear_attention.conv1d.api import CausalConv1d
+    from cudnn_testing import detectors
+
+    L, D, width, dt = api.FWD_VARLEN_CHUNK_MIN_LEN, 4096, 4, torch.bfloat16
+    w = torch.randn(D, width, device="cuda", dtype=dt) * 0.5
+    b = torch.randn(D, device="cuda", dtype=dt)
+    batches = [[L] * 64, [L] * 63 + [L - 1], _random_lengths(256, 16384, 3), [1] * 3000, [0, 0, 5, 0, 3000, 0], [20000]]
+    plans = {}
+    for lengths in batches:
+        T, N = sum(lengths), len(lengths)
+        x, cu = torch.randn(T, D, device="cuda", dtype=dt), _cu(lengths)
+        init = torch.randn(N, D, width - 1, device="cuda", dtype=dt) if states else None
+        outs = []
+        for chunk in (None, 0):
+            y = torch.full(x.shape, float("nan"), device="cuda", dtype=dt)
+            fin = torch.full((N, D, width - 1), float("nan"), device="cuda", dtype=dt)
+            if chunk not in plans:
+                plans[chunk] = CausalConv1d(x, w, y, b, cu, init, fin, "silu")
+                plans[chunk].chunk = chunk
+                plans[chunk].compile()
+            plans[chunk].execute(x, w, y, b, cu, init, fin)
+            outs.append((y, fin))
+        torch.cuda.synchronize()
+        (y0, f0), (y1, f1) = outs
+        name = f"y (per-call chunks, N={N}, T={T}, chunks={T >= L * N})"
+        assert torch.equal(y0, y1), (name, (y0.float() - y1.float()).abs().max())
+        assert torch.equal(f0, f1), name
+        if N <= 5000:
+            y_ref, _ = causal_conv1d_ref(x, w, b, "silu", cu, init)
+            _check(y0, y_ref, name)
+    assert plans[None]._alt is not None and plans[0]._alt is None
+    plan = plans[None]
+    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    yg = torch.full(x.shape, float("nan"), device="cuda", dtype=dt)
+    fg = torch.full((N, D, width - 1), float("nan"), device="cuda", dtype=dt)
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        plan.execute(x, w, yg, b, cu, init, fg)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(yg, y0) and torch.equal(fg, f0)
+    detectors.assert_no_sync_no_alloc(lambda: plan.execute(x, w, y0, b, cu, init, f0), repeats=3)

@@ -921,3 +921,56 @@ def test_overlapping_states_take_the_separate_final_states_kernels(stub, monkeyp
     assert set(recs) == {False} and plan._sep is None
     plan.execute(x, w, y, b, cu, init, init)
     assert len(recs[False].calls) == 1
+
+
+@pytest.mark.parametrize("tvm_ffi", [True, False], ids=["tvm-ffi", "dsl-entry"])
+@pytest.mark.parametrize("fast_host", [True, False], ids=["memo", "full"])
+def test_varlen_plan_launches_chunks_for_long_sequences_per_call(stub, monkeypatch, fast_host, tvm_ffi):
+    """A varlen plan left at ``chunk = None`` (session 27) compiles the contiguous runs and the per-call chunk key
+    (``per_call_chunk_key``: ``FWD_VARLEN_CHUNK_PER_CALL`` tokens, no density guess) at compile(), and each execute
+    launches the chunks when its sequences average at least ``FWD_VARLEN_CHUNK_MIN_LEN`` tokens (T >= that x N), the runs
+    below, with the same arguments, on both launch routes and both host paths, the memo's repeat calls included; with
+    both state tensors each side also holds its separate final-states pair, which an in-place call takes. A plan with
+    ``chunk`` set (0 or 8), or a dense plan, compiles one key. Host metadata only."""
+    api, _, _ = stub
+    recs = {}
+    monkeypatch.setattr(api, "_compile_cached", lambda key, *a, **k: recs.setdefault((key.chunk, key.final_fused), _Recorder()))
+    L = api.FWD_VARLEN_CHUNK_MIN_LEN
+    w, b = _aligned((D, W)), _aligned((D,))
+    x0 = _aligned((4 * L, D))
+    cu0 = torch.tensor([0, L, 2 * L, 3 * L, 4 * L], dtype=torch.int32)
+    init, fin = _aligned((4, D, W - 1)), _aligned((4, D, W - 1))
+    plan = api.CausalConv1d(x0, w, torch.empty_like(x0), b, cu0, init, fin, "silu")
+    plan.fast_host, plan.tvm_ffi = fast_host, tvm_ffi
+    plan.compile()
+    key = plan.compile_key()
+    assert key.chunk == 0 and key.locate_guess and plan.per_call_chunk_key(key) == api.dataclasses.replace(key, chunk=8, locate_guess=False)
+    assert set(recs) == {(0, True), (0, False), (8, True), (8, False)}, set(recs)
+    cases = [  # (lengths, in place, the key launched)
+        ([L, L, L, L], False, (8, True)),  # exactly the rule's length
+        ([L, L, L, L - 1], False, (0, True)),  # one token short
+        ([1] * 4, False, (0, True)),
+        ([0, 0, 0, 64 * L], False, (8, True)),  # empty sequences count
+        ([L, L, L, L], True, (8, False)),  # in place: the chunks' separate pair
+        ([1] * 4, True, (0, False)),
+    ]
+    for lengths, in_place, want in cases * 2:  # twice: the memo serves the second round
+        T = sum(lengths)
+        x, y = _aligned((T, D)), torch.empty(T, D, dtype=torch.bfloat16)
+        cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
+        n = {k: len(r.calls) for k, r in recs.items()}
+        plan.execute(x, w, y, b, cu, init, init if in_place else fin)
+        got = {k: len(r.calls) - n[k] for k, r in recs.items()}
+        assert got == {k: int(k == want) for k in recs}, (lengths, in_place, got)
+    runs, chunks = recs[(0, True)].calls, recs[(8, True)].calls
+    assert runs[0][7:] != chunks[0][7:] and len({c[7:] for c in chunks}) == 2  # T / N per call, the same positions
+    for chunk in (0, 8):
+        recs.clear()
+        fixed = api.CausalConv1d(x0, w, torch.empty_like(x0), b, cu0, None, None, "silu")
+        fixed.chunk = chunk
+        fixed.compile()
+        assert set(recs) == {(chunk, False)} and fixed._alt is None
+    recs.clear()
+    dense = api.CausalConv1d(_aligned((2, 8, D)), w, torch.empty(2, 8, D, dtype=torch.bfloat16), b, None, None, None, "silu")
+    dense.compile()
+    assert len(recs) == 1 and dense._alt is None

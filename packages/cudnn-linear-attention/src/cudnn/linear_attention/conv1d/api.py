@@ -48,7 +48,9 @@ crossed per token; None = ``FWD_WARP_WALK_DEFAULT`` = False after the session-16
 guarded; None = ``FWD_SHIFT_ALWAYS_DEFAULT`` = True, session 25) and ``plan.locate_guess`` (varlen contiguous runs
 without the warp walk: a run's first sequence from the density guess before any binary search; None =
 ``FWD_LOCATE_GUESS_DEFAULT``) and ``plan.final_contiguous`` (final states declared as a contiguous [N, D, W - 1]: each
-thread's slice written with vector stores; None = from the declared layout, session 26).
+thread's slice written with vector stores; None = from the declared layout, session 26) and ``plan.seeded_starts`` (dense
+chunks with initial states: a chunk that starts a sequence takes that sequence's initial state as its halo, fetched one
+group ahead; None = ``FWD_SEEDED_STARTS_DEFAULT``, session 27).
 
 Contract the kernel cannot check without a device read (Rule 3): ``cu_seqlens`` is non-decreasing,
 starts at 0 and ends at T.
@@ -158,6 +160,25 @@ FWD_SHIFT_ALWAYS_DEFAULT = True
 #: (docs/benchmarks/linear_attention_conv1d_s25_guess.md, kernel-only, 3 rounds, GB/s): 1-token sequences 3375.7 vs
 #: 3257.7 (+3.6%; the warp walk, which locates by the same guess, 3356.8), 64 sequences 3606.5 vs 3584.9.
 FWD_LOCATE_GUESS_DEFAULT = True
+#: Default of ``CausalConv1d.seeded_starts = None`` (``Conv1dFwdKey.seeded_starts``; dense chunks with initial states of
+#: x's dtype and the steady path, else False): True = a chunk that starts a sequence receives the sequence's initial-state
+#: entries as its halo, fetched one group ahead (16-byte loads of each thread's slice where the initial states are a
+#: contiguous [N, D, W - 1]: ``initial_contiguous``), so its first group takes the steady path instead of reading them
+#: inside the token math; False = the x halo and the per-token path. Bitwise the same outputs. True since session 27's
+#: H200 A/B (docs/benchmarks/linear_attention_conv1d_s27.md, kernel-only, GB/s, state bytes counted) for dense
+#: sequences of at most ``FWD_SEEDED_MAX_LEN`` tokens (the plan's declared length): 512 sequences of 32 tokens 2869.0 ->
+#: 3441.5 (3329.1 by element loads; the rule's own run: 2888.9 -> 3478.0); 16 sequences of 1024 tokens lost with it in
+#: that A/B (3545.4 -> 3363.9: its per-chunk work outweighs 16 sequence starts), so longer sequences keep the x halo.
+FWD_SEEDED_STARTS_DEFAULT = True
+FWD_SEEDED_MAX_LEN = 64
+#: The chunk a varlen plan left at ``chunk = None`` also compiles (0: none), and the average sequence length (tokens)
+#: from which a call launches it instead of the contiguous runs (``CausalConv1d.per_call_chunk_key``): chunks win where
+#: sequences are long and lose on many short ones, where every 8-token chunk pays a sequence search (H200, session 27
+#: A/B, docs/benchmarks/linear_attention_conv1d_s27.md, kernel-only, GB/s, chunk 8 vs contiguous runs over T16k x D4096
+#: unless named: 64 random sequences over T32k 3669.6 vs 3597.6, 256 3454.9 vs 3324.9, 1024 (16 tokens on average) 3248.9
+#: vs 3301.3, 4096 2895.6 vs 3306.5, 16384 1-token sequences 2485.5 vs 3389.3). Session 27.
+FWD_VARLEN_CHUNK_PER_CALL = 8
+FWD_VARLEN_CHUNK_MIN_LEN = 32
 #: CTAs per SM of the default run grid: one wave at the forward kernel's ``Conv1dFwdKey.min_ctas_per_sm`` = 4.
 _RUN_GRID_CTAS_PER_SM = 4
 #: SM count assumed where no CUDA device is known (a descriptor-only plan compiled on a host without a GPU): an H200's.
@@ -500,8 +521,19 @@ class CausalConv1d(_Conv1dCommon):
         #: aligned address), else False; False = element by element, any strides; True needs the contiguous declared
         #: layout. Outputs bitwise equal either way.
         self.final_contiguous = None
+        #: Initial states as the halo of a chunk that starts a sequence (set before compile(); ``Conv1dFwdKey.seeded_starts``):
+        #: None (default) = FWD_SEEDED_STARTS_DEFAULT where valid (dense chunks, the steady path, initial states of x's
+        #: dtype) for sequences of at most FWD_SEEDED_MAX_LEN tokens, else False; True needs validity (any length).
+        #: Outputs bitwise equal either way.
+        self.seeded_starts = None
+        #: Vector loads of a seeded halo (set before compile(); ``Conv1dFwdKey.init_contiguous``): None (default) = True
+        #: when ``seeded_starts`` resolves True and the declared initial states are a contiguous [N, D, W - 1] (execute then
+        #: needs that layout at a 16-byte aligned address), else False; True needs both. Outputs bitwise equal either way.
+        self.initial_contiguous = None
         self._entry = None
         self._sep = None  # (compiled kernel, tvm-ffi entry or None) of the separate final-states kernels; see final_fused
+        self._alt = None  # (kernel, entry, sep) of the per-call chunk key (varlen plans at chunk None; per_call_chunk_key)
+        self._key = None  # the compiled key (compile())
         self._memo = None  # metadata -> memo entry (see execute); set by compile() when fast_host
         self._last = [(None, None)]
         self._varlen = self.cu_seqlens is not None
@@ -542,6 +574,11 @@ class CausalConv1d(_Conv1dCommon):
         guess = self.locate_guess
         if guess is None:  # the default only where the search exists: varlen contiguous runs, no warp walk
             guess = FWD_LOCATE_GUESS_DEFAULT and self.cu_seqlens is not None and grid != 0 and chunk == 0 and warp is False
+        seed = self.seeded_starts
+        if seed is None:  # the default where valid (dense chunks, the steady path, initial states of x's dtype), short sequences
+            ini = self.initial_states
+            valid = self._seed_valid(chunk, steady, ini is not None and ini.dtype == self.x.dtype)
+            seed = FWD_SEEDED_STARTS_DEFAULT and valid and self._seq_len <= FWD_SEEDED_MAX_LEN
         return Conv1dFwdKey(
             dtype=_CNAME[self.x.dtype],
             w_dtype=_CNAME[self.weight.dtype],
@@ -561,7 +598,35 @@ class CausalConv1d(_Conv1dCommon):
             shift_always=shift,
             locate_guess=guess,
             final_contiguous=self._final_contiguous(),
+            seeded_starts=seed,
+            init_contiguous=self._init_contiguous(seed),
         )
+
+    def _compile_launchers(self, key, ptrs):
+        """``(compiled kernel, tvm-ffi entry or None, separate final-states pair or None)`` of ``key``: the pair (the
+        ``final_fused = False`` key) for calls whose final states overlap the initial states (see ``final_fused``)."""
+        kernel = _compile_cached(key, ".fwd_kernel", "CausalConv1dFwd", ptrs, 12, self.tvm_ffi)
+        sep = None
+        if key.final_fused and key.has_init:
+            k = _compile_cached(dataclasses.replace(key, final_fused=False), ".fwd_kernel", "CausalConv1dFwd", ptrs, 12, self.tvm_ffi)
+            sep = (k, _tvm_ffi_entry(k) if self.tvm_ffi else None)
+        return kernel, (_tvm_ffi_entry(kernel) if self.tvm_ffi else None), sep
+
+    def per_call_chunk_key(self, key):
+        """The second key a varlen plan left at ``chunk = None`` compiles (None where there is none): ``key`` with
+        ``chunk = FWD_VARLEN_CHUNK_PER_CALL`` (the chunk-interleaved runs, with their own sequence search) when ``key`` is
+        the contiguous runs of the run grid without l2_prefetch. execute() launches it for a call whose sequences average
+        at least ``FWD_VARLEN_CHUNK_MIN_LEN`` tokens (T >= that x N: host shapes, no device read) and the contiguous runs
+        below (many short sequences, where a chunk's sequence search costs more than the chunks win). Both are compiled
+        at compile(), so neither side of the rule compiles at call time (Rule 4); the outputs are bitwise equal."""
+        if not (self.chunk is None and key.varlen and key.grid_ctas > 0 and key.l2_prefetch == 0 and key.chunk == 0 and FWD_VARLEN_CHUNK_PER_CALL):
+            return None
+        return dataclasses.replace(key, chunk=FWD_VARLEN_CHUNK_PER_CALL, locate_guess=False)
+
+    def _seed_valid(self, chunk, steady, init_like_x) -> bool:
+        """Where ``Conv1dFwdKey.seeded_starts`` may be True: dense chunks (``chunk`` > 0) with the steady path and initial
+        states of x's dtype (the halo registers hold x's dtype)."""
+        return self.cu_seqlens is None and chunk > 0 and steady and init_like_x
 
     def compile(self) -> None:
         self._ensure_support_checked()
@@ -615,8 +680,24 @@ class CausalConv1d(_Conv1dCommon):
                 f"CausalConv1d: final_contiguous={self.final_contiguous!r} must be None (the default: from the declared final states' layout), True "
                 f"or False, and True needs final states declared as a contiguous [N, D, W - 1] (declared: {fin.describe() if fin is not None else 'none'})"
             )
+        ok = self._seed_valid(key.chunk, key.steady, key.has_init and key.state_dtype == key.dtype)
+        if type(key.seeded_starts) is not bool or (key.seeded_starts and not ok):
+            raise ValueError(
+                f"CausalConv1d: seeded_starts={self.seeded_starts!r} must be None (the default: {FWD_SEEDED_STARTS_DEFAULT} where valid), True or "
+                f"False, and True needs a dense plan (cu_seqlens declared: {key.varlen}), chunk > 0 (got {key.chunk}), steady (got {key.steady}) "
+                f"and initial_states of x's dtype {key.dtype} (declared: {self.initial_states.describe() if self.initial_states is not None else 'none'})"
+            )
+        ini = self.initial_states
+        if type(key.init_contiguous) is not bool or (
+            key.init_contiguous and not (key.seeded_starts and ini is not None and _contiguous_states(ini.shape, ini.stride))
+        ):
+            raise ValueError(
+                f"CausalConv1d: initial_contiguous={self.initial_contiguous!r} must be None (the default: from seeded_starts and the declared "
+                f"initial states' layout), True or False, and True needs seeded_starts (resolved: {key.seeded_starts}) and initial states declared "
+                f"as a contiguous [N, D, W - 1] (declared: {ini.describe() if ini is not None else 'none'})"
+            )
         s = key.state_dtype
-        sa, fa = self._state_align()  # execute checks them; 1 made the kernels move each bf16 state element as two bytes
+        sa, fa = self._state_align(key)  # execute checks them; 1 made the kernels move each bf16 state element as two bytes
         ptrs = [
             (key.dtype, 16),
             (key.w_dtype, 16),
@@ -631,12 +712,12 @@ class CausalConv1d(_Conv1dCommon):
         if self.fast_host not in (True, False):
             raise ValueError(f"CausalConv1d: fast_host={self.fast_host!r} must be True or False")
         self._memo = None
-        self._compiled_kernel = _compile_cached(key, ".fwd_kernel", "CausalConv1dFwd", ptrs, 12, self.tvm_ffi)
-        if self.tvm_ffi:
-            self._entry = _tvm_ffi_entry(self._compiled_kernel)
-        if key.final_fused and key.has_init:  # for calls whose final states overlap the initial states (see final_fused)
-            sep = _compile_cached(dataclasses.replace(key, final_fused=False), ".fwd_kernel", "CausalConv1dFwd", ptrs, 12, self.tvm_ffi)
-            self._sep = (sep, _tvm_ffi_entry(sep) if self.tvm_ffi else None)
+        self._alt = None
+        self._key = key
+        self._compiled_kernel, self._entry, self._sep = self._compile_launchers(key, ptrs)
+        alt = self.per_call_chunk_key(key)
+        if alt is not None:  # varlen: chunks for calls of long enough sequences, compiled now (see per_call_chunk_key)
+            self._alt = self._compile_launchers(alt, ptrs)
         self._memo = {} if self.fast_host else None
         self._last = [(None, None)]
         self._varlen = self.cu_seqlens is not None
@@ -743,6 +824,13 @@ class CausalConv1d(_Conv1dCommon):
                 f"writes contiguous [N, D, W - 1] final states (strides (D (W - 1), W - 1, 1)) at 16-byte aligned addresses (declared "
                 f"{self.final_states.describe()}); build a plan for this layout, or set plan.final_contiguous = False for any strides"
             )
+        i = initial_states
+        if i is not None and self._key.init_contiguous and (not _contiguous_states(tuple(i.shape), tuple(i.stride())) or i.data_ptr() % 16):
+            raise ValueError(
+                f"{what}: initial_states (shape={tuple(i.shape)}, stride={tuple(i.stride())}, dtype={i.dtype}, address 0x{i.data_ptr():x}): the "
+                f"plan reads contiguous [N, D, W - 1] initial states (strides (D (W - 1), W - 1, 1)) at 16-byte aligned addresses (declared "
+                f"{self.initial_states.describe()}); build a plan for this layout, or set plan.initial_contiguous = False for any strides"
+            )
         T = _token_count(x)
         D = int(x.shape[-1])
         sx, sy = _token_stride(x), _token_stride(out)
@@ -755,14 +843,24 @@ class CausalConv1d(_Conv1dCommon):
         tail = (T, D, sx, sy, max(seq_arg, 1), n_seqs, *_state_strides(initial_states), *_state_strides(final_states))
         st = self.initial_states or self.final_states
         sdt = st.dtype if (initial_states is not None or final_states is not None) else None
-        return tail, sdt, self._state_align()
+        return tail, sdt, self._state_align(self._key)
 
-    def _state_align(self) -> tuple[int, int]:
+    def _state_align(self, key=None) -> tuple[int, int]:
         """Alignments in bytes the initial / final state pointers are compiled for and checked against: the state dtype's
-        size (1 without), 16 for contiguous final states (:meth:`_final_contiguous`: vector stores)."""
+        size (1 without), 16 for contiguous final states (:meth:`_final_contiguous`: vector stores) and for the initial
+        states of a plan whose seeded halos read them by vectors (``Conv1dFwdKey.init_contiguous``)."""
         st = self.initial_states or self.final_states
         a = st.dtype.itemsize if st is not None else 1
-        return a, (16 if self._final_contiguous() else a)
+        key = key or self.compile_key()  # compile() and execute pass the compiled key
+        return (16 if key.init_contiguous else a), (16 if self._final_contiguous() else a)
+
+    def _init_contiguous(self, seed: bool) -> bool:
+        """``Conv1dFwdKey.init_contiguous``: ``plan.initial_contiguous`` where set, else whether the plan seeds its chunks
+        (``seed``: the resolved ``seeded_starts``) from initial states declared as a contiguous [N, D, W - 1]."""
+        if self.initial_contiguous is not None:
+            return self.initial_contiguous
+        ini = self.initial_states
+        return bool(seed) and ini is not None and _contiguous_states(ini.shape, ini.stride)
 
     def _final_contiguous(self) -> bool:
         """``Conv1dFwdKey.final_contiguous``: ``plan.final_contiguous`` where set, else whether the declared final states
@@ -774,11 +872,15 @@ class CausalConv1d(_Conv1dCommon):
 
     def _launch(self, got, x, weight, out, bias, cu_seqlens, initial_states, final_states, xp, wp, bp, yp, cp, ip, fp, current_stream):
         """One launch with the memo entry ``got`` and the call's addresses (tvm-ffi: integers; DSL entry: cute pointers).
-        A fused plan with both state tensors launches its separate final-states kernels when they overlap (``final_fused``)."""
+        A varlen plan with a per-call chunk key launches its chunks for a call of long enough sequences
+        (:meth:`per_call_chunk_key`); a fused plan with both state tensors launches its separate final-states kernels when
+        they overlap (``final_fused``)."""
         tail, sdt, (sa, fa) = got
-        entry, kernel = self._entry, self._compiled_kernel
-        if self._sep is not None and _overlap(initial_states, ip, final_states, fp):
-            kernel, entry = self._sep
+        kernel, entry, sep = self._compiled_kernel, self._entry, self._sep
+        if self._alt is not None and tail[0] >= FWD_VARLEN_CHUNK_MIN_LEN * tail[5]:  # T >= min length x N: chunks
+            kernel, entry, sep = self._alt
+        if sep is not None and _overlap(initial_states, ip, final_states, fp):
+            kernel, entry = sep
         if entry is not None:  # tvm-ffi: integer addresses, ints and a raw stream handle, no per-call conversion
             entry(xp, wp, bp, yp, cp, ip, fp, *tail, _stream_handle(current_stream, x.device))
             return

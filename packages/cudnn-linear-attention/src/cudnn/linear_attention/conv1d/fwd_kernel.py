@@ -91,6 +91,12 @@ one 2-byte access per element, whose scattered sectors cost the 512-sequence sta
 dense states batch 16 x 1024 3485.1 -> 3583.3, 512 x 32 1704.0 -> 2654.6, 256 varlen sequences 2291.3 -> 2845.5). The
 initial states keep any strides: reading them by vectors too (tried in the same A/B) cost the 16-sequence batch 2%.
 
+Seeded starts (``Conv1dFwdKey.seeded_starts``, the adapter's default for dense chunked plans with initial states of x's
+dtype and sequences of at most 64 tokens since the session-27 H200 A/B: the 512 x 32 states batch +20% kernel-only): a
+chunk that starts a sequence receives that sequence's initial-state entries in its halo registers, fetched one group
+ahead (:func:`fetch_halo`; 16-byte loads of each thread's slice with ``init_contiguous``, mapped into the window by
+:func:`seeded_window`), so its first group takes the steady path instead of reading the entries inside the token math.
+
 Tests: packages/cudnn-linear-attention/tests/test_conv1d*.py; benchmark: benchmarks/linear_attention.py.
 """
 
@@ -427,6 +433,72 @@ def final_states_ending(
         bos, eos = sequence_bounds(cu_ptr, cutlass.min(m, n_seqs - 1), n_seqs, seq_len, varlen)  # clamped: both sides of `and` run
 
 
+@cute.jit
+def fetch_halo(
+    g2r: cute.CopyAtom,
+    gX: cute.Tensor,
+    halo: cute.Tensor,
+    init_ptr: cute.Pointer | None,
+    hn: Int32,
+    nh: Int32,
+    seeded: cutlass.Boolean,
+    k: cutlass.Constexpr[int],
+    dv: Int32,
+    n_seqs: Int32,
+    D: Int32,
+    init_sn: Int32,
+    init_sd: Int32,
+    init_sj: Int32,
+    W: cutlass.Constexpr[int],
+    VEC: cutlass.Constexpr[int],
+    seed: cutlass.Constexpr[bool],
+    vec_init: cutlass.Constexpr[bool] = False,
+):
+    """Halo entry ``k`` of the chunk starting at token ``hn`` into ``halo[:, k, 0]`` (x's dtype): x's token ``hn - (W - 1) +
+    k`` (one 16-byte load), or, with ``seed`` (``Conv1dFwdKey.seeded_starts``) when ``seeded`` (``hn`` starts sequence
+    ``nh``), that sequence's initial-state entry ``k`` of the thread's channels: the history its first W - 1 tokens read.
+    ``vec_init`` (``Conv1dFwdKey.init_contiguous``): the seeded halo is the thread's whole initial-state slice, read by
+    16-byte loads at ``k`` = 0 into the halo's registers in the slice's order (channel-major: :func:`seeded_window`)."""
+    if const_expr(seed):
+        if seeded:
+            if const_expr(vec_init):
+                if const_expr(k == 0):
+                    gI = state_vectors(init_ptr, n_seqs, D, W - 1, VEC)
+                    cute.autovec_copy(gI[(None, None), (nh, dv)], cute.make_tensor(halo.iterator, cute.make_layout((1, VEC * (W - 1)))))
+            else:
+                mInit = cute.make_tensor(init_ptr, cute.make_layout((n_seqs, D, W - 1), stride=(init_sn, init_sd, init_sj)))
+                for i in cutlass.range_constexpr(VEC):
+                    halo[i, k, 0] = mInit[nh, dv * VEC + i, k]
+        else:
+            vector_copy(g2r, gX, halo, hn - (W - 1) + k, dv, k, 0, VEC)
+    else:
+        vector_copy(g2r, gX, halo, hn - (W - 1) + k, dv, k, 0, VEC)
+
+
+@cute.jit
+def seeded_window(
+    win: cute.Tensor, halo: cute.Tensor, seeded: cutlass.Boolean, W: cutlass.Constexpr[int], VEC: cutlass.Constexpr[int], vec_init: cutlass.Constexpr[bool]
+):
+    """A chunk's window from its halo: ``win[k + 1, i] = halo[i, k]`` (fp32), ``win[0]`` zero; with ``vec_init`` a seeded
+    chunk's halo holds its initial-state slice in the slice's order, entry ``(i, k)`` at flat position ``i (W - 1) + k``."""
+    for i in cutlass.range_constexpr(VEC):
+        win[0, i] = Float32(0.0)
+    if const_expr(vec_init):
+        if seeded:
+            for k in cutlass.range_constexpr(W - 1):
+                for i in cutlass.range_constexpr(VEC):
+                    f = i * (W - 1) + k
+                    win[k + 1, i] = halo[f % VEC, f // VEC, 0].to(Float32)
+        else:
+            for k in cutlass.range_constexpr(W - 1):
+                for i in cutlass.range_constexpr(VEC):
+                    win[k + 1, i] = halo[i, k, 0].to(Float32)
+    else:
+        for k in cutlass.range_constexpr(W - 1):
+            for i in cutlass.range_constexpr(VEC):
+                win[k + 1, i] = halo[i, k, 0].to(Float32)
+
+
 @dataclass(frozen=True)
 class Conv1dFwdKey:
     """Plan-time choices of the forward kernel: exactly its compile key (Rule 4)."""
@@ -490,6 +562,17 @@ class Conv1dFwdKey:
     #: consecutive elements, is assembled in registers and written with vector stores, its x tokens read as 16-byte
     #: vectors (:func:`final_state_of`), not one element per access. Any other layout: False. The same values.
     final_contiguous: bool = False
+    #: Dense chunks with initial states (``chunk`` > 0, ``steady``, ``has_init``, the states' dtype x's): False (the key's
+    #: default) = a chunk that starts a sequence fetches the x halo before it (unused) and its first W - 1 tokens read the
+    #: initial state's entries inside the token math, a memory latency on the chunk's first group; True = that chunk's halo
+    #: registers receive the sequence's initial-state entries instead, fetched one group ahead as an x halo is
+    #: (:func:`fetch_halo`), so the window holds the sequence's history and the chunk's first group takes the steady path.
+    #: The same fp32 operations per token: bitwise the same outputs.
+    seeded_starts: bool = False
+    #: ``seeded_starts`` with initial states declared as a contiguous [N, D, W - 1] at 16-byte aligned addresses (the
+    #: adapter's plan-time reading of their declared layout; execute checks it): a seeded halo is the thread's VEC * (W - 1)
+    #: consecutive initial-state elements, read with 16-byte loads instead of one element per load. The same values.
+    init_contiguous: bool = False
 
 
 def _ctype(name: str):
@@ -516,6 +599,9 @@ class CausalConv1dFwd:
         assert key.chunk == 0 or chunk_ok, key  # halo: W - 1 <= group <= C
         assert key.has_final or not key.final_fused, key
         assert not key.warp_walk or (key.varlen and key.grid_ctas > 0), key
+        seed_ok = key.chunk > 0 and key.steady and key.has_init and not key.varlen and key.state_dtype == key.dtype
+        assert not key.seeded_starts or seed_ok, key
+        assert not key.init_contiguous or key.seeded_starts, key
         #: the forward kernel writes the final states (no final_kernel launch)
         self.fuse = key.has_final and key.final_fused
 
@@ -914,9 +1000,18 @@ class CausalConv1dFwd:
             for k in cutlass.range_constexpr(W - 1):
                 for i in cutlass.range_constexpr(VEC):
                     halo[i, k, 0] = self.dtype(0.0)
-            for k in cutlass.range_constexpr(W - 1):
-                if c0 - (W - 1) + k >= 0:
-                    vector_copy(g2r, gX, halo, c0 - (W - 1) + k, dv, k, 0, VEC)
+            seed = self.key.seeded_starts  # a chunk that starts a sequence gets its initial state as the halo (dense)
+            vec_init = self.key.init_contiguous
+            if const_expr(seed):
+                n0 = c0 // seq_arg
+                s0 = c0 == n0 * seq_arg
+                for k in cutlass.range_constexpr(W - 1):
+                    if s0 or c0 - (W - 1) + k >= 0:
+                        fetch_halo(g2r, gX, halo, init_ptr, c0, n0, s0, k, dv, n_seqs, D, init_sn, init_sd, init_sj, W, VEC, True, vec_init)
+            else:
+                for k in cutlass.range_constexpr(W - 1):
+                    if c0 - (W - 1) + k >= 0:
+                        vector_copy(g2r, gX, halo, c0 - (W - 1) + k, dv, k, 0, VEC)
 
             rW, rB = load_taps(w_ptr, b_ptr, D, d0, W, VEC)
             win = cute.make_rmem_tensor((W, VEC), Float32)
@@ -944,17 +1039,18 @@ class CausalConv1dFwd:
                 if const_expr(HP > 1):
                     if q + 1 < HP:
                         hn = T
+                nh = Int32(0)  # seed: the next chunk's sequence, and whether hn starts it
+                sh = cutlass.Boolean(False)
+                if const_expr(seed):
+                    nh = hn // seq_arg
+                    sh = hn == nh * seq_arg
                 for half in cutlass.range_constexpr(2):
                     rg = (q * 2 + half) * U  # the group's first token, relative to t0
                     if const_expr(half == 0):
                         if q == 0:  # the chunk's first group: its sequence (dense) and the window of its W - 1 halo tokens
                             if const_expr(not self.key.varlen):
                                 n, bos, nxt = locate_sequence(cu_ptr, t0, n_seqs, seq_arg, False)
-                            for i in cutlass.range_constexpr(VEC):
-                                win[0, i] = Float32(0.0)
-                            for k in cutlass.range_constexpr(W - 1):
-                                for i in cutlass.range_constexpr(VEC):
-                                    win[k + 1, i] = halo[i, k, 0].to(Float32)
+                            seeded_window(win, halo, t0 == bos, W, VEC, vec_init)
                         for u in cutlass.range_constexpr(U):  # the chunk's next group (none past the chunk)
                             if rg + U + u < run:
                                 vector_copy(g2r, gX, xb, t0 + rg + U + u, dv, u, 1, VEC)
@@ -977,14 +1073,17 @@ class CausalConv1dFwd:
                     steady = False
                     tg = t0 + rg
                     if const_expr(self.key.steady):
-                        steady = rg + U <= run and tg + U <= nxt and tg - bos >= W - 1
+                        if const_expr(seed and half == 0):  # a chunk starting its sequence holds the history in its window
+                            steady = rg + U <= run and tg + U <= nxt and (tg - bos >= W - 1 or (q == 0 and tg == bos))
+                        else:
+                            steady = rg + U <= run and tg + U <= nxt and tg - bos >= W - 1
                     if steady:
                         for u in cutlass.range_constexpr(U):
                             token_output_steady(win, xb[None, u, half], yg[None, u], acc, rW, rB, W, VEC, self.key.silu)
                             vector_store(r2g, yg, gY, tg + u, dv, u, VEC)
                             if const_expr(half == 1 and u < W - 1):
-                                if hn < T:
-                                    vector_copy(g2r, gX, halo, hn - (W - 1) + u, dv, u, 0, VEC)  # hn >= C >= W - 1
+                                if hn < T:  # hn >= C >= W - 1
+                                    fetch_halo(g2r, gX, halo, init_ptr, hn, nh, sh, u, dv, n_seqs, D, init_sn, init_sd, init_sj, W, VEC, seed, vec_init)
                     else:
                         for u in cutlass.range_constexpr(U):
                             t = tg + u
@@ -1008,7 +1107,7 @@ class CausalConv1dFwd:
                                     vector_store(r2g, yg, gY, t, dv, u, VEC)
                             if const_expr(half == 1 and u < W - 1):
                                 if hn < T:
-                                    vector_copy(g2r, gX, halo, hn - (W - 1) + u, dv, u, 0, VEC)
+                                    fetch_halo(g2r, gX, halo, init_ptr, hn, nh, sh, u, dv, n_seqs, D, init_sn, init_sd, init_sj, W, VEC, seed, vec_init)
                 if const_expr(self.fuse):  # the final states of the sequences that ended in this pair
                     a = t0 + q * 2 * U
                     b = t0 + cutlass.min(q * 2 * U + 2 * U, run)

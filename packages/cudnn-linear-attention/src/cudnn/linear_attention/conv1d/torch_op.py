@@ -69,6 +69,14 @@ def _sig(t):
     return None if t is None else (t.dtype, t.dim())
 
 
+def _vector_states(t) -> bool | None:
+    """Whether initial states ``t`` are a contiguous [N, D, W - 1] at a 16-byte aligned address: a plan built from such
+    states reads them by vectors where it seeds its chunks (``Conv1dFwdKey.init_contiguous``) and refuses other ones."""
+    if t is None:
+        return None
+    return _api._contiguous_states(tuple(t.shape), tuple(t.stride())) and t.data_ptr() % 16 == 0
+
+
 def _fwd_key(x, weight, bias, cu_seqlens, initial_states, activation, output_final_states):
     dense = None if cu_seqlens is not None else (tuple(x.shape), tuple(x.stride()))
     return (
@@ -81,6 +89,7 @@ def _fwd_key(x, weight, bias, cu_seqlens, initial_states, activation, output_fin
         bias is not None,
         _sig(cu_seqlens),
         _sig(initial_states),
+        _vector_states(initial_states),
         activation,
         output_final_states,
         dense,
@@ -95,6 +104,9 @@ def _fwd_key(x, weight, bias, cu_seqlens, initial_states, activation, output_fin
         _api.FWD_WARP_WALK_DEFAULT,  # and its varlen cu_seqlens walk
         _api.FWD_SHIFT_ALWAYS_DEFAULT,  # and its per-token path's window shift
         _api.FWD_LOCATE_GUESS_DEFAULT,  # and its runs' first-sequence search
+        _api.FWD_SEEDED_STARTS_DEFAULT,  # and its chunks' seeded starts (for sequences up to FWD_SEEDED_MAX_LEN tokens)
+        _api.FWD_SEEDED_MAX_LEN,
+        _api.FWD_VARLEN_CHUNK_PER_CALL,  # and its varlen per-call chunks (the rule's length is read per call)
     )
 
 
