@@ -24,9 +24,10 @@ False``; the default writes contiguous final states with vector stores), kernel-
 "ours-finalonly+graph" (session 26, the states case only): only the initial states in / only
 the final states out, kernel-only, next to the "fwd batch B16 T16k D4096" case (the same dense batch, no states; session
 27: "fwd batch B512 T16k D4096" and "fwd varlen256 T16k D4096" beside their states cases); "ours-noseed+graph" /
-"ours-seed-elem+graph" (session 27, the dense states cases): without the seeded starts (``seeded_starts = False``: a
-chunk that starts a sequence reads its initial state inside the token math), and with them by element loads
-(``initial_contiguous = False``), kernel-only;
+"ours-seed-elem+graph" / "ours-seed+graph" (session 27, the dense states cases): without the seeded starts
+(``seeded_starts = False``: a chunk that starts a sequence reads its initial state inside the token math), with them by
+element loads (``initial_contiguous = False``), and with them whatever the sequence length (``seeded_starts = True``),
+kernel-only;
 "ours-warpwalk+graph" / "ours-chunk8-warpwalk+graph" (the varlen cases only): ``warp_walk = True`` (the warp walks
 ``cu_seqlens`` together: a window of entries in its lanes) on the contiguous runs / on chunk 8, kernel-only; "ours-upd-slowhost" the decode update with session
 8's host path (custom-op dispatch, DSL entry, full validation; ``ours`` has session 9's direct call, tvm-ffi route and
@@ -98,8 +99,10 @@ def _cases():
 
     # dense [16, 1024, 4096]
     cases.append(Case("fwd states B16 T16k D4096", {"op": "fwd", "t": 16384, "d": 4096, "varlen": False, "batch": 16}, bytes=states(16)))
-    # session 26: the states batch with 512 sequences of 32 tokens
-    cases.append(Case("fwd states B512 T16k D4096", {"op": "fwd", "t": 16384, "d": 4096, "varlen": False, "batch": 512}, bytes=states(512)))
+    # session 26: the states batch with 512 sequences of 32 tokens; session 27: 128 of 128 and 256 of 64 (where the seeded
+    # starts' default length, ``FWD_SEEDED_MAX_LEN``, turns)
+    for nb in (512, 128, 256):
+        cases.append(Case(f"fwd states B{nb} T16k D4096", {"op": "fwd", "t": 16384, "d": 4096, "varlen": False, "batch": nb}, bytes=states(nb)))
     # session 26: 256 random lengths over T16k: serving's continuous-batching prefill with conv states
     cases.append(Case("fwd states varlen256 T16k D4096", {"op": "fwd", "t": 16384, "d": 4096, "varlen": 256, "states": True}, bytes=states(256)))
     # the same batches without states (session 26: what the states cost, apart from the sequences; session 27: B512, varlen256)
@@ -763,6 +766,7 @@ def main(args=None):
         # (``seeded_starts``, the default since session 27, with vector loads of contiguous initial states): without it, and
         # with it by element loads (``initial_contiguous = False``), kernel-only (compare ours+graph)
         Provider("ours-noseed+graph", _make_ours_seeded_variant(seeded_starts=False)),
+        Provider("ours-seed+graph", _make_ours_seeded_variant(seeded_starts=True)),
         Provider("ours-seed-elem+graph", _make_ours_seeded_variant(initial_contiguous=False)),
         # session 9: the decode update with session 8's host path (ours: the direct call, tvm-ffi route and memo)
         Provider("ours-upd-slowhost", _make_ours_update_slowhost),
