@@ -476,27 +476,30 @@ def fetch_halo(
 
 
 @cute.jit
+def halo_to_window(win: cute.Tensor, halo: cute.Tensor, W: cutlass.Constexpr[int], VEC: cutlass.Constexpr[int], slice_order: cutlass.Constexpr[bool]):
+    """``win[k + 1, i]`` (fp32) from the halo entry of channel ``i`` and tap ``k``: at flat position ``k VEC + i`` (x's
+    tokens, one 16-byte vector each) or, with ``slice_order``, ``i (W - 1) + k`` (an initial-state slice read whole)."""
+    for k in cutlass.range_constexpr(W - 1):
+        for i in cutlass.range_constexpr(VEC):
+            f = i * (W - 1) + k if slice_order else k * VEC + i
+            win[k + 1, i] = halo[f % VEC, f // VEC, 0].to(Float32)
+
+
+@cute.jit
 def seeded_window(
     win: cute.Tensor, halo: cute.Tensor, seeded: cutlass.Boolean, W: cutlass.Constexpr[int], VEC: cutlass.Constexpr[int], vec_init: cutlass.Constexpr[bool]
 ):
-    """A chunk's window from its halo: ``win[k + 1, i] = halo[i, k]`` (fp32), ``win[0]`` zero; with ``vec_init`` a seeded
-    chunk's halo holds its initial-state slice in the slice's order, entry ``(i, k)`` at flat position ``i (W - 1) + k``."""
+    """A chunk's window from its halo (:func:`halo_to_window`), ``win[0]`` zero; with ``vec_init`` a seeded chunk's halo
+    holds its initial-state slice in the slice's order."""
     for i in cutlass.range_constexpr(VEC):
         win[0, i] = Float32(0.0)
     if const_expr(vec_init):
         if seeded:
-            for k in cutlass.range_constexpr(W - 1):
-                for i in cutlass.range_constexpr(VEC):
-                    f = i * (W - 1) + k
-                    win[k + 1, i] = halo[f % VEC, f // VEC, 0].to(Float32)
+            halo_to_window(win, halo, W, VEC, True)
         else:
-            for k in cutlass.range_constexpr(W - 1):
-                for i in cutlass.range_constexpr(VEC):
-                    win[k + 1, i] = halo[i, k, 0].to(Float32)
+            halo_to_window(win, halo, W, VEC, False)
     else:
-        for k in cutlass.range_constexpr(W - 1):
-            for i in cutlass.range_constexpr(VEC):
-                win[k + 1, i] = halo[i, k, 0].to(Float32)
+        halo_to_window(win, halo, W, VEC, False)
 
 
 @dataclass(frozen=True)
