@@ -105,6 +105,9 @@ def _cases():
         cases.append(Case(f"fwd states B{nb} T16k D4096", {"op": "fwd", "t": 16384, "d": 4096, "varlen": False, "batch": nb}, bytes=states(nb)))
     # session 26: 256 random lengths over T16k: serving's continuous-batching prefill with conv states
     cases.append(Case("fwd states varlen256 T16k D4096", {"op": "fwd", "t": 16384, "d": 4096, "varlen": 256, "states": True}, bytes=states(256)))
+    # session 28: the same at 16, 64 and 1024 random lengths (1024, 256 and 16 tokens on average)
+    for n in (16, 64, 1024):
+        cases.append(Case(f"fwd states varlen{n} T16k D4096", {"op": "fwd", "t": 16384, "d": 4096, "varlen": n, "states": True}, bytes=states(n)))
     # the same batches without states (session 26: what the states cost, apart from the sequences; session 27: B512, varlen256)
     for nb in (16, 512):
         cases.append(

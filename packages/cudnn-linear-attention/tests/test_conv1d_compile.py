@@ -144,9 +144,9 @@ def test_tvm_ffi_launch_route_builds_a_separate_positional_entry():
 
 
 def test_forward_default_run_grid_compiles_to_16_byte_accesses(tmp_path):
-    """The default plan (varlen with initial and final states, bf16, W = 4; ``grid_ctas`` None): the run grid with 4 x the
-    SM count (528 where no GPU is visible) writing the final states itself (``final_fused``, the default), one ``cudnn_``
-    symbol; x and the halo come in by ``ld.global.v4``, y leaves by plain ``st.global.v4`` (no cache hint), no cp.async, no
+    """A varlen plan with initial and final states (bf16, W = 4; ``grid_ctas`` None): the run grid with 4 x the SM count
+    (528 where no GPU is visible); with ``final_fused`` (the varlen default until session 28, now the separate pair below)
+    writing the final states itself, one ``cudnn_`` symbol; x and the halo come in by ``ld.global.v4``, y leaves by plain ``st.global.v4`` (no cache hint), no cp.async, no
     local memory in the PTX; ptxas at the 128-register cap: no frame since the session-26 contiguous final states' vector
     stores (24 bytes before; 16 before the session-25 ``shift_always`` default, 0 before the fused final states and the
     2-byte state pointers). The separate pair
@@ -162,12 +162,14 @@ def test_forward_default_run_grid_compiles_to_16_byte_accesses(tmp_path):
     plan = _fwd_plan(1000, 5)
     assert plan.grid_ctas is None and api.FWD_GRID_CTAS_DEFAULT is None
     plan.check_support()
+    default_key = plan.compile_key()
+    plan.final_fused = True
     key = plan.compile_key()
     assert key.final_fused and key.has_init and key.has_final
     sep = _fwd_plan(1000, 5)
     sep.final_fused = False
     sep.check_support()
-    assert sep.compile_key() == dataclasses.replace(key, final_fused=False)
+    assert sep.compile_key() == dataclasses.replace(key, final_fused=False) == default_key  # the varlen default since session 28
     kernel_cache._entries.pop(("linear_attention.conv1d", sep.compile_key()), None)
     with keep_artifacts(tmp_path / "sep") as ptx:
         sep.compile()
@@ -200,6 +202,7 @@ def test_forward_default_run_grid_compiles_to_16_byte_accesses(tmp_path):
 
     misses = kernel_cache.stats.misses
     other = _fwd_plan(123457, 77)  # another token total and sequence count: same artifact
+    other.final_fused = True
     other.compile()
     assert kernel_cache.stats.misses == misses
     assert other._compiled_kernel is plan._compiled_kernel
@@ -425,7 +428,7 @@ FUSED_CASES = [
 
 @pytest.mark.parametrize(("varlen", "init", "sdt", "grid", "chunk", "frame"), FUSED_CASES)
 def test_forward_fused_final_states_compile(tmp_path, varlen, init, sdt, grid, chunk, frame):
-    """``final_fused`` (the default where final states are declared): one ``cudnn_`` forward kernel and no final-states
+    """``final_fused`` (the dense default where final states are declared; varlen plans set it): one ``cudnn_`` forward kernel and no final-states
     kernel, the final states stored element by element in their dtype (2-byte ``st.global.b16`` for bf16, never byte
     pairs: the state pointers are compiled for their dtype's alignment, which execute checks), within the frame above.
     With initial states the plan also holds the separate pair (``_sep``: the ``final_fused = False`` key) for calls whose
@@ -451,7 +454,7 @@ def test_forward_fused_final_states_compile(tmp_path, varlen, init, sdt, grid, c
         p.check_support()
         return p
 
-    plan = make(None)
+    plan = make(None if not varlen else True)
     key = plan.compile_key()
     assert key.final_fused is True and key.has_final and key.has_init == init
     twin = make(False)
@@ -474,16 +477,23 @@ def test_forward_fused_final_states_compile(tmp_path, varlen, init, sdt, grid, c
 
 
 def test_forward_final_fused_option_values():
-    """``plan.final_fused``: None resolves to ``FWD_FINAL_FUSED_DEFAULT`` (True) where final states are declared and to
+    """``plan.final_fused``: None resolves to ``FWD_FINAL_FUSED_DEFAULT`` (True) on a dense plan and to
+    ``FWD_FINAL_FUSED_VARLEN_DEFAULT`` (False, session 28) on a varlen plan where final states are declared, and to
     False elsewhere; explicit True / False are kept; True without final states, or a non-bool, raises ValueError naming
     the option at compile(), before any build."""
     from cudnn.linear_attention.conv1d import api
     from cudnn.linear_attention.conv1d.api import CausalConv1d
 
-    assert api.FWD_FINAL_FUSED_DEFAULT is True
+    assert api.FWD_FINAL_FUSED_DEFAULT is True and api.FWD_FINAL_FUSED_VARLEN_DEFAULT is False
     plan = _fwd_plan(1000, 5)
     plan.check_support()
-    assert plan.final_fused is None and plan.compile_key().final_fused is True
+    assert plan.final_fused is None and plan.compile_key().final_fused is False  # varlen
+    xd, sd = TensorDesc.contiguous((5, 200, 512), "bfloat16", "x"), TensorDesc.contiguous((5, 512, 3), "bfloat16", "states")
+    dense = CausalConv1d(xd, TensorDesc.contiguous((512, 4), "bfloat16", "weight"), xd, None, None, sd, sd, "silu")
+    dense.check_support()
+    assert dense.compile_key().final_fused is True
+    plan.final_fused = True
+    assert plan.compile_key().final_fused is True
     plan.final_fused = False
     assert plan.compile_key().final_fused is False
     x = TensorDesc.contiguous((2, 64, 512), "bfloat16", "x")
@@ -531,7 +541,7 @@ def test_forward_warp_walk_compiles_with_ballots_and_shuffles(tmp_path, chunk, s
     for walk in (False, True):
         plan = CausalConv1d(x, TensorDesc.contiguous((D, 4), "bfloat16", "weight"), x, TensorDesc.contiguous((D,), "bfloat16", "bias"), cu, init, fin, "silu")
         plan.check_support()
-        plan.chunk, plan.warp_walk = chunk, walk
+        plan.chunk, plan.warp_walk, plan.final_fused = chunk, walk, fin is not None  # fused final states, as measured
         key = plan.compile_key()
         assert key.warp_walk is walk and key.chunk == chunk and key.varlen and key.grid_ctas > 0, key
         if init is not None and fin is not None:  # the separate pair a fused plan also holds: built first, outside the dump
@@ -718,7 +728,7 @@ def test_forward_final_contiguous_defaults_and_validates(tmp_path):
     assert make(st, fin, final_contiguous=False).compile_key().final_contiguous is False
     texts = {}
     for contig in (True, False):
-        plan = make(None, fin, final_contiguous=contig)
+        plan = make(None, fin, final_contiguous=contig, final_fused=True)  # the fused kernel's stores
         key = plan.compile_key()
         kernel_cache._entries.pop(("linear_attention.conv1d", key), None)
         with keep_artifacts(tmp_path / f"c{contig}") as ptx:

@@ -18,7 +18,8 @@ the fp32 reference.
   2560 (a partial channel block), W 2-4, bf16 / fp32, initial / final states on and off, steady on and off
   (``test_forward_chunk_is_bitwise_the_default``); varlen (chunk 8 / 16): 1-token, empty and long sequences, 64 random
   lengths over 32k tokens, every token its own sequence (T = 4099) (``test_forward_varlen_chunk_is_bitwise_the_default``).
-- Fused final states (``plan.final_fused``, the default with final states since session 16): bitwise the separate
+- Fused final states (``plan.final_fused``, the dense default with final states since session 16; varlen plans take the
+  separate kernel by default since session 28): bitwise the separate
   ``final_kernel``'s (``final_fused = False``) and the reference's over dense batches (L 1, 2, 1001, 1024) and varlen ones
   (1-token, empty, shorter-than-W - 1, long sequences; 64 random lengths; every token its own sequence; T = 0), the three
   grids, with and without initial states, bf16 / fp32 states (``test_fused_final_states_are_bitwise_the_separate_kernel``);
@@ -473,7 +474,7 @@ FUSED_DENSE_SHAPES = [(3, 2), (5, 1), (4, 1001), (16, 1024)]
 
 @pytest.mark.parametrize(("layout", "dtype", "sdt", "width", "init", "grid_ctas", "chunk"), FUSED_CASES)
 def test_fused_final_states_are_bitwise_the_separate_kernel(layout, dtype, sdt, width, init, grid_ctas, chunk):
-    """``final_fused`` (the default with final states: the forward kernel writes them, no second launch) against
+    """``final_fused`` (the dense default with final states: the forward kernel writes them, no second launch) against
     ``final_fused = False`` (``final_kernel`` after the forward kernel): y and the final states equal bit for bit
     (NaN-poisoned outputs, so an unwritten row shows), the final states equal the fp32 reference's (copies of x or of
     the initial states, exact), over FUSED_DENSE_SHAPES / FUSED_VARLEN_LENGTHS at D 4096 and 2560 (a partial channel
@@ -542,6 +543,7 @@ def test_fused_plan_with_final_states_in_place_of_initial_states(layout):
     y = torch.empty_like(x)
     state = state0.clone()
     plan = CausalConv1d(x, w, y, b, cu, state, state, "silu")
+    plan.final_fused = True  # the varlen default is the separate kernel (session 28)
     plan.compile()
     assert plan.compile_key().final_fused and plan._sep is not None
 

@@ -882,7 +882,7 @@ def test_overlapping_states_take_the_separate_final_states_kernels(stub, monkeyp
     both = _aligned((6, D, W - 1))  # adjacent halves: disjoint
     wide = _aligned((3, D, W))  # two [3, D, W - 1] views sharing bytes
     strict = api.CausalConv1d(x, w, y, b, cu, init, fin, "silu")
-    strict.fast_host, strict.tvm_ffi = fast_host, tvm_ffi
+    strict.fast_host, strict.tvm_ffi, strict.final_fused = fast_host, tvm_ffi, True
     strict.compile()
     assert strict.compile_key().final_contiguous is True
     strict.execute(x, w, y, b, cu, init, init)  # the in-place update: contiguous final states, the separate pair
@@ -890,7 +890,7 @@ def test_overlapping_states_take_the_separate_final_states_kernels(stub, monkeyp
         strict.execute(x, w, y, b, cu, wide[:, :, : W - 1], wide[:, :, 1:])
     recs.clear()
     plan = api.CausalConv1d(x, w, y, b, cu, init, fin, "silu")
-    plan.fast_host, plan.tvm_ffi, plan.final_contiguous = fast_host, tvm_ffi, False
+    plan.fast_host, plan.tvm_ffi, plan.final_contiguous, plan.final_fused = fast_host, tvm_ffi, False, True
     plan.compile()
     assert plan.compile_key().final_fused and set(recs) == {True, False} and plan._sep[0] is recs[False]
     cases = [
@@ -913,6 +913,7 @@ def test_overlapping_states_take_the_separate_final_states_kernels(stub, monkeyp
 
     recs.clear()
     alone = api.CausalConv1d(x, w, y, b, cu, None, fin, "silu")
+    alone.final_fused = True  # the varlen default is the separate kernel (session 28)
     alone.compile()
     assert set(recs) == {True} and alone._sep is None
     recs.clear()
@@ -941,7 +942,7 @@ def test_varlen_plan_launches_chunks_for_long_sequences_per_call(stub, monkeypat
     cu0 = torch.tensor([0, L, 2 * L, 3 * L, 4 * L], dtype=torch.int32)
     init, fin = _aligned((4, D, W - 1)), _aligned((4, D, W - 1))
     plan = api.CausalConv1d(x0, w, torch.empty_like(x0), b, cu0, init, fin, "silu")
-    plan.fast_host, plan.tvm_ffi = fast_host, tvm_ffi
+    plan.fast_host, plan.tvm_ffi, plan.final_fused = fast_host, tvm_ffi, True  # fused: both keys hold a separate pair too
     plan.compile()
     key = plan.compile_key()
     assert key.chunk == 0 and key.locate_guess and plan.per_call_chunk_key(key) == api.dataclasses.replace(key, chunk=8, locate_guess=False)

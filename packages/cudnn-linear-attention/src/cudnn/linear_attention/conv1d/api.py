@@ -39,8 +39,9 @@ Forward kernel options (set before ``compile()``; compile-key fields; fwd_kernel
 default's outputs: ``plan.steady`` (on by default on the run grid), ``plan.l2_prefetch`` (opt-in) and ``plan.chunk``
 (chunk-interleaved runs: None = ``FWD_CHUNK_DEFAULT`` = 8 for dense plans on the run grid without l2_prefetch since the
 session-15 H200 A/B, ``FWD_CHUNK_VARLEN_DEFAULT`` = 0 (opt-in) for varlen ones, 0 elsewhere) and ``plan.final_fused``
-(the forward kernel writes the final states, no second launch: None = ``FWD_FINAL_FUSED_DEFAULT`` = True with final
-states since the session-16 H200 A/B; a plan with both state tensors also compiles the separate pair, which execute() launches
+(the forward kernel writes the final states, no second launch: None = ``FWD_FINAL_FUSED_DEFAULT`` = True for dense plans
+with final states since the session-16 H200 A/B, ``FWD_FINAL_FUSED_VARLEN_DEFAULT`` = False for varlen ones since session
+28's; a plan with both state tensors also compiles the separate pair, which execute() launches
 for a call whose final states overlap its initial states, the in-place rolling update) and ``plan.warp_walk`` (varlen run
 grid: the warp walks ``cu_seqlens`` together, a window of entries in its lanes, instead of one dependent load per sequence
 crossed per token; None = ``FWD_WARP_WALK_DEFAULT`` = False after the session-16 H200 A/B) and ``plan.shift_always``
@@ -134,6 +135,14 @@ FWD_CHUNK_VARLEN_DEFAULT = 0
 #: fused vs 3090.9 separate; its GPU tests passed in the same call). A call whose final states overlap its initial states
 #: launches the separate kernel whatever this says (``final_fused``).
 FWD_FINAL_FUSED_DEFAULT = True
+#: The same default for varlen plans: False = the separate ``final_kernel``. The fused final states walk ``cu_seqlens``
+#: again for every sequence that ends in a group pair and load its last tokens again inside the forward's token loop;
+#: on varlen batches that cost more than the second launch at every length measured (session-28 H200 A/B,
+#: docs/benchmarks/linear_attention_conv1d_s28_varlen.md, kernel-only, 3 rounds, GB/s, state bytes counted, fused vs
+#: separate, random lengths over T16k x D4096): 16 sequences 3299.3 vs 3304.5, 64 3151.5 vs 3271.1, 256 2954.9 vs 3084.6,
+#: 1024 2520.0 vs 2807.6. Dense batches keep ``FWD_FINAL_FUSED_DEFAULT`` (the fused kernel won there: 16 x 1024 3560.4
+#: vs 3442.4, 512 x 32 3437.6 vs 3223.8, docs/benchmarks/linear_attention_conv1d_s28_finalwin.md). Session 28.
+FWD_FINAL_FUSED_VARLEN_DEFAULT = False
 #: Default of ``CausalConv1d.warp_walk = None`` for varlen plans on the run grid (``Conv1dFwdKey.warp_walk``; dense plans and
 #: the 64-token grid have no walk to change: None resolves to False there): False = each token walks ``cu_seqlens`` one
 #: entry at a time (a dependent load per sequence crossed) and a chunk binary-searches it; True = the warp walks it
@@ -497,7 +506,8 @@ class CausalConv1d(_Conv1dCommon):
         #: l2_prefetch). Outputs bitwise equal either way.
         self.chunk = None
         #: Final states written by the forward kernel (set before compile(); ``Conv1dFwdKey.final_fused``): None (default) =
-        #: FWD_FINAL_FUSED_DEFAULT where final states are declared, else False; True = fused (one launch); False = the
+        #: FWD_FINAL_FUSED_DEFAULT (dense) / FWD_FINAL_FUSED_VARLEN_DEFAULT (varlen) where final states are declared, else
+        #: False; True = fused (one launch); False = the
         #: separate final-states kernel after the forward kernel. Fused is wrong when final_states overlaps initial_states
         #: (a CTA could overwrite a sequence's initial state before another has read it), so a fused plan declaring both
         #: also compiles the separate pair at compile(), and execute() launches that pair for a call whose two state
@@ -565,8 +575,8 @@ class CausalConv1d(_Conv1dCommon):
         if chunk is None:  # the default only where it is valid: the run grid without l2_prefetch
             chunk = (FWD_CHUNK_VARLEN_DEFAULT if self.cu_seqlens is not None else FWD_CHUNK_DEFAULT) if grid != 0 and self.l2_prefetch == 0 else 0
         fused = self.final_fused
-        if fused is None:  # the default only where there are final states
-            fused = FWD_FINAL_FUSED_DEFAULT and self.final_states is not None
+        if fused is None:  # the default only where there are final states (varlen and dense defaults)
+            fused = (FWD_FINAL_FUSED_VARLEN_DEFAULT if self.cu_seqlens is not None else FWD_FINAL_FUSED_DEFAULT) and self.final_states is not None
         warp = self.warp_walk
         if warp is None:  # the default only where there is a walk: varlen on the run grid
             warp = FWD_WARP_WALK_DEFAULT and self.cu_seqlens is not None and grid != 0
@@ -655,7 +665,8 @@ class CausalConv1d(_Conv1dCommon):
             )
         if type(key.final_fused) is not bool or (key.final_fused and not key.has_final):
             raise ValueError(
-                f"CausalConv1d: final_fused={self.final_fused!r} must be None (the default: {FWD_FINAL_FUSED_DEFAULT} with final states), True or "
+                f"CausalConv1d: final_fused={self.final_fused!r} must be None (the default with final states: {FWD_FINAL_FUSED_DEFAULT} dense, "
+                f"{FWD_FINAL_FUSED_VARLEN_DEFAULT} varlen), True or "
                 f"False, and True needs final_states (declared: {key.has_final})"
             )
         if type(key.warp_walk) is not bool or (key.warp_walk and (not key.varlen or key.grid_ctas == 0)):

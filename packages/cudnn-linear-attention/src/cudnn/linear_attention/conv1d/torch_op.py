@@ -100,7 +100,8 @@ def _fwd_key(x, weight, bias, cu_seqlens, initial_states, activation, output_fin
         _api.FWD_STEADY_DEFAULT,  # and its steady-group path
         _api.FWD_CHUNK_DEFAULT,  # and its chunk (dense / varlen defaults)
         _api.FWD_CHUNK_VARLEN_DEFAULT,
-        _api.FWD_FINAL_FUSED_DEFAULT,  # and whether its forward kernel writes the final states
+        _api.FWD_FINAL_FUSED_DEFAULT,  # and whether its forward kernel writes the final states (dense / varlen defaults)
+        _api.FWD_FINAL_FUSED_VARLEN_DEFAULT,
         _api.FWD_WARP_WALK_DEFAULT,  # and its varlen cu_seqlens walk
         _api.FWD_SHIFT_ALWAYS_DEFAULT,  # and its per-token path's window shift
         _api.FWD_LOCATE_GUESS_DEFAULT,  # and its runs' first-sequence search
