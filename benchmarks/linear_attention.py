@@ -17,7 +17,8 @@ all kernel-only, and "ours-steady-pf2" the public op eager with both; "ours-chun
 32; dense and varlen cases): the run grid with ``chunk = C`` (CTA row j walks the C-token chunks j, j + n_runs, j + 2 n_runs,
 ... instead of one contiguous run; the default steady path), kernel-only, and "ours-runs+graph" with ``chunk = 0`` (one
 contiguous run per CTA row: the dense default until session 15, when ``ours+graph`` became chunk 8 on dense cases);
-"ours-final-fused+graph" / "ours-final-sep+graph" (the states case only): the forward kernel writes the final states
+"ours-final-fused+graph" / "ours-final-sep+graph" / "ours-final-tail+graph" / "ours-final-loop+graph" (session 28: the
+fused final states after the token loop, ``final_tail``, and inside it) (the states cases only): the forward kernel writes the final states
 (``final_fused = True``, the default since session 16) / the separate final-states kernel after it, kernel-only;
 "ours-elemfinal+graph" (session 26, the states cases): the final states element by element (``final_contiguous =
 False``; the default writes contiguous final states with vector stores), kernel-only; "ours-initonly+graph" /
@@ -744,6 +745,9 @@ def main(args=None):
         # separate final-states kernel runs after it (the default until session 16), kernel-only
         Provider("ours-final-fused+graph", _make_ours_final_variant(True)),
         Provider("ours-final-sep+graph", _make_ours_final_variant(False)),
+        # session 28, the states cases: the fused final states as the run grid's tail (``final_tail``), kernel-only
+        Provider("ours-final-tail+graph", _on_states_cases(_make_ours_kernel_variant(final_fused=True, final_tail=True), "final-states A/B")),
+        Provider("ours-final-loop+graph", _on_states_cases(_make_ours_kernel_variant(final_fused=True, final_tail=False), "final-states A/B")),
         # session 16, varlen cases: the warp walks cu_seqlens together (``warp_walk``: a window of entries in its lanes, a
         # ballot and two shuffles per token, a density guess then a 33-ary search per chunk), on the varlen default's
         # contiguous runs and on chunk 8 (compare ours+graph and ours-chunk8+graph), kernel-only

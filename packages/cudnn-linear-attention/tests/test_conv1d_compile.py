@@ -145,8 +145,8 @@ def test_tvm_ffi_launch_route_builds_a_separate_positional_entry():
 
 def test_forward_default_run_grid_compiles_to_16_byte_accesses(tmp_path):
     """A varlen plan with initial and final states (bf16, W = 4; ``grid_ctas`` None): the run grid with 4 x the SM count
-    (528 where no GPU is visible); with ``final_fused`` (the varlen default until session 28, now the separate pair below)
-    writing the final states itself, one ``cudnn_`` symbol; x and the halo come in by ``ld.global.v4``, y leaves by plain ``st.global.v4`` (no cache hint), no cp.async, no
+    (528 where no GPU is visible); with ``final_fused`` inside the token loop (``final_tail = False``; the varlen default
+    writes them after the loop since session 28) writing the final states itself, one ``cudnn_`` symbol; x and the halo come in by ``ld.global.v4``, y leaves by plain ``st.global.v4`` (no cache hint), no cp.async, no
     local memory in the PTX; ptxas at the 128-register cap: no frame since the session-26 contiguous final states' vector
     stores (24 bytes before; 16 before the session-25 ``shift_always`` default, 0 before the fused final states and the
     2-byte state pointers). The separate pair
@@ -163,13 +163,14 @@ def test_forward_default_run_grid_compiles_to_16_byte_accesses(tmp_path):
     assert plan.grid_ctas is None and api.FWD_GRID_CTAS_DEFAULT is None
     plan.check_support()
     default_key = plan.compile_key()
-    plan.final_fused = True
+    assert default_key.final_tail and default_key.final_fused  # the varlen default since session 28: the fused tail
+    plan.final_tail = False  # the fused final states inside the token loop, as measured below
     key = plan.compile_key()
-    assert key.final_fused and key.has_init and key.has_final
+    assert key.final_fused and key.has_init and key.has_final and key == dataclasses.replace(default_key, final_tail=False)
     sep = _fwd_plan(1000, 5)
     sep.final_fused = False
     sep.check_support()
-    assert sep.compile_key() == dataclasses.replace(key, final_fused=False) == default_key  # the varlen default since session 28
+    assert sep.compile_key() == dataclasses.replace(key, final_fused=False)
     kernel_cache._entries.pop(("linear_attention.conv1d", sep.compile_key()), None)
     with keep_artifacts(tmp_path / "sep") as ptx:
         sep.compile()
@@ -202,7 +203,7 @@ def test_forward_default_run_grid_compiles_to_16_byte_accesses(tmp_path):
 
     misses = kernel_cache.stats.misses
     other = _fwd_plan(123457, 77)  # another token total and sequence count: same artifact
-    other.final_fused = True
+    other.final_tail = False
     other.compile()
     assert kernel_cache.stats.misses == misses
     assert other._compiled_kernel is plan._compiled_kernel
@@ -428,7 +429,8 @@ FUSED_CASES = [
 
 @pytest.mark.parametrize(("varlen", "init", "sdt", "grid", "chunk", "frame"), FUSED_CASES)
 def test_forward_fused_final_states_compile(tmp_path, varlen, init, sdt, grid, chunk, frame):
-    """``final_fused`` (the dense default where final states are declared; varlen plans set it): one ``cudnn_`` forward kernel and no final-states
+    """``final_fused`` (the default where final states are declared; varlen plans inside the token loop here, ``final_tail =
+    False``): one ``cudnn_`` forward kernel and no final-states
     kernel, the final states stored element by element in their dtype (2-byte ``st.global.b16`` for bf16, never byte
     pairs: the state pointers are compiled for their dtype's alignment, which execute checks), within the frame above.
     With initial states the plan also holds the separate pair (``_sep``: the ``final_fused = False`` key) for calls whose
@@ -451,10 +453,12 @@ def test_forward_fused_final_states_compile(tmp_path, varlen, init, sdt, grid, c
             x, TensorDesc.contiguous((D, 4), "bfloat16", "weight"), x, TensorDesc.contiguous((D,), "bfloat16", "bias"), cu, st if init else None, fin, "silu"
         )
         p.grid_ctas, p.chunk, p.final_fused = grid, chunk, fused
+        if varlen and grid != 0:
+            p.final_tail = False  # the token loop's final states (the varlen default writes them as the tail)
         p.check_support()
         return p
 
-    plan = make(None if not varlen else True)
+    plan = make(None)
     key = plan.compile_key()
     assert key.final_fused is True and key.has_final and key.has_init == init
     twin = make(False)
@@ -478,16 +482,16 @@ def test_forward_fused_final_states_compile(tmp_path, varlen, init, sdt, grid, c
 
 def test_forward_final_fused_option_values():
     """``plan.final_fused``: None resolves to ``FWD_FINAL_FUSED_DEFAULT`` (True) on a dense plan and to
-    ``FWD_FINAL_FUSED_VARLEN_DEFAULT`` (False, session 28) on a varlen plan where final states are declared, and to
+    ``FWD_FINAL_FUSED_VARLEN_DEFAULT`` (True, session 28: as the tail) on a varlen plan where final states are declared, and to
     False elsewhere; explicit True / False are kept; True without final states, or a non-bool, raises ValueError naming
     the option at compile(), before any build."""
     from cudnn.linear_attention.conv1d import api
     from cudnn.linear_attention.conv1d.api import CausalConv1d
 
-    assert api.FWD_FINAL_FUSED_DEFAULT is True and api.FWD_FINAL_FUSED_VARLEN_DEFAULT is False
+    assert api.FWD_FINAL_FUSED_DEFAULT is True and api.FWD_FINAL_FUSED_VARLEN_DEFAULT is True
     plan = _fwd_plan(1000, 5)
     plan.check_support()
-    assert plan.final_fused is None and plan.compile_key().final_fused is False  # varlen
+    assert plan.final_fused is None and plan.compile_key().final_fused is True  # varlen
     xd, sd = TensorDesc.contiguous((5, 200, 512), "bfloat16", "x"), TensorDesc.contiguous((5, 512, 3), "bfloat16", "states")
     dense = CausalConv1d(xd, TensorDesc.contiguous((512, 4), "bfloat16", "weight"), xd, None, None, sd, sd, "silu")
     dense.check_support()
@@ -541,7 +545,9 @@ def test_forward_warp_walk_compiles_with_ballots_and_shuffles(tmp_path, chunk, s
     for walk in (False, True):
         plan = CausalConv1d(x, TensorDesc.contiguous((D, 4), "bfloat16", "weight"), x, TensorDesc.contiguous((D,), "bfloat16", "bias"), cu, init, fin, "silu")
         plan.check_support()
-        plan.chunk, plan.warp_walk, plan.final_fused = chunk, walk, fin is not None  # fused final states, as measured
+        plan.chunk, plan.warp_walk = chunk, walk
+        if fin is not None:  # the final states fused inside the token loop, as measured
+            plan.final_fused, plan.final_tail = True, False
         key = plan.compile_key()
         assert key.warp_walk is walk and key.chunk == chunk and key.varlen and key.grid_ctas > 0, key
         if init is not None and fin is not None:  # the separate pair a fused plan also holds: built first, outside the dump
@@ -728,7 +734,7 @@ def test_forward_final_contiguous_defaults_and_validates(tmp_path):
     assert make(st, fin, final_contiguous=False).compile_key().final_contiguous is False
     texts = {}
     for contig in (True, False):
-        plan = make(None, fin, final_contiguous=contig, final_fused=True)  # the fused kernel's stores
+        plan = make(None, fin, final_contiguous=contig, final_tail=False)  # the token loop's stores
         key = plan.compile_key()
         kernel_cache._entries.pop(("linear_attention.conv1d", key), None)
         with keep_artifacts(tmp_path / f"c{contig}") as ptx:
@@ -803,3 +809,61 @@ def test_forward_seeded_starts_defaults_and_validates(tmp_path):
     assert ".local" not in texts["vec"] and ".local" not in texts["elem"] and len({texts["vec"], texts["elem"], texts["off"]}) == 3
     counts = {k: (t.count("ld.global.v4"), t.count("ld.global.b16") + t.count("ld.global.u16")) for k, t in texts.items()}
     assert counts["vec"][0] > counts["elem"][0] and counts["vec"][1] < counts["elem"][1], counts
+
+
+def test_forward_final_tail_defaults_and_validates(tmp_path):
+    """``plan.final_tail`` (session 28): None resolves to ``FWD_FINAL_TAIL_VARLEN_DEFAULT`` (varlen) / ``FWD_FINAL_TAIL_DEFAULT``
+    (dense) on the run grid with fused final states and to False elsewhere (the 64-token grid, the separate final-states kernel, no final states); True there, or
+    a non-bool, raises ValueError naming the option at compile(); the separate pair a plan with both state tensors also
+    compiles never carries it, the per-call chunk key does. The tail builds (varlen contiguous runs and chunk 8) compile
+    without local memory and without the token loop's final-states walk (fewer 16-byte stores in the loop than the
+    loop-fused build: one ``final_state_of`` body after the loop)."""
+    from cudnn.kernel_cache import kernel_cache
+    from cudnn.linear_attention.conv1d import api
+    from cudnn.linear_attention.conv1d.api import CausalConv1d
+
+    D, N = 512, 5
+    w, b = TensorDesc.contiguous((D, 4), "bfloat16", "weight"), TensorDesc.contiguous((D,), "bfloat16", "bias")
+    xv, cu = TensorDesc.contiguous((1000, D), "bfloat16", "x"), TensorDesc.contiguous((N + 1,), "int32", "cu")
+    st = TensorDesc.contiguous((N, D, 3), "bfloat16", "initial_states")
+    fin = TensorDesc.contiguous((N, D, 3), "bfloat16", "final_states")
+
+    def make(final=fin, **fields):
+        p = CausalConv1d(xv, w, xv, b, cu, st, final, "silu")
+        for k, v in fields.items():
+            setattr(p, k, v)
+        p.check_support()
+        return p
+
+    assert make().compile_key().final_tail is api.FWD_FINAL_TAIL_VARLEN_DEFAULT is api.FWD_FINAL_FUSED_VARLEN_DEFAULT is True
+    xd = TensorDesc.contiguous((N, 200, D), "bfloat16", "x")
+    dense = CausalConv1d(xd, w, xd, b, None, st, fin, "silu")
+    dense.check_support()
+    assert dense.compile_key().final_tail is api.FWD_FINAL_TAIL_DEFAULT is False
+    for plan in (make(grid_ctas=0, final_fused=True), make(final_fused=False), make(final=None)):
+        assert plan.compile_key().final_tail is False
+    on = make(final_fused=True, final_tail=True)
+    assert on.compile_key().final_tail and on.per_call_chunk_key(on.compile_key()).final_tail
+    for fields in (
+        {"grid_ctas": 0, "final_fused": True, "final_tail": True},
+        {"final_fused": False, "final_tail": True},
+        {"final": None, "final_tail": True},
+        {"final_fused": True, "final_tail": 1},
+    ):
+        with pytest.raises(ValueError, match="final_tail"):
+            make(**fields).compile()
+    texts = {}
+    for name, fields in (("loop", {"final_tail": False, "chunk": 0}), ("tail", {"final_tail": True, "chunk": 0}), ("tail8", {"final_tail": True, "chunk": 8})):
+        plan = make(final_fused=True, **fields)
+        key = plan.compile_key()
+        kernel_cache._entries.pop(("linear_attention.conv1d", key), None)
+        sa, fa = plan._state_align(key)
+        ptrs = [("BFloat16", 16), ("BFloat16", 16), ("BFloat16", 16), ("BFloat16", 16), ("Int32", 4), ("BFloat16", sa), ("BFloat16", fa)]
+        with keep_artifacts(tmp_path / name) as ptx:
+            api._compile_cached(key, ".fwd_kernel", "CausalConv1dFwd", ptrs, 12, False)
+            texts[name] = _kernel_body(ptx(), kernel_symbols(ptx()), "kernel_runs")
+        assert frame_sizes(tmp_path / name) == [0], (name, frame_sizes(tmp_path / name))
+    assert ".local" not in texts["tail"] and ".local" not in texts["tail8"] and texts["tail"] != texts["loop"]
+    assert texts["tail"].count("st.global.v4") < texts["loop"].count("st.global.v4"), {k: t.count("st.global.v4") for k, t in texts.items()}
+    on.compile()
+    assert on._sep is not None and on._sep[0] is not on._compiled_kernel  # the pair's key: final_fused and final_tail off

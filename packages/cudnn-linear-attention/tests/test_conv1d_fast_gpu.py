@@ -475,11 +475,11 @@ FUSED_DENSE_SHAPES = [(3, 2), (5, 1), (4, 1001), (16, 1024)]
 @pytest.mark.parametrize(("layout", "dtype", "sdt", "width", "init", "grid_ctas", "chunk"), FUSED_CASES)
 def test_fused_final_states_are_bitwise_the_separate_kernel(layout, dtype, sdt, width, init, grid_ctas, chunk):
     """``final_fused`` (the dense default with final states: the forward kernel writes them, no second launch) against
-    ``final_fused = False`` (``final_kernel`` after the forward kernel): y and the final states equal bit for bit
-    (NaN-poisoned outputs, so an unwritten row shows), the final states equal the fp32 reference's (copies of x or of
-    the initial states, exact), over FUSED_DENSE_SHAPES / FUSED_VARLEN_LENGTHS at D 4096 and 2560 (a partial channel
-    block); one varlen plan pair re-binds every batch; warm executes of the fused plan neither synchronize nor
-    allocate."""
+    ``final_fused = False`` (``final_kernel`` after the forward kernel), and on the run grid the fused final states as
+    the grid's tail (``final_tail``, session 28): y and the final states equal bit for bit (NaN-poisoned outputs, so an
+    unwritten row shows), the final states equal the fp32 reference's (copies of x or of the initial states, exact),
+    over FUSED_DENSE_SHAPES / FUSED_VARLEN_LENGTHS at D 4096 and 2560 (a partial channel block); one varlen plan per
+    variant re-binds every batch; warm executes of the fused plan neither synchronize nor allocate."""
     from cudnn.linear_attention.conv1d.api import CausalConv1d
     from cudnn_testing import detectors
 
@@ -498,24 +498,26 @@ def test_fused_final_states_are_bitwise_the_separate_kernel(layout, dtype, sdt, 
                 x, cu = torch.randn(N, L, D, device="cuda", dtype=dt), None
             i_s = torch.randn(N, D, width - 1, device="cuda", dtype=st_dt) if init else None
             outs = {}
-            for fused in (False, True):
+            variants = [(False, False), (True, False)] + ([(True, True)] if grid_ctas != 0 else [])  # (final_fused, final_tail)
+            for fused, tail in variants:
                 y = torch.full(x.shape, float("nan"), device="cuda", dtype=dt)
                 fin = torch.full((N, D, width - 1), float("nan"), device="cuda", dtype=st_dt)
-                key = (fused, None if cu is not None else tuple(x.shape))
+                key = (fused, tail, None if cu is not None else tuple(x.shape))
                 plan = plans.get(key)
                 if plan is None:
                     plan = plans[key] = CausalConv1d(x, w, y, b, cu, i_s, fin, "silu")
-                    plan.grid_ctas, plan.chunk, plan.final_fused = grid_ctas, chunk, fused
+                    plan.grid_ctas, plan.chunk, plan.final_fused, plan.final_tail = grid_ctas, chunk, fused, tail
                     plan.compile()
-                    assert plan.compile_key().final_fused is fused
+                    assert plan.compile_key().final_fused is fused and plan.compile_key().final_tail is tail
                 plan.execute(x, w, y, b, cu, i_s, fin)
-                outs[fused] = (y, fin)
+                outs[fused, tail] = (y, fin)
             torch.cuda.synchronize()
             name = f"{layout} {batch if layout == 'dense' else (N, sum(batch))} D={D}"
-            assert torch.equal(outs[False][0], outs[True][0]), name
-            assert torch.equal(outs[False][1], outs[True][1]), name
             _, f_ref = causal_conv1d_ref(x, w, b, "silu", cu, i_s)
-            assert torch.equal(outs[True][1], f_ref.to(st_dt)), name
+            for v in variants[1:]:
+                assert torch.equal(outs[False, False][0], outs[v][0]), (name, v)
+                assert torch.equal(outs[False, False][1], outs[v][1]), (name, v)
+                assert torch.equal(outs[v][1], f_ref.to(st_dt)), (name, v)
     plan = plans[key]
     detectors.assert_no_sync_no_alloc(lambda: plan.execute(x, w, y, b, cu, i_s, fin), repeats=3)
 

@@ -40,8 +40,9 @@ default's outputs: ``plan.steady`` (on by default on the run grid), ``plan.l2_pr
 (chunk-interleaved runs: None = ``FWD_CHUNK_DEFAULT`` = 8 for dense plans on the run grid without l2_prefetch since the
 session-15 H200 A/B, ``FWD_CHUNK_VARLEN_DEFAULT`` = 0 (opt-in) for varlen ones, 0 elsewhere) and ``plan.final_fused``
 (the forward kernel writes the final states, no second launch: None = ``FWD_FINAL_FUSED_DEFAULT`` = True for dense plans
-with final states since the session-16 H200 A/B, ``FWD_FINAL_FUSED_VARLEN_DEFAULT`` = False for varlen ones since session
-28's; a plan with both state tensors also compiles the separate pair, which execute() launches
+with final states since the session-16 H200 A/B, ``FWD_FINAL_FUSED_VARLEN_DEFAULT`` = True for varlen ones, written after the
+token loop (``plan.final_tail``: None = ``FWD_FINAL_TAIL_VARLEN_DEFAULT`` = True for varlen, ``FWD_FINAL_TAIL_DEFAULT`` =
+False for dense, session 28); a plan with both state tensors also compiles the separate pair, which execute() launches
 for a call whose final states overlap its initial states, the in-place rolling update) and ``plan.warp_walk`` (varlen run
 grid: the warp walks ``cu_seqlens`` together, a window of entries in its lanes, instead of one dependent load per sequence
 crossed per token; None = ``FWD_WARP_WALK_DEFAULT`` = False after the session-16 H200 A/B) and ``plan.shift_always``
@@ -135,14 +136,24 @@ FWD_CHUNK_VARLEN_DEFAULT = 0
 #: fused vs 3090.9 separate; its GPU tests passed in the same call). A call whose final states overlap its initial states
 #: launches the separate kernel whatever this says (``final_fused``).
 FWD_FINAL_FUSED_DEFAULT = True
-#: The same default for varlen plans: False = the separate ``final_kernel``. The fused final states walk ``cu_seqlens``
-#: again for every sequence that ends in a group pair and load its last tokens again inside the forward's token loop;
-#: on varlen batches that cost more than the second launch at every length measured (session-28 H200 A/B,
-#: docs/benchmarks/linear_attention_conv1d_s28_varlen.md, kernel-only, 3 rounds, GB/s, state bytes counted, fused vs
-#: separate, random lengths over T16k x D4096): 16 sequences 3299.3 vs 3304.5, 64 3151.5 vs 3271.1, 256 2954.9 vs 3084.6,
-#: 1024 2520.0 vs 2807.6. Dense batches keep ``FWD_FINAL_FUSED_DEFAULT`` (the fused kernel won there: 16 x 1024 3560.4
-#: vs 3442.4, 512 x 32 3437.6 vs 3223.8, docs/benchmarks/linear_attention_conv1d_s28_finalwin.md). Session 28.
-FWD_FINAL_FUSED_VARLEN_DEFAULT = False
+#: The same default for varlen plans: True, written as the run grid's tail (``FWD_FINAL_TAIL_VARLEN_DEFAULT``). Fused
+#: inside the token loop (``final_tail = False``) they walk ``cu_seqlens`` again for every sequence that ends in a group
+#: pair and load its last tokens again inside the loop, which on varlen batches cost more than the separate
+#: ``final_kernel`` at every length measured (session-28 H200 A/B, docs/benchmarks/linear_attention_conv1d_s28.md,
+#: kernel-only, 3 rounds, GB/s, state bytes counted, random lengths over T16k x D4096, loop vs separate: 16 sequences
+#: 3322.7 vs 3332.0, 64 3182.2 vs 3288.2, 256 2955.4 vs 3115.2, 1024 2545.7 vs 2823.5); as the tail they beat both
+#: (docs/benchmarks/linear_attention_conv1d_s28_tail.md, tail / loop / separate: 16 3472.2 / 3271.1 / 3309.7, 64 3431.8
+#: / 3157.3 / 3287.0, 256 3209.7 / 2947.9 / 3090.0, 1024 2925.5 / 2509.2 / 2808.4). Session 28.
+FWD_FINAL_FUSED_VARLEN_DEFAULT = True
+#: Default of ``CausalConv1d.final_tail = None`` (``Conv1dFwdKey.final_tail``; fused final states on the run grid, else
+#: False) for dense plans: False = the forward kernel writes the final states inside the token loop, after the group pair
+#: holding each sequence's end; True = after its token loop, CTA row j those of sequences j, j + n_runs, ... The same
+#: values. Dense plans keep the loop: as the tail they lost on every dense states batch in the session-28 H200 A/B
+#: (docs/benchmarks/linear_attention_conv1d_s28_tail.md, kernel-only, tail vs loop: 16 x 1024 3354.5 vs 3558.9, 512 x 32
+#: 3386.9 vs 3449.3, 128 x 128 3280.6 vs 3408.2, 256 x 64 3357.0 vs 3411.7).
+FWD_FINAL_TAIL_DEFAULT = False
+#: The same default for varlen plans: True (see ``FWD_FINAL_FUSED_VARLEN_DEFAULT``). Session 28.
+FWD_FINAL_TAIL_VARLEN_DEFAULT = True
 #: Default of ``CausalConv1d.warp_walk = None`` for varlen plans on the run grid (``Conv1dFwdKey.warp_walk``; dense plans and
 #: the 64-token grid have no walk to change: None resolves to False there): False = each token walks ``cu_seqlens`` one
 #: entry at a time (a dependent load per sequence crossed) and a chunk binary-searches it; True = the warp walks it
@@ -540,6 +551,10 @@ class CausalConv1d(_Conv1dCommon):
         #: when ``seeded_starts`` resolves True and the declared initial states are a contiguous [N, D, W - 1] (execute then
         #: needs that layout at a 16-byte aligned address), else False; True needs both. Outputs bitwise equal either way.
         self.initial_contiguous = None
+        #: Fused final states written as the run grid's tail (set before compile(); ``Conv1dFwdKey.final_tail``): None
+        #: (default) = FWD_FINAL_TAIL_DEFAULT (dense) / FWD_FINAL_TAIL_VARLEN_DEFAULT (varlen) where valid (the run grid
+        #: with fused final states), else False; True needs validity. Outputs bitwise equal either way.
+        self.final_tail = None
         self._entry = None
         self._sep = None  # (compiled kernel, tvm-ffi entry or None) of the separate final-states kernels; see final_fused
         self._alt = None  # (kernel, entry, sep) of the per-call chunk key (varlen plans at chunk None; per_call_chunk_key)
@@ -589,6 +604,9 @@ class CausalConv1d(_Conv1dCommon):
             ini = self.initial_states
             valid = self._seed_valid(chunk, steady, ini is not None and ini.dtype == self.x.dtype)
             seed = FWD_SEEDED_STARTS_DEFAULT and valid and self._seq_len <= FWD_SEEDED_MAX_LEN
+        tail = self.final_tail
+        if tail is None:  # the default where valid: the run grid with fused final states (varlen and dense defaults)
+            tail = (FWD_FINAL_TAIL_VARLEN_DEFAULT if self.cu_seqlens is not None else FWD_FINAL_TAIL_DEFAULT) and grid != 0 and fused is True
         return Conv1dFwdKey(
             dtype=_CNAME[self.x.dtype],
             w_dtype=_CNAME[self.weight.dtype],
@@ -610,6 +628,7 @@ class CausalConv1d(_Conv1dCommon):
             final_contiguous=self._final_contiguous(),
             seeded_starts=seed,
             init_contiguous=self._init_contiguous(seed),
+            final_tail=tail,
         )
 
     def _compile_launchers(self, key, ptrs):
@@ -618,7 +637,7 @@ class CausalConv1d(_Conv1dCommon):
         kernel = _compile_cached(key, ".fwd_kernel", "CausalConv1dFwd", ptrs, 12, self.tvm_ffi)
         sep = None
         if key.final_fused and key.has_init:
-            k = _compile_cached(dataclasses.replace(key, final_fused=False), ".fwd_kernel", "CausalConv1dFwd", ptrs, 12, self.tvm_ffi)
+            k = _compile_cached(dataclasses.replace(key, final_fused=False, final_tail=False), ".fwd_kernel", "CausalConv1dFwd", ptrs, 12, self.tvm_ffi)
             sep = (k, _tvm_ffi_entry(k) if self.tvm_ffi else None)
         return kernel, (_tvm_ffi_entry(kernel) if self.tvm_ffi else None), sep
 
@@ -697,6 +716,13 @@ class CausalConv1d(_Conv1dCommon):
                 f"CausalConv1d: seeded_starts={self.seeded_starts!r} must be None (the default: {FWD_SEEDED_STARTS_DEFAULT} where valid), True or "
                 f"False, and True needs a dense plan (cu_seqlens declared: {key.varlen}), chunk > 0 (got {key.chunk}), steady (got {key.steady}) "
                 f"and initial_states of x's dtype {key.dtype} (declared: {self.initial_states.describe() if self.initial_states is not None else 'none'})"
+            )
+        if type(key.final_tail) is not bool or (key.final_tail and not (key.grid_ctas > 0 and key.final_fused)):
+            raise ValueError(
+                f"CausalConv1d: final_tail={self.final_tail!r} must be None (the default where valid: {FWD_FINAL_TAIL_DEFAULT} dense, {FWD_FINAL_TAIL_VARLEN_DEFAULT} varlen), "
+                f"True or False, "
+                f"and True needs the run grid (grid_ctas None or > 0; got {key.grid_ctas}) and fused final states (final_fused resolved: "
+                f"{key.final_fused}; final_states declared: {key.has_final})"
             )
         ini = self.initial_states
         if type(key.init_contiguous) is not bool or (

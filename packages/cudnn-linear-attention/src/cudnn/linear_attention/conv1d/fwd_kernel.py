@@ -59,14 +59,17 @@ re-reads W - 1 halo rows (mostly L2 hits): 3/8 more load instructions at C = 8. 
 with initial + final states 32 dense / 40 varlen fused, 24 / 40 with ``final_kernel`` (56 before session 16, when the
 state pointers were compiled 1-byte aligned and every bf16 state element moved as two bytes).
 
-Final states (``Conv1dFwdKey.final_fused``, the adapter's default for dense plans since the session-16 H200 A/B: 3207.9 vs
-3090.9 GB/s on the dense states batch; varlen plans launch ``final_kernel`` by default since session 28's, where the
-fused walk lost at every sequence count measured): the forward kernel writes them, no ``final_kernel`` launch. On every grid, after each group pair a thread writes the final states of
+Final states (``Conv1dFwdKey.final_fused``, the adapter's default since the session-16 H200 A/B: 3207.9 vs 3090.9 GB/s on
+the dense states batch): the forward kernel writes them, no ``final_kernel`` launch. On every grid, after each group pair a thread writes the final states of
 the sequences that ended in it (:func:`final_states_ending`: varlen empty sequences included; with T = 0 CTA row 0 writes
 every row) with ``final_kernel``'s own body (:func:`final_state_of`: the last W - 1 x tokens, just loaded, or the initial
 state / zero before a sequence start), so the values are the same bits. Not valid when the final states overlap the
 initial states (another CTA may still read a sequence's initial state): the adapter launches the ``final_fused = False``
-pair for such a call.
+pair for such a call. Final tail (``Conv1dFwdKey.final_tail``, the adapter's default for varlen plans since the
+session-28 H200 A/B: 256 varlen sequences with states 2947.9 -> 3209.7 GB/s kernel-only, 1024 2509.2 -> 2925.5; dense
+plans lost with it): the token loop writes none, and after it CTA row ``j`` writes the final states of sequences ``j, j
++ n_runs, ...`` with the same body, so no walk of ``cu_seqlens`` and no reload of a sequence's last tokens sits inside the
+loop.
 
 Warp walk (``Conv1dFwdKey.warp_walk``, varlen run grid, opt-in: +2.4% on 1-token sequences in the session-16 A/B; bitwise the per-token walk's
 outputs): every thread of a warp handles the same tokens, so the warp walks ``cu_seqlens`` together: its lanes hold a
@@ -577,6 +580,12 @@ class Conv1dFwdKey:
     #: adapter's plan-time reading of their declared layout; execute checks it): a seeded halo is the thread's VEC * (W - 1)
     #: consecutive initial-state elements, read with 16-byte loads instead of one element per load. The same values.
     init_contiguous: bool = False
+    #: Run grid with fused final states (``grid_ctas`` > 0, ``final_fused``): False (the key's default) = after each group
+    #: pair the thread writes the final states of the sequences that ended in it (:func:`final_states_ending`, inside the
+    #: token loop); True = the token loop writes none: after its tokens, CTA row ``j`` writes those of sequences ``j, j +
+    #: n_runs, ...`` for its channels (:func:`final_state_of`, the separate kernel's body, as a tail: no second launch,
+    #: and the other CTAs' token loops hide it). The same values.
+    final_tail: bool = False
 
 
 def _ctype(name: str):
@@ -606,8 +615,11 @@ class CausalConv1dFwd:
         seed_ok = key.chunk > 0 and key.steady and key.has_init and not key.varlen and key.state_dtype == key.dtype
         assert not key.seeded_starts or seed_ok, key
         assert not key.init_contiguous or key.seeded_starts, key
+        assert not key.final_tail or (key.grid_ctas > 0 and key.has_final and key.final_fused), key
         #: the forward kernel writes the final states (no final_kernel launch)
         self.fuse = key.has_final and key.final_fused
+        #: ... inside the token loop (after each group pair), or as the run grid's tail (``final_tail``)
+        self.fuse_loop = self.fuse and not key.final_tail
 
     @cute.jit
     def __call__(
@@ -809,7 +821,7 @@ class CausalConv1dFwd:
         window, double buffer and per-token math, in the same order (bitwise the 64-token kernel's outputs). The
         prologue issues the first group's loads, the W - 1 halo loads (raw, converted later) and the taps before the
         sequence search and before any of them is consumed, so a run starts after about one memory latency."""
-        if const_expr(self.fuse):
+        if const_expr(self.fuse_loop):
             tidx, _, _ = cute.arch.thread_idx()
             bidx, bidy, _ = cute.arch.block_idx()
             dv = bidx * THREADS + tidx
@@ -927,7 +939,7 @@ class CausalConv1dFwd:
                                 n_seqs, seq_arg, d0, dv, D, init_sn, init_sd, init_sj, half, U, W, VEC, self.key.varlen, self.key.warp_walk,
                                 self.key.has_init, self.key.silu, self.key.shift_always,
                             )  # fmt: skip
-                    if const_expr(self.fuse):  # the final states of the sequences that ended in this pair
+                    if const_expr(self.fuse_loop):  # the final states of the sequences that ended in this pair
                         a = t0 + gp * 2 * U
                         b = t0 + cutlass.min(gp * 2 * U + 2 * U, run)
                         if a < b and (n != n_pair or nxt == b or a == 0):  # tokens, and a sequence ends here (or a == 0)
@@ -935,6 +947,18 @@ class CausalConv1dFwd:
                                 x_ptr, cu_ptr, init_ptr, final_ptr, n_pair, a, b, d0, T, D, sx, seq_arg, n_seqs, init_sn, init_sd, init_sj,
                                 fin_sn, fin_sd, fin_sj, W, VEC, self.key.varlen, self.key.has_init, self.key.final_contiguous,
                             )  # fmt: skip
+
+        if const_expr(self.fuse and self.key.final_tail):  # the final states as the grid's tail (``final_tail``)
+            tidx, _, _ = cute.arch.thread_idx()
+            bidx, bidy, _ = cute.arch.block_idx()
+            dv = bidx * THREADS + tidx
+            if dv < D // self.vec:  # CTA row j: sequences j, j + n_runs, ... (empty ones and T = 0 included)
+                for m in cutlass.range(bidy, n_seqs, n_runs, unroll=1):
+                    bos, eos = sequence_bounds(cu_ptr, m, n_seqs, seq_arg, self.key.varlen)
+                    final_state_of(
+                        x_ptr, init_ptr, final_ptr, m, bos, eos, dv * self.vec, T, D, sx, n_seqs, init_sn, init_sd, init_sj, fin_sn, fin_sd, fin_sj,
+                        self.W, self.vec, self.key.has_init, self.key.final_contiguous,
+                    )  # fmt: skip
 
     kernel_runs.set_name_prefix("cudnn", remove_cutlass_symbol=True)
 
@@ -1112,7 +1136,7 @@ class CausalConv1dFwd:
                             if const_expr(half == 1 and u < W - 1):
                                 if hn < T:
                                     fetch_halo(g2r, gX, halo, init_ptr, hn, nh, sh, u, dv, n_seqs, D, init_sn, init_sd, init_sj, W, VEC, seed, vec_init)
-                if const_expr(self.fuse):  # the final states of the sequences that ended in this pair
+                if const_expr(self.fuse_loop):  # the final states of the sequences that ended in this pair
                     a = t0 + q * 2 * U
                     b = t0 + cutlass.min(q * 2 * U + 2 * U, run)
                     if a < b and (n != n_pair or nxt == b or a == 0):  # tokens, and a sequence ends here (or a == 0)

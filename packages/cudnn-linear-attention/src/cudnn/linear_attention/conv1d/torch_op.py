@@ -102,6 +102,8 @@ def _fwd_key(x, weight, bias, cu_seqlens, initial_states, activation, output_fin
         _api.FWD_CHUNK_VARLEN_DEFAULT,
         _api.FWD_FINAL_FUSED_DEFAULT,  # and whether its forward kernel writes the final states (dense / varlen defaults)
         _api.FWD_FINAL_FUSED_VARLEN_DEFAULT,
+        _api.FWD_FINAL_TAIL_DEFAULT,  # and where the fused kernel writes them (dense / varlen defaults)
+        _api.FWD_FINAL_TAIL_VARLEN_DEFAULT,
         _api.FWD_WARP_WALK_DEFAULT,  # and its varlen cu_seqlens walk
         _api.FWD_SHIFT_ALWAYS_DEFAULT,  # and its per-token path's window shift
         _api.FWD_LOCATE_GUESS_DEFAULT,  # and its runs' first-sequence search
