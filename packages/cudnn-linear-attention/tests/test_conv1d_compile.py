@@ -146,7 +146,8 @@ def test_tvm_ffi_launch_route_builds_a_separate_positional_entry():
 def test_forward_default_run_grid_compiles_to_16_byte_accesses(tmp_path):
     """A varlen plan with initial and final states (bf16, W = 4; ``grid_ctas`` None): the run grid with 4 x the SM count
     (528 where no GPU is visible); with ``final_fused`` inside the token loop (``final_tail = False``; the varlen default
-    writes them after the loop since session 28) writing the final states itself, one ``cudnn_`` symbol; x and the halo come in by ``ld.global.v4``, y leaves by plain ``st.global.v4`` (no cache hint), no cp.async, no
+    writes them after the loop since session 28) writing the final states itself, one ``cudnn_`` symbol; x and the halo
+    come in by ``ld.global.v4``, y leaves by plain ``st.global.v4`` (no cache hint), no cp.async, no
     local memory in the PTX; ptxas at the 128-register cap: no frame since the session-26 contiguous final states' vector
     stores (24 bytes before; 16 before the session-25 ``shift_always`` default, 0 before the fused final states and the
     2-byte state pointers). The separate pair
@@ -429,9 +430,8 @@ FUSED_CASES = [
 
 @pytest.mark.parametrize(("varlen", "init", "sdt", "grid", "chunk", "frame"), FUSED_CASES)
 def test_forward_fused_final_states_compile(tmp_path, varlen, init, sdt, grid, chunk, frame):
-    """``final_fused`` (the default where final states are declared; varlen plans inside the token loop here, ``final_tail =
-    False``): one ``cudnn_`` forward kernel and no final-states
-    kernel, the final states stored element by element in their dtype (2-byte ``st.global.b16`` for bf16, never byte
+    """``final_fused`` (the default where final states are declared; varlen plans inside the token loop here, ``final_tail
+    = False``): one ``cudnn_`` forward kernel and no final-states kernel, the final states stored element by element in their dtype (2-byte ``st.global.b16`` for bf16, never byte
     pairs: the state pointers are compiled for their dtype's alignment, which execute checks), within the frame above.
     With initial states the plan also holds the separate pair (``_sep``: the ``final_fused = False`` key) for calls whose
     final states overlap the initial states; without, none."""
@@ -482,8 +482,8 @@ def test_forward_fused_final_states_compile(tmp_path, varlen, init, sdt, grid, c
 
 def test_forward_final_fused_option_values():
     """``plan.final_fused``: None resolves to ``FWD_FINAL_FUSED_DEFAULT`` (True) on a dense plan and to
-    ``FWD_FINAL_FUSED_VARLEN_DEFAULT`` (True, session 28: as the tail) on a varlen plan where final states are declared, and to
-    False elsewhere; explicit True / False are kept; True without final states, or a non-bool, raises ValueError naming
+    ``FWD_FINAL_FUSED_VARLEN_DEFAULT`` (True, session 28: as the tail) on a varlen plan where final states are declared,
+    and to False elsewhere; explicit True / False are kept; True without final states, or a non-bool, raises ValueError naming
     the option at compile(), before any build."""
     from cudnn.linear_attention.conv1d import api
     from cudnn.linear_attention.conv1d.api import CausalConv1d
@@ -812,9 +812,9 @@ def test_forward_seeded_starts_defaults_and_validates(tmp_path):
 
 
 def test_forward_final_tail_defaults_and_validates(tmp_path):
-    """``plan.final_tail`` (session 28): None resolves to ``FWD_FINAL_TAIL_VARLEN_DEFAULT`` (varlen) / ``FWD_FINAL_TAIL_DEFAULT``
-    (dense) on the run grid with fused final states and to False elsewhere (the 64-token grid, the separate final-states kernel, no final states); True there, or
-    a non-bool, raises ValueError naming the option at compile(); the separate pair a plan with both state tensors also
+    """``plan.final_tail`` (session 28): None resolves to ``FWD_FINAL_TAIL_VARLEN_DEFAULT`` (varlen) /
+    ``FWD_FINAL_TAIL_DEFAULT`` (dense) on the run grid with fused final states and to False elsewhere (the 64-token grid,
+    the separate final-states kernel, no final states); True there, or a non-bool, raises ValueError naming the option at compile(); the separate pair a plan with both state tensors also
     compiles never carries it, the per-call chunk key does. The tail builds (varlen contiguous runs and chunk 8) compile
     without local memory and without the token loop's final-states walk (fewer 16-byte stores in the loop than the
     loop-fused build: one ``final_state_of`` body after the loop)."""

@@ -518,9 +518,9 @@ class CausalConv1d(_Conv1dCommon):
         self.chunk = None
         #: Final states written by the forward kernel (set before compile(); ``Conv1dFwdKey.final_fused``): None (default) =
         #: FWD_FINAL_FUSED_DEFAULT (dense) / FWD_FINAL_FUSED_VARLEN_DEFAULT (varlen) where final states are declared, else
-        #: False; True = fused (one launch); False = the
-        #: separate final-states kernel after the forward kernel. Fused is wrong when final_states overlaps initial_states
-        #: (a CTA could overwrite a sequence's initial state before another has read it), so a fused plan declaring both
+        #: False; True = fused (one launch); False = the separate final-states kernel after the forward kernel. Fused is
+        #: wrong when final_states overlaps initial_states (a CTA could overwrite a sequence's initial state before another
+        #: has read it), so a fused plan declaring both
         #: also compiles the separate pair at compile(), and execute() launches that pair for a call whose two state
         #: buffers overlap (a host check of their address ranges: metadata only). Outputs bitwise equal either way.
         self.final_fused = None
@@ -685,8 +685,7 @@ class CausalConv1d(_Conv1dCommon):
         if type(key.final_fused) is not bool or (key.final_fused and not key.has_final):
             raise ValueError(
                 f"CausalConv1d: final_fused={self.final_fused!r} must be None (the default with final states: {FWD_FINAL_FUSED_DEFAULT} dense, "
-                f"{FWD_FINAL_FUSED_VARLEN_DEFAULT} varlen), True or "
-                f"False, and True needs final_states (declared: {key.has_final})"
+                f"{FWD_FINAL_FUSED_VARLEN_DEFAULT} varlen), True or False, and True needs final_states (declared: {key.has_final})"
             )
         if type(key.warp_walk) is not bool or (key.warp_walk and (not key.varlen or key.grid_ctas == 0)):
             raise ValueError(
@@ -719,10 +718,9 @@ class CausalConv1d(_Conv1dCommon):
             )
         if type(key.final_tail) is not bool or (key.final_tail and not (key.grid_ctas > 0 and key.final_fused)):
             raise ValueError(
-                f"CausalConv1d: final_tail={self.final_tail!r} must be None (the default where valid: {FWD_FINAL_TAIL_DEFAULT} dense, {FWD_FINAL_TAIL_VARLEN_DEFAULT} varlen), "
-                f"True or False, "
-                f"and True needs the run grid (grid_ctas None or > 0; got {key.grid_ctas}) and fused final states (final_fused resolved: "
-                f"{key.final_fused}; final_states declared: {key.has_final})"
+                f"CausalConv1d: final_tail={self.final_tail!r} must be None (the default where valid: {FWD_FINAL_TAIL_DEFAULT} dense, "
+                f"{FWD_FINAL_TAIL_VARLEN_DEFAULT} varlen), True or False, and True needs the run grid (grid_ctas None or > 0; got {key.grid_ctas}) "
+                f"and fused final states (final_fused resolved: {key.final_fused}; final_states declared: {key.has_final})"
             )
         ini = self.initial_states
         if type(key.init_contiguous) is not bool or (

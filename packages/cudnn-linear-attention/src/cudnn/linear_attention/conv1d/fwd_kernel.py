@@ -60,8 +60,8 @@ with initial + final states 32 dense / 40 varlen fused, 24 / 40 with ``final_ker
 state pointers were compiled 1-byte aligned and every bf16 state element moved as two bytes).
 
 Final states (``Conv1dFwdKey.final_fused``, the adapter's default since the session-16 H200 A/B: 3207.9 vs 3090.9 GB/s on
-the dense states batch): the forward kernel writes them, no ``final_kernel`` launch. On every grid, after each group pair a thread writes the final states of
-the sequences that ended in it (:func:`final_states_ending`: varlen empty sequences included; with T = 0 CTA row 0 writes
+the dense states batch): the forward kernel writes them, no ``final_kernel`` launch. On every grid, after each group pair
+a thread writes the final states of the sequences that ended in it (:func:`final_states_ending`: varlen empty sequences included; with T = 0 CTA row 0 writes
 every row) with ``final_kernel``'s own body (:func:`final_state_of`: the last W - 1 x tokens, just loaded, or the initial
 state / zero before a sequence start), so the values are the same bits. Not valid when the final states overlap the
 initial states (another CTA may still read a sequence's initial state): the adapter launches the ``final_fused = False``
