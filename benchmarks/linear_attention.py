@@ -30,7 +30,9 @@ the final states out, kernel-only, next to the "fwd batch B16 T16k D4096" case (
 element loads (``initial_contiguous = False``), and with them whatever the sequence length (``seeded_starts = True``),
 kernel-only;
 "ours-warpwalk+graph" / "ours-chunk8-warpwalk+graph" (the varlen cases only): ``warp_walk = True`` (the warp walks
-``cu_seqlens`` together: a window of entries in its lanes) on the contiguous runs / on chunk 8, kernel-only; "ours-upd-slowhost" the decode update with session
+``cu_seqlens`` together: a window of entries in its lanes) on the contiguous runs / on chunk 8, kernel-only (the varlen
+default without states since session 29: "ours-nowalk+graph" is the one before, ``warp_walk = False``);
+"ours-upd-slowhost" the decode update with session
 8's host path (custom-op dispatch, DSL entry, full validation; ``ours`` has session 9's direct call, tvm-ffi route and
 memoized validation). ``--cases`` keeps named cases and ``--out``
 names the table (conv1d only), e.g. ``conv1d --cases "fwd T16k D4096,fwd T8k D8192,fwd T32k D4096" --out
@@ -748,6 +750,9 @@ def main(args=None):
         # session 28, the states cases: the fused final states as the run grid's tail (``final_tail``), kernel-only
         Provider("ours-final-tail+graph", _on_states_cases(_make_ours_kernel_variant(final_fused=True, final_tail=True), "final-states A/B")),
         Provider("ours-final-loop+graph", _on_states_cases(_make_ours_kernel_variant(final_fused=True, final_tail=False), "final-states A/B")),
+        # session 29: a varlen plan without states at the varlen defaults before session 29 (``warp_walk = False``: contiguous
+        # runs, chunk 8 per call from 32 tokens per sequence; ours+graph: the warp walk on chunk 8), kernel-only
+        Provider("ours-nowalk+graph", _make_ours_kernel_variant(warp_walk=False)),
         # session 16, varlen cases: the warp walks cu_seqlens together (``warp_walk``: a window of entries in its lanes, a
         # ballot and two shuffles per token, a density guess then a 33-ary search per chunk), on the varlen default's
         # contiguous runs and on chunk 8 (compare ours+graph and ours-chunk8+graph), kernel-only

@@ -595,6 +595,41 @@ def test_forward_warp_walk_option_values():
             target.compile()
 
 
+def test_forward_stateless_varlen_walk_default():
+    """A varlen plan without states left at ``chunk = None`` and ``warp_walk = None`` resolves to the warp walk on chunks
+    of ``FWD_VARLEN_STATELESS_WALK_CHUNK`` (8) tokens, with no per-call key; either option set, a state tensor declared,
+    the 64-token grid or ``l2_prefetch`` keep the other defaults (session 29)."""
+    from cudnn.linear_attention.conv1d import api
+    from cudnn.linear_attention.conv1d.api import CausalConv1d
+
+    assert api.FWD_VARLEN_STATELESS_WALK_CHUNK == 8
+    x, w = TensorDesc.contiguous((1000, 512), "bfloat16", "x"), TensorDesc.contiguous((512, 4), "bfloat16", "weight")
+    cu = TensorDesc.contiguous((6,), "int32", "cu")
+
+    def plan(**opts):
+        p = CausalConv1d(x, w, x, None, cu, None, None, "silu")
+        for name, value in opts.items():
+            setattr(p, name, value)
+        p.check_support()
+        return p, p.compile_key()
+
+    p, key = plan()
+    assert (key.chunk, key.warp_walk, key.locate_guess) == (8, True, False) and p.per_call_chunk_key(key) is None, key
+    _, key = plan(chunk=0)
+    assert (key.chunk, key.warp_walk) == (0, api.FWD_WARP_WALK_DEFAULT), key
+    p, key = plan(warp_walk=False)
+    assert (key.chunk, key.warp_walk) == (api.FWD_CHUNK_VARLEN_DEFAULT, False) and p.per_call_chunk_key(key).chunk == api.FWD_VARLEN_CHUNK_PER_CALL, key
+    _, key = plan(warp_walk=True)
+    assert (key.chunk, key.warp_walk) == (api.FWD_CHUNK_VARLEN_DEFAULT, True), key
+    for opts in ({"grid_ctas": 0}, {"l2_prefetch": 2}):
+        _, key = plan(**opts)
+        assert key.chunk == 0 and key.warp_walk is False, (opts, key)
+    states = _fwd_plan(1000, 5)
+    states.check_support()
+    key = states.compile_key()
+    assert (key.chunk, key.warp_walk) == (api.FWD_CHUNK_VARLEN_DEFAULT, api.FWD_WARP_WALK_DEFAULT), key
+
+
 #: (layout, chunk, SASS instructions saved at least) of the window-shift A/B (bf16 W = 4 SiLU with bias, no states):
 #: varlen contiguous runs (measured 2200 -> 2000; chunk 0: a varlen plan at chunk None also compiles chunk 8), varlen chunk 8 (2400 -> 2272) and the dense chunk-8
 #: default (2320 -> 2152)
@@ -669,6 +704,7 @@ def test_forward_locate_guess_option_values(tmp_path):
         p = CausalConv1d(
             x, TensorDesc.contiguous((D, 4), "bfloat16", "weight"), x, TensorDesc.contiguous((D,), "bfloat16", "bias"), cu_desc, None, None, "silu"
         )
+        p.warp_walk = False  # contiguous runs (a stateless varlen plan's default is the walk on chunk 8)
         p.check_support()
         return p
 
@@ -867,3 +903,4 @@ def test_forward_final_tail_defaults_and_validates(tmp_path):
     assert texts["tail"].count("st.global.v4") < texts["loop"].count("st.global.v4"), {k: t.count("st.global.v4") for k, t in texts.items()}
     on.compile()
     assert on._sep is not None and on._sep[0] is not on._compiled_kernel  # the pair's key: final_fused and final_tail off
+

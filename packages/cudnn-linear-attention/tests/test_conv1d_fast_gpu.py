@@ -648,7 +648,7 @@ def test_forward_warp_walk_is_bitwise_the_default(chunk, dtype, width, bias, act
 
 #: (layout, chunk, warp_walk, dtype, width, bias, activation, states, steady) of the window-shift A/B (``shift_always``,
 #: the default since session 25, against the guarded shift): dense contiguous runs and the chunk-8 default, the varlen
-#: default's contiguous runs, chunk 8 and the warp walk; with and without initial / final states, steady on and off,
+#: contiguous runs, chunk 8 and the warp walk (on chunk 8: the stateless varlen default); with and without initial / final states, steady on and off,
 #: bf16 / fp32, W 2-4
 SHIFT_CASES = [
     ("dense", 0, False, "bfloat16", 4, True, "silu", None, True),
@@ -659,6 +659,7 @@ SHIFT_CASES = [
     ("varlen", 8, False, "bfloat16", 2, True, "silu", "init", True),
     ("varlen", None, True, "bfloat16", 4, True, "silu", "final", True),
     ("varlen", 8, True, "float32", 3, False, None, None, False),
+    ("varlen", 8, True, "bfloat16", 4, True, "silu", None, True),  # a stateless varlen plan's default since session 29
 ]
 
 
@@ -696,8 +697,8 @@ def test_forward_shift_always_is_bitwise_the_guarded_shift(layout, chunk, walk, 
                 if plan is None:
                     plan = plans[slot] = CausalConv1d(x, w, y, b, cu, init, fin, activation)
                     plan.chunk, plan.steady, plan.shift_always = chunk, steady, shift
-                    if walk:
-                        plan.warp_walk = True
+                    if layout == "varlen":  # explicit: a stateless varlen plan's default is the walk on chunk 8 (session 29)
+                        plan.warp_walk = walk
                     plan.compile()
                     key = plan.compile_key()
                     assert key.shift_always is shift and key.warp_walk is walk and key.grid_ctas == _default_grid(x) and key.steady is steady, key
@@ -749,7 +750,7 @@ def test_forward_locate_guess_is_bitwise_the_binary_search(dtype, width, bias, a
                 plan = plans.get(guess)
                 if plan is None:
                     plan = plans[guess] = CausalConv1d(x, w, y, b, cu, init, fin, activation)
-                    plan.steady, plan.locate_guess = steady, guess
+                    plan.steady, plan.locate_guess, plan.warp_walk = steady, guess, False  # contiguous runs
                     plan.compile()
                     key = plan.compile_key()
                     assert key.locate_guess is guess and key.chunk == 0 and not key.warp_walk and key.steady is steady, key
@@ -949,6 +950,7 @@ def test_varlen_per_call_chunks_are_bitwise_the_runs(states):
             if chunk not in plans:
                 plans[chunk] = CausalConv1d(x, w, y, b, cu, init, fin, "silu")
                 plans[chunk].chunk = chunk
+                plans[chunk].warp_walk = False  # the per-call rule (a stateless plan's default is the walk on chunk 8)
                 plans[chunk].compile()
             plans[chunk].execute(x, w, y, b, cu, init, fin)
             outs.append((y, fin))

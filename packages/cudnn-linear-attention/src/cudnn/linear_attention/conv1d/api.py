@@ -45,7 +45,9 @@ token loop (``plan.final_tail``: None = ``FWD_FINAL_TAIL_VARLEN_DEFAULT`` = True
 False for dense, session 28); a plan with both state tensors also compiles the separate pair, which execute() launches
 for a call whose final states overlap its initial states, the in-place rolling update) and ``plan.warp_walk`` (varlen run
 grid: the warp walks ``cu_seqlens`` together, a window of entries in its lanes, instead of one dependent load per sequence
-crossed per token; None = ``FWD_WARP_WALK_DEFAULT`` = False after the session-16 H200 A/B) and ``plan.shift_always``
+crossed per token; None = ``FWD_WARP_WALK_DEFAULT`` = False after the session-16 H200 A/B, except a varlen plan without
+states left at ``chunk = None`` too: the walk on chunks of ``FWD_VARLEN_STATELESS_WALK_CHUNK`` = 8 tokens for every call,
+session 29) and ``plan.shift_always``
 (run grid: the per-token path shifts the register window for every token of a group, only the walk and the store
 guarded; None = ``FWD_SHIFT_ALWAYS_DEFAULT`` = True, session 25) and ``plan.locate_guess`` (varlen contiguous runs
 without the warp walk: a run's first sequence from the density guess before any binary search; None =
@@ -163,6 +165,14 @@ FWD_FINAL_TAIL_VARLEN_DEFAULT = True
 #: on contiguous runs, 2202.3 -> 2801.8 on chunk 8; 64 sequences 3604.1 -> 3591.8 on runs, 3661.5 -> 3699.9 on chunk 8):
 #: no clear win, and chunk 8 stays opt-in for varlen (``FWD_CHUNK_VARLEN_DEFAULT``) since it loses the 1-token row.
 FWD_WARP_WALK_DEFAULT = False
+#: Default of a varlen plan WITHOUT states (no initial_states, no final_states) left at ``chunk = None`` and ``warp_walk =
+#: None`` on the run grid without l2_prefetch: the warp walk on chunks of this many tokens for every call (0: the varlen
+#: defaults above, contiguous runs with the per-call chunk key). Bitwise the same outputs. 8 since the session-28 H200 A/B
+#: (docs/benchmarks/linear_attention_conv1d_s28_walk.md, kernel-only, 3 rounds, GB/s, walk on chunk 8 vs the defaults
+#: then): 64 random sequences over T32k 3770.2 vs 3681.6, 256 over T16k 3527.6 vs 3470.7, 1024 3425.3 vs 3320.9, 4096
+#: 3318.3 vs 3342.1, 16384 1-token sequences 3432.3 vs 3408.6. Plans with states keep the walk off: it lost every states
+#: row there by 7-8% with the final-states tail. Session 29.
+FWD_VARLEN_STATELESS_WALK_CHUNK = 8
 #: Default of ``CausalConv1d.shift_always = None`` on the run grid (``Conv1dFwdKey.shift_always``; the 64-token grid has
 #: no such path: None resolves to False there): True = a group on the per-token path shifts the register window and
 #: computes every token of the group, with only the sequence walk and the store guarded by "inside the run"; False =
@@ -587,14 +597,16 @@ class CausalConv1d(_Conv1dCommon):
         grid = _default_grid_ctas(self.x.device) if self.grid_ctas is None else self.grid_ctas
         steady = (FWD_STEADY_DEFAULT and grid != 0) if self.steady is None else self.steady
         chunk = self.chunk
+        walk_chunk = self._stateless_walk_chunk(grid)
         if chunk is None:  # the default only where it is valid: the run grid without l2_prefetch
             chunk = (FWD_CHUNK_VARLEN_DEFAULT if self.cu_seqlens is not None else FWD_CHUNK_DEFAULT) if grid != 0 and self.l2_prefetch == 0 else 0
+            chunk = walk_chunk or chunk
         fused = self.final_fused
         if fused is None:  # the default only where there are final states (varlen and dense defaults)
             fused = (FWD_FINAL_FUSED_VARLEN_DEFAULT if self.cu_seqlens is not None else FWD_FINAL_FUSED_DEFAULT) and self.final_states is not None
         warp = self.warp_walk
         if warp is None:  # the default only where there is a walk: varlen on the run grid
-            warp = FWD_WARP_WALK_DEFAULT and self.cu_seqlens is not None and grid != 0
+            warp = (FWD_WARP_WALK_DEFAULT or walk_chunk > 0) and self.cu_seqlens is not None and grid != 0
         shift = (FWD_SHIFT_ALWAYS_DEFAULT and grid != 0) if self.shift_always is None else self.shift_always
         guess = self.locate_guess
         if guess is None:  # the default only where the search exists: varlen contiguous runs, no warp walk
@@ -651,6 +663,12 @@ class CausalConv1d(_Conv1dCommon):
         if not (self.chunk is None and key.varlen and key.grid_ctas > 0 and key.l2_prefetch == 0 and key.chunk == 0 and FWD_VARLEN_CHUNK_PER_CALL):
             return None
         return dataclasses.replace(key, chunk=FWD_VARLEN_CHUNK_PER_CALL, locate_guess=False)
+
+    def _stateless_walk_chunk(self, grid) -> int:
+        """``FWD_VARLEN_STATELESS_WALK_CHUNK`` where that default applies (a varlen plan without states on the run grid
+        without l2_prefetch, ``chunk`` and ``warp_walk`` both left at None), else 0."""
+        applies = self.chunk is None and self.warp_walk is None and self.cu_seqlens is not None and grid != 0 and self.l2_prefetch == 0
+        return FWD_VARLEN_STATELESS_WALK_CHUNK if applies and self.initial_states is None and self.final_states is None else 0
 
     def _seed_valid(self, chunk, steady, init_like_x) -> bool:
         """Where ``Conv1dFwdKey.seeded_starts`` may be True: dense chunks (``chunk`` > 0) with the steady path and initial

@@ -105,6 +105,7 @@ def _fwd_key(x, weight, bias, cu_seqlens, initial_states, activation, output_fin
         _api.FWD_FINAL_TAIL_DEFAULT,  # and where the fused kernel writes them (dense / varlen defaults)
         _api.FWD_FINAL_TAIL_VARLEN_DEFAULT,
         _api.FWD_WARP_WALK_DEFAULT,  # and its varlen cu_seqlens walk
+        _api.FWD_VARLEN_STATELESS_WALK_CHUNK,  # (the walk and its chunk of varlen plans without states)
         _api.FWD_SHIFT_ALWAYS_DEFAULT,  # and its per-token path's window shift
         _api.FWD_LOCATE_GUESS_DEFAULT,  # and its runs' first-sequence search
         _api.FWD_SEEDED_STARTS_DEFAULT,  # and its chunks' seeded starts (for sequences up to FWD_SEEDED_MAX_LEN tokens)
