@@ -225,8 +225,8 @@ def _make_ours_p1(family, pass2: bool = False, pass1: bool = True, hilo: bool = 
     per-chunk precompute ``{kda,gdn}/bwd_dstates_parallel_kernel.py`` + the reverse state chain
     ``_device/dstates_parallel.py``). ``fold``: ``plan.fold_prep_tm`` (pass 1b as copies of the forward prep's / state
     pass's arrays, the prep writing Tm too). ``grads_v2``: pass 3 version 2 (``{kda,gdn}/chunk_bwd_v2_kernel.py``, the
-    default of both). ``mn`` (GDN, with ``grads_v2``): ``plan.mn_operands`` (pass 3 v2 with MN-major operands in place
-    of transposed copies; GDN's default since session 12). KDA: ``hilo`` (``plan.dp_split_hilo``; False is session 6's pass 3 operands)."""
+    default of both). ``mn`` (with ``grads_v2``): ``plan.mn_operands`` (pass 3 v2 with MN-major operands in place
+    of transposed copies; GDN's default since session 12, KDA's since session 29). KDA: ``hilo`` (``plan.dp_split_hilo``; False is session 6's pass 3 operands)."""
 
     def make(case):
         import torch
@@ -241,8 +241,7 @@ def _make_ours_p1(family, pass2: bool = False, pass1: bool = True, hilo: bool = 
         plan.grads_v2 = grads_v2
         if FAMILIES[family].per_key_gate:
             plan.dp_split_hilo = hilo
-        else:
-            plan.mn_operands = mn and grads_v2
+        plan.mn_operands = mn and grads_v2
         plan.compile()
         ws = workspace(plan.scratch_workspace_bytes(), i["q"].device)
         args = [i[n] for n in ("q", "k", "v", "g", "beta", "do", "dq", "dk", "dv", "dg", "dbeta")]
@@ -409,7 +408,7 @@ def opt_in_providers(family: str) -> list[Provider]:
     ``ours-p1`` / ``ours-p1+graph`` the chunk-parallel pass 1 only; ``ours-p2`` / ``ours-p2+graph`` passes 1 and 2
     chunk-parallel; ``ours-fold`` ``ours-p2`` with ``fold_prep_tm``; ``ours-v1`` the default with pass 3 version 1
     (``ours-fold`` by another name: the row the ``grads_v2`` default is measured against); KDA: ``ours-p3``
-    ``ours-p2`` with ``grads_v2``, ``ours-nohilo`` ``ours-v1`` with ``dp_split_hilo = False``; GDN: ``ours-nomn`` the
+    ``ours-p2`` with ``grads_v2``, ``ours-nohilo`` ``ours-v1`` with ``dp_split_hilo = False``; both: ``ours-nomn`` the
     default without ``mn_operands`` (pass 3 v2 with transposed copies)."""
     extra = [Provider("ours-v1", _make_ours_p1(family, pass2=True, fold=True))]
     if FAMILIES[family].per_key_gate:
@@ -417,8 +416,7 @@ def opt_in_providers(family: str) -> list[Provider]:
             Provider("ours-nohilo", _make_ours_p1(family, pass2=True, fold=True, hilo=False)),
             Provider("ours-p3", _make_ours_p1(family, pass2=True, grads_v2=True)),
         ]
-    else:
-        extra += [Provider("ours-nomn", _make_ours_p1(family, pass2=True, fold=True, grads_v2=True))]
+    extra += [Provider("ours-nomn", _make_ours_p1(family, pass2=True, fold=True, grads_v2=True))]
     return extra + [
         Provider("ours-fold", _make_ours_p1(family, pass2=True, fold=True)),
         Provider("ours-serial", _make_ours_p1(family, pass1=False)),

@@ -21,7 +21,7 @@ initial_state=None, dinitial_state=None, dfinal_state=None, cu_seqlens=None)``:
   ``P`` [N + T // 64 + 1, H, 64, 64] of every chunk; ``scratch_workspace_bytes()`` is that for the plan's own T and N.
 
 Plan-time (compile key ``bwd_states_kernel.KdaBwdKey``, Rule 4): K, g / beta dtypes, varlen, initial-state and
-final-state-gradient flags, the ``parallel_pass1`` / ``dp_split_hilo`` switches. Runtime: T, N, B, L, H, Hk, strides, scale, the chunk-group count of pass 3 (from T, N, H on
+final-state-gradient flags, the ``parallel_pass1`` / ``dp_split_hilo`` / ``grads_v2`` / ``mn_operands`` switches. Runtime: T, N, B, L, H, Hk, strides, scale, the chunk-group count of pass 3 (from T, N, H on
 the host). ``execute`` validates metadata, carves the workspace and launches; it never converts, allocates,
 synchronizes or reads device memory (Rules 1-3, 8). Imports neither torch nor cutlass at import time.
 
@@ -69,6 +69,13 @@ order). False: pass 1b recomputes (``KdaBwdStatesChunk``).
 the per-channel-block code, grouped WGMMA waits -- with v1's arguments, workspace arrays, outputs and roundings (passes
 1-2 and the workspace unchanged). False: pass 3 version 1 (``chunk_bwd_kernel.KdaBwdGrads``).
 
+``plan.mn_operands`` (the default where ``grads_v2`` holds since session 29, ``MN_OPERANDS_DEFAULT``: H200, T 8k H 16,
+pass 3 1584.8 vs 1801.6 us, the backward 2.518 vs 2.792 ms, dq / dk / dv bitwise the transposed copies'; before ``compile()``; ``KdaBwdKey.mn_operands``, read by pass 3 only; set True without ``grads_v2``:
+ValueError at ``compile_key``): pass 3 version 2 reads dVn^T, S0^T, dS1^T, Tm^T, dTm^T, dWm^T, ``(beta dA)^T``, dP~^T
+and the decay-split operands as MN-major WGMMA operands of row-major tiles (GDN's ``mn_operands``, see
+``gdn/bwd_api.py``): no transposed 2-byte shared-memory copies; the states stored as loaded and the split operands by
+16-byte stores. Same products, operand values and accumulation order as v2 (dq, dk, dv expected bitwise equal).
+
 Contract (Rule 3, unchecked on device): the forward's (``cu_seqlens`` well formed; any 8 consecutive per-channel log
 decays sum to more than -80).
 """
@@ -77,7 +84,16 @@ from __future__ import annotations
 
 from cudnn.datatypes import data_type
 
-from .._host.delta_rule_bwd_api import CHUNK, FWD_H, DeltaRuleBwdSm90, build_dstates_chain, chunk_groups, dstates_workspace_bytes, forward_workspace_bytes
+from .._host.delta_rule_bwd_api import (
+    CHUNK,
+    FWD_H,
+    DeltaRuleBwdSm90,
+    ScheduleKnob,
+    build_dstates_chain,
+    chunk_groups,
+    dstates_workspace_bytes,
+    forward_workspace_bytes,
+)
 from .._host.delta_rule_bwd_api import workspace_bytes as _workspace_bytes
 from .._host.launch import fake_gmem_ptr as _fake_ptr
 from .._host.launch import gmem_ptr as _ptr
@@ -86,6 +102,8 @@ FWD_QG, FWD_P, FWD_VNT = 3, 4, 6  # fold_prep_tm: indices of qg (Tm with bwd_tm)
 
 #: Default of ``plan.grads_v2`` (module docstring).
 GRADS_V2_DEFAULT = True
+#: Default of ``plan.mn_operands`` where ``grads_v2`` holds (module docstring; session 29).
+MN_OPERANDS_DEFAULT = True
 
 CUTEDSL_FLOOR = "4.8.0"
 FAMILY = "linear_attention.kda_bwd"
@@ -124,6 +142,13 @@ class KimiDeltaAttentionBwdSm90(DeltaRuleBwdSm90):
     #: the default since session 10).
     grads_v2 = GRADS_V2_DEFAULT
     _compiled_grads_v2 = None
+    #: Pass 3 v2 with MN-major operands in place of transposed copies (module docstring, "mn_operands"; set before
+    #: compile(), a compile-key field read by pass 3 only; unset: ``MN_OPERANDS_DEFAULT`` where ``grads_v2`` holds).
+    mn_operands = ScheduleKnob(lambda: MN_OPERANDS_DEFAULT, ready="_mn_operands_ready")
+    _compiled_mn_operands = None
+
+    def _mn_operands_ready(self) -> bool:
+        return bool(self.grads_v2)  # an option of pass 3 version 2
 
     def _forward_class(self):
         from .api import KimiDeltaAttentionFwdSm90
@@ -149,12 +174,15 @@ class KimiDeltaAttentionBwdSm90(DeltaRuleBwdSm90):
         fields = self._key_fields()  # ValueError: parallel_pass2 without parallel_pass1
         if self.fold_prep_tm and not self.parallel_pass1:  # fold_prep_tm: pass 1b copies the chunk-parallel pass 1a's arrays
             raise ValueError(f"{self._name}: fold_prep_tm requires parallel_pass1 (set plan.parallel_pass1 = True as well)")
+        if self.mn_operands and not self.grads_v2:  # mn_operands: an option of pass 3 version 2
+            raise ValueError(f"{self._name}: mn_operands requires grads_v2 (it is an option of pass 3 version 2)")
         return KdaBwdKey(
             parallel_pass1=bool(self.parallel_pass1),
             dp_split_hilo=bool(self.dp_split_hilo),
             parallel_pass2=bool(self.parallel_pass2),
             fold_prep_tm=bool(self.fold_prep_tm),
             grads_v2=bool(self.grads_v2),
+            mn_operands=bool(self.mn_operands),
             **fields,
         )
 
@@ -169,8 +197,8 @@ class KimiDeltaAttentionBwdSm90(DeltaRuleBwdSm90):
 
         if part != "states_fold":  # fold_prep_tm: read by pass 1b's fold kernel only
             key = replace(key, fold_prep_tm=False)
-        if part != "grads":  # grads_v2: read by pass 3 only
-            key = replace(key, dp_split_hilo=True, grads_v2=False)
+        if part != "grads":  # dp_split_hilo, grads_v2, mn_operands: read by pass 3 only
+            key = replace(key, dp_split_hilo=True, grads_v2=False, mn_operands=False)
         if part in ("dstates_prep", "dstates_chain"):
             return key
         key = replace(key, parallel_pass2=False)
@@ -186,6 +214,7 @@ class KimiDeltaAttentionBwdSm90(DeltaRuleBwdSm90):
         self._compiled_dp_split_hilo = bool(self.dp_split_hilo)
         self._compiled_fold_prep_tm = bool(self.fold_prep_tm)
         self._compiled_grads_v2 = bool(self.grads_v2)
+        self._compiled_mn_operands = bool(self.mn_operands)
 
     def _pass1_prep_options(self) -> dict:
         return {"bwd_tm": True} if self.fold_prep_tm else {}  # fold_prep_tm: the prep also writes Tm (into qg)
@@ -206,6 +235,8 @@ class KimiDeltaAttentionBwdSm90(DeltaRuleBwdSm90):
             raise ValueError(f"{self._name}.execute: fold_prep_tm was changed after compile(); call compile() again")
         if self._compiled_grads_v2 is not None and bool(self.grads_v2) != self._compiled_grads_v2:
             raise ValueError(f"{self._name}.execute: grads_v2 was changed after compile(); call compile() again")
+        if self._compiled_mn_operands is not None and bool(self.mn_operands) != self._compiled_mn_operands:
+            raise ValueError(f"{self._name}.execute: mn_operands was changed after compile(); call compile() again")
         q, k, v, do = (t[n] for n in ("q", "k", "v", "do"))
         ws_tm = ws.take(slots * H * CHUNK * CHUNK, "bfloat16")
         ws_p = ws.take(slots * H * CHUNK * CHUNK, "bfloat16")

@@ -37,6 +37,21 @@ only fp32 summation orders differ (``<dS1, S0>``, the dbeta and ``sum dkd K`` pa
 bitwise equal to v1's and dg, dbeta equal up to fp32 reassociation (``tests/test_la_bwd_p3.py`` checks both against v1
 on the same workspace and against the fp32 reference). At K = 64 (one channel block) warpgroup 1 only loads in phase A
 and waits in B1 / B2: correct, gains only from the rest.
+
+``mn_operands`` (key field, opt-in: ``kda/bwd_api.py::MN_OPERANDS_DEFAULT``; GDN's session-11 option, see
+``gdn/chunk_bwd_v2_kernel.py``): no transposed copy is written. WGMMA reads bf16 operands MN-major from shared memory,
+and a 128-byte-swizzled row-major [rows, 64] tile is the canonical MN-major layout of a contraction over its rows, so
+dVn^T, Tm^T, dWm^T, dP~^T, ``(beta dA)^T`` and dTm^T are ``_device.chunk_parallel.transpose_view`` s of dVn, Tm, dWm,
+dP~, ``beta dA`` and dTm (the last three stored row-major from their accumulators), S0 / dS1 are stored as loaded ([V,
+K], one 16-byte store per vector: ``state_t_to_smem``'s ``mn`` form), Tm by 16-byte stores (:func:`_load_a0_mn`), and
+the decay-split operands (``K exp(G_r - G)``, ``Q exp(G - G_r)`` hi + lo, ``K exp(G - G_r)``) row-major [tokens,
+channels] as computed, 16-byte stores (:func:`_split_operand`'s ``mn`` form, :func:`_split3_rm`; the transposed form
+needs one 2-byte store per element). Two more tiled MMAs (B MN-major; A and B MN-major). Tiles: Tm in c1 (it lives
+through B2), dWm in x5, dP~ in c6; r's tiles 0-2 are idle in phase A and tile 7 in B1. Same products, operand values
+and accumulation order as v2 (dq, dk, dv expected bitwise equal; ``tests/test_la_bwd_p3_kda_mn.py``). PTX at K = 128
+varlen with states: the same 88 WGMMA behind 8 waits (A MN-major in 24, B in 60), 2-byte shared stores 1087 -> 192
+(the accumulator epilogues' left), 17,734 -> 15,606 instructions; ptxas 231 registers (v2: 254), no spill, zero frame,
+no C7520; the same shared-memory footprint. The default plan's PTX is byte-identical with the option added.
 """
 
 from __future__ import annotations
@@ -46,10 +61,11 @@ import cutlass.cute as cute
 from cutlass import BFloat16, Float32, Int32, const_expr
 from cutlass.cute.nvgpu import warpgroup
 
-from .._device.delta_rule import BV, CHUNK, SOLVE_BLOCK, THREADS, VEC, row_guard
+from .._device.chunk_parallel import transpose_view
+from .._device.delta_rule import BV, CHUNK, SOLVE_BLOCK, THREADS, VEC, k_major_smem_layout, make_mma_n64, row_guard
 from .._device.delta_rule import smem_ready as _smem_ready
 from .._device.delta_rule import wgmma as _wgmma
-from .._device.delta_rule_bwd import bwd_cta, grads_chunk, smem_struct
+from .._device.delta_rule_bwd import bwd_cta, grads_chunk, smem_struct, tm_row_load
 from .._device.delta_rule_bwd_v2 import THREADS2, TILE, GradsV2Launch
 from .._device.delta_rule_bwd_v2 import col_sums_add as _col_sums_add
 from .._device.delta_rule_bwd_v2 import commit_wait as _commit_wait
@@ -71,14 +87,16 @@ BAR_OPERANDS_FREE = 3  # named barrier: warpgroup 0 arrives after the dTm produc
 @cute.jit
 def _split_operand(
     pX: cute.Pointer, sGc: cute.Tensor, pOut: cute.Pointer, pLo: cute.Pointer | None, h: Int32, bi: Int32, tidx: Int32, after: cutlass.Constexpr[bool],
-    D: cutlass.Constexpr[int],
+    D: cutlass.Constexpr[int], mn: cutlass.Constexpr[bool] = False,
 ):  # fmt: skip
     """``chunk_bwd_kernel._split_operand`` (the same operand, values and roundings) with the channel block ``h`` a
     runtime value (one copy of the code serves both warpgroups) and the 128-byte swizzle of the shared tiles applied by
     hand: ``pX`` the raw address of a [64 tokens, D] tile (``k_major_smem_layout(64, D)``: element (t, c) at
     ``(c // 64) 4096 + 64 t + ((c % 64) ^ ((t % 8) << 3))``), ``pOut`` / ``pLo`` of [64 channels, 64 tokens] tiles
     (element (c, t) at ``64 c + (t ^ ((c % 8) << 3))``). A thread's 32 channels are 4 16-byte vectors of its token row
-    (one address each; v1 swizzled every 2-byte access), its stores one instruction each."""
+    (one address each; v1 swizzled every 2-byte access), its stores one instruction each. With ``mn`` (``mn_operands``)
+    the operand is stored as it is computed, [64 tokens, 64 channels] (element (t, c) at ``64 t + (c ^ ((t % 8) << 3))``,
+    read through an MN-major view): a thread's 32 channels are 4 16-byte stores per output."""
     tok = tidx // 2
     c0 = (tidx % 2) * (BV // 2)
     r = bi * SOLVE_BLOCK + REF_OFFSET
@@ -93,25 +111,53 @@ def _split_operand(
             off = h * TILE + tok * BV + ((c0 + q * VEC) ^ sw)
             src = cute.make_tensor(pX + cute.assume(off, divby=VEC), cute.make_layout((VEC,)))
             cute.autovec_copy(src, xbuf[None, q])
-        for j in cutlass.range_constexpr(BV // 2):
-            ch = h * BV + c0 + j
-            d = sGc[r, ch] - sGc[tok, ch]
-            if const_expr(after):
-                d = -d
-            val = xbuf[j % VEC, j // VEC].to(Float32) * cute.math.exp(d)
-            hi = val.to(BFloat16)
-            o = (c0 + j) * BV + (tok ^ ((j % 8) * VEC))
-            mOut[o] = hi
-            if const_expr(pLo is not None):
-                mLo = cute.make_tensor(pLo, cute.make_layout((TILE,)))
-                mLo[o] = (val - hi.to(Float32)).to(BFloat16)
+        if const_expr(mn):  # row-major: the values of one 16-byte vector, then its store
+            for q in cutlass.range_constexpr(BV // 2 // VEC):
+                hb = cute.make_rmem_tensor(cute.make_layout((VEC,)), BFloat16)
+                lb = cute.make_rmem_tensor(cute.make_layout((VEC,)), BFloat16)
+                for e in cutlass.range_constexpr(VEC):
+                    ch = h * BV + c0 + q * VEC + e
+                    d = sGc[r, ch] - sGc[tok, ch]
+                    if const_expr(after):
+                        d = -d
+                    val = xbuf[e, q].to(Float32) * cute.math.exp(d)
+                    hi = val.to(BFloat16)
+                    hb[e] = hi
+                    if const_expr(pLo is not None):
+                        lb[e] = (val - hi.to(Float32)).to(BFloat16)
+                o = tok * BV + ((c0 + q * VEC) ^ sw)
+                _vec_store(hb, pOut, o)
+                if const_expr(pLo is not None):
+                    _vec_store(lb, pLo, o)
+        else:
+            for j in cutlass.range_constexpr(BV // 2):
+                ch = h * BV + c0 + j
+                d = sGc[r, ch] - sGc[tok, ch]
+                if const_expr(after):
+                    d = -d
+                val = xbuf[j % VEC, j // VEC].to(Float32) * cute.math.exp(d)
+                hi = val.to(BFloat16)
+                o = (c0 + j) * BV + (tok ^ ((j % 8) * VEC))
+                mOut[o] = hi
+                if const_expr(pLo is not None):
+                    mLo = cute.make_tensor(pLo, cute.make_layout((TILE,)))
+                    mLo[o] = (val - hi.to(Float32)).to(BFloat16)
     else:
-        for j in cutlass.range_constexpr(BV // 2):
-            o = (c0 + j) * BV + (tok ^ ((j % 8) * VEC))
-            mOut[o] = BFloat16(0.0)
-            if const_expr(pLo is not None):
-                mLo = cute.make_tensor(pLo, cute.make_layout((TILE,)))
-                mLo[o] = BFloat16(0.0)
+        if const_expr(mn):
+            zb = cute.make_rmem_tensor(cute.make_layout((VEC,)), BFloat16)
+            zb.fill(0.0)
+            for q in cutlass.range_constexpr(BV // 2 // VEC):
+                o = tok * BV + ((c0 + q * VEC) ^ sw)
+                _vec_store(zb, pOut, o)
+                if const_expr(pLo is not None):
+                    _vec_store(zb, pLo, o)
+        else:
+            for j in cutlass.range_constexpr(BV // 2):
+                o = (c0 + j) * BV + (tok ^ ((j % 8) * VEC))
+                mOut[o] = BFloat16(0.0)
+                if const_expr(pLo is not None):
+                    mLo = cute.make_tensor(pLo, cute.make_layout((TILE,)))
+                    mLo[o] = BFloat16(0.0)
 
 
 @cute.jit
@@ -182,6 +228,90 @@ def _split3(
 
 
 @cute.jit
+def _split3_rm(
+    pK: cute.Pointer, pQ: cute.Pointer, sGc: cute.Tensor, pRow: cute.Pointer, pColQ: cute.Pointer, pColK: cute.Pointer, pLo: cute.Pointer | None,
+    h: Int32, bi: Int32, tidx: Int32,
+):  # fmt: skip
+    """:func:`_split3` with ``mn_operands``: the same operands and values (the same expressions), stored as they are
+    computed, [64 tokens, 64 channels] (element (t, c) at ``64 t + (c ^ ((t % 8) << 3))``; read through MN-major views):
+    each output one 16-byte store per 8 channels (:func:`_split3`: one 2-byte store per element, transposed)."""
+    tok = tidx // 2
+    c0 = (tidx % 2) * (BV // 2)
+    r = bi * SOLVE_BLOCK + REF_OFFSET
+    blk = tok // SOLVE_BLOCK
+    sw = (tok % 8) * VEC
+    kbuf = cute.make_rmem_tensor(cute.make_layout((VEC, BV // 2 // VEC)), BFloat16)
+    qbuf = cute.make_rmem_tensor(cute.make_layout((VEC, BV // 2 // VEC)), BFloat16)
+    for q in cutlass.range_constexpr(BV // 2 // VEC):
+        off = h * TILE + tok * BV + ((c0 + q * VEC) ^ sw)
+        cute.autovec_copy(cute.make_tensor(pK + cute.assume(off, divby=VEC), cute.make_layout((VEC,))), kbuf[None, q])
+        cute.autovec_copy(cute.make_tensor(pQ + cute.assume(off, divby=VEC), cute.make_layout((VEC,))), qbuf[None, q])
+    zb = cute.make_rmem_tensor(cute.make_layout((VEC,)), BFloat16)
+    zb.fill(0.0)
+    rb = cute.make_rmem_tensor(cute.make_layout((VEC,)), BFloat16)
+    qb = cute.make_rmem_tensor(cute.make_layout((VEC,)), BFloat16)
+    lb = cute.make_rmem_tensor(cute.make_layout((VEC,)), BFloat16)
+    kb = cute.make_rmem_tensor(cute.make_layout((VEC,)), BFloat16)
+    if blk == bi:  # rows and cols live
+        for q in cutlass.range_constexpr(BV // 2 // VEC):
+            for e in cutlass.range_constexpr(VEC):
+                ch = h * BV + c0 + q * VEC + e
+                d = sGc[r, ch] - sGc[tok, ch]
+                kf = kbuf[e, q].to(Float32)
+                ec = cute.math.exp(-d)
+                rb[e] = (kf * cute.math.exp(d)).to(BFloat16)
+                cq = qbuf[e, q].to(Float32) * ec
+                cqh = cq.to(BFloat16)
+                qb[e] = cqh
+                if const_expr(pLo is not None):
+                    lb[e] = (cq - cqh.to(Float32)).to(BFloat16)
+                kb[e] = (kf * ec).to(BFloat16)
+            o = tok * BV + ((c0 + q * VEC) ^ sw)
+            _vec_store(rb, pRow, o)
+            _vec_store(qb, pColQ, o)
+            if const_expr(pLo is not None):
+                _vec_store(lb, pLo, o)
+            _vec_store(kb, pColK, o)
+    else:
+        if blk < bi:  # rows only
+            for q in cutlass.range_constexpr(BV // 2 // VEC):
+                for e in cutlass.range_constexpr(VEC):
+                    ch = h * BV + c0 + q * VEC + e
+                    d = sGc[r, ch] - sGc[tok, ch]
+                    rb[e] = (kbuf[e, q].to(Float32) * cute.math.exp(d)).to(BFloat16)
+                o = tok * BV + ((c0 + q * VEC) ^ sw)
+                _vec_store(rb, pRow, o)
+                _vec_store(zb, pColQ, o)
+                if const_expr(pLo is not None):
+                    _vec_store(zb, pLo, o)
+                _vec_store(zb, pColK, o)
+        else:  # cols only
+            for q in cutlass.range_constexpr(BV // 2 // VEC):
+                for e in cutlass.range_constexpr(VEC):
+                    ch = h * BV + c0 + q * VEC + e
+                    d = sGc[r, ch] - sGc[tok, ch]
+                    ec = cute.math.exp(-d)
+                    cq = qbuf[e, q].to(Float32) * ec
+                    cqh = cq.to(BFloat16)
+                    qb[e] = cqh
+                    if const_expr(pLo is not None):
+                        lb[e] = (cq - cqh.to(Float32)).to(BFloat16)
+                    kb[e] = (kbuf[e, q].to(Float32) * ec).to(BFloat16)
+                o = tok * BV + ((c0 + q * VEC) ^ sw)
+                _vec_store(zb, pRow, o)
+                _vec_store(qb, pColQ, o)
+                if const_expr(pLo is not None):
+                    _vec_store(lb, pLo, o)
+                _vec_store(kb, pColK, o)
+
+
+@cute.jit
+def _vec_store(buf: cute.Tensor, p: cute.Pointer, off: Int32):
+    """A bf16 register vector of 8 -> shared memory at ``p + off`` (``off`` a multiple of 8: one 16-byte store)."""
+    cute.autovec_copy(buf, cute.make_tensor(p + cute.assume(off, divby=VEC), cute.make_layout((VEC,))))
+
+
+@cute.jit
 def _gates(
     mG: cute.Tensor, mB: cute.Tensor, sGc: cute.Tensor, sBeta: cute.Tensor, t0: Int32, n_valid: Int32, head: Int32, ltid: Int32, d: cutlass.Constexpr[int]
 ):
@@ -206,19 +336,44 @@ def _gates(
 
 
 @cute.jit
-def _load_a1(mG, mB, gWsH, gWsDh, sGc, sBeta, pS0T, sExtra, t0: Int32, n_valid: Int32, head: Int32, slot: Int32, ltid: Int32, D: cutlass.Constexpr[int]):
-    """Warpgroup 1's phase-A loads: the gates (``_gates``), S0^T and ``<dS1, S0>`` per key channel into ``sExtra``
-    (zeroed at the previous iteration's end). Not fenced."""
+def _load_a1(
+    mG, mB, gWsH, gWsDh, sGc, sBeta, pS0T, sExtra, t0: Int32, n_valid: Int32, head: Int32, slot: Int32, ltid: Int32, D: cutlass.Constexpr[int],
+    mn: cutlass.Constexpr[bool] = False,
+):  # fmt: skip
+    """Warpgroup 1's phase-A loads: the gates (``_gates``), S0^T (with ``mn``: S0 as it is, [V, K]) and ``<dS1, S0>``
+    per key channel into ``sExtra`` (zeroed at the previous iteration's end). Not fenced."""
     _gates(mG, mB, sGc, sBeta, t0, n_valid, head, ltid, D)
-    _state_t_to_smem(gWsH, gWsDh, pS0T, sExtra, slot, head, ltid, THREADS, D)
+    _state_t_to_smem(gWsH, gWsDh, pS0T, sExtra, slot, head, ltid, THREADS, D, mn)
 
 
 @cute.jit
-def _da_chain(mma, acc_a, acc_b, dvn_A, v_B, dwm_A, kbg_B, tmt_A, dtmt_B, x_A, tm_B, sDTmT, sX, sDA, sBT, sBeta, c64, wgi: Int32):
+def _load_a0_mn(gDvn, gV, gWsTm, pDvn, pV, pTm, t0: Int32, eos: Int32, head: Int32, slot: Int32, ltid: Int32, D: cutlass.Constexpr[int]):
+    """Warpgroup 0's phase-A loads with ``mn_operands`` (``_device.delta_rule_bwd_v2.load_a0`` without its transposed
+    copies): dVn and V row-major, Tm row-major into the [64, 64] tile at ``pTm`` by 16-byte stores at hand-swizzled
+    addresses (``load_a0``: 2-byte stores of Tm and Tm^T); every global load issued before the first store. Not fenced."""
+    dvn = _rows_load(gDvn, t0, eos, head, ltid, D)
+    vv = _rows_load(gV, t0, eos, head, ltid, D)
+    row = ltid // 2
+    half = ltid % 2
+    tbuf = tm_row_load(gWsTm, slot, head, row, half)
+    _rows_store(dvn, pDvn, None, t0, eos, ltid, D)
+    _rows_store(vv, pV, None, t0, eos, ltid, D)
+    for vj in cutlass.range_constexpr(CHUNK // 2 // VEC):
+        c = half * (CHUNK // 2) + vj * VEC
+        _vec_store(tbuf[0, 0, 0, None, vj], pTm, row * CHUNK + (c ^ ((row % 8) * VEC)))
+
+
+@cute.jit
+def _da_chain(
+    mma, mma_tt, acc_a, acc_b, dvn_A, v_B, dwm_A, kbg_B, tmt_A, dtmt_B, x_A, tm_B, sDTmT, sX, sDA, sBT, sBeta, c64, wgi: Int32,
+    mn: cutlass.Constexpr[bool] = False,
+):  # fmt: skip
     """Warpgroup 0: ``dTm = (dVn V^T) beta_j + dWm (beta exp(G) K)^T`` (one WGMMA group) -> ``sDTmT``; ``X = Tm^T dTm``
     -> ``sX``; ``dA = -strictly_lower(X Tm^T)`` -> ``sDA``, ``(beta dA)^T`` -> ``sBT``. Arrives on ``BAR_OPERANDS_FREE``
     once the dTm products have read their operands (warpgroup 1 then stores B1's K, Vn, dO over them). Not fenced at
-    the end."""
+    the end. With ``mn`` (``mn_operands``) dTm and ``beta dA`` are stored as they are (``sDTmT`` holds dTm, ``sBT``
+    ``beta dA``; read through MN-major views) and ``X`` is ``mma_tt`` 's (``tmt_A``, ``dtmt_B`` MN-major views of Tm,
+    dTm)."""
     warpgroup.fence()
     _issue(mma, acc_a, dvn_A, v_B, True)
     _issue(mma, acc_b, dwm_A, kbg_B, True)
@@ -227,9 +382,12 @@ def _da_chain(mma, acc_a, acc_b, dvn_A, v_B, dwm_A, kbg_B, tmt_A, dtmt_B, x_A, t
     cute.arch.barrier_arrive(barrier_id=BAR_OPERANDS_FREE, number_of_threads=THREADS2, aligned=False)
     for i in cutlass.range_constexpr(cute.size(acc_a)):
         rc = c64[i]
-        sDTmT[rc[1], rc[0]] = (acc_a[i] * sBeta[rc[1]] + acc_b[i]).to(BFloat16)
+        if const_expr(mn):
+            sDTmT[rc[0], rc[1]] = (acc_a[i] * sBeta[rc[1]] + acc_b[i]).to(BFloat16)
+        else:
+            sDTmT[rc[1], rc[0]] = (acc_a[i] * sBeta[rc[1]] + acc_b[i]).to(BFloat16)
     _wg_ready(wgi)
-    _wgmma(mma, acc_a, tmt_A, dtmt_B, True)  # X = Tm^T dTm
+    _wgmma(mma_tt, acc_a, tmt_A, dtmt_B, True)  # X = Tm^T dTm
     for i in cutlass.range_constexpr(cute.size(acc_a)):
         rc = c64[i]
         sX[rc[0], rc[1]] = acc_a[i].to(BFloat16)
@@ -241,16 +399,23 @@ def _da_chain(mma, acc_a, acc_b, dvn_A, v_B, dwm_A, kbg_B, tmt_A, dtmt_B, x_A, t
         if rc[0] > rc[1]:
             da = -acc_a[i]
         sDA[rc[0], rc[1]] = da.to(BFloat16)
-        sBT[rc[1], rc[0]] = (da * sBeta[rc[0]]).to(BFloat16)
+        if const_expr(mn):
+            sBT[rc[0], rc[1]] = (da * sBeta[rc[0]]).to(BFloat16)
+        else:
+            sBT[rc[1], rc[0]] = (da * sBeta[rc[0]]).to(BFloat16)
 
 
 @cute.jit
-def _b1_products(mma, acc_a, acc_b, do_A, s0t_Bh, vn_B, sDP, sDPT, c64, scale: Float32, wgi: Int32):
+def _b1_products(mma, acc_a, acc_b, do_A, s0t_Bh, vn_B, sDP, sDPT, c64, scale: Float32, wgi: Int32, mma_t=None):
     """``acc_b = dO S0`` (this warpgroup's channel block) and ``dP~ = scale lower_eq(dO Vn^T)`` in one WGMMA group on
     both warpgroups (no branch between WGMMAs: ptxas would insert an arrive), warpgroup 0 storing dP~ to bf16 ``sDP`` and
-    ``sDPT``. Not fenced."""
+    (unless None: ``mn_operands`` reads dP~^T in place) ``sDPT``. ``mma_t`` (None: ``mma``): the tiled MMA of ``dO S0``
+    (with ``mn_operands`` ``s0t_Bh`` is an MN-major view of S0). Not fenced."""
+    mma_s = mma
+    if const_expr(mma_t is not None):
+        mma_s = mma_t
     warpgroup.fence()
-    _issue(mma, acc_b, do_A, s0t_Bh, True)
+    _issue(mma_s, acc_b, do_A, s0t_Bh, True)
     _issue(mma, acc_a, do_A, vn_B, True)  # both warpgroups (no branch between WGMMAs); warpgroup 0 stores it
     _commit_wait()
     if wgi == 0:
@@ -261,7 +426,8 @@ def _b1_products(mma, acc_a, acc_b, do_A, s0t_Bh, vn_B, sDP, sDPT, c64, scale: F
                 dp = acc_a[i] * scale
             dpb = dp.to(BFloat16)
             sDP[rc[0], rc[1]] = dpb
-            sDPT[rc[1], rc[0]] = dpb
+            if const_expr(sDPT is not None):
+                sDPT[rc[1], rc[0]] = dpb
 
 
 @cute.jit
@@ -288,14 +454,17 @@ def _b1_block(
     ltid: Int32,
     h: Int32,
     D: cutlass.Constexpr[int],
+    mn: cutlass.Constexpr[bool] = False,
 ):
     """Channel block ``h`` of ``dQ = scale exp(G) (dO S0) + rows(dP~, K)`` (``acc_b`` holds ``dO S0``) -> ``mDq`` and
-    ``dG = Q dQ`` -> ``mDg``, on warpgroup ``wgi`` with its own operand tiles (raw addresses ``pRow``, ``pLo``; ``pK`` the K tile's)."""
+    ``dG = Q dQ`` -> ``mDg``, on warpgroup ``wgi`` with its own operand tiles (raw addresses ``pRow``, ``pLo``; ``pK`` the K tile's).
+    With ``mn`` (``mn_operands``) the split operands are stored row-major and ``row_B``, ``lo_B`` are MN-major views
+    (``mma`` then the tiled MMA with B MN-major)."""
     for i in cutlass.range_constexpr(cute.size(acc_b)):
         rc = c64[i]
         acc_b[i] = acc_b[i] * (scale * cute.math.exp(sGc[rc[0], h * BV + rc[1]]))
     for bi in cutlass.range(CHUNK // SOLVE_BLOCK, unroll=1):  # + rows(dP~, K), block bi's rows
-        _split_operand(pK, sGc, pRow, pLo, h, bi, ltid, False, D)
+        _split_operand(pK, sGc, pRow, pLo, h, bi, ltid, False, D, mn)
         _wg_ready(wgi)
         warpgroup.fence()
         if const_expr(pLo is not None):
@@ -325,25 +494,34 @@ def _b1_block(
 def _b2_block(
     mma, acc_a, acc_b, acc_c, acc_d, acc_e, da_A, dpt_A, bt_A, vn_A, tmt_A, row_B, colq_B, colk_B, lo_B, ds1t_Bh, dwmt_Bh,
     sK, pK, pQ, sGc, sBeta, pRow, pColQ, pColK, pLo, sDBr, sKdSum, mDk, mDg, c64, t0: Int32, n_valid: Int32, head: Int32, wgi: Int32, ltid: Int32,
-    h: Int32, D: cutlass.Constexpr[int],
+    h: Int32, D: cutlass.Constexpr[int], mma_tt=None, mn: cutlass.Constexpr[bool] = False,
 ):  # fmt: skip
     """Channel block ``h`` of dK (-> ``mDk``) and dG's second part (``mDg`` read-modify-written), dbeta's ``rowsum(K Y)``
     (-> ``sDBr``) and ``sum_j dkd K exp(G_C - G)`` (-> ``sKdSum``), on warpgroup ``wgi`` with its own operand tiles;
-    per row block the three products are one WGMMA group, then ``dkd`` and ``dKb`` one more."""
+    per row block the three products are one WGMMA group, then ``dkd`` and ``dKb`` one more. With ``mn``
+    (``mn_operands``) the split operands are stored row-major (:func:`_split3_rm`) and every B operand is an MN-major
+    view: ``mma`` is then the tiled MMA with B MN-major (A dA, Vn), ``mma_tt`` (None: ``mma``) the one with A MN-major
+    as well (``dpt_A``, ``bt_A``, ``tmt_A``: views of dP~, ``beta dA``, Tm)."""
+    mma2 = mma
+    if const_expr(mma_tt is not None):
+        mma2 = mma_tt
     for i in cutlass.range_constexpr(cute.size(acc_b)):
         acc_b[i] = Float32(0.0)  # dK
         acc_c[i] = Float32(0.0)  # Y = R + exp(G) dKb
     for bi in cutlass.range(CHUNK // SOLVE_BLOCK, unroll=1):
-        _split3(pK, pQ, sGc, pRow, pColQ, pColK, pLo, h, bi, ltid)
+        if const_expr(mn):
+            _split3_rm(pK, pQ, sGc, pRow, pColQ, pColK, pLo, h, bi, ltid)
+        else:
+            _split3(pK, pQ, sGc, pRow, pColQ, pColK, pLo, h, bi, ltid)
         _wg_ready(wgi)
         warpgroup.fence()
         _issue(mma, acc_a, da_A, row_B, True)  # R = rows(dA, K)
         if const_expr(pLo is not None):  # cols(dP~, Q), hi + lo with dp_split_hilo
-            _issue(mma, acc_d, dpt_A, lo_B, True)
-            _issue(mma, acc_d, dpt_A, colq_B, False)
+            _issue(mma2, acc_d, dpt_A, lo_B, True)
+            _issue(mma2, acc_d, dpt_A, colq_B, False)
         else:
-            _issue(mma, acc_d, dpt_A, colq_B, True)
-        _issue(mma, acc_e, bt_A, colk_B, True)  # cols(beta dA, K)
+            _issue(mma2, acc_d, dpt_A, colq_B, True)
+        _issue(mma2, acc_e, bt_A, colk_B, True)  # cols(beta dA, K)
         _commit_wait()
         _wg_sync(wgi)  # every warp's wait has returned: the operand tiles may be rewritten (the next row block)
         r_blk = bi * SOLVE_BLOCK + REF_OFFSET
@@ -365,7 +543,7 @@ def _b2_block(
                 acc_b[i] = acc_b[i] + acc_e[i] * cute.math.exp(sGc[r_blk, ch] - sGc[rc[0], ch])
     warpgroup.fence()
     _issue(mma, acc_a, vn_A, ds1t_Bh, True)  # dkd = Vn dS1
-    _issue(mma, acc_d, tmt_A, dwmt_Bh, True)  # dKb = Tm^T dWm
+    _issue(mma2, acc_d, tmt_A, dwmt_Bh, True)  # dKb = Tm^T dWm
     _commit_wait()
     cs = cute.make_rmem_tensor(cute.make_layout((16,)), Float32)
     cs.fill(0.0)
@@ -429,7 +607,7 @@ class KdaBwdGradsV2(GradsV2Launch):
     def shared_storage(self, l_ck, l_kc, l_kv, l_cc):
         """The shared-memory struct (host side, built in ``GradsLaunch.__call__``; see the kernel for the tiles' use):
         x0, x1, x3 [C, D], x5 [D % 64, C, D // 64], y0 [K, V], c1, c4, c5, c6 [C, C], r (eight [64, 64] tiles), then the
-        fp32 arrays."""
+        fp32 arrays. With ``mn_operands`` the same struct (x5 then holds dWm [C, D], y0 the states [V, K])."""
         D = self.D
         tiles = dict(x0=l_ck, x1=l_ck, x3=l_ck, x5=l_kc, y0=l_kv, c1=l_cc, c4=l_cc, c5=l_cc, c6=l_cc, r=cute.make_layout((8 * TILE,)))
         return smem_struct(tiles, dict(gc=CHUNK * (D + 1), beta=CHUNK, dbr=CHUNK, extra=D, kdsum=D))
@@ -468,6 +646,7 @@ class KdaBwdGradsV2(GradsV2Launch):
         D = self.D
         NH = D // BV
         HILO = self.key.dp_split_hilo
+        MN = self.key.mn_operands  # transposed operands read in place through MN-major views (no transposed copies)
         tidx, seq, head, zc, hk, _, bos, eos, n_chunks, slot0 = bwd_cta(mCu, seq_len, group, self.key.varlen)
         # this thread's warpgroup, marked warp-uniform (the `if wgi ...` branches are warpgroup-uniform). ptxas serializes
         # every WGMMA of the kernel (C7520) when one is issued under a branch it takes for divergent: keep WGMMA groups
@@ -485,31 +664,54 @@ class KdaBwdGradsV2(GradsV2Launch):
         # r, eight [64, 64] tiles: phase A  [dWm (0, 1 at K = 128) | Tm 2 | dTm^T 3 | - 4 | V (5, 6 at K = 128) | X 7];
         # B1 [- | - | - | - | dO (5, 6) | dP~ 7] and warpgroup w's lo half 0 + w, rows operand 2 + w;
         # B2: warpgroup w's lo half 0 + w, rows operand 2 + w, cols-Q operand 4 + w, cols-K operand 6 + w
+        # MN (mn_operands): x1 Q only; x5 dWm; y0 S0 | dS1 as stored ([V, K]); c1 Tm; c5 beta dA; c6 dP~; r 3 dTm; r 0-2
+        # idle in phase A, 7 in B1; the split operands row-major [tokens, channels]; transposes are MN-major views
         r0 = st.r.data_ptr()
-        sDvn = st.x0.get_tensor(l_ck.outer, swizzle=l_ck.inner)
-        sK = st.x0.get_tensor(l_ck.outer, swizzle=l_ck.inner)
-        sQ = st.x1.get_tensor(l_ck.outer, swizzle=l_ck.inner)
-        sKbg = st.x3.get_tensor(l_ck.outer, swizzle=l_ck.inner)
-        sVn = st.x3.get_tensor(l_ck.outer, swizzle=l_ck.inner)
-        sDwmT = st.x5.get_tensor(l_kc.outer, swizzle=l_kc.inner)
-        sTmT = st.c1.get_tensor(l_cc.outer, swizzle=l_cc.inner)
-        sDA = st.c4.get_tensor(l_cc.outer, swizzle=l_cc.inner)
-        sBT = st.c5.get_tensor(l_cc.outer, swizzle=l_cc.inner)
-        sDPT = st.c6.get_tensor(l_cc.outer, swizzle=l_cc.inner)
-        sDwm = _tile_at(r0, Int32(0), l_ck)
-        sTm = _tile_at(r0, Int32(2 * TILE), l_cc)
-        sDTmT = _tile_at(r0, Int32(3 * TILE), l_cc)
-        sV = _tile_at(r0, Int32(5 * TILE), l_ck)
-        sDo = _tile_at(r0, Int32(5 * TILE), l_ck)
-        sX = _tile_at(r0, Int32(7 * TILE), l_cc)
-        sDP = _tile_at(r0, Int32(7 * TILE), l_cc)
-        sLoW = _tile_at(r0, hw * TILE, l_cc)  # this warpgroup's operand tiles
-        sRowW = _tile_at(r0, (2 + hw) * TILE, l_cc)
-        sColQW = _tile_at(r0, (4 + hw) * TILE, l_cc)
-        sColKW = _tile_at(r0, (6 + hw) * TILE, l_cc)
-        sS0TW = _tile_at(st.y0.data_ptr(), hw * (CHUNK * D), l_ck)  # S0^T / dS1^T of this warpgroup's key channels
-        sDvnTW = _tile_at(st.x1.data_ptr(), hw * TILE, l_cc)  # dVn^T of this warpgroup's value channels
-        sDwmTW = _tile_at(st.x5.data_ptr(), hw * TILE, l_cc)  # dWm^T of this warpgroup's key channels
+        if const_expr(not MN):
+            sDvn = st.x0.get_tensor(l_ck.outer, swizzle=l_ck.inner)
+            sK = st.x0.get_tensor(l_ck.outer, swizzle=l_ck.inner)
+            sQ = st.x1.get_tensor(l_ck.outer, swizzle=l_ck.inner)
+            sKbg = st.x3.get_tensor(l_ck.outer, swizzle=l_ck.inner)
+            sVn = st.x3.get_tensor(l_ck.outer, swizzle=l_ck.inner)
+            sDwmT = st.x5.get_tensor(l_kc.outer, swizzle=l_kc.inner)
+            sTmT = st.c1.get_tensor(l_cc.outer, swizzle=l_cc.inner)
+            sDA = st.c4.get_tensor(l_cc.outer, swizzle=l_cc.inner)
+            sBT = st.c5.get_tensor(l_cc.outer, swizzle=l_cc.inner)
+            sDPT = st.c6.get_tensor(l_cc.outer, swizzle=l_cc.inner)
+            sDwm = _tile_at(r0, Int32(0), l_ck)
+            sTm = _tile_at(r0, Int32(2 * TILE), l_cc)
+            sDTmT = _tile_at(r0, Int32(3 * TILE), l_cc)
+            sV = _tile_at(r0, Int32(5 * TILE), l_ck)
+            sDo = _tile_at(r0, Int32(5 * TILE), l_ck)
+            sX = _tile_at(r0, Int32(7 * TILE), l_cc)
+            sDP = _tile_at(r0, Int32(7 * TILE), l_cc)
+            sLoW = _tile_at(r0, hw * TILE, l_cc)  # this warpgroup's operand tiles
+            sRowW = _tile_at(r0, (2 + hw) * TILE, l_cc)
+            sColQW = _tile_at(r0, (4 + hw) * TILE, l_cc)
+            sColKW = _tile_at(r0, (6 + hw) * TILE, l_cc)
+            sS0TW = _tile_at(st.y0.data_ptr(), hw * (CHUNK * D), l_ck)  # S0^T / dS1^T of this warpgroup's key channels
+            sDvnTW = _tile_at(st.x1.data_ptr(), hw * TILE, l_cc)  # dVn^T of this warpgroup's value channels
+            sDwmTW = _tile_at(st.x5.data_ptr(), hw * TILE, l_cc)  # dWm^T of this warpgroup's key channels
+        else:  # mn_operands: x5 dWm (A -> B2), c1 Tm (all), c5 beta dA, c6 dP~ (B1 -> B2), r 3 dTm; no transposed copies
+            sDvn = st.x0.get_tensor(l_ck.outer, swizzle=l_ck.inner)
+            sK = sDvn
+            sQ = st.x1.get_tensor(l_ck.outer, swizzle=l_ck.inner)
+            sKbg = st.x3.get_tensor(l_ck.outer, swizzle=l_ck.inner)
+            sVn = sKbg
+            sDwmT, sTmT, sDPT = None, None, None
+            sTm = st.c1.get_tensor(l_cc.outer, swizzle=l_cc.inner)
+            sDA = st.c4.get_tensor(l_cc.outer, swizzle=l_cc.inner)
+            sBT = st.c5.get_tensor(l_cc.outer, swizzle=l_cc.inner)  # beta dA (row-major; its transpose read in place)
+            sDP = st.c6.get_tensor(l_cc.outer, swizzle=l_cc.inner)
+            sDwm = _tile_at(st.x5.data_ptr(), Int32(0), l_ck)
+            sDTmT = _tile_at(r0, Int32(3 * TILE), l_cc)  # dTm (row-major)
+            sV = _tile_at(r0, Int32(5 * TILE), l_ck)
+            sDo = sV
+            sX = _tile_at(r0, Int32(7 * TILE), l_cc)
+            sLoW = _tile_at(r0, hw * TILE, l_cc)  # this warpgroup's operand tiles (row-major [tokens, channels])
+            sRowW = _tile_at(r0, (2 + hw) * TILE, l_cc)
+            sColQW = _tile_at(r0, (4 + hw) * TILE, l_cc)
+            sColKW = _tile_at(r0, (6 + hw) * TILE, l_cc)
         sGc = st.gc.get_tensor(cute.make_layout((CHUNK, D), stride=(D + 1, 1)))
         sBeta = st.beta.get_tensor(cute.make_layout((CHUNK,)))
         sDBr = st.dbr.get_tensor(cute.make_layout((CHUNK,)))
@@ -517,28 +719,58 @@ class KdaBwdGradsV2(GradsV2Launch):
         sKdSum = st.kdsum.get_tensor(cute.make_layout((D,)))  # sum_j dkd_j k_j exp(G_C - G_j) per key channel
 
         wg = mma.get_slice(0)
-        dvn_A = wg.make_fragment_A(wg.partition_A(sDvn))
-        tmt_A = wg.make_fragment_A(wg.partition_A(sTmT))
-        tm_B = wg.make_fragment_B(wg.partition_B(sTm))
-        v_B = wg.make_fragment_B(wg.partition_B(sV))
-        dwm_A = wg.make_fragment_A(wg.partition_A(sDwm))
-        kbg_B = wg.make_fragment_B(wg.partition_B(sKbg))
-        dtmt_B = wg.make_fragment_B(wg.partition_B(sDTmT))
-        x_A = wg.make_fragment_A(wg.partition_A(sX))
-        do_A = wg.make_fragment_A(wg.partition_A(sDo))
-        vn_B = wg.make_fragment_B(wg.partition_B(sVn))
-        vn_A = wg.make_fragment_A(wg.partition_A(sVn))
-        dp_A = wg.make_fragment_A(wg.partition_A(sDP))
-        dpt_A = wg.make_fragment_A(wg.partition_A(sDPT))
-        da_A = wg.make_fragment_A(wg.partition_A(sDA))
-        bt_A = wg.make_fragment_A(wg.partition_A(sBT))
-        s0tw_B = wg.make_fragment_B(wg.partition_B(sS0TW))
-        dvntw_B = wg.make_fragment_B(wg.partition_B(sDvnTW))
-        dwmtw_B = wg.make_fragment_B(wg.partition_B(sDwmTW))
-        row_B = wg.make_fragment_B(wg.partition_B(sRowW))
-        colq_B = wg.make_fragment_B(wg.partition_B(sColQW))
-        colk_B = wg.make_fragment_B(wg.partition_B(sColKW))
-        lo_B = wg.make_fragment_B(wg.partition_B(sLoW))
+        mma_t, mma_tt = mma, mma  # the tiled MMAs of the products with B (and A) read MN-major: mma itself without MN
+        if const_expr(not MN):
+            dvn_A = wg.make_fragment_A(wg.partition_A(sDvn))
+            tmt_A = wg.make_fragment_A(wg.partition_A(sTmT))
+            tm_B = wg.make_fragment_B(wg.partition_B(sTm))
+            v_B = wg.make_fragment_B(wg.partition_B(sV))
+            dwm_A = wg.make_fragment_A(wg.partition_A(sDwm))
+            kbg_B = wg.make_fragment_B(wg.partition_B(sKbg))
+            dtmt_B = wg.make_fragment_B(wg.partition_B(sDTmT))
+            x_A = wg.make_fragment_A(wg.partition_A(sX))
+            do_A = wg.make_fragment_A(wg.partition_A(sDo))
+            vn_B = wg.make_fragment_B(wg.partition_B(sVn))
+            vn_A = wg.make_fragment_A(wg.partition_A(sVn))
+            dp_A = wg.make_fragment_A(wg.partition_A(sDP))
+            dpt_A = wg.make_fragment_A(wg.partition_A(sDPT))
+            da_A = wg.make_fragment_A(wg.partition_A(sDA))
+            bt_A = wg.make_fragment_A(wg.partition_A(sBT))
+            s0tw_B = wg.make_fragment_B(wg.partition_B(sS0TW))
+            dvntw_B = wg.make_fragment_B(wg.partition_B(sDvnTW))
+            dwmtw_B = wg.make_fragment_B(wg.partition_B(sDwmTW))
+            row_B = wg.make_fragment_B(wg.partition_B(sRowW))
+            colq_B = wg.make_fragment_B(wg.partition_B(sColQW))
+            colk_B = wg.make_fragment_B(wg.partition_B(sColKW))
+            lo_B = wg.make_fragment_B(wg.partition_B(sLoW))
+        else:  # B MN-major (mma_t), A and B MN-major (mma_tt): views of the row-major tiles
+            mma_t = make_mma_n64(b_mn=True)
+            mma_tt = make_mma_n64(a_mn=True, b_mn=True)
+            wgt = mma_t.get_slice(0)
+            wgtt = mma_tt.get_slice(0)
+            dvn_A = wg.make_fragment_A(wg.partition_A(sDvn))
+            tm_B = wg.make_fragment_B(wg.partition_B(sTm))
+            v_B = wg.make_fragment_B(wg.partition_B(sV))
+            dwm_A = wg.make_fragment_A(wg.partition_A(sDwm))
+            kbg_B = wg.make_fragment_B(wg.partition_B(sKbg))
+            x_A = wg.make_fragment_A(wg.partition_A(sX))
+            do_A = wg.make_fragment_A(wg.partition_A(sDo))
+            vn_B = wg.make_fragment_B(wg.partition_B(sVn))
+            vn_A = wg.make_fragment_A(wg.partition_A(sVn))
+            dp_A = wg.make_fragment_A(wg.partition_A(sDP))
+            da_A = wg.make_fragment_A(wg.partition_A(sDA))
+            tmt_A = wgtt.make_fragment_A(wgtt.partition_A(transpose_view(sTm)))  # Tm^T, dP~^T, (beta dA)^T in place
+            dpt_A = wgtt.make_fragment_A(wgtt.partition_A(transpose_view(sDP)))
+            bt_A = wgtt.make_fragment_A(wgtt.partition_A(transpose_view(sBT)))
+            dtmt_B = wgtt.make_fragment_B(wgtt.partition_B(transpose_view(sDTmT)))  # dTm^T
+            # S0 / dS1 stored [V, K] (state_t_to_smem's mn form): this warpgroup's 64 key channels, all V rows
+            s0tw_B = wgt.make_fragment_B(wgt.partition_B(transpose_view(_tile_at(st.y0.data_ptr(), hw * (BV * D), k_major_smem_layout(D, BV)))))
+            dvntw_B = wgtt.make_fragment_B(wgtt.partition_B(transpose_view(_tile_at(st.x0.data_ptr(), hw * TILE, l_cc))))  # dVn^T
+            dwmtw_B = wgtt.make_fragment_B(wgtt.partition_B(transpose_view(_tile_at(st.x5.data_ptr(), hw * TILE, l_cc))))  # dWm^T
+            row_B = wgt.make_fragment_B(wgt.partition_B(transpose_view(sRowW)))
+            colq_B = wgt.make_fragment_B(wgt.partition_B(transpose_view(sColQW)))
+            colk_B = wgt.make_fragment_B(wgt.partition_B(transpose_view(sColKW)))
+            lo_B = wgt.make_fragment_B(wgt.partition_B(transpose_view(sLoW)))
         pK = st.x0.data_ptr()  # raw (unswizzled) tile addresses: x0 (dVn, K), x1 (Q), x3 (Vn), r's V / dO
         pQ = st.x1.data_ptr()
         pVn = st.x3.data_ptr()
@@ -576,9 +808,12 @@ class KdaBwdGradsV2(GradsV2Launch):
             for vj in cutlass.range_constexpr(NQ):
                 cute.autovec_copy(gK[(None, None, None), (t_rowk, hk, kq * NQ + vj)], kbuf[None, None, None, vj])
             if wgi == 0:
-                _load_a0(gDvn, gV, gWsTm, pK, pQ, pV, sTm, sTmT, t0, eos, head, slot, ltid, D)
+                if const_expr(MN):
+                    _load_a0_mn(gDvn, gV, gWsTm, pK, pV, st.c1.data_ptr(), t0, eos, head, slot, ltid, D)
+                else:
+                    _load_a0(gDvn, gV, gWsTm, pK, pQ, pV, sTm, sTmT, t0, eos, head, slot, ltid, D)
             else:
-                _load_a1(mG, mB, gWsH, gWsDh, sGc, sBeta, pY0, sExtra, t0, n_valid, head, slot, ltid, D)
+                _load_a1(mG, mB, gWsH, gWsDh, sGc, sBeta, pY0, sExtra, t0, n_valid, head, slot, ltid, D, MN)
             cute.arch.sync_threads()  # sGc, sBeta published to the K loader
             kb_row = keepk * sBeta[krow]
             kout = cute.make_rmem_tensor(cute.make_layout((VEC, NQ)), BFloat16)
@@ -593,10 +828,10 @@ class KdaBwdGradsV2(GradsV2Launch):
                 cute.autovec_copy(kout[None, vj], cute.make_tensor(pVn + cute.assume(off, divby=VEC), cute.make_layout((VEC,))))
             _smem_ready()
             if wgi < NH:  # dWm, dV: channel block hw on warpgroup hw
-                _dwm_dv_block(mma, acc_a, acc_d, dvn_A, s0tw_B, tmt_A, dvntw_B, sDwm, sDwmT, sDBr, sV, sBeta, mDv, c64, t0, n_valid, head, hw)
+                _dwm_dv_block(mma, acc_a, acc_d, dvn_A, s0tw_B, tmt_A, dvntw_B, sDwm, sDwmT, sDBr, sV, sBeta, mDv, c64, t0, n_valid, head, hw, mma_t, mma_tt)
             _smem_ready()  # sDwm, sDwmT of every block
             if wgi == 0:
-                _da_chain(mma, acc_a, acc_b, dvn_A, v_B, dwm_A, kbg_B, tmt_A, dtmt_B, x_A, tm_B, sDTmT, sX, sDA, sBT, sBeta, c64, wgi)
+                _da_chain(mma, mma_tt, acc_a, acc_b, dvn_A, v_B, dwm_A, kbg_B, tmt_A, dtmt_B, x_A, tm_B, sDTmT, sX, sDA, sBT, sBeta, c64, wgi, MN)
             else:  # B1's loads under warpgroup 0's chain
                 _rows_store(_rows_load(gQ, t0, eos, hk, ltid, D), pQ, None, t0, eos, ltid, D)  # x1: dVn^T's readers finished above
                 kk = _rows_load(gK, t0, eos, hk, ltid, D)
@@ -610,19 +845,19 @@ class KdaBwdGradsV2(GradsV2Launch):
 
             # ================= phase B1: dP~, dQ (and dG = Q dQ to dg) ===========================================
             if wgi < NH:
-                _b1_products(mma, acc_a, acc_b, do_A, s0tw_B, vn_B, sDP, sDPT, c64, scale, wgi)
+                _b1_products(mma, acc_a, acc_b, do_A, s0tw_B, vn_B, sDP, sDPT, c64, scale, wgi, mma_t)
             _smem_ready()  # sDP, sDPT
             if wgi < NH:
-                _b1_block(mma, acc_a, acc_b, dp_A, row_B, lo_B, pK, sQ, sGc, pRowW, pLoH, mDq, mDg, c64, t0, n_valid, head, scale, wgi, ltid, hw, D)
+                _b1_block(mma_t, acc_a, acc_b, dp_A, row_B, lo_B, pK, sQ, sGc, pRowW, pLoH, mDq, mDg, c64, t0, n_valid, head, scale, wgi, ltid, hw, D, MN)
             cute.arch.sync_threads()  # every reader of S0^T, dO and dP~ has completed
 
             # ================= phase B2: dK, dg, dbeta =========================================================
-            _state_t_to_smem(gWsDh, None, pY0, None, slot, head, tidx, THREADS2, D)  # dS1^T over S0^T
+            _state_t_to_smem(gWsDh, None, pY0, None, slot, head, tidx, THREADS2, D, MN)  # dS1^T over S0^T (MN: dS1 over S0)
             _smem_ready()
             if wgi < NH:
                 _b2_block(
-                    mma, acc_a, acc_b, acc_c, acc_d, acc_e, da_A, dpt_A, bt_A, vn_A, tmt_A, row_B, colq_B, colk_B, lo_B, s0tw_B, dwmtw_B,
-                    sK, pK, pQ, sGc, sBeta, pRowW, pColQW, pColKW, pLoH, sDBr, sKdSum, mDk, mDg, c64, t0, n_valid, head, wgi, ltid, hw, D,
+                    mma_t, acc_a, acc_b, acc_c, acc_d, acc_e, da_A, dpt_A, bt_A, vn_A, tmt_A, row_B, colq_B, colk_B, lo_B, s0tw_B, dwmtw_B,
+                    sK, pK, pQ, sGc, sBeta, pRowW, pColQW, pColKW, pLoH, sDBr, sKdSum, mDk, mDg, c64, t0, n_valid, head, wgi, ltid, hw, D, mma_tt, MN,
                 )  # fmt: skip
             cute.arch.sync_threads()  # dg's per-element values (this CTA's global writes) and sExtra, sDBr, sKdSum complete
 
