@@ -100,7 +100,7 @@ class KdaBwdKey:
     # ``chunk_bwd_v2_kernel.KdaBwdGradsV2`` (two warpgroups per CTA; the arguments, workspace arrays, outputs and roundings
     # of ``chunk_bwd_kernel.KdaBwdGrads``); no kernel of this module reads it (their PTX is unchanged)
     grads_v2: bool = False
-    # ---- mn_operands (opt-in, kda/bwd_api.py ``plan.mn_operands``, ``MN_OPERANDS_DEFAULT``; requires ``grads_v2``): pass 3
+    # ---- mn_operands (the plan default since session 29, kda/bwd_api.py ``plan.mn_operands``, ``MN_OPERANDS_DEFAULT``; requires ``grads_v2``): pass 3
     # v2 reads its transposed operands (dVn^T, S0^T, dS1^T, Tm^T, dTm^T, dWm^T, (beta dA)^T, dP~^T and the decay-split
     # operands) as MN-major WGMMA operands of row-major tiles instead of writing transposed copies (GDN's session-11
     # option); read by pass 3 v2 only

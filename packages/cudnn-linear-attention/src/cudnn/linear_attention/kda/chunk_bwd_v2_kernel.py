@@ -38,7 +38,8 @@ bitwise equal to v1's and dg, dbeta equal up to fp32 reassociation (``tests/test
 on the same workspace and against the fp32 reference). At K = 64 (one channel block) warpgroup 1 only loads in phase A
 and waits in B1 / B2: correct, gains only from the rest.
 
-``mn_operands`` (key field, opt-in: ``kda/bwd_api.py::MN_OPERANDS_DEFAULT``; GDN's session-11 option, see
+``mn_operands`` (key field; the plan default since session 29, ``kda/bwd_api.py::MN_OPERANDS_DEFAULT``: H200, T 8k H 16,
+1584.8 vs 1801.6 us; GDN's session-11 option, see
 ``gdn/chunk_bwd_v2_kernel.py``): no transposed copy is written. WGMMA reads bf16 operands MN-major from shared memory,
 and a 128-byte-swizzled row-major [rows, 64] tile is the canonical MN-major layout of a contraction over its rows, so
 dVn^T, Tm^T, dWm^T, dP~^T, ``(beta dA)^T`` and dTm^T are ``_device.chunk_parallel.transpose_view`` s of dVn, Tm, dWm,
