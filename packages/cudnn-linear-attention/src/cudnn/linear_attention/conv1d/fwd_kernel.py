@@ -71,8 +71,9 @@ plans lost with it): the token loop writes none, and after it CTA row ``j`` writ
 + n_runs, ...`` with the same body, so no walk of ``cu_seqlens`` and no reload of a sequence's last tokens sits inside the
 loop.
 
-Warp walk (``Conv1dFwdKey.warp_walk``, varlen run grid, opt-in: +2.4% on 1-token sequences in the session-16 A/B; bitwise the per-token walk's
-outputs): every thread of a warp handles the same tokens, so the warp walks ``cu_seqlens`` together: its lanes hold a
+Warp walk (``Conv1dFwdKey.warp_walk``, varlen run grid; the adapter's default on chunk 8 for varlen plans without states
+since the session-29 H200 A/B: 1024 varlen sequences 3348.7 -> 3428.1 GB/s kernel-only, 64 3691.4 -> 3787.2; opt-in
+with states; bitwise the per-token walk's outputs): every thread of a warp handles the same tokens, so the warp walks ``cu_seqlens`` together: its lanes hold a
 window of entries (a token's sequence is a ballot and two shuffles, :func:`warp_advance`, no dependent load per sequence
 crossed) and a chunk (or a run's first token) locates its sequence by a window at the density-predicted sequence, then if
 needed a (K + 1)-ary search (:func:`warp_locate`), instead of a binary search of ~14 dependent loads over 16k offsets.
