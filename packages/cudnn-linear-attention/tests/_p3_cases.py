@@ -21,6 +21,12 @@ torch = pytest.importorskip("torch")
 OUT_NAMES = ("dq", "dk", "dv", "dg", "dbeta")
 
 
+def wgmma_trans(text: str) -> tuple[int, int]:
+    """WGMMA instructions of ``text`` with A / B read MN-major (their imm-trans-a / imm-trans-b operands, the last two, 1)."""
+    tails = re.findall(r"wgmma\.mma_async[^;]*,\s*([01]),\s*([01]);", text)
+    return sum(a == "1" for a, _ in tails), sum(b == "1" for _, b in tails)
+
+
 def dsl(what: str) -> None:
     """Skip below the family's DSL floor or without ``cutlass``."""
     from cudnn_testing.markers import skip_unless_cutedsl

@@ -903,4 +903,3 @@ def test_forward_final_tail_defaults_and_validates(tmp_path):
     assert texts["tail"].count("st.global.v4") < texts["loop"].count("st.global.v4"), {k: t.count("st.global.v4") for k, t in texts.items()}
     on.compile()
     assert on._sep is not None and on._sep[0] is not on._compiled_kernel  # the pair's key: final_fused and final_tail off
-

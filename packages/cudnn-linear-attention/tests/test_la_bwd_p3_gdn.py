@@ -34,7 +34,6 @@ Run: ``python -m pytest packages/cudnn-linear-attention/tests/test_la_bwd_p3_gdn
 from __future__ import annotations
 
 import os
-import re
 import sys
 
 import pytest
@@ -89,7 +88,7 @@ def test_p3_v2_compiles_with_wgmma_two_warpgroups_and_no_local_memory(tmp_path):
     _p3_cases.check_v2_ptx(text, names, v2dir, "GdnBwdGradsV2", n_wgmma=92, n_waits=7, wg_barrier=r"(%r\d+|1)")
     assert "shfl.sync.bfly" in text  # shuffle row / column sums and the L2 row norm
 
-    assert _wgmma_trans(text) == (0, 0)  # every operand K-major (the transposed copies)
+    assert _p3_cases.wgmma_trans(text) == (0, 0)  # every operand K-major (the transposed copies)
 
     # mn_operands: K^T, Q^T, dVn^T, dWm^T, S0^T, dS1^T, Tm^T, dP~^T read in place as MN-major operands and dTm stored
     # as it is -- the same 92 WGMMA behind 7 waits; B MN-major in 48 of them (-dVn S0 8, dUb 4, dP~ K 4, dO S0 8, X 4,
@@ -99,7 +98,7 @@ def test_p3_v2_compiles_with_wgmma_two_warpgroups_and_no_local_memory(tmp_path):
     mndir = tmp_path / "mn"
     text_mn, names_mn = _p3_cases.build_ptx(bwd_api.build_kernel("grads", mn), mndir)
     _p3_cases.check_v2_ptx(text_mn, names_mn, mndir, "GdnBwdGradsV2", n_wgmma=92, n_waits=7, wg_barrier=r"(%r\d+|1)")
-    assert _wgmma_trans(text_mn) == (16, 48)
+    assert _p3_cases.wgmma_trans(text_mn) == (16, 48)
     b16 = (text.count("st.shared.b16"), text_mn.count("st.shared.b16"))
     print(f"\nst.shared.b16: v2 {b16[0]}, mn_operands {b16[1]}")
     assert b16[0] - b16[1] >= 400, b16
@@ -112,12 +111,6 @@ def test_p3_v2_compiles_with_wgmma_two_warpgroups_and_no_local_memory(tmp_path):
     assert len(names1) == 1 and "GdnBwdGrads_" in names1[0] and "V2" not in names1[0], names1
     assert ".reqntid 128, 1, 1" in text1
     assert text1.count("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16") == 136
-
-
-def _wgmma_trans(text: str) -> tuple[int, int]:
-    """WGMMA instructions of ``text`` with A / B read MN-major (their imm-trans-a / imm-trans-b operands, the last two, 1)."""
-    tails = re.findall(r"wgmma\.mma_async[^;]*,\s*([01]),\s*([01]);", text)
-    return sum(a == "1" for a, _ in tails), sum(b == "1" for _, b in tails)
 
 
 # -- CPU --------------------------------------------------------------------------------------------------------------

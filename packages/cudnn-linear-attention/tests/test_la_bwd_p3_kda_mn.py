@@ -46,12 +46,6 @@ def _key(D, varlen, states, mn):
     return KdaBwdKey(head_dim=D, g_dtype="Float32", beta_dtype="Float32", varlen=varlen, has_initial=states, has_dfinal=states, grads_v2=True, mn_operands=mn)
 
 
-def _wgmma_trans(text: str) -> tuple[int, int]:
-    """WGMMA instructions of ``text`` with A / B read MN-major (their imm-trans-a / imm-trans-b operands, the last two, 1)."""
-    tails = re.findall(r"wgmma\.mma_async[^;]*,\s*([01]),\s*([01]);", text)
-    return sum(a == "1" for a, _ in tails), sum(b == "1" for _, b in tails)
-
-
 def _b16_stores(text: str) -> int:
     return len(re.findall(r"st\.shared\.[bu]16\b", text))
 
@@ -68,10 +62,10 @@ def test_p3_mn_compiles_k128_with_mn_major_operands(tmp_path):
 
     text, names = _p3_cases.build_ptx(lambda: build_grads_v2(_key(128, True, True, False)), tmp_path / "v2")
     _p3_cases.check_v2_ptx(text, names, tmp_path / "v2", "KdaBwdGradsV2", n_wgmma=88, n_waits=8, wg_barrier=r"%r\d+")
-    assert _wgmma_trans(text) == (0, 0)  # every operand K-major (the transposed copies)
+    assert _p3_cases.wgmma_trans(text) == (0, 0)  # every operand K-major (the transposed copies)
     text_mn, names_mn = _p3_cases.build_ptx(lambda: build_grads_v2(_key(128, True, True, True)), tmp_path / "mn")
     _p3_cases.check_v2_ptx(text_mn, names_mn, tmp_path / "mn", "KdaBwdGradsV2", n_wgmma=88, n_waits=8, wg_barrier=r"%r\d+")
-    assert _wgmma_trans(text_mn) == (24, 60)
+    assert _p3_cases.wgmma_trans(text_mn) == (24, 60)
     b16 = (_b16_stores(text), _b16_stores(text_mn))
     print(f"\nst.shared.b16 (K = 128): v2 {b16[0]}, mn_operands {b16[1]}")
     assert b16[1] <= 6 * 32 and b16[0] - b16[1] >= 800, b16
@@ -86,7 +80,7 @@ def test_p3_mn_compiles_k64_dense(tmp_path):
 
     text, names = _p3_cases.build_ptx(lambda: build_grads_v2(_key(64, False, False, True)), tmp_path)
     _p3_cases.check_v2_ptx(text, names, tmp_path, "KdaBwdGradsV2", n_wgmma=64, n_waits=8, wg_barrier=r"%r\d+")
-    assert _wgmma_trans(text) == (24, 48)
+    assert _p3_cases.wgmma_trans(text) == (24, 48)
     assert _b16_stores(text) <= 6 * 32, _b16_stores(text)
 
 
