@@ -167,11 +167,11 @@ FWD_FINAL_TAIL_VARLEN_DEFAULT = True
 FWD_WARP_WALK_DEFAULT = False
 #: Default of a varlen plan WITHOUT states (no initial_states, no final_states) left at ``chunk = None`` and ``warp_walk =
 #: None`` on the run grid without l2_prefetch: the warp walk on chunks of this many tokens for every call (0: the varlen
-#: defaults above, contiguous runs with the per-call chunk key). Bitwise the same outputs. 8 since the session-28 H200 A/B
-#: (docs/benchmarks/linear_attention_conv1d_s28_walk.md, kernel-only, 3 rounds, GB/s, walk on chunk 8 vs the defaults
-#: then): 64 random sequences over T32k 3770.2 vs 3681.6, 256 over T16k 3527.6 vs 3470.7, 1024 3425.3 vs 3320.9, 4096
-#: 3318.3 vs 3342.1, 16384 1-token sequences 3432.3 vs 3408.6. Plans with states keep the walk off: it lost every states
-#: row there by 7-8% with the final-states tail. Session 29.
+#: defaults above, contiguous runs with the per-call chunk key). Bitwise the same outputs. 8 since the session-29 H200 A/B
+#: (docs/benchmarks/la_s29/call1/linear_attention_conv1d_s29_walk.md, kernel-only, 3 rounds, GB/s, walk on chunk 8 vs the
+#: defaults before): 64 random sequences over T32k 3787.2 vs 3691.4, 256 over T16k 3550.0 vs 3493.8, 1024 3428.1 vs
+#: 3348.7, 4096 3311.7 vs 3335.4, 16384 1-token sequences 3430.9 vs 3386.6 (session 28's call 8 the same way). Plans with
+#: states keep the walk off: it lost every states row by 7-8% with the final-states tail (session 28).
 FWD_VARLEN_STATELESS_WALK_CHUNK = 8
 #: Default of ``CausalConv1d.shift_always = None`` on the run grid (``Conv1dFwdKey.shift_always``; the 64-token grid has
 #: no such path: None resolves to False there): True = a group on the per-token path shifts the register window and
@@ -522,7 +522,8 @@ class CausalConv1d(_Conv1dCommon):
         #: on the run grid, off on the 64-token grid (which has no steady path); False / True explicitly.
         self.steady = None
         #: Chunk-interleaved run grid (set before compile(); ``Conv1dFwdKey.chunk``): None (default) = FWD_CHUNK_DEFAULT (8)
-        #: dense / FWD_CHUNK_VARLEN_DEFAULT (0) varlen on the run grid without l2_prefetch, else 0; 0 = contiguous runs;
+        #: dense / FWD_CHUNK_VARLEN_DEFAULT (0) varlen (FWD_VARLEN_STATELESS_WALK_CHUNK, 8, for a varlen plan without states
+        #: and ``warp_walk`` None) on the run grid without l2_prefetch, else 0; 0 = contiguous runs;
         #: C > 0 = CTA row j walks the chunks of C tokens j, j + n_runs, ... (the run grid only, C a multiple of 8, without
         #: l2_prefetch). Outputs bitwise equal either way.
         self.chunk = None
@@ -535,7 +536,8 @@ class CausalConv1d(_Conv1dCommon):
         #: buffers overlap (a host check of their address ranges: metadata only). Outputs bitwise equal either way.
         self.final_fused = None
         #: Warp-cooperative ``cu_seqlens`` walk of a varlen plan's run grid (set before compile(); ``Conv1dFwdKey.warp_walk``):
-        #: None (default) = FWD_WARP_WALK_DEFAULT on a varlen plan's run grid, else False; True = the warp's lanes hold a
+        #: None (default) = FWD_WARP_WALK_DEFAULT on a varlen plan's run grid (True for a varlen plan without states and
+        #: ``chunk`` None: FWD_VARLEN_STATELESS_WALK_CHUNK), else False; True = the warp's lanes hold a
         #: window of ``cu_seqlens`` entries (per token a ballot and two shuffles, per chunk a 33-ary search), varlen run grid
         #: only; False = the per-token walk. Outputs bitwise equal either way.
         self.warp_walk = None
