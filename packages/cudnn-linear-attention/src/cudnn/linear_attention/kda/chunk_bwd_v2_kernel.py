@@ -162,6 +162,19 @@ def _split_operand(
 
 
 @cute.jit
+def _kq_rows(pK: cute.Pointer, pQ: cute.Pointer, h: Int32, tok: Int32, c0: Int32, sw: Int32):
+    """The thread's 32 channels of token row ``tok`` of the K and Q tiles (channel block ``h``, 128-byte swizzle ``sw``
+    by hand), four 16-byte loads each: the inputs of :func:`_split3` / :func:`_split3_rm`."""
+    kbuf = cute.make_rmem_tensor(cute.make_layout((VEC, BV // 2 // VEC)), BFloat16)
+    qbuf = cute.make_rmem_tensor(cute.make_layout((VEC, BV // 2 // VEC)), BFloat16)
+    for q in cutlass.range_constexpr(BV // 2 // VEC):
+        off = h * TILE + tok * BV + ((c0 + q * VEC) ^ sw)
+        cute.autovec_copy(cute.make_tensor(pK + cute.assume(off, divby=VEC), cute.make_layout((VEC,))), kbuf[None, q])
+        cute.autovec_copy(cute.make_tensor(pQ + cute.assume(off, divby=VEC), cute.make_layout((VEC,))), qbuf[None, q])
+    return kbuf, qbuf
+
+
+@cute.jit
 def _split3(
     pK: cute.Pointer, pQ: cute.Pointer, sGc: cute.Tensor, pRow: cute.Pointer, pColQ: cute.Pointer, pColK: cute.Pointer, pLo: cute.Pointer | None,
     h: Int32, bi: Int32, tidx: Int32,
@@ -179,12 +192,7 @@ def _split3(
     mColQ = cute.make_tensor(pColQ, cute.make_layout((TILE,)))
     mColK = cute.make_tensor(pColK, cute.make_layout((TILE,)))
     sw = (tok % 8) * VEC
-    kbuf = cute.make_rmem_tensor(cute.make_layout((VEC, BV // 2 // VEC)), BFloat16)
-    qbuf = cute.make_rmem_tensor(cute.make_layout((VEC, BV // 2 // VEC)), BFloat16)
-    for q in cutlass.range_constexpr(BV // 2 // VEC):
-        off = h * TILE + tok * BV + ((c0 + q * VEC) ^ sw)
-        cute.autovec_copy(cute.make_tensor(pK + cute.assume(off, divby=VEC), cute.make_layout((VEC,))), kbuf[None, q])
-        cute.autovec_copy(cute.make_tensor(pQ + cute.assume(off, divby=VEC), cute.make_layout((VEC,))), qbuf[None, q])
+    kbuf, qbuf = _kq_rows(pK, pQ, h, tok, c0, sw)
     if blk == bi:  # rows and cols live
         for j in cutlass.range_constexpr(BV // 2):
             ch = h * BV + c0 + j
@@ -241,12 +249,7 @@ def _split3_rm(
     r = bi * SOLVE_BLOCK + REF_OFFSET
     blk = tok // SOLVE_BLOCK
     sw = (tok % 8) * VEC
-    kbuf = cute.make_rmem_tensor(cute.make_layout((VEC, BV // 2 // VEC)), BFloat16)
-    qbuf = cute.make_rmem_tensor(cute.make_layout((VEC, BV // 2 // VEC)), BFloat16)
-    for q in cutlass.range_constexpr(BV // 2 // VEC):
-        off = h * TILE + tok * BV + ((c0 + q * VEC) ^ sw)
-        cute.autovec_copy(cute.make_tensor(pK + cute.assume(off, divby=VEC), cute.make_layout((VEC,))), kbuf[None, q])
-        cute.autovec_copy(cute.make_tensor(pQ + cute.assume(off, divby=VEC), cute.make_layout((VEC,))), qbuf[None, q])
+    kbuf, qbuf = _kq_rows(pK, pQ, h, tok, c0, sw)
     zb = cute.make_rmem_tensor(cute.make_layout((VEC,)), BFloat16)
     zb.fill(0.0)
     rb = cute.make_rmem_tensor(cute.make_layout((VEC,)), BFloat16)
