@@ -260,7 +260,7 @@ def test_default_key_routes_to_the_v_wide_kernel():
     assert ctas_per_sm(key) == 3 and ctas_per_sm(KdaParallelOutKey(head_dim=64, varlen=True)) == 4  # 74 KB / 33 KB per CTA
     base = KdaParallelOutKey(head_dim=128, varlen=True, **PARALLEL_VARIANTS["out-base"]["out"])
     assert KimiDeltaAttentionParallelOut.for_key(base) is KimiDeltaAttentionParallelOut
-    assert [f.name for f in fields(KdaParallelOutKey)] == ["head_dim", "varlen", "row_scaled", "v_wide"]
+    assert [f.name for f in fields(KdaParallelOutKey)] == ["head_dim", "varlen", "row_scaled", "v_wide", "wait_slices"]
 
 
 @pytest.mark.compile_only

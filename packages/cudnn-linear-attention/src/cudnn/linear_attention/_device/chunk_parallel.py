@@ -30,6 +30,9 @@ Workspace (per slot and head, written by the prep kernel or the state pass, read
     h    [D, D]   bf16   S0: the state entering the chunk [V, K] (state pass)
     rf   [64]     fp32   scale exp(G_i): the output's row factors (GDN: its output kernel scales Q S0^T rows; unused by KDA)
 
+and after them the ready flags, int32 [D / 16] per slot and head, used by the opt-in overlapped output only (the ``ovl``
+variant; "the ready flags" below).
+
 (Session 7's opt-in bf16 U, the ``ub16`` variant, lost on the H200 and was removed in session 8:
 ``docs/benchmarks/linear_attention_kernels_ub16_*.md``.)
 """
@@ -213,6 +216,42 @@ class ChunkParallelOutLaunch:
         mCu = make_cu_view(cu_ptr, n_seqs, self.key.varlen)
         ws = make_ws_views(w_ptr, u_ptr, kd_ptr, qg_ptr, p_ptr, ge_ptr, vnt_ptr, h_ptr, rf_ptr, slots, heads, D)
         self.launch((mO, mCu, ws), (n_seqs, seq_len, chunks_per_seq, slots, heads), o_strides, stream)
+
+
+class ChunkParallelOutLaunchWait:
+    """The launch entry of an output kernel that waits on the ready flags (``KdaParallelOutKey.wait_slices``): the
+    :class:`ChunkParallelOutLaunch` arguments, then the flags' pointer; ``launch`` gets their view last. A subclass sets
+    ``key`` and ``D``."""
+
+    @cute.jit
+    def __call__(
+        self,
+        o_ptr: cute.Pointer,
+        cu_ptr: cute.Pointer | None,
+        w_ptr: cute.Pointer,
+        u_ptr: cute.Pointer,
+        kd_ptr: cute.Pointer,
+        qg_ptr: cute.Pointer,
+        p_ptr: cute.Pointer,
+        ge_ptr: cute.Pointer,
+        vnt_ptr: cute.Pointer,
+        h_ptr: cute.Pointer,
+        rf_ptr: cute.Pointer,
+        T: Int32,
+        n_seqs: Int32,
+        seq_len: Int32,
+        chunks_per_seq: Int32,
+        slots: Int32,
+        heads: Int32,
+        o_strides: tuple[Int64, Int64],
+        stream: cuda.CUstream,
+        rdy_ptr: cute.Pointer,
+    ):
+        D = self.D
+        mO = cute.make_tensor(o_ptr, cute.make_layout((T, heads, D), stride=(o_strides[0], o_strides[1], 1)))
+        mCu = make_cu_view(cu_ptr, n_seqs, self.key.varlen)
+        ws = make_ws_views(w_ptr, u_ptr, kd_ptr, qg_ptr, p_ptr, ge_ptr, vnt_ptr, h_ptr, rf_ptr, slots, heads, D)
+        self.launch((mO, mCu, ws), (n_seqs, seq_len, chunks_per_seq, slots, heads), o_strides, stream, make_ready_view(rdy_ptr, slots, heads, D))
 
 
 @cute.jit
@@ -401,6 +440,55 @@ def wgmma_each_a_into_each(mma: cute.TiledMma, accs: list, tA: cute.Tensor, tB: 
             cute.gemm(atom, accs[h], tA[None, None, kb, a_first + h], tB[None, None, kb], accs[h])
     warpgroup.commit_group()
     warpgroup.wait_group(0)
+
+
+# ---- the ready flags of the overlapped output (opt-in ``KdaParallelStateKey.signal_out`` / ``KdaParallelOutKey.wait_slices``) --
+# int32 [slots, H, D / 16] after the workspace arrays (``_host/chunk_parallel.py::ready_flags_offset``): flag (slot, head,
+# j) is 1 once value slice j's state pass has written that chunk's h and Vn^T rows. Each state-pass CTA zeroes its own
+# flags before it lets the output grid launch (``griddepcontrol.launch_dependents``); the output CTAs of (slot, head)
+# wait for the slices' flags instead of for the whole state pass.
+
+READY_FLAGS_PER_HEAD_DIM = 16  # one flag per 16 value rows: room for every accepted v_slice
+
+
+@cute.jit
+def make_ready_view(rdy_ptr: cute.Pointer | None, slots: Int32, heads: Int32, d: cutlass.Constexpr[int]):
+    """The ready flags [slots, heads, d / 16] (int32) at ``rdy_ptr``; None without one."""
+    if const_expr(rdy_ptr is None):
+        return None
+    nf = d // READY_FLAGS_PER_HEAD_DIM
+    return cute.make_tensor(rdy_ptr, cute.make_layout((slots, heads, nf), stride=(heads * nf, nf, 1)))
+
+
+@cute.jit
+def ready_flag_ptr(mRdy: cute.Tensor, slot: Int32, head: Int32, j: Int32):
+    """The address of flag (slot, head, j)."""
+    return mRdy.iterator + cute.crd2idx((slot, head, j), mRdy.layout)
+
+
+@cute.jit
+def signal_ready(mRdy: cute.Tensor, slot: Int32, head: Int32, j: Int32):
+    """Flag (slot, head, j) <- 1: a relaxed GPU-scope store (no fence) by the thread that committed the chunk's bulk (TMA)
+    stores, after ``cp.async.bulk.wait_group`` saw them complete (written, not only read): the flag is issued after the
+    data is in global memory. Session 30 measured the fenced forms in the state pass's chain: a release store behind a
+    ``fence.proxy.async.global`` in this lane +56 us at T 8k H 16 (the fence waits for the lane's TMA loads in flight), a
+    release store from warp 1 +100 us."""
+    cute.arch.store(ready_flag_ptr(mRdy, slot, head, j), Int32(1), sem="relaxed", scope="gpu")
+
+
+@cute.jit
+def wait_ready(mRdy: cute.Tensor, slot: Int32, head: Int32, n: cutlass.Constexpr[int], tidx: Int32):
+    """Thread 0 spins (relaxed GPU-scope loads: L2, never a stale L1 line) until flags (slot, head, 0 .. n - 1) are all
+    set, then one GPU-scope fence; a CTA barrier orders every thread's later loads (cp.async through L2) after them."""
+    if tidx == 0:
+        ready = Int32(0)
+        while ready == 0:
+            ready = Int32(1)
+            for j in cutlass.range_constexpr(n):
+                if cute.arch.load(ready_flag_ptr(mRdy, slot, head, j), Int32, sem="relaxed", scope="gpu") == 0:
+                    ready = Int32(0)
+        cute.arch.fence_acq_rel_gpu()
+    cute.arch.sync_threads()
 
 
 # ---- the per-chunk steps of the narrow state pass, shared by its cp.async and TMA chunk loops -----------------------------

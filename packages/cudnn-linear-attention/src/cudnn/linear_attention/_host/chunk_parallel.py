@@ -64,15 +64,28 @@ def parallel_extents(total_tokens: int, n_seqs: int, seq_len: int, varlen: bool)
     return ParallelExtents(n_seqs, seq_len, cps, n_seqs * cps)
 
 
+#: The ready flags of the overlapped output (``signal_out`` / ``wait_slices``, the ``ovl`` variant): int32 per (slot,
+#: head) and 16 value rows, carved after the arrays (``_device/chunk_parallel.py``, "the ready flags").
+READY_FLAG_ROWS = 16
+
+
 def workspace_offsets(slots: int, heads: int, d: int) -> tuple:
-    """Byte offsets of the workspace arrays in carve order and, last, the total (:func:`workspace_bytes`): the one place
-    the carve is computed."""
+    """Byte offsets of the workspace arrays in carve order and, last, the total (:func:`workspace_bytes`, which includes
+    the ready flags after the arrays: :func:`ready_flags_offset`): the one place the carve is computed."""
     offsets = []
     offset = 0
     for _, size, per in _ARRAYS:
         offsets.append(offset)
         offset += ws_align(slots * heads * per(d) * size)
-    return (*offsets, offset)
+    return (*offsets, offset + ws_align(slots * heads * (d // READY_FLAG_ROWS) * 4))
+
+
+def ready_flags_offset(slots: int, heads: int, d: int) -> int:
+    """Byte offset of the ready flags (after the arrays of :func:`workspace_offsets`)."""
+    offset = 0
+    for _, size, per in _ARRAYS:
+        offset += ws_align(slots * heads * per(d) * size)
+    return offset
 
 
 def workspace_bytes(slots: int, heads: int, d: int) -> int:
@@ -96,6 +109,14 @@ def workspace_pointers_at(addrs) -> list:
         cute.runtime.make_ptr(getattr(cutlass, _CNAMES[size]), a, cute.AddressSpace.gmem, assumed_align=128)
         for (_, size, _), a in zip(_ARRAYS, addrs, strict=True)
     ]
+
+
+def ready_flags_pointer_at(addr: int):
+    """The cute pointer (the DSL launch route) to the ready flags at integer ``addr``."""
+    import cutlass
+    import cutlass.cute as cute
+
+    return cute.runtime.make_ptr(cutlass.Int32, addr, cute.AddressSpace.gmem, assumed_align=128)
 
 
 def fake_workspace_pointers() -> list:
@@ -141,6 +162,9 @@ _GDN_PREP_BASE = {"restructured": False, "tc_ctas_per_sm": 2, "staged_w": False}
 #:   vs 112.8 + 46.9: 32 CTAs), hence the rule (docs/benchmarks/linear_attention_kernels_s8_*.md). ``fso`` and
 #:   ``fso-s2`` (the one-warpgroup kernel at three / two stages) stay as the tests' bitwise references of ``fso-w2``.
 #: - ``three``: the three-kernel schedule whatever the plan-time rule says (the A/B baseline of the fused default).
+#: - ``ovl`` (both families; session 30): the three kernels with the output kernel beside the state pass
+#:   (``signal_out`` on the state-pass key; :func:`compile_parallel` sets the output key's ``wait_slices``): the output
+#:   grid is launched with PDL and each of its CTAs waits on the chunk's ready flags. Bitwise the default.
 #: - ``kp7`` (KDA) / ``gdn-prep7`` (GDN): the prep without the session-8 staged stores (``staged_kd`` / ``staged_w``: kd
 #:   and -Wm through shared memory as 16-byte rows, ``kda/chunk_parallel_prep_staged.py``; default on since the session-8
 #:   A/B: KDA prep 2270.5 vs 2587.8 us at T = 32k, H = 64 and 153.8 vs 175.0 at T = 8k, H = 16; GDN 1891.3 vs 2065.5 and
@@ -171,6 +195,7 @@ PARALLEL_VARIANTS = {
     "fso-w2": {"state": {"fuse_out": True, "stages": 2, "consumer_wgs": 2}},
     "fso-s2": {"state": {"fuse_out": True, "stages": 2}},
     "three": {},
+    "ovl": {"state": {"signal_out": True}},
 }
 
 
@@ -329,7 +354,9 @@ def compile_parallel(
         raise ValueError(f"parallel schedule: the output key options {sorted(out_options)} have no kernel to apply to with the state-pass key's fuse_out=True")
     state_extra = {"row_scaled": row_scaled} if fused else {}  # the default (unfused) state key is unchanged
     state_key = state_key_t(head_dim=d, varlen=varlen, has_initial=has_initial, has_final=has_final, **(state_options or {}), **state_extra)
-    out_key = out_key_t(head_dim=d, varlen=varlen, row_scaled=row_scaled, **(out_options or {}))
+    signal = bool(getattr(state_key, "signal_out", False))  # the overlapped output: the output key waits on the state pass's slices
+    out_extra = {"wait_slices": d // state_key.v_slice} if signal else {}
+    out_key = out_key_t(head_dim=d, varlen=varlen, row_scaled=row_scaled, **(out_options or {}), **out_extra)
 
     def build_prep():
         import cuda.bindings.driver as cuda
@@ -357,7 +384,8 @@ def compile_parallel(
             return cute.compile(
                 kernel_t(state_key), *ptrs, fp("BFloat16", 2), *fake_workspace_pointers(), *[Int32(8)] * 6, (Int64(8), Int64(8)), cuda.CUstream(0), **opts
             )
-        return cute.compile(kernel_t(state_key), *ptrs, *fake_workspace_pointers(), *[Int32(8)] * 5, cuda.CUstream(0), **opts)
+        rdy = [fp("Int32", 128)] if signal else []  # signal_out: the ready flags, after the stream
+        return cute.compile(kernel_t(state_key), *ptrs, *fake_workspace_pointers(), *[Int32(8)] * 5, cuda.CUstream(0), *rdy, **opts)
 
     def build_out():
         import cuda.bindings.driver as cuda
@@ -375,6 +403,7 @@ def compile_parallel(
             *[Int32(8)] * 6,
             (Int64(8), Int64(8)),
             cuda.CUstream(0),
+            *([fp("Int32", 128)] if signal else []),  # wait_slices: the ready flags, after the stream
             **opts,
         )
 
@@ -413,31 +442,36 @@ def launch_prep(prep, ptrs: dict, ws_ptrs: list, ext: ParallelExtents, T: int, h
 
 
 def launch_prep_state(
-    prep, state, ptrs: dict, ws_ptrs: list, ext: ParallelExtents, T: int, heads: int, qk_heads: int, scale: float, strides: list, stream
+    prep, state, ptrs: dict, ws_ptrs: list, ext: ParallelExtents, T: int, heads: int, qk_heads: int, scale: float, strides: list, stream, rdy=None
 ) -> None:
     """The prep and state-pass launches on ``stream`` (every chunk's entering state into the workspace's ``h``): the
     first two of :func:`launch_parallel`, also the backward's ``parallel_pass1``. ``ptrs`` as there (``o`` unused);
-    ``strides``: (token, head) of q, k, v."""
+    ``strides``: (token, head) of q, k, v; ``rdy``: the ready flags' pointer of a ``signal_out`` state pass (None
+    otherwise)."""
     launch_prep(prep, ptrs, ws_ptrs, ext, T, heads, qk_heads, scale, strides, stream)
     p = ptrs
-    state(p["cu"], p["h0"], p["ht"], *ws_ptrs, ext.n_seqs, ext.seq_len, ext.chunks_per_seq, ext.slots, heads, stream)
+    state(p["cu"], p["h0"], p["ht"], *ws_ptrs, ext.n_seqs, ext.seq_len, ext.chunks_per_seq, ext.slots, heads, stream, *([] if rdy is None else [rdy]))
 
 
-def launch_parallel(compiled, ptrs: dict, ws_ptrs: list, ext: ParallelExtents, T: int, heads: int, qk_heads: int, scale: float, strides: list, stream) -> None:
+def launch_parallel(
+    compiled, ptrs: dict, ws_ptrs: list, ext: ParallelExtents, T: int, heads: int, qk_heads: int, scale: float, strides: list, stream, rdy=None
+) -> None:
     """The three launches on ``stream`` (two when the state pass fuses the output: ``out`` is None). ``ptrs``: cute
-    pointers q, k, v, g, beta, o, cu, h0, ht (None where the plan has none); ``strides``: (token, head) of q, k, v, o."""
+    pointers q, k, v, g, beta, o, cu, h0, ht (None where the plan has none); ``strides``: (token, head) of q, k, v, o;
+    ``rdy``: the ready flags' pointer of the overlapped output (``signal_out`` / ``wait_slices``; None otherwise)."""
     prep, state, out = compiled
     if out is None:  # the fused state pass + output: o, T and o's strides go to the state pass
         p = ptrs
         launch_prep(prep, ptrs, ws_ptrs, ext, T, heads, qk_heads, scale, strides, stream)
         state(p["cu"], p["h0"], p["ht"], p["o"], *ws_ptrs, T, ext.n_seqs, ext.seq_len, ext.chunks_per_seq, ext.slots, heads, strides[3], stream)
         return
-    launch_prep_state(prep, state, ptrs, ws_ptrs, ext, T, heads, qk_heads, scale, strides, stream)
-    out(ptrs["o"], ptrs["cu"], *ws_ptrs, T, ext.n_seqs, ext.seq_len, ext.chunks_per_seq, ext.slots, heads, strides[3], stream)
+    launch_prep_state(prep, state, ptrs, ws_ptrs, ext, T, heads, qk_heads, scale, strides, stream, rdy)
+    extra = [] if rdy is None else [rdy]
+    out(ptrs["o"], ptrs["cu"], *ws_ptrs, T, ext.n_seqs, ext.seq_len, ext.chunks_per_seq, ext.slots, heads, strides[3], stream, *extra)
 
 
 def launch_parallel_ffi(
-    entries, addrs: tuple, ws_addrs: list, ext: ParallelExtents, T: int, heads: int, qk_heads: int, scale: float, strides, stream: int
+    entries, addrs: tuple, ws_addrs: list, ext: ParallelExtents, T: int, heads: int, qk_heads: int, scale: float, strides, stream: int, rdy=None
 ) -> None:
     """:func:`launch_parallel` on the tvm-ffi route: ``entries`` the three positional ``tvm_ffi.Function``s of a
     ``compile_parallel(..., tvm_ffi=True)`` (``launch.tvm_ffi_entry``), ``addrs`` the integer addresses (None where the
@@ -451,5 +485,6 @@ def launch_parallel_ffi(
     if out is None:
         state(cu, h0, ht, o, *ws_addrs, T, n, ln, cps, slots, heads, strides[3], stream)
         return
-    state(cu, h0, ht, *ws_addrs, n, ln, cps, slots, heads, stream)
-    out(o, cu, *ws_addrs, T, n, ln, cps, slots, heads, strides[3], stream)
+    extra = () if rdy is None else (rdy,)  # the overlapped output: the ready flags' address
+    state(cu, h0, ht, *ws_addrs, n, ln, cps, slots, heads, stream, *extra)
+    out(o, cu, *ws_addrs, T, n, ln, cps, slots, heads, strides[3], stream, *extra)

@@ -36,6 +36,8 @@ from .chunk_parallel import (
     launch_parallel,
     launch_parallel_ffi,
     parallel_extents,
+    ready_flags_offset,
+    ready_flags_pointer_at,
     workspace_offsets,
     workspace_pointers_at,
 )
@@ -131,6 +133,7 @@ class DeltaRuleFwdSm90(APIBase):
         self._compiled_parallel_many = None  # the fused pair of a per-call plan, for calls of >= _fused_min_seqs sequences
         self._fused_min_seqs = 1
         self._entries_many = None
+        self._ready_flags = False  # the overlapped output (state-pass key signal_out): launches pass the ready flags
         self._parallel_g_align = 2
         #: Tuning / A-B knob of the parallel schedule (set before compile(); part of the prep kernel's compile key):
         #: the prep kernel issues all of a chunk's global reads at once (GDN only: ``GdnParallelPrepKey.prefetch``, an
@@ -383,7 +386,9 @@ class DeltaRuleFwdSm90(APIBase):
                     tvm_ffi=tvm_ffi,
                 )
 
-            self._compiled_parallel = build(self._state_options())
+            state_options = self._state_options()
+            self._ready_flags = bool(state_options.get("signal_out"))  # the overlapped output: launches take the ready flags
+            self._compiled_parallel = build(state_options)
             self._compiled_kernel = self._compiled_parallel
             many = self._many_state_options()
             self._compiled_parallel_many = None if many is None else build(many)  # the same prep: a kernel-cache hit
@@ -633,7 +638,8 @@ class DeltaRuleFwdSm90(APIBase):
                 None if final_state is None else final_state.data_ptr(),
             )  # fmt: skip
             if got.parallel:
-                launch_parallel_ffi(entries, addrs, ws, ext, T, got.heads, got.qk_heads, got.scale, got.strides, stream)
+                rdy = ws[0] + ready_flags_offset(ext.slots, got.heads, got.d) if self._ready_flags and not many else None
+                launch_parallel_ffi(entries, addrs, ws, ext, T, got.heads, got.qk_heads, got.scale, got.strides, stream, rdy)
             else:
                 entries(*addrs, T, n, got.seq_len, got.heads, got.qk_heads, got.scale, *got.strides, stream)
             return
@@ -650,6 +656,9 @@ class DeltaRuleFwdSm90(APIBase):
                 ht=_ptr(final_state, data_type.FLOAT, 4),
             )
             ws_ptrs = workspace_pointers_at(ws)
+            rdy = None
+            if self._ready_flags and not many:  # the overlapped output: the ready flags after the workspace arrays
+                rdy = ready_flags_pointer_at(ws[0] + ready_flags_offset(ext.slots, got.heads, got.d))
             launch_parallel(
                 self._compiled_parallel_many if many else self._compiled_parallel,
                 ptrs,
@@ -661,6 +670,7 @@ class DeltaRuleFwdSm90(APIBase):
                 got.scale,
                 list(got.strides),
                 _stream(current_stream, q.device),
+                rdy,
             )
             return
         self._compiled_kernel(

@@ -45,6 +45,11 @@ class KdaParallelOutKey:
     #: Built by ``chunk_parallel_out_persistent_kernel.py``. False: this module's kernel, grid [slots, H, V / 64] (the
     #: session-5 default). Same operations per output element: bitwise each other.
     v_wide: bool = True
+    #: Opt-in (default 0: the default kernel, PTX unchanged; session 30, the ``ovl`` variant, set by the host from the
+    #: state pass's ``signal_out`` as ``head_dim / v_slice``), ``v_wide`` only: the kernel takes the workspace's ready
+    #: flags (a trailing pointer), is launched with PDL (it may start while the state pass runs) and, before an item's
+    #: loads, waits until the state pass's ``wait_slices`` value slices have set that chunk's flags. Bitwise the default.
+    wait_slices: int = 0
 
 
 class KimiDeltaAttentionParallelOut(ChunkParallelOutLaunch):
@@ -55,10 +60,12 @@ class KimiDeltaAttentionParallelOut(ChunkParallelOutLaunch):
     def for_key(cls, key: KdaParallelOutKey):
         """The kernel class that builds ``key``: the V-wide kernel (the default ``v_wide``), this one for ``v_wide = False``."""
         if not key.v_wide:
+            if key.wait_slices:
+                raise ValueError("KdaParallelOutKey.wait_slices needs v_wide=True (the V-wide output kernel waits on the ready flags)")
             return cls
-        from .chunk_parallel_out_persistent_kernel import KimiDeltaAttentionParallelOutPersistent
+        from .chunk_parallel_out_persistent_kernel import KimiDeltaAttentionParallelOutPersistent, KimiDeltaAttentionParallelOutPersistentWait
 
-        return KimiDeltaAttentionParallelOutPersistent
+        return KimiDeltaAttentionParallelOutPersistentWait if key.wait_slices else KimiDeltaAttentionParallelOutPersistent
 
     def __init__(self, key: KdaParallelOutKey):
         assert key.head_dim in (64, 128) and not key.v_wide

@@ -26,7 +26,7 @@ import cutlass.cute as cute
 from cutlass import BFloat16, Float32, Int32, Int64, const_expr
 from cutlass.cute.nvgpu import warpgroup
 
-from .._device.chunk_parallel import ChunkParallelOutLaunch, g2s, g2s_vector, make_g2s_copy, slot_chunk
+from .._device.chunk_parallel import ChunkParallelOutLaunch, ChunkParallelOutLaunchWait, g2s, g2s_vector, make_g2s_copy, slot_chunk, wait_ready
 from .._device.delta_rule import BV, CHUNK, THREADS, k_major_smem_layout, make_mma_n64, store_output_rows
 from .._device.delta_rule import smem_ready as _smem_ready
 from .chunk_parallel_out_kernel import KdaParallelOutKey
@@ -154,7 +154,7 @@ class KimiDeltaAttentionParallelOutPersistent(ChunkParallelOutLaunch):
         self.STAGES = 1
 
     @cute.jit
-    def launch(self, views: tuple, extents: tuple, o_strides: tuple[Int64, Int64], stream: cuda.CUstream):
+    def launch(self, views: tuple, extents: tuple, o_strides: tuple[Int64, Int64], stream: cuda.CUstream, mRdy: cute.Tensor | None = None):
         """Shared memory, grid and launch of ``kernel`` (``views``, ``extents``: :class:`ChunkParallelOutLaunch`)."""
         D = self.D
         mO, mCu, ws = views
@@ -177,13 +177,15 @@ class KimiDeltaAttentionParallelOutPersistent(ChunkParallelOutLaunch):
 
         items = slots * heads * self.NVI
         grid_x = items
-        self.kernel(mO, mCu, ws, n_seqs, seq_len, chunks_per_seq, heads, items, o_strides, mma_n64, l_qg, l_s, l_p, l_vn, SharedStorage).launch(
+        extra = {} if self.key.wait_slices == 0 else {"use_pdl": True}  # wait_slices: may launch while the state pass runs
+        self.kernel(mO, mCu, ws, n_seqs, seq_len, chunks_per_seq, heads, items, o_strides, mma_n64, l_qg, l_s, l_p, l_vn, SharedStorage, mRdy).launch(
             grid=[grid_x, 1, 1],
             block=[THREADS, 1, 1],
             smem=SharedStorage.size_in_bytes(),
             stream=stream,
             min_blocks_per_mp=ctas_per_sm(self.key),
             preferred_smem_carveout=100,  # the maximum carveout (and no device query at compile time)
+            **extra,
         )
 
     @cute.kernel
@@ -204,6 +206,7 @@ class KimiDeltaAttentionParallelOutPersistent(ChunkParallelOutLaunch):
         l_p: cute.ComposedLayout,
         l_vn: cute.ComposedLayout,
         SharedStorage: cutlass.Constexpr,
+        mRdy: cute.Tensor | None = None,
     ):
         D = self.D
         NH = D // BV
@@ -249,6 +252,9 @@ class KimiDeltaAttentionParallelOutPersistent(ChunkParallelOutLaunch):
                 if i < n_mine:
                     slot, head, vblk = item_coords(bid + i * grid, heads, NVI)
                     _, t0, n_valid = slot_chunk(mCu, slot, n_seqs, seq_len, chunks_per_seq, varlen)
+                    if const_expr(self.key.wait_slices > 0):  # the state pass's slices have written this chunk's h / Vn^T
+                        if n_valid > 0:
+                            wait_ready(mRdy, slot, head, self.key.wait_slices, tidx)
                     if n_valid > 0:
                         load_item(cp_bf16, ws, sQG, sS, sP, sVnT, sRF, slot, head, vblk, 0, tidx, NH, NB, self.key.row_scaled)
                     cute.arch.cp_async_commit_group()
@@ -275,3 +281,8 @@ class KimiDeltaAttentionParallelOutPersistent(ChunkParallelOutLaunch):
                                 store_output_rows(mO, accs[vb], c64, t0, n_valid, head, v0 + vb * BV)
 
     kernel.set_name_prefix("cudnn", remove_cutlass_symbol=True)
+
+
+class KimiDeltaAttentionParallelOutPersistentWait(ChunkParallelOutLaunchWait, KimiDeltaAttentionParallelOutPersistent):
+    """The V-wide output kernel of a ``wait_slices`` key: the same kernel, whose entry also takes the workspace's ready
+    flags (after the stream), so the default entry's signature (and its tvm-ffi entry) stays as it was."""

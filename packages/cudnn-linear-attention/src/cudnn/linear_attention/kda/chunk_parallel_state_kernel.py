@@ -76,6 +76,14 @@ class KdaParallelStateKey:
     #: ~half the shared memory per value column (K = 128, v_slice 32: ~73 KB per stage + 32 KB, so two stages fit,
     #: three do not). Same operations per column: bitwise the one-warpgroup kernel's o and final state.
     consumer_wgs: int = 1
+    #: Opt-in (default False: the default kernel, PTX unchanged; session 30, the ``ovl`` variant), narrow kernel with
+    #: ``tma`` and ``tma_store`` only: the output kernel runs beside the state pass instead of after it. The kernel takes
+    #: the workspace's ready flags (a trailing pointer), zeroes its own, lets the next grid launch early
+    #: (``griddepcontrol.launch_dependents``; the output kernel is launched with PDL and ``KdaParallelOutKey.wait_slices``)
+    #: and sets a chunk's flag once its h and Vn^T TMA stores completed (two chunks behind; the last ones after the final
+    #: state). The state pass takes one CTA per (sequence, head, value slice): at N = 1, H = 16 64 of 132 SMs, so the
+    #: output CTAs fill the others. Same arithmetic: bitwise the default.
+    signal_out: bool = False
 
 
 class KimiDeltaAttentionParallelState:
@@ -100,6 +108,10 @@ class KimiDeltaAttentionParallelState:
             raise ValueError("KdaParallelStateKey.consumer_wgs=2 needs fuse_out=True (only the fused kernel has the two-warpgroup form)")
         if key.consumer_wgs * key.v_slice > key.head_dim:
             raise ValueError(f"KdaParallelStateKey.consumer_wgs={key.consumer_wgs} x v_slice={key.v_slice} exceeds head_dim={key.head_dim}")
+        if key.signal_out and (key.fuse_out or not key.tma or not key.tma_store):
+            raise ValueError(
+                "KdaParallelStateKey.signal_out=True needs tma=True, tma_store=True and fuse_out=False (the narrow TMA state pass signals the output kernel)"
+            )
         if key.row_scaled and not key.fuse_out:
             raise ValueError("KdaParallelStateKey.row_scaled=True needs fuse_out=True (only the fused kernel computes the output)")
         if key.fuse_out:
@@ -114,4 +126,8 @@ class KimiDeltaAttentionParallelState:
                     "(3 at head_dim 128 and v_slice 32 or 16; 2 at v_slice 64 or with consumer_wgs=2)"
                 )
             return KimiDeltaAttentionParallelStateOut
+        if key.signal_out:
+            from .chunk_parallel_state_narrow_kernel import KimiDeltaAttentionParallelStateNarrowSignal
+
+            return KimiDeltaAttentionParallelStateNarrowSignal
         return KimiDeltaAttentionParallelStateNarrow

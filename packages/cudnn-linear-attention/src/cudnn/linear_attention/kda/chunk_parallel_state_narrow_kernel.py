@@ -49,6 +49,11 @@ Opt-ins that cut it (each bitwise the default: same operations on the same opera
   reading before its tile is rewritten), removing steps 2 and 7's global stores and address math (~60 cycles) and any
   store drain the fences might wait for.
 
+Opt-in ``signal_out`` (session 30, the ``ovl`` variant; :class:`KimiDeltaAttentionParallelStateNarrowSignal`, the entry
+that takes the ready flags): the TMA loop zeroes its flags, lets the output grid launch early and, once a chunk's h /
+vnt stores completed (checked two chunks later), sets its flag by a relaxed store (``_device/chunk_parallel.py``,
+"the ready flags").
+
 (Session 7's opt-in ``u_bf16`` -- U read as bf16 -- lost on the H200 and was removed in session 8:
 ``docs/benchmarks/linear_attention_kernels_ub16_*.md``.)
 
@@ -76,8 +81,11 @@ from .._device.chunk_parallel import (
     init_stage_ring,
     load_state_t,
     make_g2s_copy,
+    make_ready_view,
     make_ws_views,
+    ready_flag_ptr,
     s2g_tile,
+    signal_ready,
     state_operand_tma_atoms,
     state_operand_tma_partitions,
     state_pass_fragments,
@@ -95,6 +103,7 @@ from .._device.delta_rule import BV, CHUNK, THREADS, k_major_smem_layout, make_s
 from .._device.delta_rule import smem_ready as _smem_ready
 
 V_SLICES = (32, 16, 64)  # the value-slice widths this kernel builds (32: the default)
+READY_LAG = 2  # signal_out: a chunk's flag is set at the end of the chunk two later (its stores have completed by then)
 
 
 class KimiDeltaAttentionParallelStateNarrow:
@@ -130,9 +139,57 @@ class KimiDeltaAttentionParallelStateNarrow:
         heads: Int32,
         stream: cuda.CUstream,
     ):
+        self.launch(
+            cu_ptr,
+            h0_ptr,
+            ht_ptr,
+            w_ptr,
+            u_ptr,
+            kd_ptr,
+            qg_ptr,
+            p_ptr,
+            ge_ptr,
+            vnt_ptr,
+            h_ptr,
+            rf_ptr,
+            n_seqs,
+            seq_len,
+            chunks_per_seq,
+            slots,
+            heads,
+            stream,
+            None,
+        )
+
+    @cute.jit
+    def launch(
+        self,
+        cu_ptr: cute.Pointer | None,
+        h0_ptr: cute.Pointer | None,
+        ht_ptr: cute.Pointer | None,
+        w_ptr: cute.Pointer,
+        u_ptr: cute.Pointer,
+        kd_ptr: cute.Pointer,
+        qg_ptr: cute.Pointer,
+        p_ptr: cute.Pointer,
+        ge_ptr: cute.Pointer,
+        vnt_ptr: cute.Pointer,
+        h_ptr: cute.Pointer,
+        rf_ptr: cute.Pointer,
+        n_seqs: Int32,
+        seq_len: Int32,
+        chunks_per_seq: Int32,
+        slots: Int32,
+        heads: Int32,
+        stream: cuda.CUstream,
+        rdy_ptr: cute.Pointer | None,
+    ):
+        """Views, layouts, TMA atoms and the launch of ``kernel``; ``rdy_ptr``: the ready flags (``signal_out``, the
+        :class:`KimiDeltaAttentionParallelStateNarrowSignal` entry), None otherwise."""
         D = self.D
         VW = self.VW
         STAGES = self.key.stages
+        mRdy = make_ready_view(rdy_ptr, slots, heads, D)  # signal_out: the ready flags (None otherwise)
         mCu, mH0, mHT = make_seq_state_views(cu_ptr, h0_ptr, ht_ptr, n_seqs, heads, D, self.key.varlen, self.key.has_initial, self.key.has_final)
         ws = make_ws_views(w_ptr, u_ptr, kd_ptr, qg_ptr, p_ptr, ge_ptr, vnt_ptr, h_ptr, rf_ptr, slots, heads, D)
 
@@ -174,7 +231,7 @@ class KimiDeltaAttentionParallelStateNarrow:
                 smem_u: cute.struct.Align[cute.struct.MemRange[Float32, cute.cosize(l_u)], 16]
                 smem_ge: cute.struct.Align[cute.struct.MemRange[Float32, D * STAGES], 16]
 
-        self.kernel(mCu, mH0, mHT, ws, tma, n_seqs, seq_len, chunks_per_seq, heads, mma, l_s, l_w, l_kc, l_vt, l_u, SharedStorage).launch(
+        self.kernel(mCu, mH0, mHT, ws, tma, n_seqs, seq_len, chunks_per_seq, heads, mma, l_s, l_w, l_kc, l_vt, l_u, SharedStorage, mRdy).launch(
             grid=[n_seqs, heads, D // VW],
             block=[THREADS, 1, 1],
             smem=SharedStorage.size_in_bytes(),
@@ -201,6 +258,7 @@ class KimiDeltaAttentionParallelStateNarrow:
         l_vt: cute.ComposedLayout,
         l_u: cute.Layout | cute.ComposedLayout,
         SharedStorage: cutlass.Constexpr,
+        mRdy: cute.Tensor | None = None,
     ):
         D = self.D
         VW = self.VW
@@ -256,6 +314,7 @@ class KimiDeltaAttentionParallelStateNarrow:
                 n_chunks,
                 base,
                 heads,
+                mRdy,
             )
         else:
             cp_bf16 = make_g2s_copy(BFloat16, CHUNK)  # 64-element bf16 rows: [64, 64] tiles
@@ -343,6 +402,7 @@ class KimiDeltaAttentionParallelStateNarrow:
         n_chunks: Int32,
         base: Int32,
         heads: Int32,
+        mRdy: cute.Tensor | None,
     ):
         """The chunk loop of ``KdaParallelStateKey.tma``: warp 0 fetches chunk ci + stages - 1 by TMA into the stage
         chunk ci - 1 used (its readers passed chunk ci - 1's last barrier), one transaction mbarrier per stage; every
@@ -373,8 +433,15 @@ class KimiDeltaAttentionParallelStateNarrow:
             tHs, tHg = tma_box_partition(atom_hs, cute.flat_divide(sS, (VW, BV)), tma_hs, (VW, BV))
             tVs, tVg = tma_box_partition(atom_vs, sVnT, tma_vs, (VW, CHUNK))
 
+        SIGNAL = self.key.signal_out
+        if const_expr(SIGNAL):  # this CTA's ready flags <- 0 (the output grid launches once every CTA passed the barrier below)
+            for c in cutlass.range(tidx, n_chunks, THREADS):
+                cute.arch.store(ready_flag_ptr(mRdy, base + c, head, vblk), Int32(0))
+            cute.arch.fence_acq_rel_gpu()
         load_state_t(acc_t, sS, mH0, ct, seq, head, v0, NH, self.key.has_initial)
         _smem_ready()  # S0 (load_state_t) and the initialized mbarriers published before any thread uses them
+        if const_expr(SIGNAL):
+            cute.arch.griddepcontrol_launch_dependents()
 
         # stages 0 .. STAGES - 2 <- chunks 0 .. STAGES - 2 (those that exist)
         parts = (atom_w, tWg, tWs, atom_kd, tKg, tKs, atom_u, tUg, tUs, atom_ge, tGg, tGs)
@@ -424,10 +491,74 @@ class KimiDeltaAttentionParallelStateNarrow:
                     if const_expr(STORE):
                         if warp == 0:
                             cute.arch.cp_async_bulk_wait_group(0, read=True)  # the vnt store has read sVnT (rewritten next chunk)
+                            if const_expr(SIGNAL):  # chunk ci - LAG's h / vnt stores complete (two groups per chunk): its flag
+                                if ci >= READY_LAG:
+                                    cute.arch.cp_async_bulk_wait_group(2 * READY_LAG)
+                                    with cute.arch.elect_one():  # the lane that committed them
+                                        signal_ready(mRdy, slot - READY_LAG, head, vblk)
                     _smem_ready()  # the new S0 is visible to every thread and to WGMMA; this stage's readers are done
 
         if const_expr(self.key.has_final):
             store_final_state_t(mHT, acc_t, ct, seq, head, v0, NH)
+        if const_expr(SIGNAL):  # the last chunks' flags, after the final state (the output grid then ends after it)
+            cute.arch.fence_acq_rel_gpu()
+            cute.arch.sync_threads()
         if const_expr(STORE):
             if warp == 0:
                 cute.arch.cp_async_bulk_wait_group(0)  # every TMA store complete before the CTA (and its shared memory) retires
+                if const_expr(SIGNAL):  # the last chunks' flags, after every store and (the fence above) the final state
+                    with cute.arch.elect_one():
+                        for j in cutlass.range_constexpr(READY_LAG):
+                            c = n_chunks - READY_LAG + j
+                            if c >= 0:
+                                signal_ready(mRdy, base + c, head, vblk)
+
+
+class KimiDeltaAttentionParallelStateNarrowSignal(KimiDeltaAttentionParallelStateNarrow):
+    """The narrow state pass of a ``signal_out`` key: the same kernel, whose entry also takes the workspace's ready flags
+    (after the stream), so the default entry's signature (and its tvm-ffi entry) stays as it was."""
+
+    @cute.jit
+    def __call__(
+        self,
+        cu_ptr: cute.Pointer | None,
+        h0_ptr: cute.Pointer | None,
+        ht_ptr: cute.Pointer | None,
+        w_ptr: cute.Pointer,
+        u_ptr: cute.Pointer,
+        kd_ptr: cute.Pointer,
+        qg_ptr: cute.Pointer,
+        p_ptr: cute.Pointer,
+        ge_ptr: cute.Pointer,
+        vnt_ptr: cute.Pointer,
+        h_ptr: cute.Pointer,
+        rf_ptr: cute.Pointer,
+        n_seqs: Int32,
+        seq_len: Int32,
+        chunks_per_seq: Int32,
+        slots: Int32,
+        heads: Int32,
+        stream: cuda.CUstream,
+        rdy_ptr: cute.Pointer,
+    ):
+        self.launch(
+            cu_ptr,
+            h0_ptr,
+            ht_ptr,
+            w_ptr,
+            u_ptr,
+            kd_ptr,
+            qg_ptr,
+            p_ptr,
+            ge_ptr,
+            vnt_ptr,
+            h_ptr,
+            rf_ptr,
+            n_seqs,
+            seq_len,
+            chunks_per_seq,
+            slots,
+            heads,
+            stream,
+            rdy_ptr,
+        )
