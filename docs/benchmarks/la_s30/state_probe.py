@@ -25,6 +25,8 @@ VARIANTS = {
     "split44": {"state": {"vn_split": 4, "update_split": 4}},
     "three": "three",
     "ovl": "ovl",
+    "stsm": "stsm",
+    "ovl-stsm": {"state": {"signal_out": True, "stmatrix": True}},
 }
 
 

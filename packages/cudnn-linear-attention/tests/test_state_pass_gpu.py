@@ -71,6 +71,10 @@ BITWISE = [  # the cp.async option first: a TMA option that hung (an mbarrier ne
     (KDA, 64, False, {"tma_store": False}),
     (GDN, 64, False, {"stages": 2}),
     (GDN, 128, True, {}),
+    # session 30: the transposed copies by stmatrix.trans (``stmatrix``), on the default TMA loop and the cp.async one
+    (KDA, 128, True, {"stmatrix": True}),
+    (GDN, 64, False, {"stmatrix": True, "stages": 2}),
+    (KDA, 128, True, {"stmatrix": True, "stages": 2, "tma": False, "tma_store": False}),
 ]
 
 
@@ -78,7 +82,18 @@ BITWISE = [  # the cp.async option first: a TMA option that hung (an mbarrier ne
 @pytest.mark.parametrize(
     "fam, D, l2norm, opts",
     BITWISE,
-    ids=["kda-d128-cpasync-s4", "kda-d128-default", "kda-d128-tma-s2", "kda-d128-tma-st-s3", "kda-d64-tma-s4", "gdn-d64-tma-st-s2", "gdn-d128-default"],
+    ids=[
+        "kda-d128-cpasync-s4",
+        "kda-d128-default",
+        "kda-d128-tma-s2",
+        "kda-d128-tma-st-s3",
+        "kda-d64-tma-s4",
+        "gdn-d64-tma-st-s2",
+        "gdn-d128-default",
+        "kda-d128-stmatrix",
+        "gdn-d64-stmatrix-s2",
+        "kda-d128-stmatrix-cpasync",
+    ],
 )
 def test_state_pass_options_match_recurrence_and_are_bitwise_the_default(fam, D, l2norm, opts):
     """The session-5 state pass (``BASE``) by the FlashAttention rule against the fp32 recurrence; the option (``{}``:
@@ -215,3 +230,50 @@ def test_state_pass_compile_only(tmp_path):
     assert d.count("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group") == 3 * 4 and len(stores) == 2 * 4, len(stores)
     assert "st.global.v4" not in d and "st.global.v4" in tma and "cp.async.bulk.tensor.2d.global" not in tma
     assert d.count("cp.async.bulk.wait_group.read") == 2 * 4 and len(re.findall(r"cp\.async\.bulk\.wait_group\s+0;", d)) == 1
+
+
+@pytest.mark.compile_only
+@pytest.mark.parametrize(
+    "D, extra", [(128, {}), (64, {"stages": 2}), (128, {"tma": False, "tma_store": False, "stages": 2})], ids=["d128", "d64-s2", "d128-cpasync"]
+)
+def test_stmatrix_compile_only(tmp_path, D, extra):
+    """``stmatrix`` (session 30): per chunk the Vn^T copy (VW / 16 instructions) and the state copy (K / 64 x VW / 16)
+    by ``stmatrix.sync.aligned...trans``; the only 2-byte shared stores left are the initial state's (once per CTA); the
+    same WGMMAs, frame 0; the key is refused on the fused kernel."""
+    skip_unless_family_dsl(KDA)
+    pytest.importorskip("cutlass")
+    import cuda.bindings.driver as cuda
+    import cutlass.cute as cute
+    from cutlass import Int32
+
+    from cudnn.linear_attention._host.chunk_parallel import PARALLEL_VARIANTS, fake_workspace_pointers
+    from cudnn.linear_attention._host.launch import fake_gmem_ptr as fp
+    from cudnn.linear_attention.kda.chunk_parallel_state_kernel import KdaParallelStateKey, KimiDeltaAttentionParallelState
+    from cudnn_testing.compile_only import keep_artifacts, kernel_symbols
+
+    assert PARALLEL_VARIANTS["stsm"] == {"state": {"stmatrix": True}}
+    with pytest.raises(ValueError, match="stmatrix=True is an option of the narrow state pass"):
+        KimiDeltaAttentionParallelState.for_key(
+            KdaParallelStateKey(head_dim=128, varlen=True, has_initial=True, has_final=True, stmatrix=True, fuse_out=True, stages=3)
+        )
+    texts = {}
+    for sm in (False, True):
+        key = KdaParallelStateKey(head_dim=D, varlen=True, has_initial=True, has_final=True, stmatrix=sm, **extra)
+        with keep_artifacts(tmp_path / str(sm)) as ptx:
+            cute.compile(
+                KimiDeltaAttentionParallelState.for_key(key)(key),
+                fp("Int32", 4),
+                fp("Float32", 4),
+                fp("Float32", 4),
+                *fake_workspace_pointers(),
+                *[Int32(8)] * 5,
+                cuda.CUstream(0),
+            )
+            texts[sm] = ptx()
+        assert kernel_symbols(texts[sm])[0].startswith("cudnn_") and all(f == 0 for f in frame_sizes(tmp_path / str(sm)))
+    stages, vw, nh = key.stages, key.v_slice, D // 64
+    t0, t1 = texts[False], texts[True]
+    assert t1.count("stmatrix.sync.aligned") == stages * (vw // 16) * (1 + nh) and "stmatrix" not in t0
+    assert t1.count("st.shared.b16") == vw * D // 128  # load_state_t's initial copy only
+    mma = r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k16)"
+    assert re.findall(mma, t0) == re.findall(mma, t1)

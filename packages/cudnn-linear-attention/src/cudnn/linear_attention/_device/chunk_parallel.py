@@ -43,6 +43,7 @@ import cutlass.cute as cute
 import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass import BFloat16, Float32, Int32, Int64, const_expr
 from cutlass.cute.nvgpu import cpasync, warpgroup
+from cutlass.cute.nvgpu import warp as nvwarp
 
 from cudnn import _compat
 
@@ -411,12 +412,17 @@ def load_state_t(
 
 
 @cute.jit
-def state_t_to_smem(sS: cute.Tensor, acc_t: list, ct: cute.Tensor, nh: cutlass.Constexpr[int]):
-    """The transposed state accumulators -> bf16 ``sS`` [vw, K] (the next chunk's operand); the caller publishes it."""
+def state_t_to_smem(sS: cute.Tensor, acc_t: list, ct: cute.Tensor, nh: cutlass.Constexpr[int], st_t: cute.ThrCopy | None = None):
+    """The transposed state accumulators -> bf16 ``sS`` [vw, K] (the next chunk's operand); the caller publishes it.
+    ``st_t``: by ``stmatrix.trans`` (:func:`acc_to_smem_trans`, one [vw, 64] block per accumulator), else element by
+    element."""
     for h in cutlass.range_constexpr(nh):
-        for i in cutlass.range_constexpr(cute.size(acc_t[h])):
-            kr = ct[i]
-            sS[kr[1], h * BV + kr[0]] = acc_t[h][i].to(BFloat16)
+        if const_expr(st_t is None):
+            for i in cutlass.range_constexpr(cute.size(acc_t[h])):
+                kr = ct[i]
+                sS[kr[1], h * BV + kr[0]] = acc_t[h][i].to(BFloat16)
+        else:
+            acc_to_smem_trans(st_t, acc_t[h], cute.local_tile(sS, (cute.size(sS.shape[0]), BV), (0, h)))
 
 
 @cute.jit
@@ -575,16 +581,38 @@ def vn_to_smem(
     sVnT: cute.Tensor,
     ct: cute.Tensor,
     st: cutlass.Constexpr[int],
+    st_t: cute.ThrCopy | None = None,
 ):
     """``Vn = U + (-Wm) S0^T`` [tokens, vw] (fp32 ``acc_v``, U and -Wm from stage ``st``) -> bf16 ``Vn^T`` in ``sVnT``
-    [vw, tokens] (the state update's B operand); the caller publishes it."""
+    [vw, tokens] (the state update's B operand); the caller publishes it. ``st_t`` (the key's ``stmatrix``: the thread's
+    slice of :func:`stmatrix_t_copy`): the transposed store by ``stmatrix.trans``, else element by element."""
     for i in cutlass.range_constexpr(cute.size(acc_v)):
         rc = ct[i]
         acc_v[i] = sU[rc[0], rc[1], st]
     wgmma(mma, acc_v, w_A[None, None, None, st], s0_B, False)
-    for i in cutlass.range_constexpr(cute.size(acc_v)):
-        rc = ct[i]
-        sVnT[rc[1], rc[0]] = acc_v[i].to(BFloat16)
+    if const_expr(st_t is None):
+        for i in cutlass.range_constexpr(cute.size(acc_v)):
+            rc = ct[i]
+            sVnT[rc[1], rc[0]] = acc_v[i].to(BFloat16)
+    else:
+        acc_to_smem_trans(st_t, acc_v, sVnT)
+
+
+def stmatrix_t_copy(mma: cute.TiledMma, tidx: Int32):
+    """Thread ``tidx``'s slice of the ``stmatrix.trans`` (four 8 x 8 bf16 matrices) tiled copy of ``mma``'s accumulator
+    (the state pass's ``stmatrix`` option): a thread's two adjacent accumulator columns of a row are one 32-bit register
+    of an 8 x 8 matrix, stored transposed; the matrices' 16-byte rows stay contiguous under the tiles' 128-byte swizzle."""
+    return cute.make_tiled_copy_C(cute.make_copy_atom(nvwarp.StMatrix8x8x16bOp(True, 4), BFloat16), mma).get_slice(tidx)
+
+
+@cute.jit
+def acc_to_smem_trans(st_t: cute.ThrCopy, acc: cute.Tensor, sT: cute.Tensor):
+    """An fp32 accumulator [M, N] rounded to bf16 (``cvt.rn.bf16x2.f32``, two at a time: each the rounding of one
+    ``.to(BFloat16)``) -> the swizzled bf16 tile ``sT`` [N, M] transposed, by ``stmatrix.trans``: what
+    ``sT[c, r] = acc[r, c]`` stores element by element, at the same addresses. Not fenced."""
+    frag = cute.make_rmem_tensor(acc.layout, BFloat16)
+    frag.store(acc.load().to(BFloat16))
+    cute.copy(st_t, st_t.retile(frag), st_t.partition_D(transpose_view(sT)))
 
 
 @cute.jit

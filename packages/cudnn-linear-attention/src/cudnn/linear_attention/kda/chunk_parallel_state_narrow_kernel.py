@@ -93,6 +93,7 @@ from .._device.chunk_parallel import (
     state_pass_smem,
     state_t_to_smem,
     state_to_workspace,
+    stmatrix_t_copy,
     store_final_state_t,
     tma_box_partition,
     tma_u_atom,
@@ -284,6 +285,7 @@ class KimiDeltaAttentionParallelStateNarrow:
         acc_v = cute.make_rmem_tensor(wg.partition_shape_C((CHUNK, VW)), Float32)  # Vn [tokens, vw]
         acc_t = [cute.make_rmem_tensor(wg.partition_shape_C((BV, VW)), Float32) for _ in range(NH)]  # S^T [64 K-ch, vw] x K/64
         ct = mma.get_slice(tidx).partition_C(cute.make_identity_tensor((CHUNK, VW)))  # (row, col) of an accumulator element
+        st_t = stmatrix_t_copy(mma, tidx) if const_expr(self.key.stmatrix) else None  # stmatrix: the transposed copies
 
         if const_expr(self.key.tma):
             self.tma_body(
@@ -315,6 +317,7 @@ class KimiDeltaAttentionParallelStateNarrow:
                 base,
                 heads,
                 mRdy,
+                st_t,
             )
         else:
             cp_bf16 = make_g2s_copy(BFloat16, CHUNK)  # 64-element bf16 rows: [64, 64] tiles
@@ -353,14 +356,14 @@ class KimiDeltaAttentionParallelStateNarrow:
                         state_to_workspace(sS, mH, slot, head, vblk, tidx, VW, NH)
 
                         # ---- Vn = U + (-Wm) S0^T [tokens, vw] -> Vn^T (shared, and the workspace for the output kernel) ---
-                        vn_to_smem(mma, acc_v, w_A, s0_B, sU, sVnT, ct, st)
+                        vn_to_smem(mma, acc_v, w_A, s0_B, sU, sVnT, ct, st, st_t)
                         _smem_ready()
                         s2g_tile(sVnT, cute.local_tile(mVNT[slot, head, None, None], (VW, CHUNK), (vblk, 0)), tidx)  # Vn^T -> vnt[slot]
 
                         # ---- S^T = Diag(exp(G_C)) S^T + kd Vn: the K / 64 tiles in one WGMMA group ----------------------
                         update_state_t(mma, acc_t, sGE, kd_A, vn_B, ct, st)
                         cute.arch.sync_threads()  # every reader of S0 and of this stage has completed
-                        state_t_to_smem(sS, acc_t, ct, NH)
+                        state_t_to_smem(sS, acc_t, ct, NH, st_t)
                         if const_expr(STAGES >= 3):
                             cute.arch.cp_async_wait_group(STAGES - 2)  # chunk ci + 1 has landed (later ones may be in flight)
                         else:
@@ -403,6 +406,7 @@ class KimiDeltaAttentionParallelStateNarrow:
         base: Int32,
         heads: Int32,
         mRdy: cute.Tensor | None,
+        st_t: cute.ThrCopy | None,
     ):
         """The chunk loop of ``KdaParallelStateKey.tma``: warp 0 fetches chunk ci + stages - 1 by TMA into the stage
         chunk ci - 1 used (its readers passed chunk ci - 1's last barrier), one transaction mbarrier per stage; every
@@ -472,7 +476,7 @@ class KimiDeltaAttentionParallelStateNarrow:
                     cute.arch.mbarrier_wait(mbar + st, cp % 2)  # chunk ci has landed in stage st (its cp-th fill)
 
                     # ---- Vn = U + (-Wm) S0^T [tokens, vw] -> Vn^T (shared, and the workspace for the output kernel) ---
-                    vn_to_smem(mma, acc_v, w_A, s0_B, sU, sVnT, ct, st)
+                    vn_to_smem(mma, acc_v, w_A, s0_B, sU, sVnT, ct, st, st_t)
                     if const_expr(STORE):
                         if warp == 0:
                             cute.arch.cp_async_bulk_wait_group(0, read=True)  # the h store has read sS (rewritten after this barrier)
@@ -487,7 +491,7 @@ class KimiDeltaAttentionParallelStateNarrow:
 
                     # ---- S^T = Diag(exp(G_C)) S^T + kd Vn: the K / 64 tiles in one WGMMA group ----------------------
                     update_state_t(mma, acc_t, sGE, kd_A, vn_B, ct, st)
-                    state_t_to_smem(sS, acc_t, ct, NH)
+                    state_t_to_smem(sS, acc_t, ct, NH, st_t)
                     if const_expr(STORE):
                         if warp == 0:
                             cute.arch.cp_async_bulk_wait_group(0, read=True)  # the vnt store has read sVnT (rewritten next chunk)
