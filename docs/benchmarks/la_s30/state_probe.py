@@ -27,6 +27,8 @@ VARIANTS = {
     "ovl": "ovl",
     "stsm": "stsm",
     "ovl-stsm": {"state": {"signal_out": True, "stmatrix": True}},
+    "fso-w2": "fso-w2",
+    "fso-w2-stsm": "fso-w2-stsm",
 }
 
 

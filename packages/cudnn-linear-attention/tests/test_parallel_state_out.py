@@ -650,3 +650,49 @@ def test_fso_final_state_is_the_unfused_plans_bit_for_bit(fam):
     for variant in FUSED:
         _, s1, _ = cases.execute_variant(fam, variant, q, k, v, g, beta, h0, cu, True)
         assert torch.equal(s0, s1), f"{variant}: max |fused - unfused| final state {(s0 - s1).abs().max().item()}"
+
+
+@pytest.mark.compile_only
+@pytest.mark.parametrize("row_scaled", [False, True], ids=["kda", "gdn"])
+def test_fused_stmatrix_compiles_bitwise_shaped(row_scaled, tmp_path):
+    """``fso-w2-stsm`` (session 30): ``fso-w2`` with the per-chunk bf16 copies by ``stmatrix`` -- per chunk and warpgroup
+    Vn^T (2, ``.trans``), S0 (4, ``.trans``) and the output tile (2) --, the only 2-byte shared stores left the initial
+    state's; the same WGMMAs, no spill."""
+    from cudnn.linear_attention._host.chunk_parallel import PARALLEL_VARIANTS
+
+    _dsl()
+    from cudnn.linear_attention.kda.chunk_parallel_state_kernel import KdaParallelStateKey
+
+    opts = PARALLEL_VARIANTS["fso-w2-stsm"]["state"]
+    assert opts == {**FSO_W2["state"], "stmatrix": True}
+    texts = {}
+    for sm in (False, True):
+        key = KdaParallelStateKey(head_dim=128, varlen=True, has_initial=True, has_final=True, row_scaled=row_scaled, **{**opts, "stmatrix": sm})
+        texts[sm] = _compile_fused(key, tmp_path / str(sm))
+        sizes = frame_sizes(tmp_path / str(sm))
+        assert sizes and all(f == 0 for f in sizes), sizes
+    t0, t1 = texts[False], texts[True]
+    stages = opts["stages"]
+    assert t1.count("stmatrix.sync.aligned.m8n8.x4.trans") == 6 * stages and t1.count("stmatrix.sync.aligned.m8n8.x4.shared") == 2 * stages
+    assert t1.count("st.shared.b16") == 32 * 128 // 128  # load_state_t's initial copy only (32 rows x 128 channels / 128 threads)
+    mma = r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)"
+    assert re.findall(mma, t0) == re.findall(mma, t1)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fam", [KDA, GDN], ids=["kda", "gdn"])
+def test_fused_stmatrix_is_bitwise_fso_w2(fam):
+    """``fso-w2-stsm`` equal to ``fso-w2`` bit for bit (o and the final state) on the varlen batch (1-token, one-chunk,
+    65-token, empty, 24-chunk sequences; GVA; h0 / ht): the same values stored at the same addresses."""
+    _gpu(fam)
+    import _parallel_cases as cases
+    import torch
+
+    from cudnn_testing.data import cu_seqlens
+
+    cu = cu_seqlens(cases.LENGTHS, "cuda")
+    q, k, v, g, beta, h0 = cases.inputs(fam, (sum(cases.LENGTHS),), 4, 2, 128, True, len(cases.LENGTHS), "weak")
+    o0, s0, _ = cases.execute_variant(fam, "fso-w2", q, k, v, g, beta, h0, cu, True)
+    o1, s1, _ = cases.execute_variant(fam, "fso-w2-stsm", q, k, v, g, beta, h0, cu, True)
+    do = (o0.float() - o1.float()).abs().max().item()
+    assert torch.equal(o0, o1) and torch.equal(s0, s1), f"fso-w2-stsm vs fso-w2: max |o diff| {do}, final_state {(s0 - s1).abs().max().item()}"

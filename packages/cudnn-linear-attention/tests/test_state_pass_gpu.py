@@ -239,7 +239,7 @@ def test_state_pass_compile_only(tmp_path):
 def test_stmatrix_compile_only(tmp_path, D, extra):
     """``stmatrix`` (session 30): per chunk the Vn^T copy (VW / 16 instructions) and the state copy (K / 64 x VW / 16)
     by ``stmatrix.sync.aligned...trans``; the only 2-byte shared stores left are the initial state's (once per CTA); the
-    same WGMMAs, frame 0; the key is refused on the fused kernel."""
+    same WGMMAs, frame 0."""
     skip_unless_family_dsl(KDA)
     pytest.importorskip("cutlass")
     import cuda.bindings.driver as cuda
@@ -251,11 +251,7 @@ def test_stmatrix_compile_only(tmp_path, D, extra):
     from cudnn.linear_attention.kda.chunk_parallel_state_kernel import KdaParallelStateKey, KimiDeltaAttentionParallelState
     from cudnn_testing.compile_only import keep_artifacts, kernel_symbols
 
-    assert PARALLEL_VARIANTS["stsm"] == {"state": {"stmatrix": True}}
-    with pytest.raises(ValueError, match="stmatrix=True is an option of the narrow state pass"):
-        KimiDeltaAttentionParallelState.for_key(
-            KdaParallelStateKey(head_dim=128, varlen=True, has_initial=True, has_final=True, stmatrix=True, fuse_out=True, stages=3)
-        )
+    assert PARALLEL_VARIANTS["stsm"] == {"state": {"stmatrix": True}}  # (the fused kernel's: test_parallel_state_out.py)
     texts = {}
     for sm in (False, True):
         key = KdaParallelStateKey(head_dim=D, varlen=True, has_initial=True, has_final=True, stmatrix=sm, **extra)

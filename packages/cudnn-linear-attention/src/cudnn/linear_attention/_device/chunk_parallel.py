@@ -598,11 +598,12 @@ def vn_to_smem(
         acc_to_smem_trans(st_t, acc_v, sVnT)
 
 
-def stmatrix_t_copy(mma: cute.TiledMma, tidx: Int32):
-    """Thread ``tidx``'s slice of the ``stmatrix.trans`` (four 8 x 8 bf16 matrices) tiled copy of ``mma``'s accumulator
-    (the state pass's ``stmatrix`` option): a thread's two adjacent accumulator columns of a row are one 32-bit register
-    of an 8 x 8 matrix, stored transposed; the matrices' 16-byte rows stay contiguous under the tiles' 128-byte swizzle."""
-    return cute.make_tiled_copy_C(cute.make_copy_atom(nvwarp.StMatrix8x8x16bOp(True, 4), BFloat16), mma).get_slice(tidx)
+def stmatrix_t_copy(mma: cute.TiledMma, tidx: Int32, transpose: bool = True):
+    """Thread ``tidx``'s (its warpgroup's thread index) slice of the ``stmatrix`` (four 8 x 8 bf16 matrices; ``.trans``
+    by default) tiled copy of ``mma``'s accumulator (the state passes' ``stmatrix`` option): a thread's two adjacent
+    accumulator columns of a row are one 32-bit register of an 8 x 8 matrix (stored transposed with ``.trans``); the
+    matrices' 16-byte rows stay contiguous under the tiles' 128-byte swizzle."""
+    return cute.make_tiled_copy_C(cute.make_copy_atom(nvwarp.StMatrix8x8x16bOp(transpose, 4), BFloat16), mma).get_slice(tidx)
 
 
 @cute.jit
@@ -655,21 +656,30 @@ def u_to_acc(acc_v: cute.Tensor, sU: cute.Tensor, ct: cute.Tensor, st: cutlass.C
 
 
 @cute.jit
-def acc_to_smem_t(acc: cute.Tensor, sT: cute.Tensor, ct: cute.Tensor):
+def acc_to_smem_t(acc: cute.Tensor, sT: cute.Tensor, ct: cute.Tensor, st_t: cute.ThrCopy | None = None):
     """A [tokens, vw] fp32 accumulator -> bf16 ``sT`` [vw, tokens] (transposed: ``Vn^T``, the last step of
-    :func:`vn_to_smem`); the caller publishes it."""
-    for i in cutlass.range_constexpr(cute.size(acc)):
-        rc = ct[i]
-        sT[rc[1], rc[0]] = acc[i].to(BFloat16)
+    :func:`vn_to_smem`); the caller publishes it. ``st_t``: by ``stmatrix.trans`` (:func:`acc_to_smem_trans`)."""
+    if const_expr(st_t is None):
+        for i in cutlass.range_constexpr(cute.size(acc)):
+            rc = ct[i]
+            sT[rc[1], rc[0]] = acc[i].to(BFloat16)
+    else:
+        acc_to_smem_trans(st_t, acc, sT)
 
 
 @cute.jit
-def acc_to_smem(acc: cute.Tensor, sO: cute.Tensor, ct: cute.Tensor):
+def acc_to_smem(acc: cute.Tensor, sO: cute.Tensor, ct: cute.Tensor, st_n: cute.ThrCopy | None = None):
     """A [tokens, vw] fp32 accumulator -> bf16 ``sO`` [tokens, vw] (one ``.to(BFloat16)`` per element, the output
-    kernels' rounding); the caller publishes it."""
-    for i in cutlass.range_constexpr(cute.size(acc)):
-        rc = ct[i]
-        sO[rc[0], rc[1]] = acc[i].to(BFloat16)
+    kernels' rounding); the caller publishes it. ``st_n``: by ``stmatrix`` (:func:`stmatrix_t_copy` without ``.trans``: two values per
+    ``cvt.rn.bf16x2.f32``, the same rounding, the same addresses)."""
+    if const_expr(st_n is None):
+        for i in cutlass.range_constexpr(cute.size(acc)):
+            rc = ct[i]
+            sO[rc[0], rc[1]] = acc[i].to(BFloat16)
+    else:
+        frag = cute.make_rmem_tensor(acc.layout, BFloat16)
+        frag.store(acc.load().to(BFloat16))
+        cute.copy(st_n, st_n.retile(frag), st_n.partition_D(sO))
 
 
 @cute.jit

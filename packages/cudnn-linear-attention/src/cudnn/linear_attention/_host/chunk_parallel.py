@@ -165,8 +165,8 @@ _GDN_PREP_BASE = {"restructured": False, "tc_ctas_per_sm": 2, "staged_w": False}
 #: - ``ovl`` (both families; session 30): the three kernels with the output kernel beside the state pass
 #:   (``signal_out`` on the state-pass key; :func:`compile_parallel` sets the output key's ``wait_slices``): the output
 #:   grid is launched with PDL and each of its CTAs waits on the chunk's ready flags. Bitwise the default.
-#: - ``stsm`` (both families; session 30): the narrow state pass's transposed bf16 copies (Vn^T, S0) by
-#:   ``stmatrix.trans`` (``stmatrix`` on the state-pass key). Bitwise the default.
+#: - ``stsm`` / ``fso-w2-stsm`` (both families; session 30): the narrow state pass's / the fused default's per-chunk bf16
+#:   copies (Vn^T, S0; and o) by ``stmatrix`` (``stmatrix`` on the state-pass key). Bitwise the default / ``fso-w2``.
 #: - ``kp7`` (KDA) / ``gdn-prep7`` (GDN): the prep without the session-8 staged stores (``staged_kd`` / ``staged_w``: kd
 #:   and -Wm through shared memory as 16-byte rows, ``kda/chunk_parallel_prep_staged.py``; default on since the session-8
 #:   A/B: KDA prep 2270.5 vs 2587.8 us at T = 32k, H = 64 and 153.8 vs 175.0 at T = 8k, H = 16; GDN 1891.3 vs 2065.5 and
@@ -199,6 +199,7 @@ PARALLEL_VARIANTS = {
     "three": {},
     "ovl": {"state": {"signal_out": True}},
     "stsm": {"state": {"stmatrix": True}},
+    "fso-w2-stsm": {"state": {"fuse_out": True, "stages": 2, "consumer_wgs": 2, "stmatrix": True}},
 }
 
 

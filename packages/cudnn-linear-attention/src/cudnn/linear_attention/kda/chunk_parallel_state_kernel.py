@@ -84,11 +84,11 @@ class KdaParallelStateKey:
     #: state). The state pass takes one CTA per (sequence, head, value slice): at N = 1, H = 16 64 of 132 SMs, so the
     #: output CTAs fill the others. Same arithmetic: bitwise the default.
     signal_out: bool = False
-    #: Opt-in (default False: the default kernel, PTX unchanged; session 30, the ``stsm`` variant; compile-verified, NOT
-    #: GPU-run yet), narrow kernel: the per-chunk transposed bf16 copies of Vn (-> ``Vn^T``) and of the state (-> S0)
-    #: stored by ``stmatrix.trans`` from the accumulators (two values per ``cvt``) instead of element by element. The
-    #: chain is issue-latency bound (session 30: ~340 SASS instructions per chunk at ~4.7 cycles each); this removes ~90
-    #: of them (48 2-byte shared stores, half the packs, the byte permutes). Same values at the same addresses: bitwise.
+    #: Opt-in (default False: the default kernels, PTX unchanged; session 30, the ``stsm`` / ``fso-w2-stsm`` variants;
+    #: compile-verified, NOT GPU-run yet), both state passes: the per-chunk bf16 copies from the accumulators -- Vn ->
+    #: ``Vn^T`` and the state -> S0 transposed by ``stmatrix.trans``, the fused kernel's output tile by ``stmatrix`` --
+    #: instead of element by element. The chain is issue-latency bound (session 30: ~340 SASS instructions per chunk at
+    #: ~4.7 cycles each in the narrow kernel); this removes ~66 of them there. Same values at the same addresses: bitwise.
     stmatrix: bool = False
 
 
@@ -114,8 +114,6 @@ class KimiDeltaAttentionParallelState:
             raise ValueError("KdaParallelStateKey.consumer_wgs=2 needs fuse_out=True (only the fused kernel has the two-warpgroup form)")
         if key.consumer_wgs * key.v_slice > key.head_dim:
             raise ValueError(f"KdaParallelStateKey.consumer_wgs={key.consumer_wgs} x v_slice={key.v_slice} exceeds head_dim={key.head_dim}")
-        if key.stmatrix and key.fuse_out:
-            raise ValueError("KdaParallelStateKey.stmatrix=True is an option of the narrow state pass (not fuse_out)")
         if key.signal_out and (key.fuse_out or not key.tma or not key.tma_store):
             raise ValueError(
                 "KdaParallelStateKey.signal_out=True needs tma=True, tma_store=True and fuse_out=False (the narrow TMA state pass signals the output kernel)"

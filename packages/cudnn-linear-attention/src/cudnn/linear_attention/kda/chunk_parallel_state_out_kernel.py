@@ -89,6 +89,7 @@ from .._device.chunk_parallel import (
     state_pass_layouts,
     state_pass_smem,
     state_t_to_smem,
+    stmatrix_t_copy,
     store_final_state_t,
     tma_box_partition,
     tma_u_atom,
@@ -274,6 +275,9 @@ class KimiDeltaAttentionParallelStateOut:
         acc_o = cute.make_rmem_tensor(wg.partition_shape_C((CHUNK, VW)), Float32)  # o [tokens, vw]
         acc_t = [cute.make_rmem_tensor(wg.partition_shape_C((BV, VW)), Float32) for _ in range(NH)]  # S^T [64 K-ch, vw] x K/64
         ct = mma.get_slice(ltid).partition_C(cute.make_identity_tensor((CHUNK, VW)))  # (row, col) of an accumulator element
+        st_t, st_n = None, None  # stmatrix: the per-chunk bf16 copies by stmatrix (.trans for Vn^T and S0)
+        if const_expr(self.key.stmatrix):
+            st_t, st_n = stmatrix_t_copy(mma, ltid), stmatrix_t_copy(mma, ltid, False)
 
         atom_w, tma_w, atom_kd, tma_kd, atom_u, tma_u, atom_ge, tma_ge, atom_qg, tma_qg, atom_p, tma_p = tma[:12]
         # -Wm, kd, U columns (of every warpgroup), exp(G_C), qg, p (, rf)
@@ -344,7 +348,7 @@ class KimiDeltaAttentionParallelStateOut:
                     wgmma_issue(mma, acc_v, w_A[None, None, None, st], s0_B, False)
                     wgmma_issue(mma, acc_o, qg_A[None, None, None, st], s0_B, True)
                     warpgroup.wait_group(1)  # Vn done (Qg S0^T may be in flight)
-                    acc_to_smem_t(acc_v, sVnT, ct)
+                    acc_to_smem_t(acc_v, sVnT, ct, st_t)
                     if const_expr(WGS > 1):
                         wg_smem_ready(wgi)  # Vn^T visible to this warpgroup's WGMMA
                     else:
@@ -357,10 +361,10 @@ class KimiDeltaAttentionParallelStateOut:
                         scale_acc_rows(acc_o, sRF, ct, st)
                     wgmma_issue(mma, acc_o, p_A[None, None, None, st], vn_B, False)
                     warpgroup.wait_group(1)  # the state update done (P Vn may be in flight)
-                    state_t_to_smem(sS, acc_t, ct, NH)
+                    state_t_to_smem(sS, acc_t, ct, NH, st_t)
                     warpgroup.wait_group(0)  # o done: every reader of this stage, of S0 and of Vn^T has completed
                     if vec_ok != 0:
-                        acc_to_smem(acc_o, sO, ct)
+                        acc_to_smem(acc_o, sO, ct, st_n)
                     if const_expr(WGS > 1):
                         wg_smem_ready(wgi)  # the new S0 and the output tile published in the warpgroup
                         if ltid == 0:
