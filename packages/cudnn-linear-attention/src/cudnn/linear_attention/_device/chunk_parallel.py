@@ -47,6 +47,7 @@ from cutlass.cute.nvgpu import warp as nvwarp
 
 from cudnn import _compat
 
+from .._host.chunk_parallel import READY_FLAG_ROWS
 from .delta_rule import BV, CHUNK, L2NORM_EPS, SOLVE_BLOCK, THREADS, VEC, gate_views, k_major_smem_layout, make_qkvo_views, sequence_bounds, wgmma
 
 U_PAD = 4  # fp32 row padding of the staged U tile: rows 16 bytes apart in the banks (conflict-free accumulator reads)
@@ -454,15 +455,13 @@ def wgmma_each_a_into_each(mma: cute.TiledMma, accs: list, tA: cute.Tensor, tB: 
 # flags before it lets the output grid launch (``griddepcontrol.launch_dependents``); the output CTAs of (slot, head)
 # wait for the slices' flags instead of for the whole state pass.
 
-READY_FLAGS_PER_HEAD_DIM = 16  # one flag per 16 value rows: room for every accepted v_slice
-
 
 @cute.jit
 def make_ready_view(rdy_ptr: cute.Pointer | None, slots: Int32, heads: Int32, d: cutlass.Constexpr[int]):
     """The ready flags [slots, heads, d / 16] (int32) at ``rdy_ptr``; None without one."""
     if const_expr(rdy_ptr is None):
         return None
-    nf = d // READY_FLAGS_PER_HEAD_DIM
+    nf = d // READY_FLAG_ROWS  # one flag per 16 value rows: room for every accepted v_slice
     return cute.make_tensor(rdy_ptr, cute.make_layout((slots, heads, nf), stride=(heads * nf, nf, 1)))
 
 

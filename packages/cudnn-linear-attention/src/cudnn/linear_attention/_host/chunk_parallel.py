@@ -81,11 +81,8 @@ def workspace_offsets(slots: int, heads: int, d: int) -> tuple:
 
 
 def ready_flags_offset(slots: int, heads: int, d: int) -> int:
-    """Byte offset of the ready flags (after the arrays of :func:`workspace_offsets`)."""
-    offset = 0
-    for _, size, per in _ARRAYS:
-        offset += ws_align(slots * heads * per(d) * size)
-    return offset
+    """Byte offset of the ready flags (after the arrays of :func:`workspace_offsets`, the last region of the carve)."""
+    return workspace_offsets(slots, heads, d)[-1] - ws_align(slots * heads * (d // READY_FLAG_ROWS) * 4)
 
 
 def workspace_bytes(slots: int, heads: int, d: int) -> int:

@@ -638,6 +638,7 @@ class DeltaRuleFwdSm90(APIBase):
                 None if final_state is None else final_state.data_ptr(),
             )  # fmt: skip
             if got.parallel:
+                # the overlapped output: the ready flags after the arrays (ws[0], the first array, is the workspace base)
                 rdy = ws[0] + ready_flags_offset(ext.slots, got.heads, got.d) if self._ready_flags and not many else None
                 launch_parallel_ffi(entries, addrs, ws, ext, T, got.heads, got.qk_heads, got.scale, got.strides, stream, rdy)
             else:
@@ -657,7 +658,7 @@ class DeltaRuleFwdSm90(APIBase):
             )
             ws_ptrs = workspace_pointers_at(ws)
             rdy = None
-            if self._ready_flags and not many:  # the overlapped output: the ready flags after the workspace arrays
+            if self._ready_flags and not many:  # the overlapped output: the ready flags after the arrays (ws[0]: the base)
                 rdy = ready_flags_pointer_at(ws[0] + ready_flags_offset(ext.slots, got.heads, got.d))
             launch_parallel(
                 self._compiled_parallel_many if many else self._compiled_parallel,
