@@ -692,9 +692,11 @@ def _parallel_providers(family, adapter, per_key_gate, public):
     for variant in PARALLEL_VARIANTS:
         if variant in takes:
             providers.append(Provider(f"ours-par-{variant}", make_adapter({}, variant)))
-    # session 30, kernel-only: the output kernel beside the state pass (``ovl``) against the three kernels it reorders
+    # session 30, kernel-only: the output kernel beside the state pass (``ovl``) and the state pass's copies by stmatrix
+    # (``stsm``) against the three kernels
     providers.append(Provider("ours-par-ovl+graph", _graphed(make_adapter({}, "ovl"))))
     providers.append(Provider("ours-par-three+graph", _graphed(make_adapter({}, "three"))))
+    providers.append(Provider("ours-par-stsm+graph", _graphed(make_adapter({}, "stsm"))))  # the state pass's copies by stmatrix
     return providers
 
 
