@@ -607,12 +607,20 @@ def stmatrix_t_copy(mma: cute.TiledMma, tidx: Int32, transpose: bool = True):
 
 @cute.jit
 def acc_to_smem_trans(st_t: cute.ThrCopy, acc: cute.Tensor, sT: cute.Tensor):
-    """An fp32 accumulator [M, N] rounded to bf16 (``cvt.rn.bf16x2.f32``, two at a time: each the rounding of one
-    ``.to(BFloat16)``) -> the swizzled bf16 tile ``sT`` [N, M] transposed, by ``stmatrix.trans``: what
-    ``sT[c, r] = acc[r, c]`` stores element by element, at the same addresses. Not fenced."""
+    """An fp32 accumulator [M, N] -> the swizzled bf16 tile ``sT`` [N, M] transposed, by ``stmatrix.trans``
+    (:func:`acc_to_smem_stsm` through the tile's transposed view): what ``sT[c, r] = acc[r, c]`` stores element by
+    element, at the same addresses. Not fenced."""
+    acc_to_smem_stsm(st_t, acc, transpose_view(sT))
+
+
+@cute.jit
+def acc_to_smem_stsm(st: cute.ThrCopy, acc: cute.Tensor, sDst: cute.Tensor):
+    """An fp32 accumulator rounded to bf16 (``cvt.rn.bf16x2.f32``, two at a time: each the rounding of one
+    ``.to(BFloat16)``) -> ``sDst`` (the accumulator's [M, N] view of a swizzled bf16 tile) by ``st`` (a slice of
+    :func:`stmatrix_t_copy`). Not fenced."""
     frag = cute.make_rmem_tensor(acc.layout, BFloat16)
     frag.store(acc.load().to(BFloat16))
-    cute.copy(st_t, st_t.retile(frag), st_t.partition_D(transpose_view(sT)))
+    cute.copy(st, st.retile(frag), st.partition_D(sDst))
 
 
 @cute.jit
@@ -676,9 +684,7 @@ def acc_to_smem(acc: cute.Tensor, sO: cute.Tensor, ct: cute.Tensor, st_n: cute.T
             rc = ct[i]
             sO[rc[0], rc[1]] = acc[i].to(BFloat16)
     else:
-        frag = cute.make_rmem_tensor(acc.layout, BFloat16)
-        frag.store(acc.load().to(BFloat16))
-        cute.copy(st_n, st_n.retile(frag), st_n.partition_D(sO))
+        acc_to_smem_stsm(st_n, acc, sO)
 
 
 @cute.jit
