@@ -63,7 +63,8 @@ ours-parallel(+graph): the adapter with the opt-in ``schedule="parallel"`` (the 
 caller workspace; KDA too: its prep kernel is the restructured one, ``kda/chunk_parallel_prep_kernel.py``; since
 session 8 the default plan is prep + the fused state pass and output, ``fso-w2``, where the plan-time rule of
 ``_host/chunk_parallel.py::fused_schedule_wins`` picks it -- the H 64 cases on an H200 -- and the three kernels below
-it), ours-par-op: the public op with ``schedule="parallel"`` (workspace allocated by the op), ours-parallel-s3
+it; since session 31 those three with the output kernel beside the state pass, ``ovl-stsm``, and the fused pair
+``fso-w2-stsm``), ours-par-op: the public op with ``schedule="parallel"`` (workspace allocated by the op), ours-parallel-s3
 (three-stage state pass; the three-kernel schedule: the knob sets the rule aside), GDN's ours-parallel-pf (its prep
 kernel's ``prefetch`` option), ours-parallel-2cta (its prep at two CTAs per SM) and ours-parallel-all (the three
 combined), and ours-par-<name> for every named variant of ``_host/chunk_parallel.py::PARALLEL_VARIANTS`` whose prep
@@ -693,10 +694,11 @@ def _parallel_providers(family, adapter, per_key_gate, public):
         if variant in takes:
             providers.append(Provider(f"ours-par-{variant}", make_adapter({}, variant)))
     # session 30, kernel-only: the output kernel beside the state pass (``ovl``) and the state pass's copies by stmatrix
-    # (``stsm``) against the three kernels
+    # (``stsm``) against the three kernels one after the other (``three``); both (``ovl-stsm``) the default since session 31
     providers.append(Provider("ours-par-ovl+graph", _graphed(make_adapter({}, "ovl"))))
     providers.append(Provider("ours-par-three+graph", _graphed(make_adapter({}, "three"))))
     providers.append(Provider("ours-par-stsm+graph", _graphed(make_adapter({}, "stsm"))))  # the state pass's copies by stmatrix
+    providers.append(Provider("ours-par-ovl-stsm+graph", _graphed(make_adapter({}, "ovl-stsm"))))  # both
     return providers
 
 

@@ -63,7 +63,12 @@ def test_parallel_kernels_issue_wgmma_never_spill_and_are_one_artifact_for_every
     mma = "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16"
     prep_ptx = _ptx_of(tmp_path, prep)
     assert prep_ptx.count(mma) == wgmmas and _ptx_of(tmp_path, "chunk_parallel_out").count(mma) == 24
-    assert "wgmma.mma_async" in _ptx_of(tmp_path, "chunk_parallel_state")
+    state_ptx, out_ptx = _ptx_of(tmp_path, "chunk_parallel_state"), _ptx_of(tmp_path, "chunk_parallel_out")
+    assert "wgmma.mma_async" in state_ptx
+    # the overlapped output (``parallel_overlap``, default since session 31: ``OVERLAP_VARIANT`` = ovl-stsm): the state
+    # pass lets the output grid launch and copies by stmatrix.trans, the output kernel polls the ready flags
+    assert plan._ready_flags and "griddepcontrol.launch_dependents" in state_ptx and "ld.relaxed.gpu" in out_ptx
+    assert any("stmatrix.sync.aligned" in line and ".trans" in line for line in state_ptx.splitlines())
     assert "cp.async.cg.shared.global" in text  # workspace tiles staged by 16-byte cp.async (output)
     assert "cp.async.bulk.tensor" in _ptx_of(tmp_path, "chunk_parallel_state")  # the state pass by TMA (the default)
     assert "ld.global.v4" in text and "st.global.v4" in text  # q, k, v rows in; workspace tiles out, by 16-byte vectors

@@ -59,6 +59,38 @@ def test_keys_variant_and_workspace():
     assert flags % 128 == 0 and workspace_bytes(slots, heads, d) == flags + ws_align(slots * heads * (d // READY_FLAG_ROWS) * 4)
 
 
+def test_overlap_is_the_default_of_the_three_kernels(monkeypatch):
+    """``parallel_overlap`` (default ``OVERLAP_DEFAULT``, on since session 31): a plan whose state pass is the three
+    kernels' takes ``PARALLEL_VARIANTS[OVERLAP_VARIANT]`` (``ovl-stsm``) on top of its own state options (also at a
+    non-default stage count); none where the plan is the fused pair (H = 64 on 132 SMs: no output kernel), with the knob
+    off, or after ``set_parallel_options`` (a variant is exactly what it names); a non-bool value is a ValueError."""
+    pytest.importorskip("cutlass")
+    from _delta_rule_cases import compile_varlen_plan
+
+    from cudnn.linear_attention._host import chunk_parallel as cp
+
+    ovl = {"signal_out": True, "stmatrix": True}
+    assert cp.OVERLAP_DEFAULT is True and cp.OVERLAP_VARIANT == "ovl-stsm" and cp.PARALLEL_VARIANTS["ovl-stsm"] == {"state": ovl}
+    monkeypatch.setattr(cp, "device_sm_count", lambda device: 132)
+    for fam in (KDA, GDN):
+        p = compile_varlen_plan(fam, 1000, 5, 128, 16, 2, schedule="parallel")
+        assert p.parallel_overlap is True and p._state_options() == {} and p._overlap_options({}) == ovl
+        p.parallel_state_stages = 3
+        assert p._overlap_options(p._state_options()) == ovl
+        fused = compile_varlen_plan(fam, 1000, 5, 128, 64, 32, schedule="parallel")
+        assert fused._state_options()["fuse_out"] and fused._overlap_options(fused._state_options()) == {}
+        p = compile_varlen_plan(fam, 1000, 5, 128, 16, 2, schedule="parallel")
+        p.parallel_overlap = False
+        assert p._overlap_options({}) == {}
+        for variant in ("three", "ovl"):
+            p = compile_varlen_plan(fam, 1000, 5, 128, 16, 2, schedule="parallel")
+            cp.set_parallel_options(p, variant)
+            assert p.parallel_overlap is False and p._overlap_options(p._state_options()) == {}
+    p.parallel_overlap = "yes"
+    with pytest.raises(ValueError, match="parallel_overlap='yes'; accepted True or False"):
+        p._overlap_options({})
+
+
 @pytest.mark.compile_only
 def test_compile_only_flags_protocol(tmp_path):
     skip_unless_family_dsl(KDA)
@@ -147,12 +179,13 @@ def test_overlap_is_bitwise_the_default_varlen(fam, D, l2norm, tvm_ffi):
     cu = cu_seqlens(cases.LENGTHS, "cuda")
     q, k, v, g, beta, h0 = cases.inputs(fam, (sum(cases.LENGTHS),), 4, 2, D, l2norm, len(cases.LENGTHS), "safe_gate")
     o0, s0 = _run(fam, "three", q, k, v, g, beta, h0, cu, l2norm, tvm_ffi)
-    o1, s1 = _run(fam, "ovl", q, k, v, g, beta, h0, cu, l2norm, tvm_ffi, repeats=3)
     ref_o, ref_s, low_o, low_s = cases.refs(fam, q, k, v, g, beta, h0, l2norm, cu, False)
-    cases.check(o1, ref_o, low_o, "o ovl")
-    do = (o0.float() - o1.float()).abs().max().item()
-    ds = (s0 - s1).abs().max().item()
-    assert torch.equal(o0, o1) and torch.equal(s0, s1), f"ovl vs default: max |diff| o {do}, final_state {ds}"
+    for variant in ("ovl", "ovl-stsm", None):  # None: the default plan (ovl-stsm since session 31)
+        o1, s1 = _run(fam, variant, q, k, v, g, beta, h0, cu, l2norm, tvm_ffi, repeats=3)
+        cases.check(o1, ref_o, low_o, f"o {variant}")
+        do = (o0.float() - o1.float()).abs().max().item()
+        ds = (s0 - s1).abs().max().item()
+        assert torch.equal(o0, o1) and torch.equal(s0, s1), f"{variant or 'the default plan'} vs three: max |diff| o {do}, final_state {ds}"
 
 
 @pytest.mark.gpu
@@ -166,8 +199,9 @@ def test_overlap_dense_batch_and_long_sequence():
     for lead, hv, hk, batched in (((2, 300), 2, 2, True), ((8192,), 16, 16, False)):
         q, k, v, g, beta, _ = cases.inputs(KDA, lead, hv, hk, 128, True, lead[0] if batched else 1, "safe_gate")
         o0, s0 = _run(KDA, "three", q, k, v, g, beta, None, None, True)
-        o1, s1 = _run(KDA, "ovl", q, k, v, g, beta, None, None, True, repeats=3)
-        assert torch.equal(o0, o1) and torch.equal(s0, s1), f"{lead}: ovl differs from the default"
+        for variant in ("ovl", "ovl-stsm", None):
+            o1, s1 = _run(KDA, variant, q, k, v, g, beta, None, None, True, repeats=3)
+            assert torch.equal(o0, o1) and torch.equal(s0, s1), f"{lead}: {variant} differs from the default"
 
 
 @pytest.mark.gpu

@@ -54,6 +54,7 @@ from _delta_rule_cases import GDN, KDA, compile_varlen_plan, frame_sizes, skip_u
 FSO = {"state": {"fuse_out": True, "stages": 3}}
 FSO_W2 = {"state": {"fuse_out": True, "stages": 2, "consumer_wgs": 2}}
 FSO_S2 = {"state": {"fuse_out": True, "stages": 2}}
+FSO_W2_STSM = {"state": {**FSO_W2["state"], "stmatrix": True}}  # the fused default since session 31 (bitwise fso-w2)
 FUSED = ["fso", "fso-w2"]  # the GPU cases' fused variants
 
 
@@ -273,8 +274,8 @@ def test_fso_plan_compiles_two_kernels_on_both_routes():
 @pytest.mark.compile_only
 def test_plan_time_fused_default_rule(monkeypatch):
     """The adapters' parallel plan and the fused default (``_host/chunk_parallel.py``): on (``FUSED_DEFAULT``, since the
-    session-8 A/B) with ``FUSED_VARIANT`` = ``fso-w2``; the rule ``H * V / v_slice >= SMs`` from plan-time values only
-    -- 132 SMs: H = 64 (V = 128: 256 chains) fused (``fso-w2``'s options; another ``FUSED_VARIANT``'s when that is the
+    session-8 A/B) with ``FUSED_VARIANT`` = ``fso-w2-stsm`` (session 31); the rule ``H * V / v_slice >= SMs`` from plan-time values only
+    -- 132 SMs: H = 64 (V = 128: 256 chains) fused (``fso-w2-stsm``'s options; another ``FUSED_VARIANT``'s when that is the
     variant), H = 16 (64 chains) unfused; 64 SMs: H = 16 fused; the knobs override it (``parallel_fused`` False / True,
     a non-default ``parallel_state_stages``, a named variant, ``three``: no option at all), ``parallel_fused=True`` with
     other stages and a non-bool value are ValueErrors; ``FUSED_DEFAULT`` monkeypatched off: unfused at every H (what a
@@ -287,12 +288,12 @@ def test_plan_time_fused_default_rule(monkeypatch):
     def plan(fam=KDA, H=64):
         return compile_varlen_plan(fam, 1000, 5, 128, H, 2, schedule="parallel")
 
-    assert cp.FUSED_DEFAULT is True and cp.FUSED_VARIANT == "fso-w2" and cp.PARALLEL_VARIANTS[cp.FUSED_VARIANT] == FSO_W2
+    assert cp.FUSED_DEFAULT is True and cp.FUSED_VARIANT == "fso-w2-stsm" and cp.PARALLEL_VARIANTS[cp.FUSED_VARIANT] == FSO_W2_STSM
     assert cp.fused_schedule_wins(64, 128, 132) and not cp.fused_schedule_wins(16, 128, 132) and cp.fused_schedule_wins(16, 128, 64)
     assert not cp.fused_schedule_wins(32, 128, 132) and cp.fused_schedule_wins(33, 128, 132) and not cp.fused_schedule_wins(64, 64, 132)
 
     monkeypatch.setattr(cp, "device_sm_count", lambda device: 132)
-    fso = FSO_W2["state"]
+    fso = FSO_W2_STSM["state"]
     for fam in (KDA, GDN):
         assert plan(fam, 64)._state_options() == fso and plan(fam, 16)._state_options() == {} and plan(fam, 128)._state_options() == fso
     p = plan(H=64)
@@ -367,13 +368,13 @@ def test_per_call_plan_compiles_both_schedules(monkeypatch):
     for fam in (KDA, GDN):
         p = compile_varlen_plan(fam, 1000, 5, 128, 16, 2, schedule="parallel")
         p.tvm_ffi = False
-        assert p._state_options() == {} and p._many_state_options() == FSO_W2["state"]
+        assert p._state_options() == {} and p._many_state_options() == FSO_W2_STSM["state"]
         p.compile()
         assert p._compiled_parallel[2] is not None and p._compiled_parallel_many[2] is None  # three kernels / fused pair
         assert p._compiled_parallel[0] is p._compiled_parallel_many[0]  # one prep kernel (a kernel-cache hit)
         assert p._fused_min_seqs == 3
     one = compile_varlen_plan(KDA, 1000, 5, 128, 64, 2, schedule="parallel")
-    assert one._state_options() == FSO_W2["state"] and one._many_state_options() is None  # H = 64: fused for every call
+    assert one._state_options() == FSO_W2_STSM["state"] and one._many_state_options() is None  # H = 64: fused for every call
     for knobs in ({"parallel_fused": False}, {"parallel_fused": True}, {"parallel_state_stages": 3}):
         p = compile_varlen_plan(KDA, 1000, 5, 128, 16, 2, schedule="parallel")
         for name, value in knobs.items():
@@ -602,7 +603,7 @@ def test_fso_w2_and_s2_are_fso_bit_for_bit(fam):
 @pytest.mark.parametrize("fam", [KDA, GDN], ids=["kda", "gdn"])
 def test_default_plan_at_h64_is_the_fused_schedule(fam):
     """The plan-time default on the device: at H = 64 (GVA over 32 q/k heads, K = V = 128: 256 chains, at least the
-    SM count of an H200) the default plan takes ``FUSED_VARIANT``'s state options (``fso-w2``), compiles to two kernels,
+    SM count of an H200) the default plan takes ``FUSED_VARIANT``'s state options (``fso-w2-stsm``), compiles to two kernels,
     and its o and final state equal the ``fso-w2`` plan's bit for bit and match the fp32 recurrence (varlen batch of
     ``_parallel_cases.LENGTHS`` with initial and final states)."""
     _gpu(fam)
@@ -619,7 +620,7 @@ def test_default_plan_at_h64_is_the_fused_schedule(fam):
     q, k, v, g, beta, h0 = cases.inputs(fam, (sum(cases.LENGTHS),), H, H // 2, 128, True, len(cases.LENGTHS), "weak")
     o, ht = poison(torch.empty_like(v)), poison(torch.empty_like(h0))
     plan = fam.adapter_class()(q, k, v, g, beta, o, use_qk_l2norm_in_kernel=True, initial_state=h0, final_state=ht, cu_seqlens=cu, schedule="parallel")
-    assert plan._state_options() == cp.PARALLEL_VARIANTS[cp.FUSED_VARIANT]["state"] == FSO_W2["state"]
+    assert plan._state_options() == cp.PARALLEL_VARIANTS[cp.FUSED_VARIANT]["state"] == FSO_W2_STSM["state"]
     plan.compile()
     assert plan._compiled_parallel[2] is None  # no output kernel: the fused state pass writes o
     ws = torch.full((plan.scratch_workspace_bytes(),), 0xFF, dtype=torch.uint8, device="cuda")

@@ -70,6 +70,7 @@ def test_variant_table_and_key_fields():
         "three",
         "ovl",
         "stsm",
+        "ovl-stsm",
         "fso-w2-stsm",
     }
     sk = KdaParallelStateKey(head_dim=128, varlen=True, has_initial=True, has_final=True)

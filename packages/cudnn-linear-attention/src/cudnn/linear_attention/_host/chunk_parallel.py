@@ -158,12 +158,17 @@ _GDN_PREP_BASE = {"restructured": False, "tc_ctas_per_sm": 2, "staged_w": False}
 #:   against fso's 1836.2 / 1860.8 and the unfused 1573.7 + 668.9 / 1589.1 + 671.2; at T = 8k, H = 16 it loses (229.0
 #:   vs 112.8 + 46.9: 32 CTAs), hence the rule (docs/benchmarks/linear_attention_kernels_s8_*.md). ``fso`` and
 #:   ``fso-s2`` (the one-warpgroup kernel at three / two stages) stay as the tests' bitwise references of ``fso-w2``.
-#: - ``three``: the three-kernel schedule whatever the plan-time rule says (the A/B baseline of the fused default).
+#: - ``three``: the three kernels one after the other, whatever the plan-time rules say (no fused pair, no overlap: a
+#:   variant is exactly what it names); the A/B baseline of both defaults.
 #: - ``ovl`` (both families; session 30): the three kernels with the output kernel beside the state pass
 #:   (``signal_out`` on the state-pass key; :func:`compile_parallel` sets the output key's ``wait_slices``): the output
-#:   grid is launched with PDL and each of its CTAs waits on the chunk's ready flags. Bitwise the default.
-#: - ``stsm`` / ``fso-w2-stsm`` (both families; session 30): the narrow state pass's / the fused default's per-chunk bf16
-#:   copies (Vn^T, S0; and o) by ``stmatrix`` (``stmatrix`` on the state-pass key). Bitwise the default / ``fso-w2``.
+#:   grid is launched with PDL and each of its CTAs waits on the chunk's ready flags. Bitwise ``three``.
+#: - ``stsm`` / ``fso-w2-stsm`` (both families; session 30): the narrow state pass's / the fused pair's per-chunk bf16
+#:   copies (Vn^T, S0; and o) by ``stmatrix`` (``stmatrix`` on the state-pass key). Bitwise ``three`` / ``fso-w2``.
+#:   ``ovl-stsm``: both (the overlap default since session 31, :data:`OVERLAP_VARIANT`). H200, session 31 (CUDA events
+#:   around the three kernels, T = 8k, H = 16, docs/benchmarks/la_s31/call1/): KDA 278-281 us (``ovl-stsm``) / 287-291
+#:   (``ovl``) / 334-341 (``stsm``: its state pass alone is slower, 130 vs 113 us) / 316-317 (``three``); GDN 248-254 /
+#:   258-311 / 300-308 / 284-285; KDA T = 32k: 1016-1023 vs 1190-1191.
 #: - ``kp7`` (KDA) / ``gdn-prep7`` (GDN): the prep without the session-8 staged stores (``staged_kd`` / ``staged_w``: kd
 #:   and -Wm through shared memory as 16-byte rows, ``kda/chunk_parallel_prep_staged.py``; default on since the session-8
 #:   A/B: KDA prep 2270.5 vs 2587.8 us at T = 32k, H = 64 and 153.8 vs 175.0 at T = 8k, H = 16; GDN 1891.3 vs 2065.5 and
@@ -196,6 +201,7 @@ PARALLEL_VARIANTS = {
     "three": {},
     "ovl": {"state": {"signal_out": True}},
     "stsm": {"state": {"stmatrix": True}},
+    "ovl-stsm": {"state": {"signal_out": True, "stmatrix": True}},
     "fso-w2-stsm": {"state": {"fuse_out": True, "stages": 2, "consumer_wgs": 2, "stmatrix": True}},
 }
 
@@ -204,9 +210,18 @@ PARALLEL_VARIANTS = {
 #: ``PARALLEL_VARIANTS[FUSED_VARIANT]``'s state-pass options when :func:`fused_schedule_wins` -- ON since the session-8
 #: A/B (docs/benchmarks/linear_attention_kernels_s8_*.md). The rule and its constants live here only.
 FUSED_DEFAULT = True
-#: The fused configuration the default takes: ``fso-w2`` (H200, T = 32k, H = 64: KDA 3500.5 vs 4830.3 us per forward,
-#: GDN 3014.4 vs 4325.9; ``fso`` 4407.6 / 3926.2).
-FUSED_VARIANT = "fso-w2"
+#: The fused configuration the default takes: ``fso-w2-stsm`` since session 31 (``fso-w2`` with its copies by stmatrix:
+#: H200, T = 8k, H = 64, state+out 223-224 vs 227 us for KDA, 226 vs 237-242 for GDN, docs/benchmarks/la_s31/call2/);
+#: ``fso-w2`` since session 8 (T = 32k, H = 64: KDA 3500.5 vs 4830.3 us per forward, GDN 3014.4 vs 4325.9; ``fso``
+#: 4407.6 / 3926.2).
+FUSED_VARIANT = "fso-w2-stsm"
+#: Plan-time default of the overlapped output (issue #7, session 31): wherever a plan runs the three kernels, the state
+#: pass takes ``PARALLEL_VARIANTS[OVERLAP_VARIANT]``'s options (the adapters' ``parallel_overlap``, default this value).
+OVERLAP_DEFAULT = True
+#: The overlapped configuration: ``ovl-stsm`` (the output kernel beside the state pass, the state pass's copies by
+#: stmatrix; H200, harness kernel-only rows, GDN T = 4k / 8k / 32k, H = 16: 494.3 / 517.8 / 554.3 GB/s against 424.1 /
+#: 437.4 / 481.0 for the three kernels one after the other, docs/benchmarks/la_s31/call2/).
+OVERLAP_VARIANT = "ovl-stsm"
 #: Per-call choice of the schedule (issue #7, session 24): where the rule keeps the three kernels for one sequence, a
 #: default plan also compiles the fused pair at plan time and launches it for calls of at least
 #: :func:`fused_min_sequences` sequences (a host-side shape: no device read, no compile at call time). The plan's cache
@@ -311,6 +326,7 @@ def set_parallel_options(plan, variant) -> None:
         return dict(out_extra)
 
     plan.parallel_fused = False
+    plan.parallel_overlap = False
     plan._prep_options = prep_options
     plan._state_options = state_options
     plan._out_options = out_options

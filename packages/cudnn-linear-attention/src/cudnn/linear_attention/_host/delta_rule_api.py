@@ -155,6 +155,13 @@ class DeltaRuleFwdSm90(APIBase):
         #: (the ``FUSED_VARIANT`` configuration for every call) or False (the three kernels for every call).
         #: ``set_parallel_options`` sets False (a variant is exactly what it names).
         self.parallel_fused = None
+        #: The output kernel beside the state pass (set before compile(); part of the state and output compile keys):
+        #: default ``OVERLAP_DEFAULT`` (True since session 31): wherever the schedule is the three kernels, the state pass
+        #: takes ``PARALLEL_VARIANTS[OVERLAP_VARIANT]``'s options (``signal_out``: it sets a ready flag per chunk and lets
+        #: the output kernel launch early, by PDL, to wait on them; ``stmatrix``: its transposed copies by stmatrix.trans).
+        #: Bitwise the non-overlapped kernels. False: the three kernels one after the other. The fused pair has no output
+        #: kernel to overlap (nothing to apply). ``set_parallel_options`` sets False (a variant is exactly what it names).
+        self.parallel_overlap = _chunk_parallel.OVERLAP_DEFAULT
         #: Tuning / A-B knob (GDN only: ``GdnParallelPrepKey.two_per_sm``, an option of the one-warpgroup prep kernel,
         #: which setting it selects, as ``parallel_prefetch``): that kernel runs two CTAs per SM (KDA's prep kernel always
         #: does; setting it there is a ValueError at compile).
@@ -229,6 +236,16 @@ class DeltaRuleFwdSm90(APIBase):
             if opts:
                 return opts
         return {} if stages == _STATE_STAGES else {"stages": int(stages)}
+
+    def _overlap_options(self, state_options: dict) -> dict:
+        """The state-pass options ``parallel_overlap`` adds to ``state_options`` (the plan's own, from
+        :meth:`_state_options`): ``PARALLEL_VARIANTS[OVERLAP_VARIANT]``'s where it is on and the state pass is the three
+        kernels' (no ``fuse_out``), else {}; a value other than True / False is a ValueError."""
+        overlap = self.parallel_overlap
+        self._value_error_if(overlap not in (True, False), f"{self._public}: parallel_overlap={overlap!r}; accepted True or False")
+        if not overlap or state_options.get("fuse_out"):
+            return {}
+        return dict(_chunk_parallel.PARALLEL_VARIANTS[_chunk_parallel.OVERLAP_VARIANT]["state"])
 
     def _many_state_options(self):
         """The state-pass options of the per-call side (``parallel_fused`` None): the fused pair's, where the plan's own
@@ -387,6 +404,7 @@ class DeltaRuleFwdSm90(APIBase):
                 )
 
             state_options = self._state_options()
+            state_options = {**state_options, **self._overlap_options(state_options)}
             self._ready_flags = bool(state_options.get("signal_out"))  # the overlapped output: launches take the ready flags
             self._compiled_parallel = build(state_options)
             self._compiled_kernel = self._compiled_parallel

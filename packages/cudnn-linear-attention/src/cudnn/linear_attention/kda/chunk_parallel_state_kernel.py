@@ -76,16 +76,18 @@ class KdaParallelStateKey:
     #: ~half the shared memory per value column (K = 128, v_slice 32: ~73 KB per stage + 32 KB, so two stages fit,
     #: three do not). Same operations per column: bitwise the one-warpgroup kernel's o and final state.
     consumer_wgs: int = 1
-    #: Opt-in (default False: the default kernel, PTX unchanged; session 30, the ``ovl`` variant), narrow kernel with
-    #: ``tma`` and ``tma_store`` only: the output kernel runs beside the state pass instead of after it. The kernel takes
+    #: Key default False (session 30, the ``ovl`` variant; the adapters' plan-time default since session 31, their
+    #: ``parallel_overlap`` with ``_host/chunk_parallel.py::OVERLAP_VARIANT``), narrow kernel with ``tma`` and
+    #: ``tma_store`` only: the output kernel runs beside the state pass instead of after it. The kernel takes
     #: the workspace's ready flags (a trailing pointer), zeroes its own, lets the next grid launch early
     #: (``griddepcontrol.launch_dependents``; the output kernel is launched with PDL and ``KdaParallelOutKey.wait_slices``)
     #: and sets a chunk's flag once its h and Vn^T TMA stores completed (two chunks behind; the last ones after the final
     #: state). The state pass takes one CTA per (sequence, head, value slice): at N = 1, H = 16 64 of 132 SMs, so the
     #: output CTAs fill the others. Same arithmetic: bitwise the default.
     signal_out: bool = False
-    #: Opt-in (default False: the default kernels, PTX unchanged; session 30, the ``stsm`` / ``fso-w2-stsm`` variants;
-    #: compile-verified, NOT GPU-run yet), both state passes: the per-chunk bf16 copies from the accumulators -- Vn ->
+    #: Key default False (session 30, the ``stsm`` / ``fso-w2-stsm`` variants; since session 31 the adapters' plans take
+    #: it in both defaults, ``OVERLAP_VARIANT`` = ``ovl-stsm`` and ``FUSED_VARIANT`` = ``fso-w2-stsm``; alone, without the
+    #: overlap, the narrow state pass is slower: 130 vs 113 us at T 8k, H 16), both state passes: the per-chunk bf16 copies from the accumulators -- Vn ->
     #: ``Vn^T`` and the state -> S0 transposed by ``stmatrix.trans``, the fused kernel's output tile by ``stmatrix`` --
     #: instead of element by element. The chain is issue-latency bound (session 30: ~340 SASS instructions per chunk at
     #: ~4.7 cycles each in the narrow kernel); this removes ~66 of them there. Same values at the same addresses: bitwise.
