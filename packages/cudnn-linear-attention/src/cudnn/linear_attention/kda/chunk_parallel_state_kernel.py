@@ -87,9 +87,9 @@ class KdaParallelStateKey:
     signal_out: bool = False
     #: Key default False (session 30, the ``stsm`` / ``fso-w2-stsm`` variants; since session 31 the adapters' plans take
     #: it in both defaults, ``OVERLAP_VARIANT`` = ``ovl-stsm`` and ``FUSED_VARIANT`` = ``fso-w2-stsm``; alone, without the
-    #: overlap, the narrow state pass is slower: 130 vs 113 us at T 8k, H 16), both state passes: the per-chunk bf16 copies from the accumulators -- Vn ->
-    #: ``Vn^T`` and the state -> S0 transposed by ``stmatrix.trans``, the fused kernel's output tile by ``stmatrix`` --
-    #: instead of element by element. The chain is issue-latency bound (session 30: ~340 SASS instructions per chunk at
+    #: overlap, the narrow state pass is slower: 130 vs 113 us at T 8k, H 16), both state passes: the per-chunk bf16
+    #: copies from the accumulators -- Vn -> ``Vn^T`` and the state -> S0 transposed by ``stmatrix.trans``, the fused
+    #: kernel's output tile by ``stmatrix`` -- instead of element by element. The chain is issue-latency bound (session 30: ~340 SASS instructions per chunk at
     #: ~4.7 cycles each in the narrow kernel); this removes ~66 of them there. Same values at the same addresses: bitwise.
     stmatrix: bool = False
 
